@@ -1,0 +1,128 @@
+"""source bytes → parse once (libcst) → enabled transforms in fixed order → new bytes + sites.
+
+The pipeline is pure: no files, no store. It never loses input: bytes that are not UTF-8 or do
+not parse, and any transform that raises, leave the file exactly as it was, with a one-line
+``path:line: message`` error in its report.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+from typing import Dict, List, Optional, Sequence
+
+import libcst as cst
+
+from scalebox_cst.config import Config
+from scalebox_cst.report import FileReport, Site
+from scalebox_cst.transforms import FileContext, Transform, all_transforms
+
+BOM = b"\xef\xbb\xbf"
+
+
+@dataclasses.dataclass
+class FileResult:
+    path: str
+    source: bytes
+    output: bytes
+    report: FileReport
+    #: the input itself is bad (not UTF-8, does not parse): a watcher makes no branch for it
+    bad_input: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.output != self.source
+
+
+class Pipeline:
+    """The enabled transforms for one config and backend, with the fingerprint that names them."""
+
+    def __init__(
+        self,
+        config: Config,
+        backend: str = "cpu",
+        transforms: Optional[Sequence[Transform]] = None,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        candidates = list(transforms) if transforms is not None else all_transforms()
+        self.transforms = [t for t in candidates if config.transform_enabled(t.id)]
+        self.fingerprint = config.fingerprint({t.id: t.version for t in self.transforms}, backend)
+
+    def rewrite(self, path: str, data: bytes) -> FileResult:
+        bom = data.startswith(BOM)
+        body = data[len(BOM):] if bom else data
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = body[: exc.start].count(b"\n") + 1
+            msg = f"{path}:{line}: not UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start}); left unchanged"
+            return _error(path, data, msg, bad_input=True)
+        try:
+            ast.parse(text, filename=path)
+        except SyntaxError as exc:
+            msg = f"{path}:{exc.lineno or 1}: {type(exc).__name__}: {exc.msg}"
+            return _error(path, data, msg, bad_input=True)
+        except ValueError as exc:  # e.g. source contains null bytes
+            return _error(path, data, f"{path}:1: {exc}", bad_input=True)
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError as exc:
+            msg = f"{path}:{exc.raw_line}: libcst cannot parse this file: {exc.message}"
+            return _error(path, data, msg, bad_input=True)
+
+        sites: List[Site] = []
+        line_maps: List[Dict[int, int]] = []  # for each version after the first: new line -> old line
+        for transform in self.transforms:
+            ctx = FileContext(path, module, self.config, self.backend)
+            if not transform.applies(ctx):
+                continue
+            try:
+                new_module, found = transform.rewrite(ctx)
+                new_module = ctx.finish(new_module)
+            except Exception as exc:  # a transform bug must never break the user's run
+                msg = f"{path}:1: transform {transform.id} failed ({type(exc).__name__}: {exc}); file left unchanged"
+                return _error(path, data, msg)
+            sites.extend(_map_back(site, line_maps) for site in found)
+            if new_module is not module and new_module.code != module.code:
+                line_maps.append(_line_map(module.code, new_module.code))
+                module = new_module
+
+        out_text = module.code
+        if out_text != text:
+            try:
+                compile(out_text, path, "exec", dont_inherit=True, flags=ast.PyCF_ONLY_AST)
+            except SyntaxError as exc:
+                msg = f"{path}:{exc.lineno or 1}: rewrite produced invalid code ({exc.msg}); file left unchanged"
+                return _error(path, data, msg)
+        output = (BOM if bom else b"") + out_text.encode("utf-8")
+        sites.sort(key=lambda s: (s.line, s.end_line, s.transform))
+        status = "rewritten" if output != data else "unchanged"
+        return FileResult(path, data, output, FileReport(path, status, None, sites))
+
+
+def _error(path: str, data: bytes, message: str, bad_input: bool = False) -> FileResult:
+    return FileResult(path, data, data, FileReport(path, "error", message, []), bad_input=bad_input)
+
+
+def _line_map(old: str, new: str) -> Dict[int, int]:
+    """Map each line of ``new`` to the line of ``old`` it comes from (inserted lines: the next old line)."""
+    a, b = old.splitlines(), new.splitlines()
+    mapping: Dict[int, int] = {}
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        for k in range(j2 - j1):
+            if tag == "equal":
+                mapping[j1 + k + 1] = i1 + k + 1
+            else:
+                mapping[j1 + k + 1] = min(i1 + k, max(i2 - 1, i1)) + 1
+    return mapping
+
+
+def _map_back(site: Site, line_maps: List[Dict[int, int]]) -> Site:
+    line, end = site.line, site.end_line
+    for mapping in reversed(line_maps):
+        line, end = mapping.get(line, line), mapping.get(end, end)
+    if (line, end) == (site.line, site.end_line):
+        return site
+    return dataclasses.replace(site, line=line, end_line=max(line, end))

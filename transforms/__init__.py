@@ -1,0 +1,29 @@
+"""Transform families, in the fixed order the pipeline runs them.
+
+Loops are vectorized first (they read the user's original code), then clipping is inserted,
+then device ops are swapped (they may also touch what earlier transforms emitted).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Type
+
+from .base import Example, FileContext, Transform
+
+#: every transform class, in pipeline order
+REGISTRY: List[Type[Transform]] = [
+]
+
+
+def all_transforms() -> List[Transform]:
+    return [cls() for cls in REGISTRY]
+
+
+def transform_ids() -> List[str]:
+    return [cls.id for cls in REGISTRY]
+
+
+def versions() -> Dict[str, str]:
+    return {cls.id: cls.version for cls in REGISTRY}
+
+
+__all__ = ["Example", "FileContext", "Transform", "REGISTRY", "all_transforms", "transform_ids", "versions"]

@@ -1,0 +1,127 @@
+"""What every transform is: an id, a cheap text trigger, a rewrite that reports its sites.
+
+A transform receives a :class:`FileContext` (the parsed module plus lazily resolved metadata)
+and returns the new module and its :class:`~scalebox_cst.report.Site` list. Each transform class
+carries its own ``EXAMPLES`` (code it rewrites and look-alikes it must leave alone), in the
+manner of Fixit's VALID/INVALID rule examples; the tests read them.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+from typing import Any, ClassVar, List, Optional, Sequence, Tuple
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from scalebox_cst.config import Config
+from scalebox_cst.report import Site
+
+from .names import ImportMap, add_imports
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """A piece of code and what the transform must do with it.
+
+    ``rewritten=True``: at least one site is rewritten (and, where ``check`` code is given, the
+    tests run original and rewrite on the same inputs and compare). ``rewritten=False``: the code
+    comes back byte for byte, and ``reason`` (a substring) appears among the reported skips.
+    """
+
+    code: str
+    rewritten: bool
+    reason: str = ""
+    note: str = ""
+    backend: str = "cpu"
+    options: Tuple[Tuple[str, Any], ...] = ()
+
+
+class FileContext:
+    """One module being rewritten, with metadata resolved on first use only."""
+
+    def __init__(self, path: str, module: cst.Module, config: Config, backend: str) -> None:
+        self.path = path
+        self.module = module
+        self.config = config
+        self.backend = backend
+        self._pending_imports: List[str] = []
+
+    @functools.cached_property
+    def code(self) -> str:
+        return self.module.code
+
+    @functools.cached_property
+    def wrapper(self) -> MetadataWrapper:
+        # unsafe_skip_copy: nodes of self.module are the keys, so transforms can look them up.
+        return MetadataWrapper(self.module, unsafe_skip_copy=True)
+
+    @functools.cached_property
+    def positions(self):
+        return self.wrapper.resolve(PositionProvider)
+
+    @functools.cached_property
+    def imports(self) -> ImportMap:
+        return ImportMap(self.module)
+
+    def resolve(self, provider):
+        return self.wrapper.resolve(provider)
+
+    def span(self, node: cst.CSTNode) -> Tuple[int, int]:
+        pos = self.positions[node]
+        return pos.start.line, pos.end.line
+
+    def site(
+        self,
+        transform: str,
+        node: cst.CSTNode,
+        action: str,
+        reason: str,
+        exactness: Optional[str] = None,
+        kind: Optional[str] = None,
+    ) -> Site:
+        line, end = self.span(node)
+        return Site(transform, line, end, action, reason, exactness, kind)
+
+    def option(self, section: str, key: str, default: Any = None) -> Any:
+        return self.config.option(section, key, default)
+
+    def runtime_name(self, qualname: str, preferred: str) -> str:
+        """Local alias for a runtime helper; the import is added when the transform finishes."""
+        from .names import runtime_import
+
+        alias, line = runtime_import(self.imports, qualname, preferred)
+        if line is not None:
+            self.imports.aliases[alias] = qualname
+            self._pending_imports.append(line)
+        return alias
+
+    def require_import(self, line: str) -> None:
+        """An import statement the rewritten module needs (added once, after the docstring)."""
+        self._pending_imports.append(line)
+
+    def finish(self, module: cst.Module) -> cst.Module:
+        return add_imports(module, self._pending_imports) if self._pending_imports else module
+
+
+class Transform(abc.ABC):
+    """Base class. Subclasses set ``id``, ``triggers`` and implement :meth:`rewrite`."""
+
+    id: ClassVar[str] = ""
+    version: ClassVar[str] = "1"
+    #: the transform runs only when one of these substrings occurs in the source (cheap filter)
+    triggers: ClassVar[Sequence[str]] = ()
+    #: backends this transform applies to (None: all)
+    backends: ClassVar[Optional[Sequence[str]]] = None
+    description: ClassVar[str] = ""
+    EXAMPLES: ClassVar[Sequence[Example]] = ()
+
+    def applies(self, ctx: FileContext) -> bool:
+        if self.backends is not None and ctx.backend not in self.backends:
+            return False
+        return not self.triggers or any(t in ctx.code for t in self.triggers)
+
+    @abc.abstractmethod
+    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
+        """Return the new module (``ctx.module`` if nothing changed) and the sites."""

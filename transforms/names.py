@@ -1,0 +1,219 @@
+"""Qualified names by import resolution, and the imports a rewrite needs.
+
+libcst's ``QualifiedNameProvider`` costs about 0.5 ms per line (it builds full scopes), too slow
+for save-to-commit latency. Transforms only need to know what an expression like ``th.nn.utils.
+clip_grad_norm_`` or ``clip_grad_norm_`` *means* in terms of imported modules, so we resolve
+dotted names through the module's own import statements: ``import torch as th`` and ``from
+torch.nn.utils import clip_grad_norm_`` both lead to ``torch.nn.utils.clip_grad_norm_``.
+A name that is rebound by assignment anywhere in the module is not trusted.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+
+def dotted(expr: cst.BaseExpression) -> Optional[str]:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    parts: List[str] = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if not isinstance(expr, cst.Name):
+        return None
+    parts.append(expr.value)
+    return ".".join(reversed(parts))
+
+
+def module_name(expr: cst.BaseExpression) -> str:
+    """Text of a module reference in an import statement (``a.b.c``)."""
+    if isinstance(expr, cst.Name):
+        return expr.value
+    if isinstance(expr, cst.Attribute):
+        return module_name(expr.value) + "." + expr.attr.value
+    raise TypeError(type(expr))
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.aliases: Dict[str, str] = {}
+        self.assigned: Set[str] = set()
+        self.names: Set[str] = set()
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = module_name(alias.name)
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.aliases[alias.asname.name.value] = full
+            else:
+                top = full.split(".")[0]
+                self.aliases[top] = top
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        base = module_name(node.module)
+        for alias in node.names:
+            name = alias.name.value if isinstance(alias.name, cst.Name) else module_name(alias.name)
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self.aliases[local] = base + "." + name
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def _targets(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Name):
+            self.assigned.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for el in target.elements:
+                self._targets(el.value)
+        elif isinstance(target, cst.StarredElement):
+            self._targets(target.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._targets(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._targets(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._targets(node.target)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.assigned.add(node.name.value)
+        for param in (*node.params.params, *node.params.posonly_params, *node.params.kwonly_params):
+            self.assigned.add(param.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.assigned.add(node.name.value)
+
+
+class ImportMap:
+    """Local names bound by imports → the qualified names they stand for."""
+
+    def __init__(self, module: cst.Module) -> None:
+        collector = _Collector()
+        module.visit(collector)
+        # A name both imported and assigned (``torch = None``) is ambiguous: drop it.
+        self.aliases = {k: v for k, v in collector.aliases.items() if k not in collector.assigned}
+        self.names = collector.names | set(collector.aliases)
+
+    def qualify(self, expr: cst.BaseExpression) -> Optional[str]:
+        """The qualified name of a Name/Attribute chain rooted at an imported name, else None."""
+        text = dotted(expr)
+        if text is None:
+            return None
+        head, _, rest = text.partition(".")
+        full = self.aliases.get(head)
+        if full is None:
+            return None
+        return full + ("." + rest if rest else "")
+
+    def is_(self, expr: cst.BaseExpression, *qualnames: str) -> bool:
+        return self.qualify(expr) in qualnames
+
+    def local_for(self, qualname: str) -> Optional[str]:
+        """A local dotted expression that means ``qualname`` (shortest), if the module has one."""
+        best: Optional[str] = None
+        for local, full in self.aliases.items():
+            if qualname == full or qualname.startswith(full + "."):
+                candidate = local + qualname[len(full):]
+                if best is None or len(candidate) < len(best):
+                    best = candidate
+        return best
+
+    def unique_name(self, base: str) -> str:
+        """``base``, or ``base_2``... so it cannot clash with any name the module uses."""
+        name, n = base, 1
+        while name in self.names:
+            n += 1
+            name = f"{base}_{n}"
+        self.names.add(name)
+        return name
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _is_future_import(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and any(
+            isinstance(s, cst.ImportFrom)
+            and isinstance(s.module, cst.Name)
+            and s.module.value == "__future__"
+            for s in stmt.body
+        )
+    )
+
+
+def add_imports(module: cst.Module, statements: Sequence[str]) -> cst.Module:
+    """Insert import lines after the docstring and ``__future__`` imports, each at most once."""
+    existing = {module.code_for_node(s).strip() for s in module.body if isinstance(s, cst.SimpleStatementLine)}
+    new = [cst.parse_statement(text + "\n") for text in dict.fromkeys(statements) if text not in existing]
+    if not new:
+        return module
+    body = list(module.body)
+    index = 0
+    while index < len(body) and (
+        (index == 0 and _is_docstring(body[index])) or _is_future_import(body[index])
+    ):
+        index += 1
+    if index < len(body):
+        # Keep the comments/blank lines that lead the first statement above the new imports.
+        first = body[index]
+        lead = getattr(first, "leading_lines", ())
+        if lead and index == 0 and not module.header:
+            new[0] = new[0].with_changes(leading_lines=lead)
+            body[index] = first.with_changes(leading_lines=())
+    body[index:index] = new
+    return module.with_changes(body=body)
+
+
+def import_for(qualname: str, alias: str) -> str:
+    """``from a.b import c as alias`` for ``a.b.c``."""
+    mod, _, name = qualname.rpartition(".")
+    return f"from {mod} import {name} as {alias}" if alias != name else f"from {mod} import {name}"
+
+
+def runtime_import(imports: ImportMap, qualname: str, preferred: str) -> Tuple[str, Optional[str]]:
+    """A local alias for a runtime helper and the import line that binds it (None if already bound)."""
+    for local, full in imports.aliases.items():
+        if full == qualname:
+            return local, None
+    alias = imports.unique_name(preferred)
+    return alias, import_for(qualname, alias)
+
+
+def expr(text: str) -> cst.BaseExpression:
+    return cst.parse_expression(text)
+
+
+def iter_calls(node: cst.CSTNode) -> Iterable[cst.Call]:
+    """Every Call node under ``node`` (pre-order), without descending into nested defs."""
+    found: List[cst.Call] = []
+
+    class _V(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> None:
+            found.append(n)
+
+        def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
+            return n is node
+
+        def visit_Lambda(self, n: cst.Lambda) -> bool:
+            return False
+
+        def visit_ClassDef(self, n: cst.ClassDef) -> bool:
+            return n is node
+
+    node.visit(_V())
+    return found
