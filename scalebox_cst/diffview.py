@@ -1,0 +1,130 @@
+"""Render a run branch as a review diff: original → rewrite, each hunk labelled with its sites.
+
+A hunk's label lists the sites whose source lines it covers (transform, exactness, reason);
+skipped candidates and warnings follow each file, so a user sees what was left alone and why;
+sites that name a ``kind`` (such as things that cannot be migrated to NPU) are grouped by it.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Dict, List, Optional, Tuple
+
+import click
+
+from scalebox_cst.report import REWRITTEN, FileReport, RunReport, Site
+
+STYLES = {
+    "header": dict(bold=True),
+    "hunk": dict(fg="cyan"),
+    "label": dict(fg="magenta"),
+    "add": dict(fg="green"),
+    "del": dict(fg="red"),
+    "note": dict(fg="yellow"),
+}
+
+
+def _style(text: str, kind: str, color: bool) -> str:
+    return click.style(text, **STYLES[kind]) if color else text
+
+
+def _lines(data: Optional[bytes]) -> List[str]:
+    if data is None:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()
+
+
+def _labels(sites: List[Site], lo: int, hi: int) -> List[Site]:
+    """Rewritten sites whose source span [line, end_line] touches old lines [lo, hi] (1-based)."""
+    return [s for s in sites if s.action == REWRITTEN and s.line <= hi and s.end_line >= lo]
+
+
+def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], color: bool) -> List[str]:
+    out: List[str] = []
+    a, b = _lines(old), _lines(new)
+    out.append(_style(f"--- a/{report.path}", "header", color))
+    out.append(_style(f"+++ b/{report.path}", "header", color))
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for group in matcher.get_grouped_opcodes(3):
+        i1, i2 = group[0][1], group[-1][2]
+        j1, j2 = group[0][3], group[-1][4]
+        changed_old = [(g[1], g[2]) for g in group if g[0] != "equal"]
+        lo = min(x for x, _ in changed_old) + 1
+        hi = max(max(y, x + 1) for x, y in changed_old)
+        labels = _labels(report.sites, lo, hi)
+        head = f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@"
+        out.append(_style(head, "hunk", color))
+        if labels:
+            for site in labels:
+                out.append(_style(f"#  {site.transform} [{site.exactness}] line {site.line}: {site.reason}", "label", color))
+        else:
+            out.append(_style("#  support code for the sites in this file (imports)", "label", color))
+        for tag, x1, x2, y1, y2 in group:
+            if tag == "equal":
+                out.extend(" " + line for line in a[x1:x2])
+                continue
+            out.extend(_style("-" + line, "del", color) for line in a[x1:x2])
+            out.extend(_style("+" + line, "add", color) for line in b[y1:y2])
+    return out
+
+
+def render_notes(report: FileReport, color: bool) -> List[str]:
+    out: List[str] = []
+    if report.error:
+        out.append(_style(f"error: {report.error}", "note", color))
+    plain = [s for s in report.sites if s.action != REWRITTEN and not s.kind]
+    for site in plain:
+        out.append(_style(f"{site.action}: {site.describe(report.path)}", "note", color))
+    grouped: Dict[str, List[Site]] = {}
+    for site in report.sites:
+        if site.kind:
+            grouped.setdefault(site.kind, []).append(site)
+    for kind in sorted(grouped):
+        out.append(_style(f"{kind}:", "note", color))
+        out.extend(_style(f"  {s.describe(report.path)}", "note", color) for s in grouped[kind])
+    return out
+
+
+def render(
+    report: RunReport,
+    read_old,
+    read_new,
+    color: bool = False,
+) -> str:
+    """The whole review diff. ``read_old``/``read_new``: path → bytes (None if absent)."""
+    out: List[str] = [_style(f"{report.branch} {report.commit or ''}  (source {report.source_commit or ''})", "header", color)]
+    for f in report.files:
+        old, new = read_old(f.path), read_new(f.path)
+        if old != new:
+            out.extend(render_file(f, old, new, color))
+        notes = render_notes(f, color)
+        if notes:
+            if old == new:
+                out.append(_style(f"=== {f.path} (unchanged)", "header", color))
+            out.extend(notes)
+    return "\n".join(out) + "\n"
+
+
+def render_stat(report: RunReport, read_old, read_new) -> str:
+    rows: List[Tuple[str, int, int, int, int]] = []
+    for f in report.files:
+        a, b = _lines(read_old(f.path)), _lines(read_new(f.path))
+        added = removed = 0
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+            if tag != "equal":
+                removed += i2 - i1
+                added += j2 - j1
+        rewritten = sum(1 for s in f.sites if s.action == REWRITTEN)
+        other = len(f.sites) - rewritten
+        if added or removed or f.sites or f.error:
+            rows.append((f.path, added, removed, rewritten, other))
+    if not rows:
+        return f"{report.branch}: no changes\n"
+    width = max(len(r[0]) for r in rows)
+    lines = [
+        f" {path.ljust(width)} | +{added} -{removed} | {rw} rewritten, {other} skipped/warned"
+        for path, added, removed, rw, other in rows
+    ]
+    total_add = sum(r[1] for r in rows)
+    total_del = sum(r[2] for r in rows)
+    lines.append(f" {len(rows)} file(s), +{total_add} -{total_del}; {report.summary()}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,263 @@
+"""A user's project: its files, config, rewrite store and runs: the engine's Python API.
+
+``Project.commit_change()`` is one change event: snapshot the project's Python files, rewrite
+what changed (cached by source blob id and pipeline fingerprint), commit both to the store on a
+new ``run/NNNN`` branch, *before* anything runs. The CLI, the watcher and the import hook are thin
+layers over this class.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from scalebox_cst.config import CONFIG_FILE, DEFAULT_TOML, Config
+from scalebox_cst.pipeline import FileResult, Pipeline
+from scalebox_cst.report import FileReport, RunReport
+from scalebox_cst.store import Store, StoreError
+
+STATE_DIR = ".scalebox"
+
+
+def find_project_root(start: str) -> str:
+    """The nearest folder at or above ``start`` holding ``.scalebox/`` or ``scalebox.toml``."""
+    here = os.path.abspath(start)
+    if os.path.isfile(here):
+        here = os.path.dirname(here)
+    probe = here
+    while True:
+        if os.path.isdir(os.path.join(probe, STATE_DIR)) or os.path.isfile(os.path.join(probe, CONFIG_FILE)):
+            return probe
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return here
+        probe = parent
+
+
+@dataclasses.dataclass
+class ChangeResult:
+    """The outcome of one change event."""
+
+    report: RunReport
+    created: bool  # a new branch was made (False: nothing changed, or bad input blocked it)
+    blocked: List[str] = dataclasses.field(default_factory=list)  # one-line errors that blocked it
+    outputs: Dict[str, bytes] = dataclasses.field(default_factory=dict)  # rewritten files by path
+
+    @property
+    def branch(self) -> Optional[str]:
+        return self.report.branch
+
+
+@dataclasses.dataclass
+class RollbackResult:
+    branch: str
+    restored: List[str]
+    unchanged: List[str]
+    left_in_place: List[str]  # current files the snapshot did not have (not deleted)
+    backup_commit: str  # snapshot of the files as they were before the rollback
+
+
+class Project:
+    """A project folder with its config and store. ``backend`` is the resolved rewrite target."""
+
+    def __init__(self, root: str, config: Optional[Config] = None, backend: Optional[str] = None) -> None:
+        self.root = os.path.realpath(root)
+        if not os.path.isdir(self.root):
+            raise StoreError(f"{root}: not a directory")
+        self.config = config if config is not None else Config.load(self.root)
+        self._backend = backend
+        self._store: Optional[Store] = None
+        self._pipeline: Optional[Pipeline] = None
+
+    # ------------------------------------------------------------------ set-up
+    @classmethod
+    def init(cls, root: str) -> Tuple["Project", bool]:
+        """Create the store and a documented ``scalebox.toml`` (unless config exists). Idempotent."""
+        root = os.path.realpath(root)
+        wrote_config = False
+        has_pyproject_table = False
+        pyproject = os.path.join(root, "pyproject.toml")
+        if os.path.isfile(pyproject):
+            with open(pyproject, encoding="utf-8", errors="replace") as fh:
+                has_pyproject_table = "[tool.scalebox]" in fh.read()
+        config_path = os.path.join(root, CONFIG_FILE)
+        if not os.path.exists(config_path) and not has_pyproject_table:
+            with open(config_path, "w", encoding="utf-8") as fh:
+                fh.write(DEFAULT_TOML)
+            wrote_config = True
+        project = cls(root)
+        project._store = Store.init(root)
+        return project, wrote_config
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store.open(self.root)
+        return self._store
+
+    def ensure_store(self) -> Store:
+        if self._store is None:
+            self._store = Store.init(self.root)
+        return self._store
+
+    @property
+    def state_dir(self) -> str:
+        return os.path.join(self.root, STATE_DIR)
+
+    @property
+    def runs_dir(self) -> str:
+        return os.path.join(self.state_dir, "runs")
+
+    @property
+    def backend(self) -> str:
+        if self._backend is None:
+            from scalebox_cst.runtime.backend import resolve
+
+            self._backend = resolve(self.config.backend).name
+        return self._backend
+
+    @property
+    def pipeline(self) -> Pipeline:
+        if self._pipeline is None:
+            self._pipeline = Pipeline(self.config, self.backend)
+        return self._pipeline
+
+    # ------------------------------------------------------------------ files
+    def relpath(self, path: str) -> str:
+        return os.path.relpath(os.path.realpath(path), self.root).replace(os.sep, "/")
+
+    def scan(self) -> Dict[str, bytes]:
+        """The project's included files (relative ``/`` paths → bytes), in sorted order."""
+        files: Dict[str, bytes] = {}
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            reldir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            reldir = "" if reldir == "." else reldir
+            dirnames[:] = sorted(
+                d for d in dirnames if not self.config.excludes_dir(f"{reldir}/{d}" if reldir else d)
+            )
+            for name in sorted(filenames):
+                rel = f"{reldir}/{name}" if reldir else name
+                if not self.config.includes(rel):
+                    continue
+                try:
+                    with open(os.path.join(dirpath, name), "rb") as fh:
+                        files[rel] = fh.read()
+                except OSError:
+                    continue  # vanished between listing and reading (an editor's temp file)
+        return dict(sorted(files.items()))
+
+    # ------------------------------------------------------------------ change events
+    def rewrite_files(self, files: Dict[str, bytes], select: Optional[Iterable[str]] = None) -> Dict[str, FileResult]:
+        """Rewrite ``files`` (or only the ``select``-ed paths), using the store's cache."""
+        store = self.ensure_store()
+        fingerprint = self.pipeline.fingerprint
+        wanted = set(files) if select is None else set(select) & set(files)
+        results: Dict[str, FileResult] = {}
+        fresh: List[Tuple[str, str, bytes, dict]] = []
+        for path in sorted(wanted):
+            data = files[path]
+            blob = Store.blob_id(data)
+            hit = store.cache_get(blob, fingerprint)
+            if hit is not None:
+                out_blob, report = hit
+                output = data if out_blob == blob else store.read_blob(out_blob)
+                results[path] = FileResult(path, data, output, FileReport.from_json({**report, "path": path}))
+                continue
+            result = self.pipeline.rewrite(path, data)
+            results[path] = result
+            if not result.bad_input:  # bad input is re-checked on every save: it is being edited
+                cached = result.report.to_json()
+                cached.pop("path")
+                fresh.append((blob, fingerprint, result.output, cached))
+        if fresh:
+            store.cache_put_many(fresh)
+        return results
+
+    def commit_change(
+        self,
+        select: Optional[Sequence[str]] = None,
+        block_on_bad_input: bool = False,
+        force: bool = False,
+        message: str = "snapshot",
+    ) -> ChangeResult:
+        """Snapshot, rewrite, commit a new run branch. See the module docstring.
+
+        ``select``: rewrite only these project paths (others are carried as they are).
+        ``block_on_bad_input``: a changed file that does not parse blocks the branch (watch mode).
+        ``force``: make a new branch even when an identical one exists.
+        """
+        store = self.ensure_store()
+        files = self.scan()
+        previous = store.files(store.source_tip()) if store.source_tip() else {}
+        results = self.rewrite_files(files, select)
+        report = RunReport(None, None, None, self.backend, [r.report for r in results.values()])
+        if block_on_bad_input and previous:
+            blocked = [
+                r.report.error or ""
+                for path, r in results.items()
+                if r.bad_input and previous.get(path) != files[path]
+            ]
+            if blocked:
+                return ChangeResult(report, False, blocked)
+        source_commit, created = store.snapshot(files, message)
+        report.source_commit = source_commit
+        fingerprint = self.pipeline.fingerprint
+        if not created and not force:
+            for info in reversed(store.branches()):
+                if info.source_commit == source_commit and info.fingerprint == fingerprint:
+                    report.branch, report.commit = info.name, info.commit
+                    return ChangeResult(report, False, outputs=self._outputs(results))
+        out_files = dict(files)
+        for path, result in results.items():
+            out_files[path] = result.output
+        summary = f"rewrite: {report.summary()}"
+        branch, commit = store.commit_rewrite(
+            source_commit, out_files, summary, report_text(report), report.to_json(), fingerprint
+        )
+        report.branch, report.commit = branch, commit
+        return ChangeResult(report, True, outputs=self._outputs(results))
+
+    @staticmethod
+    def _outputs(results: Dict[str, FileResult]) -> Dict[str, bytes]:
+        return {path: r.output for path, r in results.items()}
+
+    # ------------------------------------------------------------------ rollback
+    def rollback(self, branch: str) -> RollbackResult:
+        """Restore the Python files of ``branch``'s source snapshot, after snapshotting the current ones.
+
+        Nothing is lost: the current files are committed to the source history first, and files
+        the old snapshot does not have are left in place.
+        """
+        store = self.store
+        info = store.resolve(branch)
+        target = store.files(info.source_commit)
+        current = self.scan()
+        backup, _ = store.snapshot(current, f"before rollback to {info.name}")
+        restored, unchanged = [], []
+        for rel, data in sorted(target.items()):
+            path = os.path.join(self.root, *rel.split("/"))
+            if current.get(rel) == data:
+                unchanged.append(rel)
+                continue
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = path + ".scalebox-tmp"
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            if os.path.exists(path):
+                os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+            os.replace(tmp, path)
+            restored.append(rel)
+        left = sorted(set(current) - set(target))
+        store.snapshot(self.scan(), f"rollback to {info.name} (previous files: {backup[:10]})")
+        return RollbackResult(info.name, restored, unchanged, left, backup)
+
+
+def report_text(report: RunReport) -> str:
+    """The site report as commit-message lines, one per site."""
+    lines: List[str] = []
+    for f in report.files:
+        if f.status == "error":
+            lines.append(f"error: {f.error}")
+        for site in f.sites:
+            lines.append(site.describe(f.path))
+    return "\n".join(lines) if lines else "(no sites)"

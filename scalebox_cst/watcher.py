@@ -1,0 +1,193 @@
+"""Watch a project folder; each batch of saves becomes a branch and (re)starts the run.
+
+One recursive watchdog observer on the folder (not on files: editors save by writing a temp file
+and renaming it over the original, so a move counts as a write of its destination). Events are
+debounced into batches; the content hash in ``Project.commit_change`` decides whether anything
+changed, so reads, touches and the engine's own state writes (``.scalebox/``) create no branch.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from typing import Callable, List, Optional, Sequence, Set
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+from scalebox_cst.project import ChangeResult, Project
+
+# Events that never mean "content may have changed".
+_IGNORED_EVENTS = {"opened", "closed_no_write"}
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: "Watcher") -> None:
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in _IGNORED_EVENTS:
+            return
+        paths = [event.src_path]
+        if event.event_type == "moved":
+            paths = [getattr(event, "dest_path", "")]  # the source of a move no longer has content
+            if not event.is_directory:
+                paths.append(event.src_path)  # deleted under its old name
+        for path in paths:
+            if isinstance(path, bytes):
+                path = os.fsdecode(path)
+            if path:
+                self.watcher.notify(path, event.is_directory)
+
+
+class Watcher:
+    """Turns file events into change events; optionally keeps one run going from the newest branch."""
+
+    def __init__(
+        self,
+        project: Project,
+        script: Optional[str] = None,
+        args: Sequence[str] = (),
+        debounce: float = 0.2,
+        polling: bool = False,
+        echo: Callable[[str], None] = print,
+        run_output=None,
+        grace: float = 3.0,
+    ) -> None:
+        self.project = project
+        self.script = script
+        self.args = list(args)
+        self.debounce = debounce
+        self.echo = echo
+        self.run_output = run_output
+        self.grace = grace
+        self.polling = polling
+        self.events: "queue.Queue[str]" = queue.Queue()
+        self.execution = None
+        self.branches: List[str] = []
+        self.blocked = 0
+        self._stop = threading.Event()
+        self._observer = None
+
+    # -------------------------------------------------------------- events
+    def relevant(self, path: str, is_directory: bool = False) -> bool:
+        try:
+            rel = self.project.relpath(path)
+        except ValueError:
+            return False
+        if rel.startswith(".."):
+            return False
+        if is_directory:
+            # A folder moved in or out: its files may have changed.
+            return not self.project.config.excludes_dir(rel)
+        return self.project.config.includes(rel)
+
+    def notify(self, path: str, is_directory: bool = False) -> None:
+        if self.relevant(path, is_directory):
+            self.events.put(path)
+
+    def _next_batch(self, timeout: float) -> Set[str]:
+        """Wait for one event, then gather until ``debounce`` seconds pass with no new event."""
+        try:
+            first = self.events.get(timeout=timeout)
+        except queue.Empty:
+            return set()
+        batch = {first}
+        while True:
+            try:
+                batch.add(self.events.get(timeout=self.debounce))
+            except queue.Empty:
+                return batch
+
+    # -------------------------------------------------------------- change handling
+    def handle_change(self, force: bool = False) -> ChangeResult:
+        result = self.project.commit_change(block_on_bad_input=True, force=force, message="save")
+        if result.blocked:
+            self.blocked += 1
+            for line in result.blocked:
+                self.echo(line)
+            if self.execution is not None:
+                self.echo("scalebox: previous run keeps going")
+            return result
+        for f in result.report.files:
+            if f.status == "error":
+                self.echo(f.error or f"{f.path}: error")
+        if result.created:
+            self.branches.append(result.branch)
+            self.echo(f"scalebox: {result.branch} {result.report.commit[:10]}: {result.report.summary()}")
+            self.start_run(result.branch, result.report.commit)
+        elif self.execution is None and self.script:
+            self.start_run(result.branch, result.report.commit)
+        return result
+
+    def start_run(self, branch: str, commit: str) -> None:
+        if not self.script:
+            return
+        self.stop_run()
+        from scalebox_cst.runtime.executor import Execution
+
+        self.echo(f"scalebox: running {self.script} from {branch}")
+        self.execution = Execution(
+            self.project.store.path,
+            self.project.root,
+            self.project.runs_dir,
+            branch,
+            commit,
+            self.script,
+            self.args,
+            echo=self.run_output,
+        )
+
+    def stop_run(self) -> None:
+        if self.execution is not None:
+            record = self.execution.stop(self.grace)
+            self.echo(f"scalebox: {record.branch} {record.status} after {record.wall_time:.1f}s")
+            self.execution = None
+
+    # -------------------------------------------------------------- lifecycle
+    def start(self) -> "Watcher":
+        """Commit the current state (and start the run), then begin observing."""
+        self.handle_change()
+        observer = PollingObserver(timeout=0.2) if self.polling else Observer()
+        observer.schedule(_Handler(self), self.project.root, recursive=True)
+        observer.start()
+        self._observer = observer
+        return self
+
+    def process_pending(self, timeout: float = 0.5) -> Optional[ChangeResult]:
+        batch = self._next_batch(timeout)
+        if not batch:
+            return None
+        return self.handle_change()
+
+    def run_forever(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.process_pending(timeout=0.5)
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
+        self.stop_run()
+
+    def summary(self) -> str:
+        made = ", ".join(self.branches) if self.branches else "none"
+        text = f"scalebox: watched {self.project.root}; branches made: {made}"
+        if self.blocked:
+            text += f"; {self.blocked} save(s) blocked by errors"
+        return text
+
+    def wait_quiet(self, seconds: float) -> None:  # used by tests and the demo
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if self.process_pending(timeout=0.05) is None and self.events.empty():
+                time.sleep(0.02)
