@@ -168,13 +168,6 @@ def add_imports(module: cst.Module, statements: Sequence[str]) -> cst.Module:
         (index == 0 and _is_docstring(body[index])) or _is_future_import(body[index])
     ):
         index += 1
-    if index < len(body):
-        # Keep the comments/blank lines that lead the first statement above the new imports.
-        first = body[index]
-        lead = getattr(first, "leading_lines", ())
-        if lead and index == 0 and not module.header:
-            new[0] = new[0].with_changes(leading_lines=lead)
-            body[index] = first.with_changes(leading_lines=())
     body[index:index] = new
     return module.with_changes(body=body)
 
