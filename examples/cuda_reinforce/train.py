@@ -30,7 +30,7 @@ def parse_args():
     parser.add_argument("--device", type=str, default="auto",
                         help="'auto' picks cuda when available, else cpu")
     parser.add_argument("--env-id", type=str, default="CartPole-v1")
-    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--gamma", type=float, default=0.99)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--amp", action="store_true", default=False,
