@@ -8,9 +8,11 @@ from __future__ import annotations
 from typing import Dict, List, Type
 
 from .base import Example, FileContext, Transform
+from .grad_clip import GradClip
 
 #: every transform class, in pipeline order
 REGISTRY: List[Type[Transform]] = [
+    GradClip,
 ]
 
 
