@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from typing import Callable, List, Optional, Sequence, Set
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -50,7 +49,7 @@ class Watcher:
         project: Project,
         script: Optional[str] = None,
         args: Sequence[str] = (),
-        debounce: float = 0.2,
+        debounce: float = 0.05,
         polling: bool = False,
         echo: Callable[[str], None] = print,
         run_output=None,
@@ -185,9 +184,3 @@ class Watcher:
         if self.blocked:
             text += f"; {self.blocked} save(s) blocked by errors"
         return text
-
-    def wait_quiet(self, seconds: float) -> None:  # used by tests and the demo
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            if self.process_pending(timeout=0.05) is None and self.events.empty():
-                time.sleep(0.02)

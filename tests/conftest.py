@@ -1,0 +1,73 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+TRAIN_PY = textwrap.dedent(
+    """\
+    import argparse
+    import torch
+    from helpers import make_model  # a project module: must come from the commit too
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(args.steps):
+        x = torch.randn(8, 4) * 100
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"step={step} loss={loss.item():.6f}")
+    print("final_return=1.5")
+    """
+)
+
+HELPERS_PY = textwrap.dedent(
+    """\
+    import torch
+
+
+    def make_model():
+        return torch.nn.Linear(4, 1)
+    """
+)
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A small RL-ish project with a training script and a helper module."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(TRAIN_PY)
+    (root / "helpers.py").write_text(HELPERS_PY)
+    (root / "data.txt").write_text("not python\n")
+    return root
+
+
+def scalebox(*args, cwd=None, check=True, env=None, timeout=120):
+    """Run the installed CLI as a user would (a subprocess)."""
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from scalebox_cst.cli import main; main()", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"scalebox {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc

@@ -1,0 +1,146 @@
+"""The watcher with real file events: editor saves, bursts, syntax errors, runs restarted."""
+import io
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from scalebox_cst.config import Config
+from scalebox_cst.project import Project
+from scalebox_cst.watcher import Watcher
+
+from conftest import ROOT
+
+
+def make_watcher(root, script=None, args=(), polling=False, debounce=0.15):
+    project, _ = Project.init(str(root))
+    project = Project(str(root), backend="cpu")
+    messages = []
+    watcher = Watcher(project, script, args, debounce=debounce, polling=polling, echo=messages.append, run_output=io.StringIO(), grace=2.0)
+    return watcher, messages
+
+
+def wait_for(predicate, watcher, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        watcher.process_pending(timeout=0.1)
+        if predicate():
+            return True
+    return False
+
+
+def branches(watcher):
+    return [b.name for b in watcher.project.store.branches()]
+
+
+@pytest.fixture
+def started(project):
+    watcher, messages = make_watcher(project)
+    watcher.start()
+    yield watcher, messages, project
+    watcher.close()
+
+
+def test_initial_state_is_committed_once(started):
+    watcher, messages, project = started
+    assert branches(watcher) == ["run/0001"]
+    watcher2, _ = make_watcher(project)
+    watcher2.handle_change()
+    assert branches(watcher) == ["run/0001"]  # same content + fingerprint: no new branch
+
+
+def test_rename_save_creates_a_branch(started):
+    watcher, messages, project = started
+    tmp = project / ".train.py.swp~"
+    tmp.write_text((project / "train.py").read_text() + "# edited\n")
+    os.replace(tmp, project / "train.py")  # an editor's atomic save
+    assert wait_for(lambda: len(branches(watcher)) == 2, watcher)
+    info = watcher.project.store.resolve("run/0002")
+    assert b"# edited" in watcher.project.store.read_file(info.commit, "train.py")
+
+
+def test_reads_touches_and_non_python_files_make_no_branch(started):
+    watcher, messages, project = started
+    (project / "train.py").read_text()
+    os.utime(project / "train.py")
+    (project / "data.txt").write_text("changed\n")
+    (project / "notes.md").write_text("x\n")
+    watcher.process_pending(timeout=0.5)
+    watcher.process_pending(timeout=0.5)
+    assert branches(watcher) == ["run/0001"]
+
+
+def test_burst_of_100_files_is_one_batch(started):
+    watcher, messages, project = started
+    pkg = project / "pkg"
+    pkg.mkdir()
+    for i in range(100):
+        (pkg / f"m{i:03d}.py").write_text(f"X = {i}\n")
+    assert wait_for(lambda: len(branches(watcher)) >= 2, watcher)
+    watcher.process_pending(timeout=0.5)
+    assert branches(watcher) == ["run/0001", "run/0002"]
+    info = watcher.project.store.resolve("run/0002")
+    assert len([p for p in watcher.project.store.tree_paths(info.commit) if p.startswith("pkg/")]) == 100
+
+
+def test_syntax_error_then_fix(started):
+    watcher, messages, project = started
+    good = (project / "train.py").read_text()
+    (project / "train.py").write_text(good + "def broken(:\n")
+    assert wait_for(lambda: any("SyntaxError" in m for m in messages), watcher)
+    assert branches(watcher) == ["run/0001"]
+    error_lines = [m for m in messages if "SyntaxError" in m]
+    assert error_lines[0].startswith("train.py:") and "\n" not in error_lines[0]
+    (project / "train.py").write_text(good + "# fixed\n")
+    assert wait_for(lambda: len(branches(watcher)) == 2, watcher)
+
+
+def test_state_dirs_are_ignored(started):
+    watcher, messages, project = started
+    (project / "__pycache__").mkdir(exist_ok=True)
+    (project / "__pycache__" / "x.py").write_text("X = 1\n")
+    (project / ".scalebox" / "junk.py").write_text("X = 1\n")
+    watcher.process_pending(timeout=0.5)
+    assert watcher.events.empty()
+    assert branches(watcher) == ["run/0001"]
+
+
+def test_polling_observer_works(project):
+    watcher, messages = make_watcher(project, polling=True)
+    watcher.start()
+    try:
+        (project / "helpers.py").write_text("X = 2\n")
+        assert wait_for(lambda: len(branches(watcher)) == 2, watcher, timeout=15)
+    finally:
+        watcher.close()
+
+
+def test_run_is_restarted_from_each_new_branch(project):
+    slow = project / "loop.py"
+    slow.write_text(
+        "import time, helpers\n"
+        "print('started', flush=True)\n"
+        "try:\n"
+        "    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    watcher, messages = make_watcher(project, script="loop.py")
+    watcher.start()
+    try:
+        first = watcher.execution
+        assert first is not None and first.record.branch == "run/0001"
+        time.sleep(1.0)
+        saved = time.time()
+        (project / "helpers.py").write_text("VALUE = 2\n")
+        assert wait_for(lambda: watcher.execution is not first, watcher)
+        restart = time.time() - saved
+        assert watcher.execution.record.branch == "run/0002"
+        assert first.record.stopped and first.record.exit_status is not None
+        assert restart < 5.0  # generous bound for a shared CI machine; measured in benchmarks
+    finally:
+        watcher.close()
+    record = watcher.project.runs_dir
+    assert os.path.exists(os.path.join(record, "run", "0001", "record.json"))
