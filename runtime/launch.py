@@ -21,7 +21,7 @@ def main(argv=None) -> None:
 
     import pygit2
 
-    from scalebox_cst.runtime.loader import SourceMapFinder, exec_source
+    from scalebox_cst.runtime.loader import SourceMapFinder, exec_source, install_excepthook
 
     repo = pygit2.Repository(store_path)
     tree = repo[commit_id].peel(pygit2.Tree)
@@ -42,6 +42,7 @@ def main(argv=None) -> None:
         sys.exit(f"scalebox: {rel} is not in commit {commit_id[:10]} (is it included in scalebox.toml?)")
 
     SourceMapFinder(project_dir, blobs, lambda p: repo[blobs[p]].data).install()
+    install_excepthook()
     sys.argv = [script_path, *args]
     sys.path[0] = os.path.dirname(script_path)
     main_module = types.ModuleType("__main__")

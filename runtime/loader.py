@@ -26,6 +26,27 @@ def register_source(filename: str, source: str) -> None:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
 
+def _excepthook(exc_type, exc, tb) -> None:
+    """Print tracebacks through ``linecache`` (the C default reads lines from disk, where the
+    original file lives), without the launcher's own frames."""
+    import traceback
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    first = tb
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename.startswith("<frozen")
+        or os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == here
+    ):
+        tb = tb.tb_next
+    tb = tb or first
+    traceback.print_exception(exc_type, exc, tb)
+
+
+def install_excepthook() -> None:
+    if sys.excepthook is sys.__excepthook__:
+        sys.excepthook = _excepthook
+
+
 def exec_source(source: bytes, filename: str, namespace: dict) -> None:
     text = importlib.util.decode_source(source)
     register_source(filename, text)

@@ -90,8 +90,8 @@ def test_run_traceback_shows_rewritten_lines(project):
 def test_diff_labels_hunks_and_stat(project):
     scalebox("rewrite", str(project), "--backend", "cpu")
     diff = scalebox("diff", "run/0001", cwd=project).stdout
-    assert "+_scalebox_clip_grad_norm" not in diff  # indented inside the loop
-    assert "+        _scalebox_clip_grad_norm(optimizer, max_norm=1.0)" in diff
+    assert "+from scalebox_cst.runtime.clip import clip_grad_norm as _scalebox_clip_grad_norm" in diff
+    assert "+    _scalebox_clip_grad_norm(optimizer, max_norm=1.0)" in diff
     assert "grad_clip [changes-semantics] line 17" in diff
     assert "\x1b[" not in diff  # plain when piped
     colored = scalebox("diff", "--color", cwd=project).stdout
