@@ -1,0 +1,863 @@
+"""vectorize.recurrence: differential tests (original vs rewritten code on the same inputs, bitwise
+where the site says exact), the guard's fallback, and look-alike loops that must stay as written."""
+from __future__ import annotations
+
+import math
+import os
+import re
+import struct
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
+from scalebox_cst.runtime import vectorized as vectorized_mod
+from scalebox_cst.transforms.vectorize_recurrence import VectorizeRecurrence
+
+ID = "vectorize.recurrence"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HYP = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# ------------------------------------------------------------------ harness
+
+_MIN_STEPS = dict(vectorized_mod.MIN_STEPS)
+
+
+def setup_module(module):
+    # vectorize from 2 steps on, so that short random sequences exercise the vectorized branch
+    vectorized_mod.MIN_STEPS.update({k: 2 for k in _MIN_STEPS})
+
+
+def teardown_module(module):
+    vectorized_mod.MIN_STEPS.update(_MIN_STEPS)
+
+
+
+def rewrite(src: str, **options):
+    cfg = Config(transforms=[ID])
+    for key, value in options.items():
+        cfg.set_option(ID, key, value)
+    res = Pipeline(cfg, backend="cpu").rewrite("t.py", src.encode())
+    assert res.report.error is None, res.report.error
+    return res.output.decode(), res.report.sites
+
+
+def rewritten(src: str, exactness: str = EXACT, **options) -> str:
+    out, sites = rewrite(src, **options)
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert done, [s.describe() for s in sites]
+    assert all(s.exactness == exactness for s in done), [s.describe() for s in done]
+    return out
+
+
+_CACHE: dict = {}
+
+
+def compiled(src: str, exactness: str = EXACT):
+    """(original code object, rewritten code object), rewriting each snippet once."""
+    key = (src, exactness)
+    if key not in _CACHE:
+        new = rewritten(src, exactness)
+        _CACHE[key] = (compile(src, "orig", "exec"), compile(new, "new", "exec"))
+    return _CACHE[key]
+
+
+def run_both(src: str, env: dict, exactness: str = EXACT, vectorized: bool = True):
+    """Exec original and rewrite at module level on deep copies of ``env``; both namespaces.
+    ``vectorized``: the guard must have chosen the vectorized branch (else: the loop)."""
+    orig, new = compiled(src, exactness)
+    ns1, ns2 = clone(env), clone(env)
+    err1 = err2 = None
+    try:
+        exec(orig, ns1)
+    except Exception as exc:  # the rewrite must fail the same way
+        err1 = type(exc)
+    answers = []
+    real = vectorized_mod.recurrence_ok
+
+    def spy(*args, **kwargs):
+        answers.append(real(*args, **kwargs))
+        return answers[-1]
+
+    vectorized_mod.recurrence_ok = spy
+    try:
+        exec(new, ns2)
+    except Exception as exc:
+        err2 = type(exc)
+    finally:
+        vectorized_mod.recurrence_ok = real
+    assert err1 == err2, (err1, err2)
+    assert (True in answers) == vectorized, answers
+    return ns1, ns2
+
+
+def clone(env: dict) -> dict:
+    out = {}
+    for k, v in env.items():
+        if isinstance(v, (torch.Tensor, np.ndarray)):
+            out[k] = v.copy() if isinstance(v, np.ndarray) else v.clone()
+        elif isinstance(v, list):
+            out[k] = [e.clone() if isinstance(e, torch.Tensor) else e for e in v]
+        else:
+            out[k] = v
+    return out
+
+
+def _bits_equal_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.dtype in (torch.float32, torch.float64):
+        view = torch.int32 if a.dtype == torch.float32 else torch.int64
+        return torch.equal(a.contiguous().reshape(-1).view(view), b.contiguous().reshape(-1).view(view))
+    return torch.equal(a, b)
+
+
+def same(a, b, exact: bool = True, where: str = "") -> None:
+    """Same type, dtype, shape and value (bitwise when ``exact``)."""
+    if type(a).__module__ == "builtins" and type(a).__qualname__ in ("function", "type", "module"):
+        return
+    if not isinstance(a, (torch.Tensor, np.ndarray, np.generic, float, int, bool, str, list, tuple,
+                          type(None))) and hasattr(a, "__dict__"):
+        # an object of a class the snippet defines (each run defines its own class)
+        assert type(a).__qualname__ == type(b).__qualname__, where
+        for k, v in vars(a).items():
+            same(v, vars(b)[k], exact, f"{where}.{k}")
+        return
+    assert type(a) is type(b), f"{where}: {type(a)} != {type(b)}"
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device, f"{where}: {a!r} vs {b!r}"
+        if exact:
+            assert _bits_equal_tensor(a, b), f"{where}: {a} != {b}"
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, equal_nan=True, msg=where)
+    elif isinstance(a, np.ndarray) or isinstance(a, np.generic):
+        assert a.dtype == b.dtype and np.shape(a) == np.shape(b), f"{where}: {a!r} vs {b!r}"
+        if exact:
+            assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes(), f"{where}: {a} != {b}"
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=where)
+    elif isinstance(a, float):
+        if exact:
+            assert struct.pack("d", a) == struct.pack("d", b), f"{where}: {a!r} != {b!r}"
+        else:
+            assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), f"{where}: {a} != {b}"
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{where}: lengths {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, exact, f"{where}[{i}]")
+    elif isinstance(a, (int, bool, str, type(None))):
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def same_namespaces(ns1: dict, ns2: dict, exact: bool = True) -> None:
+    """Every variable of the original run has the same value after the rewritten run."""
+    for key, value in ns1.items():
+        if key.startswith("__"):
+            continue
+        assert key in ns2, f"{key} missing after the rewrite"
+        same(value, ns2[key], exact, key)
+
+
+# ------------------------------------------------------------------ strategies
+
+lengths = st.integers(min_value=0, max_value=64)
+dtypes = st.sampled_from([torch.float32, torch.float64])
+
+
+def tensor(draw_seed: int, shape, dtype, kind: str = "normal"):
+    g = torch.Generator().manual_seed(draw_seed)
+    if kind == "dones":
+        return (torch.rand(shape, generator=g) < 0.15).to(dtype)
+    return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+# ------------------------------------------------------------------ CleanRL GAE
+
+CLEANRL = """\
+import torch
+
+with torch.no_grad():
+    next_value = agent.get_value(next_obs).reshape(1, -1)
+    advantages = torch.zeros_like(rewards).to(device)
+    lastgaelam = 0
+    for t in reversed(range(args.num_steps)):
+        if t == args.num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
+    returns = advantages + values
+"""
+
+
+class _Agent:
+    def __init__(self, value):
+        self.value = value
+
+    def get_value(self, obs):
+        return self.value
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16),
+       done_kind=st.sampled_from(["tensor", "float"]))
+def test_cleanrl_gae_bitwise(T, N, dtype, seed, done_kind):
+    next_done = tensor(seed + 5, (N,), dtype, "dones") if done_kind == "tensor" else float(seed % 2)
+    env = dict(
+        agent=_Agent(tensor(seed + 4, (N, 1), dtype)),
+        next_obs=None,
+        device="cpu",
+        args=types.SimpleNamespace(num_steps=T, gamma=0.99, gae_lambda=0.95),
+        rewards=tensor(seed, (T, N), dtype),
+        values=tensor(seed + 1, (T, N), dtype),
+        dones=tensor(seed + 2, (T, N), dtype, "dones"),
+        next_done=next_done,
+    )
+    ns1, ns2 = run_both(CLEANRL, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)  # advantages, returns, lastgaelam, t, delta, nextvalues, ... bitwise
+
+
+CARTPOLE_GAE = """\
+def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, num_steps):
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages, lastgaelam, delta, t
+
+import torch
+out = gae(rewards, values, dones, next_value, next_done, 0.99, 0.95, T)
+"""
+
+
+@HYP
+@given(T=lengths, dtype=dtypes, seed=st.integers(0, 2**16), nv=st.sampled_from(["0d", "1", "row"]))
+def test_gae_1d_tensors_in_a_function(T, dtype, seed, nv):
+    shape = {"0d": (), "1": (1,), "row": (1, 1)}[nv]
+    env = dict(
+        T=T,
+        rewards=tensor(seed, (T,), dtype),
+        values=tensor(seed + 1, (T,), dtype),
+        dones=tensor(seed + 2, (T,), dtype, "dones"),
+        next_value=tensor(seed + 3, shape, dtype),
+        next_done=float(seed % 2),
+    )
+    ns1, ns2 = run_both(CARTPOLE_GAE, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+# ------------------------------------------------------------------ SB3 (numpy, self attributes)
+
+SB3 = """\
+import numpy as np
+
+
+class RolloutBuffer:
+    def __init__(self, rewards, values, episode_starts, gamma=0.99, gae_lambda=0.95):
+        self.buffer_size = len(rewards)
+        self.rewards, self.values, self.episode_starts = rewards, values, episode_starts
+        self.advantages = np.zeros_like(rewards)
+        self.gamma, self.gae_lambda = gamma, gae_lambda
+
+    def compute_returns_and_advantage(self, last_values, dones):
+        last_gae_lam = 0
+        for step in reversed(range(self.buffer_size)):
+            if step == self.buffer_size - 1:
+                next_non_terminal = 1.0 - dones.astype(np.float32)
+                next_values = last_values
+            else:
+                next_non_terminal = 1.0 - self.episode_starts[step + 1]
+                next_values = self.values[step + 1]
+            delta = self.rewards[step] + self.gamma * next_values * next_non_terminal - self.values[step]
+            last_gae_lam = delta + self.gamma * self.gae_lambda * next_non_terminal * last_gae_lam
+            self.advantages[step] = last_gae_lam
+        self.returns = self.advantages + self.values
+
+
+buf = RolloutBuffer(rewards, values, episode_starts)
+buf.compute_returns_and_advantage(last_values, dones)
+advantages, returns_ = buf.advantages, buf.returns
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dt=st.sampled_from([np.float32, np.float64]),
+       seed=st.integers(0, 2**16))
+def test_sb3_numpy_bitwise(T, N, dt, seed):
+    rng = np.random.default_rng(seed)
+    env = dict(
+        rewards=rng.standard_normal((T, N)).astype(dt),
+        values=rng.standard_normal((T, N)).astype(dt),
+        episode_starts=(rng.random((T, N)) < 0.2).astype(dt),
+        last_values=rng.standard_normal(N).astype(dt),
+        dones=rng.random(N) < 0.5,
+    )
+    ns1, ns2 = run_both(SB3, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+# ------------------------------------------------------------------ REINFORCE over lists
+
+REINFORCE_INSERT = """\
+R = 0
+returns = []
+for r in reversed(rewards):
+    R = r + gamma * R
+    returns.insert(0, R)
+"""
+
+REINFORCE_APPEND_REVERSE = """\
+R = 0.0
+returns = []
+for r in rewards[::-1]:
+    R = r + gamma * R
+    returns.append(R)
+returns.reverse()
+"""
+
+REINFORCE_APPEND_SLICE = """\
+def disc(rewards, gamma):
+    R = 0
+    returns = []
+    for r in rewards[::-1]:
+        R = R * gamma + r
+        returns.append(R)
+    returns = returns[::-1]
+    return returns
+
+out = disc(rewards, gamma)
+"""
+
+REINFORCE_INDEX = """\
+def disc(rewards, gamma):
+    running = 0.0
+    returns = []
+    for t in range(len(rewards) - 1, -1, -1):
+        running = rewards[t] + gamma * running
+        returns.insert(0, running)
+    return returns, running, t
+
+out = disc(rewards, gamma)
+"""
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16), gamma=st.sampled_from([0.99, 0.9, 1.0]),
+       src=st.sampled_from([REINFORCE_INSERT, REINFORCE_APPEND_REVERSE, REINFORCE_APPEND_SLICE, REINFORCE_INDEX]))
+def test_reinforce_lists_of_floats_bitwise(T, seed, gamma, src):
+    rng = np.random.default_rng(seed)
+    rewards = [float(x) for x in rng.standard_normal(T)]
+    ns1, ns2 = run_both(src, dict(rewards=rewards, gamma=gamma), vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16), dtype=dtypes, shape=st.sampled_from([(), (3,)]),
+       src=st.sampled_from([REINFORCE_INSERT, REINFORCE_INDEX]))
+def test_reinforce_lists_of_tensors_bitwise(T, seed, dtype, shape, src):
+    rewards = [tensor(seed + i, shape, dtype) for i in range(T)]
+    ns1, ns2 = run_both(src, dict(rewards=rewards, gamma=0.99), vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16), dtype=dtypes, kind=st.sampled_from(["tensor", "numpy"]))
+def test_reinforce_over_arrays_bitwise(T, seed, dtype, kind):
+    r = tensor(seed, (T,), dtype)
+    rewards = r if kind == "tensor" else r.numpy()
+    ns1, ns2 = run_both(REINFORCE_INDEX, dict(rewards=rewards, gamma=0.99), vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+# ------------------------------------------------------------------ PPO-PyTorch (zip, episode resets)
+
+PPO_PYTORCH = """\
+rewards_out = []
+discounted_reward = 0
+for reward, is_terminal in zip(reversed(buffer.rewards), reversed(buffer.is_terminals)):
+    if is_terminal:
+        discounted_reward = 0
+    discounted_reward = reward + (gamma * discounted_reward)
+    rewards_out.insert(0, discounted_reward)
+"""
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16), p=st.sampled_from([0.0, 0.1, 0.5, 1.0]),
+       kind=st.sampled_from(["lists", "tensors"]))
+def test_ppo_pytorch_resets_bitwise(T, seed, p, kind):
+    rng = np.random.default_rng(seed)
+    if kind == "lists":
+        rewards = [float(x) for x in rng.standard_normal(T)]
+        terms = [bool(x) for x in rng.random(T) < p]
+    else:
+        rewards = torch.from_numpy(rng.standard_normal(T).astype(np.float32))
+        terms = torch.from_numpy(rng.random(T) < p)
+    buf = types.SimpleNamespace(rewards=rewards, is_terminals=terms)
+    ns1, ns2 = run_both(PPO_PYTORCH, dict(buffer=buf, gamma=0.99), vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+# ------------------------------------------------------------------ masks, shifted values, expression outputs
+
+MASKS = """\
+import torch
+returns = torch.zeros_like(rewards)
+running = next_value
+for t in reversed(range(rewards.size(0))):
+    returns[t] = running = rewards[t] + gamma * running * masks[t]
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16))
+def test_masks_reassociated(T, N, dtype, seed):
+    env = dict(
+        rewards=tensor(seed, (T, N), dtype),
+        masks=1.0 - tensor(seed + 1, (T, N), dtype, "dones"),
+        next_value=tensor(seed + 2, (N,), dtype),
+        gamma=0.99,
+    )
+    ns1, ns2 = run_both(MASKS, env, exactness=REASSOCIATED, vectorized=T >= 2)
+    same_namespaces(ns1, ns2, exact=False)
+
+
+def test_masks_refused_without_reassociation():
+    out, sites = rewrite(MASKS, reassociate=False)
+    assert out == MASKS
+    assert any(s.action == SKIPPED and "reassociat" in s.reason for s in sites)
+
+
+SHIFTED = """\
+def gae(rewards, values, masks, last_value, gamma, lam):
+    gae = 0.0
+    next_value = last_value
+    adv = torch.zeros_like(rewards)
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * next_value * masks[t] - values[t]
+        gae = delta + gamma * lam * masks[t] * gae
+        next_value = values[t]
+        adv[t] = gae
+    return adv, gae, next_value, delta, t
+
+import torch
+out = gae(rewards, values, masks, last_value, 0.99, 0.95)
+"""
+
+
+@HYP
+@given(T=lengths, dtype=dtypes, seed=st.integers(0, 2**16))
+def test_value_carried_from_the_previous_step(T, dtype, seed):
+    env = dict(
+        rewards=tensor(seed, (T,), dtype),
+        values=tensor(seed + 1, (T,), dtype),
+        masks=1.0 - tensor(seed + 2, (T,), dtype, "dones"),
+        last_value=tensor(seed + 3, (), dtype),
+    )
+    ns1, ns2 = run_both(SHIFTED, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+PPO_RETURNS = """\
+def compute_gae(next_value, rewards, masks, values, gamma=0.99, tau=0.95):
+    values = values + [next_value]
+    gae = 0
+    returns = []
+    for step in reversed(range(len(rewards))):
+        delta = rewards[step] + gamma * values[step + 1] * masks[step] - values[step]
+        gae = delta + gamma * tau * masks[step] * gae
+        returns.insert(0, gae + values[step])
+    return returns
+
+out = compute_gae(next_value, rewards, masks, values)
+"""
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16), kind=st.sampled_from(["floats", "tensors"]))
+def test_expression_output_insert(T, seed, kind):
+    rng = np.random.default_rng(seed)
+    if kind == "floats":
+        mk = lambda n: [float(x) for x in rng.standard_normal(n)]  # noqa: E731
+        env = dict(rewards=mk(T), values=mk(T), masks=[float(x) for x in rng.random(T) > 0.1],
+                   next_value=float(rng.standard_normal()))
+    else:
+        mk = lambda n: [torch.tensor(x, dtype=torch.float32) for x in rng.standard_normal(n)]  # noqa: E731
+        env = dict(rewards=mk(T), values=mk(T),
+                   masks=[torch.tensor(float(x)) for x in rng.random(T) > 0.1],
+                   next_value=torch.tensor(float(rng.standard_normal())))
+    ns1, ns2 = run_both(PPO_RETURNS, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+TWO = """\
+def both(rewards, values, masks, next_value, gamma, lam):
+    T = len(rewards)
+    returns = torch.zeros_like(rewards)
+    advantages = torch.zeros_like(rewards)
+    ret = next_value
+    adv = 0.0
+    for t in reversed(range(T)):
+        if t == T - 1:
+            nv = next_value
+        else:
+            nv = values[t + 1]
+        ret = rewards[t] + gamma * masks[t] * ret
+        delta = rewards[t] + gamma * nv * masks[t] - values[t]
+        adv = delta + gamma * lam * masks[t] * adv
+        returns[t] = ret
+        advantages[t] = adv
+    return returns, advantages, ret, adv
+
+import torch
+out = both(rewards, values, masks, next_value, 0.99, 0.95)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16))
+def test_two_recurrences_in_one_loop(T, N, dtype, seed):
+    env = dict(
+        rewards=tensor(seed, (T, N), dtype),
+        values=tensor(seed + 1, (T, N), dtype),
+        masks=1.0 - tensor(seed + 2, (T, N), dtype, "dones"),
+        next_value=tensor(seed + 3, (N,), dtype),
+    )
+    ns1, ns2 = run_both(TWO, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+def test_other_backends_report_reassociated():
+    cfg = Config(transforms=[ID])
+    for backend in ("cuda", "npu"):
+        res = Pipeline(cfg, backend=backend).rewrite("t.py", CLEANRL.encode())
+        (site,) = res.report.sites
+        assert site.action == REWRITTEN and site.exactness == REASSOCIATED, site.describe()
+        assert "cpu=True" not in res.output.decode()
+    assert "cpu=True" in rewritten(CLEANRL)
+
+
+def test_short_sequences_stay_on_the_loop_by_default(monkeypatch):
+    monkeypatch.setattr(vectorized_mod, "MIN_STEPS", dict(_MIN_STEPS))
+    floats = [1.0] * 100
+    assert not vectorized_mod.recurrence_ok(100, seqs=((floats, 0),), scalars=(0.9,))
+    assert vectorized_mod.recurrence_ok(600, seqs=(([1.0] * 600, 0),), scalars=(0.9,))
+    assert not vectorized_mod.recurrence_ok(3, seqs=((torch.zeros(3), 0),))
+    assert vectorized_mod.recurrence_ok(64, seqs=((torch.zeros(64), 0),))
+
+
+def test_cpu_backend_keeps_other_devices_on_the_loop():
+    assert not vectorized_mod.recurrence_ok(4, seqs=((torch.zeros(4, device="meta"), 0),), cpu=True)
+    assert vectorized_mod.recurrence_ok(4, seqs=((torch.zeros(4), 0),), cpu=True)
+
+
+# ------------------------------------------------------------------ the guard's else branch
+
+def _rewritten_forbidding_op(src: str) -> str:
+    """The rewrite, with the op replaced by one that fails: any run that gets a result took the
+    else branch (the original loop)."""
+    new = rewritten(src)
+    lines = new.splitlines(keepends=True)
+    i = max(k for k, line in enumerate(lines) if line.startswith("from scalebox_cst.runtime"))
+    lines.insert(i + 1, "def linear_recurrence(*a, **k):\n    raise AssertionError('vectorized branch taken')\n")
+    return "".join(lines)
+
+
+@pytest.mark.parametrize(
+    "src,env",
+    [
+        (REINFORCE_INSERT, dict(rewards=(1, 2, 3, 4), gamma=0.5)),  # a tuple of ints
+        (REINFORCE_INSERT, dict(rewards=[1.0, 2, 3.0], gamma=0.5)),  # an int among floats
+        (REINFORCE_INSERT, dict(rewards=[np.float64(1.0)] * 4, gamma=0.5)),  # numpy scalars
+        (REINFORCE_INSERT, dict(rewards=[1.0, 2.0], gamma=torch.tensor([0.5, 0.9]))),  # array coefficient
+        (REINFORCE_APPEND_REVERSE, dict(rewards=torch.arange(5.0), gamma=0.9)),  # tensor[::-1] raises
+        (PPO_PYTORCH, dict(buffer=types.SimpleNamespace(rewards=[1.0] * 5, is_terminals=[False] * 4),
+                           gamma=0.9)),  # zip of unequal lengths
+        (CARTPOLE_GAE, dict(T=5, rewards=torch.arange(5.0), values=torch.arange(5.0).double(),
+                            dones=torch.zeros(5), next_value=torch.tensor(1.0), next_done=0.0)),  # mixed dtypes
+        (CARTPOLE_GAE, dict(T=6, rewards=torch.arange(5.0), values=torch.arange(5.0),
+                            dones=torch.zeros(5), next_value=torch.tensor(1.0), next_done=0.0)),  # too short
+        (CARTPOLE_GAE, dict(T=1, rewards=torch.arange(1.0), values=torch.arange(1.0),
+                            dones=torch.zeros(1), next_value=torch.tensor(1.0), next_done=0.0)),  # one step
+    ],
+)
+def test_guard_falls_back_to_the_loop(src, env):
+    new = _rewritten_forbidding_op(src)
+    ns1, ns2 = clone(env), clone(env)
+    err1 = err2 = None
+    try:
+        exec(compile(src, "orig", "exec"), ns1)
+    except Exception as exc:
+        err1 = type(exc)
+    try:
+        exec(compile(new, "new", "exec"), ns2)
+    except AssertionError:
+        raise
+    except Exception as exc:
+        err2 = type(exc)
+    assert err1 == err2
+    same_namespaces(ns1, ns2)
+
+
+ALIAS = """\
+import torch
+def f(rewards, gamma, out):
+    R = torch.zeros(())
+    for t in reversed(range(len(rewards))):
+        R = rewards[t] + gamma * R
+        out[t] = R
+    return out, R
+"""
+
+
+def test_guard_refuses_an_output_that_aliases_an_input():
+    new = _rewritten_forbidding_op(ALIAS)
+    g1, g2 = {}, {}
+    exec(compile(ALIAS, "orig", "exec"), g1)
+    exec(compile(new, "new", "exec"), g2)
+    r1, r2 = torch.arange(6.0), torch.arange(6.0)
+    same(g1["f"](r1, 0.5, r1), g2["f"](r2, 0.5, r2))  # in place over its own input: the loop runs
+    b1, b2 = torch.arange(7.0), torch.arange(7.0)
+    same(g1["f"](b1[:6], 0.5, b1[1:]), g2["f"](b2[:6], 0.5, b2[1:]))  # a shifted view: the loop runs
+    same(b1, b2)
+
+
+def test_requires_grad_takes_the_loop():
+    new = _rewritten_forbidding_op(ALIAS)
+    g1, g2 = {}, {}
+    exec(compile(ALIAS, "orig", "exec"), g1)
+    exec(compile(new, "new", "exec"), g2)
+    r = torch.arange(6.0, requires_grad=True)
+    out1, R1 = g1["f"](r, 0.5, torch.zeros(6))
+    out2, R2 = g2["f"](r, 0.5, torch.zeros(6))
+    same(R1.detach(), R2.detach())
+
+
+# ------------------------------------------------------------------ look-alikes left alone
+
+NEGATIVE = [
+    ("""\
+def train(rewards, gamma, optimizer, loss):
+    R = 0.0
+    for t in reversed(range(len(rewards))):
+        R = rewards[t] + gamma * R
+        loss.backward()
+        optimizer.step()
+    return R
+""", "calls `loss.backward()`"),
+    ("""\
+def returns(rewards, gamma, normalizer):
+    R = 0.0
+    out = []
+    for r in reversed(rewards):
+        normalizer.update(r)
+        R = r + gamma * R
+        out.insert(0, R)
+    return out
+""", "calls `normalizer.update()`"),
+    ("""\
+def returns(rewards, gamma):
+    R = 0.0
+    out = []
+    for r in reversed(rewards):
+        if r is None:
+            break
+        R = r + gamma * R
+        out.insert(0, R)
+    return out
+""", "conditional"),
+    ("""\
+def returns(rewards, gamma):
+    R = 0.0
+    out = []
+    for r in reversed(rewards):
+        R = r + gamma * R
+        out.insert(0, R)
+        break
+    return out
+""", "`break`"),
+    ("""\
+def forward(out, r, gamma):
+    for i in range(1, len(r)):
+        out[i] = out[i - 1] * gamma + r[i]
+    return out
+""", "reads `out[i - 1]`"),
+    ("""\
+def quadratic_advantages(rewards, values, dones, gamma, lam):
+    advantages = np.zeros(len(rewards), dtype=np.float32)
+    for t in range(len(rewards) - 1):
+        discount = 1
+        a_t = 0
+        for k in range(t, len(rewards) - 1):
+            a_t += discount * (rewards[k] + gamma * values[k + 1] * (1 - int(dones[k])) - values[k])
+            discount *= gamma * lam
+        advantages[t] = a_t
+    return advantages
+""", "quadratic loop"),
+    ("""\
+def f(r, T):
+    s = 0.0
+    for t in reversed(range(T)):
+        s = s * s + r[t]
+    return s
+""", "appears non-affinely"),
+    ("""\
+def f(returns, rewards, masks, gamma):
+    for step in reversed(range(rewards.size(0))):
+        returns[step] = returns[step + 1] * gamma * masks[step + 1] + rewards[step]
+    return returns
+""", "recurrence through memory"),
+    ("""\
+def f(rewards, gamma):
+    R = 0.0
+    out = []
+    for r in reversed(rewards):
+        R = r + gamma * R
+        out.insert(0, R)
+    else:
+        out.append(None)
+    return out
+""", "`else:` clause"),
+    ("""\
+def f(rewards, gamma):
+    R = 0.0
+    out = []
+    for t in reversed(range(len(rewards))):
+        out.insert(0, R)
+        R = rewards[t] + gamma * R
+    return out
+""", "read before its update"),
+    ("""\
+def f(rewards, gamma):
+    R = 0.0
+    out = []
+    for t in reversed(range(len(rewards))):
+        R = rewards[t] * t + gamma * R
+        out.insert(0, R)
+    return out
+""", "loop index `t` as a value"),
+]
+
+
+@pytest.mark.parametrize("src,reason", NEGATIVE, ids=[r for _, r in NEGATIVE])
+def test_look_alikes_are_left_alone(src, reason):
+    out, sites = rewrite(src)
+    assert out == src  # byte for byte
+    skipped = [s for s in sites if s.action == SKIPPED]
+    assert any(reason in s.reason for s in skipped), [s.describe() for s in sites]
+    assert not any(s.action == REWRITTEN for s in sites)
+
+
+def test_quadratic_loop_keeps_its_behaviour():
+    """The quadratic advantage loop that never resets at episode ends is left exactly as written,
+    so it keeps computing what it computed (the backward recurrence would reset at dones)."""
+    src = NEGATIVE[5][0]
+    out, _ = rewrite(src)
+    assert out == src
+
+
+def test_loops_that_are_not_candidates_report_nothing():
+    src = """\
+for step in range(10):
+    obs = env_step(obs)
+for layer in reversed(layers):
+    layer.reset_parameters()
+for i in reversed(range(n)):
+    out[i] = x[i] * 2
+"""
+    out, sites = rewrite(src)
+    assert out == src and sites == []
+
+
+# ------------------------------------------------------------------ form of the output
+
+
+def test_cleanrl_rewrite_reads_well_and_keeps_the_loop():
+    out, sites = rewrite(CLEANRL)
+    (site,) = sites
+    assert site.action == REWRITTEN and site.exactness == EXACT
+    assert (site.line, site.end_line) == (7, 15)
+    assert "from scalebox_cst.runtime.recurrence import linear_recurrence" in out
+    assert "linear_recurrence(args.gamma * args.gae_lambda * nextnonterminal_v, delta_v" in out
+    # the original loop, verbatim, in the else branch
+    loop = CLEANRL[CLEANRL.index("    for t in"):CLEANRL.index("    returns =")]
+    assert textwrap.indent(textwrap.dedent(loop), " " * 8) in out
+    # everything outside the loop is untouched
+    assert out.endswith("    returns = advantages + values\n")
+    assert rewrite(CLEANRL)[0] == out  # deterministic
+
+
+def test_rewriting_the_output_again_changes_nothing():
+    out = rewritten(CLEANRL)
+    again, sites = rewrite(out)
+    assert again == out
+    assert not any(s.action == REWRITTEN for s in sites)
+
+
+def test_names_do_not_clash_with_the_users():
+    src = "T = 3\nrewards_v = 1\n" + REINFORCE_INSERT
+    out = rewritten(src)
+    assert "T_2 :=" in out and "rewards_v_2 = " in out
+    ns1, ns2 = {"rewards": [1.0, 2.0, 3.0], "gamma": 0.9}, {"rewards": [1.0, 2.0, 3.0], "gamma": 0.9}
+    exec(src, ns1)
+    exec(out, ns2)
+    same_namespaces(ns1, ns2)
+
+
+def test_examples():
+    for ex in VectorizeRecurrence.EXAMPLES:
+        out, sites = rewrite(ex.code)
+        if ex.rewritten:
+            assert any(s.action == REWRITTEN for s in sites), (ex.code, [s.describe() for s in sites])
+            compile(out, "ex", "exec")
+        else:
+            assert out == ex.code
+            assert any(s.action == SKIPPED and ex.reason in s.reason for s in sites), [s.describe() for s in sites]
+
+
+# ------------------------------------------------------------------ the bundled examples
+
+
+def _numbers(text: str) -> str:
+    return re.sub(r"sps=\d+", "sps=?", text)
+
+
+@pytest.mark.parametrize("script", ["cartpole_ppo/train.py", "cuda_reinforce/train.py"])
+def test_rewritten_example_scripts_print_the_same(script, tmp_path):
+    path = os.path.join(ROOT, "examples", script)
+    if not os.path.exists(path):
+        pytest.skip("example not present")
+    src = open(path).read()
+    out, sites = rewrite(src)
+    assert any(s.action == REWRITTEN for s in sites), [s.describe() for s in sites]
+    (tmp_path / "orig.py").write_text(src)
+    (tmp_path / "new.py").write_text(out)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(tmp_path / name), "--total-steps", "600", "--device", "cpu"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for name in ("orig.py", "new.py")]
+    runs = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr
+        runs.append(_numbers(stdout))
+    assert runs[0] == runs[1]
+    assert "final_return=" in runs[0]

@@ -1,0 +1,1369 @@
+"""vectorize.recurrence: backward first-order linear recurrences (GAE, discounted returns) as one op.
+
+RL code computes advantages and returns with a Python loop that walks time backwards carrying one
+value, ``s = b_t + a_t * s`` (CleanRL's GAE, SB3's ``compute_returns_and_advantage``, REINFORCE's
+``R = r + gamma * R``); at T = 2048 that loop costs milliseconds per update, the runtime op
+``linear_recurrence`` microseconds. The recurrence is recognised from the algebra of the loop body
+(the carried value must appear affinely), never from variable names.
+
+The rewrite peels the loop: the first step (t = T-1, where CleanRL special-cases the bootstrap
+value) and the last step (t = 0) run exactly as written, so every variable the loop leaves behind
+keeps its value; the steps in between compute a_t and b_t as array expressions with the same
+operation grouping as the body (bitwise-identical elements) and hand them to the op. A run-time
+guard (types, dtypes, lengths, devices, aliasing) picks the vectorized branch; the original loop
+stays verbatim in the else branch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
+
+from .base import Example, FileContext, Transform
+from .names import dotted
+
+ID = "vectorize.recurrence"
+OP_QUALNAME = "scalebox_cst.runtime.recurrence.linear_recurrence"
+HELPERS_QUALNAME = "scalebox_cst.runtime.vectorized"
+
+#: methods that are pure elementwise casts on the arrays the guard admits
+_CAST_METHODS = frozenset({"astype", "float", "double"})
+_BUILTINS = ("reversed", "range", "zip", "list", "tuple")
+
+
+class Skip(Exception):
+    """A candidate loop that cannot be rewritten; the message is the reported reason."""
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def _norm(node: cst.CSTNode) -> str:
+    text = re.sub(r"\s+", "", _code(node))
+    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+        text = text[1:-1]
+    return text
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _is_call(node: cst.CSTNode, name: str, nargs: Optional[int] = None) -> bool:
+    if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == name):
+        return False
+    if any(a.keyword is not None or a.star for a in node.args):
+        return False
+    return nargs is None or len(node.args) == nargs
+
+
+def _is_int(node: cst.CSTNode, value: int) -> bool:
+    return _norm(node) == str(value)
+
+
+def _pure_container(node: cst.CSTNode) -> bool:
+    return dotted(node) is not None  # a Name or an attribute chain (self.buffer.rewards)
+
+
+def _head(node: cst.CSTNode) -> Optional[str]:
+    text = dotted(node)
+    return text.split(".")[0] if text else None
+
+
+def _names_read(node: cst.CSTNode) -> Set[str]:
+    """Names read anywhere under ``node`` (attribute names and keyword names excluded)."""
+    found: Set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)
+            return False
+
+        def visit_Arg(self, n: cst.Arg) -> bool:
+            n.value.visit(self)
+            return False
+
+        def visit_Name(self, n: cst.Name) -> None:
+            found.add(n.value)
+
+    node.visit(V())
+    return found
+
+
+def _bound_names(node: cst.CSTNode) -> Set[str]:
+    """Names bound anywhere under ``node`` (assignments, loop targets, defs, imports, walrus)."""
+    found: Set[str] = set()
+
+    def targets(t: cst.CSTNode) -> None:
+        if isinstance(t, cst.Name):
+            found.add(t.value)
+        elif isinstance(t, (cst.Tuple, cst.List)):
+            for el in t.elements:
+                targets(el.value)
+        elif isinstance(t, cst.StarredElement):
+            targets(t.value)
+
+    class V(cst.CSTVisitor):
+        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+            targets(n.target)
+
+        def visit_AugAssign(self, n: cst.AugAssign) -> None:
+            targets(n.target)
+
+        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
+            targets(n.target)
+
+        def visit_For(self, n: cst.For) -> None:
+            targets(n.target)
+
+        def visit_CompFor(self, n: cst.CompFor) -> None:
+            targets(n.target)
+
+        def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
+            targets(n.target)
+
+        def visit_AsName(self, n: cst.AsName) -> None:
+            targets(n.name)
+
+        def visit_FunctionDef(self, n: cst.FunctionDef) -> None:
+            found.add(n.name.value)
+
+        def visit_ClassDef(self, n: cst.ClassDef) -> None:
+            found.add(n.name.value)
+
+        def visit_ImportAlias(self, n: cst.ImportAlias) -> None:
+            if n.asname is None:
+                found.add(_code(n.name).split(".")[0])
+
+    node.visit(V())
+    return found
+
+
+def _stmts(block: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
+    return block.body if isinstance(block, cst.IndentedBlock) else [cst.SimpleStatementLine(body=block.body)]
+
+
+# --------------------------------------------------------------------------- the loop header
+
+
+@dataclasses.dataclass
+class Header:
+    kind: str  # "index": for t in reversed(range(T)); "elements": for r in reversed(x)
+    index: Optional[str] = None
+    T: Optional[cst.BaseExpression] = None
+    elements: List[Tuple[str, cst.BaseExpression]] = dataclasses.field(default_factory=list)
+    target: Optional[cst.BaseExpression] = None
+    sliced: bool = False  # walks x[::-1]
+
+
+def _reversed_slice(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """``x`` for ``x[::-1]``."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+        return None
+    sl = node.slice[0].slice
+    if not isinstance(sl, cst.Slice) or sl.lower is not None or sl.upper is not None or sl.step is None:
+        return None
+    if _norm(sl.step) != "-1" or not _pure_container(node.value):
+        return None
+    return node.value
+
+
+def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
+    if any(b in shadowed for b in _BUILTINS):
+        return None
+    it, tgt = node.iter, node.target
+    name_tgt = tgt.value if isinstance(tgt, cst.Name) else None
+    tuple_tgt: Optional[List[str]] = None
+    if isinstance(tgt, (cst.Tuple, cst.List)) and all(isinstance(e.value, cst.Name) for e in tgt.elements):
+        tuple_tgt = [e.value.value for e in tgt.elements]  # type: ignore[union-attr]
+    if _is_call(it, "reversed", 1):
+        inner = it.args[0].value
+        if _is_call(inner, "range") and name_tgt:
+            args = [a.value for a in inner.args]
+            if len(args) == 1:
+                return Header("index", index=name_tgt, T=args[0], target=tgt)
+            if len(args) == 2 and _is_int(args[0], 0):
+                return Header("index", index=name_tgt, T=args[1], target=tgt)
+            return None
+        if (_is_call(inner, "list", 1) or _is_call(inner, "tuple", 1)) and tuple_tgt:
+            z = inner.args[0].value
+            if _is_call(z, "zip") and len(z.args) == len(tuple_tgt) and all(_pure_container(a.value) for a in z.args):
+                return Header("elements", elements=list(zip(tuple_tgt, [a.value for a in z.args])), target=tgt)
+            return None
+        if _pure_container(inner) and name_tgt:
+            return Header("elements", elements=[(name_tgt, inner)], target=tgt)
+        return None
+    if _is_call(it, "range", 3) and name_tgt:
+        first, stop, step = (a.value for a in it.args)
+        if _norm(stop) == "-1" and _norm(step) == "-1" and isinstance(first, cst.BinaryOperation) \
+                and isinstance(first.operator, cst.Subtract) and _is_int(first.right, 1) and not first.lpar:
+            return Header("index", index=name_tgt, T=first.left, target=tgt)
+        return None
+    base = _reversed_slice(it)
+    if base is not None and name_tgt:
+        return Header("elements", elements=[(name_tgt, base)], target=tgt, sliced=True)
+    if _is_call(it, "zip") and tuple_tgt and len(it.args) == len(tuple_tgt):
+        conts: List[cst.BaseExpression] = []
+        sliced = False
+        for a in it.args:
+            v = a.value
+            if _is_call(v, "reversed", 1) and _pure_container(v.args[0].value):
+                conts.append(v.args[0].value)
+            elif _reversed_slice(v) is not None:
+                conts.append(_reversed_slice(v))  # type: ignore[arg-type]
+                sliced = True
+            else:
+                return None
+        return Header("elements", elements=list(zip(tuple_tgt, conts)), target=tgt, sliced=sliced)
+    return None
+
+
+# --------------------------------------------------------------------------- body IR
+
+
+@dataclasses.dataclass
+class Item:
+    kind: str  # "assign" | "append" | "insert" | "reset" | "split"
+    node: Optional[cst.CSTNode] = None
+    var: Optional[str] = None
+    outs: List[cst.BaseExpression] = dataclasses.field(default_factory=list)
+    value: Optional[cst.BaseExpression] = None
+    container: Optional[cst.BaseExpression] = None
+    cond: Optional[cst.BaseExpression] = None
+    const: Optional[str] = None
+    then: List["Item"] = dataclasses.field(default_factory=list)
+    other: List["Item"] = dataclasses.field(default_factory=list)
+    m_is_then: bool = False
+
+
+_FORBIDDEN_SMALL = {
+    cst.Break: "`break` in the loop body",
+    cst.Continue: "`continue` in the loop body",
+    cst.Return: "`return` in the loop body",
+    cst.Raise: "`raise` in the loop body",
+    cst.Global: "`global` in the loop body",
+    cst.Nonlocal: "`nonlocal` in the loop body",
+    cst.Del: "`del` in the loop body",
+    cst.Assert: "`assert` in the loop body",
+    cst.Import: "an import in the loop body",
+    cst.ImportFrom: "an import in the loop body",
+    cst.AnnAssign: "an annotated assignment in the loop body",
+}
+
+
+class BodyParser:
+    def __init__(self, header: Header) -> None:
+        self.h = header
+
+    # ---- the last-step test: t == T - 1 and its spellings
+    def lsplit(self, test: cst.BaseExpression) -> Optional[bool]:
+        """For a test on t == T-1: True if the other steps take the if-branch, False if they take
+        the else-branch; None if ``test`` is not such a test."""
+        h = self.h
+        if h.kind != "index" or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return None
+        left, comp = _norm(test.left), test.comparisons[0]
+        right, op = _norm(comp.comparator), comp.operator
+        t, T = h.index, _norm(h.T)  # type: ignore[arg-type]
+        last = {f"{T}-1"}
+        flip = {cst.LessThan: cst.GreaterThan, cst.GreaterThan: cst.LessThan,
+                cst.LessThanEqual: cst.GreaterThanEqual, cst.GreaterThanEqual: cst.LessThanEqual}
+        kind = type(op)
+        if (left == t and right in last) or (left == f"{t}+1" and right == T):
+            pass
+        elif (right == t and left in last) or (right == f"{t}+1" and left == T):
+            kind = flip.get(kind, kind)
+        else:
+            return None
+        if kind is cst.Equal or kind is cst.GreaterThanEqual:
+            return False
+        if kind is cst.NotEqual or kind is cst.LessThan:
+            return True
+        return None
+
+    def block(self, stmts: Sequence[cst.BaseStatement]) -> List[Item]:
+        items: List[Item] = []
+        for st in stmts:
+            if isinstance(st, cst.SimpleStatementLine):
+                for small in st.body:
+                    item = self.small(small)
+                    if item is not None:
+                        items.append(item)
+            elif isinstance(st, cst.If):
+                items.append(self.if_(st))
+            elif isinstance(st, (cst.For, cst.While)):
+                raise Skip("nested loop in the loop body")
+            elif isinstance(st, cst.With):
+                raise Skip("`with` block in the loop body")
+            elif isinstance(st, cst.Try):
+                raise Skip("`try` block in the loop body")
+            elif isinstance(st, (cst.FunctionDef, cst.ClassDef)):
+                raise Skip("a definition in the loop body")
+            else:
+                raise Skip(f"unsupported statement in the loop body: `{_code(st).strip().splitlines()[0]}`")
+        return items
+
+    def if_(self, st: cst.If) -> Item:
+        m_then = self.lsplit(st.test)
+        if m_then is not None:
+            if st.orelse is None or isinstance(st.orelse, cst.If):
+                raise Skip("last-step test without a plain `else:` branch")
+            return Item("split", node=st, then=self.block(_stmts(st.body)),
+                        other=self.block(_stmts(st.orelse.body)), m_is_then=m_then)
+        body = _stmts(st.body)
+        if st.orelse is None and len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) \
+                and len(body[0].body) == 1 and isinstance(body[0].body[0], cst.Assign):
+            asg = body[0].body[0]
+            if len(asg.targets) == 1 and isinstance(asg.targets[0].target, cst.Name) and _is_number(asg.value):
+                return Item("reset", node=st, var=asg.targets[0].target.value, cond=st.test, const=_code(asg.value))
+        raise Skip(f"conditional `if {_code(st.test)}:` in the loop body (only the last-step case "
+                   "and an episode reset `if done: s = 0` are understood)")
+
+    def small(self, small: cst.BaseSmallStatement) -> Optional[Item]:
+        for kind, reason in _FORBIDDEN_SMALL.items():
+            if isinstance(small, kind):
+                raise Skip(reason)
+        if isinstance(small, cst.Pass):
+            return None
+        if isinstance(small, cst.AugAssign):
+            raise Skip(f"augmented assignment `{_code(small).strip()}` (may update in place)")
+        if isinstance(small, cst.Assign):
+            var: Optional[str] = None
+            outs: List[cst.BaseExpression] = []
+            for t in small.targets:
+                tg = t.target
+                if isinstance(tg, cst.Name):
+                    if var is not None:
+                        raise Skip("chained assignment to several names")
+                    var = tg.value
+                elif isinstance(tg, cst.Subscript) and self.is_index_ref(tg, 0) and _pure_container(tg.value):
+                    outs.append(tg.value)
+                else:
+                    raise Skip(f"assigns to `{_code(tg).strip()}` (only names and out[t] are understood)")
+            return Item("assign", node=small, var=var, outs=outs, value=small.value)
+        if isinstance(small, cst.Expr):
+            call = small.value
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
+                    and _pure_container(call.func.value) and not any(a.keyword or a.star for a in call.args):
+                meth = call.func.attr.value
+                if meth == "append" and len(call.args) == 1:
+                    return Item("append", node=small, container=call.func.value, value=call.args[0].value)
+                if meth == "insert" and len(call.args) == 2 and _is_int(call.args[0].value, 0):
+                    return Item("insert", node=small, container=call.func.value, value=call.args[1].value)
+            if isinstance(call, cst.Call):
+                raise Skip(f"calls `{_callee(call)}()` in the loop body (unknown side effects)")
+            raise Skip(f"expression statement `{_code(call).strip()}` in the loop body")
+        raise Skip(f"unsupported statement `{_code(small).strip()}` in the loop body")
+
+    def is_index_ref(self, node: cst.Subscript, min_k: int = 0) -> bool:
+        return self.ref_offset(node) == 0 if min_k == 0 else self.ref_offset(node) is not None
+
+    def ref_offset(self, node: cst.Subscript) -> Optional[int]:
+        """k for ``x[t + k]`` (k >= 0), None otherwise."""
+        if self.h.kind != "index" or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+            return None
+        idx = node.slice[0].slice.value
+        t = self.h.index
+        text = _norm(idx)
+        if text == t:
+            return 0
+        m = re.fullmatch(rf"{re.escape(t)}\+(\d+)|(\d+)\+{re.escape(t)}", text)  # type: ignore[arg-type]
+        if m:
+            return int(m.group(1) or m.group(2))
+        return None
+
+
+def _is_number(node: cst.BaseExpression) -> bool:
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    return isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) \
+        and isinstance(node.expression, (cst.Integer, cst.Float))
+
+
+def _callee(call: cst.Call) -> str:
+    text = dotted(call.func)
+    if text is None and isinstance(call.func, cst.Attribute):
+        text = _code(call.func).strip()
+    return text or _code(call.func).strip()
+
+
+def _flatten(items: List[Item], m_case: bool) -> List[Item]:
+    """The straight-line body for the middle steps (m_case) or the last step."""
+    out: List[Item] = []
+    for it in items:
+        if it.kind == "split":
+            branch = it.then if it.m_is_then == m_case else it.other
+            out.extend(_flatten(branch, m_case))
+        else:
+            out.append(it)
+    return out
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclasses.dataclass
+class Recurrence:
+    var: str
+    item: Item
+    exact: bool
+    a: str
+    b: str
+    a_per_step: bool
+    reset: Optional[Item] = None
+    pattern: str = ""
+
+
+class Planner:
+    """Analyses one candidate loop (raising Skip) and renders its vectorized branch."""
+
+    def __init__(self, ctx: FileContext, node: cst.For, header: Header, reassociate: bool, cpu: bool = True) -> None:
+        self.ctx = ctx
+        self.cpu = cpu  # CPU backend: the guard keeps tensors on CPU, where the op is bitwise exact
+        self.node = node
+        self.h = header
+        self.reassociate = reassociate
+        self.parser = BodyParser(header)
+        self.elements = {name: cont for name, cont in header.elements}
+        self.lines: List[str] = []
+        self.seqs: Dict[str, int] = {}  # container code -> max offset read in the middle steps
+        self.seq_nodes: Dict[str, cst.BaseExpression] = {}
+        self.conds: Dict[str, int] = {}
+        self.consts: Dict[str, None] = {}
+        self.scalars: Dict[str, None] = {}
+        self.vec_names: Dict[str, str] = {}  # container code -> its array name
+        self.cond_names: Dict[str, str] = {}
+        self.divides = False
+        self.step_names: Set[str] = set()  # arrays over the middle steps (temporaries, results)
+        self.T = ""
+
+    # ---- names
+    def fresh(self, base: str) -> str:
+        base = re.sub(r"\W", "_", base) or "v"
+        return self.ctx.imports.unique_name(base)
+
+    # ---- analysis
+    def analyse(self) -> None:
+        node = self.node
+        if node.orelse is not None:
+            raise Skip("the loop has an `else:` clause")
+        if node.asynchronous is not None:
+            raise Skip("`async for` loop")
+        self.items = self.parser.block(_stmts(node.body))
+        self.body_assigned = _bound_names(node.body)
+        h = self.h
+        if h.index in self.body_assigned or any(n in self.body_assigned for n in self.elements):
+            raise Skip("the loop assigns its own loop variable")
+        bound_by = _names_read(h.T) if h.T is not None else set()
+        for _, cont in h.elements:
+            bound_by |= _names_read(cont)
+        if bound_by & self.body_assigned:
+            raise Skip("the loop bound / sequence is reassigned in the body")
+        # containers written by the loop (out[t] = ..., lst.append / insert)
+        self.written: Set[str] = set()
+        for it in _flatten(self.items, True) + _flatten(self.items, False):
+            for o in it.outs:
+                self.written.add(_norm(o))
+            if it.container is not None:
+                self.written.add(_norm(it.container))
+        for name, cont in h.elements:
+            if _norm(cont) in self.written:
+                raise Skip(f"writes `{_code(cont)}`, which it iterates over")
+        # every expression in the body, both cases: allowed grammar only
+        for it in self._all_items(self.items):
+            for expr in self._exprs(it):
+                self.check(expr)
+        self.middle = _flatten(self.items, True)
+        self.has_split = any(it.kind == "split" for it in self.items)
+        self.dataflow()
+
+    def _all_items(self, items: List[Item]) -> List[Item]:
+        out: List[Item] = []
+        for it in items:
+            if it.kind == "split":
+                out.extend(self._all_items(it.then))
+                out.extend(self._all_items(it.other))
+            else:
+                out.append(it)
+        return out
+
+    def _exprs(self, it: Item) -> List[cst.BaseExpression]:
+        exprs = [e for e in (it.value,) if e is not None]
+        if it.cond is not None:
+            c = it.cond
+            if isinstance(c, cst.UnaryOperation) and isinstance(c.operator, cst.Not):
+                c = c.expression
+            exprs.append(c)
+        return exprs
+
+    def check(self, e: cst.BaseExpression) -> None:
+        """The expression grammar the vectorizer understands (raises Skip with the reason)."""
+        if isinstance(e, (cst.Integer, cst.Float)):
+            return
+        if isinstance(e, cst.Name):
+            if self.h.kind == "index" and e.value == self.h.index:
+                raise Skip(f"uses the loop index `{e.value}` as a value")
+            return
+        if isinstance(e, cst.Attribute):
+            if _pure_container(e) and _head(e) not in self.body_assigned:
+                return
+            raise Skip(f"reads attribute `{_code(e).strip()}` of a value computed in the loop")
+        if isinstance(e, cst.Subscript):
+            self.check_subscript(e)
+            return
+        if isinstance(e, cst.BinaryOperation):
+            if not isinstance(e.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)):
+                raise Skip(f"operator `{_code(e.operator).strip()}` in `{_code(e).strip()}`")
+            self.check(e.left)
+            self.check(e.right)
+            return
+        if isinstance(e, cst.UnaryOperation):
+            if isinstance(e.operator, (cst.Minus, cst.Plus)):
+                self.check(e.expression)
+                return
+            raise Skip(f"operator `{_code(e.operator).strip()}` in `{_code(e).strip()}`")
+        if isinstance(e, cst.IfExp):
+            if self.parser.lsplit(e.test) is None:
+                raise Skip(f"conditional expression `{_code(e).strip()}`")
+            self.check(e.body)
+            self.check(e.orelse)
+            return
+        if isinstance(e, cst.Call):
+            f = e.func
+            if isinstance(f, cst.Attribute) and f.attr.value in _CAST_METHODS and not any(a.star for a in e.args):
+                if f.attr.value == "astype" and len(e.args) != 1:
+                    raise Skip(f"call `{_code(e).strip()}`")
+                if f.attr.value != "astype" and e.args:
+                    raise Skip(f"call `{_code(e).strip()}`")
+                for a in e.args:
+                    if not (_pure_container(a.value) or isinstance(a.value, cst.SimpleString)):
+                        raise Skip(f"call `{_code(e).strip()}`")
+                self.check(f.value)
+                return
+            raise Skip(f"calls `{_callee(e)}()` in the loop body (unknown side effects)")
+        if isinstance(e, (cst.Yield, cst.Await)):
+            raise Skip("`yield` / `await` in the loop body")
+        raise Skip(f"unsupported expression `{_code(e).strip()}`")
+
+    def check_subscript(self, e: cst.Subscript) -> None:
+        base = e.value
+        if not _pure_container(base):
+            raise Skip(f"indexes `{_code(e).strip()}`")
+        if _head(base) in self.body_assigned or _head(base) in self.elements:
+            raise Skip(f"indexes `{_code(e).strip()}`, a value computed in the loop")
+        k = self.parser.ref_offset(e)
+        if k is not None:
+            if _norm(base) in self.written:
+                raise Skip(f"reads `{_code(e).strip()}`, which the loop writes (a recurrence through memory)")
+            return
+        names: Set[str] = set().union(*(_names_read(s) for s in e.slice))
+        if self.h.kind == "index" and self.h.index in names:
+            raise Skip(f"indexes `{_code(e).strip()}` (only [t] and [t + k] with k >= 0 are vectorized)")
+        if names & self.body_assigned:
+            raise Skip(f"indexes `{_code(e).strip()}` with a value computed in the loop")
+        if _norm(base) in self.written:
+            raise Skip(f"reads `{_code(e).strip()}`, which the loop writes")
+        # a loop-invariant read such as next_value[0]
+
+    def dataflow(self) -> None:
+        middle = self.middle
+        defined: Set[str] = set()
+        assign_of: Dict[str, Item] = {}
+        pre_reads: Dict[str, List[Item]] = {}
+        resets: Dict[str, Item] = {}
+        for it in middle:
+            if it.kind == "reset":
+                if it.var in resets:
+                    raise Skip(f"`{it.var}` is reset twice in one step")
+                if it.var in defined:
+                    raise Skip(f"`{it.var}` is reset after it was assigned in the same step")
+                resets[it.var] = it  # type: ignore[index]
+                reads = _names_read(it.cond) & self.body_assigned  # type: ignore[arg-type]
+            else:
+                reads = _names_read(it.value) & self.body_assigned  # type: ignore[arg-type]
+            for n in reads:
+                if n not in defined:
+                    pre_reads.setdefault(n, []).append(it)
+            if it.kind == "assign" and it.var is not None:
+                if it.var in assign_of:
+                    raise Skip(f"`{it.var}` is assigned twice in one step")
+                assign_of[it.var] = it
+                defined.add(it.var)
+        self.assign_of = assign_of
+        self.recs: List[Recurrence] = []
+        self.shift: Dict[str, Item] = {}
+        rec_vars: List[str] = []
+        for n, readers in pre_reads.items():
+            own = assign_of.get(n)
+            if own is None:
+                raise Skip(f"`{n}` keeps its value from an earlier step (it is not assigned on every path)")
+            if own in readers:
+                others = [r for r in readers if r is not own]
+                if others:
+                    raise Skip(f"the carried value `{n}` is read before its update, outside the update")
+                rec_vars.append(n)
+            else:
+                if not self._shiftable(own):
+                    raise Skip(f"`{n}` carries a value from the previous step that is not a plain per-step read")
+                self.shift[n] = own
+        for n in resets:
+            if n not in rec_vars:
+                raise Skip(f"`{n}` is reset but it is not a carried recurrence")
+        if not rec_vars:
+            raise Skip("no value in the loop depends on its own previous value")
+        if resets and self.has_split:
+            raise Skip("an episode reset together with the last-step special case")
+        self.rec_vars = rec_vars
+        self.resets = resets
+        # post-update reads of a carried value: allowed; pre-update ones were refused above.
+        # values read in the middle steps must be computed from per-step reads and invariants
+        for it in middle:
+            if it.kind == "reset":
+                self.check_cond(it.cond)  # type: ignore[arg-type]
+
+    def _shiftable(self, it: Item) -> bool:
+        if it.outs or it.value is None:
+            return False
+        return not (_names_read(it.value) & self.body_assigned)
+
+    def check_cond(self, cond: cst.BaseExpression) -> None:
+        e = cond
+        if isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Not):
+            e = e.expression
+        if self.per_step(e) is None:
+            raise Skip(f"episode reset on `{_code(cond).strip()}` (only a per-step value or `not` one)")
+
+    def per_step(self, e: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, int]]:
+        """(container, k) when ``e`` reads x[t + k] (an element of an iterated sequence: k = 0)."""
+        if isinstance(e, cst.Name) and e.value in self.elements:
+            return self.elements[e.value], 0
+        if isinstance(e, cst.Subscript) and _pure_container(e.value):
+            k = self.parser.ref_offset(e)
+            if k is not None:
+                return e.value, k
+        return None
+
+    # ---- rendering of the middle steps t = T-2 .. 1
+    def stop(self, k: int) -> str:
+        T = self.T
+        return f"{T} - 1" if k == 0 else (T if k == 1 else f"{T} + {k - 1}")
+
+    def use_seq(self, cont: cst.BaseExpression, k: int) -> str:
+        key = _norm(cont)
+        if key not in self.vec_names:
+            self.vec_names[key] = self.fresh(f"{key.split('.')[-1]}_v")
+            self.seq_nodes[key] = cont
+        self.seqs[key] = max(self.seqs.get(key, 0), k)
+        return f"{self.vec_names[key]}[{1 + k}:{self.stop(k)}]"
+
+    def use_cond(self, cont: cst.BaseExpression, k: int) -> str:
+        key = _norm(cont)
+        if key not in self.cond_names:
+            self.cond_names[key] = self.fresh(f"{key.split('.')[-1]}_c")
+            self.seq_nodes.setdefault(key, cont)
+        self.conds[key] = max(self.conds.get(key, 0), k)
+        return f"{self.cond_names[key]}[{1 + k}:{self.stop(k)}]"
+
+    def render(self, e: cst.BaseExpression, env: Dict[str, str], shift: int = 0) -> str:
+        """``e`` over the middle steps: per-step reads become slices, temporaries their arrays."""
+        lp, rp = "(" * len(getattr(e, "lpar", ())), ")" * len(getattr(e, "rpar", ()))
+        ref = self.per_step(e)
+        if ref is not None:
+            return lp + self.use_seq(ref[0], ref[1] + shift) + rp
+        if isinstance(e, cst.Name):
+            if e.value in env:
+                return lp + env[e.value] + rp
+            if e.value in self.shift:
+                return lp + "(" + self.render(self.shift[e.value].value, {}, shift + 1) + ")" + rp  # type: ignore[arg-type]
+            if e.value in self.body_assigned:  # pragma: no cover - excluded by the dataflow
+                raise Skip(f"`{e.value}` is used before it is computed")
+            self.consts[e.value] = None
+            return _code(e)
+        if isinstance(e, (cst.Attribute, cst.Subscript)):
+            self.consts[_code(e).strip()] = None
+            return _code(e)
+        if isinstance(e, (cst.Integer, cst.Float)):
+            return _code(e)
+        if isinstance(e, cst.BinaryOperation):
+            if isinstance(e.operator, cst.Divide):
+                self.divides = True
+            op = _code(e.operator).strip()
+            return f"{lp}{self.render(e.left, env, shift)} {op} {self.render(e.right, env, shift)}{rp}"
+        if isinstance(e, cst.UnaryOperation):
+            op = _code(e.operator).strip()
+            return f"{lp}{op}{self.render(e.expression, env, shift)}{rp}"
+        if isinstance(e, cst.IfExp):
+            m_then = self.parser.lsplit(e.test)
+            branch = e.body if m_then else e.orelse
+            return f"{lp}({self.render(branch, env, shift)}){rp}"
+        if isinstance(e, cst.Call):
+            f = e.func
+            assert isinstance(f, cst.Attribute)
+            args = ", ".join(_code(a.value).strip() for a in e.args)
+            return f"{lp}{self.render(f.value, env, shift)}.{f.attr.value}({args}){rp}"
+        raise Skip(f"unsupported expression `{_code(e).strip()}`")  # pragma: no cover
+
+    def invariant(self, e: cst.BaseExpression, env: Dict[str, str]) -> bool:
+        """No per-step read, temporary or carried value under ``e``."""
+        if self.per_step(e) is not None:
+            return False
+        if isinstance(e, cst.Name):
+            return e.value not in env and e.value not in self.body_assigned
+        if isinstance(e, cst.BinaryOperation):
+            return self.invariant(e.left, env) and self.invariant(e.right, env)
+        if isinstance(e, cst.UnaryOperation):
+            return self.invariant(e.expression, env)
+        if isinstance(e, cst.Call):
+            return self.invariant(e.func.value, env)  # type: ignore[attr-defined]
+        if isinstance(e, cst.IfExp):
+            return False
+        return True
+
+    # ---- affine decomposition of the carried update
+    def affine_exact(self, value: cst.BaseExpression, s: str, env: Dict[str, str]):
+        """(a, b, a_node) when ``value`` is ``B + P * s`` (or an equivalent exact spelling)."""
+        if not isinstance(value, cst.BinaryOperation) or not isinstance(value.operator, (cst.Add, cst.Subtract)):
+            return None
+        left_s, right_s = s in _names_read(value.left), s in _names_read(value.right)
+        if left_s == right_s:
+            return None
+        m, other = (value.right, value.left) if right_s else (value.left, value.right)
+        coef: Optional[cst.BaseExpression]
+        if isinstance(m, cst.Name) and m.value == s:
+            coef = None
+        elif isinstance(m, cst.BinaryOperation) and isinstance(m.operator, cst.Multiply):
+            if isinstance(m.right, cst.Name) and m.right.value == s and s not in _names_read(m.left):
+                coef = m.left
+            elif isinstance(m.left, cst.Name) and m.left.value == s and s not in _names_read(m.right):
+                coef = m.right
+            else:
+                return None
+        else:
+            return None
+        a = "1" if coef is None else self.render(coef, env)
+        b = self.render(other, env)
+        if isinstance(value.operator, cst.Subtract):
+            if right_s:  # B - P*s == B + (-P)*s exactly
+                a = "-1" if coef is None else f"-({a})"
+            else:  # P*s - B == (-B) + P*s exactly
+                b = f"-({b})"
+        return a, b, coef
+
+    def affine(self, e: cst.BaseExpression, s: str, env: Dict[str, str]) -> Tuple[Optional[str], Optional[str]]:
+        """(A, B) with e == A*s + B algebraically (None: zero); Skip when s appears non-affinely."""
+        if s not in _names_read(e):
+            return None, self.render(e, env)
+        par = lambda x: f"({x})"  # noqa: E731
+        if isinstance(e, cst.Name) and e.value == s:
+            return "1", None
+        if isinstance(e, cst.BinaryOperation):
+            op = e.operator
+            if isinstance(op, (cst.Add, cst.Subtract)):
+                a1, b1 = self.affine(e.left, s, env)
+                a2, b2 = self.affine(e.right, s, env)
+                sign = " + " if isinstance(op, cst.Add) else " - "
+
+                def comb(x, y):
+                    if x is None and y is None:
+                        return None
+                    if y is None:
+                        return x
+                    if x is None:
+                        return y if sign == " + " else f"-{par(y)}"
+                    return f"{par(x)}{sign}{par(y)}"
+
+                return comb(a1, a2), comb(b1, b2)
+            if isinstance(op, (cst.Multiply, cst.Divide)):
+                ls, rs = s in _names_read(e.left), s in _names_read(e.right)
+                if ls and rs:
+                    raise Skip(f"the carried value `{s}` appears non-affinely in `{_code(e).strip()}`")
+                if isinstance(op, cst.Divide):
+                    if rs:
+                        raise Skip(f"the carried value `{s}` appears non-affinely in `{_code(e).strip()}`")
+                    self.divides = True
+                    a1, b1 = self.affine(e.left, s, env)
+                    r = self.render(e.right, env)
+                    return (None if a1 is None else f"{par(a1)} / {par(r)}",
+                            None if b1 is None else f"{par(b1)} / {par(r)}")
+                if ls:
+                    a1, b1 = self.affine(e.left, s, env)
+                    r = self.render(e.right, env)
+                    return (None if a1 is None else (r if a1 == "1" else f"{par(a1)} * {par(r)}"),
+                            None if b1 is None else f"{par(b1)} * {par(r)}")
+                a1, b1 = self.affine(e.right, s, env)
+                lft = self.render(e.left, env)
+                return (None if a1 is None else (lft if a1 == "1" else f"{par(lft)} * {par(a1)}"),
+                        None if b1 is None else f"{par(lft)} * {par(b1)}")
+        if isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Minus):
+            a1, b1 = self.affine(e.expression, s, env)
+            return (None if a1 is None else f"-{par(a1)}", None if b1 is None else f"-{par(b1)}")
+        if isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Plus):
+            return self.affine(e.expression, s, env)
+        raise Skip(f"the carried value `{s}` appears non-affinely in `{_code(e).strip()}`")
+
+    # ---- emission
+    def emit(self, helpers: str, op: str) -> Tuple[str, List[str], bool, List[str]]:
+        """(guard expression, middle lines, exact, notes)."""
+        h = self.h
+        self.T = self.fresh("T")
+        T = self.T
+        env: Dict[str, str] = {}
+        needed = self.needed()
+        mid: List[str] = []
+        exact = True
+        notes: List[str] = []
+        done_vars: Set[str] = set()
+        for it in self.middle:
+            if it.kind == "reset":
+                continue
+            if it.kind == "assign" and it.var in self.rec_vars:
+                rec = self.recurrence(it, env)
+                exact = exact and rec.exact
+                notes.append(rec.pattern)
+                s = rec.var
+                seq, last = self.fresh(f"{s}_seq"), self.fresh(f"{s}_last")
+                b = rec.b
+                if not re.fullmatch(r"[A-Za-z_]\w*", b):
+                    bname = self.fresh(f"{s}_b")
+                    mid.append(f"{bname} = {b}")
+                    b = bname
+                init = f"{helpers}.as_row({s}, {b})"
+                if rec.reset is not None:
+                    cond = rec.reset.cond
+                    neg = isinstance(cond, cst.UnaryOperation) and isinstance(cond.operator, cst.Not)
+                    ref = self.per_step(cond.expression if neg else cond)  # type: ignore[union-attr,arg-type]
+                    assert ref is not None
+                    mask = self.use_cond(ref[0], ref[1])
+                    if neg:
+                        mask = f"~{mask}"
+                    self.consts[s] = None  # the value before the loop meets the same dtype rules
+                    mid.append(f"{seq}, {last} = {helpers}.reset_linear_recurrence("
+                               f"{rec.a}, {b}, {mask}, {rec.reset.const}, init={init}, return_last=True)")
+                else:
+                    mid.append(f"{seq}, {last} = {op}({rec.a}, {b}, init={init}, return_last=True)")
+                mid.append(f"{s} = {helpers}.restore({last}, {s})")
+                env[s] = seq
+                self.step_names.add(seq)
+                done_vars.add(s)
+                value_vec = seq
+            elif it.kind == "assign" and it.var in self.shift:
+                value_vec = None
+            elif it.kind == "assign" and it.var is not None:
+                if it.var in needed or it.outs:
+                    vname = self.fresh(f"{it.var}_v")
+                    text = self.render(it.value, env)  # type: ignore[arg-type]
+                    mid.append(f"{vname} = {text}")
+                    env[it.var] = vname
+                    if self._has_step(text):
+                        self.step_names.add(vname)
+                    value_vec = vname
+                else:
+                    value_vec = None
+            else:
+                value_vec = None
+            if it.kind == "assign":
+                for o in it.outs:
+                    vec = value_vec if value_vec is not None else self.render(it.value, env)  # type: ignore[arg-type]
+                    mid.append(f"{_code(o).strip()}[1:{T} - 1] = {vec}")
+            elif it.kind in ("append", "insert"):
+                vec = self.render(it.value, env)  # type: ignore[arg-type]
+                like = vec if (isinstance(it.value, cst.Name) and it.value.value in done_vars) else None
+                src = self.src_container()
+                items = f"{helpers}.items_of({vec}, {src}" + (f", like={it.value.value})" if like else ")")  # type: ignore[union-attr]
+                cont = _code(it.container).strip()  # type: ignore[arg-type]
+                if it.kind == "append":
+                    mid.append(f"{cont}.extend({items}[::-1])")
+                else:
+                    mid.append(f"{cont}[0:0] = {items}")
+        # bindings of the per-step containers, first
+        binds = [f"{self.vec_names[k]} = {helpers}.seq_of({_code(self.seq_nodes[k]).strip()})" for k in self.vec_names]
+        binds += [f"{self.cond_names[k]} = {helpers}.truth_of({_code(self.seq_nodes[k]).strip()})" for k in self.cond_names]
+        mid = binds + mid
+        guard = self.guard(helpers)
+        return guard, mid, exact, notes
+
+    def src_container(self) -> str:
+        """A per-step container the loop reads (tells the helpers lists of floats from arrays)."""
+        key = next(iter(self.vec_names)) if self.vec_names else _norm(self.h.elements[0][1]) if self.h.elements else None
+        if key is None:  # pragma: no cover - a recurrence always reads a per-step value
+            return "None"
+        node = self.seq_nodes.get(key)
+        return _code(node).strip() if node is not None else key
+
+    def needed(self) -> Set[str]:
+        """Temporaries the middle steps must compute (read by an update, an output or another)."""
+        need: Set[str] = set()
+        for it in reversed(self.middle):
+            if it.kind == "reset":
+                continue
+            if it.kind == "assign" and it.var is not None and it.var not in self.rec_vars \
+                    and it.var not in need and not it.outs:
+                continue
+            need |= _names_read(it.value) & self.body_assigned  # type: ignore[arg-type]
+        return need
+
+    def recurrence(self, it: Item, env: Dict[str, str]) -> Recurrence:
+        s = it.var
+        assert s is not None and it.value is not None
+        ex = self.affine_exact(it.value, s, env)
+        if ex is not None:
+            a, b, coef = ex
+            exact = True
+            pattern = f"`{s} = {_code(it.value).strip()}`"
+        else:
+            a_, b_ = self.affine(it.value, s, env)
+            if a_ is None:  # pragma: no cover - s is read in its update
+                raise Skip(f"`{s}` does not depend on itself")
+            if b_ is None:
+                raise Skip(f"`{s}` is a pure product (no per-step input to add)")
+            if not self.reassociate:
+                raise Skip(f"`{s} = {_code(it.value).strip()}` needs its coefficients regrouped "
+                           "(reassociation is off: [vectorize.recurrence] reassociate = false)")
+            a, b, coef = a_, b_, None
+            exact = False
+            pattern = f"`{s} = {_code(it.value).strip()}` (coefficients regrouped)"
+        if not self._has_step(b):
+            raise Skip(f"the update of `{s}` adds no per-step input")
+        a_per_step = self._has_step(a)
+        if not a_per_step:
+            # the coefficient is loop-invariant: the guard wants Python numbers / 0-d arrays
+            inv = coef if exact else it.value
+            for name in (self._invariants_in(inv, s) if inv is not None else []):
+                self.scalars[name] = None
+        return Recurrence(s, it, exact, a, b, a_per_step, self.resets.get(s), pattern)
+
+    def _has_step(self, text: str) -> bool:
+        names = set(self.vec_names.values()) | set(self.cond_names.values())
+        names |= self.step_names
+        return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in names)
+
+    def _invariants_in(self, e: cst.BaseExpression, s: str) -> List[str]:
+        out: List[str] = []
+
+        seen: Set[str] = set()
+
+        def walk(x: cst.BaseExpression) -> None:
+            if isinstance(x, cst.Name):
+                if x.value in self.assign_of and x.value != s and x.value not in seen:
+                    seen.add(x.value)
+                    walk(self.assign_of[x.value].value)  # type: ignore[arg-type]
+                elif x.value != s and x.value not in self.body_assigned and x.value not in self.elements:
+                    out.append(x.value)
+            elif isinstance(x, (cst.Attribute, cst.Subscript)) and self.per_step(x) is None:
+                out.append(_code(x).strip())
+            elif isinstance(x, cst.BinaryOperation):
+                walk(x.left)
+                walk(x.right)
+            elif isinstance(x, cst.UnaryOperation):
+                walk(x.expression)
+
+        walk(e)
+        return out
+
+    def guard(self, helpers: str) -> str:
+        h = self.h
+        T = self.T
+        if h.kind == "index":
+            head = f"({T} := {helpers}.steps({_code(h.T).strip()})) >= 2"  # type: ignore[arg-type]
+        else:
+            conts = ", ".join(_code(c).strip() for _, c in h.elements)
+            head = f"({T} := {helpers}.length({conts})) >= 2"
+        args: List[str] = [T]
+
+        def pairs(d: Dict[str, int]) -> str:
+            inner = ", ".join(f"({_code(self.seq_nodes[k]).strip()}, {max(0, v - 1)})" for k, v in d.items())
+            return f"({inner},)" if inner else "()"
+
+        if self.seqs:
+            args.append(f"seqs={pairs(self.seqs)}")
+        if self.conds:
+            args.append(f"conds={pairs(self.conds)}")
+        consts = [c for c in self.consts if c not in self.scalars]
+        if consts:
+            args.append(f"consts=({', '.join(consts)},)")
+        if self.scalars:
+            args.append(f"scalars=({', '.join(self.scalars)},)")
+        outs = []
+        lists = []
+        for it in self.middle:
+            for o in it.outs:
+                outs.append(_code(o).strip())
+            if it.container is not None:
+                lists.append(_code(it.container).strip())
+        if outs:
+            args.append(f"outs=({', '.join(dict.fromkeys(outs))},)")
+        if lists:
+            args.append(f"lists=({', '.join(dict.fromkeys(lists))},)")
+        if h.sliced:
+            args.append("sliced=True")
+        if self.divides:
+            args.append("divides=True")
+        if self.cpu:
+            args.append("cpu=True")
+        return f"{head} and {helpers}.recurrence_ok({', '.join(args)})"
+
+
+# --------------------------------------------------------------------------- look-alikes to report
+
+
+def _forward_memory(node: cst.For) -> Optional[str]:
+    """A forward loop that reads what it wrote the step before (out[i] = f(out[i-1]))."""
+    if not (isinstance(node.target, cst.Name) and _is_call(node.iter, "range")):
+        return None
+    i = node.target.value
+    written: Set[str] = set()
+    reads: List[Tuple[str, str]] = []
+
+    class V(cst.CSTVisitor):
+        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+            t = n.target
+            if isinstance(t, cst.Subscript) and _pure_container(t.value) and len(t.slice) == 1 \
+                    and isinstance(t.slice[0].slice, cst.Index) and _norm(t.slice[0].slice.value) == i:
+                written.add(_norm(t.value))
+
+        def visit_Subscript(self, n: cst.Subscript) -> None:
+            if _pure_container(n.value) and len(n.slice) == 1 and isinstance(n.slice[0].slice, cst.Index):
+                idx = _norm(n.slice[0].slice.value)
+                if re.fullmatch(rf"{re.escape(i)}-\d+", idx):
+                    reads.append((_norm(n.value), _code(n).strip()))
+
+    node.body.visit(V())
+    for cont, text in reads:
+        if cont in written:
+            return (f"forward recurrence through memory: reads `{text}`, which the loop wrote the step "
+                    "before (only backward carried-value recurrences are vectorized)")
+    return None
+
+
+def _quadratic(node: cst.For) -> Optional[str]:
+    """An outer loop over t whose inner loop sums over k from t on (quadratic advantages)."""
+    if not isinstance(node.target, cst.Name):
+        return None
+    t = node.target.value
+    found: List[str] = []
+
+    class V(cst.CSTVisitor):
+        def visit_For(self, n: cst.For) -> None:
+            if n is node:
+                return
+            if _is_call(n.iter, "range") and n.iter.args and t in _names_read(n.iter.args[0].value):  # type: ignore[attr-defined]
+                has_acc = any(isinstance(s, cst.AugAssign) for s in _walk_small(n.body))
+                if has_acc:
+                    found.append(_code(n.iter).strip())
+
+    node.body.visit(V())
+    if found:
+        return (f"quadratic loop: the inner `for ... in {found[0]}` sums over k >= {t}; the closed-form "
+                "backward recurrence would reorder those sums (not exact) and resets at episode ends "
+                "only where the code does, so it is left as written")
+    return None
+
+
+def _walk_small(node: cst.CSTNode) -> List[cst.BaseSmallStatement]:
+    out: List[cst.BaseSmallStatement] = []
+
+    class V(cst.CSTVisitor):
+        def visit_SimpleStatementLine(self, n: cst.SimpleStatementLine) -> None:
+            out.extend(n.body)
+
+    node.visit(V())
+    return out
+
+
+def _loose_candidate(node: cst.For, header: Header) -> bool:
+    """A backward loop is a candidate when some value flows from one step to the next: a name read
+    before it is assigned in the body, or a container read at another index than it is written."""
+    # recurrence through memory: out[t] written and out[t + 1] read
+    written: Set[str] = set()
+    read: Set[str] = set()
+
+    class V(cst.CSTVisitor):
+        def visit_AssignTarget(self, n: cst.AssignTarget) -> bool:
+            if isinstance(n.target, cst.Subscript) and _pure_container(n.target.value):
+                written.add(_norm(n.target.value))
+                for s in n.target.slice:
+                    s.visit(self)
+                return False
+            return True
+
+        def visit_Subscript(self, n: cst.Subscript) -> None:
+            if _pure_container(n.value):
+                read.add(_norm(n.value))
+
+    node.body.visit(V())
+    if written & read:
+        return True
+    assigned = _bound_names(node.body) - ({header.index} if header.index else set()) \
+        - {n for n, _ in header.elements}
+    if not assigned:
+        return False
+    defined: Set[str] = set()
+
+    def scan(stmts: Sequence[cst.BaseStatement], defined: Set[str]) -> Tuple[bool, Set[str]]:
+        for st in stmts:
+            if isinstance(st, cst.SimpleStatementLine):
+                for small in st.body:
+                    if isinstance(small, cst.Assign):
+                        reads = _names_read(small.value)
+                        for tg in small.targets:
+                            if not isinstance(tg.target, cst.Name):
+                                reads |= _names_read(tg.target)
+                    else:
+                        reads = _names_read(small)
+                        if isinstance(small, cst.AugAssign):
+                            reads |= _names_read(small.target)
+                    if (reads & assigned) - defined:
+                        return True, defined
+                    if isinstance(small, cst.Assign):
+                        for tg in small.targets:
+                            if isinstance(tg.target, cst.Name):
+                                defined = defined | {tg.target.value}
+            elif isinstance(st, cst.If):
+                if (_names_read(st.test) & assigned) - defined:
+                    return True, defined
+                hit1, d1 = scan(_stmts(st.body), set(defined))
+                if hit1:
+                    return True, defined
+                if st.orelse is not None:
+                    other = [st.orelse] if isinstance(st.orelse, cst.If) else _stmts(st.orelse.body)
+                    hit2, d2 = scan(other, set(defined))
+                    if hit2:
+                        return True, defined
+                    defined = d1 & d2
+            else:
+                if (_names_read(st) & assigned) - defined:
+                    return True, defined
+        return False, defined
+
+    hit, _ = scan(_stmts(node.body), defined)
+    return hit
+
+
+# --------------------------------------------------------------------------- the transform
+
+
+class VectorizeRecurrence(Transform):
+    id = ID
+    version = "1"
+    triggers = ("reversed(", "::-1", "-1, -1", "-1,-1", "range(")
+    description = "Backward linear recurrences (GAE, discounted returns) -> one linear_recurrence call, guarded."
+
+    EXAMPLES = [
+        Example(
+            code=(
+                "import torch\n"
+                "def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, num_steps):\n"
+                "    advantages = torch.zeros_like(rewards)\n"
+                "    lastgaelam = 0\n"
+                "    for t in reversed(range(num_steps)):\n"
+                "        if t == num_steps - 1:\n"
+                "            nextnonterminal = 1.0 - next_done\n"
+                "            nextvalues = next_value\n"
+                "        else:\n"
+                "            nextnonterminal = 1.0 - dones[t + 1]\n"
+                "            nextvalues = values[t + 1]\n"
+                "        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]\n"
+                "        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam\n"
+                "    return advantages\n"
+            ),
+            rewritten=True,
+            note="CleanRL GAE: bitwise exact (the coefficient is the left-associated prefix of the product)",
+        ),
+        Example(
+            code=(
+                "def discounted(rewards, gamma):\n"
+                "    R = 0\n"
+                "    returns = []\n"
+                "    for r in reversed(rewards):\n"
+                "        R = r + gamma * R\n"
+                "        returns.insert(0, R)\n"
+                "    return returns\n"
+            ),
+            rewritten=True,
+            note="REINFORCE returns over a list of floats",
+        ),
+        Example(
+            code=(
+                "def returns_of(rewards, dones, gamma):\n"
+                "    out = []\n"
+                "    discounted_reward = 0\n"
+                "    for reward, done in zip(reversed(rewards), reversed(dones)):\n"
+                "        if done:\n"
+                "            discounted_reward = 0\n"
+                "        discounted_reward = reward + (gamma * discounted_reward)\n"
+                "        out.insert(0, discounted_reward)\n"
+                "    return out\n"
+            ),
+            rewritten=True,
+            note="PPO-PyTorch: episode resets become stretches of the op, exact",
+        ),
+        Example(
+            code=(
+                "def train(rewards, gamma, optimizer):\n"
+                "    R = 0.0\n"
+                "    for t in reversed(range(len(rewards))):\n"
+                "        R = rewards[t] + gamma * R\n"
+                "        optimizer.step()\n"
+                "    return R\n"
+            ),
+            rewritten=False,
+            reason="calls `optimizer.step()`",
+        ),
+        Example(
+            code=(
+                "def f(r, T):\n"
+                "    s = 0.0\n"
+                "    for t in reversed(range(T)):\n"
+                "        s = s * s + r[t]\n"
+                "    return s\n"
+            ),
+            rewritten=False,
+            reason="appears non-affinely",
+        ),
+        Example(
+            code=(
+                "def f(out, r, T, gamma):\n"
+                "    for t in reversed(range(T - 1)):\n"
+                "        out[t] = r[t] + gamma * out[t + 1]\n"
+                "    return out\n"
+            ),
+            rewritten=False,
+            reason="recurrence through memory",
+        ),
+    ]
+
+    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
+        module = ctx.module
+        shadowed = _bound_names(module) & set(_BUILTINS)
+        loops: List[cst.For] = []
+        ours: Set[cst.For] = set()
+
+        class Collect(cst.CSTVisitor):
+            def visit_If(self, n: cst.If) -> None:
+                # the original loop kept in the else branch of an earlier rewrite stays as it is
+                if ".recurrence_ok(" in _code(n.test) and isinstance(n.orelse, cst.Else):
+                    ours.update(s for s in _stmts(n.orelse.body) if isinstance(s, cst.For))
+
+            def visit_For(self, n: cst.For) -> None:
+                if n not in ours:
+                    loops.append(n)
+
+        module.visit(Collect())
+        if not loops:
+            return module, []
+        reassociate = bool(ctx.option("vectorize.recurrence", "reassociate", True))
+        sites: List[Site] = []
+        replace: Dict[cst.For, cst.CSTNode] = {}
+        for node in loops:
+            quad = _quadratic(node)
+            if quad:
+                sites.append(ctx.site(ID, node, SKIPPED, quad))
+                continue
+            header = _backward_header(node, shadowed)
+            if header is None:
+                fwd = _forward_memory(node)
+                if fwd:
+                    sites.append(ctx.site(ID, node, SKIPPED, fwd))
+                continue
+            if not _loose_candidate(node, header):
+                continue
+            planner = Planner(ctx, node, header, reassociate, cpu=ctx.backend == "cpu")
+            try:
+                planner.analyse()
+                new, exact, reason = self.build(ctx, node, planner)
+            except Skip as exc:
+                sites.append(ctx.site(ID, node, SKIPPED, str(exc)))
+                continue
+            except Exception as exc:  # an analysis bug must not cost the user the other rewrites
+                sites.append(ctx.site(ID, node, SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
+                continue
+            replace[node] = new
+            sites.append(ctx.site(ID, node, REWRITTEN, reason, EXACT if exact else REASSOCIATED))
+        if not replace:
+            return module, sites
+
+        class Swap(cst.CSTTransformer):
+            def leave_For(self, original: cst.For, updated: cst.For) -> cst.CSTNode:
+                return replace.get(original, updated)
+
+        return module.visit(Swap()), sites
+
+    def build(self, ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bool, str]:
+        # names are reserved before the imports are requested, so a Skip leaves no import behind
+        guard, mid, exact, notes = planner.emit("__SBX__", "__SBX_OP__")
+        helpers = ctx.runtime_name(HELPERS_QUALNAME, "_sbx")
+        op = ctx.runtime_name(OP_QUALNAME, "linear_recurrence")
+
+        def sub(text: str) -> str:
+            return text.replace("__SBX_OP__", op).replace("__SBX__", helpers)
+
+        h = planner.h
+        T = planner.T
+        body = list(_stmts(node.body))
+        module = ctx.module
+
+        def parse(lines: List[str]) -> List[cst.BaseStatement]:
+            text = "\n".join(sub(x) for x in lines) + "\n"
+            parsed = cst.parse_module(text)
+            stmts = list(parsed.body)
+            if parsed.header and stmts:  # leading comments belong to the first statement
+                stmts[0] = stmts[0].with_changes(leading_lines=list(parsed.header) + list(stmts[0].leading_lines))
+            return stmts
+
+        def bind(index_expr: str) -> str:
+            if h.kind == "index":
+                return f"{h.index} = {index_expr}"
+            names = ", ".join(n for n, _ in h.elements)
+            vals = ", ".join(f"{_code(c).strip()}[{index_expr}]" for _, c in h.elements)
+            return f"{names} = {vals}"
+
+        first = parse([f"# step t = {T} - 1, as written", bind(f"{T} - 1")])
+        middle = parse([f"# steps t = {T} - 2 .. 1, vectorized"] + mid)
+        last_lines = []
+        if planner.shift:  # values carried into step 0 from step 1 (a middle step when T > 2)
+            last_lines.append(f"if {T} > 2:")
+            last_lines.append("    " + bind("1"))
+            for var, it in planner.shift.items():
+                last_lines.append(f"    {var} = {_code(it.value).strip()}")  # type: ignore[arg-type]
+        last = parse([f"# step t = 0, as written"] + last_lines + [bind("0")])
+        stmts: List[cst.BaseStatement] = first + [s.deep_clone() for s in body] + middle + last + \
+            [s.deep_clone() for s in body]
+        # keep the comments of the body's first statement once, at the first copy
+        test = cst.parse_expression(sub(guard))
+        loop = node.with_changes(leading_lines=())
+        new = cst.If(
+            test=test,
+            body=cst.IndentedBlock(body=stmts),
+            orelse=cst.Else(body=cst.IndentedBlock(body=[loop])),
+            leading_lines=node.leading_lines,
+        )
+        kinds = ", ".join(n for n in notes)
+        shape = "last step special-cased, " if planner.has_split else ""
+        if planner.resets:
+            shape += "episode resets as op stretches, "
+        if exact and planner.cpu:
+            exactness = "bitwise exact on CPU"
+        elif exact:
+            exact = False
+            exactness = (f"reassociated on {ctx.backend}: the op runs a parallel scan there, equal to the "
+                         "loop up to rounding (about 1e-6 relative in float32)")
+        else:
+            exactness = "reassociated: equal up to rounding (about 1e-6 relative in float32, 1e-15 in float64)"
+        reason = (f"backward linear recurrence {kinds} ({shape}{exactness}): first and last step run as "
+                  f"written, steps in between by linear_recurrence; guarded by recurrence_ok, "
+                  f"original loop kept in the else branch")
+        return new, exact, reason
