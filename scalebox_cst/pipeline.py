@@ -59,7 +59,7 @@ class Pipeline:
             msg = f"{path}:{line}: not UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start}); left unchanged"
             return _error(path, data, msg, bad_input=True)
         try:
-            ast.parse(text, filename=path)
+            tree = ast.parse(text, filename=path)
         except SyntaxError as exc:
             msg = f"{path}:{exc.lineno or 1}: {type(exc).__name__}: {exc.msg}"
             return _error(path, data, msg, bad_input=True)
@@ -73,28 +73,32 @@ class Pipeline:
 
         sites: List[Site] = []
         line_maps: List[Dict[int, int]] = []  # for each version after the first: new line -> old line
+        code = text
+        imports = None  # shared by the transforms that see the same module version
         for transform in self.transforms:
-            ctx = FileContext(path, module, self.config, self.backend)
+            ctx = FileContext(path, module, self.config, self.backend, code=code, tree=tree, imports=imports)
             if not transform.applies(ctx):
                 continue
             try:
                 new_module, found = transform.rewrite(ctx)
                 new_module = ctx.finish(new_module)
+                new_code = code if new_module is module else new_module.code
+                if new_code != code:
+                    new_tree = ast.parse(new_code, filename=path)
+            except SyntaxError as exc:
+                msg = f"{path}:{exc.lineno or 1}: transform {transform.id} produced invalid code ({exc.msg}); file left unchanged"
+                return _error(path, data, msg)
             except Exception as exc:  # a transform bug must never break the user's run
                 msg = f"{path}:1: transform {transform.id} failed ({type(exc).__name__}: {exc}); file left unchanged"
                 return _error(path, data, msg)
             sites.extend(_map_back(site, line_maps) for site in found)
-            if new_module is not module and new_module.code != module.code:
-                line_maps.append(_line_map(module.code, new_module.code))
-                module = new_module
+            if new_code != code:
+                line_maps.append(_line_map(code, new_code))
+                module, code, tree, imports = new_module, new_code, new_tree, None
+            else:
+                imports = ctx.__dict__.get("imports", imports)
 
-        out_text = module.code
-        if out_text != text:
-            try:
-                compile(out_text, path, "exec", dont_inherit=True, flags=ast.PyCF_ONLY_AST)
-            except SyntaxError as exc:
-                msg = f"{path}:{exc.lineno or 1}: rewrite produced invalid code ({exc.msg}); file left unchanged"
-                return _error(path, data, msg)
+        out_text = code
         output = (BOM if bom else b"") + out_text.encode("utf-8")
         sites.sort(key=lambda s: (s.line, s.end_line, s.transform))
         status = "rewritten" if output != data else "unchanged"

@@ -188,14 +188,14 @@ class Project:
         """
         store = self.ensure_store()
         files = self.scan()
-        previous = store.files(store.source_tip()) if store.source_tip() else {}
         results = self.rewrite_files(files, select)
         report = RunReport(None, None, None, self.backend, [r.report for r in results.values()])
-        if block_on_bad_input and previous:
+        tip = store.source_tip()
+        if block_on_bad_input and tip and any(r.bad_input for r in results.values()):
             blocked = [
                 r.report.error or ""
                 for path, r in results.items()
-                if r.bad_input and previous.get(path) != files[path]
+                if r.bad_input and store.read_file(tip, path) != files[path]
             ]
             if blocked:
                 return ChangeResult(report, False, blocked)
