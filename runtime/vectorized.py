@@ -103,6 +103,7 @@ def recurrence_ok(
     scalars: Sequence[Any] = (),
     outs: Sequence[Any] = (),
     lists: Sequence[Any] = (),
+    memo: Sequence[Any] = (),
     *,
     sliced: bool = False,
     divides: bool = False,
@@ -117,13 +118,14 @@ def recurrence_ok(
     ``consts``: loop-invariant operands (Python numbers, or arrays of that dtype whose shape
     broadcasts into the row shape). ``scalars``: invariants that form a per-step-constant
     coefficient (Python numbers or 0-d arrays). ``outs``: arrays written at ``[t]`` (same kind,
-    no aliasing with any input). ``lists``: Python lists appended / inserted into.
+    no aliasing with any input). ``lists``: Python lists appended / inserted into. ``memo``: arrays
+    written at ``[t]`` and read back at ``[t + 1]`` (they carry the recurrence).
     ``sliced``: the loop walks ``x[::-1]`` (tensors do not support that). ``divides``: the maths
     divides (Python floats raise on zero where arrays give inf: lists of floats are refused).
     ``cpu``: tensors must be on the CPU (where the op is bitwise exact; elsewhere it reassociates).
     """
     try:
-        devices = _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, sliced, divides)
+        devices = _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides)
     except Exception:
         return False
     if devices is False:
@@ -131,7 +133,7 @@ def recurrence_ok(
     return not cpu or all(d.type == "cpu" for d in devices)
 
 
-def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, sliced, divides):
+def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides):
     """False, or the set of devices of the tensors involved (empty when there are none)."""
     T = operator.index(T)
     if T < 2 or not seqs:
@@ -208,10 +210,11 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, sliced, divides
             return False
         if isinstance(c, (torch.Tensor, np.ndarray)):
             arrays.append(c)
-    for c in scalars:
+    for c in scalars:  # a coefficient constant in time: 0-d, and (torch promotes a 0-d operand
+        # differently against a 0-d step value than against the vector) of the common dtype
         if type(c) in _PY_SCALARS:
             continue
-        if not isinstance(c, (torch.Tensor, np.ndarray, np.generic)) or np.ndim(c) != 0:
+        if not _const_ok(c, mode, dtype, (), devices, grad):
             return False
     # ---- outputs written at [t]
     want = torch.Tensor if mode in ("torch", "tlist") else np.ndarray
@@ -233,6 +236,19 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, sliced, divides
                 return False
             if any(np.may_share_memory(p, o) for p in outs[:i]):
                 return False
+    # ---- arrays that carry the recurrence themselves (out[t] = f(out[t + 1])): the loop reads back
+    # what it stored, so they must store exactly the computed value (same dtype, same row shape)
+    for m in memo:
+        if not isinstance(m, want) or m.ndim < 1 or len(m) < T or m.dtype != dtype or tuple(m.shape[1:]) != row:
+            return False
+        if isinstance(m, torch.Tensor):
+            if m.requires_grad:
+                return False
+            devices.add(m.device)
+            if any(isinstance(a, torch.Tensor) and _storage(a) == _storage(m) for a in arrays + list(outs)):
+                return False
+        elif any(isinstance(a, np.ndarray) and np.may_share_memory(a, m) for a in arrays + list(outs)):
+            return False
     # ---- lists appended / inserted into
     inputs = [x for x, _ in seqs] + [x for x, _ in conds]
     for i, lst in enumerate(lists):

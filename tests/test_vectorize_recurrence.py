@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import types
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -52,11 +53,12 @@ def rewrite(src: str, **options):
     return res.output.decode(), res.report.sites
 
 
-def rewritten(src: str, exactness: str = EXACT, **options) -> str:
+def rewritten(src: str, exactness: Optional[str] = EXACT, **options) -> str:
+    """The rewrite of ``src``; every site rewritten with ``exactness`` (None: any)."""
     out, sites = rewrite(src, **options)
     done = [s for s in sites if s.action == REWRITTEN]
     assert done, [s.describe() for s in sites]
-    assert all(s.exactness == exactness for s in done), [s.describe() for s in done]
+    assert exactness is None or all(s.exactness == exactness for s in done), [s.describe() for s in done]
     return out
 
 
@@ -569,6 +571,82 @@ def test_cpu_backend_keeps_other_devices_on_the_loop():
     assert vectorized_mod.recurrence_ok(4, seqs=((torch.zeros(4), 0),), cpu=True)
 
 
+IKOSTRIKOV = """\
+import torch
+
+
+class RolloutStorage(object):
+    def __init__(self, rewards, value_preds, masks, bad_masks):
+        self.rewards, self.value_preds, self.masks, self.bad_masks = rewards, value_preds, masks, bad_masks
+        self.returns = torch.zeros_like(value_preds)
+
+    def compute_returns(self, next_value, use_gae, gamma, gae_lambda, use_proper_time_limits=True):
+        if use_proper_time_limits:
+            if use_gae:
+                self.value_preds[-1] = next_value
+                gae = 0
+                for step in reversed(range(self.rewards.size(0))):
+                    delta = self.rewards[step] + gamma * self.value_preds[
+                        step + 1] * self.masks[step +
+                                               1] - self.value_preds[step]
+                    gae = delta + gamma * gae_lambda * self.masks[step +
+                                                                  1] * gae
+                    gae = gae * self.bad_masks[step + 1]
+                    self.returns[step] = gae + self.value_preds[step]
+            else:
+                self.returns[-1] = next_value
+                for step in reversed(range(self.rewards.size(0))):
+                    self.returns[step] = (self.returns[step + 1] * \\
+                        gamma * self.masks[step + 1] + self.rewards[step]) * self.bad_masks[step + 1] \\
+                        + (1 - self.bad_masks[step + 1]) * self.value_preds[step]
+        else:
+            if use_gae:
+                self.value_preds[-1] = next_value
+                gae = 0
+                for step in reversed(range(self.rewards.size(0))):
+                    delta = self.rewards[step] + gamma * self.value_preds[
+                        step + 1] * self.masks[step +
+                                               1] - self.value_preds[step]
+                    gae = delta + gamma * gae_lambda * self.masks[step +
+                                                                  1] * gae
+                    self.returns[step] = gae + self.value_preds[step]
+            else:
+                self.returns[-1] = next_value
+                for step in reversed(range(self.rewards.size(0))):
+                    self.returns[step] = self.returns[step + 1] * \\
+                        gamma * self.masks[step + 1] + self.rewards[step]
+
+
+storage = RolloutStorage(rewards, value_preds, masks, bad_masks)
+storage.compute_returns(next_value, use_gae, 0.99, 0.95, proper)
+"""
+
+
+def test_ikostrikov_storage_sites():
+    _, sites = rewrite(IKOSTRIKOV)
+    got = [(s.action, s.exactness) for s in sites]
+    # GAE with time-limit masks (two chained updates), returns through memory (twice), plain GAE
+    assert got == [(REWRITTEN, REASSOCIATED), (REWRITTEN, REASSOCIATED), (REWRITTEN, EXACT),
+                   (REWRITTEN, REASSOCIATED)], [s.describe() for s in sites]
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16),
+       use_gae=st.booleans(), proper=st.booleans())
+def test_ikostrikov_storage(T, N, dtype, seed, use_gae, proper):
+    env = dict(
+        rewards=tensor(seed, (T, N, 1), dtype),
+        value_preds=tensor(seed + 1, (T + 1, N, 1), dtype),
+        masks=1.0 - tensor(seed + 2, (T + 1, N, 1), dtype, "dones"),
+        bad_masks=1.0 - tensor(seed + 3, (T + 1, N, 1), dtype, "dones"),
+        next_value=tensor(seed + 4, (N, 1), dtype),
+        use_gae=use_gae,
+        proper=proper,
+    )
+    ns1, ns2 = run_both(IKOSTRIKOV, env, exactness=None, vectorized=T >= 2)
+    same_namespaces(ns1, ns2, exact=use_gae and not proper)
+
+
 # ------------------------------------------------------------------ the guard's else branch
 
 def _rewritten_forbidding_op(src: str) -> str:
@@ -615,6 +693,16 @@ def test_guard_falls_back_to_the_loop(src, env):
         err2 = type(exc)
     assert err1 == err2
     same_namespaces(ns1, ns2)
+
+
+def test_guard_wants_a_0d_coefficient_of_the_common_dtype():
+    r32 = torch.zeros(8)
+    ok = vectorized_mod.recurrence_ok
+    assert ok(8, seqs=((r32, 0),), scalars=(torch.tensor(0.9),))
+    assert not ok(8, seqs=((r32, 0),), scalars=(torch.tensor(0.9, dtype=torch.float64),))
+    assert not ok(8, seqs=((r32, 0),), scalars=(torch.tensor([0.9, 0.8]),))
+    assert not ok(8, seqs=((r32, 0),), scalars=(np.float32(0.9),))
+    assert ok(8, seqs=((r32.numpy(), 0),), scalars=(np.float32(0.9),))
 
 
 ALIAS = """\
@@ -720,11 +808,17 @@ def f(r, T):
     return s
 """, "appears non-affinely"),
     ("""\
-def f(returns, rewards, masks, gamma):
+def f(returns, rewards, gamma):
     for step in reversed(range(rewards.size(0))):
-        returns[step] = returns[step + 1] * gamma * masks[step + 1] + rewards[step]
+        returns[step] = rewards[step] + gamma * returns[step + 1] + gamma * gamma * returns[step + 2]
     return returns
 """, "recurrence through memory"),
+    ("""\
+def f(returns, rewards, gamma):
+    for step in reversed(range(rewards.size(0))):
+        returns[step] = returns[step + 1] * returns[step + 1] + rewards[step]
+    return returns
+""", "appears non-affinely"),
     ("""\
 def f(rewards, gamma):
     R = 0.0

@@ -46,6 +46,10 @@ def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
 
+def _one_line(node: cst.CSTNode) -> str:
+    return " ".join(_code(node).replace("\\\n", " ").split())
+
+
 def _norm(node: cst.CSTNode) -> str:
     text = re.sub(r"\s+", "", _code(node))
     while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
@@ -151,6 +155,31 @@ def _bound_names(node: cst.CSTNode) -> Set[str]:
 
     node.visit(V())
     return found
+
+
+def _paren(e: cst.BaseExpression) -> cst.BaseExpression:
+    return e.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _subst(node: cst.BaseExpression, match, repl: cst.BaseExpression) -> cst.BaseExpression:
+    """``node`` with every sub-expression for which ``match(expr)`` holds replaced by ``repl``
+    (attribute and keyword names are never touched)."""
+
+    class T(cst.CSTTransformer):
+        def on_leave(self, original, updated):
+            if isinstance(original, cst.BaseExpression) and match(original):
+                return repl
+            return updated
+
+        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+            if match(original):
+                return repl
+            return updated.with_changes(attr=original.attr)
+
+        def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+            return updated.with_changes(keyword=original.keyword)
+
+    return node.visit(T())  # type: ignore[return-value]
 
 
 def _stmts(block: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
@@ -483,13 +512,79 @@ class Planner:
         for name, cont in h.elements:
             if _norm(cont) in self.written:
                 raise Skip(f"writes `{_code(cont)}`, which it iterates over")
+        self.memo: Dict[str, cst.BaseExpression] = {}  # carried value kept in out[t+1]: its name -> out
+        self.memo_src: Dict[str, str] = {}
+        self.memory_recurrences()
         # every expression in the body, both cases: allowed grammar only
         for it in self._all_items(self.items):
             for expr in self._exprs(it):
                 self.check(expr)
-        self.middle = _flatten(self.items, True)
+        self.middle = self.merge_chained(_flatten(self.items, True))
         self.has_split = any(it.kind == "split" for it in self.items)
         self.dataflow()
+
+    def memory_recurrences(self) -> None:
+        """``out[t] = f(out[t + 1])``: the value carried through ``out`` becomes a named carried
+        value (``out[t + 1]`` is what the previous step stored)."""
+        top = [it for it in self.items if it.kind == "assign"]
+        everything = self._all_items(self.items)
+        for it in top:
+            if it.var is not None or len(it.outs) != 1:
+                continue
+            X = _norm(it.outs[0])
+            refs: List[Tuple[Item, int]] = []
+            for other in everything:
+                for e in self._exprs(other):
+                    refs.extend((other, k) for k in self._reads_of(e, X))
+            if not refs or any(o is not it or k != 1 for o, k in refs):
+                continue  # no read, or reads the check below reports
+            writers = [o for o in everything if any(_norm(x) == X for x in o.outs)]
+            if writers != [it]:
+                continue
+            name = self.fresh(f"{X.split('.')[-1]}_next")
+            self.memo_src[name] = _one_line(it.node)  # type: ignore[arg-type]
+            it.value = _subst(it.value, lambda e: self._is_ref(e, X, 1), cst.Name(name))  # type: ignore[arg-type]
+            it.var = name
+            self.memo[name] = it.outs[0]
+            self.body_assigned.add(name)
+
+    def _is_ref(self, e: cst.CSTNode, X: str, k: int) -> bool:
+        return isinstance(e, cst.Subscript) and _pure_container(e.value) and _norm(e.value) == X \
+            and self.parser.ref_offset(e) == k
+
+    def _reads_of(self, e: cst.CSTNode, X: str) -> List[int]:
+        """Offsets k of every read of ``X[...]`` under ``e`` (-1: not a per-step read)."""
+        found: List[int] = []
+
+        class V(cst.CSTVisitor):
+            def visit_Subscript(inner, n: cst.Subscript) -> None:  # noqa: N805
+                if _pure_container(n.value) and _norm(n.value) == X:
+                    k = self.parser.ref_offset(n)
+                    found.append(-1 if k is None else k)
+
+        e.visit(V())
+        return found
+
+    def merge_chained(self, middle: List[Item]) -> List[Item]:
+        """``s = f(s); s = g(s)`` in one step is the update ``s = g(f(s))`` (affine if both are)."""
+        out: List[Item] = []
+        for it in middle:
+            prev = next((p for p in reversed(out) if p.kind == "assign" and p.var == it.var), None) \
+                if it.kind == "assign" and it.var is not None else None
+            if prev is None:
+                out.append(it)
+                continue
+            s = it.var
+            between = out[out.index(prev) + 1:]
+            if s not in _names_read(it.value) or prev.outs or any(  # type: ignore[arg-type]
+                    s in _names_read(b.value if b.value is not None else b.cond) for b in between):  # type: ignore[arg-type]
+                raise Skip(f"`{s}` is assigned twice in one step")
+            value = _subst(it.value, lambda e: isinstance(e, cst.Name) and e.value == s,  # type: ignore[arg-type]
+                           _paren(prev.value))  # type: ignore[arg-type]
+            # nothing in between reads s, so the merged update can sit where the last one was
+            out.remove(prev)
+            out.append(Item("assign", node=it.node, var=s, outs=it.outs, value=value))
+        return out
 
     def _all_items(self, items: List[Item]) -> List[Item]:
         out: List[Item] = []
@@ -841,6 +936,8 @@ class Planner:
                     bname = self.fresh(f"{s}_b")
                     mid.append(f"{bname} = {b}")
                     b = bname
+                if s in self.memo:  # the value the previous step stored, read back as the loop does
+                    mid.append(f"{s} = {_code(self.memo[s]).strip()}[{T} - 1]")
                 init = f"{helpers}.as_row({s}, {b})"
                 if rec.reset is not None:
                     cond = rec.reset.cond
@@ -855,7 +952,8 @@ class Planner:
                                f"{rec.a}, {b}, {mask}, {rec.reset.const}, init={init}, return_last=True)")
                 else:
                     mid.append(f"{seq}, {last} = {op}({rec.a}, {b}, init={init}, return_last=True)")
-                mid.append(f"{s} = {helpers}.restore({last}, {s})")
+                if s not in self.memo:
+                    mid.append(f"{s} = {helpers}.restore({last}, {s})")
                 env[s] = seq
                 self.step_names.add(seq)
                 done_vars.add(s)
@@ -923,7 +1021,8 @@ class Planner:
         if ex is not None:
             a, b, coef = ex
             exact = True
-            pattern = f"`{s} = {_code(it.value).strip()}`"
+            pattern = f"`{self.memo_src[s]}`, carried through memory," if s in self.memo_src else \
+                f"`{s} = {_one_line(it.value)}`"
         else:
             a_, b_ = self.affine(it.value, s, env)
             if a_ is None:  # pragma: no cover - s is read in its update
@@ -935,7 +1034,9 @@ class Planner:
                            "(reassociation is off: [vectorize.recurrence] reassociate = false)")
             a, b, coef = a_, b_, None
             exact = False
-            pattern = f"`{s} = {_code(it.value).strip()}` (coefficients regrouped)"
+            pattern = f"`{self.memo_src[s]}`, carried through memory," if s in self.memo_src else \
+                f"`{s} = {_one_line(it.value)}`"
+            pattern += " (coefficients regrouped)"
         if not self._has_step(b):
             raise Skip(f"the update of `{s}` adds no per-step input")
         a_per_step = self._has_step(a)
@@ -1004,8 +1105,12 @@ class Planner:
                 outs.append(_code(o).strip())
             if it.container is not None:
                 lists.append(_code(it.container).strip())
+        memo = [_code(x).strip() for x in self.memo.values()]
+        outs = [o for o in outs if o not in memo]
         if outs:
             args.append(f"outs=({', '.join(dict.fromkeys(outs))},)")
+        if memo:
+            args.append(f"memo=({', '.join(memo)},)")
         if lists:
             args.append(f"lists=({', '.join(dict.fromkeys(lists))},)")
         if h.sliced:
@@ -1236,9 +1341,20 @@ class VectorizeRecurrence(Transform):
         ),
         Example(
             code=(
+                "def returns_of(returns, rewards, masks, gamma):\n"
+                "    for step in reversed(range(rewards.size(0))):\n"
+                "        returns[step] = returns[step + 1] * gamma * masks[step + 1] + rewards[step]\n"
+                "    return returns\n"
+            ),
+            rewritten=True,
+            note="ikostrikov storage: carried through returns[step + 1]; the mask is regrouped into the "
+                 "coefficient (reassociated)",
+        ),
+        Example(
+            code=(
                 "def f(out, r, T, gamma):\n"
-                "    for t in reversed(range(T - 1)):\n"
-                "        out[t] = r[t] + gamma * out[t + 1]\n"
+                "    for t in reversed(range(T - 2)):\n"
+                "        out[t] = r[t] + gamma * out[t + 2]\n"
                 "    return out\n"
             ),
             rewritten=False,
