@@ -31,6 +31,10 @@ def _excepthook(exc_type, exc, tb) -> None:
     original file lives), without the launcher's own frames."""
     import traceback
 
+    if issubclass(exc_type, KeyboardInterrupt):
+        # The usual way a run ends under the watcher (a newer change): one line, no traceback.
+        print("scalebox: run interrupted (KeyboardInterrupt)", file=sys.stderr)
+        return
     here = os.path.dirname(os.path.abspath(__file__))
     first = tb
     while tb is not None and (

@@ -300,6 +300,10 @@ def _watch(directory: str, script: Optional[str], debounce: float, polling: bool
         watcher.start()
         watcher.run_forever()
     except KeyboardInterrupt:
+        pass
+    finally:
+        # Stopping the run takes up to two grace periods; a second Ctrl-C must not orphan it.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         watcher.close()
     click.echo(watcher.summary())
 

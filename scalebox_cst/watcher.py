@@ -29,6 +29,8 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in _IGNORED_EVENTS:
             return
+        if event.is_directory and event.event_type == "modified":
+            return  # a folder's entries changed: the files' own events say which
         paths = [event.src_path]
         if event.event_type == "moved":
             paths = [getattr(event, "dest_path", "")]  # the source of a move no longer has content
@@ -67,6 +69,8 @@ class Watcher:
         self.execution = None
         self.branches: List[str] = []
         self.blocked = 0
+        self.started_once = False
+        self._last_blocked: List[str] = []
         self._stop = threading.Event()
         self._observer = None
 
@@ -76,11 +80,12 @@ class Watcher:
             rel = self.project.relpath(path)
         except ValueError:
             return False
-        if rel.startswith(".."):
+        if rel.startswith("..") or rel == ".":
             return False
         if is_directory:
-            # A folder moved in or out: its files may have changed.
-            return not self.project.config.excludes_dir(rel)
+            # A folder moved, created or deleted: its files may have changed.
+            parts = rel.split("/")
+            return not any(self.project.config.excludes_dir("/".join(parts[: i + 1])) for i in range(len(parts)))
         return self.project.config.includes(rel)
 
     def notify(self, path: str, is_directory: bool = False) -> None:
@@ -104,12 +109,15 @@ class Watcher:
     def handle_change(self, force: bool = False) -> ChangeResult:
         result = self.project.commit_change(block_on_bad_input=True, force=force, message="save")
         if result.blocked:
-            self.blocked += 1
-            for line in result.blocked:
-                self.echo(line)
-            if self.execution is not None:
-                self.echo("scalebox: previous run keeps going")
+            if result.blocked != self._last_blocked:  # say it once per distinct error
+                self.blocked += 1
+                for line in result.blocked:
+                    self.echo(line)
+                if self.execution is not None:
+                    self.echo("scalebox: previous run keeps going")
+            self._last_blocked = result.blocked
             return result
+        self._last_blocked = []
         for f in result.report.files:
             if f.status == "error":
                 self.echo(f.error or f"{f.path}: error")
@@ -117,7 +125,7 @@ class Watcher:
             self.branches.append(result.branch)
             self.echo(f"scalebox: {result.branch} {result.report.commit[:10]}: {result.report.summary()}")
             self.start_run(result.branch, result.report.commit)
-        elif self.execution is None and self.script:
+        elif self.execution is None and self.script and not self.started_once:
             self.start_run(result.branch, result.report.commit)
         return result
 
@@ -128,6 +136,7 @@ class Watcher:
         from scalebox_cst.runtime.executor import Execution
 
         self.echo(f"scalebox: running {self.script} from {branch}")
+        self.started_once = True
         self.execution = Execution(
             self.project.store.path,
             self.project.root,
@@ -155,18 +164,24 @@ class Watcher:
         self._observer = observer
         return self
 
+    def reap_run(self) -> None:
+        """Finish the record of a run that ended by itself (the next save starts a new one)."""
+        if self.execution is not None and self.execution.poll() is not None:
+            record = self.execution.wait()
+            self.echo(f"scalebox: {record.branch} {record.status} after {record.wall_time:.1f}s")
+            self.execution = None
+
     def process_pending(self, timeout: float = 0.5) -> Optional[ChangeResult]:
+        self.reap_run()
         batch = self._next_batch(timeout)
         if not batch:
             return None
         return self.handle_change()
 
     def run_forever(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self.process_pending(timeout=0.5)
-        finally:
-            self.close()
+        """Process batches until :meth:`stop`; the caller closes (Ctrl-C propagates to it)."""
+        while not self._stop.is_set():
+            self.process_pending(timeout=0.5)
 
     def stop(self) -> None:
         self._stop.set()

@@ -144,3 +144,25 @@ def test_run_is_restarted_from_each_new_branch(project):
         watcher.close()
     record = watcher.project.runs_dir
     assert os.path.exists(os.path.join(record, "run", "0001", "record.json"))
+
+
+def test_engine_state_writes_do_not_retrigger(started):
+    """Runs and the store write under .scalebox/: that must never cause another batch."""
+    watcher, messages, project = started
+    runs = project / ".scalebox" / "runs" / "run" / "0009"
+    runs.mkdir(parents=True)
+    (runs / "log.txt").write_text("x\n")
+    (runs / "sub.py").write_text("X = 1\n")
+    watcher.process_pending(timeout=0.5)
+    assert watcher.events.empty()
+
+
+def test_a_lasting_syntax_error_is_reported_once(started):
+    watcher, messages, project = started
+    (project / "train.py").write_text("def broken(:\n")
+    assert wait_for(lambda: any("SyntaxError" in m for m in messages), watcher)
+    (project / "helpers.py").write_text("X = 3\n")  # another save while train.py is still broken
+    watcher.process_pending(timeout=0.5)
+    watcher.process_pending(timeout=0.5)
+    assert sum("SyntaxError" in m for m in messages) == 1
+    assert branches(watcher) == ["run/0001"]
