@@ -9,12 +9,14 @@ from typing import Dict, List, Type
 
 from .base import Example, FileContext, Transform
 from .grad_clip import GradClip
+from .device import DEVICE_TRANSFORMS
 from .vectorize_recurrence import VectorizeRecurrence
 
 #: every transform class, in pipeline order
 REGISTRY: List[Type[Transform]] = [
     VectorizeRecurrence,
     GradClip,
+    *DEVICE_TRANSFORMS,
 ]
 
 

@@ -1,0 +1,558 @@
+"""Device transforms on the patterns found in real RL code, and the look-alikes they must leave alone.
+
+Matching is by meaning: qualified names through the imports, argument positions, device values
+followed back through variables, attributes and argparse options. Strings outside device
+positions, user functions named like torch's, and names that merely share a spelling stay as they
+are, byte for byte.
+"""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import CHANGES_SEMANTICS, EXACT, REWRITTEN, SKIPPED, WARNING
+
+NPU = "from scalebox_cst.runtime.npu import torch_npu\n"
+HELPERS = "from scalebox_cst.runtime import npu as scalebox_npu\n"
+
+
+def rw(src, backend="npu", transforms=("device.*",), **options):
+    cfg = Config(transforms=list(transforms))
+    for key, value in options.items():
+        cfg.set_option("device", key, value)
+    result = Pipeline(cfg, backend=backend).rewrite("t.py", textwrap.dedent(src).encode())
+    assert result.report.error is None, result.report.error
+    return result.output.decode(), result.report.sites
+
+
+def unchanged(src, **kw):
+    out, sites = rw(src, **kw)
+    assert out == textwrap.dedent(src)
+    return sites
+
+
+# ------------------------------------------------------------------ leave alone
+
+
+def test_cuda_in_strings_outside_device_positions_stays():
+    src = """\
+    import torch
+    print("cuda")
+    log = f"running on cuda:{0}"
+    msg = "cuda" if torch.backends.mps.is_available() else "cpu"
+    print("training on %s" % "cuda")
+    """
+    assert unchanged(src) == []
+
+
+def test_user_function_named_cuda_stays():
+    src = """\
+    def cuda():
+        return "cuda"
+
+    x = cuda()
+    """
+    assert unchanged(src) == []
+
+
+def test_a_device_variable_used_only_for_logging_stays():
+    src = """\
+    import torch
+    device = "cuda"
+    print(f"device: {device}")
+    x = torch.zeros(3)
+    """
+    unchanged(src)
+
+
+def test_same_name_in_another_function_is_another_variable():
+    out, _ = rw(
+        """\
+        import torch
+
+        def make():
+            device = "cuda"
+            return torch.zeros(2, device=device)
+
+        def describe():
+            device = "cuda"
+            return "model runs on " + device
+        """
+    )
+    assert out.count('device = "npu"') == 1
+    assert 'device = "cuda"\n    return "model runs on "' in out
+
+
+def test_global_device_read_inside_a_function_is_followed():
+    out, _ = rw(
+        """\
+        import torch
+        DEVICE = "cuda:0"
+
+        def make():
+            return torch.zeros(2, device=DEVICE)
+        """
+    )
+    assert 'DEVICE = "npu:0"' in out
+
+
+def test_user_class_with_a_cuda_method_is_skipped():
+    src = """\
+    import torch
+
+    class ReplayBuffer:
+        def cuda(self):
+            return self
+
+    buf = ReplayBuffer().cuda()
+    """
+    sites = unchanged(src, transforms=("device.placement",))
+    assert [s.action for s in sites] == [SKIPPED]
+    assert "defines its own `cuda`" in sites[0].reason
+
+
+def test_torch_device_cpu_and_to_cpu_stay():
+    unchanged('import torch\nx = torch.zeros(2, device="cpu").to("cpu")\nd = torch.device("cpu")\n')
+
+
+def test_nccl_only_in_init_process_group():
+    out, sites = rw(
+        """\
+        import torch.distributed as dist
+        backend = "nccl"
+        dist.init_process_group(backend=backend)
+        print("using nccl")
+        other = "nccl"
+        """
+    )
+    assert 'backend = "hccl"' in out and 'print("using nccl")' in out and 'other = "nccl"' in out
+
+
+def test_isinstance_of_gelu_class_is_left_and_reported():
+    out, sites = rw("import torch.nn as nn\nflag = isinstance(m, nn.GELU)\n", transforms=("device.fused_op",))
+    assert out == "import torch.nn as nn\nflag = isinstance(m, nn.GELU)\n"
+    assert sites[0].action == SKIPPED
+
+
+@pytest.mark.parametrize(
+    "src, why",
+    [
+        ("import torch.nn.functional as F\ny = F.gelu(h, approximate='tanh')\n", "nothing to fix"),
+        ("import torch.nn as nn\nact = nn.GELU(approximate='tanh')\n", "nothing to fix"),
+        ("import torch.nn.functional as F\ny = F.rms_norm(h, (8,))\n", "needs one"),
+        ("import torch.nn.functional as F\ny = F.rms_norm(h, (8,), None, 1e-6)\n", "needs one"),
+        ("import torch.nn as nn\nn1 = nn.RMSNorm(8, elementwise_affine=False)\n", "needs a weight"),
+    ],
+)
+def test_fused_op_skips(src, why):
+    sites = unchanged(src, transforms=("device.fused_op",))
+    assert any(s.action == SKIPPED and why in s.reason for s in sites)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "a, b = x.chunk(2, dim=0)\ny = F.silu(a) * b\n",  # not the last dimension
+        "a, b = x.chunk(3, dim=-1)[:2]\ny = F.silu(a) * b\n",  # not a 2-way chunk
+        "a, b = x.chunk(2, dim=-1)\nx = x * 2\ny = F.silu(a) * b\n",  # x rebound in between
+        "a, b = x.chunk(2, dim=-1)\nfor i in range(2):\n    y = F.silu(a) * b\n    a = y\n",  # a rebound in the loop
+        "a, b = x.chunk(2, dim=-1)\ny = F.silu(b) * a\n",  # the other gate
+        "a, b = x.chunk(2, dim=-1)\ny = F.silu(a, inplace=True) * b\n",
+        "a, b = x.chunk(2, dim=-1)\ny = F.silu(a) + b\n",
+    ],
+)
+def test_swiglu_look_alikes_stay(body):
+    unchanged("import torch.nn.functional as F\n" + body, transforms=("device.fused_op",))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "a, b = torch.chunk(x, 2, dim=-1)\ny = b * F.silu(a)\n",
+        "a, b = x.chunk(2, -1)\nz = 1\ny = F.silu(a) * b\nx = y\n",
+        "a, b = x.chunk(2, dim=-1)\nx = F.silu(a) * b\n",  # rebinding x by the product itself
+    ],
+)
+def test_swiglu_forms_rewritten(body):
+    out, sites = rw("import torch\nimport torch.nn.functional as F\n" + body, transforms=("device.fused_op",))
+    assert "scalebox_npu.swiglu(x, a, b)" in out
+    assert [s.action for s in sites] == [REWRITTEN]
+
+
+def test_optimizer_choices_of_the_user_are_kept():
+    for src in (
+        "import torch\nopt = torch.optim.Adam(p, lr=1e-3, foreach=False)\n",
+        "import torch\nopt = torch.optim.AdamW(p, fused=False)\n",
+        "import torch\nopt = torch.optim.SGD(p, **kw)\n",
+        "import torch\nopt = torch.optim.Adam(p, differentiable=True)\n",
+    ):
+        sites = unchanged(src, backend="cuda", transforms=("device.optimizer",))
+        assert [s.action for s in sites] == [SKIPPED]
+
+
+def test_cudnn_flag_with_a_computed_value_is_kept_and_warned():
+    src = "import torch\ntorch.backends.cudnn.benchmark = should_benchmark()\n"
+    sites = unchanged(src, transforms=("device.placement",))
+    assert [s.action for s in sites] == [WARNING]
+
+
+# ------------------------------------------------------------------ by meaning
+
+
+def test_aliased_torch_and_from_imports():
+    out, _ = rw(
+        """\
+        import torch as th
+        from torch import cuda
+        from torch.cuda import manual_seed_all as seed_all
+        ok = th.cuda.is_available() and cuda.device_count() > 0
+        seed_all(1)
+        """
+    )
+    assert "ok = th.npu.is_available() and th.npu.device_count() > 0" in out
+    assert "th.npu.manual_seed_all(1)" in out
+    assert out.startswith(NPU)
+
+
+def test_from_import_without_a_torch_module_name_adds_import_torch():
+    out, _ = rw("from torch.cuda import is_available\nok = is_available()\n")
+    assert out == f"{NPU}import torch\nfrom torch.cuda import is_available\nok = torch.npu.is_available()\n"
+
+
+def test_torch_name_taken_by_something_else():
+    out, _ = rw("from torch.cuda import is_available\ntorch = 3\nok = is_available()\n")
+    assert "import torch as torch_2\n" in out and "ok = torch_2.npu.is_available()" in out
+
+
+def test_cleanrl_style_device_line():
+    out, sites = rw(
+        """\
+        import torch
+        device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+        """
+    )
+    assert 'torch.device("npu" if torch.npu.is_available() and args.cuda else "cpu")' in out
+    assert all(s.exactness == EXACT for s in sites if s.action == REWRITTEN)
+
+
+def test_sb3_style_device_parameter_and_attribute():
+    out, _ = rw(
+        """\
+        import torch
+
+        class Agent:
+            def __init__(self, net, device="cuda"):
+                self.device = device
+                self.net = net.to(self.device)
+
+            def act(self, obs):
+                x = torch.as_tensor(obs, device=self.device)
+                if self.device == "cuda":
+                    torch.cuda.synchronize()
+                return self.net(x)
+
+            def describe(self, device="cuda"):
+                return f"agent for {device}"
+        """
+    )
+    assert 'def __init__(self, net, device="npu"):' in out
+    assert 'if self.device == "npu":' in out
+    assert "torch.npu.synchronize()" in out
+    assert 'def describe(self, device="cuda"):' in out
+
+
+def test_ddp_style_fstring_and_format_and_concat():
+    out, _ = rw(
+        """\
+        import torch
+        a = torch.device(f"cuda:{local_rank}")
+        b = torch.zeros(1, device="cuda:{}".format(rank))
+        c = x.to("cuda:" + str(rank))
+        """
+    )
+    assert 'f"npu:{local_rank}"' in out and '"npu:{}".format(rank)' in out and '"npu:" + str(rank)' in out
+
+
+def test_map_location_lambda_uses_the_method_rewrite():
+    out, _ = rw('import torch\nsd = torch.load(p, map_location=lambda s, loc: s.cuda())\n')
+    assert "s.npu()" in out
+
+
+def test_device_type_comparison_variants():
+    out, _ = rw(
+        """\
+        import torch
+        a = x.device.type == 'cuda'
+        b = device.type != "cuda"
+        c = x.device.type in ("cuda", "mps")
+        """
+    )
+    assert "x.device.type == 'npu'" in out and 'device.type != "npu"' in out and '("npu", "mps")' in out
+
+
+def test_cudnn_flags_in_blocks_and_one_line_suites():
+    out, sites = rw(
+        """\
+        import torch
+        from torch.backends import cudnn
+
+        def setup(seed):
+            cudnn.deterministic = True
+
+        if fast: cudnn.benchmark = True
+        x = 1; torch.backends.cudnn.enabled = True; y = 2
+        """,
+        transforms=("device.placement",),
+    )
+    assert "def setup(seed):\n    pass\n" in out
+    assert "if fast: pass\n" in out
+    assert "x = 1; y = 2\n" in out
+    assert sum(s.action == REWRITTEN for s in sites) == 3
+    compile(out, "t.py", "exec")
+
+
+def test_autocast_forms():
+    out, _ = rw(
+        """\
+        import torch
+        from torch.cuda.amp import autocast, GradScaler
+        scaler = GradScaler()
+        with autocast():
+            y = f(x)
+        with torch.cuda.amp.autocast(True, torch.bfloat16):
+            y = f(x)
+        @torch.cuda.amp.autocast()
+        def fwd(x):
+            return x
+        """,
+        transforms=("device.autocast",),
+    )
+    assert "scaler = torch.npu.amp.GradScaler()" in out
+    assert 'with torch.autocast("npu"):' in out
+    assert 'with torch.autocast("npu", enabled=True, dtype=torch.bfloat16):' in out
+    assert '@torch.autocast("npu")' in out
+
+
+def test_not_migratable_sites_carry_their_kind_in_the_json_report():
+    src = """\
+    import torch
+    import cupy as cp
+    import triton
+    from torch.utils.cpp_extension import load
+
+    ext = load("k", ["k.cu"])
+    g = torch.cuda.CUDAGraph()
+    torch.cuda.nvtx.range_push("step")
+    cap = torch.cuda.get_device_capability()
+
+    @triton.jit
+    def kernel(x_ptr):
+        pass
+    """
+    out, sites = rw(src)
+    assert out == textwrap.dedent(src)
+    kinds = sorted(s.kind for s in sites)
+    assert kinds == sorted(
+        [
+            "not-migratable:cupy",
+            "not-migratable:cuda-extension",
+            "not-migratable:cuda-graphs",
+            "not-migratable:nvtx",
+            "not-migratable:torch.cuda",
+            "not-migratable:triton",
+        ]
+    )
+    assert all(s.action == WARNING for s in sites)
+    assert all(json.loads(json.dumps(s.to_json()))["kind"] == s.kind for s in sites)
+
+
+def test_migrated_torch_cuda_calls_are_not_reported_as_not_migratable():
+    out, sites = rw("import torch\nok = torch.cuda.is_available()\n", transforms=("device.unsupported",))
+    assert sites == []
+
+
+def test_precision_report_and_opt_in_rewrite():
+    src = """\
+    import numpy as np
+    import torch
+    x = torch.tensor(data, dtype=torch.float64)
+    y = x.double()
+    z = torch.from_numpy(arr.astype(np.float64))
+    w = np.float64(3.0)
+    """
+    out, sites = rw(src, transforms=("device.precision",))
+    assert out == textwrap.dedent(src)
+    assert [s.line for s in sites] == [3, 4, 5]
+    assert all(s.action == WARNING and s.kind == "not-migratable:float64" for s in sites)
+    out, sites = rw(src, transforms=("device.precision",), allow_precision_change=True)
+    assert "dtype=torch.float32" in out and "y = x.float()" in out and "astype(np.float32)" in out
+    assert "w = np.float64(3.0)" in out  # not flowing into torch
+    assert all(s.exactness == CHANGES_SEMANTICS for s in sites)
+
+
+def test_precision_leaves_cuda_and_cpu_backends_alone():
+    for backend in ("cpu", "cuda"):
+        unchanged("import torch\nx = torch.zeros(2, dtype=torch.float64)\n", backend=backend)
+
+
+def test_tf32_only_on_request():
+    src = '"""doc"""\nimport torch\nimport numpy as np\nx = 1\n'
+    unchanged(src, backend="cuda")
+    out, sites = rw(src, backend="cuda", allow_tf32=True)
+    assert out == '"""doc"""\nimport torch\nimport numpy as np\ntorch.set_float32_matmul_precision("high")\nx = 1\n'
+    assert sites[0].exactness == CHANGES_SEMANTICS and sites[0].line == 3
+
+
+def test_backend_cuda_optimizers_and_clipping():
+    out, sites = rw(
+        """\
+        import torch
+        from torch.nn.utils import clip_grad_norm_
+        q_optimizer = torch.optim.Adam(
+            list(qf1.parameters()) + list(qf2.parameters()),
+            lr=args.q_lr,
+        )
+        actor_optimizer = torch.optim.SGD(actor.parameters(), lr=0.1)
+        clip_grad_norm_(actor.parameters(), 0.5)
+        """,
+        backend="cuda",
+    )
+    assert "    lr=args.q_lr,\n    fused=True,\n)" in out
+    assert "torch.optim.SGD(actor.parameters(), lr=0.1, fused=True)" in out
+    assert "clip_grad_norm_(actor.parameters(), 0.5, foreach=True)" in out
+    assert "torch_npu" not in out
+
+
+def test_backend_cpu_only_exact_foreach():
+    out, sites = rw(
+        "import torch\na = torch.optim.Adam(p)\nb = torch.optim.SGD(p, lr=0.1)\ntorch.nn.utils.clip_grad_norm_(p, 1.0)\n",
+        backend="cpu",
+    )
+    assert out == "import torch\na = torch.optim.Adam(p, foreach=True)\nb = torch.optim.SGD(p, lr=0.1)\ntorch.nn.utils.clip_grad_norm_(p, 1.0)\n"
+    assert [s.exactness for s in sites] == [EXACT]
+
+
+def test_cpu_backend_leaves_cuda_code_alone():
+    unchanged('import torch\nx = torch.zeros(2, device="cuda").cuda()\nok = torch.cuda.is_available()\n', backend="cpu")
+
+
+def test_grad_clip_helper_gets_foreach():
+    src = (
+        "from scalebox_cst.runtime.clip import clip_grad_norm as _scalebox_clip_grad_norm\n"
+        "_scalebox_clip_grad_norm(optimizer, max_norm=0.5)\n"
+    )
+    out, _ = rw(src, backend="npu", transforms=("device.optimizer",))
+    assert "_scalebox_clip_grad_norm(optimizer, max_norm=0.5, foreach=True)" in out
+
+
+def test_npu_fused_optimizer_conditions():
+    base = "import torch\nopt = torch.optim.Adam(model.parameters(), lr=1e-3)\n"
+    out, _ = rw(base + "opt.zero_grad()\n", transforms=("device.optimizer",), npu_fused_optimizer=True)
+    assert "opt = torch_npu.optim.NpuFusedAdam(model.parameters(), lr=1e-3)" in out
+    for extra, why in (
+        ("opt.zero_grad(set_to_none=True)\n", "set_to_none"),
+        ("model.zero_grad()\n", "sets gradients to None"),
+        ("model.to(torch.bfloat16)\n", "bfloat16"),
+    ):
+        out, sites = rw(base + extra, transforms=("device.optimizer",), npu_fused_optimizer=True)
+        assert "NpuFused" not in out
+        assert 'fused=scalebox_npu.fused_ok("adam")' in out  # the plain fused path still applies
+        assert any(s.action == SKIPPED and why in s.reason for s in sites)
+    out, sites = rw("import torch\nopt = torch.optim.Adam(p, lr=1e-3, maximize=True)\n", transforms=("device.optimizer",), npu_fused_optimizer=True)
+    assert "NpuFused" not in out
+
+
+def test_site_lines_point_at_the_original_code():
+    src = """\
+    '''doc'''
+    import torch
+
+    x = torch.zeros(2).cuda()
+    y = torch.cuda.device_count()
+    """
+    out, sites = rw(src)
+    assert sorted((s.line, s.action) for s in sites) == [(4, REWRITTEN), (5, REWRITTEN)]
+
+
+def test_everything_outside_the_sites_is_kept_byte_for_byte():
+    src = (
+        "# -*- coding: utf-8 -*-\n"
+        "import torch  # the framework\n"
+        "\n\n"
+        "x   =   torch.zeros( 2 ).cuda( )   # odd spacing\n"
+        "if True :\n"
+        "\tpass\n"
+    )
+    out, _ = rw(src)
+    first, rest = src.split("\n", 1)
+    assert out == first + "\n" + NPU + rest.replace(".cuda( )", ".npu( )")
+
+
+def test_device_passed_to_the_modules_own_functions_and_classes():
+    out, _ = rw(
+        """\
+        import torch
+
+        def make_buffer(size, device):
+            return torch.zeros(size, device=device)
+
+        class Agent:
+            def __init__(self, obs_dim, device):
+                self.w = torch.zeros(obs_dim, device=device)
+
+        buf = make_buffer(10, "cuda")
+        agent = Agent(4, device="cuda:0")
+        label = make_label(10, "cuda")
+        """
+    )
+    assert 'make_buffer(10, "npu")' in out and 'Agent(4, device="npu:0")' in out
+    assert 'make_label(10, "cuda")' in out  # not a function of this module
+
+
+def test_gelu_references_in_registries_and_defaults():
+    out, _ = rw(
+        """\
+        import torch.nn as nn
+        import torch.nn.functional as F
+        ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
+
+        def mlp(act=F.gelu):
+            return act
+        """,
+        transforms=("device.fused_op",),
+    )
+    assert '{"gelu": scalebox_npu.GELU, "relu": nn.ReLU}' in out and "def mlp(act=scalebox_npu.gelu):" in out
+
+
+def test_set_default_device():
+    out, _ = rw('import torch\ntorch.set_default_device("cuda")\n')
+    assert 'torch.set_default_device("npu")' in out
+
+
+def test_cpu_foreach_rewrite_runs_bitwise_like_the_original():
+    """Differential: exec the original and the cpu-backend rewrite of a training snippet."""
+    src = textwrap.dedent(
+        """\
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, amsgrad=True)
+        for _ in range(20):
+            loss = model(torch.randn(8, 5)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """
+    )
+    out, sites = rw(src, backend="cpu")
+    assert "foreach=True" in out and sites[0].exactness == EXACT
+    a, b = {}, {}
+    exec(compile(src, "orig.py", "exec"), a)
+    exec(compile(out, "new.py", "exec"), b)
+    for p, q in zip(a["model"].parameters(), b["model"].parameters()):
+        assert torch.equal(p, q)
