@@ -65,15 +65,12 @@ class Pipeline:
             return _error(path, data, msg, bad_input=True)
         except ValueError as exc:  # e.g. source contains null bytes
             return _error(path, data, f"{path}:1: {exc}", bad_input=True)
-        try:
-            module = cst.parse_module(text)
-        except cst.ParserSyntaxError as exc:
-            msg = f"{path}:{exc.raw_line}: libcst cannot parse this file: {exc.message}"
-            return _error(path, data, msg, bad_input=True)
-
         sites: List[Site] = []
         line_maps: List[Dict[int, int]] = []  # for each version after the first: new line -> old line
         code = text
+        # The libcst tree is parsed at most once per version, and only when a transform edits:
+        # most transforms decide on the ast that nothing applies.
+        module: Optional[cst.Module] = None
         imports = None  # shared by the transforms that see the same module version
         for transform in self.transforms:
             ctx = FileContext(path, module, self.config, self.backend, code=code, tree=tree, imports=imports)
@@ -81,10 +78,14 @@ class Pipeline:
                 continue
             try:
                 new_module, found = transform.rewrite(ctx)
-                new_module = ctx.finish(new_module)
-                new_code = code if new_module is module else new_module.code
+                module = ctx.__dict__.get("module", module)
+                new_module = ctx.finish(new_module) if new_module is not None else None
+                new_code = code if new_module is None or new_module is module else new_module.code
                 if new_code != code:
                     new_tree = ast.parse(new_code, filename=path)
+            except cst.ParserSyntaxError as exc:
+                msg = f"{path}:{exc.raw_line}: libcst cannot parse this file: {exc.message}"
+                return _error(path, data, msg, bad_input=True)
             except SyntaxError as exc:
                 msg = f"{path}:{exc.lineno or 1}: transform {transform.id} produced invalid code ({exc.msg}); file left unchanged"
                 return _error(path, data, msg)

@@ -45,30 +45,38 @@ class FileContext:
     Analysis is cheapest on Python's ``ast`` (``ctx.tree``: parsed once per module version and
     shared by every transform that sees that version); libcst is for editing. A full libcst
     visit of a 300-line file costs ~15 ms, so a transform with nothing to do should return
-    ``ctx.module`` without visiting it.
+    ``ctx.module`` without touching it: then the file is never parsed by libcst at all.
     """
 
     def __init__(
         self,
         path: str,
-        module: cst.Module,
+        module: Optional[cst.Module],
         config: Config,
         backend: str,
         code: Optional[str] = None,
         tree: Optional[ast.Module] = None,
         imports: Optional[ImportMap] = None,
     ) -> None:
+        if module is None and code is None:
+            raise ValueError("FileContext needs a module or its code")
         self.path = path
-        self.module = module
         self.config = config
         self.backend = backend
         self._pending_imports: List[str] = []
+        if module is not None:
+            self.__dict__["module"] = module
         if code is not None:
             self.__dict__["code"] = code
         if tree is not None:
             self.__dict__["tree"] = tree
         if imports is not None:
             self.__dict__["imports"] = imports
+
+    @functools.cached_property
+    def module(self) -> cst.Module:
+        """The libcst tree, parsed on first use (a transform that only reads ``tree`` never pays)."""
+        return cst.parse_module(self.code)
 
     @functools.cached_property
     def code(self) -> str:
