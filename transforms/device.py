@@ -1229,8 +1229,8 @@ class _DeviceTransform(Transform):
 
     def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
         analyzer = _Analyzer(ctx, self.id, T.entries_for(self.id))
-        if not analyzer.entries:  # nothing in the module can match: no libcst visit at all
-            return ctx.module, []
+        if not analyzer.entries:  # nothing in the module can match: no libcst parse or visit at all
+            return ctx.__dict__.get("module"), []  # None: unchanged (the pipeline parses lazily)
         ctx.module.visit(analyzer)
         if not analyzer.edits and not analyzer.block_drops and not analyzer.module_inserts:
             return ctx.module, analyzer.sites
