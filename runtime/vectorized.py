@@ -11,7 +11,7 @@ guard position: a guard that cannot decide answers False.
 from __future__ import annotations
 
 import operator
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch

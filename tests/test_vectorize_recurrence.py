@@ -906,6 +906,81 @@ def test_rewriting_the_output_again_changes_nothing():
     assert not any(s.action == REWRITTEN for s in sites)
 
 
+NESTED = """\
+import contextlib
+
+
+def loop(rewards, gamma):
+    R = 0.0
+    out = []
+    for r in reversed(rewards):
+        R = r + gamma * R
+        out.insert(0, R)
+    return out
+
+
+class A:
+    def m(self, rewards, gamma, flag, mode):
+        results = []
+        try:
+            R = 0.0
+            out = []
+            for r in reversed(rewards):
+                R = r + gamma * R
+                out.insert(0, R)
+            results.append(out)
+        except ValueError:
+            R = 0.0
+            out = []
+            for r in reversed(rewards):
+                R = r + gamma * R
+                out.insert(0, R)
+            results.append(out)
+        finally:
+            with contextlib.nullcontext():
+                if flag:
+                    pass
+                elif not flag:
+                    R = 0.0
+                    out = []
+                    for r in reversed(rewards):
+                        R = r + gamma * R
+                        out.insert(0, R)
+                    results.append(out)
+        while not results:
+            break
+        else:
+            R = 0.0
+            out = []
+            for r in reversed(rewards):
+                R = r + gamma * R
+                out.insert(0, R)
+            results.append(out)
+        match mode:
+            case 1:
+                R = 0.0
+                out = []
+                for r in reversed(rewards):
+                    R = r + gamma * R
+                    out.insert(0, R)
+                results.append(out)
+        return results
+
+
+res = A().m(rewards, 0.9, False, 1), loop(rewards, 0.9)
+"""
+
+
+def test_loops_in_every_kind_of_block():
+    out, sites = rewrite(NESTED)
+    lines = [(s.line, s.end_line) for s in sites if s.action == REWRITTEN]
+    starts = [i + 1 for i, line in enumerate(NESTED.splitlines()) if line.strip() == "for r in reversed(rewards):"]
+    assert [a for a, _ in lines] == starts and all(b == a + 2 for a, b in lines)
+    ns1, ns2 = run_both(NESTED, dict(rewards=[float(x) for x in range(9)]))
+    same_namespaces(ns1, ns2)
+    assert len(ns1["res"][0]) == 4
+
+
 def test_names_do_not_clash_with_the_users():
     src = "T = 3\nrewards_v = 1\n" + REINFORCE_INSERT
     out = rewritten(src)

@@ -15,6 +15,7 @@ stays verbatim in the else branch.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from typing import Dict, List, Optional, Sequence, Set, Tuple
@@ -42,8 +43,11 @@ class Skip(Exception):
 # --------------------------------------------------------------------------- small helpers
 
 
+_EMPTY = cst.Module(body=[])
+
+
 def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
+    return _EMPTY.code_for_node(node)
 
 
 def _one_line(node: cst.CSTNode) -> str:
@@ -88,23 +92,47 @@ def _head(node: cst.CSTNode) -> Optional[str]:
     return text.split(".")[0] if text else None
 
 
+_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def _kids(n: cst.CSTNode):
+    """Child nodes, read straight from the dataclass fields (``visit`` rebuilds every node it
+    passes and costs ~50x more on the small expressions analysed here)."""
+    names = _FIELDS.get(type(n))
+    if names is None:
+        names = _FIELDS[type(n)] = tuple(f.name for f in dataclasses.fields(n))
+    for name in names:
+        v = getattr(n, name)
+        if isinstance(v, cst.CSTNode):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                if isinstance(x, cst.CSTNode):
+                    yield x
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(_kids(n))
+
+
 def _names_read(node: cst.CSTNode) -> Set[str]:
     """Names read anywhere under ``node`` (attribute names and keyword names excluded)."""
     found: Set[str] = set()
-
-    class V(cst.CSTVisitor):
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)
-            return False
-
-        def visit_Arg(self, n: cst.Arg) -> bool:
-            n.value.visit(self)
-            return False
-
-        def visit_Name(self, n: cst.Name) -> None:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Name):
             found.add(n.value)
-
-    node.visit(V())
+        elif isinstance(n, cst.Attribute):
+            stack.append(n.value)
+        elif isinstance(n, cst.Arg):
+            stack.append(n.value)
+        else:
+            stack.extend(_kids(n))
     return found
 
 
@@ -121,39 +149,15 @@ def _bound_names(node: cst.CSTNode) -> Set[str]:
         elif isinstance(t, cst.StarredElement):
             targets(t.value)
 
-    class V(cst.CSTVisitor):
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+    for n in _walk(node):
+        if isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
             targets(n.target)
-
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            targets(n.target)
-
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            targets(n.target)
-
-        def visit_For(self, n: cst.For) -> None:
-            targets(n.target)
-
-        def visit_CompFor(self, n: cst.CompFor) -> None:
-            targets(n.target)
-
-        def visit_NamedExpr(self, n: cst.NamedExpr) -> None:
-            targets(n.target)
-
-        def visit_AsName(self, n: cst.AsName) -> None:
+        elif isinstance(n, cst.AsName):
             targets(n.name)
-
-        def visit_FunctionDef(self, n: cst.FunctionDef) -> None:
+        elif isinstance(n, (cst.FunctionDef, cst.ClassDef)):
             found.add(n.name.value)
-
-        def visit_ClassDef(self, n: cst.ClassDef) -> None:
-            found.add(n.name.value)
-
-        def visit_ImportAlias(self, n: cst.ImportAlias) -> None:
-            if n.asname is None:
-                found.add(_code(n.name).split(".")[0])
-
-    node.visit(V())
+        elif isinstance(n, cst.ImportAlias) and n.asname is None:
+            found.add(_code(n.name).split(".")[0])
     return found
 
 
@@ -468,7 +472,6 @@ class Planner:
         self.reassociate = reassociate
         self.parser = BodyParser(header)
         self.elements = {name: cont for name, cont in header.elements}
-        self.lines: List[str] = []
         self.seqs: Dict[str, int] = {}  # container code -> max offset read in the middle steps
         self.seq_nodes: Dict[str, cst.BaseExpression] = {}
         self.conds: Dict[str, int] = {}
@@ -555,14 +558,10 @@ class Planner:
     def _reads_of(self, e: cst.CSTNode, X: str) -> List[int]:
         """Offsets k of every read of ``X[...]`` under ``e`` (-1: not a per-step read)."""
         found: List[int] = []
-
-        class V(cst.CSTVisitor):
-            def visit_Subscript(inner, n: cst.Subscript) -> None:  # noqa: N805
-                if _pure_container(n.value) and _norm(n.value) == X:
-                    k = self.parser.ref_offset(n)
-                    found.append(-1 if k is None else k)
-
-        e.visit(V())
+        for n in _walk(e):
+            if isinstance(n, cst.Subscript) and _pure_container(n.value) and _norm(n.value) == X:
+                k = self.parser.ref_offset(n)
+                found.append(-1 if k is None else k)
         return found
 
     def merge_chained(self, middle: List[Item]) -> List[Item]:
@@ -1125,68 +1124,47 @@ class Planner:
 # --------------------------------------------------------------------------- look-alikes to report
 
 
-def _forward_memory(node: cst.For) -> Optional[str]:
+def _forward_memory(node: ast.AST) -> Optional[str]:
     """A forward loop that reads what it wrote the step before (out[i] = f(out[i-1]))."""
-    if not (isinstance(node.target, cst.Name) and _is_call(node.iter, "range")):
+    it, tgt = node.iter, node.target  # type: ignore[attr-defined]
+    if not (isinstance(tgt, ast.Name) and isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+            and it.func.id == "range"):
         return None
-    i = node.target.value
+    i = tgt.id
     written: Set[str] = set()
     reads: List[Tuple[str, str]] = []
-
-    class V(cst.CSTVisitor):
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
-            t = n.target
-            if isinstance(t, cst.Subscript) and _pure_container(t.value) and len(t.slice) == 1 \
-                    and isinstance(t.slice[0].slice, cst.Index) and _norm(t.slice[0].slice.value) == i:
-                written.add(_norm(t.value))
-
-        def visit_Subscript(self, n: cst.Subscript) -> None:
-            if _pure_container(n.value) and len(n.slice) == 1 and isinstance(n.slice[0].slice, cst.Index):
-                idx = _norm(n.slice[0].slice.value)
-                if re.fullmatch(rf"{re.escape(i)}-\d+", idx):
-                    reads.append((_norm(n.value), _code(n).strip()))
-
-    node.body.visit(V())
-    for cont, text in reads:
-        if cont in written:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Subscript) and isinstance(sub.value, (ast.Name, ast.Attribute)):
+            base = ast.unparse(sub.value)
+            idx = sub.slice
+            if isinstance(sub.ctx, ast.Store) and isinstance(idx, ast.Name) and idx.id == i:
+                written.add(base)
+            elif isinstance(sub.ctx, ast.Load) and isinstance(idx, ast.BinOp) and isinstance(idx.op, ast.Sub) \
+                    and isinstance(idx.left, ast.Name) and idx.left.id == i and isinstance(idx.right, ast.Constant):
+                reads.append((base, ast.unparse(sub)))
+    for base, text in reads:
+        if base in written:
             return (f"forward recurrence through memory: reads `{text}`, which the loop wrote the step "
                     "before (only backward carried-value recurrences are vectorized)")
     return None
 
 
-def _quadratic(node: cst.For) -> Optional[str]:
+def _quadratic(node: ast.AST) -> Optional[str]:
     """An outer loop over t whose inner loop sums over k from t on (quadratic advantages)."""
-    if not isinstance(node.target, cst.Name):
+    if not isinstance(node.target, ast.Name):  # type: ignore[attr-defined]
         return None
-    t = node.target.value
-    found: List[str] = []
-
-    class V(cst.CSTVisitor):
-        def visit_For(self, n: cst.For) -> None:
-            if n is node:
-                return
-            if _is_call(n.iter, "range") and n.iter.args and t in _names_read(n.iter.args[0].value):  # type: ignore[attr-defined]
-                has_acc = any(isinstance(s, cst.AugAssign) for s in _walk_small(n.body))
-                if has_acc:
-                    found.append(_code(n.iter).strip())
-
-    node.body.visit(V())
-    if found:
-        return (f"quadratic loop: the inner `for ... in {found[0]}` sums over k >= {t}; the closed-form "
-                "backward recurrence would reorder those sums (not exact) and resets at episode ends "
-                "only where the code does, so it is left as written")
+    t = node.target.id  # type: ignore[attr-defined]
+    for sub in ast.walk(node):
+        if sub is node or not isinstance(sub, ast.For):
+            continue
+        it = sub.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and it.args \
+                and any(isinstance(n, ast.Name) and n.id == t for n in ast.walk(it.args[0])) \
+                and any(isinstance(n, ast.AugAssign) for n in ast.walk(sub)):
+            return (f"quadratic loop: the inner `for ... in {ast.unparse(it)}` sums over k >= {t}; the "
+                    "closed-form backward recurrence would reorder those sums (not exact) and resets at "
+                    "episode ends only where the code does, so it is left as written")
     return None
-
-
-def _walk_small(node: cst.CSTNode) -> List[cst.BaseSmallStatement]:
-    out: List[cst.BaseSmallStatement] = []
-
-    class V(cst.CSTVisitor):
-        def visit_SimpleStatementLine(self, n: cst.SimpleStatementLine) -> None:
-            out.extend(n.body)
-
-    node.visit(V())
-    return out
 
 
 def _loose_candidate(node: cst.For, header: Header) -> bool:
@@ -1195,21 +1173,14 @@ def _loose_candidate(node: cst.For, header: Header) -> bool:
     # recurrence through memory: out[t] written and out[t + 1] read
     written: Set[str] = set()
     read: Set[str] = set()
-
-    class V(cst.CSTVisitor):
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> bool:
-            if isinstance(n.target, cst.Subscript) and _pure_container(n.target.value):
-                written.add(_norm(n.target.value))
-                for s in n.target.slice:
-                    s.visit(self)
-                return False
-            return True
-
-        def visit_Subscript(self, n: cst.Subscript) -> None:
-            if _pure_container(n.value):
-                read.add(_norm(n.value))
-
-    node.body.visit(V())
+    stores: Set[int] = set()
+    for n in _walk(node.body):
+        if isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Subscript) \
+                and _pure_container(n.target.value):
+            written.add(_norm(n.target.value))
+            stores.add(id(n.target))
+        elif isinstance(n, cst.Subscript) and id(n) not in stores and _pure_container(n.value):
+            read.add(_norm(n.value))
     if written & read:
         return True
     assigned = _bound_names(node.body) - ({header.index} if header.index else set()) \
@@ -1256,6 +1227,156 @@ def _loose_candidate(node: cst.For, header: Header) -> bool:
 
     hit, _ = scan(_stmts(node.body), defined)
     return hit
+
+
+# --------------------------------------------------------------------------- cheap pre-filter (stdlib ast)
+
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _statement_fors(stmts, lib):
+    """For statements in source order, walking statement lists only (``lib`` is ``ast`` or
+    ``cst``: both parsers nest statements the same way, so the i-th loops correspond)."""
+    for st in stmts:
+        if isinstance(st, lib.For) or (lib is ast and isinstance(st, ast.AsyncFor)):
+            yield st
+        if lib is cst and not isinstance(st, cst.BaseCompoundStatement):
+            continue
+        for field in _BLOCKS:
+            block = getattr(st, field, None)
+            if block is None:
+                continue
+            if lib is cst:
+                if isinstance(block, cst.If):  # elif
+                    yield from _statement_fors([block], lib)
+                    continue
+                if isinstance(block, (cst.Else, cst.Finally)):
+                    block = block.body
+                if isinstance(block, cst.BaseSuite):
+                    yield from _statement_fors(_stmts(block), lib)
+                elif isinstance(block, (list, tuple)):  # handlers, cases
+                    for h in block:
+                        yield from _statement_fors(_stmts(h.body), lib)
+            else:
+                if field in ("handlers", "cases"):
+                    for h in block:
+                        yield from _statement_fors(h.body, lib)
+                else:
+                    yield from _statement_fors(block, lib)
+
+
+def _worth_a_look(node: ast.AST) -> bool:
+    """A loop walking backwards, or a forward ``range`` loop with a nested loop or an ``x[i - k]``."""
+    it = node.iter  # type: ignore[attr-defined]
+    if isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice) and it.slice.step is not None:
+        return True
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name):
+        if it.func.id in ("reversed", "zip"):
+            return True
+        if it.func.id == "range":
+            if len(it.args) == 3:
+                return True
+            for sub in ast.walk(node):
+                if sub is not node and isinstance(sub, (ast.For, ast.AsyncFor)):
+                    return True
+                if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.BinOp) \
+                        and isinstance(sub.slice.op, ast.Sub):
+                    return True
+    return False
+
+
+def _ast_bound(tree: ast.Module) -> Set[str]:
+    """Names the module binds anywhere (to tell a shadowed ``reversed`` from the builtin)."""
+    out: Set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in n.names)
+    return out
+
+
+def _replace_statements(node: cst.CSTNode, replace: Dict[cst.For, cst.CSTNode]) -> cst.CSTNode:
+    """``node`` with the statements in ``replace`` swapped, rebuilding only the blocks on the way
+    to them (a full libcst transformer pass costs far more on a large file)."""
+
+    def stmts(seq):
+        out, changed = [], False
+        for st in seq:
+            new = replace.get(st, st) if isinstance(st, cst.For) else st
+            if new is st and isinstance(st, cst.BaseCompoundStatement):
+                new = compound(st)
+            changed = changed or new is not st
+            out.append(new)
+        return (out, True) if changed else (seq, False)
+
+    def suite(block):
+        if isinstance(block, cst.IndentedBlock):
+            body, changed = stmts(block.body)
+            return block.with_changes(body=body) if changed else block
+        return block  # a one-line suite holds no loop
+
+    def compound(st):
+        changes = {}
+        body = getattr(st, "body", None)
+        if isinstance(body, cst.BaseSuite):
+            new = suite(body)
+            if new is not body:
+                changes["body"] = new
+        orelse = getattr(st, "orelse", None)
+        if isinstance(orelse, cst.If):
+            new = compound(orelse)
+            if new is not orelse:
+                changes["orelse"] = new
+        elif isinstance(orelse, cst.Else):
+            new = suite(orelse.body)
+            if new is not orelse.body:
+                changes["orelse"] = orelse.with_changes(body=new)
+        final = getattr(st, "finalbody", None)
+        if isinstance(final, cst.Finally):
+            new = suite(final.body)
+            if new is not final.body:
+                changes["finalbody"] = final.with_changes(body=new)
+        for field in ("handlers", "cases"):
+            items = getattr(st, field, None)
+            if items:
+                new_items = [h.with_changes(body=suite(h.body)) if suite(h.body) is not h.body else h for h in items]
+                if any(a is not b for a, b in zip(new_items, items)):
+                    changes[field] = new_items
+        return st.with_changes(**changes) if changes else st
+
+    body, changed = stmts(node.body)  # type: ignore[attr-defined]
+    return node.with_changes(body=body) if changed else node
+
+
+def _kept_loops(module: cst.Module) -> Set[cst.For]:
+    """Loops kept in the else branch of an earlier rewrite (left as they are)."""
+    kept: Set[cst.For] = set()
+
+    def walk(stmts) -> None:
+        for st in stmts:
+            if not isinstance(st, cst.BaseCompoundStatement):
+                continue
+            if isinstance(st, cst.If) and isinstance(st.orelse, cst.Else) and ".recurrence_ok(" in _code(st.test):
+                kept.update(x for x in _stmts(st.orelse.body) if isinstance(x, cst.For))
+            for field in _BLOCKS:
+                block = getattr(st, field, None)
+                if isinstance(block, cst.If):
+                    walk([block])
+                elif isinstance(block, (cst.Else, cst.Finally)):
+                    walk(_stmts(block.body))
+                elif isinstance(block, cst.BaseSuite):
+                    walk(_stmts(block))
+                elif isinstance(block, (list, tuple)):
+                    for h in block:
+                        walk(_stmts(h.body))
+
+    walk(module.body)
+    return kept
 
 
 # --------------------------------------------------------------------------- the transform
@@ -1364,36 +1485,37 @@ class VectorizeRecurrence(Transform):
 
     def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
         module = ctx.module
-        shadowed = _bound_names(module) & set(_BUILTINS)
-        loops: List[cst.For] = []
-        ours: Set[cst.For] = set()
-
-        class Collect(cst.CSTVisitor):
-            def visit_If(self, n: cst.If) -> None:
-                # the original loop kept in the else branch of an earlier rewrite stays as it is
-                if ".recurrence_ok(" in _code(n.test) and isinstance(n.orelse, cst.Else):
-                    ours.update(s for s in _stmts(n.orelse.body) if isinstance(s, cst.For))
-
-            def visit_For(self, n: cst.For) -> None:
-                if n not in ours:
-                    loops.append(n)
-
-        module.visit(Collect())
-        if not loops:
+        # Cheap first: the stdlib ast (shared by all transforms) says which loops are worth a look
+        # and gives their lines; libcst is walked over statement lists only, and only if needed.
+        ast_loops = list(_statement_fors(ctx.tree.body, ast))
+        wanted = [i for i, n in enumerate(ast_loops) if _worth_a_look(n)]
+        if not wanted:
             return module, []
+        cst_loops = list(_statement_fors(module.body, cst))
+        if len(cst_loops) != len(ast_loops):  # pragma: no cover - the two parsers agree on statements
+            return module, []
+        shadowed = _ast_bound(ctx.tree) & set(_BUILTINS)
+        ours = _kept_loops(module)
         reassociate = bool(ctx.option("vectorize.recurrence", "reassociate", True))
         sites: List[Site] = []
         replace: Dict[cst.For, cst.CSTNode] = {}
-        for node in loops:
-            quad = _quadratic(node)
+        for i in wanted:
+            node, span = cst_loops[i], (ast_loops[i].lineno, ast_loops[i].end_lineno or ast_loops[i].lineno)
+            if node in ours:
+                continue
+
+            def site(action: str, reason: str, exactness: Optional[str] = None) -> Site:
+                return Site(ID, span[0], span[1], action, reason, exactness)
+
+            quad = _quadratic(ast_loops[i])
             if quad:
-                sites.append(ctx.site(ID, node, SKIPPED, quad))
+                sites.append(site(SKIPPED, quad))
                 continue
             header = _backward_header(node, shadowed)
             if header is None:
-                fwd = _forward_memory(node)
+                fwd = _forward_memory(ast_loops[i])
                 if fwd:
-                    sites.append(ctx.site(ID, node, SKIPPED, fwd))
+                    sites.append(site(SKIPPED, fwd))
                 continue
             if not _loose_candidate(node, header):
                 continue
@@ -1402,21 +1524,17 @@ class VectorizeRecurrence(Transform):
                 planner.analyse()
                 new, exact, reason = self.build(ctx, node, planner)
             except Skip as exc:
-                sites.append(ctx.site(ID, node, SKIPPED, str(exc)))
+                sites.append(site(SKIPPED, str(exc)))
                 continue
             except Exception as exc:  # an analysis bug must not cost the user the other rewrites
-                sites.append(ctx.site(ID, node, SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
+                sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
                 continue
             replace[node] = new
-            sites.append(ctx.site(ID, node, REWRITTEN, reason, EXACT if exact else REASSOCIATED))
+            sites.append(site(REWRITTEN, reason, EXACT if exact else REASSOCIATED))
         if not replace:
             return module, sites
 
-        class Swap(cst.CSTTransformer):
-            def leave_For(self, original: cst.For, updated: cst.For) -> cst.CSTNode:
-                return replace.get(original, updated)
-
-        return module.visit(Swap()), sites
+        return _replace_statements(module, replace), sites  # type: ignore[arg-type]
 
     def build(self, ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bool, str]:
         # names are reserved before the imports are requested, so a Skip leaves no import behind
@@ -1432,14 +1550,6 @@ class VectorizeRecurrence(Transform):
         body = list(_stmts(node.body))
         module = ctx.module
 
-        def parse(lines: List[str]) -> List[cst.BaseStatement]:
-            text = "\n".join(sub(x) for x in lines) + "\n"
-            parsed = cst.parse_module(text)
-            stmts = list(parsed.body)
-            if parsed.header and stmts:  # leading comments belong to the first statement
-                stmts[0] = stmts[0].with_changes(leading_lines=list(parsed.header) + list(stmts[0].leading_lines))
-            return stmts
-
         def bind(index_expr: str) -> str:
             if h.kind == "index":
                 return f"{h.index} = {index_expr}"
@@ -1447,19 +1557,32 @@ class VectorizeRecurrence(Transform):
             vals = ", ".join(f"{_code(c).strip()}[{index_expr}]" for _, c in h.elements)
             return f"{names} = {vals}"
 
-        first = parse([f"# step t = {T} - 1, as written", bind(f"{T} - 1")])
-        middle = parse([f"# steps t = {T} - 2 .. 1, vectorized"] + mid)
         last_lines = []
         if planner.shift:  # values carried into step 0 from step 1 (a middle step when T > 2)
             last_lines.append(f"if {T} > 2:")
             last_lines.append("    " + bind("1"))
             for var, it in planner.shift.items():
                 last_lines.append(f"    {var} = {_code(it.value).strip()}")  # type: ignore[arg-type]
-        last = parse([f"# step t = 0, as written"] + last_lines + [bind("0")])
+        chunks = [
+            [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],
+            [f"# steps t = {T} - 2 .. 1, vectorized"] + mid,
+            ["# step t = 0, as written"] + last_lines + [bind("0")],
+        ]
+        # one parse for all the generated code: `if <guard>: pass`, then the chunks, `pass` between
+        text = f"if {sub(guard)}:\n    pass\n" + "pass\n".join(
+            "\n".join(sub(x) for x in chunk) + "\n" for chunk in chunks)
+        parsed = list(cst.parse_module(text).body)
+        head_if = parsed[0]
+        parts: List[List[cst.BaseStatement]] = [[]]
+        for st in parsed[1:]:
+            if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 and isinstance(st.body[0], cst.Pass):
+                parts.append([])
+                continue
+            parts[-1].append(st)
+        first, middle, last = parts
         stmts: List[cst.BaseStatement] = first + [s.deep_clone() for s in body] + middle + last + \
             [s.deep_clone() for s in body]
-        # keep the comments of the body's first statement once, at the first copy
-        test = cst.parse_expression(sub(guard))
+        test = head_if.test  # type: ignore[attr-defined]
         loop = node.with_changes(leading_lines=())
         new = cst.If(
             test=test,
