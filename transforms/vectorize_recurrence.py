@@ -1265,23 +1265,15 @@ def _statement_fors(stmts, lib):
                     yield from _statement_fors(block, lib)
 
 
-def _worth_a_look(node: ast.AST) -> bool:
-    """A loop walking backwards, or a forward ``range`` loop with a nested loop or an ``x[i - k]``."""
+def _walks_backward(node: ast.AST) -> bool:
+    """The loop header may walk backwards: reversed(...), zip(...), range(a, b, step), x[::k]."""
     it = node.iter  # type: ignore[attr-defined]
     if isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice) and it.slice.step is not None:
         return True
     if isinstance(it, ast.Call) and isinstance(it.func, ast.Name):
-        if it.func.id in ("reversed", "zip"):
-            return True
-        if it.func.id == "range":
-            if len(it.args) == 3:
-                return True
-            for sub in ast.walk(node):
-                if sub is not node and isinstance(sub, (ast.For, ast.AsyncFor)):
-                    return True
-                if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.BinOp) \
-                        and isinstance(sub.slice.op, ast.Sub):
-                    return True
+        if it.func.id == "zip":
+            return any(_walks_backward(ast.For(iter=a)) for a in it.args)
+        return it.func.id == "reversed" or (it.func.id == "range" and len(it.args) == 3)
     return False
 
 
@@ -1483,23 +1475,35 @@ class VectorizeRecurrence(Transform):
         ),
     ]
 
-    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
-        module = ctx.module
+    def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         # Cheap first: the stdlib ast (shared by all transforms) says which loops are worth a look
-        # and gives their lines; libcst is walked over statement lists only, and only if needed.
+        # and gives their lines; libcst (parsed only now, and walked over statement lists only) is
+        # needed just for the loops that are. None: unchanged.
         ast_loops = list(_statement_fors(ctx.tree.body, ast))
-        wanted = [i for i, n in enumerate(ast_loops) if _worth_a_look(n)]
-        if not wanted:
-            return module, []
+        sites: List[Site] = []
+        backward: List[int] = []
+        for i, n in enumerate(ast_loops):
+            span = (n.lineno, n.end_lineno or n.lineno)
+            reason = _quadratic(n)
+            if reason is None and not _walks_backward(n):
+                reason = _forward_memory(n)
+                if reason is None:
+                    continue
+            if reason is not None:
+                sites.append(Site(ID, span[0], span[1], SKIPPED, reason))
+            else:
+                backward.append(i)
+        if not backward:
+            return None, sites
+        module = ctx.module
         cst_loops = list(_statement_fors(module.body, cst))
         if len(cst_loops) != len(ast_loops):  # pragma: no cover - the two parsers agree on statements
-            return module, []
+            return None, sites
         shadowed = _ast_bound(ctx.tree) & set(_BUILTINS)
         ours = _kept_loops(module)
         reassociate = bool(ctx.option("vectorize.recurrence", "reassociate", True))
-        sites: List[Site] = []
         replace: Dict[cst.For, cst.CSTNode] = {}
-        for i in wanted:
+        for i in backward:
             node, span = cst_loops[i], (ast_loops[i].lineno, ast_loops[i].end_lineno or ast_loops[i].lineno)
             if node in ours:
                 continue
@@ -1507,15 +1511,8 @@ class VectorizeRecurrence(Transform):
             def site(action: str, reason: str, exactness: Optional[str] = None) -> Site:
                 return Site(ID, span[0], span[1], action, reason, exactness)
 
-            quad = _quadratic(ast_loops[i])
-            if quad:
-                sites.append(site(SKIPPED, quad))
-                continue
             header = _backward_header(node, shadowed)
             if header is None:
-                fwd = _forward_memory(ast_loops[i])
-                if fwd:
-                    sites.append(site(SKIPPED, fwd))
                 continue
             if not _loose_candidate(node, header):
                 continue
@@ -1532,7 +1529,7 @@ class VectorizeRecurrence(Transform):
             replace[node] = new
             sites.append(site(REWRITTEN, reason, EXACT if exact else REASSOCIATED))
         if not replace:
-            return module, sites
+            return None, sites
 
         return _replace_statements(module, replace), sites  # type: ignore[arg-type]
 
