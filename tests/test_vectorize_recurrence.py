@@ -566,6 +566,39 @@ def test_short_sequences_stay_on_the_loop_by_default(monkeypatch):
     assert vectorized_mod.recurrence_ok(64, seqs=((torch.zeros(64), 0),))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cleanrl_gae_on_cuda(dtype):
+    """On the cuda backend the op may run a parallel scan: reassociated, within tolerance, and the
+    vectorized branch is taken for CUDA tensors."""
+    cfg = Config(transforms=[ID])
+    res = Pipeline(cfg, backend="cuda").rewrite("t.py", CLEANRL.encode())
+    assert [s.exactness for s in res.report.sites] == [REASSOCIATED]
+    T, N = 512, 8
+    env = dict(
+        agent=_Agent(tensor(4, (N, 1), dtype).cuda()),
+        next_obs=None,
+        device="cuda",
+        args=types.SimpleNamespace(num_steps=T, gamma=0.99, gae_lambda=0.95),
+        rewards=tensor(0, (T, N), dtype).cuda(),
+        values=tensor(1, (T, N), dtype).cuda(),
+        dones=tensor(2, (T, N), dtype, "dones").cuda(),
+        next_done=tensor(5, (N,), dtype, "dones").cuda(),
+    )
+    ns1, ns2 = clone(env), clone(env)
+    exec(compile(CLEANRL, "orig", "exec"), ns1)
+    answers = []
+    real = vectorized_mod.recurrence_ok
+    vectorized_mod.recurrence_ok = lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
+    try:
+        exec(compile(res.output.decode(), "new", "exec"), ns2)
+    finally:
+        vectorized_mod.recurrence_ok = real
+    assert answers == [True]
+    for key in ("advantages", "returns", "lastgaelam", "delta"):
+        torch.testing.assert_close(ns1[key], ns2[key], rtol=1e-5, atol=1e-5)
+
+
 def test_cpu_backend_keeps_other_devices_on_the_loop():
     assert not vectorized_mod.recurrence_ok(4, seqs=((torch.zeros(4, device="meta"), 0),), cpu=True)
     assert vectorized_mod.recurrence_ok(4, seqs=((torch.zeros(4), 0),), cpu=True)
@@ -870,12 +903,22 @@ def test_quadratic_loop_keeps_its_behaviour():
 
 def test_loops_that_are_not_candidates_report_nothing():
     src = """\
+import scipy.signal
+
+
+def discount_cumsum(x, discount):
+    # spinningup: already vectorized
+    return scipy.signal.lfilter([1], [1, float(-discount)], x[::-1], axis=0)[::-1]
+
+
 for step in range(10):
     obs = env_step(obs)
 for layer in reversed(layers):
     layer.reset_parameters()
 for i in reversed(range(n)):
     out[i] = x[i] * 2
+for p, tp in zip(net.parameters(), target.parameters()):
+    tp.data.copy_(tau * p.data + (1 - tau) * tp.data)
 """
     out, sites = rewrite(src)
     assert out == src and sites == []
