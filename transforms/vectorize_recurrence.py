@@ -383,7 +383,7 @@ class BodyParser:
                     if var is not None:
                         raise Skip("chained assignment to several names")
                     var = tg.value
-                elif isinstance(tg, cst.Subscript) and self.is_index_ref(tg, 0) and _pure_container(tg.value):
+                elif isinstance(tg, cst.Subscript) and self.is_index_ref(tg) and _pure_container(tg.value):
                     outs.append(tg.value)
                 else:
                     raise Skip(f"assigns to `{_code(tg).strip()}` (only names and out[t] are understood)")
@@ -402,8 +402,9 @@ class BodyParser:
             raise Skip(f"expression statement `{_code(call).strip()}` in the loop body")
         raise Skip(f"unsupported statement `{_code(small).strip()}` in the loop body")
 
-    def is_index_ref(self, node: cst.Subscript, min_k: int = 0) -> bool:
-        return self.ref_offset(node) == 0 if min_k == 0 else self.ref_offset(node) is not None
+    def is_index_ref(self, node: cst.Subscript) -> bool:
+        """``x[t]`` exactly."""
+        return self.ref_offset(node) == 0
 
     def ref_offset(self, node: cst.Subscript) -> Optional[int]:
         """k for ``x[t + k]`` (k >= 0), None otherwise."""
@@ -456,7 +457,6 @@ class Recurrence:
     exact: bool
     a: str
     b: str
-    a_per_step: bool
     reset: Optional[Item] = None
     pattern: str = ""
 
@@ -1044,7 +1044,7 @@ class Planner:
             inv = coef if exact else it.value
             for name in (self._invariants_in(inv, s) if inv is not None else []):
                 self.scalars[name] = None
-        return Recurrence(s, it, exact, a, b, a_per_step, self.resets.get(s), pattern)
+        return Recurrence(s, it, exact, a, b, self.resets.get(s), pattern)
 
     def _has_step(self, text: str) -> bool:
         names = set(self.vec_names.values()) | set(self.cond_names.values())
