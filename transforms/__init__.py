@@ -11,10 +11,16 @@ from .base import Example, FileContext, Transform
 from .grad_clip import GradClip
 from .device import DEVICE_TRANSFORMS
 from .vectorize_recurrence import VectorizeRecurrence
+from .vectorize_elementwise import VectorizeElementwise
+from .vectorize_reduction import VectorizeReduction
+from .vectorize_target_update import VectorizeTargetUpdate
 
 #: every transform class, in pipeline order
 REGISTRY: List[Type[Transform]] = [
     VectorizeRecurrence,
+    VectorizeTargetUpdate,
+    VectorizeReduction,
+    VectorizeElementwise,
     GradClip,
     *DEVICE_TRANSFORMS,
 ]

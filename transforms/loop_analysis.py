@@ -182,20 +182,43 @@ class _Reads(cst.CSTVisitor):
 
     A read is covered when it sits in the body of another ``for`` loop (or comprehension) whose
     target binds the name, or in a nested function that binds the name locally: such a read can
-    never see what the skipped loop left behind. Reads inside ``exclude`` (the loop itself) are
-    ignored. A call to ``locals``/``vars``/``eval``/``exec``/``globals`` counts as reading all.
+    never see what the skipped loop left behind. So is a read that no execution path reaches from
+    the end of ``exclude`` (the loop itself, whose own reads are ignored): one earlier in source
+    order and outside every loop that encloses ``exclude`` (nested functions count wherever they
+    are: they may run later). ``locals()``/``vars()``/``globals()`` without arguments and
+    ``eval``/``exec`` count as reading every name.
     """
 
-    def __init__(self, names: Set[str], exclude: cst.CSTNode) -> None:
+    def __init__(self, names: Set[str], exclude: cst.CSTNode, also: Sequence[cst.CSTNode] = ()) -> None:
         self.names = names
         self.exclude = exclude
+        self.also = {id(n) for n in also}
         self.found: Set[str] = set()
         self._covered: List[Set[str]] = []
         self._stores: Set[int] = set()
         self._skip: Set[int] = set()  # Name nodes that are not variable reads
+        self.ancestors: Set[int] = set()  # loops (for/while) that enclose ``exclude``
+        self._after = False  # past the end of ``exclude`` in source order
+        self._loop_depth = 0  # inside loops that enclose ``exclude``
+        self._nested = 0  # inside nested functions/lambdas
 
     def _is_covered(self, name: str) -> bool:
+        if not (self._after or self._loop_depth or self._nested):
+            return True  # runs before the loop, and never again after it
         return any(name in c for c in self._covered)
+
+    def visit_While(self, node: cst.While) -> None:
+        if id(node) in self.ancestors:
+            self._loop_depth += 1
+
+    def leave_While(self, node: cst.While) -> None:
+        if id(node) in self.ancestors:
+            self._loop_depth -= 1
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if id(node) in self.also:
+            return False
+        return super().on_visit(node)
 
     # -- positions that are not reads
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -220,7 +243,10 @@ class _Reads(cst.CSTVisitor):
     # -- scopes and rebinding loops
     def visit_For(self, node: cst.For) -> bool:
         if node is self.exclude:
+            self._after = True
             return False
+        ancestor = id(node) in self.ancestors
+        self._loop_depth += ancestor
         _store_names(node.target, self._stores)
         node.target.visit(self)
         node.iter.visit(self)
@@ -230,6 +256,7 @@ class _Reads(cst.CSTVisitor):
         self._covered.pop()
         if node.orelse is not None:
             node.orelse.visit(self)
+        self._loop_depth -= ancestor
         return False
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -237,7 +264,9 @@ class _Reads(cst.CSTVisitor):
             deco.visit(self)
         node.params.visit(self)  # defaults are evaluated in this scope
         self._covered.append(_locals_of(node, node.params))
+        self._nested += 1
         node.body.visit(self)
+        self._nested -= 1
         self._covered.pop()
         return False
 
@@ -251,7 +280,9 @@ class _Reads(cst.CSTVisitor):
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         node.params.visit(self)
         self._covered.append(_param_names(node.params))
+        self._nested += 1
         node.body.visit(self)
+        self._nested -= 1
         self._covered.pop()
         return False
 
@@ -290,8 +321,10 @@ class _Reads(cst.CSTVisitor):
         return self._comp(node, [node.key, node.value])
 
     def visit_Call(self, node: cst.Call) -> None:
+        # locals()/vars()/globals() without arguments, eval/exec: any name may be read
         if isinstance(node.func, cst.Name) and node.func.value in _DYNAMIC:
-            self.found |= {n for n in self.names if not self._is_covered(n)}
+            if node.func.value in ("eval", "exec") or not node.args:
+                self.found |= {n for n in self.names if not self._is_covered(n)}
 
     def visit_Name(self, node: cst.Name) -> None:
         if id(node) in self._skip or id(node) in self._stores:
@@ -316,16 +349,43 @@ def _all_names(node: cst.CSTNode) -> Set[str]:
     return out
 
 
-def read_elsewhere(scope: cst.CSTNode, loop: cst.CSTNode, names: Iterable[str]) -> Set[str]:
+def read_elsewhere(
+    scope: cst.CSTNode, loop: cst.CSTNode, names: Iterable[str], also: Sequence[cst.CSTNode] = ()
+) -> Set[str]:
     """Which of ``names`` (bound by ``loop``) may be read somewhere in ``scope`` outside the loop.
 
     Conservative: a read anywhere in the scope counts (before the loop too, since the scope may
     itself run in a loop), unless a rebinding ``for``/comprehension/nested function covers it.
+    Reads under the nodes in ``also`` are ignored too (e.g. the one statement that consumes a
+    list the loop built).
     """
-    visitor = _Reads(set(names), loop)
+    visitor = _Reads(set(names), loop, also)
     body = scope.body if isinstance(scope, (cst.FunctionDef, cst.ClassDef)) else scope
+    visitor.ancestors = _enclosing_loops(body, loop)
     body.visit(visitor)
     return visitor.found
+
+
+def _enclosing_loops(root: cst.CSTNode, target: cst.CSTNode) -> Set[int]:
+    """ids of the for/while statements under ``root`` that contain ``target``."""
+    stack: List[int] = []
+    found: Set[int] = set()
+
+    class _V(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if node is target:
+                found.update(stack)
+                return False
+            if isinstance(node, (cst.For, cst.While)):
+                stack.append(id(node))
+            return True
+
+        def on_leave(self, node: cst.CSTNode) -> None:
+            if isinstance(node, (cst.For, cst.While)) and stack and stack[-1] == id(node):
+                stack.pop()
+
+    root.visit(_V())
+    return found
 
 
 def names_read(node: cst.CSTNode) -> Set[str]:
@@ -452,4 +512,312 @@ def rebinds(module: cst.Module, name: str) -> bool:
                 found = True
 
     module.visit(_V())
+    return found
+
+
+def declares_global(scope: cst.CSTNode, names: Iterable[str]) -> Set[str]:
+    """Which of ``names`` the scope declares ``global`` or ``nonlocal`` (reads elsewhere unknown)."""
+    wanted = set(names)
+    found: Set[str] = set()
+
+    class _V(cst.CSTVisitor):
+        def visit_Global(self, n: cst.Global) -> None:
+            found.update(a.name.value for a in n.names if a.name.value in wanted)
+
+        def visit_Nonlocal(self, n: cst.Nonlocal) -> None:
+            found.update(a.name.value for a in n.names if a.name.value in wanted)
+
+    scope.visit(_V())
+    return found
+
+
+# --------------------------------------------------------------------------- elementwise expressions
+
+#: torch functions (qualified) and tensor methods that act element by element and whose batched
+#: result is bitwise the per-element result (correctly rounded IEEE operations, selections)
+EXACT_FUNCS = frozenset(
+    {
+        "torch.abs", "torch.neg", "torch.negative", "torch.relu", "torch.nn.functional.relu",
+        "torch.square", "torch.sqrt", "torch.clamp", "torch.clip", "torch.minimum", "torch.maximum",
+        "torch.add", "torch.sub", "torch.subtract", "torch.mul", "torch.multiply", "torch.div",
+        "torch.divide", "torch.true_divide",
+    }
+)
+#: element by element too, but vectorized kernels (SIMD transcendental approximations) may round
+#: differently from the kernels that process one element: ``reassociated`` (≤ a few ulp)
+INEXACT_FUNCS = frozenset(
+    {
+        "torch.exp", "torch.log", "torch.log1p", "torch.expm1", "torch.tanh", "torch.sigmoid",
+        "torch.sin", "torch.cos", "torch.pow", "torch.nn.functional.tanh", "torch.nn.functional.sigmoid",
+        "torch.nn.functional.silu", "torch.special.expit",
+    }
+)
+EXACT_METHODS = frozenset(
+    {"abs", "neg", "negative", "relu", "square", "sqrt", "clamp", "clip", "add", "sub", "mul", "div", "minimum", "maximum"}
+)
+INEXACT_METHODS = frozenset({"exp", "log", "log1p", "expm1", "tanh", "sigmoid", "sin", "cos", "pow"})
+#: keyword arguments allowed on the calls above (others change meaning: alpha=, rounding_mode=, out=)
+ALLOWED_KEYWORDS = frozenset({"min", "max", "exponent"})
+
+
+class ElementwiseExpr:
+    """Check that an expression is an element-by-element function of loop elements, and batch it.
+
+    ``element(node)`` maps an expression to the key of the loop element it reads (``x`` for a
+    loop variable, ``X`` for ``X[i]`` in a range loop) or None. Everything else must be an
+    arithmetic operator, a whitelisted torch function/method, or a pure invariant (no loop
+    variable, no name in ``forbidden``). After :meth:`check`, ``keys`` lists the elements read
+    (first-use order), ``invariants`` the invariant leaves a run-time guard must inspect, and
+    ``exact`` whether every operation is correctly rounded.
+    """
+
+    def __init__(self, imports, element, forbidden: Set[str]) -> None:
+        self.imports = imports
+        self.element = element
+        self.forbidden = set(forbidden)
+        self.keys: List[str] = []
+        self.invariants: List[cst.BaseExpression] = []
+        self.exact = True
+        self.ops = 0
+
+    def check(self, expr: cst.BaseExpression) -> Optional[str]:
+        """None when ``expr`` can be batched, else why not."""
+        reason = self._check(expr)
+        if reason is None and not self.keys:
+            return "the expression does not depend on the loop element"
+        if reason is None and self.ops == 0:
+            return "nothing is computed per element (the result would alias the input)"
+        return reason
+
+    def _leaf_invariant(self, expr: cst.BaseExpression) -> Optional[str]:
+        if not is_pure(expr, self.forbidden):
+            code = _code(expr)
+            return f"`{code}` is neither a loop element nor a loop-invariant value"
+        if not isinstance(expr, (cst.Integer, cst.Float)):
+            if not any(expr.deep_equals(e) for e in self.invariants):
+                self.invariants.append(expr)
+        return None
+
+    def _check(self, expr: cst.BaseExpression) -> Optional[str]:
+        key = self.element(expr)
+        if key is not None:
+            if key not in self.keys:
+                self.keys.append(key)
+            return None
+        if isinstance(expr, cst.BinaryOperation):
+            if isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)):
+                exact = True
+            elif isinstance(expr.operator, cst.Power):
+                exact = False
+            else:
+                return f"operator {type(expr.operator).__name__} is not vectorized"
+            if not (self._depends(expr.left) or self._depends(expr.right)):
+                return self._leaf_invariant(expr)
+            self.ops += 1
+            self.exact &= exact
+            return self._check(expr.left) or self._check(expr.right)
+        if isinstance(expr, cst.UnaryOperation):
+            if not isinstance(expr.operator, (cst.Minus, cst.Plus)):
+                return f"operator {type(expr.operator).__name__} is not vectorized"
+            if not self._depends(expr.expression):
+                return self._leaf_invariant(expr)
+            self.ops += isinstance(expr.operator, cst.Minus)
+            return self._check(expr.expression)
+        if isinstance(expr, cst.Call):
+            return self._check_call(expr)
+        if not self._depends(expr):
+            return self._leaf_invariant(expr)
+        if isinstance(expr, cst.Name):
+            return f"`{expr.value}` (a loop variable or accumulator) is used as a value"
+        if isinstance(expr, cst.Subscript):
+            return f"reads `{_code(expr)}`: not the current element (possible loop-carried dependence)"
+        return f"`{_code(expr)}` is not an element-by-element operation"
+
+    def _check_call(self, call: cst.Call) -> Optional[str]:
+        if any(a.star for a in call.args):
+            return "a call unpacks arguments"
+        if any(a.keyword is not None and a.keyword.value not in ALLOWED_KEYWORDS for a in call.args):
+            bad = next(a.keyword.value for a in call.args if a.keyword is not None and a.keyword.value not in ALLOWED_KEYWORDS)
+            return f"keyword argument {bad}= is not vectorized"
+        qual = self.imports.qualify(call.func)
+        operands: List[cst.BaseExpression] = [a.value for a in call.args]
+        if qual in EXACT_FUNCS or qual in INEXACT_FUNCS:
+            self.exact &= qual in EXACT_FUNCS
+        elif (
+            qual is None
+            and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value in (EXACT_METHODS | INEXACT_METHODS)
+            and self._depends(call.func.value)
+        ):
+            self.exact &= call.func.attr.value in EXACT_METHODS
+            operands.insert(0, call.func.value)
+        else:
+            name = _code(call.func) + (f" ({qual})" if qual and qual != _code(call.func) else "")
+            return f"calls `{name}`, which is not known to act element by element (or may have side effects)"
+        if not any(self._depends(o) for o in operands):
+            return f"`{_code(call)}` does not depend on the loop element"
+        self.ops += 1
+        for operand in operands:
+            reason = self._check(operand)
+            if reason:
+                return reason
+        return None
+
+    def _depends(self, expr: cst.BaseExpression) -> bool:
+        """Whether a loop element (or a forbidden name) occurs under ``expr``."""
+        if self.element(expr) is not None:
+            return True
+        found = False
+        outer = self
+
+        class _V(cst.CSTVisitor):
+            def on_visit(self, n: cst.CSTNode) -> bool:
+                nonlocal found
+                if found:
+                    return False
+                if isinstance(n, cst.BaseExpression) and outer.element(n) is not None:
+                    found = True
+                    return False
+                if isinstance(n, cst.Name) and n.value in outer.forbidden:
+                    found = True
+                    return False
+                return True
+
+        expr.visit(_V())
+        return found
+
+    def batched(self, expr: cst.BaseExpression, names: Dict[str, str]) -> cst.BaseExpression:
+        """``expr`` with every loop element replaced by the name of its batched tensor."""
+        outer = self
+
+        class _T(cst.CSTTransformer):
+            def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
+                if isinstance(original, cst.BaseExpression):
+                    key = outer.element(original)
+                    if key is not None:
+                        new = cst.parse_expression(names[key])  # a name, or e.g. ``_sb_batch[0]``
+                        return new.with_changes(lpar=original.lpar, rpar=original.rpar) if original.lpar else new
+                return updated
+
+        return expr.visit(_T())
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+# --------------------------------------------------------------------------- loop headers
+
+
+class LoopHeader:
+    """``for x in X`` / ``for a, b in zip(A, B)`` (mode "zip") or ``for i in range(...)`` ("range").
+
+    ``element(node)`` recognises what the body may read per iteration: a loop variable (zip
+    mode) or ``X[i]`` with ``X`` a plain reference (range mode); ``sources`` maps each element key
+    to the expression it comes from (filled as elements are seen, in range mode).
+    """
+
+    def __init__(self, mode: str, names: List[str], sources: Dict[str, cst.BaseExpression], range_call=None) -> None:
+        self.mode = mode
+        self.names = names
+        self.sources = sources
+        self.range_call = range_call
+
+    def element(self, node: cst.CSTNode) -> Optional[str]:
+        if self.mode == "zip":
+            if isinstance(node, cst.Name) and node.value in self.names:
+                return node.value
+            return None
+        if (
+            isinstance(node, cst.Subscript)
+            and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and isinstance(node.slice[0].slice.value, cst.Name)
+            and node.slice[0].slice.value.value == self.names[0]
+            and is_simple_ref(node.value)
+            and self.names[0] not in names_read(node.value)
+        ):
+            key = _code(node.value)
+            self.sources.setdefault(key, node.value)
+            return key
+        return None
+
+
+def _bound_ok(expr: cst.BaseExpression, forbidden: Set[str], builtins_ok) -> bool:
+    """A range bound: a pure expression, or ``len(ref)`` (arithmetic on those)."""
+    if (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Name)
+        and expr.func.value == "len"
+        and builtins_ok("len")
+        and len(expr.args) == 1
+        and expr.args[0].keyword is None
+        and not expr.args[0].star
+        and is_simple_ref(expr.args[0].value)
+        and not (names_read(expr.args[0].value) & forbidden)
+    ):
+        return True
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)):
+        return _bound_ok(expr.left, forbidden, builtins_ok) and _bound_ok(expr.right, forbidden, builtins_ok)
+    return is_pure(expr, forbidden)
+
+
+def parse_header(node: cst.For, builtins_ok) -> "LoopHeader | str":
+    """The header of a vectorizable loop, or why it is not one. ``builtins_ok(name)`` says whether
+    ``zip``/``range``/``len`` mean the builtins in this module."""
+    if node.asynchronous is not None:
+        return "async for"
+    if node.orelse is not None:
+        return "the loop has an else clause"
+    return parse_iteration(node.target, node.iter, builtins_ok)
+
+
+def parse_iteration(target: cst.BaseExpression, it: cst.BaseExpression, builtins_ok) -> "LoopHeader | str":
+    """``target in it`` of a ``for`` loop or a comprehension, as a :class:`LoopHeader`, or why not."""
+    names = target_names(target)
+    if names is None or len(set(names)) != len(names):
+        return "the loop target is not a name or a tuple of distinct names"
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value in ("zip", "range"):
+        func = it.func.value
+        if not builtins_ok(func):
+            return f"{func} is rebound in this module"
+        if any(a.star or a.keyword is not None for a in it.args):
+            return f"{func}(...) has keyword or unpacked arguments"
+        if func == "range":
+            if len(names) != 1:
+                return "a range loop must bind one index"
+            if not 1 <= len(it.args) <= 3 or not all(_bound_ok(a.value, set(names), builtins_ok) for a in it.args):
+                return "range bounds are not plain values"
+            return LoopHeader("range", names, {}, it)
+        if len(it.args) != len(names):
+            return "the loop target does not unpack one name per zipped iterable"
+        if not all(is_simple_ref(a.value) for a in it.args):
+            return "a zipped iterable is not a plain name/attribute (it would be evaluated twice)"
+        return LoopHeader("zip", names, {n: a.value for n, a in zip(names, it.args)})
+    if len(names) != 1:
+        return "the loop unpacks its elements"
+    if not is_simple_ref(it):
+        return "the iterable is not a plain name/attribute (it would be evaluated twice)"
+    return LoopHeader("zip", names, {names[0]: it})
+
+
+def is_runtime_guard(test: cst.BaseExpression, imports) -> bool:
+    """Whether an ``if`` test is a guard some transform emitted (its else branch holds original
+    code kept verbatim: loops there are not rewritten again). Recognised by a call of a
+    ``scalebox_cst.runtime`` helper or a ``_sb_``-prefixed name in the test."""
+    found = False
+
+    class _V(cst.CSTVisitor):
+        def visit_Call(self, n: cst.Call) -> None:
+            nonlocal found
+            qual = imports.qualify(n.func)
+            if qual is not None and qual.startswith("scalebox_cst.runtime."):
+                found = True
+
+        def visit_Name(self, n: cst.Name) -> None:
+            nonlocal found
+            if n.value.startswith("_sb_"):
+                found = True
+
+    test.visit(_V())
     return found

@@ -1,0 +1,171 @@
+"""Run-time guards for vectorized loops: turn loop operands into batched tensors, or decline.
+
+``vectorize.reduction`` and ``vectorize.elementwise`` replace a loop over elements with one
+expression over ``[n, ...]`` tensors. What the transform could not prove statically is checked
+here: the loop operands are tensors (or lists/tuples of equally shaped tensors), all of one
+floating dtype and one device, the loop has at least one element, loop-invariant operands are
+plain numbers or tensors of that dtype and device, accumulators are numbers or tensors, and no
+tensor the loop writes shares memory with what it reads. Any doubt returns ``None`` and the
+caller runs its original loop.
+
+Batched operands are aligned for broadcasting: an element of shape ``S`` becomes a view of shape
+``[n, 1, ..., 1, *S]`` with as many ones as needed to give every operand the same number of
+element dimensions, so the batched expression broadcasts exactly as each element did.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+
+__all__ = ["batch_zip", "batch_range"]
+
+_Tensor = torch.Tensor
+_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_NUMBER = (int, float)
+
+
+def _stack(items: Sequence[Any]) -> Optional[_Tensor]:
+    first = items[0]
+    if not isinstance(first, _Tensor):
+        return None
+    shape, dtype, device = first.shape, first.dtype, first.device
+    for t in items:
+        if not isinstance(t, _Tensor) or t.shape != shape or t.dtype != dtype or t.device != device:
+            return None
+        if t.layout is not torch.strided:
+            return None
+    return torch.stack(list(items))
+
+
+def _as_batch(seq: Any) -> Optional[_Tensor]:
+    """``[n, ...]`` tensor whose rows are what ``for x in seq`` yields, or None."""
+    if isinstance(seq, _Tensor):
+        if seq.dim() == 0 or seq.layout is not torch.strided or type(seq).__iter__ is not _Tensor.__iter__:
+            return None
+        return seq
+    if type(seq) in (list, tuple) and seq:
+        return _stack(seq)
+    return None
+
+
+def _storage(t: _Tensor) -> Tuple[Any, int]:
+    return (t.device, t.untyped_storage().data_ptr())
+
+
+def _finish(
+    batches: List[_Tensor],
+    invariants: Sequence[Any],
+    accs: Sequence[Any],
+    outs: Sequence[Any],
+    min_ndim: int,
+) -> Optional[Tuple[_Tensor, ...]]:
+    n = batches[0].shape[0]
+    if n == 0:
+        return None
+    dtype, device = batches[0].dtype, batches[0].device
+    if dtype not in _FLOATS:
+        return None
+    ndim = 0
+    for b in batches:
+        if b.shape[0] != n or b.dtype != dtype or b.device != device:
+            return None
+        ndim = max(ndim, b.dim() - 1)
+    reads = list(batches)
+    for v in invariants:
+        if isinstance(v, _Tensor):
+            if v.dtype != dtype or v.device != device or v.layout is not torch.strided:
+                return None
+            ndim = max(ndim, v.dim())
+            reads.append(v)
+        elif type(v) not in _NUMBER and type(v) is not bool:
+            return None
+    if ndim < min_ndim:
+        return None  # e.g. torch.cat of 0-d results raises: let the loop raise
+    for acc in accs:
+        if isinstance(acc, _Tensor):
+            if acc.layout is not torch.strided:
+                return None
+        elif type(acc) not in _NUMBER:
+            return None
+    written = [acc for acc in accs if isinstance(acc, _Tensor)]
+    for out in outs:
+        if not isinstance(out, _Tensor) or out.layout is not torch.strided or out.dim() - 1 < ndim:
+            # ``out[i] = v`` drops leading 1-sized dims of ``v``; one batched assignment cannot
+            return None
+        written.append(out)
+    if written:
+        read_mem = {_storage(t) for t in reads if t.numel()}
+        if any(t.numel() and _storage(t) in read_mem for t in written):
+            return None  # an in-place write could change what a later element reads
+        out_mem = [_storage(t) for t in outs if t.numel()]
+        if len(set(out_mem)) != len(out_mem):
+            return None  # two outputs in one storage: the loop interleaves their writes
+    aligned = []
+    for b in batches:
+        pad = ndim - (b.dim() - 1)
+        aligned.append(b[(slice(None),) + (None,) * pad] if pad else b)
+    return tuple(aligned)
+
+
+def batch_zip(
+    seqs: Sequence[Any],
+    invariants: Sequence[Any] = (),
+    accs: Sequence[Any] = (),
+    outs: Sequence[Any] = (),
+    min_ndim: int = 0,
+) -> Optional[Tuple[_Tensor, ...]]:
+    """Operands of ``for a, b in zip(A, B)`` (or ``for a in A``) as aligned batches, or None.
+
+    All sequences must have the same length (``zip`` would truncate; the loop then runs as is).
+    """
+    batches = []
+    for seq in seqs:
+        b = _as_batch(seq)
+        if b is None:
+            return None
+        batches.append(b)
+    if len({b.shape[0] for b in batches}) != 1:
+        return None
+    return _finish(batches, invariants, accs, outs, min_ndim)
+
+
+def batch_range(
+    r: Any,
+    seqs: Sequence[Any],
+    invariants: Sequence[Any] = (),
+    accs: Sequence[Any] = (),
+    outs: Sequence[Any] = (),
+    min_ndim: int = 0,
+    with_slice: bool = False,
+) -> Optional[Tuple[Any, ...]]:
+    """``X[i]`` for ``i`` in ``r`` (a ``range``) as aligned batches ``X[r.start:r.stop:r.step]``.
+
+    Declines negative or out-of-range indices (the loop would wrap around or raise part-way) and
+    outputs shorter than the range. ``with_slice``: the slice of ``r`` comes last (for outputs).
+    """
+    if type(r) is not range or r.step <= 0 or r.start < 0 or len(r) == 0:
+        return None
+    last = r[-1]
+    batches = []
+    for seq in seqs:
+        if isinstance(seq, _Tensor):
+            if seq.dim() == 0 or last >= seq.shape[0] or seq.layout is not torch.strided:
+                return None
+            batches.append(seq[r.start : r.stop : r.step])
+        elif type(seq) in (list, tuple):
+            if last >= len(seq):
+                return None
+            b = _stack(seq[r.start : r.stop : r.step])
+            if b is None:
+                return None
+            batches.append(b)
+        else:
+            return None
+    for out in outs:
+        if not isinstance(out, _Tensor) or out.dim() == 0 or last >= out.shape[0]:
+            return None
+    done = _finish(batches, invariants, accs, outs, min_ndim)
+    if done is None or not with_slice:
+        return done
+    return done + (slice(r.start, r.stop, r.step),)

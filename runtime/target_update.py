@@ -1,0 +1,296 @@
+"""Target-network updates over all parameter pairs at once (``torch._foreach_*``).
+
+``vectorize.target_update`` replaces the per-parameter Python loop of a soft/hard target update
+with one call here. Each function returns ``True`` when it did the update and ``False`` when it
+declined (the caller then runs its original loop, kept verbatim): a function declines unless both
+arguments are ``nn.Module`` instances whose parameter traversal is torch's own, the two parameter
+lists have equal length, each pair has equal shape, dtype and device (strided layout), no
+parameter of one list aliases a parameter at another index, the coefficients are plain ``int`` /
+``float`` values and, for updates written through the parameters themselves rather than their
+``.data``, grad mode is off (as it must be for the original loop not to raise).
+
+The foreach sequences compute exactly what the loops compute, op for op (``tau * p + (1 - tau) *
+tp`` is one scalar multiply of each operand and one add; the only difference is the operand order
+of that add, which is commutative in IEEE arithmetic, so only NaN payload bits could differ). On
+CPU a foreach op runs the same per-tensor kernel as the loop. ``lerp_update`` for the
+``soft_update`` form is *not* bitwise identical (≈1e-7 relative); the transform emits it only
+when ``vectorize.target_update.allow_lerp`` is set.
+
+The parameter lists (and, for ``.data`` updates, the ``.data`` aliases) are cached per (source,
+target) pair, keyed weakly. Each call re-checks, cheaply, what could have changed since: every
+module of both trees still has the same ``_modules`` / ``_parameters`` dicts of the same sizes
+holding the same children and parameters under the same keys, and every parameter's data still
+starts at the same address with the same shape (``module.to(...)``, ``.half()``, ``p.data = ...``
+and parameter or submodule replacement all fail that check and rebuild the plan). Not detected:
+a dict whose entries were deleted and re-inserted unchanged in another order between two calls.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+__all__ = ["soft_update", "scale_add", "scale_add_alpha", "lerp_update", "hard_update", "clear_cache"]
+
+_Module = nn.Module
+_Tensor = torch.Tensor
+_strided = torch.strided
+_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+#: dtypes for which ``torch._foreach_mul_(ts, python_scalar)`` rounds like ``t.mul_(python_scalar)``;
+#: on CPU, for float16/bfloat16 it does not (it differs in the last bit for ~70% of elements), so
+#: those dtypes take out-of-place sequences that match the loop's ops.
+_FAST = (torch.float32, torch.float64)
+
+#: module types whose parameter traversal is nn.Module's own (checked once per type)
+_TYPE_OK: Dict[type, bool] = {}
+_TRAVERSAL = ("parameters", "named_parameters", "_named_members", "named_modules", "__hash__", "__eq__")
+
+
+def _type_ok(cls: type) -> bool:
+    ok = _TYPE_OK.get(cls)
+    if ok is None:
+        ok = all(getattr(cls, name, None) is getattr(_Module, name) for name in _TRAVERSAL)
+        _TYPE_OK[cls] = ok
+    return ok
+
+
+class _Plan:
+    __slots__ = ("src", "tgt", "modules", "ps", "ts", "pd", "td", "ptrs", "shapes", "fast")
+
+    def __init__(self, src, tgt, modules, ps, ts, pd, td, ptrs, shapes, fast) -> None:
+        self.src = src  # weak references
+        self.tgt = tgt
+        # Per module: (weakref, len(_modules), len(_parameters), [(key, child weakref)],
+        # [(key, parameter)]). Modules are held weakly so that the cache never keeps a network
+        # alive (a child may refer back to its parent).
+        self.modules = modules
+        self.ps = ps
+        self.ts = ts
+        self.pd = pd
+        self.td = td
+        self.ptrs = ptrs
+        self.shapes = shapes
+        self.fast = fast  # float32/float64 only: in-place foreach ops with scalars are safe
+
+    def valid(self) -> bool:
+        for ref, nm, npar, kids, params in self.modules:
+            m = ref()
+            if m is None:
+                return False
+            md, pdict = m._modules, m._parameters
+            if len(md) != nm or len(pdict) != npar:
+                return False
+            for k, kid in kids:
+                if md.get(k) is not kid():
+                    return False
+            for k, p in params:
+                if pdict.get(k) is not p:
+                    return False
+        both = self.ps + self.ts
+        return [t.data_ptr() for t in both] == self.ptrs and [t.shape for t in both] == self.shapes
+
+
+_CACHE: Dict[Tuple[int, int], _Plan] = {}
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def _none() -> None:
+    return None
+
+
+def _walk(m: Any, out: List[Any], seen: set) -> bool:
+    """Modules in ``named_modules()`` order; False when a module's traversal is not torch's."""
+    if not _type_ok(type(m)):
+        return False
+    seen.add(id(m))
+    out.append(m)
+    for child in m._modules.values():
+        if child is not None and id(child) not in seen:
+            if not _walk(child, out, seen):
+                return False
+    return True
+
+
+def _collect(root: Any, modules: list) -> Optional[List[_Tensor]]:
+    mods: List[Any] = []
+    if not _walk(root, mods, set()):
+        return None
+    params: List[_Tensor] = []
+    seen = set()
+    for m in mods:
+        md, pdict = m._modules, m._parameters
+        if type(md) is not dict or type(pdict) is not dict:
+            return None
+        kids = [(k, _none if v is None else weakref.ref(v)) for k, v in md.items()]
+        modules.append((weakref.ref(m), len(md), len(pdict), kids, list(pdict.items())))
+        for p in pdict.values():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+    return params
+
+
+def _build(src: Any, tgt: Any) -> Optional[_Plan]:
+    if not isinstance(src, _Module) or not isinstance(tgt, _Module):
+        return None
+    modules: list = []
+    ps = _collect(src, modules)
+    if ps is None:
+        return None
+    ts = _collect(tgt, modules) if tgt is not src else ps
+    if ts is None or len(ps) != len(ts):
+        return None
+    pd, td = [], []
+    for p, t in zip(ps, ts):
+        if not isinstance(p, _Tensor) or not isinstance(t, _Tensor):
+            return None
+        a, b = p.data, t.data
+        if a.layout is not _strided or b.layout is not _strided or a.is_quantized or b.is_quantized:
+            return None
+        if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device or a.dtype not in _FLOATS:
+            return None
+        pd.append(a)
+        td.append(b)
+    # The loop updates pair i before it reads pair i+1; doing all pairs at once is the same only
+    # when no tensor of one pair is (or starts at the memory of) a tensor of another pair.
+    where: Dict[Any, int] = {}
+    for i, (a, b) in enumerate(zip(pd, td)):
+        keys: Tuple[Any, ...] = (("obj", id(ps[i])), ("obj", id(ts[i])))
+        if a.numel():  # empty tensors touch no memory
+            keys += (("mem", a.device, a.data_ptr()), ("mem", b.device, b.data_ptr()))
+        for key in keys:
+            if where.setdefault(key, i) != i:
+                return None
+    fast = all(t.dtype in _FAST for t in td)
+    both = ps + ts if tgt is not src else ps + ps
+    return _Plan(
+        weakref.ref(src), weakref.ref(tgt), modules, ps, ts, pd, td,
+        [t.data_ptr() for t in both], [t.shape for t in both], fast,
+    )
+
+
+_FINALIZERS: Dict[Tuple[int, int], bool] = {}
+
+
+def _forget(key: Tuple[int, int]) -> None:
+    _CACHE.pop(key, None)
+    _FINALIZERS.pop(key, None)
+
+
+def _plan(src: Any, tgt: Any) -> Optional[_Plan]:
+    key = (id(src), id(tgt))
+    plan = _CACHE.get(key)
+    if plan is not None and plan.src() is src and plan.tgt() is tgt and plan.valid():
+        return plan
+    plan = _build(src, tgt)
+    if plan is None:
+        _CACHE.pop(key, None)
+        return None
+    if key not in _FINALIZERS:  # drop the entry (and the tensors it holds) with either module
+        _FINALIZERS[key] = True
+        weakref.finalize(src, _forget, key)
+        if tgt is not src:
+            weakref.finalize(tgt, _forget, key)
+    _CACHE[key] = plan
+    return plan
+
+
+def _scalar(x: Any) -> bool:
+    t = type(x)
+    return t is float or t is int
+
+
+def _plan_for(src: Any, tgt: Any, data: bool) -> Optional[_Plan]:
+    if not data and torch.is_grad_enabled():
+        return None  # the original in-place update of a leaf would raise: let it
+    return _plan(src, tgt)
+
+
+def soft_update(src: Any, tgt: Any, a: Any, b: Any, data: bool = True) -> bool:
+    """``for p, tp in zip(src.parameters(), tgt.parameters()): tp.copy_(a * p + b * tp)``."""
+    if not (_scalar(a) and _scalar(b)):
+        return False
+    plan = _plan_for(src, tgt, data)
+    if plan is None:
+        return False
+    ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
+    if not ps:
+        return True
+    scaled = torch._foreach_mul(ps, a)
+    if plan.fast:
+        torch._foreach_mul_(ts, b)
+        torch._foreach_add_(ts, scaled)
+    else:
+        other = torch._foreach_mul(ts, b)
+        torch._foreach_add_(other, scaled)
+        torch._foreach_copy_(ts, other)
+    return True
+
+
+def scale_add(src: Any, tgt: Any, b: Any, a: Any, data: bool = True) -> bool:
+    """``for p, tp in zip(...): tp.mul_(b); tp.add_(a * p)`` (in that order)."""
+    if not (_scalar(a) and _scalar(b)):
+        return False
+    plan = _plan_for(src, tgt, data)
+    if plan is None:
+        return False
+    ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
+    if not ps:
+        return True
+    if plan.fast:
+        torch._foreach_mul_(ts, b)
+        torch._foreach_add_(ts, torch._foreach_mul(ps, a))
+    else:
+        scaled = torch._foreach_mul(ts, b)
+        torch._foreach_add_(scaled, torch._foreach_mul(ps, a))
+        torch._foreach_copy_(ts, scaled)
+    return True
+
+
+def scale_add_alpha(src: Any, tgt: Any, b: Any, a: Any, data: bool = True) -> bool:
+    """``for p, tp in zip(...): tp.mul_(b); tp.add_(p, alpha=a)``."""
+    if not (_scalar(a) and _scalar(b)):
+        return False
+    plan = _plan_for(src, tgt, data)
+    if plan is None:
+        return False
+    ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
+    if not ps:
+        return True
+    if plan.fast:
+        torch._foreach_mul_(ts, b)
+        torch._foreach_add_(ts, ps, alpha=a)
+    else:
+        scaled = torch._foreach_mul(ts, b)
+        torch._foreach_add_(scaled, ps, alpha=a)
+        torch._foreach_copy_(ts, scaled)
+    return True
+
+
+def lerp_update(src: Any, tgt: Any, w: Any, data: bool = True) -> bool:
+    """``for p, tp in zip(...): tp.lerp_(p, w)``."""
+    if not _scalar(w):
+        return False
+    plan = _plan_for(src, tgt, data)
+    if plan is None:
+        return False
+    ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
+    if ps:
+        torch._foreach_lerp_(ts, ps, w)
+    return True
+
+
+def hard_update(src: Any, tgt: Any, data: bool = True) -> bool:
+    """``for p, tp in zip(...): tp.copy_(p)``."""
+    plan = _plan_for(src, tgt, data)
+    if plan is None:
+        return False
+    ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
+    if ps:
+        torch._foreach_copy_(ts, ps)
+    return True

@@ -1,0 +1,524 @@
+"""vectorize.reduction: accumulation loops become one batched reduction with the same value and gradients.
+
+Differential tests exec the original and the rewritten function on the same random inputs
+(hypothesis varies length, including 0 and 1, element shape, dtype and container type) and compare
+values and autograd gradients; guard tests feed inputs the runtime must decline and check that the
+original loop runs (and raises where it raised); look-alikes come back byte for byte.
+"""
+import textwrap
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
+from scalebox_cst.runtime import loop_batch
+from scalebox_cst.transforms import REGISTRY
+from scalebox_cst.transforms.vectorize_reduction import ID, VectorizeReduction
+
+
+def rewrite(src):
+    src = textwrap.dedent(src)
+    result = Pipeline(Config(transforms=[ID]), backend="cpu").rewrite("t.py", src.encode())
+    assert result.report.error is None, result.report.error
+    return result.output.decode(), result.report.sites
+
+
+def load(code, name):
+    ns = {}
+    exec(compile(code, "<t>", "exec"), ns)
+    return ns[name]
+
+
+def pair(src, name):
+    out, sites = rewrite(src)
+    return load(textwrap.dedent(src), name), load(out, name), out, sites
+
+
+def clone_args(args):
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a.detach().clone().requires_grad_(a.requires_grad))
+        elif isinstance(a, list) and a and isinstance(a[0], torch.Tensor):
+            out.append([t.detach().clone().requires_grad_(t.requires_grad) for t in a])
+        else:
+            out.append(a)
+    return out
+
+
+def leaves(args):
+    found = []
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.requires_grad:
+            found.append(a)
+        elif isinstance(a, list):
+            found.extend(t for t in a if isinstance(t, torch.Tensor) and t.requires_grad)
+    return found
+
+
+def compare(orig, new, args, exact, grad=True):
+    """Run both on clones; compare results (bitwise if exact) and gradients of their sum."""
+    a1, a2 = clone_args(args), clone_args(args)
+    r1, r2 = orig(*a1), new(*a2)
+    assert type(r1) is type(r2)
+    if not isinstance(r1, torch.Tensor):
+        assert r1 == r2
+        return
+    assert r1.shape == r2.shape and r1.dtype == r2.dtype
+    if exact:
+        assert torch.equal(r1, r2)
+    else:
+        torch.testing.assert_close(r1, r2)
+    if grad and r1.requires_grad:
+        g1 = torch.autograd.grad(r1.sum(), leaves(a1), allow_unused=True)
+        g2 = torch.autograd.grad(r2.sum(), leaves(a2), allow_unused=True)
+        for x, y in zip(g1, g2):
+            if x is None or y is None:
+                assert x is None and y is None
+            elif exact:
+                assert torch.equal(x, y)
+            else:
+                torch.testing.assert_close(x, y)
+
+
+def test_registered_between_recurrence_and_grad_clip():
+    ids = [cls.id for cls in REGISTRY]
+    assert ID in ids
+    if "grad_clip" in ids:
+        assert ids.index(ID) < ids.index("grad_clip")
+    if "vectorize.recurrence" in ids:
+        assert ids.index("vectorize.recurrence") < ids.index(ID)
+
+
+# ------------------------------------------------------------------ EXAMPLES
+
+torch.manual_seed(0)
+EXAMPLE_INPUTS = {
+    "PyTorch REINFORCE example": lambda: ([torch.randn(1, requires_grad=True) for _ in range(5)], torch.randn(5)),
+    "stack().mean() over an indexed loop": lambda: (torch.randn(6, requires_grad=True), torch.randn(6)),
+    "scalar accumulator over range(n)": lambda: (torch.randn(7, 3, requires_grad=True), torch.randn(7, 3), 5),
+    "acc = acc - f(x) with a torch function": lambda: (torch.rand(4, 3).add(0.1).requires_grad_(), 0.01),
+    "stack of element-wise results (exact)": lambda: ([torch.randn(3, requires_grad=True) for _ in range(4)], torch.randn(3)),
+}
+
+
+@pytest.mark.parametrize("example", VectorizeReduction.EXAMPLES, ids=lambda e: e.note[:40])
+def test_examples(example):
+    out, sites = rewrite(example.code)
+    if not example.rewritten:
+        assert out == example.code
+        if example.reason:
+            reasons = [s.reason for s in sites if s.action == SKIPPED]
+            assert any(example.reason in r for r in reasons), reasons
+        else:
+            assert sites == []
+        return
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert len(done) == 1
+    name = example.code.split("def ")[1].split("(")[0]
+    orig, new = load(example.code, name), load(out, name)
+    compare(orig, new, EXAMPLE_INPUTS[example.note](), exact=done[0].exactness == EXACT)
+
+
+def test_golden_reinforce():
+    src = """\
+    import torch
+
+
+    def finish_episode(policy, returns, optimizer):
+        policy_loss = []
+        for log_prob, R in zip(policy.saved_log_probs, returns):
+            policy_loss.append(-log_prob * R)
+        optimizer.zero_grad()
+        policy_loss = torch.cat(policy_loss).sum()
+        policy_loss.backward()
+    """
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(
+        """\
+        from scalebox_cst.runtime.loop_batch import batch_zip as _sb_batch_zip
+        import torch
+
+
+        def finish_episode(policy, returns, optimizer):
+            policy_loss = []
+            _sb_batch = _sb_batch_zip((policy.saved_log_probs, returns), (), (), (), 1)
+            if _sb_batch is not None:
+                _sb_log_prob, _sb_R = _sb_batch
+                _sb_policy_loss = (-_sb_log_prob * _sb_R)
+            else:
+                _sb_policy_loss = None
+                for log_prob, R in zip(policy.saved_log_probs, returns):
+                    policy_loss.append(-log_prob * R)
+            optimizer.zero_grad()
+            policy_loss = (_sb_policy_loss.sum() if _sb_policy_loss is not None else torch.cat(policy_loss).sum())
+            policy_loss.backward()
+        """
+    )
+    assert [(s.line, s.end_line, s.action, s.exactness) for s in sites] == [(6, 7, REWRITTEN, REASSOCIATED)]
+
+
+# ------------------------------------------------------------------ hypothesis differential
+
+FORMS = {
+    "aug_range": ("""\
+        def f(xs, ys, w):
+            acc = 0
+            for i in range(len(xs)):
+                acc += xs[i] * w - ys[i]
+            return acc
+        """, "seq2", False),
+    "assign_zip": ("""\
+        import torch
+        def f(xs, ys, w):
+            acc = 0.0
+            for x, y in zip(xs, ys):
+                acc = acc + torch.tanh(x) * y
+            return acc
+        """, "seq2", False),
+    "sub_iter": ("""\
+        def f(xs, ys, w):
+            acc = 1.5
+            for x in xs:
+                acc -= x.abs() / w
+            return acc
+        """, "seq2", False),
+    "stack_sum": ("""\
+        import torch
+        def f(xs, ys, w):
+            out = []
+            for x, y in zip(xs, ys):
+                out.append((x - y).clamp(min=-1.0, max=1.0) * w)
+            return torch.stack(out).sum()
+        """, "seq2", False),
+    "stack_mean": ("""\
+        import torch as th
+        def f(xs, ys, w):
+            out = []
+            for i in range(len(xs)):
+                out.append(th.minimum(xs[i], ys[i]))
+            return th.mean(th.stack(out))
+        """, "seq2", False),
+    "builtin_sum": ("""\
+        def f(xs, ys, w):
+            parts = []
+            for x in xs:
+                parts.append(x * x)
+            total = sum(parts)
+            return total
+        """, "seq2", False),
+    "stack_exact": ("""\
+        import torch
+        def f(xs, ys, w):
+            out = []
+            for x, y in zip(xs, ys):
+                out.append(x * w + y / 3)
+            return torch.stack(out, dim=0)
+        """, "seq2", True),
+}
+
+
+def make_seq(kind, n, shape, dtype, grad):
+    base = torch.randn(n, *shape, dtype=dtype)
+    if kind == "tensor":
+        return base.requires_grad_(grad)
+    return [t.clone().requires_grad_(grad) for t in base]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    form=st.sampled_from(sorted(FORMS)),
+    n=st.integers(0, 6),
+    shape=st.sampled_from([(), (1,), (3,), (2, 3)]),
+    kinds=st.tuples(st.sampled_from(["tensor", "list"]), st.sampled_from(["tensor", "list"])),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    w=st.sampled_from([0.5, 2, 3.25]),
+    seed=st.integers(0, 2**16),
+)
+def test_forms_differential(form, n, shape, kinds, dtype, w, seed):
+    src, _, exact_form = FORMS[form]
+    orig, new, _, sites = pair(src, "f")
+    assert sites[0].action == REWRITTEN
+    assert (sites[0].exactness == EXACT) == exact_form
+    torch.manual_seed(seed)
+    xs = make_seq(kinds[0], n, shape, dtype, grad=True)
+    ys = make_seq(kinds[1], n, shape, dtype, grad=False)
+    if form == "sub_iter":
+        ys = None
+    try:
+        expected = orig(*clone_args([xs, ys, w]))
+    except (RuntimeError, TypeError, ValueError) as exc:  # e.g. stacking an empty list
+        with pytest.raises(type(exc)):
+            new(*clone_args([xs, ys, w]))
+        return
+    compare(orig, new, [xs, ys, w], exact=exact_form)
+    del expected
+
+
+def test_fast_path_is_taken():
+    """The guard accepts ordinary tensors (else the differential tests would only test the loop)."""
+    xs = torch.randn(4, 3)
+    assert loop_batch.batch_zip((xs, list(xs)), (2.0,), (0,)) is not None
+    assert loop_batch.batch_range(range(4), (xs,), (), (0.0,)) is not None
+
+
+# ------------------------------------------------------------------ guards: the loop runs instead
+
+ACC = """\
+def f(xs, ys):
+    acc = 0
+    for x, y in zip(xs, ys):
+        acc += x * y
+    return acc
+"""
+
+
+def test_guard_python_floats():
+    orig, new, _, _ = pair(ACC, "f")
+    xs, ys = [1.0, 2.5, 3.0], [0.1, 0.2, 0.3]
+    assert loop_batch.batch_zip((xs, ys)) is None
+    assert orig(xs, ys) == new(xs, ys)
+
+
+def test_guard_zip_truncation():
+    orig, new, _, _ = pair(ACC, "f")
+    xs, ys = torch.randn(5), torch.randn(3)
+    assert loop_batch.batch_zip((xs, ys)) is None
+    assert torch.equal(orig(xs, ys), new(xs, ys))
+
+
+def test_guard_empty_keeps_int_zero():
+    orig, new, _, _ = pair(ACC, "f")
+    xs = torch.zeros(0)
+    assert orig(xs, xs) == 0 and new(xs, xs) == 0 and type(new(xs, xs)) is int
+
+
+def test_guard_integer_tensors():
+    orig, new, _, _ = pair(ACC, "f")
+    xs, ys = torch.arange(5, dtype=torch.int32), torch.arange(5, dtype=torch.int32)
+    r1, r2 = orig(xs, ys), new(xs, ys)
+    assert r1.dtype == r2.dtype == torch.int32 and torch.equal(r1, r2)
+
+
+def test_guard_mixed_dtypes():
+    orig, new, _, _ = pair(ACC, "f")
+    xs, ys = torch.randn(4, dtype=torch.float64), torch.randn(4)
+    assert loop_batch.batch_zip((xs, ys)) is None
+    assert torch.equal(orig(xs, ys), new(xs, ys))
+
+
+def test_guard_accumulator_aliasing_input():
+    src = """\
+    def f(xs):
+        acc = xs[0]
+        for x in xs:
+            acc += x * 2
+        return acc
+    """
+    orig, new, _, sites = pair(src, "f")
+    assert sites[0].action == REWRITTEN
+    xs = torch.arange(4.0)
+    assert loop_batch.batch_zip((xs,), (), (xs[0],)) is None
+    a, b = xs.clone(), xs.clone()
+    assert torch.equal(orig(a), new(b)) and torch.equal(a, b)  # the loop feeds its own writes back
+
+
+def test_guard_list_accumulator():
+    orig, new, _, _ = pair(ACC.replace("acc = 0", "acc = []"), "f")
+    xs, ys = torch.randn(3, 2), torch.randn(3, 2)
+    r1, r2 = orig(xs, ys), new(xs, ys)
+    assert isinstance(r2, list) and all(torch.equal(a, b) for a, b in zip(r1, r2))
+
+
+def test_guard_range_past_the_end_raises_like_the_loop():
+    src = """\
+    def f(xs, n):
+        acc = 0
+        for i in range(n):
+            acc += xs[i] * 2
+        return acc
+    """
+    orig, new, _, _ = pair(src, "f")
+    xs = torch.randn(3)
+    for fn in (orig, new):
+        with pytest.raises(IndexError):
+            fn(xs, 5)
+    assert torch.equal(orig(xs, 2), orig(xs, 2))
+    torch.testing.assert_close(orig(xs, 2), new(xs, 2))
+    assert loop_batch.batch_range(range(-1, 2), (xs,)) is None  # xs[-1] wraps around
+
+
+def test_guard_cat_of_0d_results_raises_like_the_loop():
+    src = """\
+    import torch
+    def f(xs):
+        out = []
+        for x in xs:
+            out.append(x * 2)
+        return torch.cat(out).sum()
+    """
+    orig, new, _, _ = pair(src, "f")
+    xs = [torch.tensor(1.0), torch.tensor(2.0)]
+    for fn in (orig, new):
+        with pytest.raises(RuntimeError):
+            fn(xs)
+    ys = [torch.randn(2), torch.randn(2)]
+    torch.testing.assert_close(orig(ys), new(ys))
+
+
+def test_guard_invariant_numpy_array_falls_back():
+    np = pytest.importorskip("numpy")
+    src = """\
+    def f(xs, w):
+        acc = 0
+        for x in xs:
+            acc += x * w
+        return acc
+    """
+    orig, new, _, _ = pair(src, "f")
+    xs = torch.randn(3)
+    assert loop_batch.batch_zip((xs,), (np.float64(2.0),)) is None
+    torch.testing.assert_close(orig(xs, np.float32(2.0)), new(xs, np.float32(2.0)))
+
+
+def test_invariant_with_more_dims_than_elements_broadcasts_like_the_loop():
+    src = """\
+    def f(xs, w):
+        acc = 0
+        for x in xs:
+            acc += x * w
+        return acc
+    """
+    orig, new, _, _ = pair(src, "f")
+    xs, w = torch.randn(3), torch.randn(3)  # n == len(w): a naive batch would pair them up
+    r1, r2 = orig(xs, w), new(xs, w)
+    assert r1.shape == r2.shape == (3,)
+    torch.testing.assert_close(r1, r2)
+
+
+# ------------------------------------------------------------------ leave alone
+
+LEAVE_ALONE = [
+    ("""\
+    def f(xs, opt):
+        total = 0
+        for x in xs:
+            total += x * 2
+            opt.step()
+    """, "opt.step()"),
+    ("""\
+    import torch
+    def f(xs):
+        out = []
+        for x in xs:
+            out.append(x * 2)
+        out.append(torch.zeros(()))
+        return torch.stack(out).sum()
+    """, "other than by one"),
+    ("""\
+    def f(xs, ys):
+        total = 0
+        for i in range(len(xs)):
+            total += xs[i] * ys[i + 1]
+    """, "not the current element"),
+    ("""\
+    def f(xs):
+        total = 0
+        for i in range(len(xs)):
+            total += xs[i] * i
+    """, "is used as a value"),
+    ("""\
+    def f(xs):
+        total = 0
+        for x in xs:
+            total += x
+    """, "nothing is computed"),
+    ("""\
+    def f(xs, k):
+        total = 0
+        for x in xs[:k]:
+            total += x * 2
+    """, "not a plain name"),
+    ("""\
+    import numpy as np
+    def f(xs):
+        total = 0
+        for x in xs:
+            total += np.exp(x)
+    """, "numpy.exp"),
+    ("""\
+    def f(xs, ws):
+        for x in xs:
+            ws += x * 2
+        return x
+    """, "may be read outside the loop"),
+    ("""\
+    def f(xs):
+        total = 0
+        for x in xs:
+            total += total * x
+    """, "is used as a value"),
+]
+
+
+@pytest.mark.parametrize("src,reason", LEAVE_ALONE, ids=[r for _, r in LEAVE_ALONE])
+def test_leave_alone(src, reason):
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any(reason in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+def test_cuda_reinforce_example_left_alone():
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "cuda_reinforce", "train.py")
+    if not os.path.exists(path):
+        pytest.skip("example not present")
+    src = open(path, encoding="utf-8").read()
+    result = Pipeline(Config(transforms=[ID]), backend="cpu").rewrite(path, src.encode())
+    assert result.report.error is None
+    # its loops step the environment or run a recurrence: nothing here is a reduction
+    assert all(s.action != REWRITTEN for s in result.report.sites)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_cuda_forms(form):
+    src, _, exact_form = FORMS[form]
+    orig, new, _, sites = pair(src, "f")
+    torch.manual_seed(0)
+    xs = torch.randn(300, 3, device="cuda", requires_grad=True)
+    ys = torch.randn(300, 3, device="cuda")
+    compare(orig, new, [xs, ys, 0.5], exact=exact_form)
+
+
+def test_pytorch_reinforce_example_as_written_today():
+    """pytorch/examples reinforce.py: ``R`` is the recurrence's carry before it is the loop variable."""
+    src = """\
+    from collections import deque
+    import torch
+
+    def finish_episode(saved_log_probs, rewards, gamma, eps):
+        R = 0
+        policy_loss = []
+        returns = deque()
+        for r in rewards[::-1]:
+            R = r + gamma * R
+            returns.appendleft(R)
+        returns = torch.tensor(returns)
+        returns = (returns - returns.mean()) / (returns.std() + eps)
+        for log_prob, R in zip(saved_log_probs, returns):
+            policy_loss.append(-log_prob * R)
+        policy_loss = torch.cat(policy_loss).sum()
+        return policy_loss
+    """
+    orig, new, out, sites = pair(src, "finish_episode")
+    assert [s.action for s in sites] == [REWRITTEN], sites
+    torch.manual_seed(0)
+    log_probs = [torch.randn(1, requires_grad=True) for _ in range(20)]
+    rewards = [float(x) for x in torch.rand(20)]
+    compare(orig, new, [log_probs, rewards, 0.99, 1e-8], exact=False)

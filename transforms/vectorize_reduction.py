@@ -1,0 +1,584 @@
+"""Replace loops that accumulate an element-wise expression with one batched reduction.
+
+``loss += f(x[i])`` over ``range(n)``, or ``losses.append(f(x))`` followed by
+``torch.stack(losses).sum()`` / ``.mean()`` / ``torch.cat(losses).sum()`` / ``sum(losses)``
+(PyTorch's REINFORCE example, many policy-gradient scripts) run one tiny op per element per
+operation; the rewrite evaluates ``f`` once on batched tensors and reduces. The summation order
+changes, so sites are ``reassociated`` (float sums agree to rounding; gradients flow through the
+same element-wise ops). ``torch.stack(losses)`` / ``torch.cat(losses)`` consumers get the batched
+values themselves: ``exact`` when ``f`` uses only correctly rounded operations.
+
+Guards (``scalebox_cst.runtime.loop_batch``): operands are tensors or lists of equally shaped
+tensors of one floating dtype and device, the loop is not empty, accumulators are numbers or
+tensors that share no memory with the operands. Otherwise the original loop runs, verbatim.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+
+import libcst as cst
+
+from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
+
+from .base import Example, FileContext, Transform
+from .loop_analysis import (
+    is_runtime_guard,
+    ElementwiseExpr,
+    LoopHeader,
+    declares_global,
+    early_exit_reason,
+    flat_body,
+    names_read,
+    parse_header,
+    read_elsewhere,
+    rebinds,
+)
+
+ID = "vectorize.reduction"
+RUNTIME = "scalebox_cst.runtime.loop_batch"
+TOLERANCE = "float sums agree to rounding (relative ≈ n·eps)"
+
+
+class _Acc:
+    """One accumulation statement: ``acc += E`` / ``acc = acc + E`` / ``L.append(E)``."""
+
+    def __init__(self, kind: str, name: str, expr: cst.BaseExpression, stmt: cst.BaseSmallStatement, op: str = "+") -> None:
+        self.kind = kind  # "aug" | "assign_left" | "assign_right" | "append"
+        self.name = name
+        self.expr = expr
+        self.stmt = stmt
+        self.op = op
+        self.analysis: Optional[ElementwiseExpr] = None
+        # append only: the consuming call and the statement that holds it
+        self.consumer: Optional[cst.Call] = None
+        self.consumer_kind = ""
+        self.consumer_index = -1
+
+
+def _accumulation(stmt: cst.BaseSmallStatement) -> Optional[_Acc]:
+    if isinstance(stmt, cst.AugAssign) and isinstance(stmt.target, cst.Name):
+        if isinstance(stmt.operator, cst.AddAssign):
+            return _Acc("aug", stmt.target.value, stmt.value, stmt, "+")
+        if isinstance(stmt.operator, cst.SubtractAssign):
+            return _Acc("aug", stmt.target.value, stmt.value, stmt, "-")
+        return None
+    if (
+        isinstance(stmt, cst.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0].target, cst.Name)
+        and isinstance(stmt.value, cst.BinaryOperation)
+        and not stmt.value.lpar
+    ):
+        name = stmt.targets[0].target.value
+        value = stmt.value
+        is_acc = lambda e: isinstance(e, cst.Name) and e.value == name and not e.lpar  # noqa: E731
+        if isinstance(value.operator, (cst.Add, cst.Subtract)) and is_acc(value.left):
+            return _Acc("assign_left", name, value.right, stmt, "+" if isinstance(value.operator, cst.Add) else "-")
+        if isinstance(value.operator, cst.Add) and is_acc(value.right):
+            return _Acc("assign_right", name, value.left, stmt, "+")
+        return None
+    if (
+        isinstance(stmt, cst.Expr)
+        and isinstance(stmt.value, cst.Call)
+        and isinstance(stmt.value.func, cst.Attribute)
+        and stmt.value.func.attr.value == "append"
+        and isinstance(stmt.value.func.value, cst.Name)
+        and len(stmt.value.args) == 1
+        and stmt.value.args[0].keyword is None
+        and not stmt.value.args[0].star
+    ):
+        return _Acc("append", stmt.value.func.value.value, stmt.value.args[0].value, stmt)
+    return None
+
+
+def _is_empty_list_init(stmt: cst.BaseStatement, name: str) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Assign)
+        and len(stmt.body[0].targets) == 1
+        and isinstance(stmt.body[0].targets[0].target, cst.Name)
+        and stmt.body[0].targets[0].target.value == name
+        and isinstance(stmt.body[0].value, cst.List)
+        and not stmt.body[0].value.elements
+    )
+
+
+def _sanitize(key: str) -> str:
+    return re.sub(r"\W+", "_", key).strip("_") or "x"
+
+
+class _Rewriter(cst.CSTTransformer):
+    def __init__(self, ctx: FileContext, sites: List[Site]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.sites = sites
+        self.scopes: List[cst.CSTNode] = []
+        self.guards: List[bool] = []  # enclosing ifs: is each a guard another rewrite emitted?
+        self._rebound: Dict[str, bool] = {}
+
+    def builtin_ok(self, name: str) -> bool:
+        if name not in self._rebound:
+            self._rebound[name] = rebinds(self.ctx.module, name)
+        return not self._rebound[name]
+
+    # ---------------------------------------------------------------- scopes
+    def visit_Module(self, node: cst.Module) -> None:
+        self.scopes.append(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        self.guards.append(is_runtime_guard(node.test, self.ctx.imports))
+
+    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
+        self.guards.pop()
+        return updated
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.append(node)
+
+    def leave_FunctionDef(self, original, updated):
+        self.scopes.pop()
+        return updated
+
+    def leave_ClassDef(self, original, updated):
+        self.scopes.pop()
+        return updated
+
+    # ---------------------------------------------------------------- blocks
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        body = self._block(original.body, updated.body)
+        return updated if body is None else updated.with_changes(body=body)
+
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        body = self._block(original.body, updated.body)
+        return updated if body is None else updated.with_changes(body=body)
+
+    def _block(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]):
+        out: List[Union[cst.BaseStatement, cst.FlattenSentinel]] = list(updated)
+        changed = False
+        for idx, stmt in enumerate(original):
+            if isinstance(stmt, cst.For):
+                result = self._loop(stmt, idx, original, out)
+                changed |= result
+        if not changed:
+            return None
+        flat: List[cst.BaseStatement] = []
+        for item in out:
+            flat.extend(item.nodes if isinstance(item, cst.FlattenSentinel) else [item])
+        return flat
+
+    # ---------------------------------------------------------------- one loop
+    def _skip(self, node: cst.For, reason: str) -> bool:
+        self.sites.append(self.ctx.site(ID, node, SKIPPED, reason))
+        return False
+
+    def _loop(self, loop: cst.For, idx: int, block: Sequence[cst.BaseStatement], out: list) -> bool:
+        if any(self.guards):
+            return False  # original code kept under another rewrite's guard
+        stmts = flat_body(loop.body)
+        if stmts is None:
+            return False
+        accs = [_accumulation(s) for s in stmts]
+        if not any(accs):
+            return False  # not a reduction loop: nothing to report
+        bad = next((s for s, a in zip(stmts, accs) if a is None), None)
+        reason = early_exit_reason(loop.body)
+        if reason:
+            return self._skip(loop, reason)
+        if bad is not None:
+            code = self.ctx.module.code_for_node(bad).strip()
+            return self._skip(loop, f"the body also runs `{code}`, which is not an accumulation")
+        accs_: List[_Acc] = [a for a in accs if a is not None]
+        targets = [a.name for a in accs_]
+        if len(set(targets)) != len(targets):
+            return self._skip(loop, "the body accumulates into the same name twice")
+        header = parse_header(loop, self.builtin_ok)
+        if isinstance(header, str):
+            return self._skip(loop, header)
+        if set(targets) & set(header.names):
+            return self._skip(loop, "the body accumulates into a loop variable")
+        if names_read(loop.iter) & set(targets):
+            return self._skip(loop, "the loop header reads an accumulator")
+        forbidden = set(header.names) | set(targets)  # a range index may appear only as X[i]
+        for acc in accs_:
+            analysis = ElementwiseExpr(self.ctx.imports, header.element, forbidden)
+            why = analysis.check(acc.expr)
+            if why:
+                return self._skip(loop, why)
+            acc.analysis = analysis
+        for src in header.sources.values():
+            if names_read(src) & set(targets):
+                return self._skip(loop, "an iterated sequence is also accumulated into")
+        scope = self.scopes[-1]
+        live = read_elsewhere(scope, loop, header.names)
+        if live:
+            return self._skip(loop, f"the loop variable(s) {', '.join(sorted(live))} may be read outside the loop")
+        if declares_global(scope, targets + header.names):
+            return self._skip(loop, "an accumulator or loop variable is declared global/nonlocal")
+        for acc in accs_:
+            if acc.kind == "append":
+                why = self._consumer(acc, loop, idx, block, scope)
+                if why:
+                    return self._skip(loop, why)
+        return self._emit(loop, idx, header, accs_, out)
+
+    def _consumer(self, acc: _Acc, loop: cst.For, idx: int, block, scope) -> Optional[str]:
+        name = acc.name
+        init = next((j for j in range(idx - 1, -1, -1) if name in names_read(block[j]) or _is_empty_list_init(block[j], name)), None)
+        if init is None or not _is_empty_list_init(block[init], name):
+            return f"`{name}` is not created empty (`{name} = []`) just before the loop in the same block"
+        after = next((j for j in range(idx + 1, len(block)) if name in names_read(block[j])), None)
+        if after is None:
+            return f"`{name}` is not reduced after the loop in the same block"
+        stmt = block[after]
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return f"`{name}` is next used in a compound statement"
+        found = self._find_consumer(stmt, name)
+        if found is None:
+            return f"`{name}` is used after the loop other than by one stack/cat/sum/mean reduction"
+        call, kind = found
+        ignore: List[cst.CSTNode] = [call]
+        if (
+            len(stmt.body) == 1
+            and isinstance(stmt.body[0], cst.Assign)
+            and [t.target.value for t in stmt.body[0].targets if isinstance(t.target, cst.Name)] == [name]
+            and len(stmt.body[0].targets) == 1
+        ):
+            ignore.extend(block[after + 1 :])  # `L = torch.stack(L).sum()`: later reads see the new value
+        if read_elsewhere(scope, loop, [name], also=ignore):
+            return f"`{name}` is used elsewhere besides its one reduction"
+        acc.consumer, acc.consumer_kind, acc.consumer_index = call, kind, after
+        return None
+
+    def _find_consumer(self, stmt: cst.SimpleStatementLine, name: str) -> Optional[Tuple[cst.Call, str]]:
+        imports = self.ctx.imports
+        found: List[Tuple[cst.Call, str]] = []
+
+        def is_list(arg: cst.Arg) -> bool:
+            return arg.keyword is None and not arg.star and isinstance(arg.value, cst.Name) and arg.value.value == name
+
+        def stack_or_cat(node: cst.BaseExpression) -> Optional[str]:
+            if not isinstance(node, cst.Call):
+                return None
+            qual = imports.qualify(node.func)
+            if qual not in ("torch.stack", "torch.cat", "torch.concat", "torch.concatenate"):
+                return None
+            args = list(node.args)
+            if not args or not is_list(args[0]):
+                return None
+            rest = args[1:]
+            if len(rest) > 1:
+                return None
+            if rest:
+                dim = rest[0]
+                if dim.star or (dim.keyword is not None and dim.keyword.value != "dim"):
+                    return None
+                if not (isinstance(dim.value, cst.Integer) and dim.value.value == "0"):
+                    return None
+            return "stack" if qual == "torch.stack" else "cat"
+
+        class _V(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> Optional[bool]:
+                # torch.stack(L).sum() / .mean()
+                if (
+                    isinstance(node.func, cst.Attribute)
+                    and node.func.attr.value in ("sum", "mean")
+                    and not node.args
+                    and stack_or_cat(node.func.value)
+                ):
+                    cat = stack_or_cat(node.func.value) == "cat"
+                    found.append((node, node.func.attr.value + ("_cat" if cat else "")))
+                    return False
+                qual = imports.qualify(node.func)
+                if qual in ("torch.sum", "torch.mean") and len(node.args) == 1 and node.args[0].keyword is None and stack_or_cat(node.args[0].value):
+                    cat = stack_or_cat(node.args[0].value) == "cat"
+                    found.append((node, qual.split(".")[1] + ("_cat" if cat else "")))
+                    return False
+                if (
+                    isinstance(node.func, cst.Name)
+                    and node.func.value == "sum"
+                    and outer.builtin_ok("sum")
+                    and len(node.args) == 1
+                    and is_list(node.args[0])
+                ):
+                    found.append((node, "builtin_sum"))
+                    return False
+                kind = stack_or_cat(node)
+                if kind:
+                    found.append((node, kind))
+                    return False
+                return True
+
+        outer = self
+        stmt.visit(_V())
+        if len(found) != 1:
+            return None
+        return found[0]
+
+    # ---------------------------------------------------------------- emission
+    def _emit(self, loop: cst.For, idx: int, header: LoopHeader, accs: List[_Acc], out: list) -> bool:
+        ctx = self.ctx
+        code = ctx.module.code_for_node
+        keys: List[str] = []
+        invariants: List[cst.BaseExpression] = []
+        for acc in accs:
+            assert acc.analysis is not None
+            for k in acc.analysis.keys:
+                if k not in keys:
+                    keys.append(k)
+            for inv in acc.analysis.invariants:
+                if not any(inv.deep_equals(e) for e in invariants):
+                    invariants.append(inv)
+        names = {k: ctx.imports.unique_name(f"_sb_{_sanitize(k)}") for k in keys}
+        batch = ctx.imports.unique_name("_sb_batch")
+        seqs = [code(header.sources[k]) for k in keys]
+        acc_args = [a.name for a in accs if a.kind != "append"]
+        # torch.cat of 0-d elements raises: the guard then declines so that the loop raises too
+        min_ndim = 1 if any(a.kind == "append" and "cat" in a.consumer_kind for a in accs) else 0
+
+        def tup(items: List[str]) -> str:
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")" if items else "()"
+
+        if header.mode == "range":
+            helper = ctx.runtime_name(f"{RUNTIME}.batch_range", "_sb_batch_range")
+            call = f"{helper}({code(header.range_call)}, {tup(seqs)}, {tup([code(i) for i in invariants])}, {tup(acc_args)}, (), {min_ndim})"
+        else:
+            helper = ctx.runtime_name(f"{RUNTIME}.batch_zip", "_sb_batch_zip")
+            call = f"{helper}({tup(seqs)}, {tup([code(i) for i in invariants])}, {tup(acc_args)}, (), {min_ndim})"
+        fast: List[str] = [f"{', '.join(names[k] for k in keys)}{',' if len(keys) == 1 else ''} = {batch}"]
+        slow: List[str] = []
+        replacements: List[Tuple[int, cst.Call, str]] = []
+        exactness = EXACT
+        what: List[str] = []
+        for acc in accs:
+            assert acc.analysis is not None
+            value = "(" + code(acc.analysis.batched(acc.expr, names)) + ")"
+            if acc.kind == "append":
+                v = ctx.imports.unique_name(f"_sb_{_sanitize(acc.name)}")
+                fast.append(f"{v} = {value}")
+                slow.append(f"{v} = None")
+                original = code(acc.consumer)
+                reduced = {
+                    "sum": f"{v}.sum()",
+                    "mean": f"{v}.mean()",
+                    "sum_cat": f"{v}.sum()",
+                    "mean_cat": f"{v}.mean()",
+                    "builtin_sum": f"{v}.sum(0)",
+                    "stack": f"{v}.contiguous()",
+                    "cat": f"{v}.contiguous().flatten(0, 1)",
+                }[acc.consumer_kind]
+                replacements.append((acc.consumer_index, acc.consumer, f"({reduced} if {v} is not None else {original})"))
+                if acc.consumer_kind in ("stack", "cat"):
+                    if not acc.analysis.exact:
+                        exactness = REASSOCIATED
+                    what.append(f"{acc.name} → batched {acc.consumer_kind}")
+                else:
+                    exactness = REASSOCIATED
+                    what.append(f"{acc.name} → one {'mean' if 'mean' in acc.consumer_kind else 'sum'}")
+            else:
+                exactness = REASSOCIATED
+                total = f"{value}.sum(0)"
+                if acc.kind == "aug":
+                    fast.append(f"{acc.name} {acc.op}= {total}")
+                elif acc.kind == "assign_left":
+                    fast.append(f"{acc.name} = {acc.name} {acc.op} {total}")
+                else:
+                    fast.append(f"{acc.name} = {total} + {acc.name}")
+                what.append(f"{acc.name} {acc.op}= one sum")
+        # Build: batch = helper(...); if batch is not None: fast... else: slow...; original loop
+        assign = cst.parse_statement(f"{batch} = {call}\n")
+        fast_block = [cst.parse_statement(line + "\n") for line in fast]
+        slow_block = [cst.parse_statement(line + "\n") for line in slow] + [out[idx].with_changes(leading_lines=())]
+        if_stmt = cst.If(
+            test=cst.parse_expression(f"{batch} is not None"),
+            body=cst.IndentedBlock(body=fast_block),
+            orelse=cst.Else(body=cst.IndentedBlock(body=slow_block)),
+        )
+        out[idx] = cst.FlattenSentinel([assign.with_changes(leading_lines=loop.leading_lines), if_stmt])
+        for j, node, text in replacements:
+            out[j] = out[j].deep_replace(self._find_same(out[j], node), cst.parse_expression(text))
+        detail = "; ".join(what)
+        if exactness == EXACT:
+            reason = f"one batched element-wise evaluation: {detail}; same ops per element"
+        else:
+            reason = f"one batched element-wise evaluation: {detail} ({TOLERANCE})"
+        self.sites.append(ctx.site(ID, loop, REWRITTEN, reason, exactness))
+        return True
+
+    @staticmethod
+    def _find_same(stmt: cst.CSTNode, target: cst.CSTNode) -> cst.CSTNode:
+        """The node under ``stmt`` that is ``target`` or deep-equals it (first in pre-order)."""
+        found: List[cst.CSTNode] = []
+
+        class _V(cst.CSTVisitor):
+            def on_visit(self, node: cst.CSTNode) -> bool:
+                if found:
+                    return False
+                if node is target or node.deep_equals(target):
+                    found.append(node)
+                    return False
+                return True
+
+        stmt.visit(_V())
+        return found[0]
+
+
+class VectorizeReduction(Transform):
+    id = ID
+    version = "1"
+    triggers = ("for ",)
+    description = "element-wise accumulation loops → one batched reduction (guarded)"
+
+    EXAMPLES = [
+        Example(
+            code=(
+                "import torch\n"
+                "def finish_episode(saved_log_probs, returns):\n"
+                "    policy_loss = []\n"
+                "    for log_prob, R in zip(saved_log_probs, returns):\n"
+                "        policy_loss.append(-log_prob * R)\n"
+                "    policy_loss = torch.cat(policy_loss).sum()\n"
+                "    return policy_loss\n"
+            ),
+            rewritten=True,
+            note="PyTorch REINFORCE example",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def loss(logp, adv):\n"
+                "    losses = []\n"
+                "    for i in range(len(adv)):\n"
+                "        losses.append(-logp[i] * adv[i])\n"
+                "    return torch.stack(losses).mean()\n"
+            ),
+            rewritten=True,
+            note="stack().mean() over an indexed loop",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def sq_error(pred, target, n):\n"
+                "    total = 0.0\n"
+                "    for i in range(n):\n"
+                "        total += (pred[i] - target[i]) ** 2\n"
+                "    return total\n"
+            ),
+            rewritten=True,
+            note="scalar accumulator over range(n)",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def entropy_bonus(probs, coef):\n"
+                "    h = 0\n"
+                "    for p in probs:\n"
+                "        h = h - coef * p * torch.log(p)\n"
+                "    return h\n"
+            ),
+            rewritten=True,
+            note="acc = acc - f(x) with a torch function",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def values(xs, w):\n"
+                "    out = []\n"
+                "    for x in xs:\n"
+                "        out.append(x * w + 1)\n"
+                "    return torch.stack(out)\n"
+            ),
+            rewritten=True,
+            note="stack of element-wise results (exact)",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def loss(model, xs):\n"
+                "    total = 0\n"
+                "    for x in xs:\n"
+                "        total += model(x)\n"
+                "    return total\n"
+            ),
+            rewritten=False,
+            reason="not known to act element by element",
+            note="calls a model (unknown side effects, not element-wise)",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def returns(rewards, gamma):\n"
+                "    R = 0\n"
+                "    for r in rewards:\n"
+                "        R = R * gamma + r\n"
+                "    return R\n"
+            ),
+            rewritten=False,
+            reason="",
+            note="discounted recurrence: not a sum, not reported (vectorize.recurrence's loop)",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def f(xs):\n"
+                "    losses = []\n"
+                "    for x in xs:\n"
+                "        losses.append(x * 2)\n"
+                "    print(len(losses))\n"
+                "    return torch.stack(losses).sum()\n"
+            ),
+            rewritten=False,
+            reason="other than by one stack/cat/sum/mean reduction",
+            note="the list is used for something else too",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def f(xs, opt):\n"
+                "    total = 0\n"
+                "    for x in xs:\n"
+                "        total += x * 2\n"
+                "        if total > 10:\n"
+                "            break\n"
+                "    return total\n"
+            ),
+            rewritten=False,
+            reason="",
+            note="early exit in a nested block: not a reduction loop, not reported",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def f(xs):\n"
+                "    total = 0\n"
+                "    for x in xs:\n"
+                "        total += x * 2\n"
+                "    return total, x\n"
+            ),
+            rewritten=False,
+            reason="may be read outside the loop",
+            note="loop variable used after the loop",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def f(xs, norm):\n"
+                "    total = 0\n"
+                "    for x in xs:\n"
+                "        total += norm.update(x)\n"
+                "    return total\n"
+            ),
+            rewritten=False,
+            reason="not known to act element by element",
+            note="a running normaliser updated per element",
+        ),
+    ]
+
+    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
+        sites: List[Site] = []
+        new = ctx.module.visit(_Rewriter(ctx, sites))
+        return new, sites

@@ -1,0 +1,503 @@
+"""Replace per-parameter target-network update loops with one ``torch._foreach_*`` update.
+
+DDPG/TD3/SAC/DQN code updates target networks with a Python loop over parameter pairs (TD3's
+author code, CleanRL, spinningup), one small kernel per parameter per op. The rewrite calls
+``scalebox_cst.runtime.target_update``, which updates all pairs at once and computes the same
+thing op for op (``exact``), or declines at run time (modules of unusual types, mismatched
+lists, aliasing, tensor coefficients...) so that the original loop, kept verbatim in the branch
+below, runs instead. ``lerp_`` is faster still but rounds differently: it replaces an exact form
+only when ``[vectorize.target_update] allow_lerp = true`` (reported ``reassociated``).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
+
+from .base import Example, FileContext, Transform
+from .loop_analysis import flat_body, is_runtime_guard, is_pure, is_simple_ref, read_elsewhere, rebinds, target_names
+
+ID = "vectorize.target_update"
+RUNTIME = "scalebox_cst.runtime.target_update"
+
+FORMS_HELP = "tp.copy_(a * p + b * tp), tp.mul_(b); tp.add_(a * p), tp.add_(p, alpha=a), tp.lerp_(p, w), tp.copy_(p)"
+
+
+class _Form:
+    """A recognised update: runtime function, coefficient expressions, write kind."""
+
+    def __init__(self, kind: str, coefs: Sequence[Optional[cst.BaseExpression]], data: bool, note: str) -> None:
+        self.kind = kind  # soft_update | scale_add | scale_add_alpha | lerp_update | hard_update
+        self.coefs = list(coefs)
+        self.data = data
+        self.note = note
+
+
+def _ref(expr: cst.BaseExpression, names: Sequence[str], write: bool = False) -> Optional[Tuple[str, str]]:
+    """``x`` / ``x.data`` (and, for reads, ``x.detach()``) of a loop variable: (name, kind)."""
+    if isinstance(expr, cst.Name) and expr.value in names:
+        return expr.value, "plain"
+    if (
+        isinstance(expr, cst.Attribute)
+        and expr.attr.value == "data"
+        and isinstance(expr.value, cst.Name)
+        and expr.value.value in names
+    ):
+        return expr.value.value, "data"
+    if (
+        not write
+        and isinstance(expr, cst.Call)
+        and not expr.args
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value == "detach"
+        and isinstance(expr.func.value, cst.Name)
+        and expr.func.value.value in names
+    ):
+        return expr.func.value.value, "detach"
+    return None
+
+
+def _chain(call: cst.Call) -> Tuple[cst.BaseExpression, List[Tuple[str, Sequence[cst.Arg]]]]:
+    """``w.mul_(b).add_(x)`` → (``w``, [("mul_", args), ("add_", args)])."""
+    ops: List[Tuple[str, Sequence[cst.Arg]]] = []
+    node: cst.BaseExpression = call
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        if node.func.attr.value in ("copy_", "mul_", "add_", "lerp_"):
+            ops.append((node.func.attr.value, node.args))
+            node = node.func.value
+        else:
+            break
+    ops.reverse()
+    return node, ops
+
+
+def _plain_args(args: Sequence[cst.Arg], n: int, keywords: Sequence[str] = ()) -> Optional[List[cst.BaseExpression]]:
+    """Positional args (exactly ``n``) then optional keywords, in the order of ``keywords``."""
+    pos = [a for a in args if a.keyword is None]
+    kws = {a.keyword.value: a.value for a in args if a.keyword is not None}
+    if any(a.star for a in args) or len(pos) != n or any(k not in keywords for k in kws):
+        return None
+    return [a.value for a in pos] + [kws.get(k) for k in keywords]
+
+
+class _Matcher:
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self.forbidden = set(names)
+
+    def coef(self, expr: Optional[cst.BaseExpression]) -> bool:
+        return expr is not None and is_pure(expr, self.forbidden)
+
+    def term(self, expr: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression]]:
+        """``c * x`` or ``x * c`` with ``x`` a loop-variable read and ``c`` pure: (name, c)."""
+        if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply)):
+            return None
+        for ref_side, coef_side in ((expr.right, expr.left), (expr.left, expr.right)):
+            ref = _ref(ref_side, self.names)
+            if ref is not None and self.coef(coef_side):
+                return ref[0], coef_side
+        return None
+
+    def match(self, stmts: Sequence[cst.BaseSmallStatement]) -> Union[Tuple[str, _Form], str]:
+        """(target loop variable, form), or why the body is not a recognised update."""
+        ops: List[Tuple[str, Sequence[cst.Arg]]] = []
+        writes: List[Tuple[str, str]] = []
+        for stmt in stmts:
+            if not isinstance(stmt, cst.Expr) or not isinstance(stmt.value, cst.Call):
+                if isinstance(stmt, cst.Assign) and any(
+                    _ref(t.target, self.names, write=True) for t in stmt.targets
+                ):
+                    return "assigns .data (replaces the tensor instead of updating it in place)"
+                return f"body is not a recognised target-network update ({FORMS_HELP})"
+            base, chain = _chain(stmt.value)
+            ref = _ref(base, self.names, write=True)
+            if ref is None or not chain:
+                return f"body is not a recognised target-network update ({FORMS_HELP})"
+            writes.append(ref)
+            ops.extend(chain)
+        if len({name for name, _ in writes}) != 1:
+            return "the body writes more than one loop variable"
+        if len({kind for _, kind in writes}) != 1:
+            return "the body writes both through .data and directly"
+        tgt, kind = writes[0]
+        src = next(n for n in self.names if n != tgt)
+        data = kind == "data"
+        return self._form(ops, tgt, src, data)
+
+    def _form(self, ops, tgt: str, src: str, data: bool) -> Union[Tuple[str, _Form], str]:
+        unknown = f"body is not a recognised target-network update ({FORMS_HELP})"
+        names = [name for name, _ in ops]
+        if names == ["copy_"]:
+            args = _plain_args(ops[0][1], 1)
+            if args is None:
+                return unknown
+            value = args[0]
+            ref = _ref(value, self.names)
+            if ref is not None:
+                return (tgt, _Form("hard_update", [], data, "hard copy")) if ref[0] == src else unknown
+            if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
+                left, right = self.term(value.left), self.term(value.right)
+                if left and right and {left[0], right[0]} == {src, tgt}:
+                    a = left[1] if left[0] == src else right[1]
+                    b = right[1] if left[0] == src else left[1]
+                    return tgt, _Form("soft_update", [a, b], data, "a*p + b*tp")
+            return unknown
+        if names == ["mul_", "add_"]:
+            mul = _plain_args(ops[0][1], 1)
+            if mul is None or not self.coef(mul[0]):
+                return unknown
+            add = _plain_args(ops[1][1], 1, ("alpha",))
+            if add is None:
+                return unknown
+            value, alpha = add
+            if alpha is not None:
+                ref = _ref(value, self.names)
+                if ref is not None and ref[0] == src and self.coef(alpha):
+                    return tgt, _Form("scale_add_alpha", [mul[0], alpha], data, "mul_ then add_ with alpha")
+                return unknown
+            term = self.term(value)
+            if term is not None and term[0] == src:
+                return tgt, _Form("scale_add", [mul[0], term[1]], data, "mul_ then add_")
+            return unknown
+        if names == ["lerp_"]:
+            args = _plain_args(ops[0][1], 1, ("weight",))
+            if args is None:
+                args = _plain_args(ops[0][1], 2)
+            if args is None:
+                return unknown
+            end, weight = args
+            ref = _ref(end, self.names)
+            if ref is not None and ref[0] == src and self.coef(weight):
+                return tgt, _Form("lerp_update", [weight], data, "lerp_")
+            return unknown
+        return unknown
+
+
+def _one_minus(expr: cst.BaseExpression, other: cst.BaseExpression) -> bool:
+    """Whether ``expr`` is literally ``1 - other`` (or ``1.0 - other``)."""
+    return (
+        isinstance(expr, cst.BinaryOperation)
+        and isinstance(expr.operator, cst.Subtract)
+        and isinstance(expr.left, (cst.Integer, cst.Float))
+        and float(expr.left.value) == 1.0
+        and expr.right.deep_equals(other)
+    )
+
+
+class _Rewriter(cst.CSTTransformer):
+    def __init__(self, ctx: FileContext, sites: List[Site]) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.sites = sites
+        self.scopes: List[cst.CSTNode] = []
+        self.guards: List[bool] = []  # enclosing ifs: is each a guard another rewrite emitted?
+        self._zip_rebound: Optional[bool] = None
+        self.allow_lerp = bool(ctx.option(ID, "allow_lerp", False))
+
+    # ---------------------------------------------------------------- scopes
+    def visit_Module(self, node: cst.Module) -> None:
+        self.scopes.append(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        self.guards.append(is_runtime_guard(node.test, self.ctx.imports))
+
+    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
+        self.guards.pop()
+        return updated
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self.scopes.pop()
+        return updated
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.append(node)
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        self.scopes.pop()
+        return updated
+
+    # ---------------------------------------------------------------- loops
+    def _skip(self, node: cst.For, reason: str) -> cst.For:
+        self.sites.append(self.ctx.site(ID, node, SKIPPED, reason))
+        return node
+
+    def zip_rebound(self) -> bool:
+        if self._zip_rebound is None:
+            self._zip_rebound = rebinds(self.ctx.module, "zip")
+        return self._zip_rebound
+
+    def leave_For(self, original: cst.For, updated: cst.For) -> Union[cst.For, cst.If]:
+        if any(self.guards):
+            return updated  # original code kept under another rewrite's guard
+        it = original.iter
+        if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "zip"):
+            return updated
+        sources = [a for a in it.args if a.keyword is None]
+        kinds = [_iter_kind(a.value) for a in sources]
+        names = target_names(original.target)
+        body = flat_body(original.body)
+        matched: Union[Tuple[str, _Form], str, None] = None
+        if names is not None and len(names) == 2 and len(set(names)) == 2 and body is not None:
+            matched = _Matcher(names).match(body)
+        is_update = isinstance(matched, tuple)
+        if not is_update and not any(k[0] in ("params", "state_dict", "named") for k in kinds):
+            return updated  # neither iterates over parameters nor looks like an update
+        if self.zip_rebound():
+            return self._skip(original, "zip is rebound in this module")
+        if any(a.star for a in it.args) or any(a.keyword is not None and a.keyword.value != "strict" for a in it.args):
+            return self._skip(original, "zip(...) has unpacked or unknown arguments")
+        if len(sources) != 2:
+            return self._skip(original, f"zips {len(sources)} iterables, not two parameter lists")
+        if any(k[0] == "state_dict" for k in kinds):
+            return self._skip(
+                original,
+                "iterates state_dict() values, which include buffers (integer counters, running "
+                "statistics) next to parameters: left alone",
+            )
+        if any(k[0] == "named" for k in kinds):
+            return self._skip(original, "iterates named_parameters() pairs: not a recognised update loop")
+        if kinds[0][0] != "params" or kinds[1][0] != "params":
+            other = next(self.ctx.module.code_for_node(a.value) for a, k in zip(sources, kinds) if k[0] != "params")
+            return self._skip(original, f"iterates `{other}`, not the .parameters() of two modules")
+        if not all(is_simple_ref(k[1]) for k in kinds):
+            return self._skip(original, "a module expression is not a plain name/attribute (it is evaluated twice)")
+        if original.orelse is not None:
+            return self._skip(original, "the loop has an else clause")
+        if original.asynchronous is not None:
+            return self._skip(original, "async for")
+        if names is None or len(names) != 2 or len(set(names)) != 2:
+            return self._skip(original, "the loop target is not two names")
+        if body is None:
+            return self._skip(original, f"body is not a recognised target-network update ({FORMS_HELP})")
+        if isinstance(matched, str):
+            return self._skip(original, matched)
+        assert isinstance(matched, tuple)
+        tgt_name, form = matched
+        live = read_elsewhere(self.scopes[-1], original, names)
+        if live:
+            return self._skip(original, f"the loop variable(s) {', '.join(sorted(live))} may be read outside the loop")
+        tgt_index = names.index(tgt_name)
+        tgt_expr = kinds[tgt_index][1]
+        src_expr = kinds[1 - tgt_index][1]
+        return self._emit(original, updated, form, src_expr, tgt_expr)
+
+    def _emit(self, original: cst.For, updated: cst.For, form: _Form, src, tgt) -> cst.If:
+        code = self.ctx.module.code_for_node
+        kind, coefs, exactness = form.kind, list(form.coefs), EXACT
+        note = "one torch._foreach_* update over all parameter pairs; same ops, same order per element"
+        if kind in ("soft_update", "scale_add") and self.allow_lerp:
+            a, b = (coefs[0], coefs[1]) if kind == "soft_update" else (coefs[1], coefs[0])
+            if _one_minus(b, a) or _one_minus(a, b):
+                kind, coefs, exactness = "lerp_update", [a], REASSOCIATED
+                note = "one torch._foreach_lerp_ (allow_lerp): lerp rounds differently, ≈1e-7 relative"
+        elif kind in ("scale_add_alpha", "lerp_update") and self.ctx.backend != "cpu":
+            exactness = REASSOCIATED
+            note += (
+                f"; on {self.ctx.backend} the fused foreach kernel of {'add_(alpha=)' if kind == 'scale_add_alpha' else 'lerp_'} "
+                "may round differently from the per-tensor kernel (≤1 ulp)"
+            )
+        alias = self.ctx.runtime_name(f"{RUNTIME}.{kind}", f"_sb_{kind}")
+        args = [code(src), code(tgt)] + [code(c) for c in coefs]
+        if not form.data:
+            args.append("data=False")
+        test = cst.parse_expression(f"not {alias}({', '.join(args)})")
+        self.sites.append(self.ctx.site(ID, original, REWRITTEN, f"{form.note}: {note}", exactness))
+        inner = updated.with_changes(leading_lines=())
+        return cst.If(test=test, body=cst.IndentedBlock(body=[inner]), leading_lines=updated.leading_lines)
+
+
+def _iter_kind(expr: cst.BaseExpression) -> Tuple[str, Optional[cst.BaseExpression]]:
+    """("params", module expr) for ``m.parameters()``; "state_dict", "named" or "other"."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        attr = expr.func.attr.value
+        if attr == "parameters" and not expr.args:
+            return "params", expr.func.value
+        if attr == "parameters":
+            return "other", None
+        if attr == "named_parameters":
+            return "named", None
+        if (
+            attr == "values"
+            and isinstance(expr.func.value, cst.Call)
+            and isinstance(expr.func.value.func, cst.Attribute)
+            and expr.func.value.func.attr.value == "state_dict"
+        ):
+            return "state_dict", None
+    return "other", None
+
+
+class VectorizeTargetUpdate(Transform):
+    id = ID
+    version = "1"
+    triggers = ("zip(",)
+    description = "per-parameter target-network update loops → one torch._foreach_* update (guarded)"
+
+    EXAMPLES = [
+        Example(
+            code=(
+                "import torch\n"
+                "def soft_update(critic, critic_target, tau):\n"
+                "    for param, target_param in zip(critic.parameters(), critic_target.parameters()):\n"
+                "        target_param.data.copy_(tau * param.data + (1 - tau) * target_param.data)\n"
+            ),
+            rewritten=True,
+            note="TD3 author code / CleanRL soft update",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def sync(q_network, target_network, tau):\n"
+                "    for target_network_param, q_network_param in zip(target_network.parameters(), q_network.parameters()):\n"
+                "        target_network_param.data.copy_(\n"
+                "            tau * q_network_param.data + (1.0 - tau) * target_network_param.data\n"
+                "        )\n"
+            ),
+            rewritten=True,
+            note="CleanRL DQN: target first in zip",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def update(ac, ac_targ, polyak):\n"
+                "    with torch.no_grad():\n"
+                "        for p, p_targ in zip(ac.parameters(), ac_targ.parameters()):\n"
+                "            p_targ.data.mul_(polyak)\n"
+                "            p_targ.data.add_((1 - polyak) * p.data)\n"
+            ),
+            rewritten=True,
+            note="spinningup polyak update",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def update(net, target, tau):\n"
+                "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+                "        tp.data.mul_(1 - tau).add_(tau * p.data)\n"
+            ),
+            rewritten=True,
+            note="chained mul_().add_()",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "@torch.no_grad()\n"
+                "def update(net, target, tau):\n"
+                "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+                "        tp.mul_(1.0 - tau).add_(p, alpha=tau)\n"
+            ),
+            rewritten=True,
+            note="direct in-place update with alpha under no_grad",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def update(net, target, tau):\n"
+                "    with torch.no_grad():\n"
+                "        for p, tp in zip(net.parameters(), target.parameters()):\n"
+                "            tp.lerp_(p, tau)\n"
+            ),
+            rewritten=True,
+            note="lerp_",
+        ),
+        Example(
+            code=(
+                "def hard_update(net, target):\n"
+                "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+                "        tp.data.copy_(p.data)\n"
+            ),
+            rewritten=True,
+            note="hard copy",
+        ),
+        Example(
+            code=(
+                "def soft(net, target, tau):\n"
+                "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+                "        tp.data.copy_(tau * p.data + (1 - tau) * tp.data)\n"
+            ),
+            rewritten=True,
+            note="allow_lerp: lerp_ instead of the exact form",
+            options=(("allow_lerp", True),),
+        ),
+        Example(
+            code=(
+                "def soft(net, target, tau):\n"
+                "    for p, tp in zip(net.state_dict().values(), target.state_dict().values()):\n"
+                "        tp.copy_(tau * p + (1 - tau) * tp)\n"
+            ),
+            rewritten=False,
+            reason="state_dict() values",
+            note="state_dict includes buffers",
+        ),
+        Example(
+            code=(
+                "def soft(net, target, tau):\n"
+                "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+                "        tp.data.copy_(tau * p.data + (1 - tau) * tp.data)\n"
+                "    return tp\n"
+            ),
+            rewritten=False,
+            reason="may be read outside the loop",
+            note="loop variable used after the loop",
+        ),
+        Example(
+            code=(
+                "def soft(net, target, tau):\n"
+                "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+                "        tp.data = tau * p.data + (1 - tau) * tp.data\n"
+            ),
+            rewritten=False,
+            reason="assigns .data",
+            note=".data assignment replaces storage",
+        ),
+        Example(
+            code=(
+                "def soft(net, target, tau, stats):\n"
+                "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+                "        tp.data.copy_(tau * p.data + (1 - tau) * tp.data)\n"
+                "        stats.record(tp)\n"
+            ),
+            rewritten=False,
+            reason="not a recognised target-network update",
+            note="extra call in the body",
+        ),
+        Example(
+            code=(
+                "def soft(net, target, tau):\n"
+                "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+                "        tp.data.copy_(tau * p.data.clamp(-1, 1) + (1 - tau) * tp.data)\n"
+            ),
+            rewritten=False,
+            reason="not a recognised target-network update",
+            note="non-trivial expression of the parameter",
+        ),
+        Example(
+            code=(
+                "def soft(q_params, q_targ_params, tau):\n"
+                "    for p, tp in zip(q_params, q_targ_params):\n"
+                "        tp.data.copy_(tau * p.data + (1 - tau) * tp.data)\n"
+            ),
+            rewritten=False,
+            reason="not the .parameters() of two modules",
+            note="plain lists (could be generators: not rewritten)",
+        ),
+        Example(
+            code=(
+                "def copy_grads(net, shared):\n"
+                "    for p, sp in zip(net.parameters(), shared.parameters()):\n"
+                "        sp._grad = p.grad\n"
+            ),
+            rewritten=False,
+            reason="not a recognised target-network update",
+            note="A3C gradient sharing look-alike",
+        ),
+    ]
+
+    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
+        sites: List[Site] = []
+        new = ctx.module.visit(_Rewriter(ctx, sites))
+        return new, sites
