@@ -8,6 +8,8 @@ Layout (all inside the store)::
 
     refs/heads/source                      linear history of source snapshots
     refs/heads/run/NNNN                    one rewrite commit per run, parent = its snapshot
+    refs/heads/hook/<session>              import hook: one commit per batch of modules, parent =
+                                           the previous one (the first's: a snapshot)
     refs/notes/scalebox-reports            git note per rewrite commit: the JSON run report
     refs/scalebox/cache/<fingerprint>      rewrite cache: tree "ab/<38 hex>" -> rewritten blob,
                                            "ab/<38 hex>.json" -> file report (keyed by source blob)
@@ -440,6 +442,53 @@ class Store:
                     continue
                 return name, commit_hex
         raise StoreError("could not create a run branch: the store stayed busy")
+
+    @_synchronized
+    def commit_to_branch(
+        self, branch: str, files: Mapping[str, FileValue], message: str, start: str
+    ) -> Tuple[str, bool]:
+        """Append a commit to ``refs/heads/<branch>``: the tip's tree with *files* replaced.
+
+        *files* maps relpath to bytes or to the id of a blob already stored. A branch that does
+        not exist yet starts from commit *start* (its tree, and itself as parent). When the tip
+        already holds *files*, nothing is written. Concurrent writers (the import hook's worker
+        processes) are safe: the ref moves by compare-and-swap and the commit is rebuilt on a
+        tip that moved. Returns ``(tip commit hex, whether a commit was made)``.
+        """
+        branch = str(branch).strip("/")
+        refname = "refs/heads/" + branch
+        if not branch or branch == "source" or branch.startswith("run/") or "\n" in branch or ".." in branch:
+            raise StoreError(f"bad branch name {branch!r} for commit_to_branch")
+        blobs: Dict[str, Raw] = {}
+        for path, value in files.items():
+            _check_path(path)
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                data = bytes(value)
+                raw = _blob_raw(data)
+                if not self._has(raw):
+                    self._write_blob(data)
+            else:
+                raw = self._existing_blob(value, path)
+            blobs[path] = raw
+        start_raw = self._commit_raw(start)
+        self._commit_obj(start_raw)
+        text = (message or "commit").rstrip() + "\n"
+        sig = _signature()
+
+        def build(current: Optional[Raw]) -> Optional[Raw]:
+            parent = current if current is not None else start_raw
+            base = self._tree_map(self._commit_obj(parent).tree_id.raw)
+            entries = dict(base)
+            for path, raw in blobs.items():
+                entries[path] = (base[path][0] if path in base else MODE_FILE, raw)
+            if current is not None and entries == base:
+                return None
+            tree = self._write_tree(entries)
+            self._tree_maps.put(tree, entries)
+            return self.repo.create_commit(None, sig, sig, text, pygit2.Oid(raw=tree), [pygit2.Oid(raw=parent)]).raw
+
+        new, created = self._update_ref(refname, build, f"{branch}: " + text.splitlines()[0])
+        return new.hex(), created
 
     @_synchronized
     def branches(self) -> List[BranchInfo]:

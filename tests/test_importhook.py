@@ -1,0 +1,641 @@
+"""The import hook: selected modules rewritten on import, committed before they run, cached, safe.
+
+Each test gets a fresh project (and a fresh package name, since ``sys.modules`` is shared by the
+tests that import in-process). Warm-cache, spawn and ``python -m`` behaviour run in subprocesses,
+as a user's training run would.
+"""
+import importlib
+import importlib.util
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import traceback
+import uuid
+import warnings
+
+import pytest
+import torch
+
+from scalebox_cst import importhook
+from scalebox_cst.importhook import ENV_MAIN, ENV_SESSION, ScaleboxImportWarning, install_import_hook
+
+from conftest import ROOT
+
+CLIP = "_scalebox_clip_grad_norm"
+
+PPO = textwrap.dedent(
+    '''\
+    """A training step as RL code writes it: no clipping."""
+    import torch
+
+
+    def train_step(model, optimizer, x):
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+
+    def fail(n):
+        value = n + 1
+        raise ValueError(f"boom {value}")
+    '''
+)
+
+PLAIN = "def double(x):\n    return 2 * x\n"
+
+CONFIG = 'backend = "cpu"\ntransforms = ["grad_clip"]\n\n[grad_clip]\nmax_norm = {max_norm}\n'
+
+
+def git(root, *args) -> str:
+    return subprocess.run(
+        ["git", "--git-dir", str(root / ".scalebox" / "store.git"), *args], capture_output=True, check=True, text=True
+    ).stdout
+
+
+def hook_branches(root):
+    out = git(root, "for-each-ref", "--format=%(refname:short)", "refs/heads/hook/")
+    return out.split()
+
+
+def child_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_SESSION, ENV_MAIN)}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=ROOT, **extra)
+    return env
+
+
+def run_py(cwd, *args, env=None, timeout=120):
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env or child_env(), capture_output=True, text=True, timeout=timeout
+    )
+    return proc
+
+
+@pytest.fixture
+def proj(tmp_path):
+    """A project with a package holding a training step (rewritten) and a plain module (not)."""
+    pkg = f"agents_{uuid.uuid4().hex[:8]}"
+    root = tmp_path / "proj"
+    (root / pkg).mkdir(parents=True)
+    (root / "scalebox.toml").write_text(CONFIG.format(max_norm=1.0))
+    (root / pkg / "__init__.py").write_text("")
+    (root / pkg / "ppo.py").write_text(PPO)
+    (root / pkg / "plain.py").write_text(PLAIN)
+    sys.path.insert(0, str(root))
+    hooks_before = list(sys.meta_path)
+    yield root, pkg
+    sys.path.remove(str(root))
+    for finder in list(sys.meta_path):
+        if finder not in hooks_before and isinstance(finder, importhook.ImportHook):
+            finder.uninstall()
+    for name in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
+        del sys.modules[name]
+    # a fresh session for the next test (one per process otherwise), and no session in our env
+    importhook._SESSION = None
+    importhook._ROOTS.clear()
+    os.environ.pop(ENV_SESSION, None)
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), torch.randn(8, 4) * 100
+
+
+# ---------------------------------------------------------------------------- in process
+def test_selected_module_is_rewritten_committed_and_runs_the_commit(proj):
+    root, pkg = proj
+    with install_import_hook([pkg], project=str(root)) as hook:
+        assert sys.meta_path[0] is hook and hook.is_live()
+        ppo = importlib.import_module(f"{pkg}.ppo")
+        plain = importlib.import_module(f"{pkg}.plain")
+    assert hook not in sys.meta_path
+    assert CLIP in inspect.getsource(ppo.train_step)
+    assert ppo.__file__ == str(root / pkg / "ppo.py") and ppo.__loader__.rewritten
+    assert plain.double(3) == 6 and "clip" not in inspect.getsource(plain)
+    assert CLIP not in (root / pkg / "ppo.py").read_text()  # the user's file is untouched
+    # the code that ran is the committed blob, on this process's branch
+    assert hook.branch in hook_branches(root)
+    committed = git(root, "show", f"{hook.branch}:{pkg}/ppo.py")
+    assert committed == ppo.__loader__.get_source(ppo.__name__)
+    assert CLIP in committed
+    # and it clips: the step moves the weights by at most lr * max_norm
+    model, opt, x = tiny_model()
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    ppo.train_step(model, opt, x)
+    after = torch.cat([p.detach().flatten() for p in model.parameters()])
+    assert torch.linalg.vector_norm(after - before) <= 0.1 * 1.0 + 1e-5
+
+
+def test_unselected_names_bail_out_before_any_lookup(proj, monkeypatch):
+    root, pkg = proj
+    hook = install_import_hook([pkg], project=str(root))
+    lookups = []
+    real = hook._find_next
+    monkeypatch.setattr(hook, "_find_next", lambda *a: lookups.append(a[0]) or real(*a))
+    for name in ("colorsys", "json.tool", "numpy", "torch.nn"):
+        assert hook.find_spec(name) is None
+    sys.modules.pop("colorsys", None)
+    importlib.import_module("colorsys")
+    assert lookups == []
+    importlib.import_module(f"{pkg}.plain")
+    assert lookups == [pkg, f"{pkg}.plain"]
+
+
+def test_traceback_and_getsource_show_the_rewritten_lines(proj):
+    root, pkg = proj
+    with install_import_hook([pkg], project=str(root)):
+        ppo = importlib.import_module(f"{pkg}.ppo")
+    text = ppo.__loader__.get_source(ppo.__name__).splitlines()
+    try:
+        ppo.fail(1)
+    except ValueError as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+    assert frame.filename == ppo.__file__
+    assert frame.line == 'raise ValueError(f"boom {value}")'
+    assert text[frame.lineno - 1].strip() == frame.line
+    assert frame.lineno != PPO.splitlines().index('    raise ValueError(f"boom {value}")') + 1  # lines moved
+    source = inspect.getsource(ppo.train_step)
+    assert CLIP in source and source.startswith("def train_step(")
+    assert inspect.getsourcelines(ppo.fail)[1] == text.index("def fail(n):") + 1
+
+
+def test_pipeline_failure_runs_the_original_with_one_warning(proj):
+    from scalebox_cst.transforms import Transform
+
+    class Broken(Transform):
+        id = "test.broken"
+        triggers = ("backward",)
+
+        def rewrite(self, ctx):
+            raise RuntimeError("kaboom")
+
+    root, pkg = proj
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with install_import_hook([pkg], project=str(root), transforms=[Broken()]):
+            ppo = importlib.import_module(f"{pkg}.ppo")
+            importlib.reload(ppo)  # the cached failure warns too, once per file and message
+    ours = [w for w in caught if issubclass(w.category, ScaleboxImportWarning)]
+    assert len(ours) == 1
+    message = str(ours[0].message)
+    assert str(root / pkg / "ppo.py") in message and "kaboom" in message
+    assert CLIP not in inspect.getsource(ppo)
+    assert ppo.train_step is not None
+
+
+def test_unreadable_store_runs_the_original_uncommitted_code_with_a_warning(proj):
+    root, pkg = proj
+    (root / ".scalebox").mkdir()
+    (root / ".scalebox" / "store.git").write_text("not a repository\n")
+    with pytest.warns(ScaleboxImportWarning, match="ppo.py"):
+        with install_import_hook([pkg], project=str(root)):
+            ppo = importlib.import_module(f"{pkg}.ppo")
+    assert CLIP not in inspect.getsource(ppo.train_step)
+
+
+def test_modules_imported_before_install_are_named(proj):
+    root, pkg = proj
+    importlib.import_module(f"{pkg}.plain")
+    with pytest.warns(ScaleboxImportWarning, match=rf"before the import hook.*{pkg}\.plain"):
+        hook = install_import_hook([pkg], project=str(root))
+    hook.uninstall()
+
+
+def test_is_live_reports_a_finder_order_that_bypasses_it(proj):
+    root, pkg = proj
+    with install_import_hook([pkg], project=str(root)) as hook:
+        assert hook.is_live()
+        sys.meta_path.remove(hook)
+        sys.meta_path.append(hook)
+        try:
+            assert not hook.is_live()
+        finally:
+            sys.meta_path.remove(hook)
+            sys.meta_path.insert(0, hook)
+
+
+def test_coexists_with_pytests_assertion_rewriting(proj):
+    root, pkg = proj
+    rewriters = [f for f in sys.meta_path if type(f).__name__ == "AssertionRewritingHook"]
+    with install_import_hook([pkg], project=str(root)):
+        assert all(f in sys.meta_path for f in rewriters)
+        ppo = importlib.import_module(f"{pkg}.ppo")
+    assert CLIP in inspect.getsource(ppo)
+
+
+def test_threads_importing_different_modules_at_once(proj):
+    root, pkg = proj
+    for i in range(6):
+        (root / pkg / f"m{i}.py").write_text(PPO.replace("def train_step", f"def train_step_{i}"))
+    errors, modules = [], {}
+    barrier = threading.Barrier(6)
+
+    def work(i):
+        try:
+            barrier.wait()
+            modules[i] = importlib.import_module(f"{pkg}.m{i}")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    with install_import_hook([pkg], project=str(root)) as hook:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not errors
+    for i, module in modules.items():
+        assert CLIP in inspect.getsource(getattr(module, f"train_step_{i}"))
+        assert git(root, "show", f"{hook.branch}:{pkg}/m{i}.py") == module.__loader__.get_source(module.__name__)
+
+
+def test_project_names_select_top_level_modules_not_the_stdlib(tmp_path):
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "__init__.py").write_text("")
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "json.py").write_text("")  # shadows the stdlib: never selected by default
+    (tmp_path / "my-script.py").write_text("")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / "scalebox_cst").mkdir()
+    assert importhook._project_names([str(tmp_path)]) == ["agents", "train"]
+
+
+def test_find_project_root_matches_the_projects_rule(tmp_path):
+    from scalebox_cst.project import find_project_root
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "scalebox.toml").write_text("")
+    (tmp_path / "a" / "b" / "x.py").write_text("")
+    for start in (tmp_path / "a" / "b" / "x.py", tmp_path / "a" / "b", tmp_path):
+        assert importhook.find_project_root(str(start)) == find_project_root(str(start))
+
+
+def test_session_branch_is_a_chain_from_a_snapshot_and_hash_checks_edits(proj):
+    root, pkg = proj
+    with install_import_hook([pkg], project=str(root)) as hook:
+        ppo = importlib.import_module(f"{pkg}.ppo")
+        (root / pkg / "more.py").write_text(PPO.replace("train_step", "other_step"))
+        importlib.import_module(f"{pkg}.more")
+        # an edit keeps size and mtime: only the source hash tells the cache it changed
+        path = root / pkg / "ppo.py"
+        stat = path.stat()
+        path.write_text(PPO.replace("boom", "bang"))
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        importlib.reload(ppo)
+    assert "bang" in inspect.getsource(ppo.fail) and CLIP in inspect.getsource(ppo.train_step)
+    chain = git(root, "rev-list", "--parents", hook.branch).split("\n")
+    commits = [line.split() for line in chain if line]
+    assert len(commits) == 4  # ppo, more, ppo edited; then the snapshot they start from
+    for (child, parent), (nxt, *_rest) in zip(commits, commits[1:]):
+        assert parent == nxt  # each commit's parent is the previous one on the branch
+    # it starts from a source snapshot; new files and edits took newer ones, named in the trailer
+    git(root, "merge-base", "--is-ancestor", commits[-1][0], "source")
+    tip_message = git(root, "log", "-1", "--format=%B", hook.branch)
+    assert f"Scalebox-Source: {git(root, 'rev-parse', 'source').strip()}" in tip_message
+    log = git(root, "log", "--format=%B", hook.branch)
+    assert f"Scalebox-Session: {hook.session.id}" in log and "Scalebox-Pipeline: " in log
+    assert "grad_clip rewritten [changes-semantics]" in log
+    assert "bang" in git(root, "show", f"{hook.branch}:{pkg}/ppo.py")
+
+
+def test_dotted_packages_select_a_subtree_and_uninstall_stops_rewriting(proj):
+    root, pkg = proj
+    (root / pkg / "sub").mkdir()
+    (root / pkg / "sub" / "__init__.py").write_text("")
+    (root / pkg / "sub" / "deep.py").write_text(PPO)
+    (root / pkg / "later.py").write_text(PPO)
+    hook = install_import_hook([f"{pkg}.sub"], project=str(root))
+    ppo = importlib.import_module(f"{pkg}.ppo")
+    deep = importlib.import_module(f"{pkg}.sub.deep")
+    assert CLIP not in inspect.getsource(ppo) and CLIP in inspect.getsource(deep)
+    hook.uninstall()
+    with pytest.warns(ScaleboxImportWarning, match=rf"unrewritten: {pkg}, {pkg}\.ppo$"):
+        with install_import_hook([pkg], project=str(root)):
+            pass
+    later = importlib.import_module(f"{pkg}.later")
+    assert CLIP not in inspect.getsource(later)
+
+
+def test_two_hooks_on_one_package_rewrite_once(proj):
+    root, pkg = proj
+    outer = install_import_hook([pkg], project=str(root))
+    inner = install_import_hook([pkg], project=str(root))
+    try:
+        ppo = importlib.import_module(f"{pkg}.ppo")
+    finally:
+        inner.uninstall()
+        outer.uninstall()
+    source = inspect.getsource(ppo)
+    assert source.count(CLIP) == 2  # the import and one call: not rewritten twice
+    assert len(hook_branches(root)) == 1
+
+
+def test_a_module_the_pipeline_cannot_read_runs_as_python_reads_it(proj):
+    root, pkg = proj
+    (root / pkg / "latin.py").write_bytes(
+        b"# -*- coding: latin-1 -*-\nNAME = '\xe9t\xe9'\n" + PPO.encode()
+    )
+    with pytest.warns(ScaleboxImportWarning, match=r"latin\.py.*not UTF-8"):
+        with install_import_hook([pkg], project=str(root)):
+            latin = importlib.import_module(f"{pkg}.latin")
+    assert latin.NAME == "\u00e9t\u00e9"
+    assert CLIP not in inspect.getsource(latin)
+
+
+def test_store_commit_to_branch_appends_dedupes_and_survives_racing_writers(tmp_path):
+    from scalebox_cst.store import Store, StoreError
+
+    store = Store.init(str(tmp_path))
+    base, _ = store.snapshot({"a.py": b"a = 1\n", "b.py": b"b = 1\n"}, "base")
+    first, made = store.commit_to_branch("hook/t", {"a.py": b"a = 2\n"}, "one", base)
+    assert made and store.read_file(first, "a.py") == b"a = 2\n" and store.read_file(first, "b.py") == b"b = 1\n"
+    same, made = store.commit_to_branch("hook/t", {"a.py": Store.blob_id(b"a = 2\n")}, "again", base)
+    assert (same, made) == (first, False)
+    with pytest.raises(StoreError):
+        store.commit_to_branch("run/0001", {"a.py": b""}, "no", base)
+    with pytest.raises(StoreError):
+        store.commit_to_branch("hook/t", {"a.py": "0" * 40}, "unknown blob", base)
+
+    errors = []
+
+    def writer(i):
+        try:
+            Store.open(str(tmp_path)).commit_to_branch("hook/t", {f"w{i}.py": b"%d\n" % i}, f"w{i}", base)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    tip = Store.open(str(tmp_path)).repo.references["refs/heads/hook/t"].target
+    paths = Store.open(str(tmp_path)).tree_paths(str(tip))
+    assert {f"w{i}.py" for i in range(8)} <= paths and {"a.py", "b.py"} <= paths
+
+
+# ---------------------------------------------------------------------------- subprocesses
+WARM_CHECK = textwrap.dedent(
+    """\
+    import inspect, sys, warnings
+    warnings.simplefilter("error", UserWarning)
+    import scalebox_cst
+    hook = scalebox_cst.install_import_hook(["{pkg}"])
+    import {pkg}.ppo as ppo
+    print("rewritten", "_scalebox_clip_grad_norm" in inspect.getsource(ppo.train_step))
+    print("max_norm", "max_norm={max_norm}" in inspect.getsource(ppo.train_step))
+    print("libcst", "libcst" in sys.modules, "pygit2", "pygit2" in sys.modules)
+    print("branch", hook.branch)
+    """
+)
+
+
+def _parse(out):
+    return dict(line.split(" ", 1) for line in out.strip().splitlines() if " " in line)
+
+
+def test_warm_import_loads_cached_bytecode_and_is_committed_at_exit(proj):
+    root, pkg = proj
+    script = root / "check.py"
+    script.write_text(WARM_CHECK.format(pkg=pkg, max_norm=1.0))
+    cold = run_py(root, str(script))
+    assert cold.returncode == 0, cold.stderr
+    got = _parse(cold.stdout)
+    assert got["rewritten"] == "True" and got["libcst"].startswith("True")
+    cache = list((root / ".scalebox" / "pycache").rglob("*.pyc"))
+    assert [p.name.split(".")[0] for p in cache] == ["ppo"]  # plain.py was not imported, __init__.py is empty
+    assert all(p.parent == root / ".scalebox" / "pycache" / pkg for p in cache)
+    assert not list((root / ".scalebox" / "pycache").rglob("*.tmp"))
+
+    for _ in range(3):  # an edit of the engine's transform modules in between re-checks the fingerprint
+        warm = run_py(root, str(script))
+        assert warm.returncode == 0, warm.stderr
+        got = _parse(warm.stdout)
+        if got["libcst"] == "False pygit2 False":
+            break
+    # a cache hit: rewritten code, without parsing (no libcst) and without opening the store
+    assert got == {"rewritten": "True", "max_norm": "True", "libcst": "False pygit2 False", "branch": got["branch"]}
+    # ... and still recorded on its own branch, at exit, pointing at the committed blob
+    assert got["branch"] in hook_branches(root)
+    assert CLIP in git(root, "show", f"{got['branch']}:{pkg}/ppo.py")
+
+    # changing the config invalidates the cache: the new max_norm is rewritten in
+    (root / "scalebox.toml").write_text(CONFIG.format(max_norm=0.5))
+    script.write_text(WARM_CHECK.format(pkg=pkg, max_norm=0.5))
+    changed = run_py(root, str(script))
+    assert changed.returncode == 0, changed.stderr
+    got = _parse(changed.stdout)
+    assert got["max_norm"] == "True" and got["libcst"].startswith("True")
+
+
+def _fresh_import(root, pkg, name="ppo", **options):
+    """Import ``pkg.name`` as a new process would: no module, no hook state, a new hook."""
+    for mod in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
+        del sys.modules[mod]
+    importhook._ROOTS.clear()
+    importhook._SEEN.clear()
+    with install_import_hook([pkg], project=str(root), **options) as hook:
+        return importlib.import_module(f"{pkg}.{name}"), hook
+
+
+def test_cache_is_not_trusted_without_its_commit_and_write_errors_are_not_fatal(proj, caplog):
+    import shutil
+
+    root, pkg = proj
+    ppo, _ = _fresh_import(root, pkg)
+    (entry,) = (root / ".scalebox" / "pycache").rglob("ppo.*.pyc")
+    shutil.rmtree(root / ".scalebox" / "store.git")  # the cache file remains; its commit does not
+    ppo, hook = _fresh_import(root, pkg)
+    assert CLIP in inspect.getsource(ppo)  # rewritten, committed again, and only then run
+    assert git(root, "show", f"{hook.branch}:{pkg}/ppo.py") == ppo.__loader__.get_source(ppo.__name__)
+
+    shutil.rmtree(root / ".scalebox" / "pycache")
+    (root / ".scalebox" / "pycache").write_text("a file where the cache folder goes\n")
+    with caplog.at_level("WARNING", logger="scalebox_cst.importhook"):
+        ppo, _ = _fresh_import(root, pkg)
+    assert CLIP in inspect.getsource(ppo)
+    assert "cannot write" in caplog.text and "continuing without it" in caplog.text
+
+
+def test_modules_found_by_other_finders_are_rewritten_through_them(proj, tmp_path):
+    """An editable install's finder (after the PathFinder) serves the package; the hook still rewrites it."""
+    root, pkg = proj
+    elsewhere = root / "src"
+    elsewhere.mkdir()
+    (root / pkg).rename(elsewhere / pkg)
+
+    class EditableFinder:
+        @staticmethod
+        def find_spec(fullname, path=None, target=None):
+            if fullname == pkg:
+                init = elsewhere / pkg / "__init__.py"
+                return importlib.util.spec_from_file_location(fullname, init, submodule_search_locations=[str(init.parent)])
+            return None
+
+    sys.meta_path.append(EditableFinder)
+    try:
+        with install_import_hook([pkg], project=str(root)):
+            ppo = importlib.import_module(f"{pkg}.ppo")
+    finally:
+        sys.meta_path.remove(EditableFinder)
+    assert CLIP in inspect.getsource(ppo)
+    assert ppo.__file__ == str(elsewhere / pkg / "ppo.py")
+    (branch,) = hook_branches(root)
+    assert CLIP in git(root, "show", f"{branch}:src/{pkg}/ppo.py")
+
+
+def test_default_packages_are_the_calling_scripts_project(proj):
+    root, pkg = proj
+    (root / "train.py").write_text(
+        "import inspect, scalebox_cst\n"
+        "scalebox_cst.install_import_hook()\n"
+        f"import {pkg}.ppo, {pkg}.plain\n"
+        f"print('_scalebox_clip_grad_norm' in inspect.getsource({pkg}.ppo))\n"
+    )
+    proc = run_py(root / pkg, str(root / "train.py"))  # the working directory does not matter
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
+
+
+SPAWN_SCRIPT = textwrap.dedent(
+    """\
+    import multiprocessing as mp, sys
+    {install}
+    import workers
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("spawn")
+        with ctx.Pool(2) as pool:
+            results = pool.map(workers.probe, range(4))
+        for pid, rewritten in results:
+            print("child", pid, rewritten)
+        import {pkg}.ppo, inspect
+        print("parent", "_scalebox_clip_grad_norm" in inspect.getsource({pkg}.ppo))
+    """
+)
+
+WORKERS = textwrap.dedent(
+    """\
+    import importlib, inspect, os, time
+
+    def probe(i):
+        time.sleep(0.05)
+        ppo = importlib.import_module("{pkg}.ppo")
+        return os.getpid(), "_scalebox_clip_grad_norm" in inspect.getsource(ppo.train_step)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["install", "python -m"])
+def test_spawn_pool_children_import_the_rewrite_concurrently(proj, how):
+    root, pkg = proj
+    install = f"import scalebox_cst; scalebox_cst.install_import_hook(['{pkg}'])" if how == "install" else ""
+    (root / "train.py").write_text(SPAWN_SCRIPT.format(install=install, pkg=pkg))
+    (root / "workers.py").write_text(WORKERS.format(pkg=pkg))
+    args = [str(root / "train.py")] if how == "install" else ["-m", "scalebox_cst", "-p", pkg, str(root / "train.py")]
+    proc = run_py(root, *args, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    children = [line.split() for line in lines if line.startswith("child")]
+    assert len(children) == 4 and all(c[2] == "True" for c in children), proc.stdout
+    assert "parent True" in lines
+    assert "Traceback" not in proc.stderr and "scalebox:" not in proc.stderr, proc.stderr
+    # one session: parent and workers recorded on a single branch, which holds the rewrite
+    branches = hook_branches(root)
+    assert len(branches) == 1, branches
+    assert CLIP in git(root, "show", f"{branches[0]}:{pkg}/ppo.py")
+
+
+def test_python_m_runs_the_script_rewritten_with_its_arguments(proj):
+    root, pkg = proj
+    (root / "train.py").write_text(
+        textwrap.dedent(
+            f"""\
+            import inspect, sys
+            import torch
+            from {pkg}.plain import double
+
+            def main():
+                model = torch.nn.Linear(4, 1)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                loss = model(torch.ones(2, 4)).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+            if __name__ == "__main__":
+                main()
+                print("argv", sys.argv[1:], double(2))
+                print("script rewritten", "_scalebox_clip_grad_norm" in inspect.getsource(main))
+            """
+        )
+    )
+    proc = run_py(root, "-m", "scalebox_cst", "train.py", "--steps", "3", "-p", "x")
+    assert proc.returncode == 0, proc.stderr
+    assert "argv ['--steps', '3', '-p', 'x'] 4" in proc.stdout
+    assert "script rewritten True" in proc.stdout
+    (branch,) = hook_branches(root)
+    assert CLIP in git(root, "show", f"{branch}:train.py")
+    missing = run_py(root, "-m", "scalebox_cst", "nope.py")
+    assert missing.returncode == 2 and "nope.py" in missing.stderr
+
+
+def test_pytest_run_with_the_hook_keeps_assertion_rewriting(proj):
+    root, pkg = proj
+    (root / "conftest.py").write_text("import scalebox_cst\nscalebox_cst.install_import_hook()\n")
+    (root / "test_it.py").write_text(
+        textwrap.dedent(
+            f"""\
+            import inspect
+            import {pkg}.ppo as ppo
+
+            def test_rewritten():
+                assert "_scalebox_clip_grad_norm" in inspect.getsource(ppo.train_step)
+
+            def test_introspection():
+                value = [1, 2]
+                assert value == [1, 3]
+            """
+        )
+    )
+    proc = run_py(root, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_it.py")
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout + proc.stderr
+    assert "At index 1 diff: 2 != 3" in proc.stdout  # pytest's rewritten assertion, not a bare one
+
+
+DATALOADER_SCRIPT = textwrap.dedent(
+    """\
+    import inspect, scalebox_cst, torch
+    hook = scalebox_cst.install_import_hook(["{pkg}"])
+
+    class Probe(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            import {pkg}.ppo as ppo  # first imported in the workers, two at once
+            return torch.tensor(float("_scalebox_clip_grad_norm" in inspect.getsource(ppo.train_step)))
+
+    if __name__ == "__main__":
+        loader = torch.utils.data.DataLoader(Probe(), batch_size=1, num_workers=2, multiprocessing_context="fork")
+        print("workers", [int(x) for x in loader])
+        print("branch", hook.branch)
+    """
+)
+
+
+def test_dataloader_fork_workers_rewrite_and_record(proj):
+    root, pkg = proj
+    (root / "train.py").write_text(DATALOADER_SCRIPT.format(pkg=pkg))
+    proc = run_py(root, str(root / "train.py"))
+    assert proc.returncode == 0, proc.stderr
+    got = _parse(proc.stdout)
+    assert got["workers"] == "[1, 1, 1, 1]"
+    assert hook_branches(root) == [got["branch"]]
+    assert CLIP in git(root, "show", f"{got['branch']}:{pkg}/ppo.py")
