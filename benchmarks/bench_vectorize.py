@@ -7,7 +7,8 @@ the code the pipeline actually emits for the naive source (rewritten at start-up
 guards and the cache checks are in the timing.
 
 * target update: soft update of a 26-256-256-1 MLP (72,961 parameters, six tensors), TD3's
-  per-parameter loop vs the rewrite (exact foreach sequence; and with ``allow_lerp``), vs peers:
+  per-parameter loop vs the rewrite (exact: foreach sequence, and the compiled numba pass it
+  switches to after 1000 calls; and with ``allow_lerp``), vs peers:
   ``torch._foreach_lerp_`` on lists cached by hand (no guard), SB3's ``polyak_update`` (its loop:
   ``mul_`` + ``torch.add(..., alpha=tau, out=)`` per tensor, parameter generators per call),
   and, with ``--compile``, ``torch.compile`` of the loop (compile time reported apart);
@@ -36,6 +37,7 @@ torch.set_num_threads(1)
 
 from scalebox_cst.config import Config  # noqa: E402
 from scalebox_cst.pipeline import Pipeline  # noqa: E402
+from scalebox_cst.runtime import target_update as tu  # noqa: E402
 
 DEVICE = "cpu"
 
@@ -109,9 +111,23 @@ def bench_target_update(args, rows):
     number, repeat = (200, 5) if args.quick else (2000, 15)
     if DEVICE == "cuda":
         number //= 4
+    def with_numba(after, fn):
+        def run():
+            tu.NUMBA_AFTER = after
+            return fn()
+
+        return run
+
     cases = [
         ("per-parameter loop (TD3/CleanRL)", lambda: naive(net, target, tau)),
-        (f"rewritten, {sites[0].exactness}", lambda: exact(net, target, tau)),
+        (f"rewritten, {sites[0].exactness}, foreach (first 1000 calls)", with_numba(-1, lambda: exact(net, target, tau))),
+    ]
+    if DEVICE == "cpu" and tu._load_numba():
+        tu.clear_cache()
+        tu.NUMBA_AFTER = 0
+        exact(net, target, tau)  # compile (or load from numba's cache) outside the timing
+        cases.append((f"rewritten, {sites[0].exactness}, numba pass (later calls)", with_numba(0, lambda: exact(net, target, tau))))
+    cases += [
         (f"rewritten, allow_lerp ({lerp_sites[0].exactness})", lambda: lerp(net, target, tau)),
         ("peer: _foreach_lerp_ on cached lists", lambda: torch._foreach_lerp_(ts, ps, tau)),
         ("peer: SB3 polyak_update", lambda: polyak_update(net.parameters(), target.parameters(), tau)),
@@ -129,13 +145,17 @@ def bench_target_update(args, rows):
         t = timeit(fn, number, repeat)
         base = base or t
         rows.append({"case": title, "method": label, "us": t * 1e6, "speedup": base / t})
-    # exactness check of the emitted code against the loop, on fresh copies
-    t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
-    for _ in range(10):
-        naive(net, t1, tau)
-        exact(net, t2, tau)
-    same = all(torch.equal(a, b) for a, b in zip(t1.parameters(), t2.parameters()))
-    rows.append({"case": title, "method": "check: rewritten == loop, bitwise, 10 updates", "us": None, "speedup": None, "ok": same})
+    # exactness check of the emitted code against the loop, on fresh copies, both CPU paths
+    for after in (-1, 0):
+        tu.NUMBA_AFTER = after
+        t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
+        for _ in range(10):
+            naive(net, t1, tau)
+            exact(net, t2, tau)
+        same = all(torch.equal(a, b) for a, b in zip(t1.parameters(), t2.parameters()))
+        path = "foreach" if after < 0 else "numba/foreach"
+        rows.append({"case": title, "method": f"check: rewritten ({path}) == loop, bitwise", "us": None, "speedup": None, "ok": same})
+    tu.NUMBA_AFTER = 1000
 
 
 # ------------------------------------------------------------------ reduction

@@ -505,11 +505,14 @@ def test_pendulum_ddpg_rewrite_prints_identical_numbers(tmp_path):
     args = ["--total-steps", "700", "--learning-starts", "200", "--batch-size", "32", "--log-interval", "100"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     outputs = []
-    for script in (path, str(new_path)):
+    # the original; the rewrite (foreach: fewer updates than the numba threshold); the rewrite
+    # with the compiled CPU pass from the first update
+    for script, numba_after in ((path, "-1"), (str(new_path), "1000"), (str(new_path), "0")):
+        env["SCALEBOX_TARGET_UPDATE_NUMBA_AFTER"] = numba_after
         proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=120)
         assert proc.returncode == 0, proc.stderr
         outputs.append([" ".join(w for w in line.split() if not w.startswith("sps=")) for line in proc.stdout.splitlines()])
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2]
     assert any("critic_loss=" in line and "nan" not in line for line in outputs[0])
 
 
@@ -612,3 +615,74 @@ def test_read_before_the_loop_inside_an_enclosing_loop_blocks():
     )
     out, sites = rewrite(src)
     assert out == src and "read outside the loop" in sites[0].reason
+
+
+# ------------------------------------------------------------------ the compiled CPU pass (numba)
+
+
+@pytest.fixture
+def numba_now(monkeypatch):
+    pytest.importorskip("numba")
+    monkeypatch.setattr(tu, "NUMBA_AFTER", 0)
+    tu.clear_cache()
+    yield
+    tu.clear_cache()
+
+
+@pytest.mark.parametrize("form", ["copy", "copy_swapped", "mul_add", "chain"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_numba_pass_is_bitwise_the_loop(numba_now, form, dtype):
+    src = form_source(FORMS[form], no_grad=False)
+    out, sites = rewrite(src)
+    assert sites[0].exactness == EXACT
+    orig, new = load(src)[1][0], load(out)[1][0]
+    net, target = pair((7, 33, 65, 3), dtype=dtype)
+    t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
+    for tau in (0.005, 0.5, 1, 0, 1e-30, 0.999999):
+        orig(net, t1, tau)
+        new(net, t2, tau)
+    assert tu._plan(net, t2).kernel, "the compiled pass was not used"
+    assert_same(params(t1), params(t2), exact=True)
+
+
+def test_numba_pass_waits_for_enough_calls(monkeypatch):
+    pytest.importorskip("numba")
+    monkeypatch.setattr(tu, "NUMBA_AFTER", 3)
+    tu.clear_cache()
+    net, target = pair()
+    for _ in range(3):
+        tu.soft_update(net, target, 0.1, 0.9)
+    assert tu._plan(net, target).kernel is None
+    tu.soft_update(net, target, 0.1, 0.9)
+    assert tu._plan(net, target).kernel
+    tu.clear_cache()
+
+
+def test_numba_pass_follows_module_changes(numba_now):
+    orig, new = load(LOOP)[1][0], load(rewrite(LOOP)[0])[1][0]
+    net, target = pair((3, 8, 8, 1))
+    t1, t2 = copy.deepcopy(target), target
+    orig(net, t1, 0.2)
+    new(net, t2, 0.2)
+    for m in (net, t1, t2):
+        m.double()  # new storage behind the same Parameter objects: the numpy views are stale
+    orig(net, t1, 0.2)
+    new(net, t2, 0.2)
+    assert_same(params(t1), params(t2), exact=True)
+    assert tu._plan(net, t2).kernel
+
+
+def test_numba_pass_skips_half_and_noncontiguous(numba_now):
+    net, target = pair(dtype=torch.float16)
+    assert tu.soft_update(net, target, 0.1, 0.9)
+    assert not tu._plan(net, target).kernel
+    net, target = pair()
+    with torch.no_grad():
+        w = target[0].weight
+        w.data = w.data.t().contiguous().t()  # same values, transposed strides
+    t1 = copy.deepcopy(target)
+    assert tu.soft_update(net, target, 0.1, 0.9)
+    assert not tu._plan(net, target).kernel
+    for p, tp in zip(net.parameters(), t1.parameters()):
+        tp.data.copy_(0.1 * p.data + 0.9 * tp.data)
+    assert_same(params(t1), params(target), exact=True)
