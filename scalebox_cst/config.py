@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import sys
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, List, Optional
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,6 +23,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 from scalebox_cst._version import __version__
 
 CONFIG_FILE = "scalebox.toml"
+STATE_DIR = ".scalebox"  # the engine's own folder in a project: store, runs, caches
 BACKENDS = ("auto", "cpu", "cuda", "npu")
 
 DEFAULT_INCLUDE = ["**/*.py"]
@@ -163,6 +164,23 @@ class Config:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def find_project_root(start: str) -> str:
+    """The nearest folder at or above ``start`` holding ``.scalebox/`` or ``scalebox.toml``;
+    else ``start`` itself (its folder, for a file). Lives here because it must stay cheap to
+    import (the import hook uses it before libcst or pygit2 are loaded)."""
+    here = os.path.abspath(start)
+    if os.path.isfile(here):
+        here = os.path.dirname(here)
+    probe = here
+    while True:
+        if os.path.isdir(os.path.join(probe, STATE_DIR)) or os.path.isfile(os.path.join(probe, CONFIG_FILE)):
+            return probe
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return here
+        probe = parent
+
+
 def _read_toml(path: str) -> Dict[str, Any]:
     try:
         with open(path, "rb") as fh:
@@ -191,7 +209,3 @@ def _match_parts(parts: List[str], pats: List[str]) -> bool:
     if not parts:
         return False
     return fnmatch.fnmatchcase(parts[0], head) and _match_parts(parts[1:], rest)
-
-
-def iter_globs(patterns: Iterable[str]) -> List[str]:
-    return [p for p in patterns if p]

@@ -24,12 +24,11 @@ from io import FileIO as _FileIO  # unbuffered: one fstat and one read per file
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from scalebox_cst._version import __version__
+from scalebox_cst.config import CONFIG_FILE, STATE_DIR, find_project_root
 from scalebox_cst.runtime.loader import SourceBytesLoader, register_source
 
 # The names below mirror scalebox_cst.project / scalebox_cst.config; importing those here would
 # pull libcst and pygit2 into every hooked process (≈180 ms) before anything is known to be cold.
-STATE_DIR = ".scalebox"
-CONFIG_FILE = "scalebox.toml"
 CACHE_DIR = "pycache"
 BRANCH_PREFIX = "hook/"
 
@@ -55,25 +54,6 @@ class ScaleboxImportWarning(UserWarning):
 
 
 # ---------------------------------------------------------------------------- helpers
-def find_project_root(start: str) -> str:
-    """Same rule as :func:`scalebox_cst.project.find_project_root`, without importing libcst.
-
-    The nearest folder at or above ``start`` holding ``.scalebox/`` or ``scalebox.toml``; else
-    ``start`` itself (its folder, for a file).
-    """
-    here = os.path.abspath(start)
-    if os.path.isfile(here):
-        here = os.path.dirname(here)
-    probe = here
-    while True:
-        if os.path.isdir(os.path.join(probe, STATE_DIR)) or os.path.isfile(os.path.join(probe, CONFIG_FILE)):
-            return probe
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            return here
-        probe = parent
-
-
 def _cache_tag() -> str:
     tag = sys.implementation.cache_tag or "python"
     return f"{tag}.opt-{sys.flags.optimize}" if sys.flags.optimize else tag

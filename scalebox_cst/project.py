@@ -11,28 +11,10 @@ import dataclasses
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from scalebox_cst.config import CONFIG_FILE, DEFAULT_TOML, Config
+from scalebox_cst.config import CONFIG_FILE, DEFAULT_TOML, STATE_DIR, Config, find_project_root
 from scalebox_cst.pipeline import FileResult, Pipeline
 from scalebox_cst.report import FileReport, RunReport
 from scalebox_cst.store import Store, StoreError
-
-STATE_DIR = ".scalebox"
-
-
-def find_project_root(start: str) -> str:
-    """The nearest folder at or above ``start`` holding ``.scalebox/`` or ``scalebox.toml``."""
-    here = os.path.abspath(start)
-    if os.path.isfile(here):
-        here = os.path.dirname(here)
-    probe = here
-    while True:
-        if os.path.isdir(os.path.join(probe, STATE_DIR)) or os.path.isfile(os.path.join(probe, CONFIG_FILE)):
-            return probe
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            return here
-        probe = parent
-
 
 @dataclasses.dataclass
 class ChangeResult:

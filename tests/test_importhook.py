@@ -265,14 +265,15 @@ def test_project_names_select_top_level_modules_not_the_stdlib(tmp_path):
     assert importhook._project_names([str(tmp_path)]) == ["agents", "train"]
 
 
-def test_find_project_root_matches_the_projects_rule(tmp_path):
-    from scalebox_cst.project import find_project_root
+def test_find_project_root(tmp_path):
+    from scalebox_cst.config import find_project_root
 
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / "a" / "scalebox.toml").write_text("")
     (tmp_path / "a" / "b" / "x.py").write_text("")
-    for start in (tmp_path / "a" / "b" / "x.py", tmp_path / "a" / "b", tmp_path):
-        assert importhook.find_project_root(str(start)) == find_project_root(str(start))
+    assert find_project_root(str(tmp_path / "a" / "b" / "x.py")) == str(tmp_path / "a")
+    assert find_project_root(str(tmp_path / "a" / "b")) == str(tmp_path / "a")
+    assert find_project_root(str(tmp_path)) == str(tmp_path)
 
 
 def test_session_branch_is_a_chain_from_a_snapshot_and_hash_checks_edits(proj):
