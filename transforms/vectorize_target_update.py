@@ -5,8 +5,10 @@ author code, CleanRL, spinningup), one small kernel per parameter per op. The re
 ``scalebox_cst.runtime.target_update``, which updates all pairs at once and computes the same
 thing op for op (``exact``), or declines at run time (modules of unusual types, mismatched
 lists, aliasing, tensor coefficients...) so that the original loop, kept verbatim in the branch
-below, runs instead. ``lerp_`` is faster still but rounds differently: it replaces an exact form
-only when ``[vectorize.target_update] allow_lerp = true`` (reported ``reassociated``).
+below, runs instead. On CPU the exact forms switch to a compiled one-pass kernel after 1000
+calls (about 8x the loop for a 73k-parameter MLP; the foreach sequence alone is about 2x).
+``lerp_`` rounds differently: it replaces an exact form only when ``[vectorize.target_update]
+allow_lerp = true`` (reported ``reassociated``).
 """
 from __future__ import annotations
 
