@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
-from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
+from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import loop_batch
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.vectorize_elementwise import ID, VectorizeElementwise

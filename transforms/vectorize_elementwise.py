@@ -30,7 +30,6 @@ from .loop_analysis import (
     early_exit_reason,
     flat_body,
     is_simple_ref,
-    names_read,
     parse_header,
     parse_iteration,
     read_elsewhere,

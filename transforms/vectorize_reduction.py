@@ -15,7 +15,7 @@ tensors that share no memory with the operands. Otherwise the original loop runs
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 

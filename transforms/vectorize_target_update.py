@@ -12,7 +12,7 @@ allow_lerp = true`` (reported ``reassociated``).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
