@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 import sys
 from typing import List, Optional
 
@@ -33,28 +34,39 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
+def _autoload_breaks_torch() -> Optional[str]:
+    """If a device-backend plug-in would break ``import torch``, the first line of the error.
+
+    torch imports every ``torch.backends`` entry point on import. A broken one (torch_npu
+    without CANN) makes ``import torch`` raise, and a half-imported torch cannot be imported
+    again in the same process, so the probe runs in a subprocess, only when such plug-ins exist.
+    """
+    if "torch" in sys.modules or os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD") == "0":
+        return None
+    from importlib.metadata import entry_points
+
+    if not list(entry_points(group="torch.backends")):
+        return None
+    probe = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True)
+    if probe.returncode == 0:
+        return None
+    lines = [line for line in probe.stderr.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else f"exit status {probe.returncode}"
+
+
 def _import_torch(notes: List[str]):
+    broken = _autoload_breaks_torch()
+    if broken is not None:
+        os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+        notes.append(
+            f"import torch fails through device-backend autoload ({broken}); "
+            "continuing with TORCH_DEVICE_BACKEND_AUTOLOAD=0"
+        )
     try:
         import torch
 
         return torch
     except Exception as exc:  # noqa: BLE001 - any failure here must become one line
-        if os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD") != "0":
-            # A broken backend plug-in (torch_npu without CANN) can break `import torch`
-            # through autoload; retry with autoload off.
-            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-            for name in [m for m in list(sys.modules) if m == "torch" or m.startswith("torch.")]:
-                del sys.modules[name]
-            try:
-                import torch
-
-                notes.append(
-                    f"import torch failed through backend autoload ({_first_line(exc)}); "
-                    "continuing with TORCH_DEVICE_BACKEND_AUTOLOAD=0"
-                )
-                return torch
-            except Exception as exc2:  # noqa: BLE001
-                exc = exc2
         notes.append(f"torch is not importable ({_first_line(exc)}); backend cpu")
         return None
 
