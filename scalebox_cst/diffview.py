@@ -47,9 +47,10 @@ def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], 
     for group in matcher.get_grouped_opcodes(3):
         i1, i2 = group[0][1], group[-1][2]
         j1, j2 = group[0][3], group[-1][4]
-        changed_old = [(g[1], g[2]) for g in group if g[0] != "equal"]
+        # Old lines each change touches, 1-based; a pure insertion touches the line above it.
+        changed_old = [(x, y) if y > x else (max(x - 1, 0), x + 1) for tag, x, y, _, _ in group if tag != "equal"]
         lo = min(x for x, _ in changed_old) + 1
-        hi = max(max(y, x + 1) for x, y in changed_old)
+        hi = max(y for _, y in changed_old)
         labels = _labels(report.sites, lo, hi)
         head = f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@"
         out.append(_style(head, "hunk", color))

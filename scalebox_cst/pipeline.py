@@ -73,7 +73,9 @@ class Pipeline:
         module: Optional[cst.Module] = None
         imports = None  # shared by the transforms that see the same module version
         for transform in self.transforms:
-            ctx = FileContext(path, module, self.config, self.backend, code=code, tree=tree, imports=imports)
+            ctx = FileContext(
+                path, module, self.config, self.backend, code=code, tree=tree, imports=imports, line_maps=tuple(line_maps)
+            )
             if not transform.applies(ctx):
                 continue
             try:

@@ -1,4 +1,5 @@
 """The pipeline: bad input is reported in one line and never lost; transforms compose; sites map back."""
+import ast
 from typing import List, Tuple
 
 import libcst as cst
@@ -141,3 +142,19 @@ def test_disabled_transform_does_not_run():
 def test_trivial_files(other):
     result = run(other, RenameCalls())
     assert result.output == other and result.report.status == "unchanged"
+
+
+class QuotesLine(Transform):
+    """Test transform: reports a site whose reason quotes a line number of the version it sees."""
+
+    id = "test.quote"
+    triggers = ("old(",)
+
+    def rewrite(self, ctx):
+        lines = sorted(n.lineno for n in ast.walk(ctx.tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "old")
+        return None, [Site(self.id, n, n, "skipped", f"see line {ctx.original_line(n)}") for n in lines]
+
+
+def test_line_numbers_quoted_in_reasons_refer_to_the_users_file():
+    result = run(SRC, AddLineAfterImports(), QuotesLine())
+    assert [(s.line, s.reason) for s in result.report.sites] == [(5, "see line 5"), (9, "see line 9")]

@@ -11,7 +11,7 @@ import abc
 import ast
 import dataclasses
 import functools
-from typing import Any, ClassVar, List, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -57,6 +57,7 @@ class FileContext:
         code: Optional[str] = None,
         tree: Optional[ast.Module] = None,
         imports: Optional[ImportMap] = None,
+        line_maps: Sequence[Dict[int, int]] = (),
     ) -> None:
         if module is None and code is None:
             raise ValueError("FileContext needs a module or its code")
@@ -64,6 +65,7 @@ class FileContext:
         self.config = config
         self.backend = backend
         self._pending_imports: List[str] = []
+        self._line_maps = line_maps
         if module is not None:
             self.__dict__["module"] = module
         if code is not None:
@@ -118,6 +120,15 @@ class FileContext:
     ) -> Site:
         line, end = self.span(node)
         return Site(transform, line, end, action, reason, exactness, kind)
+
+    def original_line(self, line: int) -> int:
+        """The user's line number for ``line`` of this (possibly already rewritten) version.
+
+        Site spans are mapped back by the pipeline; use this for line numbers quoted in texts.
+        """
+        for mapping in reversed(self._line_maps):
+            line = mapping.get(line, line)
+        return line
 
     def option(self, section: str, key: str, default: Any = None) -> Any:
         return self.config.option(section, key, default)

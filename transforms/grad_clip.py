@@ -648,14 +648,15 @@ class GradClip(Transform):
             if e.kind == "clip" and id(e.call) not in state["warned"]:
                 state["warned"].add(id(e.call))
                 site(e.stmt if e.loc is not None else e.call, WARNING,
-                     f"clip before backward() has no effect (backward() at line {bline} recomputes the "
-                     f"gradients); a clip is inserted before step() at line {step.call.lineno}")
+                     f"clip before backward() has no effect (backward() at line {ctx.original_line(bline)} recomputes the "
+                     f"gradients); a clip is inserted before step() at line {ctx.original_line(step.call.lineno)}")
 
         # any clip in the window, on any branch (a conditional clip is the user's choice)
         clips = [e for e in events[visible[start][0] + 1:s] if e.kind == "clip"]
         if clips:
             first = visible[start][1].call.lineno
-            skip(f"already clipped (line {clips[0].call.lineno}) between backward() (line {first}) and step()")
+            skip(f"already clipped (line {ctx.original_line(clips[0].call.lineno)}) between backward() "
+                 f"(line {ctx.original_line(first)}) and step()")
             return
         for e in group:
             recv = e.call.func.value if isinstance(e.call.func, ast.Attribute) else None
@@ -696,7 +697,7 @@ class GradClip(Transform):
         line, index = _cst_line(ctx.module, step.loc, step.stmt)
         plans.setdefault(line, {}).setdefault(index, []).extend(texts)
         reason = (f"clip grad norm of {step.opt_text}'s params to max_norm={max_norm} "
-                  f"between backward() (line {bline}) and step()")
+                  f"between backward() (line {ctx.original_line(bline)}) and step()")
         if len(texts) == 2:
             reason += f"; {texts[0]} inserted first (AMP gradients are scaled)"
         site(stmt, REWRITTEN, reason, CHANGES_SEMANTICS)
