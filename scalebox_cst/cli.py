@@ -194,9 +194,16 @@ def log(project_dir: Optional[str], as_json: bool) -> None:
                 "run": r.to_json() if r else None,
             }
             for i, r in rows
+        ] + [
+            {"branch": name, "commit": commit, "summary": summary, "time": stamp, "commits": count}
+            for name, commit, summary, stamp, count in reversed(project.store.other_branches("hook/"))
         ], indent=2, default=str))
         return
-    if not rows:
+    try:
+        sessions = project.store.other_branches("hook/")
+    except StoreError as exc:
+        _fail(str(exc))
+    if not rows and not sessions:
         click.echo("no run branches yet")
     import time as _time
 
@@ -211,6 +218,9 @@ def log(project_dir: Optional[str], as_json: bool) -> None:
                 if key in record.metrics:
                     run_text += f" {key}={record.metrics[key]['last']:.4g}"
         click.echo(f"{info.name}  {info.commit[:10]}  {when}  {info.summary.removeprefix('rewrite: ')}  [{run_text}]")
+    for name, commit, summary, stamp, count in reversed(sessions):
+        when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(stamp))
+        click.echo(f"{name}  {commit[:10]}  {when}  import-hook session: {count} module commit(s), last: {summary}")
 
 
 # ---------------------------------------------------------------------------- diff

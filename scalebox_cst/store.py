@@ -443,6 +443,26 @@ class Store:
                 return name, commit_hex
         raise StoreError("could not create a run branch: the store stayed busy")
 
+    def other_branches(self, prefix: str = "hook/") -> List[Tuple[str, str, str, int, int]]:
+        """Branches under ``refs/heads/<prefix>`` (the import hook's sessions), oldest first:
+        (name, tip commit hex, tip summary line, tip time, number of commits on the branch)."""
+        out = []
+        for refname in self.repo.listall_references():
+            if not refname.startswith("refs/heads/" + prefix):
+                continue
+            ref = self.repo.references.get(refname)
+            if ref is None:
+                continue
+            tip = self.repo[ref.target]
+            count = 0  # the hook's module commits, back to the snapshot the session started from
+            commit = tip
+            while commit is not None and commit.message.startswith("import hook:"):
+                count += 1
+                commit = commit.parents[0] if commit.parents else None
+            out.append((refname[len("refs/heads/"):], str(tip.id), tip.message.split("\n", 1)[0], tip.commit_time, count))
+        out.sort(key=lambda row: (row[3], row[0]))
+        return out
+
     @_synchronized
     def commit_to_branch(
         self, branch: str, files: Mapping[str, FileValue], message: str, start: str

@@ -2,6 +2,7 @@
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -153,3 +154,14 @@ def test_user_git_repo_untouched(project):
     scalebox("rollback", "run/0001", cwd=project)
     assert git("status", "--porcelain", cwd=project) == before_status
     assert (project / ".git" / "index").read_bytes() == before_index
+
+
+def test_log_lists_import_hook_sessions(project):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run(
+        [sys.executable, "-m", "scalebox_cst", "train.py", "--steps", "1"], cwd=project, env=env, check=True, capture_output=True
+    )
+    log = scalebox("log", cwd=project).stdout
+    assert log.startswith("hook/") and "import-hook session" in log
+    entries = json.loads(scalebox("log", "--json", cwd=project).stdout)
+    assert entries[0]["branch"].startswith("hook/") and entries[0]["commits"] >= 1
