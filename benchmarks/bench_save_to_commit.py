@@ -129,7 +129,7 @@ def bench_watch(root: str, main: str, edits: int, debounce: float):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--edits", type=int, default=25)
-    parser.add_argument("--debounce", type=float, default=0.05)
+    parser.add_argument("--debounce", type=float, default=0.03)
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

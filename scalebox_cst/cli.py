@@ -284,7 +284,7 @@ def rollback(branch: str, project_dir: Optional[str]) -> None:
 def _watch_options(func):
     func = click.argument("args", nargs=-1, type=click.UNPROCESSED)(func)
     func = click.option("--polling", is_flag=True, help="Poll the file system instead of OS events.")(func)
-    func = click.option("--debounce", type=float, default=0.05, show_default=True, help="Quiet seconds that end a batch.")(func)
+    func = click.option("--debounce", type=float, default=0.03, show_default=True, help="Quiet seconds that end a batch.")(func)
     func = click.option("--run", "script", help="Script to (re)start from each new branch.")(func)
     func = click.argument("directory", type=click.Path(file_okay=False, exists=True))(func)
     return func

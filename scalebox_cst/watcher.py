@@ -51,7 +51,7 @@ class Watcher:
         project: Project,
         script: Optional[str] = None,
         args: Sequence[str] = (),
-        debounce: float = 0.05,
+        debounce: float = 0.03,
         polling: bool = False,
         echo: Callable[[str], None] = print,
         run_output=None,
