@@ -7,11 +7,15 @@ in doubt a function answers "unsafe" and the caller skips the loop with the retu
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+import ast
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 # --------------------------------------------------------------------------- targets and bodies
+
+#: the fields of compound statements (and their clauses) that hold statements, in source order
+_BLOCK_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")
 
 
 def target_names(target: cst.BaseExpression) -> Optional[List[str]]:
@@ -366,8 +370,52 @@ def read_elsewhere(
     return visitor.found
 
 
+def _skeleton(node: cst.CSTNode) -> Sequence[cst.CSTNode]:
+    """The children of ``node`` that can hold statements (statements are their own skeleton:
+    loops, ``global`` and ``nonlocal`` sit only there, never inside an expression)."""
+    if isinstance(node, (cst.Module, cst.BaseSuite, cst.SimpleStatementLine)):
+        return node.body
+    if isinstance(node, cst.BaseSmallStatement):
+        return ()
+    out: List[cst.CSTNode] = []
+    for field in _BLOCK_FIELDS:
+        block = getattr(node, field, None)
+        if isinstance(block, (list, tuple)):
+            out.extend(block)
+        elif isinstance(block, cst.CSTNode):
+            out.append(block)
+    return out
+
+
+def _skeleton_path(root: cst.CSTNode, target: cst.CSTNode) -> Optional[List[cst.CSTNode]]:
+    """The skeleton nodes from ``root`` down to ``target`` (excluded), or None if it is not there."""
+    parent: Dict[int, Optional[cst.CSTNode]] = {id(root): None}
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if node is target:
+            path: List[cst.CSTNode] = []
+            up = parent[id(node)]
+            while up is not None:
+                path.append(up)
+                up = parent[id(up)]
+            return path[::-1]
+        for child in _skeleton(node):
+            parent[id(child)] = node
+            todo.append(child)
+    return None
+
+
 def _enclosing_loops(root: cst.CSTNode, target: cst.CSTNode) -> Set[int]:
     """ids of the for/while statements under ``root`` that contain ``target``."""
+    path = _skeleton_path(root, target)  # a walk of statements only: ~50x cheaper than a visit
+    if path is not None:
+        return {id(n) for n in path if isinstance(n, (cst.For, cst.While))}
+    return _enclosing_loops_visit(root, target)  # ``target`` is not a statement
+
+
+def _enclosing_loops_visit(root: cst.CSTNode, target: cst.CSTNode) -> Set[int]:
+    """:func:`_enclosing_loops` by a full visit (any kind of ``target``)."""
     stack: List[int] = []
     found: Set[int] = set()
 
@@ -519,15 +567,12 @@ def declares_global(scope: cst.CSTNode, names: Iterable[str]) -> Set[str]:
     """Which of ``names`` the scope declares ``global`` or ``nonlocal`` (reads elsewhere unknown)."""
     wanted = set(names)
     found: Set[str] = set()
-
-    class _V(cst.CSTVisitor):
-        def visit_Global(self, n: cst.Global) -> None:
-            found.update(a.name.value for a in n.names if a.name.value in wanted)
-
-        def visit_Nonlocal(self, n: cst.Nonlocal) -> None:
-            found.update(a.name.value for a in n.names if a.name.value in wanted)
-
-    scope.visit(_V())
+    todo = [scope]
+    while todo:  # statements only (where global/nonlocal are), nested functions and classes too
+        node = todo.pop()
+        if isinstance(node, (cst.Global, cst.Nonlocal)):
+            found.update(a.name.value for a in node.names if a.name.value in wanted)
+        todo.extend(_skeleton(node))
     return found
 
 
@@ -821,3 +866,246 @@ def is_runtime_guard(test: cst.BaseExpression, imports) -> bool:
 
     test.visit(_V())
     return found
+
+
+# --------------------------------------------------------------------------- cheap candidate search
+#
+# Deciding on Python's ``ast`` (parsed once, shared by all transforms) that a file holds no
+# candidate costs well under a millisecond; parsing it with libcst costs tens. The ``vectorize.*``
+# transforms therefore look for candidates on ``ast`` first and touch libcst only when there is
+# one: statements are matched between the two trees by their position in a pre-order walk of
+# statement lists (both parsers nest statements the same way), sites take their lines from
+# ``ast`` (the same lines PositionProvider gives: neither counts parentheses, comments or
+# trailing blank lines), and edits rebuild only the nodes on the way to what changed.
+
+#: ast statement class → libcst class name where the two differ
+_AST_TO_CST = {"AsyncFor": "For", "AsyncFunctionDef": "FunctionDef", "AsyncWith": "With", "Delete": "Del"}
+
+
+def ast_statements(body: Sequence[ast.stmt]) -> Tuple[List[ast.stmt], Dict[ast.stmt, Optional[ast.stmt]]]:
+    """Every statement under ``body`` in pre-order (an ``elif`` is a statement of its own), and
+    each one's enclosing statement (None at the top)."""
+    out: List[ast.stmt] = []
+    parent: Dict[ast.stmt, Optional[ast.stmt]] = {}
+
+    def walk(stmts: Sequence[ast.stmt], up: Optional[ast.stmt]) -> None:
+        for st in stmts:
+            out.append(st)
+            parent[st] = up
+            for field in _BLOCK_FIELDS:
+                block = getattr(st, field, None)
+                if not block:
+                    continue
+                if field in ("handlers", "cases"):
+                    for h in block:
+                        walk(h.body, st)
+                else:
+                    walk(block, st)
+
+    walk(body, None)
+    return out, parent
+
+
+class CstStatements:
+    """The libcst statements of a module in the same pre-order as :func:`ast_statements`.
+
+    Small statements of one line (``a = 1; b = 2``) are separate entries, as in ``ast``.
+    ``parent`` maps each node of the statement skeleton (statements, suites, ``else``/``except``/
+    ``finally``/``case`` clauses) to the node that holds it, for :func:`replace_nodes`.
+    """
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        self.stmts: List[cst.CSTNode] = []
+        self.parent: Dict[cst.CSTNode, cst.CSTNode] = {}
+        #: the module and every indented block, inner blocks first (the order a transformer leaves them)
+        self.blocks: List[cst.CSTNode] = []
+        self._body(module.body, module)
+
+    def _body(self, stmts: Sequence[cst.BaseStatement], up: cst.CSTNode) -> None:
+        for st in stmts:
+            self.parent[st] = up
+            if isinstance(st, cst.SimpleStatementLine):
+                for small in st.body:
+                    self.parent[small] = st
+                    self.stmts.append(small)
+            else:
+                self.stmts.append(st)
+                self._compound(st)
+        self.blocks.append(up)
+
+    def _suite(self, suite: cst.BaseSuite, up: cst.CSTNode) -> None:
+        self.parent[suite] = up
+        if isinstance(suite, cst.IndentedBlock):
+            self._body(suite.body, suite)
+        else:
+            for small in suite.body:
+                self.parent[small] = suite
+                self.stmts.append(small)
+
+    def _compound(self, st: cst.CSTNode) -> None:
+        for field in _BLOCK_FIELDS:
+            block = getattr(st, field, None)
+            if block is None:
+                continue
+            if isinstance(block, cst.BaseSuite):
+                self._suite(block, st)
+            elif isinstance(block, cst.If):  # elif
+                self.parent[block] = st
+                self.stmts.append(block)
+                self._compound(block)
+            elif isinstance(block, (cst.Else, cst.Finally)):
+                self.parent[block] = st
+                self._suite(block.body, block)
+            elif isinstance(block, (list, tuple)):  # except handlers, match cases
+                for h in block:
+                    self.parent[h] = st
+                    self._suite(h.body, h)
+
+    def matches(self, ast_stmts: Sequence[ast.stmt]) -> bool:
+        """Whether the two walks paired every statement with one of the same kind."""
+        if len(ast_stmts) != len(self.stmts):
+            return False
+        for a, c in zip(ast_stmts, self.stmts):
+            name = type(a).__name__
+            if _AST_TO_CST.get(name, name) != type(c).__name__:
+                return False
+        return True
+
+    def ancestors(self, node: cst.CSTNode) -> List[cst.CSTNode]:
+        """The skeleton nodes that hold ``node``, innermost first (the module last)."""
+        out: List[cst.CSTNode] = []
+        up = self.parent.get(node)
+        while up is not None:
+            out.append(up)
+            up = self.parent.get(up)
+        return out
+
+    def scope(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The innermost function or class that holds ``node``, else the module."""
+        for up in self.ancestors(node):
+            if isinstance(up, (cst.FunctionDef, cst.ClassDef)):
+                return up
+        return self.module
+
+    def guarded(self, node: cst.CSTNode, imports) -> bool:
+        """Whether an enclosing ``if`` is a guard an earlier rewrite emitted (see
+        :func:`is_runtime_guard`)."""
+        return any(isinstance(up, cst.If) and is_runtime_guard(up.test, imports) for up in self.ancestors(node))
+
+
+def ast_guarded(node: ast.stmt, parent: Dict[ast.stmt, Optional[ast.stmt]], imports) -> bool:
+    """``ast`` side of :meth:`CstStatements.guarded`: True only where libcst would say so too
+    (a ``_sb_`` name or a ``scalebox_cst.runtime`` call in an enclosing ``if`` test)."""
+    up = parent.get(node)
+    while up is not None:
+        if isinstance(up, ast.If):
+            for n in ast.walk(up.test):
+                if isinstance(n, ast.Name) and n.id.startswith("_sb_"):
+                    return True
+                if isinstance(n, ast.Call):
+                    qual = imports.qualify(n.func)
+                    if qual is not None and qual.startswith("scalebox_cst.runtime."):
+                        return True
+        up = parent.get(up)
+    return False
+
+
+def ast_is_flat(body: Sequence[ast.stmt]) -> bool:
+    """``ast`` side of :func:`flat_body` (not None): no compound statement in the suite."""
+    return not any(isinstance(st, _AST_COMPOUND) for st in body)
+
+
+_AST_COMPOUND = tuple(
+    getattr(ast, name)
+    for name in (
+        "If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try", "TryStar", "FunctionDef",
+        "AsyncFunctionDef", "ClassDef", "Match",
+    )
+    if hasattr(ast, name)
+)
+
+
+def _ast_store_names(target: ast.AST, out: Set[str]) -> None:
+    if isinstance(target, ast.Name):
+        out.add(target.id)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for el in target.elts:
+            _ast_store_names(el, out)
+    elif isinstance(target, ast.Starred):
+        _ast_store_names(target.value, out)
+
+
+def ast_rebound(tree: ast.AST) -> Tuple[Set[str], bool]:
+    """The names :func:`rebinds` finds bound in the module, from ``ast`` (one walk instead of a
+    libcst visit per name), and whether a star import may bind anything."""
+    names: Set[str] = set()
+    star = False
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                _ast_store_names(t, names)
+        elif isinstance(n, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.comprehension)):
+            _ast_store_names(n.target, names)
+        elif isinstance(n, ast.withitem):
+            if n.optional_vars is not None:
+                _ast_store_names(n.optional_vars, names)
+        elif isinstance(n, ast.ExceptHandler):
+            if n.name:
+                names.add(n.name)
+        elif isinstance(n, ast.Import):
+            for a in n.names:
+                if a.asname:
+                    names.add(a.asname)
+                elif "." not in a.name:
+                    names.add(a.name)
+        elif isinstance(n, ast.ImportFrom):
+            for a in n.names:
+                if a.name == "*":
+                    star = True
+                else:
+                    names.add(a.asname or a.name)
+        elif isinstance(n, ast.arg):
+            names.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+    return names, star
+
+
+def builtin_checker(tree: ast.AST) -> Callable[[str], bool]:
+    """``builtins_ok(name)`` for :func:`parse_header`: the name is not rebound in the module."""
+    cache: List[Tuple[Set[str], bool]] = []
+
+    def ok(name: str) -> bool:
+        if not cache:
+            cache.append(ast_rebound(tree))
+        names, star = cache[0]
+        return not star and name not in names
+
+    return ok
+
+
+class _PathReplacer(cst.CSTTransformer):
+    def __init__(self, replacements, path: Set[cst.CSTNode]) -> None:
+        super().__init__()
+        self.replacements = replacements
+        self.path = path
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node in self.path
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
+        return self.replacements.get(original, updated)
+
+
+def replace_nodes(module: cst.Module, replacements: Dict[cst.CSTNode, object], parent: Dict[cst.CSTNode, cst.CSTNode]) -> cst.Module:
+    """``module`` with each key of ``replacements`` (original nodes) swapped for its value (a node
+    or a ``FlattenSentinel`` of statements). ``parent`` must lead from every key to the module;
+    only the nodes on those paths are rebuilt (a full transformer pass costs far more)."""
+    path: Set[cst.CSTNode] = set()
+    for node in replacements:
+        up = parent.get(node)
+        while up is not None and up not in path:
+            path.add(up)
+            up = parent.get(up)
+    return module.visit(_PathReplacer(replacements, path))

@@ -15,8 +15,9 @@ otherwise the original loop (or comprehension) runs, verbatim.
 """
 from __future__ import annotations
 
+import ast
 import re
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -24,21 +25,35 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from .base import Example, FileContext, Transform
 from .loop_analysis import (
-    is_runtime_guard,
+    CstStatements,
     ElementwiseExpr,
     LoopHeader,
+    ast_guarded,
+    ast_is_flat,
+    ast_statements,
+    builtin_checker,
     early_exit_reason,
     flat_body,
+    is_runtime_guard,
     is_simple_ref,
     parse_header,
     parse_iteration,
     read_elsewhere,
-    rebinds,
+    replace_nodes,
 )
 
 ID = "vectorize.elementwise"
 RUNTIME = "scalebox_cst.runtime.loop_batch"
 INEXACT_NOTE = "vectorized transcendental kernels may differ from per-element ones by a few ulp"
+JOINERS = frozenset({"torch.stack", "torch.cat", "torch.concat", "torch.concatenate"})
+#: the last word of a joiner's qualified name: the call spells it (``th.cat``) or the import that
+#: binds the call's alias does (``from torch import cat as join``)
+_JOINER_WORDS = frozenset({"stack", "cat", "concat", "concatenate"})
+_GAP = r"(?:\s|\\\n|#[^\n]*)"  # what may separate tokens inside brackets
+#: after the called name: ``(``, maybe more ``(``, then the ``[`` of the first argument
+_OPENS_LIST = re.compile(_GAP + r"*\((?:" + _GAP + r"|\()*\[")
+_AS_ALIAS = re.compile(_GAP + r"+as" + _GAP + r"+(\w+)")
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
 def _sanitize(key: str) -> str:
@@ -47,6 +62,123 @@ def _sanitize(key: str) -> str:
 
 def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
+
+
+def _ast_loop_candidate(loop: ast.stmt) -> bool:
+    """Whether :meth:`_Rewriter.leave_For` may report ``loop``: a flat ``range`` loop that assigns
+    ``X[i]`` for a name ``i`` its target binds (a superset: libcst then decides)."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not loop.body or not ast_is_flat(loop.body):
+        return False
+    it = loop.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"):
+        return False
+    bound = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    for stmt in loop.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
+            index = stmt.targets[0].slice
+            if isinstance(index, ast.Tuple) and len(index.elts) == 1:  # x[i,]: one libcst element
+                index = index.elts[0]
+            if isinstance(index, ast.Starred):
+                index = index.value
+            if isinstance(index, ast.Name) and index.id in bound:
+                return True
+    return False
+
+
+def _words(code: str, words) -> List[Tuple[str, int]]:
+    """Each whole identifier of ``code`` that contains one of ``words``, with where it ends."""
+    found: Dict[int, str] = {}
+    for w in words:
+        pos = code.find(w)
+        while pos != -1:
+            start, end = pos, pos + len(w)
+            while start and (code[start - 1].isalnum() or code[start - 1] == "_"):
+                start -= 1
+            while end < len(code) and (code[end].isalnum() or code[end] == "_"):
+                end += 1
+            found[end] = code[start:end]
+            pos = code.find(w, pos + 1)
+    return [(word, end) for end, word in found.items()]
+
+
+def _joiner_lines(code: str) -> Set[int]:
+    """Lines where a joiner (or an imported alias of one) is called with ``[`` first: every
+    candidate call spans one of them. Plain text, so also a few that are not calls."""
+    if "stack" not in code and "cat" not in code:  # concat, concatenate contain "cat"
+        return set()
+    names = set(_JOINER_WORDS)
+    hits = [(word, end) for word, end in _words(code, ("stack", "cat")) if word in _JOINER_WORDS]
+    for _, end in hits:
+        alias = _AS_ALIAS.match(code, end)
+        if alias:
+            names.add(alias.group(1))
+    aliases = names - _JOINER_WORDS
+    if aliases:
+        hits = [(word, end) for word, end in _words(code, ("stack", "cat", *aliases)) if word in names]
+    return {code.count("\n", 0, end) + 1 for _, end in hits if _OPENS_LIST.match(code, end)}
+
+
+def _ast_joiner_calls(stmts: Sequence[ast.stmt], lines: Set[int], ctx: FileContext) -> Dict[int, List[ast.Call]]:
+    """``torch.stack/cat([... for ...])`` calls, by the index of the statement whose own
+    expressions (not those of nested statements) hold them, in source order. Only statements
+    that span one of ``lines`` are searched."""
+    found: Dict[int, List[ast.Call]] = {}
+    if not lines:
+        return found
+    for i, st in enumerate(stmts):
+        first = min([st.lineno] + [d.lineno for d in getattr(st, "decorator_list", ())])
+        last = st.end_lineno or st.lineno
+        if not any(first <= line <= last for line in lines):
+            continue
+        todo = [c for c in ast.iter_child_nodes(st) if not isinstance(c, ast.stmt)]
+        while todo:
+            n = todo.pop()
+            if (
+                isinstance(n, ast.Call)
+                and n.args
+                and isinstance(n.args[0], ast.ListComp)
+                and ctx.imports.qualify(n.func) in JOINERS
+            ):
+                found.setdefault(i, []).append(n)
+            todo.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, ast.stmt))
+    for calls in found.values():
+        calls.sort(key=lambda c: (c.lineno, c.col_offset))
+    return found
+
+
+def _is_joiner_call(node: cst.Call, imports) -> bool:
+    """libcst side of :func:`_ast_joiner_calls`: the calls :meth:`_Rewriter.leave_Call` reports."""
+    args = node.args
+    return (
+        bool(args)
+        and args[0].keyword is None
+        and not args[0].star
+        and isinstance(args[0].value, cst.ListComp)
+        and imports.qualify(node.func) in JOINERS
+    )
+
+
+class _CallFinder(cst.CSTVisitor):
+    """The joiner calls in one statement's own expressions, each with the nodes that hold it."""
+
+    def __init__(self, root: cst.CSTNode, imports) -> None:
+        super().__init__()
+        self.root = root
+        self.imports = imports
+        self.stack: List[cst.CSTNode] = []
+        self.found: List[Tuple[cst.Call, List[cst.CSTNode]]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if node is not self.root and isinstance(node, (cst.BaseSuite, cst.If)):
+            return False  # nested statements (an elif too) are statements of their own
+        if isinstance(node, cst.Call) and _is_joiner_call(node, self.imports):
+            self.found.append((node, list(self.stack)))
+        self.stack.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        if self.stack and self.stack[-1] is original_node:
+            self.stack.pop()
 
 
 def _index_assign(stmt: cst.BaseSmallStatement, index: str) -> Optional[Tuple[cst.BaseExpression, cst.BaseExpression]]:
@@ -66,19 +198,20 @@ def _index_assign(stmt: cst.BaseSmallStatement, index: str) -> Optional[Tuple[cs
 
 
 class _Rewriter(cst.CSTTransformer):
-    def __init__(self, ctx: FileContext, sites: List[Site]) -> None:
+    """Rewrites loops (``leave_For``) and joined comprehensions (``leave_Call``). Run as a
+    transformer over the whole module (the fallback) or driven node by node by
+    :meth:`VectorizeElementwise.rewrite`, which sets ``scopes``, ``guards`` and
+    ``_comprehensions`` and gives the nodes' lines in ``spans``."""
+
+    def __init__(self, ctx: FileContext, sites: List[Site], spans: Optional[Dict[cst.CSTNode, Tuple[int, int]]] = None) -> None:
         super().__init__()
         self.ctx = ctx
         self.sites = sites
+        self.spans = spans
         self.scopes: List[cst.CSTNode] = []
         self.guards: List[bool] = []  # enclosing ifs: is each a guard another rewrite emitted?
-        self._rebound: Dict[str, bool] = {}
         self._comprehensions = 0  # enclosing comprehensions: no := there
-
-    def builtin_ok(self, name: str) -> bool:
-        if name not in self._rebound:
-            self._rebound[name] = rebinds(self.ctx.module, name)
-        return not self._rebound[name]
+        self.builtin_ok = builtin_checker(ctx.tree)
 
     def visit_Module(self, node: cst.Module) -> None:
         self.scopes.append(node)
@@ -133,7 +266,11 @@ class _Rewriter(cst.CSTTransformer):
         return updated
 
     def _site(self, node: cst.CSTNode, action: str, reason: str, exactness: Optional[str] = None) -> None:
-        self.sites.append(self.ctx.site(ID, node, action, reason, exactness))
+        if self.spans is None:
+            self.sites.append(self.ctx.site(ID, node, action, reason, exactness))
+        else:
+            line, end = self.spans[node]
+            self.sites.append(Site(ID, line, end, action, reason, exactness))
 
     def _invariant_args(self, analyses: Sequence[ElementwiseExpr]) -> List[str]:
         out: List[cst.BaseExpression] = []
@@ -412,7 +549,73 @@ class VectorizeElementwise(Transform):
         ),
     ]
 
-    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
+    def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        # Candidates are found on the shared ast: flat range loops that assign X[i], and joined
+        # list comprehensions (searched for only in statements on a line where the text calls a
+        # joiner with a list). None: libcst is never touched. Otherwise the libcst module is
+        # parsed once and only the candidates are analysed, in the order a full transformer pass
+        # would leave them (names are allocated in that order); only the nodes on the way to an
+        # edit are rebuilt.
+        astmts, parents = ast_statements(ctx.tree.body)
+        loops = [
+            i for i, st in enumerate(astmts) if _ast_loop_candidate(st) and not ast_guarded(st, parents, ctx.imports)
+        ]
+        calls = _ast_joiner_calls(astmts, _joiner_lines(ctx.code), ctx)
+        if not loops and not calls:
+            return None, []
+        module = ctx.module
         sites: List[Site] = []
-        new = ctx.module.visit(_Rewriter(ctx, sites))
-        return new, sites
+        statements = CstStatements(module)
+        work = self._pair(ctx, astmts, statements, loops, calls)
+        if work is None:  # the trees do not pair up (never seen): the full pass
+            return module.visit(_Rewriter(ctx, sites)), sites
+        spans = {node: (a.lineno, a.end_lineno or a.lineno) for _, a, node, _ in work}
+        rewriter = _Rewriter(ctx, sites, spans)
+        replacements: Dict[cst.CSTNode, Union[cst.CSTNode, cst.FlattenSentinel]] = {}
+        parent = dict(statements.parent)
+        for _, _, node, holders in work:
+            if isinstance(node, cst.For):
+                rewriter.guards = [statements.guarded(node, ctx.imports)]
+                rewriter.scopes = [statements.scope(node)]
+                rewriter._comprehensions = 0
+                new = rewriter.leave_For(node, node)
+            else:
+                root = holders[0]
+                rewriter.guards = [
+                    statements.guarded(root, ctx.imports)
+                    or any(
+                        isinstance(h, (cst.If, cst.IfExp)) and is_runtime_guard(h.test, ctx.imports) for h in holders
+                    )
+                ]
+                rewriter._comprehensions = sum(isinstance(h, _COMPREHENSIONS) for h in holders)
+                new = rewriter.leave_Call(node, node)
+                for up, down in zip(holders, holders[1:] + [node]):
+                    parent[down] = up
+            if new is not node:
+                replacements[node] = new
+        if not replacements:
+            return None, sites
+        return replace_nodes(module, replacements, parent), sites
+
+    @staticmethod
+    def _pair(ctx: FileContext, astmts, statements: CstStatements, loops: List[int], calls: Dict[int, List[ast.Call]]):
+        """The candidates as (order key, ast node, libcst node, holders), in the order a transformer
+        leaves them (by where they end, inner first); None if the trees do not pair up."""
+        if not statements.matches(astmts):
+            return None
+        work = []
+        for i in loops:
+            a = astmts[i]
+            work.append((a, statements.stmts[i], []))
+        for i, ast_calls in calls.items():
+            finder = _CallFinder(statements.stmts[i], ctx.imports)
+            statements.stmts[i].visit(finder)
+            if len(finder.found) != len(ast_calls):
+                return None
+            for a, (node, holders) in zip(ast_calls, finder.found):
+                work.append((a, node, holders))
+        keyed = [
+            ((a.end_lineno, a.end_col_offset, -a.lineno, -a.col_offset), a, node, holders) for a, node, holders in work
+        ]
+        keyed.sort(key=lambda item: item[0])
+        return keyed

@@ -14,6 +14,7 @@ tensors that share no memory with the operands. Otherwise the original loop runs
 """
 from __future__ import annotations
 
+import ast
 import re
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -23,16 +24,21 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from .base import Example, FileContext, Transform
 from .loop_analysis import (
-    is_runtime_guard,
+    CstStatements,
     ElementwiseExpr,
     LoopHeader,
+    ast_guarded,
+    ast_is_flat,
+    ast_statements,
+    builtin_checker,
     declares_global,
     early_exit_reason,
     flat_body,
+    is_runtime_guard,
     names_read,
     parse_header,
     read_elsewhere,
-    rebinds,
+    replace_nodes,
 )
 
 ID = "vectorize.reduction"
@@ -92,6 +98,32 @@ def _accumulation(stmt: cst.BaseSmallStatement) -> Optional[_Acc]:
     return None
 
 
+def _ast_accumulation(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` may be an accumulation :func:`_accumulation` accepts (``ast`` cannot see
+    parentheses, so this says yes to a few that libcst then turns down)."""
+    if isinstance(stmt, ast.AugAssign):
+        return isinstance(stmt.target, ast.Name) and isinstance(stmt.op, (ast.Add, ast.Sub))
+    if isinstance(stmt, ast.Assign):
+        if len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name) or not isinstance(stmt.value, ast.BinOp):
+            return False
+        name, value = stmt.targets[0].id, stmt.value
+        left = isinstance(value.left, ast.Name) and value.left.id == name
+        right = isinstance(value.right, ast.Name) and value.right.id == name
+        return (isinstance(value.op, (ast.Add, ast.Sub)) and left) or (isinstance(value.op, ast.Add) and right)
+    if isinstance(stmt, ast.Expr):
+        call = stmt.value
+        return (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "append"
+            and isinstance(call.func.value, ast.Name)
+            and len(call.args) == 1
+            and not call.keywords
+            and not isinstance(call.args[0], ast.Starred)
+        )
+    return False
+
+
 def _is_empty_list_init(stmt: cst.BaseStatement, name: str) -> bool:
     return (
         isinstance(stmt, cst.SimpleStatementLine)
@@ -110,18 +142,24 @@ def _sanitize(key: str) -> str:
 
 
 class _Rewriter(cst.CSTTransformer):
-    def __init__(self, ctx: FileContext, sites: List[Site]) -> None:
+    """Rewrites the accumulation loops of each block. Run as a transformer over the whole module
+    (the fallback) or driven block by block by :meth:`VectorizeReduction.rewrite`, which sets
+    ``scopes`` and ``guards`` and gives the loops' lines in ``spans``."""
+
+    def __init__(self, ctx: FileContext, sites: List[Site], spans: Optional[Dict[cst.CSTNode, Tuple[int, int]]] = None) -> None:
         super().__init__()
         self.ctx = ctx
         self.sites = sites
+        self.spans = spans
         self.scopes: List[cst.CSTNode] = []
         self.guards: List[bool] = []  # enclosing ifs: is each a guard another rewrite emitted?
-        self._rebound: Dict[str, bool] = {}
+        self.builtin_ok = builtin_checker(ctx.tree)
 
-    def builtin_ok(self, name: str) -> bool:
-        if name not in self._rebound:
-            self._rebound[name] = rebinds(self.ctx.module, name)
-        return not self._rebound[name]
+    def _site(self, node: cst.CSTNode, action: str, reason: str, exactness: Optional[str] = None) -> Site:
+        if self.spans is None:
+            return self.ctx.site(ID, node, action, reason, exactness)
+        line, end = self.spans[node]
+        return Site(ID, line, end, action, reason, exactness)
 
     # ---------------------------------------------------------------- scopes
     def visit_Module(self, node: cst.Module) -> None:
@@ -158,22 +196,28 @@ class _Rewriter(cst.CSTTransformer):
         return updated if body is None else updated.with_changes(body=body)
 
     def _block(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]):
-        out: List[Union[cst.BaseStatement, cst.FlattenSentinel]] = list(updated)
-        changed = False
-        for idx, stmt in enumerate(original):
-            if isinstance(stmt, cst.For):
-                result = self._loop(stmt, idx, original, out)
-                changed |= result
-        if not changed:
+        out = self.block_edits(original, updated)
+        if out is None:
             return None
         flat: List[cst.BaseStatement] = []
         for item in out:
             flat.extend(item.nodes if isinstance(item, cst.FlattenSentinel) else [item])
         return flat
 
+    def block_edits(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement]):
+        """``updated`` with each rewritten loop swapped for a ``FlattenSentinel`` and each
+        consumer statement for its new form (None: nothing rewritten)."""
+        out: List[Union[cst.BaseStatement, cst.FlattenSentinel]] = list(updated)
+        changed = False
+        for idx, stmt in enumerate(original):
+            if isinstance(stmt, cst.For):
+                result = self._loop(stmt, idx, original, out)
+                changed |= result
+        return out if changed else None
+
     # ---------------------------------------------------------------- one loop
     def _skip(self, node: cst.For, reason: str) -> bool:
-        self.sites.append(self.ctx.site(ID, node, SKIPPED, reason))
+        self.sites.append(self._site(node, SKIPPED, reason))
         return False
 
     def _loop(self, loop: cst.For, idx: int, block: Sequence[cst.BaseStatement], out: list) -> bool:
@@ -406,7 +450,7 @@ class _Rewriter(cst.CSTTransformer):
             reason = f"one batched element-wise evaluation: {detail}; same ops per element"
         else:
             reason = f"one batched element-wise evaluation: {detail} ({TOLERANCE})"
-        self.sites.append(ctx.site(ID, loop, REWRITTEN, reason, exactness))
+        self.sites.append(self._site(loop, REWRITTEN, reason, exactness))
         return True
 
     @staticmethod
@@ -578,7 +622,44 @@ class VectorizeReduction(Transform):
         ),
     ]
 
-    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
+    def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        # Candidates are found on the shared ast: a loop whose flat body accumulates, outside the
+        # guards of earlier rewrites. None: libcst is never touched. Otherwise the libcst module is
+        # parsed once and only the blocks that hold a candidate are analysed, in the order a full
+        # transformer pass would take them (inner blocks first: names are allocated in that order).
+        astmts, parents = ast_statements(ctx.tree.body)
+        candidates = [
+            i
+            for i, st in enumerate(astmts)
+            if isinstance(st, (ast.For, ast.AsyncFor))
+            and ast_is_flat(st.body)
+            and any(_ast_accumulation(s) for s in st.body)
+            and not ast_guarded(st, parents, ctx.imports)
+        ]
+        if not candidates:
+            return None, []
+        module = ctx.module
         sites: List[Site] = []
-        new = ctx.module.visit(_Rewriter(ctx, sites))
-        return new, sites
+        statements = CstStatements(module)
+        if not statements.matches(astmts):  # the trees do not pair up (never seen): the full pass
+            return module.visit(_Rewriter(ctx, sites)), sites
+        spans = {
+            statements.stmts[i]: (st.lineno, st.end_lineno or st.lineno)
+            for i, st in enumerate(astmts)
+            if isinstance(st, (ast.For, ast.AsyncFor))
+        }
+        blocks = {statements.parent[statements.stmts[i]] for i in candidates}
+        rewriter = _Rewriter(ctx, sites, spans)
+        replacements: Dict[cst.CSTNode, Union[cst.CSTNode, cst.FlattenSentinel]] = {}
+        for block in statements.blocks:
+            if block not in blocks:
+                continue
+            rewriter.scopes = [statements.scope(block)]
+            rewriter.guards = [statements.guarded(block, ctx.imports)]
+            body = block.body
+            out = rewriter.block_edits(body, body)
+            if out is not None:
+                replacements.update((old, new) for old, new in zip(body, out) if new is not old)
+        if not replacements:
+            return None, sites
+        return replace_nodes(module, replacements, statements.parent), sites

@@ -12,17 +12,36 @@ allow_lerp = true`` (reported ``reassociated``).
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple, Union
+import ast
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from .base import Example, FileContext, Transform
-from .loop_analysis import flat_body, is_runtime_guard, is_pure, is_simple_ref, read_elsewhere, rebinds, target_names
+from .loop_analysis import (
+    CstStatements,
+    ast_guarded,
+    ast_is_flat,
+    ast_statements,
+    builtin_checker,
+    flat_body,
+    is_pure,
+    is_runtime_guard,
+    is_simple_ref,
+    read_elsewhere,
+    replace_nodes,
+    target_names,
+)
 
 ID = "vectorize.target_update"
 RUNTIME = "scalebox_cst.runtime.target_update"
+
+#: the in-place methods an update's call chain is made of
+_UPDATE_OPS = frozenset({"copy_", "mul_", "add_", "lerp_"})
+#: methods that make ``_iter_kind`` say params / named / state_dict
+_PARAM_METHODS = frozenset({"parameters", "named_parameters", "values"})
 
 FORMS_HELP = "tp.copy_(a * p + b * tp), tp.mul_(b); tp.add_(a * p), tp.add_(p, alpha=a), tp.lerp_(p, w), tp.copy_(p)"
 
@@ -188,15 +207,48 @@ def _one_minus(expr: cst.BaseExpression, other: cst.BaseExpression) -> bool:
     )
 
 
+def _ast_candidate(loop: ast.stmt) -> bool:
+    """Whether :meth:`_Rewriter.leave_For` may report ``loop`` (a superset: libcst then decides):
+    it zips something, and a zipped value calls a parameter-listing method or every statement of
+    a flat body is an in-place update call."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    it = loop.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "zip"):
+        return False
+    for arg in it.args:
+        value = arg.value if isinstance(arg, ast.Starred) else arg
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _PARAM_METHODS:
+            return True
+    return ast_is_flat(loop.body) and all(
+        isinstance(st, ast.Expr)
+        and isinstance(st.value, ast.Call)
+        and isinstance(st.value.func, ast.Attribute)
+        and st.value.func.attr in _UPDATE_OPS
+        for st in loop.body
+    )
+
+
 class _Rewriter(cst.CSTTransformer):
-    def __init__(self, ctx: FileContext, sites: List[Site]) -> None:
+    """Rewrites update loops (``leave_For``). Run as a transformer over the whole module (the
+    fallback) or driven loop by loop by :meth:`VectorizeTargetUpdate.rewrite`, which sets
+    ``scopes`` and ``guards`` and gives the loops' lines in ``spans``."""
+
+    def __init__(self, ctx: FileContext, sites: List[Site], spans: Optional[Dict[cst.CSTNode, Tuple[int, int]]] = None) -> None:
         super().__init__()
         self.ctx = ctx
         self.sites = sites
+        self.spans = spans
         self.scopes: List[cst.CSTNode] = []
         self.guards: List[bool] = []  # enclosing ifs: is each a guard another rewrite emitted?
-        self._zip_rebound: Optional[bool] = None
+        self.builtin_ok = builtin_checker(ctx.tree)
         self.allow_lerp = bool(ctx.option(ID, "allow_lerp", False))
+
+    def _site(self, node: cst.CSTNode, action: str, reason: str, exactness: Optional[str] = None) -> Site:
+        if self.spans is None:
+            return self.ctx.site(ID, node, action, reason, exactness)
+        line, end = self.spans[node]
+        return Site(ID, line, end, action, reason, exactness)
 
     # ---------------------------------------------------------------- scopes
     def visit_Module(self, node: cst.Module) -> None:
@@ -225,13 +277,11 @@ class _Rewriter(cst.CSTTransformer):
 
     # ---------------------------------------------------------------- loops
     def _skip(self, node: cst.For, reason: str) -> cst.For:
-        self.sites.append(self.ctx.site(ID, node, SKIPPED, reason))
+        self.sites.append(self._site(node, SKIPPED, reason))
         return node
 
     def zip_rebound(self) -> bool:
-        if self._zip_rebound is None:
-            self._zip_rebound = rebinds(self.ctx.module, "zip")
-        return self._zip_rebound
+        return not self.builtin_ok("zip")
 
     def leave_For(self, original: cst.For, updated: cst.For) -> Union[cst.For, cst.If]:
         if any(self.guards):
@@ -308,7 +358,7 @@ class _Rewriter(cst.CSTTransformer):
         if not form.data:
             args.append("data=False")
         test = cst.parse_expression(f"not {alias}({', '.join(args)})")
-        self.sites.append(self.ctx.site(ID, original, REWRITTEN, f"{form.note}: {note}", exactness))
+        self.sites.append(self._site(original, REWRITTEN, f"{form.note}: {note}", exactness))
         inner = updated.with_changes(leading_lines=())
         return cst.If(test=test, body=cst.IndentedBlock(body=[inner]), leading_lines=updated.leading_lines)
 
@@ -499,7 +549,32 @@ class VectorizeTargetUpdate(Transform):
         ),
     ]
 
-    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
+    def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        # Candidates are found on the shared ast: zip loops over parameter-like calls or with an
+        # update-shaped body, outside the guards of earlier rewrites. None: libcst is never
+        # touched. Otherwise the libcst module is parsed once and only the candidates are
+        # analysed, in the order a full transformer pass would leave them (runtime aliases are
+        # allocated in that order); only the nodes on the way to an edit are rebuilt.
+        astmts, parents = ast_statements(ctx.tree.body)
+        loops = [i for i, st in enumerate(astmts) if _ast_candidate(st) and not ast_guarded(st, parents, ctx.imports)]
+        if not loops:
+            return None, []
+        module = ctx.module
         sites: List[Site] = []
-        new = ctx.module.visit(_Rewriter(ctx, sites))
-        return new, sites
+        statements = CstStatements(module)
+        if not statements.matches(astmts):  # the trees do not pair up (never seen): the full pass
+            return module.visit(_Rewriter(ctx, sites)), sites
+        spans = {statements.stmts[i]: (astmts[i].lineno, astmts[i].end_lineno or astmts[i].lineno) for i in loops}
+        rewriter = _Rewriter(ctx, sites, spans)
+        replacements: Dict[cst.CSTNode, cst.CSTNode] = {}
+        order = sorted(loops, key=lambda i: (astmts[i].end_lineno, astmts[i].end_col_offset, -astmts[i].lineno, -astmts[i].col_offset))
+        for i in order:
+            node = statements.stmts[i]
+            rewriter.guards = [statements.guarded(node, ctx.imports)]
+            rewriter.scopes = [statements.scope(node)]
+            new = rewriter.leave_For(node, node)
+            if new is not node:
+                replacements[node] = new
+        if not replacements:
+            return None, sites
+        return replace_nodes(module, replacements, statements.parent), sites
