@@ -25,13 +25,13 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from .base import Example, FileContext, Transform
 from .loop_analysis import (
+    ScopedRewriter,
     CstStatements,
     ElementwiseExpr,
     LoopHeader,
     ast_guarded,
     ast_is_flat,
     ast_statements,
-    builtin_checker,
     early_exit_reason,
     flat_body,
     is_runtime_guard,
@@ -197,41 +197,17 @@ def _index_assign(stmt: cst.BaseSmallStatement, index: str) -> Optional[Tuple[cs
     return None
 
 
-class _Rewriter(cst.CSTTransformer):
+class _Rewriter(ScopedRewriter):
     """Rewrites loops (``leave_For``) and joined comprehensions (``leave_Call``). Run as a
     transformer over the whole module (the fallback) or driven node by node by
     :meth:`VectorizeElementwise.rewrite`, which sets ``scopes``, ``guards`` and
     ``_comprehensions`` and gives the nodes' lines in ``spans``."""
 
+    transform_id = ID
+
     def __init__(self, ctx: FileContext, sites: List[Site], spans: Optional[Dict[cst.CSTNode, Tuple[int, int]]] = None) -> None:
-        super().__init__()
-        self.ctx = ctx
-        self.sites = sites
-        self.spans = spans
-        self.scopes: List[cst.CSTNode] = []
-        self.guards: List[bool] = []  # enclosing ifs: is each a guard another rewrite emitted?
+        super().__init__(ctx, sites, spans)
         self._comprehensions = 0  # enclosing comprehensions: no := there
-        self.builtin_ok = builtin_checker(ctx.tree)
-
-    def visit_Module(self, node: cst.Module) -> None:
-        self.scopes.append(node)
-
-    def visit_If(self, node: cst.If) -> None:
-        self.guards.append(is_runtime_guard(node.test, self.ctx.imports))
-
-    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
-        self.guards.pop()
-        return updated
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scopes.append(node)
-
-    def leave_FunctionDef(self, original, updated):
-        self.scopes.pop()
-        return updated
 
     def visit_ListComp(self, node) -> None:
         self._comprehensions += 1
@@ -261,16 +237,8 @@ class _Rewriter(cst.CSTTransformer):
         self._comprehensions -= 1
         return updated
 
-    def leave_ClassDef(self, original, updated):
-        self.scopes.pop()
-        return updated
-
     def _site(self, node: cst.CSTNode, action: str, reason: str, exactness: Optional[str] = None) -> None:
-        if self.spans is None:
-            self.sites.append(self.ctx.site(ID, node, action, reason, exactness))
-        else:
-            line, end = self.spans[node]
-            self.sites.append(Site(ID, line, end, action, reason, exactness))
+        self.sites.append(self.make_site(node, action, reason, exactness))
 
     def _invariant_args(self, analyses: Sequence[ElementwiseExpr]) -> List[str]:
         out: List[cst.BaseExpression] = []

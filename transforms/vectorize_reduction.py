@@ -24,17 +24,16 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from .base import Example, FileContext, Transform
 from .loop_analysis import (
+    ScopedRewriter,
     CstStatements,
     ElementwiseExpr,
     LoopHeader,
     ast_guarded,
     ast_is_flat,
     ast_statements,
-    builtin_checker,
     declares_global,
     early_exit_reason,
     flat_body,
-    is_runtime_guard,
     names_read,
     parse_header,
     read_elsewhere,
@@ -141,51 +140,17 @@ def _sanitize(key: str) -> str:
     return re.sub(r"\W+", "_", key).strip("_") or "x"
 
 
-class _Rewriter(cst.CSTTransformer):
+class _Rewriter(ScopedRewriter):
     """Rewrites the accumulation loops of each block. Run as a transformer over the whole module
     (the fallback) or driven block by block by :meth:`VectorizeReduction.rewrite`, which sets
     ``scopes`` and ``guards`` and gives the loops' lines in ``spans``."""
 
-    def __init__(self, ctx: FileContext, sites: List[Site], spans: Optional[Dict[cst.CSTNode, Tuple[int, int]]] = None) -> None:
-        super().__init__()
-        self.ctx = ctx
-        self.sites = sites
-        self.spans = spans
-        self.scopes: List[cst.CSTNode] = []
-        self.guards: List[bool] = []  # enclosing ifs: is each a guard another rewrite emitted?
-        self.builtin_ok = builtin_checker(ctx.tree)
+    transform_id = ID
 
-    def _site(self, node: cst.CSTNode, action: str, reason: str, exactness: Optional[str] = None) -> Site:
-        if self.spans is None:
-            return self.ctx.site(ID, node, action, reason, exactness)
-        line, end = self.spans[node]
-        return Site(ID, line, end, action, reason, exactness)
+    def __init__(self, ctx: FileContext, sites: List[Site], spans: Optional[Dict[cst.CSTNode, Tuple[int, int]]] = None) -> None:
+        super().__init__(ctx, sites, spans)
 
     # ---------------------------------------------------------------- scopes
-    def visit_Module(self, node: cst.Module) -> None:
-        self.scopes.append(node)
-
-    def visit_If(self, node: cst.If) -> None:
-        self.guards.append(is_runtime_guard(node.test, self.ctx.imports))
-
-    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
-        self.guards.pop()
-        return updated
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scopes.append(node)
-
-    def leave_FunctionDef(self, original, updated):
-        self.scopes.pop()
-        return updated
-
-    def leave_ClassDef(self, original, updated):
-        self.scopes.pop()
-        return updated
-
     # ---------------------------------------------------------------- blocks
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
         body = self._block(original.body, updated.body)
@@ -217,7 +182,7 @@ class _Rewriter(cst.CSTTransformer):
 
     # ---------------------------------------------------------------- one loop
     def _skip(self, node: cst.For, reason: str) -> bool:
-        self.sites.append(self._site(node, SKIPPED, reason))
+        self.sites.append(self.make_site(node, SKIPPED, reason))
         return False
 
     def _loop(self, loop: cst.For, idx: int, block: Sequence[cst.BaseStatement], out: list) -> bool:
@@ -450,7 +415,7 @@ class _Rewriter(cst.CSTTransformer):
             reason = f"one batched element-wise evaluation: {detail}; same ops per element"
         else:
             reason = f"one batched element-wise evaluation: {detail} ({TOLERANCE})"
-        self.sites.append(self._site(loop, REWRITTEN, reason, exactness))
+        self.sites.append(self.make_site(loop, REWRITTEN, reason, exactness))
         return True
 
     @staticmethod

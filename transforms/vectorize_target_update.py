@@ -21,14 +21,13 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from .base import Example, FileContext, Transform
 from .loop_analysis import (
+    ScopedRewriter,
     CstStatements,
     ast_guarded,
     ast_is_flat,
     ast_statements,
-    builtin_checker,
     flat_body,
     is_pure,
-    is_runtime_guard,
     is_simple_ref,
     read_elsewhere,
     replace_nodes,
@@ -229,55 +228,21 @@ def _ast_candidate(loop: ast.stmt) -> bool:
     )
 
 
-class _Rewriter(cst.CSTTransformer):
+class _Rewriter(ScopedRewriter):
     """Rewrites update loops (``leave_For``). Run as a transformer over the whole module (the
     fallback) or driven loop by loop by :meth:`VectorizeTargetUpdate.rewrite`, which sets
     ``scopes`` and ``guards`` and gives the loops' lines in ``spans``."""
 
+    transform_id = ID
+
     def __init__(self, ctx: FileContext, sites: List[Site], spans: Optional[Dict[cst.CSTNode, Tuple[int, int]]] = None) -> None:
-        super().__init__()
-        self.ctx = ctx
-        self.sites = sites
-        self.spans = spans
-        self.scopes: List[cst.CSTNode] = []
-        self.guards: List[bool] = []  # enclosing ifs: is each a guard another rewrite emitted?
-        self.builtin_ok = builtin_checker(ctx.tree)
+        super().__init__(ctx, sites, spans)
         self.allow_lerp = bool(ctx.option(ID, "allow_lerp", False))
 
-    def _site(self, node: cst.CSTNode, action: str, reason: str, exactness: Optional[str] = None) -> Site:
-        if self.spans is None:
-            return self.ctx.site(ID, node, action, reason, exactness)
-        line, end = self.spans[node]
-        return Site(ID, line, end, action, reason, exactness)
-
     # ---------------------------------------------------------------- scopes
-    def visit_Module(self, node: cst.Module) -> None:
-        self.scopes.append(node)
-
-    def visit_If(self, node: cst.If) -> None:
-        self.guards.append(is_runtime_guard(node.test, self.ctx.imports))
-
-    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
-        self.guards.pop()
-        return updated
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node)
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        self.scopes.pop()
-        return updated
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.scopes.append(node)
-
-    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
-        self.scopes.pop()
-        return updated
-
     # ---------------------------------------------------------------- loops
     def _skip(self, node: cst.For, reason: str) -> cst.For:
-        self.sites.append(self._site(node, SKIPPED, reason))
+        self.sites.append(self.make_site(node, SKIPPED, reason))
         return node
 
     def zip_rebound(self) -> bool:
@@ -358,7 +323,7 @@ class _Rewriter(cst.CSTTransformer):
         if not form.data:
             args.append("data=False")
         test = cst.parse_expression(f"not {alias}({', '.join(args)})")
-        self.sites.append(self._site(original, REWRITTEN, f"{form.note}: {note}", exactness))
+        self.sites.append(self.make_site(original, REWRITTEN, f"{form.note}: {note}", exactness))
         inner = updated.with_changes(leading_lines=())
         return cst.If(test=test, body=cst.IndentedBlock(body=[inner]), leading_lines=updated.leading_lines)
 
