@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import gc
 from typing import Dict, List, Optional, Sequence
 
 import libcst as cst
@@ -50,6 +51,17 @@ class Pipeline:
         self.fingerprint = config.fingerprint({t.id: t.version for t in self.transforms}, backend)
 
     def rewrite(self, path: str, data: bytes) -> FileResult:
+        # libcst allocates hundreds of thousands of small objects per file; collecting them
+        # mid-rewrite costs 4-8 ms on a 300-line file and frees nothing (they are all live).
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._rewrite(path, data)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _rewrite(self, path: str, data: bytes) -> FileResult:
         bom = data.startswith(BOM)
         body = data[len(BOM):] if bom else data
         try:

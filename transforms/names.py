@@ -156,7 +156,11 @@ def _is_future_import(stmt: cst.CSTNode) -> bool:
 
 def add_imports(module: cst.Module, statements: Sequence[str]) -> cst.Module:
     """Insert import lines after the docstring and ``__future__`` imports, each at most once."""
-    existing = {module.code_for_node(s).strip() for s in module.body if isinstance(s, cst.SimpleStatementLine)}
+    existing = {
+        module.code_for_node(s).strip()
+        for s in module.body
+        if isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)
+    }
     new = [cst.parse_statement(text + "\n") for text in dict.fromkeys(statements) if text not in existing]
     if not new:
         return module
