@@ -33,7 +33,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import timeit
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -13,8 +13,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import click
 
-from scalebox_cst.config import BACKENDS, Config, ConfigError
-from scalebox_cst.project import Project, find_project_root
+from scalebox_cst.config import BACKENDS, Config, ConfigError, find_project_root
+from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
 
 

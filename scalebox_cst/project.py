@@ -11,7 +11,7 @@ import dataclasses
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from scalebox_cst.config import CONFIG_FILE, DEFAULT_TOML, STATE_DIR, Config, find_project_root
+from scalebox_cst.config import CONFIG_FILE, DEFAULT_TOML, STATE_DIR, Config
 from scalebox_cst.pipeline import FileResult, Pipeline
 from scalebox_cst.report import FileReport, RunReport
 from scalebox_cst.store import Store, StoreError

@@ -476,8 +476,6 @@ def test_cuda_reinforce_example_left_alone():
     import os
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "cuda_reinforce", "train.py")
-    if not os.path.exists(path):
-        pytest.skip("example not present")
     src = open(path, encoding="utf-8").read()
     result = Pipeline(Config(transforms=[ID]), backend="cpu").rewrite(path, src.encode())
     assert result.report.error is None

@@ -494,8 +494,6 @@ def test_cache_entry_dies_with_modules():
 
 def test_pendulum_ddpg_rewrite_prints_identical_numbers(tmp_path):
     path = os.path.join(ROOT, "examples", "pendulum_ddpg", "train.py")
-    if not os.path.exists(path):
-        pytest.skip("examples/pendulum_ddpg/train.py not present")
     src = open(path, encoding="utf-8").read()
     out, sites = rewrite(src)
     rewritten = [s for s in sites if s.action == REWRITTEN]

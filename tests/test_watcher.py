@@ -1,17 +1,13 @@
 """The watcher with real file events: editor saves, bursts, syntax errors, runs restarted."""
 import io
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 
-from scalebox_cst.config import Config
 from scalebox_cst.project import Project
 from scalebox_cst.watcher import Watcher
 
-from conftest import ROOT
 
 
 def make_watcher(root, script=None, args=(), polling=False, debounce=0.15):

@@ -912,7 +912,6 @@ class Planner:
     # ---- emission
     def emit(self, helpers: str, op: str) -> Tuple[str, List[str], bool, List[str]]:
         """(guard expression, middle lines, exact, notes)."""
-        h = self.h
         self.T = self.fresh("T")
         T = self.T
         env: Dict[str, str] = {}
@@ -1545,7 +1544,6 @@ class VectorizeRecurrence(Transform):
         h = planner.h
         T = planner.T
         body = list(_stmts(node.body))
-        module = ctx.module
 
         def bind(index_expr: str) -> str:
             if h.kind == "index":
