@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import re
 import signal
@@ -19,7 +18,7 @@ import threading
 import time
 from typing import IO, Dict, List, Optional
 
-from scalebox_cst.runtime.metrics import ENV_FILE
+from scalebox_cst.runtime.metrics import ENV_FILE, Stats
 
 _TOKEN = re.compile(r"^([A-Za-z_][\w./-]*)=(\S+)$")
 
@@ -84,23 +83,6 @@ def load_record(runs_root: str, branch: str) -> Optional[RunRecord]:
         return None
 
 
-class _Stats:
-    def __init__(self) -> None:
-        self.data: Dict[str, Dict[str, float]] = {}
-
-    def add(self, name: str, value: float) -> None:
-        s = self.data.setdefault(
-            name, {"count": 0, "last": math.nan, "min": math.inf, "max": -math.inf, "mean": 0.0, "nonfinite": 0}
-        )
-        s["count"] += 1
-        s["last"] = value
-        if math.isfinite(value):
-            s["mean"] += (value - s["mean"]) / (s["count"] - s["nonfinite"])
-            s["min"], s["max"] = min(s["min"], value), max(s["max"], value)
-        else:
-            s["nonfinite"] += 1
-
-
 class Execution:
     """One subprocess running SCRIPT from a commit; ``stop()`` and ``wait()`` finish its record."""
 
@@ -131,7 +113,7 @@ class Execution:
         child_env[ENV_FILE] = self.metrics_file
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         cmd = [python, "-m", "scalebox_cst.runtime.launch", store_path, commit, project_dir, script, *args]
-        self._stats = _Stats()
+        self._stats = Stats()
         self._log = open(os.path.join(self.dir, "log.txt"), "w", encoding="utf-8")
         self._write_record()
         self.proc = subprocess.Popen(

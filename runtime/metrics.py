@@ -21,7 +21,28 @@ FLUSH_EVERY = 64
 _lock = threading.Lock()
 _pending: List[Tuple[str, Any, int, float]] = []
 _steps: Dict[str, int] = {}
-_summary: Dict[str, Dict[str, float]] = {}
+
+
+class Stats:
+    """Running count, last, min, max, mean (of finite values) and non-finite count per metric."""
+
+    def __init__(self) -> None:
+        self.data: Dict[str, Dict[str, float]] = {}
+
+    def add(self, name: str, value: float) -> None:
+        s = self.data.setdefault(
+            name, {"count": 0, "last": math.nan, "min": math.inf, "max": -math.inf, "mean": 0.0, "nonfinite": 0}
+        )
+        s["count"] += 1
+        s["last"] = value
+        if math.isfinite(value):
+            s["mean"] += (value - s["mean"]) / (s["count"] - s["nonfinite"])
+            s["min"], s["max"] = min(s["min"], value), max(s["max"], value)
+        else:
+            s["nonfinite"] += 1
+
+
+_summary = Stats()
 _warned_nonfinite: set = set()
 
 
@@ -43,19 +64,25 @@ def flush() -> None:
 def summary() -> Dict[str, Dict[str, float]]:
     """Per metric: count, last, min, max, mean and non-finite count (after a flush)."""
     flush()
-    return {k: dict(v) for k, v in _summary.items()}
+    return {k: dict(v) for k, v in _summary.data.items()}
 
 
 def _to_floats(values: List[Any]) -> List[float]:
-    tensors = [v for v in values if hasattr(v, "detach")]
-    if not tensors:
+    """Numbers for a batch of values; tensors cross to the host once per device, not once each."""
+    by_device: Dict[Any, List[int]] = {}
+    for i, v in enumerate(values):
+        if hasattr(v, "detach"):
+            by_device.setdefault(v.device, []).append(i)
+    if not by_device:
         return [float(v) for v in values]
     import torch
 
-    # One transfer for the whole batch instead of one sync per value.
-    stacked = torch.stack([t.detach().reshape(()).float().cpu() if t.device.type != "cpu" else t.detach().reshape(()).float() for t in tensors])
-    numbers = iter(stacked.tolist())
-    return [next(numbers) if hasattr(v, "detach") else float(v) for v in values]
+    out: List[Any] = list(values)
+    for indices in by_device.values():
+        stacked = torch.stack([values[i].detach().reshape(()).float() for i in indices])
+        for i, number in zip(indices, stacked.cpu().tolist()):
+            out[i] = number
+    return [float(v) for v in out]
 
 
 def _flush_locked() -> None:
@@ -66,18 +93,8 @@ def _flush_locked() -> None:
     values = _to_floats([v for _, v, _, _ in batch])
     lines = []
     for (name, _, step, stamp), value in zip(batch, values):
-        stats = _summary.setdefault(
-            name, {"count": 0, "last": math.nan, "min": math.inf, "max": -math.inf, "mean": 0.0, "nonfinite": 0}
-        )
-        stats["count"] += 1
-        stats["last"] = value
-        if math.isfinite(value):
-            finite = stats["count"] - stats["nonfinite"]
-            stats["mean"] += (value - stats["mean"]) / finite
-            stats["min"] = min(stats["min"], value)
-            stats["max"] = max(stats["max"], value)
-        else:
-            stats["nonfinite"] += 1
+        _summary.add(name, value)
+        if not math.isfinite(value):
             if name not in _warned_nonfinite:
                 _warned_nonfinite.add(name)
                 print(f"scalebox: non-finite {name}={value} at step {step}", file=sys.stderr)

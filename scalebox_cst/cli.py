@@ -177,6 +177,7 @@ def log(project_dir: Optional[str], as_json: bool) -> None:
     project = _open_project(project_dir)
     try:
         branches = project.store.branches()
+        sessions = project.store.other_branches("hook/")
     except StoreError as exc:
         _fail(str(exc))
     rows = []
@@ -196,13 +197,9 @@ def log(project_dir: Optional[str], as_json: bool) -> None:
             for i, r in rows
         ] + [
             {"branch": name, "commit": commit, "summary": summary, "time": stamp, "commits": count}
-            for name, commit, summary, stamp, count in reversed(project.store.other_branches("hook/"))
+            for name, commit, summary, stamp, count in reversed(sessions)
         ], indent=2, default=str))
         return
-    try:
-        sessions = project.store.other_branches("hook/")
-    except StoreError as exc:
-        _fail(str(exc))
     if not rows and not sessions:
         click.echo("no run branches yet")
     import time as _time

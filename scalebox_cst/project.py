@@ -230,7 +230,8 @@ class Project:
             os.replace(tmp, path)
             restored.append(rel)
         left = sorted(set(current) - set(target))
-        store.snapshot(self.scan(), f"rollback to {info.name} (previous files: {backup[:10]})")
+        # the tree now holds the current files with the snapshot's laid over them
+        store.snapshot({**current, **target}, f"rollback to {info.name} (previous files: {backup[:10]})")
         return RollbackResult(info.name, restored, unchanged, left, backup)
 
 

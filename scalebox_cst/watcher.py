@@ -16,7 +16,6 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from scalebox_cst.config import ALWAYS_EXCLUDED_DIRS
 from scalebox_cst.project import ChangeResult, Project
 
 # Events that never mean "content may have changed".
@@ -77,13 +76,11 @@ class Watcher:
 
     # -------------------------------------------------------------- events
     def relevant(self, path: str, is_directory: bool = False) -> bool:
-        # Cheap string test first: the store writes many files under .scalebox/ while a change
-        # is being committed, and their events must not compete with the commit for the GIL.
+        # A string slice, not realpath(): the store writes many files under .scalebox/ while a
+        # change is being committed, and their events must not compete with it for the GIL.
         root = self.project.root + os.sep
         if path.startswith(root):
             rel = path[len(root):].replace(os.sep, "/")
-            if rel.split("/", 1)[0] in ALWAYS_EXCLUDED_DIRS or "/__pycache__/" in f"/{rel}/":
-                return False
         else:
             try:
                 rel = self.project.relpath(path)

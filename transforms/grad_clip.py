@@ -25,7 +25,7 @@ import libcst as cst
 from scalebox_cst.report import CHANGES_SEMANTICS, REWRITTEN, SKIPPED, WARNING, Site
 
 from .base import Example, FileContext, Transform
-from .names import ImportMap
+from .names import ImportMap, ast_dotted
 
 ID = "grad_clip"
 RUNTIME_QUALNAME = "scalebox_cst.runtime.clip.clip_grad_norm"
@@ -66,17 +66,6 @@ _OPT_NAME = re.compile(
 
 def looks_like_optimizer(name: str) -> bool:
     return "sched" not in name.lower() and bool(_OPT_NAME.search(name))
-
-
-def _dotted(expr: ast.AST) -> Optional[str]:
-    parts: List[str] = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return None
-    parts.append(expr.id)
-    return ".".join(reversed(parts))
 
 
 def _last_name(expr: ast.AST) -> Optional[str]:
@@ -163,7 +152,7 @@ def _scaler_of(backward: ast.Call) -> Optional[str]:
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
         inner = func.value.func
         if isinstance(inner, ast.Attribute) and inner.attr == "scale":
-            return _dotted(inner.value)
+            return ast_dotted(inner.value)
     return None
 
 
@@ -201,7 +190,7 @@ class _Module:
 
     # -------------------------------------------------------------- names
     def qualify(self, expr: ast.AST) -> Optional[str]:
-        text = _dotted(expr)
+        text = ast_dotted(expr)
         if text is None:
             return None
         head, _, rest = text.partition(".")
@@ -213,7 +202,7 @@ class _Module:
     def _record(self, target: ast.AST, value: Optional[ast.AST]) -> None:
         if isinstance(target, (ast.Tuple, ast.List)) or value is None:
             return
-        text = _dotted(target)
+        text = ast_dotted(target)
         if text is None:
             return
         qual = (self.qualify(value.func) or "") if isinstance(value, ast.Call) else ""
@@ -556,13 +545,13 @@ class GradClip(Transform):
     @staticmethod
     def _plain_text(source: str, expr: ast.AST) -> Optional[str]:
         """Text of a side-effect-free reference: ``a.b.c`` or ``a.b[i]`` with a simple index."""
-        text = _dotted(expr)
+        text = ast_dotted(expr)
         if text is not None:
             return text
         if isinstance(expr, ast.Subscript):
-            base, index = _dotted(expr.value), expr.slice
+            base, index = ast_dotted(expr.value), expr.slice
             simple = (isinstance(index, ast.Constant) and isinstance(index.value, (int, str))
-                      and not isinstance(index.value, bool)) or _dotted(index) is not None
+                      and not isinstance(index.value, bool)) or ast_dotted(index) is not None
             if base is not None and simple:
                 return f"{base}[{ast.get_source_segment(source, index)}]"
         return None
@@ -573,7 +562,7 @@ class GradClip(Transform):
             return "unknown"
         if text in mod.scalers:
             return "scaler"
-        base = _dotted(recv.value) if isinstance(recv, ast.Subscript) else text
+        base = ast_dotted(recv.value) if isinstance(recv, ast.Subscript) else text
         last = (base or text).rsplit(".", 1)[-1]
         quals = mod.assigned.get(text)
         if quals is None:
@@ -660,7 +649,7 @@ class GradClip(Transform):
             return
         for e in group:
             recv = e.call.func.value if isinstance(e.call.func, ast.Attribute) else None
-            text = _dotted(recv) if recv is not None else None
+            text = ast_dotted(recv) if recv is not None else None
             if text is not None and (text in mod.accelerators or text.rsplit(".", 1)[-1] == "accelerator"):
                 skip("accelerate's backward() may scale gradients; clip with accelerator.clip_grad_norm_ "
                      "(not inserted)")
@@ -676,7 +665,7 @@ class GradClip(Transform):
         scaler = step.recv_text if step.role == "scaler" else (scaled[0] if scaled else None)
         unscales = [] if scaler is None else [
             e for _, e in visible[start + 1:]
-            if e.kind == "unscale" and _dotted(e.call.func.value) == scaler and len(e.call.args) == 1
+            if e.kind == "unscale" and ast_dotted(e.call.func.value) == scaler and len(e.call.args) == 1
             and self._plain_text(source, e.call.args[0]) == step.opt_text
         ]
         if unscales and not any(_dominates(e.path, step.path) for e in unscales):
