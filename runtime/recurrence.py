@@ -47,7 +47,10 @@ Backends (``impl``):
 * ``"numba"`` (CPU, float32 / float64; the ``"auto"`` choice there): a compiled
   sequential loop computing exactly ``b[t] + a[t] * x`` in the input dtype --
   one multiply then one add, no FMA contraction, no reassociation -- so it is
-  **bitwise identical** to the naive torch / numpy / Python loop.
+  **bitwise identical** to the naive torch / numpy / Python loop.  Loading it
+  costs about 0.4 s per process, so ``"auto"`` first runs the same loop in
+  numpy (equally exact, about 0.2 us per step) and loads numba only once that
+  loop has cost as much (ski rental): short runs never pay for numba.
 * ``"triton"`` (CUDA; the ``"auto"`` choice when ``triton`` imports): one fused
   kernel per call, a chunked ``tl.associative_scan``.  Reassociated: equal to
   the loop up to rounding (float16 / bfloat16 accumulate in float32).
@@ -76,7 +79,7 @@ Python on top of the kernel); CUDA tensors of that form go straight to one
 triton launch.  Everything else (broadcasting, ``dim != 0``, mixed dtypes,
 containers, autograd) goes through the general path.
 
-numba is imported on first use only.  Its on-disk cache goes to
+numba is imported on first use only (see above).  Its on-disk cache goes to
 ``$NUMBA_CACHE_DIR`` when the user set it, otherwise to
 ``$XDG_CACHE_HOME/scalebox_cst/numba`` (``~/.cache/...``), or a per-user temp
 directory when that is not writable.
@@ -87,6 +90,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 
 import numpy as np
 import torch
@@ -153,6 +157,62 @@ def _load_numba():
             _debug_once("numba-import", "linear_recurrence: numba unavailable (%r); using torch", exc)
             _numba_mod = False
     return _numba_mod
+
+
+#: Loading numba (import + compiled kernels from its disk cache) costs about 0.4 s per process,
+#: more than a short run saves: until that much time has gone into the exact numpy loop below,
+#: ``"auto"`` keeps renting that loop, then buys numba (ski rental: never more than twice the
+#: better choice's cost). Explicit ``impl="numba"`` and ``backend_available`` load it at once.
+_RENT_BUDGET_S = 0.4
+_rent_spent = 0.0
+
+
+def _numpy_rec(a, b, init, out, reverse):
+    """The sequential loop in numpy with the kernels' signature: one multiply then one add per
+    step in the array dtype, so bitwise identical to numba and to the naive loop."""
+    T, M = b.shape
+    steps = range(T - 1, -1, -1) if reverse else range(T)
+    a_rows = isinstance(a, np.ndarray)
+    if M == 1:  # scalar arithmetic: Python floats are float64, numpy scalars keep float32
+        f64 = b.dtype == np.float64
+        bs = b[:, 0].tolist() if f64 else b[:, 0]
+        av = (a[:, 0].tolist() if f64 else a[:, 0]) if a_rows else (float(a) if f64 else a)
+        x = float(init[0]) if f64 else init[0]
+        o = out[:, 0]
+        if a_rows:
+            for t in steps:
+                x = bs[t] + av[t] * x
+                o[t] = x
+        else:
+            for t in steps:
+                x = bs[t] + av * x
+                o[t] = x
+        return
+    x = init
+    tmp = np.empty(M, dtype=b.dtype)
+    for t in steps:
+        np.multiply(a[t] if a_rows else a, x, out=tmp)
+        x = out[t]
+        np.add(b[t], tmp, out=x)
+
+
+def _cpu_rec():
+    """The CPU kernel ``"auto"`` uses now: numba once loaded (or once the numpy loop has cost
+    as much as loading it), else the numpy loop, timed against the budget."""
+    if _numba_mod:
+        return _numba_mod.rec
+    if _numba_mod is None and _rent_spent >= _RENT_BUDGET_S:
+        mod = _load_numba()
+        if mod:
+            return mod.rec
+    return _rented
+
+
+def _rented(a, b, init, out, reverse):
+    global _rent_spent
+    t0 = time.perf_counter()
+    _numpy_rec(a, b, init, out, reverse)
+    _rent_spent += time.perf_counter() - t0
 
 
 def _load_triton():
@@ -228,7 +288,8 @@ def _zero_row(M, nps):
     return z
 
 
-def _run_numba(mod, a, b, init, reverse, S):
+def _run_numba(rec, a, b, init, reverse, S):
+    """``rec``: the numba kernel or :func:`_numpy_rec` (same signature, same arithmetic)."""
     T = b.shape[0]
     M = math.prod(S)
     dt = b.dtype
@@ -243,7 +304,7 @@ def _run_numba(mod, a, b, init, reverse, S):
         init_n = _zero_row(M, nps)
     else:
         init_n = np.full(M, init, dtype=nps)
-    mod.rec(a.numpy() if isinstance(a, _Tensor) else nps(a), b2.numpy(), init_n, on, reverse)
+    rec(a.numpy() if isinstance(a, _Tensor) else nps(a), b2.numpy(), init_n, on, reverse)
     out = torch.from_numpy(on)
     return out if len(S) == 1 else out.view((T,) + S)
 
@@ -316,10 +377,10 @@ def _backend(a, b, init, reverse, S, impl):
     dt = b.dtype
     if impl == "auto":
         if dev == "cpu" and dt in _FAST_DTYPES:
-            mod = _load_numba()
-            if mod:
+            rec = _cpu_rec()
+            if rec:
                 try:
-                    return _run_numba(mod, a, b, init, reverse, S)
+                    return _run_numba(rec, a, b, init, reverse, S)
                 except Exception as exc:  # pragma: no cover - numba compile failure
                     _debug_once("numba-run", "linear_recurrence: numba failed (%r); using torch", exc)
         elif dev == "cuda" and dt in _TRITON_DTYPES:
@@ -342,7 +403,7 @@ def _backend(a, b, init, reverse, S, impl):
             raise RuntimeError("linear_recurrence: impl='numba' requested but numba is unavailable")
         if dev != "cpu" or dt not in _FAST_DTYPES:
             raise ValueError("impl='numba' needs float32/float64 CPU tensors, got %s on %s" % (dt, dev))
-        return _run_numba(mod, a, b, init, reverse, S)
+        return _run_numba(mod.rec, a, b, init, reverse, S)
     if impl == "triton":
         mod = _load_triton()
         if not mod:
@@ -732,12 +793,12 @@ def _fast(a, b, init, reverse):
         init = init.numpy()
     else:
         return None
-    mod = _numba_mod if _numba_mod is not None else _load_numba()
-    if not mod or not b.is_contiguous() or T == 0:
+    if not b.is_contiguous() or T == 0:
         return None
+    rec = _cpu_rec()
     out = np.empty((T, M), dtype=_NP_SCALAR[dt])
     try:
-        mod.rec(a, b.numpy(), init, out, reverse)
+        rec(a, b.numpy(), init, out, reverse)
     except Exception as exc:  # pragma: no cover - numba compile failure
         _debug_once("numba-run", "linear_recurrence: numba failed (%r); using torch", exc)
         return None

@@ -355,6 +355,25 @@ def test_torch_fallback_when_numba_missing(monkeypatch):
         linear_recurrence(a, b, init, impl="numba")
 
 
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M", [1, 3, 8])
+def test_numpy_loop_is_bitwise_numba(dtype, M):
+    """The loop ``"auto"`` rents before numba is loaded computes exactly what the kernel does."""
+    rng = np.random.default_rng(M)
+    for T in (0, 1, 7, 300):
+        for a in (rng.random((T, M)).astype(dtype), dtype(0.97), rng.random((1, M)).astype(dtype)):
+            if isinstance(a, np.ndarray) and a.shape[0] == 1:
+                a = np.broadcast_to(a, (T, M))  # a 0-stride operand, as _flat passes it
+            b = rng.standard_normal((T, M)).astype(dtype)
+            init = rng.standard_normal(M).astype(dtype)
+            for reverse in (True, False):
+                mine, theirs = np.empty((T, M), dtype), np.empty((T, M), dtype)
+                R._numpy_rec(a, b, init, mine, reverse)
+                R._load_numba().rec(a, b, init, theirs, reverse)
+                assert mine.tobytes() == theirs.tobytes()
+
+
 def test_bad_arguments():
     b = torch.randn(10, 2)
     with pytest.raises(ValueError):
@@ -374,7 +393,12 @@ def test_lazy_numba_import_and_cache_dir(tmp_path):
         assert "numba" not in sys.modules, "numba imported at module import"
         import torch
         out = R.linear_recurrence(0.5, torch.ones(4, 2))
+        assert "numba" not in sys.modules, "numba loaded before the numpy loop paid for it"
+        assert 0 < R._rent_spent < R._RENT_BUDGET_S
+        R._rent_spent = R._RENT_BUDGET_S  # as after ~0.4 s of calls
+        out2 = R.linear_recurrence(0.5, torch.ones(4, 2))
         assert "numba" in sys.modules
+        assert torch.equal(out, out2)
         assert R._numba_mod, "numba backend failed to load"
         print(os.environ["NUMBA_CACHE_DIR"])
         """
