@@ -765,7 +765,15 @@ def _fast(a, b, init, reverse):
     ``None`` when it does not apply (the general path then handles it)."""
     dt = b.dtype
     if b.ndim != 2:
-        return None
+        if b.ndim != 1 or not b.is_cpu:
+            return None
+        # [T] as [T, 1]: same arithmetic, the general path's normalisation skipped
+        if type(a) is _Tensor and a.shape == b.shape:
+            a = a.view(-1, 1)
+        if type(init) is _Tensor and init.ndim == 0:
+            init = init.view(1)
+        out = _fast(a, b.view(-1, 1), init, reverse)
+        return None if out is None else out.view(-1)
     if b.is_cuda:
         return _fast_cuda(a, b, init, reverse)
     if not (dt is torch.float32 or dt is torch.float64) or not b.is_cpu:
