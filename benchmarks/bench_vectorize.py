@@ -13,8 +13,14 @@ guards and the cache checks are in the timing.
   ``mul_`` + ``torch.add(..., alpha=tau, out=)`` per tensor, parameter generators per call),
   and, with ``--compile``, ``torch.compile`` of the loop (compile time reported apart);
 * reduction: REINFORCE's ``policy_loss.append(-log_prob * R)`` + ``torch.cat(...).sum()`` over
-  T=1000 log-probs of shape [1], forward only and forward+backward;
-* elementwise: ``for i in range(n): out[i] = rewards[i] + gamma * values[i]`` with n=2048.
+  T=100/1000/10000 log-probs of shape [1], forward only and forward+backward, vs the
+  hand-vectorized ``-(torch.cat(log_probs) * returns).sum()``;
+* elementwise: ``for i in range(n): out[i] = rewards[i] + gamma * values[i]`` with
+  n=256/2048/16384, vs the hand-vectorized ``out[:] = rewards + gamma * values``.
+
+With ``--compile``, ``torch.compile`` of each naive loop joins as a peer (at the smallest size
+only for the reduction and elementwise loops: dynamo unrolls them, so compile time grows with
+the trip count); compile time is reported apart. ``--quick`` runs one size per family.
 
 Reported: median time per call over repeats and the ratio naive / method.
 """
@@ -171,35 +177,56 @@ def policy_loss_of(log_probs, returns):
 """
 
 
+def reinforce_peer(log_probs, returns):
+    """What a user vectorizing by hand writes."""
+    return -(torch.cat(log_probs) * returns).sum()
+
+
+def compiled_peer(args, fn, call):
+    """``torch.compile`` of the naive loop (compile time reported apart), or None without --compile."""
+    if not args.compile:
+        return None
+    compiled = torch.compile(fn)
+    t0 = time.perf_counter()
+    call(compiled)
+    sync()
+    return compiled, time.perf_counter() - t0
+
+
 def bench_reduction(args, rows):
     naive, new, sites = rewritten(REINFORCE, "policy_loss_of")
-    T = 1000
-    torch.manual_seed(0)
-    logits = torch.randn(T, 4, device=DEVICE, requires_grad=True)
-    log_probs = list(torch.log_softmax(logits, -1)[:, :1].unbind(0))  # T tensors of shape [1]
-    returns = torch.randn(T, device=DEVICE)
-    number, repeat = (5, 5) if args.quick else (30, 9)
-    title = f"reduction: REINFORCE policy loss, T={T}, {DEVICE} ({sites[0].exactness})"
+    for T in ((1000,) if args.quick else (100, 1000, 10000)):
+        torch.manual_seed(0)
+        logits = torch.randn(T, 4, device=DEVICE, requires_grad=True)
+        log_probs = list(torch.log_softmax(logits, -1)[:, :1].unbind(0))  # T tensors of shape [1]
+        returns = torch.randn(T, device=DEVICE)
+        number, repeat = (5, 5) if args.quick else (max(3, 30000 // T), 9)
+        title = f"reduction: REINFORCE policy loss, T={T}, {DEVICE} ({sites[0].exactness})"
 
-    def fwd_bwd(fn):
-        def run():
-            loss = fn(log_probs, returns)
-            torch.autograd.grad(loss, logits, retain_graph=True)
+        def fwd_bwd(fn):
+            def run():
+                loss = fn(log_probs, returns)
+                torch.autograd.grad(loss, logits, retain_graph=True)
 
-        return run
+            return run
 
-    fwd, both = [], []
-    for label, fn in (("loop + cat().sum()", naive), ("rewritten", new)):
-        fwd.append((label, timeit(lambda: fn(log_probs, returns), number, repeat)))
-        both.append((label, timeit(fwd_bwd(fn), number, repeat)))
-    with torch.no_grad():
-        a, b = naive(log_probs, returns), new(log_probs, returns)
-        rel = ((a - b).abs() / a.abs().clamp_min(1e-30)).item()
-    for suffix, results in ((", forward", fwd), (", forward+backward", both)):
-        for label, t in results:
-            rows.append({"case": title + suffix, "method": label, "us": t * 1e6, "speedup": results[0][1] / t})
-        if suffix == ", forward":
-            rows.append({"case": title + suffix, "method": "check: |rewritten - loop| / |loop|", "us": None, "speedup": None, "ok": rel})
+        methods = [("loop + cat().sum()", naive), ("rewritten", new), ("peer: hand-vectorized -(cat * R).sum()", reinforce_peer)]
+        if T <= 100:  # dynamo unrolls the loop: compile time grows with T
+            got = compiled_peer(args, naive, lambda f: f(log_probs, returns))
+            if got:
+                methods.append((f"peer: torch.compile(loop) [compile {got[1]:.1f} s]", got[0]))
+        fwd, both = [], []
+        for label, fn in methods:
+            fwd.append((label, timeit(lambda: fn(log_probs, returns), number, repeat)))
+            both.append((label, timeit(fwd_bwd(fn), number, repeat)))
+        with torch.no_grad():
+            a, b = naive(log_probs, returns), new(log_probs, returns)
+            rel = ((a - b).abs() / a.abs().clamp_min(1e-30)).item()
+        for suffix, results in ((", forward", fwd), (", forward+backward", both)):
+            for label, t in results:
+                rows.append({"case": title + suffix, "method": label, "us": t * 1e6, "speedup": results[0][1] / t})
+            if suffix == ", forward":
+                rows.append({"case": title + suffix, "method": "check: |rewritten - loop| / |loop|", "us": None, "speedup": None, "ok": rel})
 
 
 # ------------------------------------------------------------------ elementwise
@@ -214,25 +241,35 @@ def bootstrap(rewards, values, out, gamma):
 
 def bench_elementwise(args, rows):
     naive, new, sites = rewritten(ELEMENTWISE, "bootstrap")
-    n = 2048
-    torch.manual_seed(0)
-    rewards, values = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
-    o1, o2 = torch.zeros(n, device=DEVICE), torch.zeros(n, device=DEVICE)
-    number, repeat = (5, 5) if args.quick else (20, 9)
-    title = f"elementwise: out[i] = r[i] + gamma * v[i], n={n}, {DEVICE} ({sites[0].exactness})"
-    base = None
-    for label, fn in (("index loop", lambda: naive(rewards, values, o1, 0.99)), ("rewritten", lambda: new(rewards, values, o2, 0.99))):
-        t = timeit(fn, number, repeat)
-        base = base or t
-        rows.append({"case": title, "method": label, "us": t * 1e6, "speedup": base / t})
-    rows.append({"case": title, "method": "check: rewritten == loop, bitwise", "us": None, "speedup": None, "ok": bool(torch.equal(o1, o2))})
+    for n in ((2048,) if args.quick else (256, 2048, 16384)):
+        torch.manual_seed(0)
+        rewards, values = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+        o1, o2, o3 = (torch.zeros(n, device=DEVICE) for _ in range(3))
+        number, repeat = (5, 5) if args.quick else (max(3, 40000 // n), 9)
+        title = f"elementwise: out[i] = r[i] + gamma * v[i], n={n}, {DEVICE} ({sites[0].exactness})"
+        methods = [
+            ("index loop", lambda: naive(rewards, values, o1, 0.99)),
+            ("rewritten", lambda: new(rewards, values, o2, 0.99)),
+            ("peer: hand-vectorized out[:] = r + gamma * v", lambda: o3.copy_(rewards + 0.99 * values)),
+        ]
+        if n <= 256:  # dynamo unrolls the loop: compile time grows with n
+            o4 = torch.zeros(n, device=DEVICE)
+            got = compiled_peer(args, naive, lambda f: f(rewards, values, o4, 0.99))
+            if got:
+                methods.append((f"peer: torch.compile(loop) [compile {got[1]:.1f} s]", lambda: got[0](rewards, values, o4, 0.99)))
+        base = None
+        for label, fn in methods:
+            t = timeit(fn, number, repeat)
+            base = base or t
+            rows.append({"case": title, "method": label, "us": t * 1e6, "speedup": base / t})
+        rows.append({"case": title, "method": "check: rewritten == loop, bitwise", "us": None, "speedup": None, "ok": bool(torch.equal(o1, o2))})
 
 
 def main(argv=None):
     global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
-    parser.add_argument("--compile", action="store_true", help="add torch.compile of the target-update loop")
+    parser.add_argument("--compile", action="store_true", help="add torch.compile of each naive loop as a peer")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
