@@ -520,3 +520,49 @@ def test_pytorch_reinforce_example_as_written_today():
     log_probs = [torch.randn(1, requires_grad=True) for _ in range(20)]
     rewards = [float(x) for x in torch.rand(20)]
     compare(orig, new, [log_probs, rewards, 0.99, 1e-8], exact=False)
+
+
+# ------------------------------------------------------------------ found on real code (tests/corpus)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # dreamerv2 compute_return: temporaries, a carried value, the values appended
+        "inp = target[t]\n        acc = inp + disc[t] * 0.95 * acc\n        outputs.append(acc)",
+        # minimalRL ppo: carried value first, appended wrapped in a list
+        "acc = 0.98 * 0.95 * acc + target[t]\n        outputs.append([acc])",
+        # in-place carried value
+        "acc *= disc[t]\n        outputs.append(acc)",
+    ],
+)
+def test_recurrence_collecting_values_is_not_reported(body):
+    """A loop that carries a value and appends it is a recurrence (vectorize.recurrence reports it),
+    not a reduction: reporting it as a skipped reduction was noise on real code."""
+    src = (
+        "import torch\n"
+        "def f(target, disc, acc):\n"
+        "    outputs = []\n"
+        "    for t in range(len(target)):\n"
+        f"        {body}\n"
+        "    return torch.stack(outputs).sum()\n"
+    )
+    out, sites = rewrite(src)
+    assert out == src
+    assert sites == []
+
+
+def test_sum_with_a_carried_value_is_still_reported():
+    """A real sum next to a carried value stays a (skipped) reduction candidate."""
+    src = (
+        "def f(logp, rewards, g):\n"
+        "    loss = 0\n"
+        "    rtrn = 0\n"
+        "    for t in range(len(logp) - 1, -1, -1):\n"
+        "        loss += logp[t] * (rewards[t] + g * rtrn)\n"
+        "        rtrn = g * rtrn + rewards[t]\n"
+        "    return loss\n"
+    )
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and "not an accumulation" in sites[0].reason

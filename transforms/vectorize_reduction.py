@@ -38,6 +38,7 @@ from .loop_analysis import (
     parse_header,
     read_elsewhere,
     replace_nodes,
+    target_names,
 )
 
 ID = "vectorize.reduction"
@@ -123,6 +124,17 @@ def _ast_accumulation(stmt: ast.stmt) -> bool:
     return False
 
 
+def _carries(stmt: cst.BaseSmallStatement) -> bool:
+    """Whether ``stmt`` updates a name from its own previous value (``G = r + gamma * G``,
+    ``R *= gamma``): the loop carries a value from one iteration to the next."""
+    if isinstance(stmt, cst.AugAssign):
+        return isinstance(stmt.target, cst.Name)
+    if isinstance(stmt, cst.Assign):
+        bound = {n for t in stmt.targets for n in (target_names(t.target) or ())}
+        return bool(bound & names_read(stmt.value))
+    return False
+
+
 def _is_empty_list_init(stmt: cst.BaseStatement, name: str) -> bool:
     return (
         isinstance(stmt, cst.SimpleStatementLine)
@@ -194,6 +206,10 @@ class _Rewriter(ScopedRewriter):
         accs = [_accumulation(s) for s in stmts]
         if not any(accs):
             return False  # not a reduction loop: nothing to report
+        if all(a is None or a.kind == "append" for a in accs) and any(
+            a is None and _carries(s) for s, a in zip(stmts, accs)
+        ):
+            return False  # a recurrence collecting its values (vectorize.recurrence's loop): not a sum
         bad = next((s for s, a in zip(stmts, accs) if a is None), None)
         reason = early_exit_reason(loop.body)
         if reason:
@@ -529,6 +545,21 @@ class VectorizeReduction(Transform):
             rewritten=False,
             reason="",
             note="discounted recurrence: not a sum, not reported (vectorize.recurrence's loop)",
+        ),
+        Example(
+            code=(
+                "import torch\n"
+                "def lambda_returns(target, discount, bootstrap, lambda_):\n"
+                "    outputs = []\n"
+                "    acc = bootstrap\n"
+                "    for t in range(len(target) - 1, -1, -1):\n"
+                "        acc = target[t] + discount[t] * lambda_ * acc\n"
+                "        outputs.append(acc)\n"
+                "    return torch.flip(torch.stack(outputs), [0])\n"
+            ),
+            rewritten=False,
+            reason="",
+            note="recurrence collecting its values with append: not a sum, not reported (dreamerv2)",
         ),
         Example(
             code=(
