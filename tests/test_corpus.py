@@ -1,0 +1,274 @@
+"""The engine on real public RL code: each file in tests/corpus holds loops copied verbatim from a
+public repository, the outcome expected at each site, and a ``run(ns, T, seed)`` that drives the
+code on realistic inputs.
+
+For every corpus file: the rewrite (all transforms, CPU backend) compiles; each expected site is
+rewritten or skipped as recorded, with the recorded exactness; no other site is reported; and the
+original and the rewritten module, exec'd side by side, give the same outputs (``torch.equal``
+when every rewritten site claims ``exact``, ``assert_close`` otherwise) for short inputs (T = 1,
+2, 3) and for inputs long enough that the vectorized branch must run, which is checked by tracing
+the runtime guards. Expectations that a recorded finding says should change are
+``xfail(strict=True)``: they turn red when the finding is fixed.
+
+Corpus file layout: source text first; the line ``EXPECT = {...}`` starts the harness region
+(EXPECT, FINDINGS, LENGTHS, LEAVE_ALONE, run), where no site may be reported. EXPECT maps an
+anchor (a stripped source line, ``@k`` for its k-th occurrence) to (transform, action,
+exactness); inserted clipping is compared with max_norm = 1e9 so that it is numerically a no-op.
+"""
+import ast
+import functools
+import glob
+import linecache
+import math
+import os
+import random
+import sys
+from collections import deque
+
+import numpy as np
+import pytest
+import torch
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS_DIR = os.path.join(HERE, "corpus")
+NAMES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(CORPUS_DIR, "*.py")))
+RUNTIME_DIR = os.path.join(os.path.dirname(HERE), "runtime")
+DEFAULT_LENGTHS = (1, 2, 3, 17, 700)
+ACTIONS = {"REWRITTEN": REWRITTEN, "SKIPPED": SKIPPED}
+#: runtime functions whose result says a rewritten site took its vectorized branch
+ACCEPTORS = {
+    "vectorize.recurrence": ({"recurrence_ok", "quadratic_ok"}, lambda r: r is True),
+    "vectorize.reduction": ({"batch_zip", "batch_range"}, lambda r: r is not None),
+    "vectorize.elementwise": ({"batch_zip", "batch_range"}, lambda r: r is not None),
+    "vectorize.target_update": (
+        {"soft_update", "scale_add", "scale_add_alpha", "lerp_update", "hard_update"},
+        lambda r: r is True,
+    ),
+    "grad_clip": ({"clip_grad_norm"}, lambda r: r is not None),
+}
+
+
+class Corpus:
+    def __init__(self, name):
+        self.name = name
+        with open(os.path.join(CORPUS_DIR, name + ".py"), "rb") as f:
+            self.source = f.read()
+        self.text = self.source.decode()
+        self.lines = self.text.splitlines()
+        self.harness_line = next(i + 1 for i, l in enumerate(self.lines) if l.startswith("EXPECT = {"))
+        consts = {}  # the harness constants, read without running the file (collection stays cheap)
+        for node in ast.parse(self.text).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                if node.targets[0].id in ("EXPECT", "FINDINGS", "LENGTHS", "LEAVE_ALONE"):
+                    consts[node.targets[0].id] = ast.literal_eval(node.value)
+        self.expect = consts["EXPECT"]
+        self.findings = consts.get("FINDINGS", {})
+        self.lengths = consts.get("LENGTHS", DEFAULT_LENGTHS)
+        self.leave_alone = consts.get("LEAVE_ALONE", False)
+
+    @functools.cached_property
+    def _rewrites(self):
+        name = self.name
+        result = Pipeline(Config(), backend="cpu").rewrite(name + ".py", self.source)
+        big = Config()
+        big.set_option("grad_clip", "max_norm", 1e9)
+        noop_clip = Pipeline(big, backend="cpu").rewrite(name + ".py", self.source).output.decode()
+        return result.report.error, result.output.decode(), list(result.report.sites), noop_clip
+
+    error = property(lambda self: self._rewrites[0])
+    output = property(lambda self: self._rewrites[1])
+    sites = property(lambda self: self._rewrites[2])
+    noop_clip = property(lambda self: self._rewrites[3])
+
+    def exec(self, code, tag):
+        # a linecache entry gives the code a source, which TorchScript needs
+        filename = f"<corpus {self.name} {tag}>"
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        ns = {"__name__": "corpus_" + self.name}
+        exec(compile(code, filename, "exec"), ns)
+        return ns
+
+    def anchor_line(self, anchor):
+        text, at, k = anchor.partition("@")
+        hits = [i + 1 for i, l in enumerate(self.lines[: self.harness_line - 1]) if l.strip() == text]
+        assert hits, f"{self.name}: anchor {anchor!r} not in the source"
+        if not at:
+            assert len(hits) == 1, f"{self.name}: anchor {anchor!r} is ambiguous (add @k)"
+            return hits[0]
+        assert int(k) <= len(hits), f"{self.name}: anchor {anchor!r}: only {len(hits)} occurrences"
+        return hits[int(k) - 1]
+
+    def rewritten(self):
+        return [s for s in self.sites if s.action == REWRITTEN]
+
+    def exact(self):
+        return all(s.exactness == EXACT or s.transform == "grad_clip" for s in self.rewritten())
+
+
+@functools.lru_cache(maxsize=None)
+def corpus(name):
+    return Corpus(name)
+
+
+def expectations():
+    out = []
+    for name in NAMES:
+        for anchor in corpus(name).expect:
+            finding = corpus(name).findings.get(anchor)  # the key "runtime" is no anchor
+            marks = [pytest.mark.xfail(strict=True, reason=finding)] if finding else []
+            out.append(pytest.param(name, anchor, marks=marks, id=f"{name}:{anchor[:50]}"))
+    return out
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def compare(a, b, exact, path="out"):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), f"{path}: {type(b).__name__} instead of a tensor"
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{path}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
+        a, b = a.detach(), b.detach()
+        if exact:
+            assert torch.equal(a, b) or torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(), b.nan_to_num()), (
+                f"{path}: not bitwise equal (max diff {(a - b).abs().max().item() if a.numel() else 0})"
+            )
+        else:
+            torch.testing.assert_close(a, b, equal_nan=True, msg=lambda m: f"{path}: {m}")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape, f"{path}: {b!r}"
+        compare(torch.from_numpy(np.ascontiguousarray(a)), torch.from_numpy(np.ascontiguousarray(b)), exact, path)
+    elif isinstance(a, (list, tuple, deque)):
+        assert type(a) is type(b) and len(a) == len(b), f"{path}: {type(b).__name__} of {len(b)} vs {len(a)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            compare(x, y, exact, f"{path}[{i}]")
+    elif isinstance(a, dict):
+        assert type(a) is type(b) and list(a) == list(b), f"{path}: keys differ"
+        for k in a:
+            compare(a[k], b[k], exact, f"{path}[{k!r}]")
+    elif isinstance(a, (float, np.floating)) and not exact:
+        assert type(a) is type(b), f"{path}: {type(b).__name__} vs {type(a).__name__}"
+        assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6) or (math.isnan(a) and math.isnan(b)), f"{path}: {b} vs {a}"
+    else:
+        assert type(a) is type(b), f"{path}: {type(b).__name__} vs {type(a).__name__}"
+        assert a == b or (a != a and b != b), f"{path}: {b!r} vs {a!r}"
+
+
+def seeded(run, ns, T, seed):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return run(ns, T, seed)
+
+
+class RuntimeTrace:
+    """What the runtime helpers returned while the rewritten code ran (sys.setprofile)."""
+
+    def __init__(self):
+        self.returns = []
+
+    def __call__(self, frame, event, arg):
+        if event == "return" and frame.f_code.co_filename.startswith(RUNTIME_DIR):
+            self.returns.append((frame.f_code.co_name, arg))
+
+    def __enter__(self):
+        sys.setprofile(self)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(None)
+
+    def accepted(self, transform):
+        names, ok = ACCEPTORS[transform]
+        return any(name in names and ok(value) for name, value in self.returns)
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rewrite_compiles(name):
+    c = corpus(name)
+    assert c.error is None, c.error
+    compile(c.output, name, "exec")
+    compile(c.noop_clip, name, "exec")
+
+
+@pytest.mark.parametrize("name,anchor", expectations())
+def test_expected_site(name, anchor):
+    c = corpus(name)
+    transform, action, exactness = c.expect[anchor]
+    line = c.anchor_line(anchor)
+    found = [s for s in c.sites if s.transform == transform and s.line == line]
+    assert found, f"no {transform} site at line {line} ({anchor!r}); sites: {[(s.transform, s.line) for s in c.sites]}"
+    site = found[0]
+    assert (site.action, site.exactness) == (ACTIONS[action], exactness), (
+        f"{transform} at line {line}: {site.action} ({site.exactness}): {site.reason}"
+    )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_other_sites(name):
+    c = corpus(name)
+    accounted = {(t, c.anchor_line(a)) for a, (t, _, _) in c.expect.items()}
+    harness = [s for s in c.sites if s.line >= c.harness_line]
+    assert not harness, f"the test harness itself was rewritten or reported: {harness}"
+    extra = [s for s in c.sites if s.action in (REWRITTEN, SKIPPED) and (s.transform, s.line) not in accounted]
+    assert not extra, "sites not in EXPECT:\n" + "\n".join(f"  {s.transform} {s.line} {s.action}: {s.reason}" for s in extra)
+
+
+def differential_params():
+    out = []
+    for name in NAMES:
+        for T in corpus(name).lengths:
+            out.append(pytest.param(name, T, id=f"{name}-T{T}"))
+    return out
+
+
+@pytest.mark.parametrize("name,T", differential_params())
+def test_differential(name, T):
+    c = corpus(name)
+    if c.leave_alone:
+        assert c.output == c.text, "a file with nothing to rewrite came back changed"
+        return
+    assert c.output != c.text or not c.rewritten()
+    orig_ns = c.exec(c.text, "original")
+    run = orig_ns["run"]
+    want = seeded(run, orig_ns, T, 0)
+    got = seeded(run, c.exec(c.noop_clip, "rewritten"), T, 0)
+    compare(want, got, c.exact())
+
+
+def vectorized_params():
+    out = []
+    for name in NAMES:
+        c = corpus(name)
+        if c.leave_alone:
+            continue
+        finding = c.findings.get("runtime")
+        marks = [pytest.mark.xfail(strict=True, reason=finding)] if finding else []
+        out.append(pytest.param(name, marks=marks, id=name))
+    return out
+
+
+@pytest.mark.parametrize("name", vectorized_params())
+def test_vectorized_branch_runs(name):
+    """At the longest length every rewritten family takes its fast branch at least once (a guard
+    that always declines would pass the differential test while doing nothing)."""
+    c = corpus(name)
+    families = sorted({s.transform for s in c.rewritten()} & set(ACCEPTORS))
+    if not families:
+        pytest.skip("nothing rewritten that has a run-time guard")
+    T = max(c.lengths)
+    orig_ns = c.exec(c.text, "original")
+    run = orig_ns["run"]
+    want = seeded(run, orig_ns, T, 1)
+    new_ns = c.exec(c.noop_clip, "rewritten")
+    with RuntimeTrace() as trace:
+        got = seeded(run, new_ns, T, 1)
+    compare(want, got, c.exact())
+    missing = [f for f in families if not trace.accepted(f)]
+    assert not missing, f"the vectorized branch never ran at T={T} for {missing}"
