@@ -1,10 +1,26 @@
-"""What spawn children of ``python -m scalebox_cst SCRIPT`` run as their ``__mp_main__``.
+"""What spawn and forkserver children of a scalebox process run as their ``__mp_main__``.
 
-multiprocessing re-creates the parent's main module in spawn and forkserver children from its
-``__spec__.name``; the script's spec names this module, which installs the import hook with the
-parent's settings and runs the script's committed rewrite, so workers run what the parent runs.
+multiprocessing re-creates the parent's main module in such children from its ``__spec__.name``;
+the scripts that ``python -m scalebox_cst SCRIPT`` (the import hook) and ``scalebox run`` (the
+executor, ``runtime/launch.py``) start name this module, which runs the script's committed
+rewrite with the parent's settings, so workers run what the parent runs. Which of the two: the
+executor removes the hook's variable when it starts a run, so the hook's being set means a hook
+run started inside (after) any executor run, and it wins.
 """
-if __name__ == "__mp_main__":
-    from scalebox_cst.importhook import _run_spawned_main
 
-    _run_spawned_main(globals())
+
+def _main(namespace: dict) -> None:
+    import os
+
+    from scalebox_cst.importhook import ENV_MAIN, _run_spawned_main
+    from scalebox_cst.runtime.launch import ENV_RUN, run_spawned_main
+
+    del namespace["_main"]  # the script's namespace holds only what the script defines
+    if os.environ.get(ENV_RUN) and not os.environ.get(ENV_MAIN):
+        run_spawned_main(namespace)
+    else:
+        _run_spawned_main(namespace)
+
+
+if __name__ == "__mp_main__":
+    _main(globals())
