@@ -684,3 +684,101 @@ def test_numba_pass_skips_half_and_noncontiguous(numba_now):
     for p, tp in zip(net.parameters(), t1.parameters()):
         tp.data.copy_(0.1 * p.data + 0.9 * tp.data)
     assert_same(params(t1), params(target), exact=True)
+
+
+# ------------------------------------------------------------------ forms found on real code (tests/corpus)
+
+
+AUG = """\
+import torch
+
+
+def soft_update(net, target, polyak):
+    for p, p_targ in zip(net.parameters(), target.parameters()):
+        p_targ.data *= polyak
+        p_targ.data += (1 - polyak) * p.data
+
+
+@torch.no_grad()
+def soft_update_direct(net, target, polyak):
+    for p, p_targ in zip(net.parameters(), target.parameters()):
+        p_targ *= polyak
+        p_targ += (1 - polyak) * p
+"""
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_augmented_assignment_form_is_bitwise_the_loop(dtype):
+    """`tp.data *= b; tp.data += a * p.data` is mul_ then add_ (the .data setter stores the same
+    tensor back): rewritten as scale_add, bitwise equal, versions bumped only where the loop's are."""
+    out, sites = rewrite(AUG)
+    assert [(s.action, s.exactness) for s in sites] == [(REWRITTEN, EXACT)] * 2
+    ns_old, _ = load(AUG)
+    ns_new, _ = load(out)
+    for name in ("soft_update", "soft_update_direct"):
+        net, target = pair(dtype=dtype)
+        t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
+        ns_old[name](net, t1, 0.995)
+        ns_new[name](net, t2, 0.995)
+        assert_same(params(t1), params(t2), exact=True)
+        # bumped where the loop bumps them (how often may differ: float16 takes out-of-place steps)
+        assert [p._version > 0 for p in t1.parameters()] == [p._version > 0 for p in t2.parameters()]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "p_targ.data -= (1 - polyak) * (p_targ.data - p.data)",  # not a recognised form
+        "p_targ.data *= polyak\n        p_targ.data += (1 - polyak) * p_targ.data",  # adds the target
+        "p_targ.data /= polyak\n        p_targ.data += (1 - polyak) * p.data",
+    ],
+)
+def test_augmented_assignment_look_alikes_are_skipped(body):
+    src = (
+        "def f(net, target, polyak):\n"
+        "    for p, p_targ in zip(net.parameters(), target.parameters()):\n"
+        f"        {body}\n"
+    )
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED]
+
+
+TEMP = """\
+def update(source, target, tau):
+    for target_p, source_p in zip(target.parameters(), source.parameters()):
+        new_val = tau * target_p.data + (1.0 - tau) * source_p.data
+        target_p.data.copy_(new_val)
+"""
+
+
+def test_temporary_is_inlined_and_bitwise_the_loop():
+    out, sites = rewrite(TEMP)
+    assert [(s.action, s.exactness) for s in sites] == [(REWRITTEN, EXACT)]
+    assert "new_val" not in out.split("if not")[1].split(":")[0]  # the guard call does not use it
+    _, (orig,) = load(TEMP)
+    _, (new,) = load(out)
+    a, b = run_both(orig, new, *pair(), 0.995)
+    assert_same(a, b, exact=True)
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        # the temporary is read after the loop: the rewrite would not bind it
+        TEMP + "    return new_val\n",
+        # used twice
+        TEMP.replace("target_p.data.copy_(new_val)", "target_p.data.copy_(new_val * new_val)"),
+        # not adjacent: something runs between the assignment and its use
+        TEMP.replace("        target_p.data.copy_", "        print(new_val)\n        target_p.data.copy_"),
+        # the loop variable is a global other code reads
+        "def update(source, target, tau):\n"
+        "    global tp\n"
+        "    for tp, p in zip(target.parameters(), source.parameters()):\n"
+        "        tp.data.copy_(tau * p.data + (1 - tau) * tp.data)\n",
+    ],
+)
+def test_temporary_and_global_look_alikes_are_skipped(src):
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED], sites

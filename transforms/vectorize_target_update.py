@@ -26,6 +26,7 @@ from .loop_analysis import (
     ast_guarded,
     ast_is_flat,
     ast_statements,
+    declares_global,
     flat_body,
     is_pure,
     is_simple_ref,
@@ -42,7 +43,10 @@ _UPDATE_OPS = frozenset({"copy_", "mul_", "add_", "lerp_"})
 #: methods that make ``_iter_kind`` say params / named / state_dict
 _PARAM_METHODS = frozenset({"parameters", "named_parameters", "values"})
 
-FORMS_HELP = "tp.copy_(a * p + b * tp), tp.mul_(b); tp.add_(a * p), tp.add_(p, alpha=a), tp.lerp_(p, w), tp.copy_(p)"
+FORMS_HELP = (
+    "tp.copy_(a * p + b * tp), tp.mul_(b); tp.add_(a * p), tp *= b; tp += a * p, tp.add_(p, alpha=a), "
+    "tp.lerp_(p, w), tp.copy_(p)"
+)
 
 
 class _Form:
@@ -121,10 +125,23 @@ class _Matcher:
         return None
 
     def match(self, stmts: Sequence[cst.BaseSmallStatement]) -> Union[Tuple[str, _Form], str]:
-        """(target loop variable, form), or why the body is not a recognised update."""
+        """(target loop variable, form), or why the body is not a recognised update. Names of
+        inlined temporaries (``new = a * p + b * tp; tp.copy_(new)``) are left in ``temps``: the
+        caller must check that nothing else reads them, since the rewrite does not bind them."""
         ops: List[Tuple[str, Sequence[cst.Arg]]] = []
         writes: List[Tuple[str, str]] = []
+        stmts, self.temps = _inline_temporaries(stmts, self.names)
         for stmt in stmts:
+            if isinstance(stmt, cst.AugAssign):
+                # `tp.data *= b; tp.data += a * p.data`: in-place __imul__/__iadd__ are mul_/add_
+                # (the .data setter then stores the same tensor back, a no-op)
+                op = {cst.MultiplyAssign: "mul_", cst.AddAssign: "add_"}.get(type(stmt.operator))
+                ref = _ref(stmt.target, self.names, write=True)
+                if op is None or ref is None:
+                    return f"body is not a recognised target-network update ({FORMS_HELP})"
+                writes.append(ref)
+                ops.append((op, [cst.Arg(stmt.value)]))
+                continue
             if not isinstance(stmt, cst.Expr) or not isinstance(stmt.value, cst.Call):
                 if isinstance(stmt, cst.Assign) and any(
                     _ref(t.target, self.names, write=True) for t in stmt.targets
@@ -195,6 +212,58 @@ class _Matcher:
         return unknown
 
 
+def _inline_temporaries(stmts: Sequence[cst.BaseSmallStatement], names: Sequence[str]):
+    """``new_val = E`` immediately followed by a statement that reads ``new_val`` exactly once, as
+    a whole call argument (``tp.data.copy_(new_val)``): the pair becomes that statement with ``E``
+    in place of the name (evaluated at the same moment, nothing runs in between). Returns the new
+    statement list and the inlined names (empty when nothing was inlined)."""
+    out: List[cst.BaseSmallStatement] = []
+    temps: List[str] = []
+    i = 0
+    while i < len(stmts):
+        stmt = stmts[i]
+        nxt = stmts[i + 1] if i + 1 < len(stmts) else None
+        if (
+            nxt is not None
+            and isinstance(stmt, cst.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0].target, cst.Name)
+            and stmt.targets[0].target.value not in names
+            and isinstance(nxt, cst.Expr)
+            and isinstance(nxt.value, cst.Call)
+        ):
+            name = stmt.targets[0].target.value
+            args = [a for a in nxt.value.args if isinstance(a.value, cst.Name) and a.value.value == name]
+            uses = [n for n in _names(nxt) if n == name]
+            if len(args) == 1 and len(uses) == 1 and name not in _names(stmt.value):
+                call = nxt.value.with_changes(
+                    args=[a.with_changes(value=stmt.value) if a is args[0] else a for a in nxt.value.args]
+                )
+                out.append(nxt.with_changes(value=call))
+                temps.append(name)
+                i += 2
+                continue
+        out.append(stmt)
+        i += 1
+    return out, temps
+
+
+def _names(node: cst.CSTNode) -> List[str]:
+    """Every plain name read under ``node`` (attribute names excluded), with repetitions."""
+    found: List[str] = []
+
+    class _V(cst.CSTVisitor):
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)
+            return False
+
+        def visit_Name(self, n: cst.Name) -> None:
+            found.append(n.value)
+
+    node.visit(_V())
+    return found
+
+
 def _one_minus(expr: cst.BaseExpression, other: cst.BaseExpression) -> bool:
     """Whether ``expr`` is literally ``1 - other`` (or ``1.0 - other``)."""
     return (
@@ -259,8 +328,11 @@ class _Rewriter(ScopedRewriter):
         names = target_names(original.target)
         body = flat_body(original.body)
         matched: Union[Tuple[str, _Form], str, None] = None
+        temps: List[str] = []
         if names is not None and len(names) == 2 and len(set(names)) == 2 and body is not None:
-            matched = _Matcher(names).match(body)
+            matcher = _Matcher(names)
+            matched = matcher.match(body)
+            temps = matcher.temps
         is_update = isinstance(matched, tuple)
         if not is_update and not any(k[0] in ("params", "state_dict", "named") for k in kinds):
             return updated  # neither iterates over parameters nor looks like an update
@@ -295,9 +367,12 @@ class _Rewriter(ScopedRewriter):
             return self._skip(original, matched)
         assert isinstance(matched, tuple)
         tgt_name, form = matched
-        live = read_elsewhere(self.scopes[-1], original, names)
+        live = read_elsewhere(self.scopes[-1], original, names + temps)
         if live:
             return self._skip(original, f"the loop variable(s) {', '.join(sorted(live))} may be read outside the loop")
+        declared = declares_global(self.scopes[-1], names + temps)
+        if declared:
+            return self._skip(original, f"{', '.join(sorted(declared))} declared global/nonlocal: the loop binds it for code elsewhere")
         tgt_index = names.index(tgt_name)
         tgt_expr = kinds[tgt_index][1]
         src_expr = kinds[1 - tgt_index][1]
@@ -420,6 +495,26 @@ class VectorizeTargetUpdate(Transform):
             ),
             rewritten=True,
             note="lerp_",
+        ),
+        Example(
+            code=(
+                "def soft_update(net, target, polyak):\n"
+                "    for p, p_targ in zip(net.parameters(), target.parameters()):\n"
+                "        p_targ.data *= polyak\n"
+                "        p_targ.data += (1 - polyak) * p.data\n"
+            ),
+            rewritten=True,
+            note="augmented assignments *= then += on .data",
+        ),
+        Example(
+            code=(
+                "def update(source, target, tau):\n"
+                "    for target_p, source_p in zip(target.parameters(), source.parameters()):\n"
+                "        new_val = tau * target_p.data + (1.0 - tau) * source_p.data\n"
+                "        target_p.data.copy_(new_val)\n"
+            ),
+            rewritten=True,
+            note="the new value in a temporary first",
         ),
         Example(
             code=(
