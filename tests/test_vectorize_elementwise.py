@@ -457,3 +457,17 @@ def test_rewriting_rewritten_code_changes_nothing(src):
     twice = Pipeline(cfg, backend="cpu").rewrite("t.py", once.output)
     assert twice.output == once.output
     assert all(s.action != REWRITTEN for s in twice.report.sites)
+
+
+def test_global_loop_index_is_left_alone():
+    """The rewrite does not leave the index behind; a global index may be read by other code."""
+    src = (
+        "def f(x, out):\n"
+        "    global i\n"
+        "    for i in range(len(x)):\n"
+        "        out[i] = x[i] * 2\n"
+        "    return out\n"
+    )
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and "global" in sites[0].reason

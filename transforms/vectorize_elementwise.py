@@ -24,6 +24,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from .base import Example, FileContext, Transform
+from .elementwise_scatter import LEFT_ALONE_EXAMPLES, with_index_add_loops
 from .loop_analysis import (
     ScopedRewriter,
     CstStatements,
@@ -32,6 +33,7 @@ from .loop_analysis import (
     ast_guarded,
     ast_is_flat,
     ast_statements,
+    declares_global,
     early_exit_reason,
     flat_body,
     is_runtime_guard,
@@ -311,6 +313,9 @@ class _Rewriter(ScopedRewriter):
         if live:
             self._site(original, SKIPPED, f"the loop index {', '.join(sorted(live))} may be read outside the loop")
             return updated
+        if declares_global(self.scopes[-1], header.names):
+            self._site(original, SKIPPED, "the loop index is declared global/nonlocal (code elsewhere may read it)")
+            return updated
         return self._emit_loop(original, updated, header, outs, pairs, analyses)
 
     def _emit_loop(self, original, updated, header: LoopHeader, outs, pairs, analyses) -> cst.FlattenSentinel:
@@ -515,8 +520,9 @@ class VectorizeElementwise(Transform):
             reason="may be read outside the loop",
             note="index used after the loop",
         ),
-    ]
+    ] + LEFT_ALONE_EXAMPLES  # per-row index_add_ look-alikes (elementwise_scatter.py)
 
+    @with_index_add_loops
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         # Candidates are found on the shared ast: flat range loops that assign X[i], and joined
         # list comprehensions (searched for only in statements on a line where the text calls a
