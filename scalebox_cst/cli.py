@@ -227,27 +227,40 @@ def log(project_dir: Optional[str], as_json: bool) -> None:
 @click.option("--color/--no-color", default=None, help="Colour (default: only on a terminal).")
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
 def diff(branch: Optional[str], stat: bool, color: Optional[bool], project_dir: Optional[str]) -> None:
-    """Show BRANCH (default: newest) as original -> rewrite, hunks labelled with transform and reason."""
+    """Show BRANCH as original -> rewrite, hunks labelled with transform and reason.
+
+    BRANCH is a run branch (run/0002, 2) or an import-hook session as `scalebox log` lists it
+    (hook/<session>, or the session id); default: the newest run branch, else the newest session.
+    """
     from scalebox_cst import diffview
     from scalebox_cst.report import RunReport
+    from scalebox_cst.store import BranchInfo
 
     project = _open_project(project_dir)
     try:
         store = project.store
         name = branch or store.newest_branch()
         if name is None:
-            _fail("no run branches yet")
-        info = store.resolve(name)
-        report = RunReport.from_json(store.report(info.name))
+            sessions = store.other_branches("hook/")
+            if not sessions:
+                _fail("no run branches or import-hook sessions yet")
+            name = sessions[-1][0]
+        info = store.resolve_any(name)
+        if isinstance(info, BranchInfo):
+            report = RunReport.from_json(store.report(info.name))
+            report.branch, report.commit, report.source_commit = info.name, info.commit, info.source_commit
+            source_commit = info.source_commit
+
+            def read_old(path):
+                return store.read_file(source_commit, path)
+
+            def read_new(path):
+                return store.read_file(info.commit, path)
+
+        else:
+            report, read_old, read_new = diffview.session_report(store, info)
     except StoreError as exc:
         _fail(str(exc))
-    report.branch, report.commit, report.source_commit = info.name, info.commit, info.source_commit
-
-    def read_old(path):
-        return store.read_file(info.source_commit, path)
-
-    def read_new(path):
-        return store.read_file(info.commit, path)
 
     if stat:
         click.echo(diffview.render_stat(report, read_old, read_new), nl=False)

@@ -3,15 +3,20 @@
 A hunk's label lists the sites whose source lines it covers (transform, exactness, reason);
 skipped candidates and warnings follow each file, so a user sees what was left alone and why;
 sites that name a ``kind`` (such as things that cannot be migrated to NPU) are grouped by it.
+
+An import-hook session (``hook/<session>``) has no report note: :func:`session_report` rebuilds
+one from the store, each module's sites from the rewrite cache entry of the source and pipeline
+its commit names (else from the site lines of that commit's message).
 """
 from __future__ import annotations
 
 import difflib
-from typing import Dict, List, Optional, Tuple
+import re
+from typing import Callable, Dict, List, Optional, Tuple
 
 import click
 
-from scalebox_cst.report import REWRITTEN, FileReport, RunReport, Site
+from scalebox_cst.report import ACTIONS, REWRITTEN, FileReport, RunReport, Site
 
 STYLES = {
     "header": dict(bold=True),
@@ -57,8 +62,10 @@ def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], 
         if labels:
             for site in labels:
                 out.append(_style(f"#  {site.transform} [{site.exactness}] line {site.line}: {site.reason}", "label", color))
-        else:
+        elif any(s.action == REWRITTEN for s in report.sites):
             out.append(_style("#  support code for the sites in this file (imports)", "label", color))
+        else:
+            out.append(_style("#  no site report is stored for this change", "label", color))
         for tag, x1, x2, y1, y2 in group:
             if tag == "equal":
                 out.extend(" " + line for line in a[x1:x2])
@@ -129,3 +136,64 @@ def render_stat(report: RunReport, read_old, read_new) -> str:
     total_del = sum(r[2] for r in rows)
     lines.append(f" {len(rows)} file(s), +{total_add} -{total_del}; {report.summary()}")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- import-hook sessions
+# Site.describe(path): "path:LINE[-END]: TRANSFORM ACTION[ [EXACTNESS]]: REASON"
+_SITE_LINE = re.compile(
+    r"(?P<path>.+?):(?P<line>\d+)(?:-(?P<end>\d+))?: (?P<transform>\S+) (?P<action>%s)"
+    r"(?: \[(?P<exactness>[a-z-]+)\])?: (?P<reason>.*)\Z" % "|".join(ACTIONS)
+)
+
+
+def sites_from_message(message: str, path: str) -> List[Site]:
+    """The sites a hook commit's message lists for ``path`` (one ``Site.describe`` line each)."""
+    sites = []
+    for line in message.splitlines():
+        match = _SITE_LINE.match(line)
+        if match is None or match.group("path") != path:
+            continue
+        try:
+            sites.append(
+                Site(
+                    match.group("transform"),
+                    int(match.group("line")),
+                    int(match.group("end") or match.group("line")),
+                    match.group("action"),
+                    match.group("reason"),
+                    match.group("exactness"),
+                )
+            )
+        except ValueError:  # an exactness or action this version does not know
+            continue
+    return sites
+
+
+def session_report(store, session) -> Tuple[RunReport, Callable[[str], Optional[bytes]], Callable[[str], Optional[bytes]]]:
+    """``(report, read_old, read_new)`` for an import-hook session (a ``store.SessionInfo``).
+
+    Each module the session committed is diffed from the snapshot its commit names to the
+    session's tip. Its sites come from the store's rewrite cache for that source and pipeline when
+    the cached rewrite is the one committed, else from the commit message's site lines.
+    """
+    from scalebox_cst.store import Store
+
+    old: Dict[str, Optional[bytes]] = {}
+    files: List[FileReport] = []
+    sources: List[str] = []
+    for f in session.files:
+        before = store.read_file(f.source_commit, f.path) if f.source_commit else None
+        after = store.read_file(session.commit, f.path)
+        old[f.path] = before
+        if f.source_commit and f.source_commit not in sources:
+            sources.append(f.source_commit)
+        report = None
+        if before is not None and f.fingerprint:
+            hit = store.cache_get(Store.blob_id(before), f.fingerprint)
+            if hit is not None and after is not None and hit[0] == Store.blob_id(after):
+                report = FileReport.from_json({**hit[1], "path": f.path})
+        if report is None:
+            report = FileReport(f.path, "rewritten", sites=sites_from_message(f.message, f.path))
+        files.append(report)
+    report = RunReport(session.name, session.commit, ", ".join(sources) or session.base, backend="", files=files)
+    return report, old.get, lambda path: store.read_file(session.commit, path)

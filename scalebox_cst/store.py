@@ -55,10 +55,12 @@ from typing import (
 import pygit2
 from pygit2.enums import ObjectType, RepositoryOpenFlag
 
-__all__ = ["Store", "StoreError", "BranchInfo", "SOURCE_REF", "REPORTS_REF", "RUN_PREFIX"]
+__all__ = ["Store", "StoreError", "BranchInfo", "SessionInfo", "SessionFile", "SOURCE_REF", "REPORTS_REF", "RUN_PREFIX", "HOOK_PREFIX"]
 
 SOURCE_REF = "refs/heads/source"
 RUN_PREFIX = "refs/heads/run/"
+HOOK_PREFIX = "refs/heads/hook/"
+HOOK_MESSAGE = "import hook:"  # first words of every commit the import hook appends to a session
 REPORTS_REF = "refs/notes/scalebox-reports"
 CACHE_PREFIX = "refs/scalebox/cache/"
 LOCK_NAME = "scalebox.lock"
@@ -99,6 +101,28 @@ class BranchInfo:
     summary: str
     time: int  # commit time, seconds since the epoch
     fingerprint: Optional[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionFile:
+    """One module an import-hook session committed: its rewrite's commit and its original's."""
+
+    path: str
+    commit: str  # the newest session commit that wrote this file
+    source_commit: Optional[str]  # the snapshot holding the source that commit rewrote
+    fingerprint: Optional[str]  # the pipeline that rewrote it
+    message: str  # that commit's message (it lists the sites of the module it rewrote)
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionInfo:
+    """An import-hook session branch (``hook/<session>``) and the modules it rewrote."""
+
+    name: str  # "hook/20250101-120000-4242"
+    commit: str  # tip
+    base: Optional[str]  # the snapshot the session's first commit started from
+    commits: int  # the hook's commits on the branch
+    files: Tuple[SessionFile, ...]  # by path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -456,12 +480,65 @@ class Store:
             tip = self.repo[ref.target]
             count = 0  # the hook's module commits, back to the snapshot the session started from
             commit = tip
-            while commit is not None and commit.message.startswith("import hook:"):
+            while commit is not None and commit.message.startswith(HOOK_MESSAGE):
                 count += 1
                 commit = commit.parents[0] if commit.parents else None
             out.append((refname[len("refs/heads/"):], str(tip.id), tip.message.split("\n", 1)[0], tip.commit_time, count))
         out.sort(key=lambda row: (row[3], row[0]))
         return out
+
+    @_synchronized
+    def resolve_session(self, branch: str) -> SessionInfo:
+        """An import-hook session: ``hook/<session>``, ``refs/heads/hook/<session>``, the bare
+        session id, or a prefix of it that names one session."""
+        text = str(branch).strip().strip("/")
+        if text.startswith("refs/heads/"):
+            text = text[len("refs/heads/"):]
+        tail = text[len("hook/"):] if text.startswith("hook/") else text
+        names = [r[len(HOOK_PREFIX):] for r in self.repo.listall_references() if r.startswith(HOOK_PREFIX)]
+        if tail not in names:
+            matches = [n for n in names if tail and n.startswith(tail)]
+            if len(matches) > 1:
+                raise StoreError(f"ambiguous branch {branch}: {', '.join('hook/' + m for m in sorted(matches))}")
+            if not matches:
+                raise StoreError(f"unknown branch {branch}")
+            tail = matches[0]
+        ref = self.repo.references.get(HOOK_PREFIX + tail)
+        if ref is None:
+            raise StoreError(f"unknown branch hook/{tail}")
+        tip = self._commit_obj(ref.target.raw)
+        latest: Dict[str, SessionFile] = {}
+        commits = 0
+        base: Optional[str] = None
+        commit: Optional[pygit2.Commit] = tip
+        while commit is not None and commit.message.startswith(HOOK_MESSAGE):
+            commits += 1
+            parent = self._commit_obj(commit.parent_ids[0].raw) if commit.parent_ids else None
+            trailers = _trailers(commit.message)
+            mine = self._tree_map(commit.tree_id.raw)
+            before = self._tree_map(parent.tree_id.raw) if parent is not None else {}
+            for path, entry in mine.items():
+                if before.get(path) != entry and path not in latest:
+                    latest[path] = SessionFile(
+                        path, str(commit.id), trailers.get(TRAILER_SOURCE), trailers.get(TRAILER_PIPELINE), commit.message
+                    )
+            base = str(parent.id) if parent is not None else None
+            commit = parent
+        return SessionInfo(
+            "hook/" + tail, str(tip.id), base, commits, tuple(latest[p] for p in sorted(latest))
+        )
+
+    def resolve_any(self, branch: str) -> Union[BranchInfo, SessionInfo]:
+        """A run branch (``run/0002``, ``2``...) or an import-hook session (see resolve_session)."""
+        text = str(branch).strip()
+        if _RUN_FORMS.match(text):
+            return self.resolve(text)
+        try:
+            return self.resolve_session(text)
+        except StoreError as exc:
+            if str(exc).startswith("unknown branch"):
+                raise StoreError(f"unknown branch {branch}: expected run/NNNN or hook/<session> (see `scalebox log`)") from None
+            raise
 
     @_synchronized
     def commit_to_branch(

@@ -123,6 +123,8 @@ def test_rollback_restores_and_loses_nothing(project):
     [
         (("rollback", "run/0042"), "unknown branch"),
         (("diff", "run/0042"), "unknown branch"),
+        (("diff", "hook/20990101-000000-1"), "unknown branch hook/20990101-000000-1: expected run/NNNN or hook/<session>"),
+        (("diff", "no-such-branch"), "unknown branch no-such-branch"),
     ],
 )
 def test_unknown_branch_is_a_clear_error(project, args, message):
@@ -165,3 +167,72 @@ def test_log_lists_import_hook_sessions(project):
     assert log.startswith("hook/") and "import-hook session" in log
     entries = json.loads(scalebox("log", "--json", cwd=project).stdout)
     assert entries[0]["branch"].startswith("hook/") and entries[0]["commits"] >= 1
+
+
+def test_diff_shows_an_import_hook_session_like_a_run_branch(project):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("SCALEBOX_HOOK_SESSION", None)
+    subprocess.run(
+        [sys.executable, "-m", "scalebox_cst", "train.py", "--steps", "1"], cwd=project, env=env, check=True, capture_output=True
+    )
+    (entry,) = json.loads(scalebox("log", "--json", cwd=project).stdout)
+    name = entry["branch"]
+    assert name.startswith("hook/")
+    for form in (name, name[len("hook/"):], "refs/heads/" + name, name[: len("hook/") + 12]):
+        diff = scalebox("diff", form, cwd=project).stdout
+        assert diff.startswith(f"{name} {entry['commit']}")
+        assert "+from scalebox_cst.runtime.clip import clip_grad_norm as _scalebox_clip_grad_norm" in diff
+        assert "+    _scalebox_clip_grad_norm(optimizer, max_norm=1.0)" in diff
+        assert "grad_clip [changes-semantics] line 17" in diff
+    assert scalebox("diff", cwd=project).stdout == diff  # no run branch: the newest session
+    stat = scalebox("diff", "--stat", name, cwd=project).stdout
+    assert stat.splitlines()[0].split() == ["train.py", "|", "+2", "-0", "|", "1", "rewritten,", "0", "skipped/warned"]
+    assert "helpers.py" not in stat  # imported, but nothing to rewrite: not committed
+
+
+def test_diff_of_a_session_spanning_commits_and_snapshots(project):
+    """Two hook commits, the second after its module changed on disk (a new snapshot): each file is
+    diffed against the source its own commit rewrote; sites come from the commit messages when the
+    rewrite cache has no entry for them."""
+    from scalebox_cst.store import Store, StoreError
+
+    store = Store.init(str(project))
+    first_src = {"train.py": b"a = 1\n", "helpers.py": b"h = 1\n"}
+    snap1, _ = store.snapshot(first_src, "import hook session s")
+    trailers = "Scalebox-Source: {}\nScalebox-Pipeline: fp\nScalebox-Session: s"
+    store.commit_to_branch(
+        "hook/s",
+        {"train.py": b"import x\na = 1\nclip()\n"},
+        "import hook: train.py (rewritten)\n\ntrain.py:1: grad_clip rewritten [changes-semantics]: clip after a\n"
+        "train.py:1: vectorize.reduction skipped: not a loop\n\n" + trailers.format(snap1),
+        snap1,
+    )
+    snap2, _ = store.snapshot({**first_src, "helpers.py": b"h = 2\nh += 1\n"}, "import hook session s")
+    tip, _ = store.commit_to_branch(
+        "hook/s",
+        {"helpers.py": b"h = 2\nh = h + 1\n"},
+        "import hook: helpers.py (rewritten)\n\nhelpers.py:2: vectorize.elementwise rewritten [exact]: augmented add\n\n"
+        + trailers.format(snap2),
+        snap2,
+    )
+    session = store.resolve_session("s")
+    assert (session.name, session.commit, session.base, session.commits) == ("hook/s", tip, snap1, 2)
+    assert [(f.path, f.source_commit) for f in session.files] == [("helpers.py", snap2), ("train.py", snap1)]
+    for other in ("s-1", "s-2"):
+        store.commit_to_branch("hook/" + other, {"train.py": b"b = 1\n"}, "import hook: train.py (rewritten)", snap1)
+    assert store.resolve_session("s").name == "hook/s"  # an exact name beats longer names it prefixes
+    assert store.resolve_session("hook/s-2").name == "hook/s-2"
+    with pytest.raises(StoreError, match="ambiguous branch s-: hook/s-1, hook/s-2"):
+        store.resolve_session("s-")
+    store.close()
+    diff = scalebox("diff", "hook/s", cwd=project).stdout
+    assert f"(source {snap2}, {snap1})" in diff.splitlines()[0]
+    helpers = diff[diff.index("--- a/helpers.py"): diff.index("--- a/train.py")]
+    assert "-h += 1\n+h = h + 1" in helpers and "-h = 1" not in helpers  # against the second snapshot
+    assert "vectorize.elementwise [exact] line 2: augmented add" in helpers
+    train = diff[diff.index("--- a/train.py"):]
+    assert "grad_clip [changes-semantics] line 1: clip after a" in train
+    assert "skipped: train.py:1: vectorize.reduction skipped: not a loop" in train
+    stat = scalebox("diff", "--stat", "s", cwd=project).stdout
+    assert "helpers.py | +1 -1 | 1 rewritten, 0 skipped/warned" in stat
+    assert "train.py   | +2 -0 | 1 rewritten, 1 skipped/warned" in stat
