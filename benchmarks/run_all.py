@@ -15,6 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARKS = [
     ("bench_recurrence.py", []),
     ("bench_vectorize.py", ["--quick"]),
+    ("bench_scatter.py", ["--quick"]),
     ("bench_save_to_commit.py", ["--edits", "10"]),
     ("bench_store.py", []),
     ("bench_import_hook.py", []),

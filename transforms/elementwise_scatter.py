@@ -1,0 +1,505 @@
+"""Per-row ``out[i].index_add_(dim, idx[i], src[i])`` loops → one ``scatter_add_`` (vectorize.elementwise).
+
+Segment sums and message passing per batch element (RL and GNN code) loop over the batch and call
+``index_add_`` on each row: one small kernel per row. The rewrite makes the same additions in one
+op, under a run-time guard (``scalebox_cst.runtime.scatter``) with the loop kept verbatim in the
+else branch. On CPU every target element still adds its own row's values in index order, each
+with one rounding, so the result is bitwise the loop's (``exact``; checked by differential tests).
+On CUDA both ops accumulate with atomics (``reassociated``). With ``alpha`` (which ``index_add_``
+fuses into its add) the rewrite keeps ``index_add_`` over flattened rows instead.
+
+A module of its own (not vectorize_elementwise.py, which handles assignment loops): its rewrite is
+chained after that transform's by :func:`with_index_add_loops`.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
+
+import libcst as cst
+
+from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
+
+from .base import Example, FileContext
+from .loop_analysis import (
+    CstStatements,
+    ast_guarded,
+    ast_statements,
+    builtin_checker,
+    declares_global,
+    early_exit_reason,
+    flat_body,
+    is_pure,
+    is_simple_ref,
+    names_read,
+    read_elsewhere,
+    replace_nodes,
+    target_names,
+)
+
+RUNTIME = "scalebox_cst.runtime.scatter"
+METHOD = "index_add_"
+_PARAMS = ("dim", "index", "source")
+_BOUND_OPS = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
+_AST_BLOCKS = ("body", "orelse", "finalbody")
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+# --------------------------------------------------------------------------- candidates (ast)
+
+
+def _ast_bound(target: ast.AST) -> Set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _ast_row_call(stmt: ast.stmt, names: Set[str]) -> bool:
+    """``X[..i..].index_add_(...)`` or ``x.index_add_(...)`` as a statement, ``i``/``x`` bound by the loop."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    func = stmt.value.func
+    if not (isinstance(func, ast.Attribute) and func.attr == METHOD):
+        return False
+    recv = func.value
+    if isinstance(recv, ast.Name):
+        return recv.id in names
+    if isinstance(recv, ast.Subscript):
+        return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(recv.slice))
+    return False
+
+
+def _ast_candidate(loop: ast.stmt) -> bool:
+    """A ``for`` loop with a per-row ``index_add_`` statement anywhere in its body (not in nested
+    defs): a superset of what the rewrite takes; libcst then decides, or says why not."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    names = _ast_bound(loop.target)
+    todo: List[ast.stmt] = list(loop.body)
+    while todo:
+        st = todo.pop()
+        if _ast_row_call(st, names):
+            return True
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for field in _AST_BLOCKS:
+            todo.extend(getattr(st, field, ()) or ())
+        for h in getattr(st, "handlers", ()) or ():
+            todo.extend(h.body)
+        for c in getattr(st, "cases", ()) or ():
+            todo.extend(c.body)
+    return False
+
+
+# --------------------------------------------------------------------------- analysis (libcst)
+
+
+class _Plan(NamedTuple):
+    rows: str  # the loop's range(...) call, or "None" for zip(out, idx, src)
+    out: cst.BaseExpression
+    index: cst.BaseExpression
+    source: cst.BaseExpression
+    dim: cst.BaseExpression
+    alpha: Optional[cst.BaseExpression]
+    row: str  # the per-row call, for the site text
+
+
+def _int_literal(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        expr = expr.expression
+    return isinstance(expr, cst.Integer)
+
+
+def _bound_ok(expr: cst.BaseExpression, forbidden: Set[str], builtin_ok) -> bool:
+    """A range bound evaluated twice (guard, then the verbatim loop): pure arithmetic on names,
+    attributes, ``len(ref)``, ``ref.size(k)``, ``ref.shape[k]``."""
+    if isinstance(expr, cst.Call):
+        args = expr.args
+        if any(a.star or a.keyword is not None for a in args):
+            return False
+        func = expr.func
+        if isinstance(func, cst.Name) and func.value == "len" and builtin_ok("len") and len(args) == 1:
+            ref = args[0].value
+        elif isinstance(func, cst.Attribute) and func.attr.value == "size" and len(args) <= 1 and all(_int_literal(a.value) for a in args):
+            ref = func.value
+        else:
+            return False
+        return is_simple_ref(ref) and not (names_read(ref) & forbidden)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, _BOUND_OPS):
+        return _bound_ok(expr.left, forbidden, builtin_ok) and _bound_ok(expr.right, forbidden, builtin_ok)
+    return is_pure(expr, forbidden)
+
+
+def _mentions(node: cst.CSTNode, ref: cst.BaseExpression) -> bool:
+    """Whether ``ref`` (a plain reference) is read under ``node`` (attribute and keyword names
+    do not count: ``agg`` is not read by ``x.agg``)."""
+    if isinstance(ref, cst.Name):
+        return ref.value in names_read(node)
+    found = False
+
+    class _V(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            nonlocal found
+            if not found and type(n) is type(ref) and n.deep_equals(ref):
+                found = True
+            return not found
+
+    node.visit(_V())
+    return found
+
+
+def _header(node: cst.For, builtin_ok) -> Union[str, Tuple[str, List[str]]]:
+    if node.asynchronous is not None:
+        return "async for"
+    if node.orelse is not None:
+        return "the loop has an else clause"
+    it = node.iter
+    if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value in ("range", "zip")):
+        return "the loop is neither `for i in range(...)` nor `for o, j, s in zip(out, idx, src)`"
+    func = it.func.value
+    if not builtin_ok(func):
+        return f"{func} is rebound in this module"
+    if any(a.star or a.keyword is not None for a in it.args):
+        return f"{func}(...) has keyword or unpacked arguments"
+    if func == "range":
+        if not isinstance(node.target, cst.Name):
+            return "a range loop must bind one index"
+        if not 1 <= len(it.args) <= 3 or not all(_bound_ok(a.value, {node.target.value}, builtin_ok) for a in it.args):
+            return "range bounds are not plain values (they are evaluated by the guard and again by the loop)"
+        return "range", [node.target.value]
+    names = target_names(node.target)
+    if names is None or len(names) != 3 or len(set(names)) != 3 or len(it.args) != 3:
+        return "a zip loop that does not unpack (row, index, source) from three sequences"
+    if not all(is_simple_ref(a.value) for a in it.args):
+        return "a zipped sequence is not a plain name/attribute (it would be evaluated twice)"
+    return "zip", names
+
+
+def _arguments(call: cst.Call) -> Union[str, Dict[str, cst.BaseExpression]]:
+    got: Dict[str, cst.BaseExpression] = {}
+    positional: List[cst.BaseExpression] = []
+    for a in call.args:
+        if a.star:
+            return "index_add_ is called with unpacked arguments"
+        if a.keyword is None:
+            positional.append(a.value)
+            continue
+        name = a.keyword.value
+        if name not in _PARAMS + ("alpha",) or name in got:
+            return f"index_add_ is called with keyword `{name}`"
+        got[name] = a.value
+    if len(positional) > 3:
+        return "index_add_ gets a fourth positional argument (alpha is keyword-only: the loop raises)"
+    for name, value in zip(_PARAMS, positional):
+        if name in got:
+            return f"index_add_ gets `{name}` twice"
+        got[name] = value
+    if any(p not in got for p in _PARAMS):
+        return "index_add_ lacks one of dim, index, source"
+    return got
+
+
+def _row_ref(expr: cst.BaseExpression, i: str, what: str, out: Optional[cst.BaseExpression]) -> Union[str, cst.BaseExpression]:
+    """``X`` of ``X[i]`` (X a plain reference), or why ``expr`` is not the current row of one."""
+    if out is not None and _mentions(expr, out):
+        return f"the {what} `{_code(expr)}` reads `{_code(out)}`, which the loop writes (loop-carried through it)"
+    if not (isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index)):
+        return f"the {what} `{_code(expr)}` is not a row `X[{i}]` of a plain name/attribute"
+    ref, row = expr.value, expr.slice[0].slice.value
+    if not (isinstance(row, cst.Name) and row.value == i):
+        if i in names_read(row):
+            return f"the {what} is `{_code(expr)}`, not the current row `{_code(ref)}[{i}]` (shifted or computed row index)"
+        return f"the {what} `{_code(expr)}` is not a row `X[{i}]` of a plain name/attribute"
+    if not is_simple_ref(ref) or i in names_read(ref):
+        return f"the {what} `{_code(expr)}` is not a row `X[{i}]` of a plain name/attribute"
+    return ref
+
+
+def _analyse(node: cst.For, scope: cst.CSTNode, builtin_ok) -> Union[str, _Plan]:
+    header = _header(node, builtin_ok)
+    if isinstance(header, str):
+        return header
+    mode, names = header
+    why = early_exit_reason(node.body)
+    if why:
+        return why
+    stmts = flat_body(node.body)
+    if stmts is None:
+        return "the loop body holds compound statements (if/for/with/try...), not only an index_add_ call"
+    calls = [
+        s for s in stmts
+        if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)
+        and isinstance(s.value.func, cst.Attribute) and s.value.func.attr.value == METHOD
+    ]
+    if not calls:
+        return "the index_add_ call is not a statement of its own"
+    recv = calls[0].value.func.value
+    out_ref = recv.value if isinstance(recv, cst.Subscript) else recv
+    if len(stmts) != 1:
+        other = next(s for s in stmts if s is not calls[0])
+        if is_simple_ref(out_ref) and _mentions(other, out_ref):
+            return f"the body also runs `{_code(other).strip()}`, which uses `{_code(out_ref)}` (loop-carried through it)"
+        return f"the body also runs `{_code(other).strip()}`; only a lone per-row index_add_ is rewritten"
+    call = calls[0].value
+    args = _arguments(call)
+    if isinstance(args, str):
+        return args
+    it = node.iter
+    assert isinstance(it, cst.Call)
+    if mode == "range":
+        i = names[0]
+        if not (isinstance(recv, cst.Subscript) and len(recv.slice) == 1 and isinstance(recv.slice[0].slice, cst.Index)):
+            return f"index_add_ is applied to `{_code(recv)}`, not to a row `X[{i}]`"
+        row = recv.slice[0].slice.value
+        if not (isinstance(row, cst.Name) and row.value == i):
+            return f"index_add_ writes `{_code(recv)}`, not the current row `{_code(out_ref)}[{i}]` (shifted or computed row index)"
+        if not is_simple_ref(out_ref) or i in names_read(out_ref):
+            return f"the output `{_code(out_ref)}` is not a plain name/attribute"
+        out = out_ref
+        index = _row_ref(args["index"], i, "index", out)
+        if isinstance(index, str):
+            return index
+        source = _row_ref(args["source"], i, "source", out)
+        if isinstance(source, str):
+            return source
+        rows, row_text = _code(it), f"`{_code(out)}[{i}].index_add_(...)`"
+    else:
+        bound = dict(zip(names, (a.value for a in it.args)))
+        used = [recv, args["index"], args["source"]]
+        if not all(isinstance(u, cst.Name) and u.value in bound for u in used) or len({u.value for u in used}) != 3:
+            return "the zipped names are not used as (row, index, source) of index_add_"
+        out, index, source = (bound[u.value] for u in used)
+        for what, ref in (("index", index), ("source", source)):
+            if _mentions(ref, out) or _mentions(out, ref):
+                return f"the {what} `{_code(ref)}` is `{_code(out)}`, which the loop writes"
+        rows, row_text = "None", f"`{recv.value}.index_add_(...)` over `{_code(it)}`"
+    for what in ("dim", "alpha"):
+        value = args.get(what)
+        if value is not None and not is_pure(value, set(names)):
+            return f"{what} `{_code(value)}` is not a plain value (it would be evaluated once, not per row)"
+    alpha = args.get("alpha")
+    if alpha is not None and isinstance(alpha, cst.Integer) and alpha.value == "1":
+        alpha = None
+    live = read_elsewhere(scope, node, names)
+    if live:
+        return f"the loop variable {', '.join(sorted(live))} may be read outside the loop"
+    if declares_global(scope, names):
+        return "the loop variable is declared global/nonlocal (code elsewhere may read it)"
+    return _Plan(rows, out, index, source, args["dim"], alpha, row_text)
+
+
+# --------------------------------------------------------------------------- emission
+
+
+def _emit(ctx: FileContext, node: cst.For, plan: _Plan) -> cst.FlattenSentinel:
+    names = ctx.imports.unique_name
+    batch = names("_sb_scatter")
+    target, index, source = names("_sb_target"), names("_sb_index"), names("_sb_source")
+    operands = f"{plan.rows}, {_code(plan.out)}, {_code(plan.index)}, {_code(plan.source)}, {_code(plan.dim)}"
+    if plan.alpha is None:
+        helper = ctx.runtime_name(f"{RUNTIME}.scatter_add_rows", "_sb_scatter_add_rows")
+        dim = names("_sb_dim")
+        call = f"{helper}({operands})"
+        fast = [f"{target}, {dim}, {index}, {source} = {batch}", f"{target}.scatter_add_({dim}, {index}, {source})"]
+    else:
+        helper = ctx.runtime_name(f"{RUNTIME}.index_add_rows", "_sb_index_add_rows")
+        alpha = names("_sb_alpha")
+        call = f"{helper}({operands}, {_code(plan.alpha)})"
+        fast = [f"{target}, {index}, {source}, {alpha} = {batch}", f"{target}.index_add_(0, {index}, {source}, alpha={alpha})"]
+    if_stmt = cst.If(
+        test=cst.parse_expression(f"{batch} is not None"),
+        body=cst.IndentedBlock(body=[cst.parse_statement(line + "\n") for line in fast]),
+        orelse=cst.Else(body=cst.IndentedBlock(body=[node.with_changes(leading_lines=())])),
+    )
+    assign = cst.parse_statement(f"{batch} = {call}\n").with_changes(leading_lines=node.leading_lines)
+    return cst.FlattenSentinel([assign, if_stmt])
+
+
+def _verdict(ctx: FileContext, plan: _Plan) -> Tuple[str, str]:
+    if plan.alpha is None:
+        what = f"per-row {plan.row} → one `scatter_add_` over the rows"
+    else:
+        what = f"per-row {plan.row} with alpha → one `index_add_` over the flattened rows (rows indexed along their first dim)"
+    what += " (guarded: tensors, dtypes, shapes, indices in range, no aliasing, no grad on the output; else the loop runs)"
+    if ctx.backend == "cpu":
+        return f"{what}; on CPU each target adds its own row's values in index order, as the loop does", EXACT
+    if ctx.backend == "cuda":
+        return (
+            f"{what}; on CUDA index_add_ and scatter_add_ both accumulate with atomics, so the order of "
+            "additions per target is unspecified (floats may differ in the last bits; integers are exact)",
+            REASSOCIATED,
+        )
+    return f"{what}; the order of additions per target on {ctx.backend} is not known to match the loop's", REASSOCIATED
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def rewrite_index_add_loops(
+    transform_id: str, ctx: FileContext, module: Optional[cst.Module], sites: Sequence[Site]
+) -> Tuple[Optional[cst.Module], List[Site]]:
+    """Rewrite the per-row ``index_add_`` loops of ``ctx`` into ``module`` (what the elementwise
+    rewrite returned: None for ``ctx.module`` unchanged), adding their sites to ``sites``.
+
+    Candidates are found on ``ctx.tree`` and paired with ``ctx.module``; the loops keep their
+    identity in ``module`` (the elementwise rewrite rebuilds only the nodes on the way to its own
+    edits, and never edits inside these loops), so they are replaced there."""
+    sites = list(sites)
+    if METHOD not in ctx.code:
+        return module, sites
+    astmts, parents = ast_statements(ctx.tree.body)
+    found = [k for k, st in enumerate(astmts) if _ast_candidate(st) and not ast_guarded(st, parents, ctx.imports)]
+    if not found:
+        return module, sites
+    taken = {(s.line, s.end_line) for s in sites}
+
+    def skip(span: Tuple[int, int], reason: str) -> None:
+        if span not in taken:
+            sites.append(Site(transform_id, span[0], span[1], SKIPPED, reason))
+
+    spans = {k: (astmts[k].lineno, astmts[k].end_lineno or astmts[k].lineno) for k in found}
+    statements = CstStatements(ctx.module)
+    if not statements.matches(astmts):  # never seen: the two parsers disagree on statements
+        for k in found:
+            skip(spans[k], "the ast and libcst statements of this file do not pair up")
+        return module, sites
+    base = module if module is not None else ctx.module
+    parent = statements.parent if base is ctx.module else CstStatements(base).parent
+    builtin_ok = builtin_checker(ctx.tree)
+    replacements: Dict[cst.CSTNode, cst.FlattenSentinel] = {}
+    for k in found:
+        node = statements.stmts[k]
+        assert isinstance(node, cst.For)
+        plan = _analyse(node, statements.scope(node), builtin_ok)
+        if isinstance(plan, str):
+            skip(spans[k], plan)
+            continue
+        if node not in parent:
+            skip(spans[k], "another rewrite changed this loop")
+            continue
+        replacements[node] = _emit(ctx, node, plan)
+        reason, exactness = _verdict(ctx, plan)
+        sites.append(Site(transform_id, spans[k][0], spans[k][1], REWRITTEN, reason, exactness))
+    if not replacements:
+        return module, sites
+    return replace_nodes(base, replacements, parent), sites
+
+
+def with_index_add_loops(rewrite):
+    """Decorates a transform's ``rewrite(self, ctx)``: its result, then the per-row ``index_add_``
+    loops rewritten (sites under ``self.id``)."""
+
+    @functools.wraps(rewrite)
+    def wrapped(self, ctx: FileContext):
+        module, sites = rewrite(self, ctx)
+        return rewrite_index_add_loops(self.id, ctx, module, sites)
+
+    return wrapped
+
+
+# --------------------------------------------------------------------------- examples
+
+EXAMPLES = [
+    Example(
+        code=(
+            "import torch\n"
+            "def segment_sum(values, seg, n_seg):\n"
+            "    out = torch.zeros(values.shape[0], n_seg, dtype=values.dtype)\n"
+            "    for b in range(values.shape[0]):\n"
+            "        out[b].index_add_(0, seg[b], values[b])\n"
+            "    return out\n"
+        ),
+        rewritten=True,
+        note="per-row segment sum (index_add_ → scatter_add_)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def aggregate(msg, dst, agg):\n"
+            "    for g in range(agg.size(0)):\n"
+            "        agg[g].index_add_(dim=0, index=dst[g], source=msg[g])\n"
+            "    return agg\n"
+        ),
+        rewritten=True,
+        note="message passing per graph, keyword arguments",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def scaled(out, idx, src, scale):\n"
+            "    for i in range(len(out)):\n"
+            "        out[i].index_add_(0, idx[i], src[i], alpha=scale)\n"
+            "    return out\n"
+        ),
+        rewritten=True,
+        note="per-row index_add_ with alpha (flattened index_add_)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def last_dim(out, idx, src):\n"
+            "    for o, j, s in zip(out, idx, src):\n"
+            "        o.index_add_(-1, j, s)\n"
+            "    return out\n"
+        ),
+        rewritten=True,
+        note="zip over rows, negative dim",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def shifted(out, idx, src):\n"
+            "    for i in range(len(idx)):\n"
+            "        out[i + 1].index_add_(0, idx[i], src[i])\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="not the current row",
+        note="index_add_ into the next row",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def normalised(out, idx, src):\n"
+            "    for i in range(len(out)):\n"
+            "        out[i].index_add_(0, idx[i], src[i])\n"
+            "        out[i] /= out[i].sum()\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="loop-carried",
+        note="index_add_ then a statement reading the output",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def greedy(out, src):\n"
+            "    for i in range(len(out)):\n"
+            "        out[i].index_add_(0, out[i].argmax().view(1), src[i])\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="which the loop writes",
+        note="index computed from the output",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def until_done(out, idx, src, done):\n"
+            "    for i in range(len(out)):\n"
+            "        if done[i]:\n"
+            "            break\n"
+            "        out[i].index_add_(0, idx[i], src[i])\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="exit early (break)",
+        note="per-row index_add_ with an early exit",
+    ),
+]
+
+#: the look-alikes, also listed in VectorizeElementwise.EXAMPLES (whose tests run every leave-alone
+#: example generically; the rewritten ones need the inputs given in tests/test_vectorize_scatter.py)
+LEFT_ALONE_EXAMPLES = [e for e in EXAMPLES if not e.rewritten]
