@@ -2,7 +2,7 @@
 indices (range(T - 1, -1, -1) materialised), outputs.append, torch.flip(torch.stack(outputs)).
 
 Source: RajGhugare19/dreamerv2, dreamerv2/utils/algorithm.py (compute_return). Commit: not
-recorded by the index. License: MIT (repository).
+recorded by the index. License: not recorded.
 Adapted: none (function verbatim).
 """
 import torch

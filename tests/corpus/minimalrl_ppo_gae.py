@@ -3,8 +3,8 @@ reversed, then torch.tensor of the list; plus the training step (no gradient cli
 
 Source: seungeunrho/minimalRL, ppo.py @ 17a7f677c6b5ffce9773fa03a437cbe89c01214f (PPO.train).
 License: MIT.
-Adapted: the method becomes a function of the tensors make_batch() returns and the module
-(self -> model); its body is verbatim.
+Adapted: train() starts with `s,a,r,s_prime,done_mask, prob_a = self.make_batch()`; here
+train_batch takes those six tensors as parameters instead (that line dropped, the rest verbatim).
 """
 import torch
 import torch.nn as nn

@@ -3,7 +3,7 @@ Look-alike of an element-wise loop; it is compiled by torch.jit.script, so any r
 what TorchScript compiles: it must be left alone.
 
 Source: kngwyu/Rainy, rainy/utils/misc.py (clamp_actions_, normalize_). Commit: not recorded by
-the index. License: Apache-2.0 (repository).
+the index. License: not recorded.
 Adapted: none (verbatim).
 """
 import torch
