@@ -822,7 +822,7 @@ def forward(out, r, gamma):
     return out
 """, "reads `out[i - 1]`"),
     ("""\
-def quadratic_advantages(rewards, values, dones, gamma, lam):
+def truncated_advantages(rewards, values, dones, gamma, lam):
     advantages = np.zeros(len(rewards), dtype=np.float32)
     for t in range(len(rewards) - 1):
         discount = 1
@@ -830,9 +830,11 @@ def quadratic_advantages(rewards, values, dones, gamma, lam):
         for k in range(t, len(rewards) - 1):
             a_t += discount * (rewards[k] + gamma * values[k + 1] * (1 - int(dones[k])) - values[k])
             discount *= gamma * lam
+            if dones[k]:
+                break
         advantages[t] = a_t
     return advantages
-""", "quadratic loop"),
+""", "episode-truncated sum"),
     ("""\
 def f(r, T):
     s = 0.0
@@ -893,12 +895,53 @@ def test_look_alikes_are_left_alone(src, reason):
     assert not any(s.action == REWRITTEN for s in sites)
 
 
+QUADRATIC = """\
+import numpy as np
+
+
+def quadratic_advantages(rewards, values, dones, gamma, lam):
+    advantages = np.zeros(len(rewards), dtype=np.float32)
+    for t in range(len(rewards) - 1):
+        discount = 1
+        a_t = 0
+        for k in range(t, len(rewards) - 1):
+            a_t += discount * (rewards[k] + gamma * values[k + 1] * (1 - int(dones[k])) - values[k])
+            discount *= gamma * lam
+        advantages[t] = a_t
+    return advantages
+
+
+out = quadratic_advantages(rewards, values, dones, 0.99, 0.95)
+"""
+
+
 def test_quadratic_loop_keeps_its_behaviour():
-    """The quadratic advantage loop that never resets at episode ends is left exactly as written,
-    so it keeps computing what it computed (the backward recurrence would reset at dones)."""
-    src = NEGATIVE[5][0]
-    out, _ = rewrite(src)
-    assert out == src
+    """The quadratic advantage loop whose discount never resets at episode ends is rewritten
+    (reassociated) and keeps computing what it computed: sums that run across episode ends."""
+    rng = np.random.default_rng(0)
+    n = 50
+    dones = rng.random(n) < 0.2
+    env = dict(rewards=rng.normal(size=n), values=rng.normal(size=n), dones=dones)
+    new = rewritten(QUADRATIC, REASSOCIATED)
+    ns1, ns2 = clone(env), clone(env)
+    exec(QUADRATIC, ns1)
+    answers = []
+    real = vectorized_mod.quadratic_ok
+    vectorized_mod.quadratic_ok = lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
+    try:
+        exec(new, ns2)
+    finally:
+        vectorized_mod.quadratic_ok = real
+    assert answers == [True]
+    np.testing.assert_allclose(ns2["out"], ns1["out"], rtol=1e-6, atol=1e-6)
+    # the sums cross episode ends: a per-episode (reset at dones) GAE differs
+    reset = np.zeros(n, dtype=np.float32)
+    s = 0.0
+    for k in reversed(range(n - 1)):
+        delta = env["rewards"][k] + 0.99 * env["values"][k + 1] * (1 - dones[k]) - env["values"][k]
+        s = delta + 0.99 * 0.95 * (1 - dones[k]) * s
+        reset[k] = s
+    assert not np.allclose(ns1["out"], reset)
 
 
 def test_loops_that_are_not_candidates_report_nothing():

@@ -11,7 +11,8 @@ value) and the last step (t = 0) run exactly as written, so every variable the l
 keeps its value; the steps in between compute a_t and b_t as array expressions with the same
 operation grouping as the body (bitwise-identical elements) and hand them to the op. A run-time
 guard (types, dtypes, lengths, devices, aliasing) picks the vectorized branch; the original loop
-stays verbatim in the else branch.
+stays verbatim in the else branch. Quadratic double loops that compute the same sums (each
+advantage summed over k >= t) are recognised in ``recurrence_quadratic``.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ HELPERS_QUALNAME = "scalebox_cst.runtime.vectorized"
 #: methods that are pure elementwise casts on the arrays the guard admits
 _CAST_METHODS = frozenset({"astype", "float", "double"})
 _BUILTINS = ("reversed", "range", "zip", "list", "tuple")
+#: the operators ``Planner.check`` admits, as rendered
+_OP_TEXT = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.Divide: "/", cst.Minus: "-", cst.Plus: "+"}
 
 
 class Skip(Exception):
@@ -795,10 +798,10 @@ class Planner:
         if isinstance(e, cst.BinaryOperation):
             if isinstance(e.operator, cst.Divide):
                 self.divides = True
-            op = _code(e.operator).strip()
+            op = _OP_TEXT[type(e.operator)]  # source text may hold a line continuation or a comment
             return f"{lp}{self.render(e.left, env, shift)} {op} {self.render(e.right, env, shift)}{rp}"
         if isinstance(e, cst.UnaryOperation):
-            op = _code(e.operator).strip()
+            op = _OP_TEXT[type(e.operator)]
             return f"{lp}{op}{self.render(e.expression, env, shift)}{rp}"
         if isinstance(e, cst.IfExp):
             m_then = self.parser.lsplit(e.test)
@@ -1148,24 +1151,6 @@ def _forward_memory(node: ast.AST) -> Optional[str]:
     return None
 
 
-def _quadratic(node: ast.AST) -> Optional[str]:
-    """An outer loop over t whose inner loop sums over k from t on (quadratic advantages)."""
-    if not isinstance(node.target, ast.Name):  # type: ignore[attr-defined]
-        return None
-    t = node.target.id  # type: ignore[attr-defined]
-    for sub in ast.walk(node):
-        if sub is node or not isinstance(sub, ast.For):
-            continue
-        it = sub.iter
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and it.args \
-                and any(isinstance(n, ast.Name) and n.id == t for n in ast.walk(it.args[0])) \
-                and any(isinstance(n, ast.AugAssign) for n in ast.walk(sub)):
-            return (f"quadratic loop: the inner `for ... in {ast.unparse(it)}` sums over k >= {t}; the "
-                    "closed-form backward recurrence would reorder those sums (not exact) and resets at "
-                    "episode ends only where the code does, so it is left as written")
-    return None
-
-
 def _loose_candidate(node: cst.For, header: Header) -> bool:
     """A backward loop is a candidate when some value flows from one step to the next: a name read
     before it is assigned in the body, or a container read at another index than it is written."""
@@ -1352,7 +1337,8 @@ def _kept_loops(module: cst.Module) -> Set[cst.For]:
         for st in stmts:
             if not isinstance(st, cst.BaseCompoundStatement):
                 continue
-            if isinstance(st, cst.If) and isinstance(st.orelse, cst.Else) and ".recurrence_ok(" in _code(st.test):
+            if isinstance(st, cst.If) and isinstance(st.orelse, cst.Else) and (
+                    ".recurrence_ok(" in _code(st.test) or ".quadratic_ok(" in _code(st.test)):
                 kept.update(x for x in _stmts(st.orelse.body) if isinstance(x, cst.For))
             for field in _BLOCKS:
                 block = getattr(st, field, None)
@@ -1375,7 +1361,7 @@ def _kept_loops(module: cst.Module) -> Set[cst.For]:
 
 class VectorizeRecurrence(Transform):
     id = ID
-    version = "1"
+    version = "2"
     triggers = ("reversed(", "::-1", "-1, -1", "-1,-1", "range(")
     description = "Backward linear recurrences (GAE, discounted returns) -> one linear_recurrence call, guarded."
 
@@ -1472,19 +1458,88 @@ class VectorizeRecurrence(Transform):
             rewritten=False,
             reason="recurrence through memory",
         ),
+        Example(
+            code=(
+                "import numpy as np\n"
+                "def advantages(self, reward_arr, values, dones_arr):\n"
+                "    advantage = np.zeros(len(reward_arr), dtype=np.float32)\n"
+                "    for t in range(len(reward_arr)-1):\n"
+                "        discount = 1\n"
+                "        a_t = 0\n"
+                "        for k in range(t, len(reward_arr)-1):\n"
+                "            a_t += discount*(reward_arr[k] + self.gamma*values[k+1]*(1-int(dones_arr[k])) - values[k])\n"
+                "            discount *= self.gamma*self.gae_lambda\n"
+                "        advantage[t] = a_t\n"
+                "    return advantage\n"
+            ),
+            rewritten=True,
+            note="Phil Tabor's quadratic GAE: one backward recurrence, reassociated; the discount still "
+                 "runs across episode ends, as in the original",
+        ),
+        Example(
+            code=(
+                "def returns_of(rewards, gamma):\n"
+                "    returns = []\n"
+                "    for t in range(len(rewards)):\n"
+                "        G = 0\n"
+                "        for k in range(t, len(rewards)):\n"
+                "            G += gamma ** (k - t) * rewards[k]\n"
+                "        returns.append(G)\n"
+                "    return returns\n"
+            ),
+            rewritten=True,
+            note="quadratic discounted returns with a power discount, appended",
+        ),
+        Example(
+            code=(
+                "def truncated(rewards, dones, gamma, out):\n"
+                "    for t in range(len(rewards)):\n"
+                "        G = 0\n"
+                "        for k in range(t, len(rewards)):\n"
+                "            G += gamma ** (k - t) * rewards[k]\n"
+                "            if dones[k]:\n"
+                "                break\n"
+                "        out[t] = G\n"
+                "    return out\n"
+            ),
+            rewritten=False,
+            reason="episode-truncated sum",
+        ),
+        Example(
+            code=(
+                "def f(rewards, gamma, out):\n"
+                "    discount = 1\n"
+                "    for t in range(len(rewards)):\n"
+                "        G = 0\n"
+                "        for k in range(t, len(rewards)):\n"
+                "            G += discount * rewards[k]\n"
+                "            discount *= gamma\n"
+                "        out[t] = G\n"
+                "    return out\n"
+            ),
+            rewritten=False,
+            reason="is not reset for each `t`",
+        ),
     ]
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         # Cheap first: the stdlib ast (shared by all transforms) says which loops are worth a look
         # and gives their lines; libcst (parsed only now, and walked over statement lists only) is
         # needed just for the loops that are. None: unchanged.
+        from . import recurrence_quadratic as quadratic  # it builds on this module's Planner
+
         ast_loops = list(_statement_fors(ctx.tree.body, ast))
         sites: List[Site] = []
         backward: List[int] = []
+        quad: Set[int] = set()
         for i, n in enumerate(ast_loops):
             span = (n.lineno, n.end_lineno or n.lineno)
-            reason = _quadratic(n)
-            if reason is None and not _walks_backward(n):
+            if quadratic.candidate(n):
+                quad.add(i)
+                backward.append(i)
+                continue
+            reason = None
+            if not _walks_backward(n):
                 reason = _forward_memory(n)
                 if reason is None:
                     continue
@@ -1498,7 +1553,8 @@ class VectorizeRecurrence(Transform):
         cst_loops = list(_statement_fors(module.body, cst))
         if len(cst_loops) != len(ast_loops):  # pragma: no cover - the two parsers agree on statements
             return None, sites
-        shadowed = _ast_bound(ctx.tree) & set(_BUILTINS)
+        bound = _ast_bound(ctx.tree)
+        shadowed = bound & set(_BUILTINS)
         ours = _kept_loops(module)
         reassociate = bool(ctx.option("vectorize.recurrence", "reassociate", True))
         replace: Dict[cst.For, cst.CSTNode] = {}
@@ -1510,6 +1566,18 @@ class VectorizeRecurrence(Transform):
             def site(action: str, reason: str, exactness: Optional[str] = None) -> Site:
                 return Site(ID, span[0], span[1], action, reason, exactness)
 
+            if i in quad:
+                try:
+                    replace[node], reason = quadratic.rewrite_loop(
+                        ctx, node, bound & set(quadratic.BUILTINS), reassociate,
+                        HELPERS_QUALNAME, OP_QUALNAME)
+                except Skip as exc:
+                    sites.append(site(SKIPPED, str(exc)))
+                except Exception as exc:  # an analysis bug must not cost the user the other rewrites
+                    sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
+                else:
+                    sites.append(site(REWRITTEN, reason, REASSOCIATED))
+                continue
             header = _backward_header(node, shadowed)
             if header is None:
                 continue
