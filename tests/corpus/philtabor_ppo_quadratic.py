@@ -37,15 +37,6 @@ class Agent:
 EXPECT = {
     "for t in range(len(reward_arr)-1):": ("vectorize.recurrence", "REWRITTEN", "reassociated"),
 }
-FINDINGS = {
-    "for t in range(len(reward_arr)-1):": (
-        "F-quadratic: the quadratic advantage double loop (inner `a_t += discount*(delta_k)`, "
-        "`discount *= gamma*gae_lambda`, no reset at dones) is reported skipped at the commit this "
-        "corpus was written against ('quadratic loop: ... left as written'); quadratic support was "
-        "in progress in the shared tree (quadratic_ok) and rewrote it correctly there. When it lands, "
-        "this xfail turns red: drop this entry"
-    ),
-}
 LENGTHS = (1, 2, 3, 40)
 
 
