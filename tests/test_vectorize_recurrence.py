@@ -967,6 +967,116 @@ for p, tp in zip(net.parameters(), target.parameters()):
     assert out == src and sites == []
 
 
+# ------------------------------------------------------------------ findings from the real-code corpus
+
+CLEANRL_RETURNS = """\
+import torch
+
+with torch.no_grad():
+    next_value = agent.get_value(next_obs).reshape(1, -1)
+    returns = torch.zeros_like(rewards).to(device)
+    for t in reversed(range(args.num_steps)):
+        if t == args.num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            next_return = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            next_return = returns[t + 1]
+        returns[t] = rewards[t] + args.gamma * nextnonterminal * next_return
+    advantages = returns - values
+"""
+
+# the same carried value read back through a temporary outside the last-step split
+ALIASED_RETURNS = """\
+def returns_of(rewards, masks, next_value, gamma):
+    returns = torch.zeros(rewards.shape[0] + 1, *rewards.shape[1:], dtype=rewards.dtype)
+    returns[-1] = next_value
+    for step in reversed(range(rewards.size(0))):
+        nxt = returns[step + 1]
+        returns[step] = rewards[step] + gamma * masks[step] * nxt
+    return returns, nxt, step
+
+import torch
+out = returns_of(rewards, masks, next_value, 0.99)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16),
+       done_kind=st.sampled_from(["tensor", "float"]))
+def test_cleanrl_returns_through_a_temporary_bitwise(T, N, dtype, seed, done_kind):
+    """F-cleanrl-returns: ``next_return = returns[t + 1]`` in the else branch of the last-step
+    split carries the value; every variable (next_return, nextnonterminal, t too) bitwise."""
+    next_done = tensor(seed + 5, (N,), dtype, "dones") if done_kind == "tensor" else float(seed % 2)
+    env = dict(
+        agent=_Agent(tensor(seed + 4, (N, 1), dtype)),
+        next_obs=None,
+        device="cpu",
+        args=types.SimpleNamespace(num_steps=T, gamma=0.99),
+        rewards=tensor(seed, (T, N), dtype),
+        values=tensor(seed + 1, (T, N), dtype),
+        dones=tensor(seed + 2, (T, N), dtype, "dones"),
+        next_done=next_done,
+    )
+    ns1, ns2 = run_both(CLEANRL_RETURNS, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16))
+def test_carried_value_read_into_a_temporary_bitwise(T, N, dtype, seed):
+    env = dict(
+        rewards=tensor(seed, (T, N), dtype),
+        masks=1.0 - tensor(seed + 1, (T, N), dtype, "dones"),
+        next_value=tensor(seed + 2, (N,), dtype),
+    )
+    ns1, ns2 = run_both(ALIASED_RETURNS, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+def test_cleanrl_returns_site():
+    out, sites = rewrite(CLEANRL_RETURNS)
+    (site,) = sites
+    assert (site.action, site.exactness) == (REWRITTEN, EXACT), site.describe()
+    assert "next_return = returns[t + 1]" in site.reason
+    assert "memo=(returns,)" in out
+
+
+CORPUS_NEGATIVE = [
+    ("""\
+def f(returns, rewards, gamma):
+    for t in reversed(range(rewards.size(0))):
+        nxt = returns[t + 1]
+        returns[t] = rewards[t] + gamma * nxt
+        bonus = 0.5 * nxt
+    return returns, bonus
+""", "reads `returns[t + 1]`, which the loop writes"),  # the temporary has another reader
+    ("""\
+def f(returns, rewards, gamma):
+    nxt = 0.0
+    for t in reversed(range(rewards.size(0))):
+        returns[t] = rewards[t] + gamma * nxt
+        nxt = returns[t + 1]
+    return returns
+""", "reads `returns[t + 1]`, which the loop writes"),  # read after the write: two steps back
+    ("""\
+def f(returns, rewards, gamma):
+    for t in reversed(range(rewards.size(0))):
+        nxt = returns[t + 2]
+        returns[t] = rewards[t] + gamma * nxt
+    return returns
+""", "reads `returns[t + 2]`, which the loop writes"),
+]
+
+
+@pytest.mark.parametrize("src,reason", CORPUS_NEGATIVE, ids=[f"corpus-{i}" for i in range(len(CORPUS_NEGATIVE))])
+def test_corpus_look_alikes_are_left_alone(src, reason):
+    out, sites = rewrite(src)
+    assert out == src  # byte for byte
+    assert any(s.action == SKIPPED and reason in s.reason for s in sites), [s.describe() for s in sites]
+    assert not any(s.action == REWRITTEN for s in sites)
+
+
 # ------------------------------------------------------------------ form of the output
 
 

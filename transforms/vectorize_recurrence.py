@@ -520,20 +520,28 @@ class Planner:
                 raise Skip(f"writes `{_code(cont)}`, which it iterates over")
         self.memo: Dict[str, cst.BaseExpression] = {}  # carried value kept in out[t+1]: its name -> out
         self.memo_src: Dict[str, str] = {}
+        self.dropped: Set[int] = set()  # ids of `tmp = out[t + 1]` items the middle steps do without
         self.memory_recurrences()
         # every expression in the body, both cases: allowed grammar only
         for it in self._all_items(self.items):
+            if id(it) in self.dropped:
+                continue
             for expr in self._exprs(it):
                 self.check(expr)
-        self.middle = self.merge_chained(_flatten(self.items, True))
+        self.middle = self.merge_chained([it for it in _flatten(self.items, True) if id(it) not in self.dropped])
         self.has_split = any(it.kind == "split" for it in self.items)
         self.dataflow()
 
     def memory_recurrences(self) -> None:
         """``out[t] = f(out[t + 1])``: the value carried through ``out`` becomes a named carried
-        value (``out[t + 1]`` is what the previous step stored)."""
+        value (``out[t + 1]`` is what the previous step stored). The read may also reach the
+        update through a temporary assigned in the middle steps, ``tmp = out[t + 1]`` (CleanRL's
+        ``next_return = returns[t + 1]`` in the else branch of the last-step split): when the
+        update is the only reader of ``tmp`` there, ``tmp`` is the carried value too, and the
+        middle steps do without its assignment (the first and last steps run it as written)."""
         top = [it for it in self.items if it.kind == "assign"]
         everything = self._all_items(self.items)
+        middle = _flatten(self.items, True)
         for it in top:
             if it.var is not None or len(it.outs) != 1:
                 continue
@@ -542,17 +550,44 @@ class Planner:
             for other in everything:
                 for e in self._exprs(other):
                     refs.extend((other, k) for k in self._reads_of(e, X))
-            if not refs or any(o is not it or k != 1 for o, k in refs):
+            aliases = [o for o, k in refs if o is not it and k == 1 and self._alias_of(o, X, it, middle)]
+            if not refs or any((o is not it or k != 1) and o not in aliases for o, k in refs):
                 continue  # no read, or reads the check below reports
             writers = [o for o in everything if any(_norm(x) == X for x in o.outs)]
             if writers != [it]:
                 continue
             name = self.fresh(f"{X.split('.')[-1]}_next")
-            self.memo_src[name] = _one_line(it.node)  # type: ignore[arg-type]
-            it.value = _subst(it.value, lambda e: self._is_ref(e, X, 1), cst.Name(name))  # type: ignore[arg-type]
+            self.memo_src[name] = _one_line(it.node) + "".join(  # type: ignore[arg-type]
+                f" (`{_one_line(o.node)}`)" for o in aliases)  # type: ignore[arg-type]
+            value = _subst(it.value, lambda e: self._is_ref(e, X, 1), cst.Name(name))  # type: ignore[arg-type]
+            for o in aliases:
+                tmp = o.var
+                value = _subst(value, lambda e, tmp=tmp: isinstance(e, cst.Name) and e.value == tmp, cst.Name(name))
+                self.dropped.add(id(o))
+            it.value = value
             it.var = name
             self.memo[name] = it.outs[0]
             self.body_assigned.add(name)
+
+    def _alias_of(self, o: Item, X: str, it: Item, middle: List[Item]) -> bool:
+        """``o`` is ``tmp = X[t + 1]`` in the middle steps, before the update ``it``, and ``it`` is
+        the only middle-step reader of ``tmp`` (nothing else assigns it there)."""
+        if o.kind != "assign" or o.var is None or o.outs or not self._is_ref(o.value, X, 1):  # type: ignore[arg-type]
+            return False
+        tmp = o.var
+        if tmp == _head(o.value.value) or tmp == self.h.index or tmp in self.elements:  # type: ignore[union-attr]
+            return False
+        pos = {id(x): i for i, x in enumerate(middle)}
+        if id(o) not in pos or id(it) not in pos or pos[id(o)] > pos[id(it)]:
+            return False
+        for x in middle:
+            if x is o:
+                continue
+            if x.var == tmp:
+                return False
+            if x is not it and any(tmp in _names_read(e) for e in self._exprs(x)):
+                return False
+        return True
 
     def _is_ref(self, e: cst.CSTNode, X: str, k: int) -> bool:
         return isinstance(e, cst.Subscript) and _pure_container(e.value) and _norm(e.value) == X \
@@ -1361,7 +1396,7 @@ def _kept_loops(module: cst.Module) -> Set[cst.For]:
 
 class VectorizeRecurrence(Transform):
     id = ID
-    version = "2"
+    version = "3"
     triggers = ("reversed(", "::-1", "-1, -1", "-1,-1", "range(")
     description = "Backward linear recurrences (GAE, discounted returns) -> one linear_recurrence call, guarded."
 

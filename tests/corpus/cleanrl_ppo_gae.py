@@ -45,14 +45,6 @@ EXPECT = {
     "for t in reversed(range(args.num_steps)):@1": ("vectorize.recurrence", "REWRITTEN", "exact"),
     "for t in reversed(range(args.num_steps)):@2": ("vectorize.recurrence", "REWRITTEN", "exact"),
 }
-FINDINGS = {
-    "for t in reversed(range(args.num_steps)):@2": (
-        "F-cleanrl-returns: the carried value goes through a temporary set in the last-step split "
-        "(`next_return = returns[t+1]`, then `returns[t] = rewards[t] + gamma * nextnonterminal * "
-        "next_return`); today skipped: 'reads `returns[t+1]`, which the loop writes (a recurrence "
-        "through memory)'. The direct form `returns[t] = ... returns[t + 1] ...` is rewritten"
-    ),
-}
 
 
 def run(ns, T, seed):
