@@ -11,6 +11,7 @@ guard position: a guard that cannot decide answers False.
 from __future__ import annotations
 
 import operator
+from collections import deque
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -107,6 +108,7 @@ def recurrence_ok(
     lists: Sequence[Any] = (),
     memo: Sequence[Any] = (),
     *,
+    deques: Sequence[Any] = (),
     sliced: bool = False,
     divides: bool = False,
     cpu: bool = False,
@@ -120,14 +122,17 @@ def recurrence_ok(
     ``consts``: loop-invariant operands (Python numbers, or arrays of that dtype whose shape
     broadcasts into the row shape). ``scalars``: invariants that form a per-step-constant
     coefficient (Python numbers or 0-d arrays). ``outs``: arrays written at ``[t]`` (same kind,
-    no aliasing with any input). ``lists``: Python lists appended / inserted into. ``memo``: arrays
+    no aliasing with any input). ``lists``: Python lists appended / inserted into. ``deques``:
+    ``collections.deque`` objects ``appendleft`` is called on (the vectorized steps call
+    ``extendleft``, which is a series of ``appendleft``, ``maxlen`` included). ``memo``: arrays
     written at ``[t]`` and read back at ``[t + 1]`` (they carry the recurrence).
     ``sliced``: the loop walks ``x[::-1]`` (tensors do not support that). ``divides``: the maths
     divides (Python floats raise on zero where arrays give inf: lists of floats are refused).
     ``cpu``: tensors must be on the CPU (where the op is bitwise exact; elsewhere it reassociates).
     """
     try:
-        devices = _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides)
+        devices = _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides,
+                                 deques=deques)
     except Exception:
         return False
     if devices is False:
@@ -135,7 +140,7 @@ def recurrence_ok(
     return not cpu or all(d.type == "cpu" for d in devices)
 
 
-def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides, min_steps=None):
+def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides, min_steps=None, deques=()):
     """False, or the set of devices of the tensors involved (empty when there are none)."""
     T = operator.index(T)
     if T < 2 or not seqs:
@@ -257,6 +262,11 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
         if type(lst) is not list:
             return False
         if any(lst is x for x in inputs) or any(lst is p for p in lists[:i]):
+            return False
+    for i, dq in enumerate(deques):
+        if type(dq) is not deque:
+            return False
+        if any(dq is x for x in inputs) or any(dq is p for p in list(lists) + list(deques[:i])):
             return False
     return devices if len(devices) <= 1 else False
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import types
+from collections import deque
 from typing import Optional
 
 import numpy as np
@@ -108,8 +109,9 @@ def clone(env: dict) -> dict:
     for k, v in env.items():
         if isinstance(v, (torch.Tensor, np.ndarray)):
             out[k] = v.copy() if isinstance(v, np.ndarray) else v.clone()
-        elif isinstance(v, list):
-            out[k] = [e.clone() if isinstance(e, torch.Tensor) else e for e in v]
+        elif isinstance(v, (list, deque)):
+            items = [e.clone() if isinstance(e, torch.Tensor) else e for e in v]
+            out[k] = items if isinstance(v, list) else deque(items, v.maxlen)
         else:
             out[k] = v
     return out
@@ -126,7 +128,7 @@ def same(a, b, exact: bool = True, where: str = "") -> None:
     """Same type, dtype, shape and value (bitwise when ``exact``)."""
     if type(a).__module__ == "builtins" and type(a).__qualname__ in ("function", "type", "module"):
         return
-    if not isinstance(a, (torch.Tensor, np.ndarray, np.generic, float, int, bool, str, list, tuple,
+    if not isinstance(a, (torch.Tensor, np.ndarray, np.generic, float, int, bool, str, list, tuple, deque,
                           type(None))) and hasattr(a, "__dict__"):
         # an object of a class the snippet defines (each run defines its own class)
         assert type(a).__qualname__ == type(b).__qualname__, where
@@ -151,8 +153,9 @@ def same(a, b, exact: bool = True, where: str = "") -> None:
             assert struct.pack("d", a) == struct.pack("d", b), f"{where}: {a!r} != {b!r}"
         else:
             assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), f"{where}: {a} != {b}"
-    elif isinstance(a, (list, tuple)):
+    elif isinstance(a, (list, tuple, deque)):
         assert len(a) == len(b), f"{where}: lengths {len(a)} != {len(b)}"
+        assert getattr(a, "maxlen", None) == getattr(b, "maxlen", None), where
         for i, (x, y) in enumerate(zip(a, b)):
             same(x, y, exact, f"{where}[{i}]")
     elif isinstance(a, (int, bool, str, type(None))):
@@ -1040,6 +1043,50 @@ def test_cleanrl_returns_site():
     assert (site.action, site.exactness) == (REWRITTEN, EXACT), site.describe()
     assert "next_return = returns[t + 1]" in site.reason
     assert "memo=(returns,)" in out
+
+
+# pytorch/examples reinforce.py: returns built with deque.appendleft over rewards[::-1]
+APPENDLEFT = """\
+from collections import deque
+
+def finish(rewards, gamma, returns):
+    R = 0
+    for r in rewards[::-1]:
+        R = r + gamma * R
+        returns.appendleft(R)
+    return returns, R, r
+
+out = finish(rewards, gamma, returns)
+"""
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16), kind=st.sampled_from(["floats", "tensors", "numpy"]),
+       prefill=st.sampled_from([0, 2]), maxlen=st.sampled_from([None, 5]))
+def test_appendleft_on_a_deque_bitwise(T, seed, kind, prefill, maxlen):
+    """F-appendleft: ``returns.appendleft(R)`` on a ``collections.deque`` (also one already holding
+    items, and a bounded one that drops items at the right end as the loop goes)."""
+    rng = np.random.default_rng(seed)
+    if kind == "floats":
+        rewards = [float(x) for x in rng.standard_normal(T)]
+    elif kind == "tensors":
+        rewards = [torch.tensor(x, dtype=torch.float32) for x in rng.standard_normal(T)]
+    else:
+        rewards = rng.standard_normal(T)
+    env = dict(rewards=rewards, gamma=0.99, returns=deque([7.0] * prefill, maxlen))
+    ns1, ns2 = run_both(APPENDLEFT, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@pytest.mark.parametrize("returns", [[], [1.0]], ids=["list", "list-prefilled"])
+def test_appendleft_on_a_list_takes_the_loop(returns):
+    """``appendleft`` on something other than a deque: the loop runs and fails as it would."""
+    new = _rewritten_forbidding_op(APPENDLEFT)
+    env = dict(rewards=[1.0, 2.0, 3.0, 4.0], gamma=0.5, returns=returns)
+    with pytest.raises(AttributeError):
+        exec(compile(APPENDLEFT, "orig", "exec"), clone(env))
+    with pytest.raises(AttributeError):
+        exec(compile(new, "new", "exec"), clone(env))
 
 
 CORPUS_NEGATIVE = [

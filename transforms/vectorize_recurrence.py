@@ -273,7 +273,7 @@ def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
 
 @dataclasses.dataclass
 class Item:
-    kind: str  # "assign" | "append" | "insert" | "reset" | "split"
+    kind: str  # "assign" | "append" | "insert" | "appendleft" | "reset" | "split"
     node: Optional[cst.CSTNode] = None
     var: Optional[str] = None
     outs: List[cst.BaseExpression] = dataclasses.field(default_factory=list)
@@ -400,6 +400,8 @@ class BodyParser:
                     return Item("append", node=small, container=call.func.value, value=call.args[0].value)
                 if meth == "insert" and len(call.args) == 2 and _is_int(call.args[0].value, 0):
                     return Item("insert", node=small, container=call.func.value, value=call.args[1].value)
+                if meth == "appendleft" and len(call.args) == 1:  # collections.deque (checked at run time)
+                    return Item("appendleft", node=small, container=call.func.value, value=call.args[0].value)
             if isinstance(call, cst.Call):
                 raise Skip(f"calls `{_callee(call)}()` in the loop body (unknown side effects)")
             raise Skip(f"expression statement `{_code(call).strip()}` in the loop body")
@@ -1013,7 +1015,7 @@ class Planner:
                 for o in it.outs:
                     vec = value_vec if value_vec is not None else self.render(it.value, env)  # type: ignore[arg-type]
                     mid.append(f"{_code(o).strip()}[1:{T} - 1] = {vec}")
-            elif it.kind in ("append", "insert"):
+            elif it.kind in ("append", "insert", "appendleft"):
                 vec = self.render(it.value, env)  # type: ignore[arg-type]
                 like = vec if (isinstance(it.value, cst.Name) and it.value.value in done_vars) else None
                 src = self.src_container()
@@ -1021,6 +1023,8 @@ class Planner:
                 cont = _code(it.container).strip()  # type: ignore[arg-type]
                 if it.kind == "append":
                     mid.append(f"{cont}.extend({items}[::-1])")
+                elif it.kind == "appendleft":  # a series of appendleft, last step's value leftmost
+                    mid.append(f"{cont}.extendleft({items}[::-1])")
                 else:
                     mid.append(f"{cont}[0:0] = {items}")
         # bindings of the per-step containers, first
@@ -1136,11 +1140,12 @@ class Planner:
             args.append(f"scalars=({', '.join(self.scalars)},)")
         outs = []
         lists = []
+        deques = []
         for it in self.middle:
             for o in it.outs:
                 outs.append(_code(o).strip())
             if it.container is not None:
-                lists.append(_code(it.container).strip())
+                (deques if it.kind == "appendleft" else lists).append(_code(it.container).strip())
         memo = [_code(x).strip() for x in self.memo.values()]
         outs = [o for o in outs if o not in memo]
         if outs:
@@ -1149,6 +1154,8 @@ class Planner:
             args.append(f"memo=({', '.join(memo)},)")
         if lists:
             args.append(f"lists=({', '.join(dict.fromkeys(lists))},)")
+        if deques:
+            args.append(f"deques=({', '.join(dict.fromkeys(deques))},)")
         if h.sliced:
             args.append("sliced=True")
         if self.divides:
@@ -1433,6 +1440,20 @@ class VectorizeRecurrence(Transform):
             ),
             rewritten=True,
             note="REINFORCE returns over a list of floats",
+        ),
+        Example(
+            code=(
+                "from collections import deque\n"
+                "def finish_episode(rewards, gamma):\n"
+                "    R = 0\n"
+                "    returns = deque()\n"
+                "    for r in rewards[::-1]:\n"
+                "        R = r + gamma * R\n"
+                "        returns.appendleft(R)\n"
+                "    return returns\n"
+            ),
+            rewritten=True,
+            note="pytorch/examples reinforce.py: deque.appendleft (the guard checks it is a deque)",
         ),
         Example(
             code=(

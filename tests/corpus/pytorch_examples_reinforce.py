@@ -36,13 +36,6 @@ EXPECT = {
     "for log_prob, R in zip(policy.saved_log_probs, returns):": ("vectorize.reduction", "REWRITTEN", "reassociated"),
     "optimizer.step()": ("grad_clip", "REWRITTEN", "changes-semantics"),
 }
-FINDINGS = {
-    "for r in policy.rewards[::-1]:": (
-        "F-appendleft: returns built with collections.deque().appendleft(R) (the current "
-        "pytorch/examples REINFORCE) are not recognised; today skipped: 'calls "
-        "`returns.appendleft()` in the loop body'. list.insert(0, R) is rewritten"
-    ),
-}
 
 
 def run(ns, T, seed):
