@@ -13,17 +13,28 @@ import importlib.machinery
 import importlib.util
 import linecache
 import os
+import re
 import sys
 from typing import Callable, Dict, Optional, Sequence
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def physical_lines(text: str):
+    """Lines as Python numbers them, ends kept: ``str.splitlines`` also ends a line at a form feed
+    (and at \\v, \\x1c-\\x1e, \\x85, \\u2028...), which Python's tokenizer does not."""
+    return _LINE.findall(text)
 
 
 def register_source(filename: str, source: str) -> None:
     """Make ``linecache`` (tracebacks, inspect) return ``source`` for ``filename``.
 
     An mtime of None tells ``linecache.checkcache`` never to drop or re-read the entry from disk,
-    where the original (un-rewritten) file lives.
+    where the original (un-rewritten) file lives. Lines end where Python's do (``str.splitlines``
+    would also end them at a form feed, and every later line would be quoted off by one).
     """
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    linecache.cache[filename] = (len(source), None, physical_lines(source), filename)
 
 
 def _excepthook(exc_type, exc, tb) -> None:

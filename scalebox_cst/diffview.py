@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import click
 
 from scalebox_cst.report import ACTIONS, REWRITTEN, FileReport, RunReport, Site
+from scalebox_cst.runtime.loader import physical_lines
 
 STYLES = {
     "header": dict(bold=True),
@@ -35,7 +36,8 @@ def _style(text: str, kind: str, color: bool) -> str:
 def _lines(data: Optional[bytes]) -> List[str]:
     if data is None:
         return []
-    return data.decode("utf-8", errors="replace").splitlines()
+    # Lines as Python numbers them: str.splitlines would also split at form feeds.
+    return [line.rstrip("\r\n") for line in physical_lines(data.decode("utf-8", errors="replace"))]
 
 
 def _labels(sites: List[Site], lo: int, hi: int) -> List[Site]:

@@ -3,6 +3,11 @@
 The pipeline is pure: no files, no store. It never loses input: bytes that are not UTF-8 or do
 not parse, and any transform that raises, leave the file exactly as it was, with a one-line
 ``path:line: message`` error in its report.
+
+Form feeds in the indentation of a line of code (GNU-style page breaks: ``\f`` before a ``def``)
+are lost by libcst 1.9, or copied onto every line of a block when its first statement has one.
+Python ignores them (a form feed resets the indentation count), so the transforms see the code
+without them and they are put back on the lines they came from (see ``_PageBreaks``).
 """
 from __future__ import annotations
 
@@ -10,12 +15,15 @@ import ast
 import dataclasses
 import difflib
 import gc
+import io
+import tokenize
 from typing import Dict, List, Optional, Sequence
 
 import libcst as cst
 
 from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
+from scalebox_cst.runtime.loader import physical_lines
 from scalebox_cst.transforms import FileContext, Transform, all_transforms
 
 BOM = b"\xef\xbb\xbf"
@@ -77,9 +85,12 @@ class Pipeline:
             return _error(path, data, msg, bad_input=True)
         except ValueError as exc:  # e.g. source contains null bytes
             return _error(path, data, f"{path}:1: {exc}", bad_input=True)
+        breaks = _PageBreaks.strip(text)
+        if breaks is not None:
+            tree = ast.parse(breaks.stripped, filename=path)  # same lines; columns moved
         sites: List[Site] = []
         line_maps: List[Dict[int, int]] = []  # for each version after the first: new line -> old line
-        code = text
+        code = text if breaks is None else breaks.stripped
         # The libcst tree is parsed at most once per version, and only when a transform edits:
         # most transforms decide on the ast that nothing applies.
         module: Optional[cst.Module] = None
@@ -113,7 +124,7 @@ class Pipeline:
             else:
                 imports = ctx.__dict__.get("imports", imports)
 
-        out_text = code
+        out_text = code if breaks is None else breaks.restore(code, text)
         output = (BOM if bom else b"") + out_text.encode("utf-8")
         sites.sort(key=lambda s: (s.line, s.end_line, s.transform))
         status = "rewritten" if output != data else "unchanged"
@@ -124,9 +135,82 @@ def _error(path: str, data: bytes, message: str, bad_input: bool = False) -> Fil
     return FileResult(path, data, data, FileReport(path, "error", message, []), bad_input=bad_input)
 
 
+class _PageBreaks:
+    """Form feeds in the indentation of lines that start a logical line, taken out and put back."""
+
+    def __init__(self, stripped: str, runs: Dict[int, str]) -> None:
+        self.stripped = stripped
+        self.runs = runs  # 1-based line -> the indentation prefix taken out (through its last \f)
+
+    @classmethod
+    def strip(cls, text: str) -> Optional["_PageBreaks"]:
+        if "\f" not in text:
+            return None
+        lines = physical_lines(text)
+        runs: Dict[int, str] = {}
+        for number in _logical_line_starts(text):
+            line = lines[number - 1]
+            indent = line[: len(line) - len(line.lstrip(" \t\f"))]
+            if "\f" in indent:
+                cut = indent.rindex("\f") + 1
+                runs[number] = line[:cut]
+                lines[number - 1] = line[cut:]
+        return cls("".join(lines), runs) if runs else None
+
+    def restore(self, code: str, original: str) -> str:
+        """``code`` (a rewrite of ``stripped``) with the form feeds put back: on every line that is
+        unchanged, and on the code that replaced a line that had one (see below). Checked: the
+        result must strip back to ``code`` (each form feed opens a logical line, where Python
+        ignores it), else only unchanged lines get theirs back."""
+        if code == self.stripped:
+            return original
+        a, b = physical_lines(self.stripped), physical_lines(code)
+        opcodes = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+        for carry_replaced in (True, False):
+            out = list(b)
+            for tag, i1, i2, j1, j2 in opcodes:
+                if tag == "equal":
+                    for k in range(i2 - i1):
+                        run = self.runs.get(i1 + k + 1)
+                        if run:
+                            out[j1 + k] = run + out[j1 + k]
+                elif tag == "replace" and carry_replaced:
+                    # line for line when the edit kept the line count (in-line rewrites), else
+                    # the first line's, onto the code that replaced it
+                    pairs = range(i2 - i1) if i2 - i1 == j2 - j1 else range(1)
+                    for k in pairs:
+                        run = self.runs.get(i1 + k + 1)
+                        if run:
+                            out[j1 + k] = run + out[j1 + k]
+            result = "".join(out)
+            again = _PageBreaks.strip(result)
+            if again is not None and again.stripped == code:
+                return result
+        return code
+
+
+def _logical_line_starts(text: str) -> List[int]:
+    """Lines (1-based) whose first token starts a logical line (not inside brackets, strings or a
+    continuation, not blank or comment-only): where the tokenizer measures indentation."""
+    starts: List[int] = []
+    fresh = True
+    skip = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER)
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text, newline=None).readline):
+            if tok.type == tokenize.NEWLINE:
+                fresh = True
+            elif tok.type not in skip and fresh:
+                starts.append(tok.start[0])
+                fresh = False
+    except (tokenize.TokenError, SyntaxError):
+        return []  # ast accepted the file, so this is rare; libcst then sees the form feeds
+    return starts
+
+
 def _line_map(old: str, new: str) -> Dict[int, int]:
     """Map each line of ``new`` to the line of ``old`` it comes from (inserted lines: the next old line)."""
-    a, b = old.splitlines(), new.splitlines()
+    a = [line.rstrip("\r\n") for line in physical_lines(old)]
+    b = [line.rstrip("\r\n") for line in physical_lines(new)]
     mapping: Dict[int, int] = {}
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():

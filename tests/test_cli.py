@@ -88,6 +88,20 @@ def test_run_traceback_shows_rewritten_lines(project):
     assert "raise RuntimeError('boom')" in proc.stdout
 
 
+def test_run_traceback_and_diff_count_lines_as_python_does_with_form_feeds(project):
+    """Page breaks (\\f) do not end lines: tracebacks quote, and diffs number, the lines that ran."""
+    source = (project / "train.py").read_text()
+    paged = source.replace("parser = argparse", "\f\nparser = argparse").replace("torch.manual_seed", "\ftorch.manual_seed")
+    (project / "train.py").write_text(paged + "\f\nraise RuntimeError('boom')\n")
+    scalebox("rewrite", str(project), "--backend", "cpu")
+    proc = scalebox("run", "run/0001", "train.py", cwd=project, check=False)
+    # one inserted import, one inserted clip, one extra "\f" line: the raise is on line 24
+    assert f'File "{os.path.realpath(project / "train.py")}", line 24' in proc.stdout
+    assert "raise RuntimeError('boom')" in proc.stdout.splitlines()[-2]
+    diff = scalebox("diff", cwd=project).stdout
+    assert "@@ -15,6 +16,7 @@" in diff and "grad_clip [changes-semantics] line 18" in diff
+
+
 def test_diff_labels_hunks_and_stat(project):
     scalebox("rewrite", str(project), "--backend", "cpu")
     diff = scalebox("diff", "run/0001", cwd=project).stdout

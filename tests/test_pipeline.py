@@ -4,6 +4,8 @@ from typing import List, Tuple
 
 import libcst as cst
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
@@ -158,3 +160,135 @@ class QuotesLine(Transform):
 def test_line_numbers_quoted_in_reasons_refer_to_the_users_file():
     result = run(SRC, AddLineAfterImports(), QuotesLine())
     assert [(s.line, s.reason) for s in result.report.sites] == [(5, "see line 5"), (9, "see line 9")]
+
+
+# ---------------------------------------------------------------------------- bytes outside sites
+# libcst drops a form feed that opens a line of code (GNU-style page breaks, "\f" before a def),
+# and copies one that opens a block's first statement onto every line of the block.
+GRAD_CLIP = Config(transforms=["grad_clip"])
+CLIP_NAME = b"_scalebox_clip_grad_norm"
+
+
+def physical_lines(data: bytes) -> List[bytes]:
+    """Lines as Python counts them (\\r\\n, \\r, \\n), ends kept; bytes.splitlines also splits at \\f."""
+    lines, start = [], 0
+    for i, byte in enumerate(data):
+        if byte == 0x0A or (byte == 0x0D and data[i + 1 : i + 2] != b"\n"):
+            lines.append(data[start : i + 1])
+            start = i + 1
+    if start < len(data):
+        lines.append(data[start:])
+    return lines
+
+
+def assert_only_clip_lines_added(src: bytes, out: bytes) -> None:
+    kept = [line for line in physical_lines(out) if CLIP_NAME not in line]
+    assert b"".join(kept) == src
+    added = [line for line in physical_lines(out) if CLIP_NAME in line]
+    assert len(added) == 2 and added[0].startswith(b"from scalebox_cst.runtime.clip import"), added
+    lines = physical_lines(out)
+    at = lines.index(added[1])
+    assert lines[at + 1].lstrip(b"\f \t").startswith(b"optimizer.step()")  # just before the step
+    compile(out, "t.py", "exec")
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        b"import torch\n\n\x0cdef train(model, optimizer, loss):\n    loss.backward()\n    optimizer.step()\n\n\x0cx = 1\n",
+        b"\x0cimport torch\n\ndef train(model, optimizer, loss):\n\x0c    loss.backward()\n    optimizer.step()\n",
+        b"import torch\ndef train(model, optimizer, loss):\n    loss.backward()\n\x0c\x0c    optimizer.step()\n\x0c    return 1\n",
+        b"import torch\r\n\x0cdef train(model, optimizer, loss):\r\n    loss.backward()\r\n    optimizer.step()\r\n\x0cif x:\r\n    pass\r\n\x0celse:\r\n    pass\r\n",
+        b"import torch\n@dec\n\x0cdef train(model, optimizer, loss):\n    loss.backward()\n  \x0c    optimizer.step()\n  \x0cy = '''\n\x0cstring'''\n",
+    ],
+    ids=["page-break-before-def", "block-first-statement", "before-the-site", "crlf-and-else", "mid-indent-and-string"],
+)
+def test_form_feeds_outside_the_site_are_kept(src):
+    compile(src, "t.py", "exec")
+    result = Pipeline(GRAD_CLIP, backend="cpu").rewrite("t.py", src)
+    assert [s.action for s in result.report.sites] == [REWRITTEN], result.report
+    assert_only_clip_lines_added(src, result.output)
+    assert result.report.sites[0].line == next(
+        n for n, line in enumerate(physical_lines(src), 1) if b"optimizer.step()" in line
+    )
+
+
+def test_form_feeds_in_an_unrewritten_file_leave_it_alone():
+    src = b"\x0cimport os\n\x0cdef f():\n\x0c    return 1\n"
+    result = Pipeline(GRAD_CLIP, backend="cpu").rewrite("t.py", src)
+    assert result.output == src and result.report.status == "unchanged"
+
+
+@pytest.mark.parametrize(
+    "src, lines",
+    [
+        (b"\x0cimport os\n\n\x0cdef f():\n\x0c    x = old(1)  \x0c# c\n\x0c    return x\n\x0cy = old(2)\n", [4, 6]),
+        (b"import os\r\n\x0ca = old(1)\r\n\x0c\x0cb = old(2)\r\n  \x0cc = [old(3),\r\n\x0c  old(4)]\r\n", [2, 3, 4, 5]),
+    ],
+)
+def test_form_feeds_are_kept_on_lines_rewritten_in_line(src, lines):
+    result = run(src, RenameCalls())
+    assert result.output == src.replace(b"old(", b"new(")
+    assert [s.line for s in result.report.sites] == lines
+
+
+class InsertAfterFirst(Transform):
+    """Test transform: inserts ``_INSERTED = 1`` after the first statement."""
+
+    id = "test.insert_second"
+
+    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
+        body = list(ctx.module.body)
+        return ctx.module.with_changes(body=[body[0], cst.parse_statement("_INSERTED = 1\n"), *body[1:]]), []
+
+
+def test_sites_map_back_across_form_feeds():
+    """Line maps count lines as Python does: a form feed does not end a line (str.splitlines says it does)."""
+    src = b"x = 1 \x0c\x0c\x0c\n\x0c\ny = old(2)\n"
+    result = run(src, InsertAfterFirst(), RenameCalls())
+    assert result.output == b"x = 1 \x0c\x0c\x0c\n_INSERTED = 1\n\x0c\ny = new(2)\n"
+    assert [s.line for s in result.report.sites] == [3]
+
+
+# Random layout around a grad_clip site: form feeds (alone, before code, mid-indentation), CRLF
+# or LF per line, tab or space indentation, trailing blanks, comments, blank and comment lines.
+_FF = st.sampled_from(["", "", "\f", "\f\f", "  \f"])
+_NL = st.sampled_from(["\n", "\n", "\r\n"])
+_TAIL = st.sampled_from(["", "", " ", "\t", "  \t", "  # note", "\t# page \f", " \f"])
+_EXTRA = st.lists(
+    st.tuples(st.sampled_from(["", "\f", "   ", "\t", "# c", "\f# page", "\t# tab", "  \f  # mixed"]), _NL), max_size=2
+)
+
+
+@st.composite
+def layouts(draw):
+    indent = draw(st.sampled_from(["    ", "\t", "  "]))
+    statements = [
+        ("", "import torch"),
+        ("", "def train(model, optimizer, loss):"),
+        (indent, "optimizer.zero_grad()"),
+        (indent, "loss.backward()"),
+        (indent, "optimizer.step()"),
+        (indent, "return loss"),
+        ("", "x = 1"),
+    ]
+    out = []
+    if draw(st.booleans()):
+        out.append('"""Docstring."""' + draw(_NL))
+    for lead, text in statements:
+        for extra, nl in draw(_EXTRA):
+            out.append(extra + nl)
+        out.append(draw(_FF) + lead + text + draw(_TAIL) + draw(_NL))
+    return "".join(out).encode()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layouts())
+def test_property_bytes_outside_the_site_are_kept(src):
+    compile(src, "t.py", "exec")
+    result = Pipeline(GRAD_CLIP, backend="cpu").rewrite("t.py", src)
+    assert [s.action for s in result.report.sites] == [REWRITTEN], result.report
+    assert_only_clip_lines_added(src, result.output)
+    # the site's line is the step's line in the user's file
+    step = next(n for n, line in enumerate(physical_lines(src), 1) if b"optimizer.step()" in line)
+    assert (result.report.sites[0].line, result.report.sites[0].end_line) == (step, step)
