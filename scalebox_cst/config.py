@@ -1,15 +1,17 @@
 """Project configuration: ``scalebox.toml`` or ``[tool.scalebox]`` in ``pyproject.toml``.
 
 The configuration decides which files are snapshotted, which transforms run and with which
-options. Its fingerprint (with the engine version) keys the rewrite cache, so changing any of it
-re-runs the pipeline instead of serving stale rewrites.
+options. Its fingerprint (with the engine version and a digest of the engine's rewriting code) keys
+the rewrite cache, so changing any of it re-runs the pipeline instead of serving stale rewrites.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import fnmatch
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -156,12 +158,30 @@ class Config:
         """Identity of everything that decides a rewrite's bytes (engine, transforms, options)."""
         payload = {
             "engine": __version__,
+            "code": engine_digest(),
             "transforms": sorted(transform_versions.items()),
             "backend": backend,
             "options": self.options,
         }
         blob = json.dumps(payload, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def engine_digest() -> str:
+    """Digest of the code that decides a rewrite's bytes (the pipeline and the transform modules).
+    Part of the fingerprint, so an edited or upgraded engine never serves a rewrite cached by
+    an older one, whether or not anyone bumped a transform's version."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.join(here, "pipeline.py")]
+    spec = importlib.util.find_spec("scalebox_cst.transforms")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        paths += sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as fh:
+            digest.update(os.path.basename(path).encode() + b"\0" + fh.read() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def find_project_root(start: str) -> str:
