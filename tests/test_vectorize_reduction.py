@@ -566,3 +566,24 @@ def test_sum_with_a_carried_value_is_still_reported():
     out, sites = rewrite(src)
     assert out == src
     assert [s.action for s in sites] == [SKIPPED] and "not an accumulation" in sites[0].reason
+
+
+def test_stack_declines_what_the_loop_would_compute_differently():
+    """The bulk check of list operands: one dtype (torch.stack would promote), one shape and
+    device (stack raises), strided plain tensors or Parameters only."""
+    from scalebox_cst.runtime.loop_batch import _stack
+
+    f32, f64 = torch.ones(2), torch.ones(2, dtype=torch.float64)
+    assert _stack([f32, f32]) is not None
+    assert _stack([torch.nn.Parameter(f32), f32]) is not None
+    assert _stack([f64, f32]) is None and _stack([f32, f64]) is None
+    assert _stack([f32, torch.ones(3)]) is None
+    assert _stack([f32, torch.ones(2, device="meta")]) is None
+    assert _stack([f32.to_sparse(), f32.to_sparse()]) is None
+    assert _stack([f32, 1.0]) is None
+    assert _stack([]) is None
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert _stack([f32.as_subclass(Sub), f32]) is None
