@@ -1089,6 +1089,96 @@ def test_appendleft_on_a_list_takes_the_loop(returns):
         exec(compile(new, "new", "exec"), clone(env))
 
 
+# minimalRL a2c.py compute_target: lists of per-env numpy rows, int64 masks (1 - done of bools)
+A2C_ROWS = """\
+gamma = 0.98
+
+def compute_target(v_final, r_lst, mask_lst):
+    G = v_final.reshape(-1)
+    td_target = list()
+
+    for r, mask in zip(r_lst[::-1], mask_lst[::-1]):
+        G = r + gamma * G * mask
+        td_target.append(G)
+
+    return td_target[::-1], G, r, mask
+
+out = compute_target(v_final, r_lst, mask_lst)
+"""
+
+# the mask in the coefficient, grouped as the op groups it (exact), the per-step input integer
+ROWS_EXACT = """\
+def f(r_lst, m_lst, k_lst, G):
+    out = []
+    for r, m, k in zip(reversed(r_lst), reversed(m_lst), reversed(k_lst)):
+        G = (r + k) + (0.9 * m) * G
+        out.insert(0, G)
+    return out, G
+
+res = f(r_lst, m_lst, k_lst, G)
+"""
+
+
+@HYP
+@given(T=lengths, n=st.sampled_from([1, 3]), seed=st.integers(0, 2**16),
+       mask=st.sampled_from(["int64", "bool", "float64", "uint8"]), v_dtype=st.sampled_from([np.float32, np.float64]))
+def test_lists_of_numpy_rows(T, n, seed, mask, v_dtype):
+    """F-a2c-rows: lists of numpy rows with integer, bool or float masks take the vectorized
+    branch; the rewrite is reassociated (``gamma * G * mask`` regrouped) and equal up to rounding,
+    with the loop's types (a list of float64 rows)."""
+    rng = np.random.default_rng(seed)
+    dones = [rng.random(n) < 0.1 for _ in range(T)]
+    masks = {"int64": [1 - d for d in dones], "bool": [~d for d in dones],
+             "float64": [1.0 - d for d in dones], "uint8": [(1 - d).astype(np.uint8) for d in dones]}[mask]
+    env = dict(v_final=rng.standard_normal((n, 1)).astype(v_dtype),
+               r_lst=[rng.standard_normal(n) / 100.0 for _ in range(T)], mask_lst=masks)
+    ns1, ns2 = run_both(A2C_ROWS, env, exactness=REASSOCIATED, vectorized=T >= 2)
+    same_namespaces(ns1, ns2, exact=False)
+
+
+@HYP
+@given(T=lengths, n=st.sampled_from([(1,), (4,), (3, 2)]), seed=st.integers(0, 2**16),
+       kinds=st.sampled_from([("f8", "i8", "i8"), ("f8", "f8", "b1"), ("i8", "f8", "f8"), ("f8", "u1", "i4")]))
+def test_numpy_rows_with_integer_inputs_bitwise(T, n, seed, kinds):
+    """Integer / bool rows next to float64 ones: numpy promotes them to float64 in any grouping,
+    so the stacked arrays give the rows' values bitwise (also when the per-step input ``r + k``
+    or the coefficient is made of integers and float64 comes in elsewhere)."""
+    rng = np.random.default_rng(seed)
+
+    def rows(kind):
+        if kind == "f8":
+            return [rng.standard_normal(n) for _ in range(T)]
+        if kind == "b1":
+            return [rng.random(n) < 0.5 for _ in range(T)]
+        return [rng.integers(0, 3, n).astype(kind) for _ in range(T)]
+
+    r, m, k = (rows(x) for x in kinds)
+    env = dict(r_lst=r, m_lst=m, k_lst=k, G=rng.standard_normal(n))
+    ns1, ns2 = run_both(ROWS_EXACT, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@pytest.mark.parametrize("case", ["float32-with-int64", "row-shapes", "int-only", "ragged-dtypes", "0-d rows",
+                                  "2-d row shapes"])
+def test_numpy_row_guard_declines(case):
+    ok = vectorized_mod.recurrence_ok
+    f32 = [np.zeros(3, np.float32)] * 8
+    f64 = [np.zeros(3)] * 8
+    i64 = [np.zeros(3, np.int64)] * 8
+    assert ok(8, seqs=((f64, 0), (i64, 0)), lists=([],))
+    bad = {
+        "float32-with-int64": ((f32, 0), (i64, 0)),  # numpy would promote the rows to float64
+        "row-shapes": ((f64, 0), ([np.zeros((3, 1))] * 8, 0)),
+        "int-only": ((i64, 0),),
+        "ragged-dtypes": ((f64[:7] + [np.zeros(3, np.float32)], 0),),
+        "0-d rows": (([np.zeros(())] * 8, 0),),
+        "2-d row shapes": (([np.zeros((2, 3))] * 7 + [np.zeros((3, 2))], 0),),
+    }[case]
+    assert not ok(8, seqs=bad, lists=([],))
+    # the quadratic rewrite does not take rows
+    assert not vectorized_mod.quadratic_ok(8, seqs=((f64, 0),))
+
+
 CORPUS_NEGATIVE = [
     ("""\
 def f(returns, rewards, gamma):

@@ -25,13 +25,6 @@ def compute_target(v_final, r_lst, mask_lst):
 EXPECT = {
     "for r, mask in zip(r_lst[::-1], mask_lst[::-1]):": ("vectorize.recurrence", "REWRITTEN", "reassociated"),
 }
-FINDINGS = {
-    "runtime": (
-        "F-a2c-rows: r_lst/mask_lst are lists of numpy rows (per-env vectors; masks are int64 since "
-        "`1 - done` of a bool array); recurrence_ok admits lists of floats or of tensors only, so "
-        "the rewritten loop always runs its else branch"
-    ),
-}
 
 
 def run(ns, T, seed):
