@@ -28,6 +28,8 @@ __all__ = [
     "as_row",
     "restore",
     "items_of",
+    "wrapped",
+    "column",
     "reset_linear_recurrence",
     "quadratic_ok",
     "int_of",
@@ -385,6 +387,24 @@ def items_of(seq: Any, src: Any, like: Any = None) -> list:
     if like is not None and hasattr(like, "shape") and rows and tuple(np.shape(rows[0])) != tuple(like.shape):
         rows = [r.reshape(like.shape) for r in rows]
     return rows
+
+
+def wrapped(items: list) -> list:
+    """Each item in a one-element list of its own (the loop appends ``[x]``)."""
+    return [[x] for x in items]
+
+
+def column(x: Any, idx: Tuple[int, ...]) -> Any:
+    """``x[:, *idx]``: the per-step values ``x_t[idx]`` of a loop over the rows ``x_t`` of an
+    array (``x[t][idx]`` is ``x[:, idx][t]`` for tensors and numpy arrays with integer indices),
+    or None for anything else (the guard declines None; an index out of range is left to the
+    loop, which raises as written)."""
+    try:
+        if isinstance(x, (torch.Tensor, np.ndarray)) and x.ndim > len(idx) and all(type(i) is int for i in idx):
+            return x[(slice(None),) + tuple(idx)]
+    except Exception:
+        pass
+    return None
 
 
 def reset_linear_recurrence(a: Any, b: Any, reset: Any, value: Any, init: Any = 0.0, return_last: bool = False):

@@ -1179,6 +1179,85 @@ def test_numpy_row_guard_declines(case):
     assert not vectorized_mod.quadratic_ok(8, seqs=((f64, 0),))
 
 
+# minimalRL ppo.py: the loop walks the rows of a [T, 1] array and reads element [0] of each row
+MINIMALRL_PPO = """\
+class PPO:
+    gamma = 0.98
+    lmbda = 0.95
+
+    def gae(self, delta):
+        advantage_lst = []
+        advantage = 0
+        for delta_t in delta[::-1]:
+            advantage = self.gamma * self.lmbda * advantage + delta_t[0]
+            advantage_lst.append([advantage])
+        advantage_lst.reverse()
+        return advantage_lst, advantage, delta_t
+
+out = PPO().gae(delta)
+"""
+
+# the same over a tensor's rows with reversed(), a negative index and a two-index element read
+ROW_ELEMENTS = """\
+def f(x, y, gamma):
+    s = 0.0
+    out = []
+    for x_t, y_t in zip(reversed(x), reversed(y)):
+        s = x_t[-1] + gamma * y_t[0, 1] * s
+        out.insert(0, s)
+    return out, s
+
+res = f(x, y, 0.9)
+"""
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16), dt=st.sampled_from([np.float32, np.float64]),
+       width=st.sampled_from([1, 3]))
+def test_minimalrl_ppo_row_element_bitwise(T, seed, dt, width):
+    """F-minimalrl-ppo: ``delta_t[0]`` of the rows of a numpy array walked by ``delta[::-1]``,
+    appended as ``[advantage]``: the lists of one-element lists, ``advantage``, ``delta_t`` bitwise."""
+    rng = np.random.default_rng(seed)
+    ns1, ns2 = run_both(MINIMALRL_PPO, dict(delta=rng.standard_normal((T, width)).astype(dt)), vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+    if T:
+        assert isinstance(ns2["out"][0][0], list) and len(ns2["out"][0][0]) == 1
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16), dtype=dtypes, kind=st.sampled_from(["tensor", "numpy"]))
+def test_row_elements_of_tensors_and_arrays(T, seed, dtype, kind):
+    x, y = tensor(seed, (T, 3), dtype), 1.0 - tensor(seed + 1, (T, 2, 2), dtype, "dones")
+    if kind == "numpy":
+        x, y = x.numpy(), y.numpy()
+    ns1, ns2 = run_both(ROW_ELEMENTS, dict(x=x, y=y), vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [np.arange(6.0), [[1.0], [2.0], [3.0], [4.0]], np.zeros((5, 0))],
+    ids=["1-d array: delta_t[0] raises", "list of lists", "empty rows: delta_t[0] raises"],
+)
+def test_row_element_guard_falls_back_to_the_loop(delta):
+    new = _rewritten_forbidding_op(MINIMALRL_PPO)
+    ns1, ns2 = dict(delta=delta), dict(delta=delta)
+    err1 = err2 = None
+    try:
+        exec(compile(MINIMALRL_PPO, "orig", "exec"), ns1)
+    except Exception as exc:
+        err1 = type(exc)
+    try:
+        exec(compile(new, "new", "exec"), ns2)
+    except AssertionError:
+        raise
+    except Exception as exc:
+        err2 = type(exc)
+    assert err1 == err2
+    if err1 is None:
+        same_namespaces(ns1, ns2)
+
+
 CORPUS_NEGATIVE = [
     ("""\
 def f(returns, rewards, gamma):
@@ -1203,6 +1282,24 @@ def f(returns, rewards, gamma):
         returns[t] = rewards[t] + gamma * nxt
     return returns
 """, "reads `returns[t + 2]`, which the loop writes"),
+    ("""\
+def f(delta, gamma, k):
+    advantage = 0.0
+    out = []
+    for delta_t in delta[::-1]:
+        advantage = gamma * advantage + delta_t[k]
+        out.append(advantage)
+    return out
+""", "indexes `delta_t[k]`, a value computed in the loop"),  # only literal indices are columns
+    ("""\
+def f(delta, gamma):
+    advantage = 0.0
+    out = []
+    for delta_t in delta[::-1]:
+        advantage = gamma * advantage + delta_t[0:1]
+        out.append(advantage)
+    return out
+""", "indexes `delta_t[0:1]`, a value computed in the loop"),
 ]
 
 

@@ -284,6 +284,7 @@ class Item:
     then: List["Item"] = dataclasses.field(default_factory=list)
     other: List["Item"] = dataclasses.field(default_factory=list)
     m_is_then: bool = False
+    wrap: bool = False  # lst.append([x]): the value is x, each item a one-element list
 
 
 _FORBIDDEN_SMALL = {
@@ -396,12 +397,19 @@ class BodyParser:
             if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
                     and _pure_container(call.func.value) and not any(a.keyword or a.star for a in call.args):
                 meth = call.func.attr.value
+                kind = None
                 if meth == "append" and len(call.args) == 1:
-                    return Item("append", node=small, container=call.func.value, value=call.args[0].value)
-                if meth == "insert" and len(call.args) == 2 and _is_int(call.args[0].value, 0):
-                    return Item("insert", node=small, container=call.func.value, value=call.args[1].value)
-                if meth == "appendleft" and len(call.args) == 1:  # collections.deque (checked at run time)
-                    return Item("appendleft", node=small, container=call.func.value, value=call.args[0].value)
+                    kind, value = "append", call.args[0].value
+                elif meth == "insert" and len(call.args) == 2 and _is_int(call.args[0].value, 0):
+                    kind, value = "insert", call.args[1].value
+                elif meth == "appendleft" and len(call.args) == 1:  # collections.deque (checked at run time)
+                    kind, value = "appendleft", call.args[0].value
+                if kind is not None:
+                    wrap = isinstance(value, cst.List) and len(value.elements) == 1 \
+                        and isinstance(value.elements[0], cst.Element)
+                    if wrap:  # minimalRL: advantage_lst.append([advantage])
+                        value = value.elements[0].value  # type: ignore[union-attr]
+                    return Item(kind, node=small, container=call.func.value, value=value, wrap=wrap)
             if isinstance(call, cst.Call):
                 raise Skip(f"calls `{_callee(call)}()` in the loop body (unknown side effects)")
             raise Skip(f"expression statement `{_code(call).strip()}` in the loop body")
@@ -484,6 +492,8 @@ class Planner:
         self.scalars: Dict[str, None] = {}
         self.vec_names: Dict[str, str] = {}  # container code -> its array name
         self.cond_names: Dict[str, str] = {}
+        self.seq_labels: Dict[str, str] = {}  # container code -> the base of its array names
+        self.columns: Dict[str, cst.BaseExpression] = {}  # x_t[i] -> the column node
         self.divides = False
         self.step_names: Set[str] = set()  # arrays over the middle steps (temporaries, results)
         self.T = ""
@@ -694,6 +704,8 @@ class Planner:
         raise Skip(f"unsupported expression `{_code(e).strip()}`")
 
     def check_subscript(self, e: cst.Subscript) -> None:
+        if self.element_column(e) is not None:  # x_t[0] of a row x_t: a per-step read of x[:, 0]
+            return
         base = e.value
         if not _pure_container(base):
             raise Skip(f"indexes `{_code(e).strip()}`")
@@ -785,11 +797,40 @@ class Planner:
         """(container, k) when ``e`` reads x[t + k] (an element of an iterated sequence: k = 0)."""
         if isinstance(e, cst.Name) and e.value in self.elements:
             return self.elements[e.value], 0
+        col = self.element_column(e)
+        if col is not None:
+            return col, 0
         if isinstance(e, cst.Subscript) and _pure_container(e.value):
             k = self.parser.ref_offset(e)
             if k is not None:
                 return e.value, k
         return None
+
+    def element_column(self, e: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        """For ``x_t[i]`` / ``x_t[i, j]`` (``x_t`` an element of an iterated array, integer
+        literal indices), the per-step container ``column(x, (i, j))``, i.e. ``x[:, i, j]``: the
+        runtime gives None for what it cannot index that way, which the guard declines."""
+        if not (isinstance(e, cst.Subscript) and isinstance(e.value, cst.Name) and e.value.value in self.elements):
+            return None
+        key = _norm(e)
+        if key in self.columns:
+            return self.columns[key]
+        idx: List[str] = []
+        for el in e.slice:
+            v = el.slice.value if isinstance(el.slice, cst.Index) and el.slice.star is None else None
+            if isinstance(v, cst.UnaryOperation) and isinstance(v.operator, cst.Minus):
+                ok = isinstance(v.expression, cst.Integer)
+            else:
+                ok = isinstance(v, cst.Integer)
+            if not ok:
+                return None
+            idx.append(str(int(_norm(v), 0)))  # type: ignore[arg-type]
+        cont = self.elements[e.value.value]
+        node = cst.parse_expression(f"__SBX__.column({_code(cont).strip()}, ({', '.join(idx)},))")
+        label = f"{_norm(cont).split('.')[-1]}_" + "_".join(i.replace("-", "m") for i in idx)
+        self.seq_labels[_norm(node)] = label
+        self.columns[key] = node
+        return node
 
     # ---- rendering of the middle steps t = T-2 .. 1
     def stop(self, k: int) -> str:
@@ -799,7 +840,7 @@ class Planner:
     def use_seq(self, cont: cst.BaseExpression, k: int) -> str:
         key = _norm(cont)
         if key not in self.vec_names:
-            self.vec_names[key] = self.fresh(f"{key.split('.')[-1]}_v")
+            self.vec_names[key] = self.fresh(f"{self.seq_labels.get(key, key.split('.')[-1])}_v")
             self.seq_nodes[key] = cont
         self.seqs[key] = max(self.seqs.get(key, 0), k)
         return f"{self.vec_names[key]}[{1 + k}:{self.stop(k)}]"
@@ -807,7 +848,7 @@ class Planner:
     def use_cond(self, cont: cst.BaseExpression, k: int) -> str:
         key = _norm(cont)
         if key not in self.cond_names:
-            self.cond_names[key] = self.fresh(f"{key.split('.')[-1]}_c")
+            self.cond_names[key] = self.fresh(f"{self.seq_labels.get(key, key.split('.')[-1])}_c")
             self.seq_nodes.setdefault(key, cont)
         self.conds[key] = max(self.conds.get(key, 0), k)
         return f"{self.cond_names[key]}[{1 + k}:{self.stop(k)}]"
@@ -1020,6 +1061,8 @@ class Planner:
                 like = vec if (isinstance(it.value, cst.Name) and it.value.value in done_vars) else None
                 src = self.src_container()
                 items = f"{helpers}.items_of({vec}, {src}" + (f", like={it.value.value})" if like else ")")  # type: ignore[union-attr]
+                if it.wrap:
+                    items = f"{helpers}.wrapped({items})"
                 cont = _code(it.container).strip()  # type: ignore[arg-type]
                 if it.kind == "append":
                     mid.append(f"{cont}.extend({items}[::-1])")

@@ -68,13 +68,6 @@ EXPECT = {
     "for delta_t in delta[::-1]:": ("vectorize.recurrence", "REWRITTEN", "exact"),
     "self.optimizer.step()": ("grad_clip", "REWRITTEN", "changes-semantics"),
 }
-FINDINGS = {
-    "for delta_t in delta[::-1]:": (
-        "F-minimalrl-ppo: `advantage = gamma * lmbda * advantage + delta_t[0]` over the rows of a "
-        "[T, 1] numpy array walked by delta[::-1], appended as [advantage] then reversed; today "
-        "skipped: 'indexes `delta_t[0]`, a value computed in the loop' (the loop element's [0])"
-    ),
-}
 LENGTHS = (1, 2, 3, 20)
 
 
