@@ -29,6 +29,7 @@ __all__ = [
     "restore",
     "items_of",
     "wrapped",
+    "to_rank",
     "column",
     "reset_linear_recurrence",
     "quadratic_ok",
@@ -387,6 +388,22 @@ def items_of(seq: Any, src: Any, like: Any = None) -> list:
     if like is not None and hasattr(like, "shape") and rows and tuple(np.shape(rows[0])) != tuple(like.shape):
         rows = [r.reshape(like.shape) for r in rows]
     return rows
+
+
+def to_rank(v: Any, out: Any) -> Any:
+    """``v`` (time first, ``[n, *row]``) shaped for ``out[lo:hi] = v`` to store each step's row as
+    the loop's ``out[t] = row`` does: broadcasting aligns shapes from the right, so a row of lower
+    rank than ``out``'s rows needs its singleton dims between the time axis and the row (not in
+    front of the time axis, where the assignment would put them), and size-1 dims a row has in
+    excess (which ``out[t] = row`` drops) go."""
+    if not isinstance(v, (torch.Tensor, np.ndarray)) or v.ndim < 1:
+        return v
+    k = out.ndim - v.ndim
+    if k > 0:
+        return v.reshape(tuple(v.shape[:1]) + (1,) * k + tuple(v.shape[1:]))
+    if k < 0 and all(d == 1 for d in v.shape[1:1 - k]):
+        return v.reshape(tuple(v.shape[:1]) + tuple(v.shape[1 - k:]))
+    return v
 
 
 def wrapped(items: list) -> list:

@@ -332,6 +332,20 @@ def test_plain_sum_with_a_runtime_bound_check(T, dn, kind, dtype, seed):
     compare(ns1, ns2, "out", lambda old: tolerance(r, 1.0, 0, np.dtype(dtype), old, np.dtype(dtype)))
 
 
+@pytest.mark.parametrize("width", [1, 3, "T-1"])
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_sums_stored_into_wider_rows(kind, width):
+    """Each scalar sum is broadcast over its output row, as ``out[t] = total`` does (before the fix
+    the time axis was broadcast across the row: wrong values when the row width is T - 1)."""
+    T = 8
+    r = np.random.default_rng(3).normal(size=T)
+    w = T - 1 if width == "T-1" else width
+    env = dict(n=T, rewards=array(kind, r, "float64"), out=array(kind, np.zeros((T, w)), "float64"))
+    ns1, ns2 = run_both(PLAIN, env, vectorized=True)
+    np.testing.assert_allclose(as64(ns2["out"]), as64(ns1["out"]), rtol=1e-12, atol=1e-12)
+    assert (as64(ns1["out"]) == as64(ns1["out"])[:, :1]).all()
+
+
 # ------------------------------------------------------------------ the guard falls back to the loop
 
 

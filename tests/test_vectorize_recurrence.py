@@ -1258,6 +1258,36 @@ def test_row_element_guard_falls_back_to_the_loop(delta):
         same_namespaces(ns1, ns2)
 
 
+WIDE_OUT = """\
+def f(rewards, gamma, out):
+    R = 0.0
+    for t in reversed(range(len(rewards))):
+        R = rewards[t] + gamma * R
+        out[t] = R
+        wide[t] = gamma * R
+    return out, R
+
+res = f(rewards, 0.9, out)
+"""
+
+
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+@pytest.mark.parametrize("shape", ["T-2", "3", "T-2,1", "1"])
+def test_rows_written_into_wider_outputs(kind, shape):
+    """A per-step value of lower rank than the output's rows is broadcast over each row, as
+    ``out[t] = R`` does (before the fix the time axis was broadcast across the row: wrong values
+    when the row width was T - 2, an exception otherwise)."""
+    T = 9
+    dims = tuple(T - 2 if d == "T-2" else int(d) for d in shape.split(","))
+    r = tensor(0, (T,), torch.float64)
+    env = dict(rewards=r, out=torch.zeros((T,) + dims, dtype=torch.float64),
+               wide=torch.zeros((T, 1) + dims, dtype=torch.float64))
+    if kind == "numpy":
+        env = {k: v.numpy() for k, v in env.items()}
+    ns1, ns2 = run_both(WIDE_OUT, env)
+    same_namespaces(ns1, ns2)
+
+
 CORPUS_NEGATIVE = [
     ("""\
 def f(returns, rewards, gamma):

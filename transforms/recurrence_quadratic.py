@@ -504,7 +504,7 @@ def plan(ctx: FileContext, shape: Shape, inner: cst.For, helpers: str, op: str) 
     lines.append(f"{seq} = {op}({a}, {bname})")
     out = _code(shape.out).strip()
     if shape.store == "index":
-        lines.append(f"{out}[0:{T} - 1] = {seq}[0:{T} - 1]")
+        lines.append(f"{out}[0:{T} - 1] = {helpers}.to_rank({seq}[0:{T} - 1], {out})")
     else:
         src = _code(p.seq_nodes[next(iter(p.vec_names))]).strip()
         lines.append(f"{out}.extend({helpers}.items_of({seq}[0:{T} - 1], {src}))")

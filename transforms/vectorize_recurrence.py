@@ -1055,7 +1055,10 @@ class Planner:
             if it.kind == "assign":
                 for o in it.outs:
                     vec = value_vec if value_vec is not None else self.render(it.value, env)  # type: ignore[arg-type]
-                    mid.append(f"{_code(o).strip()}[1:{T} - 1] = {vec}")
+                    oc = _code(o).strip()
+                    if self._has_step(vec):  # time-first: rows aligned to out's rows
+                        vec = f"{helpers}.to_rank({vec}, {oc})"
+                    mid.append(f"{oc}[1:{T} - 1] = {vec}")
             elif it.kind in ("append", "insert", "appendleft"):
                 vec = self.render(it.value, env)  # type: ignore[arg-type]
                 like = vec if (isinstance(it.value, cst.Name) and it.value.value in done_vars) else None
