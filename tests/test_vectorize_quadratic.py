@@ -668,6 +668,6 @@ def test_rewritten_code_reads_well():
     assert "# t = 0 .. T - 2: the sums over k >= t as one backward recurrence" in out
     assert "reward_arr_v[0:T] + self.gamma * values_v[1:T + 1] * (1 - dones_arr_m[0:T]) - values_v[0:T]" in out
     assert "linear_recurrence((self.gamma * self.gae_lambda), a_t_b)" in out
-    assert "advantage[0:T - 1] = a_t_seq[0:T - 1]" in out
+    assert "advantage[0:T - 1] = _sbx.to_rank(a_t_seq[0:T - 1], advantage)" in out
     assert "    t = T - 1\n    discount = 1\n" in out
     assert out.rstrip().endswith("advantage[t] = a_t")
