@@ -24,6 +24,7 @@ __all__ = [
     "length",
     "recurrence_ok",
     "seq_of",
+    "seqs_of",
     "truth_of",
     "as_row",
     "restore",
@@ -129,6 +130,9 @@ def recurrence_ok(
     memo: Sequence[Any] = (),
     *,
     deques: Sequence[Any] = (),
+    reads: Sequence[Tuple[Any, int]] = (),
+    cells: Sequence[Any] = (),
+    aligned: bool = False,
     sliced: bool = False,
     divides: bool = False,
     cpu: bool = False,
@@ -144,7 +148,13 @@ def recurrence_ok(
     coefficient (Python numbers or 0-d arrays). ``outs``: arrays written at ``[t]`` (same kind,
     no aliasing with any input). ``lists``: Python lists appended / inserted into. ``deques``:
     ``collections.deque`` objects ``appendleft`` is called on (the vectorized steps call
-    ``extendleft``, which is a series of ``appendleft``, ``maxlen`` included). ``memo``: arrays
+    ``extendleft``, which is a series of ``appendleft``, ``maxlen`` included). ``aligned``: the
+    vectorized code binds the per-step inputs with :func:`seqs_of`, so their rows may differ in
+    shape where they broadcast (the row is then their broadcast shape). ``reads``: ``(out, n)``,
+    outputs the loop reads back at ``[t]`` with ``n`` integer indices after writing them: those
+    rows (minus ``n`` dims) must have the row's rank, to line up with the inputs. ``cells``:
+    outputs whose rows hold exactly one element (the loop reads ``out[t, 0]`` back as the carried
+    value where the rewrite carries the row). ``memo``: arrays
     written at ``[t]`` and read back at ``[t + 1]`` (they carry the recurrence).
     ``sliced``: the loop walks ``x[::-1]`` (tensors do not support that). ``divides``: the maths
     divides (Python floats raise on zero where arrays give inf: lists of floats are refused).
@@ -152,7 +162,7 @@ def recurrence_ok(
     """
     try:
         devices = _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides,
-                                 deques=deques, rows=True)
+                                 deques=deques, rows=True, aligned=aligned, reads=reads, cells=cells)
     except Exception:
         return False
     if devices is False:
@@ -161,7 +171,7 @@ def recurrence_ok(
 
 
 def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides, min_steps=None, deques=(),
-                   rows=False):
+                   rows=False, aligned=False, reads=(), cells=()):
     """False, or the set of devices of the tensors involved (empty when there are none).
     ``rows``: also admit lists of numpy rows, and integer / bool numpy inputs next to float64
     ones (numpy promotes those to float64 whatever the grouping, so the arrays give the values
@@ -221,7 +231,12 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
         if row is None:
             row = shape
         elif shape != row:
-            return False
+            if not aligned:
+                return False
+            try:
+                row = tuple(np.broadcast_shapes(row, shape))
+            except ValueError:
+                return False
         if dt is None:
             continue
         if dtype is None:
@@ -300,6 +315,15 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
                 return False
         elif any(isinstance(a, np.ndarray) and np.may_share_memory(a, m) for a in arrays + list(outs)):
             return False
+    # ---- outputs read back in the step that writes them
+    for o, n in reads:
+        if not any(o is x for x in outs) and not any(o is m for m in memo):
+            return False
+        if o.ndim - 1 - n != len(row):
+            return False
+    for c in cells:
+        if not isinstance(c, (torch.Tensor, np.ndarray)) or c.ndim < 2 or int(np.prod(c.shape[1:])) != 1:
+            return False
     # ---- lists appended / inserted into
     inputs = [x for x, _ in seqs] + [x for x, _ in conds]
     for i, lst in enumerate(lists):
@@ -343,6 +367,16 @@ def seq_of(x: Any) -> Any:
     if len(x) and isinstance(x[0], np.ndarray):  # rows of one dtype and shape (the guard saw to it)
         return np.concatenate(x).reshape((len(x),) + x[0].shape)  # 3x faster than np.stack
     return np.array(x, dtype=np.float64)
+
+
+def seqs_of(*xs: Any) -> Tuple[Any, ...]:
+    """:func:`seq_of` of each, with singleton dims inserted after the time axis of those whose rows
+    have a lower rank than the others': per step, broadcasting aligns rows from the right; with
+    time first, the rows must have one rank for the arrays to align the same way."""
+    vs = [seq_of(x) for x in xs]
+    rank = max(v.ndim for v in vs)
+    return tuple(v if v.ndim == rank else v.reshape(tuple(v.shape[:1]) + (1,) * (rank - v.ndim) + tuple(v.shape[1:]))
+                 for v in vs)
 
 
 def truth_of(x: Any) -> Any:

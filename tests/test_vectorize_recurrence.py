@@ -685,10 +685,10 @@ def test_ikostrikov_storage(T, N, dtype, seed, use_gae, proper):
 
 # ------------------------------------------------------------------ the guard's else branch
 
-def _rewritten_forbidding_op(src: str) -> str:
+def _rewritten_forbidding_op(src: str, exactness: Optional[str] = EXACT) -> str:
     """The rewrite, with the op replaced by one that fails: any run that gets a result took the
     else branch (the original loop)."""
-    new = rewritten(src)
+    new = rewritten(src, exactness)
     lines = new.splitlines(keepends=True)
     i = max(k for k, line in enumerate(lines) if line.startswith("from scalebox_cst.runtime"))
     lines.insert(i + 1, "def linear_recurrence(*a, **k):\n    raise AssertionError('vectorized branch taken')\n")
@@ -1288,6 +1288,142 @@ def test_rows_written_into_wider_outputs(kind, shape):
     same_namespaces(ns1, ns2)
 
 
+# Khrylx/PyTorch-RL estimate_advantages: carried values read back from the output rows
+KHRYLX = """\
+def estimate_advantages(rewards, masks, values, gamma, tau, tensor_type):
+
+    returns = tensor_type(rewards.size(0), 1)
+    deltas = tensor_type(rewards.size(0), 1)
+    advantages = tensor_type(rewards.size(0), 1)
+
+    prev_return = 0
+    prev_value = 0
+    prev_advantage = 0
+    for i in reversed(range(rewards.size(0))):
+        returns[i] = rewards[i] + gamma * prev_return * masks[i]
+        deltas[i] = rewards[i] + gamma * prev_value * masks[i] - values[i]
+        advantages[i] = deltas[i] + gamma * tau * prev_advantage * masks[i]
+
+        prev_return = returns[i, 0]
+        prev_value = values[i, 0]
+        prev_advantage = advantages[i, 0]
+    return advantages, returns, deltas, prev_return, prev_value, prev_advantage, i
+
+out = estimate_advantages(rewards, masks, values, 0.99, 0.95, tensor_type)
+"""
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16), dtype=dtypes, mask_kind=st.sampled_from(["dones", "normal"]))
+def test_khrylx_read_back_rows(T, seed, dtype, mask_kind):
+    """F-khrylx: three recurrences in one loop, carried through ``prev = out[i, 0]`` after
+    ``out[i] = ...``, ``deltas[i]`` read after its write, ``values[i, 0]`` carried one step, and
+    inputs of different row ranks (``masks`` is [T], the rest [T, 1]); reassociated (``gamma *
+    prev * masks[i]`` regrouped), every other variable as the loop leaves it."""
+    masks = 1.0 - tensor(seed + 1, (T,), dtype, "dones") if mask_kind == "dones" else tensor(seed + 1, (T,), dtype)
+    env = dict(rewards=tensor(seed, (T, 1), dtype), masks=masks, values=tensor(seed + 2, (T, 1), dtype),
+               tensor_type=lambda *shape: torch.zeros(*shape, dtype=dtype))
+    ns1, ns2 = run_both(KHRYLX, env, exactness=REASSOCIATED, vectorized=T >= 2)
+    same_namespaces(ns1, ns2, exact=False)
+    if T >= 2:
+        (adv1, ret1, d1, *_), (adv2, ret2, d2, *_) = ns1["out"], ns2["out"]
+        same(d1, d2, exact=True)  # deltas: same grouping, bitwise
+        same(ns1["out"][4:], ns2["out"][4:], exact=False)
+
+
+READ_BACK = """\
+def f(rewards, values, gamma, lam, out, adv):
+    s = 0.0
+    g = 0.0
+    for t in reversed(range(len(rewards))):
+        out[t] = rewards[t] + gamma * s
+        s = out[t]
+        delta = out[t] - values[t]
+        adv[t] = delta + (gamma * lam) * g
+        g = adv[t]
+    return out, adv, s, g, delta, t
+
+res = f(rewards, values, 0.99, 0.95, out, adv)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16),
+       kind=st.sampled_from(["tensor", "numpy"]), out_dtype=st.sampled_from(["same", "other"]))
+def test_read_back_whole_rows_bitwise(T, N, dtype, seed, kind, out_dtype):
+    """``s = out[t]`` after ``out[t] = ... s``: the carried value lives in ``out`` (any row shape),
+    exact; an output of another dtype (which rounds what the loop reads back) takes the loop."""
+    odt = dtype if out_dtype == "same" else (torch.float64 if dtype == torch.float32 else torch.float32)
+    env = dict(rewards=tensor(seed, (T, N), dtype), values=tensor(seed + 1, (T, N), dtype),
+               out=torch.zeros(T, N, dtype=odt), adv=torch.zeros(T, N, dtype=odt))
+    if kind == "numpy":
+        env = {k: v.numpy() for k, v in env.items()}
+    ns1, ns2 = run_both(READ_BACK, env, vectorized=T >= 2 and out_dtype == "same")
+    same_namespaces(ns1, ns2)
+
+
+ALIGNED = """\
+import torch
+returns = torch.zeros_like(rewards if rewards.dim() >= masks.dim() else masks)
+running = next_value
+for t in reversed(range(rewards.size(0))):
+    returns[t] = running = rewards[t] + (gamma * masks[t]) * running
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16), wide=st.sampled_from(["rewards", "masks"]))
+def test_inputs_of_different_row_ranks_bitwise(T, N, dtype, seed, wide):
+    """Rows of [T, N] and [T] inputs broadcast per step; time first, the [T] one is aligned as
+    [T, 1] (before: declined by the guard)."""
+    r_shape, m_shape = ((T, N), (T,)) if wide == "rewards" else ((T,), (T, N))
+    env = dict(rewards=tensor(seed, r_shape, dtype), masks=1.0 - tensor(seed + 1, m_shape, dtype, "dones"),
+               next_value=tensor(seed + 2, (N,), dtype), gamma=0.99)
+    ns1, ns2 = run_both(ALIGNED, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+def test_read_back_guard_wants_one_element_rows():
+    """``prev = out[i, 0]`` carried as the row ``out[i]``: only when the rows hold one element."""
+    new = _rewritten_forbidding_op(KHRYLX, REASSOCIATED)
+    T = 7
+    env = dict(rewards=tensor(0, (T, 2), torch.float64), masks=tensor(1, (T,), torch.float64),
+               values=tensor(2, (T, 2), torch.float64), tensor_type=lambda *s: torch.zeros(s[0], 2, dtype=torch.float64))
+    ns1, ns2 = clone(env), clone(env)
+    exec(compile(KHRYLX, "orig", "exec"), ns1)
+    exec(compile(new, "new", "exec"), ns2)
+    same_namespaces(ns1, ns2)
+    assert not vectorized_mod.recurrence_ok(4, seqs=((torch.zeros(4, 2), 0),), memo=(torch.zeros(4, 2),),
+                                            cells=(torch.zeros(4, 2),))
+    assert not vectorized_mod.recurrence_ok(4, seqs=((torch.zeros(4, 1), 0),), outs=(torch.zeros(4, 1, 1),),
+                                            reads=((torch.zeros(4, 1, 1), 0),))  # not among the outs
+
+
+FORWARDED = """\
+def f(rewards, values, gamma, lam, deltas, adv):
+    g = 0.0
+    for t in reversed(range(len(rewards))):
+        deltas[t] = rewards[t] - values[t]
+        adv[t] = g = (deltas[t] + gamma * g) * lam
+    return adv, deltas, g
+
+res = f(rewards, values, 0.99, 0.95, deltas, adv)
+"""
+
+
+@HYP
+@given(T=lengths, dtype=dtypes, seed=st.integers(0, 2**16))
+def test_read_after_write_in_a_regrouped_update(T, dtype, seed):
+    """``deltas[t]`` read after this step wrote it, in an update whose invariant coefficient is
+    regrouped: a per-step read of the stored slice, never a loop invariant for the guard."""
+    env = dict(rewards=tensor(seed, (T,), dtype), values=tensor(seed + 1, (T,), dtype),
+               deltas=torch.zeros(T, dtype=dtype), adv=torch.zeros(T, dtype=dtype))
+    ns1, ns2 = run_both(FORWARDED, env, exactness=REASSOCIATED, vectorized=T >= 2)
+    same_namespaces(ns1, ns2, exact=False)
+    guard = next(line for line in rewritten(FORWARDED, REASSOCIATED).splitlines() if "recurrence_ok(" in line)
+    assert "deltas[t]" not in guard and "reads=((deltas, 0),)" in guard
+
+
 CORPUS_NEGATIVE = [
     ("""\
 def f(returns, rewards, gamma):
@@ -1330,6 +1466,32 @@ def f(delta, gamma):
         out.append(advantage)
     return out
 """, "indexes `delta_t[0:1]`, a value computed in the loop"),
+    ("""\
+def f(out, rewards, gamma):
+    s = 0.0
+    for t in reversed(range(rewards.size(0))):
+        out[t] = rewards[t] + gamma * s
+        s = out[t, 0]
+        bonus = 2.0 * s
+    return out, bonus
+""", "`s` carries a value from the previous step that is not a plain per-step read"),  # another reader
+    ("""\
+def f(out, rewards, gamma):
+    s = 0.0
+    for t in reversed(range(rewards.size(0))):
+        s = out[t, 0]
+        out[t] = rewards[t] + gamma * s
+    return out
+""", "reads `out[t, 0]`, which the loop writes"),  # read before this step's write: stale memory
+    ("""\
+def f(out, rewards, gamma):
+    s = 0.0
+    for t in reversed(range(rewards.size(0))):
+        out[t] = rewards[t] + gamma * s
+        out[t] = out[t] * 2.0
+        s = out[t, 0]
+    return out
+""", "which the loop writes"),  # two writers
 ]
 
 

@@ -434,6 +434,21 @@ class BodyParser:
         return None
 
 
+def _int_indices(slices: Sequence[cst.SubscriptElement]) -> Optional[Tuple[str, ...]]:
+    """The integer literal indices of ``x[i, j]`` as text (``-1`` too), or None."""
+    idx: List[str] = []
+    for el in slices:
+        v = el.slice.value if isinstance(el.slice, cst.Index) and el.slice.star is None else None
+        if isinstance(v, cst.UnaryOperation) and isinstance(v.operator, cst.Minus):
+            ok = isinstance(v.expression, cst.Integer)
+        else:
+            ok = isinstance(v, cst.Integer)
+        if not ok:
+            return None
+        idx.append(str(int(_norm(v), 0)))  # type: ignore[arg-type]
+    return tuple(idx)
+
+
 def _is_number(node: cst.BaseExpression) -> bool:
     if isinstance(node, (cst.Integer, cst.Float)):
         return True
@@ -494,6 +509,12 @@ class Planner:
         self.cond_names: Dict[str, str] = {}
         self.seq_labels: Dict[str, str] = {}  # container code -> the base of its array names
         self.columns: Dict[str, cst.BaseExpression] = {}  # x_t[i] -> the column node
+        self.dropped: Set[int] = set()  # ids of `tmp = out[t + 1]` items the middle steps do without
+        self.readback_items: List[Item] = []  # `s = out[t, 0]`: re-run at t = 1 for the last step
+        self.read_back_by: Dict[int, List[Item]] = {}  # id of the update -> its read-back items
+        self.cells: List[cst.BaseExpression] = []  # outs whose rows must hold one element
+        self.forwarded: Dict[int, Tuple[str, Tuple[str, ...]]] = {}  # out[t] read after this step's write
+        self.fwd_reads: Dict[str, int] = {}  # out code -> number of column indices of its reads
         self.divides = False
         self.step_names: Set[str] = set()  # arrays over the middle steps (temporaries, results)
         self.T = ""
@@ -532,7 +553,7 @@ class Planner:
                 raise Skip(f"writes `{_code(cont)}`, which it iterates over")
         self.memo: Dict[str, cst.BaseExpression] = {}  # carried value kept in out[t+1]: its name -> out
         self.memo_src: Dict[str, str] = {}
-        self.dropped: Set[int] = set()  # ids of `tmp = out[t + 1]` items the middle steps do without
+        self.readbacks()
         self.memory_recurrences()
         # every expression in the body, both cases: allowed grammar only
         for it in self._all_items(self.items):
@@ -541,8 +562,83 @@ class Planner:
             for expr in self._exprs(it):
                 self.check(expr)
         self.middle = self.merge_chained([it for it in _flatten(self.items, True) if id(it) not in self.dropped])
+        self.forward_reads()
         self.has_split = any(it.kind == "split" for it in self.items)
         self.dataflow()
+
+    def readbacks(self) -> None:
+        """``out[t] = f(s)`` then, later in the step, ``s = out[t, 0]`` (or ``s = out[t]``), with
+        ``s`` read by that update alone (Khrylx's ``prev_return = returns[i, 0]``): in the middle
+        steps ``s`` is what the previous step stored, ``out[t + 1]``; with one element per row
+        (``cells``, checked at run time) the row and its element give the same stored values, so
+        the update becomes ``out[t] = f(out[t + 1])``, a recurrence through memory. The read-back
+        statement leaves the middle steps and runs once at t = 1 for the last step."""
+        top = [it for it in self.items if it.kind == "assign"]
+        everything = self._all_items(self.items)
+        middle = _flatten(self.items, True)
+        pos = {id(x): i for i, x in enumerate(middle)}
+        t = self.h.index
+        for r in top:
+            v = r.value
+            s = r.var
+            if s is None or r.outs or not isinstance(v, cst.Subscript) or not _pure_container(v.value):
+                continue
+            if s == self.h.index or s in self.elements or s == _head(v.value):
+                continue
+            X = _norm(v.value)
+            col = self.index_column(v)
+            if self.parser.ref_offset(v) == 0:
+                cells = False
+            elif col is not None and col[1] == 0 and all(i in ("0", "-1") for i in col[2]):
+                cells = True
+            else:
+                continue
+            writers = [o for o in everything if any(_norm(x) == X for x in o.outs)]
+            if len(writers) != 1:
+                continue
+            w = writers[0]
+            if w not in top or w.var is not None or len(w.outs) != 1 or pos[id(w)] > pos[id(r)]:
+                continue
+            if any(x is not r and x.var == s for x in everything):
+                continue  # assigned elsewhere (also in the first step's branch): not always out[t + 1]
+            if s not in _names_read(w.value) or any(  # type: ignore[arg-type]
+                    x is not w and x is not r and any(s in _names_read(e) for e in self._exprs(x)) for x in middle):
+                continue
+            nxt = cst.parse_expression(f"{_code(v.value).strip()}[{t} + 1]")
+            w.value = _subst(w.value, lambda e, s=s: isinstance(e, cst.Name) and e.value == s, nxt)  # type: ignore[arg-type]
+            self.dropped.add(id(r))
+            self.readback_items.append(r)
+            self.read_back_by.setdefault(id(w), []).append(r)
+            if cells:
+                self.cells.append(w.outs[0])
+
+    def forward_reads(self) -> None:
+        """Reads of ``out[t]`` / ``out[t, i]`` after this step's write of ``out[t]`` (Khrylx's
+        ``deltas[i]``) are reads of what the vectorized write stored: ``out[1:T - 1]``. Any other
+        read of a written container at [t] in the middle steps is refused."""
+        done: Set[str] = set()
+        for it in self.middle:
+            for e in self._exprs(it):
+                for n in _walk(e):
+                    if not isinstance(n, cst.Subscript) or not _pure_container(n.value):
+                        continue
+                    X = _norm(n.value)
+                    if X not in self.written:
+                        continue
+                    col = self.index_column(n)
+                    if self.parser.ref_offset(n) == 0:
+                        idx: Tuple[str, ...] = ()
+                    elif col is not None and col[1] == 0:
+                        idx = col[2]
+                    else:
+                        continue  # reported by check_subscript / handled as memory
+                    writers = [o for o in self._all_items(self.items) if any(_norm(x) == X for x in o.outs)]
+                    if X not in done or len(writers) != 1:
+                        raise Skip(f"reads `{_code(n).strip()}`, which the loop writes")
+                    code = _code(n.value).strip()
+                    self.forwarded[id(n)] = (code, idx)
+            for o in it.outs:
+                done.add(_norm(o))
 
     def memory_recurrences(self) -> None:
         """``out[t] = f(out[t + 1])``: the value carried through ``out`` becomes a named carried
@@ -552,8 +648,9 @@ class Planner:
         update is the only reader of ``tmp`` there, ``tmp`` is the carried value too, and the
         middle steps do without its assignment (the first and last steps run it as written)."""
         top = [it for it in self.items if it.kind == "assign"]
-        everything = self._all_items(self.items)
-        middle = _flatten(self.items, True)
+        everything = [x for x in self._all_items(self.items) if id(x) not in self.dropped]
+        middle = [x for x in _flatten(self.items, True) if id(x) not in self.dropped]
+        pos = {id(x): i for i, x in enumerate(middle)}
         for it in top:
             if it.var is not None or len(it.outs) != 1:
                 continue
@@ -563,14 +660,18 @@ class Planner:
                 for e in self._exprs(other):
                     refs.extend((other, k) for k in self._reads_of(e, X))
             aliases = [o for o, k in refs if o is not it and k == 1 and self._alias_of(o, X, it, middle)]
-            if not refs or any((o is not it or k != 1) and o not in aliases for o, k in refs):
-                continue  # no read, or reads the check below reports
+            # this step's stored value read after the write: forwarded (see forward_reads)
+            later = [o for o, k in refs if k == 0 and id(o) in pos and pos[id(o)] > pos[id(it)]]
+            if not any(o is it and k == 1 for o, k in refs) and not aliases:
+                continue  # not carried through memory
+            if any((o is not it or k != 1) and o not in aliases and o not in later for o, k in refs):
+                continue  # reads the check below reports
             writers = [o for o in everything if any(_norm(x) == X for x in o.outs)]
             if writers != [it]:
                 continue
             name = self.fresh(f"{X.split('.')[-1]}_next")
             self.memo_src[name] = _one_line(it.node) + "".join(  # type: ignore[arg-type]
-                f" (`{_one_line(o.node)}`)" for o in aliases)  # type: ignore[arg-type]
+                f" (`{_one_line(o.node)}`)" for o in aliases + self.read_back_by.get(id(it), []))  # type: ignore[arg-type]
             value = _subst(it.value, lambda e: self._is_ref(e, X, 1), cst.Name(name))  # type: ignore[arg-type]
             for o in aliases:
                 tmp = o.var
@@ -712,10 +813,13 @@ class Planner:
         if _head(base) in self.body_assigned or _head(base) in self.elements:
             raise Skip(f"indexes `{_code(e).strip()}`, a value computed in the loop")
         k = self.parser.ref_offset(e)
+        col = self.index_column(e)
+        if k is None and col is not None:
+            k = col[1]
         if k is not None:
-            if _norm(base) in self.written:
+            if _norm(base) in self.written and k != 0:
                 raise Skip(f"reads `{_code(e).strip()}`, which the loop writes (a recurrence through memory)")
-            return
+            return  # k == 0 of a written container: forward_reads decides
         names: Set[str] = set().union(*(_names_read(s) for s in e.slice))
         if self.h.kind == "index" and self.h.index in names:
             raise Skip(f"indexes `{_code(e).strip()}` (only [t] and [t + k] with k >= 0 are vectorized)")
@@ -781,9 +885,17 @@ class Planner:
             if it.kind == "reset":
                 self.check_cond(it.cond)  # type: ignore[arg-type]
 
+    def _reads_written(self, e: cst.BaseExpression) -> bool:
+        """``e`` reads (a subscript of) a container the loop writes."""
+        written = getattr(self, "written", ())
+        return any(isinstance(n, cst.Subscript) and _pure_container(n.value) and _norm(n.value) in written
+                   for n in _walk(e))
+
     def _shiftable(self, it: Item) -> bool:
         if it.outs or it.value is None:
             return False
+        if self._reads_written(it.value):
+            return False  # what this step stored, carried into the next one
         return not (_names_read(it.value) & self.body_assigned)
 
     def check_cond(self, cond: cst.BaseExpression) -> None:
@@ -801,9 +913,14 @@ class Planner:
         if col is not None:
             return col, 0
         if isinstance(e, cst.Subscript) and _pure_container(e.value):
+            if _norm(e.value) in getattr(self, "written", ()):
+                return None  # this step's own output (forwarded) or memory: not an input
             k = self.parser.ref_offset(e)
             if k is not None:
                 return e.value, k
+            icol = self.index_column(e)
+            if icol is not None:
+                return self._column_node(e.value, icol[2]), icol[1]
         return None
 
     def element_column(self, e: cst.BaseExpression) -> Optional[cst.BaseExpression]:
@@ -815,21 +932,27 @@ class Planner:
         key = _norm(e)
         if key in self.columns:
             return self.columns[key]
-        idx: List[str] = []
-        for el in e.slice:
-            v = el.slice.value if isinstance(el.slice, cst.Index) and el.slice.star is None else None
-            if isinstance(v, cst.UnaryOperation) and isinstance(v.operator, cst.Minus):
-                ok = isinstance(v.expression, cst.Integer)
-            else:
-                ok = isinstance(v, cst.Integer)
-            if not ok:
-                return None
-            idx.append(str(int(_norm(v), 0)))  # type: ignore[arg-type]
-        cont = self.elements[e.value.value]
-        node = cst.parse_expression(f"__SBX__.column({_code(cont).strip()}, ({', '.join(idx)},))")
-        label = f"{_norm(cont).split('.')[-1]}_" + "_".join(i.replace("-", "m") for i in idx)
-        self.seq_labels[_norm(node)] = label
+        idx = _int_indices(e.slice)
+        if idx is None:
+            return None
+        node = self._column_node(self.elements[e.value.value], idx)
         self.columns[key] = node
+        return node
+
+    def index_column(self, e: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, int, Tuple[str, ...]]]:
+        """(x, k, (i, ...)) for ``x[t + k, i, ...]`` (integer literal indices after the first)."""
+        if self.h.kind != "index" or not isinstance(e, cst.Subscript) or len(e.slice) < 2 \
+                or not _pure_container(e.value):
+            return None
+        k = self.parser.ref_offset(e.with_changes(slice=[e.slice[0]]))
+        idx = _int_indices(e.slice[1:])
+        if k is None or idx is None:
+            return None
+        return e.value, k, idx
+
+    def _column_node(self, cont: cst.BaseExpression, idx: Tuple[str, ...]) -> cst.BaseExpression:
+        node = cst.parse_expression(f"__SBX__.column({_code(cont).strip()}, ({', '.join(idx)},))")
+        self.seq_labels[_norm(node)] = f"{_norm(cont).split('.')[-1]}_" + "_".join(i.replace("-", "m") for i in idx)
         return node
 
     # ---- rendering of the middle steps t = T-2 .. 1
@@ -856,6 +979,12 @@ class Planner:
     def render(self, e: cst.BaseExpression, env: Dict[str, str], shift: int = 0) -> str:
         """``e`` over the middle steps: per-step reads become slices, temporaries their arrays."""
         lp, rp = "(" * len(getattr(e, "lpar", ())), ")" * len(getattr(e, "rpar", ()))
+        if id(e) in self.forwarded:  # this step's stored value, already written
+            if shift:
+                raise Skip(f"`{_code(e).strip()}` is carried into the next step")
+            code, idx = self.forwarded[id(e)]
+            self.fwd_reads[code] = len(idx)
+            return lp + f"{code}[1:{self.T} - 1" + "".join(f", {i}" for i in idx) + "]" + rp
         ref = self.per_step(e)
         if ref is not None:
             return lp + self.use_seq(ref[0], ref[1] + shift) + rp
@@ -869,6 +998,8 @@ class Planner:
             self.consts[e.value] = None
             return _code(e)
         if isinstance(e, (cst.Attribute, cst.Subscript)):
+            if self.h.index is not None and self.h.index in _names_read(e):  # pragma: no cover - a safety net
+                raise Skip(f"reads `{_code(e).strip()}`, which the loop writes")
             self.consts[_code(e).strip()] = None
             return _code(e)
         if isinstance(e, (cst.Integer, cst.Float)):
@@ -894,7 +1025,7 @@ class Planner:
 
     def invariant(self, e: cst.BaseExpression, env: Dict[str, str]) -> bool:
         """No per-step read, temporary or carried value under ``e``."""
-        if self.per_step(e) is not None:
+        if self.per_step(e) is not None or self._reads_written(e):
             return False
         if isinstance(e, cst.Name):
             return e.value not in env and e.value not in self.body_assigned
@@ -1073,8 +1204,12 @@ class Planner:
                     mid.append(f"{cont}.extendleft({items}[::-1])")
                 else:
                     mid.append(f"{cont}[0:0] = {items}")
-        # bindings of the per-step containers, first
-        binds = [f"{self.vec_names[k]} = {helpers}.seq_of({_code(self.seq_nodes[k]).strip()})" for k in self.vec_names]
+        # bindings of the per-step containers, first (several: rows aligned to one rank, see seqs_of)
+        if len(self.vec_names) > 1:
+            binds = [f"{', '.join(self.vec_names.values())} = {helpers}.seqs_of("
+                     f"{', '.join(_code(self.seq_nodes[k]).strip() for k in self.vec_names)})"]
+        else:
+            binds = [f"{self.vec_names[k]} = {helpers}.seq_of({_code(self.seq_nodes[k]).strip()})" for k in self.vec_names]
         binds += [f"{self.cond_names[k]} = {helpers}.truth_of({_code(self.seq_nodes[k]).strip()})" for k in self.cond_names]
         mid = binds + mid
         guard = self.guard(helpers)
@@ -1136,6 +1271,8 @@ class Planner:
     def _has_step(self, text: str) -> bool:
         names = set(self.vec_names.values()) | set(self.cond_names.values())
         names |= self.step_names
+        if any(re.search(rf"(?<![\w.]){re.escape(n)}\[1:{re.escape(self.T)} - 1\b", text) for n in self.fwd_reads):
+            return True
         return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in names)
 
     def _invariants_in(self, e: cst.BaseExpression, s: str) -> List[str]:
@@ -1150,7 +1287,8 @@ class Planner:
                     walk(self.assign_of[x.value].value)  # type: ignore[arg-type]
                 elif x.value != s and x.value not in self.body_assigned and x.value not in self.elements:
                     out.append(x.value)
-            elif isinstance(x, (cst.Attribute, cst.Subscript)) and self.per_step(x) is None:
+            elif isinstance(x, (cst.Attribute, cst.Subscript)) and self.per_step(x) is None \
+                    and not self._reads_written(x):
                 out.append(_code(x).strip())
             elif isinstance(x, cst.BinaryOperation):
                 walk(x.left)
@@ -1198,6 +1336,12 @@ class Planner:
             args.append(f"outs=({', '.join(dict.fromkeys(outs))},)")
         if memo:
             args.append(f"memo=({', '.join(memo)},)")
+        if self.fwd_reads:
+            args.append(f"reads=({', '.join(f'({k}, {v})' for k, v in self.fwd_reads.items())},)")
+        if self.cells:
+            args.append(f"cells=({', '.join(dict.fromkeys(_code(c).strip() for c in self.cells))},)")
+        if len(self.vec_names) > 1:
+            args.append("aligned=True")
         if lists:
             args.append(f"lists=({', '.join(dict.fromkeys(lists))},)")
         if deques:
@@ -1723,11 +1867,13 @@ class VectorizeRecurrence(Transform):
             return f"{names} = {vals}"
 
         last_lines = []
-        if planner.shift:  # values carried into step 0 from step 1 (a middle step when T > 2)
-            last_lines.append(f"if {T} > 2:")
+        if planner.shift or planner.readback_items:  # values carried into step 0 from step 1 (a middle
+            last_lines.append(f"if {T} > 2:")  # step when T > 2), read back from what it stored
             last_lines.append("    " + bind("1"))
             for var, it in planner.shift.items():
                 last_lines.append(f"    {var} = {_code(it.value).strip()}")  # type: ignore[arg-type]
+            for it in planner.readback_items:
+                last_lines.append(f"    {_one_line(it.node)}")  # type: ignore[arg-type]
         chunks = [
             [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],
             [f"# steps t = {T} - 2 .. 1, vectorized"] + mid,
