@@ -965,6 +965,8 @@ for i in reversed(range(n)):
     out[i] = x[i] * 2
 for p, tp in zip(net.parameters(), target.parameters()):
     tp.data.copy_(tau * p.data + (1 - tau) * tp.data)
+for a, b in pairs[::-1]:
+    seen.append(a)
 """
     out, sites = rewrite(src)
     assert out == src and sites == []
@@ -1492,6 +1494,26 @@ def f(out, rewards, gamma):
         s = out[t, 0]
     return out
 """, "which the loop writes"),  # two writers
+    ("""\
+class Policy:
+    def train_net(self):
+        R = 0
+        self.optimizer.zero_grad()
+        for r, prob in self.data[::-1]:
+            R = r + gamma * R
+            loss = -torch.log(prob) * R
+            loss.backward()
+        self.optimizer.step()
+""", "calls `loss.backward()`"),  # minimalRL REINFORCE: reported, not dropped silently
+    ("""\
+def f(data, gamma):
+    R = 0.0
+    out = []
+    for r, p in data[::-1]:
+        R = r + gamma * R
+        out.insert(0, R * p)
+    return out
+""", "unpacks each element of `data[::-1]` into `r, p`"),
 ]
 
 

@@ -204,6 +204,7 @@ class Header:
     elements: List[Tuple[str, cst.BaseExpression]] = dataclasses.field(default_factory=list)
     target: Optional[cst.BaseExpression] = None
     sliced: bool = False  # walks x[::-1]
+    unpacked: bool = False  # for a, b in x[::-1]: analysed for a reason only, never rewritten
 
 
 def _reversed_slice(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
@@ -252,6 +253,8 @@ def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
     base = _reversed_slice(it)
     if base is not None and name_tgt:
         return Header("elements", elements=[(name_tgt, base)], target=tgt, sliced=True)
+    if base is not None and tuple_tgt:
+        return Header("elements", elements=[(n, base) for n in tuple_tgt], target=tgt, sliced=True, unpacked=True)
     if _is_call(it, "zip") and tuple_tgt and len(it.args) == len(tuple_tgt):
         conts: List[cst.BaseExpression] = []
         sliced = False
@@ -532,6 +535,10 @@ class Planner:
         if node.asynchronous is not None:
             raise Skip("`async for` loop")
         self.items = self.parser.block(_stmts(node.body))
+        if self.h.unpacked:
+            names = ", ".join(n for n, _ in self.h.elements)
+            raise Skip(f"unpacks each element of `{_code(self.node.iter).strip()}` into `{names}` "
+                       "(per-step tuples are not vectorized)")
         self.body_assigned = _bound_names(node.body)
         h = self.h
         if h.index in self.body_assigned or any(n in self.body_assigned for n in self.elements):

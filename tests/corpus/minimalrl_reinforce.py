@@ -47,12 +47,6 @@ EXPECT = {
     "for r, prob in self.data[::-1]:": ("vectorize.recurrence", "SKIPPED", None),
     "self.optimizer.step()": ("grad_clip", "REWRITTEN", "changes-semantics"),
 }
-FINDINGS = {
-    "for r, prob in self.data[::-1]:": (
-        "F-reinforce-report: `R = r + gamma * R` with `loss.backward()` in the body is left alone "
-        "(right) but not reported at all; a skipped site naming the backward() call is expected"
-    ),
-}
 LENGTHS = (1, 5)
 
 
