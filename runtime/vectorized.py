@@ -21,6 +21,7 @@ from .recurrence import linear_recurrence
 
 __all__ = [
     "steps",
+    "backward_steps",
     "length",
     "recurrence_ok",
     "seq_of",
@@ -59,6 +60,24 @@ def steps(T: Any) -> int:
         return operator.index(T)
     except Exception:
         return -1
+
+
+def backward_steps(x: Any) -> int:
+    """``n`` when ``x`` is a list, tuple or range holding the ints ``n - 1, n - 2, ..., 0`` (what
+    ``for t in x`` walks as ``for t in reversed(range(n))`` does), else -1. Never consumes an
+    iterator."""
+    try:
+        if type(x) is range:
+            n = len(x)
+            return n if n == 0 or (x.start == n - 1 and x.step == -1) else -1
+        if type(x) in (list, tuple):
+            n = len(x)
+            if n and set(map(type, x)) != {int}:
+                return -1
+            return n if list(x) == list(range(n - 1, -1, -1)) else -1
+    except Exception:
+        pass
+    return -1
 
 
 def length(*xs: Any) -> int:

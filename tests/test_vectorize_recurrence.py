@@ -967,6 +967,12 @@ for p, tp in zip(net.parameters(), target.parameters()):
     tp.data.copy_(tau * p.data + (1 - tau) * tp.data)
 for a, b in pairs[::-1]:
     seen.append(a)
+steps = list(range(0, n, 1))
+for t in steps:
+    acc = acc * 0.5 + x[t]
+steps = sorted(range(n - 1, -1, -1))
+for t in steps:
+    acc = acc * 0.5 + x[t]
 """
     out, sites = rewrite(src)
     assert out == src and sites == []
@@ -1424,6 +1430,101 @@ def test_read_after_write_in_a_regrouped_update(T, dtype, seed):
     same_namespaces(ns1, ns2, exact=False)
     guard = next(line for line in rewritten(FORWARDED, REASSOCIATED).splitlines() if "recurrence_ok(" in line)
     assert "deltas[t]" not in guard and "reads=((deltas, 0),)" in guard
+
+
+# dreamerv2 compute_return: the loop walks a list materialised from a backward range
+DREAMER = """\
+import torch
+
+
+def compute_return(reward, value, discount, bootstrap, lambda_):
+    next_values = torch.cat([value[1:], bootstrap[None]], 0)
+    target = reward + discount * next_values * (1 - lambda_)
+    timesteps = STEPS
+    outputs = []
+    accumulated_reward = bootstrap
+    for t in timesteps:
+        inp = target[t]
+        discount_factor = discount[t]
+        accumulated_reward = inp + discount_factor * lambda_ * accumulated_reward
+        outputs.append(accumulated_reward)
+    returns = torch.flip(torch.stack(outputs), [0])
+    return returns, outputs, accumulated_reward, t, inp, discount_factor
+
+out = compute_return(reward, value, discount, bootstrap, 0.95) if T else None
+"""
+STEP_LISTS = ["list(range(reward.shape[0] - 1, -1, -1))", "range(reward.shape[0] - 1, -1, -1)",
+              "tuple(range(len(reward) - 1, -1, -1))", "list(reversed(range(reward.shape[0])))"]
+
+
+@HYP
+@given(T=lengths, B=st.sampled_from([1, 5]), dtype=dtypes, seed=st.integers(0, 2**16), steps=st.sampled_from(STEP_LISTS))
+def test_dreamer_named_backward_range_bitwise(T, B, dtype, seed, steps):
+    """F-dreamer: ``for t in timesteps`` over a list (tuple, range) materialised from a backward
+    range a few lines up; the guard checks the list itself at run time."""
+    src = DREAMER.replace("STEPS", steps)
+    env = dict(T=T, reward=tensor(seed, (T, B, 1), dtype), value=tensor(seed + 1, (T, B, 1), dtype),
+               discount=0.99 * (1.0 - tensor(seed + 2, (T, B, 1), dtype, "dones")), bootstrap=tensor(seed + 3, (B, 1), dtype))
+    ns1, ns2 = run_both(src, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+NAMED_SPLIT = """\
+def f(rewards, values, last, gamma, n):
+    steps = list(range(n - 1, -1, -1))
+    CHANGE
+    R = 0.0
+    out = []
+    for t in steps:
+        if t == n - 1:
+            nv = last
+        else:
+            nv = values[t + 1]
+        R = rewards[t] - nv + gamma * R
+        out.insert(0, R)
+    return out, R
+
+res = f(rewards, values, 1.5, 0.9, len(rewards))
+"""
+
+
+@pytest.mark.parametrize("change", ["pass", "steps.reverse()", "steps.pop()", "steps.append(0)", "n = n + 1",
+                                    "steps[0] = float(steps[0])", "steps[-1] = False"])
+def test_named_backward_range_guard(change):
+    """The list is checked at run time (reordered, shortened, changed types: the loop runs); a
+    last-step test on ``n`` also wants ``n`` to still match it."""
+    src = NAMED_SPLIT.replace("CHANGE", change)
+    env = dict(rewards=tensor(0, (9,), torch.float64), values=tensor(1, (9,), torch.float64))
+    if change == "pass":
+        ns1, ns2 = run_both(src, env)
+        same_namespaces(ns1, ns2)
+        return
+    new = _rewritten_forbidding_op(src)
+    ns1, ns2 = clone(env), clone(env)
+    err1 = err2 = None
+    try:
+        exec(compile(src, "orig", "exec"), ns1)
+    except Exception as exc:
+        err1 = type(exc)
+    try:
+        exec(compile(new, "new", "exec"), ns2)
+    except AssertionError:
+        raise
+    except Exception as exc:
+        err2 = type(exc)
+    assert err1 == err2
+    if err1 is None:
+        same_namespaces(ns1, ns2)
+
+
+def test_backward_steps():
+    bs = vectorized_mod.backward_steps
+    assert bs([3, 2, 1, 0]) == 4 and bs((1, 0)) == 2 and bs(range(5, -1, -1)) == 6 and bs([]) == 0
+    assert bs(range(0)) == 0 and bs(range(4)) == -1 and bs(range(4, 0, -1)) == -1
+    assert bs([1, 0.0]) == -1 and bs([True, False]) == -1 and bs([2, 1]) == -1 and bs(np.arange(3)[::-1]) == -1
+    it = iter([1, 0])
+    assert bs(it) == -1 and list(it) == [1, 0]  # not consumed
+    assert bs(reversed(range(3))) == -1
 
 
 CORPUS_NEGATIVE = [

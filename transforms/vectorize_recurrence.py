@@ -205,6 +205,7 @@ class Header:
     target: Optional[cst.BaseExpression] = None
     sliced: bool = False  # walks x[::-1]
     unpacked: bool = False  # for a, b in x[::-1]: analysed for a reason only, never rewritten
+    named: Optional[cst.Name] = None  # for t in steps, steps a materialised backward range
 
 
 def _reversed_slice(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
@@ -544,6 +545,8 @@ class Planner:
         if h.index in self.body_assigned or any(n in self.body_assigned for n in self.elements):
             raise Skip("the loop assigns its own loop variable")
         bound_by = _names_read(h.T) if h.T is not None else set()
+        if h.named is not None:
+            bound_by.add(h.named.value)
         for _, cont in h.elements:
             bound_by |= _names_read(cont)
         if bound_by & self.body_assigned:
@@ -1309,7 +1312,11 @@ class Planner:
     def guard(self, helpers: str) -> str:
         h = self.h
         T = self.T
-        if h.kind == "index":
+        if h.named is not None:  # the list the loop walks, checked to be T - 1, ..., 0
+            head = f"({T} := {helpers}.backward_steps({h.named.value})) >= 2"
+            if _names_read(h.T) & _names_read(self.node.body):  # type: ignore[arg-type]
+                head += f" and {helpers}.steps({_code(h.T).strip()}) == {T}"  # type: ignore[arg-type]
+        elif h.kind == "index":
             head = f"({T} := {helpers}.steps({_code(h.T).strip()})) >= 2"  # type: ignore[arg-type]
         else:
             conts = ", ".join(_code(c).strip() for _, c in h.elements)
@@ -1457,11 +1464,14 @@ def _loose_candidate(node: cst.For, header: Header) -> bool:
 _BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
-def _statement_fors(stmts, lib):
+def _statement_fors(stmts, lib, before: Optional[dict] = None):
     """For statements in source order, walking statement lists only (``lib`` is ``ast`` or
-    ``cst``: both parsers nest statements the same way, so the i-th loops correspond)."""
-    for st in stmts:
+    ``cst``: both parsers nest statements the same way, so the i-th loops correspond).
+    ``before``: filled with id(loop) -> (its statement list, its index there)."""
+    for i, st in enumerate(stmts):
         if isinstance(st, lib.For) or (lib is ast and isinstance(st, ast.AsyncFor)):
+            if before is not None:
+                before[id(st)] = (stmts, i)
             yield st
         if lib is cst and not isinstance(st, cst.BaseCompoundStatement):
             continue
@@ -1471,21 +1481,68 @@ def _statement_fors(stmts, lib):
                 continue
             if lib is cst:
                 if isinstance(block, cst.If):  # elif
-                    yield from _statement_fors([block], lib)
+                    yield from _statement_fors([block], lib, before)
                     continue
                 if isinstance(block, (cst.Else, cst.Finally)):
                     block = block.body
                 if isinstance(block, cst.BaseSuite):
-                    yield from _statement_fors(_stmts(block), lib)
+                    yield from _statement_fors(_stmts(block), lib, before)
                 elif isinstance(block, (list, tuple)):  # handlers, cases
                     for h in block:
-                        yield from _statement_fors(_stmts(h.body), lib)
+                        yield from _statement_fors(_stmts(h.body), lib, before)
             else:
                 if field in ("handlers", "cases"):
                     for h in block:
-                        yield from _statement_fors(h.body, lib)
+                        yield from _statement_fors(h.body, lib, before)
                 else:
-                    yield from _statement_fors(block, lib)
+                    yield from _statement_fors(block, lib, before)
+
+
+def _named_range_ast(node: ast.AST, before: Optional[Tuple[list, int]]) -> bool:
+    """``for t in steps`` where the nearest assignment to ``steps`` earlier in the same block
+    materialises a backward range (``steps = list(range(T - 1, -1, -1))``; dreamerv2)."""
+    it = node.iter  # type: ignore[attr-defined]
+    if not isinstance(it, ast.Name) or before is None or not isinstance(node.target, ast.Name):  # type: ignore[attr-defined]
+        return False
+    stmts, i = before
+    for st in reversed(stmts[:i]):
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+                and st.targets[0].id == it.id:
+            v = st.value
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in ("list", "tuple") \
+                    and len(v.args) == 1:
+                v = v.args[0]
+            return isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and (
+                (v.func.id == "range" and len(v.args) == 3) or v.func.id == "reversed")
+    return False
+
+
+def _named_range_header(node: cst.For, before: Optional[Tuple[Sequence[cst.BaseStatement], int]],
+                        shadowed: Set[str]) -> Optional[Header]:
+    """The header of ``for t in steps`` with ``steps = list(range(T - 1, -1, -1))`` (or a tuple,
+    the bare range, ``list(reversed(range(T)))``) the nearest assignment to ``steps`` before the
+    loop in its block. The guard checks the value at run time (``backward_steps``): the
+    assignment only makes the loop a candidate, and gives ``T`` for last-step tests."""
+    it, tgt = node.iter, node.target
+    if not isinstance(it, cst.Name) or not isinstance(tgt, cst.Name) or before is None \
+            or any(b in shadowed for b in _BUILTINS):
+        return None
+    stmts, i = before
+    for st in reversed(list(stmts[:i])):
+        if not isinstance(st, cst.SimpleStatementLine):
+            continue
+        for small in st.body:
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                    and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == it.value:
+                v = small.value
+                if _is_call(v, "list", 1) or _is_call(v, "tuple", 1):
+                    v = v.args[0].value  # type: ignore[attr-defined]
+                fake = node.with_changes(iter=v)
+                h = _backward_header(fake, shadowed)
+                if h is None or h.kind != "index":
+                    return None
+                return dataclasses.replace(h, named=it)
+    return None
 
 
 def _walks_backward(node: ast.AST) -> bool:
@@ -1781,7 +1838,8 @@ class VectorizeRecurrence(Transform):
         # needed just for the loops that are. None: unchanged.
         from . import recurrence_quadratic as quadratic  # it builds on this module's Planner
 
-        ast_loops = list(_statement_fors(ctx.tree.body, ast))
+        ast_before: dict = {}
+        ast_loops = list(_statement_fors(ctx.tree.body, ast, ast_before))
         sites: List[Site] = []
         backward: List[int] = []
         quad: Set[int] = set()
@@ -1792,7 +1850,7 @@ class VectorizeRecurrence(Transform):
                 backward.append(i)
                 continue
             reason = None
-            if not _walks_backward(n):
+            if not _walks_backward(n) and not _named_range_ast(n, ast_before.get(id(n))):
                 reason = _forward_memory(n)
                 if reason is None:
                     continue
@@ -1803,7 +1861,8 @@ class VectorizeRecurrence(Transform):
         if not backward:
             return None, sites
         module = ctx.module
-        cst_loops = list(_statement_fors(module.body, cst))
+        cst_before: dict = {}
+        cst_loops = list(_statement_fors(module.body, cst, cst_before))
         if len(cst_loops) != len(ast_loops):  # pragma: no cover - the two parsers agree on statements
             return None, sites
         bound = _ast_bound(ctx.tree)
@@ -1831,7 +1890,7 @@ class VectorizeRecurrence(Transform):
                 else:
                     sites.append(site(REWRITTEN, reason, REASSOCIATED))
                 continue
-            header = _backward_header(node, shadowed)
+            header = _backward_header(node, shadowed) or _named_range_header(node, cst_before.get(id(node)), shadowed)
             if header is None:
                 continue
             if not _loose_candidate(node, header):

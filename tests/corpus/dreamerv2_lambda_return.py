@@ -38,9 +38,13 @@ EXPECT = {
     "for t in timesteps:": ("vectorize.recurrence", "REWRITTEN", "exact"),
 }
 FINDINGS = {
-    "for t in timesteps:": (
-        "F-dreamer: `for t in timesteps` with timesteps = list(range(T - 1, -1, -1)) is a backward "
-        "recurrence the header parser does not see (no site at all)"
+    "runtime": (
+        "F-dreamer-grad: `reward` requires grad here (as in Dreamer's imagination training, where the "
+        "lambda-returns are backpropagated), and recurrence_ok keeps every input that requires grad "
+        "on the loop (by design: the op's autograd path is not claimed exact), so the rewritten loop "
+        "runs its else branch. Measured: with the guard's grad check lifted, values and gradients "
+        "are bitwise equal to the loop's on this code (30 seeds, T=50); a general exactness argument "
+        "for gradients (accumulation order when a carried value has several uses) is still missing"
     ),
 }
 
