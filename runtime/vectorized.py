@@ -33,6 +33,7 @@ __all__ = [
     "wrapped",
     "to_rank",
     "column",
+    "dim1",
     "reset_linear_recurrence",
     "quadratic_ok",
     "int_of",
@@ -462,6 +463,16 @@ def to_rank(v: Any, out: Any) -> Any:
 def wrapped(items: list) -> list:
     """Each item in a one-element list of its own (the loop appends ``[x]``)."""
     return [[x] for x in items]
+
+
+def dim1(x: Any) -> Any:
+    """The time-major view of an array walked along dimension 1 (``x[:, t]`` is ``dim1(x)[t]``,
+    writes through it land in ``x``), or None for anything else (the guard declines)."""
+    if isinstance(x, torch.Tensor) and x.ndim >= 2:
+        return x.movedim(1, 0)
+    if isinstance(x, np.ndarray) and x.ndim >= 2:
+        return np.moveaxis(x, 1, 0)
+    return None
 
 
 def column(x: Any, idx: Tuple[int, ...]) -> Any:

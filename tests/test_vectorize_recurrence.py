@@ -1527,6 +1527,93 @@ def test_backward_steps():
     assert bs(reversed(range(3))) == -1
 
 
+# oxwhirl/pymarl build_td_lambda_targets: time along dimension 1, range(X - 2, -1, -1)
+PYMARL = """\
+import torch as th
+
+
+def build_td_lambda_targets(rewards, terminated, mask, target_qs, n_agents, gamma, td_lambda):
+    ret = target_qs.new_zeros(*target_qs.shape)
+    ret[:, -1] = target_qs[:, -1] * (1 - th.sum(terminated, dim=1))
+    for t in range(ret.shape[1] - 2, -1,  -1):
+        ret[:, t] = td_lambda * gamma * ret[:, t + 1] + mask[:, t] \\
+                    * (rewards[:, t] + (1 - td_lambda) * gamma * target_qs[:, t + 1] * (1 - terminated[:, t]))
+    return ret[:, 0:-1], t
+
+out = build_td_lambda_targets(rewards, terminated, mask, target_qs, 2, 0.99, 0.8)
+"""
+
+
+@HYP
+@given(T=lengths, B=st.sampled_from([1, 3]), A=st.sampled_from([1, 2]), dtype=dtypes, seed=st.integers(0, 2**16))
+def test_pymarl_along_dimension_1_bitwise(T, B, A, dtype, seed):
+    """F-pymarl: ``ret[:, t] = c * ret[:, t + 1] + b[:, t]`` over [B, T, A] tensors walked by
+    ``range(ret.shape[1] - 2, -1, -1)`` (the last step set before the loop): time-major views,
+    exact (``c * x + b`` is the op's ``b + c * x``)."""
+    env = dict(rewards=tensor(seed, (B, T, 1), dtype), terminated=tensor(seed + 1, (B, T, 1), dtype, "dones"),
+               mask=1.0 - tensor(seed + 2, (B, T, 1), dtype, "dones"), target_qs=tensor(seed + 3, (B, T + 1, A), dtype))
+    src = PYMARL if T else PYMARL.replace("ret[:, 0:-1], t", "ret[:, 0:-1], None")
+    ns1, ns2 = run_both(src, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+DIM1_NUMPY = """\
+def returns_of(rewards, dones, last, gamma):
+    out = np.zeros((rewards.shape[0], rewards.shape[1] + 1), dtype=rewards.dtype)
+    out[:, -1] = last
+    for t in range(out.shape[1] - 2, -1, -1):
+        out[:, t] = rewards[:, t] + gamma * (1 - dones[:, t]) * out[:, t + 1]
+    return out, t
+
+import numpy as np
+res = returns_of(rewards, dones, last, 0.99) if rewards.shape[1] else None
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 4]), dt=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**16))
+def test_numpy_rows_along_dimension_1_bitwise(T, N, dt, seed):
+    rng = np.random.default_rng(seed)
+    env = dict(rewards=rng.standard_normal((N, T)).astype(dt), dones=(rng.random((N, T)) < 0.2).astype(dt),
+               last=rng.standard_normal(N).astype(dt))
+    ns1, ns2 = run_both(DIM1_NUMPY, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+LAST_SET_BEFORE = """\
+def f(rewards, last, gamma):
+    out = torch.zeros(len(rewards) + 1, *rewards.shape[1:], dtype=rewards.dtype)
+    out[-1] = last
+    for t in range(len(out) - 2, -1, -1):
+        out[t] = rewards[t] + gamma * out[t + 1]
+    return out, t
+
+import torch
+res = f(rewards, last, 0.9) if len(rewards) else None
+"""
+
+
+@HYP
+@given(T=lengths, dtype=dtypes, seed=st.integers(0, 2**16))
+def test_range_from_x_minus_2(T, dtype, seed):
+    env = dict(rewards=tensor(seed, (T, 2), dtype), last=tensor(seed + 1, (2,), dtype))
+    ns1, ns2 = run_both(LAST_SET_BEFORE, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+def test_dimension_1_guard_declines_what_has_no_dimension_1():
+    assert vectorized_mod.dim1(torch.zeros(3)) is None and vectorized_mod.dim1([[1.0]]) is None
+    x = torch.zeros(2, 5, 3)
+    v = vectorized_mod.dim1(x)
+    v[1:3] = 1.0
+    assert x[:, 1:3].eq(1).all() and x[:, 0].eq(0).all()  # a view: writes land in x
+    env = dict(rewards=tensor(0, (2, 6, 1), torch.float64), terminated=torch.zeros(2, 6, 1, dtype=torch.float64),
+               mask=torch.ones(6, dtype=torch.float64), target_qs=tensor(1, (2, 7, 1), torch.float64))
+    new = _rewritten_forbidding_op(PYMARL)
+    with pytest.raises(IndexError):  # mask[:, t] of a 1-D mask: the loop raises as written
+        exec(compile(new, "new", "exec"), clone(env))
+
+
 CORPUS_NEGATIVE = [
     ("""\
 def f(returns, rewards, gamma):
@@ -1615,6 +1702,19 @@ def f(data, gamma):
         out.insert(0, R * p)
     return out
 """, "unpacks each element of `data[::-1]` into `r, p`"),
+    ("""\
+def f(ret, rewards, gamma):
+    for t in range(ret.shape[1] - 2, -1, -1):
+        ret[:, t] = rewards[:, t] + gamma * ret[:, t + 1]
+        ret[0, t] = 0.0
+    return ret
+""", "`ret` is indexed along dimension 1 and also otherwise"),
+    ("""\
+def f(ret, rewards, gamma):
+    for t in range(ret.shape[1] - 2, -1, -1):
+        ret[:, t] = rewards[:, t] + gamma * ret[:, t + 2]
+    return ret
+""", "recurrence through memory"),
 ]
 
 

@@ -248,8 +248,14 @@ def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
     if _is_call(it, "range", 3) and name_tgt:
         first, stop, step = (a.value for a in it.args)
         if _norm(stop) == "-1" and _norm(step) == "-1" and isinstance(first, cst.BinaryOperation) \
-                and isinstance(first.operator, cst.Subtract) and _is_int(first.right, 1) and not first.lpar:
-            return Header("index", index=name_tgt, T=first.left, target=tgt)
+                and isinstance(first.operator, cst.Subtract) and isinstance(first.right, cst.Integer) \
+                and not first.lpar:
+            k = int(first.right.evaluated_value)
+            if k == 1:
+                return Header("index", index=name_tgt, T=first.left, target=tgt)
+            if k >= 2:  # range(X - k, -1, -1): T = X - k + 1 steps (pymarl: the last step set before)
+                return Header("index", index=name_tgt, T=cst.parse_expression(f"{_code(first.left).strip()} - {k - 1}"),
+                              target=tgt)
         return None
     base = _reversed_slice(it)
     if base is not None and name_tgt:
@@ -519,6 +525,7 @@ class Planner:
         self.cells: List[cst.BaseExpression] = []  # outs whose rows must hold one element
         self.forwarded: Dict[int, Tuple[str, Tuple[str, ...]]] = {}  # out[t] read after this step's write
         self.fwd_reads: Dict[str, int] = {}  # out code -> number of column indices of its reads
+        self.views: List[Tuple[str, str]] = []  # (name, container): x_t = x.movedim(1, 0), bound by the guard
         self.divides = False
         self.step_names: Set[str] = set()  # arrays over the middle steps (temporaries, results)
         self.T = ""
@@ -1321,6 +1328,8 @@ class Planner:
         else:
             conts = ", ".join(_code(c).strip() for _, c in h.elements)
             head = f"({T} := {helpers}.length({conts})) >= 2"
+        for name, code in self.views:  # time along dimension 1: time-major views, None if none
+            head += f" and ({name} := {helpers}.dim1({code})) is not None"
         args: List[str] = [T]
 
         def pairs(d: Dict[str, int]) -> str:
@@ -1367,6 +1376,57 @@ class Planner:
         if self.cpu:
             args.append("cpu=True")
         return f"{head} and {helpers}.recurrence_ok({', '.join(args)})"
+
+
+# --------------------------------------------------------------------------- time along dimension 1
+
+
+def _is_full_slice(el: cst.SubscriptElement) -> bool:
+    sl = el.slice
+    return isinstance(sl, cst.Slice) and sl.lower is None and sl.upper is None and sl.step is None
+
+
+def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tuple[cst.For, List[Tuple[str, str]]]]:
+    """pymarl walks time along dimension 1: ``ret[:, t] = ... ret[:, t + 1] ...``. For the analysis
+    the loop is read with ``x[:, i, ...]`` (``i`` reading ``t``) as ``x_t[i, ...]``, ``x_t`` the
+    time-major view ``x.movedim(1, 0)`` the guard binds (runtime.vectorized.dim1: None for what
+    has no dimension 1); the first, last and else-branch loops keep the original text. None when
+    the loop indexes nothing that way; Skip when a container is also used otherwise (two names
+    for one memory) or rebound in the loop."""
+    if header.kind != "index":
+        return None
+    t = header.index
+    found: Dict[str, cst.BaseExpression] = {}
+    for n in _walk(node.body):
+        if isinstance(n, cst.Subscript) and len(n.slice) >= 2 and _is_full_slice(n.slice[0]) \
+                and _pure_container(n.value) and t in _names_read(n.slice[1].slice):
+            found.setdefault(_norm(n.value), n.value)
+    if not found:
+        return None
+    bound = _bound_names(node.body)
+    names: Dict[str, str] = {}
+    for key, cont in found.items():
+        if _head(cont) in bound:
+            raise Skip(f"`{_code(cont).strip()}` is indexed along dimension 1 and reassigned in the loop")
+        names[key] = ctx.imports.unique_name(f"{key.split('.')[-1]}_t")
+
+    class Sub(cst.CSTTransformer):
+        def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+            if len(updated.slice) >= 2 and _is_full_slice(updated.slice[0]) and _pure_container(updated.value) \
+                    and _norm(updated.value) in names and t in _names_read(updated.slice[1].slice):
+                rest = list(updated.slice[1:])
+                rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                return cst.Subscript(value=cst.Name(names[_norm(updated.value)]), slice=rest,
+                                     lpar=updated.lpar, rpar=updated.rpar)
+            return updated
+
+    new = node.with_changes(body=node.body.visit(Sub()))
+    left = _names_read(new.body)
+    chains = {dotted(n) for n in _walk(new.body) if isinstance(n, cst.Attribute)}
+    for key, cont in found.items():
+        if (key in left) if isinstance(cont, cst.Name) else (key in chains):
+            raise Skip(f"`{_code(cont).strip()}` is indexed along dimension 1 and also otherwise")
+    return new, [(names[k], _code(c).strip()) for k, c in found.items()]
 
 
 # --------------------------------------------------------------------------- look-alikes to report
@@ -1895,7 +1955,13 @@ class VectorizeRecurrence(Transform):
                 continue
             if not _loose_candidate(node, header):
                 continue
-            planner = Planner(ctx, node, header, reassociate, cpu=ctx.backend == "cpu")
+            try:
+                viewed = _time_views(ctx, node, header)
+            except Skip as exc:
+                sites.append(site(SKIPPED, str(exc)))
+                continue
+            planner = Planner(ctx, viewed[0] if viewed else node, header, reassociate, cpu=ctx.backend == "cpu")
+            planner.views = viewed[1] if viewed else []
             try:
                 planner.analyse()
                 new, exact, reason = self.build(ctx, node, planner)
@@ -1979,6 +2045,10 @@ class VectorizeRecurrence(Transform):
                          "loop up to rounding (about 1e-6 relative in float32)")
         else:
             exactness = "reassociated: equal up to rounding (about 1e-6 relative in float32, 1e-15 in float64)"
+        for name, code in planner.views:  # x_t[i] is x[:, i] in the user's text
+            kinds = re.sub(rf"(?<![\w.]){re.escape(name)}\[", f"{code}[:, ", kinds)
+        if planner.views:
+            shape += "time along dimension 1, "
         reason = (f"backward linear recurrence {kinds} ({shape}{exactness}): first and last step run as "
                   f"written, steps in between by linear_recurrence; guarded by recurrence_ok, "
                   f"original loop kept in the else branch")

@@ -22,14 +22,8 @@ def build_td_lambda_targets(rewards, terminated, mask, target_qs, n_agents, gamm
 
 
 EXPECT = {
-    "for t in range(ret.shape[1] - 2, -1,  -1):": ("vectorize.recurrence", "REWRITTEN", "reassociated"),
-}
-FINDINGS = {
-    "for t in range(ret.shape[1] - 2, -1,  -1):": (
-        "F-pymarl: backward recurrence along dimension 1 (ret[:, t] = c * ret[:, t + 1] + b[:, t]) "
-        "walked by range(X - 2, -1, -1) is not recognised: _backward_header accepts only "
-        "range(X - 1, -1, -1) and the body parser only [t]/[t + k] on dimension 0"
-    ),
+    # exact: td_lambda * gamma * ret[:, t + 1] + b is the op's b + a * x (a sum of two terms commutes)
+    "for t in range(ret.shape[1] - 2, -1,  -1):": ("vectorize.recurrence", "REWRITTEN", "exact"),
 }
 
 
