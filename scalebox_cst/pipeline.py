@@ -17,7 +17,7 @@ import difflib
 import gc
 import io
 import tokenize
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -95,6 +95,7 @@ class Pipeline:
         # most transforms decide on the ast that nothing applies.
         module: Optional[cst.Module] = None
         imports = None  # shared by the transforms that see the same module version
+        codegen = _Codegen()
         for transform in self.transforms:
             ctx = FileContext(
                 path, module, self.config, self.backend, code=code, tree=tree, imports=imports, line_maps=tuple(line_maps)
@@ -105,7 +106,7 @@ class Pipeline:
                 new_module, found = transform.rewrite(ctx)
                 module = ctx.__dict__.get("module", module)
                 new_module = ctx.finish(new_module) if new_module is not None else None
-                new_code = code if new_module is None or new_module is module else new_module.code
+                new_code = code if new_module is None or new_module is module else codegen.code(new_module)
                 if new_code != code:
                     new_tree = ast.parse(new_code, filename=path)
             except cst.ParserSyntaxError as exc:
@@ -129,6 +130,38 @@ class Pipeline:
         sites.sort(key=lambda s: (s.line, s.end_line, s.transform))
         status = "rewritten" if output != data else "unchanged"
         return FileResult(path, data, output, FileReport(path, status, None, sites))
+
+
+class _Codegen:
+    """``module.code``, reusing the code of top-level statements already generated.
+
+    Each transform that edits costs a full codegen (18 ms for 900 lines), though most edits touch
+    one function: the other top-level statements are the very same (immutable) nodes as in the
+    previous version. At the top level a node's code does not depend on its neighbours (the
+    indentation is empty), so the module's code is the concatenation of its header lines,
+    statements and footer lines, each generated once. Modules without a trailing newline (libcst
+    then drops the last token) or with nothing in them take ``module.code``.
+    """
+
+    def __init__(self) -> None:
+        self._style: Tuple[str, str] = ("", "")
+        self._done: Dict[int, Tuple[cst.CSTNode, str]] = {}  # id(node) -> (node, its code)
+
+    def code(self, module: cst.Module) -> str:
+        parts = (*module.header, *module.body, *module.footer)
+        if not module.has_trailing_newline or not parts:
+            return module.code
+        style = (module.default_indent, module.default_newline)
+        done = self._done if style == self._style else {}
+        now: Dict[int, Tuple[cst.CSTNode, str]] = {}
+        texts: List[str] = []
+        for node in parts:
+            hit = done.get(id(node))
+            text = hit[1] if hit is not None and hit[0] is node else module.code_for_node(node)
+            now[id(node)] = (node, text)  # keeps the node alive, so its id is not reused
+            texts.append(text)
+        self._style, self._done = style, now
+        return "".join(texts)
 
 
 def _error(path: str, data: bytes, message: str, bad_input: bool = False) -> FileResult:

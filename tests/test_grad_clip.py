@@ -827,3 +827,28 @@ def test_exec_non_optimizer_with_optimizer_name_warns_and_runs(monkeypatch):
     with pytest.warns(RuntimeWarning, match="Stepper") as caught:
         ns = _exec(out)
     assert ns["opt"].stepped and len([w for w in caught if "Stepper" in str(w.message)]) == 1
+
+
+def test_nothing_to_insert_parses_no_libcst_tree():
+    """Found by the whole-file sweep: with nothing to insert (the code already clips) grad_clip
+    still parsed the file with libcst (60 ms for 900 lines) and re-parsed it with ``ast``; it now
+    reads the pipeline's shared ast and leaves libcst alone."""
+    from scalebox_cst.transforms import FileContext
+
+    src = textwrap.dedent(
+        """\
+        import torch
+        def update(model, opt, loss):
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+        """
+    )
+    import ast as _ast
+
+    tree = _ast.parse(src)
+    ctx = FileContext("t.py", None, Config(transforms=["grad_clip"]), "cpu", code=src, tree=tree)
+    module, sites = GradClip().rewrite(ctx)
+    assert module is None and "module" not in ctx.__dict__
+    assert [s.action for s in sites] == [SKIPPED] and "already clipped" in sites[0].reason

@@ -568,6 +568,103 @@ def test_sum_with_a_carried_value_is_still_reported():
     assert [s.action for s in sites] == [SKIPPED] and "not an accumulation" in sites[0].reason
 
 
+@pytest.mark.parametrize(
+    "src",
+    [
+        # a replay-buffer sample: rows collected for torch.tensor(...), nothing reduced (minimalRL)
+        "import torch\n"
+        "def sample(batch):\n"
+        "    s_lst, r_lst = [], []\n"
+        "    for transition in batch:\n"
+        "        s, r = transition\n"
+        "        s_lst.append(s)\n"
+        "        r_lst.append([r])\n"
+        "    return torch.tensor(s_lst), torch.tensor(r_lst)\n",
+        # layers collected for nn.Sequential
+        "import torch.nn as nn\n"
+        "def mlp(sizes):\n"
+        "    layers = []\n"
+        "    for j in range(len(sizes) - 1):\n"
+        "        n_in = sizes[j]\n"
+        "        layers.append(nn.Linear(n_in, sizes[j + 1]))\n"
+        "    return nn.Sequential(*layers)\n",
+        # a counter and a list extended by displays
+        "def f(items):\n"
+        "    n = 0\n"
+        "    seen = []\n"
+        "    for it in items:\n"
+        "        n += 1\n"
+        "        seen += [it]\n"
+        "    return n, seen\n",
+        # a string being built (SB3 get_system_info)
+        "def info(d):\n"
+        "    text = ''\n"
+        "    for key, value in d.items():\n"
+        "        text += f'- {key}: {value}\\n'\n"
+        "    return text\n",
+        # rows gathered then stacked along dim 1 (ikostrikov recurrent_generator): not a reduction
+        "import torch\n"
+        "def gather(obs, perm, n):\n"
+        "    rows = []\n"
+        "    for k in range(n):\n"
+        "        ind = perm[k]\n"
+        "        rows.append(obs[:, ind])\n"
+        "    return torch.stack(rows, 1)\n",
+    ],
+    ids=["buffer-sample", "layers", "counter-and-extend", "string", "stack-dim-1"],
+)
+def test_loops_that_reduce_nothing_are_not_reported(src):
+    """Found by the whole-file sweep of real RL code: loops that only collect values nothing
+    reduces afterwards, count, or build strings were reported as skipped reductions ("the body
+    also runs `s, r = transition`, which is not an accumulation"), noise on every replay buffer."""
+    out, sites = rewrite(src)
+    assert out == src
+    assert sites == []
+
+
+@pytest.mark.parametrize("which", ["noise", "candidate"])
+def test_noise_filter_on_the_full_pass(monkeypatch, which):
+    """The same decisions on the libcst fallback pass (taken when the ast and libcst statement
+    lists do not pair up)."""
+    from scalebox_cst.transforms import loop_analysis
+
+    monkeypatch.setattr(loop_analysis.CstStatements, "matches", lambda self, astmts: False)
+    body = "out.append([x])" if which == "noise" else "out.append(x * 2.0)\n        n = x"
+    src = (
+        "import torch\n"
+        "class A:\n"
+        "    def f(self, xs):\n"
+        "        out = []\n"
+        "        for x in xs:\n"
+        f"            {body}\n"
+        "        return torch.tensor(out) if self else torch.stack(out).sum()\n"
+    ).replace("\n        n = x", "\n            n = x")
+    if which == "noise":
+        src = src.replace(" if self else torch.stack(out).sum()", "")
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == ([] if which == "noise" else [SKIPPED])
+
+
+def test_collected_list_reduced_later_is_still_reported():
+    """The noise filter keeps a real candidate: appends whose list a stack().sum() reduces
+    somewhere in the function (here under an ``if``) stay a reported skip."""
+    src = (
+        "import torch\n"
+        "def loss(pairs, scale):\n"
+        "    losses = []\n"
+        "    for logp, ret in pairs:\n"
+        "        adv = ret - scale\n"
+        "        losses.append(-logp * adv)\n"
+        "    if losses:\n"
+        "        return torch.stack(losses).sum()\n"
+        "    return 0.0\n"
+    )
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and "not an accumulation" in sites[0].reason
+
+
 def test_stack_declines_what_the_loop_would_compute_differently():
     """The bulk check of list operands: one dtype (torch.stack would promote), one shape and
     device (stack raises), strided plain tensors or Parameters only."""

@@ -525,10 +525,10 @@ class GradClip(Transform):
     ]
 
     # ------------------------------------------------------------------ rewrite
-    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
+    def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         max_norm = _number_text(ctx.option(ID, "max_norm", 1.0))
         source = ctx.code
-        mod = _Module(ast.parse(source), ctx.imports)
+        mod = _Module(ctx.tree, ctx.imports)  # the pipeline's shared ast of this version (read only)
         sites: List[Site] = []
         plans: Dict[cst.CSTNode, Dict[int, List[str]]] = {}
         state = {"alias": None, "warned": set()}
@@ -539,7 +539,7 @@ class GradClip(Transform):
             for s, step in enumerate(events):
                 self._decide(ctx, source, mod, events, s, step, max_norm, sites, plans, state)
         if not plans:
-            return ctx.module, sites
+            return None, sites  # nothing to insert: libcst is not needed (no parse)
         return ctx.module.visit(_Apply(plans)), sites
 
     @staticmethod

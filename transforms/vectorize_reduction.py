@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -31,6 +31,7 @@ from .loop_analysis import (
     ast_guarded,
     ast_is_flat,
     ast_statements,
+    builtin_checker,
     declares_global,
     early_exit_reason,
     flat_body,
@@ -124,6 +125,84 @@ def _ast_accumulation(stmt: ast.stmt) -> bool:
     return False
 
 
+#: calls that reduce a list of per-element values (what the append form can be consumed by)
+_JOINERS = frozenset({"torch.stack", "torch.cat", "torch.concat", "torch.concatenate"})
+_REDUCERS = frozenset({"torch.sum", "torch.mean"})
+_AST_DISPLAYS = (ast.Constant, ast.JoinedStr, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.ListComp, ast.SetComp, ast.DictComp)
+_CST_DISPLAYS = (
+    cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString,
+    cst.List, cst.Tuple, cst.Set, cst.Dict, cst.ListComp, cst.SetComp, cst.DictComp,
+)
+
+
+def _ast_term(stmt: ast.stmt) -> Optional[ast.expr]:
+    """What an accumulation :func:`_ast_accumulation` accepts adds (None for an append)."""
+    if isinstance(stmt, ast.AugAssign):
+        return stmt.value
+    if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.BinOp):
+        left = stmt.value.left
+        name = stmt.targets[0].id if isinstance(stmt.targets[0], ast.Name) else None
+        return stmt.value.right if isinstance(left, ast.Name) and left.id == name else left
+    return None
+
+
+def _ast_trivial(term: ast.expr) -> bool:
+    """A term no element-wise reduction is made of: a constant (a counter's ``n += 1``), a string
+    being built (``s += f"..."``), a display (``xs += [x]`` extends a list)."""
+    if isinstance(term, ast.UnaryOp) and isinstance(term.op, (ast.USub, ast.UAdd)):
+        term = term.operand
+    return isinstance(term, _AST_DISPLAYS)
+
+
+def _cst_trivial(term: cst.BaseExpression) -> bool:
+    """:func:`_ast_trivial` on libcst nodes."""
+    if isinstance(term, cst.UnaryOperation) and isinstance(term.operator, (cst.Minus, cst.Plus)):
+        term = term.expression
+    return isinstance(term, _CST_DISPLAYS)
+
+
+def _ast_reduced_lists(scope: ast.AST, imports, builtin_ok) -> Set[str]:
+    """Names passed first to a reducing call (``torch.stack(L)``, ``sum(L)``...) anywhere in ``scope``."""
+    out: Set[str] = set()
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name):
+            func = node.func
+            qual = imports.qualify(func)
+            if qual in _JOINERS:  # along dim 0 only: what the rewrite consumes
+                dims = [*node.args[1:], *(k.value for k in node.keywords if k.arg == "dim")]
+                if len(dims) + sum(k.arg != "dim" for k in node.keywords) > 1 or any(k.arg != "dim" for k in node.keywords):
+                    continue
+                if dims and not (isinstance(dims[0], ast.Constant) and type(dims[0].value) is int and dims[0].value == 0):
+                    continue
+                out.add(node.args[0].id)
+            elif qual in _REDUCERS or (isinstance(func, ast.Name) and func.id == "sum" and builtin_ok("sum")):
+                out.add(node.args[0].id)
+    return out
+
+
+def _cst_reduced_lists(scope: cst.CSTNode, imports, builtin_ok) -> Set[str]:
+    """:func:`_ast_reduced_lists` on libcst nodes."""
+    out: Set[str] = set()
+
+    class _V(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            args = node.args
+            if args and args[0].keyword is None and not args[0].star and isinstance(args[0].value, cst.Name):
+                func, rest = node.func, args[1:]
+                qual = imports.qualify(func)
+                if qual in _JOINERS:  # along dim 0 only: what the rewrite consumes
+                    if len(rest) > 1 or (rest and (rest[0].star or (rest[0].keyword is not None and rest[0].keyword.value != "dim"))):
+                        return
+                    if rest and not (isinstance(rest[0].value, cst.Integer) and rest[0].value.value == "0"):
+                        return
+                    out.add(args[0].value.value)
+                elif qual in _REDUCERS or (isinstance(func, cst.Name) and func.value == "sum" and builtin_ok("sum")):
+                    out.add(args[0].value.value)
+
+    scope.visit(_V())
+    return out
+
+
 def _carries(stmt: cst.BaseSmallStatement) -> bool:
     """Whether ``stmt`` updates a name from its own previous value (``G = r + gamma * G``,
     ``R *= gamma``): the loop carries a value from one iteration to the next."""
@@ -161,6 +240,7 @@ class _Rewriter(ScopedRewriter):
 
     def __init__(self, ctx: FileContext, sites: List[Site], spans: Optional[Dict[cst.CSTNode, Tuple[int, int]]] = None) -> None:
         super().__init__(ctx, sites, spans)
+        self._reduced: Dict[int, Tuple[cst.CSTNode, Set[str]]] = {}  # per scope: lists a reduction reads
 
     # ---------------------------------------------------------------- scopes
     # ---------------------------------------------------------------- blocks
@@ -210,6 +290,8 @@ class _Rewriter(ScopedRewriter):
             a is None and _carries(s) for s, a in zip(stmts, accs)
         ):
             return False  # a recurrence collecting its values (vectorize.recurrence's loop): not a sum
+        if not self._reduction_like(accs):
+            return False  # collects values nothing reduces, counts, builds strings: not reported
         bad = next((s for s, a in zip(stmts, accs) if a is None), None)
         reason = early_exit_reason(loop.body)
         if reason:
@@ -250,6 +332,26 @@ class _Rewriter(ScopedRewriter):
                 if why:
                     return self._skip(loop, why)
         return self._emit(loop, idx, header, accs_, out)
+
+    def _reduction_like(self, accs: Sequence[Optional[_Acc]]) -> bool:
+        """Whether the loop sums something (a term that is not a constant, string or display) or
+        appends to a list that a stack/cat/sum/mean reduces somewhere in the scope. Other loops
+        (a batch collected for ``torch.tensor(L)``, ``n += 1``, ``s += f"..."``) are no candidates."""
+        lists: Set[str] = set()
+        for acc in accs:
+            if acc is None:
+                continue
+            if acc.kind == "append":
+                lists.add(acc.name)
+            elif not _cst_trivial(acc.expr):
+                return True
+        if not lists:
+            return False
+        scope = self.scopes[-1] if self.scopes else self.ctx.module
+        key = id(scope)
+        if key not in self._reduced:
+            self._reduced[key] = (scope, _cst_reduced_lists(scope, self.ctx.imports, self.builtin_ok))
+        return bool(lists & self._reduced[key][1])
 
     def _consumer(self, acc: _Acc, loop: cst.For, idx: int, block, scope) -> Optional[str]:
         name = acc.name
@@ -624,6 +726,29 @@ class VectorizeReduction(Transform):
         # parsed once and only the blocks that hold a candidate are analysed, in the order a full
         # transformer pass would take them (inner blocks first: names are allocated in that order).
         astmts, parents = ast_statements(ctx.tree.body)
+        builtin_ok = builtin_checker(ctx.tree)
+        reduced: Dict[int, Set[str]] = {}  # per scope (function or module): lists a reduction reads
+
+        def reduction_like(loop: ast.stmt) -> bool:  # _Rewriter._reduction_like on the ast
+            lists: Set[str] = set()
+            for s in loop.body:
+                if not _ast_accumulation(s):
+                    continue
+                term = _ast_term(s)
+                if term is None:
+                    lists.add(s.value.func.value.id)  # L.append(x)
+                elif not _ast_trivial(term):
+                    return True
+            if not lists:
+                return False
+            scope = parents.get(loop)
+            while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                scope = parents.get(scope)
+            root = scope if scope is not None else ctx.tree
+            if id(root) not in reduced:
+                reduced[id(root)] = _ast_reduced_lists(root, ctx.imports, builtin_ok)
+            return bool(lists & reduced[id(root)])
+
         candidates = [
             i
             for i, st in enumerate(astmts)
@@ -631,6 +756,7 @@ class VectorizeReduction(Transform):
             and ast_is_flat(st.body)
             and any(_ast_accumulation(s) for s in st.body)
             and not ast_guarded(st, parents, ctx.imports)
+            and reduction_like(st)
         ]
         if not candidates:
             return None, []
