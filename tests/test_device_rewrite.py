@@ -199,6 +199,28 @@ def test_cudnn_flag_with_a_computed_value_is_kept_and_warned():
     src = "import torch\ntorch.backends.cudnn.benchmark = should_benchmark()\n"
     sites = unchanged(src, transforms=("device.placement",))
     assert [s.action for s in sites] == [WARNING]
+    # a comparison is not a call: the warning says what it is not (sweep finding: the text said "a call")
+    sites = unchanged("import torch\nfor i in range(3):\n    torch.backends.cudnn.benchmark = i > 1\n",
+                      transforms=("device.placement",))
+    assert [s.action for s in sites] == [WARNING] and "not a plain name, attribute or literal" in sites[0].reason
+
+
+def test_cudnn_flag_read_back_is_kept_and_warned():
+    """Dropping the assignment is exact only if nothing reads the flag: a module that prints or
+    tests it (by any spelling of the name) keeps it, with a warning naming the read."""
+    src = (
+        "import torch\n"
+        "from torch.backends import cudnn\n"
+        "torch.backends.cudnn.benchmark = True\n"
+        "torch.backends.cudnn.deterministic = True\n"
+        "def log():\n"
+        "    print('benchmark', cudnn.benchmark)\n"
+    )
+    out, sites = rw(src, transforms=("device.placement",))
+    assert out == src.replace("torch.backends.cudnn.deterministic = True\n", "")
+    kinds = [(s.line, s.action) for s in sites]
+    assert kinds == [(3, WARNING), (4, REWRITTEN)]
+    assert "reads this flag (line 6)" in sites[0].reason
 
 
 # ------------------------------------------------------------------ by meaning

@@ -471,3 +471,23 @@ def test_global_loop_index_is_left_alone():
     out, sites = rewrite(src)
     assert out == src
     assert [s.action for s in sites] == [SKIPPED] and "global" in sites[0].reason
+
+
+def test_comprehension_of_method_calls_says_why_before_the_dimension():
+    """Found by the whole-file sweep (SB3 MultiCategoricalDistribution): a stack over dim=1 of
+    per-distribution method calls was skipped for its dimension, though what rules it out is the
+    call; the element check now comes first."""
+    src = (
+        "import torch\n"
+        "def entropy(dists):\n"
+        "    return torch.stack([d.entropy() for d in dists], dim=1).sum(dim=1)\n"
+    )
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.reason for s in sites] == [
+        "calls `d.entropy`, which is not known to act element by element (or may have side effects)"
+    ]
+    # an element-wise comprehension over another dimension keeps the dimension reason
+    src2 = "import torch\ndef f(xs):\n    return torch.stack([x * 2 for x in xs], dim=1)\n"
+    out2, sites2 = rewrite(src2)
+    assert out2 == src2 and [s.reason for s in sites2] == ["torch.stack over a dimension other than 0"]

@@ -634,3 +634,19 @@ def test_mixed_body_reported_once():
     out, sites = rewrite(src)
     assert out == textwrap.dedent(src)
     assert len(sites) == 1 and sites[0].action == SKIPPED
+
+
+def test_two_index_adds_into_the_same_rows_say_so():
+    """Found by the whole-file sweep (CleanRL C51's distribution projection): two per-row
+    index_add_ calls into the same output were reported as "loop-carried through it", which
+    they are not; the reason now says what stops the rewrite."""
+    src = (
+        "def project(target, lo, hi, w_lo, w_hi):\n"
+        "    for i in range(target.size(0)):\n"
+        "        target[i].index_add_(0, lo[i], w_lo[i])\n"
+        "        target[i].index_add_(0, hi[i], w_hi[i])\n"
+    )
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED]
+    assert sites[0].reason == "the body makes 2 index_add_ calls into `target`; only a lone per-row index_add_ is rewritten"

@@ -886,8 +886,14 @@ class _Analyzer:
             if not all(q and q.startswith(entry.pattern) for q in quals):
                 continue
             if not self._side_effect_free(node.value):
-                self.warn(entry, node, f"{entry.id}: kept, the assigned value is computed by a call; "
-                          "the setting has no effect on NPU")
+                self.warn(entry, node, f"{entry.id}: kept, the assigned value is not a plain name, attribute "
+                          "or literal (dropping the line would skip its evaluation); the setting has no effect on NPU")
+                continue
+            read = next((n for q, n in self._flag_reads(entry.pattern) if q in quals), None)
+            if read is not None:
+                self.warn(entry, node, f"{entry.id}: kept, the module reads this flag (line "
+                          f"{self.ctx.original_line(read.lineno)}): dropping the assignment could change what "
+                          "it sees; the setting has no effect on NPU")
                 continue
             line = self.lines[-1] if self.lines else None
             if line is None:
@@ -961,6 +967,20 @@ class _Analyzer:
             hit = [f for f in full_names if f == entry.pattern or f.startswith(entry.pattern + ".")]
             if hit:
                 self.warn(entry, node, f"{hit[0]}: {entry.reason}")
+
+    def _flag_reads(self, prefix: str) -> List[Tuple[str, ast.Attribute]]:
+        """Loads of attributes under ``prefix`` (``torch.backends.cudnn.benchmark`` read back by
+        a print or an ``if``), by qualified name: a dropped assignment would change what they see."""
+        found = self.__dict__.get("_reads")
+        if found is None:
+            found = self.__dict__["_reads"] = [
+                (q, n)
+                for n in ast.walk(self.ctx.tree)
+                if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+                for q in (self.imports.qualify(n),)
+                if q and q.startswith(prefix)
+            ]
+        return found
 
     def _side_effect_free(self, value: ast.AST) -> bool:
         if isinstance(value, ast.Name):

@@ -238,6 +238,12 @@ def _analyse(node: cst.For, scope: cst.CSTNode, builtin_ok) -> Union[str, _Plan]
     recv = calls[0].value.func.value
     out_ref = recv.value if isinstance(recv, cst.Subscript) else recv
     if len(stmts) != 1:
+        bases = [c.value.func.value for c in calls]
+        bases = [b.value if isinstance(b, cst.Subscript) else b for b in bases]
+        if len(calls) == len(stmts) and is_simple_ref(out_ref) and all(b.deep_equals(out_ref) for b in bases):
+            # two index_add_ into the same rows (CleanRL C51's projection): not a dependence
+            # between iterations, just more than the one call the rewrite takes
+            return f"the body makes {len(calls)} index_add_ calls into `{_code(out_ref)}`; only a lone per-row index_add_ is rewritten"
         other = next(s for s in stmts if s is not calls[0])
         if is_simple_ref(out_ref) and _mentions(other, out_ref):
             return f"the body also runs `{_code(other).strip()}`, which uses `{_code(out_ref)}` (loop-carried through it)"

@@ -363,16 +363,9 @@ class _Rewriter(ScopedRewriter):
         comp = args[0].value
         kind = "stack" if qual == "torch.stack" else "cat"
         rest = args[1:]
-        if len(rest) > 1 or (
-            rest
-            and (
-                rest[0].star
-                or (rest[0].keyword is not None and rest[0].keyword.value != "dim")
-                or not (isinstance(rest[0].value, cst.Integer) and rest[0].value.value == "0")
-            )
-        ):
-            self._site(original, SKIPPED, f"torch.{kind} over a dimension other than 0")
-            return updated
+        # what the elements are is checked first: a comprehension of model or method calls
+        # (SB3's torch.stack([d.entropy() for d in dists], dim=1)) is no candidate whatever the
+        # dimension, and its reason should say so
         fo = comp.for_in
         if fo.inner_for_in is not None or fo.ifs or fo.asynchronous is not None:
             self._site(original, SKIPPED, "the comprehension has several for clauses or a filter")
@@ -385,6 +378,16 @@ class _Rewriter(ScopedRewriter):
         reason = analysis.check(comp.elt)
         if reason:
             self._site(original, SKIPPED, reason)
+            return updated
+        if len(rest) > 1 or (
+            rest
+            and (
+                rest[0].star
+                or (rest[0].keyword is not None and rest[0].keyword.value != "dim")
+                or not (isinstance(rest[0].value, cst.Integer) and rest[0].value.value == "0")
+            )
+        ):
+            self._site(original, SKIPPED, f"torch.{kind} over a dimension other than 0")
             return updated
         if self._comprehensions:
             self._site(original, SKIPPED, "inside another comprehension (no room for the guard's :=)")
