@@ -130,7 +130,7 @@ def check_file(path: str, pipelines: Dict[str, Pipeline], slow_ms: float):
     for backend, pipeline in pipelines.items():
         result, ms = timed_rewrite(pipeline, name, data, slow_ms)
         report = result.report
-        text = data.decode("utf-8", "replace")
+        text = data.decode("utf-8-sig", "replace")  # a BOM stays at the head of the file, before any import
         lines = len(physical_lines(text))
         outcome = Outcome(name, backend, lines, ms, report.status, list(report.sites))
         outcomes.append(outcome)
@@ -162,7 +162,7 @@ def check_file(path: str, pipelines: Dict[str, Pipeline], slow_ms: float):
             elif again.output != result.output or new_sites:
                 what = "; ".join(s.describe() for s in new_sites[:3]) or "output changed, no REWRITTEN site"
                 problem("not-idempotent", what)
-            out_text = result.output.decode("utf-8")
+            out_text = result.output.decode("utf-8-sig")
             for message in changed_outside(text, out_text, report.sites):
                 problem("outside-span", message)
     return outcomes, problems

@@ -578,3 +578,31 @@ def test_cpu_foreach_rewrite_runs_bitwise_like_the_original():
     exec(compile(out, "new.py", "exec"), b)
     for p, q in zip(a["model"].parameters(), b["model"].parameters()):
         assert torch.equal(p, q)
+
+
+def test_float64_in_dtype_tests_is_neither_renamed_nor_reported():
+    """Found by the whole-file sweep (PFRL soft_copy_param: ``dtype in [torch.float32,
+    torch.float64, torch.float16]``): a dtype compared against makes no float64 data, yet it was
+    reported, and with allow_precision_change renamed, which turns the test around
+    (``assert x.dtype != torch.double`` became ``!= torch.float32``). Creations still are."""
+    src = """\
+        import torch
+        def f(x, sd):
+            if x.dtype == torch.float64:
+                x = x.float()
+            assert x.dtype != torch.double
+            ok = sd.dtype in [torch.float32, torch.float64, torch.float16]
+            y = torch.zeros(3, dtype=torch.float64)
+            return x, y, ok, torch.float64 is x.dtype
+        """
+    for allow in (False, True):
+        out, sites = rw(src, transforms=("device.precision",), allow_precision_change=allow)
+        expected = textwrap.dedent(src)
+        if allow:
+            expected = expected.replace("torch.zeros(3, dtype=torch.float64)", "torch.zeros(3, dtype=torch.float32)")
+        assert out == expected
+        assert [(s.line, s.action) for s in sites] == [(7, REWRITTEN if allow else WARNING)]
+    ns = {}
+    exec(compile(out, "t", "exec"), ns)
+    x, y, ok, same = ns["f"](torch.ones(2), torch.ones(1, dtype=torch.float16))
+    assert ok and not same and y.dtype == torch.float32

@@ -563,6 +563,7 @@ class _Analyzer:
         self.done_literals: Set[ast.AST] = set()
         self.claimed: Set[ast.AST] = set()
         self.handled_refs: Set[ast.AST] = set()
+        self.dtype_tests: Set[int] = set()  # ids of ast operands of comparisons (dtype tests)
         self.ref_ok: Set[ast.AST] = set()
         self.within_depth: Dict[str, int] = {}
         self.lines: List[_Line] = []  # enclosing statement line (or suite)
@@ -1021,6 +1022,11 @@ class _Analyzer:
 
     def _e_compare(self, node: ast.Compare) -> None:
         self._compare(node)
+        # dtype tests (``x.dtype == torch.float64``, ``dtype in [torch.float32, torch.float64]``)
+        # make no float64 data: renaming the dtype there would turn the test's logic around
+        for operand in (node.left, *node.comparators):
+            items = operand.elts if isinstance(operand, (ast.List, ast.Tuple, ast.Set)) else (operand,)
+            self.dtype_tests.update(id(x) for x in items)
         self._expr(node.left)
         for c in node.comparators:
             self._expr(c)
@@ -1390,6 +1396,8 @@ class _Analyzer:
                 if entry.within and not self.within_depth.get(entry.id):
                     continue
                 self.handled_refs.add(node)
+                if entry.transform == T.PRECISION and id(node) in self.dtype_tests:
+                    return True  # compared, not created: nothing to change or report
                 if mode == "warn":
                     self.warn(entry, node, self._warn_reason(entry))
                 else:
