@@ -3,8 +3,9 @@
 The unit tests and the snippet corpus check what each transform does with the patterns it
 knows; this sweep checks that nothing goes wrong on everything else a user's file holds. For
 every ``.py`` file in the folder and every backend it runs ``Pipeline(Config(), backend)`` once
-(timed; a slow time is re-measured, best of three) and reports per file the rewrite's wall time
-and its sites by transform and action. A PROBLEM is any of:
+(default options, or those given with ``--option``; timed, a slow time re-measured, best of
+three) and reports per file the rewrite's wall time and its sites by transform and action.
+A PROBLEM is any of:
 
   (a) ``not-analysed``  a site whose reason starts with "not analysed" (a transform raised
                         while analysing that site: an analysis bug);
@@ -23,7 +24,7 @@ Input that is not the engine's to fix (not UTF-8, a SyntaxError for this Python)
 note, not a problem. Files are not changed. Exit status 1 if any problem, else 0.
 
     OMP_NUM_THREADS=1 python benchmarks/sweep_real_code.py FOLDER [--backends cpu cuda npu]
-        [--sites] [--skipped] [--json OUT.json] [--slow-ms 200]
+        [--sites] [--skipped] [--json OUT.json] [--slow-ms 200] [--option device.allow_precision_change=True]
 
 ``--sites`` prints every site of every file (all backends), ``--skipped`` only the SKIPPED and
 WARNING ones (to judge noise); ``--json`` writes everything for later comparison.
@@ -31,6 +32,7 @@ WARNING ones (to judge noise); ``--json`` writes everything for later comparison
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import dataclasses
 import difflib
@@ -228,7 +230,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--sites", action="store_true", help="print every site")
     parser.add_argument("--skipped", action="store_true", help="print SKIPPED and WARNING sites")
     parser.add_argument("--json", help="write outcomes and problems to this file")
+    parser.add_argument(
+        "--option", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        help="a config option for every run (value read as a Python literal, else a string)",
+    )
     args = parser.parse_args(argv)
+    config = Config()
+    for item in args.option:
+        name, _, raw = item.partition("=")
+        section, _, key = name.partition(".")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        config.set_option(section, key, value)
 
     files = sorted(
         os.path.join(args.folder, f) for f in os.listdir(args.folder) if f.endswith(".py")
@@ -236,7 +251,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not files:
         print(f"no .py files in {args.folder}", file=sys.stderr)
         return 2
-    pipelines = {b: Pipeline(Config(), backend=b) for b in args.backends}
+    pipelines = {b: Pipeline(config, backend=b) for b in args.backends}
     for pipeline in pipelines.values():  # warm up imports and caches before timing
         pipeline.rewrite("warmup.py", b"import torch\nfor p in m.parameters():\n    p.data.mul_(2)\n")
 
