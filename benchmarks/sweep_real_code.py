@@ -11,7 +11,8 @@ A PROBLEM is any of:
                         while analysing that site: an analysis bug);
   (b) ``error``         the FileReport has an error that is not the input's fault (a transform
                         raised or emitted invalid code; libcst refused a file that ``ast`` took);
-  (c) ``no-compile``    the output does not compile;
+  (c) ``no-compile``    the output does not compile, or compiles with a warning the input has
+                        not (a SyntaxWarning from emitted code);
   (d) ``not-idempotent``  rewriting the output again changes it, or reports REWRITTEN sites
                         (the engine's own guards and kept-verbatim else branches must not be
                         candidates a second time);
@@ -42,6 +43,7 @@ import re
 import statistics
 import sys
 import time
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from scalebox_cst.config import Config
@@ -85,6 +87,15 @@ def timed_rewrite(pipeline: Pipeline, name: str, data: bytes, slow_ms: float):
             pipeline.rewrite(name, data)
             ms = min(ms, (time.perf_counter() - t0) * 1000)
     return result, ms
+
+
+def compile_warnings(code: bytes, name: str) -> set:
+    """The warnings compiling ``code`` emits (SyntaxWarning for an invalid escape...); raises
+    SyntaxError/ValueError when it does not compile."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compile(code, name, "exec", dont_inherit=True)
+    return {f"{w.category.__name__}: {w.message}" for w in caught}
 
 
 def changed_outside(source: str, output: str, sites: Sequence[Site]) -> List[str]:
@@ -150,10 +161,12 @@ def check_file(path: str, pipelines: Dict[str, Pipeline], slow_ms: float):
             if site.reason.startswith("not analysed"):
                 problem("not-analysed", site.describe())
         try:
-            compile(result.output, name, "exec", dont_inherit=True)
+            new_warnings = compile_warnings(result.output, name) - compile_warnings(data, name)
         except (SyntaxError, ValueError) as exc:
             problem("no-compile", f"{type(exc).__name__}: {exc}")
             continue
+        if new_warnings:
+            problem("no-compile", f"the output compiles with new warnings: {sorted(new_warnings)}")
         if ms > slow_ms and lines < 1000:
             problem("slow", f"{ms:.0f} ms for {lines} lines")
         if result.output != data:

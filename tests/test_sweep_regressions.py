@@ -333,3 +333,25 @@ def test_sweep_tool_reports_a_transform_that_raises(tmp_path, monkeypatch, capsy
     assert sweep.main([str(tmp_path), "--backends", "cpu"]) == 1
     text = capsys.readouterr().out
     assert "td3.py [cpu] error:" in text and "transform grad_clip failed (RuntimeError: analysis bug)" in text
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::SyntaxWarning")  # the input's own
+def test_sweep_tool_reports_emitted_code_that_warns(tmp_path, monkeypatch, capsys):
+    """Emitted code that compiles with a SyntaxWarning the input has not (an invalid escape in
+    a generated string) is a problem; the same warning already in the input is not."""
+    import libcst as cst
+
+    sweep = _sweep_module()
+    from scalebox_cst.transforms.grad_clip import GradClip
+
+    def warn_once(self, ctx):
+        stmt = cst.parse_statement('_emitted = "' + chr(92) + 'd"\n')  # an invalid escape: \d
+        return ctx.module.with_changes(body=[*ctx.module.body, stmt]), []
+
+    monkeypatch.setattr(GradClip, "rewrite", warn_once)
+    (tmp_path / "a.py").write_text("import torch\ndef f(opt, loss):\n    loss.backward()\n    opt.step()\n")  # grad_clip runs
+    assert sweep.main([str(tmp_path), "--backends", "cpu"]) == 1
+    assert "the output compiles with new warnings" in capsys.readouterr().out
+    (tmp_path / "a.py").write_text('import torch\nx = "' + chr(92) + 'd"\ndef f(opt, loss):\n    loss.backward()\n    opt.step()\n')  # its own warning
+    monkeypatch.setattr(GradClip, "rewrite", lambda self, ctx: (None, []))
+    assert sweep.main([str(tmp_path), "--backends", "cpu"]) == 0
