@@ -125,8 +125,11 @@ def test_torch_fallbacks(seed, T, N, dtype, a_kind, init_kind, reverse):
     ref = naive_t(a, b, init, reverse)
     # sequential torch loop: exact
     assert torch.equal(linear_recurrence(a, b, init, reverse=reverse, impl="loop"), ref)
-    # log-step scan: reassociated
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    # log-step scan: reassociated, within the documented bound relative to max |x| (cancellation
+    # can leave an element far smaller than the terms it sums)
+    scale = max(1.0, float(ref.abs().max())) if ref.numel() else 1.0
+    eps = 1e-5 if dtype == torch.float32 else 1e-12
+    tol = dict(rtol=eps, atol=eps * scale)
     out = linear_recurrence(a, b, init, reverse=reverse, impl="scan")
     assert out.dtype == dtype
     torch.testing.assert_close(out, ref, **tol)
