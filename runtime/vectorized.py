@@ -161,8 +161,8 @@ def recurrence_ok(
 
     ``seqs``: ``(container, extra)`` pairs read per step in arithmetic (``len >= T + extra``);
     all torch tensors, all numpy arrays, all lists of Python floats or all lists of tensors, of
-    one floating dtype (float32/float64), one row shape, one device, nothing requiring grad.
-    ``conds``: ``(container, extra)`` read per step only for their truth value (1-D).
+    one floating dtype (float32/float64), one row shape, one device (what may require grad: see
+    below). ``conds``: ``(container, extra)`` read per step only for their truth value (1-D).
     ``consts``: loop-invariant operands (Python numbers, or arrays of that dtype whose shape
     broadcasts into the row shape). ``scalars``: invariants that form a per-step-constant
     coefficient (Python numbers or 0-d arrays). ``outs``: arrays written at ``[t]`` (same kind,
@@ -179,10 +179,51 @@ def recurrence_ok(
     ``sliced``: the loop walks ``x[::-1]`` (tensors do not support that). ``divides``: the maths
     divides (Python floats raise on zero where arrays give inf: lists of floats are refused).
     ``cpu``: tensors must be on the CPU (where the op is bitwise exact; elsewhere it reassociates).
+
+    Autograd (grad mode on and some tensor operand requires grad): the rewrite is differentiable
+    (:func:`linear_recurrence` has a backward, the peeled steps and the vectorized ``a`` / ``b``
+    expressions are ordinary torch ops, :func:`seq_of` stacks and :func:`items_of` hands out
+    tensors with their own history), so such operands are accepted when they are float32/float64
+    tensors on CPU or CUDA (list outputs get per-item history), with the exceptions below, which
+    take the loop.
+    Gradient exactness on CPU: every gradient the rewrite produces is a sum, over the uses of a
+    value, of products that both versions compute with the same operands (multiplication
+    commutes bitwise; the op's backward runs ``lambda[t] = g[t] + a[t-1] * lambda[t-1]``, one
+    multiply then one add, exactly what autograd through the loop forms for the carried value:
+    its row's gradient ``g[t]`` plus ``a[t-1]`` times the next step's gradient; the gradient of
+    ``a[t]`` is ``lambda[t] * x[t+1]`` in both). Only the order in which autograd sums the
+    contributions of several uses differs, and a sum of two terms (plus exact zeros from the
+    rows other uses do not touch) does not depend on the order, while three or more may. So the
+    gradients are bitwise equal (signed zeros aside) when no value they flow through (an input
+    that requires grad, or anything computed from one) has more than two uses, in the loop and
+    outside it (Dreamer's
+    lambda-return: ``target[t]`` once, ``discount[t]`` twice; the carried value: its output row
+    and the next step), and equal up to reassociation otherwise (CleanRL GAE through a critic
+    with ``returns = advantages + values`` after the loop: ``values[t]`` has three uses). The
+    guard cannot see uses outside the loop, so the site keeps ``exact`` for values (bitwise on
+    CPU whatever requires grad, and the whole result under ``no_grad``, the common case) and its
+    reason states the gradient condition. Declined under autograd, because they would make even
+    the in-loop sums differ or change what raises: loop-invariant tensors (``consts``,
+    ``scalars``) that require grad (their gradient sums over all steps), per-step inputs that
+    require grad and broadcast to a wider row (their per-step gradient is a reduction, done per
+    row in the loop and over a block in the rewrite), more than one output (the carried value's
+    gradient would sum three terms), outputs whose rows are not the row shape, outputs that are
+    leaves or views requiring grad (``out[t] = x`` raises there in the loop; a non-leaf output
+    is fine in both: each bumps its version at least once, so a tensor saved from it before the
+    loop fails backward in both), and outputs the loop reads back (``memo``, ``reads``,
+    ``cells``: the loop's reads of what it stored can save views that its later writes
+    invalidate, which the rewrite does not reproduce), and lists of per-step tensors that require
+    grad: in the real code that has them (rl-adventure's GAE over a list of critic outputs,
+    ``returns.insert(0, gae + values[step])``) each value has three uses, and the reassociated
+    gradient of the critic's weights, a float32 sum of thousands of terms with cancellation,
+    differed by 2.7e-6 relative at T = 700; the guard is not told how many uses an input has, so
+    that form stays on the loop (a list of tensors that do not require grad is accepted, and the
+    carried value may require grad).
     """
     try:
         devices = _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides,
-                                 deques=deques, rows=True, aligned=aligned, reads=reads, cells=cells)
+                                 deques=deques, rows=True, aligned=aligned, reads=reads, cells=cells,
+                                 allow_grad=True)
     except Exception:
         return False
     if devices is False:
@@ -191,11 +232,12 @@ def recurrence_ok(
 
 
 def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides, min_steps=None, deques=(),
-                   rows=False, aligned=False, reads=(), cells=()):
+                   rows=False, aligned=False, reads=(), cells=(), allow_grad=False):
     """False, or the set of devices of the tensors involved (empty when there are none).
     ``rows``: also admit lists of numpy rows, and integer / bool numpy inputs next to float64
     ones (numpy promotes those to float64 whatever the grouping, so the arrays give the values
-    the rows give)."""
+    the rows give). ``allow_grad``: per-step inputs and outputs may require grad under grad mode
+    (the policy of :func:`recurrence_ok`); without it nothing may."""
     T = operator.index(T)
     if T < 2 or not seqs:
         return False
@@ -212,6 +254,7 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     if sliced and mode in ("torch",):
         return False
     grad = torch.is_grad_enabled()
+    graded: List[Tuple[int, ...]] = []  # row shapes of per-step inputs that require grad
     devices = set()
     arrays: List[Any] = []  # every array input (for the aliasing check)
     # ---- per-step arithmetic inputs: one dtype, one row shape
@@ -228,7 +271,9 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
             if mode == "torch":
                 devices.add(x.device)
                 if grad and x.requires_grad:
-                    return False
+                    if not allow_grad or x.device.type not in ("cpu", "cuda"):
+                        return False
+                    graded.append(shape)
             arrays.append(x)
         elif mode == "float":
             dt, shape = np.dtype(np.float64), ()
@@ -242,7 +287,9 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
             first = x[0]
             dt, shape = first.dtype, tuple(first.shape)
             for e in x:
-                if e.dtype != dt or tuple(e.shape) != shape or (grad and e.requires_grad):
+                if e.dtype != dt or tuple(e.shape) != shape:
+                    return False
+                if grad and e.requires_grad:  # lists of per-step tensors that require grad: declined
                     return False
                 devices.add(e.device)
         if rows and mode in ("numpy", "nlist") and dt.kind in "biu":
@@ -270,6 +317,8 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     if ints and dtype != np.float64:  # float32 with int8 stays float32, with int32 does not
         return False
     assert row is not None
+    if any(shape != row for shape in graded):  # a per-step gradient reduced over the broadcast dims
+        return False
     # ---- truth-value inputs
     for x, extra in conds:
         if len(x) < T + extra:
@@ -302,6 +351,12 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
             continue
         if not _const_ok(c, mode, dtype, (), devices, grad):
             return False
+    # ---- under autograd (an input or output requires grad; consts / scalars that do were refused)
+    if grad and allow_grad and (graded or any(isinstance(o, torch.Tensor) and o.requires_grad for o in outs)):
+        if len(outs) + len(lists) + len(deques) + len(memo) > 1 or memo or reads or cells:
+            return False
+        if any(not isinstance(o, torch.Tensor) or tuple(o.shape[1:]) != row for o in outs):
+            return False
     # ---- outputs written at [t]
     want = torch.Tensor if mode in ("torch", "tlist") else np.ndarray
     for i, o in enumerate(outs):
@@ -310,7 +365,10 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
         if not _broadcasts_into(row, tuple(o.shape[1:])):
             return False
         if isinstance(o, torch.Tensor):
-            if o.requires_grad:
+            # written in place: a leaf (or a view of one) that requires grad raises in the loop's
+            # first ``out[t] = x`` under grad mode; a non-leaf is written the same way by both
+            if o.requires_grad and not (allow_grad and grad and not o.is_leaf and not o._is_view()
+                                        and o.device.type in ("cpu", "cuda")):
                 return False
             devices.add(o.device)
             if any(isinstance(a, torch.Tensor) and _storage(a) == _storage(o) for a in arrays):
@@ -365,7 +423,7 @@ def _const_ok(c, mode, dtype, row, devices, grad) -> bool:
     if mode in ("torch", "tlist"):
         if not isinstance(c, torch.Tensor) or c.dtype != dtype:
             return False
-        if grad and c.requires_grad:
+        if grad and c.requires_grad:  # its gradient sums over every step: declined (see recurrence_ok)
             return False
         devices.add(c.device)
         return _broadcasts_into(tuple(c.shape), row)
@@ -432,7 +490,11 @@ def restore(last: Any, s: Any) -> Any:
 
 def items_of(seq: Any, src: Any, like: Any = None) -> list:
     """Per-step values of a vectorized result as list items, in index order: Python floats when
-    the loop read lists of floats, row tensors / numpy rows otherwise (shaped like ``like``)."""
+    the loop read lists of floats, row tensors / numpy rows otherwise (shaped like ``like``).
+    Rows that carry autograd history are cloned: each keeps its own history (its gradient flows
+    back through the clone, an identity, and the op) and, like the loop's items, is a tensor of
+    its own, not one of several views of one result (which autograd forbids modifying in place)
+    sharing one version counter."""
     if isinstance(seq, np.ndarray):
         if isinstance(src, (list, tuple)) and not (len(src) and isinstance(src[0], np.ndarray)):
             return seq.tolist()
@@ -441,6 +503,8 @@ def items_of(seq: Any, src: Any, like: Any = None) -> list:
         rows = list(seq.unbind(0))
     if like is not None and hasattr(like, "shape") and rows and tuple(np.shape(rows[0])) != tuple(like.shape):
         rows = [r.reshape(like.shape) for r in rows]
+    if isinstance(seq, torch.Tensor) and seq.requires_grad and torch.is_grad_enabled():
+        rows = [r.clone() for r in rows]
     return rows
 
 

@@ -2038,7 +2038,11 @@ class VectorizeRecurrence(Transform):
         if planner.resets:
             shape += "episode resets as op stretches, "
         if exact and planner.cpu:
-            exactness = "bitwise exact on CPU"
+            # gradients: see runtime.vectorized.recurrence_ok (the guard cannot see uses outside the
+            # loop, so the claim for them is conditional; values are exact whatever requires grad)
+            exactness = ("bitwise exact on CPU; gradients through it bitwise too where no value they flow "
+                         "through has more than two uses, in the loop and outside it, else reassociated "
+                         "(autograd sums three or more contributions in another order)")
         elif exact:
             exact = False
             exactness = (f"reassociated on {ctx.backend}: the op runs a parallel scan there, equal to the "

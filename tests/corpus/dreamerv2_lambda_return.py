@@ -37,24 +37,17 @@ def compute_return(
 EXPECT = {
     "for t in timesteps:": ("vectorize.recurrence", "REWRITTEN", "exact"),
 }
-FINDINGS = {
-    "runtime": (
-        "F-dreamer-grad: `reward` requires grad here (as in Dreamer's imagination training, where the "
-        "lambda-returns are backpropagated), and recurrence_ok keeps every input that requires grad "
-        "on the loop (by design: the op's autograd path is not claimed exact), so the rewritten loop "
-        "runs its else branch. Measured: with the guard's grad check lifted, values and gradients "
-        "are bitwise equal to the loop's on this code (30 seeds, T=50); a general exactness argument "
-        "for gradients (accumulation order when a carried value has several uses) is still missing"
-    ),
-}
 
 
 def run(ns, T, seed):
     g = torch.Generator().manual_seed(seed)
     B = 5
+    # imagined rollouts: reward, value, discount heads and bootstrap all carry grad (actor training
+    # backpropagates the lambda-returns); no value has more than two uses, so gradients are bitwise
     reward = torch.randn(T, B, 1, generator=g).requires_grad_()
-    value = torch.randn(T, B, 1, generator=g)
-    discount = 0.99 * (torch.rand(T, B, 1, generator=g) > 0.05).float()
-    bootstrap = torch.randn(B, 1, generator=g)
+    value = torch.randn(T, B, 1, generator=g).requires_grad_()
+    discount = (0.99 * (torch.rand(T, B, 1, generator=g) > 0.05).float()).requires_grad_()
+    bootstrap = torch.randn(B, 1, generator=g).requires_grad_()
     ret = ns["compute_return"](reward, value, discount, bootstrap, 0.95)
-    return ret, torch.autograd.grad(ret.sum(), reward)[0]
+    w = torch.randn(T, B, 1, generator=g)
+    return ret, torch.autograd.grad((ret * w).sum(), [reward, value, discount, bootstrap])
