@@ -159,6 +159,7 @@ class Config:
         payload = {
             "engine": __version__,
             "code": engine_digest(),
+            "torch": _installed("torch"),  # device.* entries depend on the torch the code runs on
             "transforms": sorted(transform_versions.items()),
             "backend": backend,
             "options": self.options,
@@ -182,6 +183,16 @@ def engine_digest() -> str:
         with open(path, "rb") as fh:
             digest.update(os.path.basename(path).encode() + b"\0" + fh.read() + b"\0")
     return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def _installed(dist: str) -> Optional[str]:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def find_project_root(start: str) -> str:

@@ -606,3 +606,19 @@ def test_float64_in_dtype_tests_is_neither_renamed_nor_reported():
     exec(compile(out, "t", "exec"), ns)
     x, y, ok, same = ns["f"](torch.ones(2), torch.ones(1, dtype=torch.float16))
     assert ok and not same and y.dtype == torch.float32
+
+
+@pytest.mark.parametrize("installed, fused", [((2, 3), False), ((2, 4), True), ((2, 13), True)])
+def test_cuda_fused_optimizer_needs_torch_2_4(monkeypatch, installed, fused):
+    """torch 2.1-2.3 raise in Adam(fused=True) while the parameters are still on the CPU (the TD3
+    author's code builds optimizers before .cuda()); on those, fused= is not added, and why is said."""
+    from scalebox_cst.transforms import device
+
+    monkeypatch.setattr(device, "installed_torch", lambda: installed)
+    src = "import torch\nopt = torch.optim.Adam(actor.parameters(), lr=3e-4)\nactor.cuda()\n"
+    out, sites = rw(src, backend="cuda")
+    assert ("fused=True" in out) is fused
+    if not fused:
+        assert out == src
+        (site,) = [s for s in sites if "fused" in s.reason]
+        assert site.action == SKIPPED and "needs torch >= 2.4" in site.reason and "2.3" in site.reason

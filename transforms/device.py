@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
+import importlib.metadata
 import re
 import weakref
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -1231,6 +1233,11 @@ class _Analyzer:
         if "no-star-kwargs" in entry.conditions and _has_star(node):
             self.skip(entry, node, f"*args/**kwargs may already hold {entry.keyword}=")
             return
+        installed = installed_torch()
+        if entry.min_torch and installed is not None and installed < _version_tuple(entry.min_torch):
+            self.skip(entry, node, f"{entry.keyword}={entry.value} needs torch >= {entry.min_torch} here; "
+                      f"the installed torch is {'.'.join(map(str, installed))}")
+            return
         self.prepare(entry)
         value_text = entry.value
         if "{npu}" in value_text:
@@ -2129,6 +2136,20 @@ class _Apply(cst.CSTTransformer):
         if original_node is self.module:
             updated_node = _inserted(updated_node, self.inserts)
         return updated_node
+
+
+def _version_tuple(text: str) -> Tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text.split("+")[0])[:2])
+
+
+@functools.lru_cache(maxsize=None)
+def installed_torch() -> Optional[Tuple[int, ...]]:
+    """(major, minor) of the torch installed with the engine: the code it rewrites runs on it.
+    Part of the pipeline fingerprint (config.py), so an upgrade re-decides these rewrites."""
+    try:
+        return _version_tuple(importlib.metadata.version("torch"))
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _apply(ctx: FileContext, an: _Analyzer) -> cst.Module:

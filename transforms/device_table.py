@@ -186,7 +186,10 @@ def _fused(cls: str, op: str, backend: str) -> Swap:
         reason=f"torch.optim.{cls}(fused=True): one fused kernel per step; not bitwise identical to "
         "torch's default path (fp32 tolerance 1e-5 relative; measured on CPU against the for-loop: "
         f"max |diff| about 1e-7 after 50 steps){guard}",
-        min_torch="2.3" if cls == "SGD" else "2.0",
+        # torch 2.1-2.3 refuse fused=True in the constructor while the parameters are still on
+        # the CPU (code that builds the optimizer before .cuda(), e.g. the TD3 author's); 2.4 added
+        # CPU fused kernels and checks devices at step time. The NPU entry asks at run time.
+        min_torch="2.4" if backend == "cuda" else ("2.3" if cls == "SGD" else "2.0"),
         before=f"import torch\nopt = torch.optim.{cls}(model.parameters(), lr=1e-3)\n",
         after=f"{lines}import torch\nopt = torch.optim.{cls}(model.parameters(), lr=1e-3, fused={emitted})\n",
     )
