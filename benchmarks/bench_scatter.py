@@ -8,9 +8,14 @@ code the pipeline emits for the naive source (guard included: type/shape checks 
 
 * rows of D=16 channels (message passing per graph), ``out`` [B, M, D];
 * 1-D rows (segment sums per env), ``out`` [B, M];
-* rows of D=16 with ``alpha`` (kept as one ``index_add_`` over flattened rows).
+* rows of D=16 with ``alpha`` (kept as one ``index_add_`` over flattened rows);
+* CleanRL C51's projection, B=128 rows of 51 atoms, two calls per row with ``.long()`` index
+  rows (``l``, ``u`` from ``b = (tz - v_min) / delta_z`` as in cleanrl/c51.py, some b integral):
+  the rewrite makes two ``scatter_add_`` calls after a guard that casts and range-checks both.
 
-Peer: a hand-written single op without guard. Reported: median time per call and naive / method;
+Peer: a hand-written single op without guard (for C51: the hand-vectorized forms users write,
+``scatter_add_`` of both halves, and ``index_add_`` over ``offset``-shifted flat indices as in
+Rainbow implementations). Reported: median time per call and naive / method;
 and whether rewritten == loop bitwise.
 """
 
@@ -44,6 +49,15 @@ def per_row(out, idx, src):
     for i in range(out.shape[0]):
         out[i].index_add_(0, idx[i], src[i], alpha=0.5)
     return out
+"""
+
+
+LOOP_C51 = """\
+def per_row(target_pmfs, l, u, d_m_l, d_m_u):
+    for i in range(target_pmfs.size(0)):
+        target_pmfs[i].index_add_(0, l[i].long(), d_m_l[i])
+        target_pmfs[i].index_add_(0, u[i].long(), d_m_u[i])
+    return target_pmfs
 """
 
 
@@ -113,6 +127,64 @@ def case(args, title, code, rest, peers, b=256, k=64, m=128):
     print(f"  {'check: rewritten == loop, bitwise':<48} {bool(torch.equal(a, c))}")
 
 
+def c51_inputs(b=128, n_atoms=51, v_min=-10.0, v_max=10.0, gamma=0.99):
+    """l, u, d_m_l, d_m_u as cleanrl/c51.py computes them (a quarter of the rows terminal with
+    rewards on the atom grid, so b is integral there: l == u)."""
+    g = torch.Generator().manual_seed(0)
+    atoms = torch.linspace(v_min, v_max, n_atoms)
+    next_pmfs = torch.softmax(torch.randn(b, n_atoms, generator=g), dim=1)
+    rewards = torch.randn(b, 1, generator=g)
+    dones = (torch.arange(b) % 4 == 0).float().unsqueeze(1)
+    rewards[dones.bool()] = atoms[torch.randint(0, n_atoms, (int(dones.sum()),), generator=g)]
+    next_atoms = rewards + gamma * atoms * (1 - dones)
+    delta_z = atoms[1] - atoms[0]
+    tz = next_atoms.clamp(v_min, v_max)
+    bb = (tz - v_min) / delta_z
+    lo = bb.floor().clamp(0, n_atoms - 1)
+    up = bb.ceil().clamp(0, n_atoms - 1)
+    d_m_l = (up + (lo == up).float() - bb) * next_pmfs
+    d_m_u = (bb - lo) * next_pmfs
+    return [x.to(DEVICE) for x in (torch.zeros_like(next_pmfs), lo, up, d_m_l, d_m_u)]
+
+
+def c51_scatter_peer(t, lo, up, d_m_l, d_m_u):
+    t.scatter_add_(1, lo.long(), d_m_l)
+    t.scatter_add_(1, up.long(), d_m_u)
+
+
+def c51_offset_peer(t, lo, up, d_m_l, d_m_u):
+    b, n = t.shape
+    offset = torch.linspace(0, (b - 1) * n, b, device=t.device).long().unsqueeze(1).expand(b, n)
+    t.view(-1).index_add_(0, (lo.long() + offset).view(-1), d_m_l.view(-1))
+    t.view(-1).index_add_(0, (up.long() + offset).view(-1), d_m_u.view(-1))
+
+
+def c51_case(args):
+    naive, new, site = rewritten(LOOP_C51, "per_row")
+    out0, lo, up, d_m_l, d_m_u = c51_inputs()
+    number, repeat = (3, 3) if args.quick else (20, 7)
+    methods = [
+        ("index_add_ loop (CleanRL c51.py)", naive),
+        ("rewritten", new),
+        ("peer: two scatter_add_(1, l.long(), d_m_l)", c51_scatter_peer),
+        ("peer: two index_add_ over offset flat indices", c51_offset_peer),
+    ]
+    print(f"\nC51 projection, B=128, 51 atoms, two calls per row ({site.exactness})")
+    base = None
+    for label, fn in methods:
+        buf = out0.clone()
+        t = timeit(lambda fn=fn, buf=buf: fn(buf, lo, up, d_m_l, d_m_u), number if "loop" not in label else max(2, number // 4), repeat)
+        base = base or t
+        print(f"  {label:<48} {t * 1e6:>10.1f} us  {base / t:>7.1f}x")
+    results = []
+    for _, fn in methods:
+        buf = out0.clone()
+        fn(buf, lo, up, d_m_l, d_m_u)
+        results.append(buf)
+    print(f"  {'check: rewritten == loop, bitwise':<48} {bool(torch.equal(results[0], results[1]))}")
+    print(f"  {'check: peers == loop, bitwise':<48} {[bool(torch.equal(results[0], r)) for r in results[2:]]}")
+
+
 def main(argv=None):
     global DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -132,6 +204,7 @@ def main(argv=None):
     case(args, "rows [M=128, D=16], B=256, K=64, alpha=0.5", LOOP_ALPHA, (16,), [
         ("peer: one index_add_ over flattened rows", lambda o, i, s: flat_peer(o, i, s, 0.5)),
     ])
+    c51_case(args)
 
 
 if __name__ == "__main__":

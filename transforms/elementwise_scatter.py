@@ -8,6 +8,12 @@ with one rounding, so the result is bitwise the loop's (``exact``; checked by di
 On CUDA both ops accumulate with atomics (``reassociated``). With ``alpha`` (which ``index_add_``
 fuses into its add) the rewrite keeps ``index_add_`` over flattened rows instead.
 
+Several calls into the same rows (CleanRL C51's projection: ``target_pmfs[i].index_add_(0,
+l[i].long(), d_m_l[i])`` then the same with ``u``) become as many batched calls in the same
+order: rows are disjoint, so each target still sees call 1's values in index order, then call
+2's (``exact`` on CPU). Index rows cast with ``.long()``/``.int()``/``.to(torch.long)`` are cast
+as a batch by the guard, which checks float indices for finiteness and range first.
+
 A module of its own (not vectorize_elementwise.py, which handles assignment loops): its rewrite is
 chained after that transform's by :func:`with_index_add_loops`.
 """
@@ -96,13 +102,18 @@ def _ast_candidate(loop: ast.stmt) -> bool:
 # --------------------------------------------------------------------------- analysis (libcst)
 
 
+class _Call(NamedTuple):
+    index: cst.BaseExpression  # X of the index row X[i] (the rows of all calls are batched)
+    cast: Optional[str]  # None, "long" or "int": the cast of each index row
+    source: cst.BaseExpression
+    alpha: Optional[cst.BaseExpression]  # None: no alpha (or a literal 1)
+
+
 class _Plan(NamedTuple):
     rows: str  # the loop's range(...) call, or "None" for zip(out, idx, src)
     out: cst.BaseExpression
-    index: cst.BaseExpression
-    source: cst.BaseExpression
+    calls: List[_Call]  # in the loop's order
     dim: cst.BaseExpression
-    alpha: Optional[cst.BaseExpression]
     row: str  # the per-row call, for the site text
 
 
@@ -217,7 +228,41 @@ def _row_ref(expr: cst.BaseExpression, i: str, what: str, out: Optional[cst.Base
     return ref
 
 
-def _analyse(node: cst.For, scope: cst.CSTNode, builtin_ok) -> Union[str, _Plan]:
+_CAST_METHODS = {"long": "long", "int": "int"}
+_CAST_DTYPES = {"torch.long": "long", "torch.int64": "long", "torch.int32": "int", "torch.int": "int"}
+_OTHER_CASTS = ("short", "char", "byte", "bool", "half", "float", "double", "bfloat16", "type", "to", "cpu", "cuda")
+_ACCEPTED_CASTS = "only `.long()`, `.int()` and `.to(torch.long/int64/int32)` are taken"
+
+
+def _peel_cast(expr: cst.BaseExpression, imports) -> Union[str, Tuple[cst.BaseExpression, Optional[str]]]:
+    """``(X[i], cast)`` for an index ``X[i].long()`` / ``.int()`` / ``.to(torch.long)``, ``(expr,
+    None)`` for an index without a call, or why the index's conversion is not taken."""
+    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)):
+        return expr, None
+    method, inner, args = expr.func.attr.value, expr.func.value, expr.args
+    if method in _CAST_METHODS:
+        if args:
+            return f"the index cast `{_code(expr)}` has arguments; {_ACCEPTED_CASTS}"
+        return inner, _CAST_METHODS[method]
+    if method == "to" and len(args) == 1 and not args[0].star and (args[0].keyword is None or args[0].keyword.value == "dtype"):
+        cast = _CAST_DTYPES.get(imports.qualify(args[0].value) or "")
+        if cast is not None:
+            return inner, cast
+        return f"the index is converted with `{_code(expr)}`, not to int64/int32 (the index dtypes index_add_ takes); {_ACCEPTED_CASTS}"
+    if method in _OTHER_CASTS:
+        return f"the index is converted with `{_code(expr)}`; {_ACCEPTED_CASTS}"
+    return expr, None
+
+
+def _same_value(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    """The same expression up to whitespace, comments and parentheses."""
+    try:
+        return ast.dump(ast.parse(_code(a).strip(), mode="eval")) == ast.dump(ast.parse(_code(b).strip(), mode="eval"))
+    except SyntaxError:
+        return False
+
+
+def _analyse(node: cst.For, scope: cst.CSTNode, builtin_ok, imports) -> Union[str, _Plan]:
     header = _header(node, builtin_ok)
     if isinstance(header, str):
         return header
@@ -227,7 +272,7 @@ def _analyse(node: cst.For, scope: cst.CSTNode, builtin_ok) -> Union[str, _Plan]
         return why
     stmts = flat_body(node.body)
     if stmts is None:
-        return "the loop body holds compound statements (if/for/with/try...), not only an index_add_ call"
+        return "the loop body holds compound statements (if/for/with/try...), not only index_add_ calls"
     calls = [
         s for s in stmts
         if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call)
@@ -237,41 +282,59 @@ def _analyse(node: cst.For, scope: cst.CSTNode, builtin_ok) -> Union[str, _Plan]
         return "the index_add_ call is not a statement of its own"
     recv = calls[0].value.func.value
     out_ref = recv.value if isinstance(recv, cst.Subscript) else recv
-    if len(stmts) != 1:
-        bases = [c.value.func.value for c in calls]
-        bases = [b.value if isinstance(b, cst.Subscript) else b for b in bases]
-        if len(calls) == len(stmts) and is_simple_ref(out_ref) and all(b.deep_equals(out_ref) for b in bases):
-            # two index_add_ into the same rows (CleanRL C51's projection): not a dependence
-            # between iterations, just more than the one call the rewrite takes
-            return f"the body makes {len(calls)} index_add_ calls into `{_code(out_ref)}`; only a lone per-row index_add_ is rewritten"
-        other = next(s for s in stmts if s is not calls[0])
+    if len(calls) != len(stmts):
+        other = next(s for s in stmts if s not in calls)
         if is_simple_ref(out_ref) and _mentions(other, out_ref):
             return f"the body also runs `{_code(other).strip()}`, which uses `{_code(out_ref)}` (loop-carried through it)"
-        return f"the body also runs `{_code(other).strip()}`; only a lone per-row index_add_ is rewritten"
-    call = calls[0].value
-    args = _arguments(call)
-    if isinstance(args, str):
-        return args
+        return f"the body also runs `{_code(other).strip()}`; only per-row index_add_ calls are rewritten"
+    parsed = []
+    for c in calls:
+        args = _arguments(c.value)
+        if isinstance(args, str):
+            return args
+        parsed.append((c.value.func.value, args))
     it = node.iter
     assert isinstance(it, cst.Call)
+    dim = parsed[0][1]["dim"]
+    several = len(parsed) > 1
+    plan_calls: List[_Call] = []
     if mode == "range":
         i = names[0]
-        if not (isinstance(recv, cst.Subscript) and len(recv.slice) == 1 and isinstance(recv.slice[0].slice, cst.Index)):
-            return f"index_add_ is applied to `{_code(recv)}`, not to a row `X[{i}]`"
-        row = recv.slice[0].slice.value
-        if not (isinstance(row, cst.Name) and row.value == i):
-            return f"index_add_ writes `{_code(recv)}`, not the current row `{_code(out_ref)}[{i}]` (shifted or computed row index)"
-        if not is_simple_ref(out_ref) or i in names_read(out_ref):
-            return f"the output `{_code(out_ref)}` is not a plain name/attribute"
+        for recv, args in parsed:
+            if not (isinstance(recv, cst.Subscript) and len(recv.slice) == 1 and isinstance(recv.slice[0].slice, cst.Index)):
+                return f"index_add_ is applied to `{_code(recv)}`, not to a row `X[{i}]`"
+            base, row = recv.value, recv.slice[0].slice.value
+            if not (isinstance(row, cst.Name) and row.value == i):
+                return f"index_add_ writes `{_code(recv)}`, not the current row `{_code(base)}[{i}]` (shifted or computed row index)"
+            if not is_simple_ref(base) or i in names_read(base):
+                return f"the output `{_code(base)}` is not a plain name/attribute"
+            if not base.deep_equals(out_ref):
+                return (
+                    f"the index_add_ calls write different outputs (`{_code(out_ref)}` and `{_code(base)}`); "
+                    "only calls into the same rows are rewritten"
+                )
+            if not _same_value(args["dim"], dim):
+                return f"the index_add_ calls index different dims (`{_code(dim)}` and `{_code(args['dim'])}`)"
         out = out_ref
-        index = _row_ref(args["index"], i, "index", out)
-        if isinstance(index, str):
-            return index
-        source = _row_ref(args["source"], i, "source", out)
-        if isinstance(source, str):
-            return source
-        rows, row_text = _code(it), f"`{_code(out)}[{i}].index_add_(...)`"
+        for _, args in parsed:
+            if _mentions(args["index"], out):  # before peeling: `out[i].argmax().long()` reads out
+                return f"the index `{_code(args['index'])}` reads `{_code(out)}`, which the loop writes (loop-carried through it)"
+            peeled = _peel_cast(args["index"], imports)
+            if isinstance(peeled, str):
+                return peeled
+            index = _row_ref(peeled[0], i, "index", out)
+            if isinstance(index, str):
+                return index
+            source = _row_ref(args["source"], i, "source", out)
+            if isinstance(source, str):
+                return source
+            plan_calls.append(_Call(index, peeled[1], source, args.get("alpha")))
+        rows = _code(it)
+        row_text = f"`{_code(out)}[{i}].index_add_(...)`" + (f" ×{len(parsed)}" if several else "")
     else:
+        if several:
+            return f"the body makes {len(parsed)} index_add_ calls in a zip loop; several calls are rewritten in `for i in range(...)` loops only"
+        (recv, args), = parsed
         bound = dict(zip(names, (a.value for a in it.args)))
         used = [recv, args["index"], args["source"]]
         if not all(isinstance(u, cst.Name) and u.value in bound for u in used) or len({u.value for u in used}) != 3:
@@ -280,20 +343,20 @@ def _analyse(node: cst.For, scope: cst.CSTNode, builtin_ok) -> Union[str, _Plan]
         for what, ref in (("index", index), ("source", source)):
             if _mentions(ref, out) or _mentions(out, ref):
                 return f"the {what} `{_code(ref)}` is `{_code(out)}`, which the loop writes"
+        plan_calls.append(_Call(index, None, source, args.get("alpha")))
         rows, row_text = "None", f"`{recv.value}.index_add_(...)` over `{_code(it)}`"
-    for what in ("dim", "alpha"):
-        value = args.get(what)
-        if value is not None and not is_pure(value, set(names)):
-            return f"{what} `{_code(value)}` is not a plain value (it would be evaluated once, not per row)"
-    alpha = args.get("alpha")
-    if alpha is not None and isinstance(alpha, cst.Integer) and alpha.value == "1":
-        alpha = None
+    for k, c in enumerate(plan_calls):
+        for what, value in (("dim", dim), ("alpha", c.alpha)):
+            if value is not None and not is_pure(value, set(names)):
+                return f"{what} `{_code(value)}` is not a plain value (it would be evaluated once, not per row)"
+        if c.alpha is not None and isinstance(c.alpha, cst.Integer) and c.alpha.value == "1":
+            plan_calls[k] = c._replace(alpha=None)
     live = read_elsewhere(scope, node, names)
     if live:
         return f"the loop variable {', '.join(sorted(live))} may be read outside the loop"
     if declares_global(scope, names):
         return "the loop variable is declared global/nonlocal (code elsewhere may read it)"
-    return _Plan(rows, out, index, source, args["dim"], alpha, row_text)
+    return _Plan(rows, out, plan_calls, dim, row_text)
 
 
 # --------------------------------------------------------------------------- emission
@@ -302,18 +365,49 @@ def _analyse(node: cst.For, scope: cst.CSTNode, builtin_ok) -> Union[str, _Plan]
 def _emit(ctx: FileContext, node: cst.For, plan: _Plan) -> cst.FlattenSentinel:
     names = ctx.imports.unique_name
     batch = names("_sb_scatter")
-    target, index, source = names("_sb_target"), names("_sb_index"), names("_sb_source")
-    operands = f"{plan.rows}, {_code(plan.out)}, {_code(plan.index)}, {_code(plan.source)}, {_code(plan.dim)}"
-    if plan.alpha is None:
-        helper = ctx.runtime_name(f"{RUNTIME}.scatter_add_rows", "_sb_scatter_add_rows")
-        dim = names("_sb_dim")
-        call = f"{helper}({operands})"
-        fast = [f"{target}, {dim}, {index}, {source} = {batch}", f"{target}.scatter_add_({dim}, {index}, {source})"]
+    target = names("_sb_target")
+    alpha = any(c.alpha is not None for c in plan.calls)
+    if len(plan.calls) == 1 and plan.calls[0].cast is None:
+        # one plain call: the (index, source) operands directly
+        (c,) = plan.calls
+        index, source = names("_sb_index"), names("_sb_source")
+        operands = f"{plan.rows}, {_code(plan.out)}, {_code(c.index)}, {_code(c.source)}, {_code(plan.dim)}"
+        if not alpha:
+            helper = ctx.runtime_name(f"{RUNTIME}.scatter_add_rows", "_sb_scatter_add_rows")
+            dim = names("_sb_dim")
+            call = f"{helper}({operands})"
+            fast = [f"{target}, {dim}, {index}, {source} = {batch}", f"{target}.scatter_add_({dim}, {index}, {source})"]
+        else:
+            helper = ctx.runtime_name(f"{RUNTIME}.index_add_rows", "_sb_index_add_rows")
+            alpha_name = names("_sb_alpha")
+            call = f"{helper}({operands}, {_code(c.alpha)})"
+            fast = [f"{target}, {index}, {source}, {alpha_name} = {batch}", f"{target}.index_add_(0, {index}, {source}, alpha={alpha_name})"]
     else:
-        helper = ctx.runtime_name(f"{RUNTIME}.index_add_rows", "_sb_index_add_rows")
-        alpha = names("_sb_alpha")
-        call = f"{helper}({operands}, {_code(plan.alpha)})"
-        fast = [f"{target}, {index}, {source}, {alpha} = {batch}", f"{target}.index_add_(0, {index}, {source}, alpha={alpha})"]
+        # several calls and/or cast index rows: (index, cast, source[, alpha]) per call, and the
+        # same number of batched calls in the loop's order
+        tuples, unpack, ops = [], [], []
+        dim = names("_sb_dim")
+        for c in plan.calls:
+            index, source = names("_sb_index"), names("_sb_source")
+            cast = "None" if c.cast is None else f'"{c.cast}"'
+            parts = [_code(c.index), cast, _code(c.source)]
+            if alpha:
+                alpha_name = names("_sb_alpha")
+                parts.append("1" if c.alpha is None else _code(c.alpha))
+                unpack += [index, source, alpha_name]
+                ops.append(f"{target}.index_add_(0, {index}, {source}, alpha={alpha_name})")
+            else:
+                unpack += [index, source]
+                ops.append(f"{target}.scatter_add_({dim}, {index}, {source})")
+            tuples.append(f"({', '.join(parts)})")
+        if alpha:
+            helper = ctx.runtime_name(f"{RUNTIME}.index_add_calls", "_sb_index_add_calls")
+            head = [target]
+        else:
+            helper = ctx.runtime_name(f"{RUNTIME}.scatter_add_calls", "_sb_scatter_add_calls")
+            head = [target, dim]
+        call = f"{helper}({plan.rows}, {_code(plan.out)}, {_code(plan.dim)}, {', '.join(tuples)})"
+        fast = [f"{', '.join(head + unpack)} = {batch}"] + ops
     if_stmt = cst.If(
         test=cst.parse_expression(f"{batch} is not None"),
         body=cst.IndentedBlock(body=[cst.parse_statement(line + "\n") for line in fast]),
@@ -324,13 +418,27 @@ def _emit(ctx: FileContext, node: cst.For, plan: _Plan) -> cst.FlattenSentinel:
 
 
 def _verdict(ctx: FileContext, plan: _Plan) -> Tuple[str, str]:
-    if plan.alpha is None:
-        what = f"per-row {plan.row} → one `scatter_add_` over the rows"
+    n = len(plan.calls)
+    alpha = any(c.alpha is not None for c in plan.calls)
+    casts = sorted({c.cast for c in plan.calls if c.cast is not None})
+    if not alpha:
+        what = f"per-row {plan.row} → {'one' if n == 1 else n} `scatter_add_` over the rows"
     else:
-        what = f"per-row {plan.row} with alpha → one `index_add_` over the flattened rows (rows indexed along their first dim)"
-    what += " (guarded: tensors, dtypes, shapes, indices in range, no aliasing, no grad on the output; else the loop runs)"
+        what = (
+            f"per-row {plan.row} with alpha → {'one' if n == 1 else n} `index_add_` over the flattened rows "
+            "(rows indexed along their first dim)"
+        )
+    if n > 1:
+        what += ", in the loop's order"
+    if casts:
+        what += ", index rows cast as a batch (" + ", ".join(f"`.{c}()`" for c in casts) + ")"
+    what += " (guarded: tensors, dtypes, shapes, indices in range"
+    if casts:
+        what += " (float indices: finite, truncating into range)"
+    what += ", no aliasing, no grad on the output; else the loop runs)"
     if ctx.backend == "cpu":
-        return f"{what}; on CPU each target adds its own row's values in index order, as the loop does", EXACT
+        order = "in index order, call by call," if n > 1 else "in index order,"
+        return f"{what}; on CPU each target adds its own row's values {order} as the loop does", EXACT
     if ctx.backend == "cuda":
         return (
             f"{what}; on CUDA index_add_ and scatter_add_ both accumulate with atomics, so the order of "
@@ -378,7 +486,7 @@ def rewrite_index_add_loops(
     for k in found:
         node = statements.stmts[k]
         assert isinstance(node, cst.For)
-        plan = _analyse(node, statements.scope(node), builtin_ok)
+        plan = _analyse(node, statements.scope(node), builtin_ok, ctx.imports)
         if isinstance(plan, str):
             skip(spans[k], plan)
             continue
@@ -452,6 +560,43 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="zip over rows, negative dim",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def project(target_pmfs, l, u, d_m_l, d_m_u):\n"
+            "    for i in range(target_pmfs.size(0)):\n"
+            "        target_pmfs[i].index_add_(0, l[i].long(), d_m_l[i])\n"
+            "        target_pmfs[i].index_add_(0, u[i].long(), d_m_u[i])\n"
+            "    return target_pmfs\n"
+        ),
+        rewritten=True,
+        note="CleanRL C51 projection: two calls per row, float index rows cast with .long()",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def two_dims(out, idx, src, jdx, tgt):\n"
+            "    for i in range(len(out)):\n"
+            "        out[i].index_add_(0, idx[i], src[i])\n"
+            "        out[i].index_add_(1, jdx[i], tgt[i])\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="index different dims",
+        note="two calls per row along different dims",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def half_index(out, idx, src):\n"
+            "    for i in range(len(out)):\n"
+            "        out[i].index_add_(0, idx[i].short(), src[i])\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="only `.long()`, `.int()`",
+        note="index row cast to int16 (index_add_ rejects it)",
     ),
     Example(
         code=(
