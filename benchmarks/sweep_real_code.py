@@ -44,7 +44,7 @@ import statistics
 import sys
 import time
 import warnings
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline

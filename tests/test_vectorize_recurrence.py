@@ -1340,7 +1340,7 @@ def test_khrylx_read_back_rows(T, seed, dtype, mask_kind):
     ns1, ns2 = run_both(KHRYLX, env, exactness=REASSOCIATED, vectorized=T >= 2)
     same_namespaces(ns1, ns2, exact=False)
     if T >= 2:
-        (adv1, ret1, d1, *_), (adv2, ret2, d2, *_) = ns1["out"], ns2["out"]
+        (_, _, d1, *_), (_, _, d2, *_) = ns1["out"], ns2["out"]
         same(d1, d2, exact=True)  # deltas: same grouping, bitwise
         same(ns1["out"][4:], ns2["out"][4:], exact=False)
 
