@@ -338,3 +338,18 @@ def test_codegen_reuse_in_the_pipeline():
     expected = cst.parse_module(src.decode())
     expected = expected.with_changes(body=[cst.parse_statement("_INSERTED_A = 1\n"), cst.parse_statement("_INSERTED_B = 2\n"), *expected.body])
     assert result.output.decode() == expected.code.replace("old(1)", "new(1)")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["a", "bc", " ", "\n", "\r", "\r\n", "\f", "\v", "\x1c", "\x85", "\u2028", "#"]), max_size=30))
+def test_runtime_physical_lines_split_where_python_does(parts):
+    """The loader's splitter (fast path: str.splitlines when no other break character is present)
+    ends lines exactly at \\n, \\r\\n and \\r, as Python's tokenizer numbers them."""
+    from scalebox_cst.runtime.loader import physical_lines as split
+
+    text = "".join(parts)
+    lines = split(text)
+    assert "".join(lines) == text
+    assert all(line.endswith(("\n", "\r")) for line in lines[:-1])
+    assert all("\n" not in line[:-1] and "\r" not in line[:-2] for line in lines)
+    assert len(lines) == text.count("\n") + text.count("\r") - text.count("\r\n") + (not text.endswith(("\n", "\r")) and bool(text))
