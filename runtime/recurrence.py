@@ -288,7 +288,7 @@ def _zero_row(M, nps):
     return z
 
 
-def _run_numba(rec, a, b, init, reverse, S):
+def _run_cpu(rec, a, b, init, reverse, S):
     """``rec``: the numba kernel or :func:`_numpy_rec` (same signature, same arithmetic)."""
     T = b.shape[0]
     M = math.prod(S)
@@ -380,7 +380,7 @@ def _backend(a, b, init, reverse, S, impl):
             rec = _cpu_rec()
             if rec:
                 try:
-                    return _run_numba(rec, a, b, init, reverse, S)
+                    return _run_cpu(rec, a, b, init, reverse, S)
                 except Exception as exc:  # pragma: no cover - numba compile failure
                     _debug_once("numba-run", "linear_recurrence: numba failed (%r); using torch", exc)
         elif dev == "cuda" and dt in _TRITON_DTYPES:
@@ -403,7 +403,7 @@ def _backend(a, b, init, reverse, S, impl):
             raise RuntimeError("linear_recurrence: impl='numba' requested but numba is unavailable")
         if dev != "cpu" or dt not in _FAST_DTYPES:
             raise ValueError("impl='numba' needs float32/float64 CPU tensors, got %s on %s" % (dt, dev))
-        return _run_numba(mod.rec, a, b, init, reverse, S)
+        return _run_cpu(mod.rec, a, b, init, reverse, S)
     if impl == "triton":
         mod = _load_triton()
         if not mod:

@@ -28,6 +28,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
+from .loop_batch import _storage  # (device, storage address): the same aliasing key
+
 __all__ = ["scatter_add_rows", "index_add_rows", "scatter_add_calls", "index_add_calls"]
 
 _Tensor = torch.Tensor
@@ -38,10 +40,6 @@ _INDEX_DTYPES = (torch.int64, torch.int32)
 #: integer dtypes index_add_ accepts; from floats (truncation), integers and bool
 _CASTS = {"long": torch.int64, "int": torch.int32}
 _CAST_FROM = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool})
-
-
-def _storage(t: _Tensor) -> Tuple[Any, int]:
-    return (t.device, t.untyped_storage().data_ptr())
 
 
 def _no_internal_overlap(t: _Tensor) -> bool:

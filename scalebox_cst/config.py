@@ -159,7 +159,7 @@ class Config:
         payload = {
             "engine": __version__,
             "code": engine_digest(),
-            "torch": _installed("torch"),  # device.* entries depend on the torch the code runs on
+            "torch": installed_version("torch"),  # device.* entries depend on the torch the code runs on
             "transforms": sorted(transform_versions.items()),
             "backend": backend,
             "options": self.options,
@@ -186,7 +186,8 @@ def engine_digest() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _installed(dist: str) -> Optional[str]:
+def installed_version(dist: str) -> Optional[str]:
+    """The installed version of distribution ``dist`` (None when absent); read once per process."""
     import importlib.metadata
 
     try:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import functools
-import importlib.metadata
 import re
 import weakref
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -28,6 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
+from scalebox_cst.config import installed_version
 from scalebox_cst.report import REWRITTEN, SKIPPED, WARNING, Site
 
 from . import device_table as T
@@ -2142,14 +2141,11 @@ def _version_tuple(text: str) -> Tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text.split("+")[0])[:2])
 
 
-@functools.lru_cache(maxsize=None)
 def installed_torch() -> Optional[Tuple[int, ...]]:
     """(major, minor) of the torch installed with the engine: the code it rewrites runs on it.
     Part of the pipeline fingerprint (config.py), so an upgrade re-decides these rewrites."""
-    try:
-        return _version_tuple(importlib.metadata.version("torch"))
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    version = installed_version("torch")
+    return None if version is None else _version_tuple(version)
 
 
 def _apply(ctx: FileContext, an: _Analyzer) -> cst.Module:
