@@ -21,10 +21,8 @@ and whether rewritten == loop bitwise.
 
 import argparse
 import os
-import statistics
 import sys
 import textwrap
-import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -32,6 +30,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+import _timing  # noqa: E402  (benchmarks/_timing.py, beside this script)
 from scalebox_cst.config import Config  # noqa: E402
 from scalebox_cst.pipeline import Pipeline  # noqa: E402
 
@@ -62,23 +61,12 @@ def per_row(target_pmfs, l, u, d_m_l, d_m_u):
 
 
 def sync():
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
+    _timing.sync(DEVICE)
 
 
 def timeit(fn, number, repeat):
     """Median seconds per call over ``repeat`` samples of ``number`` calls."""
-    for _ in range(3):
-        fn()
-    sync()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - t0) / number)
-    return statistics.median(samples)
+    return _timing.median_time(fn, number, repeat, DEVICE, warmup=3)
 
 
 def rewritten(src, name):

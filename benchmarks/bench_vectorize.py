@@ -29,7 +29,6 @@ import argparse
 import copy
 import json
 import os
-import statistics
 import sys
 import textwrap
 import time
@@ -41,6 +40,7 @@ from torch import nn  # noqa: E402
 
 torch.set_num_threads(1)
 
+import _timing  # noqa: E402  (benchmarks/_timing.py, beside this script)
 from scalebox_cst.config import Config  # noqa: E402
 from scalebox_cst.pipeline import Pipeline  # noqa: E402
 from scalebox_cst.runtime import target_update as tu  # noqa: E402
@@ -49,23 +49,12 @@ DEVICE = "cpu"
 
 
 def sync():
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
+    _timing.sync(DEVICE)
 
 
 def timeit(fn, number, repeat):
     """Median seconds per call over ``repeat`` samples of ``number`` calls."""
-    for _ in range(max(3, number // 10)):
-        fn()
-    sync()
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        sync()
-        samples.append((time.perf_counter() - t0) / number)
-    return statistics.median(samples)
+    return _timing.median_time(fn, number, repeat, DEVICE, warmup=max(3, number // 10))
 
 
 def rewritten(src, name, **options):
