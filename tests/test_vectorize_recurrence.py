@@ -699,6 +699,27 @@ def _rewritten_forbidding_op(src: str, exactness: Optional[str] = EXACT) -> str:
     return "".join(lines)
 
 
+def run_falling_back(src: str, env: dict):
+    """Exec the original and the rewrite whose op fails (only the else branch can finish) on
+    copies of ``env``; both must raise the same exception type or none. Both namespaces and
+    that type (None)."""
+    new = _rewritten_forbidding_op(src)
+    ns1, ns2 = clone(env), clone(env)
+    err1 = err2 = None
+    try:
+        exec(compile(src, "orig", "exec"), ns1)
+    except Exception as exc:
+        err1 = type(exc)
+    try:
+        exec(compile(new, "new", "exec"), ns2)
+    except AssertionError:
+        raise
+    except Exception as exc:
+        err2 = type(exc)
+    assert err1 == err2
+    return ns1, ns2, err1
+
+
 @pytest.mark.parametrize(
     "src,env",
     [
@@ -718,20 +739,7 @@ def _rewritten_forbidding_op(src: str, exactness: Optional[str] = EXACT) -> str:
     ],
 )
 def test_guard_falls_back_to_the_loop(src, env):
-    new = _rewritten_forbidding_op(src)
-    ns1, ns2 = clone(env), clone(env)
-    err1 = err2 = None
-    try:
-        exec(compile(src, "orig", "exec"), ns1)
-    except Exception as exc:
-        err1 = type(exc)
-    try:
-        exec(compile(new, "new", "exec"), ns2)
-    except AssertionError:
-        raise
-    except Exception as exc:
-        err2 = type(exc)
-    assert err1 == err2
+    ns1, ns2, _ = run_falling_back(src, env)
     same_namespaces(ns1, ns2)
 
 
@@ -1254,21 +1262,8 @@ def test_row_elements_of_tensors_and_arrays(T, seed, dtype, kind):
     ids=["1-d array: delta_t[0] raises", "list of lists", "empty rows: delta_t[0] raises"],
 )
 def test_row_element_guard_falls_back_to_the_loop(delta):
-    new = _rewritten_forbidding_op(MINIMALRL_PPO)
-    ns1, ns2 = dict(delta=delta), dict(delta=delta)
-    err1 = err2 = None
-    try:
-        exec(compile(MINIMALRL_PPO, "orig", "exec"), ns1)
-    except Exception as exc:
-        err1 = type(exc)
-    try:
-        exec(compile(new, "new", "exec"), ns2)
-    except AssertionError:
-        raise
-    except Exception as exc:
-        err2 = type(exc)
-    assert err1 == err2
-    if err1 is None:
+    ns1, ns2, err = run_falling_back(MINIMALRL_PPO, dict(delta=delta))
+    if err is None:
         same_namespaces(ns1, ns2)
 
 
@@ -1505,21 +1500,8 @@ def test_named_backward_range_guard(change):
         ns1, ns2 = run_both(src, env)
         same_namespaces(ns1, ns2)
         return
-    new = _rewritten_forbidding_op(src)
-    ns1, ns2 = clone(env), clone(env)
-    err1 = err2 = None
-    try:
-        exec(compile(src, "orig", "exec"), ns1)
-    except Exception as exc:
-        err1 = type(exc)
-    try:
-        exec(compile(new, "new", "exec"), ns2)
-    except AssertionError:
-        raise
-    except Exception as exc:
-        err2 = type(exc)
-    assert err1 == err2
-    if err1 is None:
+    ns1, ns2, err = run_falling_back(src, env)
+    if err is None:
         same_namespaces(ns1, ns2)
 
 
