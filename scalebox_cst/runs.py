@@ -1,0 +1,363 @@
+"""Run records on disk: the one reader (and the few writers) of ``.scalebox/runs/``.
+
+``scalebox log``/``compare``, the monitor and the hot-fix policy all read runs through this
+module; the layout is documented in /work/notes/RUN_LAYOUT.md and the README. A run is
+``(branch, run number)``: ``runs/<branch>/<NNNN>/`` holds ``record.json`` (atomic), ``log.txt``,
+``metrics.jsonl`` and ``events.jsonl`` (append-only, readable while written) and ``sites.json``.
+
+Stable API: :func:`list_runs`, :func:`load_record`, :func:`read_metrics`, :func:`read_events`,
+:func:`read_series`, :func:`read_sites`, :func:`headline`, :func:`is_alive`; writers:
+:func:`allocate_run`, :func:`write_record`, :func:`append_event`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import socket
+import time
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+STATE_DIR = ".scalebox"
+RUNS = "runs"
+TENSORBOARD = "tensorboard"
+RECORD = "record.json"
+METRICS = "metrics.jsonl"
+EVENTS = "events.jsonl"
+SITES = "sites.json"
+LOG = "log.txt"
+
+#: statuses a record can hold; "lost" is only ever computed by readers (see :func:`is_alive`)
+ENDED = ("ok", "failed", "stopped", "lost")
+
+#: names the headline reads, first found wins (CleanRL tags, telemetry's, key=value keys)
+RETURN_NAMES = ("episodic_return", "charts/episodic_return", "episode_return", "final_return")
+SPS_NAMES = ("SPS", "charts/SPS", "sps")
+#: episodes averaged for the final/best episodic return (CleanRL-style smoothing)
+RETURN_WINDOW = 10
+
+
+class Point(NamedTuple):
+    name: str
+    step: int
+    value: float
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    """One run as found on disk; ``record`` has the effective status (``lost`` applied)."""
+
+    branch: str
+    run: int
+    dir: str
+    record: Dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        """``run/0003#2``: how the CLI and ``hotfix_of`` name a run."""
+        return f"{self.branch}#{self.run}"
+
+    @property
+    def status(self) -> str:
+        return str(self.record.get("status", "running"))
+
+    @property
+    def variant(self) -> str:
+        return str(self.record.get("variant", "rewrite"))
+
+
+# ------------------------------------------------------------------------------------ paths
+def runs_root(project_root: str) -> str:
+    return os.path.join(project_root, STATE_DIR, RUNS)
+
+
+def run_dir(project_root: str, branch: str, run: int) -> str:
+    return os.path.join(runs_root(project_root), *branch.split("/"), f"{int(run):04d}")
+
+
+def tensorboard_dir(project_root: str, branch: str, run: int, commit: str, variant: str = "rewrite") -> str:
+    """``tensorboard/<branch>/<NNNN>-<commit8>[-original]``: TensorBoard's run name carries both."""
+    name = f"{int(run):04d}-{commit[:8]}" + ("-original" if variant == "original" else "")
+    return os.path.join(project_root, STATE_DIR, TENSORBOARD, *branch.split("/"), name)
+
+
+def project_events_path(project_root: str) -> str:
+    return os.path.join(runs_root(project_root), EVENTS)
+
+
+# ------------------------------------------------------------------------------------ writers
+def allocate_run(project_root: str, branch: str) -> Tuple[int, str]:
+    """The next run number of ``branch`` and its new, empty folder (``os.mkdir`` is the lock:
+    two processes starting runs at once get different numbers; numbers are never reused)."""
+    parent = os.path.join(runs_root(project_root), *branch.split("/"))
+    os.makedirs(parent, exist_ok=True)
+    taken = [int(n) for n in os.listdir(parent) if len(n) == 4 and n.isdigit()]
+    number = max(taken, default=0) + 1
+    while True:
+        path = os.path.join(parent, f"{number:04d}")
+        try:
+            os.mkdir(path)
+            return number, path
+        except FileExistsError:
+            number += 1
+
+
+def write_record(directory: str, record: Dict[str, Any]) -> None:
+    """Replace ``record.json`` atomically (a reader sees the old or the new one, never half)."""
+    tmp = os.path.join(directory, f".{RECORD}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(json_safe(record), fh, indent=2, default=str, allow_nan=False)
+    os.replace(tmp, os.path.join(directory, RECORD))
+
+
+def append_jsonl(path: str, item: Dict[str, Any]) -> None:
+    """One line, one ``write`` on an O_APPEND descriptor: whole lines even with several writers."""
+    line = (json.dumps(item, default=str) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def append_event(path: str, kind: str, message: str, **extra: Any) -> None:
+    """Append ``{"time", "kind", "message", ...extra}`` to an events.jsonl (made if missing)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    append_jsonl(path, {"time": round(time.time(), 3), "kind": kind, "message": message, **extra})
+
+
+def append_project_event(project_root: str, kind: str, message: str, **extra: Any) -> None:
+    """Project-level events (branch_created, save_blocked, hotfix_created, rollback)."""
+    append_event(project_events_path(project_root), kind, message, **extra)
+
+
+# ------------------------------------------------------------------------------------ readers
+def _number(raw: Any) -> float:
+    if isinstance(raw, str):
+        return float(raw)  # "nan", "inf", "-inf" (float() also takes "NaN", "Infinity")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise ValueError(raw)
+    return float(raw)
+
+
+def _read_lines(path: str, offset: int) -> Tuple[List[bytes], int]:
+    """Complete lines from byte ``offset``; a last line without "\\n" is being written: left."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    return data[: end + 1].splitlines(), offset + end + 1
+
+
+def read_metrics(path: str, offset: int = 0) -> Tuple[List[Point], int]:
+    """Points of a metrics.jsonl from byte ``offset`` and the offset to resume from.
+
+    Values may be numbers or the strings "nan"/"inf"/"-inf"; malformed lines are skipped, a
+    partial last line is left for the next call."""
+    lines, new_offset = _read_lines(path, offset)
+    points: List[Point] = []
+    for line in lines:
+        try:
+            item = json.loads(line)
+            points.append(Point(str(item["name"]), int(item.get("step", 0)), _number(item["value"]), float(item.get("time", 0.0))))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return points, new_offset
+
+
+def read_events(path: str, offset: int = 0) -> Tuple[List[Dict[str, Any]], int]:
+    """Events of an events.jsonl (a run's or the project's) from ``offset``, as read_metrics."""
+    lines, new_offset = _read_lines(path, offset)
+    events: List[Dict[str, Any]] = []
+    for line in lines:
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            events.append(item)
+    return events, new_offset
+
+
+def read_series(directory: str) -> Dict[str, List[Point]]:
+    """Every metric of a run, by name, in file order."""
+    points, _ = read_metrics(os.path.join(directory, METRICS))
+    series: Dict[str, List[Point]] = {}
+    for p in points:
+        series.setdefault(p.name, []).append(p)
+    return series
+
+
+def read_sites(directory: str) -> List[Dict[str, Any]]:
+    """The per-site guard counts and times of a run (empty if telemetry wrote none)."""
+    try:
+        with open(os.path.join(directory, SITES), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return []
+    sites = data.get("sites") if isinstance(data, dict) else None
+    return [s for s in sites or [] if isinstance(s, dict)]
+
+
+def _pid_runs_launch(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process with that pid: cannot tell, keep "running"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read()
+    except OSError:
+        return True  # no /proc (macOS): the pid exists
+    if not cmdline:
+        return False  # a zombie: exited, not yet reaped
+    return b"scalebox_cst" in cmdline  # a reused pid running something else is not our run
+
+
+def is_alive(record: Dict[str, Any]) -> bool:
+    """Whether a ``running`` record's process still runs (on another host: trusted as is)."""
+    if record.get("status", "running") != "running":
+        return False
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return True  # written before the child started: a moment, not a state
+    if record.get("host") not in (None, socket.gethostname()):
+        return True
+    return _pid_runs_launch(pid)
+
+
+def load_record(directory: str) -> Optional[Dict[str, Any]]:
+    """``record.json`` of a run folder with the effective status: a ``running`` record whose
+    process is gone reads as ``lost`` (ended), never ``running``. None if absent or unreadable."""
+    try:
+        with open(os.path.join(directory, RECORD), encoding="utf-8") as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    if record.get("status", "running") == "running" and not is_alive(record):
+        record["status"] = "lost"
+        if record.get("ended") is None:
+            try:  # the last sign of life: its newest output
+                record["ended"] = max(os.path.getmtime(os.path.join(directory, n)) for n in (LOG, METRICS, RECORD) if os.path.exists(os.path.join(directory, n)))
+            except ValueError:
+                pass
+    return record
+
+
+def list_runs(project_root: str, branch: Optional[str] = None) -> List[RunInfo]:
+    """Every run of the project (or of one branch), sorted by branch then run number."""
+    root = runs_root(project_root)
+    found: List[RunInfo] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        if RECORD not in filenames:
+            continue
+        rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
+        name, _, number = rel.rpartition("/")
+        if not (name and len(number) == 4 and number.isdigit()):
+            continue
+        if branch is not None and name != branch:
+            continue
+        record = load_record(dirpath)
+        if record is not None:
+            found.append(RunInfo(name, int(number), dirpath, record))
+        dirnames[:] = []
+    found.sort(key=lambda r: (r.branch, r.run))
+    return found
+
+
+# ------------------------------------------------------------------------------------ headline
+def first_series(series: Dict[str, Sequence[Point]], names: Iterable[str]) -> Optional[Tuple[str, Sequence[Point]]]:
+    for name in names:
+        if series.get(name):
+            return name, series[name]
+    return None
+
+
+def finite(points: Sequence[Point]) -> List[float]:
+    return [p.value for p in points if math.isfinite(p.value)]
+
+
+def tail_mean(values: Sequence[float], window: int = RETURN_WINDOW) -> Optional[float]:
+    """Mean of the last ``window`` values (a run's "final" value of a metric)."""
+    if not values:
+        return None
+    tail = values[-window:]
+    return sum(tail) / len(tail)
+
+
+def best_window_mean(values: Sequence[float], window: int = RETURN_WINDOW) -> Optional[float]:
+    """Highest mean over ``window`` consecutive values (the whole series when shorter)."""
+    if not values:
+        return None
+    w = min(window, len(values))
+    total = sum(values[:w])
+    best = total
+    for i in range(w, len(values)):
+        total += values[i] - values[i - w]
+        best = max(best, total)
+    return best / w
+
+
+def _median(values: Sequence[float]) -> Optional[float]:
+    if not values:
+        return None
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: Optional[Sequence[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """The numbers ``scalebox log`` shows per run (None where a run has no such data):
+
+    episodic_return_final / _best: mean of the last / best window of RETURN_WINDOW episodes;
+    episodes; sps: median of the second half of the SPS points (warm-up left out);
+    guard_pass_rate: vectorized / (vectorized + fallback) over every site; site_time_s;
+    grad_norm_last, nonfinite (count of non-finite points); wall_time; last: {name: last value}.
+    """
+    out: Dict[str, Any] = {"metric_return": None, "episodic_return_final": None, "episodic_return_best": None, "episodes": 0}
+    found = first_series(series, RETURN_NAMES)
+    if found:
+        values = finite(found[1])
+        out.update(metric_return=found[0], episodic_return_final=tail_mean(values), episodic_return_best=best_window_mean(values), episodes=len(found[1]))
+    sps = first_series(series, SPS_NAMES)
+    values = finite(sps[1]) if sps else []
+    out["sps"] = _median(values[len(values) // 2:]) if values else None
+    sites = list(sites or [])
+    passed = sum(int(s.get("vectorized", 0) or 0) for s in sites)
+    fell = sum(int(s.get("fallback", 0) or 0) for s in sites)
+    out["guard_pass_rate"] = passed / (passed + fell) if passed + fell else None
+    out["site_time_s"] = sum(float(s.get("time_s", 0.0) or 0.0) for s in sites) if sites else None
+    grad = series.get("grad_norm") or []
+    out["grad_norm_last"] = grad[-1].value if grad else None
+    out["nonfinite"] = sum(1 for points in series.values() for p in points if not math.isfinite(p.value))
+    out["wall_time"] = record.get("wall_time")
+    out["last"] = {name: points[-1].value for name, points in series.items() if points}
+    return out
+
+
+def run_headline(run: RunInfo) -> Dict[str, Any]:
+    """:func:`headline` of a run from its files (the stored one is a snapshot at its end)."""
+    return headline(run.record, read_series(run.dir), read_sites(run.dir))
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf as the strings the metrics file uses, so ``--json`` output is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
