@@ -10,12 +10,12 @@ its commit names (else from the site lines of that commit's message).
 """
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Callable, Dict, List, Optional, Tuple
 
 import click
 
+from scalebox_cst import linediff
 from scalebox_cst.report import ACTIONS, REWRITTEN, FileReport, RunReport, Site
 from scalebox_cst.runtime.loader import physical_lines
 
@@ -45,13 +45,15 @@ def _labels(sites: List[Site], lo: int, hi: int) -> List[Site]:
     return [s for s in sites if s.action == REWRITTEN and s.line <= hi and s.end_line >= lo]
 
 
-def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], color: bool) -> List[str]:
-    out: List[str] = []
+def file_hunks(report: FileReport, old: Optional[bytes], new: Optional[bytes]) -> List[dict]:
+    """The hunks of one file as data (what :func:`render_file` prints; the monitor serves them).
+
+    Each: ``{"old_start", "old_count", "new_start", "new_count", "sites": [rewritten sites
+    covering it], "note": None or why it has none, "lines": [[" "|"-"|"+", text], ...]}``.
+    """
+    hunks: List[dict] = []
     a, b = _lines(old), _lines(new)
-    out.append(_style(f"--- a/{report.path}", "header", color))
-    out.append(_style(f"+++ b/{report.path}", "header", color))
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for group in matcher.get_grouped_opcodes(3):
+    for group in linediff.grouped(linediff.opcodes(a, b), 3):
         i1, i2 = group[0][1], group[-1][2]
         j1, j2 = group[0][3], group[-1][4]
         # Old lines each change touches, 1-based; a pure insertion touches the line above it.
@@ -59,21 +61,41 @@ def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], 
         lo = min(x for x, _ in changed_old) + 1
         hi = max(y for _, y in changed_old)
         labels = _labels(report.sites, lo, hi)
-        head = f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@"
-        out.append(_style(head, "hunk", color))
-        if labels:
-            for site in labels:
-                out.append(_style(f"#  {site.transform} [{site.exactness}] line {site.line}: {site.reason}", "label", color))
-        elif any(s.action == REWRITTEN for s in report.sites):
-            out.append(_style("#  support code for the sites in this file (imports)", "label", color))
-        else:
-            out.append(_style("#  no site report is stored for this change", "label", color))
+        note = None
+        if not labels:
+            if any(s.action == REWRITTEN for s in report.sites):
+                note = "support code for the sites in this file (imports)"
+            else:
+                note = "no site report is stored for this change"
+        lines: List[List[str]] = []
         for tag, x1, x2, y1, y2 in group:
             if tag == "equal":
-                out.extend(" " + line for line in a[x1:x2])
+                lines.extend([" ", line] for line in a[x1:x2])
                 continue
-            out.extend(_style("-" + line, "del", color) for line in a[x1:x2])
-            out.extend(_style("+" + line, "add", color) for line in b[y1:y2])
+            lines.extend(["-", line] for line in a[x1:x2])
+            lines.extend(["+", line] for line in b[y1:y2])
+        hunks.append({
+            "old_start": i1 + 1, "old_count": i2 - i1, "new_start": j1 + 1, "new_count": j2 - j1,
+            "sites": labels, "note": note, "lines": lines,
+        })
+    return hunks
+
+
+def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], color: bool) -> List[str]:
+    out: List[str] = []
+    out.append(_style(f"--- a/{report.path}", "header", color))
+    out.append(_style(f"+++ b/{report.path}", "header", color))
+    kinds = {" ": None, "-": "del", "+": "add"}
+    for hunk in file_hunks(report, old, new):
+        head = f"@@ -{hunk['old_start']},{hunk['old_count']} +{hunk['new_start']},{hunk['new_count']} @@"
+        out.append(_style(head, "hunk", color))
+        for site in hunk["sites"]:
+            out.append(_style(f"#  {site.transform} [{site.exactness}] line {site.line}: {site.reason}", "label", color))
+        if hunk["note"]:
+            out.append(_style(f"#  {hunk['note']}", "label", color))
+        for op, line in hunk["lines"]:
+            kind = kinds[op]
+            out.append(op + line if kind is None else _style(op + line, kind, color))
     return out
 
 
@@ -119,7 +141,7 @@ def render_stat(report: RunReport, read_old, read_new) -> str:
     for f in report.files:
         a, b = _lines(read_old(f.path)), _lines(read_new(f.path))
         added = removed = 0
-        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        for tag, i1, i2, j1, j2 in linediff.opcodes(a, b):
             if tag != "equal":
                 removed += i2 - i1
                 added += j2 - j1

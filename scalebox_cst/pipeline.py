@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import gc
 import io
 import tokenize
@@ -21,6 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
+from scalebox_cst import linediff
 from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
 from scalebox_cst.runtime.loader import physical_lines
@@ -198,7 +198,7 @@ class _PageBreaks:
         if code == self.stripped:
             return original
         a, b = physical_lines(self.stripped), physical_lines(code)
-        opcodes = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+        opcodes = linediff.opcodes(a, b)
         for carry_replaced in (True, False):
             out = list(b)
             for tag, i1, i2, j1, j2 in opcodes:
@@ -245,8 +245,7 @@ def _line_map(old: str, new: str) -> Dict[int, int]:
     a = [line.rstrip("\r\n") for line in physical_lines(old)]
     b = [line.rstrip("\r\n") for line in physical_lines(new)]
     mapping: Dict[int, int] = {}
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in linediff.opcodes(a, b):
         for k in range(j2 - j1):
             if tag == "equal":
                 mapping[j1 + k + 1] = i1 + k + 1
