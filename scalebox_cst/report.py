@@ -12,7 +12,10 @@ from typing import Any, Dict, List, Optional
 EXACT = "exact"  # bitwise identical results
 REASSOCIATED = "reassociated"  # same maths, floating-point order changed
 CHANGES_SEMANTICS = "changes-semantics"  # deliberate change (e.g. inserted clipping)
-EXACTNESS = (EXACT, REASSOCIATED, CHANGES_SEMANTICS)
+# bitwise identical until a run-time guard intervenes (the gradient guard: a non-finite or spiking
+# gradient); every intervention is recorded as a run event
+EXACT_UNTIL_INTERVENTION = "exact-until-intervention"
+EXACTNESS = (EXACT, REASSOCIATED, CHANGES_SEMANTICS, EXACT_UNTIL_INTERVENTION)
 
 REWRITTEN = "rewritten"
 SKIPPED = "skipped"

@@ -1,5 +1,9 @@
 """grad_clip: where clipping lands, what is left alone, and what the rewritten code computes.
 
+These goldens pin ``mode = "fixed"`` (the clip_grad_norm_ insertion, no longer the default):
+the placement analysis is shared by both modes. The default guard mode is tested in
+tests/test_stabilizer.py.
+
 Golden tests pin the exact output for each pattern found in real RL code; execution tests run the
 original and the rewritten training step on the same tiny model and compare with a manual
 ``clip_grad_norm_`` + ``step()``.
@@ -15,7 +19,7 @@ from hypothesis import strategies as st
 
 from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
-from scalebox_cst.report import CHANGES_SEMANTICS, REWRITTEN, SKIPPED, WARNING
+from scalebox_cst.report import CHANGES_SEMANTICS, EXACT_UNTIL_INTERVENTION, REWRITTEN, SKIPPED, WARNING
 from scalebox_cst.runtime import clip as runtime_clip
 from scalebox_cst.runtime import metrics
 from scalebox_cst.transforms import REGISTRY
@@ -24,9 +28,10 @@ from scalebox_cst.transforms.grad_clip import GradClip, looks_like_optimizer
 IMPORT = "from scalebox_cst.runtime.clip import clip_grad_norm as _scalebox_clip_grad_norm\n"
 
 
-def rewrite(src, max_norm=None, dedent=True):
+def rewrite(src, max_norm=None, dedent=True, mode="fixed"):
     src = textwrap.dedent(src) if dedent else src
     cfg = Config(transforms=["grad_clip"])
+    cfg.set_option("grad_clip", "mode", mode)
     if max_norm is not None:
         cfg.set_option("grad_clip", "max_norm", max_norm)
     result = Pipeline(cfg, backend="cpu").rewrite("t.py", src.encode())
@@ -63,7 +68,8 @@ def test_examples(example):
         assert result.output != example.code.encode()
         compile(result.output.decode(), "ex.py", "exec")
         rewritten = kinds(result.report.sites, REWRITTEN)
-        assert rewritten and all(s.exactness == CHANGES_SEMANTICS for s in rewritten)
+        fixed = dict(example.options).get("mode", "guard") == "fixed"
+        assert rewritten and all(s.exactness == (CHANGES_SEMANTICS if fixed else EXACT_UNTIL_INTERVENTION) for s in rewritten)
     else:
         assert result.output == example.code.encode()
         reasons = [s.reason for s in kinds(result.report.sites, SKIPPED)]
@@ -363,6 +369,7 @@ def test_max_norm_option():
 def test_invalid_max_norm_is_an_error_not_a_rewrite():
     cfg = Config(transforms=["grad_clip"])
     cfg.set_option("grad_clip", "max_norm", -1)
+    cfg.set_option("grad_clip", "mode", "fixed")
     src = b"loss.backward()\nopt.step()\n"
     result = Pipeline(cfg, backend="cpu").rewrite("t.py", src)
     assert result.output == src and "max_norm" in result.report.error
@@ -848,7 +855,9 @@ def test_nothing_to_insert_parses_no_libcst_tree():
     import ast as _ast
 
     tree = _ast.parse(src)
-    ctx = FileContext("t.py", None, Config(transforms=["grad_clip"]), "cpu", code=src, tree=tree)
+    cfg = Config(transforms=["grad_clip"])
+    cfg.set_option("grad_clip", "mode", "fixed")
+    ctx = FileContext("t.py", None, cfg, "cpu", code=src, tree=tree)
     module, sites = GradClip().rewrite(ctx)
     assert module is None and "module" not in ctx.__dict__
     assert [s.action for s in sites] == [SKIPPED] and "already clipped" in sites[0].reason

@@ -1,7 +1,19 @@
-"""Insert gradient clipping between ``backward()`` and each optimizer ``step()`` that lacks it.
+"""Insert a gradient guard (or a fixed clip) between ``backward()`` and each optimizer ``step()``.
 
-RL training loops are prone to exploding gradients and rarely clip; the insertion is deliberate
-(``changes-semantics``) and configurable (``[grad_clip] max_norm``). Each scope (module level,
+RL training loops are prone to exploding gradients and rarely clip. ``[grad_clip] mode``:
+
+- ``"guard"`` (default): ``runtime.stabilizer.stabilize`` measures and records the total norm,
+  skips a step whose gradients are non-finite and clips a spike far above the norm's own history;
+  otherwise it writes nothing, so healthy runs are bitwise the original's
+  (``exact-until-intervention``). Inserted also where the code clips already (measuring and
+  skipping only: the code's clip stays its own).
+- ``"fixed"``: ``clip_grad_norm_(max_norm)`` on every step (``changes-semantics``), only where the
+  code does not clip.
+``skip_nonfinite = true`` (what hot-fix branches set) decides on the host on every backend, so a
+non-finite step is skipped for any optimizer (on CUDA/NPU without it, only optimizers that take
+``found_inf`` skip on device); in fixed mode the clip then comes from the guard, which also skips.
+
+Each scope (module level,
 each function, each class body) is read as its calls in source order: a ``step()`` is paired with
 the run of ``backward()`` calls before it and is clipped only when nothing in that window already
 clips. Traps handled: AMP (``scaler.unscale_`` first), clipping before ``backward()`` (warned),
@@ -22,7 +34,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from scalebox_cst.report import CHANGES_SEMANTICS, REWRITTEN, SKIPPED, WARNING, Site
+from scalebox_cst.report import CHANGES_SEMANTICS, EXACT_UNTIL_INTERVENTION, REWRITTEN, SKIPPED, WARNING, Site
 
 from .base import Example, FileContext, Transform
 from .names import ImportMap, ast_dotted
@@ -30,6 +42,11 @@ from .names import ImportMap, ast_dotted
 ID = "grad_clip"
 RUNTIME_QUALNAME = "scalebox_cst.runtime.clip.clip_grad_norm"
 RUNTIME_ALIAS = "_scalebox_clip_grad_norm"
+GUARD_QUALNAME = "scalebox_cst.runtime.stabilizer.stabilize"
+GUARD_ALIAS = "_scalebox_stabilize"
+MODES = ("guard", "fixed")
+#: guard options written into the call only when they differ from the runtime's defaults
+GUARD_DEFAULTS = {"z": 6.0, "ratio": 3.0, "warmup": 25}
 
 #: calls that clip gradients, by qualified name (our own helper included: rewriting is idempotent)
 CLIP_QUALNAMES = frozenset(
@@ -37,6 +54,8 @@ CLIP_QUALNAMES = frozenset(
     for mod in ("", "clip_grad.")
     for name in ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grads_with_norm_")
 ) | {RUNTIME_QUALNAME}
+#: the guard is no clip (healthy steps pass untouched): a second rewrite must see its own guard
+GUARD_QUALNAMES = frozenset({GUARD_QUALNAME})
 #: a call whose name starts so and that is not some other torch function also counts as clipping
 #: (``accelerator.clip_grad_norm_``, FSDP's ``model.clip_grad_norm_``, a star import, a user
 #: helper): wrongly leaving code alone is safe, wrongly clipping twice is not what the user wrote.
@@ -92,7 +111,7 @@ _TRY = (ast.Try,) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
 
 @dataclasses.dataclass
 class _Event:
-    kind: str  # "backward" | "clip" | "unscale" | "step"
+    kind: str  # "backward" | "clip" | "guard" | "unscale" | "step"
     call: ast.Call
     stmt: ast.stmt  # the statement holding the call (a compound one when the call is in its header)
     loc: Optional[Loc]  # None when the call is in a compound statement's header
@@ -218,6 +237,8 @@ class _Module:
         qual = self.qualify(func)
         if qual in CLIP_QUALNAMES:
             return "clip"
+        if qual in GUARD_QUALNAMES:
+            return "guard"
         last = _last_name(func)
         if last is None:
             return None
@@ -394,10 +415,36 @@ class _Apply(cst.CSTTransformer):
         return updated_node.with_changes(body=self._splice(updated_node.body, plan, 0))
 
 
-def _number_text(value) -> str:
+def _number_text(value, key: str = "max_norm") -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"grad_clip.max_norm must be a positive number, got {value!r}")
+        raise ValueError(f"grad_clip.{key} must be a positive number, got {value!r}")
     return repr(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    mode: str
+    max_norm: str
+    skip_nonfinite: bool
+    guard_args: str  # ", z=4.0" etc.: non-default guard options, in a fixed order
+
+    @classmethod
+    def read(cls, ctx: FileContext) -> "_Options":
+        mode = ctx.option(ID, "mode", "guard")
+        if mode not in MODES:
+            raise ValueError(f"grad_clip.mode must be one of {', '.join(MODES)}, got {mode!r}")
+        skip = ctx.option(ID, "skip_nonfinite", False)
+        if not isinstance(skip, bool):
+            raise ValueError(f"grad_clip.skip_nonfinite must be true or false, got {skip!r}")
+        args = []
+        for key, default in GUARD_DEFAULTS.items():
+            value = ctx.option(ID, key, default)
+            text = _number_text(value, key)
+            if key == "warmup" and (isinstance(value, float) or value < 1):
+                raise ValueError(f"grad_clip.warmup must be a positive integer, got {value!r}")
+            if value != default:
+                args.append(f", {key}={text}")
+        return cls(mode, _number_text(ctx.option(ID, "max_norm", 1.0)), skip, "".join(args))
 
 
 # --------------------------------------------------------------------------- the transform
@@ -405,9 +452,10 @@ def _number_text(value) -> str:
 
 class GradClip(Transform):
     id = ID
-    version = "1"
+    version = "2"
     triggers = ("backward",)
-    description = "Clip each optimizer's gradient norm right before step() where the code does not clip."
+    description = ("Guard each optimizer's step(): skip non-finite, clip spikes, change nothing else "
+                   "(or clip to a fixed max_norm)")
 
     EXAMPLES = [
         Example(
@@ -470,7 +518,34 @@ class GradClip(Transform):
             "policy.optimizer.step()\n",
             False,
             reason="already clipped",
-            note="SB3 style, torch imported as th",
+            note="SB3 style, torch imported as th (fixed mode)",
+            options=(("mode", "fixed"),),
+        ),
+        Example(
+            "import torch as th\n"
+            "loss.backward()\n"
+            "th.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)\n"
+            "policy.optimizer.step()\n",
+            True,
+            note="guard mode after the code's own clip: measures and skips non-finite steps only",
+        ),
+        Example(
+            "import torch\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "loss.backward()\n"
+            "opt.step()\n",
+            True,
+            note="fixed mode: clip_grad_norm_ to max_norm",
+            options=(("mode", "fixed"), ("max_norm", 0.5)),
+        ),
+        Example(
+            "import torch\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "loss.backward()\n"
+            "opt.step()\n",
+            True,
+            note="hot-fix: fixed clip that also skips non-finite steps",
+            options=(("mode", "fixed"), ("max_norm", 0.5), ("skip_nonfinite", True)),
         ),
         Example(
             "from torch.nn.utils import clip_grad_norm_ as cg\n"
@@ -480,7 +555,8 @@ class GradClip(Transform):
             "optimizer.step()\n",
             False,
             reason="already clipped",
-            note="conditional clip under an import alias",
+            note="conditional clip under an import alias (fixed mode)",
+            options=(("mode", "fixed"),),
         ),
         Example(
             "accelerator.backward(loss)\n"
@@ -488,6 +564,14 @@ class GradClip(Transform):
             "optimizer.step()\n",
             False,
             reason="already clipped",
+            options=(("mode", "fixed"),),
+        ),
+        Example(
+            "accelerator.backward(loss)\n"
+            "accelerator.clip_grad_norm_(model.parameters(), 1.0)\n"
+            "optimizer.step()\n",
+            False,
+            reason="accelerate's backward() may scale gradients",
         ),
         Example(
             "optimizer = torch.optim.LBFGS(model.parameters())\n"
@@ -526,7 +610,7 @@ class GradClip(Transform):
 
     # ------------------------------------------------------------------ rewrite
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
-        max_norm = _number_text(ctx.option(ID, "max_norm", 1.0))
+        opts = _Options.read(ctx)
         source = ctx.code
         mod = _Module(ctx.tree, ctx.imports)  # the pipeline's shared ast of this version (read only)
         sites: List[Site] = []
@@ -537,10 +621,16 @@ class GradClip(Transform):
                 if ev.kind == "step":
                     self._describe_step(source, mod, ev)
             for s, step in enumerate(events):
-                self._decide(ctx, source, mod, events, s, step, max_norm, sites, plans, state)
+                self._decide(ctx, source, mod, events, s, step, opts, sites, plans, state)
         if not plans:
             return None, sites  # nothing to insert: libcst is not needed (no parse)
         return ctx.module.visit(_Apply(plans)), sites
+
+    @staticmethod
+    def _guard_alias(ctx, state) -> str:
+        if state.get("guard") is None:
+            state["guard"] = ctx.runtime_name(GUARD_QUALNAME, GUARD_ALIAS)
+        return state["guard"]
 
     @staticmethod
     def _plain_text(source: str, expr: ast.AST) -> Optional[str]:
@@ -588,7 +678,7 @@ class GradClip(Transform):
         elif ev.role in ("optimizer", "unknown"):
             ev.opt_text = ev.recv_text
 
-    def _decide(self, ctx, source, mod, events, s, step, max_norm, sites, plans, state) -> None:
+    def _decide(self, ctx, source, mod, events, s, step, opts, sites, plans, state) -> None:
         if step.kind != "step" or step.role == "scheduler":
             return
         if step.role == "unknown" and (step.call.args or step.call.keywords):
@@ -638,13 +728,20 @@ class GradClip(Transform):
                 state["warned"].add(id(e.call))
                 site(e.stmt if e.loc is not None else e.call, WARNING,
                      f"clip before backward() has no effect (backward() at line {ctx.original_line(bline)} recomputes the "
-                     f"gradients); a clip is inserted before step() at line {ctx.original_line(step.call.lineno)}")
+                     f"gradients); a {'guard' if opts.mode == 'guard' else 'clip'} is inserted before step() at line "
+                     f"{ctx.original_line(step.call.lineno)}")
 
         # any clip in the window, on any branch (a conditional clip is the user's choice)
-        clips = [e for e in events[visible[start][0] + 1:s] if e.kind == "clip"]
-        if clips:
-            first = visible[start][1].call.lineno
-            skip(f"already clipped (line {ctx.original_line(clips[0].call.lineno)}) between backward() "
+        window = events[visible[start][0] + 1:s]
+        guards = [e for e in window if e.kind == "guard"]
+        if guards:
+            skip(f"already guarded (line {ctx.original_line(guards[0].call.lineno)}) before step()")
+            return
+        clips = [e for e in window if e.kind == "clip"]
+        first = visible[start][1].call.lineno
+        clipped_at = ctx.original_line(clips[0].call.lineno) if clips else None
+        if clips and opts.mode == "fixed":
+            skip(f"already clipped (line {clipped_at}) between backward() "
                  f"(line {ctx.original_line(first)}) and step()")
             return
         for e in group:
@@ -680,13 +777,40 @@ class GradClip(Transform):
         texts: List[str] = []
         if step.role == "scaler" and not unscales:
             texts.append(f"{scaler}.unscale_({step.opt_text})")
-        if state["alias"] is None:
-            state["alias"] = ctx.runtime_name(RUNTIME_QUALNAME, RUNTIME_ALIAS)
-        texts.append(f"{state['alias']}({step.opt_text}, max_norm={max_norm})")
+        where = f"{ctx.path}:{ctx.original_line(step.call.lineno)}"
+        between = f"between backward() (line {ctx.original_line(bline)}) and step()"
+        amp = f", scaler={scaler}" if scaler is not None else ""
+        if opts.mode == "guard":
+            alias = self._guard_alias(ctx, state)
+            if opts.skip_nonfinite:
+                amp += ", sync=True"  # decide on the host: a true skip for any optimizer on any backend
+            if clips:
+                texts.append(f"{alias}({step.opt_text}, site={where!r}{amp}, spike=False)")
+                reason = (f"guard {step.opt_text}'s step {between}, after the code's own clip (line {clipped_at}): "
+                          "records the grad norm and skips the step if a gradient is non-finite; otherwise changes nothing")
+            else:
+                texts.append(f"{alias}({step.opt_text}, site={where!r}{amp}{opts.guard_args})")
+                reason = (f"guard {step.opt_text}'s step {between}: records the grad norm; skips the step if a gradient "
+                          "is non-finite, clips a norm far above its history; otherwise changes nothing")
+            if scaler is not None:
+                reason += "; GradScaler skips non-finite steps itself"
+            if opts.skip_nonfinite:
+                reason += "; checked on the host every step (skip_nonfinite)"
+            exactness = EXACT_UNTIL_INTERVENTION
+        elif opts.skip_nonfinite:
+            alias = self._guard_alias(ctx, state)
+            texts.append(f"{alias}({step.opt_text}, site={where!r}{amp}, max_norm={opts.max_norm}, sync=True)")
+            reason = (f"clip grad norm of {step.opt_text}'s params to max_norm={opts.max_norm} {between}, "
+                      "and skip the step if a gradient is non-finite (checked on the host every step)")
+            exactness = CHANGES_SEMANTICS
+        else:
+            if state["alias"] is None:
+                state["alias"] = ctx.runtime_name(RUNTIME_QUALNAME, RUNTIME_ALIAS)
+            texts.append(f"{state['alias']}({step.opt_text}, max_norm={opts.max_norm})")
+            reason = f"clip grad norm of {step.opt_text}'s params to max_norm={opts.max_norm} {between}"
+            exactness = CHANGES_SEMANTICS
         line, index = _cst_line(ctx.module, step.loc, step.stmt)
         plans.setdefault(line, {}).setdefault(index, []).extend(texts)
-        reason = (f"clip grad norm of {step.opt_text}'s params to max_norm={max_norm} "
-                  f"between backward() (line {ctx.original_line(bline)}) and step()")
         if len(texts) == 2:
-            reason += f"; {texts[0]} inserted first (AMP gradients are scaled)"
-        site(stmt, REWRITTEN, reason, CHANGES_SEMANTICS)
+            reason += f"; {texts[0]} inserted first (AMP gradients are scaled; scaler.step would unscale the same way)"
+        site(stmt, REWRITTEN, reason, exactness)

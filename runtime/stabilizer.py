@@ -1,0 +1,440 @@
+"""The gradient guard the ``grad_clip`` transform inserts before each optimizer ``step()``.
+
+``stabilize(optimizer)`` measures the total gradient norm of the optimizer's parameters, records
+it (``grad_norm``) and, only when the step is unhealthy, intervenes:
+
+- a non-finite norm (NaN/inf in some gradient): the optimizer step is skipped, as ``GradScaler``
+  skips it, instead of writing NaN into the weights (event ``step_skipped``, first one also
+  ``nonfinite`` naming the parameters);
+- a spike, a norm above ``max(mean + z * std, ratio * mean)`` of its own history (an
+  exponentially weighted mean and variance, ZClip's estimator; OLMo-core's skip-step optimizer uses
+  the same 6-sigma rule): the gradients are scaled down to that threshold (event ``spike_clipped``)
+  and the history is fed the threshold, not the spike.
+
+Otherwise nothing is written: the gradients, the optimizer and its state are the code's own,
+so a run with no spike and no non-finite value is bitwise identical to the unguarded one
+(exactness ``exact-until-intervention``). ``max_norm=X`` turns it into the fixed clip
+(``clip_grad_norm_`` semantics, bit for bit) that also skips non-finite steps: what hot-fix
+branches use.
+
+Where it decides:
+- CPU gradients: on the host (``.item()`` on a CPU tensor is no device synchronisation). A skip
+  sets the parameters' ``.grad`` to None for the duration of ``step()`` (torch optimizers leave
+  such parameters and their state alone) and a step post-hook puts them back afterwards.
+- CUDA/NPU gradients: on the device, no host synchronisation per step. The spike factor
+  ``min(1, thr / norm)`` is a device tensor multiplied into the gradients (``* 1.0`` is bitwise
+  the identity). A non-finite step is skipped through ``optimizer.found_inf`` where the optimizer
+  takes it (fused Adam/AdamW/SGD, ``_step_supports_amp_scaling``: the kernel skips the update and
+  restores the step count, as under ``GradScaler``); other optimizers get the step (weights may go
+  non-finite) and the event is reported at the next flush, which is what the hot-fix policy acts
+  on (its branch uses ``sync=True``: one host check per step, a true skip on any optimizer).
+  Under AMP (``scaler=`` given) ``GradScaler`` already skips non-finite steps; the guard only
+  measures and clips spikes.
+Events cross to the host in batches (every ``FLUSH_EVERY`` steps and at exit).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+
+from scalebox_cst.runtime import metrics
+
+METRIC = "grad_norm"
+EVENTS_ENV = "SCALEBOX_EVENTS_FILE"
+LOCATE_ENV = "SCALEBOX_LOCATE_NAN"  # "SITE@STEP": arm the NaN locator for that guard call
+FLUSH_EVERY = 64
+MAX_EVENTS = 1000  # per kind and run: a run that intervenes every step must not fill the disk
+
+Z = 6.0
+RATIO = 3.0
+WARMUP = 25
+ALPHA = 0.97
+
+_NONE, _CLIPPED, _SKIPPED = 0, 1, 2
+
+
+# --------------------------------------------------------------------------- events
+
+
+class _Events:
+    """Append-only events.jsonl of the run (beside metrics.jsonl unless $SCALEBOX_EVENTS_FILE)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Dict[str, int] = {}
+        self.memory: List[Dict[str, Any]] = []  # kept when no file is configured (tests, plain runs)
+
+    def path(self) -> Optional[str]:
+        path = os.environ.get(EVENTS_ENV)
+        if path:
+            return path
+        metrics_file = os.environ.get(metrics.ENV_FILE)
+        return os.path.join(os.path.dirname(metrics_file), "events.jsonl") if metrics_file else None
+
+    def emit(self, kind: str, message: str, **extra: Any) -> None:
+        with self.lock:
+            n = self.counts.get(kind, 0) + 1
+            self.counts[kind] = n
+            if n > MAX_EVENTS:
+                return
+            item = {"time": round(time.time(), 3), "kind": kind, "message": message, **extra}
+            path = self.path()
+            if path is None:
+                self.memory.append(item)
+                return
+            try:
+                with open(path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(item, default=str) + "\n")
+            except OSError as exc:  # telemetry never breaks a training run
+                print(f"scalebox: cannot write events to {path}: {exc}", file=sys.stderr)
+
+
+events = _Events()
+
+
+# --------------------------------------------------------------------------- per-optimizer state
+
+
+class _Guard:
+    """History and cached parameter list of one optimizer at one site."""
+
+    def __init__(self, site: str, index: int) -> None:
+        self.site = site
+        self.index = index  # which optimizer at this site, for messages
+        self.key: Optional[Tuple] = None
+        self.params: List[torch.Tensor] = []
+        self.calls = 0
+        # host history (CPU path)
+        self.count = 0
+        self.mean = 0.0
+        self.var = 0.0
+        # device history (device path): created on first use
+        self.dev: Optional[Dict[str, torch.Tensor]] = None
+        self.pending: List[Tuple[int, torch.Tensor, torch.Tensor]] = []
+        self.stash: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None
+        self.hooked = False
+        self.no_skip = False  # device path, optimizer without found_inf: non-finite steps run
+        self.reported_nonfinite = False
+        self.interventions = 0
+
+    def refresh(self, groups: Any) -> Optional[List[torch.Tensor]]:
+        """The distinct parameters of the groups, rebuilt only when the groups change."""
+        try:
+            key = tuple((id(g["params"]), len(g["params"])) for g in groups)
+        except (TypeError, KeyError):
+            return None
+        if key != self.key:
+            seen, params = set(), []
+            for g in groups:
+                for p in g["params"]:
+                    if isinstance(p, torch.Tensor) and id(p) not in seen:
+                        seen.add(id(p))
+                        params.append(p)
+            self.key, self.params = key, params
+        return self.params
+
+
+_guards: "weakref.WeakKeyDictionary[Any, Dict[str, _Guard]]" = weakref.WeakKeyDictionary()
+_by_id: Dict[int, Dict[str, _Guard]] = {}  # optimizers that cannot be weakly referenced
+_lock = threading.Lock()
+_warned: set = set()
+
+
+def _guard_for(optimizer: Any, site: str) -> _Guard:
+    try:
+        table = _guards.get(optimizer)
+        if table is None:
+            table = _guards.setdefault(optimizer, {})
+    except TypeError:
+        table = _by_id.setdefault(id(optimizer), {})
+    guard = table.get(site)
+    if guard is None:
+        guard = table[site] = _Guard(site, len(table))
+    return guard
+
+
+def _warn_once(what: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        print(f"scalebox: {what}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- norms
+
+
+def total_norm(grads: List[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all gradients, computed as ``clip_grad_norm_`` computes it (same bits)."""
+    if len(grads) == 1:
+        return torch.linalg.vector_norm(grads[0], 2.0)
+    first = grads[0]
+    if all(g.device == first.device and g.dtype == first.dtype for g in grads):
+        norms = torch._foreach_norm(grads, 2.0)
+    else:
+        norms = [torch.linalg.vector_norm(g, 2.0) for g in grads]
+    return torch.linalg.vector_norm(torch.stack([n.to(first.device) for n in norms]), 2.0)
+
+
+def _threshold(mean: float, var: float, z: float, ratio: float) -> float:
+    return max(mean + z * math.sqrt(max(var, 0.0)), ratio * mean)
+
+
+def _update(guard: _Guard, x: float) -> None:
+    """Exponentially weighted mean/variance; plain running mean over the first 1/(1-alpha) steps."""
+    w = max(1.0 - ALPHA, 1.0 / (guard.count + 1))
+    delta = x - guard.mean
+    guard.mean += w * delta
+    guard.var = (1.0 - w) * (guard.var + w * delta * delta)
+    guard.count += 1
+
+
+# --------------------------------------------------------------------------- the guard
+
+
+def stabilize(
+    optimizer: Any,
+    *,
+    site: str = "",
+    scaler: Any = None,
+    spike: bool = True,
+    max_norm: Optional[float] = None,
+    sync: bool = False,
+    z: float = Z,
+    ratio: float = RATIO,
+    warmup: int = WARMUP,
+) -> Optional[torch.Tensor]:
+    """Guard ``optimizer``'s next ``step()`` (see the module docstring); returns the total norm.
+
+    ``site``: ``path:line`` of the step, for events. ``scaler``: the ``GradScaler`` whose
+    ``step`` follows (it skips non-finite steps itself). ``spike=False``: measure and skip only
+    (the code clips on its own). ``max_norm``: fixed clip instead of spike detection.
+    ``sync=True``: decide on the host on every backend (a true skip for any optimizer).
+    """
+    groups = getattr(optimizer, "param_groups", None)
+    if groups is None:
+        _warn_once(f"{type(optimizer).__qualname__} has no param_groups; the inserted gradient guard does nothing for it")
+        return None
+    guard = _guard_for(optimizer, site)
+    params = guard.refresh(groups)
+    if params is None:
+        _warn_once(f"{type(optimizer).__qualname__}.param_groups is not readable; the gradient guard does nothing for it")
+        return None
+    grads = [p.grad for p in params if p.grad is not None]
+    guard.calls += 1
+    if not grads:
+        return None
+    if _locator is not None:
+        _locator.before_step(guard)
+    norm = total_norm(grads)
+    if norm.device.type == "cpu" or sync:
+        _host_step(optimizer, guard, params, grads, norm, scaler, spike, max_norm, z, ratio, warmup)
+    else:
+        _device_step(optimizer, guard, grads, norm, scaler, spike, max_norm, z, ratio, warmup)
+    if _locator is not None:
+        _locator.after_guard(guard, norm)
+    return norm
+
+
+def _host_step(optimizer, guard, params, grads, norm, scaler, spike, max_norm, z, ratio, warmup) -> None:
+    value = norm.item()  # free on CPU; with sync=True on a device, the one deliberate sync
+    metrics.record(METRIC, value)
+    step = guard.calls
+    if not math.isfinite(value):
+        if scaler is not None:
+            return  # GradScaler skips this step itself and lowers its scale: AMP's normal overflow
+        _nonfinite(guard, step, value, [p for p in params if p.grad is not None], optimizer)
+        _skip(optimizer, guard, params)
+        return
+    if max_norm is not None:  # clip_grad_norm_'s arithmetic, bit for bit
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+        return
+    if spike and guard.count >= warmup:
+        thr = _threshold(guard.mean, guard.var, z, ratio)
+        if value > thr:
+            torch._foreach_mul_(grads, thr / value)
+            guard.interventions += 1
+            events.emit("spike_clipped", f"grad norm {value:.4g} clipped to {thr:.4g} at {guard.site} step {step}",
+                        site=guard.site, step=step, value=value, threshold=thr)
+            _update(guard, thr)
+            return
+    _update(guard, value)
+
+
+def _device_step(optimizer, guard, grads, norm, scaler, spike, max_norm, z, ratio, warmup) -> None:
+    metrics.record(METRIC, norm)
+    dev = guard.dev
+    if dev is None:
+        f = lambda v: torch.tensor(v, dtype=torch.float32, device=norm.device)  # noqa: E731
+        dev = guard.dev = {"mean": f(0.0), "var": f(0.0), "count": f(0.0), "one": f(1.0)}
+    x = norm.float()
+    finite = torch.isfinite(x)
+    if max_norm is not None:
+        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        code = torch.where(finite, (coef < 1.0).float() * _CLIPPED, torch.full_like(x, _SKIPPED))
+    else:
+        mean, var, count = dev["mean"], dev["var"], dev["count"]
+        thr = torch.maximum(mean + z * var.clamp(min=0).sqrt(), ratio * mean)
+        hit = finite & (count >= warmup) & (x > thr) if spike else torch.zeros_like(finite)
+        coef = torch.where(hit, thr / x, dev["one"])
+        code = torch.where(finite, hit.float() * _CLIPPED, torch.full_like(x, _SKIPPED))
+        # history: the clipped value for a spike, nothing for a non-finite step
+        fed = torch.where(hit, thr, x)
+        w = torch.clamp(1.0 / (count + 1.0), min=1.0 - ALPHA)
+        delta = torch.where(finite, fed - mean, torch.zeros_like(x))
+        w = torch.where(finite, w, torch.zeros_like(w))
+        mean.add_(w * delta)
+        var.copy_((1.0 - w) * (var + w * delta * delta))
+        count.add_(finite.float())
+    torch._foreach_mul_(grads, coef)
+    if scaler is not None:
+        code = torch.where(finite, code, torch.zeros_like(code))  # GradScaler skips and rescales itself
+    elif getattr(optimizer, "_step_supports_amp_scaling", False):
+        optimizer.found_inf = (~finite).float()  # the fused kernel skips the update on device
+        optimizer.grad_scale = None
+        _ensure_hook(optimizer, guard)
+    else:
+        guard.no_skip = True
+    guard.pending.append((guard.calls, code, x))
+    _active.add(guard)
+    if len(guard.pending) >= FLUSH_EVERY:
+        _flush_guard(guard)
+
+
+def _flush_guard(guard: _Guard) -> None:
+    """One host transfer for the batch of per-step decisions; events for those that intervened."""
+    batch, guard.pending = guard.pending, []
+    if not batch:
+        return
+    values = torch.stack([torch.stack([c.float(), x.float()]) for _, c, x in batch]).cpu().tolist()
+    skips_real = not guard.no_skip
+    for (step, _, _), (code, value) in zip(batch, values):
+        if code == _CLIPPED:
+            guard.interventions += 1
+            events.emit("spike_clipped", f"grad norm {value:.4g} clipped at {guard.site} step {step}",
+                        site=guard.site, step=step, value=value)
+        elif code == _SKIPPED:
+            if not guard.reported_nonfinite:
+                guard.reported_nonfinite = True
+                msg = f"non-finite gradient norm {value} at {guard.site} step {step}"
+                print(f"scalebox: {msg}", file=sys.stderr)
+                events.emit("nonfinite", msg, site=guard.site, step=step, value=str(value), what="grad_norm")
+            guard.interventions += 1
+            events.emit("step_skipped" if skips_real else "guard_intervened",
+                        f"{'optimizer step skipped' if skips_real else 'non-finite step NOT skipped (optimizer has no found_inf)'}"
+                        f" at {guard.site} step {step}", site=guard.site, step=step, skipped=skips_real)
+
+
+_active: "weakref.WeakSet[_Guard]" = weakref.WeakSet()
+
+
+def flush() -> None:
+    for guard in list(_active):
+        _flush_guard(guard)
+
+
+atexit.register(flush)
+
+
+# --------------------------------------------------------------------------- skipping
+
+
+def _ensure_hook(optimizer: Any, guard: _Guard) -> None:
+    if guard.hooked:
+        return
+    register = getattr(optimizer, "register_step_post_hook", None)
+    if register is None:
+        return
+    ref = weakref.ref(guard)
+
+    def after_step(opt: Any, args: Any, kwargs: Any) -> None:
+        g = ref()
+        if g is None:
+            return
+        if g.stash is not None:
+            for p, grad in g.stash:
+                if p.grad is None:
+                    p.grad = grad
+            g.stash = None
+        if "found_inf" in opt.__dict__:
+            del opt.found_inf
+            opt.__dict__.pop("grad_scale", None)
+
+    register(after_step)
+    guard.hooked = True
+
+
+def _skip(optimizer: Any, guard: _Guard, params: List[torch.Tensor]) -> None:
+    """Make the coming ``step()`` leave every parameter and its state alone (grads back after it)."""
+    _ensure_hook(optimizer, guard)
+    guard.stash = [(p, p.grad) for p in params if p.grad is not None]
+    for p, _ in guard.stash:
+        p.grad = None
+    if not guard.hooked:
+        _warn_once(f"{type(optimizer).__qualname__} has no register_step_post_hook: gradients of skipped steps stay None")
+    guard.interventions += 1
+    events.emit("step_skipped", f"optimizer step skipped at {guard.site} step {guard.calls} (non-finite gradient)",
+                site=guard.site, step=guard.calls, skipped=True)
+
+
+def _nonfinite(guard: _Guard, step: int, value: float, params: List[torch.Tensor], optimizer: Any) -> None:
+    if guard.reported_nonfinite:
+        return
+    guard.reported_nonfinite = True
+    bad = [i for i, p in enumerate(params) if not bool(torch.isfinite(p.grad).all())]
+    names = parameter_names([params[i] for i in bad])
+    where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    msg = f"first non-finite gradient at {guard.site} step {step}: {where or 'norm overflow'}"
+    print(f"scalebox: {msg}", file=sys.stderr)
+    events.emit("nonfinite", msg, site=guard.site, step=step, value=str(value), what="grad", params=names)
+
+
+def parameter_names(params: List[torch.Tensor]) -> List[str]:
+    """``actor.fc1.weight``-style names for parameters, found among live modules (rare path only)."""
+    import gc
+
+    wanted = {id(p): i for i, p in enumerate(params)}
+    names: List[Optional[str]] = [None] * len(params)
+    modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
+    children = {id(c) for m in modules for c in m.children()}
+    for root in modules:
+        if id(root) in children:
+            continue
+        for name, p in root.named_parameters(remove_duplicate=False):
+            i = wanted.get(id(p))
+            if i is not None and names[i] is None:
+                names[i] = f"{type(root).__name__}.{name}"
+    return [n or f"param[{tuple(p.shape)}]" for n, p in zip(names, params)]
+
+
+def reset() -> None:
+    """Forget every guard's history (tests)."""
+    _guards.clear()
+    _by_id.clear()
+    events.counts.clear()
+    events.memory.clear()
+
+
+# --------------------------------------------------------------------------- NaN locating
+
+_locator = None
+
+
+def _install_locator() -> None:
+    global _locator
+    spec = os.environ.get(LOCATE_ENV)
+    if not spec:
+        return
+    from scalebox_cst.runtime.nan_locate import Locator
+
+    _locator = Locator.from_spec(spec)
+
+
+_install_locator()
