@@ -1,8 +1,16 @@
-"""Run metrics: rewritten code records values here; the executor keeps them per branch.
+"""Run metrics: rewritten code and telemetry record values here; the executor keeps them per run.
 
-``record(name, value)`` is cheap on accelerators: tensor values are kept as tensors and turned
-into numbers in batches (one device sync per flush, not per step). Values go to the JSON-lines
-file named by ``$SCALEBOX_METRICS_FILE`` when the executor set it, else they stay in memory.
+``record(name, value, step=None)`` is cheap on accelerators: tensor values are kept as tensors and
+turned into numbers in batches (one device-to-host transfer per device per flush, never one per
+step). Points go to the JSON-lines file named by ``$SCALEBOX_METRICS_FILE`` (one
+``{"name", "step", "value", "time"}`` object per line, appended whole, so another process can
+read the file while it grows), else they stay in the in-memory summary only.
+
+A flush happens every :data:`FLUSH_EVERY` points, or, once telemetry runs, on its thread about
+every two seconds (readers see a live run; the training thread then never waits for a device
+transfer), and at exit. The conversion runs outside the lock ``record`` takes, so a flush on
+another thread never makes the training thread wait for the device. Non-finite values are written as the strings "nan"/"inf"/"-inf" and announced once
+per metric (stderr and a ``nonfinite`` event in the run's events.jsonl).
 """
 from __future__ import annotations
 
@@ -13,14 +21,21 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 ENV_FILE = "SCALEBOX_METRICS_FILE"
+#: events of the run; default: events.jsonl beside the metrics file (RUN_LAYOUT.md)
+ENV_EVENTS = "SCALEBOX_EVENTS_FILE"
 FLUSH_EVERY = 64
+#: with a background flusher (telemetry's thread), the recording thread flushes only this late
+BACKGROUND_CAP = 100_000
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _pending and _steps (held for an append only)
+_write_lock = threading.Lock()  # orders flushes: conversion, summary and file writes
 _pending: List[Tuple[str, Any, int, float]] = []
 _steps: Dict[str, int] = {}
+_after_flush: List[Callable[[], None]] = []
+_flush_at = FLUSH_EVERY
 
 
 class Stats:
@@ -46,19 +61,48 @@ _summary = Stats()
 _warned_nonfinite: set = set()
 
 
-def record(name: str, value: Any) -> None:
-    """Record one value of metric ``name`` (a number or a 0-d tensor)."""
+def record(name: str, value: Any, step: Optional[int] = None) -> None:
+    """Record one value of metric ``name`` (a number or a 0-d tensor) at ``step``.
+
+    ``step`` is the metric's own x (env steps for episode statistics, the user's global_step for
+    SummaryWriter scalars); None counts points of ``name`` 0, 1, 2, ...
+    """
     with _lock:
-        step = _steps.get(name, 0)
-        _steps[name] = step + 1
-        _pending.append((name, value, step, time.time()))
-        if len(_pending) >= FLUSH_EVERY:
-            _flush_locked()
+        if step is None:
+            step = _steps.get(name, 0)
+            _steps[name] = step + 1
+        _pending.append((name, value, int(step), time.time()))
+        full = len(_pending) >= _flush_at
+    if full:
+        flush()
 
 
 def flush() -> None:
-    with _lock:
-        _flush_locked()
+    """Write pending points now (the calling thread does the one device transfer per device)."""
+    global _pending
+    with _write_lock:
+        with _lock:
+            batch, _pending = _pending, []
+        if batch:
+            _write(batch)
+        for callback in list(_after_flush):
+            try:
+                callback()
+            except Exception as exc:  # telemetry never breaks a training run
+                print(f"scalebox: telemetry flush hook failed: {exc!r}", file=sys.stderr)
+
+
+def background_flush(on: bool) -> None:
+    """Another thread flushes regularly (telemetry): ``record`` then leaves the device transfer
+    to it and flushes itself only past :data:`BACKGROUND_CAP` pending points."""
+    global _flush_at
+    _flush_at = BACKGROUND_CAP if on else FLUSH_EVERY
+
+
+def after_flush(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` after each flush (telemetry writes sites.json there)."""
+    if callback not in _after_flush:
+        _after_flush.append(callback)
 
 
 def summary() -> Dict[str, Dict[str, float]]:
@@ -67,45 +111,86 @@ def summary() -> Dict[str, Dict[str, float]]:
     return {k: dict(v) for k, v in _summary.data.items()}
 
 
+def run_file(name: str) -> Optional[str]:
+    """Path of the run's file ``name`` (beside the metrics file), or None outside a recorded run."""
+    path = os.environ.get(ENV_FILE)
+    return os.path.join(os.path.dirname(path), name) if path else None
+
+
+def append_event(kind: str, message: str, **extra: Any) -> None:
+    """One line in the run's events.jsonl (RUN_LAYOUT.md); nothing outside a recorded run."""
+    path = os.environ.get(ENV_EVENTS) or run_file("events.jsonl")
+    if not path:
+        return
+    item = {"time": round(time.time(), 3), "kind": kind, "message": message, **extra}
+    try:
+        append_text(path, json.dumps(item, default=str) + "\n")
+    except OSError as exc:
+        print(f"scalebox: cannot write events to {path}: {exc}", file=sys.stderr)
+
+
+def append_text(path: str, text: str) -> None:
+    """Append ``text`` (whole lines) in one write on an O_APPEND descriptor: other writers of the
+    same file (the executor, forked children) never split a line."""
+    data = text.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+
+
 def _to_floats(values: List[Any]) -> List[float]:
     """Numbers for a batch of values; tensors cross to the host once per device, not once each."""
     by_device: Dict[Any, List[int]] = {}
     for i, v in enumerate(values):
         if hasattr(v, "detach"):
             by_device.setdefault(v.device, []).append(i)
-    if not by_device:
-        return [float(v) for v in values]
-    import torch
-
     out: List[Any] = list(values)
-    for indices in by_device.values():
-        stacked = torch.stack([values[i].detach().reshape(()).float() for i in indices])
-        for i, number in zip(indices, stacked.cpu().tolist()):
-            out[i] = number
-    return [float(v) for v in out]
+    if by_device:
+        import torch
+
+        for indices in by_device.values():
+            stacked = torch.stack([values[i].detach().reshape(()).float() for i in indices])
+            for i, number in zip(indices, stacked.cpu().tolist()):
+                out[i] = number
+    floats = []
+    for v in out:
+        try:
+            floats.append(float(v))
+        except (TypeError, ValueError):  # a caller's odd value costs that point, not the batch
+            floats.append(math.nan)
+    return floats
 
 
-def _flush_locked() -> None:
-    global _pending
-    if not _pending:
-        return
-    batch, _pending = _pending, []
+def _write(batch: List[Tuple[str, Any, int, float]]) -> None:
     values = _to_floats([v for _, v, _, _ in batch])
     lines = []
     for (name, _, step, stamp), value in zip(batch, values):
         _summary.add(name, value)
-        if not math.isfinite(value):
-            if name not in _warned_nonfinite:
-                _warned_nonfinite.add(name)
-                print(f"scalebox: non-finite {name}={value} at step {step}", file=sys.stderr)
+        if not math.isfinite(value) and name not in _warned_nonfinite:
+            _warned_nonfinite.add(name)
+            print(f"scalebox: non-finite {name}={value} at step {step}", file=sys.stderr)
+            append_event("nonfinite", f"non-finite {name}={value} at step {step}", name=name, step=step, value=str(value))
         lines.append(json.dumps({"name": name, "step": step, "value": value if math.isfinite(value) else str(value), "time": round(stamp, 3)}))
     path = os.environ.get(ENV_FILE)
     if path:
         try:
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write("\n".join(lines) + "\n")
+            append_text(path, "\n".join(lines) + "\n")
         except OSError as exc:  # metrics must never break a training run
             print(f"scalebox: cannot write metrics to {path}: {exc}", file=sys.stderr)
 
 
+def _forget_in_child() -> None:
+    """A forked child starts with the parent's unflushed points: writing them again would count
+    them twice, so it drops them (and keeps its own from then on)."""
+    global _pending, _lock, _write_lock
+    _pending = []
+    _lock = threading.Lock()
+    _write_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 atexit.register(flush)

@@ -1,0 +1,111 @@
+"""Telemetry of a run, measured inside the child without the user writing a line.
+
+``install()`` (called by ``runtime.launch`` before the script runs; ``SCALEBOX_TELEMETRY=0``
+turns it off) attaches each source once the script imports what it observes:
+
+- :mod:`.envs`: ``episodic_return`` / ``episodic_length`` of every gymnasium / gym env (vector
+  envs per sub-env), x = env steps over all envs;
+- :mod:`.writer`: ``SummaryWriter.add_scalar(s)`` values under the user's tags and steps;
+- :mod:`.training`: optimizer steps, ``losses/backward`` (non-finite ones reported at flush);
+- :mod:`.sites`: guard passes/fallbacks and sampled time per rewritten site (sites.json);
+- :mod:`.system`: host/device peak memory and device utilization where a tool exists.
+
+One daemon thread (``scalebox-telemetry``) samples site time at :data:`sites.HZ` while there
+are sites, and every :data:`EVERY` seconds records ``SPS``, ``optimizer_steps_per_s``,
+``wall_time`` and the :mod:`.system` points, then flushes the metrics (values cross from the
+device there, off the training thread). The training thread pays for the patched calls only:
+a few dict look-ups and increments per env step, guard call and backward, no device sync.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+from typing import Optional
+
+from scalebox_cst.runtime import metrics
+from scalebox_cst.runtime.telemetry import envs, imports, sites, system, training, writer
+
+ENV_SWITCH = "SCALEBOX_TELEMETRY"
+EVERY = float(os.environ.get("SCALEBOX_TELEMETRY_EVERY", "2") or 2)
+
+_installed = False
+_thread: Optional["_Telemetry"] = None
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def install() -> bool:
+    """Attach every source (idempotent); False when telemetry is switched off."""
+    global _installed, _thread
+    if not enabled():
+        return False
+    if _installed:
+        return True
+    _installed = True
+    imports.when_imported("gymnasium", envs.attach_gymnasium)
+    imports.when_imported("gym", envs.attach_gym)
+    for name in writer.MODULES:
+        imports.when_imported(name, writer.attach)
+    imports.when_imported("torch", training.attach)
+    for name in sites.GUARDS:
+        imports.when_imported(name, sites.attach)
+    metrics.after_flush(sites.write_json)
+    metrics.background_flush(True)
+    _thread = _Telemetry()
+    _thread.start()
+    atexit.register(_thread.finish)
+    return True
+
+
+class _Telemetry(threading.Thread):
+    def __init__(self) -> None:
+        super().__init__(name="scalebox-telemetry", daemon=True)
+        self.started = time.time()
+        self.clock = sites.Clock()
+        self.system = system.Sampler()
+        self.stopped = threading.Event()
+        self.last = time.perf_counter()
+        self.env_steps = envs.env_steps
+        self.opt_steps = training.optimizer_steps
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        period = 1.0 / max(sites.HZ, 0.1)
+        due = time.perf_counter() + EVERY
+        while not self.stopped.is_set():
+            if sites._sites:
+                self.clock.tick()
+                self.stopped.wait(period)
+            else:
+                self.clock.last = time.perf_counter()
+                self.stopped.wait(min(EVERY, 0.25))
+            if time.perf_counter() >= due:
+                due = time.perf_counter() + EVERY
+                self.report()
+
+    def report(self) -> None:
+        """Rates since the last report, resources, then a flush (once at a time)."""
+        with self.lock:
+            now = time.perf_counter()
+            dt, self.last = now - self.last, now
+            steps, opt = envs.env_steps, training.optimizer_steps
+            if dt > 0 and steps > self.env_steps:
+                metrics.record("SPS", (steps - self.env_steps) / dt, step=steps)
+            if dt > 0 and opt > self.opt_steps:
+                metrics.record("optimizer_steps_per_s", (opt - self.opt_steps) / dt, step=opt)
+            self.env_steps, self.opt_steps = steps, opt
+            metrics.record("wall_time", time.time() - self.started)
+            for name, value in self.system.sample().items():
+                metrics.record(name, value)
+            metrics.flush()
+
+    def finish(self) -> None:
+        """At exit: stop sampling, a last report and flush (sites.json included)."""
+        self.stopped.set()
+        if self.is_alive():
+            self.join(timeout=1.0)
+        self.report()

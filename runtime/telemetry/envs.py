@@ -1,0 +1,401 @@
+"""Episode return and length of every gymnasium / gym environment a script steps, observed only.
+
+Nothing the script can see changes: no wrapper object (``type``, ``isinstance``, ``unwrapped``,
+``spec`` are the script's), no key added to ``info``, no value altered. Instead the ``step`` and
+``reset`` functions of the environment classes are replaced, at class level, by functions that
+call the original and then look at what it returned (``functools.wraps`` keeps name, docstring
+and signature). Classes that exist when gymnasium/gym is imported are patched then; classes
+defined later (the user's, lazily imported env modules) through ``Env.__init_subclass__``.
+
+Which object's steps count, per call chain (several patched layers call each other):
+- the object ``gymnasium.make`` / ``gym.make`` returned, else a non-wrapper env (one built
+  directly), but never one called inside a counted call: ``RecordEpisodeStatistics(make(..))``
+  counts once, at ``make``'s level (the raw env return, as CleanRL records it; wrappers the user
+  adds outside, reward normalisation, life-loss episodes, do not change it);
+- a vector env counts its sub-envs itself (per index, with gymnasium 1.x's next-step / same-step
+  / disabled autoreset and the same-step autoreset of gymnasium 0.29 and gym) unless its first
+  step is seen to step counted envs inside (``SyncVectorEnv`` of ``make`` envs: those count);
+- a directly built env under a user's own time limit wrapper: the episode also ends when the
+  outermost call says truncated (a ``make`` env's episodes end only where it says so).
+Partial episodes ended by ``reset`` are dropped, as RecordEpisodeStatistics drops them.
+
+Points: ``episodic_return`` and ``episodic_length`` at step = env steps so far, counted over all
+envs (a next-step autoreset step is not a transition and does not count). Rewards on an
+accelerator (a tensor not on the CPU) are not read (that would be a device sync per step): such
+an env is reported once on stderr and not counted. Forked children (AsyncVectorEnv workers) do
+not count: their parent counts through the vector env.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import types
+import weakref
+from typing import Any, Dict, List, Optional, Set
+
+from scalebox_cst.runtime import metrics
+
+RETURN, LENGTH = "episodic_return", "episodic_length"
+
+#: env steps counted so far, over every env (the x of the episode points and of SPS)
+env_steps = 0
+
+_on = True
+_single: List[type] = []  # gymnasium.Env, gym.Env
+_wrappers: List[type] = []
+_vectors: List[type] = []
+_old_vectors: List[type] = []  # vector base classes that use same-step autoreset by default
+_made: Set[int] = set()
+_recs: Dict[int, "_Rec"] = {}
+_warned: Set[str] = set()
+_MARK = "_scalebox_observed"
+
+
+class _Thread(threading.local):
+    active = 0  # counted single-env calls running on this thread
+    vactive = 0  # counted vector-env calls running on this thread
+    inner = 0  # counted single-env calls finished on this thread (vector delegation test)
+    base: Optional["_Rec"] = None  # the directly built env a wrapper call reached
+
+
+_t = _Thread()
+
+
+class _Rec:
+    """Per env object: whether it counts and its running episode."""
+
+    __slots__ = ("counts", "vector", "made", "ret", "length", "prev_done", "same_step", "__weakref__")
+
+    def __init__(self, env: Any) -> None:
+        self.made = id(env) in _made
+        self.vector = isinstance(env, tuple(_vectors))
+        wrapper = isinstance(env, tuple(_wrappers))
+        self.counts = self.made or not wrapper
+        self.ret: Any = 0.0
+        self.length: Any = 0
+        self.prev_done: Any = None
+        self.same_step = False
+        if self.vector:
+            self.same_step = _same_step(env)
+
+
+def _rec(env: Any) -> _Rec:
+    key = id(env)
+    rec = _recs.get(key)
+    if rec is None:
+        rec = _recs[key] = _Rec(env)
+        try:
+            weakref.finalize(env, _recs.pop, key, None)
+        except TypeError:  # not weak-referenceable: kept (ids of such objects are rare here)
+            pass
+    return rec
+
+
+def _same_step(env: Any) -> bool:
+    meta = getattr(env, "metadata", None) or {}
+    mode = meta.get("autoreset_mode") if isinstance(meta, dict) else None
+    if mode is None:
+        # gymnasium 1.x assumes next-step (as its RecordEpisodeStatistics); 0.29 and gym: same step
+        return isinstance(env, tuple(_old_vectors))
+    return str(getattr(mode, "value", mode)).replace("_", "").lower() in ("samestep", "disabled")
+
+
+def _warn(env: Any, why: str) -> None:
+    name = type(env).__qualname__
+    if name not in _warned:
+        _warned.add(name)
+        print(f"scalebox: episodes of {name} are not recorded: {why}", file=sys.stderr)
+
+
+def _on_device(x: Any) -> bool:
+    device = getattr(x, "device", None)
+    return device is not None and getattr(device, "type", "cpu") != "cpu"
+
+
+def _emit(ret: float, length: int) -> None:
+    metrics.record(RETURN, float(ret), step=env_steps)
+    metrics.record(LENGTH, int(length), step=env_steps)
+
+
+def _observe_single(env: Any, rec: _Rec, result: Any) -> bool:
+    """Add one transition; True when it ended the episode."""
+    global env_steps
+    if not isinstance(result, tuple) or len(result) not in (4, 5):
+        return False
+    reward = result[1]
+    done_flags = result[2:4] if len(result) == 5 else result[2:3]
+    if _on_device(reward) or any(_on_device(d) for d in done_flags):
+        rec.counts = False
+        _warn(env, "rewards are on an accelerator")
+        return False
+    rec.ret += float(reward)
+    rec.length += 1
+    env_steps += 1
+    if any(bool(d) for d in done_flags):
+        _emit(rec.ret, rec.length)
+        rec.ret, rec.length = 0.0, 0
+        return True
+    return False
+
+
+def _observe_vector(env: Any, rec: _Rec, result: Any) -> None:
+    global env_steps
+    import numpy as np
+
+    if not isinstance(result, tuple) or len(result) not in (4, 5):
+        return
+    parts = result[1:4] if len(result) == 5 else result[1:3]
+    if any(_on_device(p) for p in parts):
+        rec.counts = False
+        _warn(env, "rewards are on an accelerator")
+        return
+    rewards = np.asarray(parts[0], dtype=np.float64).reshape(-1)
+    done = np.asarray(parts[1], dtype=bool).reshape(-1)
+    if len(parts) == 3:
+        done = done | np.asarray(parts[2], dtype=bool).reshape(-1)
+    n = rewards.shape[0]
+    if not isinstance(rec.ret, np.ndarray) or rec.ret.shape[0] != n:
+        rec.ret, rec.length, rec.prev_done = np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    if rec.same_step:
+        rec.ret += rewards
+        rec.length += 1
+        env_steps += n
+    else:  # the step after an episode's end resets that sub-env: not a transition
+        prev = rec.prev_done
+        live = ~prev
+        rec.ret[prev] = 0.0
+        rec.length[prev] = 0
+        rec.ret[live] += rewards[live]
+        rec.length[live] += 1
+        env_steps += int(live.sum())
+    if done.any():
+        for i in np.flatnonzero(done):
+            _emit(rec.ret[i], rec.length[i])
+        if rec.same_step:
+            rec.ret[done] = 0.0
+            rec.length[done] = 0
+    rec.prev_done = done
+
+
+def _observe_reset(env: Any, rec: _Rec, mask: Any) -> None:
+    if not rec.vector:
+        rec.ret, rec.length = 0.0, 0
+        return
+    import numpy as np
+
+    if mask is not None and isinstance(rec.ret, np.ndarray):
+        mask = np.asarray(mask, dtype=bool).reshape(-1)
+        if mask.shape == rec.ret.shape:
+            rec.ret[mask] = 0.0
+            rec.length[mask] = 0
+            rec.prev_done[mask] = False
+            return
+    rec.ret, rec.length, rec.prev_done = 0.0, 0, None
+
+
+def _stop(env: Any, rec: _Rec, exc: BaseException) -> None:
+    rec.counts = False
+    _warn(env, f"telemetry failed on its step result ({exc!r})")
+
+
+def _wrap_step(fn):
+    @functools.wraps(fn)
+    def step(self, *args, **kwargs):
+        t = _t
+        if t.active or not _on:  # inside a counted env's call (or off): nothing below counts
+            return fn(self, *args, **kwargs)
+        rec = _recs.get(id(self)) or _rec(self)
+        if rec.vector:
+            if t.vactive or not rec.counts:
+                return fn(self, *args, **kwargs)
+            t.vactive += 1
+            inner = t.inner
+            try:
+                result = fn(self, *args, **kwargs)
+            finally:
+                t.vactive -= 1
+            try:
+                if t.inner != inner:
+                    rec.counts = False  # it steps counted envs: they count themselves
+                else:
+                    _observe_vector(self, rec, result)
+            except Exception as exc:
+                _stop(self, rec, exc)
+            return result
+        if not rec.counts:
+            # a wrapper outside the counted env: its result can end a directly built env's episode
+            t.base = None
+            result = fn(self, *args, **kwargs)
+            base = t.base
+            if base is not None and not base.made and base.length and isinstance(result, tuple) and len(result) == 5:
+                try:
+                    if bool(result[2]) or bool(result[3]):
+                        _emit(base.ret, base.length)
+                        base.ret, base.length = 0.0, 0
+                except Exception as exc:
+                    _stop(self, base, exc)
+            return result
+        t.active += 1
+        try:
+            result = fn(self, *args, **kwargs)
+        finally:
+            t.active -= 1
+        t.inner += 1
+        try:
+            _observe_single(self, rec, result)
+        except Exception as exc:
+            _stop(self, rec, exc)
+        t.base = rec
+        return result
+
+    setattr(step, _MARK, True)
+    return step
+
+
+def _wrap_reset(fn):
+    @functools.wraps(fn)
+    def reset(self, *args, **kwargs):
+        t = _t
+        if t.active or not _on:
+            return fn(self, *args, **kwargs)
+        rec = _recs.get(id(self)) or _rec(self)
+        if not rec.counts or (rec.vector and t.vactive):
+            return fn(self, *args, **kwargs)
+        options = kwargs.get("options")
+        mask = options.get("reset_mask") if isinstance(options, dict) else None  # read before a wrapper pops it
+        inner = t.inner
+        if rec.vector:
+            t.vactive += 1
+        else:
+            t.active += 1
+        try:
+            result = fn(self, *args, **kwargs)
+        finally:
+            if rec.vector:
+                t.vactive -= 1
+            else:
+                t.active -= 1
+        try:
+            if rec.vector and t.inner != inner:
+                rec.counts = False
+            else:
+                if not rec.vector:
+                    t.inner += 1
+                _observe_reset(self, rec, mask)
+        except Exception as exc:
+            _stop(self, rec, exc)
+        return result
+
+    setattr(reset, _MARK, True)
+    return reset
+
+
+def patch_class(cls: type) -> None:
+    """Observe ``cls``'s own ``step`` and ``reset`` (inherited ones are patched where defined)."""
+    for name, wrap in (("step", _wrap_step), ("reset", _wrap_reset)):
+        fn = cls.__dict__.get(name)
+        if isinstance(fn, types.FunctionType) and not getattr(fn, _MARK, False):
+            setattr(cls, name, wrap(fn))
+
+
+def _patch_tree(base: type) -> None:
+    todo, seen = [base], set()
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        patch_class(cls)
+        try:
+            todo.extend(cls.__subclasses__())
+        except TypeError:
+            pass
+
+
+def _hook_subclasses(base: type) -> None:
+    """Patch every later subclass of ``base`` when it is defined (``__init_subclass__``)."""
+    own = base.__dict__.get("__init_subclass__")
+    if getattr(own, _MARK, False):
+        return
+
+    def __init_subclass__(cls, **kwargs):
+        if own is not None:
+            own.__func__(cls, **kwargs)
+        else:
+            super(base, cls).__init_subclass__(**kwargs)
+        patch_class(cls)
+
+    hook = classmethod(__init_subclass__)
+    setattr(__init_subclass__, _MARK, True)
+    setattr(hook, _MARK, True)
+    base.__init_subclass__ = hook
+
+
+def _wrap_make(module: Any, name: str = "make") -> None:
+    fn = getattr(module, name, None)
+    if fn is None or getattr(fn, _MARK, False):
+        return
+
+    @functools.wraps(fn)
+    def make(*args, **kwargs):
+        env = fn(*args, **kwargs)
+        try:
+            key = id(env)
+            _made.add(key)
+            _recs.pop(key, None)
+            weakref.finalize(env, _made.discard, key)
+        except TypeError:
+            pass
+        return env
+
+    setattr(make, _MARK, True)
+    setattr(module, name, make)
+
+
+def _attach(package: Any, vector_names: Any, wrapper_names: Any, old: bool) -> None:
+    name = package.__name__
+    env = getattr(package, "Env", None)
+    if isinstance(env, type):
+        _single.append(env)
+        wrapper = getattr(package, "Wrapper", None)
+        if isinstance(wrapper, type):
+            _wrappers.append(wrapper)
+        _patch_tree(env)
+        _hook_subclasses(env)
+    vector = sys.modules.get(f"{name}.vector")
+    if vector is not None:
+        for attr in vector_names:
+            cls = getattr(vector, attr, None)
+            if isinstance(cls, type) and cls not in _vectors:
+                _vectors.append(cls)
+                if old or (isinstance(env, type) and issubclass(cls, env)):
+                    _old_vectors.append(cls)
+                _patch_tree(cls)
+                _hook_subclasses(cls)
+        for attr in wrapper_names:
+            cls = getattr(vector, attr, None)
+            if isinstance(cls, type):
+                _wrappers.append(cls)
+    registration = sys.modules.get(f"{name}.envs.registration")
+    for module in (package, registration):
+        if module is not None:
+            _wrap_make(module)
+
+
+def attach_gymnasium(module: Any) -> None:
+    _attach(module, ("VectorEnv",), ("VectorWrapper", "VectorEnvWrapper"), old=False)
+
+
+def attach_gym(module: Any) -> None:
+    _attach(module, ("VectorEnv",), ("VectorEnvWrapper", "VectorWrapper"), old=True)
+
+
+def _forked() -> None:
+    global _on
+    _on = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)

@@ -1,0 +1,87 @@
+"""Run a callback right after a named module is imported (or now, if it already is).
+
+Telemetry patches gymnasium, SummaryWriter, torch and the guard helpers only once the script
+imports them, so a script that never imports tensorboard pays nothing for its capture and the
+child never imports a heavy package the script does not use. The finder sits first on
+``sys.meta_path``, asks the finders after it for the spec, and wraps only the watched modules'
+loaders; every other import goes by untouched.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import sys
+import threading
+from typing import Callable, Dict, List
+
+Callback = Callable[[object], None]
+
+_watch: Dict[str, List[Callback]] = {}
+_busy = threading.local()
+
+
+def when_imported(name: str, callback: Callback) -> None:
+    """``callback(module)`` once ``name`` is imported: immediately if it already is."""
+    module = sys.modules.get(name)
+    if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False) is False:
+        _call(callback, module)
+        return
+    _watch.setdefault(name, []).append(callback)
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
+def _call(callback: Callback, module: object) -> None:
+    try:
+        callback(module)
+    except Exception as exc:  # telemetry never breaks an import of the user's
+        print(f"scalebox: telemetry could not attach to {getattr(module, '__name__', module)}: {exc!r}", file=sys.stderr)
+
+
+class _Loader(importlib.abc.Loader):
+    """The module's own loader, then the callbacks (attribute reads go to the real loader)."""
+
+    def __init__(self, loader, callbacks: List[Callback]) -> None:
+        self._loader = loader
+        self._callbacks = callbacks
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        spec = module.__spec__
+        if spec is not None:
+            spec.loader = self._loader  # what the module reports as its loader: the real one
+        module.__loader__ = self._loader
+        self._loader.exec_module(module)
+        for callback in self._callbacks:
+            _call(callback, module)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        callbacks = _watch.get(fullname)
+        if not callbacks or getattr(_busy, "on", False):
+            return None
+        _busy.on = True
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            _busy.on = False
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        del _watch[fullname]
+        spec.loader = _Loader(spec.loader, callbacks)
+        return spec
+
+
+_FINDER = _Finder()

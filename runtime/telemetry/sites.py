@@ -1,0 +1,283 @@
+"""Per rewritten site: how often its guard took the vectorized branch, how often the fallback,
+and the time the main thread spent in the site.
+
+Counting: rewritten code calls the guard helpers through their modules
+(``_sbx.recurrence_ok(...)``, ``_sb_soft_update(...)`` imported from
+``scalebox_cst.runtime.target_update``...). Once such a module is imported, its guard functions
+are replaced in the module by counting wrappers (the helpers themselves are untouched): the
+caller's (file, line) keys a three-number counter, one dict look-up and one increment a call.
+- *entry* helpers (``steps``, ``length``, ``backward_steps``: the first call of a recurrence
+  guard's test) count evaluations of the guard, including those the test's ``T >= 2 and ...``
+  or a ``dim1(...) is not None`` sends to the fallback before the deciding helper runs;
+- *deciding* helpers count a pass (``recurrence_ok``/``quadratic_ok``/target updates: True;
+  ``batch_*``/scatter batches: not None) or a refusal.
+fallback = evaluations - passes where an entry helper counts evaluations, else refusals.
+Calls from inside the runtime package are not counted (they are no site).
+
+Time: measured, a site would need a hook at its end, which Python 3.11 offers only through
+tracing (a cost on every line). So it is sampled: the telemetry thread looks at the main thread's
+stack every 1/:data:`HZ` s (``sys._current_frames``) and credits the interval since its last look
+to the innermost site whose lines (the guard's statement, both branches; for ``batch_*`` the
+assignment before the ``if`` too) hold a frame, so callees (``linear_recurrence``) count for their
+site. ``time_s`` is that estimate (host time; device work queued asynchronously shows where the
+host waits for it), ``samples`` how many looks it rests on: few samples, a rough figure.
+
+sites.json (RUN_LAYOUT.md) is rewritten atomically at each metrics flush: per site the user's
+file (project-relative) and line span and the transform (from the stored report, through the
+loader's origin of the rewritten file; without one, the line that ran and the helper's transform).
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import linecache
+import os
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from scalebox_cst.runtime import metrics
+
+HZ = float(os.environ.get("SCALEBOX_TELEMETRY_HZ", "100") or 100)
+ENTRY, BOOL, OPTIONAL = "entry", "bool", "optional"
+
+#: guard helpers by module: name -> (kind, transform when no report says)
+GUARDS: Dict[str, Dict[str, Tuple[str, str]]] = {
+    "scalebox_cst.runtime.vectorized": {
+        "steps": (ENTRY, "vectorize.recurrence"),
+        "length": (ENTRY, "vectorize.recurrence"),
+        "backward_steps": (ENTRY, "vectorize.recurrence"),
+        "recurrence_ok": (BOOL, "vectorize.recurrence"),
+        "quadratic_ok": (BOOL, "vectorize.recurrence"),
+    },
+    "scalebox_cst.runtime.loop_batch": {
+        "batch_zip": (OPTIONAL, "vectorize.reduction/elementwise"),
+        "batch_range": (OPTIONAL, "vectorize.reduction/elementwise"),
+    },
+    "scalebox_cst.runtime.scatter": {
+        name: (OPTIONAL, "vectorize.elementwise")
+        for name in ("scatter_add_rows", "index_add_rows", "scatter_add_calls", "index_add_calls")
+    },
+    "scalebox_cst.runtime.target_update": {
+        name: (BOOL, "vectorize.target_update")
+        for name in ("soft_update", "scale_add", "scale_add_alpha", "lerp_update", "hard_update")
+    },
+}
+
+_RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_MARK = "_scalebox_observed"
+
+Key = Tuple[str, int]
+
+
+class _Site:
+    __slots__ = ("entered", "passed", "refused", "transform", "time_s", "samples", "span")
+
+    def __init__(self, transform: str) -> None:
+        self.entered = self.passed = self.refused = 0
+        self.transform = transform
+        self.time_s = 0.0
+        self.samples = 0
+        self.span: Optional[Tuple[int, int]] = None  # lines of the rewritten file, once resolved
+
+    @property
+    def fallback(self) -> int:
+        return self.entered - self.passed if self.entered else self.refused
+
+
+_OWNER = os.getpid()
+_sites: Dict[Key, _Site] = {}
+_spans: Dict[str, List[Tuple[int, int, Key]]] = {}  # filename -> (first, last, key), innermost first
+_resolved: set = set()
+_trees: Dict[str, Optional[ast.Module]] = {}
+
+
+def _site(key: Key, transform: str) -> _Site:
+    site = _sites.get(key)
+    if site is None:
+        site = _sites[key] = _Site(transform)
+    elif site.transform != transform and transform != "vectorize.recurrence":
+        site.transform = transform  # a deciding helper names it better than an entry helper
+    return site
+
+
+def _wrap(fn, kind: str, transform: str):
+    if kind == ENTRY:
+
+        @functools.wraps(fn)
+        def entry(*args, **kwargs):
+            f = sys._getframe(1)
+            code = f.f_code
+            if not code.co_filename.startswith(_RUNTIME_DIR):
+                key = (code.co_filename, f.f_lineno)
+                site = _sites.get(key) or _site(key, transform)
+                site.entered += 1
+            return fn(*args, **kwargs)
+
+        wrapper = entry
+    else:
+        ok = bool if kind == BOOL else (lambda r: r is not None)
+
+        @functools.wraps(fn)
+        def deciding(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            f = sys._getframe(1)
+            code = f.f_code
+            if not code.co_filename.startswith(_RUNTIME_DIR):
+                key = (code.co_filename, f.f_lineno)
+                site = _sites.get(key) or _site(key, transform)
+                if ok(result):
+                    site.passed += 1
+                else:
+                    site.refused += 1
+            return result
+
+        wrapper = deciding
+    setattr(wrapper, _MARK, True)
+    return wrapper
+
+
+def attach(module: Any) -> None:
+    """Replace ``module``'s guard helpers by counting ones (in the module's namespace only)."""
+    for name, (kind, transform) in GUARDS.get(module.__name__, {}).items():
+        fn = getattr(module, name, None)
+        if callable(fn) and not getattr(fn, _MARK, False):
+            setattr(module, name, _wrap(fn, kind, transform))
+
+
+# ------------------------------------------------------------------------------- time sampling
+
+
+def _tree(filename: str) -> Optional[ast.Module]:
+    if filename not in _trees:
+        try:
+            _trees[filename] = ast.parse("".join(linecache.getlines(filename)))
+        except (SyntaxError, ValueError):
+            _trees[filename] = None
+    return _trees[filename]
+
+
+def _span(filename: str, line: int) -> Optional[Tuple[int, int]]:
+    """Lines of the site whose guard is called on ``line``: the statement starting there (an
+    ``if``), or an assignment there and the ``if`` right after it that tests what it bound."""
+    tree = _tree(filename)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list):
+                continue
+            for i, st in enumerate(block):
+                if not isinstance(st, ast.stmt) or st.lineno != line:
+                    continue
+                end = st.end_lineno or st.lineno
+                if not isinstance(st, ast.If) and i + 1 < len(block) and isinstance(block[i + 1], ast.If):
+                    bound = {n.id for n in ast.walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+                    tested = {n.id for n in ast.walk(block[i + 1].test) if isinstance(n, ast.Name)}
+                    if bound & tested:
+                        end = block[i + 1].end_lineno or end
+                return st.lineno, end
+    return None
+
+
+def _resolve_new() -> None:
+    for key in list(_sites):
+        if key in _resolved:
+            continue
+        _resolved.add(key)
+        span = _span(*key)
+        if span is None:
+            continue
+        _sites[key].span = span
+        spans = _spans.setdefault(key[0], [])
+        spans.append((span[0], span[1], key))
+        spans.sort(key=lambda s: s[1] - s[0])  # innermost (shortest) first
+
+
+class Clock:
+    """Credits the time since the previous look to the site the main thread is in."""
+
+    def __init__(self) -> None:
+        self.main = threading.main_thread().ident
+        self.last = time.perf_counter()
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        dt, self.last = now - self.last, now
+        if len(_resolved) != len(_sites):
+            _resolve_new()
+        if not _spans:
+            return
+        frame = sys._current_frames().get(self.main)
+        while frame is not None:
+            spans = _spans.get(frame.f_code.co_filename)
+            if spans:
+                line = frame.f_lineno
+                for lo, hi, key in spans:
+                    if lo <= line <= hi:
+                        site = _sites[key]
+                        site.time_s += dt
+                        site.samples += 1
+                        return
+            frame = frame.f_back
+
+
+# ------------------------------------------------------------------------------- sites.json
+
+
+def _project() -> Optional[str]:
+    try:
+        return json.loads(os.environ.get("SCALEBOX_RUN") or "{}").get("project")
+    except ValueError:
+        return None
+
+
+def _origin(filename: str):
+    try:
+        from scalebox_cst.runtime import loader
+    except ImportError:
+        return None
+    origin_of = getattr(loader, "origin_of", None)
+    return origin_of(filename) if origin_of is not None else None
+
+
+def rows() -> List[Dict[str, Any]]:
+    """The sites as sites.json lists them, in file and line order."""
+    project = _project()
+    out = []
+    for (filename, line), site in sorted(list(_sites.items())):
+        path = filename
+        if project and filename.startswith(project.rstrip(os.sep) + os.sep):
+            path = os.path.relpath(filename, project).replace(os.sep, "/")
+        user_line, end_line, transform = line, None, site.transform
+        origin = _origin(filename)
+        if origin is not None:
+            user_line = origin.locate(line)[0]
+            for lo, hi, name in getattr(origin, "sites", ()):
+                if lo <= user_line <= hi:
+                    user_line, end_line, transform = lo, hi, name
+                    break
+        out.append({
+            "path": path, "line": user_line, "end_line": end_line, "rewritten_line": line,
+            "transform": transform, "vectorized": site.passed, "fallback": site.fallback,
+            "time_s": round(site.time_s, 6), "samples": site.samples,
+        })
+    return out
+
+
+def write_json() -> None:
+    """Rewrite the run's sites.json (tmp + rename: readers never see half a file)."""
+    path = metrics.run_file("sites.json")
+    if not path or not _sites or os.getpid() != _OWNER:  # a forked child holds a stale copy
+        return
+    data = {"sites": rows(), "time_method": f"sampled at {HZ:g} Hz", "updated": round(time.time(), 3)}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1)
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"scalebox: cannot write {path}: {exc}", file=sys.stderr)
