@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import fnmatch
 import functools
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -73,6 +75,67 @@ class ConfigError(ValueError):
     """A configuration file that cannot be read or holds an invalid value."""
 
 
+#: Top-level keys of a config (anything else must be a known option table).
+TOP_KEYS = ("include", "exclude", "transforms", "disabled", "backend")
+
+#: The option tables the transforms read: section -> key -> kind. A kind is "bool", "positive"
+#: (a finite number > 0), "positive_int" or a tuple of allowed strings. Kept here, not in the
+#: transform modules, so that a config is checked without importing libcst;
+#: tests/test_config.py checks that every option a transform reads is listed.
+OPTIONS: Dict[str, Dict[str, Any]] = {
+    "grad_clip": {
+        "max_norm": "positive",
+        "mode": ("guard", "fixed"),
+        "skip_nonfinite": "bool",
+        "z": "positive",
+        "ratio": "positive",
+        "warmup": "positive_int",
+    },
+    "vectorize.recurrence": {"reassociate": "bool"},
+    "vectorize.target_update": {"allow_lerp": "bool"},
+    "device": {
+        "allow_precision_change": "bool",
+        "allow_tf32": "bool",
+        "fast_gelu": "bool",
+        "npu_fused_optimizer": "bool",
+    },
+}
+
+
+def _nearest(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, else ''."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def option_error(section: str, key: str, value: Any) -> Optional[str]:
+    """What is wrong with ``[section] key = value`` (one line, without the file), or None."""
+    if section not in OPTIONS:
+        return f"unknown option table [{section}]{_nearest(section, OPTIONS)}; known: {', '.join(sorted(OPTIONS))}"
+    kinds = OPTIONS[section]
+    if key not in kinds:
+        return f"unknown option {section}.{key}{_nearest(key, kinds)}; known: {', '.join(sorted(kinds))}"
+    kind = kinds[key]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "bool" and not isinstance(value, bool):
+        return f"{section}.{key} must be true or false, got {value!r}"
+    if kind == "positive" and not (number and math.isfinite(value) and value > 0):
+        return f"{section}.{key} must be a positive number, got {value!r}"
+    if kind == "positive_int" and not (number and isinstance(value, int) and value >= 1):
+        return f"{section}.{key} must be a positive integer, got {value!r}"
+    if isinstance(kind, tuple) and value not in kind:
+        return f"{section}.{key} must be one of {', '.join(kind)}, got {value!r}"
+    return None
+
+
+def transform_pattern_error(pattern: str, known: Sequence[str]) -> Optional[str]:
+    """What is wrong with a transform id or glob that matches none of ``known``, or None."""
+    if any(_id_matches(t, pattern) for t in known):
+        return None
+    families = sorted({t.split(".")[0] + ".*" for t in known if "." in t})
+    return f"unknown transform {pattern!r}{_nearest(pattern, [*known, *families])}; known: {', '.join(known)}"
+
+
 @dataclasses.dataclass
 class Config:
     include: List[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_INCLUDE))
@@ -100,6 +163,8 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any], source: Optional[str] = None) -> "Config":
+        """A checked config: unknown keys, tables and options and bad values are one-line errors
+        (with the nearest valid name), so nothing runs on a typo that would be ignored."""
         cfg = cls(source=source)
         where = source or "config"
         for key, value in data.items():
@@ -112,13 +177,32 @@ class Config:
                     raise ConfigError(f"{where}: backend must be one of {', '.join(BACKENDS)}")
                 cfg.backend = value
             elif isinstance(value, dict):
-                cfg.options[key] = dict(value)
+                for section, table in _tables(key, value):
+                    cfg.options[section] = table
             else:
-                raise ConfigError(f"{where}: unknown key {key!r}")
-        max_norm = cfg.option("grad_clip", "max_norm", 1.0)
-        if not isinstance(max_norm, (int, float)) or isinstance(max_norm, bool) or max_norm <= 0:
-            raise ConfigError(f"{where}: grad_clip.max_norm must be a positive number")
+                raise ConfigError(f"{where}: unknown key {key!r}{_nearest(key, [*TOP_KEYS, *OPTIONS])}")
+        cfg.check_options()
         return cfg
+
+    def check_options(self) -> None:
+        """Raise :class:`ConfigError` for the first unknown option or bad value."""
+        where = self.source or "config"
+        for section, table in self.options.items():
+            if not table and section not in OPTIONS:
+                raise ConfigError(f"{where}: {option_error(section, '', None)}")
+            for key, value in table.items():
+                problem = option_error(section, key, value)
+                if problem:
+                    raise ConfigError(f"{where}: {problem}")
+
+    def check_transforms(self, known: Sequence[str]) -> None:
+        """Raise :class:`ConfigError` for a ``transforms``/``disabled`` entry that names nothing."""
+        where = self.source or "config"
+        for key in ("transforms", "disabled"):
+            for pattern in getattr(self, key):
+                problem = transform_pattern_error(pattern, known)
+                if problem:
+                    raise ConfigError(f"{where}: {key}: {problem}")
 
     def replace(self, **changes: Any) -> "Config":
         new = copy.deepcopy(self)
@@ -174,12 +258,14 @@ def engine_digest() -> str:
     Part of the fingerprint, so an edited or upgraded engine never serves a rewrite cached by
     an older one, whether or not anyone bumped a transform's version."""
     here = os.path.dirname(os.path.abspath(__file__))
-    paths = [os.path.join(here, "pipeline.py")]
+    paths = [os.path.join(here, "pipeline.py"), os.path.join(here, "linediff.py"), os.path.join(here, "sourcefile.py")]
     spec = importlib.util.find_spec("scalebox_cst.transforms")
     for folder in (spec.submodule_search_locations or []) if spec else []:
         paths += sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))
     digest = hashlib.sha256()
     for path in paths:
+        if not os.path.exists(path):
+            continue
         with open(path, "rb") as fh:
             digest.update(os.path.basename(path).encode() + b"\0" + fh.read() + b"\0")
     return digest.hexdigest()[:16]
@@ -213,10 +299,28 @@ def find_project_root(start: str) -> str:
         probe = parent
 
 
+def _tables(key: str, value: Dict[str, Any]):
+    """``(section, options)`` for a table: TOML reads ``[vectorize.recurrence]`` as a table
+    ``recurrence`` inside ``vectorize``; the section is the dotted name."""
+    if key in OPTIONS or not any(s.startswith(key + ".") for s in OPTIONS):
+        yield key, dict(value)
+        return
+    for sub, inner in value.items():
+        if not isinstance(inner, dict):
+            yield key, {sub: inner}  # reported as an unknown table
+        else:
+            yield from _tables(f"{key}.{sub}", inner)
+
+
 def _read_toml(path: str) -> Dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
+    except UnicodeDecodeError as exc:  # tomllib decodes the whole file as UTF-8 first
+        with open(path, "rb") as fh:
+            head = fh.read()[: exc.start]
+        line = head.count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 (byte 0x{exc.object[exc.start]:02x}); TOML files must be UTF-8") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
 

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import click
 
-from scalebox_cst import linediff
+from scalebox_cst import linediff, sourcefile
 from scalebox_cst.report import ACTIONS, REWRITTEN, FileReport, RunReport, Site
 from scalebox_cst.runtime.loader import physical_lines
 
@@ -37,7 +37,7 @@ def _lines(data: Optional[bytes]) -> List[str]:
     if data is None:
         return []
     # Lines as Python numbers them: str.splitlines would also split at form feeds.
-    return [line.rstrip("\r\n") for line in physical_lines(data.decode("utf-8", errors="replace"))]
+    return [line.rstrip("\r\n") for line in physical_lines(sourcefile.decode_for_display(data))]
 
 
 def _labels(sites: List[Site], lo: int, hi: int) -> List[Site]:

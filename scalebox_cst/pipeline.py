@@ -1,8 +1,9 @@
 """source bytes → parse once (libcst) → enabled transforms in fixed order → new bytes + sites.
 
-The pipeline is pure: no files, no store. It never loses input: bytes that are not UTF-8 or do
-not parse, and any transform that raises, leave the file exactly as it was, with a one-line
-``path:line: message`` error in its report.
+The pipeline is pure: no files, no store. Bytes are read as Python reads them (BOM, PEP 263
+coding comment: ``sourcefile``) and written back in the same encoding. It never loses input:
+bytes that cannot be decoded or do not parse, and any transform that raises, leave the file
+exactly as it was, with a one-line ``path:line: message`` error in its report.
 
 Form feeds in the indentation of a line of code (GNU-style page breaks: ``\f`` before a ``def``)
 are lost by libcst 1.9, or copied onto every line of a block when its first statement has one.
@@ -20,13 +21,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from scalebox_cst import linediff
+from scalebox_cst import linediff, sourcefile
 from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
 from scalebox_cst.runtime.loader import physical_lines
-from scalebox_cst.transforms import FileContext, Transform, all_transforms
+from scalebox_cst.transforms import FileContext, Transform, all_transforms, transform_ids
 
-BOM = b"\xef\xbb\xbf"
 
 
 @dataclasses.dataclass
@@ -54,6 +54,8 @@ class Pipeline:
     ) -> None:
         self.config = config
         self.backend = backend
+        if transforms is None:
+            config.check_transforms(transform_ids())  # a typo in an id would select nothing
         candidates = list(transforms) if transforms is not None else all_transforms()
         self.transforms = [t for t in candidates if config.transform_enabled(t.id)]
         self.fingerprint = config.fingerprint({t.id: t.version for t in self.transforms}, backend)
@@ -70,14 +72,11 @@ class Pipeline:
                 gc.enable()
 
     def _rewrite(self, path: str, data: bytes) -> FileResult:
-        bom = data.startswith(BOM)
-        body = data[len(BOM):] if bom else data
         try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = body[: exc.start].count(b"\n") + 1
-            msg = f"{path}:{line}: not UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start}); left unchanged"
-            return _error(path, data, msg, bad_input=True)
+            decoded = sourcefile.decode(data)
+        except sourcefile.SourceError as exc:
+            return _error(path, data, f"{path}:{exc.line}: {exc}; left unchanged", bad_input=True)
+        text = decoded.text
         try:
             tree = ast.parse(text, filename=path)
         except SyntaxError as exc:
@@ -126,7 +125,10 @@ class Pipeline:
                 imports = ctx.__dict__.get("imports", imports)
 
         out_text = code if breaks is None else breaks.restore(code, text)
-        output = (BOM if bom else b"") + out_text.encode("utf-8")
+        try:
+            output = data if out_text == text else sourcefile.encode(out_text, decoded)
+        except sourcefile.SourceError as exc:
+            return _error(path, data, f"{path}:{exc.line}: {exc}; file left unchanged")
         sites.sort(key=lambda s: (s.line, s.end_line, s.transform))
         status = "rewritten" if output != data else "unchanged"
         return FileResult(path, data, output, FileReport(path, status, None, sites))

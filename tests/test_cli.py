@@ -55,8 +55,9 @@ def test_rewrite_out_writes_files_and_transform_filters(project, tmp_path):
 
 def test_syntax_error_file_is_reported_in_one_line_and_carried(project):
     (project / "broken.py").write_text("def f(:\n")
-    proc = scalebox("rewrite", str(project), "--backend", "cpu")
+    proc = scalebox("rewrite", str(project), "--backend", "cpu", check=False)
     assert "broken.py:1: SyntaxError" in proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr  # committed, but not a success
     shown = git("--git-dir", str(project / ".scalebox" / "store.git"), "show", "run/0001:broken.py", cwd=project)
     assert shown == b"def f(:\n"
 
@@ -67,13 +68,15 @@ def test_run_executes_the_committed_rewrite_and_records_it(project):
     (project / "helpers.py").write_text("raise SystemExit('served from disk, not the commit')\n")
     proc = scalebox("run", "train.py", "--", "--steps", "2", cwd=project)
     assert "step=1" in proc.stdout and "final_return=1.5" in proc.stdout
-    record = json.loads((project / ".scalebox" / "runs" / "run" / "0001" / "record.json").read_text())
-    assert record["exit_status"] == 0 and record["wall_time"] > 0
+    run_dir = project / ".scalebox" / "runs" / "run" / "0001" / "0001"  # branch run/0001, run 1
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["exit_status"] == 0 and record["wall_time"] > 0 and record["status"] == "ok"
+    assert record["branch"] == "run/0001" and record["run"] == 1 and record["variant"] == "rewrite"
     assert record["metrics"]["grad_norm"]["count"] == 2  # the inserted clip recorded its norm
     assert record["metrics"]["loss"]["count"] == 2
-    assert "step=0" in (project / ".scalebox" / "runs" / "run" / "0001" / "log.txt").read_text()
+    assert "step=0" in (run_dir / "log.txt").read_text()
     log = scalebox("log", cwd=project).stdout
-    assert log.startswith("run/0001") and "ok" in log and "grad_norm=" in log
+    assert log.startswith("run/0001") and " ok " in log and "grad_norm=" in log
 
 
 def test_run_traceback_shows_rewritten_lines(project):
@@ -83,8 +86,9 @@ def test_run_traceback_shows_rewritten_lines(project):
     scalebox("rewrite", str(project), "--backend", "cpu")
     proc = scalebox("run", "run/0001", "train.py", cwd=project, check=False)
     assert proc.returncode != 0
-    # the rewrite inserted one import and one clip line: the raise moved from line 20 to 22
-    assert f'File "{os.path.realpath(project / "train.py")}", line 22' in proc.stdout
+    # the rewrite inserted one import and one clip line (the raise ran on line 22): the
+    # traceback names the user's line 20 and quotes it
+    assert f'File "{os.path.realpath(project / "train.py")}", line 20, in <module>\n' in proc.stdout
     assert "raise RuntimeError('boom')" in proc.stdout
 
 
@@ -95,8 +99,8 @@ def test_run_traceback_and_diff_count_lines_as_python_does_with_form_feeds(proje
     (project / "train.py").write_text(paged + "\f\nraise RuntimeError('boom')\n")
     scalebox("rewrite", str(project), "--backend", "cpu")
     proc = scalebox("run", "run/0001", "train.py", cwd=project, check=False)
-    # one inserted import, one inserted clip, one extra "\f" line: the raise is on line 24
-    assert f'File "{os.path.realpath(project / "train.py")}", line 24' in proc.stdout
+    # the user's file has one extra "\f" line: the raise is on line 22 (24 in the rewrite)
+    assert f'File "{os.path.realpath(project / "train.py")}", line 22' in proc.stdout
     assert "raise RuntimeError('boom')" in proc.stdout.splitlines()[-2]
     diff = scalebox("diff", cwd=project).stdout
     assert "@@ -15,6 +16,7 @@" in diff and "grad_clip [changes-semantics] line 18" in diff
@@ -250,3 +254,46 @@ def test_diff_of_a_session_spanning_commits_and_snapshots(project):
     stat = scalebox("diff", "--stat", "s", cwd=project).stdout
     assert "helpers.py | +1 -1 | 1 rewritten, 0 skipped/warned" in stat
     assert "train.py   | +2 -0 | 1 rewritten, 1 skipped/warned" in stat
+
+
+# ---------------------------------------------------------------------------- bad input (issue 9, items 11-12)
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--transform", "no_such"], "--transform no_such: unknown transform 'no_such'"),
+        (["--transform", "grad_clp"], "did you mean 'grad_clip'?"),
+        (["--no-transform", "vectorize.recurence"], "did you mean 'vectorize.recurrence'?"),
+        (["--set", "grad_clip.max_nrom=0.5"], "unknown option grad_clip.max_nrom (did you mean 'max_norm'?)"),
+        (["--set", "grad_clp.max_norm=0.5"], "unknown option table [grad_clp] (did you mean 'grad_clip'?)"),
+        (["--set", "grad_clip.max_norm=NaN"], "grad_clip.max_norm must be a positive number, got nan"),
+        (["--set", "vectorize.target_update.allow_lerp=yes"], "allow_lerp must be true or false, got 'yes'"),
+    ],
+)
+def test_rewrite_rejects_unknown_ids_options_and_bad_values_before_anything_runs(project, args, message):
+    proc = scalebox("rewrite", str(project), "--backend", "cpu", *args, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not (project / ".scalebox").exists()  # nothing was written
+
+
+def test_set_accepts_a_dotted_section(project, tmp_path):
+    scalebox("rewrite", str(project), "--backend", "cpu", "--set", "vectorize.recurrence.reassociate=false")
+
+
+@pytest.mark.parametrize(
+    "toml, message",
+    [
+        ('transforms = ["grad_clip", "vectorise.*"]\n', "unknown transform 'vectorise.*' (did you mean 'vectorize.*'?)"),
+        ("[grad_clip]\nmax_nrom = 0.5\n", "did you mean 'max_norm'?"),
+        ("[grad_clip]\nmax_norm = nan\n", "max_norm must be a positive number, got nan"),
+        ('[vectorize.target_update]\nallow_lerp = "yes"\n', "allow_lerp must be true or false"),
+        (b'# caf\xe9\ntransforms = ["grad_clip"]\n', "scalebox.toml:1: not UTF-8 (byte 0xe9)"),
+    ],
+)
+def test_rewrite_with_a_bad_scalebox_toml_is_one_line(project, toml, message):
+    path = project / "scalebox.toml"
+    path.write_bytes(toml if isinstance(toml, bytes) else toml.encode())
+    proc = scalebox("rewrite", str(project), "--backend", "cpu", check=False)
+    assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not (project / ".scalebox").exists()
