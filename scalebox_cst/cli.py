@@ -33,15 +33,22 @@ def _open_project(project_dir: Optional[str], start: str = ".", config: Optional
 
 
 def _parse_set(values: Sequence[str], config: Config) -> None:
+    """``--set SECTION.KEY=VALUE`` (VALUE read as JSON, else a string), checked like the config
+    file: the section may itself hold dots (``vectorize.recurrence.reassociate=false``)."""
+    from scalebox_cst.config import option_error
+
     for item in values:
         key, sep, raw = item.partition("=")
-        section, dot, name = key.partition(".")
-        if not sep or not dot:
+        section, dot, name = key.strip().rpartition(".")
+        if not sep or not dot or not section or not name:
             _fail(f"--set expects SECTION.KEY=VALUE, got {item!r}", 2)
         try:
             value = json.loads(raw)
         except ValueError:
             value = raw
+        problem = option_error(section, name, value)
+        if problem:
+            _fail(f"--set {item}: {problem}", 2)
         config.set_option(section, name, value)
 
 
@@ -89,6 +96,14 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
         config = Config.load(root)
     except ConfigError as exc:
         _fail(str(exc))
+    from scalebox_cst.config import transform_pattern_error
+    from scalebox_cst.transforms import transform_ids
+
+    for flag, patterns in (("--transform", only), ("--no-transform", without)):
+        for pattern in patterns:
+            problem = transform_pattern_error(pattern, transform_ids())
+            if problem:
+                _fail(f"{flag} {pattern}: {problem}", 2)
     if only:
         config.transforms = list(only)
     if without:
@@ -108,8 +123,13 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
             select.extend(p for p in project.scan() if rel in (".", "") or p.startswith(rel.rstrip("/") + "/"))
         else:
             select.append(rel)
+    try:
+        project.pipeline  # checks the transform ids of the config before anything is written
+    except ConfigError as exc:
+        _fail(str(exc))
     result = project.commit_change(select=select, force=True, message="scalebox rewrite")
     report = result.report
+    failed = [f for f in report.files if f.status == "error"]
     if out:
         for rel, data in result.outputs.items():
             target = os.path.join(out, *rel.split("/"))
@@ -118,7 +138,7 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
                 fh.write(data)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
-        return
+        sys.exit(1 if failed else 0)
     for f in report.files:
         if f.status == "error":
             click.echo(f.error, err=True)
@@ -127,6 +147,9 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
     click.echo(f"{report.branch} {report.commit[:10]}: {report.summary()} (backend {report.backend})")
     if out:
         click.echo(f"rewritten files written to {out}")
+    if failed:  # committed (carried unchanged), but the user asked for a rewrite and did not get it
+        click.echo(f"scalebox: {len(failed)} file(s) could not be rewritten", err=True)
+        sys.exit(1)
 
 
 # ---------------------------------------------------------------------------- run
