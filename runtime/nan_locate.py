@@ -48,7 +48,11 @@ def user_line() -> str:
 
 def module_names() -> Dict[int, str]:
     """id(module) -> ``Root.child.grandchild`` for every live module (built once, when arming)."""
-    modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
+    import warnings
+
+    with warnings.catch_warnings():  # isinstance on some lazy module objects warns
+        warnings.simplefilter("ignore")
+        modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
     children = {id(c) for m in modules for c in m.children()}
     names: Dict[int, str] = {}
     for root in modules:
@@ -121,7 +125,7 @@ class Locator:
         if self.calls == self.step - 1:
             self.arm()
         elif self.calls == self.step:
-            self.report(bool(torch.isfinite(norm)))
+            self.report(bool(torch.isfinite(torch.as_tensor(norm))))
 
     def report(self, finite: bool) -> None:
         from scalebox_cst.runtime import metrics, stabilizer

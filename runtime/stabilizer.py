@@ -52,6 +52,9 @@ METRIC = "grad_norm"
 EVENTS_ENV = "SCALEBOX_EVENTS_FILE"
 LOCATE_ENV = "SCALEBOX_LOCATE_NAN"  # "SITE@STEP": arm the NaN locator for that guard call
 FLUSH_EVERY = 64
+#: grad_norm is recorded as the maximum over each window of this many guarded steps (a NaN/inf in
+#: the window shows): one JSON point per step cost more than the norm itself on a small model
+RECORD_EVERY = 8
 MAX_EVENTS = 1000  # per kind and run: a run that intervenes every step must not fill the disk
 
 Z = 6.0
@@ -112,6 +115,8 @@ class _Guard:
         self.index = index  # which optimizer at this site, for messages
         self.key: Optional[Tuple] = None
         self.params: List[torch.Tensor] = []
+        self.uniform = True  # one device and dtype (a gradient has its parameter's): one foreach call
+        self.on_cpu = True
         self.calls = 0
         # host history (CPU path)
         self.count = 0
@@ -120,6 +125,8 @@ class _Guard:
         # device history (device path): created on first use
         self.dev: Optional[Dict[str, torch.Tensor]] = None
         self.pending: List[Tuple[int, torch.Tensor, torch.Tensor]] = []
+        self.wmax = -math.inf  # host window of grad norms (see RECORD_EVERY)
+        self.wn = 0
         self.stash: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None
         self.hooked = False
         self.no_skip = False  # device path, optimizer without found_inf: non-finite steps run
@@ -140,7 +147,15 @@ class _Guard:
                         seen.add(id(p))
                         params.append(p)
             self.key, self.params = key, params
+            first = params[0] if params else None
+            self.uniform = all(p.device == first.device and p.dtype == first.dtype for p in params)
+            self.on_cpu = decides_on_host(params)
         return self.params
+
+
+def decides_on_host(params: List[torch.Tensor]) -> bool:
+    """Whether the guard decides on the host: CPU parameters (reading a CPU scalar is no sync)."""
+    return all(p.device.type == "cpu" for p in params)
 
 
 _guards: "weakref.WeakKeyDictionary[Any, Dict[str, _Guard]]" = weakref.WeakKeyDictionary()
@@ -171,16 +186,29 @@ def _warn_once(what: str) -> None:
 # --------------------------------------------------------------------------- norms
 
 
-def total_norm(grads: List[torch.Tensor]) -> torch.Tensor:
+def total_norm(grads: List[torch.Tensor], uniform: Optional[bool] = None) -> torch.Tensor:
     """The 2-norm of all gradients, computed as ``clip_grad_norm_`` computes it (same bits)."""
     if len(grads) == 1:
         return torch.linalg.vector_norm(grads[0], 2.0)
     first = grads[0]
-    if all(g.device == first.device and g.dtype == first.dtype for g in grads):
+    if uniform is None:
+        uniform = all(g.device == first.device and g.dtype == first.dtype for g in grads)
+    if uniform:
         norms = torch._foreach_norm(grads, 2.0)
     else:
         norms = [torch.linalg.vector_norm(g, 2.0) for g in grads]
     return torch.linalg.vector_norm(torch.stack([n.to(first.device) for n in norms]), 2.0)
+
+
+def host_norm(grads: List[torch.Tensor], uniform: bool) -> float:
+    """The total 2-norm as a float, for CPU gradients: per-tensor norms summed in float64 on the
+    host (no stack, no second kernel; the decision needs a number, not clip_grad_norm_'s bits)."""
+    norms = torch._foreach_norm(grads, 2.0) if uniform else [torch.linalg.vector_norm(g, 2.0) for g in grads]
+    total = 0.0
+    for n in norms:
+        v = n.item()
+        total += v * v
+    return math.sqrt(total)
 
 
 def _threshold(mean: float, var: float, z: float, ratio: float) -> float:
@@ -217,6 +245,8 @@ def stabilize(
     ``step`` follows (it skips non-finite steps itself). ``spike=False``: measure and skip only
     (the code clips on its own). ``max_norm``: fixed clip instead of spike detection.
     ``sync=True``: decide on the host on every backend (a true skip for any optimizer).
+    Returns the norm as a float where the host decided, as a 0-d tensor on the device path and
+    with ``max_norm`` (then bitwise ``clip_grad_norm_``'s); None without gradients.
     """
     groups = getattr(optimizer, "param_groups", None)
     if groups is None:
@@ -233,19 +263,41 @@ def stabilize(
         return None
     if _locator is not None:
         _locator.before_step(guard)
-    norm = total_norm(grads)
-    if norm.device.type == "cpu" or sync:
-        _host_step(optimizer, guard, params, grads, norm, scaler, spike, max_norm, z, ratio, warmup)
+    if (guard.on_cpu or sync) and max_norm is None:
+        value = host_norm(grads, guard.uniform)  # .item() of a CPU tensor; with sync=True the one deliberate sync
+        norm: Any = value
+    else:
+        norm = total_norm(grads, guard.uniform)
+        value = norm.item() if guard.on_cpu or sync else None
+    if value is not None:
+        _host_step(optimizer, guard, params, grads, norm, value, scaler, spike, max_norm, z, ratio, warmup)
     else:
         _device_step(optimizer, guard, grads, norm, scaler, spike, max_norm, z, ratio, warmup)
     if _locator is not None:
-        _locator.after_guard(guard, norm)
+        _locator.after_guard(guard, value if value is not None else norm)
     return norm
 
 
-def _host_step(optimizer, guard, params, grads, norm, scaler, spike, max_norm, z, ratio, warmup) -> None:
-    value = norm.item()  # free on CPU; with sync=True on a device, the one deliberate sync
-    metrics.record(METRIC, value)
+def _record(guard: _Guard, step: int, value: Any) -> None:
+    try:
+        metrics.record(METRIC, value, step)
+    except TypeError:  # a metrics module that counts steps itself
+        metrics.record(METRIC, value)
+
+
+def _window(guard: _Guard, value: float) -> None:
+    if guard.wmax == guard.wmax and not value <= guard.wmax:  # NaN stays once seen
+        guard.wmax = value
+    guard.wn += 1
+    if guard.wn >= RECORD_EVERY:
+        _record(guard, guard.calls, guard.wmax)
+        guard.wmax, guard.wn = -math.inf, 0
+
+
+def _host_step(optimizer, guard, params, grads, norm, value, scaler, spike, max_norm, z, ratio, warmup) -> None:
+    if guard.wn == 0:
+        _active.add(guard)
+    _window(guard, value)
     step = guard.calls
     if not math.isfinite(value):
         if scaler is not None:
@@ -269,12 +321,17 @@ def _host_step(optimizer, guard, params, grads, norm, scaler, spike, max_norm, z
 
 
 def _device_step(optimizer, guard, grads, norm, scaler, spike, max_norm, z, ratio, warmup) -> None:
-    metrics.record(METRIC, norm)
     dev = guard.dev
     if dev is None:
         f = lambda v: torch.tensor(v, dtype=torch.float32, device=norm.device)  # noqa: E731
-        dev = guard.dev = {"mean": f(0.0), "var": f(0.0), "count": f(0.0), "one": f(1.0)}
+        dev = guard.dev = {"mean": f(0.0), "var": f(0.0), "count": f(0.0), "one": f(1.0), "wmax": f(-math.inf)}
     x = norm.float()
+    torch.maximum(dev["wmax"], x, out=dev["wmax"])
+    guard.wn += 1
+    if guard.wn >= RECORD_EVERY:
+        _record(guard, guard.calls, dev["wmax"].clone())
+        dev["wmax"].fill_(-math.inf)
+        guard.wn = 0
     finite = torch.isfinite(x)
     if max_norm is not None:
         coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
@@ -332,12 +389,21 @@ def _flush_guard(guard: _Guard) -> None:
                         f" at {guard.site} step {step}", site=guard.site, step=step, skipped=skips_real)
 
 
-_active: "weakref.WeakSet[_Guard]" = weakref.WeakSet()
+#: guards with pending device steps or a partial host window (strong: a guard whose optimizer is
+#: gone still owes its events; flush() empties it)
+_active: set = set()
 
 
 def flush() -> None:
+    """Events of pending device steps, and each host window's partial maximum (at exit)."""
     for guard in list(_active):
+        _active.discard(guard)
         _flush_guard(guard)
+        if guard.wn:
+            _record(guard, guard.calls, guard.wmax if guard.dev is None else guard.dev["wmax"].clone())
+            guard.wmax, guard.wn = -math.inf, 0
+            if guard.dev is not None:
+                guard.dev["wmax"].fill_(-math.inf)
 
 
 atexit.register(flush)
@@ -399,10 +465,13 @@ def _nonfinite(guard: _Guard, step: int, value: float, params: List[torch.Tensor
 def parameter_names(params: List[torch.Tensor]) -> List[str]:
     """``actor.fc1.weight``-style names for parameters, found among live modules (rare path only)."""
     import gc
+    import warnings
 
     wanted = {id(p): i for i, p in enumerate(params)}
     names: List[Optional[str]] = [None] * len(params)
-    modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
+    with warnings.catch_warnings():  # isinstance on some lazy module objects warns
+        warnings.simplefilter("ignore")
+        modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
     children = {id(c) for m in modules for c in m.children()}
     for root in modules:
         if id(root) in children:
@@ -418,6 +487,7 @@ def reset() -> None:
     """Forget every guard's history (tests)."""
     _guards.clear()
     _by_id.clear()
+    _active.clear()
     events.counts.clear()
     events.memory.clear()
 

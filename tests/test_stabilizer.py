@@ -1,0 +1,466 @@
+"""The default gradient guard: bitwise the original on healthy steps, a true skip on non-finite
+ones, a clip to the history's threshold on spikes, no host sync on the device path.
+
+Differential: every test trains the same seeded model twice (original step vs guarded step)
+and compares parameters and optimizer state with ``torch.equal``. The device path (CUDA/NPU) is
+the same tensor code; here it runs on CPU tensors with ``decides_on_host`` patched to False, and a
+TorchFunctionMode counts the calls that would synchronise a device.
+"""
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import CHANGES_SEMANTICS, EXACT_UNTIL_INTERVENTION, REWRITTEN, SKIPPED
+from scalebox_cst.runtime import metrics, stabilizer
+
+GUARD_IMPORT = "from scalebox_cst.runtime.stabilizer import stabilize as _scalebox_stabilize\n"
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    stabilizer.reset()
+    monkeypatch.delenv(metrics.ENV_FILE, raising=False)
+    monkeypatch.delenv(stabilizer.EVENTS_ENV, raising=False)
+    yield
+    stabilizer.reset()
+
+
+@pytest.fixture
+def device_path(monkeypatch):
+    monkeypatch.setattr(stabilizer, "decides_on_host", lambda params: False)
+
+
+def kinds():
+    return [e["kind"] for e in stabilizer.events.memory]
+
+
+# --------------------------------------------------------------------------- a training harness
+
+OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.05),
+    "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=1e-4),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
+    "adamw-foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True),
+    "adam-fused": lambda p: torch.optim.Adam(p, lr=1e-2, fused=True),
+    "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-3),
+}
+
+
+def train(guard, opt_name="adam", steps=60, poison=(), spike=(), accumulate=1, two_opts=False, **kw):
+    """A seeded regression run; ``poison``: steps whose loss is NaN; ``spike``: steps whose loss is x1e4."""
+    torch.manual_seed(0)
+    body = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh())
+    head = torch.nn.Linear(16, 2)
+    make = OPTIMIZERS[opt_name]
+    opts = [make(body.parameters()), make(head.parameters())] if two_opts else [make([*body.parameters(), *head.parameters()])]
+    norms = []
+    for i in range(1, steps + 1):
+        for k in range(accumulate):
+            x, y = torch.randn(8, 6), torch.randn(8, 2)
+            loss = ((head(body(x)) - y) ** 2).mean() / accumulate
+            if i in poison:
+                loss = loss * float("nan")
+            if i in spike:
+                loss = loss * 1e4
+            loss.backward()
+        for o in opts:
+            if guard:
+                norms.append(stabilizer.stabilize(o, site=f"t.py:{id(o) % 7}", **kw))
+            o.step()
+        for o in opts:
+            o.zero_grad()
+    state = [{k: v.clone() if torch.is_tensor(v) else v for k, v in s.items()} for o in opts for s in o.state.values()]
+    return [p.detach().clone() for p in [*body.parameters(), *head.parameters()]], state, norms
+
+
+def same(a, b):
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def same_state(a, b):
+    return len(a) == len(b) and all(x.keys() == y.keys() and all(torch.equal(torch.as_tensor(x[k]), torch.as_tensor(y[k])) for k in x) for x, y in zip(a, b))
+
+
+# --------------------------------------------------------------------------- exact when healthy
+
+
+@pytest.mark.parametrize("opt_name", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("path", ["host", "device"])
+def test_healthy_run_is_bitwise_the_original(opt_name, path, request):
+    if path == "device":
+        request.getfixturevalue("device_path")
+    ref_params, ref_state, _ = train(False, opt_name)
+    params, state, norms = train(True, opt_name)
+    assert same(ref_params, params) and same_state(ref_state, state)
+    assert kinds() == [] and all(n is not None for n in norms)
+
+
+@pytest.mark.parametrize("case", [dict(accumulate=3), dict(two_opts=True), dict(two_opts=True, accumulate=2)])
+def test_healthy_accumulation_and_several_optimizers_bitwise(case):
+    ref, ref_state, _ = train(False, **case)
+    got, state, _ = train(True, **case)
+    assert same(ref, got) and same_state(ref_state, state) and kinds() == []
+
+
+def test_norm_is_the_total_norm_and_history_is_not_written_into_grads():
+    torch.manual_seed(1)
+    params = [torch.nn.Parameter(torch.randn(4, 3)), torch.nn.Parameter(torch.randn(5))]
+    for p in params:
+        p.grad = torch.randn_like(p) * 3
+    before = [p.grad.clone() for p in params]
+    norm = stabilizer.stabilize(torch.optim.SGD(params, lr=0.1), site="x")
+    expected = torch.nn.utils.get_total_norm([p.grad for p in params]).item()
+    assert norm == pytest.approx(expected, rel=1e-6)
+    assert same(before, [p.grad for p in params])
+
+
+def test_amp_guard_after_unscale_is_bitwise_and_leaves_overflow_to_the_scaler():
+    def run(guard, poison=()):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8)
+        for i in range(1, 31):
+            loss = (model(torch.randn(5, 4)) ** 2).mean()
+            if i in poison:
+                loss = loss * float("inf")
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            if guard:
+                scaler.unscale_(opt)
+                stabilizer.stabilize(opt, site="amp.py:9", scaler=scaler)
+            scaler.step(opt)
+            scaler.update()
+        return [p.detach().clone() for p in model.parameters()], scaler.get_scale()
+
+    (ref, ref_scale), (got, scale) = run(False), run(True)
+    assert same(ref, got) and ref_scale == scale
+    ref, ref_scale = run(False, poison=(7,))
+    got, scale = run(True, poison=(7,))
+    assert same(ref, got) and ref_scale == scale  # GradScaler skipped step 7 in both
+    assert "step_skipped" not in kinds()  # the scaler's own business, not an instability
+
+
+# --------------------------------------------------------------------------- interventions
+
+
+@pytest.mark.parametrize("opt_name", ["sgd-momentum", "adam", "adam-fused", "rmsprop"])
+def test_nonfinite_step_is_skipped_exactly(opt_name):
+    """Poisoning step 20 with the guard == the same run in which step 20 never happened."""
+    ref, ref_state, _ = train(False, opt_name, steps=19)
+    got, state, _ = train(True, opt_name, steps=20, poison=(20,))
+    assert same(ref, got) and same_state(ref_state, state)
+    assert kinds() == ["nonfinite", "step_skipped"]
+    event = stabilizer.events.memory[0]
+    assert event["step"] == 20 and "Sequential.0.weight" in event["params"]
+
+
+def test_skipped_step_gives_the_gradients_back_after_step():
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.Adam(model.parameters())
+    (model(torch.randn(2, 3)).sum() * float("nan")).backward()
+    stabilizer.stabilize(opt, site="s")
+    assert all(p.grad is None for p in model.parameters())
+    opt.step()
+    assert all(p.grad is not None and torch.isnan(p.grad).all() for p in model.parameters())
+    assert opt.state == {} or all(not s for s in opt.state.values())
+
+
+def test_run_with_nan_losses_finishes_finite_and_keeps_training():
+    params, _, _ = train(True, "adam", steps=80, poison=(10, 30, 31))
+    assert all(torch.isfinite(p).all() for p in params)
+    assert kinds().count("step_skipped") == 3 and kinds().count("nonfinite") == 1
+    unguarded, _, _ = train(False, "adam", steps=80, poison=(10,))
+    assert not all(torch.isfinite(p).all() for p in unguarded)
+
+
+@pytest.mark.parametrize("path", ["host", "device"])
+def test_spike_is_clipped_to_the_history_threshold(path, request):
+    if path == "device":
+        request.getfixturevalue("device_path")
+    _, _, norms = train(True, "sgd", steps=60, spike=(50,))
+    stabilizer.flush()
+    spikes = [e for e in stabilizer.events.memory if e["kind"] == "spike_clipped"]
+    assert [e["step"] for e in spikes] == [50]
+    value = float(norms[49])
+    healthy = [float(n) for n in norms[:49]]
+    assert value > 1000 * max(healthy)  # the norm returned is the measured, pre-clip one
+    if path == "host":
+        assert max(healthy[stabilizer.WARMUP:]) < spikes[0]["threshold"] < 20 * max(healthy)
+    # the clipped step moved the weights by a healthy amount, not 1e4 times one
+    ref, _, _ = train(False, "sgd", steps=49)
+    got, _, _ = train(False, "sgd", steps=50, spike=(50,))
+    stabilizer.reset()
+    clipped, _, _ = train(True, "sgd", steps=50, spike=(50,))
+    jump = max((a - b).abs().max().item() for a, b in zip(got, ref))
+    moved = max((a - b).abs().max().item() for a, b in zip(clipped, ref))
+    assert moved < jump / 100
+
+
+def test_no_spike_detection_during_warmup_or_with_spike_false():
+    train(True, "sgd", steps=30, spike=(5,))
+    assert "spike_clipped" not in kinds()
+    # spike=False (a site the code clips itself): measure and skip only
+    stabilizer.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(40):
+        opt.zero_grad()
+        (model(torch.randn(4, 3)).sum() * (1e5 if i == 35 else 1.0)).backward()
+        before = [p.grad.clone() for p in model.parameters()]
+        stabilizer.stabilize(opt, site="own-clip", spike=False)
+        assert same(before, [p.grad for p in model.parameters()])
+        opt.step()
+    assert kinds() == []
+
+
+def test_fixed_max_norm_is_clip_grad_norm_bitwise_and_skips_nonfinite():
+    torch.manual_seed(3)
+    a = [torch.nn.Parameter(torch.randn(3, 3)) for _ in range(3)]
+    b = [torch.nn.Parameter(p.detach().clone()) for p in a]
+    for p, q in zip(a, b):
+        p.grad = torch.randn_like(p) * 5
+        q.grad = p.grad.clone()
+    ref = torch.nn.utils.clip_grad_norm_(b, 0.5)
+    norm = stabilizer.stabilize(torch.optim.SGD(a, lr=0.1), site="f", max_norm=0.5, sync=True)
+    assert torch.equal(norm, ref) and same([p.grad for p in a], [q.grad for q in b])
+    opt = torch.optim.SGD(a, lr=0.1)
+    a[0].grad[0, 0] = float("inf")
+    before = [p.detach().clone() for p in a]
+    stabilizer.stabilize(opt, site="f", max_norm=0.5, sync=True)
+    opt.step()
+    assert same(before, [p.detach() for p in a]) and "step_skipped" in kinds()
+
+
+# --------------------------------------------------------------------------- the device path
+
+
+class SyncCounter(TorchFunctionMode):
+    """Calls that make a CUDA/NPU host wait for the device."""
+
+    SYNCING = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu", "numpy", "nonzero", "any", "all"}
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if name in self.SYNCING:
+            self.calls.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_device_path_makes_no_sync_between_flushes(device_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters(), fused=True)
+    counter = SyncCounter()
+    for i in range(stabilizer.FLUSH_EVERY - 1):
+        opt.zero_grad()
+        loss = (model(torch.randn(8, 6)) ** 2).mean() * (float("nan") if i == 40 else 1.0)
+        loss.backward()
+        with counter:
+            stabilizer.stabilize(opt, site="d.py:3")
+            opt.step()
+    assert counter.calls == []
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # found_inf skipped step 41
+    stabilizer.flush()  # the batch crosses to the host here, once
+    assert kinds() == ["nonfinite", "step_skipped"] and stabilizer.events.memory[0]["step"] == 41
+
+
+def test_device_path_non_fused_optimizer_reports_that_it_could_not_skip(device_path):
+    """Without found_inf the device path cannot skip without a sync: step 12 writes NaN, every later
+    step stays non-finite, and each is reported (what the hot-fix policy acts on: its branch
+    decides on the host, sync=True)."""
+    params, _, _ = train(True, "adam", steps=20, poison=(12,))
+    stabilizer.flush()
+    assert kinds() == ["nonfinite"] + ["guard_intervened"] * 9
+    assert stabilizer.events.memory[1]["skipped"] is False and stabilizer.events.memory[0]["step"] == 12
+    assert not all(torch.isfinite(p).all() for p in params)
+
+
+def test_device_path_fused_skip_is_exact(device_path):
+    ref, ref_state, _ = train(False, "adam-fused", steps=19)
+    got, state, _ = train(True, "adam-fused", steps=20, poison=(20,))
+    assert same(ref, got) and same_state(ref_state, state)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_sync_debug_mode_raises_nothing():
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2)).cuda()
+    opt = torch.optim.Adam(model.parameters(), fused=True)
+    x = torch.randn(8, 6, device="cuda")
+    for _ in range(3):  # warm-up allocations
+        opt.zero_grad(); (model(x) ** 2).mean().backward(); stabilizer.stabilize(opt, site="c"); opt.step()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(stabilizer.FLUSH_EVERY - 5):
+            opt.zero_grad()
+            (model(x) ** 2).mean().backward()
+            stabilizer.stabilize(opt, site="c")
+            opt.step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+
+# --------------------------------------------------------------------------- the transform, guard mode
+
+
+def rewrite(src, **options):
+    cfg = Config(transforms=["grad_clip"])
+    for k, v in options.items():
+        cfg.set_option("grad_clip", k, v)
+    result = Pipeline(cfg, backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
+    assert result.report.error is None, result.report.error
+    return result.output.decode(), result.report.sites
+
+
+def test_guard_is_the_default_and_says_what_it_changes():
+    out, sites = rewrite("""\
+        loss.backward()
+        optimizer.step()
+    """)
+    assert out == GUARD_IMPORT + "loss.backward()\n_scalebox_stabilize(optimizer, site='t.py:2')\noptimizer.step()\n"
+    (site,) = sites
+    assert site.action == REWRITTEN and site.exactness == EXACT_UNTIL_INTERVENTION
+    assert "skips the step if a gradient is non-finite" in site.reason and "otherwise changes nothing" in site.reason
+
+
+def test_guard_mode_amp_several_optimizers_accumulation_and_own_clip():
+    out, sites = rewrite("""\
+        import torch
+        scaler = torch.amp.GradScaler()
+        def update(self, loss):
+            scaler.scale(loss).backward()
+            scaler.step(self.pi_opt)
+            scaler.update()
+        def td3(self, q_loss):
+            q_loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), 10.0)
+            self.critic_opt.step()
+            self.encoder_opt.step()
+        for i, batch in enumerate(loader):
+            (model(batch).mean() / k).backward()
+            if (i + 1) % k == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """)
+    assert "    scaler.unscale_(self.pi_opt)\n    _scalebox_stabilize(self.pi_opt, site='t.py:5', scaler=scaler)\n    scaler.step(self.pi_opt)\n" in out
+    assert "_scalebox_stabilize(self.critic_opt, site='t.py:10', spike=False)\n    self.critic_opt.step()\n" in out
+    assert "_scalebox_stabilize(self.encoder_opt, site='t.py:11', spike=False)\n    self.encoder_opt.step()\n" in out
+    assert "        _scalebox_stabilize(optimizer, site='t.py:15')\n        optimizer.step()\n" in out
+    rewritten = [s for s in sites if s.action == REWRITTEN]
+    assert len(rewritten) == 4 and {s.exactness for s in rewritten} == {EXACT_UNTIL_INTERVENTION}
+    again, again_sites = rewrite(out)
+    assert again == out and any("already guarded" in s.reason for s in again_sites if s.action == SKIPPED)
+
+
+def test_guard_options_and_fixed_and_hotfix_modes():
+    src = "loss.backward()\nopt.step()\n"
+    out, _ = rewrite(src, z=4.0, warmup=50)
+    assert "_scalebox_stabilize(opt, site='t.py:2', z=4.0, warmup=50)" in out
+    out, sites = rewrite(src, mode="fixed", max_norm=0.5)
+    assert "_scalebox_clip_grad_norm(opt, max_norm=0.5)" in out and sites[0].exactness == CHANGES_SEMANTICS
+    out, sites = rewrite(src, mode="fixed", max_norm=0.5, skip_nonfinite=True)
+    assert "_scalebox_stabilize(opt, site='t.py:2', max_norm=0.5, sync=True)" in out
+    assert sites[0].exactness == CHANGES_SEMANTICS and "skip the step" in sites[0].reason
+    out, _ = rewrite(src, skip_nonfinite=True)
+    assert "_scalebox_stabilize(opt, site='t.py:2', sync=True)" in out
+
+
+@pytest.mark.parametrize("options, message", [({"mode": "adaptive"}, "grad_clip.mode"), ({"z": -1}, "grad_clip.z"),
+                                              ({"warmup": 2.5}, "grad_clip.warmup"), ({"skip_nonfinite": "yes"}, "skip_nonfinite")])
+def test_bad_options_are_one_line_errors(options, message):
+    cfg = Config(transforms=["grad_clip"])
+    for k, v in options.items():
+        cfg.set_option("grad_clip", k, v)
+    src = b"loss.backward()\nopt.step()\n"
+    result = Pipeline(cfg, backend="cpu").rewrite("t.py", src)
+    assert result.output == src and message in result.report.error
+
+
+def test_rewritten_code_runs_and_equals_the_original():
+    src = textwrap.dedent("""\
+        import torch
+        torch.manual_seed(0)
+        actor, critic = torch.nn.Linear(4, 2), torch.nn.Linear(4, 1)
+        a_opt = torch.optim.Adam(actor.parameters(), lr=1e-2)
+        c_opt = torch.optim.SGD(critic.parameters(), lr=1e-2, momentum=0.9)
+        for it in range(50):
+            x = torch.randn(16, 4)
+            c_loss = (critic(x) ** 2).mean()
+            c_opt.zero_grad()
+            c_loss.backward()
+            torch.nn.utils.clip_grad_norm_(critic.parameters(), 0.5)
+            c_opt.step()
+            a_loss = actor(x).pow(2).mean()
+            a_opt.zero_grad()
+            a_loss.backward()
+            a_opt.step()
+        print(c_loss.item(), a_loss.item())
+    """)
+    out, sites = rewrite(src)
+    assert sum(s.action == REWRITTEN for s in sites) == 2
+    spaces = []
+    for code in (src, out):
+        ns = {}
+        exec(compile(code, "t.py", "exec"), ns)
+        spaces.append([p.detach().clone() for m in (ns["actor"], ns["critic"]) for p in m.parameters()])
+    assert same(*spaces)
+
+
+# --------------------------------------------------------------------------- --locate-nan
+
+
+LOCATE_SCRIPT = """\
+import torch
+from scalebox_cst.runtime.stabilizer import stabilize
+torch.manual_seed(0)
+class Blowup(torch.nn.Module):
+    def forward(self, x, step):
+        return x.log() if step == 7 else x.abs()
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+        self.bad = Blowup()
+        self.out = torch.nn.Linear(3, 1)
+    def forward(self, x, step):
+        return self.out(self.bad(self.fc(x) - 10.0, step))
+net = Net()
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+for step in range(1, 11):
+    loss = net(torch.randn(4, 3), step).mean()
+    opt.zero_grad()
+    loss.backward()
+    stabilize(opt, site="loc.py:20")
+    opt.step()
+print("done")
+"""
+
+
+def test_locate_nan_names_the_module_and_line(tmp_path):
+    script = tmp_path / "loc.py"
+    script.write_text(LOCATE_SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop(metrics.ENV_FILE, None)
+    first = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert first.returncode == 0 and "done" in first.stdout
+    assert "first non-finite gradient at loc.py:20 step 7" in first.stderr
+    env[stabilizer.LOCATE_ENV] = "loc.py:20@7"
+    env[stabilizer.EVENTS_ENV] = str(tmp_path / "events.jsonl")
+    again = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 0 and "done" not in again.stdout, again.stderr
+    assert "Net.bad (Blowup) produced the first non-finite output at loc.py:20 step 7" in again.stderr
+    assert f"{script}:14" in again.stderr  # the user's line that called the module
+    assert '"kind": "nan_located"' in (tmp_path / "events.jsonl").read_text()
