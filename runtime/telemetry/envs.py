@@ -229,9 +229,9 @@ def _wrap_step(fn):
             t.base = None
             result = fn(self, *args, **kwargs)
             base = t.base
-            if base is not None and not base.made and base.length and isinstance(result, tuple) and len(result) == 5:
+            if base is not None and not base.made and base.length and isinstance(result, tuple) and len(result) in (4, 5):
                 try:
-                    if bool(result[2]) or bool(result[3]):
+                    if any(bool(d) for d in result[2:len(result) - 1]):
                         _emit(base.ret, base.length)
                         base.ret, base.length = 0.0, 0
                 except Exception as exc:
