@@ -77,6 +77,12 @@ _LOCK_TIMEOUT_S = 60.0
 _CACHE_MEM_ENTRIES = 50_000  # per pipeline, in the in-process memory layer
 _OPEN_FLAGS = RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.NO_DOTGIT | RepositoryOpenFlag.BARE
 _UPDATE_ATTEMPTS = 64
+_LOCK_IN_MESSAGE = re.compile(r"failed to lock file '([^']+)'")
+_STALE_LOCK_S = 0.5  # a ref lock older than this, made before we took the write lock: a dead writer's
+_CLOCK_SLACK_NS = 50_000_000  # file times come from a coarser clock than time.time_ns
+_FOREIGN_LOCK_WAIT_S = 3.0
+_TMP_OBJECT = "tmp_object_git2_"
+_DEBRIS_AGE_S = 60.0
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 _RUN_FORMS = re.compile(r"(?:refs/heads/)?(?:run/)?(\d+)\Z")
 _SAFE_KEY = re.compile(r"[A-Za-z0-9_-]{1,100}\Z")
@@ -169,7 +175,10 @@ class _FileLock:
         self._fd: Optional[int] = None
 
     def acquire(self, timeout: Optional[float] = None) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot write to the store: {self.path}: {exc.strerror}") from None
         deadline = time.monotonic() + (_LOCK_TIMEOUT_S if timeout is None else timeout)
         delay = 0.0002
         while True:
@@ -220,12 +229,26 @@ else:
         fcntl.flock(fd, fcntl.LOCK_UN)
 
 
+def _one_line(exc: BaseException) -> str:
+    """An OS or libgit2 error as one line: its text, with the OS's reason where Python has one."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def _synchronized(method: Callable) -> Callable:
-    """Serialise a public method per Store object (pygit2 objects are not thread-safe)."""
+    """Serialise a public method per Store object (pygit2 objects are not thread-safe).
+
+    What the disk or libgit2 refuses (disk full, a read-only store, a damaged file) leaves as a
+    one-line ``StoreError`` naming the store, never as a traceback from deep inside libgit2.
+    """
 
     def wrapper(self: "Store", *args: Any, **kwargs: Any) -> Any:
         with self._mutex:
-            return method(self, *args, **kwargs)
+            try:
+                return method(self, *args, **kwargs)
+            except (pygit2.GitError, OSError) as exc:
+                raise StoreError(f"store {self.path}: {_one_line(exc)}") from None
 
     wrapper.__name__ = method.__name__
     wrapper.__qualname__ = method.__qualname__
@@ -260,9 +283,12 @@ class Store:
     def __init__(self, path: str) -> None:
         """Open the bare repository at *path* (``.../.scalebox/store.git``); prefer ``open``."""
         self.path = os.path.abspath(path)
+        _check_folders(self.path)
         try:
             self.repo = pygit2.Repository(self.path, _OPEN_FLAGS)
-        except (pygit2.GitError, OSError, KeyError):
+        except (pygit2.GitError, OSError, KeyError) as exc:
+            if os.path.isfile(os.path.join(self.path, "HEAD")):
+                raise StoreError(f"the store at {self.path} cannot be opened: {_one_line(exc)}") from None
             raise StoreError(f"no store at {self.path}: run `scalebox init`") from None
         # Never let libgit2 hand us another repository (a parent's or the user's .git).
         if not self.repo.is_bare or os.path.realpath(self.repo.path) != os.path.realpath(self.path):
@@ -277,6 +303,8 @@ class Store:
         self._cache_mem: Dict[str, Dict[str, Tuple[str, str]]] = {}  # fp -> src -> (out, json)
         self._present: Set[Raw] = set()  # object ids known to be stored
         self._odb_handle: Optional[pygit2.Odb] = None
+        self._locked_since_ns = 0  # when this object took the write lock (stale-lock test)
+        self._debris_checked = False
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -291,15 +319,20 @@ class Store:
         if not os.path.isdir(project_dir):
             raise StoreError(f"no such project folder: {project_dir}")
         box = os.path.join(project_dir, ".scalebox")
-        os.makedirs(box, exist_ok=True)
-        _ensure_gitignore(os.path.join(box, ".gitignore"))
         path = cls.store_path(project_dir)
-        os.makedirs(path, exist_ok=True)
+        _check_folders(path)
+        try:
+            os.makedirs(box, exist_ok=True)
+            _ensure_gitignore(os.path.join(box, ".gitignore"))
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the store: {_one_line(exc)}") from None
         lock = _FileLock(os.path.join(path, LOCK_NAME))
         lock.acquire()
         try:
             if not os.path.isfile(os.path.join(path, "HEAD")):
                 pygit2.init_repository(path, bare=True, initial_head="source")
+            _repair_head(path)
             repo = pygit2.Repository(path, _OPEN_FLAGS)
             config = repo.config
             wanted = {
@@ -313,6 +346,8 @@ class Store:
                 if current != value:
                     config[key] = value
             repo.free()
+        except (pygit2.GitError, OSError) as exc:
+            raise StoreError(f"cannot set up the store at {path}: {_one_line(exc)}") from None
         finally:
             lock.release()
         return cls(path)
@@ -321,6 +356,7 @@ class Store:
     def open(cls, project_dir: str) -> "Store":
         """Open the store of *project_dir*; ``StoreError`` if it has none."""
         path = cls.store_path(project_dir)
+        _check_folders(path)
         if not os.path.isfile(os.path.join(path, "HEAD")):
             raise StoreError(f"no store at {path}: run `scalebox init`")
         return cls(path)
@@ -344,6 +380,37 @@ class Store:
     def source_tip(self) -> Optional[str]:
         raw = self._ref_raw(SOURCE_REF)
         return raw.hex() if raw else None
+
+    @_synchronized
+    def resolve_snapshot(self, text: str) -> str:
+        """A commit of the source history named by its id or a prefix of it (4 hex digits or
+        more, as ``scalebox rollback`` prints them); ``StoreError`` for anything else."""
+        text = str(text).strip()
+        if not re.fullmatch(r"[0-9a-fA-F]{4,40}", text):
+            raise StoreError(f"unknown snapshot {text}")
+        tip = self._ref_raw(SOURCE_REF)
+        try:
+            commit = self.repo.revparse_single(text.lower()).peel(pygit2.Commit).id
+        except (KeyError, ValueError, pygit2.GitError):
+            raise StoreError(f"unknown snapshot {text}") from None
+        if tip is None or not (commit.raw == tip or self.repo.descendant_of(pygit2.Oid(raw=tip), commit)):
+            raise StoreError(f"{text} is not a snapshot of the source history")
+        return str(commit)
+
+    @_synchronized
+    def last_source_trailer(self, key: str, limit: int = 100_000) -> Optional[Tuple[str, str]]:
+        """The newest commit of the source history (first parents) whose trailers hold *key*:
+        ``(commit hex, value)``, or None."""
+        raw = self._ref_raw(SOURCE_REF)
+        for _ in range(limit):
+            if raw is None:
+                return None
+            commit = self._commit_obj(raw)
+            value = _trailers(commit.message).get(key)
+            if value is not None:
+                return raw.hex(), value
+            raw = commit.parent_ids[0].raw if commit.parent_ids else None
+        return None
 
     @_synchronized
     def snapshot(
@@ -440,12 +507,15 @@ class Store:
 
         with self._locked():
             number = self._max_run_number() + 1
-            for _ in range(_UPDATE_ATTEMPTS):
+            failures = None
+            for _ in range(_UPDATE_ATTEMPTS * 4):
                 name = f"run/{number:04d}"
                 refname = "refs/heads/" + name
                 if self.repo.references.get(refname) is not None:
                     number += 1
                     continue
+                if failures is None or failures.refname != refname:
+                    failures = _RefFailures(self, refname)
                 stored = dict(report_json)
                 for key, value in (
                     ("branch", name),
@@ -458,14 +528,14 @@ class Store:
                 self._put_notes(REPORTS_REF, {commit.raw: note.encode()}, f"report {name}")
                 try:
                     self.repo.create_reference_direct(refname, commit, False, message=f"run: {summary_line}")
-                except (pygit2.AlreadyExistsError, pygit2.GitError, OSError):
-                    if self.repo.references.get(refname) is None:  # lock contention, not a clash
-                        time.sleep(0.001)
+                except (pygit2.GitError, OSError, ValueError) as exc:
+                    if self.repo.references.get(refname) is None:  # a lock or an error, not a clash
+                        failures.handle(exc)
                     else:
                         number += 1
                     continue
                 return name, commit_hex
-        raise StoreError("could not create a run branch: the store stayed busy")
+        raise StoreError("could not create a run branch: every name tried was taken meanwhile")
 
     def other_branches(self, prefix: str = "hook/") -> List[Tuple[str, str, str, int, int]]:
         """Branches under ``refs/heads/<prefix>`` (the import hook's sessions), oldest first:
@@ -712,6 +782,13 @@ class Store:
     def _locked(self) -> Iterator[None]:
         if self._lock_depth == 0:
             self._lock.acquire()
+            self._locked_since_ns = time.time_ns()
+            if not self._debris_checked:
+                try:
+                    self._clear_debris()
+                except BaseException:
+                    self._lock.release()
+                    raise
         self._lock_depth += 1
         try:
             yield
@@ -735,7 +812,8 @@ class Store:
         tip = self._ref_raw(refname)
         new = build(tip)
         with self._locked():
-            for _ in range(_UPDATE_ATTEMPTS):
+            failures = _RefFailures(self, refname)
+            while True:
                 ref = self.repo.references.get(refname)
                 current = ref.target.raw if ref is not None else None
                 if current != tip:
@@ -750,9 +828,23 @@ class Store:
                     else:
                         ref.set_target(pygit2.Oid(raw=new), reflog)
                     return new, True
-                except (pygit2.GitError, OSError):
-                    time.sleep(0.001)  # a foreign writer holds or moved the ref: re-read, retry
-        raise StoreError(f"could not update {refname}: the store stayed busy")
+                except (pygit2.GitError, OSError, ValueError) as exc:
+                    failures.handle(exc)  # raises what cannot be retried; a moved ref is re-read
+
+    def _clear_debris(self) -> None:
+        """What killed writers leave behind, cleared once per object under the write lock: a
+        ``HEAD`` libgit2 cannot read (every logged ref update reads it) and temporary object
+        files (libgit2 writes ``objects/tmp_object_git2_*`` and renames it into place: a kill
+        in between leaves it). A temporary file younger than a minute may be a live writer's
+        (objects are written outside the lock) and is left alone."""
+        _repair_head(self.path)
+        objects = os.path.join(self.path, "objects")
+        cutoff = time.time() - _DEBRIS_AGE_S
+        with os.scandir(objects) as it:  # libgit2 1.x writes them in objects/ itself
+            for entry in it:
+                if entry.name.startswith(_TMP_OBJECT):
+                    _remove_if_older(entry.path, cutoff)
+        self._debris_checked = True
 
     def _runs(self) -> List[Tuple[int, str, Raw]]:
         out = []
@@ -1032,6 +1124,69 @@ class Store:
 # ---------------------------------------------------------------------------------------------
 
 
+class _RefFailures:
+    """What to do after a ref update failed, decided under the store's write lock.
+
+    libgit2 moves a ref by creating ``<ref>.lock`` (no pid in it), writing it, renaming it over
+    the ref. Every writer of ours does that while holding the write lock, which we hold now, so
+    a lock file older than our hold (and not brand new) was left by a writer that was killed:
+    it is removed and the update retried. One made during our hold belongs to a writer outside
+    scalebox (git itself): we wait for it a little, then name the file. Without a lock file the
+    ref moved under us (re-read and retry) or the disk refused (disk full, read-only): that is
+    reported as it is, never as "busy".
+    """
+
+    def __init__(self, store: "Store", refname: str) -> None:
+        self.store = store
+        self.refname = refname
+        self.deadline = time.monotonic() + _FOREIGN_LOCK_WAIT_S
+        self.unexplained = 0
+
+    def handle(self, exc: BaseException) -> None:
+        text = _one_line(exc)
+        named = _LOCK_IN_MESSAGE.search(str(exc))
+        lock = named.group(1) if named else os.path.join(self.store.path, *self.refname.split("/")) + ".lock"
+        inside = os.path.realpath(lock).startswith(os.path.join(os.path.realpath(self.store.path), ""))
+        try:
+            st = os.lstat(lock) if inside and lock.endswith(".lock") else None
+        except OSError:
+            st = None
+        if st is not None:
+            age_ns = time.time_ns() - st.st_mtime_ns
+            made_before_us = st.st_mtime_ns < self.store._locked_since_ns - _CLOCK_SLACK_NS
+            if made_before_us and age_ns > _STALE_LOCK_S * 1e9:
+                try:
+                    os.remove(lock)
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    raise StoreError(
+                        f"could not update {self.refname}: {lock} was left by a killed writer and cannot be removed ({err.strerror})"
+                    ) from None
+                return
+            if time.monotonic() > self.deadline:
+                raise StoreError(
+                    f"could not update {self.refname}: {lock} is held by another program (git?); if none is running, remove that file"
+                )
+            time.sleep(0.005)
+            return
+        if isinstance(exc, pygit2.AlreadyExistsError) or "does not match" in text or "already exists" in text:
+            time.sleep(0.001)  # a foreign writer moved or made the ref: the caller re-reads it
+            return
+        self.unexplained += 1
+        if self.unexplained >= 3:
+            raise StoreError(f"could not update {self.refname}: {text}")
+        time.sleep(0.002)
+
+
+def _remove_if_older(path: str, cutoff: float) -> None:
+    try:
+        if os.lstat(path).st_mtime < cutoff:
+            os.remove(path)
+    except OSError:
+        pass
+
+
 def _signature() -> pygit2.Signature:
     return pygit2.Signature(SIG_NAME, SIG_EMAIL)
 
@@ -1060,3 +1215,34 @@ def _ensure_gitignore(path: str) -> None:
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write("*\n")
     os.replace(tmp, path)
+
+
+def _check_folders(store_path: str) -> None:
+    """``.scalebox`` and ``store.git`` must be folders: a file there is named, never opened."""
+    for folder in (os.path.dirname(store_path), store_path):
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            raise StoreError(f"{folder} is a file, not the store's folder: move it away, then run `scalebox init`")
+
+
+_HEAD_TEXT = b"ref: refs/heads/source\n"
+
+
+def _repair_head(path: str) -> None:
+    """Put back a ``HEAD`` that is not a ref git can read (called under the write lock).
+
+    libgit2 reads HEAD on every logged ref update, so a damaged HEAD blocks all writes; the
+    store's HEAD names ``refs/heads/source`` and carries nothing else, so rewriting it loses
+    nothing. A HEAD the user pointed at another ref or commit is kept.
+    """
+    head = os.path.join(path, "HEAD")
+    try:
+        with open(head, "rb") as fh:
+            text = fh.read(4096)
+    except FileNotFoundError:
+        text = b""
+    if re.fullmatch(rb"ref: refs/[^\x00-\x20~^:?*\[\\]+\n?|[0-9a-f]{40}\n?", text):
+        return
+    tmp = f"{head}.{os.getpid()}.scalebox-tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(_HEAD_TEXT)
+    os.replace(tmp, head)
