@@ -17,6 +17,7 @@ from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from scalebox_cst.project import ChangeResult, Project
+from scalebox_cst.report import RunReport
 
 # Events that never mean "content may have changed".
 _IGNORED_EVENTS = {"opened", "closed_no_write"}
@@ -71,6 +72,7 @@ class Watcher:
         self.blocked = 0
         self.started_once = False
         self._last_blocked: List[str] = []
+        self._warned: Set[str] = set()
         self._stop = threading.Event()
         self._observer = None
 
@@ -113,7 +115,16 @@ class Watcher:
 
     # -------------------------------------------------------------- change handling
     def handle_change(self, force: bool = False) -> ChangeResult:
-        result = self.project.commit_change(block_on_bad_input=True, force=force, message="save")
+        """One change event. Nothing the store, the file system or a file can do stops the
+        watcher: an error is one line (said once while it lasts) and no branch is made."""
+        try:
+            result = self.project.commit_change(block_on_bad_input=True, force=force, message="save")
+        except Exception as exc:  # StoreError, ConfigError, OSError, ...; the next save retries
+            result = ChangeResult(RunReport(None, None, None, "", []), False, [_one_line(exc)])
+        for line in getattr(self.project, "skipped_names", ()):
+            if line not in self._warned:
+                self._warned.add(line)
+                self.echo(f"scalebox: warning: {line}")
         if result.blocked:
             if result.blocked != self._last_blocked:  # say it once per distinct error
                 self.blocked += 1
@@ -143,16 +154,20 @@ class Watcher:
 
         self.echo(f"scalebox: running {self.script} from {branch}")
         self.started_once = True
-        self.execution = Execution(
-            self.project.store.path,
-            self.project.root,
-            self.project.runs_dir,
-            branch,
-            commit,
-            self.script,
-            self.args,
-            echo=self.run_output,
-        )
+        try:
+            self.execution = Execution(
+                self.project.store.path,
+                self.project.root,
+                self.project.runs_dir,
+                branch,
+                commit,
+                self.script,
+                self.args,
+                echo=self.run_output,
+            )
+        except Exception as exc:  # the run could not start (store, disk): the next save retries
+            self.execution = None
+            self.echo(_one_line(exc, f"{self.script} not started from {branch}"))
 
     def stop_run(self) -> None:
         if self.execution is not None:
@@ -205,3 +220,10 @@ class Watcher:
         if self.blocked:
             text += f"; {self.blocked} save(s) blocked by errors"
         return text
+
+
+def _one_line(exc: BaseException, outcome: str = "this change was not committed") -> str:
+    """One line for an error that stopped a change event (a traceback would only say where)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    kind = "" if type(exc).__name__ in ("StoreError", "ConfigError") else f"{type(exc).__name__}: "
+    return f"scalebox: {kind}{text}; {outcome}, still watching"

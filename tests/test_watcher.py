@@ -162,3 +162,78 @@ def test_a_lasting_syntax_error_is_reported_once(started):
     watcher.process_pending(timeout=0.5)
     assert sum("SyntaxError" in m for m in messages) == 1
     assert branches(watcher) == ["run/0001"]
+
+
+# ---------------------------------------------------------------------------- keep watching (issue 9, items 9-10)
+def test_a_store_error_is_one_line_and_the_watcher_keeps_going(started, monkeypatch):
+    from scalebox_cst.store import StoreError
+
+    watcher, messages, project = started
+    real = watcher.project.commit_change
+    errors = [StoreError("the store stayed busy: refs/heads/source.lock"), OSError(28, "No space left on device")]
+
+    def failing(*args, **kwargs):
+        if errors:
+            raise errors.pop(0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(watcher.project, "commit_change", failing)
+    (project / "train.py").write_text((project / "train.py").read_text() + "# one\n")
+    first = watcher.handle_change()
+    assert not first.created and first.blocked == ["scalebox: the store stayed busy: refs/heads/source.lock; this change was not committed, still watching"]
+    second = watcher.handle_change()
+    assert second.blocked and "OSError: [Errno 28] No space left on device" in second.blocked[0]
+    assert all("\n" not in m for m in messages)
+    third = watcher.handle_change()  # the store is fine again: the pending change is committed
+    assert third.created and branches(watcher) == ["run/0001", "run/0002"]
+
+
+def test_a_run_that_cannot_start_is_one_line(project, monkeypatch):
+    import scalebox_cst.runtime.executor as executor
+
+    watcher, messages = make_watcher(project, script="train.py")
+
+    def refuse(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(executor, "Execution", refuse)
+    try:
+        watcher.start()
+        assert watcher.execution is None and branches(watcher) == ["run/0001"]
+        assert any("Read-only file system; train.py not started from run/0001, still watching" in m for m in messages), messages
+    finally:
+        watcher.close()
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_with_a_warning(project):
+    odd = os.path.join(os.fsencode(str(project)), b"caf\xe9.py")
+    with open(odd, "wb") as fh:
+        fh.write(b"x = 1\n")
+    watcher, messages = make_watcher(project)
+    watcher.start()
+    try:
+        assert branches(watcher) == ["run/0001"]
+        files = watcher.project.store.files(watcher.project.store.resolve("run/0001").source_commit)
+        assert "train.py" in files and len(files) == 2  # train.py, helpers.py
+        warned = [m for m in messages if "caf\\xe9.py: file name is not UTF-8" in m]
+        assert len(warned) == 1
+        (project / "helpers.py").write_text("VALUE = 3\n")
+        watcher.handle_change()
+        assert branches(watcher) == ["run/0001", "run/0002"]
+        assert len([m for m in messages if "not UTF-8" in m]) == 1  # said once
+    finally:
+        watcher.close()
+
+
+def test_a_coding_declaration_does_not_block_later_branches(started):
+    watcher, messages, project = started
+    latin = "# -*- coding: latin-1 -*-\nimport torch\nname = 'caf\u00e9'\nopt = torch.optim.SGD([], lr=0.1)\nloss.backward()\nopt.step()\n"
+    (project / "legacy.py").write_bytes(latin.encode("latin-1"))
+    result = watcher.handle_change()
+    assert result.created and not result.blocked, result.blocked
+    entry = next(f for f in result.report.files if f.path == "legacy.py")
+    assert entry.status == "rewritten" and entry.error is None
+    committed = watcher.project.store.read_file(result.report.commit, "legacy.py")
+    assert committed.startswith(b"# -*- coding: latin-1 -*-\n") and b"name = 'caf\xe9'\n" in committed
+    (project / "helpers.py").write_text("VALUE = 4\n")
+    assert watcher.handle_change().created

@@ -1,0 +1,198 @@
+"""Rewrite time and memory against file size: generated files of 1k..50k lines.
+
+Three shapes per size: ``none`` (plain code, no candidate site), ``one`` (one GAE recurrence at
+the top, the rest plain) and ``mixed`` (a site every ~25 lines: target updates, GAE recurrences,
+reductions, gradient-clip sites, elementwise loops, in turn). Each (shape, size) runs
+``Pipeline.rewrite`` in a fresh process, so peak RSS is that rewrite's; the growth exponent is
+the slope of log(time) against log(lines) between consecutive sizes (1.0 is linear).
+Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB.
+
+    python benchmarks/bench_scaling.py [--sizes 1000,2000,5000,10000,20000,50000] [--shapes none,one,mixed]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))
+
+HEADER = '''"""Generated for bench_scaling."""
+import torch
+
+
+'''
+
+PLAIN = '''def helper_{i}(xs, scale={i}):
+    """Plain code: no candidate for any transform."""
+    total = 0
+    for x in xs:
+        if x > scale:
+            total = total + x * 2
+        else:
+            total = total - 1
+    return total
+
+
+'''
+
+SITES = (
+    # vectorize.target_update
+    '''def soft_update_{i}(critic, critic_target, tau):
+    for param, target_param in zip(critic.parameters(), critic_target.parameters()):
+        target_param.data.copy_(tau * param.data + (1 - tau) * target_param.data)
+    return critic_target
+
+
+''',
+    # vectorize.recurrence (CleanRL GAE)
+    '''def gae_{i}(rewards, values, dones, next_value, next_done, gamma, gae_lambda, num_steps):
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages
+
+
+''',
+    # vectorize.reduction
+    '''def finish_episode_{i}(saved_log_probs, returns):
+    policy_loss = []
+    for log_prob, R in zip(saved_log_probs, returns):
+        policy_loss.append(-log_prob * R)
+    policy_loss = torch.cat(policy_loss).sum()
+    return policy_loss
+
+
+''',
+    # grad_clip
+    '''def train_step_{i}(model, batch):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(batch).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+''',
+    # vectorize.elementwise
+    '''def scale_{i}(rewards, values, out, gamma):
+    for i in range(len(rewards)):
+        out[i] = rewards[i] + gamma * values[i]
+    return out
+
+
+''',
+)
+
+SHAPES = ("none", "one", "mixed")
+
+
+def make_source(lines: int, shape: str) -> str:
+    """A file of about ``lines`` lines (never fewer) of the given shape."""
+    parts = [HEADER]
+    count = HEADER.count("\n")
+    i = 0
+    if shape == "one":
+        parts.append(SITES[1].format(i=i))
+        count += SITES[1].count("\n")
+        i += 1
+    while count < lines:
+        if shape == "mixed" and i % 2 == 1:
+            block = SITES[(i // 2) % len(SITES)].format(i=i)
+        else:
+            block = PLAIN.format(i=i)
+        parts.append(block)
+        count += block.count("\n")
+        i += 1
+    return "".join(parts)
+
+
+def measure_here(lines: int, shape: str, backend: str = "cpu") -> dict:
+    """Rewrite one generated file in this process: seconds, peak RSS (MB), sites."""
+    import resource
+    import time
+
+    from scalebox_cst.config import Config
+    from scalebox_cst.pipeline import Pipeline
+
+    data = make_source(lines, shape).encode()
+    pipeline = Pipeline(Config(), backend)
+    t0 = time.perf_counter()
+    result = pipeline.rewrite("gen.py", data)
+    seconds = time.perf_counter() - t0
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "lines": data.count(b"\n"),
+        "shape": shape,
+        "seconds": seconds,
+        "peak_mb": peak_kb / 1024.0,
+        "rewritten": sum(1 for s in result.report.sites if s.action == "rewritten"),
+        "sites": len(result.report.sites),
+        "error": result.report.error,
+    }
+
+
+def measure(lines: int, shape: str, backend: str, timeout: float) -> dict:
+    code = (
+        "import json, sys; sys.path.insert(0, %r); import bench_scaling as b; "
+        "print(json.dumps(b.measure_here(%d, %r, %r)))" % (HERE, lines, shape, backend)
+    )
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"lines": lines, "shape": shape, "seconds": math.inf, "peak_mb": math.nan, "rewritten": 0, "sites": 0, "error": f"timed out after {timeout:.0f}s"}
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,2000,5000,10000,20000,50000")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per rewrite before giving up")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"{'shape':6} {'lines':>7} {'seconds':>9} {'peak MB':>8} {'sites':>6} {'rewritten':>9} {'exponent':>8}")
+    worst = 0.0
+    for shape in args.shapes.split(","):
+        prev = None
+        for size in sizes:
+            row = measure(size, shape, args.backend, args.timeout)
+            exponent = ""
+            if prev is not None and math.isfinite(row["seconds"]) and prev["seconds"] > 0:
+                e = math.log(row["seconds"] / prev["seconds"]) / math.log(row["lines"] / prev["lines"])
+                exponent = f"{e:.2f}"
+                if prev["seconds"] > 0.2:  # below that, start-up noise dominates the ratio
+                    worst = max(worst, e)
+            print(
+                f"{shape:6} {row['lines']:7d} {row['seconds']:9.2f} {row['peak_mb']:8.0f} {row['sites']:6d} "
+                f"{row['rewritten']:9d} {exponent:>8}" + (f"  error: {row['error']}" if row["error"] else ""),
+                flush=True,
+            )
+            prev = row
+            if not math.isfinite(row["seconds"]):
+                break
+    print(f"largest growth exponent between sizes (where the smaller took > 0.2 s): {worst:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
