@@ -313,6 +313,41 @@ def rollback(branch: str, project_dir: Optional[str]) -> None:
     click.echo(f"rolled back to {result.branch}")
 
 
+# ---------------------------------------------------------------------------- monitor
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+@cli.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, exists=True))
+@click.option("--web-port", "port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port (0: any free one).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; another than loopback exposes the page.")
+@click.option("--refresh-interval", type=click.FloatRange(min=0.25), default=2.0, show_default=True, help="Seconds between the page's polls.")
+@click.option("--verbose", is_flag=True, help="Log each request to stderr.")
+def monitor(directory: str, port: int, host: str, refresh_interval: float, verbose: bool) -> None:
+    """Serve a live page of DIRECTORY's branches, curves, diffs and events (read-only)."""
+    from scalebox_cst.monitor import Monitor, MonitorServer
+
+    root = find_project_root(directory)
+    try:
+        data = Monitor(root, refresh_interval=refresh_interval)
+    except StoreError as exc:
+        _fail(str(exc))
+    try:
+        server = MonitorServer(data, host=host, port=port, verbose=verbose)
+    except OSError as exc:
+        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} (try another --web-port)")
+    click.echo(f"scalebox: monitor of {data.root} on {server.url} (refresh {refresh_interval:g}s); Ctrl-C to stop", err=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        data.close()
+
+
 # ---------------------------------------------------------------------------- watch
 def _watch_options(func):
     func = click.argument("args", nargs=-1, type=click.UNPROCESSED)(func)

@@ -1,4 +1,6 @@
 """Configuration: files, globs, transform selection, fingerprint."""
+import re
+
 import pytest
 
 from scalebox_cst.config import DEFAULT_TOML, Config, ConfigError
@@ -65,3 +67,92 @@ def test_fingerprint_changes_with_options_and_backend():
     assert a.fingerprint(versions, "cpu") != b.fingerprint(versions, "cpu")
     assert a.fingerprint(versions, "cpu") != a.fingerprint(versions, "npu")
     assert a.fingerprint(versions, "cpu") != a.fingerprint({"grad_clip": "2"}, "cpu")
+
+
+# ---------------------------------------------------------------------------- checked input (issue 9, items 11-12)
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[grad_clip]\nmax_nrom = 0.5", "unknown option grad_clip.max_nrom (did you mean 'max_norm'?)"),
+        ("[grad_clp]\nmax_norm = 0.5", "unknown option table [grad_clp] (did you mean 'grad_clip'?)"),
+        ("[grad_clip]\nmax_norm = nan", "grad_clip.max_norm must be a positive number, got nan"),
+        ("[grad_clip]\nmax_norm = inf", "must be a positive number, got inf"),
+        ("[grad_clip]\nmax_norm = true", "must be a positive number, got True"),
+        ('[vectorize.target_update]\nallow_lerp = "yes"', "allow_lerp must be true or false, got 'yes'"),
+        ("[vectorize.recurrance]\nreassociate = false", "did you mean 'vectorize.recurrence'?"),
+        ("[device]\nallow_tf23 = true", "did you mean 'allow_tf32'?"),
+        ("backnd = 'cpu'", "unknown key 'backnd' (did you mean 'backend'?)"),
+    ],
+)
+def test_unknown_names_and_bad_values_are_one_line_errors(tmp_path, text, message):
+    (tmp_path / "scalebox.toml").write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Config.load(str(tmp_path))
+    (tmp_path / "scalebox.toml").unlink()
+    (tmp_path / "pyproject.toml").write_text("[tool.scalebox]\n" + text.replace("[", "[tool.scalebox."))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        Config.load(str(tmp_path))
+
+
+def test_dotted_tables_are_read_as_their_section(tmp_path):
+    (tmp_path / "scalebox.toml").write_text("[vectorize.recurrence]\nreassociate = false\n[vectorize.target_update]\nallow_lerp = true\n")
+    cfg = Config.load(str(tmp_path))
+    assert cfg.option("vectorize.recurrence", "reassociate") is False  # was silently ignored
+    assert cfg.option("vectorize.target_update", "allow_lerp") is True
+
+
+def test_non_utf8_config_is_one_line(tmp_path):
+    (tmp_path / "scalebox.toml").write_bytes(b'transforms = ["grad_clip"]\n# caf\xe9\n')
+    with pytest.raises(ConfigError, match=r"scalebox.toml:2: not UTF-8 \(byte 0xe9\)"):
+        Config.load(str(tmp_path))
+
+
+def test_unknown_transform_ids_are_errors_when_the_pipeline_is_built(tmp_path):
+    from scalebox_cst.pipeline import Pipeline
+
+    (tmp_path / "scalebox.toml").write_text('transforms = ["grad_clip", "no_such"]\n')
+    with pytest.raises(ConfigError, match="transforms: unknown transform 'no_such'"):
+        Pipeline(Config.load(str(tmp_path)), "cpu")
+    with pytest.raises(ConfigError, match="did you mean 'vectorize.elementwise'"):
+        Pipeline(Config(disabled=["vectorize.elementwse"]), "cpu")
+    Pipeline(Config(transforms=["vectorize.*", "device.placement"], disabled=["grad_*"]), "cpu")
+
+
+def _literal_option_reads():
+    """(section, key) of every ``ctx.option(SECTION, "key", ...)`` with a literal key in the
+    transform modules, SECTION resolved through the module's string constants."""
+    import ast
+    import pathlib
+
+    found = set()
+    folder = pathlib.Path(__file__).resolve().parent.parent / "transforms"
+    for path in folder.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        consts = {
+            t.id: n.value.value
+            for n in tree.body
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "option" and len(node.args) >= 2:
+                sec, key = node.args[0], node.args[1]
+                section = sec.value if isinstance(sec, ast.Constant) else consts.get(sec.id) if isinstance(sec, ast.Name) else None
+                if section == "device" or (isinstance(sec, ast.Attribute) and sec.attr == "SECTION"):
+                    section = "device"
+                if isinstance(key, ast.Constant) and section:
+                    found.add((section, key.value))
+    return found
+
+
+def test_every_option_a_transform_reads_is_known_to_the_config():
+    from scalebox_cst.config import OPTIONS
+    from scalebox_cst.transforms import device_table, grad_clip
+
+    reads = _literal_option_reads()
+    assert ("grad_clip", "max_norm") in reads and ("vectorize.target_update", "allow_lerp") in reads
+    reads |= {("grad_clip", key) for key in getattr(grad_clip, "GUARD_DEFAULTS", {})}
+    reads |= {("device", e.option) for e in device_table.TABLE if getattr(e, "option", None)}
+    missing = sorted(f"{s}.{k}" for s, k in reads if k not in OPTIONS.get(s, {}))
+    assert not missing, f"add to config.OPTIONS: {missing}"
