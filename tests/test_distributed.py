@@ -1,0 +1,240 @@
+"""One run on several processes: a committed branch under torchrun (gloo on CPU).
+
+Every rank must run the commit (the rewrite, project modules from the store, not the files on
+disk), DDP must work across the ranks (their gradients agree after the all-reduce although each
+saw its own data), each rank's output and metrics must land in the run folder by rank, a failing
+rank must fail the run with its own traceback, and a run stopped or killed mid-way must leave no
+process behind.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from scalebox_cst import runs
+from scalebox_cst.project import Project
+from scalebox_cst.runtime.distributed import TorchrunExecution, split_prefixed, torchrun_command
+
+from conftest import scalebox
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="torchrun workers and process groups as on Linux")
+
+DDP_SCRIPT = textwrap.dedent(
+    """\
+    import argparse
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import helpers
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    torch.manual_seed(100 + rank)  # each rank its own data
+    for step in range(args.steps):
+        x = torch.randn(8, 4)
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"step={step} loss={loss.item():.6f}")
+        if rank == args.fail_rank and step == 1:
+            raise ValueError(f"rank {rank} breaks here")
+    if args.sleep:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        with open(os.path.join(os.environ["SCALEBOX_RUN_DIR"], f"child{rank}.pid"), "w") as fh:
+            fh.write(str(child.pid))
+        print("sleeping", flush=True)
+        time.sleep(args.sleep)
+    grads = [p.grad.flatten().tolist() for p in model.parameters()]
+    rewritten = any(name.startswith("_scalebox_") for name in globals())
+    print("result", json.dumps({"rank": rank, "rewritten": rewritten, "mark": helpers.MARK, "grads": grads, "loss": loss.item()}))
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.fixture
+def ddp_project(project):
+    """A DDP script committed to run/0001 (grad_clip inserts a `_scalebox_` helper: the marker
+    of the rewrite), then its helper module changed on disk."""
+    (project / "train.py").write_text(DDP_SCRIPT)
+    (project / "helpers.py").write_text("MARK = 'committed'\n")
+    (project / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    report = json.loads(scalebox("rewrite", str(project), "--json").stdout)
+    assert report["branch"] == "run/0001"
+    assert [f["status"] for f in report["files"] if f["path"] == "train.py"] == ["rewritten"], report
+    (project / "helpers.py").write_text("MARK = 'disk'\n")
+    return project
+
+
+def _execution(root, args, nproc=2, **kwargs):
+    project = Project(str(root))
+    info = project.store.resolve("run/0001")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return TorchrunExecution(
+        project.store.path, project.root, project.runs_dir, info.name, info.commit, "train.py", args,
+        source_commit=info.source_commit, nproc=nproc, env=env, tensorboard=False, **kwargs,
+    )
+
+
+def _results(run_dir, nproc):
+    out = {}
+    for rank in range(nproc):
+        with open(os.path.join(run_dir, "ranks", str(rank), "log.txt"), encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("result "):
+                    out[rank] = json.loads(line[len("result "):])
+    return out
+
+
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"  # exited, not yet reaped
+    except OSError:
+        return True
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_two_ranks_run_the_rewrite_and_their_gradients_agree(ddp_project):
+    execution = _execution(ddp_project, ["--steps", "3"])
+    record = execution.wait(timeout=240)
+    log = open(os.path.join(execution.dir, "log.txt"), encoding="utf-8").read()
+    assert record.status == "ok", log
+    results = _results(execution.dir, 2)
+    assert sorted(results) == [0, 1], log
+    for rank, result in results.items():
+        assert result["rewritten"] is True and result["mark"] == "committed", result
+    assert results[0]["grads"] == results[1]["grads"]  # all-reduced: the same on every rank, bitwise
+    assert results[0]["loss"] != results[1]["loss"]  # ... although each rank saw its own data
+    saved = runs.load_record(execution.dir)
+    assert saved["launcher"] == "torchrun" and saved["nproc"] == 2 and saved["status"] == "ok"
+    assert [r["rank"] for r in saved["ranks"]] == [0, 1] and not any(r["failed"] for r in saved["ranks"])
+    # each rank's key=value lines are its own metrics: rank 0's are the run's, rank 1's in ranks/1/
+    losses0 = [p for p in runs.read_metrics(os.path.join(execution.dir, "metrics.jsonl"))[0] if p.name == "loss"]
+    losses1 = [p for p in runs.read_metrics(os.path.join(execution.dir, "ranks", "1", "metrics.jsonl"))[0] if p.name == "loss"]
+    assert [p.step for p in losses0] == [0, 1, 2] and [p.step for p in losses1] == [0, 1, 2]
+    assert losses0[-1].value == pytest.approx(results[0]["loss"], abs=1e-5)
+    assert losses1[-1].value == pytest.approx(results[1]["loss"], abs=1e-5)
+    assert {split_prefixed(line)[0] for line in log.splitlines() if line.startswith("[rank")} == {0, 1}
+
+
+def test_a_failing_rank_fails_the_run_with_its_traceback(ddp_project):
+    execution = _execution(ddp_project, ["--steps", "3", "--fail-rank", "1"])
+    record = execution.wait(timeout=240)
+    assert record.status == "failed" and record.exit_status != 0
+    tail = record.error_tail
+    assert tail[0] == "rank 1 failed first: ValueError: rank 1 breaks here", tail
+    assert any(line.startswith("Traceback (most recent call last)") for line in tail), tail
+    assert any('raise ValueError(f"rank {rank} breaks here")' in line for line in tail), tail
+    # the user's file and line (the rewrite added lines above it)
+    line_no = DDP_SCRIPT.splitlines().index('        raise ValueError(f"rank {rank} breaks here")') + 1
+    assert any(f'train.py", line {line_no}' in line for line in tail), tail
+    saved = runs.load_record(execution.dir)
+    assert saved["status"] == "failed" and saved["error_tail"] == tail
+    assert [r["rank"] for r in saved["ranks"] if r["error"] and r["error"].startswith("ValueError")] == [1]
+
+
+def _pids(run_dir, nproc):
+    pids = []
+    for rank in range(nproc):
+        with open(os.path.join(run_dir, "ranks", str(rank), "rank.json"), encoding="utf-8") as fh:
+            pids.append(json.load(fh)["pid"])
+        with open(os.path.join(run_dir, f"child{rank}.pid") if rank == 0 else os.path.join(run_dir, "ranks", str(rank), f"child{rank}.pid"), encoding="utf-8") as fh:
+            pids.append(int(fh.read()))
+    return pids
+
+
+def _children_started(run_dir, nproc):
+    paths = [os.path.join(run_dir, "child0.pid")] + [os.path.join(run_dir, "ranks", str(k), f"child{k}.pid") for k in range(1, nproc)]
+    return all(os.path.exists(p) and os.path.getsize(p) for p in paths)
+
+
+def test_stopping_a_run_stops_every_rank_and_their_children(ddp_project):
+    execution = _execution(ddp_project, ["--steps", "2", "--sleep", "300"])
+    _wait_for(lambda: _children_started(execution.dir, 2), 180, "both ranks to start their children")
+    pids = [execution.proc.pid, *_pids(execution.dir, 2)]
+    record = execution.stop(grace=5.0)
+    assert record.status == "stopped"
+    _wait_for(lambda: all(_gone(p) for p in pids), 30, f"processes {pids} to end")
+
+
+DRIVER = textwrap.dedent(
+    """\
+    import os, sys
+    from scalebox_cst.project import Project
+    from scalebox_cst.runtime.distributed import TorchrunExecution
+    project = Project(sys.argv[1])
+    info = project.store.resolve("run/0001")
+    execution = TorchrunExecution(project.store.path, project.root, project.runs_dir, info.name, info.commit, "train.py",
+                                  ["--steps", "2", "--sleep", "300"], nproc=2, tensorboard=False)
+    print(execution.dir, flush=True)
+    execution.wait()
+    """
+)
+
+
+def test_a_killed_host_leaves_no_process_behind(ddp_project):
+    """SIGKILL to the process that started the run: torchrun sees its parent gone and stops its
+    workers; a worker whose torchrun is gone stops its own process group."""
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(ddp_project)], stdout=subprocess.PIPE, text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+    )
+    try:
+        run_dir = driver.stdout.readline().strip()
+        _wait_for(lambda: _children_started(run_dir, 2), 180, "both ranks to start their children")
+        with open(os.path.join(run_dir, "record.json"), encoding="utf-8") as fh:
+            torchrun_pid = json.load(fh)["pid"]
+        pids = [torchrun_pid, *_pids(run_dir, 2)]
+        assert not any(_gone(p) for p in pids)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        _wait_for(lambda: all(_gone(p) for p in pids), 40, f"processes {pids} to end")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+
+def test_options_are_checked_before_anything_starts(tmp_path):
+    with pytest.raises(ValueError, match="--rdzv-endpoint"):
+        torchrun_command(sys.executable, str(tmp_path), 2, nnodes="2")
+    with pytest.raises(ValueError, match="at least 1"):
+        torchrun_command(sys.executable, str(tmp_path), 0)
+    multi = torchrun_command(sys.executable, str(tmp_path), 4, nnodes="2", rdzv_endpoint="head:29500")
+    assert "--standalone" not in multi and multi[multi.index("--rdzv-endpoint") + 1] == "head:29500"
+    assert multi[multi.index("--rdzv-id") + 1] == "scalebox-head:29500"
+    assert torchrun_command(sys.executable, str(tmp_path), 2)[-2:] == ["--module", "scalebox_cst.runtime.distributed"]
