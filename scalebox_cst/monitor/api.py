@@ -1,0 +1,624 @@
+"""What the monitor serves, as JSON-ready data read from a project's files (nothing is written).
+
+One :class:`Monitor` per served project. It reads what the CLI reads: the store (branches, their
+reports, source snapshots, diffs) and the run records under ``.scalebox/runs/`` through
+:mod:`scalebox_cst.runs`. So a monitor shows a finished project's history as well as a live one,
+and several monitors can read one project at once.
+
+Everything immutable is cached by commit id (reports, diffs, snapshot messages). Append-only
+files are read incrementally from the byte offset reached last time, per file, and reset when a
+file shrinks or is replaced: metrics into bounded :class:`~scalebox_cst.monitor.series.Series`
+(so a million-step run costs the same to draw as a short one), events into short deques. The
+metrics cache is bounded in bytes; a file evicted from it is read again from its start.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import re
+import threading
+import time
+from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from scalebox_cst import diffview, runs
+from scalebox_cst.monitor.series import Series, json_number
+from scalebox_cst.report import REWRITTEN, RunReport
+from scalebox_cst.store import BranchInfo, Store, StoreError
+
+#: bytes of metrics read per step (a million-line file is parsed in bounded pieces)
+CHUNK_BYTES = 8 << 20
+#: estimated bytes of series kept in memory, all files together
+CACHE_BYTES = 256 << 20
+#: events kept per events.jsonl (the newest)
+EVENTS_PER_FILE = 200
+#: points a series is drawn with unless the request asks for fewer
+DEFAULT_POINTS = 1000
+MAX_POINTS = 5000
+#: grid points of a seed band (mean, min and max over a branch's seeded runs)
+BAND_POINTS = 400
+#: headline numbers shown per run (keys of runs.headline)
+HEADLINE_KEYS = ("episodic_return_final", "episodic_return_best", "episodes", "sps", "guard_pass_rate", "site_time_s", "grad_norm_last", "nonfinite", "wall_time")
+
+_ROLLBACK = re.compile(r"rollback to (\S+)")
+
+
+class ApiError(Exception):
+    """A request the API cannot answer; ``status`` is the HTTP status (400 or 404)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return json_number(value)
+    return value
+
+
+# ------------------------------------------------------------------------------ metrics files
+class MetricsFile:
+    """One run's metrics.jsonl, read on from where the last read stopped."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self._reset(None)
+
+    def _reset(self, ident: Optional[Tuple[int, int]]) -> None:
+        self.ident = ident
+        self.offset = 0
+        self.series: Dict[str, Series] = {}
+        self.first_time: Optional[float] = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.series.values()) + 1024
+
+    def refresh(self) -> None:
+        """Read the lines appended since the last call (complete lines only)."""
+        with self.lock:
+            try:
+                st = os.stat(self.path)
+            except OSError:
+                self._reset(None)
+                return
+            ident = (st.st_dev, st.st_ino)
+            if ident != self.ident or st.st_size < self.offset:
+                self._reset(ident)  # replaced or truncated: start over
+            while self.offset < st.st_size:
+                lines, offset = _read_lines(self.path, self.offset, CHUNK_BYTES)
+                if offset == self.offset:
+                    break
+                self.offset = offset
+                self._add(lines)
+
+    def _add(self, lines: List[bytes]) -> None:
+        items = _parse_lines(lines)
+        columns: Dict[str, Tuple[List[float], List[float], List[float]]] = {}
+        for item in items:
+            try:
+                name = item["name"]
+                value = item["value"]
+                value = float(value) if isinstance(value, str) else value  # "nan", "inf", "-inf"
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not isinstance(name, str):
+                    continue
+                step = float(item.get("step", 0))
+                stamp = float(item.get("time", 0.0))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+            cols = columns.get(name)
+            if cols is None:
+                cols = columns[name] = ([], [], [])
+            cols[0].append(step)
+            cols[1].append(stamp)
+            cols[2].append(float(value))
+            if self.first_time is None and stamp:
+                self.first_time = stamp
+        for name, (xs, ts, vs) in columns.items():
+            series = self.series.get(name)
+            if series is None:
+                series = self.series[name] = Series()
+            series.extend(xs, ts, vs)
+
+
+def _read_lines(path: str, offset: int, limit: int) -> Tuple[List[bytes], int]:
+    """Complete lines in at most ``limit`` bytes from ``offset`` (a longer line is read whole).
+
+    The rule of :func:`scalebox_cst.runs.read_metrics` (a last line without a newline is being
+    written and is left for later), in bounded pieces: a million-line file is never held at once.
+    """
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read(limit)
+            while data and b"\n" not in data:  # one line longer than the limit
+                more = fh.read(limit)
+                if not more:
+                    break
+                data += more
+    except OSError:
+        return [], offset
+    end = data.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    return data[: end + 1].splitlines(), offset + end + 1
+
+
+def _parse_lines(lines: List[bytes]) -> List[Any]:
+    """JSON objects of ``lines``; malformed lines are skipped (one parse for a clean chunk)."""
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        return []
+    try:
+        return json.loads(b"[" + b",".join(lines) + b"]")
+    except ValueError:
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return [item for item in out if isinstance(item, dict)]
+
+
+class EventsFile:
+    """One events.jsonl: the newest ``EVENTS_PER_FILE`` events, read on from the last offset."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.ident: Optional[Tuple[int, int]] = None
+        self.offset = 0
+        self.events: Deque[Dict[str, Any]] = collections.deque(maxlen=EVENTS_PER_FILE)
+
+    def refresh(self) -> None:
+        with self.lock:
+            try:
+                st = os.stat(self.path)
+            except OSError:
+                self.events.clear()
+                self.ident, self.offset = None, 0
+                return
+            ident = (st.st_dev, st.st_ino)
+            if ident != self.ident or st.st_size < self.offset:
+                self.events.clear()
+                self.ident, self.offset = ident, 0
+            if st.st_size > self.offset:
+                events, self.offset = runs.read_events(self.path, self.offset)
+                self.events.extend(e for e in events if isinstance(e.get("kind"), str))
+
+
+# ------------------------------------------------------------------------------ the monitor
+class Monitor:
+    """The API's data for one project; every public method returns JSON-ready data."""
+
+    def __init__(self, root: str, refresh_interval: float = 2.0, cache_bytes: int = CACHE_BYTES) -> None:
+        self.root = os.path.abspath(root)
+        self.refresh_interval = refresh_interval
+        self.cache_bytes = cache_bytes
+        self.store = Store.open(self.root)  # StoreError: not a project
+        self._store_lock = threading.RLock()  # one reader of the store at a time
+        self._lock = threading.Lock()
+        self._reports: Dict[str, Dict[str, Any]] = {}  # commit -> report JSON
+        self._diffs: "collections.OrderedDict[str, Dict[str, Any]]" = collections.OrderedDict()
+        self._snapshots: Dict[str, Tuple[int, str, int]] = {}  # commit -> (index, message, time)
+        self._snapshot_tip: Optional[str] = None
+        self._metrics: "collections.OrderedDict[str, MetricsFile]" = collections.OrderedDict()
+        self._events: Dict[str, EventsFile] = {}
+
+    def close(self) -> None:
+        with self._store_lock:
+            self.store.close()
+
+    # ---------------------------------------------------------------- project
+    def project(self) -> Dict[str, Any]:
+        from scalebox_cst._version import __version__
+
+        return {
+            "root": self.root,
+            "name": os.path.basename(self.root),
+            "refresh_interval": self.refresh_interval,
+            "version": __version__,
+            "time": time.time(),
+        }
+
+    # ---------------------------------------------------------------- branches
+    def _report(self, info: BranchInfo) -> Dict[str, Any]:
+        cached = self._reports.get(info.commit)
+        if cached is None:
+            try:
+                cached = self.store.report(info.name)
+            except StoreError:
+                cached = {}
+            self._reports[info.commit] = cached
+        return cached
+
+    def _snapshot_history(self) -> Dict[str, Tuple[int, str, int]]:
+        """Source snapshot commit -> (1-based index on the source history, message, time)."""
+        tip = self.store.source_tip()
+        if tip != self._snapshot_tip:
+            import pygit2
+
+            found: Dict[str, Tuple[int, str, int]] = {}
+            if tip is not None:
+                walk = list(self.store.repo.walk(pygit2.Oid(hex=tip), pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE))
+                for i, commit in enumerate(walk, 1):
+                    found[str(commit.id)] = (i, commit.message.strip().split("\n", 1)[0], commit.commit_time)
+            self._snapshots, self._snapshot_tip = found, tip
+        return self._snapshots
+
+    def _runs(self, branch: Optional[str] = None) -> List[runs.RunInfo]:
+        return runs.list_runs(self.root, branch)
+
+    def _run_json(self, run: runs.RunInfo) -> Dict[str, Any]:
+        rec = run.record
+        headline = dict(rec.get("headline") or {})
+        # A run still writing (or one that died without finishing its record) has no stored
+        # headline yet: it is computed from the bounded series, read on incrementally.
+        live = run.status == "running" or (run.status == "lost" and not headline)
+        if live:
+            headline.update(self._live_headline(run))
+        return {
+            "id": run.id,
+            "branch": run.branch,
+            "run": run.run,
+            "status": run.status,
+            "variant": run.variant,
+            "seed": rec.get("seed"),
+            "script": rec.get("script"),
+            "args": rec.get("args") or [],
+            "started": rec.get("started"),
+            "ended": rec.get("ended"),
+            "wall_time": rec.get("wall_time"),
+            "exit_status": rec.get("exit_status"),
+            "signal": rec.get("signal"),
+            "hotfix_of": rec.get("hotfix_of"),
+            "launcher": rec.get("launcher"),
+            "nproc": rec.get("nproc"),
+            "headline": {k: _finite_or_none(headline.get(k)) for k in HEADLINE_KEYS if headline.get(k) is not None},
+            "headline_live": live,
+            "error_tail": rec.get("error_tail") or [],
+        }
+
+    def _live_headline(self, run: runs.RunInfo) -> Dict[str, Any]:
+        """Headline numbers of a run still writing, from the bounded series (no full re-read)."""
+        mf = self._metrics_file(run)
+        out: Dict[str, Any] = {}
+        for name in runs.RETURN_NAMES:
+            s = mf.series.get(name)
+            if s is not None and s.tail:
+                out["episodic_return_final"] = sum(s.tail) / len(s.tail)
+                out["episodes"] = s.count
+                break
+        for name in runs.SPS_NAMES:
+            s = mf.series.get(name)
+            if s is not None and s.tail:
+                out["sps"] = s.tail[-1]
+                break
+        grad = mf.series.get("grad_norm")
+        if grad is not None and grad.last is not None:
+            out["grad_norm_last"] = json_number(grad.last[2])
+        out["nonfinite"] = sum(s.nonfinite for s in mf.series.values())
+        sites = runs.read_sites(run.dir)
+        passed = sum(int(s.get("vectorized", 0) or 0) for s in sites)
+        fell = sum(int(s.get("fallback", 0) or 0) for s in sites)
+        if passed + fell:
+            out["guard_pass_rate"] = passed / (passed + fell)
+        return out
+
+    def branches(self) -> Dict[str, Any]:
+        """Every branch (run and import-hook) oldest first, its snapshot, runs and rewrite counts."""
+        with self._store_lock:
+            infos = self.store.branches()
+            sessions = self.store.other_branches("hook/")
+            snapshots = self._snapshot_history()
+            reports = {info.name: self._report(info) for info in infos}
+        by_branch: Dict[str, List[runs.RunInfo]] = {}
+        for run in self._runs():
+            by_branch.setdefault(run.branch, []).append(run)
+        hotfix_events = {}
+        for event in self._project_events():
+            if event.get("kind") == "hotfix_created" and isinstance(event.get("branch"), str):
+                hotfix_events[event["branch"]] = event.get("hotfix_of") or event.get("of") or event.get("message")
+        out: List[Dict[str, Any]] = []
+        sources_used: Dict[str, Dict[str, Any]] = {}
+
+        def source_json(commit: Optional[str]) -> Optional[Dict[str, Any]]:
+            if not commit:
+                return None
+            if commit not in sources_used:
+                index, message, stamp = snapshots.get(commit, (None, "", None))
+                match = _ROLLBACK.match(message)
+                sources_used[commit] = {
+                    "commit": commit, "index": index, "message": message, "time": stamp,
+                    "rollback_to": match.group(1) if match else None,
+                }
+            return sources_used[commit]
+
+        for info in infos:
+            report = RunReport.from_json(reports[info.name]) if reports[info.name] else None
+            source = source_json(info.source_commit)
+            out.append(self._branch_json(
+                info.name, "run", info.number, info.commit, info.source_commit, info.time, info.summary,
+                report, by_branch.pop(info.name, []), source, hotfix_events.get(info.name),
+            ))
+        for name, commit, summary, stamp, count in sessions:
+            out.append(self._branch_json(name, "hook", None, commit, None, stamp, summary, None, by_branch.pop(name, []), None, None, commits=count))
+        for name, found in sorted(by_branch.items()):  # runs of a branch the store no longer has
+            out.append(self._branch_json(name, "runs-only", None, None, None, None, "", None, found, None, None))
+        return {"branches": out, "sources": list(sources_used.values())}
+
+    def _branch_json(self, name, kind, number, commit, source_commit, stamp, summary, report, found, source, hotfix_event, commits=None) -> Dict[str, Any]:
+        counts = {"rewritten": 0, "skipped": 0, "warning": 0, "errors": 0}
+        transforms: Dict[str, int] = {}
+        files: List[str] = []
+        if report is not None:
+            counts.update(report.counts())
+            for f in report.files:
+                if f.status == "rewritten":
+                    files.append(f.path)
+                for s in f.sites:
+                    if s.action == REWRITTEN:
+                        transforms[s.transform] = transforms.get(s.transform, 0) + 1
+        run_rows = [self._run_json(r) for r in found]
+        hotfix_of = hotfix_event or next((r["hotfix_of"] for r in run_rows if r["hotfix_of"]), None)
+        newest = max(run_rows, key=lambda r: (r["started"] or 0, r["run"]), default=None)
+        return {
+            "name": name,
+            "kind": kind,
+            "number": number,
+            "commit": commit,
+            "source_commit": source_commit,
+            "source_index": source["index"] if source else None,
+            "rollback_to": source["rollback_to"] if source else None,
+            "hotfix_of": hotfix_of,
+            "time": stamp,
+            "summary": summary,
+            "counts": counts,
+            "transforms": transforms,
+            "files": files,
+            "commits": commits,
+            "status": newest["status"] if newest else "not run",
+            "headline": newest["headline"] if newest else {},
+            "runs": run_rows,
+        }
+
+    # ---------------------------------------------------------------- runs
+    def runs(self, branch: str) -> Dict[str, Any]:
+        found = self._runs(branch)
+        return {"branch": branch, "runs": [self._run_json(r) for r in found]}
+
+    def _metrics_file(self, run: runs.RunInfo) -> MetricsFile:
+        path = os.path.join(run.dir, runs.METRICS)
+        with self._lock:
+            mf = self._metrics.get(path)
+            if mf is None:
+                mf = self._metrics[path] = MetricsFile(path)
+            self._metrics.move_to_end(path)
+        mf.refresh()
+        with self._lock:  # keep the newest files within the byte budget (never the one in use)
+            total = sum(m.nbytes for m in self._metrics.values())
+            while total > self.cache_bytes and len(self._metrics) > 1:
+                _, old = self._metrics.popitem(last=False)
+                total -= old.nbytes
+        return mf
+
+    def _select(self, branches: Sequence[str], run_ids: Sequence[str]) -> List[runs.RunInfo]:
+        if not branches and not run_ids:
+            raise ApiError("name a branch (branch=run/0001) or a run (run=run/0001#1)")
+        wanted_runs = set(run_ids)
+        wanted_branches = set(branches) | {r.rpartition("#")[0] for r in run_ids}
+        found = []
+        for name in sorted(wanted_branches):
+            for run in self._runs(name):
+                if name in branches or run.id in wanted_runs:
+                    found.append(run)
+        return found
+
+    def metric_names(self, branches: Sequence[str] = (), run_ids: Sequence[str] = ()) -> Dict[str, Any]:
+        """The metrics the selected runs recorded: name -> number of points, runs that have it."""
+        names: Dict[str, Dict[str, Any]] = {}
+        for run in self._select(branches, run_ids):
+            mf = self._metrics_file(run)
+            for name, s in mf.series.items():
+                entry = names.setdefault(name, {"points": 0, "runs": 0, "nonfinite": 0})
+                entry["points"] += s.count
+                entry["runs"] += 1
+                entry["nonfinite"] += s.nonfinite
+        return {"metrics": names}
+
+    def series(self, metric: str, branches: Sequence[str] = (), run_ids: Sequence[str] = (), axis: str = "step", points: int = DEFAULT_POINTS) -> Dict[str, Any]:
+        """One metric of the selected runs, each downsampled to about ``points`` points.
+
+        ``axis``: ``step`` (the metric's own x: environment steps for episodic return) or
+        ``time`` (seconds since the run started). Runs of one branch and variant that carry
+        different seeds also get a ``band``: their mean with min and max on a common grid.
+        """
+        if axis not in ("step", "time"):
+            raise ApiError("axis must be step or time")
+        points = max(10, min(int(points), MAX_POINTS))
+        lines: List[Dict[str, Any]] = []
+        groups: Dict[Tuple[str, str], List[Tuple[runs.RunInfo, Series, float]]] = {}
+        for run in self._select(branches, run_ids):
+            mf = self._metrics_file(run)
+            s = mf.series.get(metric)
+            if s is None:
+                continue
+            origin = 0.0
+            if axis == "time":
+                started = run.record.get("started")
+                origin = float(started) if isinstance(started, (int, float)) else (mf.first_time or 0.0)
+            data = s.points(points, axis)
+            if origin:
+                data["x"] = [x - origin for x in data["x"]]
+            markers = [{"x": (mt if axis == "time" else mx) - origin, "value": kind} for mx, mt, kind in s.markers]
+            lines.append({
+                "run": run.id, "branch": run.branch, "variant": run.variant, "seed": run.record.get("seed"),
+                "status": run.status, "x": data["x"], "y": data["y"], "count": s.count,
+                "nonfinite": s.nonfinite, "markers": markers, "summary": s.summary(),
+            })
+            if run.record.get("seed") is not None:
+                groups.setdefault((run.branch, run.variant), []).append((run, s, origin))
+        bands = []
+        for (branch, variant), members in sorted(groups.items()):
+            seeds = {m[0].record.get("seed") for m in members}
+            if len(seeds) < 2:
+                continue
+            band = _band(members, axis)
+            if band is not None:
+                bands.append({"branch": branch, "variant": variant, "runs": [m[0].id for m in members], "seeds": sorted(seeds), **band})
+        return {"metric": metric, "axis": axis, "lines": lines, "bands": bands}
+
+    # ---------------------------------------------------------------- diff and sites
+    def diff(self, branch: str) -> Dict[str, Any]:
+        """The labelled hunks of ``scalebox diff BRANCH``, skipped candidates, site telemetry."""
+        with self._store_lock:
+            try:
+                info = self.store.resolve_any(branch)
+            except StoreError as exc:
+                raise ApiError(str(exc), 404) from None
+            key = info.commit
+            cached = self._diffs.get(key)
+            if cached is None:
+                cached = self._diff_json(info)
+                self._diffs[key] = cached
+                while len(self._diffs) > 64:
+                    self._diffs.popitem(last=False)
+            self._diffs.move_to_end(key)
+        return {**cached, "sites_measured": self.sites(info.name)["sites"]}
+
+    def _diff_json(self, info) -> Dict[str, Any]:
+        store = self.store
+        if isinstance(info, BranchInfo):
+            try:
+                report = RunReport.from_json(store.report(info.name))
+            except StoreError:
+                report = RunReport(info.name, info.commit, info.source_commit, backend="")
+            report.branch, report.commit, report.source_commit = info.name, info.commit, info.source_commit
+
+            def read_old(path):
+                return store.read_file(info.source_commit, path) if info.source_commit else None
+
+            def read_new(path):
+                return store.read_file(info.commit, path)
+
+        else:
+            report, read_old, read_new = diffview.session_report(store, info)
+        files = []
+        for f in report.files:
+            old, new = read_old(f.path), read_new(f.path)
+            hunks = diffview.file_hunks(f, old, new) if old != new else []
+            for hunk in hunks:
+                hunk["sites"] = [s.to_json() for s in hunk["sites"]]
+            others = [s for s in f.sites if s.action != REWRITTEN]
+            if not hunks and not others and not f.error:
+                continue
+            files.append({
+                "path": f.path,
+                "status": f.status,
+                "error": f.error,
+                "hunks": hunks,
+                "rewritten": [s.to_json() for s in f.sites if s.action == REWRITTEN],
+                "left_alone": [s.to_json() for s in others],
+            })
+        return {
+            "branch": report.branch, "commit": report.commit, "source_commit": report.source_commit,
+            "backend": report.backend, "summary": report.summary(), "files": files,
+        }
+
+    def sites(self, branch: str) -> Dict[str, Any]:
+        """Per site, over the branch's runs: guard pass rate (vectorized / all) and time spent."""
+        merged: Dict[Tuple[str, int, str], Dict[str, Any]] = {}
+        for run in self._runs(branch):
+            for site in runs.read_sites(run.dir):
+                try:
+                    key = (str(site.get("path")), int(site.get("line") or 0), str(site.get("transform")))
+                    vec = int(site.get("vectorized", 0) or 0)
+                    fall = int(site.get("fallback", 0) or 0)
+                    spent = float(site.get("time_s", 0.0) or 0.0)
+                except (TypeError, ValueError):
+                    continue
+                entry = merged.setdefault(key, {"path": key[0], "line": key[1], "transform": key[2], "vectorized": 0, "fallback": 0, "time_s": 0.0, "runs": 0})
+                entry["vectorized"] += vec
+                entry["fallback"] += fall
+                entry["time_s"] += spent if math.isfinite(spent) else 0.0
+                entry["runs"] += 1
+        out = []
+        for entry in sorted(merged.values(), key=lambda e: (e["path"], e["line"])):
+            total = entry["vectorized"] + entry["fallback"]
+            entry["pass_rate"] = entry["vectorized"] / total if total else None
+            out.append(entry)
+        return {"branch": branch, "sites": out}
+
+    # ---------------------------------------------------------------- events
+    def _events_file(self, path: str) -> EventsFile:
+        with self._lock:
+            ef = self._events.get(path)
+            if ef is None:
+                ef = self._events[path] = EventsFile(path)
+        ef.refresh()
+        return ef
+
+    def _project_events(self) -> List[Dict[str, Any]]:
+        return list(self._events_file(runs.project_events_path(self.root)).events)
+
+    def events(self, limit: int = 100, since: float = 0.0) -> Dict[str, Any]:
+        """The newest events of the project and of every run, newest first.
+
+        A run's ``failed`` event carries the run's last traceback lines (``error_tail``).
+        """
+        limit = max(1, min(int(limit), 1000))
+        found: List[Dict[str, Any]] = [{**e, "scope": "project"} for e in self._project_events()]
+        for run in self._runs():
+            ef = self._events_file(os.path.join(run.dir, runs.EVENTS))
+            for event in ef.events:
+                item = {**event, "scope": "run", "run": run.id, "branch": run.branch}
+                if item.get("kind") == "failed" and not item.get("error_tail"):
+                    item["error_tail"] = run.record.get("error_tail") or []
+                found.append(item)
+        found = [e for e in found if _event_time(e) > since]
+        found.sort(key=_event_time, reverse=True)
+        return {"events": runs.json_safe(found[:limit])}
+
+
+def _event_time(event: Dict[str, Any]) -> float:
+    stamp = event.get("time")
+    return float(stamp) if isinstance(stamp, (int, float)) and math.isfinite(stamp) else 0.0
+
+
+def _band(members: List[Tuple[runs.RunInfo, Series, float]], axis: str) -> Optional[Dict[str, Any]]:
+    """Mean, min and max of several runs' series on the x range they all cover."""
+    curves = []
+    for _, series, origin in members:
+        x, y = series.means(BAND_POINTS, axis)
+        if len(x) == 0:
+            continue
+        curves.append((x - origin, y))
+    if len(curves) < 2:
+        return None
+    lo = max(float(c[0][0]) for c in curves)
+    hi = min(float(c[0][-1]) for c in curves)
+    if not hi > lo:
+        return None
+    grid = np.linspace(lo, hi, BAND_POINTS)
+    stack = np.vstack([np.interp(grid, x, y) for x, y in curves])
+    return {
+        "x": grid.tolist(),
+        "mean": stack.mean(axis=0).tolist(),
+        "lo": stack.min(axis=0).tolist(),
+        "hi": stack.max(axis=0).tolist(),
+        "n": len(curves),
+    }
+
+
+def names_from_query(values: Iterable[str]) -> List[str]:
+    """``branch=a&branch=b`` and ``branch=a,b`` alike."""
+    out: List[str] = []
+    for value in values:
+        out.extend(v for v in value.split(",") if v)
+    return out

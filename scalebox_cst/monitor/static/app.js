@@ -1,0 +1,504 @@
+// scalebox monitor page: polls the JSON API under /api/ and draws with the bundled uPlot.
+// Memory stays flat over a day: every poll replaces data (charts get setData, lists are
+// rebuilt), nothing is appended to, and one timer chain polls at the server's refresh interval.
+"use strict";
+
+const state = {
+  interval: 2000,
+  ticks: 0,
+  branchesText: "",
+  branches: [],
+  sources: new Map(),
+  selected: new Set(),
+  picked: false,          // the user changed the selection (else: follow the newest branches)
+  rowLimit: 100,
+  filter: "",
+  diffBranch: null,
+  diffText: "",
+  eventsText: "",
+  metricsText: "",
+  charts: new Map(),      // key -> {el, plot, layout, text, markers}
+};
+
+const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d",
+  "#4d7c0f", "#7c2d12", "#1e3a8a", "#0f766e", "#a16207"];
+const RETURN_NAMES = ["episodic_return", "charts/episodic_return", "episode_return", "final_return"];
+const ORDER = [...RETURN_NAMES, "episodic_length", "charts/episodic_length", "losses/", "loss", "grad_norm",
+  "SPS", "charts/SPS", "sps", "optimizer_steps_per_s", "host_peak_mem_mb", "device_peak_mem_mb",
+  "device_util_percent", "device_mem_util_percent"];
+const MAX_CHARTS = 24;
+const DEFAULT_PLOTTED = 5;
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function colorOf(branch) {
+  const m = /(\d+)$/.exec(branch || "");
+  let h = 0;
+  if (m) h = parseInt(m[1], 10);
+  else for (const c of branch || "") h = (h * 31 + c.charCodeAt(0)) >>> 0;
+  return PALETTE[h % PALETTE.length];
+}
+
+function fmt(value, digits) {
+  if (value === null || value === undefined) return "—";
+  if (typeof value === "string") return value;  // "nan", "inf"
+  if (Math.abs(value) >= 1e5 || (Math.abs(value) < 1e-3 && value !== 0)) return value.toExponential(2);
+  return value.toFixed(digits === undefined ? 2 : digits);
+}
+
+function pct(value) {
+  return value === null || value === undefined ? "—" : (100 * value).toFixed(1) + "%";
+}
+
+function clock(seconds) {
+  if (!seconds) return "";
+  const d = new Date(seconds * 1000);
+  return d.toLocaleTimeString([], { hour12: false }) + (Date.now() - d > 86400e3 ? " " + d.toLocaleDateString() : "");
+}
+
+function short(commit) { return commit ? commit.slice(0, 8) : ""; }
+
+async function getJSON(url) {
+  const response = await fetch(url, { cache: "no-cache" });  // revalidates: 304 when unchanged
+  const text = await response.text();
+  if (!response.ok) {
+    let message = text;
+    try { message = JSON.parse(text).error || text; } catch (e) { /* plain text */ }
+    throw new Error(`${url}: ${response.status} ${message}`);
+  }
+  return { text, data: JSON.parse(text) };
+}
+
+function q(params) {
+  const s = new URLSearchParams();
+  for (const [k, v] of params) s.append(k, v);
+  return s.toString();
+}
+
+// ------------------------------------------------------------------------------------ branches
+function defaultSelection() {
+  const withRuns = state.branches.filter((b) => b.runs.length > 0);
+  return new Set(withRuns.slice(-DEFAULT_PLOTTED).map((b) => b.name));
+}
+
+async function refreshBranches() {
+  const { text, data } = await getJSON("/api/branches");
+  if (text === state.branchesText) return false;
+  state.branchesText = text;
+  state.branches = data.branches;
+  state.sources = new Map((data.sources || []).map((s) => [s.commit, s]));
+  const names = new Set(state.branches.map((b) => b.name));
+  if (!state.picked) state.selected = defaultSelection();
+  for (const name of [...state.selected]) if (!names.has(name)) state.selected.delete(name);
+  renderBranches();
+  return true;
+}
+
+function branchMatches(b, filter) {
+  if (!filter) return true;
+  const hay = [b.name, b.status, b.summary, b.hotfix_of || "", b.rollback_to ? "rollback " + b.rollback_to : "",
+    Object.keys(b.transforms).join(" "), b.kind].join(" ").toLowerCase();
+  return filter.split(/\s+/).every((word) => hay.includes(word));
+}
+
+function rewrittenText(b) {
+  const parts = Object.entries(b.transforms).map(([t, n]) => `${t} ×${n}`);
+  if (b.counts.skipped) parts.push(`${b.counts.skipped} skipped`);
+  if (b.counts.warning) parts.push(`${b.counts.warning} warning(s)`);
+  if (b.counts.errors) parts.push(`${b.counts.errors} file error(s)`);
+  if (b.kind === "hook") parts.push(`import-hook session, ${b.commits} commit(s)`);
+  return parts.join(", ") || (b.summary || "").replace(/^rewrite: /, "");
+}
+
+function renderBranches() {
+  const filter = state.filter.trim().toLowerCase();
+  const newestFirst = [...state.branches].reverse().filter((b) => branchMatches(b, filter));
+  const tbody = document.querySelector("#branches tbody");
+  const rows = [];
+  let lastSource;
+  for (const b of newestFirst.slice(0, state.rowLimit)) {
+    const source = b.kind === "run" ? b.source_commit : b.kind;
+    if (source !== lastSource) {
+      rows.push(snapshotRow(b));
+      lastSource = source;
+    }
+    rows.push(branchRow(b));
+  }
+  tbody.replaceChildren(...rows);
+  const more = document.getElementById("more-branches");
+  more.hidden = newestFirst.length <= state.rowLimit;
+  more.textContent = `show more (${newestFirst.length - state.rowLimit} hidden)`;
+  document.getElementById("branch-count").textContent =
+    `${newestFirst.length} of ${state.branches.length} branch(es), ${state.selected.size} plotted`;
+}
+
+function snapshotRow(b) {
+  let text;
+  const marks = [];
+  if (b.kind === "hook") text = "import-hook sessions (no snapshot of their own)";
+  else if (b.kind === "runs-only") text = "runs whose branch is not in the store";
+  else {
+    const src = state.sources.get(b.source_commit) || {};
+    text = `snapshot #${b.source_index ?? "?"} ${short(b.source_commit)} · ${src.message || ""}`;
+    if (b.rollback_to) marks.push(el("span", { class: "badge mark-rollback" }, `rollback to ${b.rollback_to}`));
+  }
+  return el("tr", { class: "snapshot" }, el("td", { colspan: 9 }, el("span", { class: "rail" }, "●"), text, ...marks));
+}
+
+function branchRow(b) {
+  const box = el("input", { type: "checkbox", "aria-label": `plot ${b.name}`, "data-branch": b.name });
+  box.checked = state.selected.has(b.name);
+  box.disabled = b.runs.length === 0;
+  box.addEventListener("change", () => {
+    state.picked = true;
+    if (box.checked) state.selected.add(b.name); else state.selected.delete(b.name);
+    renderBranches();
+    refreshCharts(true).catch(showError);
+  });
+  const name = el("a", { onclick: () => showDiff(b.name), title: `${b.commit || ""}\n${b.summary || ""}` }, b.name);
+  const marks = [];
+  if (b.hotfix_of) marks.push(el("span", { class: "badge mark-hotfix" }, `hot-fix of ${b.hotfix_of}`));
+  if (b.rollback_to) marks.push(el("span", { class: "badge mark-rollback" }, "after rollback"));
+  if (b.kind === "hook") marks.push(el("span", { class: "badge mark-hook" }, "hook"));
+  const h = b.headline || {};
+  const status = b.status.replace(" ", "-");
+  const live = b.runs.some((r) => r.headline_live);
+  return el("tr", { class: "branch" + (state.diffBranch === b.name ? " selected-diff" : ""), "data-branch": b.name },
+    el("td", {}, box),
+    el("td", { class: "name" }, el("span", { class: "swatch", style: `background:${colorOf(b.name)}` }), name, ...marks),
+    el("td", {}, el("span", { class: `badge st-${status}` }, b.status)),
+    el("td", { class: "num" }, b.runs.length || "—"),
+    el("td", { class: "num", title: live ? "live: the run is still writing" : "" }, fmt(h.episodic_return_final) + (live && h.episodic_return_final !== undefined ? "*" : "")),
+    el("td", { class: "num" }, fmt(h.episodic_return_best)),
+    el("td", { class: "num" }, fmt(h.sps, 0)),
+    el("td", { class: "num" }, pct(h.guard_pass_rate)),
+    el("td", { class: "rewritten" }, rewrittenText(b)),
+  );
+}
+
+// ------------------------------------------------------------------------------------ charts
+function chartSpecs(metrics) {
+  const names = Object.keys(metrics);
+  const rank = (name) => {
+    const i = ORDER.findIndex((o) => (o.endsWith("/") ? name.startsWith(o) : name === o));
+    return i < 0 ? ORDER.length : i;
+  };
+  names.sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+  const specs = [];
+  for (const name of names) {
+    specs.push({ metric: name, axis: "step" });
+    if (RETURN_NAMES.includes(name) && !specs.some((s) => s.axis === "time")) specs.push({ metric: name, axis: "time" });
+  }
+  return specs.slice(0, MAX_CHARTS);
+}
+
+async function refreshCharts(force) {
+  const selected = [...state.selected].sort();
+  const holder = document.getElementById("charts");
+  const note = document.getElementById("charts-note");
+  if (!selected.length) {
+    for (const chart of state.charts.values()) if (chart.plot) chart.plot.destroy();
+    state.charts.clear();
+    state.metricsText = "";
+    holder.replaceChildren(el("p", { class: "muted" }, "No branch with runs is ticked."));
+    note.textContent = "";
+    return;
+  }
+  const branchQuery = selected.map((b) => ["branch", b]);
+  const { text, data } = await getJSON("/api/metrics?" + q(branchQuery));
+  const specs = chartSpecs(data.metrics);
+  const keys = specs.map((s) => `${s.metric}|${s.axis}`);
+  if (text !== state.metricsText || force) {
+    state.metricsText = text;
+    for (const [key, chart] of state.charts) {
+      if (!keys.includes(key)) { if (chart.plot) chart.plot.destroy(); state.charts.delete(key); }
+    }
+    const nodes = [];
+    for (const spec of specs) {
+      const key = `${spec.metric}|${spec.axis}`;
+      let chart = state.charts.get(key);
+      if (!chart) {
+        chart = { spec, el: el("div", { class: "chart", "data-metric": spec.metric, "data-axis": spec.axis }), plot: null, layout: "", text: "", markers: [] };
+        state.charts.set(key, chart);
+      }
+      nodes.push(chart.el);
+    }
+    holder.replaceChildren(...(nodes.length ? nodes : [el("p", { class: "muted" }, "The plotted runs have recorded no metric yet.")]));
+  }
+  const hidden = Object.keys(data.metrics).length + 1 - specs.length;
+  note.textContent = `${selected.length} branch(es)` + (hidden > 1 ? ` · ${hidden - 1} more metric(s) not drawn` : "");
+  for (const spec of specs) {
+    const chart = state.charts.get(`${spec.metric}|${spec.axis}`);
+    const width = Math.max(320, chart.el.clientWidth - 10);
+    const points = Math.min(2000, Math.max(200, Math.round(width * 1.5)));
+    const res = await getJSON("/api/series?" + q([["metric", spec.metric], ["axis", spec.axis], ["points", points], ...branchQuery]));
+    if (res.text !== chart.text || force) {
+      chart.text = res.text;
+      drawChart(chart, res.data, width);
+    }
+  }
+}
+
+function axisTitle(spec) {
+  if (spec.axis === "time") return "wall time since the run started (s)";
+  return RETURN_NAMES.includes(spec.metric) ? "environment steps" : "step";
+}
+
+// One sorted x for all series (uPlot draws aligned data); null where a series has no point.
+function align(tables) {
+  const all = [];
+  for (const t of tables) for (const x of t[0]) all.push(x);
+  all.sort((a, b) => a - b);
+  const xs = [];
+  for (const x of all) if (!xs.length || xs[xs.length - 1] !== x) xs.push(x);
+  const out = [xs];
+  for (const t of tables) {
+    const cols = t.slice(1).map(() => new Array(xs.length).fill(null));
+    let j = 0;
+    for (let i = 0; i < t[0].length; i++) {
+      while (xs[j] < t[0][i]) j++;
+      for (let c = 0; c < cols.length; c++) cols[c][j] = t[c + 1][i];
+    }
+    out.push(...cols);
+  }
+  return out;
+}
+
+function drawChart(chart, data, width) {
+  const banded = new Set();
+  for (const band of data.bands) for (const run of band.runs) banded.add(run);
+  const tables = [];
+  const series = [{ label: chart.spec.axis === "time" ? "s" : "step" }];
+  const bands = [];
+  for (const band of data.bands) {
+    const color = colorOf(band.branch);
+    const base = series.length;
+    tables.push([band.x, band.mean, band.hi, band.lo]);
+    const what = `${band.branch}${band.variant === "original" ? " (original)" : ""}`;
+    series.push({ label: `${what} mean of ${band.n} seeds`, stroke: color, width: 2, spanGaps: true });
+    series.push({ label: `${what} max`, stroke: color + "55", width: 1, spanGaps: true });
+    series.push({ label: `${what} min`, stroke: color + "55", width: 1, spanGaps: true });
+    bands.push({ series: [base + 1, base + 2], fill: color + "22" });
+  }
+  const markers = [];
+  const notes = [];
+  let k = 0;
+  for (const line of data.lines) {
+    for (const m of line.markers) markers.push({ x: m.x, color: colorOf(line.branch) });
+    if (line.nonfinite) notes.push(`${line.nonfinite} non-finite in ${line.run}`);
+    if (banded.has(line.run)) continue;
+    const color = colorOf(line.branch);
+    tables.push([line.x, line.y]);
+    let label = line.run + (line.variant === "original" ? " original" : "") + (line.seed !== null && line.seed !== undefined ? ` seed ${line.seed}` : "");
+    if (line.status === "running") label += " ●";
+    series.push({ label, stroke: color, width: 1.5, spanGaps: true, dash: k++ % 2 && data.lines.filter((l) => l.branch === line.branch).length > 1 ? [6, 3] : undefined });
+  }
+  const title = el("h3", {}, chart.spec.metric, el("span", { class: "muted" }, ` · ${axisTitle(chart.spec)}`));
+  const nonfinite = notes.length ? el("div", { class: "nonfinite" }, "▲ " + notes.join(", ") + " (marked at the top, not drawn)") : null;
+  if (tables.length === 0) {
+    if (chart.plot) { chart.plot.destroy(); chart.plot = null; }
+    chart.layout = "";
+    chart.el.replaceChildren(title, nonfinite, el("div", { class: "empty muted" }, "no finite points yet"));
+    return;
+  }
+  const aligned = align(tables);
+  chart.markers = markers;
+  const layout = JSON.stringify([series.map((s) => s.label), bands.length, width]);
+  if (chart.plot && layout === chart.layout) {
+    chart.plot.setData(aligned);
+    chart.el.querySelector("h3").replaceWith(title);
+    const old = chart.el.querySelector(".nonfinite");
+    if (old) old.remove();
+    if (nonfinite) chart.el.insertBefore(nonfinite, chart.el.children[1]);
+    return;
+  }
+  if (chart.plot) chart.plot.destroy();
+  chart.el.replaceChildren(title);
+  if (nonfinite) chart.el.append(nonfinite);
+  const opts = {
+    width, height: 220,
+    scales: { x: { time: false } },
+    axes: [{ label: axisTitle(chart.spec), size: 40, labelSize: 14 }, { size: 60 }],
+    series, bands,
+    legend: { live: true },
+    cursor: { drag: { x: true, y: false } },
+    hooks: { draw: [(u) => drawMarkers(u, chart)] },
+  };
+  chart.plot = new uPlot(opts, aligned, chart.el);
+  chart.layout = layout;
+}
+
+function drawMarkers(u, chart) {
+  if (!chart.markers.length) return;
+  const ctx = u.ctx;
+  const top = u.bbox.top;
+  ctx.save();
+  for (const m of chart.markers) {
+    const x = u.valToPos(m.x, "x", true);
+    if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+    ctx.fillStyle = "#dc2626";
+    ctx.beginPath();
+    ctx.moveTo(x, top + 8); ctx.lineTo(x - 4, top); ctx.lineTo(x + 4, top);
+    ctx.closePath(); ctx.fill();
+  }
+  ctx.restore();
+}
+
+// ------------------------------------------------------------------------------------ diff
+async function showDiff(branch) {
+  state.diffBranch = branch;
+  state.diffText = "";
+  document.getElementById("diff-branch").textContent = branch;
+  for (const row of document.querySelectorAll("#branches tr.branch")) row.classList.toggle("selected-diff", row.dataset.branch === branch);
+  document.getElementById("diff").replaceChildren(el("p", { class: "muted" }, "loading…"));
+  await refreshDiff().catch(showError);
+}
+
+async function refreshDiff() {
+  if (!state.diffBranch) return;
+  const branch = state.diffBranch;
+  const { text, data } = await getJSON("/api/diff?" + q([["branch", branch]]));
+  if (branch !== state.diffBranch || text === state.diffText) return;
+  state.diffText = text;
+  renderDiff(data);
+}
+
+function measuredText(site, measured) {
+  const m = measured.find((s) => s.path === site.path && s.line === site.line && (!s.transform || s.transform === site.transform))
+    || measured.find((s) => s.path === site.path && s.line === site.line);
+  if (!m) return null;
+  const total = m.vectorized + m.fallback;
+  return `  — guard took the rewrite ${pct(m.pass_rate)} of ${total} time(s), ${fmt(m.time_s * 1000, 1)} ms in the site`;
+}
+
+function renderDiff(data) {
+  const holder = document.getElementById("diff");
+  const nodes = [el("p", { class: "diff-summary" }, `${data.branch} ${short(data.commit)} (source ${short(data.source_commit)}) · ${data.summary}`)];
+  const measured = data.sites_measured || [];
+  if (!data.files.length) nodes.push(el("p", { class: "muted" }, "No file changed and no candidate was reported."));
+  for (const file of data.files) {
+    const part = el("div", { class: "file" }, el("h4", {}, `${file.path} (${file.status})`));
+    if (file.error) part.append(el("div", { class: "nonfinite" }, "error: " + file.error));
+    for (const hunk of file.hunks) {
+      const box = el("div", { class: "hunk" },
+        el("div", { class: "hunk-head" }, `@@ -${hunk.old_start},${hunk.old_count} +${hunk.new_start},${hunk.new_count} @@`));
+      for (const site of hunk.sites) {
+        const m = measuredText({ ...site, path: file.path }, measured);
+        box.append(el("div", { class: "hunk-label" }, `#  ${site.transform} [${site.exactness}] line ${site.line}: ${site.reason}`,
+          m ? el("span", { class: "measured" }, m) : null));
+      }
+      if (hunk.note) box.append(el("div", { class: "hunk-label" }, "#  " + hunk.note));
+      const pre = el("pre", { class: "code" });
+      for (const [op, line] of hunk.lines) pre.append(el("span", { class: op === "+" ? "add" : op === "-" ? "del" : "" }, op + line));
+      box.append(pre);
+      part.append(box);
+    }
+    if (file.left_alone.length) {
+      const list = el("ul", { class: "left-alone" });
+      for (const s of file.left_alone) {
+        const where = s.end_line && s.end_line !== s.line ? `${s.line}-${s.end_line}` : `${s.line}`;
+        list.append(el("li", {}, `${s.kind ? s.kind + ": " : ""}line ${where}: ${s.transform} ${s.action}${s.exactness ? " [" + s.exactness + "]" : ""}: ${s.reason}`));
+      }
+      part.append(el("div", { class: "muted" }, "left alone / warnings:"), list);
+    }
+    nodes.push(part);
+  }
+  if (measured.length) {
+    const table = el("table", { class: "sites" }, el("thead", {}, el("tr", {},
+      el("th", {}, "site"), el("th", {}, "transform"), el("th", {}, "rewrite taken"), el("th", {}, "fallback"),
+      el("th", {}, "pass rate"), el("th", {}, "time in site"))));
+    const body = el("tbody");
+    for (const s of measured) {
+      body.append(el("tr", {}, el("td", {}, `${s.path}:${s.line}`), el("td", {}, s.transform),
+        el("td", { class: "num" }, s.vectorized), el("td", { class: "num" }, s.fallback),
+        el("td", { class: "num" }, pct(s.pass_rate)), el("td", { class: "num" }, fmt(s.time_s * 1000, 1) + " ms")));
+    }
+    table.append(body);
+    nodes.push(el("h4", {}, "guards per site (all runs of this branch)"), table);
+  } else {
+    nodes.push(el("p", { class: "muted" }, "No run of this branch has reported guard counts yet."));
+  }
+  holder.replaceChildren(...nodes);
+}
+
+// ------------------------------------------------------------------------------------ events
+async function refreshEvents() {
+  const { text, data } = await getJSON("/api/events?limit=100");
+  if (text === state.eventsText) return;
+  state.eventsText = text;
+  const items = data.events.map((e) => {
+    const where = e.scope === "run" ? e.run : "project";
+    const li = el("li", { class: `ev-${e.kind}` },
+      el("span", { class: "when" }, clock(e.time)), el("span", { class: "kind" }, e.kind.replace("_", " ")),
+      el("span", { class: "muted" }, where + " "), e.message || "");
+    if (e.error_tail && e.error_tail.length) {
+      li.append(el("details", { open: e.kind === "failed" }, el("summary", {}, "last traceback lines"), el("pre", {}, e.error_tail.join("\n"))));
+    }
+    return li;
+  });
+  document.getElementById("events").replaceChildren(...(items.length ? items : [el("li", { class: "muted" }, "no events yet")]));
+}
+
+// ------------------------------------------------------------------------------------ loop
+function showError(err) {
+  const conn = document.getElementById("conn");
+  conn.textContent = "error: " + (err && err.message ? err.message : err);
+  conn.classList.add("bad");
+}
+
+async function tick() {
+  try {
+    await refreshBranches();
+    if (!document.hidden) await refreshCharts(false);
+    await refreshEvents();
+    if (state.diffBranch && state.ticks % 3 === 0) await refreshDiff();
+    state.ticks++;
+    document.body.dataset.ticks = String(state.ticks);
+    const conn = document.getElementById("conn");
+    conn.textContent = `updated ${new Date().toLocaleTimeString([], { hour12: false })} · every ${state.interval / 1000}s`;
+    conn.classList.remove("bad");
+  } catch (err) {
+    showError(err);
+  } finally {
+    setTimeout(tick, state.interval);
+  }
+}
+
+async function start() {
+  try {
+    const { data } = await getJSON("/api/project");
+    state.interval = Math.max(250, Math.round(1000 * data.refresh_interval));
+    document.getElementById("project-name").textContent = "· " + data.name;
+    document.getElementById("project-root").textContent = data.root;
+    document.title = `${data.name} · scalebox monitor`;
+  } catch (err) {
+    showError(err);
+  }
+  document.getElementById("branch-filter").addEventListener("input", (ev) => {
+    state.filter = ev.target.value;
+    state.rowLimit = 100;
+    renderBranches();
+  });
+  document.getElementById("more-branches").addEventListener("click", () => { state.rowLimit += 100; renderBranches(); });
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => refreshCharts(true).catch(showError), 200);
+  });
+  tick();
+}
+
+start();

@@ -1,0 +1,579 @@
+"""The monitor's API: series downsampling, incremental reads, branches/diff/events JSON, HTTP.
+
+Fixture projects are real stores (branches committed by the pipeline, a real rollback) with run
+folders written in the on-disk layout of scalebox_cst.runs (records, metrics, events, sites),
+as a running or finished `scalebox run` leaves them.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+import random
+import textwrap
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+from scalebox_cst import diffview, runs
+from scalebox_cst.monitor import series as series_mod
+from scalebox_cst.monitor.api import ApiError, Monitor
+from scalebox_cst.monitor.series import Series
+from scalebox_cst.monitor.server import STATIC, MonitorServer
+from scalebox_cst.project import Project
+from scalebox_cst.report import RunReport
+from scalebox_cst.store import Store
+
+TRAIN_V1 = textwrap.dedent(
+    """\
+    import torch
+
+    def gae(rewards, values, dones, gamma=0.99, lam=0.95):
+        T = rewards.shape[0]
+        adv = torch.zeros_like(rewards)
+        last = 0.0
+        for t in reversed(range(T - 1)):
+            nonterminal = 1.0 - dones[t + 1]
+            delta = rewards[t] + gamma * values[t + 1] * nonterminal - values[t]
+            last = delta + gamma * lam * nonterminal * last
+            adv[t] = last
+        return adv
+
+    def train(model, optimizer, batch):
+        loss = model(batch).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss
+    """
+)
+
+
+# ------------------------------------------------------------------------------ fixture writers
+def write_run(root, branch, *, status="ok", seed=None, variant="rewrite", hotfix_of=None, started=None,
+              points=(), events=(), sites=None, error_tail=None, headline=None, pid=None):
+    """A run folder as the executor leaves it; ``points``: (name, step, value, time) tuples."""
+    number, folder = runs.allocate_run(root, branch)
+    started = time.time() - 100 if started is None else started
+    record = {
+        "branch": branch, "run": number, "commit": "0" * 40, "source_commit": None, "variant": variant,
+        "script": "train.py", "args": [], "seed": seed, "pid": pid if pid is not None else os.getpid(),
+        "pgid": None, "host": None, "started": started, "ended": None if status == "running" else started + 50,
+        "wall_time": None if status == "running" else 50.0, "exit_status": None if status == "running" else (0 if status == "ok" else 1),
+        "status": status, "signal": None, "hotfix_of": hotfix_of, "launcher": "local", "nproc": 1,
+        "headline": headline or {}, "error_tail": error_tail or [],
+    }
+    runs.write_record(folder, record)
+    append_points(folder, points)
+    for kind, message, extra in events:
+        runs.append_event(os.path.join(folder, runs.EVENTS), kind, message, **extra)
+    if sites is not None:
+        with open(os.path.join(folder, runs.SITES), "w") as fh:
+            json.dump({"sites": sites}, fh)
+    return folder
+
+
+def append_points(folder, points, partial=None):
+    with open(os.path.join(folder, runs.METRICS), "a") as fh:
+        for name, step, value, stamp in points:
+            value = value if math.isfinite(value) else str(value)
+            fh.write(json.dumps({"name": name, "step": step, "value": value, "time": stamp}) + "\n")
+        if partial:
+            fh.write(partial)
+
+
+def curve(name, n, started, scale=1.0, offset=0.0, every=1):
+    return [(name, i * every, offset + scale * math.log1p(i), started + i * 0.5) for i in range(n)]
+
+
+def make_project(tmp_path):
+    """Four branches: run/0001 (one run, nan/inf, a failed hot-fixed run), run/0002 (three
+    seeds), run/0003 (after a rollback to run/0001, hot-fix, never run), plus a running run."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(TRAIN_V1)
+    project, _ = Project.init(str(root))
+    project.config.set_option("grad_clip", "max_norm", 1.0)
+    first = project.commit_change(force=True).report.branch
+    (root / "train.py").write_text(TRAIN_V1.replace("gamma=0.99", "gamma=0.98"))
+    second = project.commit_change(force=True).report.branch
+    project.rollback(first)
+    third = project.commit_change(force=True).report.branch
+    assert (first, second, third) == ("run/0001", "run/0002", "run/0003")
+    root = str(root)
+    now = time.time()
+    pts = curve("episodic_return", 50, now - 100, every=100)
+    pts[10] = ("episodic_return", 1000, float("nan"), pts[10][3])
+    pts[20] = ("episodic_return", 2000, float("inf"), pts[20][3])
+    pts += curve("losses/value_loss", 40, now - 100, scale=-0.1, offset=2.0)
+    sites = [{"path": "train.py", "line": 7, "transform": "vectorize.recurrence", "vectorized": 90, "fallback": 10, "time_s": 0.25}]
+    write_run(root, first, started=now - 100, points=pts, sites=sites, events=[("started", "run/0001#1 started", {}), ("ended", "run/0001#1 ok", {})],
+              headline={"episodic_return_final": 3.5, "episodic_return_best": 3.9, "sps": 1200.0, "guard_pass_rate": 0.9})
+    write_run(root, first, status="failed", started=now - 60, hotfix_of=None,
+              error_tail=["Traceback (most recent call last):", '  File "train.py", line 9, in gae', "RuntimeError: boom"],
+              events=[("failed", "run/0001#2 failed (exit 1)", {}), ("nonfinite", "non-finite losses/value_loss=nan at step 3", {"name": "losses/value_loss"})])
+    for seed in (0, 1, 2):
+        write_run(root, second, seed=seed, points=curve("episodic_return", 60, now - 100, scale=1 + seed * 0.2, every=100))
+    runs.append_project_event(root, "save_blocked", "train.py:3: invalid syntax", file="train.py")
+    runs.append_project_event(root, "rollback", "rolled back to run/0001", branch=first)
+    return root
+
+
+@pytest.fixture
+def proj(tmp_path):
+    return make_project(tmp_path)
+
+
+@pytest.fixture
+def live_pid():
+    """A process that passes for a run's child (runs.is_alive looks for scalebox_cst in its cmdline)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "scalebox_cst.runtime.launch"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+# ------------------------------------------------------------------------------ series
+@pytest.mark.parametrize("n", [1, 5, 1023, 1024, 1025, 5000, 70_001])
+@pytest.mark.parametrize("batches", [1, 7])
+def test_series_keeps_extremes_counts_and_order(n, batches):
+    rng = np.random.default_rng(n + batches)
+    x = np.arange(n, dtype=float) * 3
+    v = rng.normal(size=n)
+    v[rng.integers(0, n, size=max(1, n // 50))] = np.nan
+    t = 1000 + x / 10
+    s = Series()
+    for part in np.array_split(np.arange(n), batches):
+        s.extend(x[part].tolist(), t[part].tolist(), v[part].tolist())
+    assert s.count == n
+    finite = np.isfinite(v)
+    assert s.nonfinite == int((~finite).sum())
+    assert len(s.buckets) <= series_mod.CAPACITY
+    out = s.points(1000)
+    assert len(out["x"]) <= 1000 + 2
+    assert out["x"] == sorted(out["x"])
+    if finite.any():
+        # the global minimum and maximum survive downsampling, at their own x
+        assert min(out["y"]) == v[finite].min() and max(out["y"]) == v[finite].max()
+        i = int(np.nanargmax(np.where(finite, v, -np.inf)))
+        assert x[i] in out["x"]
+        # every point drawn is a real point of the series
+        real = dict(zip(x[finite].tolist(), v[finite].tolist()))
+        assert all(real[a] == b for a, b in zip(out["x"], out["y"]))
+    if n <= series_mod.CAPACITY and n < 500:
+        assert out["x"] == x[finite].tolist()  # short series: exact
+    summary = s.summary()
+    assert summary["count"] == n and summary["last"]["x"] == x[-1]
+    assert list(s.tail) == v[finite][-series_mod.TAIL:].tolist()
+
+
+def test_series_bucket_means_match_the_points_they_cover():
+    x = np.arange(100_000, dtype=float)
+    v = np.sin(x / 5000.0)
+    s = Series()
+    s.extend(x, x, v)
+    mx, mean = s.means(200)
+    assert len(mx) <= 200
+    # each mean is the mean of a contiguous stretch around its x: close to the curve there
+    assert np.max(np.abs(mean - np.sin(mx / 5000.0))) < 0.02
+    assert s.nbytes < 400_000  # bounded whatever the length
+
+
+def test_series_nonfinite_markers_and_time_axis():
+    s = Series()
+    s.extend([0, 1, 2, 3], [10.0, 11.0, 12.0, 13.0], [1.0, float("nan"), float("inf"), -float("inf")])
+    assert [m[2] for m in s.markers] == ["nan", "inf", "-inf"]
+    assert s.points(100, axis="time") == {"x": [10.0], "y": [1.0]}
+    assert s.summary()["last"]["value"] == "-inf"
+
+
+# ------------------------------------------------------------------------------ API unit
+def test_branches_history_status_headline_and_marks(proj):
+    m = Monitor(proj)
+    data = m.branches()
+    by = {b["name"]: b for b in data["branches"]}
+    assert list(by) == ["run/0001", "run/0002", "run/0003"]
+    one, two, three = by["run/0001"], by["run/0002"], by["run/0003"]
+    # history: each branch names its source snapshot, rollback marked on the one after it
+    assert one["source_index"] < two["source_index"] < three["source_index"]
+    assert three["rollback_to"] == "run/0001" and one["rollback_to"] is None
+    sources = {s["commit"]: s for s in data["sources"]}
+    assert sources[three["source_commit"]]["message"].startswith("rollback to run/0001")
+    # what was rewritten, from the stored report
+    report = RunReport.from_json(Store.open(proj).report("run/0001"))
+    assert one["counts"]["rewritten"] == report.counts()["rewritten"] > 0
+    assert sum(one["transforms"].values()) == one["counts"]["rewritten"]
+    assert "grad_clip" in one["transforms"]
+    # status: the newest run's; headline stored at the end of the run
+    assert [r["status"] for r in one["runs"]] == ["ok", "failed"]
+    assert one["status"] == "failed"
+    assert one["runs"][0]["headline"]["episodic_return_final"] == 3.5
+    assert one["runs"][1]["error_tail"][-1] == "RuntimeError: boom"
+    assert two["status"] == "ok" and [r["seed"] for r in two["runs"]] == [0, 1, 2]
+    # a branch whose run never started
+    assert three["status"] == "not run" and three["runs"] == [] and three["headline"] == {}
+    json.dumps(data, allow_nan=False)
+
+
+def test_hotfix_marked_from_the_run_record(proj):
+    write_run(proj, "run/0003", hotfix_of="run/0001#2", points=curve("episodic_return", 5, time.time()))
+    three = {b["name"]: b for b in Monitor(proj).branches()["branches"]}["run/0003"]
+    assert three["hotfix_of"] == "run/0001#2"
+
+
+def test_live_run_headline_and_lost_status(proj, live_pid):
+    folder = write_run(proj, "run/0003", status="running", pid=live_pid, points=curve("episodic_return", 30, time.time()) + [("SPS", 0, 321.0, time.time())])
+    m = Monitor(proj)
+    run = {b["name"]: b for b in m.branches()["branches"]}["run/0003"]["runs"][0]
+    assert run["status"] == "running" and run["headline_live"]
+    assert run["headline"]["episodic_return_final"] == pytest.approx(np.mean([math.log1p(i) for i in range(20, 30)]))
+    assert run["headline"]["sps"] == 321.0
+    # its process goes away without finishing the record: shown as lost (ended), not running
+    record = json.load(open(os.path.join(folder, runs.RECORD)))
+    record["pid"] = 2 ** 22 + 12345  # no such process
+    runs.write_record(folder, record)
+    run = {b["name"]: b for b in m.branches()["branches"]}["run/0003"]["runs"][0]
+    assert run["status"] == "lost"
+
+
+def test_series_per_run_with_nonfinite_markers_and_seed_band(proj):
+    m = Monitor(proj)
+    one = m.series("episodic_return", ["run/0001"])
+    (line,) = one["lines"]
+    assert line["run"] == "run/0001#1" and line["count"] == 50 and line["nonfinite"] == 2
+    assert {mk["value"] for mk in line["markers"]} == {"nan", "inf"}
+    assert len(line["x"]) == 48 and all(math.isfinite(y) for y in line["y"])
+    assert one["bands"] == []
+    timed = m.series("episodic_return", ["run/0001"], axis="time")["lines"][0]
+    assert timed["x"][0] == pytest.approx(0.0, abs=1e-6)  # seconds since the run started (its first point)
+    two = m.series("episodic_return", ["run/0002"])
+    assert len(two["lines"]) == 3
+    (band,) = two["bands"]
+    assert band["seeds"] == [0, 1, 2] and band["n"] == 3
+    grid = np.array(band["x"])
+    steps = np.arange(60) * 100.0
+    expected = np.array([np.interp(grid, steps, (1 + s * 0.2) * np.log1p(np.arange(60))) for s in (0, 1, 2)])
+    np.testing.assert_allclose(band["mean"], expected.mean(axis=0), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(band["lo"], expected.min(axis=0), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(band["hi"], expected.max(axis=0), rtol=1e-9, atol=1e-9)
+    json.dumps(two, allow_nan=False)
+    names = m.metric_names(["run/0001", "run/0002"])["metrics"]
+    assert names["episodic_return"] == {"points": 50 + 180, "runs": 4, "nonfinite": 2}
+    assert "losses/value_loss" in names
+    with pytest.raises(ApiError):
+        m.series("episodic_return", [])
+    with pytest.raises(ApiError):
+        m.series("episodic_return", ["run/0001"], axis="sideways")
+
+
+def test_series_read_incrementally_while_a_run_writes(proj):
+    folder = write_run(proj, "run/0003", status="running")
+    m = Monitor(proj)
+    assert m.series("x", ["run/0003"])["lines"] == []
+    now = time.time()
+    append_points(folder, [("x", 0, 1.0, now), ("x", 1, 2.0, now)], partial='{"name": "x", "step": 2, "val')
+    line = m.series("x", ["run/0003"])["lines"][0]
+    assert line["y"] == [1.0, 2.0]  # the half-written line is not read yet
+    append_points(folder, [], partial='ue": 3.0, "time": 1}\n')
+    assert m.series("x", ["run/0003"])["lines"][0]["y"] == [1.0, 2.0, 3.0]
+    mf = m._metrics[os.path.join(folder, runs.METRICS)]
+    assert mf.offset == os.path.getsize(os.path.join(folder, runs.METRICS))
+    # a malformed line is skipped, the rest of the chunk is kept
+    append_points(folder, [], partial='not json\n{"name": "x", "step": 3, "value": 4.0, "time": 2}\n')
+    assert m.series("x", ["run/0003"])["lines"][0]["y"] == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_writer_and_reader_at_once_lose_no_point(proj):
+    folder = write_run(proj, "run/0003", status="running")
+    m = Monitor(proj)
+    total = 20_000
+    done = threading.Event()
+
+    def writer():
+        path = os.path.join(folder, runs.METRICS)
+        with open(path, "a") as fh:
+            for i in range(total):
+                line = json.dumps({"name": "v", "step": i, "value": float(i), "time": 1.0 + i}) + "\n"
+                cut = random.randint(0, len(line))
+                fh.write(line[:cut])
+                fh.flush()
+                fh.write(line[cut:])
+                if i % 500 == 0:
+                    fh.flush()
+        done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    seen = 0
+    while not done.is_set():
+        lines = m.series("v", ["run/0003"])["lines"]
+        if lines:
+            assert lines[0]["count"] >= seen
+            seen = lines[0]["count"]
+    thread.join()
+    line = m.series("v", ["run/0003"], points=5000)["lines"][0]
+    assert line["count"] == total and line["summary"]["min"] == 0.0 and line["summary"]["max"] == total - 1
+
+
+def test_file_replaced_or_truncated_is_read_again(proj):
+    folder = write_run(proj, "run/0003", points=[("x", i, float(i), 1.0) for i in range(10)])
+    m = Monitor(proj)
+    assert m.series("x", ["run/0003"])["lines"][0]["count"] == 10
+    path = os.path.join(folder, runs.METRICS)
+    with open(path + ".new", "w") as fh:
+        fh.write(json.dumps({"name": "x", "step": 0, "value": 7.0, "time": 1.0}) + "\n")
+    os.replace(path + ".new", path)
+    assert m.series("x", ["run/0003"])["lines"][0]["y"] == [7.0]
+
+
+def test_diff_hunks_are_the_cli_diffs(proj):
+    m = Monitor(proj)
+    data = m.diff("run/0001")
+    store = Store.open(proj)
+    info = store.resolve("run/0001")
+    report = RunReport.from_json(store.report("run/0001"))
+    text = diffview.render(report, lambda p: store.read_file(info.source_commit, p), lambda p: store.read_file(info.commit, p))
+    (f,) = data["files"]
+    assert f["path"] == "train.py" and f["hunks"]
+    # the same hunks, labels and lines as `scalebox diff`, rebuilt from the JSON
+    rebuilt = []
+    for hunk in f["hunks"]:
+        rebuilt.append(f"@@ -{hunk['old_start']},{hunk['old_count']} +{hunk['new_start']},{hunk['new_count']} @@")
+        rebuilt += [f"#  {s['transform']} [{s['exactness']}] line {s['line']}: {s['reason']}" for s in hunk["sites"]]
+        if hunk["note"]:
+            rebuilt.append("#  " + hunk["note"])
+        rebuilt += [op + line for op, line in hunk["lines"]]
+    start = text.splitlines().index("+++ b/train.py") + 1
+    assert text.splitlines()[start:start + len(rebuilt)] == rebuilt
+    labelled = {s["transform"] for h in f["hunks"] for s in h["sites"]}
+    assert "grad_clip" in labelled
+    assert all(s["action"] != "rewritten" for s in f["left_alone"])
+    assert data["sites_measured"] == [{"path": "train.py", "line": 7, "transform": "vectorize.recurrence", "vectorized": 90, "fallback": 10, "time_s": 0.25, "runs": 1, "pass_rate": 0.9}]
+    with pytest.raises(ApiError) as err:
+        m.diff("run/0099")
+    assert err.value.status == 404
+
+
+def test_events_newest_first_with_traceback(proj):
+    events = Monitor(proj).events()["events"]
+    kinds = [e["kind"] for e in events]
+    assert {"started", "ended", "failed", "nonfinite", "save_blocked", "rollback"} <= set(kinds)
+    times = [e["time"] for e in events]
+    assert times == sorted(times, reverse=True)
+    failed = next(e for e in events if e["kind"] == "failed")
+    assert failed["run"] == "run/0001#2" and failed["error_tail"][-1] == "RuntimeError: boom"
+    blocked = next(e for e in events if e["kind"] == "save_blocked")
+    assert blocked["scope"] == "project" and "invalid syntax" in blocked["message"]
+    assert len(Monitor(proj).events(limit=2)["events"]) == 2
+
+
+def test_a_project_without_runs_and_a_folder_without_a_store(tmp_path):
+    root = tmp_path / "empty"
+    root.mkdir()
+    from scalebox_cst.store import StoreError
+
+    with pytest.raises(StoreError):
+        Monitor(str(root))
+    Store.init(str(root))
+    m = Monitor(str(root))
+    assert m.branches()["branches"] == [] and m.events()["events"] == []
+
+
+def test_metrics_cache_is_bounded_in_bytes(proj):
+    m = Monitor(proj, cache_bytes=1)
+    for branch in ("run/0001", "run/0002"):
+        m.series("episodic_return", [branch])
+    assert len(m._metrics) == 1
+    # an evicted file is read again from its start: same answer
+    assert m.series("episodic_return", ["run/0001"])["lines"][0]["count"] == 50
+
+
+def test_scale_500_branches_and_a_million_point_run(tmp_path):
+    """500 branches with runs, one of them a 1M-step run: the list and a series stay quick."""
+    root = str(tmp_path / "big")
+    os.makedirs(root)
+    store = Store.init(root)
+    source, _ = store.snapshot({"train.py": b"x = 1\n"}, "snapshot")
+    report = {"branch": None, "commit": None, "source_commit": None, "backend": "cpu",
+              "files": [{"path": "train.py", "status": "rewritten", "error": None,
+                         "sites": [{"transform": "grad_clip", "line": 1, "end_line": 1, "action": "rewritten", "reason": "r", "exactness": "changes-semantics"}]}]}
+    now = time.time()
+    for i in range(500):
+        name, _ = store.commit_rewrite(source, {"train.py": b"x = %d\n" % i}, "rewrite", "", report, "fp")
+        write_run(root, name, points=curve("episodic_return", 20, now - 100), headline={"episodic_return_final": float(i)})
+    big = write_run(root, "run/0500", status="ok")
+    with open(os.path.join(big, runs.METRICS), "w") as fh:
+        for i in range(1_000_000):
+            fh.write('{"name": "episodic_return", "step": %d, "value": %r, "time": %r}\n' % (i, math.sin(i / 1e4), now + i / 1e3))
+    m = Monitor(root)
+    t0 = time.perf_counter()
+    data = m.branches()
+    first_list = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    m.branches()
+    again = time.perf_counter() - t0
+    assert len(data["branches"]) == 500
+    t0 = time.perf_counter()
+    out = m.series("episodic_return", ["run/0500"])
+    first_series = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = m.series("episodic_return", ["run/0500"])
+    again_series = time.perf_counter() - t0
+    line = next(l for l in out["lines"] if l["count"] == 1_000_000)
+    assert len(line["x"]) <= 1002
+    assert len(json.dumps(out)) < 200_000
+    print(f"\nbranches: first {first_list:.3f}s, again {again:.3f}s; 1M-point series: first read {first_series:.2f}s, again {again_series:.4f}s")
+    assert again < 2.0 and again_series < 0.5  # generous: two shared cores
+
+
+# ------------------------------------------------------------------------------ HTTP
+@pytest.fixture
+def server(proj):
+    srv = MonitorServer(Monitor(proj, refresh_interval=0.5), port=0)
+    srv.start_background()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def get(server, path, headers=None):
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    conn.request("GET", path, headers=headers or {})
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    return resp.status, dict(resp.getheaders()), body
+
+
+def test_http_routes_answer_json(server):
+    status, headers, body = get(server, "/api/project")
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    assert json.loads(body)["refresh_interval"] == 0.5
+    status, _, body = get(server, "/api/branches")
+    assert [b["name"] for b in json.loads(body)["branches"]] == ["run/0001", "run/0002", "run/0003"]
+    status, _, body = get(server, "/api/series?metric=episodic_return&branch=run/0001,run/0002&points=100")
+    data = json.loads(body)
+    assert status == 200 and len(data["lines"]) == 4 and len(data["bands"]) == 1
+    status, _, body = get(server, "/api/series?metric=episodic_return&branch=run/0001&branch=run/0002&axis=time")
+    assert status == 200 and len(json.loads(body)["lines"]) == 4
+    status, _, body = get(server, "/api/series?metric=episodic_return&run=run/0002%232")
+    assert [l["run"] for l in json.loads(body)["lines"]] == ["run/0002#2"]
+    status, _, body = get(server, "/api/runs?branch=run/0002")
+    assert [r["seed"] for r in json.loads(body)["runs"]] == [0, 1, 2]
+    status, _, body = get(server, "/api/metrics?branch=run/0001")
+    assert set(json.loads(body)["metrics"]) == {"episodic_return", "losses/value_loss"}
+    status, _, body = get(server, "/api/diff?branch=run/0001")
+    assert status == 200 and json.loads(body)["files"][0]["hunks"]
+    status, _, body = get(server, "/api/sites?branch=run/0001")
+    assert json.loads(body)["sites"][0]["pass_rate"] == 0.9
+    status, _, body = get(server, "/api/events?limit=3")
+    assert len(json.loads(body)["events"]) == 3
+
+
+def test_http_errors_are_json_one_liners(server):
+    for path, code in [("/api/series?branch=run/0001", 400), ("/api/series?metric=x", 400),
+                       ("/api/series?metric=x&branch=run/0001&points=many", 400), ("/api/diff?branch=run/0042", 404),
+                       ("/api/runs", 400)]:
+        status, _, body = get(server, path)
+        assert status == code, path
+        assert json.loads(body)["error"]
+
+
+def test_http_etag_gives_304_when_nothing_changed(server, proj):
+    status, headers, _ = get(server, "/api/branches")
+    etag = headers["ETag"]
+    status, _, body = get(server, "/api/branches", {"If-None-Match": etag})
+    assert status == 304 and body == b""
+    write_run(proj, "run/0003", points=curve("episodic_return", 3, time.time()))
+    status, headers, _ = get(server, "/api/branches", {"If-None-Match": etag})
+    assert status == 200 and headers["ETag"] != etag
+
+
+def test_http_serves_only_the_allow_list(server, proj):
+    for path in STATIC:
+        status, _, body = get(server, path)
+        assert status == 200 and body, path
+    status, headers, body = get(server, "/vendor/uPlot.iife.min.js")
+    assert headers["Content-Type"].startswith("text/javascript") and b"uPlot" in body[:200]
+    secret = os.path.join(proj, "train.py")
+    for path in ["/../../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/static/app.js", "/app.js/", "/vendor/",
+                 "/vendor/../app.js", "/api/", "/api/branches/", "/api/nope", "/train.py", "/.scalebox/store.git/HEAD",
+                 "//etc/passwd", "/" + secret, "/index.html%00", "/vendor/uPlot.LICENSE/../../api.py"]:
+        status, _, body = get(server, path)
+        assert status == 404, path
+        assert body == b"not found\n"
+
+
+def test_http_refuses_foreign_host_headers_on_loopback(server):
+    port = server.server_address[1]
+    assert get(server, "/api/project", {"Host": f"localhost:{port}"})[0] == 200
+    assert get(server, "/api/project", {"Host": f"[::1]:{port}"})[0] == 200
+    assert get(server, "/api/project", {"Host": f"evil.example:{port}"})[0] == 403
+
+
+def test_page_needs_nothing_from_the_network(server):
+    _, _, html = get(server, "/")
+    text = html.decode()
+    assert "http://" not in text and "https://" not in text
+    for ref in ("/vendor/uPlot.iife.min.js", "/vendor/uPlot.min.css", "/app.js", "/style.css"):
+        assert ref in text and ref in STATIC
+    _, _, js = get(server, "/app.js")
+    assert b"http://" not in js and b"https://" not in js
+
+
+def test_two_monitors_on_one_project(proj):
+    a = MonitorServer(Monitor(proj), port=0)
+    b = MonitorServer(Monitor(proj), port=0)
+    for srv in (a, b):
+        srv.start_background()
+    try:
+        bodies = [urllib.request.urlopen(srv.url + "api/branches", timeout=30).read() for srv in (a, b)]
+        assert json.loads(bodies[0])["branches"] == json.loads(bodies[1])["branches"]
+    finally:
+        for srv in (a, b):
+            srv.shutdown()
+            srv.server_close()
+
+
+def test_cli_monitor_serves_and_stops_on_sigterm(proj):
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "from scalebox_cst.cli import main; main()", "monitor", proj, "--web-port", "0", "--refresh-interval", "1"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert "monitor of" in line and "http://127.0.0.1:" in line, line
+        url = line.split(" on ", 1)[1].split(" ", 1)[0]
+        data = json.loads(urllib.request.urlopen(url + "api/project", timeout=30).read())
+        assert data["root"] == os.path.realpath(proj) or data["root"] == os.path.abspath(proj)
+        assert data["refresh_interval"] == 1.0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+def test_cli_monitor_one_line_errors(tmp_path, proj):
+    import subprocess
+    import sys
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    out = subprocess.run([sys.executable, "-c", "from scalebox_cst.cli import main; main()", "monitor", str(bare)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "scalebox init" in out.stderr
+    srv = MonitorServer(Monitor(proj), port=0)
+    try:
+        port = srv.server_address[1]
+        out = subprocess.run([sys.executable, "-c", "from scalebox_cst.cli import main; main()", "monitor", proj, "--web-port", str(port)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1 and out.stderr.count("\n") == 1 and "cannot listen" in out.stderr
+    finally:
+        srv.server_close()
