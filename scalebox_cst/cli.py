@@ -124,7 +124,7 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
         else:
             select.append(rel)
     try:
-        project.pipeline  # checks the transform ids of the config before anything is written
+        project.pipeline.progress = lambda line: click.echo(line, err=True)  # checks transform ids too
     except ConfigError as exc:
         _fail(str(exc))
     result = project.commit_change(select=select, force=True, message="scalebox rewrite")

@@ -16,8 +16,9 @@ import ast
 import dataclasses
 import gc
 import io
+import time
 import tokenize
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -27,6 +28,10 @@ from scalebox_cst.report import FileReport, Site
 from scalebox_cst.runtime.loader import physical_lines
 from scalebox_cst.transforms import FileContext, Transform, all_transforms, transform_ids
 
+
+
+#: seconds after which a file's rewrite reports progress (Pipeline.progress)
+PROGRESS_AFTER = 1.5
 
 
 @dataclasses.dataclass
@@ -59,6 +64,9 @@ class Pipeline:
         candidates = list(transforms) if transforms is not None else all_transforms()
         self.transforms = [t for t in candidates if config.transform_enabled(t.id)]
         self.fingerprint = config.fingerprint({t.id: t.version for t in self.transforms}, backend)
+        #: called with one line (``path: N lines, transform X done after 2.1 s``) after each
+        #: transform once a file's rewrite has run for PROGRESS_AFTER seconds; None: silent
+        self.progress: Optional[Callable[[str], None]] = None
 
     def rewrite(self, path: str, data: bytes) -> FileResult:
         # libcst allocates hundreds of thousands of small objects per file; collecting them
@@ -95,7 +103,14 @@ class Pipeline:
         module: Optional[cst.Module] = None
         imports = None  # shared by the transforms that see the same module version
         codegen = _Codegen()
-        for transform in self.transforms:
+        started = time.perf_counter()
+        lines = text.count("\n") + 1
+        for number, transform in enumerate(self.transforms, 1):
+            if self.progress is not None and number > 1:
+                elapsed = time.perf_counter() - started
+                if elapsed >= PROGRESS_AFTER:
+                    done = self.transforms[number - 2].id
+                    self.progress(f"scalebox: {path}: {lines} lines, {done} done after {elapsed:.1f}s ({number - 1}/{len(self.transforms)} transforms)")
             ctx = FileContext(
                 path, module, self.config, self.backend, code=code, tree=tree, imports=imports, line_maps=tuple(line_maps)
             )

@@ -178,6 +178,10 @@ class Watcher:
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "Watcher":
         """Commit the current state (and start the run), then begin observing."""
+        try:
+            self.project.pipeline.progress = self.echo  # a rewrite of several seconds says so
+        except Exception:
+            pass  # a bad config: handle_change says what is wrong
         self.handle_change()
         observer = PollingObserver(timeout=0.2) if self.polling else Observer()
         observer.schedule(_Handler(self), self.project.root, recursive=True)

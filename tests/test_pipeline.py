@@ -532,3 +532,19 @@ def test_rewrite_time_grows_linearly_with_sites():
     large, large_sites = best(2000, 1)
     assert large_sites >= 3.5 * small_sites
     assert large < 6.0 * small, (small, large)
+
+
+def test_a_long_rewrite_reports_progress(monkeypatch):
+    import scalebox_cst.pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "PROGRESS_AFTER", 0.0)
+    pipeline = Pipeline(Config(transforms=["test.*"]), "cpu", transforms=[RenameCalls(), AddLineAfterImports()])
+    lines = []
+    pipeline.progress = lines.append
+    pipeline.rewrite("t.py", b"import os\ny = old(2)\n")
+    assert len(lines) == 1 and lines[0].startswith("scalebox: t.py: 3 lines, test.rename done after ")
+    assert lines[0].endswith("s (1/2 transforms)")
+    monkeypatch.setattr(pipeline_module, "PROGRESS_AFTER", 60.0)
+    lines.clear()
+    pipeline.rewrite("t.py", b"import os\ny = old(2)\n")
+    assert lines == []  # quick rewrites are silent
