@@ -26,10 +26,24 @@ def _fail(message: str, code: int = 1) -> None:
 def _open_project(project_dir: Optional[str], start: str = ".", config: Optional[Config] = None) -> Project:
     root = project_dir or find_project_root(start)
     try:
-        return Project(root, config=config)
+        project = Project(root, config=config)
+        done = project.recover()  # a rollback killed half-way is finished before anything else
     except (ConfigError, StoreError) as exc:
         _fail(str(exc))
         raise  # unreachable
+    if done:
+        click.echo(f"scalebox: {done}", err=True)
+    return project
+
+
+class _OneLineErrors(click.Group):
+    """A store error that escapes a command (disk full, read-only or damaged store) is one line."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except StoreError as exc:
+            _fail(str(exc))
 
 
 def _parse_set(values: Sequence[str], config: Config) -> None:
@@ -52,7 +66,7 @@ def _parse_set(values: Sequence[str], config: Config) -> None:
         config.set_option(section, name, value)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="scalebox_cst")
 def cli() -> None:
     """Rewrite PyTorch RL code into faster, stabler code; every rewrite is committed before it runs."""
@@ -297,20 +311,45 @@ def diff(branch: Optional[str], stat: bool, color: Optional[bool], project_dir: 
 @click.argument("branch")
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
 def rollback(branch: str, project_dir: Optional[str]) -> None:
-    """Restore the Python files of BRANCH's source snapshot (current files are snapshotted first)."""
+    """Restore the files of BRANCH's source snapshot (current files are snapshotted first).
+
+    BRANCH is a run branch (run/0001) or a snapshot id a rollback printed, so a rollback can be
+    rolled back; `scalebox undo` reverts the last one. All files are replaced, or none.
+    """
     project = _open_project(project_dir)
     try:
         result = project.rollback(branch)
-    except StoreError as exc:
+    except (StoreError, OSError) as exc:
         _fail(str(exc))
+    _echo_rollback(result, f"rolled back to {result.branch}")
+
+
+@cli.command()
+@click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
+def undo(project_dir: Optional[str]) -> None:
+    """Revert the last rollback: its replaced files come back, the files it created go (where
+    unchanged since). Current files are snapshotted first; an undo can be undone in turn."""
+    project = _open_project(project_dir)
+    try:
+        result = project.undo()
+    except (StoreError, OSError) as exc:
+        _fail(str(exc))
+    _echo_rollback(result, f"done: {result.branch}")
+
+
+def _echo_rollback(result, last_line: str) -> None:
     click.echo(f"snapshotted current files as {result.backup_commit[:10]} (on the store's source history)")
     for rel in result.restored:
         click.echo(f"restored {rel}")
-    if not result.restored:
+    for rel in result.removed:
+        click.echo(f"removed {rel} (the undone rollback had created it)")
+    if not result.restored and not result.removed:
         click.echo(f"nothing to restore: files already match {result.branch}")
+    for rel, why in result.skipped:
+        click.echo(f"skipped {rel}: {why}")
     for rel in result.left_in_place:
         click.echo(f"left in place (not in {result.branch}): {rel}")
-    click.echo(f"rolled back to {result.branch}")
+    click.echo(last_line)
 
 
 # ---------------------------------------------------------------------------- monitor
