@@ -1,7 +1,8 @@
 """The gradient guard the ``grad_clip`` transform inserts before each optimizer ``step()``.
 
 ``stabilize(optimizer)`` measures the total gradient norm of the optimizer's parameters, records
-it (``grad_norm``) and, only when the step is unhealthy, intervenes:
+it (``grad_norm``: the maximum over each window of ``RECORD_EVERY`` steps; the first guarded
+optimizer's, others as ``grad_norm/<site>``) and, only when the step is unhealthy, intervenes:
 
 - a non-finite norm (NaN/inf in some gradient): the optimizer step is skipped, as ``GradScaler``
   skips it, instead of writing NaN into the weights (event ``step_skipped``, first one also
@@ -110,9 +111,10 @@ events = _Events()
 class _Guard:
     """History and cached parameter list of one optimizer at one site."""
 
-    def __init__(self, site: str, index: int) -> None:
+    def __init__(self, site: str, index: int, metric: str) -> None:
         self.site = site
         self.index = index  # which optimizer at this site, for messages
+        self.metric = metric
         self.key: Optional[Tuple] = None
         self.params: List[torch.Tensor] = []
         self.uniform = True  # one device and dtype (a gradient has its parameter's): one foreach call
@@ -162,6 +164,9 @@ _guards: "weakref.WeakKeyDictionary[Any, Dict[str, _Guard]]" = weakref.WeakKeyDi
 _by_id: Dict[int, Dict[str, _Guard]] = {}  # optimizers that cannot be weakly referenced
 _lock = threading.Lock()
 _warned: set = set()
+#: the first guarded optimizer records ``grad_norm`` (CleanRL's name, what `scalebox log` shows);
+#: each other one ``grad_norm/<site>`` (several optimizers never share one series)
+_metric_names: set = set()
 
 
 def _guard_for(optimizer: Any, site: str) -> _Guard:
@@ -173,7 +178,12 @@ def _guard_for(optimizer: Any, site: str) -> _Guard:
         table = _by_id.setdefault(id(optimizer), {})
     guard = table.get(site)
     if guard is None:
-        guard = table[site] = _Guard(site, len(table))
+        with _lock:
+            metric = METRIC if not _metric_names else f"{METRIC}/{site}#{len(table)}" if table else f"{METRIC}/{site}"
+            if metric in _metric_names:
+                metric = f"{metric}@{len(_metric_names)}"
+            _metric_names.add(metric)
+        guard = table[site] = _Guard(site, len(table), metric)
     return guard
 
 
@@ -280,9 +290,9 @@ def stabilize(
 
 def _record(guard: _Guard, step: int, value: Any) -> None:
     try:
-        metrics.record(METRIC, value, step)
+        metrics.record(guard.metric, value, step)
     except TypeError:  # a metrics module that counts steps itself
-        metrics.record(METRIC, value)
+        metrics.record(guard.metric, value)
 
 
 def _window(guard: _Guard, value: float) -> None:
@@ -488,6 +498,7 @@ def reset() -> None:
     _guards.clear()
     _by_id.clear()
     _active.clear()
+    _metric_names.clear()
     events.counts.clear()
     events.memory.clear()
 

@@ -740,7 +740,7 @@ class GradClip(Transform):
         clips = [e for e in window if e.kind == "clip"]
         first = visible[start][1].call.lineno
         clipped_at = ctx.original_line(clips[0].call.lineno) if clips else None
-        if clips and opts.mode == "fixed":
+        if clips and opts.mode == "fixed" and not opts.skip_nonfinite:
             skip(f"already clipped (line {clipped_at}) between backward() "
                  f"(line {ctx.original_line(first)}) and step()")
             return
@@ -796,6 +796,12 @@ class GradClip(Transform):
                 reason += "; GradScaler skips non-finite steps itself"
             if opts.skip_nonfinite:
                 reason += "; checked on the host every step (skip_nonfinite)"
+            exactness = EXACT_UNTIL_INTERVENTION
+        elif opts.skip_nonfinite and clips:
+            alias = self._guard_alias(ctx, state)
+            texts.append(f"{alias}({step.opt_text}, site={where!r}{amp}, spike=False, sync=True)")
+            reason = (f"skip {step.opt_text}'s step if a gradient is non-finite (checked on the host every step) "
+                      f"{between}; the code's own clip (line {clipped_at}) stays its only clip")
             exactness = EXACT_UNTIL_INTERVENTION
         elif opts.skip_nonfinite:
             alias = self._guard_alias(ctx, state)

@@ -1,0 +1,236 @@
+"""Hot-fix branches: the policy's signals, the branch it commits, the heal loop and its limit.
+
+The end-to-end test runs a fixture whose learning-rate schedule explodes at step 150: the default
+guard clips the growing norms (and the run still ends in inf), the policy sees repeated
+interventions, the heal loop stops the run and runs the hot-fix branch (a fixed clip from the
+healthy history + host-checked skips), which finishes with finite values.
+"""
+import json
+import math
+import os
+import textwrap
+
+import pytest
+
+from scalebox_cst import hotfix, runs
+from scalebox_cst.config import Config
+from scalebox_cst.project import Project
+
+DIVERGING = textwrap.dedent("""\
+    import torch
+
+    torch.manual_seed(0)
+    X = torch.randn(1024, 4) * 1.5
+    Y = X @ torch.tensor([[1.0], [2.0], [-1.0], [0.5]]) + 0.1 * torch.randn(1024, 1)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(1, 401):
+        lr = min(0.05 * 1.1 ** max(step - 150, 0), 2.0)  # an exploding learning-rate schedule
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        idx = torch.randint(0, 1024, (32,))
+        loss = ((model(X[idx]) - Y[idx]) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % 50 == 0:
+            print(f"step={step} loss={loss.item():.6g}", flush=True)
+    print(f"final_loss={loss.item()}")
+""")
+
+
+def write_run(tmp_path, metrics=(), events=()):
+    d = tmp_path / "run"
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / runs.METRICS, "a") as fh:
+        for name, step, value in metrics:
+            fh.write(json.dumps({"name": name, "step": step, "value": value if math.isfinite(value) else str(value), "time": 0}) + "\n")
+    with open(d / runs.EVENTS, "a") as fh:
+        for e in events:
+            fh.write(json.dumps({"time": 0, "message": e.get("kind"), **e}) + "\n")
+    return str(d)
+
+
+# --------------------------------------------------------------------------- the policy
+
+
+def test_one_skipped_step_is_the_guards_job_three_are_a_signal(tmp_path):
+    d = write_run(tmp_path, events=[{"kind": "nonfinite", "site": "t.py:9", "step": 40},
+                                    {"kind": "step_skipped", "site": "t.py:9", "step": 40, "skipped": True}])
+    watch = hotfix.RunWatch(d)
+    assert watch.poll() is None
+    write_run(tmp_path, events=[{"kind": "step_skipped", "site": "t.py:9", "step": 500, "skipped": True},
+                                {"kind": "spike_clipped", "site": "t.py:3", "step": 501}])
+    assert watch.poll() is None  # far apart, or at other sites
+    write_run(tmp_path, events=[{"kind": "step_skipped", "site": "t.py:9", "step": 520, "skipped": True},
+                                {"kind": "spike_clipped", "site": "t.py:9", "step": 560}])
+    sig = watch.poll()
+    assert (sig.kind, sig.step, sig.site) == ("repeated-interventions", 560, "t.py:9")
+    assert watch.poll() is sig  # sticky
+
+
+def test_unskipped_nonfinite_and_nonfinite_losses_and_divergence(tmp_path):
+    d = write_run(tmp_path / "a", events=[{"kind": "guard_intervened", "site": "t.py:9", "step": 7, "skipped": False}])
+    sig = hotfix.RunWatch(d).poll()
+    assert sig.kind == "nonfinite-unskipped" and sig.step == 7
+    d = write_run(tmp_path / "b", metrics=[("losses/value_loss", 3, math.nan), ("losses/value_loss", 4, 1.0)])
+    watch = hotfix.RunWatch(d)
+    assert watch.poll() is None
+    write_run(tmp_path / "b", metrics=[("losses/value_loss", 5, math.inf)])
+    assert watch.poll().kind == "nonfinite-loss"
+    healthy = [("grad_norm", 8 * i, 1.0 + 0.1 * (i % 3)) for i in range(1, 21)]
+    d = write_run(tmp_path / "c", metrics=healthy + [("grad_norm/t.py:30", 8, 50.0), ("grad_norm", 168, 5e3)])
+    watch = hotfix.RunWatch(d)
+    sig = watch.poll()
+    assert sig.kind == "grad-norm-divergence" and sig.step == 168
+    assert sorted(watch.healthy_norms()) == [50.0]  # the larger-norm optimizer's history
+
+
+def test_failed_after_nonfinite_is_a_signal_only_after_exit(tmp_path):
+    d = write_run(tmp_path, events=[{"kind": "nonfinite", "name": "losses/pg", "step": 12}])
+    watch = hotfix.RunWatch(d)
+    assert watch.poll() is None and watch.after_exit("ok") is None
+    assert watch.after_exit("failed").kind == "failed-nonfinite"
+
+
+def test_partial_last_line_is_read_when_complete(tmp_path):
+    d = write_run(tmp_path)
+    with open(os.path.join(d, runs.EVENTS), "a") as fh:
+        fh.write('{"kind": "guard_intervened", "site": "s", "step": 3, "skipped": false')
+    watch = hotfix.RunWatch(d)
+    assert watch.poll() is None
+    with open(os.path.join(d, runs.EVENTS), "a") as fh:
+        fh.write(', "message": "m"}\n')
+    assert watch.poll().kind == "nonfinite-unskipped"
+
+
+def test_clip_threshold_from_history():
+    assert hotfix.clip_threshold([1.0, 2.0, 3.0, 100.0]) == 2.5
+    assert hotfix.clip_threshold([]) == 1.0
+    assert hotfix.clip_threshold([4.0], previous=2.0) == 1.0
+    assert hotfix.clip_threshold([0.123456]) == 0.123
+
+
+def test_bad_hotfix_settings_are_one_line_errors():
+    cfg = Config()
+    cfg.set_option("hotfix", "max_per_sauce", 1)
+    with pytest.raises(hotfix.HotfixError, match="unknown key 'max_per_sauce'"):
+        hotfix.settings(cfg)
+    cfg = Config()
+    cfg.set_option("hotfix", "window", "x")
+    with pytest.raises(hotfix.HotfixError, match="window"):
+        hotfix.settings(cfg)
+
+
+# --------------------------------------------------------------------------- the branch
+
+
+@pytest.fixture
+def diverging(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(DIVERGING)
+    project, _ = Project.init(str(root))
+    project = Project(str(root), backend="cpu")
+    change = project.commit_change()
+    return project, change.branch
+
+
+def test_hotfix_branch_same_snapshot_stronger_stabilizer_and_limit(diverging):
+    project, branch = diverging
+    store = project.store
+    sig = hotfix.Signal("repeated-interventions", 163, "3 guard interventions at train.py:16 within 200 steps", "train.py:16")
+    fix = hotfix.make_hotfix(project, branch, 1, sig, [0.3, 0.2, 0.25])
+    info, parent = store.resolve(fix.branch), store.resolve(branch)
+    assert info.source_commit == parent.source_commit and fix.branch != branch
+    text = store.files(info.commit)["train.py"].decode()
+    assert "_scalebox_stabilize(optimizer, site='train.py:16', max_norm=0.25, sync=True)" in text
+    assert store.files(info.source_commit)["train.py"].decode() == DIVERGING  # the user's file, untouched
+    message = store.repo[info.commit].message
+    assert message.startswith(f"hotfix of {branch}#1 at step 163: repeated-interventions")
+    assert "3 guard interventions at train.py:16" in message and 'mode = "fixed", max_norm = 0.25' in message
+    report = store.report(fix.branch)
+    assert report["hotfix_of"] == f"{branch}#1" and report["hotfix"]["max_norm"] == 0.25
+    events, _ = runs.read_events(runs.project_events_path(project.root))
+    assert [(e["kind"], e["branch"], e["hotfix_of"]) for e in events] == [("hotfix_created", fix.branch, f"{branch}#1")]
+    # a hot-fix of the hot-fix halves the threshold; then the limit (2 per snapshot) stops it
+    second = hotfix.make_hotfix(project, fix.branch, 1, sig, [0.3])
+    assert "max_norm=0.125" in store.files(store.resolve(second.branch).commit)["train.py"].decode()
+    with pytest.raises(hotfix.HotfixError, match="hot-fix limit reached: 2 hot-fix"):
+        hotfix.make_hotfix(project, second.branch, 1, sig, [0.3])
+    assert len(store.branches()) == 3
+
+
+class FakeRun:
+    """A run that has already written its telemetry (the heal loop only reads files)."""
+
+    def __init__(self, directory, events, status="ok"):
+        os.makedirs(directory, exist_ok=True)
+        write_run_dir(directory, events)
+        self.dir, self.status = directory, status
+        self.record = type("R", (), {"run": 1, "status": status})()
+        self.stopped = None
+
+    def poll(self):
+        return None if self.stopped is None else 0
+
+    def stop(self, reason=""):
+        self.stopped = reason
+        self.record.status = "stopped"
+        return self.record
+
+    def wait(self):
+        return self.record
+
+
+def write_run_dir(directory, events):
+    with open(os.path.join(directory, runs.EVENTS), "a") as fh:
+        for e in events:
+            fh.write(json.dumps({"time": 0, "message": e["kind"], **e}) + "\n")
+
+
+def test_heal_loop_never_loops(diverging, tmp_path):
+    project, branch = diverging
+    project.config.set_option("hotfix", "max_per_source", 1)
+    started = []
+    bad = [{"kind": "guard_intervened", "site": "train.py:16", "step": 9, "skipped": False}]
+
+    def start(info, hotfix_of):
+        run = FakeRun(str(tmp_path / f"r{len(started)}"), bad)  # every run, hot-fix or not, blows up
+        run.poll = (lambda r=run: 0 if r.stopped else None)
+        started.append((info.name, hotfix_of, run))
+        return run
+
+    notes = []
+    record, made = hotfix.heal_loop(project, branch, "train.py", [], start=start, notice=notes.append, poll_s=0)
+    assert [(n, h) for n, h, _ in started] == [(branch, None), (made[0].branch, f"{branch}#1")]
+    assert len(made) == 1 and all(r.stopped.startswith("hot-fix: nonfinite-unskipped") for _, _, r in started)
+    assert any("hot-fix limit reached" in n for n in notes) and any(f"hot-fix {made[0].branch}" in n for n in notes)
+
+
+def test_heal_loop_leaves_a_healthy_run_alone(diverging, tmp_path):
+    project, branch = diverging
+    run = FakeRun(str(tmp_path / "ok"), [{"kind": "step_skipped", "site": "s", "step": 3, "skipped": True}])
+    run.poll = lambda: 0
+    record, made = hotfix.heal_loop(project, branch, "train.py", [], start=lambda info, of: run, notice=print, poll_s=0)
+    assert made == [] and run.stopped is None
+
+
+@pytest.mark.timeout(600)
+def test_diverging_run_is_healed_end_to_end(diverging, capsys):
+    """Real runs (subprocesses from the store): the guarded run is stopped, the hot-fix finishes finite."""
+    project, branch = diverging
+    lines = []
+    record, made = hotfix.heal_loop(project, branch, "train.py", [], notice=lines.append, poll_s=0.2,
+                                    echo=open(os.devnull, "w"))
+    assert len(made) == 1, lines
+    fix = made[0]
+    assert fix.signal.kind == "repeated-interventions" and fix.signal.step > 150  # the schedule explodes at 150
+    all_runs = {r.id: r for r in runs.list_runs(project.root)}
+    first, healed = all_runs[f"{branch}#1"], all_runs[f"{fix.branch}#1"]
+    assert first.status == "stopped" and healed.status == "ok"
+    assert healed.record.get("hotfix_of") == f"{branch}#1"
+    log = open(os.path.join(healed.dir, runs.LOG)).read()
+    final = [l for l in log.splitlines() if l.startswith("final_loss=")]
+    assert final and math.isfinite(float(final[0].split("=")[1])), log[-2000:]
+    assert any("unstable" in l for l in lines) and any(f"hot-fix {fix.branch}" in l for l in lines)
