@@ -1,26 +1,44 @@
-"""Run a committed rewrite in a subprocess and keep its record (exit, wall time, metrics, log).
+"""Run a committed tree in a subprocess and keep its record: one run = (branch, run number).
 
-The child is ``runtime.launch``, which serves the script and project modules from the commit.
-Its output is echoed and logged; lines made only of ``key=value`` numeric tokens (``step=2048
-episode_return=23.5``) become metrics beside what rewritten code records (``grad_norm``). Stopping
-sends SIGINT to the child's process group, then SIGTERM after a grace period, then SIGKILL.
+The child is ``runtime.launch``, which serves the script and project modules from the commit
+(the rewrite, or with ``variant="original"`` the source snapshot itself). Each run gets a new
+folder ``runs/<branch>/<NNNN>/`` (never reused, never overwritten; layout in scalebox_cst.runs):
+``record.json`` (rewritten atomically at start and end), ``log.txt`` (the child's output, also
+echoed), ``metrics.jsonl`` (the child's telemetry, plus the numeric ``key=value`` lines of its
+output, appended here as they arrive) and ``events.jsonl``. A thread tails ``metrics.jsonl`` into
+TensorBoard event files (tensorboardX, when installed) under ``.scalebox/tensorboard/``.
+
+The child has its own process group. ``stop()`` sends SIGINT to the group, then SIGTERM after a
+grace period, then SIGKILL; when the child ends, whatever is left in its group (workers) is
+ended too. The child stops its group itself if this process dies without stopping it.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import math
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from typing import IO, Dict, List, Optional
+from typing import IO, Any, Callable, Dict, List, Optional
 
-from scalebox_cst.runtime.metrics import ENV_FILE, Stats
+from scalebox_cst import runs
+from scalebox_cst.runtime.launch import ENV_INFO, ENV_SEED
+from scalebox_cst.runtime.metrics import ENV_FILE  # where the child's telemetry appends
+
+ENV_RUN_DIR = "SCALEBOX_RUN_DIR"
 
 _TOKEN = re.compile(r"^([A-Za-z_][\w./-]*)=(\S+)$")
+#: key=value tokens that are the x of the others on their line, not metrics of their own
+STEP_KEYS = ("global_step", "step")
+#: seconds without any output or metric after which the run says it is still alive
+QUIET_NOTICES = (10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 def parse_metric_line(line: str) -> Dict[str, float]:
@@ -40,29 +58,45 @@ def parse_metric_line(line: str) -> Dict[str, float]:
 
 @dataclasses.dataclass
 class RunRecord:
+    """What ``record.json`` holds (see scalebox_cst.runs and the README for every key)."""
+
     branch: str
     commit: str
     script: str
     args: List[str]
     started: float
+    run: int = 0
+    source_commit: Optional[str] = None
+    variant: str = "rewrite"  # or "original": the source snapshot itself, unrewritten
+    seed: Optional[int] = None
+    seed_via: Optional[str] = None  # "option" (--seed N appended) or "env" (launcher seeds RNGs)
+    pid: Optional[int] = None
+    pgid: Optional[int] = None
+    host: str = dataclasses.field(default_factory=socket.gethostname)
     ended: Optional[float] = None
     wall_time: Optional[float] = None
     exit_status: Optional[int] = None
-    stopped: bool = False  # ended by us (a newer change), not by itself
-    metrics: Dict[str, Dict[str, float]] = dataclasses.field(default_factory=dict)
+    status: str = "running"  # running | ok | failed | stopped (readers add "lost")
+    signal: Optional[str] = None  # the signal that ended the child, if one did
+    stop_reason: Optional[str] = None
+    hotfix_of: Optional[str] = None  # "run/0002#1"
+    launcher: str = "local"
+    nproc: int = 1
+    stale: Optional[List[str]] = None  # files of the working tree that differed from the commit
+    headline: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    metrics: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+    error_tail: List[str] = dataclasses.field(default_factory=list)
 
     @property
-    def status(self) -> str:
-        if self.exit_status is None:
-            return "running"
-        if self.stopped:
-            return "stopped"
-        return "ok" if self.exit_status == 0 else f"failed ({self.exit_status})"
+    def stopped(self) -> bool:
+        return self.status == "stopped"
+
+    @property
+    def id(self) -> str:
+        return f"{self.branch}#{self.run}"
 
     def to_json(self) -> dict:
-        data = dataclasses.asdict(self)
-        data["status"] = self.status
-        return data
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict) -> "RunRecord":
@@ -70,21 +104,65 @@ class RunRecord:
         return cls(**{k: v for k, v in data.items() if k in fields})
 
 
-def run_dir(runs_root: str, branch: str) -> str:
-    return os.path.join(runs_root, *branch.split("/"))
+def summarize(series: Dict[str, List[runs.Point]]) -> Dict[str, Dict[str, Any]]:
+    """Per metric: count, last, min, max, mean of the finite values, non-finite count."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for name, points in series.items():
+        values = [p.value for p in points]
+        good = [v for v in values if math.isfinite(v)]
+        out[name] = {
+            "count": len(values),
+            "last": values[-1] if values else None,
+            "min": min(good) if good else None,
+            "max": max(good) if good else None,
+            "mean": sum(good) / len(good) if good else None,
+            "nonfinite": len(values) - len(good),
+        }
+    return out
 
 
-def load_record(runs_root: str, branch: str) -> Optional[RunRecord]:
-    path = os.path.join(run_dir(runs_root, branch), "record.json")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return RunRecord.from_json(json.load(fh))
-    except (OSError, ValueError):
-        return None
+def error_tail(lines: List[str], limit: int = 30) -> List[str]:
+    """The last traceback in ``lines`` (else their end), at most ``limit`` lines."""
+    lines = [line.rstrip("\n") for line in lines]
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("Traceback (most recent call last)"):
+            return lines[i:][-limit:]
+    return lines[-min(limit, 10):]
+
+
+class _TensorBoard:
+    """Tails metrics.jsonl into TensorBoard event files (tensorboardX; absent: nothing, said once)."""
+
+    warned = False
+
+    def __init__(self, logdir: str, echo: Callable[[str], None]) -> None:
+        self.offset = 0
+        self.writer = None
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            if not _TensorBoard.warned:
+                _TensorBoard.warned = True
+                echo("scalebox: tensorboardX is not installed: no TensorBoard event files (pip install tensorboardX)")
+            return
+        self.writer = SummaryWriter(logdir=logdir, flush_secs=5)
+
+    def pump(self, path: str) -> int:
+        points, self.offset = runs.read_metrics(path, self.offset)
+        if self.writer is not None:
+            for p in points:
+                self.writer.add_scalar(p.name, p.value, global_step=p.step, walltime=p.time or None)
+        return len(points)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
 
 
 class Execution:
-    """One subprocess running SCRIPT from a commit; ``stop()`` and ``wait()`` finish its record."""
+    """One subprocess running SCRIPT from a commit as a new run of BRANCH; ``stop()`` and
+    ``wait()`` finish its record. ``runs_root`` is ``<project>/.scalebox/runs``."""
 
     def __init__(
         self,
@@ -98,24 +176,46 @@ class Execution:
         echo: Optional[IO[str]] = None,
         python: str = sys.executable,
         env: Optional[Dict[str, str]] = None,
+        *,
+        source_commit: Optional[str] = None,
+        variant: str = "rewrite",
+        seed: Optional[int] = None,
+        seed_via: Optional[str] = None,
+        hotfix_of: Optional[str] = None,
+        stale: Optional[List[str]] = None,
+        label_output: bool = False,
+        notice: Optional[Callable[[str], None]] = None,
+        tensorboard: bool = True,
     ) -> None:
-        self.dir = run_dir(runs_root, branch)
-        os.makedirs(self.dir, exist_ok=True)
-        self.metrics_file = os.path.join(self.dir, "metrics.jsonl")
-        for name in ("metrics.jsonl", "log.txt"):
-            try:
-                os.remove(os.path.join(self.dir, name))
-            except FileNotFoundError:
-                pass
-        self.record = RunRecord(branch, commit, script, list(args), started=time.time())
+        self.project_dir = os.path.realpath(project_dir)
+        self.run, self.dir = runs.allocate_in(os.path.join(runs_root, *branch.split("/")))
+        self.metrics_file = os.path.join(self.dir, runs.METRICS)
+        self.events_file = os.path.join(self.dir, runs.EVENTS)
         self.echo = echo
+        self.prefix = f"[{branch}#{self.run}] " if label_output else ""
+        self.notice = notice or (lambda text: print(text, file=sys.stderr, flush=True))
+        self.record = RunRecord(
+            branch, commit, script, list(args), started=time.time(), run=self.run, source_commit=source_commit,
+            variant=variant, seed=seed, seed_via=seed_via, hotfix_of=hotfix_of, stale=stale,
+        )
+        self._lock = threading.Lock()
+        self._finished = False
+        self._stop_reason: Optional[str] = None
+        self._tail: "collections.deque[str]" = collections.deque(maxlen=400)
+        self._counters: Dict[str, int] = {}
+        self._last_activity = time.time()
         child_env = dict(os.environ if env is None else env)
         child_env[ENV_FILE] = self.metrics_file
+        child_env[ENV_RUN_DIR] = self.dir
+        child_env[ENV_INFO] = json.dumps(
+            {"branch": branch, "run": self.run, "variant": variant, "commit": commit, "source_commit": source_commit, "seed": seed}
+        )
+        child_env.pop(ENV_SEED, None)
+        if seed is not None and seed_via == "env":
+            child_env[ENV_SEED] = str(seed)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
-        cmd = [python, "-m", "scalebox_cst.runtime.launch", store_path, commit, project_dir, script, *args]
-        self._stats = Stats()
-        self._log = open(os.path.join(self.dir, "log.txt"), "w", encoding="utf-8")
-        self._write_record()
+        cmd = self._command(python, store_path, commit, project_dir, script, list(args))
+        self._log = open(os.path.join(self.dir, runs.LOG), "w", encoding="utf-8")
         self.proc = subprocess.Popen(
             cmd,
             cwd=project_dir,
@@ -128,30 +228,90 @@ class Execution:
             bufsize=1,
             start_new_session=True,  # its own process group: we decide when it stops
         )
-        self._reader = threading.Thread(target=self._pump, name=f"scalebox-run-{branch}", daemon=True)
+        self.record.pid = self.record.pgid = self.proc.pid
+        self._write_record()
+        runs.append_event(self.events_file, "started", f"{self.record.id} {variant} {script} {' '.join(args)}".rstrip(), pid=self.proc.pid)
+        tb_dir = runs.tensorboard_dir(self.project_dir, branch, self.run, commit, variant)
+        self._tb = _TensorBoard(tb_dir, self.notice) if tensorboard else None
+        self._done = threading.Event()
+        self._reader = threading.Thread(target=self._pump, name=f"scalebox-run-{branch}#{self.run}", daemon=True)
         self._reader.start()
+        self._tailer = threading.Thread(target=self._tail_metrics, name=f"scalebox-tail-{branch}#{self.run}", daemon=True)
+        self._tailer.start()
 
+    # ------------------------------------------------------------------ output and metrics
     def _pump(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            self._last_activity = time.time()
             self._log.write(line)
+            self._tail.append(line)
             if self.echo is not None:
                 try:
-                    self.echo.write(line)
+                    self.echo.write(self.prefix + line if self.prefix else line)
                     self.echo.flush()
                 except (OSError, ValueError):
                     pass
-            for name, value in parse_metric_line(line).items():
-                self._stats.add(name, value)
+            self._line_metrics(line)
         self._log.flush()
 
+    def _command(self, python: str, store_path: str, commit: str, project_dir: str, script: str, args: List[str]) -> List[str]:
+        """The child's command line (runtime.distributed puts torchrun in front of its workers)."""
+        return [python, "-m", "scalebox_cst.runtime.launch", store_path, commit, project_dir, script, *args]
+
+    def _line_metrics(self, line: str) -> None:
+        """A line of output made of numeric key=value tokens becomes metrics (torchrun: by rank)."""
+        values = parse_metric_line(line)
+        if values:
+            self._append_key_values(values)
+
+    def _append_key_values(self, values: Dict[str, float], path: Optional[str] = None, counters: Optional[Dict[str, int]] = None) -> None:
+        """Numeric key=value lines become metrics; a step/global_step token is their x."""
+        counters = self._counters if counters is None else counters
+        x = next((values[k] for k in STEP_KEYS if k in values and math.isfinite(values[k])), None)
+        now = round(time.time(), 3)
+        lines = []
+        for name, value in values.items():
+            if name in STEP_KEYS:
+                continue
+            count = counters.get(name, 0)
+            counters[name] = count + 1
+            step = int(x) if x is not None else count
+            lines.append(json.dumps({"name": name, "step": step, "value": value if math.isfinite(value) else str(value), "time": now}))
+        if lines:
+            data = ("\n".join(lines) + "\n").encode("utf-8")
+            fd = os.open(path or self.metrics_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)  # one write: whole lines beside the child's own appends
+            finally:
+                os.close(fd)
+
+    def _tail_metrics(self) -> None:
+        """TensorBoard from metrics.jsonl, and a word when a run is silent for long."""
+        notices = list(QUIET_NOTICES)
+        seen_metrics = False
+        while not self._done.wait(1.0):
+            if self._tb is not None and self._tb.pump(self.metrics_file):
+                seen_metrics = True
+                self._last_activity = time.time()
+            quiet = time.time() - self._last_activity
+            if notices and quiet >= notices[0]:
+                while notices and quiet >= notices[0]:
+                    notices.pop(0)
+                what = "no new output or metrics" if seen_metrics or self._tail else "no output or metrics yet"
+                self.notice(f"scalebox: {self.record.id} still running ({time.time() - self.record.started:.0f}s, {what} for {quiet:.0f}s)")
+            elif quiet < 1.0:
+                notices = [t for t in QUIET_NOTICES]
+
+    # ------------------------------------------------------------------ lifecycle
     def poll(self) -> Optional[int]:
         return self.proc.poll()
 
-    def stop(self, grace: float = 3.0) -> RunRecord:
+    def stop(self, grace: float = 3.0, reason: str = "stopped") -> RunRecord:
         """SIGINT to the process group, then SIGTERM, then SIGKILL; returns the finished record."""
         if self.proc.poll() is None:
-            self.record.stopped = True
+            if self._stop_reason is None:
+                self._stop_reason = reason
             for sig, wait_for in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
                 try:
                     os.killpg(self.proc.pid, sig)
@@ -164,34 +324,60 @@ class Execution:
                     continue
         return self.wait()
 
+    def _end_group(self) -> None:
+        """Workers the child left in its process group (its own pid is the group id) end with it."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            deadline = time.time() + 2.0
+            while time.time() < deadline:
+                try:
+                    os.killpg(self.proc.pid, 0)
+                except (ProcessLookupError, PermissionError):
+                    return
+                time.sleep(0.05)
+
     def wait(self, timeout: Optional[float] = None) -> RunRecord:
         status = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=5.0)
-        if self.record.exit_status is None:
-            self.record.exit_status = status
-            self.record.ended = time.time()
-            self.record.wall_time = round(self.record.ended - self.record.started, 3)
-            self.record.metrics = self._collect_metrics()
-            self._write_record()
-            self._log.close()
+        with self._lock:  # a signal raised in here leaves _finished False: the next call redoes it
+            if not self._finished:
+                self._finish(status)
+                self._finished = True
         return self.record
 
-    def _collect_metrics(self) -> Dict[str, Dict[str, float]]:
-        stats = self._stats
-        try:
-            with open(self.metrics_file, encoding="utf-8") as fh:
-                for line in fh:
-                    try:
-                        item = json.loads(line)
-                        stats.add(item["name"], float(item["value"]))
-                    except (ValueError, KeyError):
-                        continue
-        except FileNotFoundError:
-            pass
-        return stats.data
+    def _finish(self, status: int) -> None:
+        self._end_group()
+        self._reader.join(timeout=5.0)
+        self._done.set()
+        self._tailer.join(timeout=5.0)
+        if self._tb is not None:
+            self._tb.pump(self.metrics_file)
+            self._tb.close()
+        rec = self.record
+        rec.exit_status = status
+        rec.ended = time.time()
+        rec.wall_time = round(rec.ended - rec.started, 3)
+        if status < 0:
+            try:
+                rec.signal = signal.Signals(-status).name
+            except ValueError:
+                rec.signal = str(-status)
+        if self._stop_reason is not None:
+            rec.status, rec.stop_reason = "stopped", self._stop_reason
+        else:
+            rec.status = "ok" if status == 0 else "failed"
+        if rec.status == "failed":
+            rec.error_tail = error_tail(list(self._tail))
+        series = runs.read_series(self.dir)
+        rec.metrics = summarize(series)
+        rec.headline = runs.headline(rec.to_json(), series, runs.read_sites(self.dir))
+        self._write_record()
+        self._log.close()
+        kind = {"ok": "ended", "failed": "failed", "stopped": "stopped"}[rec.status]
+        message = f"{rec.id} {rec.status} after {rec.wall_time:.1f}s (exit {status}{', ' + rec.signal if rec.signal else ''})"
+        runs.append_event(self.events_file, kind, message, exit_status=status, signal=rec.signal, reason=rec.stop_reason)
 
     def _write_record(self) -> None:
-        tmp = os.path.join(self.dir, "record.json.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.record.to_json(), fh, indent=2, default=str)
-        os.replace(tmp, os.path.join(self.dir, "record.json"))
+        runs.write_record(self.dir, self.record.to_json())

@@ -11,9 +11,17 @@ parent's ``__main__`` themselves: from its file on disk, without our finder. So 
 ``__spec__`` names ``scalebox_cst._spawn_main`` (which such children import as ``__mp_main__``)
 and :data:`ENV_RUN` says which commit to serve; the child installs the same finder and runs the
 committed script. Fork children inherit the finder and need neither.
+
+The executor passes :data:`ENV_INFO` (branch, run, variant, source commit); with it, tracebacks of
+a rewrite are shown in the user's lines (runtime.loader.Origin). :data:`ENV_SEED` asks the
+launcher to seed ``random``/numpy/torch before the script runs (``scalebox run --seeds`` on a
+script with no ``--seed`` option). The launcher ends its process group when the executor that
+started it dies (even by SIGKILL), so no run outlives ``scalebox run``.
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -24,6 +32,12 @@ ENV_RUN = "SCALEBOX_RUN"
 #: the import hook's own variable for ``python -m scalebox_cst`` (see scalebox_cst.importhook)
 _ENV_HOOK_MAIN = "SCALEBOX_HOOK_MAIN"
 SPAWN_MAIN = "scalebox_cst._spawn_main"
+#: set by the executor: ``{"branch", "run", "variant", "commit", "source_commit", "seed"}`` as JSON
+ENV_INFO = "SCALEBOX_RUN_INFO"
+#: set by the executor for scripts that take no --seed option
+ENV_SEED = "SCALEBOX_SEED"
+#: notes ref of the site reports (scalebox_cst.store.REPORTS_REF; not imported: keep the child light)
+_REPORTS_REF = "refs/notes/scalebox-reports"
 
 
 def _serve(store_path: str, commit_id: str, project_dir: str):
@@ -44,7 +58,103 @@ def _serve(store_path: str, commit_id: str, project_dir: str):
             else:
                 blobs[prefix + entry.name] = entry.id
     SourceMapFinder(project_dir, blobs, lambda p: repo[blobs[p]].data).install()
+    _resolve_origins(repo, commit_id, blobs, project_dir)
     return repo, blobs
+
+
+def _resolve_origins(repo, commit_id: str, blobs, project_dir: str) -> None:
+    """Tracebacks through rewritten files show the user's lines: the originals come from the
+    source snapshot, the site spans from the stored report, both read only when a traceback is."""
+    try:
+        info = json.loads(os.environ.get(ENV_INFO) or "{}")
+    except ValueError:
+        info = {}
+    if info.get("variant", "rewrite") != "rewrite":
+        return
+    from scalebox_cst.runtime.loader import Origin, add_origin_resolver
+
+    state = {}
+
+    def setup():
+        import pygit2
+
+        commit = repo[commit_id]
+        source = info.get("source_commit")
+        if not source:
+            for line in commit.message.splitlines():
+                if line.startswith("Scalebox-Source:"):
+                    source = line.split(":", 1)[1].strip()
+        if not source:
+            return None
+        sites = {}
+        try:
+            report = json.loads(repo.lookup_note(str(commit.id), _REPORTS_REF).message)
+            for f in report.get("files", []):
+                sites[f["path"]] = [(s["line"], s["end_line"], s["transform"]) for s in f.get("sites", []) if s.get("action") == "rewritten"]
+        except (KeyError, ValueError, TypeError):
+            pass
+        return repo[source].peel(pygit2.Tree), sites
+
+    def resolve(filename):
+        if "tree" not in state:
+            state["tree"] = setup()
+        if state["tree"] is None:
+            return None
+        tree, sites = state["tree"]
+        rel = os.path.relpath(filename, project_dir).replace(os.sep, "/")
+        if rel not in blobs:
+            return None
+        try:
+            original = tree[rel]
+        except KeyError:
+            return None
+        if original.id == blobs[rel]:
+            return None  # not rewritten: its lines are the user's
+        decode = importlib.util.decode_source
+        return Origin(decode(original.data), decode(repo[blobs[rel]].data), sites.get(rel, ()), info.get("branch") or "")
+
+    add_origin_resolver(resolve)
+
+
+def _seed_from_env() -> None:
+    """Seed the global generators a script without a --seed option draws from (ENV_SEED)."""
+    raw = os.environ.get(ENV_SEED)
+    if raw is None:
+        return
+    import random
+
+    seed = int(raw)
+    random.seed(seed)
+    for name in ("numpy", "torch"):
+        if importlib.util.find_spec(name) is None:
+            continue
+        module = importlib.import_module(name)
+        if name == "numpy":
+            module.random.seed(seed)
+        else:
+            module.manual_seed(seed)
+
+
+def _end_with_parent(parent: int, interval: float = 0.5) -> None:
+    """A daemon thread: when the executor that started this run is gone (killed, even by
+    SIGKILL), stop the whole process group (SIGTERM, then SIGKILL), workers included."""
+    import signal
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(interval)
+        try:  # the pipe to the executor is likely closed with it
+            print("scalebox: the process that started this run is gone; stopping it", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+        group = os.getpgrp()
+        os.killpg(group, signal.SIGTERM)
+        time.sleep(3.0)
+        os.killpg(group, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="scalebox-parent-watch", daemon=True).start()
 
 
 def main(argv=None) -> None:
@@ -63,6 +173,9 @@ def main(argv=None) -> None:
         sys.exit(f"scalebox: {rel} is not in commit {commit_id[:10]} (is it included in scalebox.toml?)")
 
     install_excepthook()
+    if os.environ.get(ENV_INFO) and os.getpgrp() == os.getpid():  # the executor's own child
+        _end_with_parent(os.getppid())
+    _seed_from_env()
     # Children (and their children) that re-create __main__ run this commit's script; an import
     # hook run started inside this one sets its own variable again, and wins (see _spawn_main).
     os.environ[ENV_RUN] = json.dumps(

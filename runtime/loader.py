@@ -15,7 +15,7 @@ import linecache
 import os
 import re
 import sys
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
@@ -45,11 +45,137 @@ def register_source(filename: str, source: str) -> None:
     linecache.cache[filename] = (len(source), None, physical_lines(source), filename)
 
 
-def _excepthook(exc_type, exc, tb) -> None:
-    """Print tracebacks through ``linecache`` (the C default reads lines from disk, where the
-    original file lives), without the launcher's own frames."""
+class Origin:
+    """Where the lines of one served, rewritten file came from: the user's text, and the sites.
+
+    Tracebacks name the user's file and *its* line, quote the user's line, and mark frames in
+    rewritten code. ``sites``: ``(line, end_line, transform)`` spans of the user's file."""
+
+    def __init__(self, original: str, rewritten: str, sites: Sequence[Tuple[int, int, str]] = (), label: str = "") -> None:
+        import difflib
+
+        self.original = [line.rstrip("\r\n") for line in physical_lines(original)]
+        self.rewritten = [line.rstrip("\r\n") for line in physical_lines(rewritten)]
+        self.sites = list(sites)
+        self.label = label
+        self.map: Dict[int, Tuple[int, bool]] = {}  # rewritten line -> (user's line, same text)
+        matcher = difflib.SequenceMatcher(None, self.original, self.rewritten, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            for k in range(j2 - j1):
+                if tag == "equal":
+                    self.map[j1 + k + 1] = (i1 + k + 1, True)
+                else:  # inserted or replaced: the user's line it stands for (the next one)
+                    self.map[j1 + k + 1] = (min(i1 + k, max(i2 - 1, i1)) + 1, False)
+
+    def locate(self, line: int) -> Tuple[int, Optional[str], Optional[str]]:
+        """(user's line, user's text, mark or None) for a line of the rewritten file."""
+        old, same = self.map.get(line, (line, True))
+        text = self.original[old - 1].strip() if 0 < old <= len(self.original) else None
+        transform = next((t for lo, hi, t in self.sites if lo <= old <= hi), None)
+        if transform is not None:
+            what = f"{transform} site"
+        elif not same:
+            what = "rewritten code"
+        else:
+            return old, text, None
+        return old, text, f"{self.label}, {what}" if self.label else what
+
+    def ran(self, line: int) -> Optional[str]:
+        return self.rewritten[line - 1].strip() if 0 < line <= len(self.rewritten) else None
+
+
+#: filename -> Origin, or a callable giving one (or None) when a traceback first needs it
+_origins: Dict[str, object] = {}
+_origin_resolvers: List[Callable[[str], Optional[Origin]]] = []
+
+
+def register_origin(filename: str, origin) -> None:
+    """Tracebacks through ``filename`` are shown in the user's lines (``origin``: an
+    :class:`Origin` or a no-argument callable returning one, called only when needed)."""
+    _origins[filename] = origin
+
+
+def add_origin_resolver(resolver: Callable[[str], Optional[Origin]]) -> None:
+    """``resolver(filename)`` -> Origin or None, asked for files not registered one by one."""
+    _origin_resolvers.append(resolver)
+
+
+def origin_of(filename: str) -> Optional[Origin]:
+    found = _origins.get(filename)
+    if found is None:
+        for resolver in _origin_resolvers:
+            try:
+                found = resolver(filename)
+            except Exception:  # a traceback must print whatever the store says
+                found = None
+            if found is not None:
+                break
+        _origins[filename] = found if found is not None else False
+    elif callable(found) and not isinstance(found, Origin):
+        try:
+            found = found()
+        except Exception:
+            found = None
+        _origins[filename] = found if found is not None else False
+    return found or None
+
+
+def user_frames(stack):
+    """``stack`` (a traceback.StackSummary) in the user's lines; returns (frames, marks)."""
     import traceback
 
+    frames, marks = [], {}
+    for frame in stack:
+        origin = origin_of(frame.filename)
+        if origin is None or frame.lineno is None:
+            frames.append(frame)
+            continue
+        line, text, mark = origin.locate(frame.lineno)
+        new = traceback.FrameSummary(frame.filename, line, frame.name, lookup_line=False, locals=frame.locals, line=text or "")
+        if mark is not None:
+            ran = origin.ran(frame.lineno)
+            marks[len(frames)] = (mark, ran if ran and ran != text else None)
+        frames.append(new)
+    return frames, marks
+
+
+def format_exception(exc_type, exc, tb) -> str:
+    """The traceback as the user should read it (see :class:`Origin`), chained causes included."""
+    import traceback
+
+    class _Stack(traceback.StackSummary):
+        marks: Dict[int, Tuple[str, Optional[str]]] = {}
+
+        def format_frame_summary(self, frame):
+            text = super().format_frame_summary(frame)
+            for index, candidate in enumerate(self):
+                if candidate is frame and index in self.marks:
+                    mark, ran = self.marks[index]
+                    head, sep, rest = text.partition("\n")
+                    text = f"{head}  ({mark})\n{rest}"
+                    if ran:
+                        text += f"    ran: {ran}\n"
+            return text
+
+    te = traceback.TracebackException(exc_type, exc, tb)
+    seen, todo = set(), [te]
+    while todo:
+        item = todo.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        frames, marks = user_frames(item.stack)
+        stack = _Stack(frames)  # (StackSummary.from_list makes a plain StackSummary)
+        stack.marks = marks
+        item.stack = stack
+        todo.extend(x for x in (item.__cause__, item.__context__) if x is not None)
+        todo.extend(getattr(item, "exceptions", None) or [])
+    return "".join(te.format())
+
+
+def _excepthook(exc_type, exc, tb) -> None:
+    """Print tracebacks in the user's lines (:func:`format_exception`; the C default reads lines
+    from disk), without the launcher's own frames."""
     if issubclass(exc_type, KeyboardInterrupt):
         # The usual way a run ends under the watcher (a newer change): one line, no traceback.
         print("scalebox: run interrupted (KeyboardInterrupt)", file=sys.stderr)
@@ -62,7 +188,14 @@ def _excepthook(exc_type, exc, tb) -> None:
     ):
         tb = tb.tb_next
     tb = tb or first
-    traceback.print_exception(exc_type, exc, tb)
+    try:
+        text = format_exception(exc_type, exc, tb)
+    except Exception:  # never lose the user's traceback to a bug in ours
+        import traceback
+
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 def install_excepthook() -> None:

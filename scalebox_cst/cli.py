@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 from typing import List, Optional, Sequence, Tuple
@@ -167,22 +168,125 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
 
 
 # ---------------------------------------------------------------------------- run
+def _tree_changes(project: Project, source_commit: Optional[str]) -> List[str]:
+    """``M path`` / ``A path`` / ``D path`` for the working tree against a source snapshot."""
+    current = project.scan()
+    committed = project.store.files(source_commit) if source_commit else {}
+    changes = [f"M {p}" for p in sorted(set(current) & set(committed)) if current[p] != committed[p]]
+    changes += [f"A {p}" for p in sorted(set(current) - set(committed))]
+    changes += [f"D {p}" for p in sorted(set(committed) - set(current))]
+    return changes
+
+
+def _config_changed(project: Project, info) -> bool:
+    """Whether the pipeline (config, transforms, engine, backend) differs from the branch's."""
+    try:
+        return bool(info.fingerprint) and project.pipeline.fingerprint != info.fingerprint
+    except ConfigError:
+        return False
+
+
+_SEED_OPTION = re.compile(r"""["']--seed["']|\bseed\s*:\s*int\b""")
+
+
+def _takes_seed_option(source: Optional[bytes]) -> bool:
+    """A script takes ``--seed N`` if it declares the option (argparse, click: the literal
+    "--seed"; tyro/simple-parsing dataclasses: a ``seed: int`` field, as CleanRL's Args)."""
+    return bool(source) and bool(_SEED_OPTION.search(source.decode("utf-8", "replace")))
+
+
+def _parse_seeds(text: Optional[str]) -> List[Optional[int]]:
+    if not text:
+        return [None]
+    seeds: List[Optional[int]] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, dash, hi = part.partition("-") if not part.startswith("-") else (part, "", "")
+        try:
+            seeds.extend(range(int(lo), int(hi) + 1) if dash else [int(part)])
+        except ValueError:
+            _fail(f"--seeds expects integers like 0,1,2 or 0-4, got {text!r}", 2)
+    return seeds
+
+
+class _Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_on(signum, _frame) -> None:
+    raise _Interrupted(signum)
+
+
+def _describe_end(record) -> str:
+    head = record.headline or {}
+    parts = [f"{record.id}{' (original)' if record.variant == 'original' else ''} {record.status}"]
+    if record.signal:
+        parts[0] += f" ({record.signal})"
+    parts[0] += f" in {record.wall_time:.1f}s"
+    if record.seed is not None:
+        parts.append(f"seed {record.seed}")
+    if head.get("episodic_return_final") is not None:
+        parts.append(f"return {head['episodic_return_final']:.4g} (best {head['episodic_return_best']:.4g})")
+    if head.get("sps") is not None:
+        parts.append(f"{head['sps']:.0f} steps/s")
+    if head.get("guard_pass_rate") is not None:
+        parts.append(f"guards {head['guard_pass_rate'] * 100:.0f}%")
+    return ", ".join(parts)
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
-def run(argv: Tuple[str, ...], project_dir: Optional[str]) -> None:
-    """Run SCRIPT from BRANCH's rewrite commit (default: the newest): run [BRANCH] SCRIPT [-- ARGS]."""
+@click.option("--original", is_flag=True, help="Run the branch's source snapshot itself, unrewritten (the baseline).")
+@click.option("--seeds", help="One run per seed: 0,1,2 or 0-4 (passed as --seed N where the script has that option).")
+@click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="At most N runs at once.")
+@click.option("--no-commit", is_flag=True, help="Run the newest branch even if the working tree has changed since.")
+def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds: Optional[str], parallel: int, no_commit: bool) -> None:
+    """Run SCRIPT from BRANCH (default: the newest): run [OPTIONS] [BRANCH] SCRIPT [-- ARGS].
+
+    Every run is a new record (runs/<branch>/<NNNN>/); nothing is overwritten. Without BRANCH,
+    a working tree that changed since the newest branch is committed first (a new branch)."""
+    import time as _time
+
     project = _open_project(project_dir)
     args = list(argv)
+    stale: Optional[List[str]] = None
     try:
         store = project.store
         if len(args) >= 2 and args[0] != "--" and not args[0].endswith(".py"):
             info = store.resolve(args.pop(0))
+            stale = _tree_changes(project, info.source_commit) or None
+            if stale:
+                click.echo(f"scalebox: note: {info.name} differs from the working tree ({', '.join(stale[:5])}{', ...' if len(stale) > 5 else ''})", err=True)
         else:
             newest = store.newest_branch()
-            if newest is None:
+            info = store.resolve(newest) if newest else None
+            changes = _tree_changes(project, info.source_commit) if info else ["A (everything)"]
+            if info is not None and not changes and _config_changed(project, info):
+                changes = ["config (pipeline fingerprint)"]
+            if changes and not no_commit:
+                result = project.commit_change(block_on_bad_input=True, message="scalebox run")
+                if result.blocked:
+                    for line in result.blocked:
+                        click.echo(line, err=True)
+                    if info is None:
+                        _fail("the working tree does not parse and there is no branch to run")
+                    stale = changes
+                    click.echo(f"scalebox: working tree not committed (errors above); running the stale {info.name}", err=True)
+                else:
+                    info = store.resolve(result.branch)
+                    if result.created:
+                        from scalebox_cst.runs import append_project_event
+
+                        append_project_event(project.root, "branch_created", f"{info.name}: {result.report.summary()}", branch=info.name, commit=info.commit)
+                        click.echo(f"scalebox: working tree changed ({', '.join(changes[:5])}); committed {info.name}: {result.report.summary()}", err=True)
+            elif changes and info is not None:
+                stale = changes
+                click.echo(f"scalebox: warning: running {info.name}, which differs from the working tree ({', '.join(changes[:5])})", err=True)
+            elif info is None:
                 _fail("no run branches yet: run `scalebox rewrite .` or `scalebox-watch` first")
-            info = store.resolve(newest)
     except StoreError as exc:
         _fail(str(exc))
     if not args or args[0] == "--":
@@ -191,80 +295,400 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str]) -> None:
     if args and args[0] == "--":
         args.pop(0)
     script_rel = project.relpath(script)
+    if script_rel.startswith(".."):
+        _fail(f"{script} is outside the project {project.root}", 2)
+    commit = info.source_commit if original else info.commit
+    if commit is None:
+        _fail(f"{info.name} has no source snapshot to run")
+    seed_list = _parse_seeds(seeds)
+    seed_via = None
+    if seeds:
+        if any(a == "--seed" or a.startswith("--seed=") for a in args):
+            _fail("--seeds and a --seed among the script's arguments: give one of them", 2)
+        seed_via = "option" if _takes_seed_option(store.read_file(commit, script_rel)) else "env"
+        if seed_via == "env":
+            click.echo(f"scalebox: {script_rel} has no --seed option: seeding random, numpy and torch before it runs", err=True)
     from scalebox_cst.runtime.executor import Execution
 
-    click.echo(f"scalebox: running {script_rel} from {info.name} ({info.commit[:10]})", err=True)
-    execution = Execution(store.path, project.root, project.runs_dir, info.name, info.commit, script_rel, args, echo=sys.stdout)
+    variant = "original" if original else "rewrite"
+    what = "source snapshot (original)" if original else "rewrite"
+    click.echo(f"scalebox: running {script_rel} from {info.name}'s {what} ({commit[:10]})"
+               + (f", seeds {', '.join(str(s) for s in seed_list)}" if seeds else ""), err=True)
+    pending = list(seed_list)
+    active: List[Execution] = []
+    records = []
+    handlers = {s: signal.signal(s, _raise_on) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
-        record = execution.wait()
-    except KeyboardInterrupt:
-        record = execution.stop()
-    click.echo(f"scalebox: {info.name} {record.status} in {record.wall_time:.2f}s; record in {execution.dir}", err=True)
-    sys.exit(record.exit_status if record.exit_status and record.exit_status > 0 else (0 if record.exit_status == 0 else 1))
+        try:
+            while pending or active:
+                while pending and len(active) < parallel:
+                    seed = pending.pop(0)
+                    run_args = [*args, "--seed", str(seed)] if seed_via == "option" else list(args)
+                    execution = Execution(
+                        store.path, project.root, project.runs_dir, info.name, commit, script_rel, run_args,
+                        echo=sys.stdout, source_commit=info.source_commit, variant=variant, seed=seed,
+                        seed_via=seed_via, stale=stale, label_output=parallel > 1 and len(seed_list) > 1,
+                        notice=lambda text: click.echo(text, err=True),
+                    )
+                    click.echo(f"scalebox: {execution.record.id} started (pid {execution.proc.pid})", err=True)
+                    active.append(execution)
+                if len(active) == 1 and not pending:
+                    active[0].wait()
+                for execution in list(active):
+                    if execution.poll() is not None:
+                        record = execution.wait()
+                        records.append(record)
+                        active.remove(execution)
+                        click.echo(f"scalebox: {_describe_end(record)}; record in {execution.dir}", err=True)
+                if active:
+                    _time.sleep(0.1)
+        except _Interrupted as exc:
+            for s in handlers:
+                signal.signal(s, signal.SIG_IGN)  # stopping takes up to two grace periods
+            name = signal.Signals(exc.signum).name
+            click.echo(f"scalebox: {name}: stopping {len(active)} run(s)", err=True)
+            for execution in active:
+                record = execution.stop(reason=f"{name} to scalebox run")
+                click.echo(f"scalebox: {_describe_end(record)}; record in {execution.dir}", err=True)
+            sys.exit(128 + exc.signum)
+    finally:
+        for s, previous in handlers.items():
+            signal.signal(s, previous)
+    if len(records) == 1:
+        status = records[0].exit_status
+        sys.exit(status if status and status > 0 else (0 if status == 0 else 1))
+    sys.exit(0 if all(r.status == "ok" for r in records) else 1)
 
 
 # ---------------------------------------------------------------------------- log
+def _branch_changes(store, info, parent) -> dict:
+    """What a branch changed since the branch before it: files, transforms, backend, config."""
+    from collections import Counter
+
+    try:
+        report = store.report(info.name)
+    except StoreError:
+        report = {}
+    counts = Counter(
+        s["transform"] for f in report.get("files", []) for s in f.get("sites", []) if s.get("action") == "rewritten"
+    )
+    files_now = store.files(info.source_commit) if info.source_commit else {}
+    if parent is not None and parent.source_commit:
+        files_before = store.files(parent.source_commit)
+        changed = [f"M {p}" for p in sorted(set(files_now) & set(files_before)) if files_now[p] != files_before[p]]
+        changed += [f"A {p}" for p in sorted(set(files_now) - set(files_before))]
+        changed += [f"D {p}" for p in sorted(set(files_before) - set(files_now))]
+    else:
+        changed = [f"A {p}" for p in sorted(files_now)]
+    backend = report.get("backend")
+    parent_backend = None
+    if parent is not None:
+        try:
+            parent_backend = store.report(parent.name).get("backend")
+        except StoreError:
+            pass
+    return {
+        "parent": parent.name if parent is not None else None,
+        "files": changed,
+        "transforms": dict(sorted(counts.items())),
+        "backend": backend,
+        "backend_changed": parent is not None and parent_backend != backend,
+        "config_changed": parent is not None and parent.fingerprint != info.fingerprint,
+        "fingerprint": info.fingerprint,
+    }
+
+
+def _run_entry(run_info) -> dict:
+    from scalebox_cst import runs
+
+    record = dict(run_info.record)
+    head = record.get("headline") or {}
+    if record.get("status") in ("running", "lost") or not head:
+        head = runs.run_headline(run_info)
+    record["headline"] = head
+    record["id"] = run_info.id
+    record["dir"] = run_info.dir
+    return record
+
+
+def _run_line(entry: dict) -> str:
+    head = entry.get("headline") or {}
+    text = f"  #{entry['run']:<3} {entry.get('status', '?'):<8}"
+    if entry.get("variant") == "original":
+        text += " original"
+    wall = entry.get("wall_time")
+    if wall is None and entry.get("started"):
+        end = entry.get("ended") or __import__("time").time()
+        wall = end - entry["started"]
+    text += f" {wall:7.1f}s" if wall is not None else "        -"
+    if entry.get("seed") is not None:
+        text += f" seed={entry['seed']}"
+    text += f"  {entry.get('script', '?')}"
+    if entry.get("args"):
+        text += " " + " ".join(entry["args"])
+    facts = []
+    if head.get("episodic_return_final") is not None:
+        facts.append(f"return {head['episodic_return_final']:.4g} (best {head['episodic_return_best']:.4g}, {head.get('episodes', 0)} ep)")
+    if head.get("sps") is not None:
+        facts.append(f"{head['sps']:.0f} steps/s")
+    if head.get("guard_pass_rate") is not None:
+        facts.append(f"guards {head['guard_pass_rate'] * 100:.0f}%")
+    if head.get("site_time_s") is not None:
+        facts.append(f"sites {head['site_time_s']:.3g}s")
+    last = head.get("last") or {}
+    if head.get("episodic_return_final") is None:
+        for key in ("final_return", "episode_return", "grad_norm", "loss"):
+            value = last.get(key)
+            if isinstance(value, (int, float)):
+                facts.append(f"{key}={value:.4g}")
+    elif isinstance(last.get("grad_norm"), (int, float)):
+        facts.append(f"grad_norm={last['grad_norm']:.4g}")
+    if entry.get("stop_reason"):
+        facts.append(f"stopped: {entry['stop_reason']}")
+    if facts:
+        text += "  | " + ", ".join(facts)
+    return text
+
+
 @cli.command()
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: everything shown, and more.")
 def log(project_dir: Optional[str], as_json: bool) -> None:
-    """List run branches, newest first, with their sites and run status."""
-    from scalebox_cst.runtime.executor import load_record
+    """Branches, newest first: what each changed since its parent, and each of its runs."""
+    import time as _time
+
+    from scalebox_cst import runs
 
     project = _open_project(project_dir)
     try:
-        branches = project.store.branches()
-        sessions = project.store.other_branches("hook/")
+        store = project.store
+        branches = store.branches()
+        sessions = store.other_branches("hook/")
+        by_branch: dict = {}
+        for run_info in runs.list_runs(project.root):
+            by_branch.setdefault(run_info.branch, []).append(_run_entry(run_info))
+        entries = []
+        for index in range(len(branches) - 1, -1, -1):
+            info = branches[index]
+            entries.append({
+                "branch": info.name,
+                "commit": info.commit,
+                "source_commit": info.source_commit,
+                "summary": info.summary,
+                "time": info.time,
+                "changes": _branch_changes(store, info, branches[index - 1] if index else None),
+                "runs": by_branch.get(info.name, []),
+            })
     except StoreError as exc:
         _fail(str(exc))
-    rows = []
-    for info in reversed(branches):
-        record = load_record(project.runs_dir, info.name)
-        rows.append((info, record))
+    session_entries = [
+        {"branch": name, "commit": commit, "summary": summary, "time": stamp, "commits": count, "runs": by_branch.get(name, [])}
+        for name, commit, summary, stamp, count in reversed(sessions)
+    ]
     if as_json:
-        click.echo(json.dumps([
-            {
-                "branch": i.name,
-                "commit": i.commit,
-                "source_commit": i.source_commit,
-                "summary": i.summary,
-                "time": i.time,
-                "run": r.to_json() if r else None,
-            }
-            for i, r in rows
-        ] + [
-            {"branch": name, "commit": commit, "summary": summary, "time": stamp, "commits": count}
-            for name, commit, summary, stamp, count in reversed(sessions)
-        ], indent=2, default=str))
+        click.echo(json.dumps(runs.json_safe(entries + session_entries), indent=2, default=str))
         return
-    if not rows and not sessions:
+    if not entries and not session_entries:
         click.echo("no run branches yet")
+    for entry in entries:
+        when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(entry["time"]))
+        click.echo(f"{entry['branch']}  {entry['commit'][:10]}  {when}  {entry['summary'].removeprefix('rewrite: ')}")
+        ch = entry["changes"]
+        files = ch["files"]
+        shown = ", ".join(files[:6]) + (f", ... ({len(files)} files)" if len(files) > 6 else "")
+        since = f"since {ch['parent']}" if ch["parent"] else "first branch"
+        parts = [f"files {since}: {shown or 'none'}"]
+        if ch["transforms"]:
+            parts.append("transforms: " + ", ".join(f"{t} x{n}" for t, n in ch["transforms"].items()))
+        parts.append(f"backend {ch['backend']}" + (" (changed)" if ch["backend_changed"] else ""))
+        if ch["config_changed"]:
+            parts.append("config/pipeline changed")
+        click.echo("  " + "; ".join(parts))
+        if not entry["runs"]:
+            click.echo("  (not run)")
+        for run_entry in entry["runs"]:
+            click.echo(_run_line(run_entry))
+    for entry in session_entries:
+        when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(entry["time"]))
+        click.echo(f"{entry['branch']}  {entry['commit'][:10]}  {when}  import-hook session: {entry['commits']} module commit(s), last: {entry['summary']}")
+        for run_entry in entry["runs"]:
+            click.echo(_run_line(run_entry))
+
+
+# ---------------------------------------------------------------------------- compare
+def _select_runs(project: Project, selector: str) -> Tuple[str, list]:
+    """BRANCH (its rewrite runs), BRANCH#N (one run), BRANCH:original or `original` (runs of the
+    source snapshot of BRANCH, default the newest branch): (label, runs)."""
+    from scalebox_cst import runs
+
+    store = project.store
+    text = selector.strip()
+    number = None
+    variant = "rewrite"
+    if text == "original" or text.endswith(":original"):
+        variant = "original"
+        text = text[: -len(":original")] if text.endswith(":original") else ""
+    if "#" in text:
+        text, _, raw = text.partition("#")
+        try:
+            number = int(raw)
+        except ValueError:
+            _fail(f"bad run {selector!r}: expected BRANCH#N, e.g. run/0003#2", 2)
+    if text.startswith("hook/"):
+        branch, source = text, None
+    else:
+        info = store.resolve(text or (store.newest_branch() or "run/0001"))
+        branch, source = info.name, info.source_commit
+    found = runs.list_runs(project.root) if variant == "original" else runs.list_runs(project.root, branch)
+    chosen = []
+    for r in found:
+        if r.variant != variant:
+            continue
+        if variant == "original" and (r.record.get("source_commit") != source and r.branch != branch):
+            continue
+        if number is not None and (r.branch != branch or r.run != number):
+            continue
+        chosen.append(r)
+    if number is not None and not chosen:
+        _fail(f"no run {branch}#{number}", 1)
+    label = f"{branch}#{number}" if number is not None else branch
+    if variant == "original":
+        label = f"original ({branch})" if number is None else f"{label} original"
+    return label, chosen
+
+
+@cli.command()
+@click.argument("selectors", nargs=-1, required=True)
+@click.option("--metric", "metrics", multiple=True, help="Compare this metric (a series name or episodic_return, sps, ...); repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
+def compare(selectors: Tuple[str, ...], metrics: Tuple[str, ...], as_json: bool, project_dir: Optional[str]) -> None:
+    """Compare branches, runs or the original: compare A B [C ...].
+
+    Each of A, B, ... is BRANCH (its rewrite runs), BRANCH#N (one run), `original` (runs of the
+    newest branch's source snapshot, `scalebox run --original`) or BRANCH:original. Per metric:
+    the mean over runs with a 95% bootstrap interval when there are several (seeds), and whether
+    each difference from A is within noise."""
+    from scalebox_cst import compare as stats
+    from scalebox_cst import runs
+
+    if len(selectors) < 2:
+        _fail("compare needs at least two of BRANCH, BRANCH#N, original", 2)
+    project = _open_project(project_dir)
+    try:
+        groups = [_select_runs(project, s) for s in selectors]
+    except StoreError as exc:
+        _fail(str(exc))
+    result = stats.compare(groups, metrics)
+    if as_json:
+        click.echo(json.dumps(runs.json_safe(result), indent=2))
+        return
+    click.echo(stats.render(result), nl=False)
+
+
+# ---------------------------------------------------------------------------- status
+@cli.command()
+@click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(project_dir: Optional[str], as_json: bool) -> None:
+    """Whether the working tree differs from the newest branch, and which runs are running."""
+    from scalebox_cst import runs
+
+    project = _open_project(project_dir)
+    try:
+        newest = project.store.newest_branch()
+        info = project.store.resolve(newest) if newest else None
+        changes = _tree_changes(project, info.source_commit if info else None)
+    except StoreError as exc:
+        _fail(str(exc))
+    config_changed = info is not None and _config_changed(project, info)
+    running = [
+        {"run": r.id, "pid": r.record.get("pid"), "variant": r.variant, "script": r.record.get("script"), "started": r.record.get("started")}
+        for r in runs.list_runs(project.root) if r.status == "running"
+    ]
+    data = {
+        "newest": newest,
+        "commit": info.commit if info else None,
+        "source_commit": info.source_commit if info else None,
+        "clean": bool(info) and not changes and not config_changed,
+        "changes": changes,
+        "config_changed": config_changed,
+        "running": running,
+    }
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    if info is None:
+        click.echo("no run branches yet: `scalebox rewrite .` or `scalebox run SCRIPT` commits the working tree")
+    elif data["clean"]:
+        click.echo(f"working tree matches {newest} ({info.commit[:10]})")
+    else:
+        click.echo(f"working tree differs from {newest} ({info.commit[:10]}); `scalebox run` commits it first:")
+        for line in changes:
+            click.echo(f"  {line}")
+        if config_changed:
+            click.echo("  config/pipeline changed (scalebox.toml, transforms or engine)")
     import time as _time
 
-    for info, record in rows:
-        when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(info.time))
-        run_text = "not run"
-        if record is not None:
-            run_text = record.status
-            if record.wall_time is not None:
-                run_text += f" {record.wall_time:.1f}s"
-            for key in ("final_return", "episode_return", "grad_norm"):
-                if key in record.metrics:
-                    run_text += f" {key}={record.metrics[key]['last']:.4g}"
-        click.echo(f"{info.name}  {info.commit[:10]}  {when}  {info.summary.removeprefix('rewrite: ')}  [{run_text}]")
-    for name, commit, summary, stamp, count in reversed(sessions):
-        when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(stamp))
-        click.echo(f"{name}  {commit[:10]}  {when}  import-hook session: {count} module commit(s), last: {summary}")
+    for r in running:
+        click.echo(f"running: {r['run']} {r['variant']} {r['script']} (pid {r['pid']}, {(_time.time() - (r['started'] or _time.time())):.0f}s)")
 
 
 # ---------------------------------------------------------------------------- diff
+def _source_diff(store, old, new, stat: bool, color: bool) -> str:
+    """The source change between two branches' snapshots (what the user edited), as a unified
+    diff or, with ``stat``, one line per file."""
+    import difflib
+
+    before = store.files(old.source_commit) if old.source_commit else {}
+    after = store.files(new.source_commit) if new.source_commit else {}
+    out: List[str] = []
+    totals = [0, 0, 0]
+    for path in sorted(set(before) | set(after)):
+        a, b = before.get(path), after.get(path)
+        if a == b:
+            continue
+        a_lines = a.decode("utf-8", "replace").splitlines(True) if a is not None else []
+        b_lines = b.decode("utf-8", "replace").splitlines(True) if b is not None else []
+        lines = list(difflib.unified_diff(
+            a_lines, b_lines, f"a/{path}" if a is not None else "/dev/null", f"b/{path}" if b is not None else "/dev/null",
+        ))
+        added = sum(1 for line in lines[2:] if line.startswith("+"))
+        removed = sum(1 for line in lines[2:] if line.startswith("-"))
+        totals[0] += 1
+        totals[1] += added
+        totals[2] += removed
+        if stat:
+            out.append(f" {path} | +{added} -{removed}\n")
+            continue
+        for line in lines:
+            if not line.endswith("\n"):
+                line += "\n\\ No newline at end of file\n"
+            if color and line.startswith(("+++", "---")):
+                line = click.style(line, bold=True)
+            elif color and line.startswith("+"):
+                line = click.style(line, fg="green")
+            elif color and line.startswith("-"):
+                line = click.style(line, fg="red")
+            elif color and line.startswith("@@"):
+                line = click.style(line, fg="cyan")
+            out.append(line)
+    if not totals[0]:
+        return f"no source change between {old.name} and {new.name}\n"
+    if stat:
+        out.append(f" {totals[0]} file(s) changed, +{totals[1]} -{totals[2]} ({old.name} -> {new.name})\n")
+    return "".join(out)
+
+
 @cli.command()
 @click.argument("branch", required=False)
+@click.argument("other", required=False)
 @click.option("--stat", is_flag=True, help="Per-file summary instead of the diff.")
 @click.option("--color/--no-color", default=None, help="Colour (default: only on a terminal).")
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
-def diff(branch: Optional[str], stat: bool, color: Optional[bool], project_dir: Optional[str]) -> None:
-    """Show BRANCH as original -> rewrite, hunks labelled with transform and reason.
+def diff(branch: Optional[str], other: Optional[str], stat: bool, color: Optional[bool], project_dir: Optional[str]) -> None:
+    """Show BRANCH as original -> rewrite, hunks labelled with transform and reason;
+    `diff A B`: the source change (what was edited) from branch A to branch B.
 
     BRANCH is a run branch (run/0002, 2) or an import-hook session as `scalebox log` lists it
     (hook/<session>, or the session id); default: the newest run branch, else the newest session.
@@ -274,6 +698,14 @@ def diff(branch: Optional[str], stat: bool, color: Optional[bool], project_dir: 
     from scalebox_cst.store import BranchInfo
 
     project = _open_project(project_dir)
+    if other is not None:
+        try:
+            old, new = project.store.resolve(branch), project.store.resolve(other)
+            use_color = sys.stdout.isatty() if color is None else color
+            click.echo(_source_diff(project.store, old, new, stat, use_color), nl=False, color=use_color)
+        except StoreError as exc:
+            _fail(str(exc))
+        return
     try:
         store = project.store
         name = branch or store.newest_branch()
@@ -412,7 +844,8 @@ def _watch(directory: str, script: Optional[str], debounce: float, polling: bool
     if script is not None:
         script = project.relpath(os.path.join(directory, script) if not os.path.isabs(script) else script)
     watcher = Watcher(project, script, argv, debounce=debounce, polling=polling, echo=click.echo, run_output=sys.stdout)
-    signal.signal(signal.SIGTERM, lambda *_: watcher.stop())
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # a closed terminal stops the run too
+        signal.signal(signum, lambda *_: watcher.stop())
     try:
         watcher.start()
         watcher.run_forever()

@@ -91,7 +91,11 @@ def project_events_path(project_root: str) -> str:
 def allocate_run(project_root: str, branch: str) -> Tuple[int, str]:
     """The next run number of ``branch`` and its new, empty folder (``os.mkdir`` is the lock:
     two processes starting runs at once get different numbers; numbers are never reused)."""
-    parent = os.path.join(runs_root(project_root), *branch.split("/"))
+    return allocate_in(os.path.join(runs_root(project_root), *branch.split("/")))
+
+
+def allocate_in(parent: str) -> Tuple[int, str]:
+    """:func:`allocate_run` given the branch's folder ``runs/<branch>``."""
     os.makedirs(parent, exist_ok=True)
     taken = [int(n) for n in os.listdir(parent) if len(n) == 4 and n.isdigit()]
     number = max(taken, default=0) + 1
@@ -265,7 +269,7 @@ def list_runs(project_root: str, branch: Optional[str] = None) -> List[RunInfo]:
             continue
         rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
         name, _, number = rel.rpartition("/")
-        if not (name and len(number) == 4 and number.isdigit()):
+        if not ("/" in name and len(number) == 4 and number.isdigit()):  # branches hold a "/"
             continue
         if branch is not None and name != branch:
             continue

@@ -23,6 +23,16 @@ from scalebox_cst.report import RunReport
 _IGNORED_EVENTS = {"opened", "closed_no_write"}
 
 
+def _project_event(project: Project, kind: str, message: str, **extra) -> None:
+    """runs/events.jsonl (scalebox_cst.runs): what the monitor shows between runs."""
+    from scalebox_cst.runs import append_project_event
+
+    try:
+        append_project_event(project.root, kind, message, **extra)
+    except OSError:
+        pass  # a full disk must not stop the watcher
+
+
 class _Handler(FileSystemEventHandler):
     def __init__(self, watcher: "Watcher") -> None:
         self.watcher = watcher
@@ -128,6 +138,7 @@ class Watcher:
         if result.blocked:
             if result.blocked != self._last_blocked:  # say it once per distinct error
                 self.blocked += 1
+                _project_event(self.project, "save_blocked", result.blocked[0], errors=result.blocked)
                 for line in result.blocked:
                     self.echo(line)
                 if self.execution is not None:
@@ -140,6 +151,7 @@ class Watcher:
                 self.echo(f.error or f"{f.path}: error")
         if result.created:
             self.branches.append(result.branch)
+            _project_event(self.project, "branch_created", f"{result.branch}: {result.report.summary()}", branch=result.branch, commit=result.report.commit)
             self.echo(f"scalebox: {result.branch} {result.report.commit[:10]}: {result.report.summary()}")
             self.start_run(result.branch, result.report.commit)
         elif self.execution is None and self.script and not self.started_once:
@@ -164,6 +176,7 @@ class Watcher:
                 self.script,
                 self.args,
                 echo=self.run_output,
+                source_commit=self.project.store.resolve(branch).source_commit,
             )
         except Exception as exc:  # the run could not start (store, disk): the next save retries
             self.execution = None

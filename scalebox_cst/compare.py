@@ -1,0 +1,202 @@
+"""Statistics of ``scalebox compare``: one number per run and metric, then means over runs with
+bootstrap confidence intervals, and whether a difference between two groups is within noise.
+
+Why bootstrap: a handful of seeds per branch, returns far from normal; the percentile bootstrap
+of the mean (and of the difference of means, groups resampled independently) needs no such
+assumption. The resampling is seeded, so the same runs always print the same intervals.
+A difference is *within noise* when the interval of the difference contains 0; with a single
+run on either side there is no noise estimate at all, and the verdict says so.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from scalebox_cst import runs
+
+#: what ``compare`` shows without --metric: (metric, label, higher is better)
+DEFAULT_METRICS: Tuple[Tuple[str, str, Optional[bool]], ...] = (
+    ("episodic_return", "episodic return (final)", True),
+    ("episodic_return_best", "episodic return (best)", True),
+    ("sps", "steps/s", True),
+    ("site_time_s", "time in rewritten sites (s)", False),
+    ("guard_pass_rate", "guard pass rate", None),
+    ("wall_time", "wall time (s)", False),
+)
+#: metric names that read a headline key rather than a series
+_HEADLINE = {
+    "episodic_return": "episodic_return_final",
+    "episodic_return_final": "episodic_return_final",
+    "episodic_return_best": "episodic_return_best",
+    "sps": "sps",
+    "SPS": "sps",
+    "site_time_s": "site_time_s",
+    "guard_pass_rate": "guard_pass_rate",
+    "wall_time": "wall_time",
+}
+LEVEL = 0.95
+RESAMPLES = 4000
+
+
+def run_value(head: Dict[str, Any], series: Dict[str, Sequence[runs.Point]], metric: str) -> Optional[float]:
+    """One number for ``metric`` in one run: a headline value (see runs.headline), else the mean
+    of the last runs.RETURN_WINDOW finite points of the series of that name."""
+    key = _HEADLINE.get(metric)
+    if key is not None:
+        value = head.get(key)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    points = series.get(metric)
+    return runs.tail_mean(runs.finite(points)) if points else None
+
+
+def bootstrap_ci(values: Sequence[float], level: float = LEVEL, resamples: int = RESAMPLES, seed: int = 0) -> Optional[Tuple[float, float]]:
+    """Percentile bootstrap interval of the mean; None for fewer than two values."""
+    v = np.asarray(values, dtype=float)
+    if v.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(resamples, v.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(lo), float(hi)
+
+
+def bootstrap_diff_ci(a: Sequence[float], b: Sequence[float], level: float = LEVEL, resamples: int = RESAMPLES, seed: int = 0) -> Optional[Tuple[float, float]]:
+    """Percentile bootstrap interval of mean(b) - mean(a), each group resampled on its own."""
+    va, vb = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if va.size < 2 or vb.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    ma = va[rng.integers(0, va.size, size=(resamples, va.size))].mean(axis=1)
+    mb = vb[rng.integers(0, vb.size, size=(resamples, vb.size))].mean(axis=1)
+    lo, hi = np.quantile(mb - ma, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(lo), float(hi)
+
+
+def describe(values: Sequence[float]) -> Dict[str, Any]:
+    """n, mean, sample standard deviation, bootstrap interval of the mean (None for n < 2)."""
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "std": None, "ci": None}
+    mean = float(np.mean(values))
+    std = float(np.std(values, ddof=1)) if n > 1 else None
+    ci = bootstrap_ci(values)
+    return {"n": n, "mean": mean, "std": std, "ci": list(ci) if ci else None}
+
+
+def verdict(a: Sequence[float], b: Sequence[float], higher_is_better: Optional[bool] = None) -> Dict[str, Any]:
+    """The difference mean(b) - mean(a), its interval, and what it means in words."""
+    if not a or not b:
+        return {"delta": None, "relative": None, "ci": None, "within_noise": None, "text": "no value on one side"}
+    ma, mb = float(np.mean(a)), float(np.mean(b))
+    delta = mb - ma
+    relative = delta / abs(ma) if ma else None
+    ci = bootstrap_diff_ci(a, b)
+    if ci is None:
+        text = f"one run on a side ({len(a)} vs {len(b)}): no noise estimate; run several seeds (--seeds 0,1,2)"
+        return {"delta": delta, "relative": relative, "ci": None, "within_noise": None, "text": text}
+    within = ci[0] <= 0.0 <= ci[1]
+    if within:
+        text = "within noise" if delta or ci != (0.0, 0.0) else "no difference"
+    else:
+        direction = "higher" if delta > 0 else "lower"
+        text = direction
+        if higher_is_better is not None:
+            text += " (better)" if (delta > 0) == higher_is_better else " (worse)"
+    return {"delta": delta, "relative": relative, "ci": list(ci), "within_noise": within, "text": text}
+
+
+def usable(group: Sequence[runs.RunInfo]) -> Tuple[List[runs.RunInfo], List[runs.RunInfo]]:
+    """(runs that ended ok, the others): failed, stopped or lost runs would skew a mean."""
+    ok = [r for r in group if r.status == "ok"]
+    return ok, [r for r in group if r.status != "ok"]
+
+
+def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Sequence[str] = ()) -> Dict[str, Any]:
+    """Compare labelled groups of runs; the first group is the baseline of every difference."""
+    chosen = [(m, label, better) for m, label, better in DEFAULT_METRICS] if not metrics else [
+        (m, m, next((b for name, _, b in DEFAULT_METRICS if name == m), None)) for m in metrics
+    ]
+    loaded = []
+    for label, group in groups:
+        ok, excluded = usable(group)
+        per_run = []
+        for run in ok:
+            series = runs.read_series(run.dir)
+            head = runs.headline(run.record, series, runs.read_sites(run.dir))
+            per_run.append((run, head, series))
+        loaded.append((label, ok, excluded, per_run))
+    out: Dict[str, Any] = {
+        "groups": [
+            {
+                "label": label,
+                "runs": [r.id for r in ok],
+                "seeds": [r.record.get("seed") for r in ok],
+                "excluded": [{"run": r.id, "status": r.status} for r in excluded],
+            }
+            for label, ok, excluded, _ in loaded
+        ],
+        "metrics": [],
+    }
+    for metric, title, better in chosen:
+        rows = []
+        values_by_group = []
+        for label, _, _, per_run in loaded:
+            values = [v for v in (run_value(h, s, metric) for _, h, s in per_run) if v is not None]
+            values_by_group.append(values)
+            rows.append({"label": label, "values": values, **describe(values)})
+        if not any(values_by_group):
+            continue
+        base = values_by_group[0]
+        for row, values in zip(rows[1:], values_by_group[1:]):
+            row["vs_first"] = verdict(base, values, better)
+        out["metrics"].append({"metric": metric, "title": title, "higher_is_better": better, "groups": rows})
+    return out
+
+
+def _fmt(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        return f"{value:.3g}"
+    return f"{value:.4g}" if abs(value) < 100 else f"{value:.1f}"
+
+
+def render(result: Dict[str, Any]) -> str:
+    """Plain text: per metric, each group's mean [interval] (n), and each difference in words."""
+    lines: List[str] = []
+    groups = result["groups"]
+    for g in groups:
+        seeds = [s for s in g["seeds"] if s is not None]
+        line = f"{g['label']}: {len(g['runs'])} run(s)"
+        if g["runs"]:
+            line += " " + ", ".join(g["runs"])
+        if seeds:
+            line += f" (seeds {', '.join(str(s) for s in seeds)})"
+        if g["excluded"]:
+            line += "; left out: " + ", ".join(f"{e['run']} ({e['status']})" for e in g["excluded"])
+        lines.append(line)
+    if not result["metrics"]:
+        lines.append("no metric to compare (no finished run has one)")
+    width = max((len(g["label"]) for g in groups), default=4)
+    for m in result["metrics"]:
+        lines.append("")
+        lines.append(m["title"])
+        for row in m["groups"]:
+            text = f"  {row['label']:<{width}}  "
+            if row["n"] == 0:
+                lines.append(text + "-")
+                continue
+            text += _fmt(row["mean"])
+            if row["ci"]:
+                text += f"  [{_fmt(row['ci'][0])}, {_fmt(row['ci'][1])}]"
+            text += f"  (n={row['n']})"
+            diff = row.get("vs_first")
+            if diff and diff["delta"] is not None:
+                rel = f" ({diff['relative'] * 100:+.1f}%)" if diff["relative"] is not None else ""
+                text += f"   vs {groups[0]['label']}: {diff['delta']:+.4g}{rel}, {diff['text']}"
+            elif diff:
+                text += f"   vs {groups[0]['label']}: {diff['text']}"
+            lines.append(text)
+    return "\n".join(lines) + "\n"

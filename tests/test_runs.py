@@ -1,0 +1,464 @@
+"""Run records (issue 10, host side): the reader library, compare's statistics, and the CLI's
+run/log/compare/status/diff as a user drives them: runs never overwritten, --original, --seeds,
+--parallel, signals that leave no process behind, tracebacks in the user's lines, TensorBoard.
+
+Most scripts here import no torch, so a run costs about a second on a loaded machine.
+"""
+import json
+import math
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import scalebox
+from scalebox_cst import compare as stats
+from scalebox_cst import runs
+
+CLI = [sys.executable, "-c", "from scalebox_cst.cli import main; main()"]
+
+
+# ----------------------------------------------------------------------------- reader library
+def _line(name, step, value, t=1.0):
+    return json.dumps({"name": name, "step": step, "value": value, "time": t}) + "\n"
+
+
+def test_read_metrics_resumes_at_offsets_and_skips_a_partial_last_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(_line("a", 0, 1.5) + _line("b", 3, "nan") + '{"name": "a", "st')
+    points, offset = runs.read_metrics(str(path))
+    assert [(p.name, p.step) for p in points] == [("a", 0), ("b", 3)]
+    assert points[0].value == 1.5 and math.isnan(points[1].value)
+    assert offset == len((_line("a", 0, 1.5) + _line("b", 3, "nan")).encode())
+    with open(path, "a") as fh:  # the writer finishes its line and adds more
+        fh.write('ep": 1, "value": "inf", "time": 2}\n' + "not json\n" + _line("c", 2, "-inf"))
+    more, offset2 = runs.read_metrics(str(path), offset)
+    assert [(p.name, p.value) for p in more] == [("a", math.inf), ("c", -math.inf)]
+    assert offset2 == path.stat().st_size
+    assert runs.read_metrics(str(path), offset2) == ([], offset2)
+    assert runs.read_metrics(str(tmp_path / "absent.jsonl"), 7) == ([], 7)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6)), min_size=1, max_size=20),
+    cuts=st.lists(st.integers(0, 2000), max_size=6),
+)
+def test_reading_while_written_sees_each_point_once(tmp_path_factory, values, cuts):
+    """However the writes are cut, a reader polling from its offset sees every point exactly once."""
+    path = tmp_path_factory.mktemp("m") / "metrics.jsonl"
+    text = "".join(
+        _line("x", i, v if isinstance(v, int) or math.isfinite(v) else str(v)) for i, v in enumerate(values)
+    ).encode()
+    bounds = sorted({min(c, len(text)) for c in cuts} | {len(text)})
+    seen, offset, written = [], 0, 0
+    for bound in bounds:
+        with open(path, "ab") as fh:
+            fh.write(text[written:bound])
+        written = bound
+        points, offset = runs.read_metrics(str(path), offset)
+        seen.extend(points)
+    assert [p.step for p in seen] == list(range(len(values)))
+    for p, v in zip(seen, values):
+        assert (math.isnan(p.value) and math.isnan(v)) or p.value == float(v)
+
+
+def test_events_reader_and_appender(tmp_path):
+    path = str(tmp_path / "runs" / "events.jsonl")
+    runs.append_event(path, "branch_created", "run/0002: 1 file(s)", branch="run/0002")
+    runs.append_event(path, "save_blocked", "t.py:3: SyntaxError")
+    events, offset = runs.read_events(path)
+    assert [e["kind"] for e in events] == ["branch_created", "save_blocked"]
+    assert events[0]["branch"] == "run/0002" and events[0]["time"] > 0
+    assert runs.read_events(path, offset) == ([], offset)
+
+
+def test_allocate_run_gives_each_caller_its_own_number(tmp_path):
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(runs.allocate_run(str(tmp_path), "run/0001")[0])) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == list(range(1, 17))
+    assert runs.allocate_run(str(tmp_path), "run/0001")[0] == 17
+
+
+def _record(tmp_path, branch, number, **fields):
+    directory = runs.run_dir(str(tmp_path), branch, number)
+    os.makedirs(directory, exist_ok=True)
+    runs.write_record(directory, {"branch": branch, "run": number, "status": "running", **fields})
+    return directory
+
+
+def test_a_running_record_whose_process_is_gone_reads_as_lost(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _record(tmp_path, "run/0001", 1, pid=dead.pid, host=os.uname().nodename)
+    # a live pid that is not a scalebox run (a reused pid) is not our run either
+    _record(tmp_path, "run/0001", 2, pid=os.getpid(), host=os.uname().nodename)
+    _record(tmp_path, "run/0001", 3, pid=dead.pid, status="ok", exit_status=0)
+    _record(tmp_path, "run/0002", 1, pid=dead.pid, host="some-other-host")
+    found = {r.id: r.status for r in runs.list_runs(str(tmp_path))}
+    assert found == {"run/0001#1": "lost", "run/0001#2": "lost", "run/0001#3": "ok", "run/0002#1": "running"}
+    assert [r.id for r in runs.list_runs(str(tmp_path), "run/0002")] == ["run/0002#1"]
+
+
+def test_headline_windows_and_guard_rate():
+    series = {
+        "episodic_return": [runs.Point("episodic_return", i, float(v), 0.0) for i, v in enumerate(range(1, 21))],
+        "SPS": [runs.Point("SPS", i, v, 0.0) for i, v in enumerate([10.0, 100.0, 200.0, 300.0])],
+        "grad_norm": [runs.Point("grad_norm", 0, 1.0, 0.0), runs.Point("grad_norm", 1, math.nan, 0.0)],
+    }
+    sites = [{"vectorized": 9, "fallback": 1, "time_s": 0.5}, {"vectorized": 0, "fallback": 0, "time_s": 0.25}]
+    head = runs.headline({"wall_time": 3.0}, series, sites)
+    assert head["episodic_return_final"] == pytest.approx(sum(range(11, 21)) / 10)  # last 10 episodes
+    assert head["episodic_return_best"] == head["episodic_return_final"]  # rising: the best window is the last
+    assert head["episodes"] == 20 and head["sps"] == 250.0  # median of the second half (warm-up left out)
+    assert head["guard_pass_rate"] == 0.9 and head["site_time_s"] == 0.75
+    assert head["nonfinite"] == 1 and head["wall_time"] == 3.0
+    falling = {"episodic_return": [runs.Point("episodic_return", i, float(-i), 0.0) for i in range(30)]}
+    head = runs.headline({}, falling)
+    assert head["episodic_return_best"] == pytest.approx(-4.5) and head["episodic_return_final"] == pytest.approx(-24.5)
+    assert head["guard_pass_rate"] is None and head["sps"] is None
+
+
+# ----------------------------------------------------------------------------- statistics
+def test_bootstrap_interval_and_verdicts():
+    same_a, same_b = [10.0, 12.0, 11.0, 9.0, 13.0], [11.0, 10.0, 12.5, 9.5, 12.0]
+    ci = stats.bootstrap_ci(same_a)
+    assert ci[0] < sum(same_a) / 5 < ci[1]
+    assert stats.bootstrap_ci(same_a) == ci  # seeded: the same runs print the same interval
+    assert stats.verdict(same_a, same_b)["text"] == "within noise"
+    far = [v + 50 for v in same_a]
+    v = stats.verdict(same_a, far, higher_is_better=True)
+    assert v["within_noise"] is False and v["text"] == "higher (better)" and v["delta"] == pytest.approx(50)
+    assert v["ci"][0] > 0
+    assert stats.verdict(same_a, [1.0], True)["within_noise"] is None  # one run: no noise estimate
+    assert "no noise estimate" in stats.verdict([1.0], [2.0])["text"]
+    assert stats.verdict([3.0, 3.0], [3.0, 3.0])["text"] == "no difference"
+
+
+def test_bootstrap_coverage_is_about_nominal():
+    """Over many normal samples of 8, the 95% interval holds the true mean about 90-97% of the time
+    (percentile bootstrap undercovers a little at small n)."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    hits = sum(lo <= 0.0 <= hi for lo, hi in (stats.bootstrap_ci(rng.normal(0, 1, 8), resamples=1000, seed=i) for i in range(300)))
+    assert 0.85 <= hits / 300 <= 0.98
+
+
+# ----------------------------------------------------------------------------- CLI end to end
+SEEDED = textwrap.dedent(
+    """\
+    import argparse, random
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--base", type=float, default=BASE)
+    args = parser.parse_args()
+    random.seed(args.seed)
+    for episode in range(12):
+        print(f"global_step={episode * 10} episodic_return={args.base + random.gauss(0, 1):.4f} SPS=1000")
+    """
+)
+
+NO_SEED_OPTION = textwrap.dedent(
+    """\
+    import random, time
+    print(f"draw={random.random():.12f}")
+    print(f"began={time.time():.3f}", flush=True)
+    time.sleep(0.6)
+    print(f"finished={time.time():.3f}")
+    """
+)
+
+
+@pytest.fixture
+def plain(tmp_path):
+    root = tmp_path / "plain"
+    root.mkdir()
+    (root / "train.py").write_text(SEEDED.replace("BASE", "0.0"))
+    (root / "noseed.py").write_text(NO_SEED_OPTION)
+    (root / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    scalebox("init", str(root))
+    return root
+
+
+def records(root, branch):
+    return [r.record for r in runs.list_runs(str(root), branch)]
+
+
+def test_runs_are_never_overwritten_and_seeds_reach_the_script(plain):
+    scalebox("run", "train.py", cwd=plain)
+    scalebox("run", "train.py", "--", "--base", "5", cwd=plain)
+    proc = scalebox("run", "--seeds", "0,1,2", "--parallel", "2", "train.py", cwd=plain)
+    assert "[run/0001#3] global_step=0" in proc.stdout  # parallel output carries the run's name
+    recs = records(plain, "run/0001")
+    assert [r["run"] for r in recs] == [1, 2, 3, 4, 5]
+    assert [r["seed"] for r in recs] == [None, None, 0, 1, 2]
+    assert recs[1]["args"] == ["--base", "5"] and recs[2]["args"] == ["--seed", "0"] and recs[2]["seed_via"] == "option"
+    logs = [(plain / ".scalebox" / "runs" / "run" / "0001" / f"{n:04d}" / "log.txt").read_text() for n in range(1, 6)]
+    assert logs[0] == logs[2] != logs[3]  # seed 0 is the script's default; seed 1 draws otherwise
+    assert "episodic_return=5." in logs[1] or "episodic_return=4." in logs[1]
+    for r in recs:
+        assert r["status"] == "ok" and r["exit_status"] == 0 and r["variant"] == "rewrite"
+        assert r["headline"]["episodes"] == 12 and r["headline"]["sps"] == 1000
+    # key=value lines became points, x = their global_step
+    points, _ = runs.read_metrics(str(plain / ".scalebox" / "runs" / "run" / "0001" / "0003" / "metrics.jsonl"))
+    assert [p.step for p in points if p.name == "episodic_return"] == list(range(0, 120, 10))
+
+
+def test_parallel_runs_at_most_n_at_once_and_env_seeding(plain):
+    scalebox("run", "--seeds", "0-2", "--parallel", "2", "noseed.py", cwd=plain)
+    scalebox("run", "--seeds", "0", "noseed.py", cwd=plain)
+    recs = records(plain, "run/0001")
+    assert [r["seed_via"] for r in recs] == ["env"] * 4
+    spans, draws = [], []
+    for r in recs:
+        series = runs.read_series(runs.run_dir(str(plain), "run/0001", r["run"]))
+        spans.append((series["began"][0].value, series["finished"][0].value))
+        draws.append(series["draw"][0].value)
+    assert draws[0] == draws[3] and len(set(draws[:3])) == 3  # seeded by the launcher: reproducible
+    for began, _ in spans[:3]:
+        assert sum(1 for b, f in spans[:3] if b <= began < f) <= 2
+
+
+def test_original_runs_the_source_snapshot(project):
+    (project / "probe.py").write_text(
+        "import torch\nmodel = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model(torch.ones(1, 2)).sum().backward()\nopt.step()\n"
+        "print('rewritten=' + str(int(any(k.startswith('_scalebox') for k in globals()))))\n"
+    )
+    (project / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    scalebox("rewrite", str(project))
+    scalebox("run", "probe.py", cwd=project)
+    scalebox("run", "--original", "probe.py", cwd=project)
+    rewrite, original = records(project, "run/0001")
+    assert rewrite["variant"] == "rewrite" and original["variant"] == "original"
+    assert original["commit"] == original["source_commit"] == rewrite["source_commit"] != rewrite["commit"]
+    assert rewrite["metrics"]["rewritten"]["last"] == 1 and original["metrics"]["rewritten"]["last"] == 0
+    out = scalebox("compare", "original", "run/0001", "--metric", "rewritten", cwd=project).stdout
+    assert "original (run/0001): 1 run(s) run/0001#2" in out
+    assert "one run on a side" in out
+
+
+def _edit(root, base):
+    (root / "train.py").write_text(SEEDED.replace("BASE", base))
+
+
+def test_compare_seeded_branches_says_what_is_noise(plain):
+    scalebox("run", "--seeds", "0,1,2,3", "train.py", cwd=plain)  # run/0001: base 0
+    _edit(plain, "0.0 + 0")  # run/0002: same numbers, another branch
+    scalebox("run", "--seeds", "4,5,6,7", "train.py", cwd=plain)
+    _edit(plain, "30.0")  # run/0003: clearly better
+    scalebox("run", "--seeds", "0,1,2,3", "train.py", cwd=plain)
+    out = scalebox("compare", "1", "run/0002", "run/0003", cwd=plain).stdout
+    lines = out.splitlines()
+    ret = lines.index("episodic return (final)")
+    assert "run/0002" in lines[ret + 2] and "within noise" in lines[ret + 2]
+    assert "run/0003" in lines[ret + 3] and "higher (better)" in lines[ret + 3]
+    data = json.loads(scalebox("compare", "run/0001", "run/0003", "--json", cwd=plain).stdout)
+    (ret_metric,) = [m for m in data["metrics"] if m["metric"] == "episodic_return"]
+    a, b = ret_metric["groups"]
+    assert a["n"] == b["n"] == 4 and a["ci"][0] < a["mean"] < a["ci"][1]
+    assert b["vs_first"]["within_noise"] is False and 25 < b["vs_first"]["delta"] < 35
+    assert data["groups"][0]["seeds"] == [0, 1, 2, 3]
+    one = scalebox("compare", "run/0001#1", "run/0003#1", cwd=plain).stdout
+    assert "no noise estimate" in one
+    diff = scalebox("diff", "run/0002", "run/0003", cwd=plain).stdout
+    assert "-    parser.add_argument(\"--base\", type=float, default=0.0 + 0)" in diff
+    assert "+    parser.add_argument(\"--base\", type=float, default=30.0)" in diff
+    assert "train.py | +1 -1" in scalebox("diff", "run/0002", "run/0003", "--stat", cwd=plain).stdout
+
+
+def test_log_json_and_status(plain):
+    scalebox("run", "--seeds", "0", "train.py", cwd=plain)
+    assert scalebox("status", cwd=plain).stdout.startswith("working tree matches run/0001")
+    _edit(plain, "3.0")
+    (plain / "extra.py").write_text("X = 1\n")
+    status = json.loads(scalebox("status", "--json", cwd=plain).stdout)
+    assert status["clean"] is False and status["changes"] == ["M train.py", "A extra.py"]
+    proc = scalebox("run", "train.py", cwd=plain)  # not silently stale: committed first, and said so
+    assert "working tree changed (M train.py, A extra.py); committed run/0002" in proc.stderr
+    assert json.loads(scalebox("status", "--json", cwd=plain).stdout)["clean"] is True
+    (plain / "extra.py").write_text("X = (\n")  # a save that does not parse
+    proc = scalebox("run", "train.py", cwd=plain)
+    assert "extra.py:1" in proc.stderr and "running the stale run/0002" in proc.stderr
+    entries = json.loads(scalebox("log", "--json", cwd=plain).stdout)
+    assert [e["branch"] for e in entries] == ["run/0002", "run/0001"]
+    newest = entries[0]
+    assert newest["changes"]["parent"] == "run/0001"
+    assert newest["changes"]["files"] == ["M train.py", "A extra.py"] and newest["changes"]["backend"] == "cpu"
+    assert [r["run"] for r in newest["runs"]] == [1, 2] and newest["runs"][1]["stale"] == ["M extra.py"]
+    run = entries[1]["runs"][0]
+    assert run["seed"] == 0 and run["status"] == "ok" and run["script"] == "train.py" and run["wall_time"] > 0
+    assert set(run["headline"]) >= {"episodic_return_final", "episodic_return_best", "sps", "guard_pass_rate"}
+    text = scalebox("log", cwd=plain).stdout
+    assert "files since run/0001: M train.py, A extra.py" in text
+    assert "  #1   ok" in text and "seed=0  train.py --seed 0" in text and "1000 steps/s" in text
+
+
+def test_watcher_writes_project_events(plain):
+    from scalebox_cst.project import Project
+    from scalebox_cst.watcher import Watcher
+
+    watcher = Watcher(Project(str(plain)), echo=lambda *_: None)
+    watcher.handle_change()
+    (plain / "train.py").write_text("x = (\n")
+    watcher.handle_change()
+    events, _ = runs.read_events(runs.project_events_path(str(plain)))
+    assert [e["kind"] for e in events] == ["branch_created", "save_blocked"]
+    assert events[0]["branch"] == "run/0001" and "train.py:1" in events[1]["message"]
+
+
+# ----------------------------------------------------------------------------- signals
+QUIET = textwrap.dedent(
+    """\
+    import subprocess, sys, time
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    print(f"worker={worker.pid}", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _start_quiet(plain):
+    (plain / "quiet.py").write_text(QUIET)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([*CLI, "run", "quiet.py"], cwd=plain, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("worker="), line + proc.stderr.read()
+    (record,) = [r.record for r in runs.list_runs(str(plain))]
+    return proc, record["pid"], int(line.split("=")[1])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signals_to_scalebox_run_stop_the_whole_run_and_finish_its_record(plain, sig):
+    proc, child, worker = _start_quiet(plain)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig
+    assert f"{signal.Signals(sig).name}: stopping 1 run(s)" in err
+    assert not _alive(child) and not _alive(worker)
+    (record,) = [r.record for r in runs.list_runs(str(plain))]
+    assert record["status"] == "stopped" and record["stop_reason"] == f"{signal.Signals(sig).name} to scalebox run"
+    assert record["wall_time"] < 30
+    events, _ = runs.read_events(os.path.join(runs.run_dir(str(plain), "run/0001", 1), "events.jsonl"))
+    assert [e["kind"] for e in events] == ["started", "stopped"]
+
+
+def test_timeout_of_scalebox_run_leaves_no_training_behind(plain):
+    (plain / "quiet.py").write_text(QUIET)
+    start = time.time()
+    subprocess.run(["timeout", "3", *CLI, "run", "quiet.py"], cwd=plain, capture_output=True, timeout=60)
+    assert time.time() - start < 20
+    (record,) = [r.record for r in runs.list_runs(str(plain))]
+    assert record["status"] == "stopped" and not _alive(record["pid"])
+
+
+def test_sigkill_of_scalebox_run_ends_the_run_and_the_record_reads_lost(plain):
+    proc, child, worker = _start_quiet(plain)
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 15
+    while (_alive(child) or _alive(worker)) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child) and not _alive(worker)
+    (run,) = runs.list_runs(str(plain))
+    assert run.status == "lost" and run.record["ended"] is not None
+    assert "  #1   lost" in scalebox("log", cwd=plain).stdout
+
+
+# ----------------------------------------------------------------------------- tracebacks
+def test_traceback_origin_maps_lines_quotes_and_marks(tmp_path):
+    from scalebox_cst.runtime import loader
+
+    original = "def f(xs):\n    total = 0\n    for x in xs:\n        total += x\n    return total / 0\n\nf([1])\n"
+    rewritten = "import helper\ndef f(xs):\n    total = 0\n    total = helper.fast_sum(xs)\n    return total / 0\n\nf([1])\n"
+    filename = str(tmp_path / "t.py")
+    loader.register_source(filename, rewritten)
+    loader.register_origin(filename, lambda: loader.Origin(original, rewritten, [(3, 4, "vectorize.reduction")], "run/0007"))
+    namespace = {"helper": type("H", (), {"fast_sum": staticmethod(lambda xs: 1 / 0)})}
+    try:
+        exec(compile(rewritten.replace("import helper\n", "\n"), filename, "exec"), namespace)
+    except ZeroDivisionError:
+        text = loader.format_exception(*sys.exc_info())
+    assert f'File "{filename}", line 7, in <module>\n    f([1])\n' in text
+    # the frame in the rewritten loop: the user's line 3 (its loop), marked, with what ran
+    assert f'File "{filename}", line 3, in f  (run/0007, vectorize.reduction site)\n    for x in xs:\n    ran: total = helper.fast_sum(xs)\n' in text
+    assert "ZeroDivisionError" in text
+
+
+def test_traceback_of_a_run_names_the_users_lines_inside_a_site(project):
+    (project / "t.py").write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model(torch.ones(1, 2)).sum().backward()\n"
+        "opt.step()\n"
+        "\n"
+        "\n"
+        "\n"
+        "\n"
+        "raise ValueError('on line 10')\n"
+    )
+    (project / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    scalebox("rewrite", str(project))
+    rewritten = scalebox("diff", cwd=project).stdout
+    assert rewritten.count("\n+") >= 2  # an import and a call were inserted above line 10
+    proc = scalebox("run", "t.py", cwd=project, check=False)
+    assert proc.returncode == 1
+    assert f'File "{os.path.realpath(project / "t.py")}", line 10, in <module>\n    raise ValueError(\'on line 10\')\n' in proc.stdout
+    (record,) = records(project, "run/0001")
+    assert record["status"] == "failed" and record["error_tail"][-1] == "ValueError: on line 10"
+
+
+# ----------------------------------------------------------------------------- TensorBoard
+def _event_tags(folder):
+    """Scalar tags and steps in TFRecord event files (length, crc, Event proto, crc)."""
+    from tensorboardX.proto import event_pb2
+
+    found = {}
+    for name in os.listdir(folder):
+        data = open(os.path.join(folder, name), "rb").read()
+        pos = 0
+        while pos + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[pos:pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+            pos += 12 + length + 4
+            for value in event.summary.value:
+                found.setdefault(value.tag, []).append(event.step)
+    return found
+
+
+def test_tensorboard_event_files_per_run_carry_branch_and_commit(plain):
+    pytest.importorskip("tensorboardX")
+    scalebox("run", "--seeds", "0,1", "train.py", cwd=plain)
+    scalebox("run", "--original", "train.py", cwd=plain)
+    base = plain / ".scalebox" / "tensorboard" / "run" / "0001"
+    commit = records(plain, "run/0001")[0]["commit"]
+    names = sorted(os.listdir(base))
+    assert names[:2] == [f"0001-{commit[:8]}", f"0002-{commit[:8]}"] and names[2].endswith("-original")
+    tags = _event_tags(base / names[0])
+    assert tags["episodic_return"] == list(range(0, 120, 10)) and "SPS" in tags
