@@ -19,15 +19,19 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
 
-# Rewrite the bundled PPO example (in a copy: the engine never edits your files), run it
-# from the committed rewrite on a small budget, then show the log and what was rewritten.
+# Rewrite the bundled PPO example (in a copy: the engine never edits your files), run the
+# original and the committed rewrite on a small budget with the same seeds, then show the log,
+# the comparison of the two and what was rewritten.
+DEMO_SEEDS ?= 0,1
 demo: venv
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	cp -r examples/cartpole_ppo $(DEMO_DIR)/
 	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox init .
 	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox rewrite .
-	cd $(DEMO_DIR)/cartpole_ppo && OMP_NUM_THREADS=1 ../../../$(BIN)/scalebox run train.py -- --total-steps $(DEMO_STEPS)
+	cd $(DEMO_DIR)/cartpole_ppo && OMP_NUM_THREADS=1 ../../../$(BIN)/scalebox run --original --seeds $(DEMO_SEEDS) --parallel 2 train.py -- --total-steps $(DEMO_STEPS) > /dev/null
+	cd $(DEMO_DIR)/cartpole_ppo && OMP_NUM_THREADS=1 ../../../$(BIN)/scalebox run --seeds $(DEMO_SEEDS) --parallel 2 train.py -- --total-steps $(DEMO_STEPS) > /dev/null
 	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox log
+	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox compare original run/0001
 	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox diff --stat
 
 test: venv
