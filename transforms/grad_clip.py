@@ -379,9 +379,22 @@ class _Apply(cst.CSTTransformer):
 
     def __init__(self, plans: Dict[cst.CSTNode, Dict[int, List[str]]]) -> None:
         self.plans = plans
+        self._applied = 0  # plans applied so far
+        self._marks: List[int] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
+        self._marks.append(self._applied)
         return isinstance(node, self._DESCEND)
+
+    def on_leave(self, original_node, updated_node):
+        # A subtree with no plan applied in it is given back as the very original node (libcst
+        # rebuilds every node it visits): the pipeline then reuses the code generated for it,
+        # instead of generating the whole module again (issue 9, item 13).
+        mark = self._marks.pop()
+        result = super().on_leave(original_node, updated_node)
+        if result is updated_node and self._applied == mark:
+            return original_node
+        return result
 
     @staticmethod
     def _splice(body: Sequence[cst.BaseSmallStatement], plan: Dict[int, List[str]], from_index: int):
@@ -400,6 +413,7 @@ class _Apply(cst.CSTTransformer):
         plan = self.plans.get(original_node)
         if not plan:
             return updated_node
+        self._applied += 1
         updated_node = updated_node.with_changes(body=self._splice(updated_node.body, plan, 1))
         if 0 not in plan:
             return updated_node
@@ -412,6 +426,7 @@ class _Apply(cst.CSTTransformer):
         plan = self.plans.get(original_node)
         if not plan:
             return updated_node
+        self._applied += 1
         return updated_node.with_changes(body=self._splice(updated_node.body, plan, 0))
 
 
