@@ -2,7 +2,8 @@
 
 ``vectorize.reduction`` and ``vectorize.elementwise`` replace a loop over elements with one
 expression over ``[n, ...]`` tensors. What the transform could not prove statically is checked
-here: the loop operands are tensors (or lists/tuples of equally shaped tensors), all of one
+here: the loop operands are tensors (or lists/tuples of equally shaped tensors), exactly
+``torch.Tensor`` or ``nn.Parameter`` (subclasses may override any op), all of one
 floating dtype and one device, the loop has at least one element, loop-invariant operands are
 plain numbers or tensors of that dtype and device, accumulators are numbers or tensors, and no
 tensor the loop writes shares memory with what it reads. Any doubt returns ``None`` and the
@@ -47,8 +48,8 @@ def _stack(items: Sequence[Any]) -> Optional[_Tensor]:
 
 def _as_batch(seq: Any) -> Optional[_Tensor]:
     """``[n, ...]`` tensor whose rows are what ``for x in seq`` yields, or None."""
-    if isinstance(seq, _Tensor):
-        if seq.dim() == 0 or seq.layout is not torch.strided or type(seq).__iter__ is not _Tensor.__iter__:
+    if type(seq) in _PLAIN:  # exact types: a subclass may override iteration or any op
+        if seq.dim() == 0 or seq.layout is not torch.strided:
             return None
         return seq
     if type(seq) in (list, tuple) and seq:
@@ -80,24 +81,26 @@ def _finish(
         ndim = max(ndim, b.dim() - 1)
     reads = list(batches)
     for v in invariants:
-        if isinstance(v, _Tensor):
+        if type(v) in _PLAIN:
             if v.dtype != dtype or v.device != device or v.layout is not torch.strided:
                 return None
             ndim = max(ndim, v.dim())
             reads.append(v)
-        elif type(v) not in _NUMBER and type(v) is not bool:
+        elif type(v) not in _NUMBER and type(v) is not bool:  # numpy scalars, subclasses: declined
             return None
     if ndim < min_ndim:
         return None  # e.g. torch.cat of 0-d results raises: let the loop raise
     for acc in accs:
-        if isinstance(acc, _Tensor):
-            if acc.layout is not torch.strided:
+        if type(acc) in _PLAIN:
+            # of the batch's dtype and device: the loop adds each value into the accumulator's
+            # precision, the batched form reduces in the batch's and adds once
+            if acc.layout is not torch.strided or acc.dtype != dtype or acc.device != device:
                 return None
-        elif type(acc) not in _NUMBER:
+        elif type(acc) not in _NUMBER:  # np.float32 starts, subclasses: declined
             return None
     written = [acc for acc in accs if isinstance(acc, _Tensor)]
     for out in outs:
-        if not isinstance(out, _Tensor) or out.layout is not torch.strided or out.dim() - 1 < ndim:
+        if type(out) not in _PLAIN or out.layout is not torch.strided or out.dim() - 1 < ndim:
             # ``out[i] = v`` drops leading 1-sized dims of ``v``; one batched assignment cannot
             return None
         written.append(out)
@@ -156,7 +159,7 @@ def batch_range(
     last = r[-1]
     batches = []
     for seq in seqs:
-        if isinstance(seq, _Tensor):
+        if type(seq) in _PLAIN:
             if seq.dim() == 0 or last >= seq.shape[0] or seq.layout is not torch.strided:
                 return None
             batches.append(seq[r.start : r.stop : r.step])
@@ -170,7 +173,7 @@ def batch_range(
         else:
             return None
     for out in outs:
-        if not isinstance(out, _Tensor) or out.dim() == 0 or last >= out.shape[0]:
+        if type(out) not in _PLAIN or out.dim() == 0 or last >= out.shape[0]:
             return None
     done = _finish(batches, invariants, accs, outs, min_ndim)
     if done is None or not with_slice:

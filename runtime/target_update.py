@@ -53,6 +53,7 @@ _log = logging.getLogger(__name__)
 
 _Module = nn.Module
 _Tensor = torch.Tensor
+_PLAIN = (torch.Tensor, nn.Parameter)  # exact types: subclasses may override the update's ops
 _strided = torch.strided
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 #: dtypes for which ``torch._foreach_mul_(ts, python_scalar)`` rounds like ``t.mul_(python_scalar)``;
@@ -166,7 +167,7 @@ def _build(src: Any, tgt: Any) -> Optional[_Plan]:
         return None
     pd, td = [], []
     for p, t in zip(ps, ts):
-        if not isinstance(p, _Tensor) or not isinstance(t, _Tensor):
+        if type(p) not in _PLAIN or type(t) not in _PLAIN:  # subclasses may override the update's ops
             return None
         a, b = p.data, t.data
         if a.layout is not _strided or b.layout is not _strided or a.is_quantized or b.is_quantized:

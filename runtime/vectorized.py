@@ -37,12 +37,21 @@ __all__ = [
     "reset_linear_recurrence",
     "quadratic_ok",
     "int_of",
+    "carry_ok",
 ]
 
 _FLOATS_T = (torch.float32, torch.float64)
 _FLOATS_N = (np.dtype(np.float32), np.dtype(np.float64))
 _NUMPY2 = int(np.__version__.split(".")[0]) >= 2
 _PY_SCALARS = (int, float, bool)
+#: Array types the guards accept, by exact type (never "anything with a shape": ``np.matrix``
+#: stays 2-D when indexed, ``np.ma`` arrays compute other values, tensor subclasses may override
+#: any op). ``nn.Parameter`` is proved safe: indexing and arithmetic on it give plain tensors.
+_TENSORS = (torch.Tensor, torch.nn.Parameter)
+#: Per-step Python ints / bools (done flags, masks) promote exactly: ints of at most this size
+#: keep every product of up to three of them below 2**53, so float64 arithmetic on them is
+#: Python's int arithmetic converted once.
+_FLAG_MAX = 1 << 16
 _DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
 _NDIM, _SIZE = operator.attrgetter("ndim"), operator.attrgetter("size")
 
@@ -81,13 +90,25 @@ def backward_steps(x: Any) -> int:
     return -1
 
 
+def _tensor(x: Any) -> bool:
+    return type(x) in _TENSORS
+
+
+def _ndarray(x: Any) -> bool:
+    return type(x) is np.ndarray
+
+
+def _array(x: Any) -> bool:
+    return type(x) in _TENSORS or type(x) is np.ndarray
+
+
 def length(*xs: Any) -> int:
     """The common length of the sequences a ``zip(reversed(a), reversed(b))`` loop walks, or -1
     (not sequences, lengths differ, or ``reversed`` would not index them)."""
     try:
         n = -1
         for x in xs:
-            if not isinstance(x, (list, tuple, torch.Tensor, np.ndarray)):
+            if not (type(x) in (list, tuple) or _array(x)):
                 return -1
             if getattr(x, "ndim", 1) == 0:
                 return -1
@@ -101,18 +122,31 @@ def length(*xs: Any) -> int:
 
 
 def _mode_of(x: Any) -> Optional[str]:
-    if isinstance(x, torch.Tensor):
+    """The kind of a per-step container, by exact types: "torch", "numpy", "float" (a list of
+    Python floats, some ints / bools among them allowed), "tlist" / "nlist" (lists of tensors / numpy arrays), "flags" (a list of
+    Python ints / bools), "npgen" (a list of numpy scalars of one type), else None."""
+    if _tensor(x):
         return "torch"
-    if isinstance(x, np.ndarray):
+    if _ndarray(x):
         return "numpy"
-    if isinstance(x, (list, tuple)):
-        if len(x) and all(type(e) is float for e in x):
+    if type(x) in (list, tuple) and len(x):
+        types = set(map(type, x))
+        if types == {float} or (float in types and types <= {float, int, bool}):
             return "float"
-        if len(x) and all(type(e) is torch.Tensor for e in x):
+        if types <= {torch.Tensor}:
             return "tlist"
-        if len(x) and set(map(type, x)) == {np.ndarray}:
+        if types == {np.ndarray}:
             return "nlist"
+        if types <= {int, bool}:
+            return "flags"
+        if len(types) == 1 and issubclass(next(iter(types)), (np.bool_, np.number)):
+            return "npgen"
     return None
+
+
+def _small(x: Sequence[Any]) -> bool:
+    """Every element of a list of ints / bools / numpy int scalars has ``|e| <= _FLAG_MAX``."""
+    return max(map(abs, x)) <= _FLAG_MAX
 
 
 def _same_rows(x: Sequence[np.ndarray], first: np.ndarray) -> bool:
@@ -162,7 +196,15 @@ def recurrence_ok(
     ``seqs``: ``(container, extra)`` pairs read per step in arithmetic (``len >= T + extra``);
     all torch tensors, all numpy arrays, all lists of Python floats or all lists of tensors, of
     one floating dtype (float32/float64), one row shape, one device (what may require grad: see
-    below). ``conds``: ``(container, extra)`` read per step only for their truth value (1-D).
+    below). Types are exact (``torch.Tensor`` or ``nn.Parameter``, ``np.ndarray``; never
+    ``np.matrix``, ``np.ma`` or other subclasses). Next to them: lists of Python ints / bools
+    (done flags; ``|x| <= 2**16``) where the maths is float64 and nothing divides (they meet
+    Python floats in the loop, in float64, and the same values as float64 arrays in the rewrite;
+    with float32 maths a flag meeting a Python float first would round once in the loop and twice
+    in the rewrite), lists of numpy int / bool scalars likewise next to tensors (torch treats them
+    as Python numbers), and lists of numpy scalars of one type next to numpy arrays or alone
+    (NEP 50: they promote as arrays of their dtype do). The carried value is checked after the
+    first step by :func:`carry_ok`. ``conds``: ``(container, extra)`` read per step only for their truth value (1-D).
     ``consts``: loop-invariant operands (Python numbers, or arrays of that dtype whose shape
     broadcasts into the row shape). ``scalars``: invariants that form a per-step-constant
     coefficient (Python numbers or 0-d arrays). ``outs``: arrays written at ``[t]`` (same kind,
@@ -234,17 +276,23 @@ def recurrence_ok(
 def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides, min_steps=None, deques=(),
                    rows=False, aligned=False, reads=(), cells=(), allow_grad=False):
     """False, or the set of devices of the tensors involved (empty when there are none).
-    ``rows``: also admit lists of numpy rows, and integer / bool numpy inputs next to float64
+    ``rows``: also admit lists of numpy rows, lists of Python / numpy scalars (see
+    :func:`recurrence_ok`), and integer / bool numpy inputs next to float64
     ones (numpy promotes those to float64 whatever the grouping, so the arrays give the values
     the rows give). ``allow_grad``: per-step inputs and outputs may require grad under grad mode
     (the policy of :func:`recurrence_ok`); without it nothing may."""
     T = operator.index(T)
     if T < 2 or not seqs:
         return False
-    modes = {_mode_of(x) for x, _ in seqs}
-    if len(modes) != 1:
+    kinds = [_mode_of(x) for x, _ in seqs]
+    if None in kinds:
         return False
-    mode = modes.pop()
+    main = {k for k in kinds if k not in ("flags", "npgen")}
+    if len(main) > 1 or (not rows and len(main) < len(set(kinds))):  # lists of scalars: recurrence_ok only
+        return False
+    # lists of Python ints / bools alone: float64 maths if anything makes them floats (else the
+    # loop computes ints, which carry_ok sees after the first step)
+    mode = main.pop() if main else ("numpy" if "npgen" in kinds else "float")
     if mode is None or (mode == "float" and divides) or (mode in ("numpy", "nlist") and not _NUMPY2):
         return False
     if mode == "nlist" and not rows:
@@ -261,10 +309,22 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     dtype = None
     row: Optional[Tuple[int, ...]] = None
     ints = False  # integer / bool numpy inputs (``1 - done`` of a bool array)
-    for x, extra in seqs:
+    weak = False  # per-step Python ints / bools (or numpy ones next to tensors, which torch treats alike)
+    for (x, extra), kind in zip(seqs, kinds):
         if len(x) < T + extra:
             return False
-        if mode in ("torch", "numpy"):
+        if kind == "flags" or (kind == "npgen" and mode in ("torch", "tlist")):
+            # exact only where every op on them is float64 (checked below) and nothing divides
+            # (Python raises on an int zero where arrays give inf)
+            if divides or not _small(x) or (kind == "npgen" and x[0].dtype.kind not in "biu"):
+                return False
+            weak = True
+            dt, shape = None, ()
+        elif kind == "npgen":  # numpy scalars: under NEP 50 they promote as the arrays of their dtype do
+            if mode not in ("numpy", "nlist"):
+                return False
+            dt, shape = x[0].dtype, ()
+        elif mode in ("torch", "numpy"):
             if x.ndim < 1:
                 return False
             dt, shape = x.dtype, tuple(x.shape[1:])
@@ -276,6 +336,8 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
                     graded.append(shape)
             arrays.append(x)
         elif mode == "float":
+            if len(set(map(type, x))) > 1 and not _small([e for e in x if type(e) is not float]):
+                return False
             dt, shape = np.dtype(np.float64), ()
         elif mode == "nlist":
             first = x[0]
@@ -292,7 +354,7 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
                 if grad and e.requires_grad:  # lists of per-step tensors that require grad: declined
                     return False
                 devices.add(e.device)
-        if rows and mode in ("numpy", "nlist") and dt.kind in "biu":
+        if rows and mode in ("numpy", "nlist") and dt is not None and dt.kind in "biu":
             ints = True
             dt = None  # the float inputs set the dtype
         if row is None:
@@ -310,12 +372,16 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
             dtype = dt
         elif dt != dtype:
             return False
+    if mode == "float":
+        dtype = np.dtype(np.float64)
     if mode in ("torch", "tlist") and dtype not in _FLOATS_T:
         return False
     if mode in ("numpy", "nlist", "float") and dtype not in _FLOATS_N:
         return False
     if ints and dtype != np.float64:  # float32 with int8 stays float32, with int32 does not
         return False
+    if weak and dtype not in (torch.float64, np.float64):  # a Python int meets a Python float in the loop
+        return False  # (float64) and the float32 arrays in the rewrite: only float64 is both
     assert row is not None
     if any(shape != row for shape in graded):  # a per-step gradient reduced over the broadcast dims
         return False
@@ -323,19 +389,19 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     for x, extra in conds:
         if len(x) < T + extra:
             return False
-        if isinstance(x, torch.Tensor):
+        if _tensor(x):
             if mode not in ("torch", "tlist") or x.ndim != 1:
                 return False
             devices.add(x.device)
             arrays.append(x)
-        elif isinstance(x, np.ndarray):
+        elif _ndarray(x):
             if x.ndim != 1 or x.dtype.kind not in "biuf":
                 return False
             arrays.append(x)
-        elif isinstance(x, (list, tuple)):
+        elif type(x) in (list, tuple):
             for e in x:
                 if not (type(e) in _PY_SCALARS or isinstance(e, np.generic)
-                        or (isinstance(e, torch.Tensor) and e.numel() == 1)):
+                        or (type(e) in _TENSORS and e.numel() == 1)):
                     return False
         else:
             return False
@@ -358,9 +424,9 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
         if any(not isinstance(o, torch.Tensor) or tuple(o.shape[1:]) != row for o in outs):
             return False
     # ---- outputs written at [t]
-    want = torch.Tensor if mode in ("torch", "tlist") else np.ndarray
+    want = _tensor if mode in ("torch", "tlist") else _ndarray
     for i, o in enumerate(outs):
-        if not isinstance(o, want) or o.ndim < 1 or len(o) < T:
+        if not want(o) or o.ndim < 1 or len(o) < T:
             return False
         if not _broadcasts_into(row, tuple(o.shape[1:])):
             return False
@@ -383,7 +449,7 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     # ---- arrays that carry the recurrence themselves (out[t] = f(out[t + 1])): the loop reads back
     # what it stored, so they must store exactly the computed value (same dtype, same row shape)
     for m in memo:
-        if not isinstance(m, want) or m.ndim < 1 or len(m) < T or m.dtype != dtype or tuple(m.shape[1:]) != row:
+        if not want(m) or m.ndim < 1 or len(m) < T or m.dtype != dtype or tuple(m.shape[1:]) != row:
             return False
         if isinstance(m, torch.Tensor):
             if m.requires_grad:
@@ -400,7 +466,7 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
         if o.ndim - 1 - n != len(row):
             return False
     for c in cells:
-        if not isinstance(c, (torch.Tensor, np.ndarray)) or c.ndim < 2 or int(np.prod(c.shape[1:])) != 1:
+        if not _array(c) or c.ndim < 2 or int(np.prod(c.shape[1:])) != 1:
             return False
     # ---- lists appended / inserted into
     inputs = [x for x, _ in seqs] + [x for x, _ in conds]
@@ -421,14 +487,14 @@ def _const_ok(c, mode, dtype, row, devices, grad) -> bool:
     if type(c) in _PY_SCALARS:
         return True
     if mode in ("torch", "tlist"):
-        if not isinstance(c, torch.Tensor) or c.dtype != dtype:
+        if not _tensor(c) or c.dtype != dtype:
             return False
         if grad and c.requires_grad:  # its gradient sums over every step: declined (see recurrence_ok)
             return False
         devices.add(c.device)
         return _broadcasts_into(tuple(c.shape), row)
     if mode in ("numpy", "nlist"):
-        if not isinstance(c, (np.ndarray, np.generic)) or c.dtype != dtype:
+        if not (_ndarray(c) or isinstance(c, np.generic)) or c.dtype != dtype:
             return False
         return _broadcasts_into(tuple(np.shape(c)), row)
     return False  # lists of floats: Python numbers only
@@ -436,22 +502,31 @@ def _const_ok(c, mode, dtype, row, devices, grad) -> bool:
 
 def seq_of(x: Any) -> Any:
     """A per-step container as one array: tensors and numpy arrays as they are, a list of floats
-    as a float64 array (Python float arithmetic is float64), a list of tensors or of numpy rows
-    stacked (their dtype kept)."""
-    if isinstance(x, (torch.Tensor, np.ndarray)):
+    (or of ints / bools, which the guard admits next to float64 maths only) as a float64 array
+    (Python float arithmetic is float64), a list of numpy scalars as an array of their dtype, a
+    list of tensors or of numpy rows stacked (their dtype kept)."""
+    if _array(x):
         return x
-    if len(x) and isinstance(x[0], torch.Tensor):
+    if len(x) and type(x[0]) is torch.Tensor:
         return torch.stack(list(x))
-    if len(x) and isinstance(x[0], np.ndarray):  # rows of one dtype and shape (the guard saw to it)
+    if len(x) and type(x[0]) is np.ndarray:  # rows of one dtype and shape (the guard saw to it)
         return np.concatenate(x).reshape((len(x),) + x[0].shape)  # 3x faster than np.stack
+    if len(x) and isinstance(x[0], np.generic):  # numpy scalars of one type (the guard saw to it)
+        return np.array(x)
     return np.array(x, dtype=np.float64)
 
 
 def seqs_of(*xs: Any) -> Tuple[Any, ...]:
     """:func:`seq_of` of each, with singleton dims inserted after the time axis of those whose rows
     have a lower rank than the others': per step, broadcasting aligns rows from the right; with
-    time first, the rows must have one rank for the arrays to align the same way."""
+    time first, the rows must have one rank for the arrays to align the same way. Lists of
+    Python or numpy ints / bools next to tensors become tensors of the tensors' dtype and device
+    (the guard admits them with float64 tensors only, where they convert exactly)."""
     vs = [seq_of(x) for x in xs]
+    ref = next((v for v in vs if isinstance(v, torch.Tensor)), None)
+    if ref is not None:
+        vs = [v if isinstance(v, torch.Tensor) else torch.from_numpy(np.asarray(v, dtype=np.float64)).to(
+            device=ref.device, dtype=ref.dtype) for v in vs]
     rank = max(v.ndim for v in vs)
     return tuple(v if v.ndim == rank else v.reshape(tuple(v.shape[:1]) + (1,) * (rank - v.ndim) + tuple(v.shape[1:]))
                  for v in vs)
@@ -469,7 +544,7 @@ def truth_of(x: Any) -> Any:
 def as_row(s: Any, b: Any) -> Any:
     """The carried value with the leading size-1 dims that broadcasting added dropped, so that
     it has (at most) the rank of one step of ``b``."""
-    if isinstance(s, (torch.Tensor, np.ndarray)) and isinstance(b, (torch.Tensor, np.ndarray)):
+    if _array(s) and _array(b):
         rank = b.ndim - 1
         while s.ndim > rank and s.shape[0] == 1:
             s = s[0]
@@ -488,15 +563,16 @@ def restore(last: Any, s: Any) -> Any:
     return last
 
 
-def items_of(seq: Any, src: Any, like: Any = None) -> list:
+def items_of(seq: Any, src: Any, like: Any = None, srcs: Sequence[Any] = ()) -> list:
     """Per-step values of a vectorized result as list items, in index order: Python floats when
-    the loop read lists of floats, row tensors / numpy rows otherwise (shaped like ``like``).
+    the loop read lists of floats (``src``, or every container of ``srcs`` when given, is a list
+    of Python numbers), numpy scalars / rows, row tensors otherwise (shaped like ``like``).
     Rows that carry autograd history are cloned: each keeps its own history (its gradient flows
     back through the clone, an identity, and the op) and, like the loop's items, is a tensor of
     its own, not one of several views of one result (which autograd forbids modifying in place)
     sharing one version counter."""
     if isinstance(seq, np.ndarray):
-        if isinstance(src, (list, tuple)) and not (len(src) and isinstance(src[0], np.ndarray)):
+        if all(_mode_of(x) in ("float", "flags") for x in (srcs or (src,))):
             return seq.tolist()
         rows = list(seq)
     else:
@@ -506,6 +582,60 @@ def items_of(seq: Any, src: Any, like: Any = None) -> list:
     if isinstance(seq, torch.Tensor) and seq.requires_grad and torch.is_grad_enabled():
         rows = [r.clone() for r in rows]
     return rows
+
+
+def _fits(shape: Tuple[int, ...], row: Tuple[int, ...]) -> bool:
+    """A carried value of this shape, stripped as :func:`as_row` strips it, broadcasts into the row."""
+    shape = tuple(shape)
+    while len(shape) > len(row) and shape[0] == 1:
+        shape = shape[1:]
+    return _broadcasts_into(shape, row)
+
+
+def carry_ok(carried: Sequence[Any], seqs: Sequence[Any]) -> bool:
+    """Whether the carried values, after the first step (run as written), are what the
+    vectorized steps compute with: the kind, dtype and device of the per-step inputs ``seqs``
+    (those :func:`recurrence_ok` passed) and a shape that broadcasts into their row; a Python
+    float where they are lists of Python floats. The loop combines the carried value with every
+    step's values, so its type decides the arithmetic: an ``np.float32`` start (a network
+    output's ``.numpy()[0, 0]``) makes a loop over Python floats compute in float32, a float64
+    tensor makes a float32 loop compute in float64. When this answers False the rewritten code
+    runs the remaining steps as written."""
+    try:
+        kinds = [_mode_of(x) for x in seqs]
+        main = [k for k in kinds if k not in ("flags", "npgen")]
+        mode = main[0] if main else ("numpy" if "npgen" in kinds else "float")
+        dtype: Any = np.dtype(np.float64) if mode == "float" else None
+        device = None
+        row: Tuple[int, ...] = ()
+        for x, kind in zip(seqs, kinds):
+            if kind == "flags" or (kind == "npgen" and mode in ("torch", "tlist")):
+                continue
+            if kind == "npgen":
+                dt, shape = x[0].dtype, ()
+            elif kind in ("torch", "numpy"):
+                dt, shape, device = x.dtype, tuple(x.shape[1:]), getattr(x, "device", None)
+            elif kind == "float":
+                dt, shape = np.dtype(np.float64), ()
+            else:  # lists of rows
+                dt, shape, device = x[0].dtype, tuple(x[0].shape), getattr(x[0], "device", None)
+            row = tuple(np.broadcast_shapes(row, shape))
+            if dtype is None and (dt.is_floating_point if isinstance(dt, torch.dtype) else dt.kind == "f"):
+                dtype = dt
+        if dtype is None:
+            return False
+        for s in carried:
+            if mode == "float":
+                ok = type(s) is float
+            elif mode in ("torch", "tlist"):
+                ok = _tensor(s) and s.dtype == dtype and s.device == device and _fits(tuple(s.shape), row)
+            else:
+                ok = (_ndarray(s) or isinstance(s, np.generic)) and s.dtype == dtype and _fits(np.shape(s), row)
+            if not ok:
+                return False
+        return True
+    except Exception:
+        return False
 
 
 def to_rank(v: Any, out: Any) -> Any:
@@ -532,9 +662,9 @@ def wrapped(items: list) -> list:
 def dim1(x: Any) -> Any:
     """The time-major view of an array walked along dimension 1 (``x[:, t]`` is ``dim1(x)[t]``,
     writes through it land in ``x``), or None for anything else (the guard declines)."""
-    if isinstance(x, torch.Tensor) and x.ndim >= 2:
+    if _tensor(x) and x.ndim >= 2:
         return x.movedim(1, 0)
-    if isinstance(x, np.ndarray) and x.ndim >= 2:
+    if _ndarray(x) and x.ndim >= 2:
         return np.moveaxis(x, 1, 0)
     return None
 
@@ -545,7 +675,7 @@ def column(x: Any, idx: Tuple[int, ...]) -> Any:
     or None for anything else (the guard declines None; an index out of range is left to the
     loop, which raises as written)."""
     try:
-        if isinstance(x, (torch.Tensor, np.ndarray)) and x.ndim > len(idx) and all(type(i) is int for i in idx):
+        if _array(x) and x.ndim > len(idx) and all(type(i) is int for i in idx):
             return x[(slice(None),) + tuple(idx)]
     except Exception:
         pass
@@ -631,15 +761,17 @@ def quadratic_ok(
 
 
 def _zero_one(x: Any) -> bool:
-    if isinstance(x, torch.Tensor):
+    if _tensor(x):
         return x.dtype == torch.bool or bool(((x == 0) | (x == 1)).all())
-    if isinstance(x, np.ndarray):
+    if _ndarray(x):
         return x.dtype == np.bool_ or bool(((x == 0) | (x == 1)).all())
+    if type(x) not in (list, tuple):
+        return False
     for e in x:
         if type(e) in _PY_SCALARS or isinstance(e, np.generic):
             if not (e == 0 or e == 1):
                 return False
-        elif not (isinstance(e, torch.Tensor) and e.numel() == 1 and bool(e == 0) | bool(e == 1)):
+        elif not (type(e) in _TENSORS and e.numel() == 1 and bool(e == 0) | bool(e == 1)):
             return False
     return True
 

@@ -723,9 +723,9 @@ def run_falling_back(src: str, env: dict):
 @pytest.mark.parametrize(
     "src,env",
     [
-        (REINFORCE_INSERT, dict(rewards=(1, 2, 3, 4), gamma=0.5)),  # a tuple of ints
-        (REINFORCE_INSERT, dict(rewards=[1.0, 2, 3.0], gamma=0.5)),  # an int among floats
-        (REINFORCE_INSERT, dict(rewards=[np.float64(1.0)] * 4, gamma=0.5)),  # numpy scalars
+        # (tuples of ints, ints among floats, lists of numpy scalars are vectorized exactly now:
+        # tests/test_vectorize_guard_types.py)
+        (REINFORCE_INSERT, dict(rewards=[1.0, 2**60, 3.0], gamma=0.5)),  # an int too large to promote exactly
         (REINFORCE_INSERT, dict(rewards=[1.0, 2.0], gamma=torch.tensor([0.5, 0.9]))),  # array coefficient
         (REINFORCE_APPEND_REVERSE, dict(rewards=torch.arange(5.0), gamma=0.9)),  # tensor[::-1] raises
         (PPO_PYTORCH, dict(buffer=types.SimpleNamespace(rewards=[1.0] * 5, is_terminals=[False] * 4),

@@ -848,6 +848,16 @@ class Planner:
 
     def dataflow(self) -> None:
         middle = self.middle
+        # each write into a list / deque becomes one extend of the whole block: two writes into the
+        # same container per step would come out grouped by write, not interleaved by step
+        seen: Set[str] = set()
+        for it in middle:
+            if it.container is not None:
+                key = _norm(it.container)
+                if key in seen:
+                    raise Skip(f"writes into `{_code(it.container).strip()}` twice per step "
+                               "(one extend per write would reorder its items)")
+                seen.add(key)
         defined: Set[str] = set()
         assign_of: Dict[str, Item] = {}
         pre_reads: Dict[str, List[Item]] = {}
@@ -1211,7 +1221,10 @@ class Planner:
                 vec = self.render(it.value, env)  # type: ignore[arg-type]
                 like = vec if (isinstance(it.value, cst.Name) and it.value.value in done_vars) else None
                 src = self.src_container()
-                items = f"{helpers}.items_of({vec}, {src}" + (f", like={it.value.value})" if like else ")")  # type: ignore[union-attr]
+                srcs = ""
+                if len(self.vec_names) > 1:  # one of them may be a list of done flags next to arrays
+                    srcs = f", srcs=({', '.join(_code(self.seq_nodes[k]).strip() for k in self.vec_names)},)"
+                items = f"{helpers}.items_of({vec}, {src}" + (f", like={it.value.value}" if like else "") + srcs + ")"  # type: ignore[union-attr]
                 if it.wrap:
                     items = f"{helpers}.wrapped({items})"
                 cont = _code(it.container).strip()  # type: ignore[arg-type]
@@ -1315,6 +1328,15 @@ class Planner:
 
         walk(e)
         return out
+
+    def carry_check(self, helpers: str) -> Optional[str]:
+        """The check of the carried values after the first step (see runtime carry_ok), None when
+        every carried value lives in memory (checked by the guard as ``memo``)."""
+        carried = [s for s in self.rec_vars if s not in self.memo]
+        if not carried:
+            return None
+        seqs = ", ".join(_code(self.seq_nodes[k]).strip() for k in self.seqs)
+        return f"{helpers}.carry_ok(({', '.join(carried)},), ({seqs},))"
 
     def guard(self, helpers: str) -> str:
         h = self.h
@@ -1694,7 +1716,8 @@ def _kept_loops(module: cst.Module) -> Set[cst.For]:
             if not isinstance(st, cst.BaseCompoundStatement):
                 continue
             if isinstance(st, cst.If) and isinstance(st.orelse, cst.Else) and (
-                    ".recurrence_ok(" in _code(st.test) or ".quadratic_ok(" in _code(st.test)):
+                    ".recurrence_ok(" in _code(st.test) or ".quadratic_ok(" in _code(st.test)
+                    or ".carry_ok(" in _code(st.test)):
                 kept.update(x for x in _stmts(st.orelse.body) if isinstance(x, cst.For))
             for field in _BLOCKS:
                 block = getattr(st, field, None)
@@ -1717,7 +1740,7 @@ def _kept_loops(module: cst.Module) -> Set[cst.For]:
 
 class VectorizeRecurrence(Transform):
     id = ID
-    version = "3"
+    version = "4"
     triggers = ("reversed(", "::-1", "-1, -1", "-1,-1", "range(")
     description = "Backward linear recurrences (GAE, discounted returns) -> one linear_recurrence call, guarded."
 
@@ -2023,8 +2046,24 @@ class VectorizeRecurrence(Transform):
                 continue
             parts[-1].append(st)
         first, middle, last = parts
-        stmts: List[cst.BaseStatement] = first + [s.deep_clone() for s in body] + middle + last + \
-            [s.deep_clone() for s in body]
+        rest: List[cst.BaseStatement] = middle + last + [s.deep_clone() for s in body]
+        check = planner.carry_check("__SBX__")
+        if check is not None:
+            check = sub(check)
+            # the carried values after the first step decide the arithmetic of the others: when
+            # they are not what the vectorized steps compute with, the other steps run as written
+            i = h.index if h.kind == "index" else planner.fresh("i")
+            loop_text = f"for {i} in range({T} - 2, -1, -1):\n" + ("" if h.kind == "index" else f"    {bind(i)}\n") + "    pass\n"
+            parsed_rest = cst.parse_module(f"if {check}:\n    pass\nelse:\n" + "".join(
+                "    " + ln + "\n" for ln in loop_text.splitlines())).body[0]
+            inner = parsed_rest.orelse.body.body[0]  # type: ignore[attr-defined]
+            kept = [st for st in inner.body.body if not (isinstance(st, cst.SimpleStatementLine)
+                                                         and isinstance(st.body[0], cst.Pass))]
+            inner = inner.with_changes(body=inner.body.with_changes(body=kept + [s.deep_clone() for s in body]))
+            rest = [parsed_rest.with_changes(
+                body=cst.IndentedBlock(body=rest),
+                orelse=cst.Else(body=cst.IndentedBlock(body=[inner])))]  # type: ignore[attr-defined]
+        stmts: List[cst.BaseStatement] = first + [s.deep_clone() for s in body] + rest
         test = head_if.test  # type: ignore[attr-defined]
         loop = node.with_changes(leading_lines=())
         new = cst.If(
@@ -2053,7 +2092,12 @@ class VectorizeRecurrence(Transform):
             kinds = re.sub(rf"(?<![\w.]){re.escape(name)}\[", f"{code}[:, ", kinds)
         if planner.views:
             shape += "time along dimension 1, "
+        needs = ("per-step inputs all tensors (or nn.Parameter), all numpy arrays, all lists of Python floats, "
+                 "of tensors or of numpy rows, exact types, one float dtype, device and row shape; lists of "
+                 "Python/numpy int or bool flags only with float64 maths")
+        carried = "; the carried value after the first step of that kind and dtype (carry_ok), " \
+            "else the other steps run as written" if planner.carry_check("_") else ""
         reason = (f"backward linear recurrence {kinds} ({shape}{exactness}): first and last step run as "
-                  f"written, steps in between by linear_recurrence; guarded by recurrence_ok, "
+                  f"written, steps in between by linear_recurrence; guarded by recurrence_ok ({needs}{carried}), "
                   f"original loop kept in the else branch")
         return new, exact, reason
