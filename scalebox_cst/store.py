@@ -79,7 +79,7 @@ _OPEN_FLAGS = RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.NO_DOTGIT | Repo
 _UPDATE_ATTEMPTS = 64
 _LOCK_IN_MESSAGE = re.compile(r"failed to lock file '([^']+)'")
 _STALE_LOCK_S = 0.5  # a ref lock older than this, made before we took the write lock: a dead writer's
-_CLOCK_SLACK_NS = 50_000_000  # file times come from a coarser clock than time.time_ns
+_CLOCK_SLACK_NS = 50_000_000  # where the lock file cannot be touched: file times run on a coarser clock
 _FOREIGN_LOCK_WAIT_S = 3.0
 _TMP_OBJECT = "tmp_object_git2_"
 _DEBRIS_AGE_S = 60.0
@@ -197,6 +197,16 @@ class _FileLock:
             time.sleep(delay)
             delay = min(delay * 2, 0.005)
 
+    def stamp(self) -> int:
+        """Now, by the file system's clock (what lock files' mtimes are compared with): the
+        held lock file is touched and its mtime read; the process clock less a margin when it
+        cannot be."""
+        try:
+            os.utime(self._fd)
+            return os.fstat(self._fd).st_mtime_ns
+        except (OSError, TypeError, NotImplementedError):
+            return time.time_ns() - _CLOCK_SLACK_NS
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
@@ -248,7 +258,7 @@ def _synchronized(method: Callable) -> Callable:
             try:
                 return method(self, *args, **kwargs)
             except (pygit2.GitError, OSError) as exc:
-                raise StoreError(f"store {self.path}: {_one_line(exc)}") from None
+                raise StoreError(f"store {self.path}: {_one_line(exc)}{_disk_note(self.path, str(exc))}") from None
 
     wrapper.__name__ = method.__name__
     wrapper.__qualname__ = method.__qualname__
@@ -782,7 +792,7 @@ class Store:
     def _locked(self) -> Iterator[None]:
         if self._lock_depth == 0:
             self._lock.acquire()
-            self._locked_since_ns = time.time_ns()
+            self._locked_since_ns = self._lock.stamp()
             if not self._debris_checked:
                 try:
                     self._clear_debris()
@@ -1129,8 +1139,8 @@ class _RefFailures:
 
     libgit2 moves a ref by creating ``<ref>.lock`` (no pid in it), writing it, renaming it over
     the ref. Every writer of ours does that while holding the write lock, which we hold now, so
-    a lock file older than our hold (and not brand new) was left by a writer that was killed:
-    it is removed and the update retried. One made during our hold belongs to a writer outside
+    a lock file made before our hold began (by the file system's clock) and left unchanged for
+    half a second was left by a writer that was killed: it is removed and the update retried. One made during our hold belongs to a writer outside
     scalebox (git itself): we wait for it a little, then name the file. Without a lock file the
     ref moved under us (re-read and retry) or the disk refused (disk full, read-only): that is
     reported as it is, never as "busy".
@@ -1153,7 +1163,7 @@ class _RefFailures:
             st = None
         if st is not None:
             age_ns = time.time_ns() - st.st_mtime_ns
-            made_before_us = st.st_mtime_ns < self.store._locked_since_ns - _CLOCK_SLACK_NS
+            made_before_us = st.st_mtime_ns <= self.store._locked_since_ns
             if made_before_us and age_ns > _STALE_LOCK_S * 1e9:
                 try:
                     os.remove(lock)
@@ -1175,8 +1185,20 @@ class _RefFailures:
             return
         self.unexplained += 1
         if self.unexplained >= 3:
-            raise StoreError(f"could not update {self.refname}: {text}")
+            raise StoreError(f"could not update {self.refname}: {text}{_disk_note(self.store.path, text)}")
         time.sleep(0.002)
+
+
+def _disk_note(path: str, text: str) -> str:
+    """What to add to an error *text* when the store's disk is full: libgit2 does not always
+    say so (an object write cut short surfaces later as a missing object)."""
+    if "No space left" in text:
+        return ""
+    try:
+        st = os.statvfs(path)
+    except (OSError, AttributeError):
+        return ""
+    return " (No space left on device: the store's disk is full)" if st.f_bavail == 0 or st.f_favail == 0 else ""
 
 
 def _remove_if_older(path: str, cutoff: float) -> None:

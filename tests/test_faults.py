@@ -1,0 +1,315 @@
+"""Fault injection: kill -9 during store writes, rewrites and rollbacks (real subprocesses, random
+moments), and a full disk (a small tmpfs in a private mount namespace where ``unshare`` allows).
+
+After each kill: the store opens, every ref names a readable commit, the tree is fully old or
+fully new, and the next command works (stale ref locks and orphan temporary objects of the
+killed writer are cleared). ``SCALEBOX_FAULT_TRIALS`` sets the kills per test (CI: a few).
+"""
+import glob
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from scalebox_cst.project import JOURNAL_FILE, Project
+from scalebox_cst.store import Store, StoreError
+
+from conftest import ROOT
+
+TRIALS = int(os.environ.get("SCALEBOX_FAULT_TRIALS", "6"))
+FP = "fp-faults"
+
+
+def _env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}
+
+
+def _start(script, *args):
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    line = proc.stdout.readline()  # "ready": the loop is running
+    assert line.strip() == b"ready", proc.stderr.read().decode()
+    return proc
+
+
+def _kill_at_random(proc, rng, most=0.08):
+    time.sleep(rng.uniform(0, most))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def _check_store(root):
+    """Every ref resolves to a commit whose whole tree is readable."""
+    store = Store.open(str(root))
+    for refname in store.repo.listall_references():
+        store.tree_paths(str(store.repo.references[refname].target))
+    return store
+
+
+def _locks(root):
+    return glob.glob(str(root / ".scalebox" / "store.git" / "refs" / "**" / "*.lock"), recursive=True)
+
+
+STORE_WRITER = textwrap.dedent(
+    """\
+    import os, sys
+    from scalebox_cst.store import Store
+    store = Store.init(sys.argv[1])
+    tip, _ = store.snapshot({"a.py": b"0"}, "base")
+    print("ready", flush=True)
+    i = 0
+    while True:
+        i += 1
+        files = {f"m{k}.py": os.urandom(64) for k in range(4)}
+        tip, _ = store.snapshot(files, f"s{i}")
+        store.commit_rewrite(tip, {"m0.py": os.urandom(2000)}, "r", "", {"n": i}, "fp-faults")
+        store.cache_put(Store.blob_id(files["m1.py"]), "fp-faults", os.urandom(5000), {"i": i})
+    """
+)
+
+
+def test_kill_during_store_writes_leaves_a_store_that_works(tmp_path):
+    rng = random.Random(7)
+    root = tmp_path / "proj"
+    root.mkdir()
+    left_locks = 0
+    for trial in range(TRIALS):
+        proc = _start(STORE_WRITER, str(root))
+        _kill_at_random(proc, rng)
+        left_locks += len(_locks(root))
+        for tmp in glob.glob(str(root / ".scalebox" / "store.git" / "objects" / "tmp_object_git2_*")):
+            os.utime(tmp, (time.time() - 3600,) * 2)  # as if the kill was an hour ago
+        store = _check_store(root)
+        # the next writer works, whatever the killed one left behind
+        tip, _ = store.snapshot({"after.py": str(trial).encode()}, "after kill")
+        store.commit_rewrite(tip, {"after.py": b"r"}, "r", "", {}, FP)
+        store.cache_put(Store.blob_id(b"x%d" % trial), FP, b"y", {})
+        assert not glob.glob(str(root / ".scalebox" / "store.git" / "objects" / "tmp_object_git2_*"))
+        store.close()
+    print(f"\n{TRIALS} kills during store writes: {left_locks} ref lock(s) left behind, all recovered")
+
+
+@pytest.mark.parametrize("name", ["refs/heads/source", "refs/notes/scalebox-reports", "refs/heads/run/0002"])
+def test_a_stale_ref_lock_of_a_dead_writer_is_removed(tmp_path, name):
+    root = tmp_path / "proj"
+    root.mkdir()
+    store = Store.init(str(root))
+    tip, _ = store.snapshot({"a.py": b"1"}, "base")
+    store.commit_rewrite(tip, {"a.py": b"r"}, "r", "", {}, FP)
+    lock = os.path.join(store.path, *name.split("/")) + ".lock"
+    with open(lock, "w") as fh:
+        fh.write("0" * 40 + "\n")  # what libgit2 leaves when killed between write and rename
+    os.utime(lock, (time.time() - 5,) * 2)
+    fresh = Store.open(str(root))
+    tip, _ = fresh.snapshot({"a.py": b"2"}, "next")
+    branch, _ = fresh.commit_rewrite(tip, {"a.py": b"r2"}, "r", "", {}, FP)
+    assert branch == "run/0002" and not os.path.exists(lock)
+
+
+STORE_ONCE = textwrap.dedent(
+    """\
+    import sys
+    from scalebox_cst.store import Store, StoreError
+    try:
+        Store.open(sys.argv[1]).snapshot({"a.py": b"3"}, "x")
+    except StoreError as exc:
+        print("error", exc)
+    else:
+        print("ok")
+    """
+)
+
+
+def test_a_lock_another_program_holds_is_named(tmp_path, monkeypatch):
+    """A lock made while we hold the store's write lock is not ours to remove: it is named."""
+    from scalebox_cst import store as store_module
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    store = Store.init(str(root))
+    store.snapshot({"a.py": b"1"}, "base")
+    lock = os.path.join(store.path, "refs", "heads", "source.lock")
+    with open(lock, "w") as fh:
+        fh.write("x")
+    os.utime(lock, (time.time() + 60,) * 2)  # newer than any hold: a live foreign writer's
+    monkeypatch.setattr(store_module, "_FOREIGN_LOCK_WAIT_S", 0.2)
+    with pytest.raises(StoreError) as info:
+        Store.open(str(root)).snapshot({"a.py": b"2"}, "x")
+    assert lock in str(info.value) and "busy" not in str(info.value) and "\n" not in str(info.value)
+    assert os.path.exists(lock)
+
+
+ROLLER = textwrap.dedent(
+    """\
+    import sys
+    from scalebox_cst.project import Project
+    project = Project(sys.argv[1])
+    targets = sys.argv[2:]
+    print("ready", flush=True)
+    i = 0
+    while True:
+        project.rollback(targets[i % 2])
+        i += 1
+    """
+)
+
+
+def _tree(root):
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".scalebox"]
+        for name in filenames:
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = open(os.path.join(dirpath, name), "rb").read()
+    return out
+
+
+def test_kill_during_rollback_leaves_the_tree_fully_old_or_fully_new(tmp_path):
+    rng = random.Random(11)
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    project, _ = Project.init(str(root))
+    for i in range(30):
+        (root / "pkg" / f"m{i}.py").write_text(f"A = {i}\n")
+    a = project.commit_change(force=True).branch
+    state_a = _tree(root)
+    for i in range(30):
+        (root / "pkg" / f"m{i}.py").write_text(f"B = {i}\n" * 20)
+    b = project.commit_change(force=True).branch
+    state_b = _tree(root)
+    outcomes = {"old/new": 0, "finished": 0, "reverted": 0}
+    for trial in range(TRIALS * 2):
+        proc = _start(ROLLER, str(root), a, b)
+        _kill_at_random(proc, rng, most=0.4)
+        done = Project(str(root)).recover()  # what the next command does first
+        if done and done.startswith("finished"):
+            outcomes["finished"] += 1
+        elif done:
+            outcomes["reverted"] += 1
+        else:
+            outcomes["old/new"] += 1
+        tree = _tree(root)
+        assert tree in (state_a, state_b), f"trial {trial}: half-restored tree ({done})"
+        assert not [p for p in tree if p.endswith(".scalebox-tmp")]
+        assert not os.path.exists(root / ".scalebox" / JOURNAL_FILE)
+        _check_store(root).close()
+    Project(str(root)).rollback(a)  # and the next rollback works
+    assert _tree(root) == state_a
+    print(f"\n{TRIALS * 2} kills during rollback: {outcomes}")
+
+
+REWRITER = textwrap.dedent(
+    """\
+    import sys
+    from scalebox_cst.project import Project
+    project = Project(sys.argv[1])
+    print("ready", flush=True)
+    i = 0
+    while True:
+        i += 1
+        with open(sys.argv[1] + "/train.py", "w") as fh:
+            fh.write(f"x = {i}\\n" * 30)
+        project.commit_change(force=True)
+    """
+)
+
+
+def test_kill_during_rewrite_then_the_next_rewrite_works(tmp_path):
+    rng = random.Random(3)
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text("x = 0\n")
+    Project.init(str(root))
+    for trial in range(TRIALS):
+        proc = _start(REWRITER, str(root))
+        _kill_at_random(proc, rng, most=0.5)
+        _check_store(root).close()
+        project = Project(str(root))
+        result = project.commit_change(force=True)
+        assert result.created and project.store.read_file(result.report.commit, "train.py") == (root / "train.py").read_bytes()
+
+
+# ---------------------------------------------------------------------------- disk full
+DISK_FULL = textwrap.dedent(
+    """\
+    import json, os, sys
+    from scalebox_cst.project import Project
+    from scalebox_cst.store import Store, StoreError
+    disk = sys.argv[1]
+    root = os.path.join(disk, "proj")
+    os.makedirs(os.path.join(root, "pkg"))
+    project, _ = Project.init(root)
+    for i in range(30):
+        open(os.path.join(root, "pkg", f"m{i}.py"), "w").write(f"A = {i}\\n")
+    a = project.commit_change(force=True).branch
+    for i in range(30):
+        open(os.path.join(root, "pkg", f"m{i}.py"), "w").write(f"B = {i}\\n")
+    b = project.commit_change(force=True).branch
+    before = {n: open(os.path.join(root, "pkg", n)).read() for n in os.listdir(os.path.join(root, "pkg"))}
+    Project(root).store.snapshot(Project(root).scan(), "so the backup snapshot needs no new object")
+    big = {f"pkg/m{i}.py": (f"A = {i}\\n" * 400).encode() for i in range(30)}
+    tip, _ = project.store.snapshot(big, "large version")
+    # fill the disk, then roll back to the large version: it cannot fit
+    with open(os.path.join(disk, "fill"), "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(b"\\0" * 4096)
+                fh.flush()
+        except OSError:
+            pass
+    try:
+        os.remove(os.path.join(root, ".scalebox", "rollback.lock"))
+    except OSError:
+        pass
+    errors = {}
+    for name, call in [
+        ("rollback", lambda: Project(root).rollback(tip[:10])),
+        ("snapshot", lambda: Project(root).store.snapshot({"new.py": os.urandom(5000)}, "x")),
+        ("commit_change", lambda: Project(root).commit_change(force=True)),
+    ]:
+        try:
+            call()
+            errors[name] = None
+        except StoreError as exc:
+            errors[name] = str(exc)
+        except BaseException as exc:
+            errors[name] = "TRACEBACK " + type(exc).__name__ + ": " + str(exc)
+    after = {n: open(os.path.join(root, "pkg", n)).read() for n in os.listdir(os.path.join(root, "pkg"))}
+    os.remove(os.path.join(disk, "fill"))
+    Project(root).rollback(tip[:10])  # with space again it works
+    print(json.dumps({"errors": errors, "same": before == after, "after_space": open(os.path.join(root, "pkg", "m3.py")).read() == "A = 3\\n" * 400}))
+    """
+)
+
+
+def _tmpfs_available():
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt && echo ok"], capture_output=True, text=True)
+    return probe.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(not _tmpfs_available(), reason="needs unshare -rm to mount a small tmpfs")
+def test_disk_full_is_one_line_and_the_tree_stays_whole(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = tmp_path / "disk_full.py"
+    script.write_text(DISK_FULL)
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=4m tmpfs "{disk}" && exec "{sys.executable}" "{script}" "{disk}"'],
+        capture_output=True, text=True, env=_env(), timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, error in got["errors"].items():
+        assert error is not None, f"{name} succeeded on a full disk?"
+        assert not error.startswith("TRACEBACK") and "\n" not in error, f"{name}: {error}"
+        assert "busy" not in error, f"{name}: {error}"
+    assert "No space left on device" in got["errors"]["rollback"]
+    assert got["same"], "a rollback on a full disk changed the tree"
+    assert got["after_space"]
