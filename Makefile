@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR ?= build/demo
 DEMO_STEPS ?= 4096
 
-.PHONY: venv demo test bench clean
+.PHONY: venv browser demo test bench clean
 
 venv: $(VENV)/.installed
 
@@ -18,6 +18,18 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $@
+
+# The monitor's browser tests drive the system Chromium through playwright (never a browser
+# download of its own). Installed here when missing and we are root with apt; never fails the
+# build: without it those tests skip and say why.
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@if [ ! -x $(CHROMIUM) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium for the monitor's browser tests"; \
+		(apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		 (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1)) || \
+		echo "note: chromium could not be installed; the monitor's browser tests will skip"; \
+	fi
 
 # Rewrite the bundled PPO example (in a copy: the engine never edits your files), run the
 # original and the committed rewrite on a small budget with the same seeds, then show the log,
@@ -33,8 +45,9 @@ demo: venv
 	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox log
 	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox compare original run/0001
 	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox diff --stat
+	@echo "watch it live: $(BIN)/scalebox monitor $(DEMO_DIR)/cartpole_ppo --web-port 8080 --refresh-interval 2  (then open http://127.0.0.1:8080/)"
 
-test: venv
+test: venv browser
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
 bench: venv

@@ -117,7 +117,8 @@ def make_project(tmp_path):
               error_tail=["Traceback (most recent call last):", '  File "train.py", line 9, in gae', "RuntimeError: boom"],
               events=[("failed", "run/0001#2 failed (exit 1)", {}), ("nonfinite", "non-finite losses/value_loss=nan at step 3", {"name": "losses/value_loss"})])
     for seed in (0, 1, 2):
-        write_run(root, second, seed=seed, points=curve("episodic_return", 60, now - 100, scale=1 + seed * 0.2, every=100))
+        write_run(root, second, seed=seed, points=curve("episodic_return", 60, now - 100, scale=1 + seed * 0.2, every=100),
+                  headline={"episodic_return_final": 4.0 + seed, "sps": 900.0 + seed, "guard_pass_rate": 1.0})
     runs.append_project_event(root, "save_blocked", "train.py:3: invalid syntax", file="train.py")
     runs.append_project_event(root, "rollback", "rolled back to run/0001", branch=first)
     return root
@@ -214,6 +215,8 @@ def test_branches_history_status_headline_and_marks(proj):
     # status: the newest run's; headline stored at the end of the run
     assert [r["status"] for r in one["runs"]] == ["ok", "failed"]
     assert one["status"] == "failed"
+    assert one["headline_run"] == "run/0001#1" and one["headline"]["sps"] == 1200.0  # the failed run has none
+    assert two["headline_run"] == "run/0002#3" and two["headline"]["episodic_return_final"] == 6.0
     assert one["runs"][0]["headline"]["episodic_return_final"] == 3.5
     assert one["runs"][1]["error_tail"][-1] == "RuntimeError: boom"
     assert two["status"] == "ok" and [r["seed"] for r in two["runs"]] == [0, 1, 2]

@@ -368,6 +368,8 @@ class Monitor:
         run_rows = [self._run_json(r) for r in found]
         hotfix_of = hotfix_event or next((r["hotfix_of"] for r in run_rows if r["hotfix_of"]), None)
         newest = max(run_rows, key=lambda r: (r["started"] or 0, r["run"]), default=None)
+        # the headline of the newest run that has numbers (a run that failed at once has none)
+        shown = max((r for r in run_rows if r["headline"]), key=lambda r: (r["started"] or 0, r["run"]), default=newest)
         return {
             "name": name,
             "kind": kind,
@@ -384,7 +386,8 @@ class Monitor:
             "files": files,
             "commits": commits,
             "status": newest["status"] if newest else "not run",
-            "headline": newest["headline"] if newest else {},
+            "headline": shown["headline"] if shown else {},
+            "headline_run": shown["id"] if shown else None,
             "runs": run_rows,
         }
 

@@ -20,6 +20,8 @@ const state = {
   charts: new Map(),      // key -> {el, plot, layout, text, markers}
 };
 
+window.scaleboxMonitor = state;  // for the browser tests and a curious console
+
 const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d",
   "#4d7c0f", "#7c2d12", "#1e3a8a", "#0f766e", "#a16207"];
 const RETURN_NAMES = ["episodic_return", "charts/episodic_return", "episode_return", "final_return"];
@@ -44,12 +46,10 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// Plotted branches get distinct colours, in name order; the others a neutral grey.
 function colorOf(branch) {
-  const m = /(\d+)$/.exec(branch || "");
-  let h = 0;
-  if (m) h = parseInt(m[1], 10);
-  else for (const c of branch || "") h = (h * 31 + c.charCodeAt(0)) >>> 0;
-  return PALETTE[h % PALETTE.length];
+  const i = [...state.selected].sort().indexOf(branch);
+  return i < 0 ? "#cbd5e1" : PALETTE[i % PALETTE.length];
 }
 
 function fmt(value, digits) {
@@ -155,7 +155,7 @@ function snapshotRow(b) {
     text = `snapshot #${b.source_index ?? "?"} ${short(b.source_commit)} · ${src.message || ""}`;
     if (b.rollback_to) marks.push(el("span", { class: "badge mark-rollback" }, `rollback to ${b.rollback_to}`));
   }
-  return el("tr", { class: "snapshot" }, el("td", { colspan: 9 }, el("span", { class: "rail" }, "●"), text, ...marks));
+  return el("tr", { class: "snapshot" }, el("td", { colspan: 8 }, el("span", { class: "rail" }, "●"), text, ...marks));
 }
 
 function branchRow(b) {
@@ -166,7 +166,7 @@ function branchRow(b) {
     state.picked = true;
     if (box.checked) state.selected.add(b.name); else state.selected.delete(b.name);
     renderBranches();
-    refreshCharts(true).catch(showError);
+    refreshChartsSoon(true).catch(showError);
   });
   const name = el("a", { onclick: () => showDiff(b.name), title: `${b.commit || ""}\n${b.summary || ""}` }, b.name);
   const marks = [];
@@ -175,17 +175,18 @@ function branchRow(b) {
   if (b.kind === "hook") marks.push(el("span", { class: "badge mark-hook" }, "hook"));
   const h = b.headline || {};
   const status = b.status.replace(" ", "-");
-  const live = b.runs.some((r) => r.headline_live);
+  const live = b.runs.some((r) => r.headline_live && r.id === b.headline_run);
   return el("tr", { class: "branch" + (state.diffBranch === b.name ? " selected-diff" : ""), "data-branch": b.name },
     el("td", {}, box),
-    el("td", { class: "name" }, el("span", { class: "swatch", style: `background:${colorOf(b.name)}` }), name, ...marks),
+    el("td", { class: "name" },
+      el("div", {}, el("span", { class: "swatch", style: `background:${colorOf(b.name)}` }), name, ...marks),
+      el("div", { class: "rewritten" }, rewrittenText(b))),
     el("td", {}, el("span", { class: `badge st-${status}` }, b.status)),
     el("td", { class: "num" }, b.runs.length || "—"),
     el("td", { class: "num", title: live ? "live: the run is still writing" : "" }, fmt(h.episodic_return_final) + (live && h.episodic_return_final !== undefined ? "*" : "")),
     el("td", { class: "num" }, fmt(h.episodic_return_best)),
     el("td", { class: "num" }, fmt(h.sps, 0)),
     el("td", { class: "num" }, pct(h.guard_pass_rate)),
-    el("td", { class: "rewritten" }, rewrittenText(b)),
   );
 }
 
@@ -250,6 +251,26 @@ async function refreshCharts(force) {
       drawChart(chart, res.data, width);
     }
   }
+}
+
+// One chart refresh at a time: a request made meanwhile runs once more right after it.
+let chartsRunning = null;
+function refreshChartsSoon(force) {
+  state.chartsForce = state.chartsForce || force;
+  if (chartsRunning) { state.chartsAgain = true; return chartsRunning; }
+  chartsRunning = (async () => {
+    try {
+      do {
+        state.chartsAgain = false;
+        const f = state.chartsForce;
+        state.chartsForce = false;
+        await refreshCharts(f);
+      } while (state.chartsAgain);
+    } finally {
+      chartsRunning = null;
+    }
+  })();
+  return chartsRunning;
 }
 
 function axisTitle(spec) {
@@ -462,7 +483,7 @@ function showError(err) {
 async function tick() {
   try {
     await refreshBranches();
-    if (!document.hidden) await refreshCharts(false);
+    if (!document.hidden) await refreshChartsSoon(false);
     await refreshEvents();
     if (state.diffBranch && state.ticks % 3 === 0) await refreshDiff();
     state.ticks++;
@@ -496,7 +517,7 @@ async function start() {
   let resizeTimer = null;
   window.addEventListener("resize", () => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => refreshCharts(true).catch(showError), 200);
+    resizeTimer = setTimeout(() => refreshChartsSoon(true).catch(showError), 200);
   });
   tick();
 }

@@ -1,0 +1,233 @@
+"""The monitor page in a real headless Chromium (the system's /usr/bin/chromium via playwright).
+
+`make test` installs Chromium when it is missing (root with apt); where it cannot, these tests
+skip with the reason and the API tests still run. Screenshots go to $SCALEBOX_SCREENSHOTS
+(default: the system temp folder) as scalebox_monitor_*.png.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+
+import pytest
+
+from scalebox_cst.monitor import Monitor, MonitorServer
+from scalebox_cst.store import Store
+
+from test_monitor_api import append_points, curve, live_pid, make_project, write_run  # noqa: F401  (live_pid: fixture)
+
+CHROMIUM = os.environ.get("SCALEBOX_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-gpu", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+SHOTS = os.environ.get("SCALEBOX_SCREENSHOTS", tempfile.gettempdir())
+PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d"]  # app.js: by plotted name order
+
+
+def _skip_reason():
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[test]')"
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)) and not shutil.which("chromium"):
+        return f"no Chromium at {CHROMIUM} (make test installs it with apt-get when run as root)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    path = CHROMIUM if os.path.isfile(CHROMIUM) else shutil.which("chromium")
+    with sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=path, headless=True, args=ARGS)
+        except Exception as exc:  # a broken install: say so, do not fail the API tests' run
+            pytest.skip(f"Chromium at {path} does not start: {str(exc).splitlines()[0]}")
+        yield b
+        b.close()
+
+
+def serve(root, refresh=0.3):
+    srv = MonitorServer(Monitor(root, refresh_interval=refresh), port=0)
+    srv.start_background()
+    return srv
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1500, "height": 1100})
+    pg = context.new_page()
+    pg.errors = []
+    pg.requests = []
+    pg.on("pageerror", lambda exc: pg.errors.append(str(exc)))
+    pg.on("console", lambda msg: pg.errors.append(msg.text) if msg.type == "error" else None)
+    pg.on("request", lambda req: pg.requests.append(req.url))
+    yield pg
+    context.close()
+
+
+def color_pixels(page, selector, hex_color, tol=40):
+    """Pixels of a chart's canvas within ``tol`` of a colour (a drawn line leaves some)."""
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return page.evaluate(
+        """([sel, r, g, b, tol]) => {
+            const c = document.querySelector(sel + ' canvas');
+            if (!c) return -1;
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0;
+            for (let i = 0; i < d.length; i += 4)
+                if (d[i + 3] > 200 && Math.abs(d[i] - r) < tol && Math.abs(d[i + 1] - g) < tol && Math.abs(d[i + 2] - b) < tol) n++;
+            return n;
+        }""",
+        [selector, r, g, b, tol],
+    )
+
+
+def shot(page, name):
+    path = os.path.join(SHOTS, f"scalebox_monitor_{name}.png")
+    page.screenshot(path=path, full_page=True)
+    assert os.path.getsize(path) > 10_000
+    return path
+
+
+def wait_ticks(page, more):
+    start = int(page.evaluate("Number(document.body.dataset.ticks || 0)"))
+    page.wait_for_function(f"Number(document.body.dataset.ticks || 0) >= {start + more}", timeout=30_000)
+
+
+def test_page_shows_branches_curves_live_updates_diff_and_events(tmp_path, page, live_pid):
+    root = make_project(tmp_path)
+    now = time.time()
+    live = write_run(root, "run/0003", status="running", pid=live_pid, started=now - 30, points=curve("episodic_return", 20, now - 30, scale=0.5, every=100))
+    srv = serve(root)
+    try:
+        page.goto(srv.url)
+        # the branches of the fixture, grouped under their snapshots, marks and statuses shown
+        page.wait_for_selector("#branches tr.branch[data-branch='run/0003']")
+        rows = page.eval_on_selector_all("#branches tr.branch", "rs => rs.map(r => r.dataset.branch)")
+        assert rows == ["run/0003", "run/0002", "run/0001"]
+        table = page.inner_text("#branches")
+        assert "rollback to run/0001" in table and "failed" in table and "running" in table
+        assert "grad_clip ×" in table
+        # a chart per metric; episodic return against steps and against wall time
+        page.wait_for_selector(".chart[data-metric='episodic_return'][data-axis='step'] canvas")
+        page.wait_for_selector(".chart[data-metric='episodic_return'][data-axis='time'] canvas")
+        page.wait_for_selector(".chart[data-metric='losses/value_loss'] canvas")
+        legend = page.inner_text(".chart[data-metric='episodic_return'][data-axis='step'] .u-legend")
+        assert "run/0001#1" in legend and "run/0002 mean of 3 seeds" in legend and "run/0003#1" in legend
+        assert "non-finite in run/0001#1" in page.inner_text(".chart[data-metric='episodic_return'][data-axis='step']")
+        # a curve per branch: each branch's colour is on the canvas
+        sel = ".chart[data-metric='episodic_return'][data-axis='step']"
+        for number in (1, 2, 3):
+            assert color_pixels(page, sel, PALETTE[number - 1]) > 50, f"no line of run/000{number}"
+        shot(page, "overview")
+        # live: the running run appends points and the chart follows without a reload
+        chart_len = "scaleboxMonitor.charts.get('episodic_return|step').plot.data[0].length"
+        before = page.evaluate(chart_len)
+        top_before = page.evaluate("scaleboxMonitor.charts.get('episodic_return|step').plot.scales.y.max")
+        append_points(live, [("episodic_return", 2000 + 100 * i, 40.0 + i, time.time()) for i in range(30)])
+        page.wait_for_function(f"{chart_len} > {before}", timeout=30_000)
+        assert page.evaluate("scaleboxMonitor.charts.get('episodic_return|step').plot.scales.y.max") > max(top_before, 40)
+        # the diff of a branch: labelled hunks, what was left alone, guard pass rate per site
+        page.click("#branches tr.branch[data-branch='run/0001'] td.name a")
+        page.wait_for_selector("#diff .hunk")
+        diff = page.inner_text("#diff")
+        assert "grad_clip [" in diff and "vectorize.recurrence [exact]" in diff
+        assert "@@ -" in diff and "+" in diff
+        assert "90.0%" in diff and "train.py:7" in diff
+        # events: newest first, a failed run with its traceback, a blocked save, a non-finite loss
+        events = page.inner_text("#events")
+        assert "RuntimeError: boom" in events and "invalid syntax" in events and "non-finite" in events
+        page.locator("#diff-panel").scroll_into_view_if_needed()
+        shot(page, "diff_events")
+        assert not page.errors, page.errors
+        assert all(u.startswith(srv.url) for u in page.requests), [u for u in page.requests if not u.startswith(srv.url)]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_page_with_500_branches_and_a_branch_never_run(tmp_path, page):
+    root = str(tmp_path / "big")
+    os.makedirs(root)
+    store = Store.init(root)
+    source, _ = store.snapshot({"train.py": b"x = 1\n"}, "snapshot")
+    report = {"branch": None, "commit": None, "source_commit": None, "backend": "cpu", "files": [
+        {"path": "train.py", "status": "rewritten", "error": None, "sites": [
+            {"transform": "grad_clip", "line": 1, "end_line": 1, "action": "rewritten", "reason": "r", "exactness": "changes-semantics"}]}]}
+    now = time.time()
+    for i in range(500):
+        name, _ = store.commit_rewrite(source, {"train.py": b"x = %d\n" % i}, "rewrite", "", report, "fp")
+        if i != 499:  # the newest branch never ran
+            write_run(root, name, started=now - 100, points=curve("episodic_return", 200, now - 100, scale=1 + i / 500, every=10),
+                      headline={"episodic_return_final": float(i)})
+    srv = serve(root, refresh=0.5)
+    try:
+        t0 = time.perf_counter()
+        page.goto(srv.url)
+        page.wait_for_selector(".chart[data-metric='episodic_return'] canvas")
+        loaded = time.perf_counter() - t0
+        assert page.locator("#branches tr.branch").count() == 100  # the newest first, more on request
+        assert "500 of 500 branch(es), 5 plotted" in page.inner_text("#branch-count")
+        never = page.locator("#branches tr.branch[data-branch='run/0500']")
+        assert "not run" in never.inner_text() and never.locator("input").is_disabled()
+        page.fill("#branch-filter", "run/0042")
+        assert page.eval_on_selector_all("#branches tr.branch", "rs => rs.map(r => r.dataset.branch)") == ["run/0042"]
+        page.check("#branches tr.branch[data-branch='run/0042'] input")
+        for axis in ("step", "time"):
+            page.wait_for_function(f"document.querySelector(\".chart[data-metric='episodic_return'][data-axis='{axis}'] .u-legend\").innerText.includes('run/0042#1')", timeout=30_000)
+        page.fill("#branch-filter", "")
+        shot(page, "500_branches")
+        print(f"\n500 branches: page with charts in {loaded:.2f}s")
+        assert loaded < 20
+        assert not page.errors, page.errors
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_page_memory_stays_flat_while_it_polls(tmp_path, page, live_pid):
+    """A page left open: many polls with a run writing all along, heap and DOM do not grow."""
+    root = make_project(tmp_path)
+    now = time.time()
+    live = write_run(root, "run/0003", status="running", pid=live_pid, started=now, points=curve("episodic_return", 10, now))
+    srv = serve(root, refresh=0.1)
+    try:
+        page.goto(srv.url)
+        page.wait_for_selector(".chart[data-metric='episodic_return'] canvas")
+        cdp = page.context.new_cdp_session(page)
+
+        def heap():
+            cdp.send("HeapProfiler.collectGarbage")
+            return cdp.send("Runtime.getHeapUsage")["usedSize"]
+
+        def nodes():
+            return page.evaluate("document.getElementsByTagName('*').length")
+
+        step = [10]
+
+        def write(k):
+            append_points(live, [("episodic_return", 100 * (step[0] + i), float(step[0] + i), time.time()) for i in range(k)])
+            step[0] += k
+
+        write(50)
+        wait_ticks(page, 20)
+        base_heap, base_nodes = heap(), nodes()
+        for _ in range(6):
+            write(2000)  # past the bucket capacity: the series is downsampled from here on
+            wait_ticks(page, 15)
+        grown_heap, grown_nodes = heap(), nodes()
+        ticks = int(page.evaluate("Number(document.body.dataset.ticks)"))
+        print(f"\n{ticks} polls: heap {base_heap / 1e6:.2f} -> {grown_heap / 1e6:.2f} MB, DOM {base_nodes} -> {grown_nodes} nodes")
+        assert grown_nodes <= base_nodes + 20
+        assert grown_heap < base_heap + 3_000_000
+        assert page.evaluate("scaleboxMonitor.charts.get('episodic_return|step').plot.data[0].length") < 3000
+        assert not page.errors, page.errors
+    finally:
+        srv.shutdown()
+        srv.server_close()
