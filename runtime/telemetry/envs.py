@@ -4,8 +4,11 @@ Nothing the script can see changes: no wrapper object (``type``, ``isinstance``,
 ``spec`` are the script's), no key added to ``info``, no value altered. Instead the ``step`` and
 ``reset`` functions of the environment classes are replaced, at class level, by functions that
 call the original and then look at what it returned (``functools.wraps`` keeps name, docstring
-and signature). Classes that exist when gymnasium/gym is imported are patched then; classes
-defined later (the user's, lazily imported env modules) through ``Env.__init_subclass__``.
+and signature). Env and vector env classes that exist when gymnasium/gym is imported are patched
+then, classes defined later (the user's, lazily imported env modules) through
+``__init_subclass__``; wrapper classes only once ``make`` returns one (each patched layer costs a
+frame per step: a ``make`` chain TimeLimit > OrderEnforcing > PassiveEnvChecker > CartPoleEnv has
+two patched, not four).
 
 Which object's steps count, per call chain (several patched layers call each other):
 - the object ``gymnasium.make`` / ``gym.make`` returned, else a non-wrapper env (one built
@@ -15,8 +18,9 @@ Which object's steps count, per call chain (several patched layers call each oth
 - a vector env counts its sub-envs itself (per index, with gymnasium 1.x's next-step / same-step
   / disabled autoreset and the same-step autoreset of gymnasium 0.29 and gym) unless its first
   step is seen to step counted envs inside (``SyncVectorEnv`` of ``make`` envs: those count);
-- a directly built env under a user's own time limit wrapper: the episode also ends when the
-  outermost call says truncated (a ``make`` env's episodes end only where it says so).
+- a directly built env under a time limit wrapper of a class ``make`` has returned (TimeLimit):
+  the episode also ends when that wrapper says truncated (a ``make`` env's episodes end only where
+  it says so). Under a wrapper class never patched, a truncated episode is dropped at the reset.
 Partial episodes ended by ``reset`` are dropped, as RecordEpisodeStatistics drops them.
 
 Points: ``episodic_return`` and ``episodic_length`` at step = env steps so far, counted over all
@@ -119,21 +123,30 @@ def _emit(ret: float, length: int) -> None:
     metrics.record(LENGTH, int(length), step=env_steps)
 
 
+#: reward / flag types read without further checks (no device behind them)
+_HOST = {float, int, bool}
+
+
 def _observe_single(env: Any, rec: _Rec, result: Any) -> bool:
     """Add one transition; True when it ended the episode."""
     global env_steps
-    if not isinstance(result, tuple) or len(result) not in (4, 5):
+    if type(result) is not tuple:
         return False
-    reward = result[1]
-    done_flags = result[2:4] if len(result) == 5 else result[2:3]
-    if _on_device(reward) or any(_on_device(d) for d in done_flags):
-        rec.counts = False
-        _warn(env, "rewards are on an accelerator")
+    if len(result) == 5:
+        reward, done, other = result[1], result[2], result[3]
+    elif len(result) == 4:
+        reward, done, other = result[1], result[2], False
+    else:
         return False
+    if not (type(reward) in _HOST and type(done) in _HOST and type(other) in _HOST):
+        if _on_device(reward) or _on_device(done) or _on_device(other):
+            rec.counts = False
+            _warn(env, "rewards are on an accelerator")
+            return False
     rec.ret += float(reward)
     rec.length += 1
     env_steps += 1
-    if any(bool(d) for d in done_flags):
+    if done or other:
         _emit(rec.ret, rec.length)
         rec.ret, rec.length = 0.0, 0
         return True
@@ -144,7 +157,7 @@ def _observe_vector(env: Any, rec: _Rec, result: Any) -> None:
     global env_steps
     import numpy as np
 
-    if not isinstance(result, tuple) or len(result) not in (4, 5):
+    if type(result) is not tuple or len(result) not in (4, 5):
         return
     parts = result[1:4] if len(result) == 5 else result[1:3]
     if any(_on_device(p) for p in parts):
@@ -292,19 +305,25 @@ def _wrap_reset(fn):
     return reset
 
 
-def patch_class(cls: type) -> None:
+def patch_class(cls: type, names=("step", "reset")) -> None:
     """Observe ``cls``'s own ``step`` and ``reset`` (inherited ones are patched where defined)."""
-    for name, wrap in (("step", _wrap_step), ("reset", _wrap_reset)):
+    for name in names:
         fn = cls.__dict__.get(name)
         if isinstance(fn, types.FunctionType) and not getattr(fn, _MARK, False):
-            setattr(cls, name, wrap(fn))
+            setattr(cls, name, (_wrap_step if name == "step" else _wrap_reset)(fn))
+
+
+def _is_wrapper(cls: type) -> bool:
+    return issubclass(cls, tuple(_wrappers))
 
 
 def _patch_tree(base: type) -> None:
+    """Patch ``base`` and its subclasses, wrappers left out: a wrapper's calls cost a patched
+    frame on every step and count only where ``make`` returned it (patched then)."""
     todo, seen = [base], set()
     while todo:
         cls = todo.pop()
-        if cls in seen:
+        if cls in seen or _is_wrapper(cls):
             continue
         seen.add(cls)
         patch_class(cls)
@@ -315,7 +334,7 @@ def _patch_tree(base: type) -> None:
 
 
 def _hook_subclasses(base: type) -> None:
-    """Patch every later subclass of ``base`` when it is defined (``__init_subclass__``)."""
+    """Patch every later non-wrapper subclass of ``base`` when it is defined."""
     own = base.__dict__.get("__init_subclass__")
     if getattr(own, _MARK, False):
         return
@@ -325,12 +344,22 @@ def _hook_subclasses(base: type) -> None:
             own.__func__(cls, **kwargs)
         else:
             super(base, cls).__init_subclass__(**kwargs)
-        patch_class(cls)
+        if not _is_wrapper(cls):
+            patch_class(cls)
 
     hook = classmethod(__init_subclass__)
     setattr(__init_subclass__, _MARK, True)
     setattr(hook, _MARK, True)
     base.__init_subclass__ = hook
+
+
+def _patch_made(env: Any) -> None:
+    """The class (in its MRO, where each is defined) of ``step``/``reset`` of a made env."""
+    for name in ("step", "reset"):
+        for cls in type(env).__mro__:
+            if name in cls.__dict__:
+                patch_class(cls, (name,))
+                break
 
 
 def _wrap_make(module: Any, name: str = "make") -> None:
@@ -342,6 +371,7 @@ def _wrap_make(module: Any, name: str = "make") -> None:
     def make(*args, **kwargs):
         env = fn(*args, **kwargs)
         try:
+            _patch_made(env)
             key = id(env)
             _made.add(key)
             _recs.pop(key, None)
@@ -357,27 +387,31 @@ def _wrap_make(module: Any, name: str = "make") -> None:
 def _attach(package: Any, vector_names: Any, wrapper_names: Any, old: bool) -> None:
     name = package.__name__
     env = getattr(package, "Env", None)
+    vector = sys.modules.get(f"{name}.vector")
+    bases = []
     if isinstance(env, type):
         _single.append(env)
+        bases.append(env)
         wrapper = getattr(package, "Wrapper", None)
         if isinstance(wrapper, type):
             _wrappers.append(wrapper)
-        _patch_tree(env)
-        _hook_subclasses(env)
-    vector = sys.modules.get(f"{name}.vector")
-    if vector is not None:
-        for attr in vector_names:
-            cls = getattr(vector, attr, None)
-            if isinstance(cls, type) and cls not in _vectors:
-                _vectors.append(cls)
-                if old or (isinstance(env, type) and issubclass(cls, env)):
-                    _old_vectors.append(cls)
-                _patch_tree(cls)
-                _hook_subclasses(cls)
-        for attr in wrapper_names:
-            cls = getattr(vector, attr, None)
-            if isinstance(cls, type):
-                _wrappers.append(cls)
+    for attr in wrapper_names:
+        cls = getattr(vector, attr, None)
+        if isinstance(cls, type):
+            _wrappers.append(cls)
+    for attr in vector_names:
+        cls = getattr(vector, attr, None)
+        if isinstance(cls, type) and cls not in _vectors:
+            _vectors.append(cls)
+            if old or (isinstance(env, type) and issubclass(cls, env)):
+                _old_vectors.append(cls)
+            bases.append(cls)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        _HOST.update({numpy.float64, numpy.float32, numpy.bool_, numpy.int64, numpy.int32})
+    for base in bases:
+        _patch_tree(base)
+        _hook_subclasses(base)
     registration = sys.modules.get(f"{name}.envs.registration")
     for module in (package, registration):
         if module is not None:

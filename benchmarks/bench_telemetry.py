@@ -1,0 +1,129 @@
+"""Cost of run telemetry on a CartPole PPO run (issue 10's goal: under 2% of wall time).
+
+The bundled ``examples/cartpole_ppo`` is rewritten first (so its guard sites are counted and the
+site sampler runs at its full rate: the worst case), then run in fresh interpreters with
+telemetry on and off (``SCALEBOX_TELEMETRY``), alternating, ``--repeats`` times each. Wall time
+is taken inside the child, from before ``telemetry.install()`` to the script's end (interpreter
+and torch start-up left out, installation counted); metrics go to a real metrics.jsonl. Printed:
+median [min-max] per side, the overhead of the medians, the same for the process's CPU time (all
+threads, the telemetry thread included; steadier than wall time on a shared machine), and whether the script printed the same
+numbers on both sides (sps left out). A second section times ``env.step`` of
+``gym.make("CartPole-v1")`` alone, the path telemetry touches most often.
+
+    python benchmarks/bench_telemetry.py [--repeats 5] [--total-steps 20000] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SPS = re.compile(r"\s*sps=\S+")
+
+BOOT = (
+    "import runpy, sys, time\n"
+    "t0, c0 = time.perf_counter(), time.process_time()\n"
+    "from scalebox_cst.runtime import telemetry\n"
+    "telemetry.install()\n"
+    "script = sys.argv[1]\n"
+    "sys.argv = sys.argv[1:]\n"
+    "runpy.run_path(script, run_name='__main__')\n"
+    "sys.stderr.write(f'bench_wall={time.perf_counter() - t0}\\nbench_cpu={time.process_time() - c0}\\n')\n"
+)
+
+STEP = """
+import sys, time
+import gymnasium as gym
+env = gym.make("CartPole-v1")
+env.reset(seed=0)
+n = int(sys.argv[1])
+actions = [i % 2 for i in range(n)]
+best = float("inf")
+for _ in range(5):
+    env.reset(seed=0)
+    t0 = time.perf_counter()
+    for a in actions:
+        _, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            env.reset()
+    best = min(best, (time.perf_counter() - t0) / n)
+sys.stderr.write(f"bench_step={best}\\n")
+"""
+
+
+def child(args, telemetry: bool, metrics_file: str, cwd: str):
+    env = dict(os.environ, OMP_NUM_THREADS="1", SCALEBOX_TELEMETRY="1" if telemetry else "0", SCALEBOX_METRICS_FILE=metrics_file)
+    proc = subprocess.run([sys.executable, "-c", BOOT, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    found = dict(re.findall(r"^(bench_\w+)=(\S+)$", proc.stderr, re.M))
+    return found, [SPS.sub("", line) for line in proc.stdout.splitlines()]
+
+
+def summary(values):
+    return f"{statistics.median(values):8.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--total-steps", type=int, default=20000)
+    parser.add_argument("--quick", action="store_true", help="8192 steps, 3 repeats")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.total_steps = 3, 8192
+    sys.path.insert(0, ROOT)
+    from scalebox_cst.config import Config
+    from scalebox_cst.pipeline import Pipeline
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source = open(os.path.join(ROOT, "examples", "cartpole_ppo", "train.py"), "rb").read()
+        result = Pipeline(Config(), backend="cpu").rewrite("train.py", source)
+        sites = sum(1 for s in result.report.sites if s.action == "rewritten")
+        script = os.path.join(tmp, "train.py")
+        with open(script, "wb") as fh:
+            fh.write(result.output)
+        walls = {True: [], False: []}
+        cpus = {True: [], False: []}
+        printed = {True: None, False: None}
+        same = True
+        for r in range(args.repeats):
+            for on in ((True, False) if r % 2 == 0 else (False, True)):
+                metrics_file = os.path.join(tmp, f"metrics-{on}-{r}.jsonl")
+                found, lines = child([script, "--total-steps", str(args.total_steps), "--seed", "0"], on, metrics_file, tmp)
+                walls[on].append(float(found["bench_wall"]))
+                cpus[on].append(float(found["bench_cpu"]))
+                if printed[on] is None:
+                    printed[on] = lines
+                same = same and lines == printed[on]
+        same = same and printed[True] == printed[False]
+        on, off = statistics.median(walls[True]), statistics.median(walls[False])
+        print(f"CartPole PPO (examples/cartpole_ppo rewritten, {sites} sites), {args.total_steps} env steps, {args.repeats} runs a side, 1 thread")
+        print(f"  telemetry off  {summary(walls[False])} s")
+        print(f"  telemetry on   {summary(walls[True])} s")
+        print(f"  overhead       {100.0 * (on - off) / off:+.2f}% of wall time (medians; goal < 2%)")
+        c_on, c_off = statistics.median(cpus[True]), statistics.median(cpus[False])
+        print(f"  CPU time (all threads) off {summary(cpus[False])} s, on {summary(cpus[True])} s: {100.0 * (c_on - c_off) / c_off:+.2f}%")
+        print(f"  same printed numbers on both sides: {same}")
+
+        step_file = os.path.join(tmp, "step.py")
+        with open(step_file, "w") as fh:
+            fh.write(STEP)
+        steps = {True: [], False: []}
+        for r in range(args.repeats):
+            for flag in ((True, False) if r % 2 == 0 else (False, True)):
+                found, _ = child([step_file, "20000"], flag, os.path.join(tmp, "step.jsonl"), tmp)
+                steps[flag].append(float(found["bench_step"]) * 1e6)
+        s_on, s_off = statistics.median(steps[True]), statistics.median(steps[False])
+        print(f"gym.make('CartPole-v1').step alone (best of 5 x 20000 steps per run, medians over runs)")
+        print(f"  off {s_off:.2f} us, on {s_on:.2f} us: +{s_on - s_off:.2f} us a step")
+
+
+if __name__ == "__main__":
+    main()
