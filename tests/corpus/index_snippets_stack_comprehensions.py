@@ -29,7 +29,7 @@ def downward_speed(vel_hist, speed_threshold):
 
 EXPECT = {
     "loss = torch.stack([-lp * (G - baseline) for lp in log_probs]).mean()": ("vectorize.elementwise", "REWRITTEN", "exact"),
-    "optimizer.step()": ("grad_clip", "SKIPPED", None),
+    "optimizer.step()": ("grad_clip", "REWRITTEN", "exact-until-intervention"),
     "pre_contact_downward_speed = torch.stack([-hist for hist in vel_hist], dim=0).amax(dim=0)": ("vectorize.elementwise", "REWRITTEN", "exact"),
 }
 

@@ -35,7 +35,7 @@ class Reinforce:
 
 EXPECT = {
     "for log_prob, advantage in zip(log_probs, advantages):": ("vectorize.reduction", "REWRITTEN", "reassociated"),
-    "self.optimizer.step()": ("grad_clip", "REWRITTEN", "changes-semantics"),
+    "self.optimizer.step()": ("grad_clip", "REWRITTEN", "exact-until-intervention"),
 }
 
 

@@ -66,7 +66,7 @@ class PPO(nn.Module):
 EXPECT = {
     "self.optimizer = optim.Adam(self.parameters(), lr=0.0005)": ("device.optimizer", "REWRITTEN", "exact"),
     "for delta_t in delta[::-1]:": ("vectorize.recurrence", "REWRITTEN", "exact"),
-    "self.optimizer.step()": ("grad_clip", "REWRITTEN", "changes-semantics"),
+    "self.optimizer.step()": ("grad_clip", "REWRITTEN", "exact-until-intervention"),
 }
 LENGTHS = (1, 2, 3, 20)
 

@@ -45,7 +45,7 @@ class Policy(nn.Module):
 EXPECT = {
     "self.optimizer = optim.Adam(self.parameters(), lr=learning_rate)": ("device.optimizer", "REWRITTEN", "exact"),
     "for r, prob in self.data[::-1]:": ("vectorize.recurrence", "SKIPPED", None),
-    "self.optimizer.step()": ("grad_clip", "REWRITTEN", "changes-semantics"),
+    "self.optimizer.step()": ("grad_clip", "REWRITTEN", "exact-until-intervention"),
 }
 LENGTHS = (1, 5)
 

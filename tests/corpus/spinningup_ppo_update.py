@@ -49,8 +49,8 @@ def make_update(buf, ac, pi_optimizer, vf_optimizer, compute_loss_pi, compute_lo
 
 
 EXPECT = {
-    "pi_optimizer.step()": ("grad_clip", "REWRITTEN", "changes-semantics"),
-    "vf_optimizer.step()": ("grad_clip", "REWRITTEN", "changes-semantics"),
+    "pi_optimizer.step()": ("grad_clip", "REWRITTEN", "exact-until-intervention"),
+    "vf_optimizer.step()": ("grad_clip", "REWRITTEN", "exact-until-intervention"),
 }
 LENGTHS = (1, 3)
 

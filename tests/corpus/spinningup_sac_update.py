@@ -52,8 +52,8 @@ def make_update(ac, ac_targ, q_params, q_optimizer, pi_optimizer, compute_loss_q
 
 
 EXPECT = {
-    "q_optimizer.step()": ("grad_clip", "REWRITTEN", "changes-semantics"),
-    "pi_optimizer.step()": ("grad_clip", "REWRITTEN", "changes-semantics"),
+    "q_optimizer.step()": ("grad_clip", "REWRITTEN", "exact-until-intervention"),
+    "pi_optimizer.step()": ("grad_clip", "REWRITTEN", "exact-until-intervention"),
     "for p, p_targ in zip(ac.parameters(), ac_targ.parameters()):": ("vectorize.target_update", "REWRITTEN", "exact"),
 }
 LENGTHS = (1, 3)
