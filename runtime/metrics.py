@@ -184,9 +184,11 @@ def _write(batch: List[Tuple[str, Any, int, float]]) -> None:
 
 def _forget_in_child() -> None:
     """A forked child starts with the parent's unflushed points: writing them again would count
-    them twice, so it drops them (and keeps its own from then on)."""
-    global _pending, _lock, _write_lock
+    them twice, so it drops them (and keeps its own from then on). No telemetry thread runs there:
+    it flushes every :data:`FLUSH_EVERY` points itself."""
+    global _pending, _lock, _write_lock, _flush_at
     _pending = []
+    _flush_at = FLUSH_EVERY
     _lock = threading.Lock()
     _write_lock = threading.Lock()
 

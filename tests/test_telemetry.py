@@ -337,7 +337,16 @@ def soft_update(net, target, tau):
     for p, tp in zip(net.parameters(), target.parameters()):
         tp.data.copy_(tau * p.data + (1 - tau) * tp.data)
 
+def reinforce_loss(log_probs, R):
+    policy_loss = []
+    for log_prob in log_probs:
+        policy_loss.append(-log_prob * R)
+    return torch.cat(policy_loss).sum()
+
 torch.manual_seed(0)
+for _ in range(4):
+    reinforce_loss([torch.randn(1) for _ in range(8)], 2.0)
+reinforce_loss([torch.randn(1), torch.randn(2)], 2.0)  # rows of two shapes: the loop
 for _ in range(5):
     r, v, d = torch.randn(64), torch.randn(64), (torch.rand(64) < 0.1).float()
     gae(r, v, d, torch.tensor(0.0))
@@ -372,13 +381,16 @@ def test_guard_counters_and_site_time_of_a_rewritten_gae_loop(tmp_path):
     lines = source.splitlines()
     gae_for = next(i for i, l in enumerate(lines, 1) if l.strip().startswith("for t in reversed"))
     soft_for = next(i for i, l in enumerate(lines, 1) if l.strip().startswith("for p, tp in zip"))
+    reduce_for = next(i for i, l in enumerate(lines, 1) if l.strip().startswith("for log_prob in"))
     _scalebox("init", ".", cwd=project)
     _scalebox("rewrite", ".", cwd=project)
     _scalebox("run", "train.py", cwd=project)
     found = glob.glob(str(project / ".scalebox" / "runs" / "**" / "sites.json"), recursive=True)
     assert len(found) == 1
     sites = {s["transform"]: s for s in json.loads(open(found[0]).read())["sites"]}
-    rec, tu = sites["vectorize.recurrence"], sites["vectorize.target_update"]
+    assert len(sites) == 3
+    rec, tu, red = sites["vectorize.recurrence"], sites["vectorize.target_update"], sites["vectorize.reduction"]
+    assert (red["path"], red["line"], red["vectorized"], red["fallback"]) == ("train.py", reduce_for, 4, 1)
     assert (rec["path"], rec["line"]) == ("train.py", gae_for) and rec["rewritten_line"] != gae_for
     assert (rec["vectorized"], rec["fallback"]) == (5, 2 + 6)
     assert (tu["path"], tu["line"], tu["vectorized"], tu["fallback"]) == ("train.py", soft_for, 3, 0)
