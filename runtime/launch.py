@@ -173,6 +173,9 @@ def main(argv=None) -> None:
         sys.exit(f"scalebox: {rel} is not in commit {commit_id[:10]} (is it included in scalebox.toml?)")
 
     install_excepthook()
+    from scalebox_cst.runtime import telemetry  # measured without the user's help (issue 10)
+
+    telemetry.install()  # SCALEBOX_TELEMETRY=0: off
     if os.environ.get(ENV_INFO) and os.getpgrp() == os.getpid():  # the executor's own child
         _end_with_parent(os.getppid())
     _seed_from_env()
