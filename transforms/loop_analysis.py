@@ -19,6 +19,12 @@ from scalebox_cst.report import Site
 #: the fields of compound statements (and their clauses) that hold statements, in source order
 _BLOCK_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")
 
+#: What the run-time guard of a batched loop (runtime.loop_batch) needs, for the site report.
+BATCH_GUARD_NOTE = ("guarded by batch_zip/batch_range: tensors or lists of equally shaped tensors, exactly "
+                    "torch.Tensor or nn.Parameter, one float dtype and device; invariants Python numbers or "
+                    "tensors of that dtype; tensor accumulators of that dtype; no output sharing memory with "
+                    "an input; else the loop runs as written")
+
 
 def target_names(target: cst.BaseExpression) -> Optional[List[str]]:
     """Names bound by a ``for`` target made only of names and tuples/lists of names, else None."""

@@ -586,5 +586,7 @@ def rewrite_loop(ctx: FileContext, node: cst.For, shadowed: Set[str], reassociat
     reason = (f"quadratic loop: `{shape.acc}` = sum over {shape.k} >= {shape.t} of {power}·E({shape.k}), {c} "
               f"({form}), computed as the backward recurrence s = {'c·E' if shape.offset else 'E'} + c·s by "
               f"linear_recurrence ({TOLERANCE}); the last outer step runs as written; guarded by "
-              "quadratic_ok, original loop kept in the else branch")
+              "quadratic_ok (per-step inputs all tensors, all numpy arrays or all lists of Python floats, "
+              "exact types (nn.Parameter too), one float dtype and device; masks 0/1; Python-int "
+              "coefficients -1, 0 or 1), original loop kept in the else branch")
     return new, reason

@@ -26,6 +26,7 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 from .base import Example, FileContext, Transform
 from .elementwise_scatter import LEFT_ALONE_EXAMPLES, with_index_add_loops
 from .loop_analysis import (
+    BATCH_GUARD_NOTE,
     ScopedRewriter,
     CstStatements,
     ElementwiseExpr,
@@ -345,9 +346,9 @@ class _Rewriter(ScopedRewriter):
         assign = cst.parse_statement(f"{batch} = {call}\n").with_changes(leading_lines=updated.leading_lines)
         what = ", ".join(f"{_code(o)}[...]" for o in outs)
         if exact:
-            self._site(original, REWRITTEN, f"one slice assignment per output ({what}); same ops per element", EXACT)
+            self._site(original, REWRITTEN, f"one slice assignment per output ({what}); same ops per element; {BATCH_GUARD_NOTE}", EXACT)
         else:
-            self._site(original, REWRITTEN, f"one slice assignment per output ({what}); {INEXACT_NOTE}", REASSOCIATED)
+            self._site(original, REWRITTEN, f"one slice assignment per output ({what}); {INEXACT_NOTE}; {BATCH_GUARD_NOTE}", REASSOCIATED)
         return cst.FlattenSentinel([assign, if_stmt])
 
     # ---------------------------------------------------------------- torch.stack([E for x in xs])
@@ -411,15 +412,15 @@ class _Rewriter(ScopedRewriter):
         shape = ".contiguous()" if kind == "stack" else ".contiguous().flatten(0, 1)"
         text = f"(({value}){shape} if ({batch} := {call}) is not None else {_code(updated)})"
         if analysis.exact:
-            self._site(original, REWRITTEN, f"torch.{kind} of an element-wise comprehension → one batched expression; same ops per element", EXACT)
+            self._site(original, REWRITTEN, f"torch.{kind} of an element-wise comprehension → one batched expression; same ops per element; {BATCH_GUARD_NOTE}", EXACT)
         else:
-            self._site(original, REWRITTEN, f"torch.{kind} of an element-wise comprehension → one batched expression; {INEXACT_NOTE}", REASSOCIATED)
+            self._site(original, REWRITTEN, f"torch.{kind} of an element-wise comprehension → one batched expression; {INEXACT_NOTE}; {BATCH_GUARD_NOTE}", REASSOCIATED)
         return cst.parse_expression(text)
 
 
 class VectorizeElementwise(Transform):
     id = ID
-    version = "1"
+    version = "2"
     triggers = ("for ",)
     description = "element-wise index loops and stacked comprehensions → slice expressions (guarded)"
 

@@ -24,6 +24,7 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from .base import Example, FileContext, Transform
 from .loop_analysis import (
+    BATCH_GUARD_NOTE,
     ScopedRewriter,
     CstStatements,
     ElementwiseExpr,
@@ -530,9 +531,9 @@ class _Rewriter(ScopedRewriter):
             out[j] = out[j].deep_replace(self._find_same(out[j], node), cst.parse_expression(text))
         detail = "; ".join(what)
         if exactness == EXACT:
-            reason = f"one batched element-wise evaluation: {detail}; same ops per element"
+            reason = f"one batched element-wise evaluation: {detail}; same ops per element; {BATCH_GUARD_NOTE}"
         else:
-            reason = f"one batched element-wise evaluation: {detail} ({TOLERANCE})"
+            reason = f"one batched element-wise evaluation: {detail} ({TOLERANCE}); {BATCH_GUARD_NOTE}"
         self.sites.append(self.make_site(loop, REWRITTEN, reason, exactness))
         return True
 
@@ -556,7 +557,7 @@ class _Rewriter(ScopedRewriter):
 
 class VectorizeReduction(Transform):
     id = ID
-    version = "1"
+    version = "2"
     triggers = ("for ",)
     description = "element-wise accumulation loops → one batched reduction (guarded)"
 
