@@ -218,9 +218,9 @@ def test_page_memory_stays_flat_while_it_polls(tmp_path, page, live_pid):
         write(50)
         wait_ticks(page, 20)
         base_heap, base_nodes = heap(), nodes()
-        for _ in range(6):
+        for _ in range(5):
             write(2000)  # past the bucket capacity: the series is downsampled from here on
-            wait_ticks(page, 15)
+            wait_ticks(page, 12)
         grown_heap, grown_nodes = heap(), nodes()
         ticks = int(page.evaluate("Number(document.body.dataset.ticks)"))
         print(f"\n{ticks} polls: heap {base_heap / 1e6:.2f} -> {grown_heap / 1e6:.2f} MB, DOM {base_nodes} -> {grown_nodes} nodes")

@@ -17,7 +17,8 @@ const state = {
   diffText: "",
   eventsText: "",
   metricsText: "",
-  charts: new Map(),      // key -> {el, plot, layout, text, markers}
+  charts: new Map(),
+  extra: new Set(),       // metrics outside the default list that the user asked for      // key -> {el, plot, layout, text, markers}
 };
 
 window.scaleboxMonitor = state;  // for the browser tests and a curious console
@@ -191,6 +192,8 @@ function branchRow(b) {
 }
 
 // ------------------------------------------------------------------------------------ charts
+// The metrics of the issue's list are drawn by default (ORDER); the others on request, so a
+// script logging thirty scalars does not bury the return curve.
 function chartSpecs(metrics) {
   const names = Object.keys(metrics);
   const rank = (name) => {
@@ -198,12 +201,32 @@ function chartSpecs(metrics) {
     return i < 0 ? ORDER.length : i;
   };
   names.sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+  const known = names.filter((n) => rank(n) < ORDER.length);
+  const others = names.filter((n) => rank(n) === ORDER.length);
+  const shown = known.length ? known : others.slice(0, 6);
   const specs = [];
-  for (const name of names) {
+  for (const name of [...shown, ...others.filter((n) => state.extra.has(n) && !shown.includes(n))]) {
     specs.push({ metric: name, axis: "step" });
     if (RETURN_NAMES.includes(name) && !specs.some((s) => s.axis === "time")) specs.push({ metric: name, axis: "time" });
   }
-  return specs.slice(0, MAX_CHARTS);
+  return { specs: specs.slice(0, MAX_CHARTS), others: others.filter((n) => !shown.includes(n)) };
+}
+
+function renderOtherMetrics(others) {
+  const holder = document.getElementById("other-metrics");
+  const key = JSON.stringify([others, [...state.extra].sort()]);
+  if (holder.dataset.key === key) return;
+  holder.dataset.key = key;
+  if (!others.length) { holder.replaceChildren(); return; }
+  const buttons = others.map((name) => {
+    const on = state.extra.has(name);
+    return el("button", { type: "button", class: on ? "metric on" : "metric", onclick: () => {
+      if (state.extra.has(name)) state.extra.delete(name); else state.extra.add(name);
+      refreshChartsSoon(true).catch(showError);
+    } }, name);
+  });
+  const open = holder.querySelector("details") && holder.querySelector("details").open;
+  holder.replaceChildren(el("details", { open }, el("summary", {}, `${others.length} other metric(s) the runs recorded`), ...buttons));
 }
 
 async function refreshCharts(force) {
@@ -220,7 +243,8 @@ async function refreshCharts(force) {
   }
   const branchQuery = selected.map((b) => ["branch", b]);
   const { text, data } = await getJSON("/api/metrics?" + q(branchQuery));
-  const specs = chartSpecs(data.metrics);
+  const { specs, others } = chartSpecs(data.metrics);
+  renderOtherMetrics(others);
   const keys = specs.map((s) => `${s.metric}|${s.axis}`);
   if (text !== state.metricsText || force) {
     state.metricsText = text;
@@ -239,8 +263,7 @@ async function refreshCharts(force) {
     }
     holder.replaceChildren(...(nodes.length ? nodes : [el("p", { class: "muted" }, "The plotted runs have recorded no metric yet.")]));
   }
-  const hidden = Object.keys(data.metrics).length + 1 - specs.length;
-  note.textContent = `${selected.length} branch(es)` + (hidden > 1 ? ` · ${hidden - 1} more metric(s) not drawn` : "");
+  note.textContent = `${selected.length} branch(es) plotted`;
   for (const spec of specs) {
     const chart = state.charts.get(`${spec.metric}|${spec.axis}`);
     const width = Math.max(320, chart.el.clientWidth - 10);
@@ -310,8 +333,8 @@ function drawChart(chart, data, width) {
     tables.push([band.x, band.mean, band.hi, band.lo]);
     const what = `${band.branch}${band.variant === "original" ? " (original)" : ""}`;
     series.push({ label: `${what} mean of ${band.n} seeds`, stroke: color, width: 2, spanGaps: true });
-    series.push({ label: `${what} max`, stroke: color + "55", width: 1, spanGaps: true });
-    series.push({ label: `${what} min`, stroke: color + "55", width: 1, spanGaps: true });
+    series.push({ label: `${what} max`, stroke: color + "55", width: 1, spanGaps: true, bandEdge: true });
+    series.push({ label: `${what} min`, stroke: color + "55", width: 1, spanGaps: true, bandEdge: true });
     bands.push({ series: [base + 1, base + 2], fill: color + "22" });
   }
   const markers = [];
@@ -350,7 +373,7 @@ function drawChart(chart, data, width) {
   chart.el.replaceChildren(title);
   if (nonfinite) chart.el.append(nonfinite);
   const opts = {
-    width, height: 220,
+    width, height: 200,
     scales: { x: { time: false } },
     axes: [{ label: axisTitle(chart.spec), size: 40, labelSize: 14 }, { size: 60 }],
     series, bands,
@@ -360,6 +383,8 @@ function drawChart(chart, data, width) {
   };
   chart.plot = new uPlot(opts, aligned, chart.el);
   chart.layout = layout;
+  // the band's edges are drawn, not listed: the legend names the mean and says "seeds"
+  chart.el.querySelectorAll(".u-legend .u-series").forEach((row, i) => { if (series[i] && series[i].bandEdge) row.style.display = "none"; });
 }
 
 function drawMarkers(u, chart) {
