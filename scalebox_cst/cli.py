@@ -142,15 +142,21 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
         project.pipeline.progress = lambda line: click.echo(line, err=True)  # checks transform ids too
     except ConfigError as exc:
         _fail(str(exc))
-    result = project.commit_change(select=select, force=True, message="scalebox rewrite")
+    try:
+        result = project.commit_change(select=select, force=True, message="scalebox rewrite")
+    except (StoreError, OSError) as exc:  # disk full, read-only store: one line, nothing half-said
+        _fail(str(exc))
     report = result.report
     failed = [f for f in report.files if f.status == "error"]
     if out:
-        for rel, data in result.outputs.items():
-            target = os.path.join(out, *rel.split("/"))
-            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-            with open(target, "wb") as fh:
-                fh.write(data)
+        try:
+            for rel, data in result.outputs.items():
+                target = os.path.join(out, *rel.split("/"))
+                os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+                with open(target, "wb") as fh:
+                    fh.write(data)
+        except OSError as exc:
+            _fail(f"--out {out}: {exc.strerror or exc} ({exc.filename or out}); committed as {report.branch}")
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
         sys.exit(1 if failed else 0)

@@ -297,3 +297,11 @@ def test_rewrite_with_a_bad_scalebox_toml_is_one_line(project, toml, message):
     assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (project / ".scalebox").exists()
+
+
+def test_rewrite_out_that_cannot_be_written_is_one_line(project, tmp_path):
+    blocker = tmp_path / "out"
+    blocker.write_text("a file where the folder should be\n")
+    proc = scalebox("rewrite", str(project), "--backend", "cpu", "--out", str(blocker / "sub"), check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("scalebox: --out ") and "committed as run/0001" in proc.stderr
