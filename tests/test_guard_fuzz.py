@@ -127,16 +127,15 @@ def _list_variants(v, rng):
 def _scalar_variants(v):
     if type(v) is bool:
         return [("np_bool", np.bool_(v)), ("int", int(v)), ("float", float(v))]
-    if type(v) is int:
-        out = [("np_int", np.int64(v)), ("float", float(v)), ("np32", np.float32(v))]
-        if v in (0, 1):
-            out.append(("bool", bool(v)))
-        return out
+    if type(v) is int:  # mostly sizes and counts: kept integral (a float size only breaks the set-up)
+        return [("np_int", np.int64(v))] + ([("bool", bool(v))] if v in (0, 1) else [])
     if type(v) is float:
         return [("np32", np.float32(v)), ("np64", np.float64(v)), ("np16", np.float16(v)), ("0d", np.array(v)),
                 ("t0d", torch.tensor(v)), ("t0d64", torch.tensor(v, dtype=torch.float64)), ("int", int(v))]
-    if isinstance(v, np.generic):
+    if isinstance(v, np.floating):
         return [("py", v.item()), ("np32", np.float32(v)), ("np64", np.float64(v))]
+    if isinstance(v, np.generic):
+        return [("py", v.item())]
     return []
 
 

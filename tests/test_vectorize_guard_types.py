@@ -346,3 +346,30 @@ def test_report_says_what_the_guard_needs():
     reason = [s for s in sites if s.action == REWRITTEN][0].reason
     assert "exact types" in reason and "carry_ok" in reason and "flags" in reason
     assert [s.exactness for s in sites if s.action == REWRITTEN] == [EXACT]
+
+
+def test_the_steps_after_a_failed_carry_check_are_not_rewritten_again():
+    """The rewrite's own ``for t in range(T - 2, -1, -1)`` (run when carry_ok declines) is a
+    backward loop too: a second pass must leave it alone (idempotence)."""
+    for src in (RETURNS_INSERT, CLEANRL_GAE, GAE_NUMPY):
+        once, _ = rewrite(src)
+        assert ".carry_ok(" in once
+        twice, sites = rewrite(once)
+        assert twice == once, [s.describe() for s in sites]
+
+
+@pytest.mark.parametrize("T", [2, 3, 4])
+def test_short_loops_after_a_failed_carry_check(T):
+    rng = np.random.default_rng(T)
+    env = dict(rewards=[float(x) for x in rng.standard_normal(T)], start=np.float32(0.5), gamma=0.99)
+    run_both(RETURNS_INSERT, env)
+    zipped = """\
+G = start
+out = []
+for r, m in zip(reversed(rewards), reversed(masks)):
+    G = r + gamma * G * m
+    out.append(G)
+"""
+    env = dict(rewards=list(rng.standard_normal(T)), masks=[float(x) for x in rng.random(T) < 0.7],
+               start=np.float32(0.5), gamma=0.99)
+    run_both(zipped, env)
