@@ -640,3 +640,68 @@ def test_dataloader_fork_workers_rewrite_and_record(proj):
     assert got["workers"] == "[1, 1, 1, 1]"
     assert hook_branches(root) == [got["branch"]]
     assert CLIP in git(root, "show", f"{got['branch']}:{pkg}/ppo.py")
+
+
+# ---------------------------------------------------------------------------- corrupt cache
+CORRUPT_CHECK = textwrap.dedent(
+    """\
+    import inspect
+    import scalebox_cst
+    hook = scalebox_cst.install_import_hook(["{pkg}"])
+    import {pkg}.ppo as ppo
+    print("rewritten", inspect.getsource(ppo) != open(ppo.__file__).read())
+    print("planted", getattr(ppo, "PLANTED", False))
+    print("fail", hasattr(ppo, "fail") and hasattr(ppo, "train_step"))
+    """
+)
+
+
+def _entry_parts(data):
+    """(start with source hash, MAC, rest up to the code, code) of an SBX2 cache entry."""
+    meta_end = 52 + int.from_bytes(data[48:52], "little")
+    text_end = meta_end + 4 + int.from_bytes(data[meta_end : meta_end + 4], "little")
+    return data[:16], data[16:48], data[48:text_end], data[text_end:]
+
+
+def test_a_corrupt_or_planted_cache_entry_is_rewritten_again_and_replaced(proj):
+    """Truncated, cut in the code, random or empty code under a valid header, a planted code
+    object: each import still runs the committed rewrite, and the entry is replaced by one that
+    verifies. An entry that verifies but holds unreadable code (the key was read) too."""
+    import marshal
+
+    root, pkg = proj
+    script = root / "check_cache.py"
+    script.write_text(CORRUPT_CHECK.format(pkg=pkg))
+    first = run_py(root, str(script))
+    assert first.returncode == 0, first.stderr
+    assert _parse(first.stdout) == {"rewritten": "True", "planted": "False", "fail": "True"}
+    (entry,) = (root / ".scalebox" / "pycache").rglob("ppo.*.pyc")
+    good = entry.read_bytes()
+    start, mac, middle, code = _entry_parts(good)
+    key = (root / ".scalebox" / "store.git" / importhook.CACHE_KEY_FILE).read_bytes()
+    planted = marshal.dumps(compile("PLANTED = True\ndef train_step(*a): pass\ndef fail(n): pass\n", str(root / pkg / "ppo.py"), "exec"))
+    wrong_key = b"\1" * 32
+    cases = {
+        "truncated": good[: len(good) // 2],
+        "cut in the code": good[:-9],
+        "random code, copied MAC": start + mac + middle + os.urandom(len(code)),
+        "empty code, copied MAC": start + mac + middle,
+        "planted code, copied MAC": start + mac + middle + planted,
+        "planted code, MAC by another key": start + importhook._mac(wrong_key, start, middle + planted) + middle + planted,
+        "random code, MAC by the store's key": start + importhook._mac(key, start, middle + b"\xff" * 40) + middle + b"\xff" * 40,
+        "header only": good[:60],
+    }
+    source_hash = start[8:16]
+    for name, data in cases.items():
+        entry.write_bytes(data)
+        proc = run_py(root, str(script))
+        assert proc.returncode == 0, f"{name}: {proc.stderr}"
+        assert _parse(proc.stdout) == {"rewritten": "True", "planted": "False", "fail": "True"}, name
+        replaced = entry.read_bytes()
+        assert replaced != data, f"{name}: the entry was not replaced"
+        again = importhook._read_entry(str(entry), source_hash, key)
+        assert again is not None and marshal.loads(again.code_data).co_filename == str(root / pkg / "ppo.py"), name
+    # and a valid entry is used as it is (the warm path): served without rewriting again
+    before = entry.read_bytes()
+    proc = run_py(root, str(script))
+    assert proc.returncode == 0 and entry.read_bytes() == before

@@ -628,3 +628,80 @@ def test_a_stuck_lock_is_a_clear_error(project, monkeypatch):
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
     assert store.snapshot({"a.py": b"1\n"}, "x")[1]  # and works once it is free
+
+
+# ---------------------------------------------------------------------------- damaged or odd stores
+def _cli(root, *args):
+    from conftest import scalebox
+
+    return scalebox(*args, cwd=root, check=False)
+
+
+@pytest.mark.parametrize("damage", ["scalebox_is_a_file", "store_is_a_file", "garbage_head"])
+def test_odd_stores_give_one_line_errors_or_are_repaired(project, damage):
+    """``.scalebox`` or ``store.git`` being a file is named in one line by every command; a HEAD
+    git cannot read (it blocks every logged ref update) is put back by the next writer."""
+    import shutil
+    from pathlib import Path
+
+    root = Path(project)
+    (root / "a.py").write_text("a = 1\n")
+    assert _cli(root, "init", ".").returncode == 0
+    assert _cli(root, "rewrite", ".").returncode == 0
+    box = root / ".scalebox"
+    if damage == "scalebox_is_a_file":
+        shutil.rmtree(box)
+        box.write_text("not a folder\n")
+    elif damage == "store_is_a_file":
+        shutil.rmtree(box / "store.git")
+        (box / "store.git").write_text("not a folder\n")
+    else:
+        (box / "store.git" / "HEAD").write_bytes(b"\x00\xffgarbage")
+    for args in (("init", "."), ("rewrite", "."), ("log",), ("diff",), ("rollback", "run/0001"), ("undo",)):
+        proc = _cli(root, *args)
+        assert "Traceback" not in proc.stderr, (args, proc.stderr)
+        if damage == "garbage_head":
+            assert args == ("undo",) or proc.returncode == 0, (args, proc.stderr)
+        else:
+            assert proc.returncode == 1 and proc.stderr.count("\n") == 1, (args, proc.stderr)
+            assert "is a file, not the store's folder" in proc.stderr, (args, proc.stderr)
+    if damage == "garbage_head":
+        assert (box / "store.git" / "HEAD").read_bytes() == b"ref: refs/heads/source\n"
+
+
+def _ro_mount_available():
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount --bind /tmp /mnt && mount -o remount,bind,ro /mnt && echo ok"], capture_output=True, text=True)
+    return probe.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(not _ro_mount_available(), reason="needs unshare -rm for a read-only bind mount")
+def test_a_read_only_store_reads_and_refuses_writes_in_one_line(project):
+    import subprocess
+
+    import sys
+    from pathlib import Path
+
+    from conftest import ROOT
+
+    root = Path(project)
+    (root / "helpers.py").write_text("helper = 1\n")
+    assert _cli(root, "init", ".").returncode == 0
+    assert _cli(root, "rewrite", ".").returncode == 0
+    (root / "helpers.py").write_text("changed = True\n")
+    store = root / ".scalebox"
+    lines = []
+    for args in (["log"], ["diff", "--stat"], ["rewrite", "."], ["rollback", "run/0001"]):
+        cmd = f'mount --bind "{store}" "{store}" && mount -o remount,bind,ro "{store}" && exec "{sys.executable}" -c "from scalebox_cst.cli import main; main()" ' + " ".join(args)
+        proc = subprocess.run(["unshare", "-rm", "sh", "-c", cmd], cwd=root, capture_output=True, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT}, timeout=120)
+        assert "Traceback" not in proc.stderr, (args, proc.stderr)
+        lines.append((args[0], proc.returncode, proc.stderr.strip()))
+    assert [rc for _, rc, _ in lines[:2]] == [0, 0]  # reading works
+    for name, rc, err in lines[2:]:
+        assert rc == 1 and err.count("\n") == 0 and "Read-only file system" in err, (name, err)
+    assert (root / "helpers.py").read_text() == "changed = True\n"  # the refused rollback changed nothing
