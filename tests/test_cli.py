@@ -32,7 +32,7 @@ def test_rewrite_json_schema_and_commit(project):
     assert train["status"] == "rewritten" and train["error"] is None
     site = next(s for s in train["sites"] if s["transform"] == "grad_clip")
     assert set(site) >= {"transform", "line", "end_line", "action", "reason", "exactness"}
-    assert site["action"] == "rewritten" and site["exactness"] == "changes-semantics"
+    assert site["action"] == "rewritten" and site["exactness"] == "exact-until-intervention"
     assert site["line"] == 17  # optimizer.step()
     assert files["helpers.py"]["status"] == "unchanged"
     # the user's file is untouched; the store is a normal git repository
@@ -40,12 +40,12 @@ def test_rewrite_json_schema_and_commit(project):
     log = git("--git-dir", str(project / ".scalebox" / "store.git"), "log", "--all", "--format=%s", cwd=project)
     assert b"rewrite:" in log
     shown = git("--git-dir", str(project / ".scalebox" / "store.git"), "show", "run/0001:train.py", cwd=project)
-    assert b"_scalebox_clip_grad_norm(optimizer, max_norm=1.0)" in shown
+    assert b"_scalebox_stabilize(optimizer, site='train.py:17')" in shown
 
 
 def test_rewrite_out_writes_files_and_transform_filters(project, tmp_path):
     out_dir = tmp_path / "out"
-    res = scalebox("rewrite", str(project / "train.py"), "--out", str(out_dir), "--backend", "cpu", "--set", "grad_clip.max_norm=0.5")
+    res = scalebox("rewrite", str(project / "train.py"), "--out", str(out_dir), "--backend", "cpu", "--set", "grad_clip.mode=fixed", "--set", "grad_clip.max_norm=0.5")
     assert "run/0001" in res.stdout
     assert "max_norm=0.5" in (out_dir / "train.py").read_text()
     report = json.loads(scalebox("rewrite", str(project), "--json", "--no-transform", "grad_clip", "--backend", "cpu").stdout)
@@ -72,7 +72,8 @@ def test_run_executes_the_committed_rewrite_and_records_it(project):
     record = json.loads((run_dir / "record.json").read_text())
     assert record["exit_status"] == 0 and record["wall_time"] > 0 and record["status"] == "ok"
     assert record["branch"] == "run/0001" and record["run"] == 1 and record["variant"] == "rewrite"
-    assert record["metrics"]["grad_norm"]["count"] == 2  # the inserted clip recorded its norm
+    # the inserted guard recorded its norm: the maximum per window of 8 steps, a partial one at exit
+    assert record["metrics"]["grad_norm"]["count"] == 1 and record["metrics"]["grad_norm"]["last"] > 0
     assert record["metrics"]["loss"]["count"] == 2
     assert "step=0" in (run_dir / "log.txt").read_text()
     log = scalebox("log", cwd=project).stdout
@@ -103,15 +104,15 @@ def test_run_traceback_and_diff_count_lines_as_python_does_with_form_feeds(proje
     assert f'File "{os.path.realpath(project / "train.py")}", line 22' in proc.stdout
     assert "raise RuntimeError('boom')" in proc.stdout.splitlines()[-2]
     diff = scalebox("diff", cwd=project).stdout
-    assert "@@ -15,6 +16,7 @@" in diff and "grad_clip [changes-semantics] line 18" in diff
+    assert "@@ -15,6 +16,7 @@" in diff and "grad_clip [exact-until-intervention] line 18" in diff
 
 
 def test_diff_labels_hunks_and_stat(project):
     scalebox("rewrite", str(project), "--backend", "cpu")
     diff = scalebox("diff", "run/0001", cwd=project).stdout
-    assert "+from scalebox_cst.runtime.clip import clip_grad_norm as _scalebox_clip_grad_norm" in diff
-    assert "+    _scalebox_clip_grad_norm(optimizer, max_norm=1.0)" in diff
-    assert "grad_clip [changes-semantics] line 17" in diff
+    assert "+from scalebox_cst.runtime.stabilizer import stabilize as _scalebox_stabilize" in diff
+    assert "+    _scalebox_stabilize(optimizer, site='train.py:17')" in diff
+    assert "grad_clip [exact-until-intervention] line 17" in diff
     assert "\x1b[" not in diff  # plain when piped
     colored = scalebox("diff", "--color", cwd=project).stdout
     assert "\x1b[" in colored
@@ -199,9 +200,9 @@ def test_diff_shows_an_import_hook_session_like_a_run_branch(project):
     for form in (name, name[len("hook/"):], "refs/heads/" + name, name[: len("hook/") + 12]):
         diff = scalebox("diff", form, cwd=project).stdout
         assert diff.startswith(f"{name} {entry['commit']}")
-        assert "+from scalebox_cst.runtime.clip import clip_grad_norm as _scalebox_clip_grad_norm" in diff
-        assert "+    _scalebox_clip_grad_norm(optimizer, max_norm=1.0)" in diff
-        assert "grad_clip [changes-semantics] line 17" in diff
+        assert "+from scalebox_cst.runtime.stabilizer import stabilize as _scalebox_stabilize" in diff
+        assert "+    _scalebox_stabilize(optimizer, site='train.py:17')" in diff
+        assert "grad_clip [exact-until-intervention] line 17" in diff
     assert scalebox("diff", cwd=project).stdout == diff  # no run branch: the newest session
     stat = scalebox("diff", "--stat", name, cwd=project).stdout
     assert stat.splitlines()[0].split() == ["train.py", "|", "+2", "-0", "|", "1", "rewritten,", "0", "skipped/warned"]
