@@ -242,6 +242,45 @@ def _describe_end(record) -> str:
     return ", ".join(parts)
 
 
+def _check_launcher(launcher, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, address, branches) -> str:
+    """The launcher the options name (torchrun with --nproc), or a one-line error for a mix."""
+    launcher = launcher or ("torchrun" if nproc else "local")
+    torchrun_given = [n for n, v in (("--nproc", nproc), ("--nnodes", nnodes != "1"), ("--rdzv-endpoint", rdzv_endpoint),
+                                     ("--rdzv-id", rdzv_id), ("--max-restarts", max_restarts)) if v]
+    ray_given = [n for n, v in (("--address", address), ("--branches", branches)) if v]
+    if launcher != "torchrun" and torchrun_given:
+        _fail(f"{', '.join(torchrun_given)}: torchrun options (use --nproc N, not --launcher {launcher})", 2)
+    if launcher != "ray" and ray_given:
+        _fail(f"{', '.join(ray_given)}: options of --launcher ray", 2)
+    if launcher == "torchrun" and nnodes != "1" and not rdzv_endpoint:
+        _fail("--nnodes above 1 needs --rdzv-endpoint HOST:PORT (the same on every node)", 2)
+    return launcher
+
+
+def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, variant, address, parallel) -> None:
+    """--launcher ray: every (branch, seed) as a Ray task (scalebox_cst.raylaunch); exits."""
+    from scalebox_cst import raylaunch
+    from scalebox_cst.runtime.executor import RunRecord
+
+    try:
+        raylaunch.require_ray()
+        infos = [project.store.resolve(b.strip()) for b in branches.split(",") if b.strip()] if branches else [info]
+    except raylaunch.RayUnavailable as exc:
+        _fail(str(exc))
+    except StoreError as exc:
+        _fail(str(exc))
+
+    def seed_via_for(commit):
+        return "option" if _takes_seed_option(project.store.read_file(commit, script_rel)) else "env"
+
+    status = raylaunch.cli_run(
+        project.root, project.store.path, infos, script_rel, args, seed_list, seed_via_for if seeds else (lambda c: None),
+        variant, address, parallel, echo=lambda text: click.echo(text, err=True),
+        describe=lambda record: _describe_end(RunRecord.from_json(record)),
+    )
+    sys.exit(status)
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
@@ -249,11 +288,24 @@ def _describe_end(record) -> str:
 @click.option("--seeds", help="One run per seed: 0,1,2 or 0-4 (passed as --seed N where the script has that option).")
 @click.option("--parallel", type=click.IntRange(min=1), default=1, show_default=True, help="At most N runs at once.")
 @click.option("--no-commit", is_flag=True, help="Run the newest branch even if the working tree has changed since.")
-def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds: Optional[str], parallel: int, no_commit: bool) -> None:
+@click.option("--launcher", type=click.Choice(["local", "torchrun", "ray"]), help="local (default), torchrun (default with --nproc) or ray.")
+@click.option("--nproc", type=click.IntRange(min=1), help="torchrun: processes (ranks) on this node.")
+@click.option("--nnodes", default="1", show_default=True, help="torchrun: nodes (M, or MIN:MAX elastic).")
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun: rendezvous endpoint, the same on every node.")
+@click.option("--rdzv-id", help="torchrun: rendezvous id, the same on every node (default: from the endpoint).")
+@click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True, help="torchrun: restarts of the group after a failure.")
+@click.option("--address", help="ray: the cluster to join (e.g. auto, HOST:6379, ray://HOST:10001); default: a local Ray instance.")
+@click.option("--branches", help="ray: several branches at once, comma-separated (each with every seed).")
+def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds: Optional[str], parallel: int, no_commit: bool,
+        launcher: Optional[str], nproc: Optional[int], nnodes: str, rdzv_endpoint: Optional[str], rdzv_id: Optional[str],
+        max_restarts: int, address: Optional[str], branches: Optional[str]) -> None:
     """Run SCRIPT from BRANCH (default: the newest): run [OPTIONS] [BRANCH] SCRIPT [-- ARGS].
 
     Every run is a new record (runs/<branch>/<NNNN>/); nothing is overwritten. Without BRANCH,
-    a working tree that changed since the newest branch is committed first (a new branch)."""
+    a working tree that changed since the newest branch is committed first (a new branch).
+    --nproc N runs it under torchrun (N ranks, one run); --launcher ray runs each (branch, seed)
+    as a Ray task."""
+    launcher = _check_launcher(launcher, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, address, branches)
     import time as _time
 
     project = _open_project(project_dir)
@@ -317,6 +369,17 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     from scalebox_cst.runtime.executor import Execution
 
     variant = "original" if original else "rewrite"
+    if launcher == "ray":
+        explicit = click.get_current_context().get_parameter_source("parallel") != click.core.ParameterSource.DEFAULT
+        _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, variant, address, parallel if explicit else None)
+    if launcher == "torchrun":
+        import functools
+
+        from scalebox_cst.runtime.distributed import TorchrunExecution
+
+        Execution = functools.partial(  # noqa: N806 - the class the loop below starts
+            TorchrunExecution, nproc=nproc or 1, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, max_restarts=max_restarts
+        )
     what = "source snapshot (original)" if original else "rewrite"
     click.echo(f"scalebox: running {script_rel} from {info.name}'s {what} ({commit[:10]})"
                + (f", seeds {', '.join(str(s) for s in seed_list)}" if seeds else ""), err=True)

@@ -439,3 +439,49 @@ def run_ray(
         if started_here:
             ray.shutdown()
         shutil.rmtree(staging, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ the CLI's call
+def cli_run(
+    project_root: str,
+    store_path: str,
+    branches: Sequence[Any],
+    script: str,
+    args: Sequence[str],
+    seeds: Sequence[Optional[int]],
+    seed_via_for: Callable[[str], Optional[str]],
+    variant: str,
+    address: Optional[str],
+    parallel: Optional[int],
+    echo: Callable[[str], None],
+    describe: Callable[[Dict[str, Any]], str],
+) -> int:
+    """``scalebox run --launcher ray``: one job per (branch, seed); SIGTERM/SIGINT/SIGHUP stop
+    them all. ``branches``: store BranchInfo objects; ``seed_via_for(commit)``: how the script
+    takes a seed ("option" or "env", None without --seeds). Returns the exit status."""
+    import signal
+
+    jobs = []
+    for info in branches:
+        commit = info.source_commit if variant == "original" else info.commit
+        for seed in seeds:
+            via = seed_via_for(commit) if seed is not None else None
+            run_args = [*args, "--seed", str(seed)] if via == "option" else list(args)
+            jobs.append(RayJob(info.name, commit, script, run_args, source_commit=info.source_commit, variant=variant, seed=seed, seed_via=via))
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        echo(f"scalebox: {signal.Signals(signum).name}: stopping every Ray run")
+        stop.set()
+
+    handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        records = run_ray(project_root, store_path, jobs, address=address, parallel=parallel, echo=sys.stdout, notice=echo, stop=stop)
+    finally:
+        for s, previous in handlers.items():
+            signal.signal(s, previous)
+    for job, record in zip(jobs, records):
+        echo(f"scalebox: {describe(record)}; record in {job.dir}")
+    if stop.is_set():
+        return 128 + signal.SIGTERM
+    return 0 if all(r.get("status") == "ok" for r in records) else 1

@@ -183,47 +183,36 @@ def _children_started(run_dir, nproc):
     return all(os.path.exists(p) and os.path.getsize(p) for p in paths)
 
 
-def test_stopping_a_run_stops_every_rank_and_their_children(ddp_project):
-    execution = _execution(ddp_project, ["--steps", "2", "--sleep", "300"])
-    _wait_for(lambda: _children_started(execution.dir, 2), 180, "both ranks to start their children")
-    pids = [execution.proc.pid, *_pids(execution.dir, 2)]
-    record = execution.stop(grace=5.0)
-    assert record.status == "stopped"
-    _wait_for(lambda: all(_gone(p) for p in pids), 30, f"processes {pids} to end")
-
-
-DRIVER = textwrap.dedent(
-    """\
-    import os, sys
-    from scalebox_cst.project import Project
-    from scalebox_cst.runtime.distributed import TorchrunExecution
-    project = Project(sys.argv[1])
-    info = project.store.resolve("run/0001")
-    execution = TorchrunExecution(project.store.path, project.root, project.runs_dir, info.name, info.commit, "train.py",
-                                  ["--steps", "2", "--sleep", "300"], nproc=2, tensorboard=False)
-    print(execution.dir, flush=True)
-    execution.wait()
-    """
-)
-
-
-def test_a_killed_host_leaves_no_process_behind(ddp_project):
-    """SIGKILL to the process that started the run: torchrun sees its parent gone and stops its
-    workers; a worker whose torchrun is gone stops its own process group."""
-    driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(ddp_project)], stdout=subprocess.PIPE, text=True,
+def _start_cli(root, *args):
+    """`scalebox run --nproc 2 ...` as a user starts it, and its run folder."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from scalebox_cst.cli import main; main()", "run", "--nproc", "2", "run/0001", "train.py", "--", *args],
+        cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
     )
+    return proc, os.path.join(str(root), ".scalebox", "runs", "run", "0001", "0001")
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_run_killed_mid_way_leaves_no_process_behind(ddp_project, how):
+    """SIGTERM to `scalebox run`: it stops torchrun, which stops its ranks (and their children),
+    and records the run stopped. SIGKILL: torchrun sees its parent gone and stops its workers;
+    a worker whose torchrun is gone stops its own process group."""
+    driver, run_dir = _start_cli(ddp_project, "--steps", "2", "--sleep", "300")
     try:
-        run_dir = driver.stdout.readline().strip()
         _wait_for(lambda: _children_started(run_dir, 2), 180, "both ranks to start their children")
         with open(os.path.join(run_dir, "record.json"), encoding="utf-8") as fh:
             torchrun_pid = json.load(fh)["pid"]
         pids = [torchrun_pid, *_pids(run_dir, 2)]
         assert not any(_gone(p) for p in pids)
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=10)
+        os.kill(driver.pid, getattr(signal, how))
+        code = driver.wait(timeout=60)
         _wait_for(lambda: all(_gone(p) for p in pids), 40, f"processes {pids} to end")
+        if how == "SIGTERM":
+            assert code == 128 + signal.SIGTERM, driver.stderr.read()
+            assert runs.load_record(run_dir)["status"] == "stopped"
+        else:
+            assert runs.load_record(run_dir)["status"] == "lost"  # nobody left to finish the record
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -238,3 +227,14 @@ def test_options_are_checked_before_anything_starts(tmp_path):
     assert "--standalone" not in multi and multi[multi.index("--rdzv-endpoint") + 1] == "head:29500"
     assert multi[multi.index("--rdzv-id") + 1] == "scalebox-head:29500"
     assert torchrun_command(sys.executable, str(tmp_path), 2)[-2:] == ["--module", "scalebox_cst.runtime.distributed"]
+
+
+def test_the_cli_refuses_a_mix_of_launcher_options_in_one_line(ddp_project):
+    for args, message in (
+        (["--nproc", "2", "--address", "auto"], "scalebox: --address: options of --launcher ray"),
+        (["--nproc", "2", "--nnodes", "2"], "scalebox: --nnodes above 1 needs --rdzv-endpoint HOST:PORT (the same on every node)"),
+        (["--launcher", "ray", "--nproc", "2"], "scalebox: --nproc: torchrun options (use --nproc N, not --launcher ray)"),
+    ):
+        proc = scalebox("run", *args, "run/0001", "train.py", cwd=ddp_project, check=False)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [message], proc.stderr
+    assert runs.list_runs(str(ddp_project)) == []

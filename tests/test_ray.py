@@ -5,9 +5,7 @@ committed modules, not the files on disk, and must not run in the project folder
 log and metrics must come back into the project's ``.scalebox/runs``; a failing seed is recorded
 failed with its traceback; stopping the call stops every run and leaves no process behind.
 """
-import json
 import os
-import sys
 import textwrap
 import threading
 import time
@@ -76,34 +74,43 @@ def _jobs(root, seeds, extra=()):
     ]
 
 
-def test_two_seeds_on_a_local_ray_come_back_as_runs(ray_project, monkeypatch):
-    from scalebox_cst.raylaunch import run_ray
-
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    project, jobs = _jobs(ray_project, [0, 1], ["--fail-seed", "1"])
-    records = run_ray(project.root, project.store.path, jobs, parallel=2, notice=lambda text: None)
-    ok, failed = records
-    assert (ok["status"], ok["run"], ok["seed"], ok["launcher"]) == ("ok", 1, 0, "ray"), ok
-    assert (failed["status"], failed["run"], failed["seed"], failed["launcher"]) == ("failed", 2, 1, "ray"), failed
-    assert ok["ray"]["address"] == "local" and ok["ray"]["node_id"]
-    found = {r.run: r for r in runs.list_runs(project.root, "run/0001")}
-    assert sorted(found) == [1, 2] and found[1].record["status"] == "ok" and found[2].status == "failed"
-    log = open(os.path.join(found[1].dir, "log.txt"), encoding="utf-8").read()
-    mark = next(line.split() for line in log.splitlines() if line.startswith("mark "))
-    assert mark[1:3] == ["committed", "True"], log  # the committed module, the rewritten script
-    assert os.path.realpath(mark[3]) != os.path.realpath(project.root)  # ran in the shipped tree
-    for number in (1, 2):
-        losses = [p for p in runs.read_metrics(os.path.join(found[number].dir, "metrics.jsonl"))[0] if p.name == "loss"]
-        assert [p.step for p in losses] == [0, 1, 2]
-    first = [p.value for p in runs.read_metrics(os.path.join(found[1].dir, "metrics.jsonl"))[0] if p.name == "loss"]
-    second = [p.value for p in runs.read_metrics(os.path.join(found[2].dir, "metrics.jsonl"))[0] if p.name == "loss"]
-    assert first != second  # the seeds differ
-    assert ok["metrics"]["loss"]["count"] == 3 and ok["headline"]["last"]["loss"] == first[-1]
-    events = [e["kind"] for e in runs.read_events(os.path.join(found[1].dir, "events.jsonl"))[0]]
-    assert events == ["started", "ended"]
-    tail = failed["error_tail"]
-    assert tail[0].startswith("Traceback") and tail[-1] == "RuntimeError: seed 1 fails here", tail
-    assert any('raise RuntimeError(f"seed {args.seed} fails here")' in line for line in tail), tail
+def test_two_seeds_on_a_local_ray_come_back_as_runs(ray_project):
+    """`scalebox run --launcher ray --seeds 0,1 --branches A,B`: four tasks, four runs."""
+    (ray_project / "helpers.py").write_text("MARK = 'second'\n")
+    scalebox("rewrite", str(ray_project))  # run/0002: the same script, another module
+    (ray_project / "helpers.py").write_text("MARK = 'disk'\n")
+    proc = scalebox(
+        "run", "--launcher", "ray", "--seeds", "0,1", "--branches", "run/0001,run/0002", "train.py", "--", "--fail-seed", "1",
+        cwd=ray_project, check=False, timeout=600,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # seed 1 fails on both branches
+    project = Project(str(ray_project))
+    for branch, mark in (("run/0001", "committed"), ("run/0002", "second")):
+        found = {r.run: r for r in runs.list_runs(project.root, branch)}
+        assert sorted(found) == [1, 2], proc.stderr
+        ok, failed = found[1].record, found[2].record
+        assert (ok["status"], ok["seed"], ok["launcher"], ok["args"]) == ("ok", 0, "ray", ["--fail-seed", "1", "--seed", "0"]), ok
+        assert (failed["status"], failed["seed"], failed["launcher"]) == ("failed", 1, "ray"), failed
+        assert ok["ray"]["address"] == "local" and ok["ray"]["node_id"]
+        log = open(os.path.join(found[1].dir, "log.txt"), encoding="utf-8").read()
+        words = next(line.split() for line in log.splitlines() if line.startswith("mark "))
+        assert words[1:3] == [mark, "True"], log  # the branch's committed module, the rewritten script
+        assert os.path.realpath(words[3]) != os.path.realpath(project.root)  # ran in the shipped tree
+        losses = {}
+        for number in (1, 2):
+            points = runs.read_metrics(os.path.join(found[number].dir, "metrics.jsonl"))[0]
+            losses[number] = [p.value for p in points if p.name == "loss"]
+            assert [p.step for p in points if p.name == "loss"] == [0, 1, 2]
+        assert losses[1] != losses[2]  # the seeds differ
+        assert ok["metrics"]["loss"]["count"] == 3 and ok["headline"]["last"]["loss"] == losses[1][-1]
+        events = [e["kind"] for e in runs.read_events(os.path.join(found[1].dir, "events.jsonl"))[0]]
+        assert events == ["started", "ended"]
+        tail = failed["error_tail"]
+        assert tail[0].startswith("Traceback") and tail[-1] == "RuntimeError: seed 1 fails here", tail
+        assert any('raise RuntimeError(f"seed {args.seed} fails here")' in line for line in tail), tail
+    # compare reads them like local runs
+    compared = scalebox("compare", "run/0001", "run/0002", "--json", cwd=ray_project, check=False)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
 
 
 def _gone(pid):
@@ -156,11 +163,15 @@ def test_stopping_the_call_stops_every_run(ray_project, monkeypatch):
     assert all(_gone(p) for p in pids.values()), pids
 
 
-def test_without_ray_the_launcher_says_how_to_install_it(monkeypatch):
-    from scalebox_cst import raylaunch
-
-    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
-    with pytest.raises(raylaunch.RayUnavailable) as info:
-        raylaunch.require_ray()
-    message = str(info.value)
-    assert "\n" not in message and 'pip install "scalebox_cst[ray]"' in message
+def test_without_ray_the_launcher_says_how_to_install_it(project, tmp_path):
+    (project / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    scalebox("rewrite", str(project))
+    hidden = tmp_path / "no_ray"
+    (hidden / "ray").mkdir(parents=True)
+    (hidden / "ray" / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    proc = scalebox("run", "--launcher", "ray", "--seeds", "0,1", "train.py", cwd=project, check=False,
+                    env={"PYTHONPATH": os.pathsep.join(p for p in (str(hidden), os.environ.get("PYTHONPATH")) if p)})
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1] == 'scalebox: the ray launcher needs Ray: pip install "scalebox_cst[ray]" (or pip install "ray>=2.9")', proc.stderr
+    assert runs.list_runs(str(project)) == []  # nothing started, nothing recorded
