@@ -18,6 +18,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from scalebox_cst import diffview, runs
 from scalebox_cst.monitor import series as series_mod
@@ -175,6 +176,37 @@ def test_series_keeps_extremes_counts_and_order(n, batches):
     assert list(s.tail) == v[finite][-series_mod.TAIL:].tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.floats(-1e6, 1e6), st.sampled_from([math.nan, math.inf, -math.inf])), min_size=1, max_size=300),
+    cuts=st.lists(st.integers(0, 300), max_size=6),
+    capacity=st.integers(2, 16),
+    points=st.integers(2, 40),
+)
+def test_series_against_the_points_themselves(values, cuts, capacity, points):
+    """Any batching, any capacity: counts, extremes, the sum behind the means, real points only."""
+    n = len(values)
+    x = [float(i) for i in range(n)]
+    s = Series(capacity=capacity)
+    edges = sorted({0, n, *[c % (n + 1) for c in cuts]})
+    for a, b in zip(edges, edges[1:]):
+        s.extend(x[a:b], x[a:b], values[a:b])
+    finite = [v for v in values if math.isfinite(v)]
+    assert s.count == n and s.nonfinite == n - len(finite)
+    assert len(s.buckets) <= capacity
+    kept = s.all_buckets()
+    assert kept[:, series_mod.N].sum() == n and kept[:, series_mod.NF].sum() == len(finite)
+    assert kept[:, series_mod.SUM].sum() == pytest.approx(sum(finite), rel=1e-9, abs=1e-6)
+    out = s.points(points)
+    assert len(out["x"]) <= 2 * max(1, points // 2) and out["x"] == sorted(out["x"])
+    assert all(values[int(a)] == b for a, b in zip(out["x"], out["y"]))
+    if finite:
+        assert min(out["y"]) == min(finite) and max(out["y"]) == max(finite)
+        assert s.summary()["last_finite"] == finite[-1]
+    else:
+        assert out == {"x": [], "y": []}
+
+
 def test_series_bucket_means_match_the_points_they_cover():
     x = np.arange(100_000, dtype=float)
     v = np.sin(x / 5000.0)
@@ -291,6 +323,13 @@ def test_series_read_incrementally_while_a_run_writes(proj):
     # a malformed line is skipped, the rest of the chunk is kept
     append_points(folder, [], partial='not json\n{"name": "x", "step": 3, "value": 4.0, "time": 2}\n')
     assert m.series("x", ["run/0003"])["lines"][0]["y"] == [1.0, 2.0, 3.0, 4.0]
+    # lines that parse but are no metric point (a word for a value, no name, a number for a
+    # name, a list) are left out one by one; the good ones of the same chunk are kept
+    append_points(folder, [], partial='{"name": "x", "step": 4, "value": "abc", "time": 3}\n{"step": 5, "value": 1}\n'
+                  '{"name": 5, "value": 1}\n[1, 2]\n{"name": "x", "step": 6, "value": "-inf", "time": 4}\n'
+                  '{"name": "x", "step": 7, "value": 5.0, "time": 5}\n')
+    line = m.series("x", ["run/0003"])["lines"][0]
+    assert line["y"] == [1.0, 2.0, 3.0, 4.0, 5.0] and line["nonfinite"] == 1 and line["count"] == 6
 
 
 def test_writer_and_reader_at_once_lose_no_point(proj):

@@ -99,6 +99,33 @@ class MetricsFile:
 
     def _add(self, lines: List[bytes]) -> None:
         items = _parse_lines(lines)
+        if not items:
+            return
+        try:  # the common case, column by column in C loops: every line well formed
+            names = [item["name"] for item in items]
+            uniq = set(names)
+            if not all(isinstance(n, str) for n in uniq):
+                raise TypeError("metric name is not a string")
+            vs = np.array([float(item["value"]) for item in items])  # "nan"/"inf" strings too
+            xs = np.array([item.get("step", 0) for item in items], dtype=float)
+            ts = np.array([item.get("time", 0.0) for item in items], dtype=float)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self._add_slowly(items)
+            return
+        if self.first_time is None:
+            stamped = ts[ts != 0]
+            if len(stamped):
+                self.first_time = float(stamped[0])
+        if len(uniq) == 1:
+            self._extend(names[0], xs, ts, vs)
+            return
+        labels = np.array(names, dtype=object)
+        for name in sorted(uniq, key=names.index):
+            mask = labels == name
+            self._extend(name, xs[mask], ts[mask], vs[mask])
+
+    def _add_slowly(self, items: List[Any]) -> None:
+        """Line by line, leaving out the ones that are not a metric point."""
         columns: Dict[str, Tuple[List[float], List[float], List[float]]] = {}
         for item in items:
             try:
@@ -120,10 +147,13 @@ class MetricsFile:
             if self.first_time is None and stamp:
                 self.first_time = stamp
         for name, (xs, ts, vs) in columns.items():
-            series = self.series.get(name)
-            if series is None:
-                series = self.series[name] = Series()
-            series.extend(xs, ts, vs)
+            self._extend(name, xs, ts, vs)
+
+    def _extend(self, name: str, xs, ts, vs) -> None:
+        series = self.series.get(name)
+        if series is None:
+            series = self.series[name] = Series()
+        series.extend(xs, ts, vs)
 
 
 def _read_lines(path: str, offset: int, limit: int) -> Tuple[List[bytes], int]:
