@@ -332,14 +332,14 @@ function drawChart(chart, data, width) {
     const base = series.length;
     tables.push([band.x, band.mean, band.hi, band.lo]);
     const what = `${band.branch}${band.variant === "original" ? " (original)" : ""}`;
-    series.push({ label: `${what} mean of ${band.n} seeds`, stroke: color, width: 2, spanGaps: true });
+    const dash = band.variant === "original" ? [6, 4] : undefined;  // the baseline: dashed
+    series.push({ label: `${what} mean of ${band.n} seeds`, stroke: color, width: 2, spanGaps: true, dash });
     series.push({ label: `${what} max`, stroke: color + "55", width: 1, spanGaps: true, bandEdge: true });
     series.push({ label: `${what} min`, stroke: color + "55", width: 1, spanGaps: true, bandEdge: true });
-    bands.push({ series: [base + 1, base + 2], fill: color + "22" });
+    bands.push({ series: [base + 1, base + 2], fill: color + (band.variant === "original" ? "14" : "22") });
   }
   const markers = [];
   const notes = [];
-  let k = 0;
   for (const line of data.lines) {
     for (const m of line.markers) markers.push({ x: m.x, color: colorOf(line.branch) });
     if (line.nonfinite) notes.push(`${line.nonfinite} non-finite in ${line.run}`);
@@ -348,7 +348,7 @@ function drawChart(chart, data, width) {
     tables.push([line.x, line.y]);
     let label = line.run + (line.variant === "original" ? " original" : "") + (line.seed !== null && line.seed !== undefined ? ` seed ${line.seed}` : "");
     if (line.status === "running") label += " ●";
-    series.push({ label, stroke: color, width: 1.5, spanGaps: true, dash: k++ % 2 && data.lines.filter((l) => l.branch === line.branch).length > 1 ? [6, 3] : undefined });
+    series.push({ label, stroke: color, width: 1.5, spanGaps: true, dash: line.variant === "original" ? [6, 4] : undefined });
   }
   const title = el("h3", {}, chart.spec.metric, el("span", { class: "muted" }, ` · ${axisTitle(chart.spec)}`));
   const nonfinite = notes.length ? el("div", { class: "nonfinite" }, "▲ " + notes.join(", ") + " (marked at the top, not drawn)") : null;
