@@ -139,7 +139,7 @@ def test_run_is_restarted_from_each_new_branch(project):
     finally:
         watcher.close()
     record = watcher.project.runs_dir
-    assert os.path.exists(os.path.join(record, "run", "0001", "record.json"))
+    assert os.path.exists(os.path.join(record, "run", "0001", "0001", "record.json"))  # run/0001, run 1
 
 
 def test_engine_state_writes_do_not_retrigger(started):
