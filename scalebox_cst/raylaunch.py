@@ -68,8 +68,22 @@ class RayJob:
     variant: str = "rewrite"
     seed: Optional[int] = None
     seed_via: Optional[str] = None  # "option" (already in args) or "env"
+    #: what the task asks of Ray beside one CPU: an accelerator for a rewrite made for one
+    num_gpus: float = 0
+    resources: Dict[str, float] = dataclasses.field(default_factory=dict)
     run: int = 0  # allocated by run_ray
     dir: str = ""
+
+
+def accelerator_request(backend: Optional[str]) -> Dict[str, Any]:
+    """Ray options for a run of a rewrite made for ``backend``: a CUDA rewrite asks for a GPU,
+    an NPU rewrite for an ``NPU`` (Ray's resource for Ascend devices), so the worker is given
+    one (Ray hides the devices a task did not ask for); a CPU rewrite asks for none."""
+    if backend == "cuda":
+        return {"num_gpus": 1, "resources": {}}
+    if backend == "npu":
+        return {"num_gpus": 0, "resources": {"NPU": 1}}
+    return {"num_gpus": 0, "resources": {}}
 
 
 # ------------------------------------------------------------------------------ staging
@@ -405,8 +419,9 @@ def run_ray(
                     results[i] = host.finish(None, cancelled=True)
                     return
                 payload = dataclasses.asdict(host.job)
+                options = {"num_gpus": host.job.num_gpus, **({"resources": host.job.resources} if host.job.resources else {})}
                 with lock:
-                    generators[i] = task.remote(payload, CHUNK_INTERVAL)
+                    generators[i] = task.options(**options).remote(payload, CHUNK_INTERVAL)
                 try:
                     for ref in generators[i]:
                         host.apply(ray.get(ref))
@@ -450,6 +465,7 @@ def cli_run(
     args: Sequence[str],
     seeds: Sequence[Optional[int]],
     seed_via_for: Callable[[str], Optional[str]],
+    backend_of: Callable[[str], Optional[str]],
     variant: str,
     address: Optional[str],
     parallel: Optional[int],
@@ -458,16 +474,18 @@ def cli_run(
 ) -> int:
     """``scalebox run --launcher ray``: one job per (branch, seed); SIGTERM/SIGINT/SIGHUP stop
     them all. ``branches``: store BranchInfo objects; ``seed_via_for(commit)``: how the script
-    takes a seed ("option" or "env", None without --seeds). Returns the exit status."""
+    takes a seed ("option" or "env", None without --seeds); ``backend_of(branch)``: the backend
+    its rewrite was made for (an original runs where its rewrite would). Returns the exit status."""
     import signal
 
     jobs = []
     for info in branches:
         commit = info.source_commit if variant == "original" else info.commit
+        ask = accelerator_request(backend_of(info.name))
         for seed in seeds:
             via = seed_via_for(commit) if seed is not None else None
             run_args = [*args, "--seed", str(seed)] if via == "option" else list(args)
-            jobs.append(RayJob(info.name, commit, script, run_args, source_commit=info.source_commit, variant=variant, seed=seed, seed_via=via))
+            jobs.append(RayJob(info.name, commit, script, run_args, source_commit=info.source_commit, variant=variant, seed=seed, seed_via=via, **ask))
     stop = threading.Event()
 
     def on_signal(signum, _frame):
