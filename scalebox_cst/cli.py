@@ -221,8 +221,28 @@ class _Interrupted(Exception):
         self.signum = signum
 
 
-def _raise_on(signum, _frame) -> None:
-    raise _Interrupted(signum)
+class _SignalGate:
+    """Signal handler for ``scalebox run``: raises :class:`_Interrupted` in the main thread, except
+    while a run is being started (between the child's start and its being tracked), when the
+    signal waits for :meth:`started`: a run is never started untracked, so never orphaned."""
+
+    def __init__(self) -> None:
+        self.starting = False
+        self.pending: Optional[int] = None
+
+    def __call__(self, signum, _frame) -> None:
+        if self.starting:
+            self.pending = signum
+            return
+        raise _Interrupted(signum)
+
+    def starts(self) -> None:
+        self.starting = True
+
+    def started(self) -> None:
+        self.starting = False
+        if self.pending is not None:
+            raise _Interrupted(self.pending)
 
 
 def _describe_end(record) -> str:
@@ -273,9 +293,15 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
     def seed_via_for(commit):
         return "option" if _takes_seed_option(project.store.read_file(commit, script_rel)) else "env"
 
+    def backend_of(branch):
+        try:
+            return project.store.report(branch).get("backend")
+        except StoreError:
+            return None
+
     status = raylaunch.cli_run(
         project.root, project.store.path, infos, script_rel, args, seed_list, seed_via_for if seeds else (lambda c: None),
-        variant, address, parallel, echo=lambda text: click.echo(text, err=True),
+        backend_of, variant, address, parallel, echo=lambda text: click.echo(text, err=True),
         describe=lambda record: _describe_end(RunRecord.from_json(record)),
     )
     sys.exit(status)
@@ -386,21 +412,24 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     pending = list(seed_list)
     active: List[Execution] = []
     records = []
-    handlers = {s: signal.signal(s, _raise_on) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    gate = _SignalGate()
+    handlers = {s: signal.signal(s, gate) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
     try:
         try:
             while pending or active:
                 while pending and len(active) < parallel:
                     seed = pending.pop(0)
                     run_args = [*args, "--seed", str(seed)] if seed_via == "option" else list(args)
+                    gate.starts()
                     execution = Execution(
                         store.path, project.root, project.runs_dir, info.name, commit, script_rel, run_args,
                         echo=sys.stdout, source_commit=info.source_commit, variant=variant, seed=seed,
                         seed_via=seed_via, stale=stale, label_output=parallel > 1 and len(seed_list) > 1,
                         notice=lambda text: click.echo(text, err=True),
                     )
-                    click.echo(f"scalebox: {execution.record.id} started (pid {execution.proc.pid})", err=True)
                     active.append(execution)
+                    gate.started()
+                    click.echo(f"scalebox: {execution.record.id} started (pid {execution.proc.pid})", err=True)
                 if len(active) == 1 and not pending:
                     active[0].wait()
                 for execution in list(active):
