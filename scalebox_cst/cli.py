@@ -905,7 +905,10 @@ def monitor(directory: str, port: int, host: str, refresh_interval: float, verbo
     try:
         server = MonitorServer(data, host=host, port=port, verbose=verbose)
     except OSError as exc:
-        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} (try another --web-port)")
+        import socket
+
+        hint = "check --host" if isinstance(exc, socket.gaierror) else "try another --web-port"
+        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} ({hint})")
     click.echo(f"scalebox: monitor of {data.root} on {server.url} (refresh {refresh_interval:g}s); Ctrl-C to stop", err=True)
     signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -257,10 +257,16 @@ def test_branches_history_status_headline_and_marks(proj):
     json.dumps(data, allow_nan=False)
 
 
-def test_hotfix_marked_from_the_run_record(proj):
+def test_hotfix_marked_from_the_run_record_or_the_project_event(proj):
     write_run(proj, "run/0003", hotfix_of="run/0001#2", points=curve("episodic_return", 5, time.time()))
-    three = {b["name"]: b for b in Monitor(proj).branches()["branches"]}["run/0003"]
-    assert three["hotfix_of"] == "run/0001#2"
+    m = Monitor(proj)
+    by = {b["name"]: b for b in m.branches()["branches"]}
+    assert by["run/0003"]["hotfix_of"] == "run/0001#2" and by["run/0002"]["hotfix_of"] is None
+    # what scalebox_cst.hotfix writes when it makes a hot-fix branch
+    runs.append_project_event(proj, "hotfix_created", "run/0002: grad norm spike", branch="run/0002", hotfix_of="run/0001#1", step=10)
+    by = {b["name"]: b for b in m.branches()["branches"]}
+    assert by["run/0002"]["hotfix_of"] == "run/0001#1"
+    assert m.events()["events"][0]["kind"] == "hotfix_created"
 
 
 def test_live_run_headline_and_lost_status(proj, live_pid):

@@ -373,9 +373,11 @@ class Monitor:
         for info in infos:
             report = RunReport.from_json(reports[info.name]) if reports[info.name] else None
             source = source_json(info.source_commit)
+            # a hot-fix branch says so in its report, in the project's events and in its runs
+            hotfix = hotfix_events.get(info.name) or reports[info.name].get("hotfix_of")
             out.append(self._branch_json(
                 info.name, "run", info.number, info.commit, info.source_commit, info.time, info.summary,
-                report, by_branch.pop(info.name, []), source, hotfix_events.get(info.name),
+                report, by_branch.pop(info.name, []), source, hotfix if isinstance(hotfix, str) else None,
             ))
         for name, commit, summary, stamp, count in sessions:
             out.append(self._branch_json(name, "hook", None, commit, None, stamp, summary, None, by_branch.pop(name, []), None, None, commits=count))

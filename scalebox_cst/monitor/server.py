@@ -15,6 +15,7 @@ import http.server
 import importlib.resources
 import ipaddress
 import json
+import socket
 import sys
 import threading
 import urllib.parse
@@ -186,7 +187,7 @@ class MonitorServer(http.server.ThreadingHTTPServer):
 
     def __init__(self, monitor: Monitor, host: str = "127.0.0.1", port: int = 8080, verbose: bool = False) -> None:
         if ":" in host:
-            self.address_family = __import__("socket").AF_INET6
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)
         self.monitor = monitor
         self.verbose = verbose

@@ -488,7 +488,7 @@ async function refreshEvents() {
   const items = data.events.map((e) => {
     const where = e.scope === "run" ? e.run : "project";
     const li = el("li", { class: `ev-${e.kind}` },
-      el("span", { class: "when" }, clock(e.time)), el("span", { class: "kind" }, e.kind.replace("_", " ")),
+      el("span", { class: "when" }, clock(e.time)), el("span", { class: "kind" }, e.kind.replaceAll("_", " ")),
       el("span", { class: "muted" }, where + " "), e.message || "");
     if (e.error_tail && e.error_tail.length) {
       li.append(el("details", { open: e.kind === "failed" }, el("summary", {}, "last traceback lines"), el("pre", {}, e.error_tail.join("\n"))));
