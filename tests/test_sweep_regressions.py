@@ -267,7 +267,7 @@ def test_tab_crlf_file_soft_updates_are_bitwise(traced):
 def test_tab_crlf_file_inserted_clipping_matches_a_manual_clip():
     """grad_clip inserts, in the file's own tabs and CRLF, the clip a user would write by hand:
     both optimizers' steps then see gradients of norm at most max_norm (large inputs: active)."""
-    out, sites = rewrite(TD3_TABS, ["grad_clip"], grad_clip__max_norm=0.5)
+    out, sites = rewrite(TD3_TABS, ["grad_clip"], grad_clip__mode="fixed", grad_clip__max_norm=0.5)
     assert [(s.action, s.exactness) for s in sites] == [(REWRITTEN, CHANGES_SEMANTICS)] * 2
     manual = TD3_TABS.replace(
         "\t\tself.critic_optimizer.step()",
