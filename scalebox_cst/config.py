@@ -78,10 +78,10 @@ class ConfigError(ValueError):
 #: Top-level keys of a config (anything else must be a known option table).
 TOP_KEYS = ("include", "exclude", "transforms", "disabled", "backend")
 
-#: The option tables the transforms read: section -> key -> kind. A kind is "bool", "positive"
-#: (a finite number > 0), "positive_int" or a tuple of allowed strings. Kept here, not in the
-#: transform modules, so that a config is checked without importing libcst;
-#: tests/test_config.py checks that every option a transform reads is listed.
+#: The option tables the engine reads: section -> key -> kind. A kind is "bool", "positive" (a
+#: finite number > 0), "nonnegative", "positive_int" or a tuple of allowed strings. Kept here,
+#: not in the transform modules, so that a config is checked without importing libcst;
+#: tests/test_config.py checks that every option a transform (or the hot-fix policy) reads is listed.
 OPTIONS: Dict[str, Dict[str, Any]] = {
     "grad_clip": {
         "max_norm": "positive",
@@ -98,6 +98,11 @@ OPTIONS: Dict[str, Dict[str, Any]] = {
         "allow_tf32": "bool",
         "fast_gelu": "bool",
         "npu_fused_optimizer": "bool",
+    },
+    # read by scalebox_cst.hotfix (the policy that makes hot-fix branches), not by a transform
+    "hotfix": {
+        key: "nonnegative"
+        for key in ("max_per_source", "max_interventions", "window", "max_nonfinite_loss", "divergence", "healthy_points")
     },
 }
 
@@ -121,6 +126,8 @@ def option_error(section: str, key: str, value: Any) -> Optional[str]:
         return f"{section}.{key} must be true or false, got {value!r}"
     if kind == "positive" and not (number and math.isfinite(value) and value > 0):
         return f"{section}.{key} must be a positive number, got {value!r}"
+    if kind == "nonnegative" and not (number and math.isfinite(value) and value >= 0):
+        return f"{section}.{key} must be a non-negative number, got {value!r}"
     if kind == "positive_int" and not (number and isinstance(value, int) and value >= 1):
         return f"{section}.{key} must be a positive integer, got {value!r}"
     if isinstance(kind, tuple) and value not in kind:

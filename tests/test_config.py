@@ -154,5 +154,11 @@ def test_every_option_a_transform_reads_is_known_to_the_config():
     assert ("grad_clip", "max_norm") in reads and ("vectorize.target_update", "allow_lerp") in reads
     reads |= {("grad_clip", key) for key in getattr(grad_clip, "GUARD_DEFAULTS", {})}
     reads |= {("device", e.option) for e in device_table.TABLE if getattr(e, "option", None)}
+    try:
+        from scalebox_cst import hotfix
+    except ImportError:  # the hot-fix policy is optional here
+        hotfix = None
+    if hotfix is not None:
+        reads |= {(hotfix.SECTION, key) for key in hotfix.DEFAULTS}
     missing = sorted(f"{s}.{k}" for s, k in reads if k not in OPTIONS.get(s, {}))
     assert not missing, f"add to config.OPTIONS: {missing}"
