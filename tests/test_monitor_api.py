@@ -625,3 +625,22 @@ def test_cli_monitor_one_line_errors(tmp_path, proj):
         assert out.returncode == 1 and out.stderr.count("\n") == 1 and "cannot listen" in out.stderr
     finally:
         srv.server_close()
+
+
+def test_an_import_hook_session_is_a_branch_with_its_diff(project):
+    """`python -m scalebox_cst train.py` commits a hook/<session> branch: listed, and diffed."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("SCALEBOX_HOOK_SESSION", None)
+    subprocess.run([sys.executable, "-m", "scalebox_cst", "train.py", "--steps", "1"], cwd=project, env=env, check=True, capture_output=True)
+    m = Monitor(str(project))
+    (hook,) = m.branches()["branches"]
+    assert hook["kind"] == "hook" and hook["name"].startswith("hook/") and hook["commits"] >= 1
+    assert hook["status"] == "not run"
+    data = m.diff(hook["name"])
+    (f,) = data["files"]
+    assert f["path"] == "train.py"
+    assert any(s["transform"] == "grad_clip" for h in f["hunks"] for s in h["sites"])
+    assert any(op == "+" and "_scalebox_stabilize(optimizer" in line for h in f["hunks"] for op, line in h["lines"])
