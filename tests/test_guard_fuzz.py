@@ -5,7 +5,8 @@ Each file in tests/corpus is rewritten (the ``vectorize.*`` transforms, CPU back
 versions are run by the file's own ``run(ns, T, seed)``; every function and method the file
 defines is wrapped so that, per call, its arguments (and the attributes of namespace arguments)
 are swapped for another type holding the same numbers (one input, sometimes two, of the first
-call of each function; trial 0 keeps the inputs): float32 / float64 / float16 / int / bool
+call of each function, or for a method an attribute of ``self`` or of an object it holds; trial 0
+keeps the inputs): float32 / float64 / float16 / int / bool
 tensors, ``nn.Parameter`` (with and without grad), a tensor subclass, numpy arrays of several
 dtypes, ``np.matrix``, ``np.ma`` masked arrays, 0-d arrays, lists of Python floats / ints / bools,
 lists of numpy scalars, lists of tensors or rows, tuples, mixed lists, numpy / tensor scalars for
@@ -186,6 +187,26 @@ def mutate_call(args, kwargs, rng, log):
     return args, kwargs
 
 
+def _holders(obj, module):
+    """``obj`` and the objects of the corpus file's own classes (or namespaces) it holds."""
+    out = [obj]
+    for v in vars(obj).values():
+        if isinstance(v, types.SimpleNamespace) or type(v).__module__ == module:
+            out.append(v)
+    return out
+
+
+def mutate_attribute(obj, module, rng, log):
+    try:
+        slots = [(h, k) for h in _holders(obj, module) for k, v in vars(h).items()
+                 if type(v) in (list, tuple, np.ndarray, torch.Tensor, float, int, bool) and not k.startswith("_")]
+    except TypeError:  # no __dict__
+        return
+    if slots:
+        h, k = slots[rng.randrange(len(slots))]
+        setattr(h, k, mutate(getattr(h, k), rng, log))
+
+
 def wrap_namespace(ns, filename, trial, log):
     """Wrap every function and method defined in the exec'd corpus file (``filename``)."""
     counter = [0]
@@ -203,7 +224,10 @@ def wrap_namespace(ns, filename, trial, log):
             rng = random.Random(f"{trial}:{counter[0]}")
             head = args[:1] if sig_self else ()
             rest = args[1:] if sig_self else args
-            rest, kwargs = mutate_call(list(rest), dict(kwargs), rng, log)
+            if head and rng.random() < 0.3:  # an attribute of self (or of an object it holds), in place
+                mutate_attribute(head[0], ns.get("__name__"), rng, log)
+            else:
+                rest, kwargs = mutate_call(list(rest), dict(kwargs), rng, log)
             return fn(*head, *rest, **kwargs)
 
         return inner
