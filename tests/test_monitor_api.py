@@ -228,6 +228,16 @@ def test_series_nonfinite_markers_and_time_axis():
 
 
 # ------------------------------------------------------------------------------ API unit
+def test_run_listing_is_shared_for_a_moment_then_read_again(proj):
+    m = Monitor(proj, refresh_interval=0.4)
+    assert m.runs_ttl == 0.2
+    before = len(m.runs("run/0003")["runs"])
+    write_run(proj, "run/0003")
+    assert len(m.runs("run/0003")["runs"]) == before  # the same poll: the same listing
+    time.sleep(0.25)
+    assert len(m.runs("run/0003")["runs"]) == before + 1
+
+
 def test_branches_history_status_headline_and_marks(proj):
     m = Monitor(proj)
     data = m.branches()
@@ -259,7 +269,7 @@ def test_branches_history_status_headline_and_marks(proj):
 
 def test_hotfix_marked_from_the_run_record_or_the_project_event(proj):
     write_run(proj, "run/0003", hotfix_of="run/0001#2", points=curve("episodic_return", 5, time.time()))
-    m = Monitor(proj)
+    m = Monitor(proj, runs_ttl=0)
     by = {b["name"]: b for b in m.branches()["branches"]}
     assert by["run/0003"]["hotfix_of"] == "run/0001#2" and by["run/0002"]["hotfix_of"] is None
     # what scalebox_cst.hotfix writes when it makes a hot-fix branch
@@ -271,7 +281,7 @@ def test_hotfix_marked_from_the_run_record_or_the_project_event(proj):
 
 def test_live_run_headline_and_lost_status(proj, live_pid):
     folder = write_run(proj, "run/0003", status="running", pid=live_pid, points=curve("episodic_return", 30, time.time()) + [("SPS", 0, 321.0, time.time())])
-    m = Monitor(proj)
+    m = Monitor(proj, runs_ttl=0)
     run = {b["name"]: b for b in m.branches()["branches"]}["run/0003"]["runs"][0]
     assert run["status"] == "running" and run["headline_live"]
     assert run["headline"]["episodic_return_final"] == pytest.approx(np.mean([math.log1p(i) for i in range(20, 30)]))
@@ -316,7 +326,7 @@ def test_series_per_run_with_nonfinite_markers_and_seed_band(proj):
 
 def test_series_read_incrementally_while_a_run_writes(proj):
     folder = write_run(proj, "run/0003", status="running")
-    m = Monitor(proj)
+    m = Monitor(proj, runs_ttl=0)
     assert m.series("x", ["run/0003"])["lines"] == []
     now = time.time()
     append_points(folder, [("x", 0, 1.0, now), ("x", 1, 2.0, now)], partial='{"name": "x", "step": 2, "val')
@@ -484,7 +494,7 @@ def test_scale_500_branches_and_a_million_point_run(tmp_path):
 # ------------------------------------------------------------------------------ HTTP
 @pytest.fixture
 def server(proj):
-    srv = MonitorServer(Monitor(proj, refresh_interval=0.5), port=0)
+    srv = MonitorServer(Monitor(proj, refresh_interval=0.5, runs_ttl=0), port=0)
     srv.start_background()
     yield srv
     srv.shutdown()

@@ -227,10 +227,15 @@ class EventsFile:
 class Monitor:
     """The API's data for one project; every public method returns JSON-ready data."""
 
-    def __init__(self, root: str, refresh_interval: float = 2.0, cache_bytes: int = CACHE_BYTES) -> None:
+    def __init__(self, root: str, refresh_interval: float = 2.0, cache_bytes: int = CACHE_BYTES, runs_ttl: Optional[float] = None) -> None:
         self.root = os.path.abspath(root)
         self.refresh_interval = refresh_interval
         self.cache_bytes = cache_bytes
+        # One poll of the page asks for branches, events and a series per chart within moments;
+        # they share one listing of the run folders (a walk and a record read per run) instead
+        # of one each. Never older than half a refresh interval (at most a second).
+        self.runs_ttl = min(1.0, refresh_interval / 2) if runs_ttl is None else runs_ttl
+        self._runs_cache: Tuple[float, List[runs.RunInfo]] = (-math.inf, [])
         self.store = Store.open(self.root)  # StoreError: not a project
         self._store_lock = threading.RLock()  # one reader of the store at a time
         self._lock = threading.Lock()
@@ -283,7 +288,12 @@ class Monitor:
         return self._snapshots
 
     def _runs(self, branch: Optional[str] = None) -> List[runs.RunInfo]:
-        return runs.list_runs(self.root, branch)
+        with self._lock:
+            stamp, found = self._runs_cache
+            if time.monotonic() - stamp >= self.runs_ttl:
+                found = runs.list_runs(self.root)
+                self._runs_cache = (time.monotonic(), found)
+        return found if branch is None else [r for r in found if r.branch == branch]
 
     def _run_json(self, run: runs.RunInfo) -> Dict[str, Any]:
         rec = run.record
