@@ -27,7 +27,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from scalebox_cst._version import __version__
 from scalebox_cst.config import CONFIG_FILE, STATE_DIR, find_project_root
-from scalebox_cst.runtime.loader import SourceBytesLoader, register_source
+from scalebox_cst.runtime.loader import Origin, SourceBytesLoader, install_excepthook, register_origin, register_source
 
 # The names below mirror scalebox_cst.project / scalebox_cst.config; importing those here would
 # pull libcst and pygit2 into every hooked process (≈180 ms) before anything is known to be cold.
@@ -648,10 +648,19 @@ class RewritingLoader(SourceBytesLoader):
         if self._text is None:
             return self.original.get_code(fullname)
         register_source(self.path, self._text)
+        _show_user_lines(self.path, self._source, self._text, self.hook.session.id)
         return self._code
 
     def exec_module(self, module) -> None:
         exec(self.get_code(module.__name__), module.__dict__)
+
+
+def _show_user_lines(path: str, original: bytes, text: str, session: str) -> None:
+    """Tracebacks through a rewritten module name and quote the user's lines, frames in
+    rewritten code marked (runtime.loader.Origin, built only when a traceback needs it); the
+    default excepthook would quote the file on disk at the rewritten line numbers."""
+    register_origin(path, lambda: Origin(importlib.util.decode_source(original), text, (), BRANCH_PREFIX + session))
+    install_excepthook()
 
 
 # ---------------------------------------------------------------------------- finder
