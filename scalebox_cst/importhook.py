@@ -390,8 +390,13 @@ class _Root:
                 with open(tmp, "wb") as fh:
                     fh.write("\n".join([value, *stamps]).encode("utf-8"))
                 os.replace(tmp, memo)
+                _clear_orphans(memo)
             except OSError as exc:
                 _log().warning("scalebox: cannot write %s (%s); continuing without it", memo, exc)
+                try:
+                    os.remove(tmp)
+                except OSError:
+                    pass
         return value
 
     def cache_key(self, create: bool) -> Optional[bytes]:

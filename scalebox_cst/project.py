@@ -77,9 +77,24 @@ class Project:
                 has_pyproject_table = "[tool.scalebox]" in fh.read()
         config_path = os.path.join(root, CONFIG_FILE)
         if not os.path.exists(config_path) and not has_pyproject_table:
-            with open(config_path, "w", encoding="utf-8") as fh:
-                fh.write(DEFAULT_TOML)
-            wrote_config = True
+            # whole or not at all: a kill mid-write must not leave a config that cannot be read,
+            # and a config another process wrote meanwhile is never replaced
+            tmp = f"{config_path}.{os.getpid()}{_TMP_TAG}"
+            try:
+                _write_new(tmp, DEFAULT_TOML.encode("utf-8"), None)
+                try:
+                    os.link(tmp, config_path)
+                except (PermissionError, NotImplementedError, OSError) as exc:
+                    if isinstance(exc, FileExistsError):
+                        raise
+                    os.replace(tmp, config_path)  # no hard links here: still never a partial file
+                wrote_config = True
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise StoreError(f"cannot write {config_path}: {exc.strerror}") from None
+            finally:
+                _remove_quietly(tmp)
         project = cls(root)
         project._store = Store.init(root)
         return project, wrote_config
