@@ -173,6 +173,16 @@ def format_exception(exc_type, exc, tb) -> str:
     return "".join(te.format())
 
 
+def _engine_dirs():
+    """Folders of the launcher and the import hook (``python -m scalebox_cst``): their frames
+    lead every traceback of a run and are not the user's."""
+    dirs = {os.path.dirname(os.path.abspath(__file__))}
+    package = sys.modules.get("scalebox_cst")
+    if package is not None and getattr(package, "__file__", None):
+        dirs.add(os.path.dirname(os.path.abspath(package.__file__)))
+    return dirs
+
+
 def _excepthook(exc_type, exc, tb) -> None:
     """Print tracebacks in the user's lines (:func:`format_exception`; the C default reads lines
     from disk), without the launcher's own frames."""
@@ -180,11 +190,11 @@ def _excepthook(exc_type, exc, tb) -> None:
         # The usual way a run ends under the watcher (a newer change): one line, no traceback.
         print("scalebox: run interrupted (KeyboardInterrupt)", file=sys.stderr)
         return
-    here = os.path.dirname(os.path.abspath(__file__))
+    engine = _engine_dirs()
     first = tb
     while tb is not None and (
         tb.tb_frame.f_code.co_filename.startswith("<frozen")
-        or os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == here
+        or os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) in engine
     ):
         tb = tb.tb_next
     tb = tb or first

@@ -62,7 +62,7 @@ def test_all_transforms_example_runs_and_records_grad_norm(tmp_path):
     out = scalebox("run", "train.py", "--", "--total-steps", "512", cwd=project, timeout=300).stdout
     assert "final_return=" in out
     log = scalebox("log", cwd=project).stdout
-    assert "run/0001" in log and "[ok " in log and "grad_norm=" in log
+    assert log.startswith("run/0001") and "\n  #1   ok " in log and "grad_norm=" in log
     stat = scalebox("diff", "--stat", cwd=project).stdout
     assert "train.py" in stat
 

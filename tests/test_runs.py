@@ -465,3 +465,28 @@ def test_tensorboard_event_files_per_run_carry_branch_and_commit(plain):
     assert names[:2] == [f"0001-{commit[:8]}", f"0002-{commit[:8]}"] and names[2].endswith("-original")
     tags = _event_tags(base / names[0])
     assert tags["episodic_return"] == list(range(0, 120, 10)) and "SPS" in tags
+
+
+def test_traceback_under_the_import_hook_quotes_the_users_line(project):
+    """The default excepthook read the file on disk at the rewrite's line numbers (a blank line)."""
+    (project / "t.py").write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model(torch.ones(1, 2)).sum().backward()\n"
+        "opt.step()\n"
+        "\n"
+        "\n"
+        "def f():\n"
+        "    raise ValueError('on line 9')\n"
+        "f()\n"
+    )
+    (project / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("SCALEBOX_HOOK_SESSION", None)
+    for _ in range(2):  # rewritten, then served from the bytecode cache
+        proc = subprocess.run([sys.executable, "-m", "scalebox_cst", "t.py"], cwd=project, env=env, capture_output=True, text=True, timeout=120)
+        path = os.path.realpath(project / "t.py")
+        assert proc.stderr.startswith("Traceback (most recent call last):\n" f'  File "{path}", line 10, in <module>\n    f()\n'), proc.stderr
+        assert f'  File "{path}", line 9, in f\n    raise ValueError(\'on line 9\')\nValueError: on line 9\n' in proc.stderr
+        assert "importhook.py" not in proc.stderr
