@@ -81,6 +81,7 @@ def main() -> None:
     sys.path.insert(0, ROOT)
     from scalebox_cst.config import Config
     from scalebox_cst.pipeline import Pipeline
+    from scalebox_cst.runs import read_metrics
 
     with tempfile.TemporaryDirectory() as tmp:
         source = open(os.path.join(ROOT, "examples", "cartpole_ppo", "train.py"), "rb").read()
@@ -91,6 +92,7 @@ def main() -> None:
             fh.write(result.output)
         walls = {True: [], False: []}
         cpus = {True: [], False: []}
+        thread_cpu = []
         printed = {True: None, False: None}
         same = True
         for r in range(args.repeats):
@@ -99,6 +101,9 @@ def main() -> None:
                 found, lines = child([script, "--total-steps", str(args.total_steps), "--seed", "0"], on, metrics_file, tmp)
                 walls[on].append(float(found["bench_wall"]))
                 cpus[on].append(float(found["bench_cpu"]))
+                if on:
+                    own = [p.value for p in read_metrics(metrics_file)[0] if p.name == "telemetry_cpu_s"]
+                    thread_cpu.append(own[-1] if own else float("nan"))
                 if printed[on] is None:
                     printed[on] = lines
                 same = same and lines == printed[on]
@@ -110,6 +115,7 @@ def main() -> None:
         print(f"  overhead       {100.0 * (on - off) / off:+.2f}% of wall time (medians; goal < 2%)")
         c_on, c_off = statistics.median(cpus[True]), statistics.median(cpus[False])
         print(f"  CPU time (all threads) off {summary(cpus[False])} s, on {summary(cpus[True])} s: {100.0 * (c_on - c_off) / c_off:+.2f}%")
+        print(f"  telemetry thread's own CPU time {statistics.median(thread_cpu):.3f} s a run ({100.0 * statistics.median(thread_cpu) / c_on:.2f}% of the run's CPU time)")
         print(f"  same printed numbers on both sides: {same}")
 
         step_file = os.path.join(tmp, "step.py")

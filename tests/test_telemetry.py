@@ -470,3 +470,41 @@ def test_a_forked_child_does_not_write_its_parents_pending_points_again(tmp_path
     _, points, _ = run(tmp_path, FORK)
     assert points["x"] == [(i, float(i)) for i in range(5)]
     assert points["child"] == [(0, 1.0)]
+
+
+DIRECT = """
+import copy, json, pickle, sys
+import gymnasium as gym
+from gymnasium.envs.classic_control import CartPoleEnv
+from gymnasium.wrappers import TimeLimit
+
+class Tilted(CartPoleEnv):  # the user's own env class, built without make
+    def step(self, action):
+        obs, r, term, trunc, info = super().step(action)
+        return obs, 2.0 * r, term, trunc, info
+
+seen = []
+for env in (TimeLimit(CartPoleEnv(), 12), Tilted()):
+    copy.deepcopy(env)
+    pickle.loads(pickle.dumps(env))
+    env.reset(seed=1)
+    env.action_space.seed(1)
+    total, n = 0.0, 0
+    for _ in range(300):
+        _, r, term, trunc, _ = env.step(env.action_space.sample())
+        total += r
+        n += 1
+        if term or trunc:
+            seen.append([total, n])
+            total, n = 0.0, 0
+            env.reset()
+json.dump(seen, open(sys.argv[1], "w"))
+"""
+
+
+def test_envs_built_without_make_count_once_with_their_time_limit(tmp_path):
+    _, points, _ = run(tmp_path, DIRECT, tmp_path / "seen.json")
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert any(n == 12 for _, n in seen) and any(r == 2.0 * n for r, n in seen)
+    got = [[r, int(l)] for (_, r), (_, l) in zip(points["episodic_return"], points["episodic_length"])]
+    assert got == seen

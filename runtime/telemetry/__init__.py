@@ -12,8 +12,9 @@ turns it off) attaches each source once the script imports what it observes:
 
 One daemon thread (``scalebox-telemetry``) samples site time at :data:`sites.HZ` while there
 are sites, and every :data:`EVERY` seconds records ``SPS``, ``optimizer_steps_per_s``,
-``wall_time`` and the :mod:`.system` points, then flushes the metrics (values cross from the
-device there, off the training thread). The training thread pays for the patched calls only:
+``wall_time``, ``telemetry_cpu_s`` (the CPU time this thread has used: its own cost) and the
+:mod:`.system` points, then flushes the metrics (values cross from the device there, off the
+training thread). The training thread pays for the patched calls only:
 a few dict look-ups and increments per env step, guard call and backward, no device sync.
 """
 from __future__ import annotations
@@ -72,6 +73,7 @@ class _Telemetry(threading.Thread):
         self.env_steps = envs.env_steps
         self.opt_steps = training.optimizer_steps
         self.lock = threading.Lock()
+        self.cpu_s = 0.0  # CPU time this thread has used (its own cost, recorded as telemetry_cpu_s)
 
     def run(self) -> None:
         period = 1.0 / max(sites.HZ, 0.1)
@@ -85,7 +87,9 @@ class _Telemetry(threading.Thread):
                 self.stopped.wait(min(EVERY, 0.25))
             if time.perf_counter() >= due:
                 due = time.perf_counter() + EVERY
+                self.cpu_s = time.thread_time()
                 self.report()
+        self.cpu_s = time.thread_time()
 
     def report(self) -> None:
         """Rates since the last report, resources, then a flush (once at a time)."""
@@ -99,6 +103,7 @@ class _Telemetry(threading.Thread):
                 metrics.record("optimizer_steps_per_s", (opt - self.opt_steps) / dt, step=opt)
             self.env_steps, self.opt_steps = steps, opt
             metrics.record("wall_time", time.time() - self.started)
+            metrics.record("telemetry_cpu_s", self.cpu_s)
             for name, value in self.system.sample().items():
                 metrics.record(name, value)
             metrics.flush()

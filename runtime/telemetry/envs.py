@@ -62,6 +62,7 @@ class _Thread(threading.local):
     vactive = 0  # counted vector-env calls running on this thread
     inner = 0  # counted single-env calls finished on this thread (vector delegation test)
     base: Optional["_Rec"] = None  # the directly built env a wrapper call reached
+    making = 0  # inside gymnasium.make / gym.make: what it builds is made, not direct
 
 
 _t = _Thread()
@@ -256,11 +257,20 @@ def _wrap_step(fn):
         finally:
             t.active -= 1
         t.inner += 1
+        t.base = rec
         try:
-            _observe_single(self, rec, result)
+            if type(result) is tuple and len(result) == 5 and type(result[1]) in _HOST and type(result[2]) in _HOST and type(result[3]) in _HOST:
+                global env_steps  # the common case, inline: a plain reward and flags
+                rec.ret += result[1]
+                rec.length += 1
+                env_steps += 1
+                if result[2] or result[3]:
+                    _emit(rec.ret, rec.length)
+                    rec.ret, rec.length = 0.0, 0
+            else:
+                _observe_single(self, rec, result)
         except Exception as exc:
             _stop(self, rec, exc)
-        t.base = rec
         return result
 
     setattr(step, _MARK, True)
@@ -317,9 +327,17 @@ def _is_wrapper(cls: type) -> bool:
     return issubclass(cls, tuple(_wrappers))
 
 
+def _patch_defining(cls: type) -> None:
+    """Patch ``step``/``reset`` of ``cls`` where each is defined (in its MRO)."""
+    for name in ("step", "reset"):
+        for owner in cls.__mro__:
+            if name in owner.__dict__:
+                patch_class(owner, (name,))
+                break
+
+
 def _patch_tree(base: type) -> None:
-    """Patch ``base`` and its subclasses, wrappers left out: a wrapper's calls cost a patched
-    frame on every step and count only where ``make`` returned it (patched then)."""
+    """Patch a vector env base class and its subclasses (vector wrappers left out)."""
     todo, seen = [base], set()
     while todo:
         cls = todo.pop()
@@ -334,7 +352,7 @@ def _patch_tree(base: type) -> None:
 
 
 def _hook_subclasses(base: type) -> None:
-    """Patch every later non-wrapper subclass of ``base`` when it is defined."""
+    """Patch every later non-wrapper subclass of a vector base class when it is defined."""
     own = base.__dict__.get("__init_subclass__")
     if getattr(own, _MARK, False):
         return
@@ -353,13 +371,47 @@ def _hook_subclasses(base: type) -> None:
     base.__init_subclass__ = hook
 
 
-def _patch_made(env: Any) -> None:
-    """The class (in its MRO, where each is defined) of ``step``/``reset`` of a made env."""
-    for name in ("step", "reset"):
-        for cls in type(env).__mro__:
-            if name in cls.__dict__:
-                patch_class(cls, (name,))
-                break
+_direct_classes: Set[type] = set()
+_direct_seen = False  # a non-wrapper env was built outside make
+
+
+def _built(cls: type) -> None:
+    """An env object of ``cls`` is being built outside ``make``: a non-wrapper env is stepped
+    directly, so its class is patched; wrappers built after one (a user's TimeLimit around it)
+    too, for their truncation. Classes only ever built by ``make`` stay unpatched."""
+    global _direct_seen
+    if cls in _direct_classes:
+        return
+    if _is_wrapper(cls):
+        if not _direct_seen:
+            return
+    elif issubclass(cls, tuple(_vectors)):
+        _direct_classes.add(cls)
+        return  # patched as a vector env class
+    else:
+        _direct_seen = True
+    _direct_classes.add(cls)
+    _patch_defining(cls)
+
+
+def _hook_new(base: type) -> None:
+    """``base.__new__`` notes envs built outside ``make`` (no instance attribute, no wrapper)."""
+    own = base.__dict__.get("__new__")
+    if getattr(getattr(own, "__func__", own), _MARK, False):
+        return
+    inherited = base.__new__  # object.__new__ unless a base class defines one
+
+    def __new__(cls, *args, **kwargs):
+        obj = object.__new__(cls) if inherited is object.__new__ else inherited(cls, *args, **kwargs)
+        if not _t.making and _on:
+            try:
+                _built(cls)
+            except Exception:
+                pass
+        return obj
+
+    setattr(__new__, _MARK, True)
+    base.__new__ = staticmethod(__new__)
 
 
 def _wrap_make(module: Any, name: str = "make") -> None:
@@ -369,9 +421,13 @@ def _wrap_make(module: Any, name: str = "make") -> None:
 
     @functools.wraps(fn)
     def make(*args, **kwargs):
-        env = fn(*args, **kwargs)
+        _t.making += 1
         try:
-            _patch_made(env)
+            env = fn(*args, **kwargs)
+        finally:
+            _t.making -= 1
+        try:
+            _patch_defining(type(env))
             key = id(env)
             _made.add(key)
             _recs.pop(key, None)
@@ -409,9 +465,11 @@ def _attach(package: Any, vector_names: Any, wrapper_names: Any, old: bool) -> N
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         _HOST.update({numpy.float64, numpy.float32, numpy.bool_, numpy.int64, numpy.int32})
-    for base in bases:
+    for base in bases[1 if isinstance(env, type) else 0:]:  # vector env classes
         _patch_tree(base)
         _hook_subclasses(base)
+    if isinstance(env, type):
+        _hook_new(env)
     registration = sys.modules.get(f"{name}.envs.registration")
     for module in (package, registration):
         if module is not None:
