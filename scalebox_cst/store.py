@@ -20,6 +20,8 @@ the same ``run/NNNN`` and one branch is silently lost (measured: 9 of 1500 conte
 processes). All ref updates therefore go through one advisory lock (``store.git/scalebox.lock``,
 ``flock``) held only around the ref update itself; objects are written before it is taken, and
 updates of existing refs are still compare-and-swap, so a foreign writer cannot be overwritten.
+A writer killed mid-update leaves libgit2's ``<ref>.lock``; the next writer removes it under the
+write lock (see ``_RefFailures``) instead of failing forever.
 
 Speed: trees are hashed in Python and written only when missing, and blobs already in the
 previous snapshot are never rewritten (libgit2 "freshens" an existing object with a utime call,
@@ -547,6 +549,7 @@ class Store:
                 return name, commit_hex
         raise StoreError("could not create a run branch: every name tried was taken meanwhile")
 
+    @_synchronized
     def other_branches(self, prefix: str = "hook/") -> List[Tuple[str, str, str, int, int]]:
         """Branches under ``refs/heads/<prefix>`` (the import hook's sessions), oldest first:
         (name, tip commit hex, tip summary line, tip time, number of commits on the branch)."""

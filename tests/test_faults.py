@@ -23,7 +23,7 @@ from scalebox_cst.store import Store, StoreError
 
 from conftest import ROOT
 
-TRIALS = int(os.environ.get("SCALEBOX_FAULT_TRIALS", "6"))
+TRIALS = int(os.environ.get("SCALEBOX_FAULT_TRIALS", "4"))
 FP = "fp-faults"
 
 
