@@ -41,9 +41,20 @@ def user_line() -> str:
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if not path.startswith(_SKIP_DIRS) and not path.startswith("<"):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            return f"{frame.f_code.co_filename}:{_users_line(frame.f_code.co_filename, frame.f_lineno)}"
         frame = frame.f_back
     return "?"
+
+
+def _users_line(filename: str, line: int) -> int:
+    """The line in the user's file for a line of code served from a rewrite (as tracebacks show)."""
+    try:
+        from scalebox_cst.runtime.loader import origin_of
+
+        origin = origin_of(filename)
+        return origin.locate(line)[0] if origin is not None else line
+    except Exception:  # a diagnosis must not fail on the mapping
+        return line
 
 
 def module_names() -> Dict[int, str]:

@@ -322,9 +322,11 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
 @click.option("--max-restarts", type=click.IntRange(min=0), default=0, show_default=True, help="torchrun: restarts of the group after a failure.")
 @click.option("--address", help="ray: the cluster to join (e.g. auto, HOST:6379, ray://HOST:10001); default: a local Ray instance.")
 @click.option("--branches", help="ray: several branches at once, comma-separated (each with every seed).")
+@click.option("--heal", is_flag=True, help="On instability, stop the run, commit a hot-fix branch and run it instead.")
+@click.option("--locate-nan", is_flag=True, help="Rerun with isfinite checks at the first non-finite step: name the module.")
 def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds: Optional[str], parallel: int, no_commit: bool,
         launcher: Optional[str], nproc: Optional[int], nnodes: str, rdzv_endpoint: Optional[str], rdzv_id: Optional[str],
-        max_restarts: int, address: Optional[str], branches: Optional[str]) -> None:
+        max_restarts: int, address: Optional[str], branches: Optional[str], heal: bool = False, locate_nan: bool = False) -> None:
     """Run SCRIPT from BRANCH (default: the newest): run [OPTIONS] [BRANCH] SCRIPT [-- ARGS].
 
     Every run is a new record (runs/<branch>/<NNNN>/); nothing is overwritten. Without BRANCH,
@@ -409,6 +411,14 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     what = "source snapshot (original)" if original else "rewrite"
     click.echo(f"scalebox: running {script_rel} from {info.name}'s {what} ({commit[:10]})"
                + (f", seeds {', '.join(str(s) for s in seed_list)}" if seeds else ""), err=True)
+    if heal or locate_nan:  # scalebox_cst.hotfix owns these
+        if heal and locate_nan or original or seeds or launcher != "local" or parallel > 1:
+            _fail("--heal and --locate-nan each run one local rewrite: not with each other, --original, --seeds, "
+                  "--parallel or a launcher", 2)
+        from scalebox_cst import hotfix
+
+        sys.exit(hotfix.cli_run(project, info.name, script_rel, args, heal=heal, locate_nan=locate_nan,
+                                notice=lambda text: click.echo(text, err=True)))
     pending = list(seed_list)
     active: List[Execution] = []
     records = []
@@ -493,6 +503,8 @@ def _branch_changes(store, info, parent) -> dict:
         "backend_changed": parent is not None and parent_backend != backend,
         "config_changed": parent is not None and parent.fingerprint != info.fingerprint,
         "fingerprint": info.fingerprint,
+        "hotfix_of": report.get("hotfix_of"),  # scalebox_cst.hotfix: "run/0002#1"
+        "hotfix": report.get("hotfix"),
     }
 
 
@@ -543,6 +555,8 @@ def _run_line(entry: dict) -> str:
         facts.append(f"grad_norm={last['grad_norm']:.4g}")
     if entry.get("stop_reason"):
         facts.append(f"stopped: {entry['stop_reason']}")
+    if entry.get("hotfix_of"):
+        facts.append(f"hot-fix of {entry['hotfix_of']}")
     if facts:
         text += "  | " + ", ".join(facts)
     return text
@@ -602,6 +616,10 @@ def log(project_dir: Optional[str], as_json: bool) -> None:
         if ch["config_changed"]:
             parts.append("config/pipeline changed")
         click.echo("  " + "; ".join(parts))
+        if ch.get("hotfix_of"):
+            fix = ch.get("hotfix") or {}
+            click.echo(f"  HOT-FIX of {ch['hotfix_of']} (step {fix.get('step')}, {fix.get('signal')}): "
+                       f"fixed clip max_norm={fix.get('max_norm')}, non-finite steps skipped; keep it or roll back")
         if not entry["runs"]:
             click.echo("  (not run)")
         for run_entry in entry["runs"]:

@@ -346,3 +346,72 @@ LOCATE_ENV = "SCALEBOX_LOCATE_NAN"  # runtime.stabilizer.LOCATE_ENV (not importe
 
 def locate_env(event: Dict[str, Any]) -> Dict[str, str]:
     return {LOCATE_ENV: f"{event['site']}@{event['step']}"}
+
+
+# --------------------------------------------------------------------------- the CLI's --heal / --locate-nan
+
+
+def _stop_on_signals():
+    """SIGTERM/SIGHUP become KeyboardInterrupt, so the heal loop stops its child before leaving."""
+    import signal
+
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    return {s: signal.signal(s, raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+
+def cli_run(project, branch: str, script: str, args: Sequence[str], *, heal: bool, locate_nan: bool,
+            notice: Callable[[str], None]) -> int:
+    """``scalebox run --heal`` / ``--locate-nan``: returns the exit status for the CLI."""
+    import signal
+
+    if locate_nan:
+        return _locate(project, branch, script, args, notice)
+    previous = _stop_on_signals()
+    try:
+        record, made = heal_loop(project, branch, script, list(args), echo=sys.stdout, notice=notice)
+    except KeyboardInterrupt as exc:
+        notice(f"scalebox: {exc or 'SIGINT'}: run stopped")
+        return 130
+    except HotfixError as exc:
+        notice(f"scalebox: {exc}")
+        return 2
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if made:
+        notice(f"scalebox: {len(made)} hot-fix(es): {', '.join(f'{m.branch} (of {m.hotfix_of})' for m in made)}; "
+               "review with scalebox diff, keep with the options its commit message names, or roll back")
+    status = getattr(record, "exit_status", None)
+    return status if status and status > 0 else (0 if status == 0 else 1)
+
+
+def _locate(project, branch: str, script: str, args: Sequence[str], notice: Callable[[str], None]) -> int:
+    """Rerun ``branch``'s newest run that saw a non-finite gradient, with the NaN locator armed."""
+    found = None
+    for info in reversed(runs.list_runs(project.root, branch)):
+        event = first_nonfinite(info.dir)
+        if event is not None:
+            found = (info, event)
+            break
+    if found is None:
+        notice(f"scalebox: no run of {branch} recorded a non-finite gradient at a guarded step; nothing to locate")
+        return 1
+    info, event = found
+    notice(f"scalebox: {info.id}: first non-finite gradient at {event['site']} step {event['step']}: "
+           f"{event.get('message', '')}; rerunning from the start with isfinite checks on module outputs for that step")
+    start = _default_start(project, script, list(args), sys.stdout)
+    execution = start(project.store.resolve(branch), None, locate_env(event))
+    try:
+        execution.wait()
+    except KeyboardInterrupt:
+        execution.stop(reason="SIGINT during --locate-nan")
+        return 130
+    events, _ = runs.read_events(os.path.join(execution.dir, runs.EVENTS))
+    located = [e for e in events if e.get("kind") == "nan_located"]
+    if not located:
+        notice(f"scalebox: the rerun ended before guard step {event['step']} at {event['site']}; nothing located")
+        return 1
+    notice(f"scalebox: {located[0]['message']}")
+    return 0

@@ -217,20 +217,64 @@ def test_heal_loop_leaves_a_healthy_run_alone(diverging, tmp_path):
 
 
 @pytest.mark.timeout(600)
-def test_diverging_run_is_healed_end_to_end(diverging, capsys):
-    """Real runs (subprocesses from the store): the guarded run is stopped, the hot-fix finishes finite."""
+def test_diverging_run_is_healed_end_to_end(diverging):
+    """``scalebox run --heal``, real runs from the store: the guarded run is stopped, the hot-fix
+    branch runs in its place and finishes finite; log and diff show it as a hot-fix."""
+    from conftest import scalebox
+
     project, branch = diverging
-    lines = []
-    record, made = hotfix.heal_loop(project, branch, "train.py", [], notice=lines.append, poll_s=0.2,
-                                    echo=open(os.devnull, "w"))
-    assert len(made) == 1, lines
-    fix = made[0]
-    assert fix.signal.kind == "repeated-interventions" and fix.signal.step > 150  # the schedule explodes at 150
+    proc = scalebox("run", "--heal", branch, "train.py", cwd=project.root, timeout=600)
+    (fix_branch,) = [b.name for b in project.store.branches() if b.name != branch]
     all_runs = {r.id: r for r in runs.list_runs(project.root)}
-    first, healed = all_runs[f"{branch}#1"], all_runs[f"{fix.branch}#1"]
-    assert first.status == "stopped" and healed.status == "ok"
-    assert healed.record.get("hotfix_of") == f"{branch}#1"
-    log = open(os.path.join(healed.dir, runs.LOG)).read()
-    final = [l for l in log.splitlines() if l.startswith("final_loss=")]
-    assert final and math.isfinite(float(final[0].split("=")[1])), log[-2000:]
-    assert any("unstable" in l for l in lines) and any(f"hot-fix {fix.branch}" in l for l in lines)
+    first, healed = all_runs[f"{branch}#1"], all_runs[f"{fix_branch}#1"]
+    assert first.status == "stopped" and healed.status == "ok" and healed.record.get("hotfix_of") == f"{branch}#1"
+    report = project.store.report(fix_branch)
+    assert report["hotfix"]["signal"] == "repeated-interventions" and report["hotfix"]["step"] > 150  # LR explodes at 150
+    final = [l for l in proc.stdout.splitlines() if l.startswith("final_loss=")]
+    assert len(final) == 1 and math.isfinite(float(final[0].split("=")[1])), proc.stdout[-2000:]
+    assert f"{branch}#1 unstable" in proc.stderr and f"hot-fix {fix_branch}" in proc.stderr
+    log = scalebox("log", cwd=project.root).stdout
+    assert f"HOT-FIX of {branch}#1" in log and f"hot-fix of {branch}#1" in log
+    diff = scalebox("diff", fix_branch, cwd=project.root).stdout
+    assert "max_norm=" in diff and "sync=True" in diff and "changes-semantics" in diff
+
+
+LOCATE = textwrap.dedent("""\
+    import torch
+    torch.manual_seed(0)
+    class Blowup(torch.nn.Module):
+        def forward(self, x, step):
+            return x.log() if step == 5 else x.abs()
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.bad, self.out = torch.nn.Linear(3, 3), Blowup(), torch.nn.Linear(3, 1)
+        def forward(self, x, step):
+            return self.out(self.bad(self.fc(x) - 10.0, step))
+    net = Net()
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+    for step in range(1, 9):
+        loss = net(torch.randn(4, 3), step).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    print("done", all(bool(torch.isfinite(p).all()) for p in net.parameters()))
+""")
+
+
+@pytest.mark.timeout(600)
+def test_locate_nan_from_the_cli(tmp_path):
+    from conftest import scalebox
+
+    root = tmp_path / "loc"
+    root.mkdir()
+    (root / "train.py").write_text(LOCATE)
+    scalebox("init", ".", cwd=root)
+    first = scalebox("run", "train.py", cwd=root, timeout=300)
+    assert "done True" in first.stdout  # the guard skipped step 5 instead of writing NaN
+    assert "first non-finite gradient at train.py:18 step 5" in first.stdout  # the child's stderr is logged
+    proc = scalebox("run", "--locate-nan", "train.py", cwd=root, timeout=300)
+    assert "Net.bad (Blowup) produced the first non-finite output at train.py:18 step 5" in proc.stderr
+    assert "train.py:11" in proc.stderr and "done" not in proc.stdout, proc.stdout
+    bad = scalebox("run", "--heal", "--locate-nan", "train.py", cwd=root, check=False)
+    assert bad.returncode == 2 and "not with each other" in bad.stderr

@@ -48,7 +48,7 @@ PPO = textwrap.dedent(
 
 PLAIN = "def double(x):\n    return 2 * x\n"
 
-CONFIG = 'backend = "cpu"\ntransforms = ["grad_clip"]\n\n[grad_clip]\nmax_norm = {max_norm}\n'
+CONFIG = 'backend = "cpu"\ntransforms = ["grad_clip"]\n\n[grad_clip]\nmode = "fixed"\nmax_norm = {max_norm}\n'
 
 
 def git(root, *args) -> str:
