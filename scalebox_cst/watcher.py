@@ -161,7 +161,7 @@ class Watcher:
     def start_run(self, branch: str, commit: str) -> None:
         if not self.script:
             return
-        self.stop_run()
+        self.stop_run(f"newer branch {branch}")
         from scalebox_cst.runtime.executor import Execution
 
         self.echo(f"scalebox: running {self.script} from {branch}")
@@ -182,9 +182,9 @@ class Watcher:
             self.execution = None
             self.echo(_one_line(exc, f"{self.script} not started from {branch}"))
 
-    def stop_run(self) -> None:
+    def stop_run(self, reason: str = "scalebox-watch stopped") -> None:
         if self.execution is not None:
-            record = self.execution.stop(self.grace)
+            record = self.execution.stop(self.grace, reason=reason)
             self.echo(f"scalebox: {record.branch} {record.status} after {record.wall_time:.1f}s")
             self.execution = None
 
@@ -204,6 +204,10 @@ class Watcher:
 
     def reap_run(self) -> None:
         """Finish the record of a run that ended by itself (the next save starts a new one)."""
+        if self.script and self.execution is not None:  # an unstable run becomes a hot-fix (scalebox_cst.hotfix)
+            from scalebox_cst.hotfix import heal_watched
+
+            heal_watched(self)
         if self.execution is not None and self.execution.poll() is not None:
             record = self.execution.wait()
             self.echo(f"scalebox: {record.branch} {record.status} after {record.wall_time:.1f}s")

@@ -490,3 +490,26 @@ def test_traceback_under_the_import_hook_quotes_the_users_line(project):
         assert proc.stderr.startswith("Traceback (most recent call last):\n" f'  File "{path}", line 10, in <module>\n    f()\n'), proc.stderr
         assert f'  File "{path}", line 9, in f\n    raise ValueError(\'on line 9\')\nValueError: on line 9\n' in proc.stderr
         assert "importhook.py" not in proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_signals_to_scalebox_watch_stop_its_run_and_finish_the_record(plain, sig):
+    (plain / "quiet.py").write_text(QUIET)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from scalebox_cst.cli import watch_main; watch_main()", str(plain), "--run", "quiet.py"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    worker = None
+    for line in proc.stdout:
+        if line.startswith("worker="):
+            worker = int(line.split("=")[1])
+            break
+    assert worker is not None
+    (record,) = [r.record for r in runs.list_runs(str(plain))]
+    proc.send_signal(sig)
+    rest, _ = proc.communicate(timeout=30)
+    assert "branches made: run/0001" in rest
+    assert not _alive(record["pid"]) and not _alive(worker)
+    (record,) = [r.record for r in runs.list_runs(str(plain))]
+    assert record["status"] == "stopped" and record["stop_reason"] == "scalebox-watch stopped"
