@@ -20,7 +20,8 @@ Ray runs like local ones (``launcher: "ray"``, ``ray: {node, address}``).
 
 Stopping the call (Ctrl-C, SIGTERM) cancels every task: a cancelled task stops its run (SIGINT,
 SIGTERM, SIGKILL to the child's group) and sends its last output; a run whose worker died is
-recorded as failed with Ray's error.
+recorded as failed with Ray's error. A local instance started for the call ends with it, even
+if the call is killed (a small watcher process ends its processes then).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -357,6 +359,86 @@ class _HostRun:
         return rec
 
 
+# ------------------------------------------------------------------------------ the local instance
+def _process_table() -> Dict[int, tuple]:
+    """pid -> (parent pid, start time) of every process (Linux /proc; empty elsewhere)."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            table[int(name)] = (int(fields[1]), fields[19])
+        except (OSError, IndexError, ValueError):
+            continue
+    return table
+
+
+def _descendants(pid: int) -> List[tuple]:
+    """(pid, start time) of every process below ``pid``."""
+    table = _process_table()
+    children: Dict[int, List[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    out, stack = [], list(children.get(pid, []))
+    while stack:
+        current = stack.pop()
+        out.append((current, table[current][1]))
+        stack.extend(children.get(current, []))
+    return out
+
+
+def _start_reaper(driver: int) -> Optional["subprocess.Popen"]:
+    """A watcher for the local Ray instance this call started: its processes share the driver's
+    process group but not its fate, so if the driver is killed (SIGKILL: no ray.shutdown) the
+    watcher ends them. Each is named by pid and start time (a reused pid is left alone)."""
+    import subprocess
+
+    procs = _descendants(driver)
+    if not procs:
+        return None
+    spec = ",".join(f"{pid}:{start}" for pid, start in procs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "scalebox_cst.raylaunch", "--reap", str(driver), spec],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+
+
+def _reap(driver: int, spec: str, interval: float = 0.5, grace: float = 3.0) -> None:
+    wanted = [(int(p), start) for p, start in (item.split(":") for item in spec.split(",") if item)]
+    while True:
+        table = _process_table()
+        if driver not in table:
+            break
+        time.sleep(interval)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        table = _process_table()
+        alive = [pid for pid, start in wanted if table.get(pid, (None, None))[1] == start]
+        if not alive:
+            return
+        for pid in alive:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        time.sleep(grace)
+
+
+def _stop_on_signals(stop: threading.Event, notice: Callable[[str], None]) -> Dict[int, Any]:
+    def on_signal(signum, _frame):
+        if not stop.is_set():
+            notice(f"scalebox: {signal.Signals(signum).name}: stopping every Ray run")
+            stop.signum = signum  # type: ignore[attr-defined]
+            stop.set()
+
+    return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+
+
 def _local_cpus(jobs: int, parallel: Optional[int]) -> int:
     wanted = parallel or jobs
     return max(1, min(wanted, os.cpu_count() or 1))
@@ -372,10 +454,12 @@ def run_ray(
     notice: Optional[Callable[[str], None]] = None,
     num_cpus_per_run: float = 1,
     stop: Optional[threading.Event] = None,
+    handle_signals: bool = False,
 ) -> List[Dict[str, Any]]:
     """Run each job as a Ray task and record it under ``runs/<branch>/<NNNN>/``; returns the
-    final records in the order of ``jobs``. ``stop`` (set from a signal handler) cancels them all;
-    KeyboardInterrupt does too."""
+    final records in the order of ``jobs``. ``stop`` cancels them all (KeyboardInterrupt too);
+    ``handle_signals``: SIGTERM, SIGINT and SIGHUP set it (handlers installed once Ray is
+    connected, which installs its own for SIGTERM; ``stop.signum`` says which came)."""
     ray = require_ray()
     notice = notice or (lambda text: print(text, file=sys.stderr, flush=True))
     jobs = list(jobs)
@@ -384,6 +468,8 @@ def run_ray(
     stop = stop or threading.Event()
     staging = tempfile.mkdtemp(prefix="scalebox-ray-stage-")
     started_here = False
+    reaper = None
+    handlers: Dict[int, Any] = {}
     hosts: List[_HostRun] = []
     try:
         work = stage(store_path, jobs, os.path.join(staging, "work"))
@@ -398,7 +484,10 @@ def run_ray(
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
         else:
             ray.init(num_cpus=_local_cpus(len(jobs), parallel), include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+            reaper = _start_reaper(os.getpid())
         started_here = True
+        if handle_signals:
+            handlers = _stop_on_signals(stop, notice)
         where = address or "a local Ray instance"
         notice(f"scalebox: {len(jobs)} run(s) on {where}")
         task = ray.remote(num_cpus=num_cpus_per_run, max_retries=0, num_returns="streaming")(_run_task)
@@ -451,8 +540,14 @@ def run_ray(
             t.join(timeout=None if not stop.is_set() else 30.0)
         return [results.get(i) or h.finish(None, cancelled=True) for i, h in enumerate(hosts)]
     finally:
+        for signum, previous in handlers.items():
+            if previous is not None:
+                signal.signal(signum, previous)
         if started_here:
             ray.shutdown()
+        if reaper is not None:
+            reaper.kill()
+            reaper.wait()
         shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -476,8 +571,6 @@ def cli_run(
     them all. ``branches``: store BranchInfo objects; ``seed_via_for(commit)``: how the script
     takes a seed ("option" or "env", None without --seeds); ``backend_of(branch)``: the backend
     its rewrite was made for (an original runs where its rewrite would). Returns the exit status."""
-    import signal
-
     jobs = []
     for info in branches:
         commit = info.source_commit if variant == "original" else info.commit
@@ -487,19 +580,16 @@ def cli_run(
             run_args = [*args, "--seed", str(seed)] if via == "option" else list(args)
             jobs.append(RayJob(info.name, commit, script, run_args, source_commit=info.source_commit, variant=variant, seed=seed, seed_via=via, **ask))
     stop = threading.Event()
-
-    def on_signal(signum, _frame):
-        echo(f"scalebox: {signal.Signals(signum).name}: stopping every Ray run")
-        stop.set()
-
-    handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
-    try:
-        records = run_ray(project_root, store_path, jobs, address=address, parallel=parallel, echo=sys.stdout, notice=echo, stop=stop)
-    finally:
-        for s, previous in handlers.items():
-            signal.signal(s, previous)
+    records = run_ray(project_root, store_path, jobs, address=address, parallel=parallel, echo=sys.stdout, notice=echo, stop=stop, handle_signals=True)
     for job, record in zip(jobs, records):
         echo(f"scalebox: {describe(record)}; record in {job.dir}")
     if stop.is_set():
-        return 128 + signal.SIGTERM
+        return 128 + int(getattr(stop, "signum", signal.SIGTERM))
     return 0 if all(r.get("status") == "ok" for r in records) else 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--reap"] and len(sys.argv) == 4:
+        _reap(int(sys.argv[2]), sys.argv[3])
+    else:
+        sys.exit("usage: python -m scalebox_cst.raylaunch --reap DRIVER_PID PID:START,...")

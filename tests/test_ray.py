@@ -6,8 +6,10 @@ log and metrics must come back into the project's ``.scalebox/runs``; a failing 
 failed with its traceback; stopping the call stops every run and leaves no process behind.
 """
 import os
+import signal
+import subprocess
+import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -63,17 +65,6 @@ def ray_project(project):
     return project
 
 
-def _jobs(root, seeds, extra=()):
-    from scalebox_cst.raylaunch import RayJob
-
-    project = Project(str(root))
-    info = project.store.resolve("run/0001")
-    return project, [
-        RayJob(info.name, info.commit, "train.py", ["--seed", str(s), *extra], source_commit=info.source_commit, seed=s, seed_via="option")
-        for s in seeds
-    ]
-
-
 def test_two_seeds_on_a_local_ray_come_back_as_runs(ray_project):
     """`scalebox run --launcher ray --seeds 0,1 --branches A,B`: four tasks, four runs."""
     (ray_project / "helpers.py").write_text("MARK = 'second'\n")
@@ -125,42 +116,52 @@ def _gone(pid):
         return True
 
 
-def test_stopping_the_call_stops_every_run(ray_project, monkeypatch):
-    from scalebox_cst.raylaunch import run_ray
+def _wait_for(predicate, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    project, jobs = _jobs(ray_project, [0, 1], ["--sleep", "300"])
-    stop = threading.Event()
-    pids = {}
 
-    def watch():
-        deadline = time.time() + 240
-        while time.time() < deadline and not stop.is_set():
-            for job in jobs:
-                record = runs.load_record(job.dir) if job.dir else None
-                try:
-                    sleeping = "sleeping" in open(os.path.join(job.dir, "log.txt"), encoding="utf-8").read()
-                except OSError:
-                    sleeping = False
-                if record and record.get("pid") and sleeping:
-                    pids[job.seed] = record["pid"]
-            if len(pids) == len(jobs):
-                break
-            time.sleep(0.3)
-        stop.set()
+def _sleeping(run_dir):
+    try:
+        with open(os.path.join(run_dir, "log.txt"), encoding="utf-8") as fh:
+            return "sleeping" in fh.read()
+    except OSError:
+        return False
 
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    started = time.time()
-    records = run_ray(project.root, project.store.path, jobs, parallel=2, notice=lambda text: None, stop=stop)
-    watcher.join(timeout=5)
-    assert sorted(pids) == [0, 1], records
-    assert time.time() - started < 200
-    assert [r["status"] for r in records] == ["stopped", "stopped"], records
-    deadline = time.time() + 30
-    while time.time() < deadline and not all(_gone(p) for p in pids.values()):
-        time.sleep(0.2)
-    assert all(_gone(p) for p in pids.values()), pids
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_stopping_the_call_stops_every_run_and_ray(ray_project, how):
+    """SIGTERM to `scalebox run --launcher ray`: every task is cancelled, each run stopped and
+    recorded so. SIGKILL: no shutdown runs, yet the runs and the local Ray instance end."""
+    from scalebox_cst.raylaunch import _descendants
+
+    driver = subprocess.Popen(
+        [sys.executable, "-c", "from scalebox_cst.cli import main; main()", "run", "--launcher", "ray", "--seeds", "0,1",
+         "run/0001", "train.py", "--", "--sleep", "300"],
+        cwd=ray_project, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+    )
+    dirs = [os.path.join(str(ray_project), ".scalebox", "runs", "run", "0001", f"{n:04d}") for n in (1, 2)]
+    try:
+        _wait_for(lambda: all(_sleeping(d) for d in dirs), 300, "both runs to start")
+        pids = [runs.load_record(d)["pid"] for d in dirs]  # the children that run the script
+        ray_processes = [pid for pid, _ in _descendants(driver.pid)]  # the local instance, its workers
+        assert len(ray_processes) > 3 and not any(_gone(p) for p in pids)
+        started = time.time()
+        os.kill(driver.pid, getattr(signal, how))
+        code = driver.wait(timeout=120)
+        _wait_for(lambda: all(_gone(p) for p in pids + ray_processes), 60, "every process of the call to end")
+        assert time.time() - started < 100
+        if how == "SIGTERM":
+            assert code == 128 + signal.SIGTERM, driver.stderr.read()
+            assert [runs.load_record(d)["status"] for d in dirs] == ["stopped", "stopped"]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
 
 
 def test_without_ray_the_launcher_says_how_to_install_it(project, tmp_path):
