@@ -513,3 +513,23 @@ def test_signals_to_scalebox_watch_stop_its_run_and_finish_the_record(plain, sig
     assert not _alive(record["pid"]) and not _alive(worker)
     (record,) = [r.record for r in runs.list_runs(str(plain))]
     assert record["status"] == "stopped" and record["stop_reason"] == "scalebox-watch stopped"
+
+
+def test_a_silent_run_says_it_is_still_running(plain, monkeypatch):
+    from scalebox_cst.project import Project
+    from scalebox_cst.runtime import executor
+
+    (plain / "slow.py").write_text("import time\ntime.sleep(4)\nprint('first_step=1')\n")
+    scalebox("rewrite", str(plain))
+    project = Project(str(plain))
+    info = project.store.resolve("run/0001")
+    monkeypatch.setattr(executor, "QUIET_NOTICES", (1.5, 2.5))
+    notes = []
+    execution = executor.Execution(
+        project.store.path, project.root, project.runs_dir, info.name, info.commit, "slow.py", [],
+        source_commit=info.source_commit, notice=notes.append, tensorboard=False,
+    )
+    record = execution.wait(timeout=60)
+    assert record.status == "ok" and record.metrics["first_step"]["last"] == 1
+    assert len(notes) == 2 and all(n.startswith("scalebox: run/0001#1 still running (") for n in notes)
+    assert "no output or metrics yet" in notes[0]
