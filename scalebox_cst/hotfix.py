@@ -415,3 +415,72 @@ def _locate(project, branch: str, script: str, args: Sequence[str], notice: Call
         return 1
     notice(f"scalebox: {located[0]['message']}")
     return 0
+
+
+# --------------------------------------------------------------------------- scalebox-watch --run
+
+
+class WatchHealer:
+    """The watcher's hook (``Watcher.reap_run`` calls :meth:`check` about twice a second): the
+    same policy as ``--heal`` for the run the watcher keeps going. On a signal the run is stopped,
+    a hot-fix branch is committed and started in its place; past the limit the run stays stopped
+    (with the reason) until the next save."""
+
+    def __init__(self, watcher) -> None:
+        self.watcher = watcher
+        self.watch: Optional[RunWatch] = None
+
+    def check(self) -> None:
+        w = self.watcher
+        execution = w.execution
+        if execution is None:
+            return
+        if self.watch is None or self.watch.dir != execution.dir:
+            try:
+                opts = settings(w.project.config)
+            except HotfixError as exc:
+                w.echo(f"scalebox: {exc}; runs are not healed")
+                opts = dict(DEFAULTS, max_per_source=0)
+            self.watch = RunWatch(execution.dir, opts)
+        watch = self.watch
+        if execution.poll() is None:
+            signal = watch.poll()
+            if signal is None:
+                return
+            record = execution.stop(w.grace, reason=f"hot-fix: {signal.kind} at step {signal.step}")
+        else:
+            record = execution.wait()
+            signal = watch.after_exit("failed" if str(record.status).startswith("failed") else str(record.status))
+            if signal is None:
+                return  # an ordinary end: the watcher's reap reports it
+        w.execution = None
+        run_no = getattr(record, "run", 1)
+        w.echo(f"scalebox: {record.branch}#{run_no} unstable: {signal.message}; stopped")
+        try:
+            fix = make_hotfix(w.project, record.branch, run_no, signal, watch.healthy_norms())
+        except (HotfixError, OSError) as exc:
+            w.echo(f"scalebox: {record.branch}#{run_no} stays stopped, no hot-fix: {exc} (save to run again)")
+            return
+        w.echo(f"scalebox: hot-fix {fix.branch} ({fix.commit[:10]}): {fix.message}; review: scalebox diff {fix.branch}")
+        from scalebox_cst.runtime.executor import Execution
+
+        info = w.project.store.resolve(fix.branch)
+        try:
+            w.execution = Execution(w.project.store.path, w.project.root, w.project.runs_dir, info.name, info.commit,
+                                    w.script, w.args, echo=w.run_output, source_commit=info.source_commit,
+                                    hotfix_of=fix.hotfix_of)
+            w.echo(f"scalebox: running {w.script} from {info.name} (hot-fix of {fix.hotfix_of})")
+        except Exception as exc:  # the watcher keeps watching
+            w.execution = None
+            w.echo(f"scalebox: {w.script} not started from {info.name}: {exc}")
+
+
+def heal_watched(watcher) -> None:
+    """Entry point for the watcher (one healer per watcher, made on first use)."""
+    healer = getattr(watcher, "_healer", None)
+    if healer is None:
+        healer = watcher._healer = WatchHealer(watcher)
+    try:
+        healer.check()
+    except Exception as exc:  # healing must never stop the watcher
+        watcher.echo(f"scalebox: hot-fix check failed: {type(exc).__name__}: {exc}")

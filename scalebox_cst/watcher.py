@@ -204,6 +204,10 @@ class Watcher:
 
     def reap_run(self) -> None:
         """Finish the record of a run that ended by itself (the next save starts a new one)."""
+        if self.script and self.execution is not None:  # an unstable run becomes a hot-fix (scalebox_cst.hotfix)
+            from scalebox_cst.hotfix import heal_watched
+
+            heal_watched(self)
         if self.execution is not None and self.execution.poll() is not None:
             record = self.execution.wait()
             self.echo(f"scalebox: {record.branch} {record.status} after {record.wall_time:.1f}s")

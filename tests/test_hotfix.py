@@ -278,3 +278,33 @@ def test_locate_nan_from_the_cli(tmp_path):
     assert "train.py:11" in proc.stderr and "done" not in proc.stdout, proc.stdout
     bad = scalebox("run", "--heal", "--locate-nan", "train.py", cwd=root, check=False)
     assert bad.returncode == 2 and "not with each other" in bad.stderr
+
+
+@pytest.mark.timeout(600)
+def test_watcher_runs_the_hotfix_in_place_of_the_unstable_run(diverging):
+    """scalebox-watch --run: the watcher's run is healed as under --heal (the hook in reap_run)."""
+    import io
+    import time
+
+    from scalebox_cst.watcher import Watcher
+
+    project, branch = diverging
+    messages = []
+    watcher = Watcher(project, "train.py", [], polling=True, echo=messages.append, run_output=io.StringIO(), grace=2.0)
+    try:
+        watcher.start()
+        deadline = time.time() + 500
+        healed = None
+        while time.time() < deadline:
+            watcher.process_pending(timeout=0.2)
+            done = [r for r in runs.list_runs(project.root) if r.record.get("hotfix_of") and r.status in ("ok", "failed", "stopped")]
+            if done:
+                healed = done[0]
+                break
+        assert healed is not None, messages
+    finally:
+        watcher.close()
+    assert healed.status == "ok" and healed.record["hotfix_of"].endswith("#1")
+    stopped = [r for r in runs.list_runs(project.root) if r.id == healed.record["hotfix_of"]]
+    assert stopped and stopped[0].status == "stopped"
+    assert any("unstable" in m for m in messages) and any(m.startswith("scalebox: hot-fix run/") for m in messages)
