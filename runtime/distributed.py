@@ -287,6 +287,9 @@ class TorchrunExecution(executor.Execution):
         data = self.record.to_json()
         data["torchrun"] = {k: v for k, v in self._options.items() if k != "extra"} | {"args": self._options["extra"]}
         data["ranks"] = self._ranks
+        # across nodes each node records its ranks as a run: the one with global rank 0 holds the
+        # run's telemetry (readers comparing runs count that one; None until the ranks are known)
+        data["primary"] = any(r.get("rank") == 0 for r in self._ranks) if self._ranks else None
         runs.write_record(self.dir, data)
 
     def wait(self, timeout: Optional[float] = None):

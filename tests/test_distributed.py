@@ -143,6 +143,7 @@ def test_two_ranks_run_the_rewrite_and_their_gradients_agree(ddp_project):
     saved = runs.load_record(execution.dir)
     assert saved["launcher"] == "torchrun" and saved["nproc"] == 2 and saved["status"] == "ok"
     assert [r["rank"] for r in saved["ranks"]] == [0, 1] and not any(r["failed"] for r in saved["ranks"])
+    assert saved["primary"] is True
     # each rank's key=value lines are its own metrics: rank 0's are the run's, rank 1's in ranks/1/
     losses0 = [p for p in runs.read_metrics(os.path.join(execution.dir, "metrics.jsonl"))[0] if p.name == "loss"]
     losses1 = [p for p in runs.read_metrics(os.path.join(execution.dir, "ranks", "1", "metrics.jsonl"))[0] if p.name == "loss"]
@@ -216,6 +217,32 @@ def test_a_run_killed_mid_way_leaves_no_process_behind(ddp_project, how):
     finally:
         if driver.poll() is None:
             driver.kill()
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_nodes_meet_at_a_rendezvous_endpoint(ddp_project):
+    """Two `scalebox run --nproc 1 --nnodes 2 --rdzv-endpoint` (two "nodes" on one machine): one
+    group of two ranks, each node recording its own rank as its own run."""
+    endpoint = f"127.0.0.1:{_free_port()}"
+    nodes = [_execution(ddp_project, ["--steps", "3"], nproc=1, nnodes="2", rdzv_endpoint=endpoint, rdzv_id="t") for _ in range(2)]
+    records = [node.wait(timeout=240) for node in nodes]
+    assert [r.status for r in records] == ["ok", "ok"], [open(os.path.join(n.dir, "log.txt")).read() for n in nodes]
+    ranks = sorted(r["rank"] for n in nodes for r in runs.load_record(n.dir)["ranks"])
+    assert ranks == [0, 1]
+    assert sorted(runs.load_record(n.dir)["primary"] for n in nodes) == [False, True]  # rank 0's node holds the run
+    results = {}
+    for node in nodes:
+        (rank,) = [r["rank"] for r in runs.load_record(node.dir)["ranks"]]
+        with open(os.path.join(node.dir, "ranks", str(rank), "log.txt"), encoding="utf-8") as fh:
+            results[rank] = next(json.loads(line[7:]) for line in fh if line.startswith("result "))
+    assert results[0]["grads"] == results[1]["grads"] and results[0]["mark"] == results[1]["mark"] == "committed"
 
 
 def test_options_are_checked_before_anything_starts(tmp_path):
