@@ -66,8 +66,20 @@ disabled = []
 backend = "auto"
 
 [grad_clip]
-# Inserted clipping: torch.nn.utils.clip_grad_norm_ over each optimizer's parameters.
+# "guard": before each optimizer step, skip it if a gradient is non-finite, clip a grad norm far
+# above its own history (max(mean + z*std, ratio*mean) after `warmup` steps), change nothing
+# otherwise (healthy runs stay bitwise identical). "fixed": clip_grad_norm_(max_norm) every step.
+mode = "guard"
+z = 6.0
+ratio = 3.0
+warmup = 25
 max_norm = 1.0
+# true: decide on the host every step (a true skip on any optimizer and device; hot-fixes set it).
+skip_nonfinite = false
+
+[hotfix]
+# `scalebox run --heal` / `scalebox-watch --run`: hot-fix branches per source snapshot, at most.
+max_per_source = 2
 """
 
 
