@@ -524,8 +524,7 @@ def _run_entry(run_info) -> dict:
 def _run_line(entry: dict) -> str:
     head = entry.get("headline") or {}
     text = f"  #{entry['run']:<3} {entry.get('status', '?'):<8}"
-    if entry.get("variant") == "original":
-        text += " original"
+    text += " original" if entry.get("variant") == "original" else " " * 9
     wall = entry.get("wall_time")
     if wall is None and entry.get("started"):
         end = entry.get("ended") or __import__("time").time()

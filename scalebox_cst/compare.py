@@ -195,8 +195,16 @@ def render(result: Dict[str, Any]) -> str:
             diff = row.get("vs_first")
             if diff and diff["delta"] is not None:
                 rel = f" ({diff['relative'] * 100:+.1f}%)" if diff["relative"] is not None else ""
-                text += f"   vs {groups[0]['label']}: {diff['delta']:+.4g}{rel}, {diff['text']}"
+                ci = f" [{diff['ci'][0]:+.4g}, {diff['ci'][1]:+.4g}]" if diff["ci"] else ""
+                text += f"   vs {groups[0]['label']}: {diff['delta']:+.4g}{rel}{ci}, {diff['text']}"
             elif diff:
                 text += f"   vs {groups[0]['label']}: {diff['text']}"
             lines.append(text)
+    sizes = [len(g["runs"]) for g in groups]
+    if any(1 < n < 5 for n in sizes):
+        lines.append("")
+        lines.append(f"[...]: {LEVEL:.0%} bootstrap intervals; with fewer than 5 runs in a group they are rough (more seeds: --seeds 0-4)")
+    elif any(n > 1 for n in sizes):
+        lines.append("")
+        lines.append(f"[...]: {LEVEL:.0%} bootstrap intervals (of the mean; after vs: of the difference)")
     return "\n".join(lines) + "\n"
