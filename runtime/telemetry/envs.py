@@ -57,15 +57,30 @@ _warned: Set[str] = set()
 _MARK = "_scalebox_observed"
 
 
-class _Thread(threading.local):
-    active = 0  # counted single-env calls running on this thread
-    vactive = 0  # counted vector-env calls running on this thread
-    inner = 0  # counted single-env calls finished on this thread (vector delegation test)
-    base: Optional["_Rec"] = None  # the directly built env a wrapper call reached
-    making = 0  # inside gymnasium.make / gym.make: what it builds is made, not direct
+class _Thread:
+    """Call-chain state of one thread (a plain object: attribute access on a threading.local
+    costs several times more, and a step touches these five or six times)."""
+
+    __slots__ = ("active", "vactive", "inner", "base", "making")
+
+    def __init__(self) -> None:
+        self.active = 0  # counted single-env calls running on this thread
+        self.vactive = 0  # counted vector-env calls running on this thread
+        self.inner = 0  # counted single-env calls finished on this thread (vector delegation test)
+        self.base: Optional["_Rec"] = None  # the directly built env a wrapper call reached
+        self.making = 0  # inside gymnasium.make / gym.make: what it builds is made, not direct
 
 
-_t = _Thread()
+_states: Dict[int, _Thread] = {}
+_ident = threading.get_ident
+
+
+def _state() -> _Thread:
+    key = _ident()
+    t = _states.get(key)
+    if t is None:
+        t = _states[key] = _Thread()
+    return t
 
 
 class _Rec:
@@ -217,7 +232,7 @@ def _stop(env: Any, rec: _Rec, exc: BaseException) -> None:
 def _wrap_step(fn):
     @functools.wraps(fn)
     def step(self, *args, **kwargs):
-        t = _t
+        t = _states.get(_ident()) or _state()
         if t.active or not _on:  # inside a counted env's call (or off): nothing below counts
             return fn(self, *args, **kwargs)
         rec = _recs.get(id(self)) or _rec(self)
@@ -280,7 +295,7 @@ def _wrap_step(fn):
 def _wrap_reset(fn):
     @functools.wraps(fn)
     def reset(self, *args, **kwargs):
-        t = _t
+        t = _states.get(_ident()) or _state()
         if t.active or not _on:
             return fn(self, *args, **kwargs)
         rec = _recs.get(id(self)) or _rec(self)
@@ -403,7 +418,7 @@ def _hook_new(base: type) -> None:
 
     def __new__(cls, *args, **kwargs):
         obj = object.__new__(cls) if inherited is object.__new__ else inherited(cls, *args, **kwargs)
-        if not _t.making and _on:
+        if not _state().making and _on:
             try:
                 _built(cls)
             except Exception:
@@ -421,11 +436,12 @@ def _wrap_make(module: Any, name: str = "make") -> None:
 
     @functools.wraps(fn)
     def make(*args, **kwargs):
-        _t.making += 1
+        t = _state()
+        t.making += 1
         try:
             env = fn(*args, **kwargs)
         finally:
-            _t.making -= 1
+            t.making -= 1
         try:
             _patch_defining(type(env))
             key = id(env)

@@ -40,7 +40,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from scalebox_cst.runtime import metrics
 
-HZ = float(os.environ.get("SCALEBOX_TELEMETRY_HZ", "100") or 100)
+HZ = float(os.environ.get("SCALEBOX_TELEMETRY_HZ", "25") or 25)
 ENTRY, BOOL, OPTIONAL = "entry", "bool", "optional"
 
 #: guard helpers by module: name -> (kind, transform when no report says)
