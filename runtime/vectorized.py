@@ -144,6 +144,26 @@ def _mode_of(x: Any) -> Optional[str]:
     return None
 
 
+def _checked_kind(x: Any) -> str:
+    """The kind of a container :func:`recurrence_ok` accepted, from its first element (the guard
+    saw to the rest; a list of floats with an int first reads as "flags", which gives the same
+    float64 maths): O(1) where :func:`_mode_of` is O(T)."""
+    if _tensor(x):
+        return "torch"
+    if _ndarray(x):
+        return "numpy"
+    e = type(x[0])
+    if e is float:
+        return "float"
+    if e is int or e is bool:
+        return "flags"
+    if e is torch.Tensor:
+        return "tlist"
+    if e is np.ndarray:
+        return "nlist"
+    return "npgen"
+
+
 def _small(x: Sequence[Any]) -> bool:
     """Every element of a list of ints / bools / numpy int scalars has ``|e| <= _FLAG_MAX``."""
     return max(map(abs, x)) <= _FLAG_MAX
@@ -572,7 +592,7 @@ def items_of(seq: Any, src: Any, like: Any = None, srcs: Sequence[Any] = ()) -> 
     its own, not one of several views of one result (which autograd forbids modifying in place)
     sharing one version counter."""
     if isinstance(seq, np.ndarray):
-        if all(_mode_of(x) in ("float", "flags") for x in (srcs or (src,))):
+        if all(type(x) in (list, tuple) and _checked_kind(x) in ("float", "flags") for x in (srcs or (src,))):
             return seq.tolist()
         rows = list(seq)
     else:
@@ -587,6 +607,8 @@ def items_of(seq: Any, src: Any, like: Any = None, srcs: Sequence[Any] = ()) -> 
 def _fits(shape: Tuple[int, ...], row: Tuple[int, ...]) -> bool:
     """A carried value of this shape, stripped as :func:`as_row` strips it, broadcasts into the row."""
     shape = tuple(shape)
+    if shape == row or not shape:
+        return True
     while len(shape) > len(row) and shape[0] == 1:
         shape = shape[1:]
     return _broadcasts_into(shape, row)
@@ -602,7 +624,7 @@ def carry_ok(carried: Sequence[Any], seqs: Sequence[Any]) -> bool:
     tensor makes a float32 loop compute in float64. When this answers False the rewritten code
     runs the remaining steps as written."""
     try:
-        kinds = [_mode_of(x) for x in seqs]
+        kinds = [_checked_kind(x) for x in seqs]
         main = [k for k in kinds if k not in ("flags", "npgen")]
         mode = main[0] if main else ("numpy" if "npgen" in kinds else "float")
         dtype: Any = np.dtype(np.float64) if mode == "float" else None
@@ -619,7 +641,8 @@ def carry_ok(carried: Sequence[Any], seqs: Sequence[Any]) -> bool:
                 dt, shape = np.dtype(np.float64), ()
             else:  # lists of rows
                 dt, shape, device = x[0].dtype, tuple(x[0].shape), getattr(x[0], "device", None)
-            row = tuple(np.broadcast_shapes(row, shape))
+            if shape != row and shape:
+                row = shape if not row else tuple(np.broadcast_shapes(row, shape))
             if dtype is None and (dt.is_floating_point if isinstance(dt, torch.dtype) else dt.kind == "f"):
                 dtype = dt
         if dtype is None:
