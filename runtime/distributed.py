@@ -48,7 +48,6 @@ _TRACEBACK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 TORCHRUN_FLAG = "--torchrun"
 
 
-
 def split_prefixed(line: str):
     """``(rank, text)`` for a console line torchrun prefixed with ``[rank<k>]:``, else ``(None, line)``."""
     match = _PREFIXED.match(line)

@@ -247,6 +247,10 @@ def _run_task(job: Dict[str, Any], interval: float):
             if chunk["append"] or chunk["replace"]:
                 yield chunk
         execution.wait()
+        yield mirror.collect()
+    except GeneratorExit:  # the consumer went away: nothing more can be sent
+        execution.stop(reason="stopped")
+        raise
     except BaseException:  # cancelled (KeyboardInterrupt / TaskCancelledError): stop the run, send its end
         execution.stop(reason="stopped")
         yield mirror.collect()
@@ -254,8 +258,7 @@ def _run_task(job: Dict[str, Any], interval: float):
     finally:
         if execution.poll() is None:
             execution.stop(reason="stopped")
-    yield mirror.collect()
-    shutil.rmtree(runs_root, ignore_errors=True)
+        shutil.rmtree(runs_root, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------ on the host
@@ -270,9 +273,7 @@ class _HostRun:
         self.prefix = prefix
         self.node: Dict[str, Any] = {}
         self.record: Dict[str, Any] = {}
-        self.error: Optional[List[str]] = None
         self._tb = None
-        self._tb_offset = 0
 
     def start_record(self) -> None:
         j = self.job
