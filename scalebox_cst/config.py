@@ -279,14 +279,21 @@ def engine_digest() -> str:
     here = os.path.dirname(os.path.abspath(__file__))
     paths = [os.path.join(here, "pipeline.py"), os.path.join(here, "linediff.py"), os.path.join(here, "sourcefile.py")]
     spec = importlib.util.find_spec("scalebox_cst.transforms")
+    names = {path: os.path.basename(path) for path in paths}
     for folder in (spec.submodule_search_locations or []) if spec else []:
-        paths += sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".py"))
+        found = []
+        for root, dirs, files in os.walk(folder):  # transform families may be packages (device/)
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            found += [os.path.join(root, n) for n in files if n.endswith(".py")]
+        for path in sorted(found):
+            paths.append(path)
+            names[path] = os.path.relpath(path, folder).replace(os.sep, "/")
     digest = hashlib.sha256()
     for path in paths:
         if not os.path.exists(path):
             continue
         with open(path, "rb") as fh:
-            digest.update(os.path.basename(path).encode() + b"\0" + fh.read() + b"\0")
+            digest.update(names[path].encode() + b"\0" + fh.read() + b"\0")
     return digest.hexdigest()[:16]
 
 

@@ -1,0 +1,112 @@
+"""Calls replaced or given a keyword: ``torch.cuda.amp.autocast`` -> ``torch.autocast("npu", ...)``,
+``NpuFused*`` optimizers (requested), ``fused=`` / ``foreach=`` on optimizers and clipping."""
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+import libcst as cst
+
+
+from ...analysis.calls import has_star_args, positional_args
+from ...names import ast_dotted
+from .. import table as T
+from ..edits import _EQUAL, _SPACE_COMMA, _Target, _append_args, _keep_parens, _new_arg
+from ..facts import _version_tuple
+
+
+def _installed_torch():
+    """The package's ``installed_torch`` (tests replace it there to stand for another torch)."""
+    from scalebox_cst.transforms import device
+
+    return device.installed_torch()
+
+
+class Calls:
+    """Mixin of the analyzer: call-replace and add-kwarg entries (autocast, optimizers)."""
+
+    def _call_replace(self, entry: T.Swap, node: ast.Call) -> None:
+        if has_star_args(node):
+            self.claimed.add(node)
+            self.skip(entry, node, "*args/**kwargs: the arguments cannot be mapped")
+            return
+        pos = positional_args(node)
+        keywords = [k.arg for k in node.keywords]
+        if "npu-fused-ok" in entry.conditions:
+            why = self._npu_fused_problem(entry, node, pos, keywords)
+            if why:
+                self.skip(entry, node, why)
+                return  # not claimed: the plain fused=True entry may still apply
+        elif len(pos) > len(entry.params) or any(k not in entry.accepts for k in keywords):
+            self.claimed.add(node)
+            self.skip(entry, node, "unexpected arguments")
+            return
+        self.claimed.add(node)
+        self.handled_refs.add(node.func)
+        self.prepare(entry)
+        replacement = self.ref_text(entry.replacement)
+        lead_texts, params = entry.lead, entry.params
+
+        def fn(updated: cst.CSTNode) -> cst.CSTNode:
+            assert isinstance(updated, cst.Call)
+            lead = [_new_arg(None, cst.parse_expression(text)) for text in lead_texts]
+            args, index = [], 0
+            for a in updated.args:
+                if a.keyword is None and params:
+                    a = a.with_changes(keyword=cst.Name(params[index]), equal=_EQUAL)
+                    index += 1
+                args.append(a)
+            if lead:
+                head = lead if args else lead[:-1]
+                args = [x.with_changes(comma=_SPACE_COMMA) for x in head] + ([] if args else lead[-1:]) + args
+            return updated.with_changes(func=_keep_parens(updated.func, cst.parse_expression(replacement)), args=args)
+
+        self.edit(entry, _Target(node), fn)
+
+    def _npu_fused_problem(self, entry: T.Swap, node: ast.Call, pos, keywords) -> Optional[str]:
+        if len(pos) > 1 + len(entry.accepts) or any(k not in entry.accepts for k in keywords):
+            return f"arguments other than {', '.join(entry.accepts)} (NpuFused* takes no others)"
+        if "bfloat16" in self.ctx.code:
+            return "the module uses bfloat16, which NpuFused* optimizers reject"
+        target = self._assigned_to(node)
+        if target is None:
+            return "the optimizer is not assigned to a name, so its zero_grad calls cannot be checked"
+        for receiver, set_to_none in self.facts.zero_grads(self.ctx.tree):
+            if receiver != target and set_to_none != "False":
+                return (f"`{receiver}.zero_grad()` sets gradients to None, which breaks the "
+                        "flattened gradient buffer of NpuFused*")
+            if set_to_none == "other":
+                return "zero_grad(set_to_none=...) is not supported by NpuFused* optimizers"
+        return None
+
+    def _assigned_to(self, node: ast.Call) -> Optional[str]:
+        line = self.lines[-1] if self.lines else None
+        if line is None:
+            return None
+        for stmt in line.stmts:
+            if isinstance(stmt, ast.Assign) and stmt.value is node and len(stmt.targets) == 1:
+                return ast_dotted(stmt.targets[0])
+            if isinstance(stmt, ast.AnnAssign) and stmt.value is node:
+                return ast_dotted(stmt.target)
+        return None
+
+    def _add_kwarg(self, entry: T.Swap, node: ast.Call) -> None:
+        self.claimed.add(node)
+        chosen = [k.arg for k in node.keywords if k.arg is not None and k.arg in entry.absent]
+        if chosen:
+            self.skip(entry, node, f"{chosen[0]}= set by the user: left as written")
+            return
+        if "no-star-kwargs" in entry.conditions and has_star_args(node):
+            self.skip(entry, node, f"*args/**kwargs may already hold {entry.keyword}=")
+            return
+        installed = _installed_torch()
+        if entry.min_torch and installed is not None and installed < _version_tuple(entry.min_torch):
+            self.skip(entry, node, f"{entry.keyword}={entry.value} needs torch >= {entry.min_torch} here; "
+                      f"the installed torch is {'.'.join(map(str, installed))}")
+            return
+        self.prepare(entry)
+        value_text = entry.value
+        if "{npu}" in value_text:
+            value_text = value_text.format(npu=self.helper_alias())
+        keyword = entry.keyword
+        self.edit(entry, _Target(node), lambda u: _append_args(u, [_new_arg(keyword, cst.parse_expression(value_text))]))

@@ -1,0 +1,91 @@
+"""Precision: float64 on NPU (reported; float32 on request), TF32 on CUDA (on request)."""
+from __future__ import annotations
+
+from typing import Tuple
+
+from scalebox_cst.report import CHANGES_SEMANTICS
+
+from .swap import PRECISION, Swap
+
+
+PRECISION_SWAPS: Tuple[Swap, ...] = (
+    Swap(
+        id="precision.float64",
+        transform=PRECISION,
+        kind="rename",
+        pattern="torch.float64",
+        also=("torch.double",),
+        replacement="torch.float32",
+        exactness=CHANGES_SEMANTICS,
+        option="allow_precision_change",
+        without_option="warn",
+        site_kind="not-migratable:float64",
+        reason="float64 -> float32: the NPU has no float64",
+        before="import torch\nx = torch.zeros(3, dtype=torch.float64)\n",
+        after="import torch\nx = torch.zeros(3, dtype=torch.float32)\n",
+        example_options=(("allow_precision_change", True),),
+    ),
+    Swap(
+        id="precision.double-method",
+        transform=PRECISION,
+        kind="method",
+        pattern="double",
+        replacement="float",
+        exactness=CHANGES_SEMANTICS,
+        conditions=("no-user-member", "no-args"),
+        option="allow_precision_change",
+        without_option="warn",
+        site_kind="not-migratable:float64",
+        reason=".double() -> .float(): the NPU has no float64",
+        before="import torch\ny = x.double()\n",
+        after="import torch\ny = x.float()\n",
+        example_options=(("allow_precision_change", True),),
+    ),
+    Swap(
+        id="precision.double-tensor",
+        transform=PRECISION,
+        kind="rename",
+        pattern="torch.DoubleTensor",
+        replacement="torch.FloatTensor",
+        exactness=CHANGES_SEMANTICS,
+        option="allow_precision_change",
+        without_option="warn",
+        site_kind="not-migratable:float64",
+        reason="torch.DoubleTensor -> torch.FloatTensor: the NPU has no float64",
+        before="import torch\nx = torch.DoubleTensor([1.0])\n",
+        after="import torch\nx = torch.FloatTensor([1.0])\n",
+        example_options=(("allow_precision_change", True),),
+    ),
+    Swap(
+        id="precision.numpy-float64",
+        transform=PRECISION,
+        kind="rename",
+        pattern="numpy.float64",
+        also=("numpy.double",),
+        replacement="numpy.float32",
+        within=("torch.from_numpy", "torch.tensor", "torch.as_tensor"),
+        exactness=CHANGES_SEMANTICS,
+        option="allow_precision_change",
+        without_option="warn",
+        site_kind="not-migratable:float64",
+        reason="numpy float64 flowing into a torch tensor -> float32: the NPU has no float64",
+        before="import numpy as np\nimport torch\nx = torch.from_numpy(np.zeros(3, dtype=np.float64))\n",
+        after="import numpy as np\nimport torch\nx = torch.from_numpy(np.zeros(3, dtype=np.float32))\n",
+        example_options=(("allow_precision_change", True),),
+    ),
+    Swap(
+        id="precision.tf32",
+        transform=PRECISION,
+        kind="insert",
+        pattern="torch",
+        replacement='{torch}.set_float32_matmul_precision("high")',
+        backends=("cuda",),
+        exactness=CHANGES_SEMANTICS,
+        conditions=("imports-torch",),
+        option="allow_tf32",
+        reason="TF32 matmuls (requested): about 1e-3 relative error in float32 matmuls",
+        before="import torch\nx = 1\n",
+        after='import torch\ntorch.set_float32_matmul_precision("high")\nx = 1\n',
+        example_options=(("allow_tf32", True),),
+    ),
+)
