@@ -164,6 +164,28 @@ def _checked_kind(x: Any) -> str:
     return "npgen"
 
 
+_ARRAY_KINDS = ("torch", "numpy", "tlist", "nlist")
+
+
+def _main_mode(kinds: Sequence[Optional[str]]) -> Optional[str]:
+    """The kind the vectorized maths runs in: the one array kind among the containers (two: None);
+    else lists of Python floats ("float", ints / bools among or next to them); else numpy scalars."""
+    arrays = {k for k in kinds if k in _ARRAY_KINDS}
+    if len(arrays) > 1 or None in kinds:
+        return None
+    if arrays:
+        return arrays.pop()
+    return "numpy" if "npgen" in kinds and "float" not in kinds and "flags" not in kinds else \
+        ("float" if "npgen" not in kinds else None)
+
+
+def _weak(kind: str, mode: str) -> bool:
+    """Per-step values that are Python numbers to the loop (numpy ints / bools to torch) next to
+    arrays: they become float64 arrays, exact only with float64 maths (see recurrence_ok)."""
+    return (kind == "flags" or (kind == "float" and mode in _ARRAY_KINDS)
+            or (kind == "npgen" and mode in ("torch", "tlist")))
+
+
 def _small(x: Sequence[Any]) -> bool:
     """Every element of a list of ints / bools / numpy int scalars has ``|e| <= _FLAG_MAX``."""
     return max(map(abs, x)) <= _FLAG_MAX
@@ -210,6 +232,7 @@ def recurrence_ok(
     sliced: bool = False,
     divides: bool = False,
     cpu: bool = False,
+    weak: bool = True,
 ) -> bool:
     """Whether a vectorized recurrence reproduces the loop exactly for these values.
 
@@ -217,8 +240,8 @@ def recurrence_ok(
     all torch tensors, all numpy arrays, all lists of Python floats or all lists of tensors, of
     one floating dtype (float32/float64), one row shape, one device (what may require grad: see
     below). Types are exact (``torch.Tensor`` or ``nn.Parameter``, ``np.ndarray``; never
-    ``np.matrix``, ``np.ma`` or other subclasses). Next to them: lists of Python ints / bools
-    (done flags; ``|x| <= 2**16``) where the maths is float64 and nothing divides (they meet
+    ``np.matrix``, ``np.ma`` or other subclasses). Next to them: lists of Python floats, ints /
+    bools (done flags; ``|x| <= 2**16``) where the maths is float64 and nothing divides (they meet
     Python floats in the loop, in float64, and the same values as float64 arrays in the rewrite;
     with float32 maths a flag meeting a Python float first would round once in the loop and twice
     in the rewrite), lists of numpy int / bool scalars likewise next to tensors (torch treats them
@@ -241,6 +264,8 @@ def recurrence_ok(
     ``sliced``: the loop walks ``x[::-1]`` (tensors do not support that). ``divides``: the maths
     divides (Python floats raise on zero where arrays give inf: lists of floats are refused).
     ``cpu``: tensors must be on the CPU (where the op is bitwise exact; elsewhere it reassociates).
+    ``weak=False``: the loop appends items made of per-step values alone (no carried value), which
+    are Python numbers where those are: lists of Python / numpy scalars must then not become arrays.
 
     Autograd (grad mode on and some tensor operand requires grad): the rewrite is differentiable
     (:func:`linear_recurrence` has a backward, the peeled steps and the vectorized ``a`` / ``b``
@@ -285,7 +310,7 @@ def recurrence_ok(
     try:
         devices = _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides,
                                  deques=deques, rows=True, aligned=aligned, reads=reads, cells=cells,
-                                 allow_grad=True)
+                                 allow_grad=True, weak_ok=weak)
     except Exception:
         return False
     if devices is False:
@@ -294,7 +319,7 @@ def recurrence_ok(
 
 
 def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides, min_steps=None, deques=(),
-                   rows=False, aligned=False, reads=(), cells=(), allow_grad=False):
+                   rows=False, aligned=False, reads=(), cells=(), allow_grad=False, weak_ok=True):
     """False, or the set of devices of the tensors involved (empty when there are none).
     ``rows``: also admit lists of numpy rows, lists of Python / numpy scalars (see
     :func:`recurrence_ok`), and integer / bool numpy inputs next to float64
@@ -307,12 +332,9 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     kinds = [_mode_of(x) for x, _ in seqs]
     if None in kinds:
         return False
-    main = {k for k in kinds if k not in ("flags", "npgen")}
-    if len(main) > 1 or (not rows and len(main) < len(set(kinds))):  # lists of scalars: recurrence_ok only
+    mode = _main_mode(kinds)
+    if mode is None or (not rows and len(set(kinds)) > 1):  # lists of scalars next to arrays: recurrence_ok only
         return False
-    # lists of Python ints / bools alone: float64 maths if anything makes them floats (else the
-    # loop computes ints, which carry_ok sees after the first step)
-    mode = main.pop() if main else ("numpy" if "npgen" in kinds else "float")
     if mode is None or (mode == "float" and divides) or (mode in ("numpy", "nlist") and not _NUMPY2):
         return False
     if mode == "nlist" and not rows:
@@ -333,10 +355,16 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     for (x, extra), kind in zip(seqs, kinds):
         if len(x) < T + extra:
             return False
-        if kind == "flags" or (kind == "npgen" and mode in ("torch", "tlist")):
+        if _weak(kind, mode):
+            if not weak_ok:
+                return False
             # exact only where every op on them is float64 (checked below) and nothing divides
             # (Python raises on an int zero where arrays give inf)
-            if divides or not _small(x) or (kind == "npgen" and x[0].dtype.kind not in "biu"):
+            if kind == "float":
+                pyints = [e for e in x if type(e) is not float] if len(set(map(type, x))) > 1 else ()
+                if divides or (pyints and not _small(pyints)):
+                    return False
+            elif divides or not _small(x) or (kind == "npgen" and x[0].dtype.kind not in "biu"):
                 return False
             weak = True
             dt, shape = None, ()
@@ -625,13 +653,12 @@ def carry_ok(carried: Sequence[Any], seqs: Sequence[Any]) -> bool:
     runs the remaining steps as written."""
     try:
         kinds = [_checked_kind(x) for x in seqs]
-        main = [k for k in kinds if k not in ("flags", "npgen")]
-        mode = main[0] if main else ("numpy" if "npgen" in kinds else "float")
+        mode = _main_mode(kinds)
         dtype: Any = np.dtype(np.float64) if mode == "float" else None
         device = None
         row: Tuple[int, ...] = ()
         for x, kind in zip(seqs, kinds):
-            if kind == "flags" or (kind == "npgen" and mode in ("torch", "tlist")):
+            if _weak(kind, mode):
                 continue
             if kind == "npgen":
                 dt, shape = x[0].dtype, ()

@@ -373,3 +373,48 @@ for r, m in zip(reversed(rewards), reversed(masks)):
     env = dict(rewards=list(rng.standard_normal(T)), masks=[float(x) for x in rng.random(T) < 0.7],
                start=np.float32(0.5), gamma=0.99)
     run_both(zipped, env)
+
+
+GAE_LISTS = """\
+T = len(rewards)
+adv = np.zeros(T, dtype=values.dtype)
+last = 0
+for t in reversed(range(T)):
+    nonterm = 1 - dones[t]
+    delta = rewards[t] + gamma * values[t + 1] * nonterm - values[t]
+    last = delta + gamma * lam * nonterm * last
+    adv[t] = last
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dones", ["bool", "int", "np_bool"])
+def test_lists_of_python_floats_and_flags_next_to_an_array(dtype, dones):
+    """Rewards and dones collected in lists, values a numpy array: exact (and vectorized) with
+    float64 values, where Python float arithmetic is the arrays'; the loop with float32 ones."""
+    rng = np.random.default_rng(11)
+    T = 30
+    env = dict(np=np, rewards=[float(x) for x in rng.standard_normal(T)], dones=_flags(T, dones, rng),
+               values=rng.standard_normal(T + 1).astype(dtype), gamma=0.99, lam=0.95)
+    ns1, ns2, trace = run_both(GAE_LISTS, env)
+    assert trace.vectorized() == (dtype == np.float64), trace.calls
+
+
+def test_items_made_of_flags_alone_keep_their_python_type():
+    """``flags.append(1 - dones[t])`` appends Python ints in the loop: with the flags turned into
+    a float64 array they would come back as floats, so the guard is told (weak=False)."""
+    src = """\
+R = 0.0
+out = []
+flags = []
+for t in reversed(range(len(rewards))):
+    R = rewards[t] + gamma * R * (1 - dones[t])
+    out.append(R)
+    flags.append(1 - dones[t])
+"""
+    assert "weak=False" in rewrite(src)[0]
+    rng = np.random.default_rng(12)
+    env = dict(rewards=[float(x) for x in rng.standard_normal(30)], dones=_flags(30, "bool", rng), gamma=0.9)
+    ns1, ns2, trace = run_both(src, env, exact=False)
+    assert not trace.vectorized()
+    assert all(type(x) is int for x in ns2["flags"])

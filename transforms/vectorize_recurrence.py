@@ -527,6 +527,7 @@ class Planner:
         self.fwd_reads: Dict[str, int] = {}  # out code -> number of column indices of its reads
         self.views: List[Tuple[str, str]] = []  # (name, container): x_t = x.movedim(1, 0), bound by the guard
         self.divides = False
+        self.weak_ok = True  # lists of Python numbers next to arrays may be vectorized (see emit)
         self.step_names: Set[str] = set()  # arrays over the middle steps (temporaries, results)
         self.T = ""
 
@@ -1159,6 +1160,11 @@ class Planner:
         exact = True
         notes: List[str] = []
         done_vars: Set[str] = set()
+        derived: Set[str] = set()  # arrays computed from a carried value (their items follow its type)
+
+        def from_carried(text: str) -> bool:
+            return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in derived)
+
         for it in self.middle:
             if it.kind == "reset":
                 continue
@@ -1194,6 +1200,7 @@ class Planner:
                 env[s] = seq
                 self.step_names.add(seq)
                 done_vars.add(s)
+                derived.add(seq)
                 value_vec = seq
             elif it.kind == "assign" and it.var in self.shift:
                 value_vec = None
@@ -1205,6 +1212,8 @@ class Planner:
                     env[it.var] = vname
                     if self._has_step(text):
                         self.step_names.add(vname)
+                    if from_carried(text):
+                        derived.add(vname)
                     value_vec = vname
                 else:
                     value_vec = None
@@ -1219,6 +1228,8 @@ class Planner:
                     mid.append(f"{oc}[1:{T} - 1] = {vec}")
             elif it.kind in ("append", "insert", "appendleft"):
                 vec = self.render(it.value, env)  # type: ignore[arg-type]
+                if not from_carried(vec):  # an item made of per-step values alone: Python numbers in
+                    self.weak_ok = False  # the loop when those are, array items once they are arrays
                 like = vec if (isinstance(it.value, cst.Name) and it.value.value in done_vars) else None
                 src = self.src_container()
                 srcs = ""
@@ -1397,6 +1408,8 @@ class Planner:
             args.append("divides=True")
         if self.cpu:
             args.append("cpu=True")
+        if not self.weak_ok:
+            args.append("weak=False")
         return f"{head} and {helpers}.recurrence_ok({', '.join(args)})"
 
 
