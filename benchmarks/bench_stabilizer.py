@@ -4,7 +4,10 @@
 
 Single thread on CPU. Each case is a whole training step (forward, backward, [guard], step)
 timed in interleaved rounds (every variant once per round, so drift on a shared machine hits
-all alike); reported: the median per step and the overhead against the unguarded step.
+all alike; the overhead is the median over rounds of variant/unguarded in the same round) in CPU
+time of the thread (``time.thread_time``: other processes on a shared machine
+do not count); reported: the median per step and the overhead against the unguarded step, and
+the cost of the guard call alone (on the same gradients, repeated) as a share of that step.
 Metrics go to a temporary metrics.jsonl, as in a recorded run (the JSON writing is in the cost).
 
 Variants: ``none`` (the user's code), ``guard`` (``stabilizer.stabilize``, the default
@@ -124,6 +127,9 @@ def sac(variant, seed=0, obs=17, act=6, batch=256):
     return step
 
 
+clock = time.thread_time
+
+
 def measure(make, number, rounds):
     steps = {v: make(v) for v in VARIANTS}
     for fn in steps.values():
@@ -132,11 +138,36 @@ def measure(make, number, rounds):
     samples = {v: [] for v in VARIANTS}
     for _ in range(rounds):
         for v, fn in steps.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(number):
                 fn()
-            samples[v].append((time.perf_counter() - t0) / number)
-    return {v: statistics.median(s) for v, s in samples.items()}
+            samples[v].append((clock() - t0) / number)
+    med = {v: statistics.median(s) for v, s in samples.items()}
+    # paired: each round's variant against that round's unguarded step (drift cancels)
+    paired = {v: statistics.median(a / b for a, b in zip(samples[v], samples["none"])) - 1.0 for v in VARIANTS}
+    return med, paired
+
+
+def guard_alone(number, rounds):
+    """Seconds per call of each guard variant on a fixed set of gradients (mlp-small's)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(17, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 6))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-4)
+    ((model(torch.randn(64, 17)) - torch.randn(64, 6)) ** 2).mean().backward()
+    saved = [p.grad.clone() for p in model.parameters()]
+    calls = {v: f for v, f in _guard(opt, list(model.parameters()), "alone.py:1").items() if v != "none"}
+    out = {}
+    for v, fn in calls.items():
+        samples = []
+        for _ in range(rounds):
+            for p, g in zip(model.parameters(), saved):
+                p.grad.copy_(g)  # the clip variants scale the gradients: start each round alike
+            t0 = clock()
+            for _ in range(number):
+                fn()
+            samples.append((clock() - t0) / number)
+        out[v] = statistics.median(samples)
+    return out
 
 
 def main(argv=None):
@@ -146,7 +177,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="bench-stabilizer-")
     os.environ[metrics.ENV_FILE] = os.path.join(tmp, "metrics.jsonl")
-    rounds = 5 if args.quick else 15
+    rounds = 5 if args.quick else 31
     cases = {
         "mlp-small": (lambda v: mlp(64, 64, v), 100),
         "mlp-256": (lambda v: mlp(256, 256, v), 40),
@@ -155,11 +186,15 @@ def main(argv=None):
     results = {}
     print(f"torch {torch.__version__}, 1 thread, {rounds} interleaved rounds; median per training step")
     for name, (make, number) in cases.items():
-        med = measure(make, number, rounds)
-        base = med["none"]
-        results[name] = {v: {"median_s": t, "overhead": t / base - 1.0} for v, t in med.items()}
-        row = "  ".join(f"{v}={t * 1e6:8.1f}us ({(t / base - 1) * 100:+5.1f}%)" for v, t in med.items())
+        med, paired = measure(make, number, rounds)
+        results[name] = {v: {"median_s": t, "overhead_paired": paired[v]} for v, t in med.items()}
+        row = "  ".join(f"{v}={t * 1e6:8.1f}us ({paired[v] * 100:+5.1f}%)" for v, t in med.items())
         print(f"{name:10s} {row}")
+    alone = guard_alone(200, rounds)
+    base = results["mlp-small"]["none"]["median_s"]
+    print("guard call alone (mlp-small's 6 gradient tensors): " + "  ".join(
+        f"{v}={t * 1e6:.1f}us ({t / base * 100:.1f}% of the unguarded step)" for v, t in alone.items()))
+    results["alone"] = {v: {"median_s": t, "share_of_mlp_small_step": t / base} for v, t in alone.items()}
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

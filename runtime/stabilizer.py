@@ -137,11 +137,19 @@ class _Guard:
 
     def refresh(self, groups: Any) -> Optional[List[torch.Tensor]]:
         """The distinct parameters of the groups, rebuilt only when the groups change."""
+        key = self.key
         try:
-            key = tuple((id(g["params"]), len(g["params"])) for g in groups)
+            if key is not None and len(key) == len(groups):  # the common case: the same lists
+                for g, (plist, n) in zip(groups, key):
+                    current = g["params"]
+                    if current is not plist or len(current) != n:
+                        break
+                else:
+                    return self.params
+            key = tuple((g["params"], len(g["params"])) for g in groups)
         except (TypeError, KeyError):
             return None
-        if key != self.key:
+        if True:
             seen, params = set(), []
             for g in groups:
                 for p in g["params"]:
@@ -295,19 +303,15 @@ def _record(guard: _Guard, step: int, value: Any) -> None:
         metrics.record(guard.metric, value)
 
 
-def _window(guard: _Guard, value: float) -> None:
-    if guard.wmax == guard.wmax and not value <= guard.wmax:  # NaN stays once seen
+def _host_step(optimizer, guard, params, grads, norm, value, scaler, spike, max_norm, z, ratio, warmup) -> None:
+    if guard.wn == 0:
+        _active.add(guard)
+    if guard.wmax == guard.wmax and not value <= guard.wmax:  # the window's maximum; NaN stays once seen
         guard.wmax = value
     guard.wn += 1
     if guard.wn >= RECORD_EVERY:
         _record(guard, guard.calls, guard.wmax)
         guard.wmax, guard.wn = -math.inf, 0
-
-
-def _host_step(optimizer, guard, params, grads, norm, value, scaler, spike, max_norm, z, ratio, warmup) -> None:
-    if guard.wn == 0:
-        _active.add(guard)
-    _window(guard, value)
     step = guard.calls
     if not math.isfinite(value):
         if scaler is not None:
