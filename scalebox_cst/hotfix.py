@@ -303,11 +303,15 @@ def heal_loop(
         run_no = getattr(execution.record, "run", None) or getattr(execution, "run", 1)
         watch = RunWatch(execution.dir, opts)
         signal = None
-        while execution.poll() is None:
-            signal = watch.poll()
-            if signal is not None:
-                break
-            time.sleep(poll_s)
+        try:
+            while execution.poll() is None:
+                signal = watch.poll()
+                if signal is not None:
+                    break
+                time.sleep(poll_s)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP through cli_run: the child stops too
+            execution.stop(reason=f"{exc or 'SIGINT'} to scalebox run --heal")
+            raise
         if signal is not None:
             record = execution.stop(reason=f"hot-fix: {signal.kind} at step {signal.step}")
         else:

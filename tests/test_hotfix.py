@@ -308,3 +308,16 @@ def test_watcher_runs_the_hotfix_in_place_of_the_unstable_run(diverging):
     stopped = [r for r in runs.list_runs(project.root) if r.id == healed.record["hotfix_of"]]
     assert stopped and stopped[0].status == "stopped"
     assert any("unstable" in m for m in messages) and any(m.startswith("scalebox: hot-fix run/") for m in messages)
+
+
+def test_heal_loop_stops_its_run_when_interrupted(diverging, tmp_path, monkeypatch):
+    project, branch = diverging
+    run = FakeRun(str(tmp_path / "r"), [])
+
+    def interrupted(_):
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setattr(hotfix.time, "sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        hotfix.heal_loop(project, branch, "train.py", [], start=lambda info, of: run, notice=print, poll_s=0)
+    assert run.stopped == "SIGTERM to scalebox run --heal"
