@@ -225,7 +225,7 @@ def test_headers_rewrite_on_npu():
     assert 'class Net(nn.Module, metaclass=Meta, dev=torch.device("npu:0")):' in out
     assert "if x.is_npu and torch.npu.is_available(): return x.npu()" in out
     assert 'elif x.device.type == "npu":' in out and "elif torch.npu.device_count() > 1:" in out
-    assert 'with torch.cuda.device(0), torch.autocast("npu") as ac:' in out  # no twin: reported
+    assert 'with torch.npu.device(0), torch.autocast("npu") as ac:' in out  # torch_npu's twin (issue 14)
     assert 'x = x.to(f"npu:{rank}")' in out
     assert "except torch.cuda.OutOfMemoryError as err:\n            torch.npu.empty_cache()" in out
     assert "y = scalebox_npu.swiglu(x, a, b) + scalebox_npu.swiglu(x, a, b)" in out

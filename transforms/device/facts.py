@@ -149,7 +149,7 @@ class _Facts:
     def may_match(self, entry: T.Swap) -> bool:
         """False when ``entry`` cannot match anything in this module (no analysis needed)."""
         kind = entry.kind
-        if kind in ("rename", "helper", "call-replace", "add-kwarg", "report-decorator"):
+        if kind in ("rename", "helper", "call-replace", "add-kwarg", "report-decorator", "legacy-tensor"):
             return any(q in self.qualified for q in entry.qualnames)
         if kind in ("report-ref", "drop-assign"):
             prefixes = entry.qualnames if kind == "report-ref" else (entry.pattern.rstrip("."),)
@@ -157,7 +157,9 @@ class _Facts:
         if kind in ("method", "attribute"):
             return entry.pattern in self.attrs
         if kind in ("literal-arg", "compare"):
-            return any(re.search(entry.literal[0], text) for text in self.strings)
+            # a "cuda..." template that is not a device string as written may be reported (built strings)
+            cuda = kind == "literal-arg" and entry.literal == T.CUDA_LITERAL
+            return any(re.search(entry.literal[0], text) or (cuda and "cuda" in text) for text in self.strings)
         if kind == "swiglu":
             return ("chunk" in self.attrs or "torch.chunk" in self.qualified) and any(q in self.qualified for q in entry.qualnames)
         if kind == "report-import":

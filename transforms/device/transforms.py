@@ -43,7 +43,7 @@ class DevicePlacement(_DeviceTransform):
     """Tensors, modules and device strings to the NPU; torch.cuda twins; cuDNN flags; nccl."""
 
     id = T.PLACEMENT
-    version = "1"
+    version = "2"
     triggers = ("cuda", "cudnn", "nccl")
     backends = _backends(T.PLACEMENT)
     description = "cuda placement -> npu (torch_npu)"
@@ -103,7 +103,7 @@ class DeviceUnsupported(_DeviceTransform):
     """What cannot be migrated to NPU, reported with a ``not-migratable:<kind>`` site kind."""
 
     id = T.UNSUPPORTED
-    version = "1"
+    version = "2"
     triggers = ("cuda", "cupy", "triton", "cpp_extension", "transfer_to_npu")
     backends = _backends(T.UNSUPPORTED)
     description = "report what has no NPU counterpart"

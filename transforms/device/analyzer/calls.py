@@ -7,7 +7,6 @@ from typing import Optional
 
 import libcst as cst
 
-
 from ...analysis.calls import has_star_args, positional_args
 from ...names import ast_dotted
 from .. import table as T

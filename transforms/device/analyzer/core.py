@@ -43,7 +43,7 @@ class Core:
             kinds.setdefault(e.kind, []).append((e, m))
         self.kinds = kinds
         self.call_entries = [(e, m) for e, m in self.entries if e.kind in ("method", "literal-arg", "call-replace", "add-kwarg", "helper")]
-        self.ref_entries = [(e, m) for e, m in self.entries if e.kind in ("rename", "helper", "report-ref")]
+        self.ref_entries = [(e, m) for e, m in self.entries if e.kind in ("rename", "helper", "report-ref", "legacy-tensor")]
         self.within_entries = [e for e, _ in self.entries if e.within]
         # what the walk must keep track of for these entries (the rest is skipped)
         self.flow = "literal-arg" in kinds or "compare" in kinds  # scopes, bindings, calls, options
@@ -59,6 +59,8 @@ class Core:
             self.literal_methods |= methods
             self.literal_keywords |= keywords
         self.sites: List[Site] = []
+        self.legacy: Dict[ast.AST, tuple] = {}  # legacy tensor references: see .legacy
+        self.kept_guards: Dict[ast.AST, str] = {}  # is_available() references kept, and why
         self.edits: List[Tuple[_Target, Edit]] = []
         self.line_drops: List[ast.stmt] = []  # first small statement of each line dropped whole
         self.module_inserts: List[Tuple[int, str]] = []

@@ -7,7 +7,6 @@ from typing import List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-
 from ...analysis.calls import call_argument, has_star_args, positional_args
 from ...analysis.nodes import bound_names, children
 from .. import table as T

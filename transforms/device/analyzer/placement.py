@@ -11,12 +11,26 @@ import libcst as cst
 
 from scalebox_cst.report import REWRITTEN
 
-from ...analysis.calls import call_argument, keyword_arg
+from ...analysis.calls import call_argument, keyword_arg, positional_args
 from ...names import ast_dotted
 from .. import table as T
 from ..edits import _Target
 from ..facts import _Scope, _callees
 from ..source import _NEWLINE, _raw_literal, _span
+
+
+#: what may follow "cuda" in a built device string: nothing, or ":" and an index (digits or one
+#: placeholder that the run fills in)
+_INDEX_REST = re.compile(r"(?::(?:\d+|%[dis]|\{\w*\})?)?\Z")
+#: a template opening with the placeholder of the device type (the first argument fills it)
+_OPENS_WITH = {"%s": re.compile(r"%s(?=:|\Z)"), "{}": re.compile(r"\{0?\}(?=:|\Z)")}
+
+
+def _mod_arguments(right: ast.expr) -> List[ast.expr]:
+    """The values of ``template % right`` in order (a tuple display), or the one value."""
+    if isinstance(right, ast.Tuple):
+        return [] if any(isinstance(e, ast.Starred) for e in right.elts) else list(right.elts)
+    return [] if isinstance(right, (ast.Dict, ast.Starred)) else [right]
 
 
 class Placement:
@@ -43,32 +57,60 @@ class Placement:
                 assert self.scope is not None
                 self._flow_value(entry, value, self.scope, node.lineno, 0)
 
-    def _flow_value(self, entry: T.Swap, value: ast.expr, scope: _Scope, use_line: int, depth: int, via: str = "") -> None:
+    def _flow_value(self, entry: T.Swap, value: ast.expr, scope: _Scope, use_line: int, depth: int, via: str = "",
+                    built: bool = False) -> None:
+        """Plan the literal(s) ``value`` is made of; ``built``: ``value`` is the template of a string
+        built at run time (``%``, ``.format``, ``+``), whose rest must provably be a device index."""
         if depth > 8:
             return
         regex, repl = entry.literal
         t = type(value)
         if t is ast.Constant:
             text = self.src.raw(value)
-            if text is not None and re.search(regex, text):
+            if text is None:
+                return
+            match = re.search(regex, text)
+            if match and (not built or _INDEX_REST.match(text[match.end():])):
                 self._plan_literal(entry, _Target(value), regex, repl, use_line, via, _span(value))
+            elif built and entry.literal == T.CUDA_LITERAL and "cuda" in text and value not in self.done_literals:
+                self.done_literals.add(value)  # one report, whichever device entry reaches it first
+                self.skip(entry, value, f"device string built from {text!r}: not provably 'cuda' or "
+                          "'cuda:<index>', so not migrated (write it as f\"cuda:{i}\" or \"cuda:%d\" % i)")
         elif t is ast.JoinedStr:
             head = self._fstring_head(value)
             if head is not None and re.search(regex, head[0]):
                 self._plan_literal(entry, _Target(value, "fpart"), regex, repl, use_line, via, head[1])
+            elif head is None and value.values and isinstance(value.values[0], ast.FormattedValue):
+                first = value.values[0]  # f"{kind}:{i}": the device type is the first value
+                if first.conversion == -1 and first.format_spec is None:
+                    self._flow_value(entry, first.value, scope, use_line, depth + 1, via)
         elif t is ast.IfExp:
             self._flow_value(entry, value.body, scope, use_line, depth + 1, via)
             self._flow_value(entry, value.orelse, scope, use_line, depth + 1, via)
         elif t is ast.BinOp and isinstance(value.op, ast.Add):
-            self._flow_value(entry, value.left, scope, use_line, depth + 1, via)
+            self._flow_value(entry, value.left, scope, use_line, depth + 1, via, built=True)
+        elif t is ast.BinOp and isinstance(value.op, ast.Mod):  # "cuda:%d" % i, "%s:%d" % (kind, i)
+            self._flow_template(entry, value.left, _mod_arguments(value.right), scope, use_line, depth, via, "%s")
         elif t is ast.Call and isinstance(value.func, ast.Attribute) and value.func.attr == "format":
-            self._flow_value(entry, value.func.value, scope, use_line, depth + 1, via)
+            args = [a for a in value.args if not isinstance(a, ast.Starred)] if len(value.args) == len(positional_args(value)) else []
+            self._flow_template(entry, value.func.value, args, scope, use_line, depth, via, "{}")
         elif t is ast.Name:
             self.flows.append((scope, value.id, entry, use_line))
         elif t is ast.Attribute:
             text = ast_dotted(value)
             if text is not None and self.imports.qualify(value) is None:
                 self.attr_flows.append((text, entry, use_line))
+
+    def _flow_template(self, entry: T.Swap, template: ast.expr, args: List[ast.expr], scope: _Scope, use_line: int,
+                       depth: int, via: str, placeholder: str) -> None:
+        """A string formatted at run time: its template, or, where the template opens with a
+        placeholder (``"%s:%d" % (kind, i)``, ``"{}:{}".format(kind, i)``), the first argument."""
+        text = self.src.raw(template) if isinstance(template, ast.Constant) else None
+        if text is not None and args and _OPENS_WITH.get(placeholder, re.compile("$^")).match(text):
+            if _INDEX_REST.match(_OPENS_WITH[placeholder].sub("", text, count=1)):
+                self._flow_value(entry, args[0], scope, use_line, depth + 1, via)
+            return
+        self._flow_value(entry, template, scope, use_line, depth + 1, via, built=True)
 
     def _fstring_head(self, node: ast.JoinedStr) -> Optional[Tuple[str, Tuple[int, int]]]:
         """The first text part of a one-literal f-string as libcst spells it, and its lines."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 from typing import List
 
-
 from scalebox_cst.report import REWRITTEN
 
 from ..source import _Line

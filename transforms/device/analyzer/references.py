@@ -6,7 +6,6 @@ import ast
 
 import libcst as cst
 
-
 from .. import table as T
 from ..edits import _Target
 
@@ -36,6 +35,9 @@ class References:
                 if entry.within and not self.within_depth.get(entry.id):
                     continue
                 self.handled_refs.add(node)
+                if node in self.kept_guards:  # a guard around what stays CUDA-only (see .legacy)
+                    self.skip(entry, node, self.kept_guards[node])
+                    return True
                 if entry.transform == T.PRECISION and id(node) in self.dtype_tests:
                     return True  # compared, not created: nothing to change or report
                 if mode == "warn":
@@ -44,6 +46,10 @@ class References:
                     self.prepare(entry)
                     fn = self.renamed(node, qual, entry.replacement)
                     self.edit(entry, _Target(node), fn)
+                return True
+            if entry.kind == "legacy-tensor" and qual in entry.qualnames:
+                self.handled_refs.add(node)
+                self._legacy_reference(entry, mode, node)
                 return True
             if entry.kind == "helper" and qual in entry.qualnames:
                 self.handled_refs.add(node)

@@ -6,7 +6,6 @@ import re
 from typing import List, Optional, Sequence, Tuple
 
 
-
 from ...analysis.calls import call_args, class_args, parameters
 from ...analysis.nodes import children
 from ..facts import _Scope, _argparse_dest
@@ -20,6 +19,7 @@ class Walk:
     # ------------------------------------------------------------------ the walk
     def run(self) -> None:
         self.scope = _Scope("module", None)
+        self._legacy_prepass()
         self._block(self.ctx.tree.body, module=True)
         self._finish()
 

@@ -32,5 +32,5 @@ def entries_for(transform_id: str) -> Tuple[Swap, ...]:
 
 def owned_qualnames() -> frozenset:
     """Qualified names some rewriting entry handles (not reported as "cannot be migrated")."""
-    kinds = ("rename", "call-replace", "helper")
+    kinds = ("rename", "call-replace", "helper", "legacy-tensor")
     return frozenset(q for e in TABLE if e.kind in kinds for q in e.qualnames)

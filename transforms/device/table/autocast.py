@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Tuple
 
-
 from .swap import AUTOCAST, CUDA_LITERAL, Swap, _NPU_LINE
 
 

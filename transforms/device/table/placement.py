@@ -1,8 +1,10 @@
-"""Placement swaps (npu): .cuda(), device strings, torch.cuda twins, cuDNN flags, nccl."""
+"""Placement swaps (npu): .cuda(), device strings, torch.cuda twins, legacy tensor types, cuDNN flags,
+nccl."""
 from __future__ import annotations
 
 from typing import Tuple
 
+from scalebox_cst.report import CHANGES_SEMANTICS
 
 from .swap import CUDA_LITERAL, DEVICE_POSITIONS, PLACEMENT, Swap, _NPU_LINE
 
@@ -44,7 +46,55 @@ TWINS = (
     ("Event", "(enable_timing=True)"),
     ("current_stream", "()"),
     ("stream", "(s)"),
+    ("device", "(0)"),  # the context manager selecting a device: torch_npu has torch.npu.device
 )
+
+#: torch.cuda legacy tensor types: (type name, dtype on the npu, CPU legacy type)
+LEGACY_TYPES = (
+    ("FloatTensor", "torch.float32", "torch.FloatTensor"),
+    ("HalfTensor", "torch.float16", "torch.HalfTensor"),
+    ("BFloat16Tensor", "torch.bfloat16", "torch.BFloat16Tensor"),
+    ("LongTensor", "torch.int64", "torch.LongTensor"),
+    ("IntTensor", "torch.int32", "torch.IntTensor"),
+    ("ShortTensor", "torch.int16", "torch.ShortTensor"),
+    ("CharTensor", "torch.int8", "torch.CharTensor"),
+    ("ByteTensor", "torch.uint8", "torch.ByteTensor"),
+    ("BoolTensor", "torch.bool", "torch.BoolTensor"),
+)
+
+_LEGACY_REASON = (
+    "torch.cuda.{name} -> a {dtype} tensor on the npu: sizes -> torch.empty, a list or tuple -> "
+    "torch.tensor, any other argument -> {cpu}(...).npu() (the CPU constructor reads it the same way), "
+    ".type(torch.cuda.{name}) -> .to(device, dtype), an alias only ever called -> a function doing the same"
+)
+
+
+def _legacy(name: str, dtype: str, cpu: str) -> Swap:
+    return Swap(
+        id=f"placement.legacy.{name}",
+        transform=PLACEMENT,
+        kind="legacy-tensor",
+        pattern=f"torch.cuda.{name}",
+        replacement=dtype,
+        value=cpu,
+        reason=_LEGACY_REASON.format(name=name, dtype=dtype, cpu=cpu),
+        min_torch_npu="1.11.0",
+        before=(
+            "import torch\n"
+            f"a = torch.cuda.{name}(3, 4)\n"
+            f"b = torch.cuda.{name}([1, 0])\n"
+            f"c = torch.cuda.{name}(state)\n"
+            f"d = x.type(torch.cuda.{name})\n"
+        ),
+        after=(
+            f"{_NPU_LINE}import torch\n"
+            f'a = torch.empty(3, 4, dtype={dtype}, device="npu")\n'
+            f'b = torch.tensor([1, 0], dtype={dtype}, device="npu")\n'
+            f"c = {cpu}(state).npu()\n"
+            f'd = x.to(device="npu", dtype={dtype})\n'
+        ),
+    )
+
 
 PLACEMENT_SWAPS: Tuple[Swap, ...] = (
     Swap(
@@ -221,4 +271,21 @@ PLACEMENT_SWAPS: Tuple[Swap, ...] = (
         after=f'{_NPU_LINE}import torch.distributed as dist\ndist.init_process_group("hccl")\nprint("nccl")\n',
     ),
     *(_twin(name, call) for name, call in TWINS),
+    *(_legacy(name, dtype, cpu) for name, dtype, cpu in LEGACY_TYPES),
+    Swap(
+        id="placement.legacy.DoubleTensor",
+        transform=PLACEMENT,
+        kind="legacy-tensor",
+        pattern="torch.cuda.DoubleTensor",
+        replacement="torch.float32",
+        value="torch.FloatTensor",
+        exactness=CHANGES_SEMANTICS,
+        conditions=("precision-allowed",),
+        site_kind="not-migratable:float64",
+        reason="torch.cuda.DoubleTensor -> a float32 tensor on the npu (requested: the NPU has no float64)",
+        min_torch_npu="1.11.0",
+        before="import torch\nx = torch.cuda.DoubleTensor([1.0])\n",
+        after=f'{_NPU_LINE}import torch\nx = torch.tensor([1.0], dtype=torch.float32, device="npu")\n',
+        example_options=(("allow_precision_change", True),),
+    ),
 )

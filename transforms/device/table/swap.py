@@ -35,6 +35,8 @@ KINDS = {
     "helper": "a call or argument reference of pattern -> the guarded runtime helper replacement",
     "swiglu": "`a, b = x.chunk(2, -1)` then `silu(a) * b` -> the guarded swiglu helper",
     "insert": "replacement statement inserted after the module's imports",
+    "legacy-tensor": "torch.cuda.<T>Tensor (called, in .type(), or as an alias only called) -> a tensor of dtype "
+    "replacement on the npu (value: the CPU legacy type); any other use is reported",
     "report-ref": "a reference under the qualified prefix pattern is reported (nothing changed)",
     "report-import": "an import of the module pattern is reported (nothing changed)",
     "report-decorator": "a decorator whose qualified name is pattern is reported (nothing changed)",
@@ -51,6 +53,7 @@ CONDITIONS = {
     "npu-fused-ok": "only NpuFused* keywords, no bf16, no set_to_none/foreign zero_grad in module",
     "imports-torch": "the module imports torch",
     "no-args": "the method is called without arguments (Tensor.double(), not some other double)",
+    "precision-allowed": "float64 data: migrated (as float32) only with [device] allow_precision_change",
 }
 
 #: device argument positions: (callee, positional index, keyword); callee is a qualified name,

@@ -52,6 +52,27 @@ def current_device():
     return _current
 
 
+class device:
+    """``with torch.npu.device(i):`` selects npu i inside the block (like torch.cuda.device)."""
+
+    def __init__(self, device):
+        self.index = _index(device) if device is not None and not (isinstance(device, int) and device < 0) else None
+        self._previous = None
+
+    def __enter__(self):
+        global _current
+        self._previous = _current
+        if self.index is not None:
+            _check_index(self.index)
+            _current = self.index
+        return self
+
+    def __exit__(self, *exc):
+        global _current
+        _current = self._previous
+        return False
+
+
 def synchronize(device=None):
     _check_index(_index(device))
 

@@ -1,0 +1,181 @@
+"""torch.cuda legacy tensor types, and the ``torch.cuda.is_available()`` guards around what stays.
+
+``torch.cuda.FloatTensor(...)`` becomes a tensor of that dtype on the npu, each constructor form
+as the constructor reads it: int sizes -> ``torch.empty`` (uninitialised, like the constructor),
+a list or tuple display -> ``torch.tensor``, anything else (a name, a numpy array: size or data
+is decided at run time) -> the CPU legacy constructor then ``.npu()``. ``x.type(torch.cuda.T)``
+-> ``x.to(device="npu", dtype=...)``; an alias (``FloatTensor = torch.cuda.FloatTensor if cuda
+else torch.FloatTensor``) that the module only ever calls -> a function doing the same.
+
+A guard is not migrated alone: where the branch an ``is_available()`` test opens (directly, or
+through a flag assigned from it) keeps CUDA-only code this engine cannot migrate, the test keeps
+asking CUDA, so on an NPU host the script takes the branch the original takes without CUDA.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from .. import table as T
+from ..edits import _Target, _append_args, _keep_parens, _new_arg
+
+_OWNED = T.owned_qualnames()
+_IS_AVAILABLE = "torch.cuda.is_available"
+
+
+def _parents(tree: ast.AST) -> Dict[ast.AST, ast.AST]:
+    out: Dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            out[child] = node
+    return out
+
+
+def _plain_call(call: ast.Call) -> bool:
+    return not call.keywords and not any(isinstance(a, ast.Starred) for a in call.args)
+
+
+class Legacy:
+    """Mixin of the analyzer: legacy-tensor entries and the guards of what stays CUDA-only."""
+
+    def _legacy_prepass(self) -> None:
+        """Decide every legacy reference's form (or why it stays), then the guards to keep."""
+        self.legacy: Dict[ast.AST, Tuple[T.Swap, str, Optional[str], ast.AST]] = {}
+        self.kept_guards: Dict[ast.AST, str] = {}
+        entries = {q: e for e, _ in self.by_kind("legacy-tensor") for q in e.qualnames}
+        guards = any(e.pattern == _IS_AVAILABLE for e, m in self.by_kind("rename") if m == "apply")
+        if not entries and not guards:
+            return
+        tree = self.ctx.tree
+        parent = _parents(tree)
+        loads: Dict[str, List[ast.Name]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                loads.setdefault(node.id, []).append(node)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+                qual = self.imports.qualify(node)
+                if qual in entries:
+                    self.legacy[node] = self._legacy_form(entries[qual], node, parent, loads)
+        if guards:
+            self._keep_guards(tree, parent)
+
+    def _legacy_form(self, entry: T.Swap, node: ast.AST, parent, loads) -> Tuple[T.Swap, str, Optional[str], ast.AST]:
+        if "precision-allowed" in entry.conditions and not self.ctx.option(T.SECTION, "allow_precision_change", False):
+            return entry, "", ("the NPU has no float64 (set [device] allow_precision_change = true to make it "
+                               "float32)"), node
+        up = parent.get(node)
+        if isinstance(up, ast.Call) and up.func is node:
+            if up.keywords:
+                return entry, "", "keyword arguments (device=...) of the legacy constructor: not mapped", node
+            return entry, "call", None, up
+        if isinstance(up, ast.Call) and node in up.args and isinstance(up.func, ast.Attribute) and up.func.attr == "type":
+            if len(up.args) == 1 and all(k.arg == "non_blocking" for k in up.keywords) and not self.receiver_is_module(up.func):
+                return entry, "type", None, up
+            return entry, "", "a .type() call with other arguments: not mapped", node
+        value, owner = node, up
+        if isinstance(owner, ast.IfExp) and node is not owner.test:
+            value, owner = owner, parent.get(owner)
+        if isinstance(owner, ast.Assign) and owner.value is value and len(owner.targets) == 1 and isinstance(owner.targets[0], ast.Name):
+            name = owner.targets[0].id
+            for use in loads.get(name, ()):
+                call = parent.get(use)
+                if not (isinstance(call, ast.Call) and call.func is use and _plain_call(call)):
+                    return entry, "", (f"the alias `{name}` is used other than called with plain arguments "
+                                       f"(line {self.ctx.original_line(use.lineno)}): a function cannot stand in for the type there"), node
+            return entry, "alias", None, node
+        return entry, "", "referenced outside a call (isinstance, a comparison, an argument...): no npu tensor type stands in", node
+
+    def _keep_guards(self, tree: ast.AST, parent) -> None:
+        """``is_available()`` calls whose branch keeps CUDA-only code: not migrated, and why."""
+        flags: Dict[str, List[ast.AST]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                found = self._availability(node.value)
+                if found:
+                    flags.setdefault(node.targets[0].id, []).extend(found)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.If, ast.While)):
+                body = node.body
+            elif isinstance(node, ast.IfExp):
+                body = [node.body]
+            else:
+                continue
+            tests = self._availability(node.test)
+            for n in ast.walk(node.test):
+                if isinstance(n, ast.Name) and n.id in flags:
+                    tests += flags[n.id]
+            if not tests:
+                continue
+            why = self._cuda_only(body, parent)
+            if why is None:
+                continue
+            for test in tests:
+                self.kept_guards.setdefault(test, (
+                    f"kept: the branch it opens (line {self.ctx.original_line(node.lineno)}) keeps {why}; migrating "
+                    "the test alone would take that branch on an NPU host, where the original takes the other"))
+
+    def _availability(self, expr: ast.AST) -> List[ast.AST]:
+        return [n.func for n in ast.walk(expr)
+                if isinstance(n, ast.Call) and self.imports.qualify(n.func) == _IS_AVAILABLE]
+
+    def _cuda_only(self, body, parent) -> Optional[str]:
+        """What in ``body`` stays CUDA-only after the device transforms, or None."""
+        for stmt in body:
+            for n in ast.walk(stmt):
+                if n in self.legacy and self.legacy[n][2] is not None:
+                    return f"`{ast.unparse(n)}` (line {self.ctx.original_line(n.lineno)}: {self.legacy[n][2]})"
+                if not isinstance(n, (ast.Name, ast.Attribute)) or not isinstance(n.ctx, ast.Load):
+                    continue
+                up = parent.get(n)
+                if isinstance(up, ast.Attribute) and up.value is n:
+                    continue  # only whole dotted chains
+                qual = self.imports.qualify(n)
+                if qual and qual.startswith("torch.cuda.") and not any(qual == q or qual.startswith(q + ".") for q in _OWNED):
+                    return f"`{qual}` (line {self.ctx.original_line(n.lineno)}), which has no NPU twin"
+        return None
+
+    # ------------------------------------------------------------------ during the walk
+    def _legacy_reference(self, entry: T.Swap, mode: str, node: ast.AST) -> None:
+        plan = self.legacy.get(node)
+        if plan is None:
+            return
+        _, form, why, owner = plan
+        if why is not None:
+            self.skip(entry, owner, why)
+            return
+        self.prepare(entry)
+        dtype = self.ref_text(entry.replacement)
+        cpu = self.ref_text(entry.value)
+        npu = cst.SimpleString('"npu"')
+        if form == "alias":
+            text = f"(lambda *args: {cpu}(*args).npu())"
+            self.edit(entry, _Target(node), lambda u: cst.parse_expression(text))
+            return
+        call = owner
+        if form == "type":
+            def fn(u: cst.CSTNode) -> cst.CSTNode:
+                rest = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in u.args[1:]]
+                new = [_new_arg("device", npu), _new_arg("dtype", cst.parse_expression(dtype)), *rest]
+                return _append_args(u.with_changes(func=u.func.with_changes(attr=cst.Name("to")), args=()), new)
+            self.edit(entry, _Target(call), fn)
+            return
+        pos = call.args
+        sizes = all(isinstance(a, ast.Constant) and type(a.value) is int and a.value >= 0 for a in pos)
+        display = len(pos) == 1 and isinstance(pos[0], (ast.List, ast.Tuple))
+        if sizes or display:
+            maker = self.ref_text("torch.empty" if sizes else "torch.tensor")
+
+            def fn(u: cst.CSTNode) -> cst.CSTNode:
+                head = u.with_changes(func=_keep_parens(u.func, cst.parse_expression(maker)))
+                if not u.args:
+                    head = head.with_changes(args=[cst.Arg(cst.Integer("0"))])
+                return _append_args(head, [_new_arg("dtype", cst.parse_expression(dtype)), _new_arg("device", npu)])
+        else:
+            def fn(u: cst.CSTNode) -> cst.CSTNode:
+                inner = u.with_changes(func=cst.parse_expression(cpu), lpar=(), rpar=())
+                return cst.Call(func=cst.Attribute(value=inner, attr=cst.Name("npu")), lpar=u.lpar, rpar=u.rpar)
+        self.edit(entry, _Target(call), fn)
+
