@@ -223,3 +223,18 @@ def test_a_guard_whose_branch_migrates_whole_is_migrated():
     assert "if torch.npu.is_available():" in out and 'torch.empty(2, dtype=torch.float32, device="npu")' in out
     assert "torch.npu.synchronize()" in out
     assert not [s for s in sites if s.action == SKIPPED]
+
+
+def test_a_negated_guard_is_kept_when_its_else_branch_stays():
+    src = (
+        "import torch\n"
+        "if not torch.cuda.is_available():\n"
+        "    x = torch.zeros(2)\n"
+        "else:\n"
+        "    x = torch.zeros(2).cuda()\n"
+        "    torch.cuda.nvtx.range_push('step')\n"
+    )
+    out, sites = rewrite(src)
+    assert "if not torch.cuda.is_available():" in out and "x = torch.zeros(2).npu()" in out
+    (kept,) = [s for s in sites if s.action == SKIPPED]
+    assert kept.line == 2 and "torch.cuda.nvtx.range_push" in kept.reason

@@ -98,9 +98,9 @@ class Legacy:
                     flags.setdefault(node.targets[0].id, []).extend(found)
         for node in ast.walk(tree):
             if isinstance(node, (ast.If, ast.While)):
-                body = node.body
+                body = [*node.body, *node.orelse]  # both: ``if not torch.cuda.is_available():`` guards the else
             elif isinstance(node, ast.IfExp):
-                body = [node.body]
+                body = [node.body, node.orelse]
             else:
                 continue
             tests = self._availability(node.test)
@@ -115,7 +115,8 @@ class Legacy:
             for test in tests:
                 self.kept_guards.setdefault(test, (
                     f"kept: the branch it opens (line {self.ctx.original_line(node.lineno)}) keeps {why}; migrating "
-                    "the test alone would take that branch on an NPU host, where the original takes the other"))
+                    "the test alone would change which branch an NPU host takes from the one the original takes "
+                    "without CUDA"))
 
     def _availability(self, expr: ast.AST) -> List[ast.AST]:
         return [n.func for n in ast.walk(expr)
