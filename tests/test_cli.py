@@ -66,8 +66,9 @@ def test_run_executes_the_committed_rewrite_and_records_it(project):
     scalebox("rewrite", str(project), "--backend", "cpu")
     # change the user's helper after the commit: the run must still use the committed one
     (project / "helpers.py").write_text("raise SystemExit('served from disk, not the commit')\n")
-    proc = scalebox("run", "train.py", "--", "--steps", "2", cwd=project)
+    proc = scalebox("run", "run/0001", "train.py", "--", "--steps", "2", cwd=project)
     assert "step=1" in proc.stdout and "final_return=1.5" in proc.stdout
+    assert "note: run/0001 differs from the working tree (M helpers.py)" in proc.stderr
     run_dir = project / ".scalebox" / "runs" / "run" / "0001" / "0001"  # branch run/0001, run 1
     record = json.loads((run_dir / "record.json").read_text())
     assert record["exit_status"] == 0 and record["wall_time"] > 0 and record["status"] == "ok"
