@@ -5,7 +5,6 @@ import ast
 import re
 from typing import List, Optional, Sequence, Tuple
 
-
 from ...analysis.calls import call_args, class_args, parameters
 from ...analysis.nodes import children
 from ..facts import _Scope, _argparse_dest
