@@ -10,6 +10,13 @@ load).
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB.
 
     python benchmarks/bench_scaling.py [--sizes 1000,2000,5000,10000,20000,50000] [--shapes none,one,mixed]
+
+Speed-ups must not change what is written: ``--identity OLD`` (a git ref, or a directory holding
+``scalebox_cst/``, ``transforms/`` and ``runtime/``) rewrites tests/corpus/*.py, examples/**/*.py
+and generated files of each shape (``--identity-sizes``) with the old code and with this tree's,
+each in its own process, and reports every file whose output bytes (or site list) differ.
+
+    python benchmarks/bench_scaling.py --identity HEAD~3
 """
 from __future__ import annotations
 
@@ -17,8 +24,12 @@ import argparse
 import json
 import math
 import os
+import glob
+import hashlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -165,13 +176,105 @@ def measure(lines: int, shape: str, backend: str, timeout: float) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def identity_inputs(root: str, sizes) -> dict:
+    """name -> source bytes: the corpus, the examples and generated files of every shape."""
+    files = {}
+    for pattern in ("tests/corpus/*.py", "examples/**/*.py"):
+        for path in sorted(glob.glob(os.path.join(root, pattern), recursive=True)):
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, root)] = f.read()
+    for shape in SHAPES:
+        for size in sizes:
+            files[f"gen_{shape}_{size}.py"] = make_source(size, shape).encode()
+    return files
+
+
+def rewrite_digests(inputs_json: str) -> dict:
+    """name -> sha256 of the output, and the sites and error as text (run under the code tested)."""
+    from scalebox_cst.config import Config
+    from scalebox_cst.pipeline import Pipeline
+
+    with open(inputs_json) as f:
+        inputs = json.load(f)
+    pipeline = Pipeline(Config(), "cpu")
+    out = {}
+    for name, text in inputs.items():
+        result = pipeline.rewrite(name, text.encode("latin-1"))
+        sites = [(s.transform, s.line, s.end_line, s.action, s.reason) for s in result.report.sites]
+        out[name] = {
+            "output": hashlib.sha256(result.output).hexdigest(),
+            "changed": result.output != result.source,
+            "sites": hashlib.sha256(repr(sites).encode()).hexdigest(),
+            "error": result.report.error,
+        }
+    return out
+
+
+def _code_tree(old: str, work: str) -> str:
+    """A directory where ``import scalebox_cst`` (with .transforms and .runtime) is the old code."""
+    root = os.path.join(work, "old")
+    pkg = os.path.join(root, "scalebox_cst")
+    if os.path.isdir(old):
+        src = old
+    else:
+        src = os.path.join(work, "archive")
+        os.makedirs(src)
+        repo = os.path.dirname(HERE)
+        archive = subprocess.run(["git", "-C", repo, "archive", old, "scalebox_cst", "transforms", "runtime"], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+    shutil.copytree(os.path.join(src, "scalebox_cst"), pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for sub in ("transforms", "runtime"):
+        target = os.path.join(pkg, sub)
+        if os.path.isdir(os.path.join(src, sub)):
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(os.path.join(src, sub), target, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _digests_under(code_root: str, inputs_json: str) -> dict:
+    snippet = (
+        # scalebox_cst first: importing bench_scaling puts this checkout on sys.path
+        "import json, sys; sys.path.insert(0, %r); sys.path.insert(1, %r); import scalebox_cst; "
+        "assert scalebox_cst.__file__.startswith(%r), scalebox_cst.__file__; import bench_scaling as b; "
+        "print(json.dumps(b.rewrite_digests(%r)))" % (code_root, HERE, os.path.join(code_root, ""), inputs_json)
+    )
+    proc = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"rewrite under {code_root} failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def identity(old: str, sizes) -> int:
+    """Rewrite the same inputs with ``old`` and this tree's code; print the files that differ."""
+    repo = os.path.dirname(HERE)
+    with tempfile.TemporaryDirectory(prefix="scalebox-identity-") as work:
+        inputs = identity_inputs(repo, sizes)
+        inputs_json = os.path.join(work, "inputs.json")
+        with open(inputs_json, "w") as f:
+            json.dump({k: v.decode("latin-1") for k, v in inputs.items()}, f)
+        before = _digests_under(_code_tree(old, work), inputs_json)
+        after = _digests_under(repo, inputs_json)
+    differ = [name for name in inputs if before[name] != after[name]]
+    changed = sum(1 for name in inputs if after[name]["changed"])
+    for name in differ:
+        b, a = before[name], after[name]
+        what = [k for k in ("output", "sites", "error") if b[k] != a[k]]
+        print(f"DIFFERS {name}: {', '.join(what)}" + (f" (error before {b['error']!r}, after {a['error']!r})" if "error" in what else ""))
+    print(f"identity against {old}: {len(inputs)} files ({changed} rewritten), {len(differ)} differ")
+    return 1 if differ else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,2000,5000,10000,20000,50000")
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per rewrite before giving up")
+    ap.add_argument("--identity", metavar="OLD", help="compare outputs with OLD (git ref or code directory) instead of timing")
+    ap.add_argument("--identity-sizes", default="300,1000,3000", help="sizes of the generated files --identity rewrites")
     args = ap.parse_args()
+    if args.identity:
+        return identity(args.identity, [int(s) for s in args.identity_sizes.split(",")])
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"{'shape':6} {'lines':>7} {'seconds':>9} {'cpu s':>8} {'peak MB':>8} {'sites':>6} {'rewritten':>9} {'exponent':>8}")
     worst = 0.0

@@ -27,6 +27,7 @@ from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
 from scalebox_cst.runtime.loader import physical_lines
 from scalebox_cst.transforms import FileContext, Transform, all_transforms, transform_ids
+from scalebox_cst.transforms import statement_memo
 
 
 
@@ -76,7 +77,8 @@ class Pipeline:
         enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._rewrite(path, data)
+            with statement_memo.active(statement_memo.StatementMemo()):
+                return self._rewrite(path, data)
         finally:
             if enabled:
                 gc.enable()
@@ -105,6 +107,8 @@ class Pipeline:
         module: Optional[cst.Module] = None
         imports = None  # shared by the transforms that see the same module version
         codegen = _Codegen()
+        memo = statement_memo.per_file()
+        memo.register(tree, code)
         started = time.perf_counter()
         lines = text.count("\n") + 1
         for number, transform in enumerate(self.transforms, 1):
@@ -138,6 +142,7 @@ class Pipeline:
             if new_code != code:
                 line_maps.append(_line_map(code, new_code))
                 module, code, tree, imports = new_module, new_code, new_tree, None
+                memo.register(tree, code)
             else:
                 imports = ctx.__dict__.get("imports", imports)
             if lines >= COLLECT_LINES:

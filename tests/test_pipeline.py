@@ -550,3 +550,47 @@ def test_a_long_rewrite_reports_progress(monkeypatch):
     lines.clear()
     pipeline.rewrite("t.py", b"import os\ny = old(2)\n")
     assert lines == []  # quick rewrites are silent
+
+
+_IMPORT_LINES = st.sampled_from([
+    "import torch\n", "import torch as th\n", "import numpy as th\n", "from torch import nn as th\n",
+    "import a.b, c as th\n", "import b as x, a as x\n", "from m import *\n", "th = None\n",
+    "def f(th):\n    import numpy as np\n    return th\n", "x; import os as x\n",
+    "@dec\ndef g():\n    from torch.nn import functional as np\n", "for zip in y:\n    pass\n",
+    "class C:\n    import math as th\n", "if t:\n    from a import b as np\n",
+])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_IMPORT_LINES, min_size=1, max_size=8), st.data())
+def test_statement_memo_scans_equal_whole_tree_scans(lines, data):
+    """ImportMap and ast_rebound from per-statement scans (reused across versions) are what a
+    walk of the whole tree finds, alias order included (ast.walk: depth, then statement)."""
+    from scalebox_cst.transforms import statement_memo
+    from scalebox_cst.transforms.loop_analysis import ast_rebound
+    from scalebox_cst.transforms.names import ImportMap
+
+    memo = statement_memo.StatementMemo()
+    with statement_memo.active(memo):
+        for _ in range(2):  # a first version, then an edited one that reuses the unchanged statements
+            code = "".join(lines)
+            tree = ast.parse(code)
+            memo.register(tree, code)
+            shared, plain = ImportMap(tree), ImportMap(ast.parse(code))
+            assert (shared.aliases, shared.names) == (plain.aliases, plain.names)
+            assert ast_rebound(tree) == ast_rebound(ast.parse(code))
+            lines = lines + [data.draw(_IMPORT_LINES)]
+
+
+def test_statement_memo_rescans_only_changed_statements():
+    from scalebox_cst.transforms import statement_memo
+
+    memo = statement_memo.StatementMemo()
+    scanned = []
+    code = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(50))
+    for version in (code, code.replace("return 7\n", "return 7 + 1\n")):
+        tree = ast.parse(version)
+        memo.register(tree, version)
+        assert len(memo.per_statement(tree, "t", lambda s: scanned.append(s.name) or s.name)) == 50
+    assert scanned[50:] == ["f7"]  # the second version scanned only the edited function
+    assert statement_memo.per_statement(ast.parse(code), "t", len) is None  # no active memo: caller scans

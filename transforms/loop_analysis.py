@@ -14,6 +14,8 @@ import libcst as cst
 
 from scalebox_cst.report import Site
 
+from . import statement_memo
+
 # --------------------------------------------------------------------------- targets and bodies
 
 #: the fields of compound statements (and their clauses) that hold statements, in source order
@@ -1047,6 +1049,13 @@ def _ast_store_names(target: ast.AST, out: Set[str]) -> None:
 def ast_rebound(tree: ast.AST) -> Tuple[Set[str], bool]:
     """The names :func:`rebinds` finds bound in the module, from ``ast`` (one walk instead of a
     libcst visit per name), and whether a star import may bind anything."""
+    parts = statement_memo.per_statement(tree, "rebound", _ast_rebound_walk)  # unchanged statements: reused
+    if parts is not None:
+        return set().union(*(p[0] for p in parts)), any(p[1] for p in parts)
+    return _ast_rebound_walk(tree)
+
+
+def _ast_rebound_walk(tree: ast.AST) -> Tuple[Set[str], bool]:
     names: Set[str] = set()
     star = False
     for n in ast.walk(tree):

@@ -15,6 +15,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
+from . import statement_memo
+
 
 def dotted(expr: cst.BaseExpression) -> Optional[str]:
     """``a.b.c`` for a Name/Attribute chain, else None."""
@@ -50,21 +52,18 @@ def _ast_targets(target: ast.AST, out: Set[str]) -> None:
         _ast_targets(target.value, out)
 
 
-class ImportMap:
-    """Local names bound by imports → the qualified names they stand for.
-
-    Built from Python's ``ast`` (a walk of it costs a few ms; a libcst visit of the same file
-    costs ten times more), from a libcst Module (via its code) or from source text.
-    """
-
-    def __init__(self, module: Union[cst.Module, ast.AST, str]) -> None:
-        if isinstance(module, cst.Module):
-            module = module.code
-        tree = ast.parse(module) if isinstance(module, str) else module
-        aliases: Dict[str, str] = {}
-        assigned: Set[str] = set()
-        names: Set[str] = set()
-        for node in ast.walk(tree):
+def _scan_imports(tree: ast.AST):
+    """What :class:`ImportMap` needs from one subtree: its imports as (depth, BFS order, alias,
+    qualified name, in ast.walk's order within the subtree), the names it assigns and the names it uses."""
+    imports: List[Tuple[int, int, str, str]] = []
+    assigned: Set[str] = set()
+    names: Set[str] = set()
+    level: List[ast.AST] = [tree]
+    depth = 0
+    while level:
+        below: List[ast.AST] = []
+        for node in level:
+            below.extend(ast.iter_child_nodes(node))
             if isinstance(node, ast.Name):
                 names.add(node.id)
                 if isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -72,16 +71,16 @@ class ImportMap:
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
-                        aliases[alias.asname] = alias.name
+                        imports.append((depth, len(imports), alias.asname, alias.name))
                     else:
                         top = alias.name.split(".")[0]
-                        aliases[top] = top
+                        imports.append((depth, len(imports), top, top))
             elif isinstance(node, ast.ImportFrom):
                 if node.level or not node.module:
                     continue
                 for alias in node.names:
                     if alias.name != "*":
-                        aliases[alias.asname or alias.name] = node.module + "." + alias.name
+                        imports.append((depth, len(imports), alias.asname or alias.name, node.module + "." + alias.name))
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 assigned.add(node.name)
                 names.add(node.name)
@@ -95,6 +94,40 @@ class ImportMap:
                 names.add(node.arg)
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
                 _ast_targets(node.target, assigned)
+        level = below
+        depth += 1
+    return imports, frozenset(assigned), frozenset(names)
+
+
+class ImportMap:
+    """Local names bound by imports → the qualified names they stand for.
+
+    Built from Python's ``ast`` (a walk of it costs a few ms; a libcst visit of the same file
+    costs ten times more), from a libcst Module (via its code) or from source text.
+    """
+
+    def __init__(self, module: Union[cst.Module, ast.AST, str]) -> None:
+        if isinstance(module, cst.Module):
+            module = module.code
+        tree = ast.parse(module) if isinstance(module, str) else module
+        # one scan per top-level statement (reused across module versions, see statement_memo);
+        # the aliases are then applied in ast.walk's order: by depth, then statement, then BFS
+        parts = statement_memo.per_statement(tree, "imports", _scan_imports)
+        if parts is None:
+            parts = [_scan_imports(tree)]
+            depth0 = 0
+        else:
+            depth0 = 1
+        found = sorted(
+            (depth + depth0, index, seq, alias, full)
+            for index, part in enumerate(parts)
+            for depth, seq, alias, full in part[0]
+        )
+        aliases: Dict[str, str] = {}
+        for _, _, _, alias, full in found:
+            aliases[alias] = full
+        assigned: Set[str] = set().union(*(part[1] for part in parts))
+        names: Set[str] = set().union(*(part[2] for part in parts))
         # A name both imported and assigned (``torch = None``) is ambiguous: drop it.
         self.aliases = {k: v for k, v in aliases.items() if k not in assigned}
         self.names = names | set(aliases)

@@ -1,0 +1,94 @@
+"""Whole-module ``ast`` scans done once per top-level statement, not once per module version.
+
+Several analyses fold a walk of the whole tree (imports and rebound names: ``ImportMap``,
+``loop_analysis.ast_rebound``). Each transform that edits makes a new version of the module, and
+each version is scanned again, though most of its top-level statements are unchanged: on a
+50k-line file each scan is about a second (issue 9, item 13). The pipeline registers each
+version's tree with its code; a scan then asks :func:`per_statement` for one result per
+top-level statement, computed only for statements whose source it has not seen in the previous
+version. A statement's key is its exact source (lines, decorators included, and columns), which
+determines its ``ast``. Trees not registered (a transform parsing a snippet, tests) get ``None``
+and scan as before.
+"""
+from __future__ import annotations
+
+import ast
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from scalebox_cst.runtime.loader import physical_lines
+
+_Key = Tuple[str, int, int, int]
+
+
+class StatementMemo:
+    """Results per (scan name, statement source) for one file's versions; keeps the last version's only."""
+
+    def __init__(self) -> None:
+        self._results: Dict[str, Dict[_Key, Any]] = {}
+        self._trees: Dict[int, Tuple[ast.Module, List[_Key]]] = {}
+
+    def register(self, tree: ast.Module, code: str) -> None:
+        """``tree`` (parsed from ``code``) is the current version: the previous one is dropped."""
+        keys = _keys(tree, code)
+        self._trees = {id(tree): (tree, keys)} if keys is not None else {}
+
+    def per_statement(self, tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any]) -> Optional[List[Any]]:
+        entry = self._trees.get(id(tree))
+        if entry is None or entry[0] is not tree:
+            return None
+        keys = entry[1]
+        done = self._results.get(name, {})
+        now: Dict[_Key, Any] = {}
+        out: List[Any] = []
+        for stmt, key in zip(tree.body, keys):  # type: ignore[attr-defined]
+            result = done[key] if key in done else scan(stmt)
+            now[key] = result
+            out.append(result)
+        self._results[name] = now
+        return out
+
+
+_active = threading.local()
+
+
+class active:
+    """``with active(memo):`` makes ``memo`` the one :func:`per_statement` consults in this thread."""
+
+    def __init__(self, memo: StatementMemo) -> None:
+        self.memo = memo
+
+    def __enter__(self) -> StatementMemo:
+        self.previous = getattr(_active, "memo", None)
+        _active.memo = self.memo
+        return self.memo
+
+    def __exit__(self, *exc: object) -> None:
+        _active.memo = self.previous
+
+
+def per_file() -> StatementMemo:
+    """The memo made active for this thread (a fresh one where none is: nothing is then shared)."""
+    return getattr(_active, "memo", None) or StatementMemo()
+
+
+def per_statement(tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any]) -> Optional[List[Any]]:
+    """``[scan(s) for s in tree.body]``, reusing results for unchanged statements; None if ``tree``
+    is not a registered module version (then the caller scans the tree itself)."""
+    memo: Optional[StatementMemo] = getattr(_active, "memo", None)
+    if memo is None or not isinstance(tree, ast.Module):
+        return None
+    return memo.per_statement(tree, name, scan)
+
+
+def _keys(tree: ast.Module, code: str) -> Optional[List[_Key]]:
+    lines = physical_lines(code)
+    keys: List[_Key] = []
+    for stmt in tree.body:
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+        end = stmt.end_lineno
+        if end is None or end > len(lines):
+            return None  # line counts disagree: do not trust any key
+        text = "".join(lines[first - 1 : end])
+        keys.append((text, first - stmt.lineno, stmt.col_offset, stmt.end_col_offset or 0))
+    return keys
