@@ -20,7 +20,7 @@ from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import vectorized as vectorized_mod
-from scalebox_cst.transforms.vectorize_recurrence import VectorizeRecurrence
+from scalebox_cst.transforms.vectorize.recurrence import VectorizeRecurrence
 
 ID = "vectorize.recurrence"
 HYP = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -23,7 +23,7 @@ from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import vectorized as vectorized_mod
-from scalebox_cst.transforms.vectorize_recurrence import VectorizeRecurrence
+from scalebox_cst.transforms.vectorize.recurrence import VectorizeRecurrence
 
 ID = "vectorize.recurrence"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

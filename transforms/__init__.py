@@ -10,7 +10,7 @@ from typing import Dict, List, Type
 from .base import Example, FileContext, Transform
 from .grad_clip import GradClip
 from .device import DEVICE_TRANSFORMS
-from .vectorize_recurrence import VectorizeRecurrence
+from .vectorize.recurrence import VectorizeRecurrence
 from .vectorize_elementwise import VectorizeElementwise
 from .vectorize_reduction import VectorizeReduction
 from .vectorize_target_update import VectorizeTargetUpdate

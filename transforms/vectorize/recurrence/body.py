@@ -1,0 +1,218 @@
+"""Parsing a candidate loop's body into :class:`Item` updates (assignments, appends, episode resets,
+the last-step special case), or Skip with the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from ...names import dotted
+from .syntax import _code, _is_int, _norm, _pure_container, Skip, _stmts
+from .headers import Header
+
+
+@dataclasses.dataclass
+class Item:
+    kind: str  # "assign" | "append" | "insert" | "appendleft" | "reset" | "split"
+    node: Optional[cst.CSTNode] = None
+    var: Optional[str] = None
+    outs: List[cst.BaseExpression] = dataclasses.field(default_factory=list)
+    value: Optional[cst.BaseExpression] = None
+    container: Optional[cst.BaseExpression] = None
+    cond: Optional[cst.BaseExpression] = None
+    const: Optional[str] = None
+    then: List["Item"] = dataclasses.field(default_factory=list)
+    other: List["Item"] = dataclasses.field(default_factory=list)
+    m_is_then: bool = False
+    wrap: bool = False  # lst.append([x]): the value is x, each item a one-element list
+
+
+_FORBIDDEN_SMALL = {
+    cst.Break: "`break` in the loop body",
+    cst.Continue: "`continue` in the loop body",
+    cst.Return: "`return` in the loop body",
+    cst.Raise: "`raise` in the loop body",
+    cst.Global: "`global` in the loop body",
+    cst.Nonlocal: "`nonlocal` in the loop body",
+    cst.Del: "`del` in the loop body",
+    cst.Assert: "`assert` in the loop body",
+    cst.Import: "an import in the loop body",
+    cst.ImportFrom: "an import in the loop body",
+    cst.AnnAssign: "an annotated assignment in the loop body",
+}
+
+
+class BodyParser:
+    def __init__(self, header: Header) -> None:
+        self.h = header
+
+    # ---- the last-step test: t == T - 1 and its spellings
+    def lsplit(self, test: cst.BaseExpression) -> Optional[bool]:
+        """For a test on t == T-1: True if the other steps take the if-branch, False if they take
+        the else-branch; None if ``test`` is not such a test."""
+        h = self.h
+        if h.kind != "index" or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return None
+        left, comp = _norm(test.left), test.comparisons[0]
+        right, op = _norm(comp.comparator), comp.operator
+        t, T = h.index, _norm(h.T)  # type: ignore[arg-type]
+        last = {f"{T}-1"}
+        flip = {cst.LessThan: cst.GreaterThan, cst.GreaterThan: cst.LessThan,
+                cst.LessThanEqual: cst.GreaterThanEqual, cst.GreaterThanEqual: cst.LessThanEqual}
+        kind = type(op)
+        if (left == t and right in last) or (left == f"{t}+1" and right == T):
+            pass
+        elif (right == t and left in last) or (right == f"{t}+1" and left == T):
+            kind = flip.get(kind, kind)
+        else:
+            return None
+        if kind is cst.Equal or kind is cst.GreaterThanEqual:
+            return False
+        if kind is cst.NotEqual or kind is cst.LessThan:
+            return True
+        return None
+
+    def block(self, stmts: Sequence[cst.BaseStatement]) -> List[Item]:
+        items: List[Item] = []
+        for st in stmts:
+            if isinstance(st, cst.SimpleStatementLine):
+                for small in st.body:
+                    item = self.small(small)
+                    if item is not None:
+                        items.append(item)
+            elif isinstance(st, cst.If):
+                items.append(self.if_(st))
+            elif isinstance(st, (cst.For, cst.While)):
+                raise Skip("nested loop in the loop body")
+            elif isinstance(st, cst.With):
+                raise Skip("`with` block in the loop body")
+            elif isinstance(st, cst.Try):
+                raise Skip("`try` block in the loop body")
+            elif isinstance(st, (cst.FunctionDef, cst.ClassDef)):
+                raise Skip("a definition in the loop body")
+            else:
+                raise Skip(f"unsupported statement in the loop body: `{_code(st).strip().splitlines()[0]}`")
+        return items
+
+    def if_(self, st: cst.If) -> Item:
+        m_then = self.lsplit(st.test)
+        if m_then is not None:
+            if st.orelse is None or isinstance(st.orelse, cst.If):
+                raise Skip("last-step test without a plain `else:` branch")
+            return Item("split", node=st, then=self.block(_stmts(st.body)),
+                        other=self.block(_stmts(st.orelse.body)), m_is_then=m_then)
+        body = _stmts(st.body)
+        if st.orelse is None and len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) \
+                and len(body[0].body) == 1 and isinstance(body[0].body[0], cst.Assign):
+            asg = body[0].body[0]
+            if len(asg.targets) == 1 and isinstance(asg.targets[0].target, cst.Name) and _is_number(asg.value):
+                return Item("reset", node=st, var=asg.targets[0].target.value, cond=st.test, const=_code(asg.value))
+        raise Skip(f"conditional `if {_code(st.test)}:` in the loop body (only the last-step case "
+                   "and an episode reset `if done: s = 0` are understood)")
+
+    def small(self, small: cst.BaseSmallStatement) -> Optional[Item]:
+        for kind, reason in _FORBIDDEN_SMALL.items():
+            if isinstance(small, kind):
+                raise Skip(reason)
+        if isinstance(small, cst.Pass):
+            return None
+        if isinstance(small, cst.AugAssign):
+            raise Skip(f"augmented assignment `{_code(small).strip()}` (may update in place)")
+        if isinstance(small, cst.Assign):
+            var: Optional[str] = None
+            outs: List[cst.BaseExpression] = []
+            for t in small.targets:
+                tg = t.target
+                if isinstance(tg, cst.Name):
+                    if var is not None:
+                        raise Skip("chained assignment to several names")
+                    var = tg.value
+                elif isinstance(tg, cst.Subscript) and self.is_index_ref(tg) and _pure_container(tg.value):
+                    outs.append(tg.value)
+                else:
+                    raise Skip(f"assigns to `{_code(tg).strip()}` (only names and out[t] are understood)")
+            return Item("assign", node=small, var=var, outs=outs, value=small.value)
+        if isinstance(small, cst.Expr):
+            call = small.value
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
+                    and _pure_container(call.func.value) and not any(a.keyword or a.star for a in call.args):
+                meth = call.func.attr.value
+                kind = None
+                if meth == "append" and len(call.args) == 1:
+                    kind, value = "append", call.args[0].value
+                elif meth == "insert" and len(call.args) == 2 and _is_int(call.args[0].value, 0):
+                    kind, value = "insert", call.args[1].value
+                elif meth == "appendleft" and len(call.args) == 1:  # collections.deque (checked at run time)
+                    kind, value = "appendleft", call.args[0].value
+                if kind is not None:
+                    wrap = isinstance(value, cst.List) and len(value.elements) == 1 \
+                        and isinstance(value.elements[0], cst.Element)
+                    if wrap:  # minimalRL: advantage_lst.append([advantage])
+                        value = value.elements[0].value  # type: ignore[union-attr]
+                    return Item(kind, node=small, container=call.func.value, value=value, wrap=wrap)
+            if isinstance(call, cst.Call):
+                raise Skip(f"calls `{_callee(call)}()` in the loop body (unknown side effects)")
+            raise Skip(f"expression statement `{_code(call).strip()}` in the loop body")
+        raise Skip(f"unsupported statement `{_code(small).strip()}` in the loop body")
+
+    def is_index_ref(self, node: cst.Subscript) -> bool:
+        """``x[t]`` exactly."""
+        return self.ref_offset(node) == 0
+
+    def ref_offset(self, node: cst.Subscript) -> Optional[int]:
+        """k for ``x[t + k]`` (k >= 0), None otherwise."""
+        if self.h.kind != "index" or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+            return None
+        idx = node.slice[0].slice.value
+        t = self.h.index
+        text = _norm(idx)
+        if text == t:
+            return 0
+        m = re.fullmatch(rf"{re.escape(t)}\+(\d+)|(\d+)\+{re.escape(t)}", text)  # type: ignore[arg-type]
+        if m:
+            return int(m.group(1) or m.group(2))
+        return None
+
+
+def _int_indices(slices: Sequence[cst.SubscriptElement]) -> Optional[Tuple[str, ...]]:
+    """The integer literal indices of ``x[i, j]`` as text (``-1`` too), or None."""
+    idx: List[str] = []
+    for el in slices:
+        v = el.slice.value if isinstance(el.slice, cst.Index) and el.slice.star is None else None
+        if isinstance(v, cst.UnaryOperation) and isinstance(v.operator, cst.Minus):
+            ok = isinstance(v.expression, cst.Integer)
+        else:
+            ok = isinstance(v, cst.Integer)
+        if not ok:
+            return None
+        idx.append(str(int(_norm(v), 0)))  # type: ignore[arg-type]
+    return tuple(idx)
+
+
+def _is_number(node: cst.BaseExpression) -> bool:
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    return isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) \
+        and isinstance(node.expression, (cst.Integer, cst.Float))
+
+
+def _callee(call: cst.Call) -> str:
+    text = dotted(call.func)
+    if text is None and isinstance(call.func, cst.Attribute):
+        text = _code(call.func).strip()
+    return text or _code(call.func).strip()
+
+
+def _flatten(items: List[Item], m_case: bool) -> List[Item]:
+    """The straight-line body for the middle steps (m_case) or the last step."""
+    out: List[Item] = []
+    for it in items:
+        if it.kind == "split":
+            branch = it.then if it.m_is_then == m_case else it.other
+            out.extend(_flatten(branch, m_case))
+        else:
+            out.append(it)
+    return out

@@ -1,0 +1,123 @@
+"""The rewritten statement: ``if <guard>:`` the first step as written, the middle steps
+vectorized, the last step as written, ``else:`` the original loop verbatim; with its exactness and
+the reason reported for the site.
+"""
+from __future__ import annotations
+
+import re
+from typing import List, Tuple
+
+import libcst as cst
+
+from ...base import FileContext
+from .syntax import _code, _one_line, _stmts
+from .plan import Planner
+
+
+#: the runtime op and helpers module the emitted code calls
+OP_QUALNAME = "scalebox_cst.runtime.recurrence.linear_recurrence"
+HELPERS_QUALNAME = "scalebox_cst.runtime.vectorized"
+
+
+def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bool, str]:
+    """The rewritten loop: ``if <guard>:`` first step, vectorized middle steps, last step
+    ``else:`` the original loop; with its exactness and the reported reason."""
+    # names are reserved before the imports are requested, so a Skip leaves no import behind
+    guard, mid, exact, notes = planner.emit("__SBX__", "__SBX_OP__")
+    helpers = ctx.runtime_name(HELPERS_QUALNAME, "_sbx")
+    op = ctx.runtime_name(OP_QUALNAME, "linear_recurrence")
+
+    def sub(text: str) -> str:
+        return text.replace("__SBX_OP__", op).replace("__SBX__", helpers)
+
+    h = planner.h
+    T = planner.T
+    body = list(_stmts(node.body))
+
+    def bind(index_expr: str) -> str:
+        if h.kind == "index":
+            return f"{h.index} = {index_expr}"
+        names = ", ".join(n for n, _ in h.elements)
+        vals = ", ".join(f"{_code(c).strip()}[{index_expr}]" for _, c in h.elements)
+        return f"{names} = {vals}"
+
+    last_lines = []
+    if planner.shift or planner.readback_items:  # values carried into step 0 from step 1 (a middle
+        last_lines.append(f"if {T} > 2:")  # step when T > 2), read back from what it stored
+        last_lines.append("    " + bind("1"))
+        for var, it in planner.shift.items():
+            last_lines.append(f"    {var} = {_code(it.value).strip()}")  # type: ignore[arg-type]
+        for it in planner.readback_items:
+            last_lines.append(f"    {_one_line(it.node)}")  # type: ignore[arg-type]
+    chunks = [
+        [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],
+        [f"# steps t = {T} - 2 .. 1, vectorized"] + mid,
+        ["# step t = 0, as written"] + last_lines + [bind("0")],
+    ]
+    # one parse for all the generated code: `if <guard>: pass`, then the chunks, `pass` between
+    text = f"if {sub(guard)}:\n    pass\n" + "pass\n".join(
+        "\n".join(sub(x) for x in chunk) + "\n" for chunk in chunks)
+    parsed = list(cst.parse_module(text).body)
+    head_if = parsed[0]
+    parts: List[List[cst.BaseStatement]] = [[]]
+    for st in parsed[1:]:
+        if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 and isinstance(st.body[0], cst.Pass):
+            parts.append([])
+            continue
+        parts[-1].append(st)
+    first, middle, last = parts
+    rest: List[cst.BaseStatement] = middle + last + [s.deep_clone() for s in body]
+    check = planner.carry_check("__SBX__")
+    if check is not None:
+        check = sub(check)
+        # the carried values after the first step decide the arithmetic of the others: when
+        # they are not what the vectorized steps compute with, the other steps run as written
+        i = h.index if h.kind == "index" else planner.fresh("i")
+        loop_text = f"for {i} in range({T} - 2, -1, -1):\n" + ("" if h.kind == "index" else f"    {bind(i)}\n") + "    pass\n"
+        parsed_rest = cst.parse_module(f"if {check}:\n    pass\nelse:\n" + "".join(
+            "    " + ln + "\n" for ln in loop_text.splitlines())).body[0]
+        inner = parsed_rest.orelse.body.body[0]  # type: ignore[attr-defined]
+        kept = [st for st in inner.body.body if not (isinstance(st, cst.SimpleStatementLine)
+                                                     and isinstance(st.body[0], cst.Pass))]
+        inner = inner.with_changes(body=inner.body.with_changes(body=kept + [s.deep_clone() for s in body]))
+        rest = [parsed_rest.with_changes(
+            body=cst.IndentedBlock(body=rest),
+            orelse=cst.Else(body=cst.IndentedBlock(body=[inner])))]  # type: ignore[attr-defined]
+    stmts: List[cst.BaseStatement] = first + [s.deep_clone() for s in body] + rest
+    test = head_if.test  # type: ignore[attr-defined]
+    loop = node.with_changes(leading_lines=())
+    new = cst.If(
+        test=test,
+        body=cst.IndentedBlock(body=stmts),
+        orelse=cst.Else(body=cst.IndentedBlock(body=[loop])),
+        leading_lines=node.leading_lines,
+    )
+    kinds = ", ".join(n for n in notes)
+    shape = "last step special-cased, " if planner.has_split else ""
+    if planner.resets:
+        shape += "episode resets as op stretches, "
+    if exact and planner.cpu:
+        # gradients: see runtime.vectorized.recurrence_ok (the guard cannot see uses outside the
+        # loop, so the claim for them is conditional; values are exact whatever requires grad)
+        exactness = ("bitwise exact on CPU; gradients through it bitwise too where no value they flow "
+                     "through has more than two uses, in the loop and outside it, else reassociated "
+                     "(autograd sums three or more contributions in another order)")
+    elif exact:
+        exact = False
+        exactness = (f"reassociated on {ctx.backend}: the op runs a parallel scan there, equal to the "
+                     "loop up to rounding (about 1e-6 relative in float32)")
+    else:
+        exactness = "reassociated: equal up to rounding (about 1e-6 relative in float32, 1e-15 in float64)"
+    for name, code in planner.views:  # x_t[i] is x[:, i] in the user's text
+        kinds = re.sub(rf"(?<![\w.]){re.escape(name)}\[", f"{code}[:, ", kinds)
+    if planner.views:
+        shape += "time along dimension 1, "
+    needs = ("per-step inputs all tensors (or nn.Parameter), all numpy arrays, all lists of Python floats, "
+             "of tensors or of numpy rows, exact types, one float dtype, device and row shape; lists of "
+             "Python/numpy int or bool flags only with float64 maths")
+    carried = "; the carried value after the first step of that kind and dtype (carry_ok), " \
+        "else the other steps run as written" if planner.carry_check("_") else ""
+    reason = (f"backward linear recurrence {kinds} ({shape}{exactness}): first and last step run as "
+              f"written, steps in between by linear_recurrence; guarded by recurrence_ok ({needs}{carried}), "
+              f"original loop kept in the else branch")
+    return new, exact, reason

@@ -1,0 +1,99 @@
+"""Which backward loops are worth planning (a value flows from one step to the next), and forward
+look-alikes reported with their reason.
+"""
+from __future__ import annotations
+
+import ast
+from typing import List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from .syntax import _bound_names, _names_read, _norm, _pure_container, _stmts, _walk
+from .headers import Header
+
+
+def _forward_memory(node: ast.AST) -> Optional[str]:
+    """A forward loop that reads what it wrote the step before (out[i] = f(out[i-1]))."""
+    it, tgt = node.iter, node.target  # type: ignore[attr-defined]
+    if not (isinstance(tgt, ast.Name) and isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
+            and it.func.id == "range"):
+        return None
+    i = tgt.id
+    written: Set[str] = set()
+    reads: List[Tuple[str, str]] = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Subscript) and isinstance(sub.value, (ast.Name, ast.Attribute)):
+            base = ast.unparse(sub.value)
+            idx = sub.slice
+            if isinstance(sub.ctx, ast.Store) and isinstance(idx, ast.Name) and idx.id == i:
+                written.add(base)
+            elif isinstance(sub.ctx, ast.Load) and isinstance(idx, ast.BinOp) and isinstance(idx.op, ast.Sub) \
+                    and isinstance(idx.left, ast.Name) and idx.left.id == i and isinstance(idx.right, ast.Constant):
+                reads.append((base, ast.unparse(sub)))
+    for base, text in reads:
+        if base in written:
+            return (f"forward recurrence through memory: reads `{text}`, which the loop wrote the step "
+                    "before (only backward carried-value recurrences are vectorized)")
+    return None
+
+
+def _loose_candidate(node: cst.For, header: Header) -> bool:
+    """A backward loop is a candidate when some value flows from one step to the next: a name read
+    before it is assigned in the body, or a container read at another index than it is written."""
+    # recurrence through memory: out[t] written and out[t + 1] read
+    written: Set[str] = set()
+    read: Set[str] = set()
+    stores: Set[int] = set()
+    for n in _walk(node.body):
+        if isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Subscript) \
+                and _pure_container(n.target.value):
+            written.add(_norm(n.target.value))
+            stores.add(id(n.target))
+        elif isinstance(n, cst.Subscript) and id(n) not in stores and _pure_container(n.value):
+            read.add(_norm(n.value))
+    if written & read:
+        return True
+    assigned = _bound_names(node.body) - ({header.index} if header.index else set()) \
+        - {n for n, _ in header.elements}
+    if not assigned:
+        return False
+    defined: Set[str] = set()
+
+    def scan(stmts: Sequence[cst.BaseStatement], defined: Set[str]) -> Tuple[bool, Set[str]]:
+        for st in stmts:
+            if isinstance(st, cst.SimpleStatementLine):
+                for small in st.body:
+                    if isinstance(small, cst.Assign):
+                        reads = _names_read(small.value)
+                        for tg in small.targets:
+                            if not isinstance(tg.target, cst.Name):
+                                reads |= _names_read(tg.target)
+                    else:
+                        reads = _names_read(small)
+                        if isinstance(small, cst.AugAssign):
+                            reads |= _names_read(small.target)
+                    if (reads & assigned) - defined:
+                        return True, defined
+                    if isinstance(small, cst.Assign):
+                        for tg in small.targets:
+                            if isinstance(tg.target, cst.Name):
+                                defined = defined | {tg.target.value}
+            elif isinstance(st, cst.If):
+                if (_names_read(st.test) & assigned) - defined:
+                    return True, defined
+                hit1, d1 = scan(_stmts(st.body), set(defined))
+                if hit1:
+                    return True, defined
+                if st.orelse is not None:
+                    other = [st.orelse] if isinstance(st.orelse, cst.If) else _stmts(st.orelse.body)
+                    hit2, d2 = scan(other, set(defined))
+                    if hit2:
+                        return True, defined
+                    defined = d1 & d2
+            else:
+                if (_names_read(st) & assigned) - defined:
+                    return True, defined
+        return False, defined
+
+    hit, _ = scan(_stmts(node.body), defined)
+    return hit

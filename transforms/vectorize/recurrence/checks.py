@@ -1,0 +1,176 @@
+"""The expression grammar the vectorizer understands and the dataflow between steps (a Planner
+mixin: every method raises Skip with the reason a loop is left alone).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Set
+
+import libcst as cst
+
+from .syntax import _CAST_METHODS, _code, _head, _names_read, _norm, _pure_container, Skip, _walk
+from .body import _callee, Item
+from .affine import Recurrence
+
+
+class BodyChecks:
+    """The body's grammar and dataflow (see module docstring)."""
+
+    def check(self, e: cst.BaseExpression) -> None:
+        """The expression grammar the vectorizer understands (raises Skip with the reason)."""
+        if isinstance(e, (cst.Integer, cst.Float)):
+            return
+        if isinstance(e, cst.Name):
+            if self.h.kind == "index" and e.value == self.h.index:
+                raise Skip(f"uses the loop index `{e.value}` as a value")
+            return
+        if isinstance(e, cst.Attribute):
+            if _pure_container(e) and _head(e) not in self.body_assigned:
+                return
+            raise Skip(f"reads attribute `{_code(e).strip()}` of a value computed in the loop")
+        if isinstance(e, cst.Subscript):
+            self.check_subscript(e)
+            return
+        if isinstance(e, cst.BinaryOperation):
+            if not isinstance(e.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)):
+                raise Skip(f"operator `{_code(e.operator).strip()}` in `{_code(e).strip()}`")
+            self.check(e.left)
+            self.check(e.right)
+            return
+        if isinstance(e, cst.UnaryOperation):
+            if isinstance(e.operator, (cst.Minus, cst.Plus)):
+                self.check(e.expression)
+                return
+            raise Skip(f"operator `{_code(e.operator).strip()}` in `{_code(e).strip()}`")
+        if isinstance(e, cst.IfExp):
+            if self.parser.lsplit(e.test) is None:
+                raise Skip(f"conditional expression `{_code(e).strip()}`")
+            self.check(e.body)
+            self.check(e.orelse)
+            return
+        if isinstance(e, cst.Call):
+            f = e.func
+            if isinstance(f, cst.Attribute) and f.attr.value in _CAST_METHODS and not any(a.star for a in e.args):
+                if f.attr.value == "astype" and len(e.args) != 1:
+                    raise Skip(f"call `{_code(e).strip()}`")
+                if f.attr.value != "astype" and e.args:
+                    raise Skip(f"call `{_code(e).strip()}`")
+                for a in e.args:
+                    if not (_pure_container(a.value) or isinstance(a.value, cst.SimpleString)):
+                        raise Skip(f"call `{_code(e).strip()}`")
+                self.check(f.value)
+                return
+            raise Skip(f"calls `{_callee(e)}()` in the loop body (unknown side effects)")
+        if isinstance(e, (cst.Yield, cst.Await)):
+            raise Skip("`yield` / `await` in the loop body")
+        raise Skip(f"unsupported expression `{_code(e).strip()}`")
+
+    def check_subscript(self, e: cst.Subscript) -> None:
+        if self.element_column(e) is not None:  # x_t[0] of a row x_t: a per-step read of x[:, 0]
+            return
+        base = e.value
+        if not _pure_container(base):
+            raise Skip(f"indexes `{_code(e).strip()}`")
+        if _head(base) in self.body_assigned or _head(base) in self.elements:
+            raise Skip(f"indexes `{_code(e).strip()}`, a value computed in the loop")
+        k = self.parser.ref_offset(e)
+        col = self.index_column(e)
+        if k is None and col is not None:
+            k = col[1]
+        if k is not None:
+            if _norm(base) in self.written and k != 0:
+                raise Skip(f"reads `{_code(e).strip()}`, which the loop writes (a recurrence through memory)")
+            return  # k == 0 of a written container: forward_reads decides
+        names: Set[str] = set().union(*(_names_read(s) for s in e.slice))
+        if self.h.kind == "index" and self.h.index in names:
+            raise Skip(f"indexes `{_code(e).strip()}` (only [t] and [t + k] with k >= 0 are vectorized)")
+        if names & self.body_assigned:
+            raise Skip(f"indexes `{_code(e).strip()}` with a value computed in the loop")
+        if _norm(base) in self.written:
+            raise Skip(f"reads `{_code(e).strip()}`, which the loop writes")
+        # a loop-invariant read such as next_value[0]
+
+    def dataflow(self) -> None:
+        middle = self.middle
+        # each write into a list / deque becomes one extend of the whole block: two writes into the
+        # same container per step would come out grouped by write, not interleaved by step
+        seen: Set[str] = set()
+        for it in middle:
+            if it.container is not None:
+                key = _norm(it.container)
+                if key in seen:
+                    raise Skip(f"writes into `{_code(it.container).strip()}` twice per step "
+                               "(one extend per write would reorder its items)")
+                seen.add(key)
+        defined: Set[str] = set()
+        assign_of: Dict[str, Item] = {}
+        pre_reads: Dict[str, List[Item]] = {}
+        resets: Dict[str, Item] = {}
+        for it in middle:
+            if it.kind == "reset":
+                if it.var in resets:
+                    raise Skip(f"`{it.var}` is reset twice in one step")
+                if it.var in defined:
+                    raise Skip(f"`{it.var}` is reset after it was assigned in the same step")
+                resets[it.var] = it  # type: ignore[index]
+                reads = _names_read(it.cond) & self.body_assigned  # type: ignore[arg-type]
+            else:
+                reads = _names_read(it.value) & self.body_assigned  # type: ignore[arg-type]
+            for n in reads:
+                if n not in defined:
+                    pre_reads.setdefault(n, []).append(it)
+            if it.kind == "assign" and it.var is not None:
+                if it.var in assign_of:
+                    raise Skip(f"`{it.var}` is assigned twice in one step")
+                assign_of[it.var] = it
+                defined.add(it.var)
+        self.assign_of = assign_of
+        self.recs: List[Recurrence] = []
+        self.shift: Dict[str, Item] = {}
+        rec_vars: List[str] = []
+        for n, readers in pre_reads.items():
+            own = assign_of.get(n)
+            if own is None:
+                raise Skip(f"`{n}` keeps its value from an earlier step (it is not assigned on every path)")
+            if own in readers:
+                others = [r for r in readers if r is not own]
+                if others:
+                    raise Skip(f"the carried value `{n}` is read before its update, outside the update")
+                rec_vars.append(n)
+            else:
+                if not self._shiftable(own):
+                    raise Skip(f"`{n}` carries a value from the previous step that is not a plain per-step read")
+                self.shift[n] = own
+        for n in resets:
+            if n not in rec_vars:
+                raise Skip(f"`{n}` is reset but it is not a carried recurrence")
+        if not rec_vars:
+            raise Skip("no value in the loop depends on its own previous value")
+        if resets and self.has_split:
+            raise Skip("an episode reset together with the last-step special case")
+        self.rec_vars = rec_vars
+        self.resets = resets
+        # post-update reads of a carried value: allowed; pre-update ones were refused above.
+        # values read in the middle steps must be computed from per-step reads and invariants
+        for it in middle:
+            if it.kind == "reset":
+                self.check_cond(it.cond)  # type: ignore[arg-type]
+
+    def _reads_written(self, e: cst.BaseExpression) -> bool:
+        """``e`` reads (a subscript of) a container the loop writes."""
+        written = getattr(self, "written", ())
+        return any(isinstance(n, cst.Subscript) and _pure_container(n.value) and _norm(n.value) in written
+                   for n in _walk(e))
+
+    def _shiftable(self, it: Item) -> bool:
+        if it.outs or it.value is None:
+            return False
+        if self._reads_written(it.value):
+            return False  # what this step stored, carried into the next one
+        return not (_names_read(it.value) & self.body_assigned)
+
+    def check_cond(self, cond: cst.BaseExpression) -> None:
+        e = cond
+        if isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Not):
+            e = e.expression
+        if self.per_step(e) is None:
+            raise Skip(f"episode reset on `{_code(cond).strip()}` (only a per-step value or `not` one)")

@@ -1,0 +1,177 @@
+"""Documented examples of vectorize.recurrence (rewritten and left alone), run by the example tests.
+"""
+from __future__ import annotations
+
+from ...base import Example
+
+
+EXAMPLES = [
+    Example(
+        code=(
+            "import torch\n"
+            "def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, num_steps):\n"
+            "    advantages = torch.zeros_like(rewards)\n"
+            "    lastgaelam = 0\n"
+            "    for t in reversed(range(num_steps)):\n"
+            "        if t == num_steps - 1:\n"
+            "            nextnonterminal = 1.0 - next_done\n"
+            "            nextvalues = next_value\n"
+            "        else:\n"
+            "            nextnonterminal = 1.0 - dones[t + 1]\n"
+            "            nextvalues = values[t + 1]\n"
+            "        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]\n"
+            "        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam\n"
+            "    return advantages\n"
+        ),
+        rewritten=True,
+        note="CleanRL GAE: bitwise exact (the coefficient is the left-associated prefix of the product)",
+    ),
+    Example(
+        code=(
+            "def discounted(rewards, gamma):\n"
+            "    R = 0\n"
+            "    returns = []\n"
+            "    for r in reversed(rewards):\n"
+            "        R = r + gamma * R\n"
+            "        returns.insert(0, R)\n"
+            "    return returns\n"
+        ),
+        rewritten=True,
+        note="REINFORCE returns over a list of floats",
+    ),
+    Example(
+        code=(
+            "from collections import deque\n"
+            "def finish_episode(rewards, gamma):\n"
+            "    R = 0\n"
+            "    returns = deque()\n"
+            "    for r in rewards[::-1]:\n"
+            "        R = r + gamma * R\n"
+            "        returns.appendleft(R)\n"
+            "    return returns\n"
+        ),
+        rewritten=True,
+        note="pytorch/examples reinforce.py: deque.appendleft (the guard checks it is a deque)",
+    ),
+    Example(
+        code=(
+            "def returns_of(rewards, dones, gamma):\n"
+            "    out = []\n"
+            "    discounted_reward = 0\n"
+            "    for reward, done in zip(reversed(rewards), reversed(dones)):\n"
+            "        if done:\n"
+            "            discounted_reward = 0\n"
+            "        discounted_reward = reward + (gamma * discounted_reward)\n"
+            "        out.insert(0, discounted_reward)\n"
+            "    return out\n"
+        ),
+        rewritten=True,
+        note="PPO-PyTorch: episode resets become stretches of the op, exact",
+    ),
+    Example(
+        code=(
+            "def train(rewards, gamma, optimizer):\n"
+            "    R = 0.0\n"
+            "    for t in reversed(range(len(rewards))):\n"
+            "        R = rewards[t] + gamma * R\n"
+            "        optimizer.step()\n"
+            "    return R\n"
+        ),
+        rewritten=False,
+        reason="calls `optimizer.step()`",
+    ),
+    Example(
+        code=(
+            "def f(r, T):\n"
+            "    s = 0.0\n"
+            "    for t in reversed(range(T)):\n"
+            "        s = s * s + r[t]\n"
+            "    return s\n"
+        ),
+        rewritten=False,
+        reason="appears non-affinely",
+    ),
+    Example(
+        code=(
+            "def returns_of(returns, rewards, masks, gamma):\n"
+            "    for step in reversed(range(rewards.size(0))):\n"
+            "        returns[step] = returns[step + 1] * gamma * masks[step + 1] + rewards[step]\n"
+            "    return returns\n"
+        ),
+        rewritten=True,
+        note="ikostrikov storage: carried through returns[step + 1]; the mask is regrouped into the "
+             "coefficient (reassociated)",
+    ),
+    Example(
+        code=(
+            "def f(out, r, T, gamma):\n"
+            "    for t in reversed(range(T - 2)):\n"
+            "        out[t] = r[t] + gamma * out[t + 2]\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="recurrence through memory",
+    ),
+    Example(
+        code=(
+            "import numpy as np\n"
+            "def advantages(self, reward_arr, values, dones_arr):\n"
+            "    advantage = np.zeros(len(reward_arr), dtype=np.float32)\n"
+            "    for t in range(len(reward_arr)-1):\n"
+            "        discount = 1\n"
+            "        a_t = 0\n"
+            "        for k in range(t, len(reward_arr)-1):\n"
+            "            a_t += discount*(reward_arr[k] + self.gamma*values[k+1]*(1-int(dones_arr[k])) - values[k])\n"
+            "            discount *= self.gamma*self.gae_lambda\n"
+            "        advantage[t] = a_t\n"
+            "    return advantage\n"
+        ),
+        rewritten=True,
+        note="Phil Tabor's quadratic GAE: one backward recurrence, reassociated; the discount still "
+             "runs across episode ends, as in the original",
+    ),
+    Example(
+        code=(
+            "def returns_of(rewards, gamma):\n"
+            "    returns = []\n"
+            "    for t in range(len(rewards)):\n"
+            "        G = 0\n"
+            "        for k in range(t, len(rewards)):\n"
+            "            G += gamma ** (k - t) * rewards[k]\n"
+            "        returns.append(G)\n"
+            "    return returns\n"
+        ),
+        rewritten=True,
+        note="quadratic discounted returns with a power discount, appended",
+    ),
+    Example(
+        code=(
+            "def truncated(rewards, dones, gamma, out):\n"
+            "    for t in range(len(rewards)):\n"
+            "        G = 0\n"
+            "        for k in range(t, len(rewards)):\n"
+            "            G += gamma ** (k - t) * rewards[k]\n"
+            "            if dones[k]:\n"
+            "                break\n"
+            "        out[t] = G\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="episode-truncated sum",
+    ),
+    Example(
+        code=(
+            "def f(rewards, gamma, out):\n"
+            "    discount = 1\n"
+            "    for t in range(len(rewards)):\n"
+            "        G = 0\n"
+            "        for k in range(t, len(rewards)):\n"
+            "            G += discount * rewards[k]\n"
+            "            discount *= gamma\n"
+            "        out[t] = G\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="is not reset for each `t`",
+    ),
+]

@@ -1,0 +1,144 @@
+"""Finding loops and replacing them: statement-list walks shared by ast and libcst, the names a
+module binds, loops kept by an earlier rewrite.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, Optional, Set
+
+import libcst as cst
+
+from .syntax import _code, _stmts
+
+
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _statement_fors(stmts, lib, before: Optional[dict] = None):
+    """For statements in source order, walking statement lists only (``lib`` is ``ast`` or
+    ``cst``: both parsers nest statements the same way, so the i-th loops correspond).
+    ``before``: filled with id(loop) -> (its statement list, its index there)."""
+    for i, st in enumerate(stmts):
+        if isinstance(st, lib.For) or (lib is ast and isinstance(st, ast.AsyncFor)):
+            if before is not None:
+                before[id(st)] = (stmts, i)
+            yield st
+        if lib is cst and not isinstance(st, cst.BaseCompoundStatement):
+            continue
+        for field in _BLOCKS:
+            block = getattr(st, field, None)
+            if block is None:
+                continue
+            if lib is cst:
+                if isinstance(block, cst.If):  # elif
+                    yield from _statement_fors([block], lib, before)
+                    continue
+                if isinstance(block, (cst.Else, cst.Finally)):
+                    block = block.body
+                if isinstance(block, cst.BaseSuite):
+                    yield from _statement_fors(_stmts(block), lib, before)
+                elif isinstance(block, (list, tuple)):  # handlers, cases
+                    for h in block:
+                        yield from _statement_fors(_stmts(h.body), lib, before)
+            else:
+                if field in ("handlers", "cases"):
+                    for h in block:
+                        yield from _statement_fors(h.body, lib, before)
+                else:
+                    yield from _statement_fors(block, lib, before)
+
+
+def _ast_bound(tree: ast.Module) -> Set[str]:
+    """Names the module binds anywhere (to tell a shadowed ``reversed`` from the builtin)."""
+    out: Set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in n.names)
+    return out
+
+
+def _replace_statements(node: cst.CSTNode, replace: Dict[cst.For, cst.CSTNode]) -> cst.CSTNode:
+    """``node`` with the statements in ``replace`` swapped, rebuilding only the blocks on the way
+    to them (a full libcst transformer pass costs far more on a large file)."""
+
+    def stmts(seq):
+        out, changed = [], False
+        for st in seq:
+            new = replace.get(st, st) if isinstance(st, cst.For) else st
+            if new is st and isinstance(st, cst.BaseCompoundStatement):
+                new = compound(st)
+            changed = changed or new is not st
+            out.append(new)
+        return (out, True) if changed else (seq, False)
+
+    def suite(block):
+        if isinstance(block, cst.IndentedBlock):
+            body, changed = stmts(block.body)
+            return block.with_changes(body=body) if changed else block
+        return block  # a one-line suite holds no loop
+
+    def compound(st):
+        changes = {}
+        body = getattr(st, "body", None)
+        if isinstance(body, cst.BaseSuite):
+            new = suite(body)
+            if new is not body:
+                changes["body"] = new
+        orelse = getattr(st, "orelse", None)
+        if isinstance(orelse, cst.If):
+            new = compound(orelse)
+            if new is not orelse:
+                changes["orelse"] = new
+        elif isinstance(orelse, cst.Else):
+            new = suite(orelse.body)
+            if new is not orelse.body:
+                changes["orelse"] = orelse.with_changes(body=new)
+        final = getattr(st, "finalbody", None)
+        if isinstance(final, cst.Finally):
+            new = suite(final.body)
+            if new is not final.body:
+                changes["finalbody"] = final.with_changes(body=new)
+        for field in ("handlers", "cases"):
+            items = getattr(st, field, None)
+            if items:
+                new_items = [h.with_changes(body=suite(h.body)) if suite(h.body) is not h.body else h for h in items]
+                if any(a is not b for a, b in zip(new_items, items)):
+                    changes[field] = new_items
+        return st.with_changes(**changes) if changes else st
+
+    body, changed = stmts(node.body)  # type: ignore[attr-defined]
+    return node.with_changes(body=body) if changed else node
+
+
+def _kept_loops(module: cst.Module) -> Set[cst.For]:
+    """Loops kept in the else branch of an earlier rewrite (left as they are)."""
+    kept: Set[cst.For] = set()
+
+    def walk(stmts) -> None:
+        for st in stmts:
+            if not isinstance(st, cst.BaseCompoundStatement):
+                continue
+            if isinstance(st, cst.If) and isinstance(st.orelse, cst.Else) and (
+                    ".recurrence_ok(" in _code(st.test) or ".quadratic_ok(" in _code(st.test)
+                    or ".carry_ok(" in _code(st.test)):
+                kept.update(x for x in _stmts(st.orelse.body) if isinstance(x, cst.For))
+            for field in _BLOCKS:
+                block = getattr(st, field, None)
+                if isinstance(block, cst.If):
+                    walk([block])
+                elif isinstance(block, (cst.Else, cst.Finally)):
+                    walk(_stmts(block.body))
+                elif isinstance(block, cst.BaseSuite):
+                    walk(_stmts(block))
+                elif isinstance(block, (list, tuple)):
+                    for h in block:
+                        walk(_stmts(h.body))
+
+    walk(module.body)
+    return kept

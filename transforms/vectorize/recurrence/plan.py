@@ -1,0 +1,296 @@
+"""The Planner: analyses one candidate loop (raising Skip with the reason) and renders its
+vectorized branch. Split by concern: the body's grammar and dataflow (:mod:`.checks`), per-step
+reads and their rendering as arrays (:mod:`.render`), the affine algebra of the carried update
+(:mod:`.affine`), the guard and the emitted lines (:mod:`.emit`); this module holds the analysis
+that ties them together (read-backs, forward reads, recurrences through memory).
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Set, Tuple
+
+import libcst as cst
+
+from ...base import FileContext
+from .syntax import _bound_names, _code, _head, _names_read, _norm, _one_line, _paren, _pure_container, Skip, _stmts, _subst, _walk
+from .headers import Header
+from .body import BodyParser, _flatten, Item
+from .checks import BodyChecks
+from .render import Render
+from .affine import Affine
+from .emit import Emit
+
+
+class Planner(BodyChecks, Render, Affine, Emit):
+    """Analyses one candidate loop (raising Skip) and renders its vectorized branch."""
+
+    def __init__(self, ctx: FileContext, node: cst.For, header: Header, reassociate: bool, cpu: bool = True) -> None:
+        self.ctx = ctx
+        self.cpu = cpu  # CPU backend: the guard keeps tensors on CPU, where the op is bitwise exact
+        self.node = node
+        self.h = header
+        self.reassociate = reassociate
+        self.parser = BodyParser(header)
+        self.elements = {name: cont for name, cont in header.elements}
+        self.seqs: Dict[str, int] = {}  # container code -> max offset read in the middle steps
+        self.seq_nodes: Dict[str, cst.BaseExpression] = {}
+        self.conds: Dict[str, int] = {}
+        self.consts: Dict[str, None] = {}
+        self.scalars: Dict[str, None] = {}
+        self.vec_names: Dict[str, str] = {}  # container code -> its array name
+        self.cond_names: Dict[str, str] = {}
+        self.seq_labels: Dict[str, str] = {}  # container code -> the base of its array names
+        self.columns: Dict[str, cst.BaseExpression] = {}  # x_t[i] -> the column node
+        self.dropped: Set[int] = set()  # ids of `tmp = out[t + 1]` items the middle steps do without
+        self.readback_items: List[Item] = []  # `s = out[t, 0]`: re-run at t = 1 for the last step
+        self.read_back_by: Dict[int, List[Item]] = {}  # id of the update -> its read-back items
+        self.cells: List[cst.BaseExpression] = []  # outs whose rows must hold one element
+        self.forwarded: Dict[int, Tuple[str, Tuple[str, ...]]] = {}  # out[t] read after this step's write
+        self.fwd_reads: Dict[str, int] = {}  # out code -> number of column indices of its reads
+        self.views: List[Tuple[str, str]] = []  # (name, container): x_t = x.movedim(1, 0), bound by the guard
+        self.divides = False
+        self.weak_ok = True  # lists of Python numbers next to arrays may be vectorized (see emit)
+        self.step_names: Set[str] = set()  # arrays over the middle steps (temporaries, results)
+        self.T = ""
+
+    # ---- names
+    def fresh(self, base: str) -> str:
+        base = re.sub(r"\W", "_", base) or "v"
+        return self.ctx.imports.unique_name(base)
+
+    # ---- analysis
+    def analyse(self) -> None:
+        node = self.node
+        if node.orelse is not None:
+            raise Skip("the loop has an `else:` clause")
+        if node.asynchronous is not None:
+            raise Skip("`async for` loop")
+        self.items = self.parser.block(_stmts(node.body))
+        if self.h.unpacked:
+            names = ", ".join(n for n, _ in self.h.elements)
+            raise Skip(f"unpacks each element of `{_code(self.node.iter).strip()}` into `{names}` "
+                       "(per-step tuples are not vectorized)")
+        self.body_assigned = _bound_names(node.body)
+        h = self.h
+        if h.index in self.body_assigned or any(n in self.body_assigned for n in self.elements):
+            raise Skip("the loop assigns its own loop variable")
+        bound_by = _names_read(h.T) if h.T is not None else set()
+        if h.named is not None:
+            bound_by.add(h.named.value)
+        for _, cont in h.elements:
+            bound_by |= _names_read(cont)
+        if bound_by & self.body_assigned:
+            raise Skip("the loop bound / sequence is reassigned in the body")
+        # containers written by the loop (out[t] = ..., lst.append / insert)
+        self.written: Set[str] = set()
+        for it in _flatten(self.items, True) + _flatten(self.items, False):
+            for o in it.outs:
+                self.written.add(_norm(o))
+            if it.container is not None:
+                self.written.add(_norm(it.container))
+        for name, cont in h.elements:
+            if _norm(cont) in self.written:
+                raise Skip(f"writes `{_code(cont)}`, which it iterates over")
+        self.memo: Dict[str, cst.BaseExpression] = {}  # carried value kept in out[t+1]: its name -> out
+        self.memo_src: Dict[str, str] = {}
+        self.readbacks()
+        self.memory_recurrences()
+        # every expression in the body, both cases: allowed grammar only
+        for it in self._all_items(self.items):
+            if id(it) in self.dropped:
+                continue
+            for expr in self._exprs(it):
+                self.check(expr)
+        self.middle = self.merge_chained([it for it in _flatten(self.items, True) if id(it) not in self.dropped])
+        self.forward_reads()
+        self.has_split = any(it.kind == "split" for it in self.items)
+        self.dataflow()
+
+    def readbacks(self) -> None:
+        """``out[t] = f(s)`` then, later in the step, ``s = out[t, 0]`` (or ``s = out[t]``), with
+        ``s`` read by that update alone (Khrylx's ``prev_return = returns[i, 0]``): in the middle
+        steps ``s`` is what the previous step stored, ``out[t + 1]``; with one element per row
+        (``cells``, checked at run time) the row and its element give the same stored values, so
+        the update becomes ``out[t] = f(out[t + 1])``, a recurrence through memory. The read-back
+        statement leaves the middle steps and runs once at t = 1 for the last step."""
+        top = [it for it in self.items if it.kind == "assign"]
+        everything = self._all_items(self.items)
+        middle = _flatten(self.items, True)
+        pos = {id(x): i for i, x in enumerate(middle)}
+        t = self.h.index
+        for r in top:
+            v = r.value
+            s = r.var
+            if s is None or r.outs or not isinstance(v, cst.Subscript) or not _pure_container(v.value):
+                continue
+            if s == self.h.index or s in self.elements or s == _head(v.value):
+                continue
+            X = _norm(v.value)
+            col = self.index_column(v)
+            if self.parser.ref_offset(v) == 0:
+                cells = False
+            elif col is not None and col[1] == 0 and all(i in ("0", "-1") for i in col[2]):
+                cells = True
+            else:
+                continue
+            writers = [o for o in everything if any(_norm(x) == X for x in o.outs)]
+            if len(writers) != 1:
+                continue
+            w = writers[0]
+            if w not in top or w.var is not None or len(w.outs) != 1 or pos[id(w)] > pos[id(r)]:
+                continue
+            if any(x is not r and x.var == s for x in everything):
+                continue  # assigned elsewhere (also in the first step's branch): not always out[t + 1]
+            if s not in _names_read(w.value) or any(  # type: ignore[arg-type]
+                    x is not w and x is not r and any(s in _names_read(e) for e in self._exprs(x)) for x in middle):
+                continue
+            nxt = cst.parse_expression(f"{_code(v.value).strip()}[{t} + 1]")
+            w.value = _subst(w.value, lambda e, s=s: isinstance(e, cst.Name) and e.value == s, nxt)  # type: ignore[arg-type]
+            self.dropped.add(id(r))
+            self.readback_items.append(r)
+            self.read_back_by.setdefault(id(w), []).append(r)
+            if cells:
+                self.cells.append(w.outs[0])
+
+    def forward_reads(self) -> None:
+        """Reads of ``out[t]`` / ``out[t, i]`` after this step's write of ``out[t]`` (Khrylx's
+        ``deltas[i]``) are reads of what the vectorized write stored: ``out[1:T - 1]``. Any other
+        read of a written container at [t] in the middle steps is refused."""
+        done: Set[str] = set()
+        for it in self.middle:
+            for e in self._exprs(it):
+                for n in _walk(e):
+                    if not isinstance(n, cst.Subscript) or not _pure_container(n.value):
+                        continue
+                    X = _norm(n.value)
+                    if X not in self.written:
+                        continue
+                    col = self.index_column(n)
+                    if self.parser.ref_offset(n) == 0:
+                        idx: Tuple[str, ...] = ()
+                    elif col is not None and col[1] == 0:
+                        idx = col[2]
+                    else:
+                        continue  # reported by check_subscript / handled as memory
+                    writers = [o for o in self._all_items(self.items) if any(_norm(x) == X for x in o.outs)]
+                    if X not in done or len(writers) != 1:
+                        raise Skip(f"reads `{_code(n).strip()}`, which the loop writes")
+                    code = _code(n.value).strip()
+                    self.forwarded[id(n)] = (code, idx)
+            for o in it.outs:
+                done.add(_norm(o))
+
+    def memory_recurrences(self) -> None:
+        """``out[t] = f(out[t + 1])``: the value carried through ``out`` becomes a named carried
+        value (``out[t + 1]`` is what the previous step stored). The read may also reach the
+        update through a temporary assigned in the middle steps, ``tmp = out[t + 1]`` (CleanRL's
+        ``next_return = returns[t + 1]`` in the else branch of the last-step split): when the
+        update is the only reader of ``tmp`` there, ``tmp`` is the carried value too, and the
+        middle steps do without its assignment (the first and last steps run it as written)."""
+        top = [it for it in self.items if it.kind == "assign"]
+        everything = [x for x in self._all_items(self.items) if id(x) not in self.dropped]
+        middle = [x for x in _flatten(self.items, True) if id(x) not in self.dropped]
+        pos = {id(x): i for i, x in enumerate(middle)}
+        for it in top:
+            if it.var is not None or len(it.outs) != 1:
+                continue
+            X = _norm(it.outs[0])
+            refs: List[Tuple[Item, int]] = []
+            for other in everything:
+                for e in self._exprs(other):
+                    refs.extend((other, k) for k in self._reads_of(e, X))
+            aliases = [o for o, k in refs if o is not it and k == 1 and self._alias_of(o, X, it, middle)]
+            # this step's stored value read after the write: forwarded (see forward_reads)
+            later = [o for o, k in refs if k == 0 and id(o) in pos and pos[id(o)] > pos[id(it)]]
+            if not any(o is it and k == 1 for o, k in refs) and not aliases:
+                continue  # not carried through memory
+            if any((o is not it or k != 1) and o not in aliases and o not in later for o, k in refs):
+                continue  # reads the check below reports
+            writers = [o for o in everything if any(_norm(x) == X for x in o.outs)]
+            if writers != [it]:
+                continue
+            name = self.fresh(f"{X.split('.')[-1]}_next")
+            self.memo_src[name] = _one_line(it.node) + "".join(  # type: ignore[arg-type]
+                f" (`{_one_line(o.node)}`)" for o in aliases + self.read_back_by.get(id(it), []))  # type: ignore[arg-type]
+            value = _subst(it.value, lambda e: self._is_ref(e, X, 1), cst.Name(name))  # type: ignore[arg-type]
+            for o in aliases:
+                tmp = o.var
+                value = _subst(value, lambda e, tmp=tmp: isinstance(e, cst.Name) and e.value == tmp, cst.Name(name))
+                self.dropped.add(id(o))
+            it.value = value
+            it.var = name
+            self.memo[name] = it.outs[0]
+            self.body_assigned.add(name)
+
+    def _alias_of(self, o: Item, X: str, it: Item, middle: List[Item]) -> bool:
+        """``o`` is ``tmp = X[t + 1]`` in the middle steps, before the update ``it``, and ``it`` is
+        the only middle-step reader of ``tmp`` (nothing else assigns it there)."""
+        if o.kind != "assign" or o.var is None or o.outs or not self._is_ref(o.value, X, 1):  # type: ignore[arg-type]
+            return False
+        tmp = o.var
+        if tmp == _head(o.value.value) or tmp == self.h.index or tmp in self.elements:  # type: ignore[union-attr]
+            return False
+        pos = {id(x): i for i, x in enumerate(middle)}
+        if id(o) not in pos or id(it) not in pos or pos[id(o)] > pos[id(it)]:
+            return False
+        for x in middle:
+            if x is o:
+                continue
+            if x.var == tmp:
+                return False
+            if x is not it and any(tmp in _names_read(e) for e in self._exprs(x)):
+                return False
+        return True
+
+    def _is_ref(self, e: cst.CSTNode, X: str, k: int) -> bool:
+        return isinstance(e, cst.Subscript) and _pure_container(e.value) and _norm(e.value) == X \
+            and self.parser.ref_offset(e) == k
+
+    def _reads_of(self, e: cst.CSTNode, X: str) -> List[int]:
+        """Offsets k of every read of ``X[...]`` under ``e`` (-1: not a per-step read)."""
+        found: List[int] = []
+        for n in _walk(e):
+            if isinstance(n, cst.Subscript) and _pure_container(n.value) and _norm(n.value) == X:
+                k = self.parser.ref_offset(n)
+                found.append(-1 if k is None else k)
+        return found
+
+    def merge_chained(self, middle: List[Item]) -> List[Item]:
+        """``s = f(s); s = g(s)`` in one step is the update ``s = g(f(s))`` (affine if both are)."""
+        out: List[Item] = []
+        for it in middle:
+            prev = next((p for p in reversed(out) if p.kind == "assign" and p.var == it.var), None) \
+                if it.kind == "assign" and it.var is not None else None
+            if prev is None:
+                out.append(it)
+                continue
+            s = it.var
+            between = out[out.index(prev) + 1:]
+            if s not in _names_read(it.value) or prev.outs or any(  # type: ignore[arg-type]
+                    s in _names_read(b.value if b.value is not None else b.cond) for b in between):  # type: ignore[arg-type]
+                raise Skip(f"`{s}` is assigned twice in one step")
+            value = _subst(it.value, lambda e: isinstance(e, cst.Name) and e.value == s,  # type: ignore[arg-type]
+                           _paren(prev.value))  # type: ignore[arg-type]
+            # nothing in between reads s, so the merged update can sit where the last one was
+            out.remove(prev)
+            out.append(Item("assign", node=it.node, var=s, outs=it.outs, value=value))
+        return out
+
+    def _all_items(self, items: List[Item]) -> List[Item]:
+        out: List[Item] = []
+        for it in items:
+            if it.kind == "split":
+                out.extend(self._all_items(it.then))
+                out.extend(self._all_items(it.other))
+            else:
+                out.append(it)
+        return out
+
+    def _exprs(self, it: Item) -> List[cst.BaseExpression]:
+        exprs = [e for e in (it.value,) if e is not None]
+        if it.cond is not None:
+            c = it.cond
+            if isinstance(c, cst.UnaryOperation) and isinstance(c.operator, cst.Not):
+                c = c.expression
+            exprs.append(c)
+        return exprs

@@ -1,0 +1,121 @@
+"""The vectorize.recurrence transform: cheap ast pre-filter, then each backward loop recognised,
+planned and emitted (single-loop recurrences) or handed to :mod:`.quadratic` (double loops).
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
+
+from ...base import FileContext, Transform
+from .syntax import _BUILTINS, Skip
+from .headers import _backward_header, _named_range_ast, _named_range_header, _walks_backward
+from .views import _time_views
+from .candidates import _forward_memory, _loose_candidate
+from .loops import _ast_bound, _kept_loops, _replace_statements, _statement_fors
+from .plan import Planner
+from .build import build, HELPERS_QUALNAME, OP_QUALNAME
+from . import quadratic
+from .examples import EXAMPLES
+
+
+ID = "vectorize.recurrence"
+
+
+class VectorizeRecurrence(Transform):
+    id = ID
+    version = "4"
+    triggers = ("reversed(", "::-1", "-1, -1", "-1,-1", "range(")
+    description = "Backward linear recurrences (GAE, discounted returns) -> one linear_recurrence call, guarded."
+
+    EXAMPLES = EXAMPLES
+
+    def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        # Cheap first: the stdlib ast (shared by all transforms) says which loops are worth a look
+        # and gives their lines; libcst (parsed only now, and walked over statement lists only) is
+        # needed just for the loops that are. None: unchanged.
+        ast_before: dict = {}
+        ast_loops = list(_statement_fors(ctx.tree.body, ast, ast_before))
+        sites: List[Site] = []
+        backward: List[int] = []
+        quad: Set[int] = set()
+        for i, n in enumerate(ast_loops):
+            span = (n.lineno, n.end_lineno or n.lineno)
+            if quadratic.candidate(n):
+                quad.add(i)
+                backward.append(i)
+                continue
+            reason = None
+            if not _walks_backward(n) and not _named_range_ast(n, ast_before.get(id(n))):
+                reason = _forward_memory(n)
+                if reason is None:
+                    continue
+            if reason is not None:
+                sites.append(Site(ID, span[0], span[1], SKIPPED, reason))
+            else:
+                backward.append(i)
+        if not backward:
+            return None, sites
+        module = ctx.module
+        cst_before: dict = {}
+        cst_loops = list(_statement_fors(module.body, cst, cst_before))
+        if len(cst_loops) != len(ast_loops):  # pragma: no cover - the two parsers agree on statements
+            return None, sites
+        bound = _ast_bound(ctx.tree)
+        shadowed = bound & set(_BUILTINS)
+        ours = _kept_loops(module)
+        reassociate = bool(ctx.option("vectorize.recurrence", "reassociate", True))
+        replace: Dict[cst.For, cst.CSTNode] = {}
+        for i in backward:
+            node, span = cst_loops[i], (ast_loops[i].lineno, ast_loops[i].end_lineno or ast_loops[i].lineno)
+            if node in ours:
+                continue
+
+            def site(action: str, reason: str, exactness: Optional[str] = None) -> Site:
+                return Site(ID, span[0], span[1], action, reason, exactness)
+
+            if i in quad:
+                try:
+                    replace[node], reason = quadratic.rewrite_loop(
+                        ctx, node, bound & set(quadratic.BUILTINS), reassociate,
+                        HELPERS_QUALNAME, OP_QUALNAME)
+                except Skip as exc:
+                    sites.append(site(SKIPPED, str(exc)))
+                except Exception as exc:  # an analysis bug must not cost the user the other rewrites
+                    sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
+                else:
+                    sites.append(site(REWRITTEN, reason, REASSOCIATED))
+                continue
+            header = _backward_header(node, shadowed) or _named_range_header(node, cst_before.get(id(node)), shadowed)
+            if header is None:
+                continue
+            if not _loose_candidate(node, header):
+                continue
+            try:
+                viewed = _time_views(ctx, node, header)
+            except Skip as exc:
+                sites.append(site(SKIPPED, str(exc)))
+                continue
+            planner = Planner(ctx, viewed[0] if viewed else node, header, reassociate, cpu=ctx.backend == "cpu")
+            planner.views = viewed[1] if viewed else []
+            try:
+                planner.analyse()
+                new, exact, reason = self.build(ctx, node, planner)
+            except Skip as exc:
+                sites.append(site(SKIPPED, str(exc)))
+                continue
+            except Exception as exc:  # an analysis bug must not cost the user the other rewrites
+                sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
+                continue
+            replace[node] = new
+            sites.append(site(REWRITTEN, reason, EXACT if exact else REASSOCIATED))
+        if not replace:
+            return None, sites
+
+        return _replace_statements(module, replace), sites  # type: ignore[arg-type]
+
+    def build(self, ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bool, str]:
+        return build(ctx, node, planner)
