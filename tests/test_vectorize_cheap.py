@@ -18,9 +18,9 @@ from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN
 from scalebox_cst.transforms import REGISTRY, FileContext, loop_analysis
-from scalebox_cst.transforms.vectorize_elementwise import VectorizeElementwise, _joiner_lines
-from scalebox_cst.transforms.vectorize_reduction import VectorizeReduction
-from scalebox_cst.transforms.vectorize_target_update import VectorizeTargetUpdate
+from scalebox_cst.transforms.vectorize.elementwise import VectorizeElementwise, _joiner_lines
+from scalebox_cst.transforms.vectorize.reduction import VectorizeReduction
+from scalebox_cst.transforms.vectorize.target_update import VectorizeTargetUpdate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRANSFORMS = [VectorizeReduction, VectorizeElementwise, VectorizeTargetUpdate]

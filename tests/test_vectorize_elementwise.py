@@ -17,7 +17,7 @@ from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import loop_batch
 from scalebox_cst.transforms import REGISTRY
-from scalebox_cst.transforms.vectorize_elementwise import ID, VectorizeElementwise
+from scalebox_cst.transforms.vectorize.elementwise import ID, VectorizeElementwise
 
 
 def rewrite(src):

@@ -17,7 +17,7 @@ from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import loop_batch
 from scalebox_cst.transforms import REGISTRY
-from scalebox_cst.transforms.vectorize_reduction import ID, VectorizeReduction
+from scalebox_cst.transforms.vectorize.reduction import ID, VectorizeReduction
 
 
 def rewrite(src):

@@ -23,8 +23,8 @@ from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import scatter
-from scalebox_cst.transforms.elementwise_scatter import EXAMPLES, LEFT_ALONE_EXAMPLES
-from scalebox_cst.transforms.vectorize_elementwise import ID, VectorizeElementwise
+from scalebox_cst.transforms.vectorize.scatter_examples import EXAMPLES, LEFT_ALONE_EXAMPLES
+from scalebox_cst.transforms.vectorize.elementwise import ID, VectorizeElementwise
 
 
 def rewrite(src, backend="cpu"):

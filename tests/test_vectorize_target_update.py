@@ -23,7 +23,7 @@ from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import target_update as tu
 from scalebox_cst.transforms import REGISTRY
-from scalebox_cst.transforms.vectorize_target_update import ID, VectorizeTargetUpdate
+from scalebox_cst.transforms.vectorize.target_update import ID, VectorizeTargetUpdate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -11,9 +11,9 @@ from .base import Example, FileContext, Transform
 from .grad_clip import GradClip
 from .device import DEVICE_TRANSFORMS
 from .vectorize.recurrence import VectorizeRecurrence
-from .vectorize_elementwise import VectorizeElementwise
-from .vectorize_reduction import VectorizeReduction
-from .vectorize_target_update import VectorizeTargetUpdate
+from .vectorize.elementwise import VectorizeElementwise
+from .vectorize.reduction import VectorizeReduction
+from .vectorize.target_update import VectorizeTargetUpdate
 
 #: every transform class, in pipeline order
 REGISTRY: List[Type[Transform]] = [

@@ -14,7 +14,7 @@ order: rows are disjoint, so each target still sees call 1's values in index ord
 2's (``exact`` on CPU). Index rows cast with ``.long()``/``.int()``/``.to(torch.long)`` are cast
 as a batch by the guard, which checks float indices for finiteness and range first.
 
-A module of its own (not vectorize_elementwise.py, which handles assignment loops): its rewrite is
+A module of its own (not elementwise.py, which handles assignment loops): its rewrite is
 chained after that transform's by :func:`with_index_add_loops`.
 """
 from __future__ import annotations
@@ -27,8 +27,8 @@ import libcst as cst
 
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
-from .base import Example, FileContext
-from .loop_analysis import (
+from ..base import FileContext
+from ..loop_analysis import (
     CstStatements,
     ast_guarded,
     ast_statements,
@@ -511,146 +511,3 @@ def with_index_add_loops(rewrite):
         return rewrite_index_add_loops(self.id, ctx, module, sites)
 
     return wrapped
-
-
-# --------------------------------------------------------------------------- examples
-
-EXAMPLES = [
-    Example(
-        code=(
-            "import torch\n"
-            "def segment_sum(values, seg, n_seg):\n"
-            "    out = torch.zeros(values.shape[0], n_seg, dtype=values.dtype)\n"
-            "    for b in range(values.shape[0]):\n"
-            "        out[b].index_add_(0, seg[b], values[b])\n"
-            "    return out\n"
-        ),
-        rewritten=True,
-        note="per-row segment sum (index_add_ → scatter_add_)",
-    ),
-    Example(
-        code=(
-            "import torch\n"
-            "def aggregate(msg, dst, agg):\n"
-            "    for g in range(agg.size(0)):\n"
-            "        agg[g].index_add_(dim=0, index=dst[g], source=msg[g])\n"
-            "    return agg\n"
-        ),
-        rewritten=True,
-        note="message passing per graph, keyword arguments",
-    ),
-    Example(
-        code=(
-            "import torch\n"
-            "def scaled(out, idx, src, scale):\n"
-            "    for i in range(len(out)):\n"
-            "        out[i].index_add_(0, idx[i], src[i], alpha=scale)\n"
-            "    return out\n"
-        ),
-        rewritten=True,
-        note="per-row index_add_ with alpha (flattened index_add_)",
-    ),
-    Example(
-        code=(
-            "import torch\n"
-            "def last_dim(out, idx, src):\n"
-            "    for o, j, s in zip(out, idx, src):\n"
-            "        o.index_add_(-1, j, s)\n"
-            "    return out\n"
-        ),
-        rewritten=True,
-        note="zip over rows, negative dim",
-    ),
-    Example(
-        code=(
-            "import torch\n"
-            "def project(target_pmfs, l, u, d_m_l, d_m_u):\n"
-            "    for i in range(target_pmfs.size(0)):\n"
-            "        target_pmfs[i].index_add_(0, l[i].long(), d_m_l[i])\n"
-            "        target_pmfs[i].index_add_(0, u[i].long(), d_m_u[i])\n"
-            "    return target_pmfs\n"
-        ),
-        rewritten=True,
-        note="CleanRL C51 projection: two calls per row, float index rows cast with .long()",
-    ),
-    Example(
-        code=(
-            "import torch\n"
-            "def two_dims(out, idx, src, jdx, tgt):\n"
-            "    for i in range(len(out)):\n"
-            "        out[i].index_add_(0, idx[i], src[i])\n"
-            "        out[i].index_add_(1, jdx[i], tgt[i])\n"
-            "    return out\n"
-        ),
-        rewritten=False,
-        reason="index different dims",
-        note="two calls per row along different dims",
-    ),
-    Example(
-        code=(
-            "import torch\n"
-            "def half_index(out, idx, src):\n"
-            "    for i in range(len(out)):\n"
-            "        out[i].index_add_(0, idx[i].short(), src[i])\n"
-            "    return out\n"
-        ),
-        rewritten=False,
-        reason="only `.long()`, `.int()`",
-        note="index row cast to int16 (index_add_ rejects it)",
-    ),
-    Example(
-        code=(
-            "import torch\n"
-            "def shifted(out, idx, src):\n"
-            "    for i in range(len(idx)):\n"
-            "        out[i + 1].index_add_(0, idx[i], src[i])\n"
-            "    return out\n"
-        ),
-        rewritten=False,
-        reason="not the current row",
-        note="index_add_ into the next row",
-    ),
-    Example(
-        code=(
-            "import torch\n"
-            "def normalised(out, idx, src):\n"
-            "    for i in range(len(out)):\n"
-            "        out[i].index_add_(0, idx[i], src[i])\n"
-            "        out[i] /= out[i].sum()\n"
-            "    return out\n"
-        ),
-        rewritten=False,
-        reason="loop-carried",
-        note="index_add_ then a statement reading the output",
-    ),
-    Example(
-        code=(
-            "import torch\n"
-            "def greedy(out, src):\n"
-            "    for i in range(len(out)):\n"
-            "        out[i].index_add_(0, out[i].argmax().view(1), src[i])\n"
-            "    return out\n"
-        ),
-        rewritten=False,
-        reason="which the loop writes",
-        note="index computed from the output",
-    ),
-    Example(
-        code=(
-            "import torch\n"
-            "def until_done(out, idx, src, done):\n"
-            "    for i in range(len(out)):\n"
-            "        if done[i]:\n"
-            "            break\n"
-            "        out[i].index_add_(0, idx[i], src[i])\n"
-            "    return out\n"
-        ),
-        rewritten=False,
-        reason="exit early (break)",
-        note="per-row index_add_ with an early exit",
-    ),
-]
-
-#: the look-alikes, also listed in VectorizeElementwise.EXAMPLES (whose tests run every leave-alone
-#: example generically; the rewritten ones need the inputs given in tests/test_vectorize_scatter.py)
-LEFT_ALONE_EXAMPLES = [e for e in EXAMPLES if not e.rewritten]

@@ -1,0 +1,166 @@
+"""Documented examples of vectorize.reduction (rewritten and left alone), run by the example tests.
+"""
+from __future__ import annotations
+
+from ..base import Example
+
+
+EXAMPLES = [
+    Example(
+        code=(
+            "import torch\n"
+            "def finish_episode(saved_log_probs, returns):\n"
+            "    policy_loss = []\n"
+            "    for log_prob, R in zip(saved_log_probs, returns):\n"
+            "        policy_loss.append(-log_prob * R)\n"
+            "    policy_loss = torch.cat(policy_loss).sum()\n"
+            "    return policy_loss\n"
+        ),
+        rewritten=True,
+        note="PyTorch REINFORCE example",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def loss(logp, adv):\n"
+            "    losses = []\n"
+            "    for i in range(len(adv)):\n"
+            "        losses.append(-logp[i] * adv[i])\n"
+            "    return torch.stack(losses).mean()\n"
+        ),
+        rewritten=True,
+        note="stack().mean() over an indexed loop",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def sq_error(pred, target, n):\n"
+            "    total = 0.0\n"
+            "    for i in range(n):\n"
+            "        total += (pred[i] - target[i]) ** 2\n"
+            "    return total\n"
+        ),
+        rewritten=True,
+        note="scalar accumulator over range(n)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def entropy_bonus(probs, coef):\n"
+            "    h = 0\n"
+            "    for p in probs:\n"
+            "        h = h - coef * p * torch.log(p)\n"
+            "    return h\n"
+        ),
+        rewritten=True,
+        note="acc = acc - f(x) with a torch function",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def values(xs, w):\n"
+            "    out = []\n"
+            "    for x in xs:\n"
+            "        out.append(x * w + 1)\n"
+            "    return torch.stack(out)\n"
+        ),
+        rewritten=True,
+        note="stack of element-wise results (exact)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def loss(model, xs):\n"
+            "    total = 0\n"
+            "    for x in xs:\n"
+            "        total += model(x)\n"
+            "    return total\n"
+        ),
+        rewritten=False,
+        reason="not known to act element by element",
+        note="calls a model (unknown side effects, not element-wise)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def returns(rewards, gamma):\n"
+            "    R = 0\n"
+            "    for r in rewards:\n"
+            "        R = R * gamma + r\n"
+            "    return R\n"
+        ),
+        rewritten=False,
+        reason="",
+        note="discounted recurrence: not a sum, not reported (vectorize.recurrence's loop)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def lambda_returns(target, discount, bootstrap, lambda_):\n"
+            "    outputs = []\n"
+            "    acc = bootstrap\n"
+            "    for t in range(len(target) - 1, -1, -1):\n"
+            "        acc = target[t] + discount[t] * lambda_ * acc\n"
+            "        outputs.append(acc)\n"
+            "    return torch.flip(torch.stack(outputs), [0])\n"
+        ),
+        rewritten=False,
+        reason="",
+        note="recurrence collecting its values with append: not a sum, not reported (dreamerv2)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def f(xs):\n"
+            "    losses = []\n"
+            "    for x in xs:\n"
+            "        losses.append(x * 2)\n"
+            "    print(len(losses))\n"
+            "    return torch.stack(losses).sum()\n"
+        ),
+        rewritten=False,
+        reason="other than by one stack/cat/sum/mean reduction",
+        note="the list is used for something else too",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def f(xs, opt):\n"
+            "    total = 0\n"
+            "    for x in xs:\n"
+            "        total += x * 2\n"
+            "        if total > 10:\n"
+            "            break\n"
+            "    return total\n"
+        ),
+        rewritten=False,
+        reason="",
+        note="early exit in a nested block: not a reduction loop, not reported",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def f(xs):\n"
+            "    total = 0\n"
+            "    for x in xs:\n"
+            "        total += x * 2\n"
+            "    return total, x\n"
+        ),
+        rewritten=False,
+        reason="may be read outside the loop",
+        note="loop variable used after the loop",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def f(xs, norm):\n"
+            "    total = 0\n"
+            "    for x in xs:\n"
+            "        total += norm.update(x)\n"
+            "    return total\n"
+        ),
+        rewritten=False,
+        reason="not known to act element by element",
+        note="a running normaliser updated per element",
+    ),
+]
