@@ -1,15 +1,16 @@
 """Rewrite time and memory against file size: generated files of 1k..50k lines.
 
-Three shapes per size: ``none`` (plain code, no candidate site), ``one`` (one GAE recurrence at
-the top, the rest plain) and ``mixed`` (a site every ~25 lines: target updates, GAE recurrences,
-reductions, gradient-clip sites, elementwise loops, in turn). Each (shape, size) runs
+Four shapes per size: ``none`` (plain code, no candidate site), ``one`` (one GAE recurrence at
+the top, the rest plain), ``sparse`` (a site every ~220 lines, as in a training script) and
+``mixed`` (a site every ~25 lines); the sites are target updates, GAE recurrences, reductions,
+gradient-clip sites and elementwise loops, in turn. Each (shape, size) runs
 ``Pipeline.rewrite`` in a fresh process, so peak RSS is that rewrite's. Wall and CPU seconds are
 printed; the growth exponent is the slope of log(CPU time) against log(lines) between
 consecutive sizes (1.0 is linear; CPU time, because on a shared machine wall time measures the
 load).
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB.
 
-    python benchmarks/bench_scaling.py [--sizes 1000,2000,5000,10000,20000,50000] [--shapes none,one,mixed]
+    python benchmarks/bench_scaling.py [--sizes 1000,2000,5000,10000,20000,50000] [--shapes none,one,sparse,mixed]
 
 Speed-ups must not change what is written: ``--identity OLD`` (a git ref, or a directory holding
 ``scalebox_cst/``, ``transforms/`` and ``runtime/``) rewrites tests/corpus/*.py, examples/**/*.py
@@ -113,7 +114,9 @@ SITES = (
 ''',
 )
 
-SHAPES = ("none", "one", "mixed")
+SHAPES = ("none", "one", "sparse", "mixed")
+#: blocks per site in the ``sparse`` shape (about one site per 200 lines, like a training script)
+SPARSE_EVERY = 20
 
 
 def make_source(lines: int, shape: str) -> str:
@@ -128,6 +131,8 @@ def make_source(lines: int, shape: str) -> str:
     while count < lines:
         if shape == "mixed" and i % 2 == 1:
             block = SITES[(i // 2) % len(SITES)].format(i=i)
+        elif shape == "sparse" and i % SPARSE_EVERY == 1:
+            block = SITES[(i // SPARSE_EVERY) % len(SITES)].format(i=i)
         else:
             block = PLAIN.format(i=i)
         parts.append(block)

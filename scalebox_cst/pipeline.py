@@ -126,7 +126,7 @@ class Pipeline:
                 new_module, found = transform.rewrite(ctx)
                 module = ctx.__dict__.get("module", module)
                 new_module = ctx.finish(new_module) if new_module is not None else None
-                new_code = code if new_module is None or new_module is module else codegen.code(new_module)
+                new_code = code if new_module is None or new_module is module else codegen.code(new_module, module, code, tree)
                 if new_code != code:
                     new_tree = ast.parse(new_code, filename=path)
             except cst.ParserSyntaxError as exc:
@@ -178,7 +178,100 @@ class _Codegen:
         self._style: Tuple[str, str] = ("", "")
         self._done: Dict[int, Tuple[cst.CSTNode, str]] = {}  # id(node) -> (node, its code)
 
-    def code(self, module: cst.Module) -> str:
+    def code(
+        self,
+        module: cst.Module,
+        previous: Optional[cst.Module] = None,
+        previous_code: Optional[str] = None,
+        previous_tree: Optional[ast.Module] = None,
+    ) -> str:
+        """``module.code``; given the version it was made from (with its code and ast), by
+        splicing: only the statements that changed are generated (see ``_splice``)."""
+        if previous is not None and previous_code is not None and previous_tree is not None:
+            style = (module.default_indent, module.default_newline)
+            if style != self._style:
+                self._style, self._done = style, {}
+            spliced = self._splice(module, previous, previous_code, previous_tree)
+            if spliced is not None:
+                # keep the texts the next version can reuse: this one's statements
+                done = self._done
+                self._done = {id(n): done[id(n)] for n in module.body if id(n) in done and done[id(n)][0] is n}
+                return spliced
+        return self._concatenate(module)
+
+    def _text(self, module: cst.Module, node: cst.CSTNode) -> str:
+        hit = self._done.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        text = module.code_for_node(node)
+        self._done[id(node)] = (node, text)
+        return text
+
+    def _splice(self, module: cst.Module, old: cst.Module, old_code: str, old_tree: ast.Module) -> Optional[str]:
+        """``module.code`` as ``old_code`` with the text of replaced statements swapped, or None
+        where that cannot be shown to be right (then the caller concatenates).
+
+        The first version's statements were never generated (the file was parsed): concatenating
+        costs a codegen of the whole file, splicing one of the edited statements. A top-level
+        statement's text starts its ``leading_lines`` (one physical line each) above the first
+        line ``ast`` gives it (decorators included); each replaced stretch is checked to be
+        exactly the old statements' code at that offset before it is swapped.
+        """
+        same = lambda a, b: len(a) == len(b) and all(x is y for x, y in zip(a, b))  # noqa: E731
+        config = lambda m: (m.default_indent, m.default_newline, m.has_trailing_newline, m.encoding)  # noqa: E731
+        if not old.body or not module.body or not module.has_trailing_newline or config(module) != config(old):
+            return None
+        if not same(module.header, old.header) or not same(module.footer, old.footer):
+            return None
+        firsts = sorted({min([s.lineno, *(d.lineno for d in getattr(s, "decorator_list", ()))]) for s in old_tree.body})
+        if len(firsts) != len(old.body):
+            return None
+        where = {id(n): i for i, n in enumerate(old.body)}
+        kept: List[Tuple[int, int]] = []  # (old index, new index) of statements both versions share
+        for j, node in enumerate(module.body):
+            i = where.get(id(node))
+            if i is not None and old.body[i] is node:
+                if kept and i <= kept[-1][0]:
+                    return None
+                kept.append((i, j))
+        lines = physical_lines(old_code)
+        starts = [0]
+        for line in lines:
+            starts.append(starts[-1] + len(line))
+
+        def offset(i: int) -> Optional[int]:
+            line = firsts[i] - len(old.body[i].leading_lines)
+            return starts[line - 1] if 1 <= line <= len(lines) else None
+
+        pieces: List[str] = []
+        done = 0  # old_code is copied up to here
+        bounds = [(-1, -1), *kept, (len(old.body), len(module.body))]
+        for (i0, j0), (i1, j1) in zip(bounds, bounds[1:]):
+            if i1 - i0 == 1 and j1 - j0 == 1:
+                continue  # nothing between two kept statements
+            if i1 - i0 > 1:  # old statements i0+1 .. i1-1 replaced
+                begin = offset(i0 + 1)
+                old_text = "".join(self._text(old, old.body[i]) for i in range(i0 + 1, i1))
+                if begin is None or begin < done or old_code[begin : begin + len(old_text)] != old_text:
+                    return None
+                end = begin + len(old_text)
+            elif i1 < len(old.body):  # a pure insertion, before old statement i1
+                begin = offset(i1)
+                if begin is None or begin < done or not old_code.startswith(self._text(old, old.body[i1]), begin):
+                    return None
+                end = begin
+            else:  # a pure insertion after the last statement: before the footer
+                footer = "".join(old.code_for_node(n) for n in old.footer)
+                begin = end = len(old_code) - len(footer)
+                if begin < done or not old_code.endswith(footer):
+                    return None
+            pieces.append(old_code[done:begin])
+            pieces.extend(self._text(module, module.body[j]) for j in range(j0 + 1, j1))
+            done = end
+        pieces.append(old_code[done:])
+        return "".join(pieces)
+
+    def _concatenate(self, module: cst.Module) -> str:
         parts = (*module.header, *module.body, *module.footer)
         if not module.has_trailing_newline or not parts:
             return module.code

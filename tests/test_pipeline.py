@@ -594,3 +594,34 @@ def test_statement_memo_rescans_only_changed_statements():
         assert len(memo.per_statement(tree, "t", lambda s: scanned.append(s.name) or s.name)) == 50
     assert scanned[50:] == ["f7"]  # the second version scanned only the edited function
     assert statement_memo.per_statement(ast.parse(code), "t", len) is None  # no active memo: caller scans
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_TOP, min_size=1, max_size=8), st.sampled_from(["\n", "\r\n"]), st.lists(st.tuples(st.integers(0, 9), st.sampled_from(["edit", "insert", "delete"])), max_size=3))
+def test_codegen_splice_equals_module_code(parts, newline, edits):
+    """Splicing the edited statements' code into the previous version's code gives
+    ``module.code`` (edits, insertions, deletions anywhere; comments, decorators, ``;``)."""
+    from scalebox_cst.pipeline import _Codegen
+
+    text = "".join(parts).replace("\n", newline).replace("\f", "")
+    try:
+        module = cst.parse_module(text)
+        tree = ast.parse(text)
+    except (cst.ParserSyntaxError, SyntaxError):
+        return
+    codegen = _Codegen()
+    for k, what in edits:
+        body = list(module.body)
+        k = k % (len(body) + 1)
+        if what == "insert":
+            body.insert(k, cst.parse_statement("INSERTED = 1\n"))
+        elif k < len(body):
+            body[k : k + 1] = [] if what == "delete" else [cst.parse_statement("# c\nEDITED = 2\n")]
+        edited = module.with_changes(body=body)
+        code = codegen.code(edited, module, text, tree)
+        assert code == edited.code
+        module, text = edited, code
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return
