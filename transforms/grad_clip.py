@@ -338,10 +338,13 @@ def _cst_field(node: cst.CSTNode, field: str) -> Sequence[cst.CSTNode]:
     return suite(getattr(node, name)[int(index)].body)
 
 
-def _cst_line(module: cst.Module, loc: Loc, stmt: ast.stmt) -> Tuple[cst.CSTNode, int]:
-    """The libcst line (SimpleStatementLine/Suite) and small-statement index of the ast statement at ``loc``."""
+def _cst_line(module: cst.Module, loc: Loc, stmt: ast.stmt, path: Optional[Set[int]] = None) -> Tuple[cst.CSTNode, int]:
+    """The libcst line (SimpleStatementLine/Suite) and small-statement index of the ast statement at
+    ``loc``; the ids of the compound nodes on the way there are added to ``path``."""
     node: cst.CSTNode = module
     for depth, (field, k) in enumerate(loc):
+        if path is not None:
+            path.add(id(node))
         offset = 0
         for element in _cst_field(node, field):
             simple = isinstance(element, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
@@ -377,14 +380,19 @@ class _Apply(cst.CSTTransformer):
         cst.FunctionDef, cst.ClassDef,
     )
 
-    def __init__(self, plans: Dict[cst.CSTNode, Dict[int, List[str]]]) -> None:
+    def __init__(self, plans: Dict[cst.CSTNode, Dict[int, List[str]]], path: Optional[Set[int]] = None) -> None:
         self.plans = plans
+        self.path = path  # ids of the compound nodes holding a planned line (None: descend into all)
         self._applied = 0  # plans applied so far
         self._marks: List[int] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self._marks.append(self._applied)
-        return isinstance(node, self._DESCEND)
+        # only into the statements on the way to a planned line (a 50k-line file is otherwise
+        # visited whole); blocks and clauses are reached only through such a statement
+        if not isinstance(node, self._DESCEND):
+            return False
+        return self.path is None or id(node) in self.path or not isinstance(node, cst.BaseStatement)
 
     def on_leave(self, original_node, updated_node):
         # A subtree with no plan applied in it is given back as the very original node (libcst
@@ -630,7 +638,7 @@ class GradClip(Transform):
         mod = _Module(ctx.tree, ctx.imports)  # the pipeline's shared ast of this version (read only)
         sites: List[Site] = []
         plans: Dict[cst.CSTNode, Dict[int, List[str]]] = {}
-        state = {"alias": None, "warned": set()}
+        state = {"alias": None, "warned": set(), "path": set()}
         for events in mod.scopes:
             for ev in events:
                 if ev.kind == "step":
@@ -639,7 +647,7 @@ class GradClip(Transform):
                 self._decide(ctx, source, mod, events, s, step, opts, sites, plans, state)
         if not plans:
             return None, sites  # nothing to insert: libcst is not needed (no parse)
-        return ctx.module.visit(_Apply(plans)), sites
+        return ctx.module.visit(_Apply(plans, state["path"])), sites
 
     @staticmethod
     def _guard_alias(ctx, state) -> str:
@@ -830,7 +838,7 @@ class GradClip(Transform):
             texts.append(f"{state['alias']}({step.opt_text}, max_norm={opts.max_norm})")
             reason = f"clip grad norm of {step.opt_text}'s params to max_norm={opts.max_norm} {between}"
             exactness = CHANGES_SEMANTICS
-        line, index = _cst_line(ctx.module, step.loc, step.stmt)
+        line, index = _cst_line(ctx.module, step.loc, step.stmt, state["path"])
         plans.setdefault(line, {}).setdefault(index, []).extend(texts)
         if len(texts) == 2:
             reason += f"; {texts[0]} inserted first (AMP gradients are scaled; scaler.step would unscale the same way)"
