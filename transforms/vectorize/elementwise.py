@@ -25,25 +25,14 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
 from .scatter import with_index_add_loops
-from ..loop_analysis import (
-    BATCH_GUARD_NOTE,
-    ScopedRewriter,
-    CstStatements,
-    ElementwiseExpr,
-    LoopHeader,
-    ast_guarded,
-    ast_is_flat,
-    ast_statements,
-    declares_global,
-    early_exit_reason,
-    flat_body,
-    is_runtime_guard,
-    is_simple_ref,
-    parse_header,
-    parse_iteration,
-    read_elsewhere,
-    replace_nodes,
-)
+from ..analysis.bodies import early_exit_reason, flat_body
+from ..analysis.reads import read_elsewhere
+from ..analysis.purity import is_simple_ref
+from ..analysis.scopes import declares_global
+from ..analysis.loops import BATCH_GUARD_NOTE, is_runtime_guard, LoopHeader, parse_header, parse_iteration
+from ..analysis.statements import ast_guarded, ast_is_flat, ast_statements, CstStatements
+from ..analysis.elementwise import ElementwiseExpr
+from ..analysis.rewriting import replace_nodes, ScopedRewriter
 from .elementwise_examples import EXAMPLES
 
 ID = "vectorize.elementwise"

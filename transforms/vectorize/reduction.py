@@ -22,24 +22,13 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
-from ..loop_analysis import (
-    BATCH_GUARD_NOTE,
-    ScopedRewriter,
-    CstStatements,
-    ElementwiseExpr,
-    LoopHeader,
-    ast_guarded,
-    ast_is_flat,
-    ast_statements,
-    builtin_checker,
-    declares_global,
-    early_exit_reason,
-    flat_body,
-    names_read,
-    parse_header,
-    read_elsewhere,
-    replace_nodes,
-)
+from ..analysis.bodies import early_exit_reason, flat_body
+from ..analysis.reads import names_read, read_elsewhere
+from ..analysis.scopes import builtin_checker, declares_global
+from ..analysis.loops import BATCH_GUARD_NOTE, LoopHeader, parse_header
+from ..analysis.statements import ast_guarded, ast_is_flat, ast_statements, CstStatements
+from ..analysis.elementwise import ElementwiseExpr
+from ..analysis.rewriting import replace_nodes, ScopedRewriter
 from .reduction_examples import EXAMPLES
 from .reduction_forms import (
     _Acc,

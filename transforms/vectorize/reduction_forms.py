@@ -11,7 +11,9 @@ from typing import Optional, Set
 
 import libcst as cst
 
-from ..loop_analysis import ElementwiseExpr, names_read, target_names
+from ..analysis.bodies import target_names
+from ..analysis.reads import names_read
+from ..analysis.elementwise import ElementwiseExpr
 
 
 class _Acc:

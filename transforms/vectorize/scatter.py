@@ -28,21 +28,12 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext
-from ..loop_analysis import (
-    CstStatements,
-    ast_guarded,
-    ast_statements,
-    builtin_checker,
-    declares_global,
-    early_exit_reason,
-    flat_body,
-    is_pure,
-    is_simple_ref,
-    names_read,
-    read_elsewhere,
-    replace_nodes,
-    target_names,
-)
+from ..analysis.bodies import early_exit_reason, flat_body, target_names
+from ..analysis.reads import names_read, read_elsewhere
+from ..analysis.purity import is_pure, is_simple_ref
+from ..analysis.scopes import builtin_checker, declares_global
+from ..analysis.statements import ast_guarded, ast_statements, CstStatements
+from ..analysis.rewriting import replace_nodes
 
 RUNTIME = "scalebox_cst.runtime.scatter"
 METHOD = "index_add_"

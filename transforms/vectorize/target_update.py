@@ -20,20 +20,12 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
-from ..loop_analysis import (
-    ScopedRewriter,
-    CstStatements,
-    ast_guarded,
-    ast_is_flat,
-    ast_statements,
-    declares_global,
-    flat_body,
-    is_pure,
-    is_simple_ref,
-    read_elsewhere,
-    replace_nodes,
-    target_names,
-)
+from ..analysis.bodies import flat_body, target_names
+from ..analysis.reads import read_elsewhere
+from ..analysis.purity import is_pure, is_simple_ref
+from ..analysis.scopes import declares_global
+from ..analysis.statements import ast_guarded, ast_is_flat, ast_statements, CstStatements
+from ..analysis.rewriting import replace_nodes, ScopedRewriter
 from .target_update_examples import EXAMPLES
 
 ID = "vectorize.target_update"
