@@ -1,15 +1,16 @@
-"""Small libcst helpers of the recurrence family: source text of a node, names read and bound,
-substitution, the operators and casts the vectorizer admits, and :class:`Skip`, whose message is
-the reason a candidate is reported.
+"""Small libcst helpers of the recurrence family: source text of a node, substitution, the operators and casts the vectorizer admits, and :class:`Skip`, whose message is
+the reason a candidate is reported. Names read and bound, and the fast walk, come from the shared
+:mod:`scalebox_cst.transforms.analysis` (imported here under the family's short names).
 """
 from __future__ import annotations
 
-import dataclasses
 import re
-from typing import Dict, Optional, Sequence, Set, Tuple
+from typing import Optional, Sequence
 
 import libcst as cst
 
+from ...analysis.cstwalk import walk as _walk  # noqa: F401 - used across the family
+from ...analysis.reads import bound_names as _bound_names, names_read as _names_read  # noqa: F401
 from ...names import dotted
 
 
@@ -74,75 +75,6 @@ def _pure_container(node: cst.CSTNode) -> bool:
 def _head(node: cst.CSTNode) -> Optional[str]:
     text = dotted(node)
     return text.split(".")[0] if text else None
-
-
-_FIELDS: Dict[type, Tuple[str, ...]] = {}
-
-
-def _kids(n: cst.CSTNode):
-    """Child nodes, read straight from the dataclass fields (``visit`` rebuilds every node it
-    passes and costs ~50x more on the small expressions analysed here)."""
-    names = _FIELDS.get(type(n))
-    if names is None:
-        names = _FIELDS[type(n)] = tuple(f.name for f in dataclasses.fields(n))
-    for name in names:
-        v = getattr(n, name)
-        if isinstance(v, cst.CSTNode):
-            yield v
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                if isinstance(x, cst.CSTNode):
-                    yield x
-
-
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(_kids(n))
-
-
-def _names_read(node: cst.CSTNode) -> Set[str]:
-    """Names read anywhere under ``node`` (attribute names and keyword names excluded)."""
-    found: Set[str] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, cst.Name):
-            found.add(n.value)
-        elif isinstance(n, cst.Attribute):
-            stack.append(n.value)
-        elif isinstance(n, cst.Arg):
-            stack.append(n.value)
-        else:
-            stack.extend(_kids(n))
-    return found
-
-
-def _bound_names(node: cst.CSTNode) -> Set[str]:
-    """Names bound anywhere under ``node`` (assignments, loop targets, defs, imports, walrus)."""
-    found: Set[str] = set()
-
-    def targets(t: cst.CSTNode) -> None:
-        if isinstance(t, cst.Name):
-            found.add(t.value)
-        elif isinstance(t, (cst.Tuple, cst.List)):
-            for el in t.elements:
-                targets(el.value)
-        elif isinstance(t, cst.StarredElement):
-            targets(t.value)
-
-    for n in _walk(node):
-        if isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor, cst.NamedExpr)):
-            targets(n.target)
-        elif isinstance(n, cst.AsName):
-            targets(n.name)
-        elif isinstance(n, (cst.FunctionDef, cst.ClassDef)):
-            found.add(n.name.value)
-        elif isinstance(n, cst.ImportAlias) and n.asname is None:
-            found.add(_code(n.name).split(".")[0])
-    return found
 
 
 def _paren(e: cst.BaseExpression) -> cst.BaseExpression:
