@@ -14,6 +14,11 @@ Variants: ``none`` (the user's code), ``guard`` (``stabilizer.stabilize``, the d
 insertion), ``old`` (``runtime.clip.clip_grad_norm`` at max_norm=1.0, the previous default and
 now ``mode = "fixed"``), ``torch`` (``torch.nn.utils.clip_grad_norm_`` on ``model.parameters()``).
 
+``in-step``: mlp-small once more with one shared model and optimizer (the per-variant models of
+the rounds above sit at different addresses, a bias of the order of the guard itself on a small
+model), the variant drawn per step, single steps timed; with ``one_op`` (one trivial torch call
+in the guard's place) as the floor any guard that calls torch at that point pays.
+
 Cases:
 * ``mlp-small``: 17-64-64-6 MLP, batch 64, Adam (a PPO-sized policy);
 * ``mlp-256``: 17-256-256-6 MLP, batch 256, Adam (a SAC/TD3-sized network);
@@ -148,6 +153,46 @@ def measure(make, number, rounds):
     return med, paired
 
 
+def in_step(steps_per_variant, seed=0):
+    """mlp-small with ONE model and optimizer for all variants (no per-variant memory layout),
+    the variant chosen per step in a shuffled round-robin, each step timed alone (thread CPU
+    time). Returns per-variant quantiles (p25, median) of the step. ``one_op`` puts a single
+    ``torch.empty(())`` where the guard goes: the floor of any torch call at that point of the step
+    (after backward its code is cold; a norm of the gradients is several such calls)."""
+    import random
+
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(17, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 6))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-4)
+    x, y = torch.randn(64, 17), torch.randn(64, 6)
+    calls = {"none": lambda: None, "one_op": lambda: torch.empty(()),
+             "guard": lambda: stabilizer.stabilize(opt, site="in_step.py:1")}
+
+    def step(call):
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        call()
+        opt.step()
+
+    for call in calls.values():
+        for _ in range(30):
+            step(call)
+    samples = {v: [] for v in calls}
+    order, rng = list(calls), random.Random(seed)
+    for _ in range(steps_per_variant):
+        rng.shuffle(order)
+        for v in order:
+            t0 = clock()
+            step(calls[v])
+            samples[v].append(clock() - t0)
+    out = {}
+    for v, s in samples.items():
+        s.sort()
+        out[v] = {"p25_s": s[len(s) // 4], "median_s": s[len(s) // 2]}
+    return out
+
+
 def guard_alone(number, rounds):
     """Seconds per call of each guard variant on a fixed set of gradients (mlp-small's)."""
     torch.manual_seed(0)
@@ -195,6 +240,12 @@ def main(argv=None):
     print("guard call alone (mlp-small's 6 gradient tensors): " + "  ".join(
         f"{v}={t * 1e6:.1f}us ({t / base * 100:.1f}% of the unguarded step)" for v, t in alone.items()))
     results["alone"] = {v: {"median_s": t, "share_of_mlp_small_step": t / base} for v, t in alone.items()}
+    inner = in_step(300 if args.quick else 3000)
+    b = inner["none"]
+    print("in-step (mlp-small, one model, per-step shuffled round-robin; p25 / median of single steps): " + "  ".join(
+        f"{v}={r['p25_s'] * 1e6:.1f}/{r['median_s'] * 1e6:.1f}us ({(r['p25_s'] / b['p25_s'] - 1) * 100:+.1f}%/"
+        f"{(r['median_s'] / b['median_s'] - 1) * 100:+.1f}%)" for v, r in inner.items()))
+    results["in_step"] = inner
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)
