@@ -1,5 +1,5 @@
-"""Emission: the middle steps' lines, the run-time guard (``recurrence_ok``, ``carry_ok``) and the
-rewritten statement with the original loop kept verbatim in the else branch.
+"""Emission: the middle steps' lines and the run-time guard (``recurrence_ok``, ``carry_ok``) that
+selects them (a Planner mixin; :mod:`.build` puts them into the rewritten statement).
 """
 from __future__ import annotations
 

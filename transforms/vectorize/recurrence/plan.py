@@ -12,7 +12,20 @@ from typing import Dict, List, Set, Tuple
 import libcst as cst
 
 from ...base import FileContext
-from .syntax import _bound_names, _code, _head, _names_read, _norm, _one_line, _paren, _pure_container, Skip, _stmts, _subst, _walk
+from .syntax import (
+    Skip,
+    _bound_names,
+    _code,
+    _head,
+    _names_read,
+    _norm,
+    _one_line,
+    _paren,
+    _pure_container,
+    _stmts,
+    _subst,
+    _walk,
+)
 from .headers import Header
 from .body import BodyParser, _flatten, Item
 from .checks import BodyChecks

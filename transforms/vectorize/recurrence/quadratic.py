@@ -20,7 +20,19 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...base import FileContext
-from .syntax import _bound_names, _code, _is_call, _is_int, _names_read, _norm, _one_line, _pure_container, Skip, _stmts, _walk
+from .syntax import (
+    Skip,
+    _bound_names,
+    _code,
+    _is_call,
+    _is_int,
+    _names_read,
+    _norm,
+    _one_line,
+    _pure_container,
+    _stmts,
+    _walk,
+)
 from .headers import Header
 from .body import _FORBIDDEN_SMALL
 from .plan import Planner

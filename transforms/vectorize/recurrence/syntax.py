@@ -1,5 +1,6 @@
-"""Small libcst helpers of the recurrence family: source text of a node, substitution, the operators and casts the vectorizer admits, and :class:`Skip`, whose message is
-the reason a candidate is reported. Names read and bound, and the fast walk, come from the shared
+"""Small libcst helpers of the recurrence family: source text of a node, substitution, the
+operators and casts the vectorizer admits, and :class:`Skip`, whose message is the reason a
+candidate is reported. Names read and bound, and the fast walk, come from the shared
 :mod:`scalebox_cst.transforms.analysis` (imported here under the family's short names).
 """
 from __future__ import annotations
