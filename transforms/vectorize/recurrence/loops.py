@@ -116,6 +116,10 @@ def _replace_statements(node: cst.CSTNode, replace: Dict[cst.For, cst.CSTNode]) 
     return node.with_changes(body=body) if changed else node
 
 
+#: the guard calls whose ``if`` keeps the original loops in its else branch
+_GUARD_CALLS = (".recurrence_ok(", ".quadratic_ok(", ".carry_ok(")
+
+
 def _kept_loops(module: cst.Module) -> Set[cst.For]:
     """Loops kept in the else branch of an earlier rewrite (left as they are)."""
     kept: Set[cst.For] = set()
@@ -124,9 +128,8 @@ def _kept_loops(module: cst.Module) -> Set[cst.For]:
         for st in stmts:
             if not isinstance(st, cst.BaseCompoundStatement):
                 continue
-            if isinstance(st, cst.If) and isinstance(st.orelse, cst.Else) and (
-                    ".recurrence_ok(" in _code(st.test) or ".quadratic_ok(" in _code(st.test)
-                    or ".carry_ok(" in _code(st.test)):
+            if isinstance(st, cst.If) and isinstance(st.orelse, cst.Else) and any(
+                    g in _code(st.test) for g in _GUARD_CALLS):
                 kept.update(x for x in _stmts(st.orelse.body) if isinstance(x, cst.For))
             for field in _BLOCKS:
                 block = getattr(st, field, None)

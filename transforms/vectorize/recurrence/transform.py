@@ -15,7 +15,7 @@ from .syntax import _BUILTINS, Skip
 from .headers import _backward_header, _named_range_ast, _named_range_header, _walks_backward
 from .views import _time_views
 from .candidates import _forward_memory, _loose_candidate
-from .loops import _ast_bound, _kept_loops, _replace_statements, _statement_fors
+from .loops import _GUARD_CALLS, _ast_bound, _kept_loops, _replace_statements, _statement_fors
 from .plan import Planner
 from .build import build, HELPERS_QUALNAME, OP_QUALNAME
 from . import quadratic
@@ -66,7 +66,9 @@ class VectorizeRecurrence(Transform):
             return None, sites
         bound = _ast_bound(ctx.tree)
         shadowed = bound & set(_BUILTINS)
-        ours = _kept_loops(module)
+        # kept loops sit under a guard whose test names one of these (its code is part of the
+        # module's): without one in the text, the walk (a codegen per ``if`` test) finds none
+        ours = _kept_loops(module) if any(g in ctx.code for g in _GUARD_CALLS) else set()
         reassociate = bool(ctx.option("vectorize.recurrence", "reassociate", True))
         replace: Dict[cst.For, cst.CSTNode] = {}
         for i in backward:
