@@ -70,8 +70,8 @@ backend = "auto"
 # above its own history (max(mean + z*std, ratio*mean) after `warmup` steps), change nothing
 # otherwise (healthy runs stay bitwise identical). "fixed": clip_grad_norm_(max_norm) every step.
 mode = "guard"
-z = 6.0
-ratio = 3.0
+z = 10.0
+ratio = 100.0
 warmup = 25
 max_norm = 1.0
 # true: decide on the host every step (a true skip on any optimizer and device; hot-fixes set it).

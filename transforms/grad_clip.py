@@ -46,7 +46,7 @@ GUARD_QUALNAME = "scalebox_cst.runtime.stabilizer.stabilize"
 GUARD_ALIAS = "_scalebox_stabilize"
 MODES = ("guard", "fixed")
 #: guard options written into the call only when they differ from the runtime's defaults
-GUARD_DEFAULTS = {"z": 6.0, "ratio": 3.0, "warmup": 25}
+GUARD_DEFAULTS = {"z": 10.0, "ratio": 100.0, "warmup": 25}
 
 #: calls that clip gradients, by qualified name (our own helper included: rewriting is idempotent)
 CLIP_QUALNAMES = frozenset(
