@@ -35,16 +35,18 @@ browser:
 # original and the committed rewrite on a small budget with the same seeds, then show the log,
 # the comparison of the two and what was rewritten.
 DEMO_SEEDS ?= 0,1
+# absolute, so that VENV may be given as an absolute path too
+SCALEBOX = $(abspath $(BIN))/scalebox
 demo: venv
 	rm -rf $(DEMO_DIR) && mkdir -p $(DEMO_DIR)
 	cp -r examples/cartpole_ppo $(DEMO_DIR)/
-	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox init .
-	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox rewrite .
-	cd $(DEMO_DIR)/cartpole_ppo && OMP_NUM_THREADS=1 ../../../$(BIN)/scalebox run --original --seeds $(DEMO_SEEDS) --parallel 2 train.py -- --total-steps $(DEMO_STEPS) > /dev/null
-	cd $(DEMO_DIR)/cartpole_ppo && OMP_NUM_THREADS=1 ../../../$(BIN)/scalebox run --seeds $(DEMO_SEEDS) --parallel 2 train.py -- --total-steps $(DEMO_STEPS) > /dev/null
-	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox log
-	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox compare original run/0001
-	cd $(DEMO_DIR)/cartpole_ppo && ../../../$(BIN)/scalebox diff --stat
+	cd $(DEMO_DIR)/cartpole_ppo && $(SCALEBOX) init .
+	cd $(DEMO_DIR)/cartpole_ppo && $(SCALEBOX) rewrite .
+	cd $(DEMO_DIR)/cartpole_ppo && OMP_NUM_THREADS=1 $(SCALEBOX) run --original --seeds $(DEMO_SEEDS) --parallel 2 train.py -- --total-steps $(DEMO_STEPS) > /dev/null
+	cd $(DEMO_DIR)/cartpole_ppo && OMP_NUM_THREADS=1 $(SCALEBOX) run --seeds $(DEMO_SEEDS) --parallel 2 train.py -- --total-steps $(DEMO_STEPS) > /dev/null
+	cd $(DEMO_DIR)/cartpole_ppo && $(SCALEBOX) log
+	cd $(DEMO_DIR)/cartpole_ppo && $(SCALEBOX) compare original run/0001
+	cd $(DEMO_DIR)/cartpole_ppo && $(SCALEBOX) diff --stat
 	@echo "watch it live: $(BIN)/scalebox monitor $(DEMO_DIR)/cartpole_ppo --web-port 8080 --refresh-interval 2  (then open http://127.0.0.1:8080/)"
 
 test: venv browser
