@@ -120,6 +120,7 @@ def test_cartpole_ppo_that_prints_nothing_gets_episodes_losses_and_host_memory(t
     assert points["episodic_return"] == expected
     assert points["episodic_length"] == [(step, length) for step, _, length in seen["episodes"]]
     assert len(points["losses/backward"]) == 3 and all(v == v for _, v in points["losses/backward"])
+    assert points["optimizer_steps_per_s"][-1][0] == 3  # x: optimizer steps so far (3 updates)
     assert points["host_peak_mem_mb"] and all(v > 10 for _, v in points["host_peak_mem_mb"])
     assert points["wall_time"][-1][1] > 0
     for name in ("device_peak_mem_mb", "device_util_percent", "device_mem_util_percent"):

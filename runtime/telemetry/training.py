@@ -41,7 +41,10 @@ def _wrap_backward(fn):
 
 
 def attach(torch: Any) -> None:
-    register = getattr(getattr(torch.optim, "optimizer", None), "register_optimizer_step_post_hook", None)
+    try:  # by import: torch 2.13's torch.optim no longer has the ``optimizer`` attribute
+        from torch.optim.optimizer import register_optimizer_step_post_hook as register
+    except ImportError:
+        register = None
     if register is not None:
         register(_count_step)
     fn = torch.Tensor.__dict__.get("backward")
