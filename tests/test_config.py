@@ -126,7 +126,7 @@ def _literal_option_reads():
 
     found = set()
     folder = pathlib.Path(__file__).resolve().parent.parent / "transforms"
-    for path in folder.glob("*.py"):
+    for path in folder.rglob("*.py"):
         tree = ast.parse(path.read_text())
         consts = {
             t.id: n.value.value

@@ -17,6 +17,8 @@ from scalebox_cst.config import Config
 from scalebox_cst.project import Project
 
 DIVERGING = textwrap.dedent("""\
+    import time
+
     import torch
 
     torch.manual_seed(0)
@@ -24,8 +26,10 @@ DIVERGING = textwrap.dedent("""\
     Y = X @ torch.tensor([[1.0], [2.0], [-1.0], [0.5]]) + 0.1 * torch.randn(1024, 1)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    for step in range(1, 401):
+    for step in range(1, 1001):
         lr = min(0.05 * 1.1 ** max(step - 150, 0), 2.0)  # an exploding learning-rate schedule
+        if step > 150:
+            time.sleep(0.005)  # a real run goes on for long after it blows up: time for the policy to act
         for group in optimizer.param_groups:
             group["lr"] = lr
         idx = torch.randint(0, 1024, (32,))
@@ -139,16 +143,16 @@ def diverging(tmp_path):
 def test_hotfix_branch_same_snapshot_stronger_stabilizer_and_limit(diverging):
     project, branch = diverging
     store = project.store
-    sig = hotfix.Signal("repeated-interventions", 163, "3 guard interventions at train.py:16 within 200 steps", "train.py:16")
+    sig = hotfix.Signal("repeated-interventions", 163, "3 guard interventions at train.py:20 within 200 steps", "train.py:20")
     fix = hotfix.make_hotfix(project, branch, 1, sig, [0.3, 0.2, 0.25])
     info, parent = store.resolve(fix.branch), store.resolve(branch)
     assert info.source_commit == parent.source_commit and fix.branch != branch
     text = store.files(info.commit)["train.py"].decode()
-    assert "_scalebox_stabilize(optimizer, site='train.py:16', max_norm=0.25, sync=True)" in text
+    assert "_scalebox_stabilize(optimizer, site='train.py:20', max_norm=0.25, sync=True)" in text
     assert store.files(info.source_commit)["train.py"].decode() == DIVERGING  # the user's file, untouched
     message = store.repo[info.commit].message
     assert message.startswith(f"hotfix of {branch}#1 at step 163: repeated-interventions")
-    assert "3 guard interventions at train.py:16" in message and 'mode = "fixed", max_norm = 0.25' in message
+    assert "3 guard interventions at train.py:20" in message and 'mode = "fixed", max_norm = 0.25' in message
     report = store.report(fix.branch)
     assert report["hotfix_of"] == f"{branch}#1" and report["hotfix"]["max_norm"] == 0.25
     events, _ = runs.read_events(runs.project_events_path(project.root))

@@ -336,16 +336,32 @@ def test_two_hooks_on_one_package_rewrite_once(proj):
     assert len(hook_branches(root)) == 1
 
 
-def test_a_module_the_pipeline_cannot_read_runs_as_python_reads_it(proj):
+def test_a_module_with_a_coding_declaration_is_rewritten_and_reads_as_python_reads_it(proj):
+    """PEP 263: a latin-1 module is valid Python (issue 9, item 10): it is rewritten, not refused,
+    and its text means what it meant."""
     root, pkg = proj
     (root / pkg / "latin.py").write_bytes(
         b"# -*- coding: latin-1 -*-\nNAME = '\xe9t\xe9'\n" + PPO.encode()
     )
-    with pytest.warns(ScaleboxImportWarning, match=r"latin\.py.*not UTF-8"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ScaleboxImportWarning)
         with install_import_hook([pkg], project=str(root)):
             latin = importlib.import_module(f"{pkg}.latin")
     assert latin.NAME == "\u00e9t\u00e9"
-    assert CLIP not in inspect.getsource(latin)
+    assert any(name.startswith("_scalebox_") for name in vars(latin))  # the rewrite ran
+
+
+def test_a_module_the_pipeline_cannot_read_runs_as_python_reads_it(proj):
+    """Bytes that are not valid in the declared encoding: the import fails as plain Python's does."""
+    root, pkg = proj
+    data = b"NAME = '\xff\xfe'\n" + PPO.encode()
+    (root / pkg / "broken.py").write_bytes(data)
+    with pytest.raises(SyntaxError):
+        compile(data, "broken.py", "exec")  # what plain Python makes of it
+    with install_import_hook([pkg], project=str(root)):
+        with pytest.warns(ScaleboxImportWarning, match=r"broken\.py.*encoding"):
+            with pytest.raises(SyntaxError):
+                importlib.import_module(f"{pkg}.broken")
 
 
 def test_store_commit_to_branch_appends_dedupes_and_survives_racing_writers(tmp_path):
