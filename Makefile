@@ -26,8 +26,9 @@ CHROMIUM ?= /usr/bin/chromium
 browser:
 	@if [ ! -x $(CHROMIUM) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing chromium for the monitor's browser tests"; \
-		(apt-get install -y -qq chromium >/dev/null 2>&1 || \
-		 (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1)) || \
+		(DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		 (timeout 120 apt-get update -qq >/dev/null 2>&1 && \
+		  DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq chromium >/dev/null 2>&1)) || \
 		echo "note: chromium could not be installed; the monitor's browser tests will skip"; \
 	fi
 
