@@ -84,9 +84,9 @@ class Project:
                 _write_new(tmp, DEFAULT_TOML.encode("utf-8"), None)
                 try:
                     os.link(tmp, config_path)
-                except (PermissionError, NotImplementedError, OSError) as exc:
-                    if isinstance(exc, FileExistsError):
-                        raise
+                except FileExistsError:
+                    raise
+                except (OSError, NotImplementedError):
                     os.replace(tmp, config_path)  # no hard links here: still never a partial file
                 wrote_config = True
             except FileExistsError:
