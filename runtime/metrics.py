@@ -117,7 +117,7 @@ def run_file(name: str) -> Optional[str]:
     return os.path.join(os.path.dirname(path), name) if path else None
 
 
-def append_event(kind: str, message: str, **extra: Any) -> None:
+def append_event(kind: str, message: str, /, **extra: Any) -> None:
     """One line in the run's events.jsonl (RUN_LAYOUT.md); nothing outside a recorded run."""
     path = os.environ.get(ENV_EVENTS) or run_file("events.jsonl")
     if not path:

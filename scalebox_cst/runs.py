@@ -126,13 +126,13 @@ def append_jsonl(path: str, item: Dict[str, Any]) -> None:
         os.close(fd)
 
 
-def append_event(path: str, kind: str, message: str, **extra: Any) -> None:
+def append_event(path: str, kind: str, message: str, /, **extra: Any) -> None:
     """Append ``{"time", "kind", "message", ...extra}`` to an events.jsonl (made if missing)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     append_jsonl(path, {"time": round(time.time(), 3), "kind": kind, "message": message, **extra})
 
 
-def append_project_event(project_root: str, kind: str, message: str, **extra: Any) -> None:
+def append_project_event(project_root: str, kind: str, message: str, /, **extra: Any) -> None:
     """Project-level events (branch_created, save_blocked, hotfix_created, rollback)."""
     append_event(project_events_path(project_root), kind, message, **extra)
 

@@ -533,3 +533,15 @@ def test_a_silent_run_says_it_is_still_running(plain, monkeypatch):
     assert record.status == "ok" and record.metrics["first_step"]["last"] == 1
     assert len(notes) == 2 and all(n.startswith("scalebox: run/0001#1 still running (") for n in notes)
     assert "no output or metrics yet" in notes[0]
+
+
+def test_event_extras_may_use_any_key_the_writers_name_their_own_arguments(tmp_path):
+    """An event about a file carries ``path=`` (a save_blocked event does): extra keys never
+    collide with the writers' own parameters."""
+    events = tmp_path / "events.jsonl"
+    runs.append_event(str(events), "save_blocked", "t.py:3: invalid syntax", path="t.py", kind_detail="syntax")
+    runs.append_project_event(str(tmp_path), "save_blocked", "m", project_root="x", path="t.py")
+    (first,), _ = runs.read_events(str(events))
+    assert (first["kind"], first["path"]) == ("save_blocked", "t.py")
+    (second,), _ = runs.read_events(runs.project_events_path(str(tmp_path)))
+    assert (second["project_root"], second["path"]) == ("x", "t.py")
