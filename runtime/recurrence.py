@@ -44,13 +44,21 @@ every operand cast (exactly) to that dtype.
 
 Backends (``impl``):
 
-* ``"numba"`` (CPU, float32 / float64; the ``"auto"`` choice there): a compiled
-  sequential loop computing exactly ``b[t] + a[t] * x`` in the input dtype --
-  one multiply then one add, no FMA contraction, no reassociation -- so it is
-  **bitwise identical** to the naive torch / numpy / Python loop.  Loading it
-  costs about 0.4 s per process, so ``"auto"`` first runs the same loop in
-  numpy (equally exact, about 0.2 us per step) and loads numba only once that
-  loop has cost as much (ski rental): short runs never pay for numba.
+* ``"c"`` (CPU, float32 / float64; the ``"auto"`` choice there when it was
+  built): ``_recurrence_c``, a small C extension built at install time
+  (``setup.py``, optional), the sequential loop computing exactly
+  ``b[t] + a[t] * x`` in the input dtype -- one multiply then one add, compiled
+  without FMA contraction or fast-math -- so it is **bitwise identical** to the
+  naive torch / numpy / Python loop, and fast from a process's first call (it
+  loads in well under a millisecond; the GIL is released inside).  A build
+  that fails the load-time exactness probe (an FMA) or is stale is not used.
+  ``$SCALEBOX_RECURRENCE_C=0`` turns it off.
+* ``"numba"`` (CPU, float32 / float64; the ``"auto"`` choice there when the C
+  extension is absent): the same loop, compiled by numba, equally exact.
+  Loading it costs about 0.4 s per process, so ``"auto"`` first runs the same
+  loop in numpy (equally exact, about 0.2 us per step) and loads numba only
+  once that loop has cost as much (ski rental): short runs never pay for numba.
+  :func:`cpu_backend` says which of the three ``"auto"`` uses now.
 * ``"triton"`` (CUDA; the ``"auto"`` choice when ``triton`` imports): one fused
   kernel per call, a chunked ``tl.associative_scan``.  Reassociated: equal to
   the loop up to rounding (float16 / bfloat16 accumulate in float32).
@@ -74,7 +82,7 @@ itself differentiable (double backward works).
 
 Overhead: a ``[T, M]`` contiguous CPU float32/float64 ``b`` with a same-shape
 same-dtype ``a`` (or a Python-float ``a``) and a float / ``[M]`` ``init`` takes a
-short fast path (no normalisation, numpy views, one numba call; about 3 us of
+short fast path (no normalisation, numpy views, one kernel call; about 3 us of
 Python on top of the kernel); CUDA tensors of that form go straight to one
 triton launch.  Everything else (broadcasting, ``dim != 0``, mixed dtypes,
 containers, autograd) goes through the general path.
@@ -95,11 +103,11 @@ import time
 import numpy as np
 import torch
 
-__all__ = ["linear_recurrence", "discounted_cumsum", "backend_available"]
+__all__ = ["linear_recurrence", "discounted_cumsum", "backend_available", "cpu_backend"]
 
 _log = logging.getLogger(__name__)
 
-_IMPLS = ("auto", "numba", "triton", "torch", "loop", "scan")
+_IMPLS = ("auto", "c", "numba", "triton", "torch", "loop", "scan")
 _FAST_DTYPES = (torch.float32, torch.float64)
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _LOOP_MAX_T = 32
@@ -110,7 +118,8 @@ _Number = (int, float)
 # lazy backend loading
 # --------------------------------------------------------------------------
 
-_numba_mod = None  # None: not tried yet; False: unavailable
+_c_mod = None  # None: not tried yet; False: unavailable
+_numba_mod = None
 _triton_mod = None
 _warned = set()
 
@@ -159,6 +168,46 @@ def _load_numba():
     return _numba_mod
 
 
+#: The contract of ``_recurrence_c.rec`` this module was written for (its ``VERSION``): an
+#: editable install keeps an old build next to newer sources until it is rebuilt.
+_C_VERSION = 1
+
+
+def _fma_free(rec):
+    """Whether ``rec`` rounds the product before the add: with ``a = x = 1 + 2**-12`` and
+    ``b = -(1 + 2**-11)`` (float32) the rounded product is ``1 + 2**-11`` (a tie to even) and the
+    step gives 0, a fused multiply-add gives ``2**-24``; the float64 analogue likewise."""
+    for dt, e in ((np.float32, 12), (np.float64, 27)):
+        x = np.full((1, 1), 1 + 2.0 ** -e, dtype=dt)
+        b = np.full((1, 1), -(1 + 2.0 ** (1 - e)), dtype=dt)
+        out = np.empty((1, 1), dtype=dt)
+        rec(x, b, x[0], out, True)
+        if out[0, 0] != 0:
+            return False
+    return True
+
+
+def _load_c():
+    """The C extension built at install (``setup.py``), when present, current and exact."""
+    global _c_mod
+    if _c_mod is None:
+        try:
+            if os.environ.get("SCALEBOX_RECURRENCE_C", "1").strip().lower() in ("0", "false", "no", "off"):
+                raise ImportError("turned off by $SCALEBOX_RECURRENCE_C")
+            from . import _recurrence_c as mod
+
+            if getattr(mod, "VERSION", None) != _C_VERSION:
+                raise ImportError("stale build (VERSION %r, want %r): reinstall" % (
+                    getattr(mod, "VERSION", None), _C_VERSION))
+            if not _fma_free(mod.rec):
+                raise ImportError("built with FMA contraction: not exact")
+            _c_mod = mod
+        except Exception as exc:  # not built (no compiler at install), stale or broken
+            _debug_once("c-import", "linear_recurrence: C extension unavailable (%r); using numba / numpy", exc)
+            _c_mod = False
+    return _c_mod
+
+
 #: Loading numba (import + compiled kernels from its disk cache) costs about 0.4 s per process,
 #: more than a short run saves: until that much time has gone into the exact numpy loop below,
 #: ``"auto"`` keeps renting that loop, then buys numba (ski rental: never more than twice the
@@ -197,8 +246,18 @@ def _numpy_rec(a, b, init, out, reverse):
 
 
 def _cpu_rec():
-    """The CPU kernel ``"auto"`` uses now: numba once loaded (or once the numpy loop has cost
-    as much as loading it), else the numpy loop, timed against the budget."""
+    """The CPU kernel ``"auto"`` uses now: the C extension when built; else numba once loaded
+    (or once the numpy loop has cost as much as loading it), else the numpy loop, timed against
+    the budget."""
+    if _c_mod:
+        return _c_mod.rec
+    if _c_mod is None and _load_c():
+        return _c_mod.rec
+    return _fallback_rec()
+
+
+def _fallback_rec():
+    """:func:`_cpu_rec` without the C extension (also what a call the extension refuses uses)."""
     if _numba_mod:
         return _numba_mod.rec
     if _numba_mod is None and _rent_spent >= _RENT_BUDGET_S:
@@ -228,8 +287,18 @@ def _load_triton():
     return _triton_mod
 
 
+def cpu_backend():
+    """The kernel ``impl="auto"`` runs float32 / float64 CPU calls on now: ``"c"`` (the
+    extension built at install), ``"numba"``, or ``"numpy"`` (the exact loop rented until numba
+    has been paid for); all three are bitwise identical to the naive loop."""
+    rec = _cpu_rec()
+    return "c" if _c_mod and rec is _c_mod.rec else "numba" if rec is not _rented else "numpy"
+
+
 def backend_available(name):
-    """True when backend ``"numba"`` / ``"triton"`` can be imported."""
+    """True when backend ``"c"`` / ``"numba"`` / ``"triton"`` can be imported."""
+    if name == "c":
+        return bool(_load_c())
     if name == "numba":
         return bool(_load_numba())
     if name == "triton":
@@ -378,11 +447,17 @@ def _backend(a, b, init, reverse, S, impl):
     if impl == "auto":
         if dev == "cpu" and dt in _FAST_DTYPES:
             rec = _cpu_rec()
-            if rec:
-                try:
-                    return _run_cpu(rec, a, b, init, reverse, S)
-                except Exception as exc:  # pragma: no cover - numba compile failure
+            try:
+                return _run_cpu(rec, a, b, init, reverse, S)
+            except Exception as exc:  # the extension refused a layout, or a numba compile failure
+                if not (_c_mod and rec is _c_mod.rec):
                     _debug_once("numba-run", "linear_recurrence: numba failed (%r); using torch", exc)
+                else:
+                    _debug_once("c-run", "linear_recurrence: C kernel refused (%r); using numba / numpy", exc)
+                    try:
+                        return _run_cpu(_fallback_rec(), a, b, init, reverse, S)
+                    except Exception as exc2:  # pragma: no cover - numba compile failure
+                        _debug_once("numba-run", "linear_recurrence: numba failed (%r); using torch", exc2)
         elif dev == "cuda" and dt in _TRITON_DTYPES:
             mod = _load_triton()
             if mod:
@@ -397,6 +472,13 @@ def _backend(a, b, init, reverse, S, impl):
         return _run_loop(a, b, init, reverse, S)
     if impl == "scan":
         return _run_scan(a, b, init, reverse, S)
+    if impl == "c":
+        mod = _load_c()
+        if not mod:
+            raise RuntimeError("linear_recurrence: impl='c' requested but the C extension is unavailable")
+        if dev != "cpu" or dt not in _FAST_DTYPES:
+            raise ValueError("impl='c' needs float32/float64 CPU tensors, got %s on %s" % (dt, dev))
+        return _run_cpu(mod.rec, a, b, init, reverse, S)
     if impl == "numba":
         mod = _load_numba()
         if not mod:
@@ -807,8 +889,8 @@ def _fast(a, b, init, reverse):
     out = np.empty((T, M), dtype=_NP_SCALAR[dt])
     try:
         rec(a, b.numpy(), init, out, reverse)
-    except Exception as exc:  # pragma: no cover - numba compile failure
-        _debug_once("numba-run", "linear_recurrence: numba failed (%r); using torch", exc)
+    except Exception as exc:  # the extension refused a layout (the general path retries), numba failed
+        _debug_once("fast-run", "linear_recurrence: CPU kernel failed (%r); general path", exc)
         return None
     return torch.from_numpy(out)
 

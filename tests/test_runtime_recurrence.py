@@ -20,8 +20,10 @@ from scalebox_cst.runtime import recurrence as R
 from scalebox_cst.runtime.recurrence import discounted_cumsum, linear_recurrence
 
 HAS_NUMBA = R.backend_available("numba")
+HAS_C = R.backend_available("c")
 HAS_CUDA = torch.cuda.is_available()
 needs_numba = pytest.mark.skipif(not HAS_NUMBA, reason="numba not installed")
+needs_c = pytest.mark.skipif(not HAS_C, reason="C extension not built (no compiler at install)")
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
 
 HYP = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -408,6 +410,7 @@ def test_lazy_numba_import_and_cache_dir(tmp_path):
     )
     env = dict(os.environ)
     env.pop("NUMBA_CACHE_DIR", None)
+    env["SCALEBOX_RECURRENCE_C"] = "0"  # the numpy-then-numba route, as without a compiler
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
@@ -423,6 +426,180 @@ def test_lazy_numba_import_and_cache_dir(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == str(cache)
     assert not (tmp_path / "other").exists()
+
+
+# ---------------------------------------------------------------- the C extension
+
+
+def _c_rec():
+    return R._load_c().rec
+
+
+def _a_variants(rng, T, M, dtype):
+    """a as the CPU paths pass it: full, numpy scalar, Python float, 0-stride rows / columns."""
+    yield rng.random((T, M)).astype(dtype)
+    yield dtype(0.97)
+    yield 0.9712345678901234  # rounded to the dtype once, as numpy's dtype(a) does
+    yield np.broadcast_to(rng.random((1, M)).astype(dtype), (T, M))
+    yield np.broadcast_to(rng.random((T, 1)).astype(dtype), (T, M))
+
+
+@needs_c
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("M", [1, 2, 3, 5, 8, 9, 17, 64, 70, 130])
+def test_c_kernel_bitwise_equals_numpy_loop(dtype, M):
+    """Every column block (64 / 8 / 4 / 2 / 1, and the strided path) computes the loop's bits."""
+    rng = np.random.default_rng(M)
+    rec = _c_rec()
+    for T in (0, 1, 2, 7, 300):
+        for a in _a_variants(rng, T, M, dtype):
+            b = rng.standard_normal((T, M)).astype(dtype)
+            init = rng.standard_normal(M).astype(dtype)
+            ref_a = dtype(a) if type(a) is float else a
+            for reverse in (True, False):
+                ref, mine = np.empty((T, M), dtype), np.empty((T, M), dtype)
+                R._numpy_rec(ref_a, b, init, ref, reverse)
+                rec(a, b, init, mine, reverse)
+                assert mine.tobytes() == ref.tobytes()
+                # strided b / init / out (Fortran order, every other element) give the same bits
+                bf = np.asfortranarray(b)
+                wide = np.repeat(init, 2)[::2]
+                of = np.empty((M, T), dtype).T
+                rec(a, bf, wide, of, reverse)
+                assert np.ascontiguousarray(of).tobytes() == ref.tobytes()
+
+
+@needs_c
+@HYP
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    T=st.integers(1, 64),
+    N=st.integers(1, 12),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    a_kind=st.sampled_from(A_KINDS),
+    init_kind=st.sampled_from(INIT_KINDS),
+    reverse=st.booleans(),
+    layout=st.sampled_from(["contiguous", "transposed", "strided"]),
+)
+def test_c_bitwise_equals_naive_loop(seed, T, N, dtype, a_kind, init_kind, reverse, layout):
+    a, b, init = make_case(seed, T, N, dtype, a_kind, init_kind)
+    if layout == "transposed":  # non-contiguous [T, N] views of the same values
+        b = b.t().contiguous().t()
+        a = a.t().contiguous().t() if isinstance(a, torch.Tensor) and a.ndim == 2 else a
+    elif layout == "strided":
+        b = torch.stack([b, b], -1)[..., 0]
+    assert R.cpu_backend() == "c"
+    ref, ref_last = naive(a, b, init, reverse)
+    for impl in ("auto", "c"):
+        out, last = linear_recurrence(a, b, init, reverse=reverse, return_last=True, impl=impl)
+        assert out.dtype == ref[0].dtype and torch.equal(out, torch.stack(ref))
+        assert torch.equal(last, ref_last)
+
+
+def test_c_fma_probe_rejects_a_fused_kernel():
+    """A build that contracts ``b + a * x`` into an FMA is caught at load time, not used."""
+
+    def fused(a, b, init, out, reverse):  # float32 maths with one rounding: what an FMA does
+        out[...] = (b.astype(np.float64) + a.astype(np.float64) * init.astype(np.float64)).astype(b.dtype)
+
+    assert R._fma_free(R._numpy_rec)
+    assert not R._fma_free(fused)
+    if HAS_C:
+        assert R._fma_free(_c_rec())
+
+
+@needs_c
+def test_c_kernel_refuses_what_it_cannot_read():
+    rec = _c_rec()
+    b = np.zeros((4, 3), np.float32)
+    out = np.empty_like(b)
+    with pytest.raises(TypeError):
+        rec(np.zeros((4, 3), np.float64), b, np.zeros(3, np.float32), out, True)  # mixed dtypes
+    with pytest.raises(TypeError):
+        rec(0.9, np.zeros((4, 3), np.int32), np.zeros(3, np.int32), np.zeros((4, 3), np.int32), True)
+    with pytest.raises(ValueError):
+        rec(0.9, b, np.zeros(2, np.float32), out, True)  # init of another width
+    with pytest.raises(ValueError):
+        rec(0.9, b, np.zeros(3, np.float32), np.empty((4, 2), np.float32), True)
+    ro = np.empty_like(b)
+    ro.flags.writeable = False
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        rec(0.9, b, np.zeros(3, np.float32), ro, True)
+    raw = np.zeros(4 * 3 * 4 + 1, np.uint8)[1:].view(np.float32).reshape(4, 3)  # misaligned
+    with pytest.raises(ValueError):
+        rec(0.9, raw, np.zeros(3, np.float32), out, True)
+
+
+def test_fallback_when_c_extension_missing(monkeypatch):
+    """No compiler at install: the import fails, ``"auto"`` takes the numba / numpy loop (same
+    bits), ``impl="c"`` says it is unavailable."""
+    import scalebox_cst.runtime as pkg
+
+    monkeypatch.setitem(sys.modules, "scalebox_cst.runtime._recurrence_c", None)  # import -> ImportError
+    monkeypatch.delattr(pkg, "_recurrence_c", raising=False)
+    monkeypatch.setattr(R, "_c_mod", None)
+    assert not R.backend_available("c")
+    assert R.cpu_backend() in ("numba", "numpy")
+    for dtype in (torch.float32, torch.float64):
+        a, b, init = make_case(12, 200, 5, dtype, "mask", "tensor")
+        assert torch.equal(linear_recurrence(a, b, init), naive_t(a, b, init))
+        assert torch.equal(linear_recurrence(0.9, b), naive_t(0.9, b))
+    with pytest.raises(RuntimeError):
+        linear_recurrence(a, b, init, impl="c")
+
+
+def test_stale_or_disabled_c_extension_is_not_used(monkeypatch):
+    stale = type(sys)("scalebox_cst.runtime._recurrence_c")
+    stale.VERSION = R._C_VERSION - 1
+    stale.rec = R._numpy_rec
+    import scalebox_cst.runtime as pkg
+
+    monkeypatch.setitem(sys.modules, "scalebox_cst.runtime._recurrence_c", stale)
+    monkeypatch.setattr(pkg, "_recurrence_c", stale, raising=False)
+    monkeypatch.setattr(R, "_c_mod", None)
+    assert not R._load_c()
+    monkeypatch.undo()
+    monkeypatch.setattr(R, "_c_mod", None)
+    monkeypatch.setenv("SCALEBOX_RECURRENCE_C", "0")
+    assert not R._load_c()
+
+
+def test_a_layout_the_c_kernel_refuses_falls_back_exactly(monkeypatch):
+    """Whatever the extension raises on, the call is redone on the numba / numpy loop."""
+    calls = []
+
+    def refusing(a, b, init, out, reverse):
+        calls.append(b.shape)
+        raise ValueError("rec: misaligned or odd strides")
+
+    fake = type(sys)("fake_c")
+    fake.rec = refusing
+    monkeypatch.setattr(R, "_c_mod", fake)
+    a, b, init = make_case(13, 90, 3, torch.float32, "full", "tensor")
+    for bb in (b, b.t().contiguous().t()):  # the fast path and the general path
+        assert torch.equal(linear_recurrence(a, bb, init), naive_t(a, bb, init))
+    assert len(calls) >= 2
+
+
+@needs_c
+def test_fresh_process_uses_c_at_once():
+    code = textwrap.dedent(
+        """
+        import sys
+        import torch
+        import scalebox_cst.runtime.recurrence as R
+        b = torch.randn(2048, 8); a = torch.rand(2048, 8)
+        out = R.linear_recurrence(a, b)
+        assert R.cpu_backend() == "c", R.cpu_backend()
+        assert "numba" not in sys.modules, "numba loaded although the C kernel is there"
+        assert R._rent_spent == 0.0
+        """
+    )
+    env = dict(os.environ)
+    env.pop("SCALEBOX_RECURRENCE_C", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
 
 
 # ---------------------------------------------------------------- CUDA / triton
