@@ -111,12 +111,13 @@ class Affine:
     def recurrence(self, it: Item, env: Dict[str, str]) -> Recurrence:
         s = it.var
         assert s is not None and it.value is not None
+        shown = it.shown if it.shown is not None else it.value  # as written (a last-step conditional kept)
         ex = self.affine_exact(it.value, s, env)
         if ex is not None:
             a, b, coef = ex
             exact = True
             pattern = f"`{self.memo_src[s]}`, carried through memory," if s in self.memo_src else \
-                f"`{s} = {_one_line(it.value)}`"
+                f"`{s} = {_one_line(shown)}`"
         else:
             a_, b_ = self.affine(it.value, s, env)
             if a_ is None:  # pragma: no cover - s is read in its update
@@ -129,7 +130,7 @@ class Affine:
             a, b, coef = a_, b_, None
             exact = False
             pattern = f"`{self.memo_src[s]}`, carried through memory," if s in self.memo_src else \
-                f"`{s} = {_one_line(it.value)}`"
+                f"`{s} = {_one_line(shown)}`"
             pattern += " (coefficients regrouped)"
         if not self._has_step(b):
             raise Skip(f"the update of `{s}` adds no per-step input")

@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 import libcst as cst
 
 from ...names import dotted
-from .syntax import _code, _is_int, _norm, _pure_container, Skip, _stmts
+from .syntax import _code, _is_int, _norm, _pure_container, Skip, _stmts, _walk
 from .headers import Header
 
 
@@ -28,6 +28,10 @@ class Item:
     other: List["Item"] = dataclasses.field(default_factory=list)
     m_is_then: bool = False
     wrap: bool = False  # lst.append([x]): the value is x, each item a one-element list
+    #: the branches of last-step conditional expressions (``x[t + 1] if t < T - 1 else last``) that
+    #: only the peeled step t = T-1 evaluates; ``value`` holds the other steps' branch (see middle_value)
+    first: List[cst.BaseExpression] = dataclasses.field(default_factory=list)
+    shown: Optional[cst.BaseExpression] = None  # the value as written, when ``first`` is not empty
 
 
 _FORBIDDEN_SMALL = {
@@ -74,6 +78,32 @@ class BodyParser:
         if kind is cst.NotEqual or kind is cst.LessThan:
             return True
         return None
+
+    def middle_value(self, e: cst.BaseExpression) -> Tuple[cst.BaseExpression, List[cst.BaseExpression]]:
+        """``e`` as the steps t = T-2 .. 0 evaluate it, and the branches only t = T-1 evaluates.
+
+        A conditional expression whose test selects exactly the last step (``values[t + 1] if t < T - 1
+        else last_value``, ``last if t == T - 1 else x[t + 1]``, ``t + 1 < T``, ``t != T - 1``) is the
+        statement form ``if t == T - 1: ... else: ...`` in one expression: the peeled first step runs
+        it as written, every other step takes one branch. That branch replaces it, in parentheses (an
+        operand of the conditional is evaluated whole before it is used: the same grouping)."""
+        first: List[cst.BaseExpression] = []
+        parser = self
+
+        class Resolve(cst.CSTTransformer):
+            def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
+                m_then = parser.lsplit(original.test)
+                if m_then is None:
+                    return updated
+                keep = updated.body if m_then else updated.orelse
+                first.append(original.orelse if m_then else original.body)
+                outer = list(original.lpar) or [cst.LeftParen()]
+                close = list(original.rpar) or [cst.RightParen()]
+                return keep.with_changes(lpar=outer + list(keep.lpar), rpar=list(keep.rpar) + close)
+
+        if not any(isinstance(n, cst.IfExp) for n in _walk(e)):
+            return e, first
+        return e.visit(Resolve()), first  # type: ignore[return-value]
 
     def block(self, stmts: Sequence[cst.BaseStatement]) -> List[Item]:
         items: List[Item] = []
@@ -134,7 +164,9 @@ class BodyParser:
                     outs.append(tg.value)
                 else:
                     raise Skip(f"assigns to `{_code(tg).strip()}` (only names and out[t] are understood)")
-            return Item("assign", node=small, var=var, outs=outs, value=small.value)
+            value, first = self.middle_value(small.value)
+            return Item("assign", node=small, var=var, outs=outs, value=value, first=first,
+                        shown=small.value if first else None)
         if isinstance(small, cst.Expr):
             call = small.value
             if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
@@ -152,7 +184,9 @@ class BodyParser:
                         and isinstance(value.elements[0], cst.Element)
                     if wrap:  # minimalRL: advantage_lst.append([advantage])
                         value = value.elements[0].value  # type: ignore[union-attr]
-                    return Item(kind, node=small, container=call.func.value, value=value, wrap=wrap)
+                    mid, first = self.middle_value(value)
+                    return Item(kind, node=small, container=call.func.value, value=mid, wrap=wrap, first=first,
+                                shown=value if first else None)
             if isinstance(call, cst.Call):
                 raise Skip(f"calls `{_callee(call)}()` in the loop body (unknown side effects)")
             raise Skip(f"expression statement `{_code(call).strip()}` in the loop body")

@@ -7,8 +7,9 @@ from typing import Dict, List, Set
 
 import libcst as cst
 
+from ...analysis.purity import pure_call
 from .syntax import _CAST_METHODS, _code, _head, _names_read, _norm, _pure_container, Skip, _walk
-from .body import _callee, Item
+from .body import _callee, _flatten, Item
 from .affine import Recurrence
 
 
@@ -59,6 +60,9 @@ class BodyChecks:
                         raise Skip(f"call `{_code(e).strip()}`")
                 self.check(f.value)
                 return
+            if pure_call(e, self.ctx.imports):
+                raise Skip(f"calls `{_callee(e)}()`, which is pure, but the vectorized recurrence is built from "
+                           "+ - * / and dtype casts only")
             raise Skip(f"calls `{_callee(e)}()` in the loop body (unknown side effects)")
         if isinstance(e, (cst.Yield, cst.Await)):
             raise Skip("`yield` / `await` in the loop body")
@@ -90,6 +94,11 @@ class BodyChecks:
         # a loop-invariant read such as next_value[0]
 
     def dataflow(self) -> None:
+        # the branches of last-step conditional expressions run in the peeled first step, after the
+        # guard: they must not undo what it checked (the grammar's rules hold for them too)
+        for it in self._all_items(self.items):
+            for expr in it.first:
+                self.check(expr)
         middle = self.middle
         # each write into a list / deque becomes one extend of the whole block: two writes into the
         # same container per step would come out grouped by write, not interleaved by step
@@ -139,6 +148,7 @@ class BodyChecks:
             else:
                 if not self._shiftable(own):
                     raise Skip(f"`{n}` carries a value from the previous step that is not a plain per-step read")
+                self._same_in_first_step(n, own)
                 self.shift[n] = own
         for n in resets:
             if n not in rec_vars:
@@ -154,6 +164,17 @@ class BodyChecks:
         for it in middle:
             if it.kind == "reset":
                 self.check_cond(it.cond)  # type: ignore[arg-type]
+
+    def _same_in_first_step(self, n: str, own: Item) -> None:
+        """A value carried into the next step is computed for step t = T-2 from the other steps'
+        formula at t + 1 = T-1; the peeled step T-1 must have assigned it that way too (not in a
+        last-step branch of its own, ``prev = 0.0 if t == T - 1 else values[t]``)."""
+        first = [x for x in _flatten(self.items, False) if x.kind == "assign" and x.var == n]
+        if len(first) == 1 and not first[0].first and not own.first and (
+                first[0] is own or _norm(first[0].value) == _norm(own.value)):  # type: ignore[arg-type]
+            return
+        raise Skip(f"`{n}` carries into the next step a value the last-step case t = T-1 computes "
+                   "otherwise than the other steps")
 
     def _reads_written(self, e: cst.BaseExpression) -> bool:
         """``e`` reads (a subscript of) a container the loop writes."""

@@ -70,6 +70,59 @@ EXAMPLES = [
     ),
     Example(
         code=(
+            "def gae_advantages(values, rewards, gae_lambda, gae_gamma):\n"
+            "    response_length = len(values)\n"
+            "    lastgaelam = 0.0\n"
+            "    advantages_reversed = []\n"
+            "    for t in reversed(range(response_length)):\n"
+            "        nextvalues = values[t + 1] if t < response_length - 1 else 0.0\n"
+            "        delta = rewards[t] + gae_gamma * nextvalues - values[t]\n"
+            "        lastgaelam = delta + gae_gamma * gae_lambda * lastgaelam\n"
+            "        advantages_reversed.append(lastgaelam)\n"
+            "    return advantages_reversed[::-1]\n"
+        ),
+        rewritten=True,
+        note="per-token GAE (LLM fine-tuning code): the last-step case as a conditional expression; the "
+             "peeled first step runs it as written, the other steps take `values[t + 1]`",
+    ),
+    Example(
+        code=(
+            "def returns_of(x, rewards, gamma):\n"
+            "    for i in reversed(range(len(rewards))):\n"
+            "        x[i] = rewards[i] + gamma * (x[i + 1] if i < len(rewards) - 1 else 0)\n"
+            "    return x\n"
+        ),
+        rewritten=True,
+        note="carried through the output's next row, nothing added at the end: exact",
+    ),
+    Example(
+        code=(
+            "def f(values, rewards, gamma, lam, adv):\n"
+            "    gae = 0.0\n"
+            "    for i in reversed(range(len(rewards))):\n"
+            "        nv = values[i + 1] if i % 2 else 0.0\n"
+            "        gae = rewards[i] + gamma * nv - values[i] + gamma * lam * gae\n"
+            "        adv[i] = gae\n"
+            "    return adv\n"
+        ),
+        rewritten=False,
+        reason="conditional expression `values[i + 1] if i % 2 else 0.0`",
+    ),
+    Example(
+        code=(
+            "def f(values, rewards, gamma, T, adv):\n"
+            "    gae = prev = 0.0\n"
+            "    for t in reversed(range(T)):\n"
+            "        gae = rewards[t] + gamma * prev + gamma * gae\n"
+            "        adv[t] = gae\n"
+            "        prev = 0.0 if t == T - 1 else values[t]\n"
+            "    return adv\n"
+        ),
+        rewritten=False,
+        reason="computes otherwise than the other steps",
+    ),
+    Example(
+        code=(
             "def train(rewards, gamma, optimizer):\n"
             "    R = 0.0\n"
             "    for t in reversed(range(len(rewards))):\n"

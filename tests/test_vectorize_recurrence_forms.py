@@ -1,0 +1,288 @@
+"""vectorize.recurrence, issue 14 part 2 forms: the last-step special case written as a conditional
+expression, loop-invariant conditions unswitched, if/else episode resets that write two outputs.
+Differential tests (original vs rewritten code on the same random inputs, bitwise where the site
+says exact) and look-alikes that must stay as written, with their reasons."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
+from scalebox_cst.runtime import vectorized as vectorized_mod
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_vectorize_recurrence import HYP, dtypes, lengths, rewrite, run_both, same_namespaces, tensor  # noqa: E402
+
+_MIN_STEPS = dict(vectorized_mod.MIN_STEPS)
+
+
+def setup_module(module):
+    # vectorize from 2 steps on, so that short random sequences exercise the vectorized branch
+    vectorized_mod.MIN_STEPS.update({k: 2 for k in _MIN_STEPS})
+
+
+def teardown_module(module):
+    vectorized_mod.MIN_STEPS.update(_MIN_STEPS)
+
+
+def sites_of(src: str):
+    out, sites = rewrite(src)
+    return out, [s for s in sites if s.action == REWRITTEN], [s for s in sites if s.action == SKIPPED]
+
+
+def left_alone(src: str, reason: str) -> None:
+    out, done, skipped = sites_of(src)
+    assert out == src, out  # byte for byte
+    assert not done, [s.describe() for s in done]
+    assert any(reason in s.reason for s in skipped), [s.describe() for s in skipped]
+
+
+def arrays(kind: str, seed: int, shape, dtype, what: str = "normal"):
+    """A tensor (``kind`` "torch") or numpy array of ``dtype`` (a torch dtype)."""
+    t = tensor(seed, shape, dtype, what)
+    return t if kind == "torch" else t.numpy()
+
+
+kinds = st.sampled_from(["torch", "numpy"])
+
+
+# ------------------------------------------------------------------ 1. last step as a conditional expression
+
+# LLM fine-tuning code (per-token GAE over a response, lists of floats): the bootstrap is 0 at the end
+TOKEN_GAE = """\
+def gae_advantages(values, rewards, gae_lambda, gae_gamma):
+    response_length = len(values)
+    lastgaelam = 0.0
+    advantages_reversed = []
+    for t in reversed(range(response_length)):
+        nextvalues = values[t + 1] if t < response_length - 1 else 0.0
+        delta = rewards[t] + gae_gamma * nextvalues - values[t]
+        lastgaelam = delta + gae_gamma * gae_lambda * lastgaelam
+        advantages_reversed.append(lastgaelam)
+    return advantages_reversed[::-1]
+
+out = gae_advantages(values, rewards, 0.95, 0.99)
+"""
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16))
+def test_token_gae_over_lists_bitwise(T, seed):
+    rng = np.random.default_rng(seed)
+    env = dict(values=[float(x) for x in rng.standard_normal(T)], rewards=[float(x) for x in rng.standard_normal(T)])
+    ns1, ns2 = run_both(TOKEN_GAE, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+# the same written with the bootstrap value and the episode mask, each chosen by a conditional
+# expression, the mirrored spellings of the last-step test, and one used inline in the update
+MIRRORED = """\
+def gae(rewards, values, dones, last_value, last_done, gamma, lam, adv):
+    T = len(rewards)
+    gae = 0.0
+    for t in reversed(range(T)):
+        nv = last_value if t == T - 1 else values[t + 1]
+        nonterminal = 1.0 - dones[t + 1] if t + 1 < T else 1.0 - last_done
+        delta = rewards[t] + gamma * nv * nonterminal - values[t]
+        gae = delta + gamma * lam * nonterminal * gae
+        adv[t] = gae
+    return adv, gae, delta, nv, nonterminal, t
+
+out = gae(rewards, values, dones, last_value, last_done, 0.99, 0.95, adv)
+"""
+
+INLINE = """\
+def gae(rewards, values, dones, last_value, last_done, gamma, lam, adv):
+    T = len(rewards)
+    gae = 0.0
+    for t in reversed(range(T)):
+        delta = rewards[t] + gamma * (values[t + 1] if t != T - 1 else last_value) * (1.0 - dones[t]) - values[t]
+        gae = delta + gamma * lam * (1.0 - dones[t + 1] if T - 1 > t else 1.0 - last_done) * gae
+        adv[t] = gae
+    return adv, gae
+
+out = gae(rewards, values, dones, last_value, last_done, 0.99, 0.95, adv)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16), kind=kinds,
+       src=st.sampled_from([MIRRORED, INLINE]))
+def test_gae_with_conditional_last_step_bitwise(T, N, dtype, seed, kind, src):
+    env = dict(
+        rewards=arrays(kind, seed, (T, N), dtype),
+        values=arrays(kind, seed + 1, (T, N), dtype),
+        dones=arrays(kind, seed + 2, (T, N), dtype, "dones"),
+        last_value=arrays(kind, seed + 3, (N,), dtype),
+        last_done=arrays(kind, seed + 4, (N,), dtype, "dones"),
+        adv=arrays(kind, seed + 5, (T, N), dtype) * 0,
+    )
+    ns1, ns2 = run_both(src, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+# carried through memory: the output's next row, or nothing at the end (was "appears non-affinely")
+MEMORY_INLINE = """\
+def returns_of(x, rewards, gamma):
+    for i in reversed(range(len(rewards))):
+        x[i] = rewards[i] + gamma * (x[i + 1] if i < len(rewards) - 1 else 0)
+    return x
+
+out = returns_of(x, rewards, 0.99)
+"""
+
+# ... and through a temporary (was "recurrence through memory"); the bootstrap at the end
+MEMORY_TEMP = """\
+def returns_of(rewards, dones, next_value, gamma, returns):
+    T = rewards.shape[0]
+    for t in reversed(range(T)):
+        next_return = returns[t + 1] if t < T - 1 else next_value
+        returns[t] = rewards[t] + gamma * (1.0 - dones[t]) * next_return
+    return returns, next_return
+
+out = returns_of(rewards, dones, next_value, 0.99, returns)
+"""
+
+# the advantage read back from the output next to a bootstrapped value, both chosen the same way
+MEMORY_TWO = """\
+def advantages(rewards, values, last_value, gamma, lam, adv):
+    T = len(rewards)
+    for t in reversed(range(T)):
+        nxt = adv[t + 1] if t < T - 1 else 0.0
+        nv = values[t + 1] if t < T - 1 else last_value
+        adv[t] = rewards[t] + gamma * nv - values[t] + gamma * lam * nxt
+    return adv, nxt, nv
+
+out = advantages(rewards, values, last_value, 0.99, 0.95, adv)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16), kind=kinds,
+       src=st.sampled_from([MEMORY_INLINE, MEMORY_TEMP, MEMORY_TWO]))
+def test_memory_recurrence_with_conditional_last_step_bitwise(T, N, dtype, seed, kind, src):
+    env = dict(
+        rewards=arrays(kind, seed, (T, N), dtype),
+        values=arrays(kind, seed + 1, (T, N), dtype),
+        dones=arrays(kind, seed + 2, (T, N), dtype, "dones"),
+        next_value=arrays(kind, seed + 3, (N,), dtype),
+        last_value=arrays(kind, seed + 3, (N,), dtype),
+        x=arrays(kind, seed + 4, (T, N), dtype),
+        returns=arrays(kind, seed + 5, (T, N), dtype),
+        adv=arrays(kind, seed + 6, (T, N), dtype),
+    )
+    ns1, ns2 = run_both(src, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+def test_conditional_last_step_sites():
+    for src, shown in ((MEMORY_INLINE, "x[i + 1] if i < len(rewards) - 1 else 0"),
+                       (MEMORY_TEMP, "next_return = returns[t + 1] if t < T - 1 else next_value"),
+                       (INLINE, "1.0 - dones[t + 1] if T - 1 > t else 1.0 - last_done")):
+        out, done, skipped = sites_of(src)
+        assert len(done) == 1 and not skipped, [s.describe() for s in done + skipped]
+        assert done[0].exactness == EXACT
+        assert shown in done[0].reason  # the update as written, conditional included
+        loop = src[src.index("    for "):src.index("\n    return ") + 1]
+        assert "".join("    " + ln + "\n" for ln in loop.splitlines()) in out  # kept in the else branch
+
+
+# a value carried into the next step that the last step sets its own way: the step after it would
+# compute it from the other steps' formula (this was rewritten wrongly in the statement form too)
+CARRIED_OTHERWISE = [
+    """\
+def f(values, rewards, gamma, T, adv):
+    gae = 0.0
+    prev = 0.0
+    for t in reversed(range(T)):
+        gae = rewards[t] + gamma * prev + gamma * gae
+        adv[t] = gae
+        prev = 0.0 if t == T - 1 else values[t]
+    return adv
+""",
+    """\
+def f(values, rewards, gamma, T, adv):
+    gae = 0.0
+    prev = 0.0
+    for t in reversed(range(T)):
+        gae = rewards[t] + gamma * prev + gamma * gae
+        adv[t] = gae
+        if t == T - 1:
+            prev = 0.0
+        else:
+            prev = values[t]
+    return adv
+""",
+]
+
+
+@pytest.mark.parametrize("src", CARRIED_OTHERWISE, ids=["expression", "statement"])
+def test_value_carried_from_the_last_step_case_is_left_alone(src):
+    left_alone(src, "`prev` carries into the next step a value the last-step case t = T-1 computes otherwise")
+
+
+def test_value_carried_the_same_way_in_both_cases_still_rewrites():
+    src = CARRIED_OTHERWISE[1].replace("prev = 0.0\n        else:", "prev = values[t]\n        else:")
+    out, done, skipped = sites_of(src)
+    assert done and not skipped, [s.describe() for s in done + skipped]
+    env = dict(values=torch.randn(7, dtype=torch.float64), rewards=torch.randn(7, dtype=torch.float64),
+               adv=torch.zeros(7, dtype=torch.float64))
+    ns1, ns2 = run_both(src + "out = f(values, rewards, 0.9, 7, adv)\n", env)
+    same_namespaces(ns1, ns2)
+
+
+CONDITIONAL_LOOK_ALIKES = [
+    ("""\
+def f(values, rewards, gamma, lam, adv):
+    gae = 0.0
+    for i in reversed(range(len(rewards))):
+        nv = values[i + 1] if i % 2 else 0.0
+        gae = rewards[i] + gamma * nv - values[i] + gamma * lam * gae
+        adv[i] = gae
+    return adv
+""", "conditional expression `values[i + 1] if i % 2 else 0.0`"),
+    ("""\
+def f(values, rewards, last, gamma, lam, adv, T):
+    gae = 0.0
+    for t in reversed(range(T)):
+        nv = values[t + 1] if t < T - 2 else last
+        gae = rewards[t] + gamma * nv - values[t] + gamma * lam * gae
+        adv[t] = gae
+    return adv
+""", "conditional expression `values[t + 1] if t < T - 2 else last`"),
+    ("""\
+def f(values, rewards, last, gamma, lam, adv, T):
+    gae = 0.0
+    for t in reversed(range(T)):
+        nv = values[t + 1] if t < T - 1 else last.pop()
+        gae = rewards[t] + gamma * nv - values[t] + gamma * lam * gae
+        adv[t] = gae
+    return adv
+""", "calls `last.pop()`"),
+    ("""\
+def f(x, rewards, gamma, T):
+    for t in reversed(range(T)):
+        x[t] = rewards[t] + gamma * (x[t + 1] if t < T - 1 else x[t + 2])
+    return x
+""", "recurrence through memory"),
+    ("""\
+def f(values, rewards, gamma, lam, adv, T):
+    gae = 0.0
+    for t in reversed(range(T)):
+        nv = values[t - 1] if t > 0 else 0.0
+        gae = rewards[t] + gamma * nv - values[t] + gamma * lam * gae
+        adv[t] = gae
+    return adv
+""", "conditional expression `values[t - 1] if t > 0 else 0.0`"),
+]
+
+
+@pytest.mark.parametrize("src,reason", CONDITIONAL_LOOK_ALIKES, ids=[r for _, r in CONDITIONAL_LOOK_ALIKES])
+def test_conditional_look_alikes_are_left_alone(src, reason):
+    left_alone(src, reason)
