@@ -29,6 +29,7 @@ from ..analysis.loops import BATCH_GUARD_NOTE, LoopHeader, parse_header
 from ..analysis.statements import ast_guarded, ast_is_flat, ast_statements, CstStatements
 from ..analysis.elementwise import ElementwiseExpr
 from ..analysis.rewriting import replace_nodes, ScopedRewriter
+from .loss_loops import rewrite_loss_loop
 from .reduction_examples import EXAMPLES
 from .reduction_forms import (
     _Acc,
@@ -114,16 +115,15 @@ class _Rewriter(ScopedRewriter):
         reason = early_exit_reason(loop.body)
         if reason:
             return self._skip(loop, reason)
-        if bad is not None:
-            code = self.ctx.module.code_for_node(bad).strip()
-            return self._skip(loop, f"the body also runs `{code}`, which is not an accumulation")
+        if bad is not None:  # temporaries (or something else): a per-sample loss loop, or why not
+            return rewrite_loss_loop(self, loop, idx, block, out, stmts)
         accs_: List[_Acc] = [a for a in accs if a is not None]
         targets = [a.name for a in accs_]
         if len(set(targets)) != len(targets):
             return self._skip(loop, "the body accumulates into the same name twice")
         header = parse_header(loop, self.builtin_ok)
-        if isinstance(header, str):
-            return self._skip(loop, header)
+        if isinstance(header, str):  # e.g. `for (log_prob, value), R in zip(...)`: the loss-loop path
+            return rewrite_loss_loop(self, loop, idx, block, out, stmts)
         if set(targets) & set(header.names):
             return self._skip(loop, "the body accumulates into a loop variable")
         if names_read(loop.iter) & set(targets):
@@ -132,8 +132,8 @@ class _Rewriter(ScopedRewriter):
         for acc in accs_:
             analysis = ElementwiseExpr(self.ctx.imports, header.element, forbidden)
             why = analysis.check(acc.expr)
-            if why:
-                return self._skip(loop, why)
+            if why:  # .item(), a per-sample loss, .detach()...: the loss-loop path, or why not
+                return rewrite_loss_loop(self, loop, idx, block, out, stmts)
             acc.analysis = analysis
         for src in header.sources.values():
             if names_read(src) & set(targets):
@@ -149,6 +149,10 @@ class _Rewriter(ScopedRewriter):
                 why = self._consumer(acc, loop, idx, block, scope)
                 if why:
                     return self._skip(loop, why)
+        if len({(frozenset(a.analysis.keys), len(a.analysis.invariants)) for a in accs_}) > 1:
+            # results of different ranks (one reads a [T] sequence, another a [T, 3] one): the
+            # aligned batches would give the first [T, 1]; the loss-loop path fits each result
+            return rewrite_loss_loop(self, loop, idx, block, out, stmts)
         return self._emit(loop, idx, header, accs_, out)
 
     def _reduction_like(self, accs: Sequence[Optional[_Acc]]) -> bool:
@@ -374,7 +378,7 @@ class _Rewriter(ScopedRewriter):
 
 class VectorizeReduction(Transform):
     id = ID
-    version = "2"
+    version = "3"
     triggers = ("for ",)
     description = "element-wise accumulation loops → one batched reduction (guarded)"
 
