@@ -35,6 +35,8 @@ __all__ = [
     "to_rank",
     "column",
     "dim1",
+    "written_apart",
+    "dim_view",
     "reset_linear_recurrence",
     "quadratic_ok",
     "int_of",
@@ -721,6 +723,37 @@ def dim1(x: Any) -> Any:
     if _ndarray(x) and x.ndim >= 2:
         return np.moveaxis(x, 1, 0)
     return None
+
+
+def dim_view(x: Any, dim: int, ndim: int) -> Any:
+    """The time-major view of an array walked along dimension ``dim`` (negative: from the end):
+    ``x[..., t, :]`` is ``dim_view(x, -2, 2)[t]``, ``x[:, :, t]`` is ``dim_view(x, 2, 3)[t]``
+    (``movedim`` keeps the other dimensions in order; writes through the view land in ``x``), or
+    None (the guard declines) for anything but a tensor or ndarray of at least ``ndim``
+    dimensions, the number the loop's subscript needs."""
+    if (_tensor(x) or _ndarray(x)) and type(dim) is int and x.ndim >= max(ndim, 2) and -x.ndim <= dim < x.ndim:
+        return x.movedim(dim, 0) if _tensor(x) else np.moveaxis(x, dim, 0)
+    return None
+
+
+def written_apart(written: Sequence[Any], others: Sequence[Any]) -> bool:
+    """No container the loop writes (lists appended to, arrays written at ``[t]``) is, or shares
+    memory with, a container whose loop-invariant elements the guard reads once (``others``:
+    ``coef`` of ``coef[0]``): under a second name the loop's writes would change what those reads
+    give from one step to the next (``returns.insert(0, r + gamma * R * other[0])`` with ``other is
+    returns``), which the rewrite, reading them once, would not see."""
+    try:
+        for w in written:
+            for o in others:
+                if w is o:
+                    return False
+                if _tensor(w) and _tensor(o) and _storage(w) == _storage(o):
+                    return False
+                if _ndarray(w) and _ndarray(o) and np.may_share_memory(w, o):
+                    return False
+        return True
+    except Exception:
+        return False
 
 
 def column(x: Any, idx: Tuple[int, ...]) -> Any:

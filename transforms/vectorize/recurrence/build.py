@@ -4,7 +4,6 @@ the reason reported for the site.
 """
 from __future__ import annotations
 
-import re
 from typing import List, Tuple
 
 import libcst as cst
@@ -12,6 +11,7 @@ import libcst as cst
 from ...base import FileContext
 from .syntax import _code, _one_line, _stmts
 from .plan import Planner
+from .views import describe
 
 
 #: the runtime op and helpers module the emitted code calls
@@ -108,10 +108,8 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
                      "loop up to rounding (about 1e-6 relative in float32)")
     else:
         exactness = "reassociated: equal up to rounding (about 1e-6 relative in float32, 1e-15 in float64)"
-    for name, code in planner.views:  # x_t[i] is x[:, i] in the user's text
-        kinds = re.sub(rf"(?<![\w.]){re.escape(name)}\[", f"{code}[:, ", kinds)
-    if planner.views:
-        shape += "time along dimension 1, "
+    kinds, along = describe(kinds, planner.views)  # x_t[i] is x[:, i] in the user's text
+    shape += along
     needs = ("per-step inputs all tensors (or nn.Parameter), all numpy arrays, all lists of Python floats, "
              "of tensors or of numpy rows, exact types, one float dtype, device and row shape; lists of "
              "Python/numpy int or bool flags only with float64 maths")

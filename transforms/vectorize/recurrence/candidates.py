@@ -10,6 +10,7 @@ import libcst as cst
 
 from .syntax import _bound_names, _names_read, _norm, _pure_container, _stmts, _walk
 from .headers import Header
+from .lists import list_readback_candidate
 
 
 def _forward_memory(node: ast.AST) -> Optional[str]:
@@ -51,7 +52,7 @@ def _loose_candidate(node: cst.For, header: Header) -> bool:
             stores.add(id(n.target))
         elif isinstance(n, cst.Subscript) and id(n) not in stores and _pure_container(n.value):
             read.add(_norm(n.value))
-    if written & read:
+    if written & read or list_readback_candidate(node):  # lists.py: adv.append(f(adv[-1]))
         return True
     assigned = _bound_names(node.body) - ({header.index} if header.index else set()) \
         - {n for n, _ in header.elements}

@@ -161,8 +161,8 @@ class Emit:
         else:
             conts = ", ".join(_code(c).strip() for _, c in h.elements)
             head = f"({T} := {helpers}.length({conts})) >= 2"
-        for name, code in self.views:  # time along dimension 1: time-major views, None if none
-            head += f" and ({name} := {helpers}.dim1({code})) is not None"
+        for view in self.views:  # time indexed in the middle: time-major views, None if none (views.View)
+            head += f" and ({view.name} := {view.call(helpers)}) is not None"
         args: List[str] = [T]
 
         def pairs(d: Dict[str, int]) -> str:

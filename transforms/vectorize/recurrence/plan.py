@@ -32,9 +32,10 @@ from .checks import BodyChecks
 from .render import Render
 from .affine import Affine
 from .emit import Emit
+from .lists import ListCarry
 
 
-class Planner(BodyChecks, Render, Affine, Emit):
+class Planner(BodyChecks, Render, Affine, ListCarry, Emit):
     """Analyses one candidate loop (raising Skip) and renders its vectorized branch."""
 
     def __init__(self, ctx: FileContext, node: cst.For, header: Header, reassociate: bool, cpu: bool = True) -> None:
@@ -60,7 +61,7 @@ class Planner(BodyChecks, Render, Affine, Emit):
         self.cells: List[cst.BaseExpression] = []  # outs whose rows must hold one element
         self.forwarded: Dict[int, Tuple[str, Tuple[str, ...]]] = {}  # out[t] read after this step's write
         self.fwd_reads: Dict[str, int] = {}  # out code -> number of column indices of its reads
-        self.views: List[Tuple[str, str]] = []  # (name, container): x_t = x.movedim(1, 0), bound by the guard
+        self.views: list = []  # views.View: x_t = x.movedim(d, 0), bound by the guard
         self.divides = False
         self.weak_ok = True  # lists of Python numbers next to arrays may be vectorized (see emit)
         self.step_names: Set[str] = set()  # arrays over the middle steps (temporaries, results)
@@ -106,6 +107,7 @@ class Planner(BodyChecks, Render, Affine, Emit):
                 raise Skip(f"writes `{_code(cont)}`, which it iterates over")
         self.memo: Dict[str, cst.BaseExpression] = {}  # carried value kept in out[t+1]: its name -> out
         self.memo_src: Dict[str, str] = {}
+        self.list_readbacks()  # adv.append(f(adv[-1])): the list's last element is the carried value
         self.readbacks()
         self.memory_recurrences()
         # every expression in the body, both cases: allowed grammar only

@@ -1,0 +1,172 @@
+"""The carried value read back from the list being built (a Planner mixin).
+
+``adv = [deltas[-1]]`` then ``adv.append(deltas[t] + gamma * lam * adv[-1])`` each step, or
+``returns.insert(0, r + gamma * returns[0] * mask)``: the loop keeps no carried name, it reads back
+the element it wrote the step before, ``L[-1]`` after ``L.append(v)``, ``L[0]`` after
+``L.insert(0, v)`` / ``L.appendleft(v)``. Within the loop that element is ``v`` itself (the same
+object: nothing else writes ``L`` in the body, which touches it only through those reads and the
+one write), so the read is the carried value and the loop is ``s = f(s); L.append(s)``. The first
+step runs as written and reads whatever ``L`` held (a seed, or nothing: then it raises as the loop
+does); from the second step on the read is the previous write. When the written value has a name
+(``advantage = f(advantages[-1]); advantages.append(advantage)``) that name is the carried value;
+otherwise the middle steps bind a fresh one from ``L[-1]`` / ``L[0]`` after the first step (the
+guard's ``carry_ok`` checks that element). Reads of any other element (``adv[-2]``, ``adv[0]``
+after ``append``: a fixed element, not a carried value), reads after the write, writes inside the
+last-step special case, and one-element-list items are left alone with their reason. At run time
+the list must be a ``list`` (``recurrence_ok``) that no container of a loop-invariant read is
+(``written_apart``, emitted for every loop that writes and reads such elements: under a second
+name the loop's writes would change what those reads give).
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from .syntax import _code, _norm, _one_line, _pure_container, _subst, _walk, Skip
+from .body import Item, _flatten
+
+
+_WRITES = {"append": "-1", "insert": "0", "appendleft": "0"}
+
+
+def _index_text(node: cst.Subscript) -> Optional[str]:
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    return re.sub(r"\s+", "", _code(node.slice[0].slice.value))
+
+
+def list_readback_candidate(node: cst.For) -> bool:
+    """The loop writes into a list with ``append`` / ``insert`` / ``appendleft`` and indexes that
+    list too (a value may flow from one step to the next through it)."""
+    written: Set[str] = set()
+    for st in _walk(node.body):
+        if isinstance(st, cst.Call) and isinstance(st.func, cst.Attribute) and st.func.attr.value in _WRITES \
+                and _pure_container(st.func.value):
+            written.add(_norm(st.func.value))
+    if not written:
+        return False
+    return any(isinstance(n, cst.Subscript) and _pure_container(n.value) and _norm(n.value) in written
+               for n in _walk(node.body))
+
+
+class ListCarry:
+    """``L[-1]`` after ``L.append(v)`` (``L[0]`` after ``insert(0, v)``) read as the carried value."""
+
+    def list_readbacks(self) -> None:
+        self.list_carried: Dict[str, Tuple[str, str]] = {}  # fresh carried name -> (list code, read text)
+        self.list_srcs: Dict[str, str] = {}  # memo_src text -> list code (for the site's reason)
+        self.list_written: List[str] = []
+        everything = self._all_items(self.items)
+        for w in everything:
+            if w.kind not in _WRITES or w.container is None:
+                continue
+            key = _norm(w.container)
+            reads = [(o, n) for o in everything for e in self._exprs(o) for n in _walk(e)
+                     if isinstance(n, cst.Subscript) and _pure_container(n.value) and _norm(n.value) == key]
+            if not reads:
+                continue
+            self._carry_through(w, key, reads, everything)
+
+    def _carry_through(self, w: Item, key: str, reads, everything: List[Item]) -> None:
+        L = _code(w.container).strip()  # type: ignore[arg-type]
+        want = _WRITES[w.kind]
+        spelled = f"{L}[{want}]"
+        write = _one_line(w.node)  # type: ignore[arg-type]
+        for _, n in reads:
+            got = _index_text(n)
+            if got != want:
+                other = "appends to it" if want == "-1" else "inserts at its front"
+                raise Skip(f"reads `{_code(n).strip()}` of the list `{L}` while it {other}: only the element "
+                           f"written last (`{spelled}`) is the previous step's value")
+        if w not in self.items:
+            raise Skip(f"`{write}` is inside the last-step special case and `{spelled}` reads it back")
+        if w.wrap:
+            raise Skip(f"`{write}` appends one-element lists and `{spelled}` reads one back")
+        if any(o is not w and o.container is not None and _norm(o.container) == key for o in everything):
+            raise Skip(f"writes into `{L}` twice per step and reads `{spelled}` back")
+        middle = _flatten(self.items, True)
+        pos = {id(x): i for i, x in enumerate(middle)}
+        for o, n in reads:
+            if id(o) not in pos:
+                raise Skip(f"reads `{spelled}` in the last-step special case")
+            if pos[id(o)] > pos[id(w)]:
+                raise Skip(f"reads `{_code(n).strip()}` after `{write}` in the same step (this step's value, "
+                           "not the previous one's)")
+        is_read = lambda e: isinstance(e, cst.Subscript) and _pure_container(e.value) \
+            and _norm(e.value) == key and _index_text(e) == want  # noqa: E731
+        v = w.value.value if isinstance(w.value, cst.Name) else None
+        own = [x for x in everything if x.kind == "assign" and x.var == v] if v is not None else []
+        if v is not None and len(own) == 1 and own[0] in self.items and not own[0].outs \
+                and pos[id(own[0])] < pos[id(w)] and all(pos[id(o)] <= pos[id(own[0])] for o, _ in reads):
+            # advantage = f(advantages[-1]); advantages.append(advantage): `advantage` is carried
+            name = v
+            src = _one_line(own[0].node)  # type: ignore[arg-type]
+        else:
+            if v is not None and v in self.body_assigned:
+                raise Skip(f"`{write}` writes `{v}`, which is not assigned once before it in the step, "
+                           f"and `{spelled}` reads it back")
+            name = self.fresh(f"{key.split('.')[-1]}_last")
+            src = write
+            asg = Item("assign", node=w.node, var=name, value=w.value)
+            self.items.insert(self.items.index(w), asg)
+            w.value = cst.Name(name)
+            reads = [(asg if o is w else o, n) for o, n in reads]
+            self.list_carried[name] = (L, spelled)
+            self.body_assigned.add(name)
+        for o, _ in {id(o): (o, n) for o, n in reads}.values():
+            if o.value is not None:
+                o.value = _subst(o.value, is_read, cst.Name(name))
+            if o.cond is not None:
+                o.cond = _subst(o.cond, is_read, cst.Name(name))
+        self.memo_src[name] = src
+        self.list_srcs[src] = L
+        self.list_written.append(L)
+
+    # ---- emission: bind fresh carried values, keep written containers apart from invariant reads
+    def emit(self, helpers: str, op: str):
+        guard, mid, exact, notes = super().emit(helpers, op)  # type: ignore[misc]
+        carried = getattr(self, "list_carried", {})
+        binds = [f"{name} = {spelled}" for name, (_, spelled) in carried.items() if name in self.rec_vars]
+        for src, L in getattr(self, "list_srcs", {}).items():
+            notes = [n.replace(f"`{src}`, carried through memory,",
+                               f"`{src}`, carried through the list `{L}`,") for n in notes]
+        written, others = self._written_codes(), self._invariant_containers()
+        if written and others:
+            guard += f" and {helpers}.written_apart(({', '.join(written)},), ({', '.join(others)},))"
+        return guard, binds + mid, exact, notes
+
+    def carry_check(self, helpers: str):
+        text = super().carry_check(helpers)  # type: ignore[misc]
+        if text is None:
+            return None
+        for name, (_, spelled) in getattr(self, "list_carried", {}).items():
+            # fresh names: nowhere else in the text; the first step has just written the element
+            text = re.sub(rf"(?<![\w.]){re.escape(name)}\b", spelled, text)
+        return text
+
+    def _written_codes(self) -> List[str]:
+        out: Dict[str, None] = {}
+        for it in self.middle:
+            for o in it.outs:
+                out[_code(o).strip()] = None
+            if it.container is not None:
+                out[_code(it.container).strip()] = None
+        for m in self.memo.values():
+            out[_code(m).strip()] = None
+        return list(out)
+
+    def _invariant_containers(self) -> List[str]:
+        """The containers of the loop-invariant subscripts the guard reads once (``coef[0]``,
+        ``other[1]``): one of them the list or array the loop writes under another name would
+        change under the loop's reads, which the rewrite, reading it once, would not see."""
+        out: Dict[str, None] = {}
+        for text in list(self.consts) + list(self.scalars):
+            try:
+                e = cst.parse_expression(text)
+            except Exception:  # pragma: no cover - the codes are expressions the body holds
+                continue
+            if isinstance(e, cst.Subscript) and _pure_container(e.value):
+                out[_code(e.value).strip()] = None
+        return list(out)
