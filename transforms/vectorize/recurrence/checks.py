@@ -7,7 +7,6 @@ from typing import Dict, List, Set
 
 import libcst as cst
 
-from ...analysis.purity import pure_call
 from .syntax import _CAST_METHODS, _code, _head, _names_read, _norm, _pure_container, Skip, _walk
 from .body import _callee, _flatten, Item
 from .affine import Recurrence
@@ -60,9 +59,6 @@ class BodyChecks:
                         raise Skip(f"call `{_code(e).strip()}`")
                 self.check(f.value)
                 return
-            if pure_call(e, self.ctx.imports):
-                raise Skip(f"calls `{_callee(e)}()`, which is pure, but the vectorized recurrence is built from "
-                           "+ - * / and dtype casts only")
             raise Skip(f"calls `{_callee(e)}()` in the loop body (unknown side effects)")
         if isinstance(e, (cst.Yield, cst.Await)):
             raise Skip("`yield` / `await` in the loop body")
