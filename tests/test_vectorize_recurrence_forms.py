@@ -13,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
+from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -285,4 +285,196 @@ def f(values, rewards, gamma, lam, adv, T):
 
 @pytest.mark.parametrize("src,reason", CONDITIONAL_LOOK_ALIKES, ids=[r for _, r in CONDITIONAL_LOOK_ALIKES])
 def test_conditional_look_alikes_are_left_alone(src, reason):
+    left_alone(src, reason)
+
+
+# ------------------------------------------------------------------ 2. loop-invariant conditions unswitched
+
+# the numpy returns/advantages helper of several PPO/A2C code bases (deepcopy dropped: not pure)
+UNSWITCH_NUMPY = """\
+import numpy as np
+
+
+def returns_advs(rews, vals, masks, last_val, gamma, use_gae, gae_lambda, rets, advs):
+    ret, adv = last_val, np.zeros_like(last_val)
+    for i in reversed(range(len(rews))):
+        ret = rews[i] + gamma * masks[i] * ret
+        if not use_gae:
+            adv = ret - vals[i]
+        else:
+            td_error = rews[i] + gamma * masks[i] * vals[i + 1] - vals[i]
+            adv = adv * gae_lambda * gamma * masks[i] + td_error
+        rets[i] = ret
+        advs[i] = adv
+    return rets, advs, ret, adv, i
+
+out = returns_advs(rews, vals, masks, last_val, 0.99, use_gae, 0.95, rets, advs)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16), kind=kinds,
+       use_gae=st.booleans())
+def test_unswitched_numpy_helper(T, N, dtype, seed, kind, use_gae):
+    env = dict(
+        rews=arrays(kind, seed, (T, N), dtype),
+        vals=arrays(kind, seed + 1, (T + 1, N), dtype),
+        masks=1 - arrays(kind, seed + 2, (T, N), dtype, "dones"),
+        last_val=arrays(kind, seed + 3, (N,), dtype),
+        rets=arrays(kind, seed + 4, (T, N), dtype),
+        advs=arrays(kind, seed + 5, (T, N), dtype),
+        use_gae=use_gae,
+    )
+    ns1, ns2 = run_both(UNSWITCH_NUMPY, env, exactness=REASSOCIATED, vectorized=T >= 2)
+    # without GAE the loop taken is the exact one; with it the advantage's coefficient is regrouped
+    same_namespaces(ns1, ns2, exact=not use_gae)
+
+
+def test_unswitched_site_names_both_versions():
+    out, done, skipped = sites_of(UNSWITCH_NUMPY)
+    assert len(done) == 1 and not skipped, [s.describe() for s in done + skipped]
+    reason = done[0].reason
+    assert reason.startswith("loop-invariant condition `not use_gae` unswitched")
+    assert "when true, backward linear recurrence `ret = " in reason
+    assert "(coefficients regrouped)" in reason.split("otherwise,")[1]
+    assert done[0].exactness == REASSOCIATED
+    assert "if _sbx.steps(len(rews)) <= 0 or (not use_gae):" in out
+
+
+# DeepRL-style agent: the flag is an attribute, the GAE branch holds the last-step case itself
+UNSWITCH_AGENT = """\
+class Agent:
+    def __init__(self, use_gae):
+        self.use_gae = use_gae
+
+    def returns(self, storage, rollout_length, returns, advantages, discount, gae_tau):
+        for i in reversed(range(rollout_length)):
+            returns = storage.r[i] + discount * returns
+            if not self.use_gae:
+                advantages = returns - storage.v[i]
+            else:
+                if i == rollout_length - 1:
+                    td_error = storage.r[i] - storage.v[i]
+                else:
+                    td_error = storage.r[i] + discount * storage.v[i + 1] - storage.v[i]
+                advantages = advantages * gae_tau * discount + td_error
+            storage.adv[i] = advantages
+            storage.ret[i] = returns
+        return returns, advantages
+
+
+class Storage:
+    pass
+
+
+storage = Storage()
+storage.r, storage.v, storage.adv, storage.ret = r, v, adv, ret
+out = Agent(use_gae).returns(storage, T, last, zero, 0.99, 0.95)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 4]), dtype=dtypes, seed=st.integers(0, 2**16), use_gae=st.booleans())
+def test_unswitched_attribute_flag_with_last_step_case(T, N, dtype, seed, use_gae):
+    env = dict(
+        T=T, use_gae=use_gae,
+        r=tensor(seed, (T, N), dtype), v=tensor(seed + 1, (T, N), dtype),
+        adv=tensor(seed + 2, (T, N), dtype), ret=tensor(seed + 3, (T, N), dtype),
+        last=tensor(seed + 4, (N,), dtype), zero=torch.zeros(N, dtype=dtype),
+    )
+    ns1, ns2 = run_both(UNSWITCH_AGENT, env, exactness=REASSOCIATED, vectorized=T >= 2)
+    same_namespaces(ns1, ns2, exact=not use_gae)
+
+
+class _Flag:
+    """A condition that counts how often its truth is asked for (and may refuse to answer)."""
+
+    def __init__(self, value, explode=False):
+        self.value, self.asked, self.explode = value, 0, explode
+
+    def __bool__(self):
+        self.asked += 1
+        if self.explode:
+            raise RuntimeError("asked")
+        return self.value
+
+
+UNSWITCH_PLAIN = """\
+def f(rewards, values, gamma, lam, flag, out):
+    g = 0.0
+    for t in reversed(range(len(rewards))):
+        if flag:
+            g = rewards[t] + gamma * values[t + 1] - values[t] + gamma * lam * g
+        else:
+            g = rewards[t] + gamma * g
+        out[t] = g
+    return out, g
+
+res = f(rewards, values, 0.99, 0.95, flag, out)
+"""
+
+
+@pytest.mark.parametrize("T", [0, 1, 2, 5])
+@pytest.mark.parametrize("value", [True, False])
+def test_unswitched_condition_is_asked_once_and_never_without_steps(T, value):
+    src = "flag = make_flag()\n" + UNSWITCH_PLAIN  # each run its own flag
+    env = dict(rewards=torch.randn(T, dtype=torch.float64), values=torch.randn(T + 1, dtype=torch.float64),
+               out=torch.zeros(T, dtype=torch.float64), make_flag=lambda: _Flag(value))
+    ns1, ns2 = run_both(src, env, vectorized=T >= 2)
+    same_namespaces({k: v for k, v in ns1.items() if k != "flag"}, {k: v for k, v in ns2.items() if k != "flag"})
+    assert ns1["flag"].asked == T
+    assert ns2["flag"].asked == min(T, 1)  # once before the first step; a loop without steps: never
+    if T == 0:  # a condition that would raise is not evaluated either
+        env["make_flag"] = lambda: _Flag(value, explode=True)
+        run_both(src, env, vectorized=False)
+
+
+UNSWITCH_ELIF = """\
+def f(rewards, values, gamma, lam, mode, out):
+    g = 0.0
+    for t in reversed(range(len(rewards))):
+        if mode == "gae":
+            g = rewards[t] + gamma * values[t + 1] - values[t] + gamma * lam * g
+        elif mode == "mc":
+            g = rewards[t] + gamma * g
+        else:
+            g = g * g + rewards[t]
+        out[t] = g
+    return out, g
+
+res = f(rewards, values, 0.99, 0.95, mode, out)
+"""
+
+
+@pytest.mark.parametrize("mode", ["gae", "mc", "other"])
+@pytest.mark.parametrize("T", [0, 3, 9])
+def test_unswitched_elif_chain(mode, T):
+    out, done, skipped = sites_of(UNSWITCH_ELIF)
+    assert len(done) == 1 and not skipped
+    assert "left as written: the carried value `g` appears non-affinely" in done[0].reason
+    env = dict(rewards=torch.randn(T, dtype=torch.float64) / 4, values=torch.randn(T + 1, dtype=torch.float64),
+               out=torch.zeros(T, dtype=torch.float64), mode=mode)
+    ns1, ns2 = run_both(UNSWITCH_ELIF, env, vectorized=T >= 2 and mode != "other")
+    same_namespaces(ns1, ns2)
+
+
+UNSWITCH_LOOK_ALIKES = [
+    (UNSWITCH_PLAIN.replace("        out[t] = g\n", "        out[t] = g\n        log(g)\n"),
+     "the loop-invariant `if flag:` is not unswitched: the body calls `log()`"),
+    (UNSWITCH_PLAIN.replace("        out[t] = g\n", "        out[t] = g\n        flag = g\n"),
+     "conditional `if flag:`"),  # the loop binds the name: not invariant
+    (UNSWITCH_PLAIN.replace("if flag:", "if flag.enabled():"), "conditional `if flag.enabled():`"),
+    (UNSWITCH_PLAIN.replace("if flag:", "if flags[0]:").replace("        out[t] = g\n", "        flags[t] = g\n"),
+     "conditional `if flags[0]:`"),  # a subscript in the test: not accepted
+    (UNSWITCH_PLAIN.replace("if flag:", "if t % 2:"), "conditional `if t % 2:`"),
+    (UNSWITCH_PLAIN.replace("        out[t] = g\n", "        out[t] = g\n        cfg.flag = g\n").replace(
+        "if flag:", "if cfg.flag:"), "the body assigns `cfg.flag`"),
+    (UNSWITCH_PLAIN.replace("rewards[t] + gamma * g", "g * g + rewards[t]").replace(
+        "values[t + 1] - values[t] + gamma * lam * g", "values[t + 1] * g * g"),
+     "unswitched on the loop-invariant `flag`, no loop is vectorized"),
+]
+
+
+@pytest.mark.parametrize("src,reason", UNSWITCH_LOOK_ALIKES, ids=[r for _, r in UNSWITCH_LOOK_ALIKES])
+def test_unswitch_look_alikes_are_left_alone(src, reason):
     left_alone(src, reason)

@@ -123,6 +123,42 @@ EXAMPLES = [
     ),
     Example(
         code=(
+            "import numpy as np\n"
+            "def returns_advs(rews, vals, masks, last_val, gamma, use_gae, gae_lambda, rets, advs):\n"
+            "    ret, adv = last_val, np.zeros_like(last_val)\n"
+            "    for i in reversed(range(len(rews))):\n"
+            "        ret = rews[i] + gamma * masks[i] * ret\n"
+            "        if not use_gae:\n"
+            "            adv = ret - vals[i]\n"
+            "        else:\n"
+            "            td_error = rews[i] + gamma * masks[i] * vals[i + 1] - vals[i]\n"
+            "            adv = adv * gae_lambda * gamma * masks[i] + td_error\n"
+            "        rets[i] = ret\n"
+            "        advs[i] = adv\n"
+            "    return rets, advs\n"
+        ),
+        rewritten=True,
+        note="a loop-invariant flag unswitched: one loop per branch, each vectorized on its own (the "
+             "flag asked once, before the first step, and not at all without steps)",
+    ),
+    Example(
+        code=(
+            "def f(rewards, values, gamma, lam, use_gae, out, log):\n"
+            "    g = 0.0\n"
+            "    for t in reversed(range(len(rewards))):\n"
+            "        if use_gae:\n"
+            "            g = rewards[t] + gamma * values[t + 1] - values[t] + gamma * lam * g\n"
+            "        else:\n"
+            "            g = rewards[t] + gamma * g\n"
+            "        log(g)\n"
+            "        out[t] = g\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="is not unswitched: the body calls `log()`",
+    ),
+    Example(
+        code=(
             "def train(rewards, gamma, optimizer):\n"
             "    R = 0.0\n"
             "    for t in reversed(range(len(rewards))):\n"

@@ -18,6 +18,7 @@ from .candidates import _forward_memory, _loose_candidate
 from .loops import _GUARD_CALLS, _ast_bound, _kept_loops, _replace_statements, _statement_fors
 from .plan import Planner
 from .build import build, HELPERS_QUALNAME, OP_QUALNAME
+from .unswitch import unswitch
 from . import quadratic
 from .examples import EXAMPLES
 
@@ -95,6 +96,18 @@ class VectorizeRecurrence(Transform):
             if header is None:
                 continue
             if not _loose_candidate(node, header):
+                continue
+            try:  # a loop-invariant `if` in the body: one loop per branch, each planned (see unswitch)
+                switched = unswitch(ctx, node, header, reassociate, self.build)
+            except Skip as exc:
+                sites.append(site(SKIPPED, str(exc)))
+                continue
+            except Exception as exc:  # an analysis bug must not cost the user the other rewrites
+                sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
+                continue
+            if switched is not None:
+                replace[node], exact, reason = switched
+                sites.append(site(REWRITTEN, reason, EXACT if exact else REASSOCIATED))
                 continue
             try:
                 viewed = _time_views(ctx, node, header)
