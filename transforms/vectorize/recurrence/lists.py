@@ -107,6 +107,11 @@ class ListCarry:
             if v is not None and v in self.body_assigned:
                 raise Skip(f"`{write}` writes `{v}`, which is not assigned once before it in the step, "
                            f"and `{spelled}` reads it back")
+            other = next((o for o, _ in reads if o is not w), None)
+            if other is not None:
+                raise Skip(f"reads `{spelled}` in `{_one_line(other.node)}` and writes `{write}`: the value read "  # type: ignore[arg-type]
+                           f"back reaches the write through a temporary (understood: `{L}.{w.kind}(f({spelled}))`, "
+                           f"`v = f({spelled})` then `{L}.{w.kind}(v)`)")
             name = self.fresh(f"{key.split('.')[-1]}_last")
             src = write
             asg = Item("assign", node=w.node, var=name, value=w.value)
