@@ -35,6 +35,15 @@ GUARD_NOTE = ("guarded by loss_zip/loss_range: what batch_zip/batch_range check 
               "Python numbers or tensors of that dtype, equal lengths, at least one sample)")
 
 
+def _target_names(target: cst.BaseExpression) -> List[str]:
+    """Every name a ``for`` target binds (nested tuples too)."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for el in target.elements for n in _target_names(el.value)]
+    return []
+
+
 class _Header:
     """``for (a, b), c in zip(AB, C)``: per zipped sequence, its target names (a list for a tuple
     target); ``element`` recognises the names as loop elements."""
@@ -74,7 +83,7 @@ def parse_loss_header(loop: cst.For, builtin_ok, imports=None) -> "LoopHeader | 
     return _Header(parts)
 
 
-def _split(stmts, code) -> "Tuple[List[Tuple[str, cst.BaseExpression]], List[_Acc]] | str":
+def _split(stmts, code, loop_names) -> "Tuple[List[Tuple[str, cst.BaseExpression]], List[_Acc]] | str":
     """The body as temporaries (in order) and accumulations, or why it is neither."""
     temps: List[Tuple[str, cst.BaseExpression]] = []
     accs: List[_Acc] = []
@@ -87,6 +96,8 @@ def _split(stmts, code) -> "Tuple[List[Tuple[str, cst.BaseExpression]], List[_Ac
         if not (isinstance(s, cst.Assign) and len(s.targets) == 1 and isinstance(s.targets[0].target, cst.Name)):
             return f"the body also runs `{code(s).strip()}`, which is not an accumulation"
         name = s.targets[0].target.value
+        if name in loop_names:
+            return f"the body rebinds the loop variable `{name}`"
         if name in names_read(s.value):
             return f"`{name}` carries a value from one iteration to the next (`{code(s).strip()}`): a recurrence, not a per-sample temporary"
         if name in bound:
@@ -107,7 +118,7 @@ def rewrite_loss_loop(rw, loop: cst.For, idx: int, block, out: list, stmts) -> b
     """Analyse and (when it passes) rewrite one loss loop; report its site either way."""
     ctx = rw.ctx
     code = ctx.module.code_for_node
-    split = _split(stmts, code)
+    split = _split(stmts, code, set(_target_names(loop.target)))
     if isinstance(split, str):
         return rw._skip(loop, split)
     temps, accs = split

@@ -1,0 +1,539 @@
+"""vectorize.reduction on per-sample loss loops: temporaries, ``.item()``, per-sample losses.
+
+Differential tests exec the original and the rewritten function on the same random inputs and
+compare values and the gradients of every input that requires grad (bitwise where the site says
+``exact``, and on the forms whose consumer is ``torch.stack(xs).sum()`` of the same per-sample
+values, measured bitwise on CPU although the site keeps the reduction's ``reassociated``);
+guard tests check that the loop runs where the batched form would compute something else;
+look-alikes come back byte for byte with their reason.
+"""
+import textwrap
+import warnings
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import scalebox_cst.runtime.vectorized as V
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
+from scalebox_cst.transforms.vectorize.reduction import ID
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def rewrite(src):
+    src = textwrap.dedent(src)
+    result = Pipeline(Config(transforms=[ID]), backend="cpu").rewrite("t.py", src.encode())
+    assert result.report.error is None, result.report.error
+    return result.output.decode(), result.report.sites
+
+
+def load(code, name):
+    ns = {}
+    exec(compile(code, "<t>", "exec"), ns)
+    return ns[name]
+
+
+def pair(src, name):
+    out, sites = rewrite(src)
+    return load(textwrap.dedent(src), name), load(out, name), out, sites
+
+
+class Spy:
+    """Records what the loss guards returned (None: the loop ran)."""
+
+    def __init__(self, monkeypatch):
+        self.results = []
+        for fn in ("loss_zip", "loss_range"):
+            real = getattr(V, fn)
+
+            def wrapped(*a, _real=real, **k):
+                r = _real(*a, **k)
+                self.results.append(r)
+                return r
+
+            monkeypatch.setattr(V, fn, wrapped)
+
+    @property
+    def fast(self):
+        return any(r is not None for r in self.results)
+
+
+def clone(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone().requires_grad_(x.requires_grad)
+    if isinstance(x, list):
+        return [clone(e) for e in x]
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*map(clone, x))
+    if isinstance(x, tuple):
+        return tuple(map(clone, x))
+    return x
+
+
+def leaves(x, out):
+    if isinstance(x, torch.Tensor) and x.requires_grad:
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for e in x:
+            leaves(e, out)
+    return out
+
+
+def check(orig, new, args, bitwise):
+    """Run both on clones of ``args``; results equal (bitwise or to rounding), gradients too."""
+    a1, a2 = clone(args), clone(args)
+    r1, r2 = orig(*a1), new(*a2)
+    if not isinstance(r1, torch.Tensor):  # an empty loop leaves the accumulator as it was
+        assert type(r1) is type(r2) and r1 == r2
+        return
+    assert isinstance(r2, torch.Tensor) and r1.shape == r2.shape and r1.dtype == r2.dtype, (r1, r2)
+    if bitwise:
+        assert torch.equal(r1, r2), (r1, r2)
+    else:
+        torch.testing.assert_close(r1, r2)
+    l1, l2 = leaves(a1, []), leaves(a2, [])
+    if r1.requires_grad:
+        g1 = torch.autograd.grad(r1.sum(), l1, allow_unused=True)
+        g2 = torch.autograd.grad(r2.sum(), l2, allow_unused=True)
+        for x, y in zip(g1, g2):
+            if x is None or y is None:
+                assert x is None and y is None
+            elif bitwise:
+                assert torch.equal(x, y)
+            else:
+                torch.testing.assert_close(x, y)
+
+
+# ------------------------------------------------------------------ pytorch/examples actor_critic.py
+
+ACTOR_CRITIC = """\
+from collections import namedtuple
+
+import torch
+import torch.nn.functional as F
+
+SavedAction = namedtuple('SavedAction', ['log_prob', 'value'])
+
+
+def finish_episode(saved_actions, rewards, gamma, eps):
+    R = 0
+    policy_losses = []
+    value_losses = []
+    returns = []
+    for r in rewards[::-1]:
+        R = r + gamma * R
+        returns.insert(0, R)
+    returns = torch.tensor(returns)
+    returns = (returns - returns.mean()) / (returns.std() + eps)
+    for (log_prob, value), R in zip(saved_actions, returns):
+        advantage = R - value.item()
+        policy_losses.append(-log_prob * advantage)
+        value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))
+    loss = torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
+    return loss
+"""
+
+
+def actor_critic_inputs(T, seed, ns, dtype=torch.float32):
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    net = torch.nn.Linear(4, 3).to(dtype)
+    out = net(torch.randn(T, 4, generator=g, dtype=dtype) * 3)
+    logp = torch.log_softmax(out[:, :2], -1)
+    acts = torch.randint(0, 2, (T,), generator=g)
+    saved = [ns["SavedAction"](logp[t, acts[t]], out[t, 2:]) for t in range(T)]
+    rewards = [float(x) for x in torch.rand(T, generator=g) * 4]
+    return net, saved, rewards
+
+
+@pytest.mark.parametrize("T", [2, 3, 17, 300])
+def test_actor_critic_verbatim(T, monkeypatch):
+    spy = Spy(monkeypatch)
+    orig, new, out, sites = pair(ACTOR_CRITIC, "finish_episode")
+    done = [s for s in sites if s.transform == ID]
+    assert [(s.action, s.exactness) for s in done] == [(REWRITTEN, REASSOCIATED)]
+    assert "for (log_prob, value), R in zip(saved_actions, returns):" in out  # the loop kept as fallback
+    results = []
+    for fn in (orig, new):
+        ns = {"SavedAction": load(ACTOR_CRITIC, "SavedAction")}
+        net, saved, rewards = actor_critic_inputs(T, T, ns)
+        loss = fn(saved, rewards, 0.99, 1e-7)
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in net.parameters()]))
+    assert spy.fast
+    (l1, g1), (l2, g2) = results
+    # measured bitwise: the batched values are the per-sample ones, summed as the same [T] tensor
+    assert torch.equal(l1, l2)
+    assert all(torch.equal(a, b) for a, b in zip(g1, g2))
+
+
+def test_actor_critic_golden():
+    out, _ = rewrite(ACTOR_CRITIC)
+    fast = out.split("if _sb_batch is not None:\n")[1].split("    else:\n")[0]
+    assert fast == textwrap.indent(textwrap.dedent("""\
+        _sb_log_prob, _sb_value, _sb_R = _sb_batch.seqs
+        _sb_advantage = (_sb_R - _sb_batch.weak(_sb_batch.item(_sb_value)))
+        _sb_policy_losses = _sb_batch.fit(((-_sb_log_prob) * _sb_advantage), 0)
+        _sb_value_losses = _sb_batch.fit(F.smooth_l1_loss(_sb_value, _sb_batch.new(_sb_R), reduction='none'), 1)
+        """), " " * 8)
+    assert ("_sb_loss_zip((saved_actions, returns), ((True, True), True), (), (), units=(1,), zerod=(2,), "
+            "fits=(((0, 2), (), 0), ((), (), 0)), rank=1, cpu=True, floats=True)") in out
+
+
+# ------------------------------------------------------------------ forms found in public RL code
+
+FORMS = {
+    # graph actor-critic (reward.unsqueeze(0) as the target, one running sum)
+    "ac_sum": ("""\
+        import torch
+        import torch.nn.functional as F
+        def f(logprobs, values, rewards, c):
+            loss = 0
+            for logprob, value, reward in zip(logprobs, values, rewards):
+                advantage = reward - value.item()
+                action_loss = -logprob * advantage
+                value_loss = F.smooth_l1_loss(value, reward.unsqueeze(0))
+                loss += (action_loss + value_loss)
+            return loss
+        """, REASSOCIATED),
+    # TD errors over an index
+    "td_range": ("""\
+        def f(logprobs, values, rewards, c):
+            loss = 0.0
+            for i in range(len(rewards)):
+                td = rewards[i] - values[i]
+                loss += td ** 2
+            return loss
+        """, REASSOCIATED),
+    # advantage from .item(), accumulated as loss = loss + (...)
+    "adv_item_range": ("""\
+        def f(logprobs, values, rewards, c):
+            loss = 0
+            for i in range(len(logprobs)):
+                adv = rewards[i] - values[i].item()
+                loss = loss + (-logprobs[i] * adv)
+            return loss
+        """, REASSOCIATED),
+    # Python-float arithmetic per sample (float64 in the loop), then a tensor: stacked, exact
+    "py_chain": ("""\
+        import torch
+        def f(logprobs, values, rewards, c):
+            out = []
+            for lp, v, r in zip(logprobs, values, rewards):
+                scaled = v.item() * c - 0.1
+                gap = float(r) - scaled
+                out.append(lp * gap + r * c)
+            return torch.stack(out)
+        """, EXACT),
+    # critic loss per sample, mean of torch.cat
+    "mse_cat_mean": ("""\
+        import torch
+        import torch.nn.functional as F
+        def f(logprobs, values, rewards, c):
+            losses = []
+            for v, r in zip(values, rewards):
+                target = torch.tensor([r])
+                losses.append(F.mse_loss(v, target) * c)
+            return torch.stack(losses).mean()
+        """, REASSOCIATED),
+    # two lists of different per-sample ranks (the old path's [T, 1] result)
+    "ranks": ("""\
+        import torch
+        def f(logprobs, values, rewards, c):
+            a = []
+            b = []
+            for lp, v in zip(logprobs, values):
+                a.append(lp * c)
+                b.append(v * 2)
+            return torch.stack(a)[:, None] + torch.stack(b)
+        """, EXACT),
+}
+
+
+def form_inputs(T, vshape, dtype, seed, kind):
+    g = torch.Generator().manual_seed(seed)
+    logp = torch.randn(T, generator=g, dtype=dtype).requires_grad_()
+    values = torch.randn(T, *vshape, generator=g, dtype=dtype).requires_grad_()
+    rewards = torch.randn(T, generator=g, dtype=dtype) * 2
+    if kind == "list":
+        return [list(logp.unbind(0)), list(values.unbind(0)), list(rewards.unbind(0))]
+    return [logp, values, rewards]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    form=st.sampled_from(sorted(FORMS)),
+    T=st.integers(0, 7),
+    vshape=st.sampled_from([(), (1,), (1, 1)]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    kind=st.sampled_from(["tensor", "list"]),
+    c=st.sampled_from([0.5, 3, 0.37]),
+    seed=st.integers(0, 2**16),
+)
+def test_forms_differential(form, T, vshape, dtype, kind, c, seed):
+    src, exactness = FORMS[form]
+    orig, new, out, sites = pair(src, "f")
+    assert [(s.action, s.exactness) for s in sites] == [(REWRITTEN, exactness)], [s.reason for s in sites]
+    args = form_inputs(T, vshape, dtype, seed, kind) + [c]
+    if form == "mse_cat_mean" and dtype != torch.get_default_dtype():
+        args[2] = [float(r) for r in args[2]]  # torch.tensor([r]) then has the default dtype either way
+    try:
+        orig(*clone(args))
+    except (RuntimeError, TypeError, ValueError, IndexError) as exc:  # empty stack, mixed dtypes...
+        with pytest.raises(type(exc)):
+            new(*clone(args))
+        return
+    check(orig, new, args, bitwise=exactness == EXACT)
+
+
+def test_forms_take_the_batched_branch(monkeypatch):
+    """Each form's guard accepts ordinary inputs (else the differential test only tests the loop)."""
+    spy = Spy(monkeypatch)
+    for form, (src, exactness) in sorted(FORMS.items()):
+        _, new, _, _ = pair(src, "f")
+        args = form_inputs(6, (1,), torch.float32, 0, "tensor") + [0.5]
+        spy.results.clear()
+        new(*args)
+        assert spy.fast, form
+
+
+@pytest.mark.parametrize("form", ["py_chain", "ranks"])
+def test_exact_forms_bitwise_at_length(form):
+    src, _ = FORMS[form]
+    orig, new, _, _ = pair(src, "f")
+    for dtype in (torch.float32, torch.float64):
+        check(orig, new, form_inputs(1000, (1,), dtype, 3, "tensor") + [0.37], bitwise=True)
+
+
+def test_sums_agree_to_rounding_at_length():
+    for form in ("ac_sum", "td_range", "adv_item_range"):
+        src, _ = FORMS[form]
+        orig, new, _, _ = pair(src, "f")
+        check(orig, new, form_inputs(2000, (1,), torch.float32, 5, "tensor") + [0.37], bitwise=False)
+
+
+# ------------------------------------------------------------------ guards: the loop runs instead
+
+
+def test_item_of_a_multi_element_value_raises_like_the_loop(monkeypatch):
+    src, _ = FORMS["adv_item_range"]
+    spy = Spy(monkeypatch)
+    orig, new, _, _ = pair(src, "f")
+    args = form_inputs(5, (2,), torch.float32, 0, "tensor") + [0.5]
+    with pytest.raises(RuntimeError) as e1:
+        orig(*clone(args))
+    with pytest.raises(RuntimeError) as e2:
+        new(*clone(args))
+    assert str(e1.value) == str(e2.value) and not spy.fast
+
+
+@pytest.mark.parametrize("what", ["float16", "mixed", "tensor_invariant_with_py", "int_too_big"])
+def test_guard_declines(what, monkeypatch):
+    src, _ = FORMS["py_chain"]
+    spy = Spy(monkeypatch)
+    orig, new, _, _ = pair(src, "f")
+    args = form_inputs(6, (1,), torch.float32, 1, "tensor") + [0.5]
+    if what == "float16":  # a Python scalar meets half tensors in float opmath: not a cast first
+        args = [a.detach().half() for a in args[:3]] + [0.5]
+    elif what == "mixed":
+        args[2] = args[2].double()
+    elif what == "tensor_invariant_with_py":  # v.item() * c with c a tensor is a tensor, not a float
+        args[3] = torch.tensor(0.5)
+    else:
+        args[3] = 2**60
+    r1, r2 = orig(*clone(args)), new(*clone(args))
+    assert not spy.fast
+    assert torch.equal(r1, r2)
+
+
+def test_default_dtype_guard_for_tensor_of_a_python_float(monkeypatch):
+    src = """\
+    import torch
+    import torch.nn.functional as F
+    def f(values, rets):
+        losses = []
+        for v, r in zip(values, rets):
+            losses.append(F.l1_loss(v, torch.tensor([r.item() * 2])))
+        return torch.stack(losses).sum()
+    """
+    spy = Spy(monkeypatch)
+    orig, new, _, sites = pair(src, "f")
+    assert sites[0].action == REWRITTEN
+    values, rets = torch.randn(5, 1, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    torch.testing.assert_close(orig(values, rets), new(values, rets))  # target float32, values float64
+    assert not spy.fast
+    values, rets = values.float(), rets.float()
+    torch.testing.assert_close(orig(values, rets), new(values, rets))
+    assert spy.fast
+
+
+def test_unpacking_guard():
+    """Items that do not unpack into two (or a tuple subclass that iterates its own way) decline."""
+
+    class Odd(tuple):
+        def __iter__(self):
+            return iter(reversed(tuple.__iter__(self)))
+
+    a, b = torch.randn(3), torch.randn(3)
+    ok = V.loss_zip(([(x, y) for x, y in zip(a, b)], a), ((True, True), True), fits=(((0, 1, 2), (), 0),))
+    assert ok is not None and torch.equal(ok.seqs[1], b)
+    assert V.loss_zip(([(x, y, x) for x, y in zip(a, b)], a), ((True, True), True)) is None
+    assert V.loss_zip(([Odd((x, y)) for x, y in zip(a, b)], a), ((True, True), True)) is None
+    assert V.loss_zip(([(x, y) for x, y in zip(a, b)], a[:2]), ((True, True), True)) is None
+
+
+# ------------------------------------------------------------------ left alone, with the reason
+
+LEAVE_ALONE = [
+    ("""\
+    import torch
+    def f(log_probs, values, returns):
+        losses = []
+        for log_prob, value, R in zip(log_probs, values, returns):
+            advantage = R - value.item()
+            losses.append(-log_prob * advantage)
+        return torch.stack(losses).sum(), advantage
+    """, "the temporary `advantage` may be read outside the loop"),
+    ("""\
+    import torch
+    def f(log_probs, values, returns):
+        losses = []
+        for log_prob, value, R in zip(log_probs, values, returns):
+            advantage = R - value.item()
+            losses.append(-log_prob * advantage)
+        advantage = 0
+        print(advantage)
+        return torch.stack(losses).sum()
+    """, "the temporary `advantage` may be read outside the loop"),
+    ("""\
+    def f(log_probs, states, critic):
+        loss = 0
+        for log_prob, s in zip(log_probs, states):
+            v = critic(s)
+            loss += -log_prob * v
+        return loss
+    """, "calls `critic`"),
+    ("""\
+    def f(log_probs, rewards, g):
+        loss = 0
+        rtrn = 0
+        for t in range(len(log_probs) - 1, -1, -1):
+            loss += log_probs[t] * (rewards[t] + g * rtrn)
+            rtrn = g * rtrn + rewards[t]
+        return loss
+    """, "`rtrn` carries a value from one iteration to the next"),
+    ("""\
+    def f(xs):
+        loss = 0
+        prev = 0
+        for x in xs:
+            loss += prev * x
+            prev = x * 2
+        return loss
+    """, "`prev` is read before it is bound"),
+    ("""\
+    def f(xs):
+        loss = 0
+        for x in xs:
+            d = x * 2
+            d = d + 1
+            loss += d
+        return loss
+    """, "`d` is both a temporary and an accumulator"),
+    ("""\
+    def f(log_probs, values, scale):
+        loss = 0
+        for lp, v in zip(log_probs, values):
+            adv = v.item() / scale
+            loss += -lp * adv
+        return loss
+    """, "divides or raises Python floats"),
+    ("""\
+    def f(log_probs, values):
+        loss = 0
+        for lp, v in zip(log_probs, values):
+            adv = (v * 2).item()
+            loss += -lp * adv
+        return loss
+    """, "only a loop element's .item()"),
+    ("""\
+    import torch.nn.functional as F
+    def f(values, targets):
+        loss = 0
+        for v, t in zip(values, targets):
+            l = F.smooth_l1_loss(v, t, reduction='none')
+            loss += l
+        return loss
+    """, "reduction 'mean' or 'sum' only"),
+    # RL code (a Gt form): value[0] indexes inside the sample
+    ("""\
+    import torch.nn.functional as F
+    def f(log_probs, state_values, returns):
+        loss_actor = 0
+        loss_critic = 0
+        for log_prob, value, Gt in zip(log_probs, state_values, returns):
+            advantage = Gt - value.item()
+            policy_loss = - log_prob * advantage
+            value_loss = F.smooth_l1_loss(value[0], Gt)
+            loss_actor += policy_loss
+            loss_critic += value_loss
+        return loss_actor, loss_critic
+    """, "reads `value[0]`"),
+    ("""\
+    def f(log_probs, values):
+        loss = 0
+        for lp, v in zip(log_probs, values):
+            adv = v.item()
+            loss += adv
+        return loss
+    """, "is a Python float per sample"),
+    ("""\
+    def f(xs, env):
+        loss = 0
+        for x in xs:
+            y = x * 2
+            env.step(y)
+            loss += y
+        return loss
+    """, "the body also runs `env.step(y)`"),
+    ("""\
+    def f(xs, w):
+        loss = 0
+        for x in xs:
+            k = w * 2
+            loss += x * k
+        return loss
+    """, "the temporary `k` does not depend on the loop element"),
+    ("""\
+    def f(xs):
+        loss = 0
+        for x in xs:
+            x = x * 2
+            loss += x
+        return loss
+    """, "rebinds the loop variable `x`"),
+]
+
+
+@pytest.mark.parametrize("src,reason", LEAVE_ALONE, ids=[r[:40] for _, r in LEAVE_ALONE])
+def test_leave_alone(src, reason):
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any(reason in s.reason for s in sites if s.action == SKIPPED), [s.reason for s in sites]
+
+
+def test_temporary_read_after_the_loop_by_a_nested_function_is_left_alone():
+    src = """\
+    def f(xs):
+        loss = 0
+        for x in xs:
+            d = x * 2
+            loss += d
+        return loss, (lambda: d)
+    """
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src) and "`d` may be read outside" in sites[0].reason
