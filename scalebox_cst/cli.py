@@ -543,7 +543,8 @@ def _run_line(entry: dict) -> str:
     if head.get("guard_pass_rate") is not None:
         facts.append(f"guards {head['guard_pass_rate'] * 100:.0f}%")
     if head.get("site_time_s") is not None:
-        facts.append(f"sites {head['site_time_s']:.3g}s")
+        # sampled time: with no sample at all the sites were too brief to see, which is not "0 s"
+        facts.append(f"sites {head['site_time_s']:.3g}s" if head.get("site_samples") != 0 else "sites below sampling")
     last = head.get("last") or {}
     if head.get("episodic_return_final") is None:
         for key in ("final_return", "episode_return", "grad_norm", "loss"):

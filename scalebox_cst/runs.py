@@ -342,7 +342,8 @@ def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: 
 
     episodic_return_final / _best: mean of the last / best window of RETURN_WINDOW episodes;
     episodes; sps: median of the second half of the SPS points (warm-up left out);
-    guard_pass_rate: vectorized / (vectorized + fallback) over every site; site_time_s;
+    guard_pass_rate: vectorized / (vectorized + fallback) over every site; site_time_s (and
+    site_samples: how many telemetry samples it rests on, 0 where the sites ran too briefly to be seen);
     grad_norm_last, nonfinite (count of non-finite points); wall_time; last: {name: last value}.
     """
     out: Dict[str, Any] = {"metric_return": None, "episodic_return_final": None, "episodic_return_best": None, "episodes": 0}
@@ -358,6 +359,8 @@ def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: 
     fell = sum(int(s.get("fallback", 0) or 0) for s in sites)
     out["guard_pass_rate"] = passed / (passed + fell) if passed + fell else None
     out["site_time_s"] = sum(float(s.get("time_s", 0.0) or 0.0) for s in sites) if sites else None
+    counted = [s for s in sites if "samples" in s]  # records written before sample counts have none
+    out["site_samples"] = sum(int(s.get("samples") or 0) for s in counted) if counted else None
     grad = series.get("grad_norm") or []
     out["grad_norm_last"] = grad[-1].value if grad else None
     out["nonfinite"] = sum(1 for points in series.values() for p in points if not math.isfinite(p.value))

@@ -125,10 +125,20 @@ def test_headline_windows_and_guard_rate():
     assert head["episodes"] == 20 and head["sps"] == 250.0  # median of the second half (warm-up left out)
     assert head["guard_pass_rate"] == 0.9 and head["site_time_s"] == 0.75
     assert head["nonfinite"] == 1 and head["wall_time"] == 3.0
+    assert head["site_samples"] is None  # sites written without sample counts: unknown, not zero
     falling = {"episodic_return": [runs.Point("episodic_return", i, float(-i), 0.0) for i in range(30)]}
     head = runs.headline({}, falling)
     assert head["episodic_return_best"] == pytest.approx(-4.5) and head["episodic_return_final"] == pytest.approx(-24.5)
     assert head["guard_pass_rate"] is None and head["sps"] is None
+
+
+def test_log_line_says_when_site_time_rests_on_no_sample():
+    from scalebox_cst.cli import _run_line
+
+    brief = runs.headline({}, {}, [{"vectorized": 5, "fallback": 0, "time_s": 0.0, "samples": 0}])
+    seen = runs.headline({}, {}, [{"vectorized": 5, "fallback": 0, "time_s": 0.12, "samples": 3}])
+    assert "sites below sampling" in _run_line({"run": 1, "headline": brief})
+    assert "sites 0.12s" in _run_line({"run": 1, "headline": seen})
 
 
 # ----------------------------------------------------------------------------- statistics
