@@ -668,3 +668,58 @@ def test_list_read_back_with_time_in_the_middle(T, B, dtype, seed):
                dones=tensor(seed + 2, (B, T, 1), dtype, "dones"))
     ns1, ns2 = run_both(BOTH, env, vectorized=T >= 2)
     same_namespaces(ns1, ns2)
+
+
+# torchrl's td_lambda_return_estimate (rolling gamma, per-step lambda): the carried value nested in the
+# update, regrouped (reassociated)
+TORCHRL_TD_LAMBDA = """\
+def td_lambda_return_estimate(gamma, lmbda, next_state_value, reward, done):
+    not_done = 1 - done.to(next_state_value.dtype)
+    returns = torch.empty_like(next_state_value)
+    *batch, T, lastdim = returns.shape
+    gamma = torch.full_like(next_state_value, gamma) * not_done
+    lmbda = torch.full_like(next_state_value, lmbda)
+    g = next_state_value[..., -1, :]
+    for i in reversed(range(T)):
+        g = returns[..., i, :] = reward[..., i, :] + gamma[..., i, :] * (
+            (1 - lmbda[..., i, :]) * next_state_value[..., i, :] + lmbda[..., i, :] * g
+        )
+    return returns
+
+import torch
+out = td_lambda_return_estimate(0.99, 0.9, next_state_value, reward, done)
+"""
+
+
+@HYP
+@given(T=st.integers(1, 40), B=batch_shapes, F=st.sampled_from([1, 2]), dtype=dtypes, seed=st.integers(0, 2**16))
+def test_torchrl_td_lambda_reassociated(T, B, F, dtype, seed):
+    shape = B + (T, F)
+    env = dict(next_state_value=tensor(seed, shape, dtype), reward=tensor(seed + 1, shape, dtype),
+               done=tensor(seed + 2, shape, dtype, "dones") > 0)
+    ns1, ns2 = run_both(TORCHRL_TD_LAMBDA, env, exactness=REASSOCIATED, vectorized=T >= 2)
+    same_namespaces(ns1, ns2, exact=False)
+
+
+# two containers, two time dimensions: ret[:, t] (dimension 1) next to rewards[..., t] (the last)
+TWO_DIMS = """\
+def f(ret, rewards, gamma):
+    for t in range(ret.shape[1] - 2, -1, -1):
+        ret[:, t] = rewards[..., t] + gamma * ret[:, t + 1]
+    return ret
+
+res = f(ret, rewards, 0.9)
+"""
+
+
+@HYP
+@given(T=lengths, B=st.sampled_from([1, 3]), N=st.sampled_from([None, 1, 2]), kind=kinds, dtype=dtypes,
+       seed=st.integers(0, 2**16))
+def test_two_time_dimensions_bitwise(T, B, N, kind, dtype, seed):
+    """ret [B, T+1] or [B, T+1, N]; rewards [B, T] or [B, N, T]: per step (B,) / (B, N) rows on
+    both sides, as the views give them."""
+    ret_shape = (B, T + 1) if N is None else (B, T + 1, N)
+    rew_shape = (B, T) if N is None else (B, N, T)
+    env = dict(ret=arrays(kind, seed, ret_shape, dtype), rewards=arrays(kind, seed + 1, rew_shape, dtype))
+    ns1, ns2 = run_both(TWO_DIMS, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)

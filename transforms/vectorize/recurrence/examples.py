@@ -263,4 +263,106 @@ EXAMPLES = [
         rewritten=False,
         reason="is not reset for each `t`",
     ),
+    # ---- time indexed in the middle (views.py) and the carried value read back from a list (lists.py)
+    Example(
+        code=(
+            "import torch\n"
+            "def generalized_advantage_estimate(gamma, lmbda, state_value, next_state_value, reward, done):\n"
+            "    not_done = 1 - done.to(next_state_value.dtype)\n"
+            "    *batch_size, time_steps = not_done.shape[:-1]\n"
+            "    advantage = torch.empty(*batch_size, time_steps, 1)\n"
+            "    prev_advantage = 0\n"
+            "    for t in reversed(range(time_steps)):\n"
+            "        delta = reward[..., t, :] + (gamma * next_state_value[..., t, :] * not_done[..., t, :]) \\\n"
+            "            - state_value[..., t, :]\n"
+            "        prev_advantage = advantage[..., t, :] = delta + (gamma * lmbda * prev_advantage * not_done[..., t, :])\n"
+            "    return advantage, advantage + state_value\n"
+        ),
+        rewritten=True,
+        note="torchrl GAE over [*B, T, F]: time at dimension -2, read through time-major views "
+             "(dim_view(x, -2, 2)); the mask is regrouped into the coefficient (reassociated)",
+    ),
+    Example(
+        code=(
+            "def returns_of(rewards, dones, gamma):\n"
+            "    out = rewards * 0\n"
+            "    s = rewards[:, :, -1] * 0\n"
+            "    for t in reversed(range(rewards.shape[2])):\n"
+            "        s = rewards[:, :, t] + gamma * (1 - dones[:, :, t]) * s\n"
+            "        out[:, :, t] = s\n"
+            "    return out\n"
+        ),
+        rewritten=True,
+        note="time at dimension 2 of [B, C, T] arrays: bitwise exact",
+    ),
+    Example(
+        code=(
+            "def f(ret, rewards, gamma):\n"
+            "    for t in range(ret.shape[1] - 2, -1, -1):\n"
+            "        ret[:, t] = rewards[..., t] + gamma * ret[:, t + 1]\n"
+            "    return ret\n"
+        ),
+        rewritten=True,
+        note="rewards[..., t] next to ret[:, t]: each container gets its own view (time at -1 and at 1)",
+    ),
+    Example(
+        code=(
+            "def f(x, gamma, T):\n"
+            "    s = 0.0\n"
+            "    for t in reversed(range(T)):\n"
+            "        s = x[..., t] + x[:, t] + gamma * s\n"
+            "    return s\n"
+        ),
+        rewritten=False,
+        reason="indexed with time along two dimensions",
+    ),
+    Example(
+        code=(
+            "import numpy as np\n"
+            "def calculate_advantages(rewards, values, gamma=0.99, decay=0.97):\n"
+            "    next_values = np.concatenate([values[1:], [0]])\n"
+            "    deltas = [rew + gamma * next_val - val for rew, val, next_val in zip(rewards, values, next_values)]\n"
+            "    advantages = [deltas[-1]]\n"
+            "    for i in reversed(range(len(deltas) - 1)):\n"
+            "        advantages.append(deltas[i] + decay * gamma * advantages[-1])\n"
+            "    return np.array(advantages[::-1])\n"
+        ),
+        rewritten=True,
+        note="GAE seeded with the last delta, the previous output read back as advantages[-1]: the list's "
+             "last element is the carried value (bitwise exact)",
+    ),
+    Example(
+        code=(
+            "def compute_returns(next_value, rewards, masks, gamma=0.99):\n"
+            "    returns = [next_value]\n"
+            "    for r, m in zip(reversed(rewards), reversed(masks)):\n"
+            "        returns.insert(0, r + gamma * returns[0] * m)\n"
+            "    return returns[:-1]\n"
+        ),
+        rewritten=True,
+        note="returns[0] read back after insert(0, ...); the mask is regrouped into the coefficient (reassociated)",
+    ),
+    Example(
+        code=(
+            "def f(rewards, gamma):\n"
+            "    advantages = [0]\n"
+            "    for r in reversed(rewards):\n"
+            "        advantage = r + gamma * advantages[-1]\n"
+            "        advantages.insert(0, advantage)\n"
+            "    return advantages\n"
+        ),
+        rewritten=False,
+        reason="while it inserts at its front",
+    ),
+    Example(
+        code=(
+            "def f(deltas, gamma, lam):\n"
+            "    adv = [0.0, 0.0]\n"
+            "    for delta in reversed(deltas):\n"
+            "        adv.append(delta + gamma * lam * adv[-2])\n"
+            "    return adv\n"
+        ),
+        rewritten=False,
+        reason="reads `adv[-2]`",
+    ),
 ]
