@@ -150,7 +150,7 @@ def actor_critic_inputs(T, seed, ns, dtype=torch.float32):
     return net, saved, rewards
 
 
-@pytest.mark.parametrize("T", [2, 3, 17, 300])
+@pytest.mark.parametrize("T", [4, 5, 17, 300])
 def test_actor_critic_verbatim(T, monkeypatch):
     spy = Spy(monkeypatch)
     orig, new, out, sites = pair(ACTOR_CRITIC, "finish_episode")
@@ -169,6 +169,16 @@ def test_actor_critic_verbatim(T, monkeypatch):
     # measured bitwise: the batched values are the per-sample ones, summed as the same [T] tensor
     assert torch.equal(l1, l2)
     assert all(torch.equal(a, b) for a, b in zip(g1, g2))
+
+
+def test_actor_critic_short_episode_keeps_the_loop(monkeypatch):
+    spy = Spy(monkeypatch)
+    orig, new, _, _ = pair(ACTOR_CRITIC, "finish_episode")
+    for T in (2, 3):
+        ns = {"SavedAction": load(ACTOR_CRITIC, "SavedAction")}
+        _, saved, rewards = actor_critic_inputs(T, T, ns)
+        assert torch.equal(orig(saved, rewards, 0.99, 1e-7), new(saved, rewards, 0.99, 1e-7))
+    assert spy.results and not spy.fast
 
 
 def test_actor_critic_golden():
@@ -378,12 +388,14 @@ def test_unpacking_guard():
         def __iter__(self):
             return iter(reversed(tuple.__iter__(self)))
 
-    a, b = torch.randn(3), torch.randn(3)
+    a, b = torch.randn(5), torch.randn(5)
     ok = V.loss_zip(([(x, y) for x, y in zip(a, b)], a), ((True, True), True), fits=(((0, 1, 2), (), 0),))
     assert ok is not None and torch.equal(ok.seqs[1], b)
     assert V.loss_zip(([(x, y, x) for x, y in zip(a, b)], a), ((True, True), True)) is None
     assert V.loss_zip(([Odd((x, y)) for x, y in zip(a, b)], a), ((True, True), True)) is None
     assert V.loss_zip(([(x, y) for x, y in zip(a, b)], a[:2]), ((True, True), True)) is None
+    short = ([(x, y) for x, y in zip(a[:3], b[:3])], a[:3])  # fewer samples than pay for the batching
+    assert V.loss_zip(short, ((True, True), True), fits=(((0, 1, 2), (), 0),)) is None
 
 
 # ------------------------------------------------------------------ left alone, with the reason
