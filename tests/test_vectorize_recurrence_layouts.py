@@ -723,3 +723,85 @@ def test_two_time_dimensions_bitwise(T, B, N, kind, dtype, seed):
     env = dict(ret=arrays(kind, seed, ret_shape, dtype), rewards=arrays(kind, seed + 1, rew_shape, dtype))
     ns1, ns2 = run_both(TWO_DIMS, env, vectorized=T >= 2)
     same_namespaces(ns1, ns2)
+
+
+# ------------------------------------------------------------------ 3. for t, r in reversed(list(enumerate(x)))
+
+ENUMERATED = """\
+def discounted(rewards, gamma, out):
+    q_value = 0.0
+    for t, reward in reversed(list(enumerate(rewards))):
+        q_value = reward + gamma * q_value
+        out[t] = q_value
+    return out, t, reward
+
+res = discounted(rewards, 0.99, out) if len(rewards) else None
+"""
+
+ENUMERATED_INSERT = """\
+def compute_discounted_returns(rewards, gamma):
+    returns = []
+    G = 0.0
+    for t, r in reversed(tuple(enumerate(rewards))):
+        G = r + gamma * G
+        returns.insert(0, G)
+    return returns
+
+res = compute_discounted_returns(rewards, 0.9)
+"""
+
+ENUMERATED_RESET = """\
+def process(rewards, gamma):
+    processed = rewards * 0
+    sliding_sum = 0
+    for i, reward in reversed(list(enumerate(rewards))):
+        if reward != 0:
+            sliding_sum = 0
+        sliding_sum = sliding_sum * gamma + reward
+        processed[i] = sliding_sum
+    return processed
+
+res = process(rewards, 0.99)
+"""
+
+
+@HYP
+@given(T=lengths, kind=st.sampled_from(["torch", "numpy", "floats"]), dtype=dtypes, seed=st.integers(0, 2**16))
+def test_reversed_enumerate_bitwise(T, kind, dtype, seed):
+    """``t`` walks T-1 .. 0 and ``reward`` is ``rewards[t]``; both are left as the loop leaves them."""
+    if kind == "floats":
+        rewards = [float(x) for x in np.random.default_rng(seed).standard_normal(T)]
+        out = np.zeros(T)
+    else:
+        rewards = arrays(kind, seed, (T,), dtype)
+        out = rewards * 0
+    ns1, ns2 = run_both(ENUMERATED, dict(rewards=rewards, out=out), vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+    ns1, ns2 = run_both(ENUMERATED_INSERT, dict(rewards=rewards), vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@HYP
+@given(T=lengths, dtype=dtypes, seed=st.integers(0, 2**16))
+def test_reversed_enumerate_with_resets_bitwise(T, dtype, seed):
+    rewards = tensor(seed, (T,), dtype) * (tensor(seed + 1, (T,), dtype, "dones"))  # mostly zeros
+    ns1, ns2 = run_both(ENUMERATED_RESET, dict(rewards=rewards), vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+def test_reversed_enumerate_of_a_generator_takes_the_loop():
+    """``list(enumerate(gen))`` works on any iterable; the guard's length is -1 for one without
+    ``len`` (never an exception), and the loop runs."""
+    src = ENUMERATED_INSERT.replace("compute_discounted_returns(rewards, 0.9)",
+                                    "compute_discounted_returns((float(x) for x in rewards), 0.9)")
+    ns1, ns2 = run_both(src, dict(rewards=[1.0, 2.0, 3.0, 4.0]), vectorized=False)
+    same_namespaces(ns1, ns2)
+
+
+def test_enumerate_look_alikes():
+    shadowed = "def enumerate(x):\n    return zip(range(len(x)), x[::-1])\n\n" + ENUMERATED
+    out, done, _ = sites_of(shadowed)
+    assert not done and out == shadowed
+    forward = ENUMERATED.replace("reversed(list(enumerate(rewards)))", "list(enumerate(rewards))")
+    out, done, _ = sites_of(forward)
+    assert not done and out == forward

@@ -35,8 +35,9 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
     body = list(_stmts(node.body))
 
     def bind(index_expr: str) -> str:
-        if h.kind == "index":
-            return f"{h.index} = {index_expr}"
+        if h.kind == "index":  # (for t, r in reversed(list(enumerate(x))): r = x[t] too, see headers)
+            own = [] if index_expr == h.index else [f"{h.index} = {index_expr}"]
+            return "; ".join(own + [f"{n} = {_code(c).strip()}[{h.index}]" for n, c in h.elements])
         names = ", ".join(n for n, _ in h.elements)
         vals = ", ".join(f"{_code(c).strip()}[{index_expr}]" for _, c in h.elements)
         return f"{names} = {vals}"
@@ -73,7 +74,7 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
         # the carried values after the first step decide the arithmetic of the others: when
         # they are not what the vectorized steps compute with, the other steps run as written
         i = h.index if h.kind == "index" else planner.fresh("i")
-        loop_text = f"for {i} in range({T} - 2, -1, -1):\n" + ("" if h.kind == "index" else f"    {bind(i)}\n") + "    pass\n"
+        loop_text = f"for {i} in range({T} - 2, -1, -1):\n" + ("" if h.kind == "index" and not h.elements else f"    {bind(i)}\n") + "    pass\n"
         parsed_rest = cst.parse_module(f"if {check}:\n    pass\nelse:\n" + "".join(
             "    " + ln + "\n" for ln in loop_text.splitlines())).body[0]
         inner = parsed_rest.orelse.body.body[0]  # type: ignore[attr-defined]

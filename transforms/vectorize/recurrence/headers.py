@@ -9,7 +9,10 @@ from typing import List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from .syntax import _BUILTINS, _code, _is_call, _is_int, _norm, _pure_container
+from .syntax import _code, _is_call, _is_int, _norm, _pure_container
+
+#: the builtins every recognised header may call (``enumerate``: its own form only)
+_CORE = ("reversed", "range", "zip", "list", "tuple")
 
 
 @dataclasses.dataclass
@@ -37,7 +40,7 @@ def _reversed_slice(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
 
 
 def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
-    if any(b in shadowed for b in _BUILTINS):
+    if any(b in shadowed for b in _CORE):
         return None
     it, tgt = node.iter, node.target
     name_tgt = tgt.value if isinstance(tgt, cst.Name) else None
@@ -57,6 +60,13 @@ def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
             z = inner.args[0].value
             if _is_call(z, "zip") and len(z.args) == len(tuple_tgt) and all(_pure_container(a.value) for a in z.args):
                 return Header("elements", elements=list(zip(tuple_tgt, [a.value for a in z.args])), target=tgt)
+            if _is_call(z, "enumerate", 1) and len(tuple_tgt) == 2 and _pure_container(z.args[0].value) \
+                    and tuple_tgt[0] != tuple_tgt[1] and "enumerate" not in shadowed:
+                # for t, r in reversed(list(enumerate(x))): t = n-1 .. 0 and r = x[t]; the guard
+                # takes n from length(x) (-1, declined, where len(x) would raise)
+                x = z.args[0].value
+                return Header("index", index=tuple_tgt[0], T=cst.parse_expression(f"__SBX__.length({_code(x).strip()})"),
+                              elements=[(tuple_tgt[1], x)], target=tgt)
             return None
         if _pure_container(inner) and name_tgt:
             return Header("elements", elements=[(name_tgt, inner)], target=tgt)
@@ -121,7 +131,7 @@ def _named_range_header(node: cst.For, before: Optional[Tuple[Sequence[cst.BaseS
     assignment only makes the loop a candidate, and gives ``T`` for last-step tests."""
     it, tgt = node.iter, node.target
     if not isinstance(it, cst.Name) or not isinstance(tgt, cst.Name) or before is None \
-            or any(b in shadowed for b in _BUILTINS):
+            or any(b in shadowed for b in _CORE):
         return None
     stmts, i = before
     for st in reversed(list(stmts[:i])):
