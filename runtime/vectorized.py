@@ -946,8 +946,8 @@ def _loss_finish(batches, ranks, invariants, *, units=(), zerod=(), numbers=(), 
                  cpu=False, floats=False, default=False) -> Optional[LossBatch]:
     """The checks a loss loop's batched body needs beyond loop_batch's (see :func:`loss_zip`)."""
     dtype = batches[0].dtype
-    if floats and dtype not in _FLOATS_T:
-        return None
+    if floats and (dtype not in _FLOATS_T or batches[0].device.type not in ("cpu", "cuda")):
+        return None  # float16/bfloat16 compute a Python scalar in float opmath; MPS has no float64
     if default and torch.get_default_dtype() != dtype:
         return None
     if cpu and batches[0].device.type != "cpu":
@@ -983,8 +983,8 @@ def loss_zip(seqs: Sequence[Any], unpack: Sequence[Any], invariants: Sequence[An
     numbers or tensors of that dtype, equal lengths, at least one sample); ``checks``: ``units``
     (elements with one value per sample: ``.item()``, per-sample losses), ``zerod`` (0-d elements:
     ``torch.tensor([x])``), ``numbers`` (invariants that meet Python floats: Python numbers, ints
-    below 2**53), ``floats`` (float32/float64 only, where Python scalars convert as described in
-    :meth:`LossBatch.weak`), ``default`` (the default dtype is the batch's: ``torch.tensor([f])``
+    below 2**53), ``floats`` (float32/float64 on CPU or CUDA only, where Python scalars convert as
+    described in :meth:`LossBatch.weak` and float64 exists), ``default`` (the default dtype is the batch's: ``torch.tensor([f])``
     of a Python float), ``cpu`` (``torch.tensor`` makes CPU tensors), ``fits`` (per result, the
     elements and invariants its rank is the highest of, and a floor), ``cats`` (results that
     ``torch.cat`` joins: not 0-d), ``rank`` (the least rank the batches are aligned to)."""

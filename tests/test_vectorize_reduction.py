@@ -103,6 +103,9 @@ EXAMPLE_INPUTS = {
     "scalar accumulator over range(n)": lambda: (torch.randn(7, 3, requires_grad=True), torch.randn(7, 3), 5),
     "acc = acc - f(x) with a torch function": lambda: (torch.rand(4, 3).add(0.1).requires_grad_(), 0.01),
     "stack of element-wise results (exact)": lambda: ([torch.randn(3, requires_grad=True) for _ in range(4)], torch.randn(3)),
+    "pytorch/examples actor-critic: a temporary from .item(), a per-sample smooth_l1_loss": lambda: (
+        [(torch.randn(()), torch.randn(1)) for _ in range(6)], torch.randn(6)),
+    "TD errors as a temporary over an index": lambda: (torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)),
 }
 
 

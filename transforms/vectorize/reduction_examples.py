@@ -70,6 +70,87 @@ EXAMPLES = [
     Example(
         code=(
             "import torch\n"
+            "import torch.nn.functional as F\n"
+            "def finish_episode(saved_actions, returns):\n"
+            "    policy_losses = []\n"
+            "    value_losses = []\n"
+            "    for (log_prob, value), R in zip(saved_actions, returns):\n"
+            "        advantage = R - value.item()\n"
+            "        policy_losses.append(-log_prob * advantage)\n"
+            "        value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))\n"
+            "    return torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()\n"
+        ),
+        rewritten=True,
+        note="pytorch/examples actor-critic: a temporary from .item(), a per-sample smooth_l1_loss",
+    ),
+    Example(
+        code=(
+            "def critic_loss(returns, values):\n"
+            "    loss = 0.0\n"
+            "    for i in range(len(returns)):\n"
+            "        td = returns[i] - values[i]\n"
+            "        loss += td ** 2\n"
+            "    return loss\n"
+        ),
+        rewritten=True,
+        note="TD errors as a temporary over an index",
+    ),
+    Example(
+        code=(
+            "def f(log_probs, values, returns):\n"
+            "    loss = 0\n"
+            "    for log_prob, value, R in zip(log_probs, values, returns):\n"
+            "        advantage = R - value.item()\n"
+            "        loss += -log_prob * advantage\n"
+            "    return loss, advantage\n"
+        ),
+        rewritten=False,
+        reason="the temporary `advantage` may be read outside the loop",
+        note="a temporary read after the loop (the rewrite does not bind it)",
+    ),
+    Example(
+        code=(
+            "def f(log_probs, rewards, gamma):\n"
+            "    loss = 0\n"
+            "    ret = 0\n"
+            "    for t in range(len(rewards) - 1, -1, -1):\n"
+            "        ret = rewards[t] + gamma * ret\n"
+            "        loss += -log_probs[t] * ret\n"
+            "    return loss\n"
+        ),
+        rewritten=False,
+        reason="`ret` carries a value from one iteration to the next",
+        note="a temporary that carries across iterations (a return, not a per-sample value)",
+    ),
+    Example(
+        code=(
+            "def f(log_probs, values):\n"
+            "    loss = 0\n"
+            "    for log_prob, value in zip(log_probs, values):\n"
+            "        adv = value.sum().item()\n"
+            "        loss += -log_prob * adv\n"
+            "    return loss\n"
+        ),
+        rewritten=False,
+        reason="only a loop element's .item()",
+        note=".item() of something computed per sample (its size is not checked by the guard)",
+    ),
+    Example(
+        code=(
+            "def f(log_probs, states, critic):\n"
+            "    loss = 0\n"
+            "    for log_prob, s in zip(log_probs, states):\n"
+            "        v = critic(s)\n"
+            "        loss += -log_prob * v\n"
+            "    return loss\n"
+        ),
+        rewritten=False,
+        reason="not known to act element by element",
+        note="a temporary from a model call (side effects unknown)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
             "def loss(model, xs):\n"
             "    total = 0\n"
             "    for x in xs:\n"
