@@ -942,7 +942,7 @@ class LossBatch:
         return v if r >= n else v.reshape(tuple(v.shape[:1]) + tuple(v.shape[1 + n - r:]))
 
 
-def _loss_finish(batches, ranks, invariants, *, units=(), zerod=(), numbers=(), fits=(), rank=0, cats=(),
+def _loss_finish(batches, ranks, invariants, *, units=(), zerod=(), numbers=(), unit_invs=(), fits=(), rank=0, cats=(),
                  cpu=False, floats=False, default=False) -> Optional[LossBatch]:
     """The checks a loss loop's batched body needs beyond loop_batch's (see :func:`loss_zip`)."""
     dtype = batches[0].dtype
@@ -959,6 +959,8 @@ def _loss_finish(batches, ranks, invariants, *, units=(), zerod=(), numbers=(), 
     for k in units:
         if batches[k][0].numel() != 1:
             return None
+    if any(type(invariants[i]) in _TENSORS and invariants[i].numel() != 1 for i in unit_invs):
+        return None
     if any(ranks[k] != 0 for k in zerod):
         return None
     inv_ranks = [v.dim() if type(v) in _TENSORS else 0 for v in invariants]
@@ -983,7 +985,7 @@ def loss_zip(seqs: Sequence[Any], unpack: Sequence[Any], invariants: Sequence[An
     numbers or tensors of that dtype, equal lengths, at least one sample); ``checks``: ``units``
     (elements with one value per sample: ``.item()``, per-sample losses), ``zerod`` (0-d elements:
     ``torch.tensor([x])``), ``numbers`` (invariants that meet Python floats: Python numbers, ints
-    below 2**53), ``floats`` (float32/float64 on CPU or CUDA only, where Python scalars convert as
+    below 2**53), ``unit_invs`` (invariants of a per-sample loss: numbers or 1-element tensors), ``floats`` (float32/float64 on CPU or CUDA only, where Python scalars convert as
     described in :meth:`LossBatch.weak` and float64 exists), ``default`` (the default dtype is the batch's: ``torch.tensor([f])``
     of a Python float), ``cpu`` (``torch.tensor`` makes CPU tensors), ``fits`` (per result, the
     elements and invariants its rank is the highest of, and a floor), ``cats`` (results that

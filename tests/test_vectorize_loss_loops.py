@@ -250,6 +250,30 @@ FORMS = {
                 losses.append(F.mse_loss(v, target) * c)
             return torch.stack(losses).mean()
         """, REASSOCIATED),
+    # REINFORCE with an entropy bonus summed as is (one sum computes nothing per sample)
+    "entropy_bonus": ("""\
+        def f(logprobs, values, rewards, c):
+            policy_loss = 0.0
+            entropy_bonus = 0.0
+            for log_prob, advantage, entropy in zip(logprobs, rewards, values):
+                policy_loss += -log_prob * advantage
+                entropy_bonus += entropy
+            return policy_loss - c * entropy_bonus
+        """, REASSOCIATED),
+    # one episode's return as a 1-element tensor: the target of every sample's critic loss
+    "mse_invariant_target": ("""\
+        import torch
+        import torch.nn.functional as F
+        def f(logprobs, values, rewards, c):
+            R = torch.tensor([float(c)], dtype=values[0].dtype)
+            policy_loss = 0
+            value_loss = 0
+            for log_prob, value in zip(logprobs, values):
+                advantage = R - value.detach()
+                policy_loss += -log_prob * advantage
+                value_loss += F.mse_loss(value, R)
+            return policy_loss + value_loss
+        """, REASSOCIATED),
     # two lists of different per-sample ranks (the old path's [T, 1] result)
     "ranks": ("""\
         import torch

@@ -72,6 +72,7 @@ class LossExpr:
         self.units: Set[int] = set()
         self.zerod: Set[int] = set()
         self.numbers: Set[int] = set()
+        self.unit_invs: Set[int] = set()  # invariants of a per-sample loss: numbers or 1-element tensors
         self.floats = False  # Python floats per sample: float32/float64 only
         self.default = False  # torch.tensor([f]) of a Python float
         self.cpu = False  # torch.tensor(...) makes CPU tensors
@@ -248,7 +249,7 @@ class LossExpr:
                 raise Refused(f"`{_code(call)}` is given a Python float per sample (F.{name} takes tensors)")
             # one value per sample, so that the mean (or sum) of the sample's loss is that value
             self.units |= v.keys
-            self.numbers |= v.invs
+            self.unit_invs |= v.invs
         extra = f", beta={_code(beta)}" if beta is not None else ""
         self.losses = True
         code = f"{_code(call.func)}({vals[0].code}, {vals[1].code}, reduction='none'{extra})"

@@ -154,9 +154,9 @@ def rewrite_loss_loop(rw, loop: cst.For, idx: int, block, out: list, stmts) -> b
                 raise Refused("the expression does not depend on the loop element")
             if v.kind == "py":
                 raise Refused(f"`{code(acc.expr)}` is a Python float per sample (the loop adds Python floats)")
-            if v.ops == 0:
-                raise Refused("nothing is computed per element (the result would alias the input)")
             values.append(v)
+        if all(v.ops == 0 for v in values):
+            raise Refused("nothing is computed per element (the result would alias the input)")
     except Refused as why:
         return rw._skip(loop, str(why))
     sources = [seq for seq, _, _ in header.parts] if isinstance(header, _Header) else list(header.sources.values())
@@ -177,6 +177,9 @@ def rewrite_loss_loop(rw, loop: cst.For, idx: int, block, out: list, stmts) -> b
             why = rw._consumer(acc, loop, idx, block, scope)
             if why:
                 return rw._skip(loop, why)
+    for acc, v in zip(accs, values):  # a sum of the elements themselves is a new tensor; a stack would not be
+        if v.ops == 0 and acc.kind == "append" and acc.consumer_kind in ("stack", "cat"):
+            return rw._skip(loop, f"nothing is computed per element for `{acc.name}` (the result would alias the input)")
     return _emit(rw, loop, idx, header, expr, tcodes, accs, values, out)
 
 
@@ -220,6 +223,7 @@ def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: Li
     checks = [f"units={tup(str(pos[k]) for k in sorted(expr.units, key=pos.get))}" if expr.units else "",
               f"zerod={tup(str(pos[k]) for k in sorted(expr.zerod, key=pos.get))}" if expr.zerod else "",
               f"numbers={tup(str(i) for i in sorted(expr.numbers))}" if expr.numbers else "",
+              f"unit_invs={tup(str(i) for i in sorted(expr.unit_invs))}" if expr.unit_invs else "",
               f"fits={tup(fits)}", f"cats={tup(str(j) for j in cats)}" if cats else "",
               f"rank={expr.rank}" if expr.rank else "", "cpu=True" if expr.cpu else "",
               "floats=True" if expr.floats else "", "default=True" if expr.default else ""]
