@@ -973,14 +973,8 @@ def discount_cumsum(x, discount):
 
 for step in range(10):
     obs = env_step(obs)
-for layer in reversed(layers):
-    layer.reset_parameters()
-for i in reversed(range(n)):
-    out[i] = x[i] * 2
 for p, tp in zip(net.parameters(), target.parameters()):
     tp.data.copy_(tau * p.data + (1 - tau) * tp.data)
-for a, b in pairs[::-1]:
-    seen.append(a)
 steps = list(range(0, n, 1))
 for t in steps:
     acc = acc * 0.5 + x[t]
@@ -990,6 +984,25 @@ for t in steps:
 """
     out, sites = rewrite(src)
     assert out == src and sites == []
+
+
+def test_backward_loops_that_are_not_candidates_are_reported():
+    """Backward loops carrying nothing the vectorizer knows are no candidates, but each is
+    reported (the README's promise), with what it does instead of carrying a value."""
+    src = """\
+for layer in reversed(layers):
+    layer.reset_parameters()
+for i in reversed(range(n)):
+    out[i] = x[i] * 2
+for a, b in pairs[::-1]:
+    seen.append(a)
+"""
+    out, sites = rewrite(src)
+    assert out == src
+    assert [(s.line, s.action) for s in sites] == [(1, "skipped"), (3, "skipped"), (5, "skipped")]
+    assert "calls `layer.reset_parameters()`" in sites[0].reason
+    assert sites[1].reason == "backward loop with no value carried between steps: nothing to vectorize as a recurrence"
+    assert "calls `seen.append()`" in sites[2].reason
 
 
 # ------------------------------------------------------------------ findings from the real-code corpus

@@ -5,7 +5,9 @@ for save-to-commit latency. Transforms only need to know what an expression like
 clip_grad_norm_`` or ``clip_grad_norm_`` *means* in terms of imported modules, so we resolve
 dotted names through the module's own import statements: ``import torch as th`` and ``from
 torch.nn.utils import clip_grad_norm_`` both lead to ``torch.nn.utils.clip_grad_norm_``.
-A name that is rebound by assignment anywhere in the module is not trusted.
+A name that is rebound by assignment anywhere in the module is not trusted. A star import binds
+names only for the stdlib modules whose names are known (``from math import *``: ``exp`` is
+``math.exp``, see :func:`analysis.scopes.star_names`); other star imports bind nothing here.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 import libcst as cst
 
 from . import statement_memo
+from .analysis.scopes import star_names
 
 
 def dotted(expr: cst.BaseExpression) -> Optional[str]:
@@ -77,10 +80,17 @@ def _scan_imports(tree: ast.AST):
                         imports.append((depth, len(imports), top, top))
             elif isinstance(node, ast.ImportFrom):
                 if node.level or not node.module:
+                    if any(a.name == "*" for a in node.names):
+                        imports.append((depth, len(imports), "*", "*"))  # a star import not resolved
                     continue
                 for alias in node.names:
                     if alias.name != "*":
                         imports.append((depth, len(imports), alias.asname or alias.name, node.module + "." + alias.name))
+                    elif star_names(node.module) is None:
+                        imports.append((depth, len(imports), "*", "*"))
+                    else:  # "*"-prefixed: bound by a star import (dropped if another is not resolved)
+                        for name in sorted(star_names(node.module) or ()):
+                            imports.append((depth, len(imports), name, "*" + node.module + "." + name))
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 assigned.add(node.name)
                 names.add(node.name)
@@ -128,7 +138,18 @@ class ImportMap:
             aliases[alias] = full
         assigned: Set[str] = set().union(*(part[1] for part in parts))
         names: Set[str] = set().union(*(part[2] for part in parts))
-        # A name both imported and assigned (``torch = None``) is ambiguous: drop it.
+        # Names a resolved star import binds are trusted only where no other star import could
+        # bind them again (an unresolved ``from mylib import *`` may export ``exp`` too).
+        unresolved = aliases.pop("*", None) is not None
+        for alias, full in list(aliases.items()):
+            if full.startswith("*"):
+                if unresolved:
+                    del aliases[alias]
+                else:
+                    aliases[alias] = full[1:]
+        # A name both imported and assigned (``torch = None``) is ambiguous: drop it (but remember
+        # it was imported: ``torch.exp`` is then no method call on a value named torch).
+        self.imported = frozenset(aliases)
         self.aliases = {k: v for k, v in aliases.items() if k not in assigned}
         self.names = names | set(aliases)
 

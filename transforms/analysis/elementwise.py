@@ -8,7 +8,12 @@ from typing import Dict, List, Optional, Set
 import libcst as cst
 
 from .bodies import _code
-from .purity import ALLOWED_KEYWORDS, EXACT_FUNCS, EXACT_METHODS, INEXACT_FUNCS, INEXACT_METHODS, is_pure
+from .purity import ALLOWED_KEYWORDS, EXACT_FUNCS, EXACT_METHODS, INEXACT_FUNCS, INEXACT_METHODS, is_pure, pure_call
+
+#: a loop-invariant operand with a pure call in it: the guard evaluates invariant operands before
+#: it knows the loop is not empty, where the loop would not have called anything
+NOT_HOISTED = ("`{}` calls a pure function on loop-invariant values: not hoisted out of the loop (the "
+                "guard would call it before it knows the loop runs at least once)")
 
 
 class ElementwiseExpr:
@@ -43,6 +48,8 @@ class ElementwiseExpr:
     def _leaf_invariant(self, expr: cst.BaseExpression) -> Optional[str]:
         if not is_pure(expr, self.forbidden):
             code = _code(expr)
+            if is_pure(expr, self.forbidden, self.imports):
+                return NOT_HOISTED.format(code)
             return f"`{code}` is neither a loop element nor a loop-invariant value"
         if not isinstance(expr, (cst.Integer, cst.Float)):
             if not any(expr.deep_equals(e) for e in self.invariants):
@@ -104,7 +111,11 @@ class ElementwiseExpr:
             operands.insert(0, call.func.value)
         else:
             name = _code(call.func) + (f" ({qual})" if qual and qual != _code(call.func) else "")
-            return f"calls `{name}`, which is not known to act element by element (or may have side effects)"
+            if not pure_call(call, self.imports):
+                return f"calls `{name}`, which is not known to act element by element (or may have side effects)"
+            if not self._depends(call):
+                return NOT_HOISTED.format(_code(call))
+            return f"calls `{name}`, which is pure but not known to act element by element"
         if not any(self._depends(o) for o in operands):
             return f"`{_code(call)}` does not depend on the loop element"
         self.ops += 1

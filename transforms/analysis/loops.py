@@ -10,6 +10,7 @@ import libcst as cst
 from .bodies import _code, target_names
 from .reads import names_read
 from .purity import is_pure, is_simple_ref
+from .scopes import rebound_reason
 
 
 #: What the run-time guard of a batched loop (runtime.loop_batch) needs, for the site report.
@@ -53,8 +54,10 @@ class LoopHeader:
         return None
 
 
-def _bound_ok(expr: cst.BaseExpression, forbidden: Set[str], builtins_ok) -> bool:
-    """A range bound: a pure expression, or ``len(ref)`` (arithmetic on those)."""
+def _bound_ok(expr: cst.BaseExpression, forbidden: Set[str], builtins_ok, imports=None) -> bool:
+    """A range bound (evaluated by the guard, then again by the loop if it declines): a pure
+    expression (pure calls from :mod:`.purity`'s table when ``imports`` is given: ``x.size(0)``),
+    or ``len(ref)`` (arithmetic on those)."""
     if (
         isinstance(expr, cst.Call)
         and isinstance(expr.func, cst.Name)
@@ -68,21 +71,21 @@ def _bound_ok(expr: cst.BaseExpression, forbidden: Set[str], builtins_ok) -> boo
     ):
         return True
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)):
-        return _bound_ok(expr.left, forbidden, builtins_ok) and _bound_ok(expr.right, forbidden, builtins_ok)
-    return is_pure(expr, forbidden)
+        return _bound_ok(expr.left, forbidden, builtins_ok, imports) and _bound_ok(expr.right, forbidden, builtins_ok, imports)
+    return is_pure(expr, forbidden, imports)
 
 
-def parse_header(node: cst.For, builtins_ok) -> "LoopHeader | str":
+def parse_header(node: cst.For, builtins_ok, imports=None) -> "LoopHeader | str":
     """The header of a vectorizable loop, or why it is not one. ``builtins_ok(name)`` says whether
     ``zip``/``range``/``len`` mean the builtins in this module."""
     if node.asynchronous is not None:
         return "async for"
     if node.orelse is not None:
         return "the loop has an else clause"
-    return parse_iteration(node.target, node.iter, builtins_ok)
+    return parse_iteration(node.target, node.iter, builtins_ok, imports)
 
 
-def parse_iteration(target: cst.BaseExpression, it: cst.BaseExpression, builtins_ok) -> "LoopHeader | str":
+def parse_iteration(target: cst.BaseExpression, it: cst.BaseExpression, builtins_ok, imports=None) -> "LoopHeader | str":
     """``target in it`` of a ``for`` loop or a comprehension, as a :class:`LoopHeader`, or why not."""
     names = target_names(target)
     if names is None or len(set(names)) != len(names):
@@ -90,13 +93,13 @@ def parse_iteration(target: cst.BaseExpression, it: cst.BaseExpression, builtins
     if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value in ("zip", "range"):
         func = it.func.value
         if not builtins_ok(func):
-            return f"{func} is rebound in this module"
+            return rebound_reason(builtins_ok, func)
         if any(a.star or a.keyword is not None for a in it.args):
             return f"{func}(...) has keyword or unpacked arguments"
         if func == "range":
             if len(names) != 1:
                 return "a range loop must bind one index"
-            if not 1 <= len(it.args) <= 3 or not all(_bound_ok(a.value, set(names), builtins_ok) for a in it.args):
+            if not 1 <= len(it.args) <= 3 or not all(_bound_ok(a.value, set(names), builtins_ok, imports) for a in it.args):
                 return "range bounds are not plain values"
             return LoopHeader("range", names, {}, it)
         if len(it.args) != len(names):

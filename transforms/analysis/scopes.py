@@ -1,10 +1,24 @@
 """Scopes: whether a module rebinds a name (a builtin or an import), declared globals, the names a
-module binds (from ast, once per statement through statement_memo), builtins left unshadowed.
+module binds (from ast, once per statement through statement_memo), builtins left unshadowed, and
+what a star import may bind.
+
+Star imports: a user module's public names cannot be known without running it (never imported
+here), so ``from mylib import *`` may rebind any builtin. For a few stdlib modules the names are
+read from the module itself (:data:`STAR_STDLIB`: importing them runs no user code and costs
+nothing, they are loaded in every interpreter or nearly). ``numpy`` and ``torch`` are not imported
+by the engine (about a second for torch); :data:`STAR_BUILTINS` lists the builtins their star
+import binds (``from torch import *`` rebinds ``range``, ``sum``, ``max``...), taken from numpy
+2.x and torch 2.x and checked against the installed versions by tests/test_reasons.py. The
+assumption is that later versions add no builtin-named export; other names they bind are not
+resolved (a call through one stays unknown).
 """
 from __future__ import annotations
 
 import ast
-from typing import Callable, Iterable, List, Set, Tuple
+import builtins
+import functools
+import importlib
+from typing import Callable, Iterable, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -129,14 +143,105 @@ def _ast_rebound_walk(tree: ast.AST) -> Tuple[Set[str], bool]:
     return names, star
 
 
-def builtin_checker(tree: ast.AST) -> Callable[[str], bool]:
-    """``builtins_ok(name)`` for :func:`parse_header`: the name is not rebound in the module."""
-    cache: List[Tuple[Set[str], bool]] = []
+#: stdlib modules whose star-imported names are read from the module at analysis time
+STAR_STDLIB = frozenset({"math", "cmath", "operator", "itertools", "functools", "random", "statistics"})
 
-    def ok(name: str) -> bool:
-        if not cache:
-            cache.append(ast_rebound(tree))
-        names, star = cache[0]
-        return not star and name not in names
+#: the builtins ``from numpy import *`` / ``from torch import *`` rebind (see the module docstring)
+STAR_BUILTINS = {
+    "numpy": frozenset({"abs", "all", "any", "bool", "divmod", "max", "min", "pow", "round", "sum"}),
+    "torch": frozenset({
+        "abs", "all", "any", "bool", "compile", "complex", "float", "int", "max", "min", "pow", "range",
+        "round", "sum",
+    }),
+}
 
-    return ok
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+@functools.lru_cache(maxsize=None)
+def star_names(module: str) -> Optional[frozenset]:
+    """The names ``from module import *`` binds, for a :data:`STAR_STDLIB` module; else None."""
+    if module not in STAR_STDLIB:
+        return None
+    mod = importlib.import_module(module)
+    names = getattr(mod, "__all__", None)
+    if names is None:
+        names = [n for n in dir(mod) if not n.startswith("_")]
+    return frozenset(names)
+
+
+def star_binds(module: str, name: str) -> Optional[bool]:
+    """Whether ``from module import *`` binds ``name``: True/False where that is known, None where
+    it is not (a user module, a relative import, a name numpy/torch may export)."""
+    names = star_names(module)
+    if names is not None:
+        return name in names
+    if module in STAR_BUILTINS and name in _BUILTIN_NAMES:
+        return name in STAR_BUILTINS[module]
+    return None
+
+
+def star_imports(tree: ast.AST) -> Tuple[str, ...]:
+    """The modules of the module's star imports, in source order (``.mod`` for relative ones)."""
+    parts = statement_memo.per_statement(tree, "stars", _star_walk)
+    if parts is not None:
+        return tuple(m for p in parts for m in p)
+    return _star_walk(tree)
+
+
+def _star_walk(tree: ast.AST) -> Tuple[str, ...]:
+    return tuple(
+        "." * n.level + (n.module or "")
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)
+    )
+
+
+def star_reason(stars: Sequence[str], name: str) -> Optional[str]:
+    """Why a star import may take ``name`` from the builtins, or None if none of them binds it."""
+    for module in stars:
+        binds = star_binds(module, name)
+        if binds:
+            return f"a star import (`from {module} import *`) rebinds `{name}`"
+        if binds is None:
+            what = "a relative module" if module.startswith(".") else (
+                "a module whose names are not known without importing it" if module not in STAR_BUILTINS
+                else f"a module that may export `{name}`")
+            return f"a star import (`from {module} import *`, {what}) may rebind `{name}`"
+    return None
+
+
+class BuiltinChecker:
+    """``builtins_ok(name)`` for :func:`parse_header`: the name is not rebound in the module (by a
+    binding, or by a star import that binds it or may); :meth:`reason` says which."""
+
+    def __init__(self, tree: ast.AST) -> None:
+        self.tree = tree
+        self._cache: Optional[Tuple[Set[str], Tuple[str, ...]]] = None
+
+    def _scan(self) -> Tuple[Set[str], Tuple[str, ...]]:
+        if self._cache is None:
+            names, star = ast_rebound(self.tree)
+            self._cache = (names, star_imports(self.tree) if star else ())
+        return self._cache
+
+    def reason(self, name: str) -> Optional[str]:
+        names, stars = self._scan()
+        if name in names:
+            return f"{name} is rebound in this module"
+        return star_reason(stars, name)
+
+    def __call__(self, name: str) -> bool:
+        return self.reason(name) is None
+
+
+def builtin_checker(tree: ast.AST) -> BuiltinChecker:
+    """A :class:`BuiltinChecker` for the module's tree."""
+    return BuiltinChecker(tree)
+
+
+def rebound_reason(builtins_ok: Callable[[str], bool], name: str) -> str:
+    """The reason to report when ``builtins_ok(name)`` is false (checkers given by tests are plain
+    functions: they get the plain text)."""
+    reason = getattr(builtins_ok, "reason", None)
+    return (reason(name) if reason is not None else None) or f"{name} is rebound in this module"

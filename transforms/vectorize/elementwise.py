@@ -261,7 +261,7 @@ class _Rewriter(ScopedRewriter):
         stmts = flat_body(original.body)
         if stmts is None or not stmts:
             return updated
-        header = parse_header(original, self.builtin_ok)
+        header = parse_header(original, self.builtin_ok, self.ctx.imports)
         index = header.names[0] if isinstance(header, LoopHeader) and header.mode == "range" else None
         pairs = [_index_assign(s, index) if index else None for s in stmts]
         if not any(pairs):
@@ -361,7 +361,7 @@ class _Rewriter(ScopedRewriter):
         if fo.inner_for_in is not None or fo.ifs or fo.asynchronous is not None:
             self._site(original, SKIPPED, "the comprehension has several for clauses or a filter")
             return updated
-        header = parse_iteration(fo.target, fo.iter, self.builtin_ok)
+        header = parse_iteration(fo.target, fo.iter, self.builtin_ok, self.ctx.imports)
         if isinstance(header, str):
             self._site(original, SKIPPED, header)
             return updated
@@ -410,7 +410,7 @@ class _Rewriter(ScopedRewriter):
 
 class VectorizeElementwise(Transform):
     id = ID
-    version = "2"
+    version = "3"  # 3: pure calls in range bounds (analysis.purity), star imports resolved
     triggers = ("for ",)
     description = "element-wise index loops and stacked comprehensions → slice expressions (guarded)"
 

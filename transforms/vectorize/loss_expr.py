@@ -20,7 +20,8 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Set
 import libcst as cst
 
 from ..analysis.bodies import _code
-from ..analysis.purity import ALLOWED_KEYWORDS, EXACT_FUNCS, EXACT_METHODS, INEXACT_FUNCS, INEXACT_METHODS, is_pure
+from ..analysis.purity import ALLOWED_KEYWORDS, EXACT_FUNCS, EXACT_METHODS, INEXACT_FUNCS, INEXACT_METHODS, is_pure, pure_call
+from ..analysis.elementwise import NOT_HOISTED
 
 #: placeholder for the guard's result in batched code (the name is allocated once the loop passes)
 BATCH = "__sb_loss_batch__"
@@ -105,6 +106,8 @@ class LossExpr:
 
     def _invariant(self, expr: cst.BaseExpression) -> Value:
         if not is_pure(expr, self.forbidden | set(self.temps)):
+            if is_pure(expr, self.forbidden | set(self.temps), self.imports):
+                raise Refused(NOT_HOISTED.format(_code(expr)))
             raise Refused(f"`{_code(expr)}` is neither a loop element nor a loop-invariant value")
         if isinstance(expr, (cst.Integer, cst.Float)):
             return Value(_code(expr), "num")
@@ -216,6 +219,8 @@ class LossExpr:
             head, operands = None, [func.value] + [a.value for a in call.args]
         else:
             name = _code(func) + (f" ({qual})" if qual and qual != _code(func) else "")
+            if pure_call(call, self.imports):  # the one table of pure calls (analysis.purity)
+                raise Refused(f"calls `{name}`, which is pure but not known to act element by element")
             raise Refused(f"calls `{name}`, which is not known to act element by element (or may have side effects)")
         vals = [self.value(o) for o in operands]
         if any(v.kind == "py" for v in vals):

@@ -121,7 +121,7 @@ class _Rewriter(ScopedRewriter):
         targets = [a.name for a in accs_]
         if len(set(targets)) != len(targets):
             return self._skip(loop, "the body accumulates into the same name twice")
-        header = parse_header(loop, self.builtin_ok)
+        header = parse_header(loop, self.builtin_ok, self.ctx.imports)
         if isinstance(header, str):  # e.g. `for (log_prob, value), R in zip(...)`: the loss-loop path
             return rewrite_loss_loop(self, loop, idx, block, out, stmts)
         if set(targets) & set(header.names):
@@ -378,7 +378,7 @@ class _Rewriter(ScopedRewriter):
 
 class VectorizeReduction(Transform):
     id = ID
-    version = "3"
+    version = "4"  # 4: pure calls in range bounds (analysis.purity), star imports resolved
     triggers = ("for ",)
     description = "element-wise accumulation loops → one batched reduction (guarded)"
 

@@ -31,7 +31,7 @@ from ..base import FileContext
 from ..analysis.bodies import early_exit_reason, flat_body, target_names
 from ..analysis.reads import names_read, read_elsewhere
 from ..analysis.purity import is_pure, is_simple_ref
-from ..analysis.scopes import builtin_checker, declares_global
+from ..analysis.scopes import builtin_checker, declares_global, rebound_reason
 from ..analysis.statements import ast_guarded, ast_statements, CstStatements
 from ..analysis.rewriting import replace_nodes
 
@@ -162,7 +162,7 @@ def _header(node: cst.For, builtin_ok) -> Union[str, Tuple[str, List[str]]]:
         return "the loop is neither `for i in range(...)` nor `for o, j, s in zip(out, idx, src)`"
     func = it.func.value
     if not builtin_ok(func):
-        return f"{func} is rebound in this module"
+        return rebound_reason(builtin_ok, func)
     if any(a.star or a.keyword is not None for a in it.args):
         return f"{func}(...) has keyword or unpacked arguments"
     if func == "range":

@@ -23,7 +23,7 @@ from ..base import FileContext, Transform
 from ..analysis.bodies import flat_body, target_names
 from ..analysis.reads import read_elsewhere
 from ..analysis.purity import is_pure, is_simple_ref
-from ..analysis.scopes import declares_global
+from ..analysis.scopes import declares_global, rebound_reason
 from ..analysis.statements import ast_guarded, ast_is_flat, ast_statements, CstStatements
 from ..analysis.rewriting import replace_nodes, ScopedRewriter
 from .target_update_examples import EXAMPLES
@@ -330,7 +330,7 @@ class _Rewriter(ScopedRewriter):
         if not is_update and not any(k[0] in ("params", "state_dict", "named") for k in kinds):
             return updated  # neither iterates over parameters nor looks like an update
         if self.zip_rebound():
-            return self._skip(original, "zip is rebound in this module")
+            return self._skip(original, rebound_reason(self.builtin_ok, "zip"))
         if any(a.star for a in it.args) or any(a.keyword is not None and a.keyword.value != "strict" for a in it.args):
             return self._skip(original, "zip(...) has unpacked or unknown arguments")
         if len(sources) != 2:
@@ -418,7 +418,7 @@ def _iter_kind(expr: cst.BaseExpression) -> Tuple[str, Optional[cst.BaseExpressi
 
 class VectorizeTargetUpdate(Transform):
     id = ID
-    version = "1"
+    version = "2"  # 2: star imports of known modules resolved (analysis.scopes)
     triggers = ("zip(",)
     description = "per-parameter target-network update loops → one torch._foreach_* update (guarded)"
 

@@ -1,5 +1,7 @@
 """The vectorize.recurrence transform: cheap ast pre-filter, then each backward loop recognised,
 planned and emitted (single-loop recurrences) or handed to :mod:`.quadratic` (double loops).
+Every loop that walks backward over a sequence gets a site (:mod:`.backward` says which do and
+why one that is no candidate is left alone), ``while`` loops counting down included.
 """
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ...base import FileContext, Transform
+from ...analysis.scopes import builtin_checker
 from .syntax import _BUILTINS, Skip
 from .headers import _backward_header, _named_range_ast, _named_range_header, _walks_backward
 from .views import _time_views
 from .candidates import _forward_memory, _loose_candidate
+from . import backward as bw
 from .loops import _GUARD_CALLS, _ast_bound, _kept_loops, _replace_statements, _statement_fors
 from .plan import Planner
 from .build import build, HELPERS_QUALNAME, OP_QUALNAME
@@ -28,8 +32,8 @@ ID = "vectorize.recurrence"
 
 class VectorizeRecurrence(Transform):
     id = ID
-    version = "4"
-    triggers = ("reversed(", "::-1", "-1, -1", "-1,-1", "range(")
+    version = "5"
+    triggers = ("reversed(", "::-1", "-1, -1", "-1,-1", "range(", "flip", "while ")
     description = "Backward linear recurrences (GAE, discounted returns) -> one linear_recurrence call, guarded."
 
     EXAMPLES = EXAMPLES
@@ -51,6 +55,9 @@ class VectorizeRecurrence(Transform):
                 continue
             reason = None
             if not _walks_backward(n) and not _named_range_ast(n, ast_before.get(id(n))):
+                if bw.walks_backward(n.iter) or bw.named_walks_backward(n, ast_before.get(id(n))):
+                    backward.append(i)  # a backward walk no header parser knows: reported below
+                    continue
                 reason = _forward_memory(n)
                 if reason is None:
                     continue
@@ -58,6 +65,8 @@ class VectorizeRecurrence(Transform):
                 sites.append(Site(ID, span[0], span[1], SKIPPED, reason))
             else:
                 backward.append(i)
+        for w in bw.backward_whiles(ctx.tree, ctx.code):
+            sites.append(Site(ID, w.lineno, w.end_lineno or w.lineno, SKIPPED, bw.while_reason(w)))
         if not backward:
             return None, sites
         module = ctx.module
@@ -65,7 +74,10 @@ class VectorizeRecurrence(Transform):
         cst_loops = list(_statement_fors(module.body, cst, cst_before))
         if len(cst_loops) != len(ast_loops):  # pragma: no cover - the two parsers agree on statements
             return None, sites
+        # builtins the module rebinds, or a star import binds or may (scopes.BuiltinChecker)
+        checker = builtin_checker(ctx.tree)
         bound = _ast_bound(ctx.tree)
+        bound |= {b for b in (*_BUILTINS, *quadratic.BUILTINS) if b not in bound and not checker(b)}
         shadowed = bound & set(_BUILTINS)
         # kept loops sit under a guard whose test names one of these (its code is part of the
         # module's): without one in the text, the walk (a codegen per ``if`` test) finds none
@@ -94,8 +106,16 @@ class VectorizeRecurrence(Transform):
                 continue
             header = _backward_header(node, shadowed) or _named_range_header(node, cst_before.get(id(node)), shadowed)
             if header is None:
+                n = ast_loops[i]
+                if bw.walks_backward(n.iter) or bw.named_walks_backward(n, ast_before.get(id(n))):
+                    used = {x.id for x in ast.walk(n.iter) if isinstance(x, ast.Name)}
+                    rebound = sorted(shadowed & used) or sorted(shadowed)  # the header's own first
+                    reason = (checker.reason(rebound[0]) or f"{rebound[0]} is rebound in this module") if rebound \
+                        else bw.header_reason(node)
+                    sites.append(site(SKIPPED, reason))
                 continue
             if not _loose_candidate(node, header):
+                sites.append(site(SKIPPED, bw.no_carry_reason(node, ctx.imports)))
                 continue
             try:  # a loop-invariant `if` in the body: one loop per branch, each planned (see unswitch)
                 switched = unswitch(ctx, node, header, reassociate, self.build)
