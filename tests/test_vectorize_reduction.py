@@ -687,3 +687,40 @@ def test_stack_declines_what_the_loop_would_compute_differently():
         pass
 
     assert _stack([f32.as_subclass(Sub), f32]) is None
+
+
+@pytest.mark.parametrize("consumer", ["aug", "stack"])
+def test_results_of_different_ranks_keep_their_shapes(consumer):
+    """Two accumulations over elements of different ranks: the batches are aligned to the higher
+    rank, which gave the 0-d one a [1] sum (or a [T, 1] stack) where the loop gives [] ([T]).
+    Such loops take the loss-loop path, which fits each result to its per-sample rank."""
+    if consumer == "aug":
+        src = (
+            "def f(xs, ys):\n"
+            "    a = 0\n"
+            "    b = 0\n"
+            "    for x, y in zip(xs, ys):\n"
+            "        a += x * 2\n"
+            "        b += y * 2\n"
+            "    return a, b\n"
+        )
+    else:
+        src = (
+            "import torch\n"
+            "def f(xs, ys):\n"
+            "    la = []\n"
+            "    lb = []\n"
+            "    for x, y in zip(xs, ys):\n"
+            "        la.append(x * 2)\n"
+            "        lb.append(y * 2)\n"
+            "    return torch.stack(la), torch.stack(lb)\n"
+        )
+    orig, new, _, sites = pair(src, "f")
+    assert [s.action for s in sites] == [REWRITTEN]
+    xs, ys = torch.randn(5), torch.randn(5, 3)
+    for r1, r2 in zip(orig(xs, ys), new(xs, ys)):
+        assert r1.shape == r2.shape
+        if consumer == "stack":
+            assert torch.equal(r1, r2)
+        else:
+            torch.testing.assert_close(r1, r2)
