@@ -805,3 +805,88 @@ def test_enumerate_look_alikes():
     forward = ENUMERATED.replace("reversed(list(enumerate(rewards)))", "list(enumerate(rewards))")
     out, done, _ = sites_of(forward)
     assert not done and out == forward
+
+
+# ------------------------------------------------------------------ 4. tuple assignments of per-step values
+
+# both forms and a tuple assignment, as in a [B, T, 1] GAE over a list seeded with zeros
+UNPACKED = """\
+def gae(vf, rewards, dones, gamma, lamb):
+    vf_next = vf[:, 1:, :]
+    discounts = gamma * (1 - dones)
+    deltas = rewards + discounts * vf_next - vf[:, :-1, :]
+    advantages = [torch.zeros_like(vf_next[:, 0, :])]
+    for i in reversed(range(vf_next.shape[1])):
+        discount_t, delta_t = discounts[:, i, :], deltas[:, i, :]
+        advantages.append(delta_t + lamb * discount_t * advantages[-1])
+    advantages = torch.stack(advantages[1:])
+    return torch.flip(advantages, dims=[0]).transpose(0, 1), discount_t, delta_t
+
+import torch
+res = gae(vf, rewards, dones, 0.99, 0.95)
+"""
+
+
+@HYP
+@given(T=st.integers(1, 40), B=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16))
+def test_tuple_assignment_of_per_step_values_bitwise(T, B, dtype, seed):
+    env = dict(vf=tensor(seed, (B, T + 1, 1), dtype), rewards=tensor(seed + 1, (B, T, 1), dtype),
+               dones=tensor(seed + 2, (B, T, 1), dtype, "dones"))
+    ns1, ns2 = run_both(UNPACKED, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+UNPACKED_ELEMENTS = """\
+def f(rewards, dones, gamma):
+    s = 0.0
+    out = []
+    for r, d in zip(reversed(rewards), reversed(dones)):
+        m, x = 1.0 - d, r * 2.0
+        s = x + gamma * m * s
+        out.insert(0, s)
+    return out, m, x
+
+res = f(rewards, dones, 0.9)
+"""
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16))
+def test_tuple_assignment_over_elements_bitwise(T, seed):
+    rng = np.random.default_rng(seed)
+    env = dict(rewards=[float(v) for v in rng.standard_normal(T)], dones=[float(v < 0.2) for v in rng.random(T)])
+    ns1, ns2 = run_both(UNPACKED_ELEMENTS if T else UNPACKED_ELEMENTS.replace("out, m, x", "out"), env,
+                        vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+UNPACK_LOOK_ALIKES = [
+    ("""\
+def f(rewards, gamma):
+    s, p = 0.0, 0.0
+    for r in reversed(rewards):
+        s, p = r + gamma * s, s
+    return s, p
+""", "assigns to `s, p`"),
+    ("""\
+def f(rewards, gamma):
+    s = 0.0
+    for r in reversed(rewards):
+        a, a = r, 2 * r
+        s = a + gamma * s
+    return s
+""", "assigns to `a, a`"),
+    ("""\
+def f(pairs, gamma):
+    s = 0.0
+    for p in reversed(pairs):
+        a, b = p
+        s = a + gamma * b * s
+    return s
+""", "assigns to `a, b`"),
+]
+
+
+@pytest.mark.parametrize("src,reason", UNPACK_LOOK_ALIKES, ids=[f"unpack-{i}" for i in range(len(UNPACK_LOOK_ALIKES))])
+def test_unpack_look_alikes_are_left_alone(src, reason):
+    left_alone(src, reason)

@@ -24,6 +24,7 @@ from ...base import FileContext
 from ...names import dotted
 from .syntax import _bound_names, _code, _head, _names_read, _norm, _one_line, _pure_container, Skip, _walk
 from .headers import Header
+from .unpack import split_unpacking
 
 
 def _is_full_slice(el: cst.SubscriptElement) -> bool:
@@ -139,11 +140,15 @@ def describe(kinds: str, views: List[View]) -> Tuple[str, str]:
 
 def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tuple[cst.For, List[View]]]:
     """The loop with ``x[<slices>, t + k, <ints>, <slices>]`` read as ``x_t[t + k, <ints>]``,
-    ``x_t`` the time-major view the guard binds; the first, last and else-branch loops keep the
-    original text. None when the loop indexes nothing that way; Skip when a container is also
-    used otherwise (two names for one memory), along two dimensions, or rebound in the loop."""
+    ``x_t`` the time-major view the guard binds (and tuple assignments split, :mod:`.unpack`); the
+    first, last and else-branch loops keep the original text. None when the loop is read as
+    written; Skip when a container is also used otherwise (two names for one memory), along two
+    dimensions, or rebound in the loop."""
+    original = node
+    split = split_unpacking(node)  # a, b = x[:, t], y[:, t]: one assignment per name for the analysis
     if header.kind != "index":
-        return None
+        return (split, []) if split is not node else None
+    node = split
     t = header.index
     found: Dict[str, cst.BaseExpression] = {}
     dims: Dict[str, int] = {}
@@ -163,7 +168,7 @@ def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tup
         ndims[key] = max(ndims.get(key, 2), lay.ndim)
         plain[key] = plain.get(key, True) and lay.plain
     if not found:
-        return None
+        return (node, []) if split is not original else None
     bound = _bound_names(node.body)
     views: Dict[str, View] = {}
     for key, cont in found.items():
