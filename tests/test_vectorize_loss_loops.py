@@ -171,6 +171,58 @@ def test_actor_critic_verbatim(T, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(g1, g2))
 
 
+LOSS_LOOP = """\
+from collections import namedtuple
+import torch
+import torch.nn.functional as F
+SavedAction = namedtuple('SavedAction', ['log_prob', 'value'])
+def f(saved_actions, returns):
+    policy_losses = []
+    value_losses = []
+    for (log_prob, value), R in zip(saved_actions, returns):
+        advantage = R - value.item()
+        policy_losses.append(-log_prob * advantage)
+        value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))
+    return torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
+"""
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    T=st.integers(0, 9),
+    vshape=st.sampled_from([(), (1,)]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    as_list=st.booleans(),
+    scale=st.sampled_from([0.1, 1.0, 4.0]),  # |value - R| on both sides of smooth_l1's beta = 1
+    seed=st.integers(0, 2**16),
+)
+def test_actor_critic_loss_loop_differential(T, vshape, dtype, as_list, scale, seed):
+    """The loss loop alone: namedtuples of (0-d log-prob, value of shape [] or [1]), returns as a
+    tensor or a list of 0-d tensors; loss and the gradients of log-probs and values bitwise."""
+    orig, new, _, sites = pair(LOSS_LOOP, "f")
+    assert [s.action for s in sites] == [REWRITTEN]
+    SA = load(LOSS_LOOP, "SavedAction")
+    g = torch.Generator().manual_seed(seed)
+    logp = torch.randn(T, generator=g, dtype=dtype)
+    values = torch.randn(T, *vshape, generator=g, dtype=dtype) * scale
+    rets = torch.randn(T, generator=g, dtype=dtype) * scale
+
+    def run(fn):
+        lp, v = logp.clone().requires_grad_(), values.clone().requires_grad_()
+        saved = [SA(a, b) for a, b in zip(lp.unbind(0), v.unbind(0))]
+        try:
+            loss = fn(saved, list(rets.unbind(0)) if as_list else rets)
+        except RuntimeError as exc:  # an empty episode: torch.stack([]) raises
+            return type(exc)
+        return (loss.detach(),) + torch.autograd.grad(loss, (lp, v))
+
+    a, b = run(orig), run(new)
+    if isinstance(a, type):
+        assert a is b
+        return
+    assert all(x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(a, b)), (a, b)
+
+
 def test_actor_critic_short_episode_keeps_the_loop(monkeypatch):
     spy = Spy(monkeypatch)
     orig, new, _, _ = pair(ACTOR_CRITIC, "finish_episode")
@@ -573,3 +625,26 @@ def test_temporary_read_after_the_loop_by_a_nested_function_is_left_alone():
     """
     out, sites = rewrite(src)
     assert out == textwrap.dedent(src) and "`d` may be read outside" in sites[0].reason
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_cuda_forms(form, monkeypatch):
+    """On CUDA, Python floats meet float32 tensors cast first too (opmath float); forms that call
+    torch.tensor(...) make CPU targets there, which the loop cannot mix with CUDA values: the
+    guard declines and both raise."""
+    spy = Spy(monkeypatch)
+    src, exactness = FORMS[form]
+    orig, new, _, _ = pair(src, "f")
+    for dtype in (torch.float32, torch.float64):
+        args = [a.detach().cuda().requires_grad_(a.requires_grad) for a in form_inputs(500, (1,), dtype, 7, "tensor")] + [0.37]
+        spy.results.clear()
+        try:
+            orig(*clone(args))
+        except RuntimeError as exc:
+            with pytest.raises(type(exc)):
+                new(*clone(args))
+            assert not spy.fast
+            continue
+        check(orig, new, args, bitwise=exactness == EXACT)
+        assert spy.fast
