@@ -890,3 +890,32 @@ def f(pairs, gamma):
 @pytest.mark.parametrize("src,reason", UNPACK_LOOK_ALIKES, ids=[f"unpack-{i}" for i in range(len(UNPACK_LOOK_ALIKES))])
 def test_unpack_look_alikes_are_left_alone(src, reason):
     left_alone(src, reason)
+
+
+# IPPO returns in pymarl-style code: [B, T(+1), 1] tensors indexed x[:, step], the list seeded with
+# the bootstrap value and read back as returns[-1] (both forms at once), concatenated after
+IPPO = """\
+import torch as th
+import types
+
+
+def compute_returns(self, value_preds, rewards, terminated):
+    returns = []
+    T = rewards.shape[1]
+    returns.append(value_preds[:, -1])
+    for step in reversed(range(T)):
+        returns.append(returns[-1] * self.gamma * terminated[:, step + 1] + rewards[:, step])
+    returns = th.flip(th.cat(returns, axis=1), dims=[1]).unsqueeze(-1)
+    return returns[:, :T]
+
+res = compute_returns(types.SimpleNamespace(gamma=0.99), value_preds, rewards, terminated)
+"""
+
+
+@HYP
+@given(T=lengths, B=st.sampled_from([1, 4]), dtype=dtypes, seed=st.integers(0, 2**16))
+def test_ippo_list_read_back_along_dimension_1(T, B, dtype, seed):
+    env = dict(value_preds=tensor(seed, (B, T + 1, 1), dtype), rewards=tensor(seed + 1, (B, T, 1), dtype),
+               terminated=1 - tensor(seed + 2, (B, T + 1, 1), dtype, "dones"))
+    ns1, ns2 = run_both(IPPO, env, exactness=REASSOCIATED, vectorized=T >= 2)
+    same_namespaces(ns1, ns2, exact=False)
