@@ -648,3 +648,18 @@ def test_cuda_forms(form, monkeypatch):
             continue
         check(orig, new, args, bitwise=exactness == EXACT)
         assert spy.fast
+
+
+def test_range_bound_with_a_pure_call():
+    """Range bounds as the reduction reads them (pure calls from analysis.purity: x.size(0))."""
+    src = """\
+    def f(returns, values):
+        loss = 0.0
+        for i in range(returns.size(0)):
+            td = returns[i] - values[i]
+            loss += td ** 2
+        return loss
+    """
+    orig, new, _, sites = pair(src, "f")
+    assert [s.action for s in sites] == [REWRITTEN]
+    check(orig, new, [torch.randn(9), torch.randn(9, requires_grad=True)], bitwise=False)

@@ -60,7 +60,7 @@ class _Header:
 def parse_loss_header(loop: cst.For, builtin_ok, imports=None) -> "LoopHeader | _Header | str":
     """The loop's header as vectorize.reduction reads it, or a zip whose target unpacks a
     sequence's items one level deep (``(log_prob, value), R``), or why neither."""
-    header = parse_header(loop, builtin_ok)
+    header = parse_header(loop, builtin_ok, imports)
     if not isinstance(header, str) or loop.asynchronous is not None or loop.orelse is not None:
         return header
     target, it = loop.target, loop.iter
