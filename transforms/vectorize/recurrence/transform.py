@@ -33,12 +33,24 @@ ID = "vectorize.recurrence"
 class VectorizeRecurrence(Transform):
     id = ID
     version = "5"
-    triggers = ("reversed(", "::-1", "-1, -1", "-1,-1", "range(", "flip", "while ")
+    #: a backward ``for`` header has one of these (``arange(`` has ``range(``); "while " lets a file
+    #: whose only backward loop counts down in a ``while`` be reported (:meth:`rewrite` then scans
+    #: only the ``while`` statements: about 0.05 s on 50k lines, the loop pre-filter about 0.3 s)
+    FOR_TRIGGERS = ("reversed(", "::-", "-1, -1", "-1,-1", "range(", "flip")
+    triggers = (*FOR_TRIGGERS, "while ")
     description = "Backward linear recurrences (GAE, discounted returns) -> one linear_recurrence call, guarded."
 
     EXAMPLES = EXAMPLES
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        whiles = [Site(ID, w.lineno, w.end_lineno or w.lineno, SKIPPED, bw.while_reason(w))
+                  for w in bw.backward_whiles(ctx.tree, ctx.code)]
+        if not any(t in ctx.code for t in self.FOR_TRIGGERS):
+            return None, whiles
+        new, sites = self._rewrite_fors(ctx)
+        return new, sorted(sites + whiles, key=lambda s: (s.line, s.end_line))
+
+    def _rewrite_fors(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         # Cheap first: the stdlib ast (shared by all transforms) says which loops are worth a look
         # and gives their lines; libcst (parsed only now, and walked over statement lists only) is
         # needed just for the loops that are. None: unchanged.
@@ -65,8 +77,6 @@ class VectorizeRecurrence(Transform):
                 sites.append(Site(ID, span[0], span[1], SKIPPED, reason))
             else:
                 backward.append(i)
-        for w in bw.backward_whiles(ctx.tree, ctx.code):
-            sites.append(Site(ID, w.lineno, w.end_lineno or w.lineno, SKIPPED, bw.while_reason(w)))
         if not backward:
             return None, sites
         module = ctx.module
