@@ -22,6 +22,12 @@ Where it decides:
 - CPU gradients: on the host (``.item()`` on a CPU tensor is no device synchronisation). A skip
   sets the parameters' ``.grad`` to None for the duration of ``step()`` (torch optimizers leave
   such parameters and their state alone) and a step post-hook puts them back afterwards.
+  The healthy step, which every training step pays, is one call into the optional C helper
+  ``_gradnorm_c`` where it is built (it reads plain contiguous float32/float64 gradients' memory,
+  sums their squares in double and updates the history with this module's arithmetic); each torch
+  op between ``backward()`` and ``step()`` costs about 1-2% of a small MLP's step there, most of it
+  cold code. Without the build, or for gradients it does not read (sparse, strided, other
+  dtypes), torch measures (``torch._foreach_norm``) and Python keeps the history.
 - CUDA/NPU gradients: on the device, no host synchronisation per step. The spike factor
   ``min(1, thr / norm)`` is a device tensor multiplied into the gradients (``* 1.0`` is bitwise
   the identity). A non-finite step is skipped through ``optimizer.found_inf`` where the optimizer
@@ -105,11 +111,36 @@ class _Events:
 events = _Events()
 
 
+# --------------------------------------------------------------------------- the C helper
+
+C_VERSION = 1  # the contract of _gradnorm_c this module was written for
+
+
+def _load_c() -> Any:
+    """The optional C helper (runtime/_gradnorm_c.c, built at install), None without a build or
+    with one of another contract version: torch measures and Python keeps the history then."""
+    try:
+        from scalebox_cst.runtime import _gradnorm_c as mod
+    except ImportError:
+        return None
+    if getattr(mod, "VERSION", None) != C_VERSION:
+        return None
+    mod.configure(torch.Tensor, ALPHA)
+    return mod
+
+
+_c = _load_c()
+_c_sumsq = _c.sumsq if _c is not None else None
+_c_step = _c.step if _c is not None else None
+_TENSOR = torch.Tensor
+
+
 # --------------------------------------------------------------------------- per-optimizer state
 
 
-class _Guard:
-    """History and cached parameter list of one optimizer at one site."""
+class _Guard(_c.State if _c is not None else object):  # type: ignore[misc]
+    """History and cached parameter list of one optimizer at one site (with the C helper, its
+    numbers and the cached list are members of the C base, which ``_c_step`` updates)."""
 
     def __init__(self, site: str, index: int, metric: str) -> None:
         self.site = site
@@ -134,33 +165,55 @@ class _Guard:
         self.no_skip = False  # device path, optimizer without found_inf: non-finite steps run
         self.reported_nonfinite = False
         self.interventions = 0
+        self.owner: Any = None  # () -> the optimizer, or None once it is gone (set by _guard_for)
+        self.ref: Any = None  # the same for _c_step: a weak reference, or the optimizer itself
+        # the C reader's dtype argument (see _gradnorm_c.c), None: torch measures (no build, other
+        # devices or dtypes, or a gradient it could not read)
+        self.c_dtype: Optional[torch.dtype] = None
+        self.c_double = False
 
     def refresh(self, groups: Any) -> Optional[List[torch.Tensor]]:
-        """The distinct parameters of the groups, rebuilt only when the groups change."""
+        """The distinct parameters of the groups, rebuilt only when the groups change: another
+        group (``add_param_group``), a group's ``params`` list replaced or grown/shrunk. The
+        parameters are cached, never their gradients (``zero_grad()`` makes new ones)."""
         key = self.key
         try:
-            if key is not None and len(key) == len(groups):  # the common case: the same lists
-                for g, (plist, n) in zip(groups, key):
-                    current = g["params"]
-                    if current is not plist or len(current) != n:
-                        break
-                else:
-                    return self.params
+            if key is not None:  # the common case: the same lists
+                if len(key) == 1 and len(groups) == 1:
+                    current = groups[0]["params"]
+                    plist, n = key[0]
+                    if current is plist and len(current) == n:
+                        return self.params
+                elif len(key) == len(groups):
+                    for g, (plist, n) in zip(groups, key):
+                        current = g["params"]
+                        if current is not plist or len(current) != n:
+                            break
+                    else:
+                        return self.params
             key = tuple((g["params"], len(g["params"])) for g in groups)
         except (TypeError, KeyError):
             return None
-        if True:
-            seen, params = set(), []
-            for g in groups:
-                for p in g["params"]:
-                    if isinstance(p, torch.Tensor) and id(p) not in seen:
-                        seen.add(id(p))
-                        params.append(p)
-            self.key, self.params = key, params
-            first = params[0] if params else None
-            self.uniform = all(p.device == first.device and p.dtype == first.dtype for p in params)
-            self.on_cpu = decides_on_host(params)
+        seen, params = set(), []
+        for g in groups:
+            for p in g["params"]:
+                if isinstance(p, torch.Tensor) and id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
+        self.key, self.params = key, params
+        self.facts()
         return self.params
+
+    def facts(self) -> None:
+        """Device and dtype facts of the parameters: which path measures the norm."""
+        params = self.params
+        first = params[0] if params else None
+        self.uniform = all(p.device == first.device and p.dtype == first.dtype for p in params)
+        self.on_cpu = decides_on_host(params)
+        dtype = first.dtype if first is not None else None
+        ok = _c_sumsq is not None and self.uniform and self.on_cpu and dtype in (torch.float32, torch.float64)
+        self.c_dtype = dtype if ok else None
+        self.c_double = dtype is torch.float64
 
 
 def decides_on_host(params: List[torch.Tensor]) -> bool:
@@ -192,7 +245,19 @@ def _guard_for(optimizer: Any, site: str) -> _Guard:
                 metric = f"{metric}@{len(_metric_names)}"
             _metric_names.add(metric)
         guard = table[site] = _Guard(site, len(table), metric)
+    if guard.owner is None:
+        key = (id(optimizer), site)
+        try:
+            guard.owner = guard.ref = weakref.ref(optimizer, lambda _, key=key, guard=guard: _known.pop(key, None) if _known.get(key) is guard else None)
+        except TypeError:  # kept alive, as in _by_id
+            guard.owner, guard.ref = (lambda: optimizer), optimizer
+        _known[key] = guard
     return guard
+
+
+#: (id(optimizer), site) -> its guard: the per-call lookup (a WeakKeyDictionary lookup makes a
+#: weak reference each call); guard.owner() is checked, an entry leaves when its optimizer dies
+_known: Dict[Tuple[int, str], _Guard] = {}
 
 
 def _warn_once(what: str) -> None:
@@ -204,8 +269,27 @@ def _warn_once(what: str) -> None:
 # --------------------------------------------------------------------------- norms
 
 
+def _values(g: torch.Tensor) -> torch.Tensor:
+    """A strided tensor with the gradient's norm and finiteness: the gradient itself, or the
+    stored values of a sparse one (``nn.Embedding(sparse=True)``; norm ops refuse sparse input)."""
+    if g.layout is torch.strided:
+        return g
+    if g.layout is torch.sparse_coo:
+        return g.coalesce().values()  # duplicates summed, as the dense gradient has them
+    try:
+        return g.values()  # compressed layouts hold no duplicates
+    except (RuntimeError, NotImplementedError):
+        return g.to_dense()
+
+
+def _all_strided(grads: List[torch.Tensor]) -> bool:
+    return all(g.layout is torch.strided for g in grads)
+
+
 def total_norm(grads: List[torch.Tensor], uniform: Optional[bool] = None) -> torch.Tensor:
     """The 2-norm of all gradients, computed as ``clip_grad_norm_`` computes it (same bits)."""
+    if not _all_strided(grads):
+        grads, uniform = [_values(g) for g in grads], False
     if len(grads) == 1:
         return torch.linalg.vector_norm(grads[0], 2.0)
     first = grads[0]
@@ -218,10 +302,31 @@ def total_norm(grads: List[torch.Tensor], uniform: Optional[bool] = None) -> tor
     return torch.linalg.vector_norm(torch.stack([n.to(first.device) for n in norms]), 2.0)
 
 
+def _host_value(guard: _Guard, params: List[torch.Tensor], grads: List[torch.Tensor]) -> float:
+    """The total 2-norm as a float on the host: the C reader where it can, else ``host_norm``."""
+    if guard.c_dtype is not None:
+        s = _c_sumsq(params, _TENSOR, guard.c_dtype, guard.c_double)
+        if s is not None and s >= 0.0:
+            return math.sqrt(s)
+        if s is None:
+            _c_refused(guard)
+    return host_norm(grads, guard.uniform)
+
+
+def _c_refused(guard: _Guard) -> None:
+    """A gradient the C reader does not read (sparse, strided, another dtype through grad_dtype,
+    a parameter moved by ``p.data = ...``): torch measures from now on, with fresh facts."""
+    guard.facts()
+    guard.c_dtype = None
+
+
 def host_norm(grads: List[torch.Tensor], uniform: bool) -> float:
     """The total 2-norm as a float, for CPU gradients: per-tensor norms summed in float64 on the
     host (no stack, no second kernel; the decision needs a number, not clip_grad_norm_'s bits)."""
-    norms = torch._foreach_norm(grads, 2.0) if uniform else [torch.linalg.vector_norm(g, 2.0) for g in grads]
+    if uniform and _all_strided(grads):
+        norms = torch._foreach_norm(grads, 2.0)
+    else:
+        norms = [torch.linalg.vector_norm(_values(g), 2.0) for g in grads]
     total = 0.0
     for n in norms:
         v = n.item()
@@ -266,6 +371,68 @@ def stabilize(
     Returns the norm as a float where the host decided, as a 0-d tensor on the device path and
     with ``max_norm`` (then bitwise ``clip_grad_norm_``'s); None without gradients.
     """
+    # The healthy CPU step, in as few calls as possible (every training step pays this; the
+    # arithmetic is _host_step's). An intervening step goes on to the general path below with
+    # the value measured here; the rare steps that intervene pay the rest.
+    guard = _known.get((id(optimizer), site))
+    if guard is not None and max_norm is None and _locator is None and guard.c_dtype is not None:
+        value = _c_step(guard, optimizer, spike, z, ratio, warmup)  # owner, groups, norm, history
+        if value is not None:
+            wn = guard.wn
+            if wn == 1 or wn >= RECORD_EVERY:
+                _window(guard)
+            return value
+    elif guard is not None and max_norm is None and _locator is None and guard.owner() is optimizer:
+        params = guard.refresh(getattr(optimizer, "param_groups", None))
+        if params is not None and guard.on_cpu:
+            grads = None
+            if guard.c_dtype is not None:
+                s = _c_sumsq(params, _TENSOR, guard.c_dtype, guard.c_double)
+                if s is None:
+                    _c_refused(guard)
+                    value = None
+                elif s < 0.0:  # no gradient
+                    guard.calls += 1
+                    return None
+                else:
+                    value = math.sqrt(s)
+            else:
+                grads = [p.grad for p in params if p.grad is not None]
+                if not grads:
+                    guard.calls += 1
+                    return None
+                value = host_norm(grads, True) if guard.uniform else None
+            if value is not None:
+                if value < math.inf and not (spike and guard.count >= warmup and value > _threshold(guard.mean, guard.var, z, ratio)):
+                    guard.calls += 1
+                    if guard.wn == 0:
+                        _active.add(guard)
+                    if guard.wmax == guard.wmax and not value <= guard.wmax:
+                        guard.wmax = value
+                    guard.wn += 1
+                    if guard.wn >= RECORD_EVERY:
+                        _record(guard, guard.calls, guard.wmax)
+                        guard.wmax, guard.wn = -math.inf, 0
+                    # _update, inlined
+                    count = guard.count
+                    w = max(1.0 - ALPHA, 1.0 / (count + 1))
+                    delta = value - guard.mean
+                    guard.mean += w * delta
+                    guard.var = (1.0 - w) * (guard.var + w * delta * delta)
+                    guard.count = count + 1
+                    return value
+                # non-finite or a spike: act on it below, on the value measured here
+                if grads is None:
+                    grads = [p.grad for p in params if p.grad is not None]
+                guard.calls += 1
+                _host_step(optimizer, guard, params, grads, value, value, scaler, spike, max_norm, z, ratio, warmup)
+                return value
+    return _general(optimizer, site, scaler, spike, max_norm, sync, z, ratio, warmup)
+
+
+def _general(optimizer, site, scaler, spike, max_norm, sync, z, ratio, warmup) -> Any:
+    """Every other case: the first call, the device path, ``max_norm``, the NaN locator, a
+    gradient the C reader refused."""
     groups = getattr(optimizer, "param_groups", None)
     if groups is None:
         _warn_once(f"{type(optimizer).__qualname__} has no param_groups; the inserted gradient guard does nothing for it")
@@ -279,15 +446,11 @@ def stabilize(
     guard.calls += 1
     if not grads:
         return None
-    if guard.on_cpu and max_norm is None and scaler is None and _locator is None and guard.uniform:
-        value = _fast_host(guard, grads, spike, z, ratio, warmup)
-        if value is not None:
-            return value
-        # an intervention: the general path below decides and acts (guard.calls already counted)
     if _locator is not None:
         _locator.before_step(guard)
     if (guard.on_cpu or sync) and max_norm is None:
-        value = host_norm(grads, guard.uniform)  # .item() of a CPU tensor; with sync=True the one deliberate sync
+        # .item() of a CPU tensor; with sync=True the one deliberate sync
+        value = _host_value(guard, params, grads) if guard.on_cpu else host_norm(grads, guard.uniform)
         norm: Any = value
     else:
         norm = total_norm(grads, guard.uniform)
@@ -301,30 +464,13 @@ def stabilize(
     return norm
 
 
-def _fast_host(guard, grads, spike, z, ratio, warmup) -> Optional[float]:
-    """The healthy CPU step with nothing to do, in as few calls as possible (the guard's common
-    case; ``host_norm`` + ``_host_step`` inlined, same arithmetic). None when the step needs an
-    intervention (non-finite, spike): then the general path measures again and acts; its
-    cost only matters on the rare steps that intervene."""
-    total = 0.0
-    for n in torch._foreach_norm(grads, 2.0):
-        v = n.item()
-        total += v * v
-    value = math.sqrt(total)
-    if not value < math.inf:  # NaN or inf: the general path skips the step
-        return None
-    if spike and guard.count >= warmup and value > _threshold(guard.mean, guard.var, z, ratio):
-        return None  # a spike: the general path clips it
-    if guard.wn == 0:
+def _window(guard: _Guard) -> None:
+    """After _c_step: a window's first step (flush() owes its partial maximum) or its last."""
+    if guard.wn == 1:
         _active.add(guard)
-    if guard.wmax == guard.wmax and not value <= guard.wmax:
-        guard.wmax = value
-    guard.wn += 1
     if guard.wn >= RECORD_EVERY:
         _record(guard, guard.calls, guard.wmax)
         guard.wmax, guard.wn = -math.inf, 0
-    _update(guard, value)
-    return value
 
 
 def _record(guard: _Guard, step: int, value: Any) -> None:
@@ -499,7 +645,7 @@ def _nonfinite(guard: _Guard, step: int, value: float, params: List[torch.Tensor
     if guard.reported_nonfinite:
         return
     guard.reported_nonfinite = True
-    bad = [i for i, p in enumerate(params) if not bool(torch.isfinite(p.grad).all())]
+    bad = [i for i, p in enumerate(params) if not bool(torch.isfinite(_values(p.grad)).all())]
     names = parameter_names([params[i] for i in bad])
     where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     msg = f"first non-finite gradient at {guard.site} step {step}: {where or 'norm overflow'}"
@@ -532,6 +678,7 @@ def reset() -> None:
     """Forget every guard's history (tests)."""
     _guards.clear()
     _by_id.clear()
+    _known.clear()
     _active.clear()
     _metric_names.clear()
     events.counts.clear()

@@ -38,6 +38,28 @@ def device_path(monkeypatch):
     monkeypatch.setattr(stabilizer, "decides_on_host", lambda params: False)
 
 
+@pytest.fixture
+def torch_path(monkeypatch):
+    """The CPU guard without the C helper (an install without a compiler): torch measures."""
+    monkeypatch.setattr(stabilizer, "_c_sumsq", None)
+    monkeypatch.setattr(stabilizer, "_c_step", None)
+
+
+C_BUILT = stabilizer._c is not None
+needs_c = pytest.mark.skipif(not C_BUILT, reason="runtime/_gradnorm_c is not built (pip install -e . builds it)")
+
+
+def use_path(path, request):
+    """host-c: the C helper (skipped where it is not built); host-torch: torch measures; device:
+    the device code on CPU tensors."""
+    if path == "host-c" and not C_BUILT:
+        pytest.skip("runtime/_gradnorm_c is not built (pip install -e . builds it)")
+    if path == "host-torch":
+        request.getfixturevalue("torch_path")
+    if path == "device":
+        request.getfixturevalue("device_path")
+
+
 def kinds():
     return [e["kind"] for e in stabilizer.events.memory]
 
@@ -93,10 +115,9 @@ def same_state(a, b):
 
 
 @pytest.mark.parametrize("opt_name", sorted(OPTIMIZERS))
-@pytest.mark.parametrize("path", ["host", "device"])
+@pytest.mark.parametrize("path", ["host-c", "host-torch", "device"])
 def test_healthy_run_is_bitwise_the_original(opt_name, path, request):
-    if path == "device":
-        request.getfixturevalue("device_path")
+    use_path(path, request)
     ref_params, ref_state, _ = train(False, opt_name)
     params, state, norms = train(True, opt_name)
     assert same(ref_params, params) and same_state(ref_state, state)
@@ -153,8 +174,10 @@ def test_amp_guard_after_unscale_is_bitwise_and_leaves_overflow_to_the_scaler():
 
 
 @pytest.mark.parametrize("opt_name", ["sgd-momentum", "adam", "adam-fused", "rmsprop"])
-def test_nonfinite_step_is_skipped_exactly(opt_name):
+@pytest.mark.parametrize("path", ["host-c", "host-torch"])
+def test_nonfinite_step_is_skipped_exactly(opt_name, path, request):
     """Poisoning step 20 with the guard == the same run in which step 20 never happened."""
+    use_path(path, request)
     ref, ref_state, _ = train(False, opt_name, steps=19)
     got, state, _ = train(True, opt_name, steps=20, poison=(20,))
     assert same(ref, got) and same_state(ref_state, state)
@@ -182,10 +205,9 @@ def test_run_with_nan_losses_finishes_finite_and_keeps_training():
     assert not all(torch.isfinite(p).all() for p in unguarded)
 
 
-@pytest.mark.parametrize("path", ["host", "device"])
+@pytest.mark.parametrize("path", ["host-c", "host-torch", "device"])
 def test_spike_is_clipped_to_the_history_threshold(path, request):
-    if path == "device":
-        request.getfixturevalue("device_path")
+    use_path(path, request)
     _, _, norms = train(True, "sgd", steps=60, spike=(50,))
     stabilizer.flush()
     spikes = [e for e in stabilizer.events.memory if e["kind"] == "spike_clipped"]
@@ -193,7 +215,7 @@ def test_spike_is_clipped_to_the_history_threshold(path, request):
     value = float(norms[49])
     healthy = [float(n) for n in norms[:49]]
     assert value > 1000 * max(healthy)  # the norm returned is the measured, pre-clip one
-    if path == "host":
+    if path != "device":
         assert max(healthy[stabilizer.WARMUP:]) < spikes[0]["threshold"] < (stabilizer.RATIO + stabilizer.Z) * max(healthy)
     # the clipped step moved the weights by a healthy amount, not 1e4 times one
     ref, _, _ = train(False, "sgd", steps=49)
@@ -239,6 +261,285 @@ def test_fixed_max_norm_is_clip_grad_norm_bitwise_and_skips_nonfinite():
     stabilizer.stabilize(opt, site="f", max_norm=0.5, sync=True)
     opt.step()
     assert same(before, [p.detach() for p in a]) and "step_skipped" in kinds()
+
+
+# --------------------------------------------------------------------------- the CPU fast path
+
+
+def total(params):
+    """The norm of the gradients there are, densely, in float64 (the reference)."""
+    grads = [p.grad.to_dense().double().reshape(-1) for p in params if p.grad is not None]
+    return math.sqrt(math.fsum(float(v) ** 2 for g in grads for v in g)) if grads else None
+
+
+def give_grads(params, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g, dtype=p.dtype) * scale
+
+
+@needs_c
+def test_c_step_history_is_the_python_arithmetic():
+    """The C helper's history after healthy steps == stabilizer._update applied to the norms it
+    returned, bit for bit; its norm is the float64 norm of the gradients."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(7, 5)), torch.nn.Parameter(torch.randn(5)), torch.nn.Parameter(torch.randn(3, 3, dtype=torch.float64))]
+    params[2].data = params[2].data.float()
+    opt = torch.optim.SGD(params, lr=0.1)
+    ref = stabilizer._Guard("ref", 0, "unused")
+    values = []
+    for i in range(60):
+        give_grads(params, seed=i, scale=1.0 + (i % 7))
+        value = stabilizer.stabilize(opt, site="c.py:1")
+        assert value == pytest.approx(total(params), rel=1e-12)
+        values.append(value)
+        stabilizer._update(ref, value)
+    guard = stabilizer._known[(id(opt), "c.py:1")]
+    assert guard.c_dtype is torch.float32 and guard.calls == 60
+    assert (guard.count, guard.mean, guard.var) == (ref.count, ref.mean, ref.var)
+    assert kinds() == []
+
+
+@pytest.mark.parametrize("path", ["host-c", "host-torch"])
+def test_grad_norm_recorded_as_window_maxima(path, request, tmp_path, monkeypatch):
+    use_path(path, request)
+    metrics.flush()  # earlier tests' points go nowhere
+    monkeypatch.setenv(metrics.ENV_FILE, str(tmp_path / "metrics.jsonl"))
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    n = 2 * stabilizer.RECORD_EVERY + 3
+    values = []
+    for i in range(n):
+        give_grads(list(model.parameters()), seed=i, scale=1.0 + i % 5)
+        values.append(stabilizer.stabilize(opt, site="w.py:1"))
+    stabilizer.flush()
+    metrics.flush()
+    import json
+    points = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    points = [(q["step"], q["value"]) for q in points if q["name"] == stabilizer.METRIC]
+    k = stabilizer.RECORD_EVERY
+    expected = [(min(j + k, n), max(values[j:j + k])) for j in range(0, n, k)]
+    assert [s for s, _ in points] == [s for s, _ in expected]
+    assert [v for _, v in points] == pytest.approx([v for _, v in expected], rel=1e-12)
+
+
+@pytest.mark.parametrize("path", ["host-c", "host-torch"])
+def test_cached_parameters_follow_the_groups(path, request):
+    """add_param_group, a group's list replaced or grown, grads set to None: the norm is always
+    that of the optimizer's current parameters that have a gradient."""
+    use_path(path, request)
+    a, b, c, d = (torch.nn.Parameter(torch.randn(4, 3)) for _ in range(4))
+    opt = torch.optim.SGD([a, b], lr=0.1)
+    site = "cache.py:1"
+
+    def check(expect_params):
+        value = stabilizer.stabilize(opt, site=site)
+        assert value == pytest.approx(total(expect_params), rel=1e-6)
+
+    give_grads([a, b, c, d])
+    check([a, b])
+    check([a, b])  # the cached list
+    opt.param_groups[0]["params"].append(d)  # one group, grown in place
+    check([a, b, d])
+    opt.param_groups[0]["params"] = [a, b]  # one group, replaced
+    check([a, b])
+    opt.add_param_group({"params": [c]})
+    check([a, b, c])
+    opt.param_groups[0]["params"].append(d)  # grown in place
+    check([a, b, c, d])
+    opt.param_groups[0]["params"] = [a]  # replaced
+    check([a, c])
+    b.grad = None
+    c.grad = None  # grads set to None: only a left
+    check([a])
+    opt.zero_grad(set_to_none=True)
+    assert stabilizer.stabilize(opt, site=site) is None  # no gradient: nothing measured
+    give_grads([a, c], seed=3)
+    check([a, c])
+    opt.load_state_dict(opt.state_dict())  # new group dicts, the same parameter lists
+    check([a, c])
+    other = torch.optim.SGD([{"params": [a]}, {"params": [c]}], lr=0.1)  # same site, another optimizer
+    assert stabilizer.stabilize(other, site=site) == pytest.approx(total([a, c]), rel=1e-6)
+    opt.param_groups[0]["params"] = [b]
+    b.grad = torch.ones(4, 3)
+    check([b, c])
+
+
+def test_a_parameter_in_two_groups_counts_once():
+    a, b = torch.nn.Parameter(torch.randn(3)), torch.nn.Parameter(torch.randn(2))
+    opt = torch.optim.SGD([a, b], lr=0.1)
+    opt.param_groups[0]["params"].append(a)  # torch refuses this in add_param_group; a list can still hold it
+    give_grads([a, b])
+    for _ in range(3):
+        assert stabilizer.stabilize(opt, site="dup") == pytest.approx(total([a, b]), rel=1e-6)
+
+
+def _run(model_fn, opt_fn, guard, steps=25, seed=0):
+    torch.manual_seed(seed)
+    model = model_fn()
+    opt = opt_fn(model.parameters())
+    norms = []
+    for i in range(steps):
+        opt.zero_grad()
+        model.loss(torch.Generator().manual_seed(i)).backward()
+        if guard:
+            norms.append((stabilizer.stabilize(opt, site="fb.py:1"), total(list(model.parameters()))))
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()], norms, opt
+
+
+class Emb(torch.nn.Module):
+    """A sparse-gradient embedding and a dense head (SGD takes both)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 4, sparse=True)
+        self.head = torch.nn.Linear(4, 1)
+
+    def loss(self, gen):
+        idx = torch.randint(0, 20, (6,), generator=gen)
+        return (self.head(self.emb(idx)) ** 2).mean()
+
+
+class Mixed(torch.nn.Module):
+    """Parameters of two dtypes (one foreach call cannot take them)."""
+
+    def __init__(self, dtype=torch.float64):
+        super().__init__()
+        self.a = torch.nn.Linear(3, 4)
+        self.b = torch.nn.Linear(4, 1).to(dtype)
+
+    def loss(self, gen):
+        x = torch.randn(5, 3, generator=gen)
+        return (self.b(torch.tanh(self.a(x)).to(self.b.weight.dtype)) ** 2).mean().float()
+
+
+class Half(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(3, 2).to(torch.bfloat16)
+
+    def loss(self, gen):
+        return (self.a(torch.randn(5, 3, generator=gen).to(torch.bfloat16)) ** 2).mean().float()
+
+
+@pytest.mark.parametrize("model_fn, rel", [(Emb, 1e-6), (Mixed, 1e-6), (lambda: Mixed(torch.float32), 1e-6), (Half, 1e-2)],
+                         ids=["sparse-grads", "float32+float64", "float32", "bfloat16"])
+def test_gradients_the_c_helper_does_not_read_take_the_torch_path(model_fn, rel):
+    """Sparse gradients, mixed or low-precision dtypes: measured right, training bitwise the original."""
+    sgd = lambda p: torch.optim.SGD(p, lr=0.05)  # noqa: E731
+    ref, _, _ = _run(model_fn, sgd, False)
+    got, norms, opt = _run(model_fn, sgd, True)
+    assert same(ref, got) and kinds() == []
+    assert all(v == pytest.approx(t, rel=rel) for v, t in norms)
+    guard = stabilizer._known[(id(opt), "fb.py:1")]
+    assert (guard.c_dtype is not None) == (C_BUILT and model_fn not in (Emb, Mixed, Half))
+
+
+class MyTensor(torch.Tensor):
+    pass
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: torch.randn(p.shape[::-1]).t(),  # strided (not contiguous)
+    lambda p: torch.randn(p.shape).as_subclass(MyTensor),  # a subclass: its data may not be its storage
+], ids=["transposed", "subclass"])
+def test_a_gradient_the_c_helper_refuses_is_measured_by_torch(make):
+    p, q = torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(4))
+    opt = torch.optim.SGD([p, q], lr=0.1)
+    give_grads([p, q])
+    first = stabilizer.stabilize(opt, site="r")
+    assert first == pytest.approx(total([p, q]), rel=1e-6)
+    p.grad = make(p)
+    assert stabilizer.stabilize(opt, site="r") == pytest.approx(total([p, q]), rel=1e-6)
+    assert stabilizer._known[(id(opt), "r")].c_dtype is None  # torch from then on
+    give_grads([p, q], seed=5)
+    assert stabilizer.stabilize(opt, site="r") == pytest.approx(total([p, q]), rel=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(torch.Tensor, "grad_dtype"), reason="torch without Tensor.grad_dtype")
+def test_a_gradient_of_another_dtype_than_its_parameter():
+    p = torch.nn.Parameter(torch.randn(3, 2))
+    opt = torch.optim.SGD([p], lr=0.1)
+    p.grad = torch.randn(3, 2)
+    stabilizer.stabilize(opt, site="gd")
+    p.grad = None
+    p.grad_dtype = torch.float64
+    p.grad = torch.randn(3, 2, dtype=torch.float64) * 1e-30  # float32 would flush its squares to 0
+    assert stabilizer.stabilize(opt, site="gd") == pytest.approx(total([p]), rel=1e-9)
+
+
+def test_spike_and_nonfinite_on_the_c_path_match_the_torch_path(monkeypatch):
+    """The same run through both measurements: the same interventions at the same steps."""
+    events = {}
+    for path in ("c", "torch"):
+        stabilizer.reset()
+        with monkeypatch.context() as m:
+            if path == "torch":
+                m.setattr(stabilizer, "_c_sumsq", None)
+                m.setattr(stabilizer, "_c_step", None)
+            params, _, _ = train(True, "adam", steps=70, poison=(33,), spike=(50, 51))
+        events[path] = [(e["kind"], e["step"]) for e in stabilizer.events.memory]
+        assert all(torch.isfinite(p).all() for p in params)
+    assert events["c"] == events["torch"]
+    assert [k for k, _ in events["c"]] == ["nonfinite", "step_skipped", "spike_clipped"] + ["spike_clipped"] * (len(events["c"]) - 3)
+
+
+def test_an_optimizer_without_weak_references():
+    class Slotted:
+        __slots__ = ("param_groups",)
+
+        def __init__(self, params):
+            self.param_groups = [{"params": list(params)}]
+
+    a = torch.nn.Parameter(torch.randn(5))
+    opt = Slotted([a])
+    for i in range(4):
+        give_grads([a], seed=i)
+        assert stabilizer.stabilize(opt, site="slot") == pytest.approx(total([a]), rel=1e-6)
+    assert stabilizer._known[(id(opt), "slot")].calls == 4
+
+
+def test_a_dead_optimizer_leaves_the_lookup():
+    import gc
+
+    a = torch.nn.Parameter(torch.randn(5))
+    opt = torch.optim.SGD([a], lr=0.1)
+    give_grads([a])
+    stabilizer.stabilize(opt, site="gone")
+    key = (id(opt), "gone")
+    assert key in stabilizer._known
+    del opt
+    gc.collect()
+    assert key not in stabilizer._known
+
+
+@needs_c
+def test_c_helper_reads_only_and_refuses_what_it_cannot_read():
+    c = stabilizer._c
+    p, q = torch.nn.Parameter(torch.randn(6, 5)), torch.nn.Parameter(torch.randn(0))
+    assert c.sumsq([p, q], torch.Tensor, torch.float32, False) == -1.0  # no gradient
+    give_grads([p, q])
+    before = p.grad.clone()
+    assert c.sumsq([p, q], torch.Tensor, torch.float32, False) == pytest.approx(total([p]) ** 2, rel=1e-12)
+    assert torch.equal(before, p.grad)
+    assert c.sumsq([p], torch.Tensor, torch.float64, True) is None  # another dtype
+    p.grad = torch.randn(5, 6).t()
+    assert c.sumsq([p], torch.Tensor, torch.float32, False) is None  # not contiguous
+    with pytest.raises(TypeError):
+        c.sumsq((p,), torch.Tensor, torch.float32, False)
+
+
+def test_c_helper_is_built_where_a_compiler_is():
+    """The install builds runtime/_gradnorm_c (setup.py); without it the guard still works but
+    costs about 3x more on a small model (benchmarks/bench_stabilizer.py)."""
+    import shutil
+    import sysconfig
+
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}): the torch path is the one that runs")
+    assert C_BUILT, "scalebox_cst.runtime._gradnorm_c is not built: pip install -e . (setup.py) builds it"
 
 
 # --------------------------------------------------------------------------- the device path
