@@ -919,3 +919,26 @@ def test_ippo_list_read_back_along_dimension_1(T, B, dtype, seed):
                terminated=1 - tensor(seed + 2, (B, T + 1, 1), dtype, "dones"))
     ns1, ns2 = run_both(IPPO, env, exactness=REASSOCIATED, vectorized=T >= 2)
     same_namespaces(ns1, ns2, exact=False)
+
+
+# time first with trailing full slices (x[t, :], x[t, ...]): a view along dimension 0 checks the
+# dimensions the subscript needs
+TIME_FIRST_SLICED = """\
+def returns_of(ret, rewards, masks, gamma):
+    for t in reversed(range(rewards.shape[0])):
+        ret[t, :] = rewards[t, ...] + gamma * masks[t, :] * ret[t + 1, :]
+    return ret
+
+res = returns_of(ret, rewards, masks, 0.99)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), kind=kinds, dtype=dtypes, seed=st.integers(0, 2**16))
+def test_time_first_with_trailing_slices_bitwise(T, N, kind, dtype, seed):
+    env = dict(ret=arrays(kind, seed, (T + 1, N), dtype), rewards=arrays(kind, seed + 1, (T, N), dtype),
+               masks=1 - arrays(kind, seed + 2, (T, N), dtype, "dones"))
+    ns1, ns2 = run_both(TIME_FIRST_SLICED, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+    out = sites_and_code(TIME_FIRST_SLICED)
+    assert "dim_view(ret, 0, 2)" in out and "dim_view(masks, 0, 2)" in out and "dim_view(rewards, 0, 2)" in out

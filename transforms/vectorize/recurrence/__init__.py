@@ -15,8 +15,10 @@ stays verbatim in the else branch. Quadratic double loops that compute the same 
 advantage summed over k >= t) are recognised in :mod:`.quadratic`.
 
 Where each part lives: :mod:`.headers` recognises backward loop headers, :mod:`.body` parses the
-body into updates, :mod:`.candidates` and :mod:`.views` decide which loops are planned, :mod:`.plan`
-(with its mixins :mod:`.checks`, :mod:`.render`, :mod:`.affine`, :mod:`.emit`) plans the rewrite,
+body into updates, :mod:`.candidates` decides which loops are planned, :mod:`.views` reads time
+indexed in the middle (``x[..., t, :]``) through time-major views and :mod:`.unpack` splits tuple
+assignments for the analysis, :mod:`.plan` (with its mixins :mod:`.checks`, :mod:`.render`,
+:mod:`.affine`, :mod:`.lists` for ``adv.append(f(adv[-1]))``, :mod:`.emit`) plans the rewrite,
 :mod:`.build` emits the guarded statement, :mod:`.quadratic` handles double loops, :mod:`.transform`
 ties them together, :mod:`.examples` holds the documented examples. Dependencies point one way:
 syntax <- headers <- body <- plan <- build/quadratic <- transform.
