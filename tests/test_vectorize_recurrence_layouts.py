@@ -942,3 +942,58 @@ def test_time_first_with_trailing_slices_bitwise(T, N, kind, dtype, seed):
     same_namespaces(ns1, ns2)
     out = sites_and_code(TIME_FIRST_SLICED)
     assert "dim_view(ret, 0, 2)" in out and "dim_view(masks, 0, 2)" in out and "dim_view(rewards, 0, 2)" in out
+
+
+# enumerate of a backward walk: the counter counts up while the elements walk back; a body that
+# does not read it is vectorized, the counter left as the loop leaves it
+ENUMERATE_COUNTER = """\
+def gae(deltas, dones, gamma, lam):
+    adv = [0.0]
+    i = None
+    for i, (delta, done) in enumerate(zip(reversed(deltas), reversed(dones))):
+        adv.append(delta + gamma * lam * (1 - done) * adv[-1])
+    return adv[::-1], i
+
+res = gae(deltas, dones, 0.99, 0.95)
+"""
+
+ENUMERATE_SLICE = """\
+def returns_of(rewards, gamma):
+    R = 0.0
+    out = []
+    k = None
+    for k, r in enumerate(rewards[::-1]):
+        R = r + gamma * R
+        out.insert(0, R)
+    return out, k, r if k is not None else None
+
+res = returns_of(rewards, 0.9)
+"""
+
+
+@HYP
+@given(T=lengths, kind=st.sampled_from(["numpy", "floats", "torch"]), dtype=dtypes, seed=st.integers(0, 2**16))
+def test_enumerate_counter_unused_bitwise(T, kind, dtype, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "floats":
+        env = dict(deltas=[float(x) for x in rng.standard_normal(T)], dones=[float(x < 0.2) for x in rng.random(T)])
+    else:
+        env = dict(deltas=arrays(kind, seed, (T,), dtype), dones=arrays(kind, seed + 1, (T,), dtype, "dones"))
+    ns1, ns2 = run_both(ENUMERATE_COUNTER, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+    if kind != "torch":  # tensors refuse x[::-1] (the loop raises, and so does the rewrite)
+        src = ENUMERATE_SLICE if T else ENUMERATE_SLICE.replace("out, k, r if", "out, k, None if")
+        ns1, ns2 = run_both(src, dict(rewards=env["deltas"]), vectorized=T >= 2)
+        same_namespaces(ns1, ns2)
+
+
+def test_enumerate_counter_read_is_left_alone():
+    left_alone("""\
+def f(rewards, gamma):
+    R = 0.0
+    out = []
+    for k, r in enumerate(reversed(rewards)):
+        R = r * k + gamma * R
+        out.insert(0, R)
+    return out
+""", "reads the enumerate counter `k`")

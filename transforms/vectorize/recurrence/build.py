@@ -40,6 +40,9 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
             return "; ".join(own + [f"{n} = {_code(c).strip()}[{h.index}]" for n, c in h.elements])
         names = ", ".join(n for n, _ in h.elements)
         vals = ", ".join(f"{_code(c).strip()}[{index_expr}]" for _, c in h.elements)
+        if h.counter is not None:  # enumerate's counter: 0 at the step t = T - 1 (see headers)
+            count = {f"{T} - 1": "0", "0": f"{T} - 1"}.get(index_expr, f"{T} - 1 - {index_expr}")
+            return f"{names} = {vals}; {h.counter} = {count}"
         return f"{names} = {vals}"
 
     last_lines = []

@@ -25,6 +25,7 @@ class Header:
     sliced: bool = False  # walks x[::-1]
     unpacked: bool = False  # for a, b in x[::-1]: analysed for a reason only, never rewritten
     named: Optional[cst.Name] = None  # for t in steps, steps a materialised backward range
+    counter: Optional[str] = None  # for i, x in enumerate(reversed(xs)): i = 0 .. T-1 while x walks back
 
 
 def _reversed_slice(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
@@ -47,6 +48,15 @@ def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
     tuple_tgt: Optional[List[str]] = None
     if isinstance(tgt, (cst.Tuple, cst.List)) and all(isinstance(e.value, cst.Name) for e in tgt.elements):
         tuple_tgt = [e.value.value for e in tgt.elements]  # type: ignore[union-attr]
+    if _is_call(it, "enumerate", 1) and "enumerate" not in shadowed and isinstance(tgt, (cst.Tuple, cst.List)) \
+            and len(tgt.elements) == 2 and isinstance(tgt.elements[0].value, cst.Name):
+        # for i, (d, m) in enumerate(zip(reversed(ds), reversed(ms))): the elements walk back, the
+        # counter i forward (the planner refuses a body that reads it; build binds it)
+        inner = _backward_header(node.with_changes(iter=it.args[0].value, target=tgt.elements[1].value), shadowed)
+        counter = tgt.elements[0].value.value
+        if inner is None or inner.kind != "elements" or counter in {n for n, _ in inner.elements}:
+            return None
+        return dataclasses.replace(inner, counter=counter, target=tgt)
     if _is_call(it, "reversed", 1):
         inner = it.args[0].value
         if _is_call(inner, "range") and name_tgt:
@@ -159,5 +169,7 @@ def _walks_backward(node: ast.AST) -> bool:
     if isinstance(it, ast.Call) and isinstance(it.func, ast.Name):
         if it.func.id == "zip":
             return any(_walks_backward(ast.For(iter=a)) for a in it.args)
+        if it.func.id == "enumerate" and len(it.args) == 1:
+            return _walks_backward(ast.For(iter=it.args[0]))
         return it.func.id == "reversed" or (it.func.id == "range" and len(it.args) == 3)
     return False

@@ -88,6 +88,9 @@ class Planner(BodyChecks, Render, Affine, ListCarry, Emit):
         h = self.h
         if h.index in self.body_assigned or any(n in self.body_assigned for n in self.elements):
             raise Skip("the loop assigns its own loop variable")
+        if h.counter is not None and (h.counter in self.body_assigned or h.counter in _names_read(node.body)):
+            raise Skip(f"reads the enumerate counter `{h.counter}`, which counts up while the sequences walk "
+                       "backward (only a counter the body does not use is understood)")
         bound_by = _names_read(h.T) if h.T is not None else set()
         if h.named is not None:
             bound_by.add(h.named.value)
