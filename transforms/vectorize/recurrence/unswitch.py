@@ -54,8 +54,8 @@ def switch_of(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tuple
     """(position, statement) of the first ``if`` at the top of the body whose test is loop-invariant
     and side-effect free (see module docstring); None when there is none; Skip when the body could
     change what it reads."""
-    if header.kind != "index" or header.named is not None or node.orelse is not None:
-        return None  # the trip count is known before the loop only for range headers
+    if header.kind != "index" or header.named is not None or header.elements or node.orelse is not None:
+        return None  # the trip count is known before the loop only for range headers (not enumerate's)
     body = list(_stmts(node.body))
     parser = BodyParser(header)
     bound = _bound_names(node.body) | {header.index}
