@@ -478,25 +478,14 @@ def test_unpacking_guard():
 
 LEAVE_ALONE = [
     ("""\
-    import torch
-    def f(log_probs, values, returns):
-        losses = []
-        for log_prob, value, R in zip(log_probs, values, returns):
-            advantage = R - value.item()
-            losses.append(-log_prob * advantage)
-        return torch.stack(losses).sum(), advantage
-    """, "the temporary `advantage` may be read outside the loop"),
-    ("""\
-    import torch
-    def f(log_probs, values, returns):
-        losses = []
-        for log_prob, value, R in zip(log_probs, values, returns):
-            advantage = R - value.item()
-            losses.append(-log_prob * advantage)
-        advantage = 0
-        print(advantage)
-        return torch.stack(losses).sum()
-    """, "the temporary `advantage` may be read outside the loop"),
+    def f(log_probs, values):
+        global adv
+        loss = 0
+        for lp, v in zip(log_probs, values):
+            adv = v * 2
+            loss += -lp * adv
+        return loss
+    """, "declared global/nonlocal"),
     ("""\
     def f(log_probs, states, critic):
         loss = 0
@@ -614,17 +603,77 @@ def test_leave_alone(src, reason):
     assert any(reason in s.reason for s in sites if s.action == SKIPPED), [s.reason for s in sites]
 
 
-def test_temporary_read_after_the_loop_by_a_nested_function_is_left_alone():
-    src = """\
-    def f(xs):
-        loss = 0
-        for x in xs:
-            d = x * 2
-            loss += d
-        return loss, (lambda: d)
-    """
-    out, sites = rewrite(src)
-    assert out == textwrap.dedent(src) and "`d` may be read outside" in sites[0].reason
+LAST_VALUE = {
+    # the last advantage returned next to the loss (a Python float per sample, then a tensor)
+    "returned": """\
+        import torch
+        def f(log_probs, values, returns):
+            losses = []
+            for log_prob, value, R in zip(log_probs, values, returns):
+                advantage = R - value.item()
+                gap = value.item() * 2.5
+                losses.append(-log_prob * advantage + gap)
+            return torch.stack(losses).sum(), advantage, gap
+        """,
+    # read by a closure after the loop
+    "closure": """\
+        def f(log_probs, values, returns):
+            loss = 0
+            for lp, v in zip(log_probs, values):
+                d = lp * 2 - v
+                loss += d
+            return loss, (lambda: d)()
+        """,
+    # an inexact temporary (exp): the last iteration's statement runs as written, so still bitwise
+    "inexact": """\
+        import torch
+        def f(log_probs, values, returns):
+            loss = 0
+            for log_prob, R in zip(log_probs, returns):
+                ratio = torch.exp(log_prob)
+                loss += -ratio * R
+            return loss, ratio, R
+        """,
+    # rebound after the loop before it is read (another meaning): binding the last value is harmless
+    "rebound": """\
+        import torch
+        def f(log_probs, values, returns):
+            losses = []
+            for log_prob, value, R in zip(log_probs, values, returns):
+                advantage = R - value.item()
+                losses.append(-log_prob * advantage)
+            advantage = 0
+            return torch.stack(losses).sum(), advantage
+        """,
+}
+
+
+@pytest.mark.parametrize("form", sorted(LAST_VALUE))
+def test_temporary_read_after_the_loop_gets_its_last_value(form, monkeypatch):
+    """Temporaries and loop variables read after the loop are bound as the last iteration binds
+    them (its items, then its temporaries' statements as written): the same value, type (tensor
+    or Python float), shape, dtype and autograd history (no gradient reaches other samples)."""
+    spy = Spy(monkeypatch)
+    orig, new, out, sites = pair(LAST_VALUE[form], "f")
+    assert [s.action for s in sites] == [REWRITTEN], [s.reason for s in sites]
+    for dtype in (torch.float32, torch.float64):
+        args = form_inputs(7, (1,), dtype, 11, "list")
+        a1, a2 = clone(args), clone(args)
+        r1, r2 = orig(*a1), new(*a2)
+        for i, (x, y) in enumerate(zip(r1, r2)):
+            assert type(x) is type(y)
+            if not isinstance(x, torch.Tensor):
+                assert x == y
+            elif i:  # what the loop left bound: bitwise
+                assert x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
+            else:  # the loss (a sum or a stack's sum: reassociated)
+                torch.testing.assert_close(x, y)
+        last1, last2 = r1[-1], r2[-1]
+        if isinstance(last1, torch.Tensor) and last1.requires_grad:
+            g1 = torch.autograd.grad(last1.sum(), leaves(a1, []), allow_unused=True)
+            g2 = torch.autograd.grad(last2.sum(), leaves(a2, []), allow_unused=True)
+            assert all((x is None and y is None) or torch.equal(x, y) for x, y in zip(g1, g2))
+    assert spy.fast
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -105,6 +105,9 @@ EXAMPLE_INPUTS = {
     "stack of element-wise results (exact)": lambda: ([torch.randn(3, requires_grad=True) for _ in range(4)], torch.randn(3)),
     "pytorch/examples actor-critic: a temporary from .item(), a per-sample smooth_l1_loss": lambda: (
         [(torch.randn(()), torch.randn(1)) for _ in range(6)], torch.randn(6)),
+    "a temporary and a loop variable read after the loop: bound as the last iteration binds them": lambda: (
+        torch.randn(6, requires_grad=True), torch.randn(6)),
+    "loop variable used after the loop (bound to the last item)": lambda: (torch.randn(5, 2, requires_grad=True),),
     "TD errors as a temporary over an index": lambda: (torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)),
 }
 
@@ -454,12 +457,6 @@ LEAVE_ALONE = [
             total += np.exp(x)
     """, "numpy.exp"),
     ("""\
-    def f(xs, ws):
-        for x in xs:
-            ws += x * 2
-        return x
-    """, "may be read outside the loop"),
-    ("""\
     def f(xs):
         total = 0
         for x in xs:
@@ -724,3 +721,20 @@ def test_results_of_different_ranks_keep_their_shapes(consumer):
             assert torch.equal(r1, r2)
         else:
             torch.testing.assert_close(r1, r2)
+
+
+def test_loop_variable_read_after_the_loop_is_the_last_item():
+    """``for x in xs: ws += x * 2`` then ``return x``: the batched branch binds ``x = xs[-1]``,
+    what the loop leaves (the very object for a list, the same view for a tensor)."""
+    src = """\
+    def f(xs, ws):
+        for x in xs:
+            ws += x * 2
+        return x
+    """
+    orig, new, _, sites = pair(src, "f")
+    assert [s.action for s in sites] == [REWRITTEN]
+    xs = [torch.randn(3) for _ in range(6)]
+    w1, w2 = torch.zeros(3), torch.zeros(3)
+    assert orig(xs, w1) is xs[-1] and new(xs, w2) is xs[-1]
+    torch.testing.assert_close(w1, w2)

@@ -163,13 +163,8 @@ def rewrite_loss_loop(rw, loop: cst.For, idx: int, block, out: list, stmts) -> b
     if any(names_read(src) & set(targets) for src in sources):
         return rw._skip(loop, "an iterated sequence is also accumulated into")
     scope = rw.scopes[-1]
-    live = read_elsewhere(scope, loop, header.names)
-    if live:
-        return rw._skip(loop, f"the loop variable(s) {', '.join(sorted(live))} may be read outside the loop")
-    live = read_elsewhere(scope, loop, temp_names)
-    if live:
-        return rw._skip(loop, f"the temporary {', '.join(f'`{n}`' for n in sorted(live))} may be read outside the loop "
-                              "(the rewrite does not bind it)")
+    # read outside the loop: the batched branch then runs the last iteration's bindings as written
+    live = sorted(read_elsewhere(scope, loop, header.names) | read_elsewhere(scope, loop, temp_names))
     if declares_global(scope, targets + header.names + temp_names):
         return rw._skip(loop, "an accumulator, temporary or loop variable is declared global/nonlocal")
     for acc in accs:
@@ -180,10 +175,14 @@ def rewrite_loss_loop(rw, loop: cst.For, idx: int, block, out: list, stmts) -> b
     for acc, v in zip(accs, values):  # a sum of the elements themselves is a new tensor; a stack would not be
         if v.ops == 0 and acc.kind == "append" and acc.consumer_kind in ("stack", "cat"):
             return rw._skip(loop, f"nothing is computed per element for `{acc.name}` (the result would alias the input)")
-    return _emit(rw, loop, idx, header, expr, tcodes, accs, values, out)
+    return _emit(rw, loop, idx, header, expr, tcodes, accs, values, out, temps if live else None, live)
 
 
-def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: List[_Acc], values: List[Value], out: list) -> bool:
+def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: List[_Acc], values: List[Value], out: list,
+          epilogue, live: List[str]) -> bool:
+    """The guarded statement. ``epilogue``: the temporaries (name, expression) to bind as the last
+    iteration does, after binding the loop target to the last items (names in ``live`` are read
+    outside the loop), or None."""
     ctx = rw.ctx
     code = ctx.module.code_for_node
     # the guard's batches: zip elements in target order, range elements in first-use order
@@ -263,6 +262,9 @@ def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: Li
             fast.append({"aug": f"{acc.name} {acc.op}= {total}", "assign_left": f"{acc.name} = {acc.name} {acc.op} {total}",
                          "assign_right": f"{acc.name} = {total} + {acc.name}"}[acc.kind])
             what.append(f"{acc.name} {acc.op}= one sum")
+    if epilogue is not None:  # what the last iteration leaves bound: its items, its temporaries (pure), as written
+        fast.append(f"{code(loop.target)} = {_last_items(loop, header, code)}")
+        fast += [f"{t} = {code(v)}" for t, v in epilogue]
     assign = cst.parse_statement(f"{batch} = {call}\n")
     if_stmt = cst.If(
         test=cst.parse_expression(f"{batch} is not None"),
@@ -274,6 +276,9 @@ def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: Li
     for j, node, text in replacements:
         out[j] = out[j].deep_replace(rw._find_same(out[j], node), cst.parse_expression(text))
     notes = []
+    if epilogue is not None:
+        notes.append(f"{', '.join(f'`{t}`' for t in live)} (read outside the loop) bound as the last iteration binds "
+                     "them: the last items, then the temporaries' statements as written")
     if temps:
         notes.append(f"temporaries {', '.join(f'`{t}`' for t in temps)} evaluated once for all samples")
     if expr.floats:
@@ -290,3 +295,15 @@ def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: Li
     reason = f"per-sample loss loop, batched: {detail}{tol}; {GUARD_NOTE}; else the loop runs as written"
     rw.sites.append(rw.make_site(loop, REWRITTEN, reason, exactness))
     return True
+
+
+def _last_items(loop: cst.For, header, code) -> str:
+    """What the loop's last iteration binds its target to: ``range(...)[-1]``, ``xs[-1]``, or the
+    last item of each zipped sequence (the guard saw to lists, tuples or tensors of one length >= 1)."""
+    if header.mode == "range":
+        return f"{code(header.range_call)}[-1]"
+    it = loop.iter
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "zip":
+        items = [f"{code(a.value)}[-1]" for a in it.args]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    return f"{code(it)}[-1]"

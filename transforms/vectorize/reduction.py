@@ -139,9 +139,8 @@ class _Rewriter(ScopedRewriter):
             if names_read(src) & set(targets):
                 return self._skip(loop, "an iterated sequence is also accumulated into")
         scope = self.scopes[-1]
-        live = read_elsewhere(scope, loop, header.names)
-        if live:
-            return self._skip(loop, f"the loop variable(s) {', '.join(sorted(live))} may be read outside the loop")
+        if read_elsewhere(scope, loop, header.names):  # the loss-loop path binds them as the last iteration does
+            return rewrite_loss_loop(self, loop, idx, block, out, stmts)
         if declares_global(scope, targets + header.names):
             return self._skip(loop, "an accumulator or loop variable is declared global/nonlocal")
         for acc in accs_:

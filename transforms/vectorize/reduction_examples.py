@@ -97,16 +97,16 @@ EXAMPLES = [
     ),
     Example(
         code=(
-            "def f(log_probs, values, returns):\n"
+            "import torch\n"
+            "def f(log_probs, returns):\n"
             "    loss = 0\n"
-            "    for log_prob, value, R in zip(log_probs, values, returns):\n"
-            "        advantage = R - value.item()\n"
-            "        loss += -log_prob * advantage\n"
-            "    return loss, advantage\n"
+            "    for log_prob, R in zip(log_probs, returns):\n"
+            "        ratio = torch.exp(log_prob)\n"
+            "        loss += -ratio * R\n"
+            "    return loss + ratio * R\n"
         ),
-        rewritten=False,
-        reason="the temporary `advantage` may be read outside the loop",
-        note="a temporary read after the loop (the rewrite does not bind it)",
+        rewritten=True,
+        note="a temporary and a loop variable read after the loop: bound as the last iteration binds them",
     ),
     Example(
         code=(
@@ -225,11 +225,10 @@ EXAMPLES = [
             "    total = 0\n"
             "    for x in xs:\n"
             "        total += x * 2\n"
-            "    return total, x\n"
+            "    return total * x\n"
         ),
-        rewritten=False,
-        reason="may be read outside the loop",
-        note="loop variable used after the loop",
+        rewritten=True,
+        note="loop variable used after the loop (bound to the last item)",
     ),
     Example(
         code=(
