@@ -290,9 +290,12 @@ def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: Li
                      "the mean or sum of one value is that value, bitwise, gradient too)")
     if expr.cpu:
         notes.append("torch.tensor([x]) as x's values without history (the guard checks the CPU, where torch.tensor puts them)")
+    if exactness == EXACT and expr.invariants:
+        notes.append("values bitwise; the gradient of a loop-invariant tensor that requires grad sums over the "
+                     "samples in another order (to rounding)")
     detail = "; ".join(what + notes)
     tol = "" if exactness == EXACT else " (float sums agree to rounding (relative ≈ n·eps))"
-    reason = f"per-sample loss loop, batched: {detail}{tol}; {GUARD_NOTE}; else the loop runs as written"
+    reason = f"one batched evaluation of the loop body: {detail}{tol}; {GUARD_NOTE}; else the loop runs as written"
     rw.sites.append(rw.make_site(loop, REWRITTEN, reason, exactness))
     return True
 
