@@ -712,3 +712,38 @@ def test_range_bound_with_a_pure_call():
     orig, new, _, sites = pair(src, "f")
     assert [s.action for s in sites] == [REWRITTEN]
     check(orig, new, [torch.randn(9), torch.randn(9, requires_grad=True)], bitwise=False)
+
+
+@pytest.mark.parametrize("imports,call", [
+    ("from torch.nn.functional import smooth_l1_loss", "smooth_l1_loss(v, torch.tensor([r]), beta=0.5)"),
+    ("import torch.nn as nn", "nn.functional.mse_loss(v, torch.tensor([r]), reduction='sum')"),
+    ("import torch.nn.functional as F", "F.l1_loss(v, r.unsqueeze(0))"),
+])
+def test_loss_spellings(imports, call, monkeypatch):
+    spy = Spy(monkeypatch)
+    src = (f"import torch\n{imports}\n"
+           "def f(values, rets):\n"
+           "    losses = []\n"
+           "    for v, r in zip(values, rets):\n"
+           f"        losses.append({call})\n"
+           "    return torch.stack(losses)\n")
+    orig, new, _, sites = pair(src, "f")
+    assert [(s.action, s.exactness) for s in sites] == [(REWRITTEN, EXACT)], [s.reason for s in sites]
+    values = torch.randn(9, 1, requires_grad=True)
+    check(orig, new, [values, torch.randn(9) * 2], bitwise=True)
+    assert spy.fast
+
+
+def test_float_rebound_is_not_item():
+    src = """\
+    def float(x):
+        return x * 3
+    def f(log_probs, values):
+        loss = 0
+        for lp, v in zip(log_probs, values):
+            adv = float(v) - 1
+            loss += -lp * adv
+        return loss
+    """
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src) and sites[0].action == SKIPPED
