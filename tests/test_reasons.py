@@ -14,10 +14,13 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN, SKIPPED
+from scalebox_cst.transforms import statement_memo
 from scalebox_cst.transforms.analysis import scopes
 from scalebox_cst.transforms.analysis.purity import MODULE_INPLACE_METHODS, PURE_FUNCS, PURE_METHODS, pure_call
 from scalebox_cst.transforms.names import ImportMap
@@ -292,6 +295,30 @@ def test_star_names_resolve_stdlib_only():
     assert q("from math import *\n", "exp") == "math.exp"
     assert q("from math import *\nfrom mylib import *\n", "exp") is None  # mylib may export exp too
     assert q("from math import *\nexp = 1\n", "exp") is None
+
+
+_STAR_LINES = st.sampled_from([
+    "from math import *\n", "from mylib import *\n", "from .rel import *\n", "from torch import *\n",
+    "exp = 1\n", "from numpy import exp\n", "import math\n", "def f():\n    return exp(2)\n",
+    "class C:\n    from cmath import *\n",
+])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_STAR_LINES, min_size=1, max_size=6), st.data())
+def test_star_scans_through_the_statement_memo_equal_whole_tree_scans(lines, data):
+    memo = statement_memo.StatementMemo()
+    with statement_memo.active(memo):
+        for _ in range(2):  # a version, then an edited one reusing the unchanged statements
+            code = "".join(lines)
+            tree = ast.parse(code)
+            memo.register(tree, code)
+            shared, plain = ImportMap(tree), ImportMap(ast.parse(code))
+            assert (shared.aliases, shared.names, shared.imported) == (plain.aliases, plain.names, plain.imported)
+            assert scopes.star_imports(tree) == scopes.star_imports(ast.parse(code))
+            checker, fresh = scopes.builtin_checker(tree), scopes.builtin_checker(ast.parse(code))
+            assert [checker.reason(b) for b in ("zip", "range", "pow")] == [fresh.reason(b) for b in ("zip", "range", "pow")]
+            lines = lines + [data.draw(_STAR_LINES)]
 
 
 def test_star_import_math_exp_is_pure_in_a_reason():

@@ -184,17 +184,20 @@ def star_binds(module: str, name: str) -> Optional[bool]:
 def star_imports(tree: ast.AST) -> Tuple[str, ...]:
     """The modules of the module's star imports, in source order (``.mod`` for relative ones)."""
     parts = statement_memo.per_statement(tree, "stars", _star_walk)
-    if parts is not None:
-        return tuple(m for p in parts for m in p)
-    return _star_walk(tree)
+    if parts is None:
+        parts = [_star_walk(st) for st in tree.body] if isinstance(tree, ast.Module) else [_star_walk(tree)]
+    return tuple(m for p in parts for m in p)
 
 
-def _star_walk(tree: ast.AST) -> Tuple[str, ...]:
-    return tuple(
-        "." * n.level + (n.module or "")
-        for n in ast.walk(tree)
+def _star_walk(stmt: ast.AST) -> Tuple[str, ...]:
+    """One statement's star imports in source order (no absolute positions: the memo reuses a
+    result for the same statement text wherever it moves)."""
+    found = sorted(
+        ((n.lineno, n.col_offset), "." * n.level + (n.module or ""))
+        for n in ast.walk(stmt)
         if isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)
     )
+    return tuple(m for _, m in found)
 
 
 def star_reason(stars: Sequence[str], name: str) -> Optional[str]:
