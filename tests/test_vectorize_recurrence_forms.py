@@ -478,3 +478,194 @@ UNSWITCH_LOOK_ALIKES = [
 @pytest.mark.parametrize("src,reason", UNSWITCH_LOOK_ALIKES, ids=[r for _, r in UNSWITCH_LOOK_ALIKES])
 def test_unswitch_look_alikes_are_left_alone(src, reason):
     left_alone(src, reason)
+
+
+# ------------------------------------------------------------------ 3. resets as if/else, two outputs
+
+# an episode end stores the constants instead of updating; two carried values, two outputs
+SWITCH_TWO = """\
+def gae_and_returns(rewards, values, dones, gamma, lam, adv, returns):
+    gae = 0.0
+    ret = 0.0
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * values[t + 1] - values[t]
+        if dones[t]:
+            gae = 0
+            ret = 0
+        else:
+            gae = delta + gamma * lam * gae
+            ret = rewards[t] + gamma * ret
+        adv[t] = gae
+        returns[t] = ret
+    return adv, returns, gae, ret, delta
+
+out = gae_and_returns(rewards, values, dones, 0.99, 0.95, adv, returns)
+"""
+
+# the same the other way round, the mask a comparison (`== 0`: the truth of a number)
+SWITCH_MIRRORED = """\
+def gae_and_returns(rewards, values, masks, gamma, lam, adv, returns):
+    gae = 0.0
+    ret = 0.0
+    for t in reversed(range(len(rewards))):
+        delta = rewards[t] + gamma * values[t + 1] - values[t]
+        if masks[t] != 0:
+            gae = delta + gamma * lam * gae
+            ret = rewards[t] + gamma * ret
+        else:
+            gae = 0.0
+            ret = -1
+        adv[t] = gae
+        returns[t] = ret
+    return adv, returns, gae, ret
+
+out = gae_and_returns(rewards, values, 1 - dones, 0.99, 0.95, adv, returns)
+"""
+
+# PyTorch policy-gradient tutorials: a zero reward ends the game, the return starts again
+SWITCH_PG = """\
+def discount(reward_pool, gamma, steps, out):
+    running_add = 0
+    for i in reversed(range(steps)):
+        if reward_pool[i] == 0:
+            running_add = 0
+        else:
+            running_add = running_add * gamma + reward_pool[i]
+        out[i] = running_add
+    return out, running_add
+
+res = discount(rewards, 0.99, T, adv)
+"""
+
+# Karpathy's Pong discount (reset then update, the mask a comparison); two resets at once
+RESET_PONG = """\
+def discount_rewards(rewards, gamma, out):
+    running_add = 0
+    for t in reversed(range(0, len(rewards))):
+        if rewards[t] != 0:
+            running_add = 0
+        running_add = running_add * gamma + rewards[t]
+        out[t] = running_add
+    return out, running_add
+
+res = discount_rewards(rewards, 0.99, adv)
+"""
+
+RESET_TWO = """\
+def gae_and_returns(rewards, values, dones, gamma, lam, adv, returns):
+    gae = ret = 0.0
+    for t in reversed(range(len(rewards))):
+        if dones[t]:
+            gae = 0
+            ret = 0
+        gae = rewards[t] + gamma * values[t + 1] - values[t] + gamma * lam * gae
+        ret = rewards[t] + gamma * ret
+        adv[t] = gae
+        returns[t] = ret
+    return adv, returns, gae, ret
+
+out = gae_and_returns(rewards, values, dones, 0.99, 0.95, adv, returns)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([(), (3,)]), dtype=dtypes, seed=st.integers(0, 2**16), kind=kinds,
+       p=st.sampled_from([0.0, 0.15, 0.5, 1.0]),
+       src=st.sampled_from([SWITCH_TWO, SWITCH_MIRRORED, SWITCH_PG, RESET_PONG, RESET_TWO]))
+def test_resets_with_two_outputs_bitwise(T, N, dtype, seed, kind, p, src):
+    dones = (torch.rand(T, generator=torch.Generator().manual_seed(seed + 2)) < p).to(dtype)
+    rewards = tensor(seed, (T,) + N, dtype)
+    if src in (SWITCH_PG, RESET_PONG):  # the reward itself says where a game ends
+        rewards = rewards * (1 - dones).reshape((T,) + (1,) * len(N)) if not N else tensor(seed, (T,), dtype) * (1 - dones)
+    env = dict(
+        T=T,
+        rewards=rewards if kind == "torch" else rewards.numpy(),
+        values=arrays(kind, seed + 1, (T + 1,) + N, dtype),
+        dones=dones if kind == "torch" else dones.numpy(),
+        adv=arrays(kind, seed + 3, rewards.shape, dtype),
+        returns=arrays(kind, seed + 4, rewards.shape, dtype),
+    )
+    ns1, ns2 = run_both(src, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)  # outputs bitwise; the carried values of the same type (an int 0 after a reset)
+
+
+def test_switch_helper_matches_its_definition():
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        n = seed % 7
+        a, b = torch.randn(n, 2, generator=g, dtype=torch.float64), torch.randn(n, 2, generator=g, dtype=torch.float64)
+        reset = torch.rand(n, generator=g) < 0.3
+        init = torch.randn(2, generator=g, dtype=torch.float64)
+        x, want = init, []
+        for t in reversed(range(n)):
+            x = torch.full_like(init, 2.5) if reset[t] else b[t] + a[t] * x
+            want.insert(0, x)
+        for conv in (lambda v: v, lambda v: v.numpy()):
+            out, last = vectorized_mod.switch_linear_recurrence(conv(a), conv(b), conv(reset), 2.5, init=conv(init),
+                                                                return_last=True)
+            got = torch.as_tensor(out)
+            assert got.shape == (n, 2)
+            if n:
+                assert torch.equal(got, torch.stack(want)) and torch.equal(torch.as_tensor(last), want[0])
+
+
+SWITCH_LOOK_ALIKES = [
+    (SWITCH_TWO.replace("            ret = 0\n", ""),
+     "`ret` is updated only on steps that do not end an episode"),
+    (SWITCH_TWO.replace("        delta = rewards[t] + gamma * values[t + 1] - values[t]\n", "").replace(
+        "            gae = delta + gamma * lam * gae\n",
+        "            delta = rewards[t] + gamma * values[t + 1] - values[t]\n            gae = delta + gamma * lam * gae\n"),
+     "`delta` is computed only on steps that do not end an episode"),
+    (SWITCH_PG.replace("        out[i] = running_add\n", "").replace(
+        "            running_add = running_add * gamma + reward_pool[i]\n",
+        "            running_add = running_add * gamma + reward_pool[i]\n            out[i] = running_add\n"),
+     "runs only on steps that do not end an episode"),
+    ("""\
+def discount(rewards, dones, gamma):
+    R = 0.0
+    out = []
+    for t in reversed(range(len(rewards))):
+        if dones[t]:
+            R = 0
+        else:
+            R = rewards[t] + gamma * R
+        out.insert(0, R)
+    return out
+""", "an episode reset as an if/else in a loop that writes a list"),
+    ("""\
+def f(rewards, values, gamma, lam, adv):
+    gae = 0.0
+    for t in reversed(range(len(rewards))):
+        if adv[t + 1]:
+            gae = 0
+        gae = rewards[t] + gamma * values[t + 1] - values[t] + gamma * lam * gae
+        adv[t] = gae
+    return adv
+""", "reads `adv[t + 1]`, which the loop writes"),  # the reset depends on what the loop writes
+    ("""\
+def f(rewards, dones, gamma, adv):
+    gae = 0.0
+    for t in reversed(range(len(rewards))):
+        if dones[t]:
+            gae = rewards[t]
+        else:
+            gae = rewards[t] + gamma * gae
+        adv[t] = gae
+    return adv
+""", "conditional `if dones[t]:`"),  # a reset to a per-step value is no constant
+    ("""\
+def f(rewards, gamma, adv):
+    gae = 0.0
+    for t in reversed(range(len(rewards))):
+        if rewards[t] > 0:
+            gae = 0
+        gae = rewards[t] + gamma * gae
+        adv[t] = gae
+    return adv
+""", "unsupported expression `rewards[t] > 0`"),  # a comparison other than != 0 / == 0
+]
+
+
+@pytest.mark.parametrize("src,reason", SWITCH_LOOK_ALIKES, ids=[r for _, r in SWITCH_LOOK_ALIKES])
+def test_reset_look_alikes_are_left_alone(src, reason):
+    left_alone(src, reason)

@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 import libcst as cst
 
 from ...names import dotted
-from .syntax import _code, _is_int, _norm, _pure_container, Skip, _stmts, _walk
+from .syntax import _code, _is_int, _norm, _paren, _pure_container, Skip, _stmts, _walk
 from .headers import Header
 
 
@@ -32,6 +32,10 @@ class Item:
     #: only the peeled step t = T-1 evaluates; ``value`` holds the other steps' branch (see middle_value)
     first: List[cst.BaseExpression] = dataclasses.field(default_factory=list)
     shown: Optional[cst.BaseExpression] = None  # the value as written, when ``first`` is not empty
+    #: ``if done: s = 0 else: s = f(s)``: a reset of the if/else form (``switch``, the step stores the
+    #: constant instead of updating) and the items of its update branch (``guarded``)
+    switch: bool = False
+    guarded: bool = False
 
 
 _FORBIDDEN_SMALL = {
@@ -114,7 +118,7 @@ class BodyParser:
                     if item is not None:
                         items.append(item)
             elif isinstance(st, cst.If):
-                items.append(self.if_(st))
+                items.extend(self.if_(st))
             elif isinstance(st, (cst.For, cst.While)):
                 raise Skip("nested loop in the loop body")
             elif isinstance(st, cst.With):
@@ -127,21 +131,46 @@ class BodyParser:
                 raise Skip(f"unsupported statement in the loop body: `{_code(st).strip().splitlines()[0]}`")
         return items
 
-    def if_(self, st: cst.If) -> Item:
+    def if_(self, st: cst.If) -> List[Item]:
         m_then = self.lsplit(st.test)
         if m_then is not None:
             if st.orelse is None or isinstance(st.orelse, cst.If):
                 raise Skip("last-step test without a plain `else:` branch")
-            return Item("split", node=st, then=self.block(_stmts(st.body)),
-                        other=self.block(_stmts(st.orelse.body)), m_is_then=m_then)
-        body = _stmts(st.body)
-        if st.orelse is None and len(body) == 1 and isinstance(body[0], cst.SimpleStatementLine) \
-                and len(body[0].body) == 1 and isinstance(body[0].body[0], cst.Assign):
-            asg = body[0].body[0]
-            if len(asg.targets) == 1 and isinstance(asg.targets[0].target, cst.Name) and _is_number(asg.value):
-                return Item("reset", node=st, var=asg.targets[0].target.value, cond=st.test, const=_code(asg.value))
+            return [Item("split", node=st, then=self.block(_stmts(st.body)),
+                         other=self.block(_stmts(st.orelse.body)), m_is_then=m_then)]
+        resets = self.resets(st.body, _truth(st.test))
+        if st.orelse is None and resets:  # if done: s = 0 (several carried values reset at once too)
+            return resets
+        if isinstance(st.orelse, cst.Else):  # if done: s = 0 else: s = f(s), either way round
+            other = st.orelse.body
+            if not resets:
+                resets, other = self.resets(st.orelse.body, _negate(_truth(st.test))), st.body
+            if resets:
+                update = self.block(_stmts(other))
+                for it in resets:
+                    it.switch = True
+                for it in update:
+                    it.guarded = True
+                return resets + update
         raise Skip(f"conditional `if {_code(st.test)}:` in the loop body (only the last-step case "
                    "and an episode reset `if done: s = 0` are understood)")
+
+    def resets(self, block: cst.BaseSuite, cond: cst.BaseExpression) -> List[Item]:
+        """``s = <number>`` statements, one carried value each, for an episode reset on ``cond``;
+        [] if ``block`` holds anything else."""
+        items: List[Item] = []
+        for st in _stmts(block):
+            if not isinstance(st, cst.SimpleStatementLine):
+                return []
+            for asg in st.body:
+                if not (isinstance(asg, cst.Assign) and len(asg.targets) == 1
+                        and isinstance(asg.targets[0].target, cst.Name) and _is_number(asg.value)):
+                    return []
+                var = asg.targets[0].target.value
+                if any(it.var == var for it in items):
+                    return []
+                items.append(Item("reset", node=st, var=var, cond=cond, const=_code(asg.value)))
+        return items
 
     def small(self, small: cst.BaseSmallStatement) -> Optional[Item]:
         for kind, reason in _FORBIDDEN_SMALL.items():
@@ -224,6 +253,25 @@ def _int_indices(slices: Sequence[cst.SubscriptElement]) -> Optional[Tuple[str, 
             return None
         idx.append(str(int(_norm(v), 0)))  # type: ignore[arg-type]
     return tuple(idx)
+
+
+def _truth(test: cst.BaseExpression) -> cst.BaseExpression:
+    """``x`` for ``x != 0``, ``not x`` for ``x == 0`` (either side): the same truth for a number."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and not test.lpar:
+        comp = test.comparisons[0]
+        left, right = test.left, comp.comparator
+        x = left if _is_int(right, 0) else right if _is_int(left, 0) else None
+        if x is not None and isinstance(comp.operator, cst.NotEqual):
+            return x
+        if x is not None and isinstance(comp.operator, cst.Equal):
+            return cst.UnaryOperation(cst.Not(), _paren(x))
+    return test
+
+
+def _negate(test: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return test.expression
+    return cst.UnaryOperation(cst.Not(), _paren(test))
 
 
 def _is_number(node: cst.BaseExpression) -> bool:

@@ -7,6 +7,7 @@ from typing import Dict, List, Set
 
 import libcst as cst
 
+from ...analysis.purity import pure_call
 from .syntax import _CAST_METHODS, _code, _head, _names_read, _norm, _pure_container, Skip, _walk
 from .body import _callee, _flatten, Item
 from .affine import Recurrence
@@ -59,6 +60,9 @@ class BodyChecks:
                         raise Skip(f"call `{_code(e).strip()}`")
                 self.check(f.value)
                 return
+            if pure_call(e, self.ctx.imports):
+                raise Skip(f"calls `{_callee(e)}()`, which is pure, but the vectorized recurrence is built from "
+                           "+ - * / and dtype casts only")
             raise Skip(f"calls `{_callee(e)}()` in the loop body (unknown side effects)")
         if isinstance(e, (cst.Yield, cst.Await)):
             raise Skip("`yield` / `await` in the loop body")
@@ -155,11 +159,44 @@ class BodyChecks:
             raise Skip("an episode reset together with the last-step special case")
         self.rec_vars = rec_vars
         self.resets = resets
+        self._switch_rules(middle, assign_of, resets)
         # post-update reads of a carried value: allowed; pre-update ones were refused above.
         # values read in the middle steps must be computed from per-step reads and invariants
         for it in middle:
             if it.kind == "reset":
                 self.check_cond(it.cond)  # type: ignore[arg-type]
+
+    def _switch_rules(self, middle: List[Item], assign_of: Dict[str, Item], resets: Dict[str, Item]) -> None:
+        """``if done: gae = 0; ret = 0 else: gae = delta + c * gae; ret = r + g * ret`` (either way
+        round): an episode end stores the constants instead of updating, which the op does as the
+        recurrence reset one step below with the constant stored at the reset step
+        (runtime.vectorized.switch_linear_recurrence). That holds when each value reset there is
+        updated in the other branch and nothing else is: a carried value updated only there would
+        keep its value at a reset, a temporary computed only there would too (read later in the
+        step or after the loop), and a write there would happen only on some steps. The
+        reset step's constant itself would land in a list (a Python int where the op gives array
+        elements): loops that write lists are left alone."""
+        switched = {n for n, r in resets.items() if r.switch}
+        if not switched:
+            return
+        if any(it.container is not None for it in middle):
+            raise Skip("an episode reset as an if/else in a loop that writes a list (at an episode end the "
+                       "list would get the constant itself)")
+        for n in switched:
+            own = assign_of.get(n)
+            if own is None or not own.guarded:
+                raise Skip(f"`{n}` is reset in an if/else but updated outside it")
+        for it in middle:
+            if not it.guarded:
+                continue
+            if it.kind != "assign" or it.var is None or it.outs:
+                raise Skip(f"`{_code(it.node).strip()}` runs only on steps that do not end an episode "  # type: ignore[arg-type]
+                           "(only assignments to names are understood there)")
+            if it.var in self.rec_vars and it.var not in switched:
+                raise Skip(f"`{it.var}` is updated only on steps that do not end an episode, not reset on the others")
+            if it.var not in self.rec_vars:  # at an episode end it keeps an older step's value, in the loop
+                raise Skip(f"`{it.var}` is computed only on steps that do not end an episode (the others "
+                           "keep an older value)")  # and after it: the vectorized steps do not compute that
 
     def _same_in_first_step(self, n: str, own: Item) -> None:
         """A value carried into the next step is computed for step t = T-2 from the other steps'

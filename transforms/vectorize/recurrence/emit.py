@@ -55,7 +55,8 @@ class Emit:
                     if neg:
                         mask = f"~{mask}"
                     self.consts[s] = None  # the value before the loop meets the same dtype rules
-                    mid.append(f"{seq}, {last} = {helpers}.reset_linear_recurrence("
+                    kind = "switch" if rec.reset.switch else "reset"  # if done: s = 0 else: s = f(s)
+                    mid.append(f"{seq}, {last} = {helpers}.{kind}_linear_recurrence("
                                f"{rec.a}, {b}, {mask}, {rec.reset.const}, init={init}, return_last=True)")
                 else:
                     mid.append(f"{seq}, {last} = {op}({rec.a}, {b}, init={init}, return_last=True)")

@@ -159,6 +159,58 @@ EXAMPLES = [
     ),
     Example(
         code=(
+            "def gae_and_returns(rewards, values, dones, gamma, lam, adv, returns):\n"
+            "    gae = ret = 0.0\n"
+            "    for t in reversed(range(len(rewards))):\n"
+            "        delta = rewards[t] + gamma * values[t + 1] - values[t]\n"
+            "        if dones[t]:\n"
+            "            gae = 0\n"
+            "            ret = 0\n"
+            "        else:\n"
+            "            gae = delta + gamma * lam * gae\n"
+            "            ret = rewards[t] + gamma * ret\n"
+            "        adv[t] = gae\n"
+            "        returns[t] = ret\n"
+            "    return adv, returns\n"
+        ),
+        rewritten=True,
+        note="an episode end stores the constants instead of updating (if/else), two outputs: "
+             "switch_linear_recurrence, exact",
+    ),
+    Example(
+        code=(
+            "import numpy as np\n"
+            "def discount_rewards(r, gamma):\n"
+            "    discounted_r = np.zeros_like(r)\n"
+            "    running_add = 0\n"
+            "    for t in reversed(range(0, r.size)):\n"
+            "        if r[t] != 0:\n"
+            "            running_add = 0\n"
+            "        running_add = running_add * gamma + r[t]\n"
+            "        discounted_r[t] = running_add\n"
+            "    return discounted_r\n"
+        ),
+        rewritten=True,
+        note="Karpathy's Pong discount: a non-zero reward ends a game (`r[t] != 0`, the truth of a number)",
+    ),
+    Example(
+        code=(
+            "def f(rewards, values, dones, gamma, lam, adv):\n"
+            "    gae = 0.0\n"
+            "    for t in reversed(range(len(rewards))):\n"
+            "        if dones[t]:\n"
+            "            gae = 0\n"
+            "        else:\n"
+            "            delta = rewards[t] + gamma * values[t + 1] - values[t]\n"
+            "            gae = delta + gamma * lam * gae\n"
+            "        adv[t] = gae\n"
+            "    return adv, delta\n"
+        ),
+        rewritten=False,
+        reason="`delta` is computed only on steps that do not end an episode",
+    ),
+    Example(
+        code=(
             "def train(rewards, gamma, optimizer):\n"
             "    R = 0.0\n"
             "    for t in reversed(range(len(rewards))):\n"

@@ -58,7 +58,8 @@ def switch_of(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tuple
         return None  # the trip count is known before the loop only for range headers (not enumerate's)
     body = list(_stmts(node.body))
     parser = BodyParser(header)
-    bound = _bound_names(node.body) | {header.index}
+    # every name the loop binds: its body's, its target's (``for t, r in ...``), its elements'
+    bound = _bound_names(node.body) | _names_read(node.target) | {header.index} | {n for n, _ in header.elements}
     found = None
     for i, st in enumerate(body):
         if isinstance(st, cst.If) and _plain_test(st.test) and parser.lsplit(st.test) is None \
