@@ -21,9 +21,20 @@
  * independent, so vectorising over them changes no column's arithmetic.
  *
  * The GIL is released around the loop.
+ *
+ *     rec_ptr(kind, T, M, reverse, a, sa0, sa1, a_scalar, b, sb0, sb1, init, si, init_scalar,
+ *             out, so0, so1) -> None
+ *
+ * is the same loop on raw addresses (torch's data_ptr(), element strides), for torch tensors,
+ * which have no buffer protocol: going through numpy costs a first call about 150 us of
+ * one-time bridge set-up in torch and every call a few microseconds. kind is 'f' or 'd';
+ * a == 0 means the scalar a_scalar, init == 0 the scalar init_scalar (both rounded to the dtype).
+ * The caller guarantees the addresses and strides describe live CPU memory of that dtype
+ * (recurrence.py checks the tensors; nothing is checked here beyond alignment).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 
 #ifdef __FAST_MATH__
 #error "_recurrence_c must not be built with -ffast-math: it would not be exact"
@@ -33,7 +44,7 @@
 #endif
 
 /* bumped whenever rec's contract changes; recurrence.py refuses a stale build */
-#define REC_VERSION 1
+#define REC_VERSION 2
 
 /* the fixed-width kernels are kept out of line: inlined into rec, gcc schedules them worse */
 #if defined(__GNUC__)
@@ -303,10 +314,62 @@ done:
     return result;
 }
 
+static PyObject *
+rec_ptr(PyObject *self, PyObject *args)
+{
+    int kind, reverse;
+    Py_ssize_t T, M, sa[2], sb[2], si, so[2];
+    unsigned long long a, b, in, out;
+    double a_scalar, i_scalar;
+    if (!PyArg_ParseTuple(args, "CnnpKnndKnnKndKnn:rec_ptr", &kind, &T, &M, &reverse, &a, &sa[0],
+                          &sa[1], &a_scalar, &b, &sb[0], &sb[1], &in, &si, &i_scalar, &out, &so[0],
+                          &so[1]))
+        return NULL;
+    size_t size = kind == 'f' ? 4 : kind == 'd' ? 8 : 0;
+    if (!size) {
+        PyErr_SetString(PyExc_TypeError, "rec_ptr: kind must be 'f' or 'd'");
+        return NULL;
+    }
+    if (T < 0 || M < 0 || !b || !out || (a % size) || (b % size) || (in % size) || (out % size)) {
+        PyErr_SetString(PyExc_ValueError, "rec_ptr: bad sizes or misaligned addresses");
+        return NULL;
+    }
+    if (T == 0 || M == 0)
+        Py_RETURN_NONE;
+    {
+        double ibuf_d[CH];
+        float ibuf_f[CH];
+        const void *ip = (const void *)(uintptr_t)in;
+        Py_ssize_t sip = si;
+        if (!in) { /* a scalar carry: one element, stride 0 */
+            ibuf_d[0] = i_scalar;
+            ibuf_f[0] = (float)i_scalar;
+            ip = kind == 'f' ? (const void *)ibuf_f : (const void *)ibuf_d;
+            sip = 0;
+        }
+        if (kind == 'f')
+            a_scalar = (double)(float)a_scalar;
+        int release = T * M >= 2048;
+        PyThreadState *ts = release ? PyEval_SaveThread() : NULL;
+        if (kind == 'f')
+            run_f32((const void *)(uintptr_t)a, sa, a != 0, a_scalar, (const void *)(uintptr_t)b, sb,
+                    ip, sip, (void *)(uintptr_t)out, so, T, M, reverse);
+        else
+            run_f64((const void *)(uintptr_t)a, sa, a != 0, a_scalar, (const void *)(uintptr_t)b, sb,
+                    ip, sip, (void *)(uintptr_t)out, so, T, M, reverse);
+        if (release)
+            PyEval_RestoreThread(ts);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"rec", rec, METH_VARARGS,
      "rec(a, b, init, out, reverse): out[t] = b[t] + a[t] * x, x = init then out[t], "
      "for t = T-1..0 (reverse) or 0..T-1; exact (one multiply, one add per step)."},
+    {"rec_ptr", rec_ptr, METH_VARARGS,
+     "rec_ptr(kind, T, M, reverse, a, sa0, sa1, a_scalar, b, sb0, sb1, init, si, init_scalar, out, "
+     "so0, so1): rec on raw addresses and element strides (a / init == 0: the scalars)."},
     {NULL, NULL, 0, NULL},
 };
 

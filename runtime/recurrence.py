@@ -112,6 +112,7 @@ _FAST_DTYPES = (torch.float32, torch.float64)
 _TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _LOOP_MAX_T = 32
 _Tensor = torch.Tensor
+_STRIDED = torch.strided
 _Number = (int, float)
 
 # --------------------------------------------------------------------------
@@ -170,19 +171,24 @@ def _load_numba():
 
 #: The contract of ``_recurrence_c.rec`` this module was written for (its ``VERSION``): an
 #: editable install keeps an old build next to newer sources until it is rebuilt.
-_C_VERSION = 1
+_C_VERSION = 2
 
 
-def _fma_free(rec):
-    """Whether ``rec`` rounds the product before the add: with ``a = x = 1 + 2**-12`` and
-    ``b = -(1 + 2**-11)`` (float32) the rounded product is ``1 + 2**-11`` (a tie to even) and the
-    step gives 0, a fused multiply-add gives ``2**-24``; the float64 analogue likewise."""
-    for dt, e in ((np.float32, 12), (np.float64, 27)):
-        x = np.full((1, 1), 1 + 2.0 ** -e, dtype=dt)
-        b = np.full((1, 1), -(1 + 2.0 ** (1 - e)), dtype=dt)
-        out = np.empty((1, 1), dtype=dt)
-        rec(x, b, x[0], out, True)
-        if out[0, 0] != 0:
+def _fma_free(rec_ptr):
+    """Whether the kernel ``rec_ptr`` (the extension's raw-address entry) rounds the product
+    before the add: with ``a = x = 1 + 2**-12`` and ``b = -(1 + 2**-11)`` (float32) the rounded
+    product is ``1 + 2**-11`` (a tie to even) and the step gives 0, a fused multiply-add gives
+    ``2**-24``; the float64 analogue likewise. One step each, on ``array`` buffers (no numpy:
+    this runs on a process's first call)."""
+    from array import array
+
+    for kind, e in (("f", 12), ("d", 27)):
+        x = array(kind, [1 + 2.0 ** -e])
+        b = array(kind, [-(1 + 2.0 ** (1 - e))])
+        out = array(kind, [1.0])
+        xp, bp, op = x.buffer_info()[0], b.buffer_info()[0], out.buffer_info()[0]
+        rec_ptr(kind, 1, 1, True, xp, 1, 1, 0.0, bp, 1, 1, xp, 1, 0.0, op, 1, 1)
+        if out[0] != 0:
             return False
     return True
 
@@ -199,7 +205,7 @@ def _load_c():
             if getattr(mod, "VERSION", None) != _C_VERSION:
                 raise ImportError("stale build (VERSION %r, want %r): reinstall" % (
                     getattr(mod, "VERSION", None), _C_VERSION))
-            if not _fma_free(mod.rec):
+            if not _fma_free(mod.rec_ptr):
                 raise ImportError("built with FMA contraction: not exact")
             _c_mod = mod
         except Exception as exc:  # not built (no compiler at install), stale or broken
@@ -865,31 +871,51 @@ def _fast(a, b, init, reverse):
         return None
     T, M = b.shape
     if type(a) is _Tensor:
-        if a.dtype is not dt or a.shape != b.shape or not a.is_cpu or (grad and a.requires_grad):
+        if a.dtype is not dt or a.shape != b.shape or not a.is_cpu or (grad and a.requires_grad) \
+                or a.layout is not _STRIDED or a.is_neg():
             return None
-        a = a.numpy()
     elif type(a) is float:
-        a = _NP_SCALAR[dt](a)
         if type(init) is float and init != 0.0 and dt is torch.float32:
             return None  # the naive loop forms a * init in double: general path
     else:
         return None
-    if type(init) is float:
-        init = _zero_row(M, _NP_SCALAR[dt]) if init == 0.0 else np.full(M, init, dtype=_NP_SCALAR[dt])
-    elif type(init) is _Tensor:
+    if type(init) is _Tensor:
         if (init.dtype is not dt or init.shape != b.shape[1:] or not init.is_cpu
-                or (grad and init.requires_grad) or not init.is_contiguous()):
+                or (grad and init.requires_grad) or init.layout is not _STRIDED or init.is_neg()):
             return None
-        init = init.numpy()
+    elif type(init) is not float:
+        return None
+    if T == 0 or b.layout is not _STRIDED or not b.is_contiguous() or b.is_neg():
+        return None
+    c = _c_mod if _c_mod is not None else _load_c()
+    if c:  # raw addresses: no numpy bridge (its first use in a process costs ~150 us)
+        out = torch.empty((T, M), dtype=dt)
+        if type(a) is _Tensor:
+            sa0, sa1 = a.stride()
+            ap, asc = a.data_ptr(), 0.0
+        else:
+            ap, sa0, sa1, asc = 0, 0, 0, a
+        if type(init) is _Tensor:
+            ip, si, isc = init.data_ptr(), init.stride(0), 0.0
+        else:
+            ip, si, isc = 0, 0, init
+        try:
+            c.rec_ptr("f" if dt is torch.float32 else "d", T, M, reverse, ap, sa0, sa1, asc,
+                      b.data_ptr(), M, 1, ip, si, isc, out.data_ptr(), M, 1)
+            return out
+        except Exception as exc:  # misaligned memory (a tensor over odd numpy memory): numba / numpy
+            _debug_once("c-run", "linear_recurrence: C kernel refused (%r); using numba / numpy", exc)
+    nps = _NP_SCALAR[dt]
+    a = a.numpy() if type(a) is _Tensor else nps(a)
+    if type(init) is float:
+        init = _zero_row(M, nps) if init == 0.0 else np.full(M, init, dtype=nps)
     else:
-        return None
-    if not b.is_contiguous() or T == 0:
-        return None
-    rec = _cpu_rec()
-    out = np.empty((T, M), dtype=_NP_SCALAR[dt])
+        init = init.contiguous().numpy()
+    rec = _fallback_rec()
+    out = np.empty((T, M), dtype=nps)
     try:
         rec(a, b.numpy(), init, out, reverse)
-    except Exception as exc:  # the extension refused a layout (the general path retries), numba failed
+    except Exception as exc:  # numba failed to compile: the general path retries on torch
         _debug_once("fast-run", "linear_recurrence: CPU kernel failed (%r); general path", exc)
         return None
     return torch.from_numpy(out)

@@ -496,16 +496,30 @@ def test_c_bitwise_equals_naive_loop(seed, T, N, dtype, a_kind, init_kind, rever
         assert torch.equal(last, ref_last)
 
 
+def _raw_kernel(fused):
+    """A ``rec_ptr`` in Python for one step at T = M = 1 (ctypes reads the addresses): the
+    product rounded before the add, or not at all (what an FMA does)."""
+    import ctypes
+
+    def rec_ptr(kind, T, M, reverse, a, sa0, sa1, a_scalar, b, sb0, sb1, init, si, init_scalar, out, so0, so1):
+        ct = ctypes.c_float if kind == "f" else ctypes.c_double
+        av, bv, xv = (ct.from_address(p).value for p in (a, b, init))
+        if fused:  # exact product and sum in float64, one rounding (exact for the float32 probe)
+            r = bv + av * xv if kind == "f" else float(np.longdouble(bv) + np.longdouble(av) * np.longdouble(xv))
+        else:
+            p = np.float32(av) * np.float32(xv) if kind == "f" else av * xv
+            r = np.float32(bv) + p if kind == "f" else bv + p
+        ct.from_address(out).value = float(r)
+
+    return rec_ptr
+
+
 def test_c_fma_probe_rejects_a_fused_kernel():
     """A build that contracts ``b + a * x`` into an FMA is caught at load time, not used."""
-
-    def fused(a, b, init, out, reverse):  # float32 maths with one rounding: what an FMA does
-        out[...] = (b.astype(np.float64) + a.astype(np.float64) * init.astype(np.float64)).astype(b.dtype)
-
-    assert R._fma_free(R._numpy_rec)
-    assert not R._fma_free(fused)
+    assert R._fma_free(_raw_kernel(fused=False))
+    assert not R._fma_free(_raw_kernel(fused=True))
     if HAS_C:
-        assert R._fma_free(_c_rec())
+        assert R._fma_free(R._load_c().rec_ptr)
 
 
 @needs_c
@@ -552,6 +566,7 @@ def test_stale_or_disabled_c_extension_is_not_used(monkeypatch):
     stale = type(sys)("scalebox_cst.runtime._recurrence_c")
     stale.VERSION = R._C_VERSION - 1
     stale.rec = R._numpy_rec
+    stale.rec_ptr = _raw_kernel(fused=False)
     import scalebox_cst.runtime as pkg
 
     monkeypatch.setitem(sys.modules, "scalebox_cst.runtime._recurrence_c", stale)
@@ -572,13 +587,23 @@ def test_a_layout_the_c_kernel_refuses_falls_back_exactly(monkeypatch):
         calls.append(b.shape)
         raise ValueError("rec: misaligned or odd strides")
 
+    def refusing_ptr(kind, T, M, *rest):
+        calls.append((T, M))
+        raise ValueError("rec_ptr: bad sizes or misaligned addresses")
+
     fake = type(sys)("fake_c")
     fake.rec = refusing
+    fake.rec_ptr = refusing_ptr
     monkeypatch.setattr(R, "_c_mod", fake)
     a, b, init = make_case(13, 90, 3, torch.float32, "full", "tensor")
     for bb in (b, b.t().contiguous().t()):  # the fast path and the general path
         assert torch.equal(linear_recurrence(a, bb, init), naive_t(a, bb, init))
     assert len(calls) >= 2
+    for init in (0.0, 0.5, torch.randn(3)):  # the raw-address entry, every scalar / tensor mix
+        for a_ in (0.9, a):
+            if isinstance(init, float) and init and isinstance(a_, float):
+                continue  # the general path: a Python-float product a * init
+            assert torch.equal(linear_recurrence(a_, b, init), naive_t(a_, b, init))
 
 
 @needs_c
