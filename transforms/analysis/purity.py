@@ -202,6 +202,8 @@ def pure_call(call: cst.Call, imports, guarded: bool = True) -> bool:
     name = func.attr.value
     if name.endswith("_") or name not in PURE_METHODS:
         return False
+    if isinstance(func.value, cst.Name) and func.value.value in ("self", "cls"):
+        return False  # the class's own method (``self.clamp(x)``), whatever its name
     head = (dotted(func.value) or "").partition(".")[0]
     if imports is not None and head in getattr(imports, "imported", ()):
         return False  # a module's function (``mylib.sum``, a rebound ``torch``): not a method
