@@ -926,6 +926,12 @@ def _unpacks(item: Any, k: int) -> bool:
     return isinstance(item, tuple) and t.__iter__ is tuple.__iter__ and t.__len__ is tuple.__len__ and len(item) == k
 
 
+def _indexes(t: type) -> bool:
+    """Items of type ``t`` give ``item[j]`` what unpacking them gives (tuple's own methods)."""
+    return t is tuple or t is list or (issubclass(t, tuple) and t.__iter__ is tuple.__iter__
+                                         and t.__len__ is tuple.__len__ and t.__getitem__ is tuple.__getitem__)
+
+
 def _elem_rank(x: Any, first: int = 0) -> int:
     """The rank of one element of a per-sample container (a tensor's rows, or a list's tensors)."""
     return x.dim() - 1 if type(x) in _TENSORS else x[first].dim()
@@ -1014,17 +1020,26 @@ def loss_zip(seqs: Sequence[Any], unpack: Sequence[Any], invariants: Sequence[An
     elements and invariants its rank is the highest of, and a floor), ``cats`` (results that
     ``torch.cat`` joins: not 0-d), ``rank`` (the least rank the batches are aligned to)."""
     try:
+        for seq, u in zip(seqs, unpack):  # O(1) first: lists of Python floats (returns) decline at once
+            if type(seq) in (list, tuple) and seq:
+                first = seq[0]
+                if type(u) is tuple:
+                    if not _unpacks(first, len(u)) or any(f and type(e) not in _TENSORS for e, f in zip(first, u)):
+                        return None
+                elif u and type(first) not in _TENSORS:
+                    return None
         used: List[Any] = []
         sizes = set()
         for seq, u in zip(seqs, unpack):
             if type(seq) not in (list, tuple) and type(seq) not in _TENSORS:
                 return None
             sizes.add(len(seq))
-            if type(u) is tuple:
-                if type(seq) not in (list, tuple) or not all(_unpacks(item, len(u)) for item in seq):
+            if type(u) is tuple:  # checked and split in bulk (a per-item Python check costs as much as the loop)
+                types = set(map(type, seq))
+                if type(seq) not in (list, tuple) or not all(_unpacks(seq[0], len(u)) and _indexes(t) for t in types) \
+                        or set(map(len, seq)) != {len(u)}:
                     return None
-                cols = list(zip(*seq))
-                used.extend(list(cols[j]) for j, flag in enumerate(u) if flag and cols)
+                used.extend(list(map(operator.itemgetter(j), seq)) for j, flag in enumerate(u) if flag)
             elif u:
                 used.append(seq)
         if len(sizes) != 1 or not used or min(sizes) < LOSS_MIN_SAMPLES:
