@@ -1,6 +1,7 @@
 """The rewritten statement: ``if <guard>:`` the first step as written, the middle steps
-vectorized, the last step as written, ``else:`` the original loop verbatim; with its exactness and
-the reason reported for the site.
+vectorized, the last step as written (or folded into the vectorized steps where what it leaves
+behind is dead: :mod:`.fold`), ``else:`` the original loop verbatim; with its exactness and the
+reason reported for the site.
 """
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import List, Tuple
 import libcst as cst
 
 from ...base import FileContext
-from .syntax import _code, _one_line, _stmts
+from .syntax import _bound_names, _code, _names_read, _one_line, _stmts
+from .body import _flatten
 from .plan import Planner
 from .views import describe
+from . import fold
 
 
 #: the runtime op and helpers module the emitted code calls
@@ -22,8 +25,10 @@ HELPERS_QUALNAME = "scalebox_cst.runtime.vectorized"
 def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bool, str]:
     """The rewritten loop: ``if <guard>:`` first step, vectorized middle steps, last step
     ``else:`` the original loop; with its exactness and the reported reason."""
+    planner.fold_last = _foldable(ctx, node, planner)
     # names are reserved before the imports are requested, so a Skip leaves no import behind
     guard, mid, exact, notes = planner.emit("__SBX__", "__SBX_OP__")
+    folded = planner.folded
     helpers = ctx.runtime_name(HELPERS_QUALNAME, "_sbx")
     op = ctx.runtime_name(OP_QUALNAME, "linear_recurrence")
 
@@ -53,11 +58,18 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
             last_lines.append(f"    {var} = {_code(it.value).strip()}")  # type: ignore[arg-type]
         for it in planner.readback_items:
             last_lines.append(f"    {_one_line(it.node)}")  # type: ignore[arg-type]
-    chunks = [
-        [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],
-        [f"# steps t = {T} - 2 .. 1, vectorized"] + mid,
-        ["# step t = 0, as written"] + last_lines + [bind("0")],
-    ]
+    if folded:
+        chunks = [
+            [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],
+            [f"# steps t = {T} - 2 .. 0, vectorized"] + mid,
+            ["# the loop variable as the loop leaves it (its other temporaries are dead after it)", bind("0")],
+        ]
+    else:
+        chunks = [
+            [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],
+            [f"# steps t = {T} - 2 .. 1, vectorized"] + mid,
+            ["# step t = 0, as written"] + last_lines + [bind("0")],
+        ]
     # one parse for all the generated code: `if <guard>: pass`, then the chunks, `pass` between
     text = f"if {sub(guard)}:\n    pass\n" + "pass\n".join(
         "\n".join(sub(x) for x in chunk) + "\n" for chunk in chunks)
@@ -70,7 +82,7 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
             continue
         parts[-1].append(st)
     first, middle, last = parts
-    rest: List[cst.BaseStatement] = middle + last + [s.deep_clone() for s in body]
+    rest: List[cst.BaseStatement] = middle + last + ([] if folded else [s.deep_clone() for s in body])
     check = planner.carry_check("__SBX__")
     if check is not None:
         check = sub(check)
@@ -119,7 +131,26 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
              "Python/numpy int or bool flags only with float64 maths")
     carried = "; the carried value after the first step of that kind and dtype (carry_ok), " \
         "else the other steps run as written" if planner.carry_check("_") else ""
-    reason = (f"backward linear recurrence {kinds} ({shape}{exactness}): first and last step run as "
-              f"written, steps in between by linear_recurrence; guarded by recurrence_ok ({needs}{carried}), "
-              f"original loop kept in the else branch")
+    steps = ("first step runs as written, the others by linear_recurrence (the last step folded in: "
+             "the temporaries it would leave are read nowhere after the loop)") if folded else \
+        "first and last step run as written, steps in between by linear_recurrence"
+    reason = (f"backward linear recurrence {kinds} ({shape}{exactness}): {steps}; guarded by recurrence_ok "
+              f"({needs}{carried}), original loop kept in the else branch")
     return new, exact, reason
+
+
+def _foldable(ctx: FileContext, node: cst.For, planner: Planner) -> bool:
+    """Whether the last step may be left to the vectorized steps (see :mod:`.fold`): nothing
+    carried into it from the step before by name (shifted values, read-backs, forwarded reads, a
+    list's last element), and the body's temporaries dead after the loop (the loop variable, its
+    elements and the carried values are bound as the loop leaves them)."""
+    if planner.shift or planner.readback_items or planner.forwarded or getattr(planner, "list_carried", None):
+        return False
+    if any(r.switch for r in planner.resets.values()):  # if done: s = 0 else: ...: a last step that ends
+        return False  # an episode leaves the constant itself (an int), not what the op computes
+    h = planner.h
+    kept = {h.index} | {n for n, _ in h.elements} | set(planner.rec_vars)
+    names = _bound_names(node.body) - kept
+    first_step = [(set().union(*(_names_read(e) for e in planner._exprs(it))), it.var)
+                  for it in _flatten(planner.items, False)]
+    return fold.dead_after(ctx.module, node, names, first_step)

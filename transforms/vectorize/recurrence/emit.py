@@ -9,6 +9,11 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from .syntax import _code, _names_read, _norm
+from . import fold
+
+#: the first row the outputs of the vectorized steps are stored from: 1, or 0 where the last step
+#: is folded in (filled in once the emitted slices are known to allow it)
+_LO = "__SBX_LO__"
 
 
 class Emit:
@@ -90,7 +95,7 @@ class Emit:
                     oc = _code(o).strip()
                     if self._has_step(vec):  # time-first: rows aligned to out's rows
                         vec = f"{helpers}.to_rank({vec}, {oc})"
-                    mid.append(f"{oc}[1:{T} - 1] = {vec}")
+                    mid.append(f"{oc}[{_LO}:{T} - 1] = {vec}")
             elif it.kind in ("append", "insert", "appendleft"):
                 vec = self.render(it.value, env)  # type: ignore[arg-type]
                 if not from_carried(vec):  # an item made of per-step values alone: Python numbers in
@@ -118,6 +123,11 @@ class Emit:
             binds = [f"{self.vec_names[k]} = {helpers}.seq_of({_code(self.seq_nodes[k]).strip()})" for k in self.vec_names]
         binds += [f"{self.cond_names[k]} = {helpers}.truth_of({_code(self.seq_nodes[k]).strip()})" for k in self.cond_names]
         mid = binds + mid
+        # the last step t = 0 folded in (build asks, see fold): every slice starts one row earlier
+        wide = fold.widen(mid, list(self.vec_names.values()) + list(self.cond_names.values())) \
+            if getattr(self, "fold_last", False) else None
+        self.folded = wide is not None
+        mid = [x.replace(_LO, "0" if self.folded else "1") for x in (wide if self.folded else mid)]  # type: ignore[union-attr]
         guard = self.guard(helpers)
         return guard, mid, exact, notes
 
