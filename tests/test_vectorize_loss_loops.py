@@ -747,3 +747,16 @@ def test_float_rebound_is_not_item():
     """
     out, sites = rewrite(src)
     assert out == textwrap.dedent(src) and sites[0].action == SKIPPED
+
+
+def test_returns_as_python_floats_keep_the_loop(monkeypatch):
+    """Returns collected as Python floats (``returns.insert(0, G)`` without torch.tensor): per
+    sample, ``G - value.item()`` is float64 arithmetic, which the tensor-typed batched body does
+    not model; the guard declines from the first item and the loop runs."""
+    spy = Spy(monkeypatch)
+    orig, new, _, _ = pair(LOSS_LOOP, "f")
+    SA = load(LOSS_LOOP, "SavedAction")
+    saved = [SA(torch.randn(()), torch.randn(1)) for _ in range(8)]
+    rets = [float(x) for x in torch.randn(8)]
+    assert torch.equal(orig(saved, rets), new(saved, rets))
+    assert spy.results == [None]
