@@ -725,15 +725,25 @@ def dim1(x: Any) -> Any:
     return None
 
 
-def dim_view(x: Any, dim: int, ndim: int) -> Any:
+def dim_view(x: Any, dim: int, ndim: int, ints: Tuple[int, ...] = ()) -> Any:
     """The time-major view of an array walked along dimension ``dim`` (negative: from the end):
-    ``x[..., t, :]`` is ``dim_view(x, -2, 2)[t]``, ``x[:, :, t]`` is ``dim_view(x, 2, 3)[t]``
-    (``movedim`` keeps the other dimensions in order; writes through the view land in ``x``), or
-    None (the guard declines) for anything but a tensor or ndarray of at least ``ndim``
-    dimensions, the number the loop's subscript needs."""
-    if (_tensor(x) or _ndarray(x)) and type(dim) is int and x.ndim >= max(ndim, 2) and -x.ndim <= dim < x.ndim:
-        return x.movedim(dim, 0) if _tensor(x) else np.moveaxis(x, dim, 0)
-    return None
+    ``x[..., t, :]`` is ``dim_view(x, -2, 2)[t]``, ``x[:, :, t]`` is ``dim_view(x, 2, 3)[t]``, and
+    with integer indices right after the time index ``x[:, t, 0]`` is ``dim_view(x, 1, 3, (0,))[t]``
+    (``movedim`` keeps the other dimensions in order, so the dimensions after time keep their
+    places; basic indexing keeps a view: writes through it land in ``x``). None (the guard
+    declines) for anything but a tensor or ndarray of at least ``ndim`` dimensions, the number the
+    loop's subscript needs, or an index out of range (the loop raises as written)."""
+    try:
+        if not ((_tensor(x) or _ndarray(x)) and type(dim) is int and x.ndim >= max(ndim, 2)
+                and -x.ndim <= dim < x.ndim and all(type(i) is int for i in ints)):
+            return None
+        v = x.movedim(dim, 0) if _tensor(x) else np.moveaxis(x, dim, 0)
+        if ints:
+            at = dim if dim >= 0 else x.ndim + dim  # the dims after time are at at + 1, ... in v too
+            v = v[(slice(None),) * (at + 1) + tuple(ints)]
+        return v
+    except Exception:
+        return None
 
 
 def written_apart(written: Sequence[Any], others: Sequence[Any]) -> bool:

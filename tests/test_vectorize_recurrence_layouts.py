@@ -13,7 +13,7 @@ from collections import deque
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
@@ -997,3 +997,74 @@ def f(rewards, gamma):
         out.insert(0, R)
     return out
 """, "reads the enumerate counter `k`")
+
+
+# ------------------------------------------------------------------ the layout rule itself
+
+@st.composite
+def subscripts(draw):
+    """A subscript with the time index ``t`` somewhere in the middle: leading full slices or one
+    ellipsis among them, then integer indices and full slices (or a trailing ellipsis)."""
+    lead = draw(st.lists(st.sampled_from([":", "..."]), max_size=3).filter(lambda xs: xs.count("...") <= 1))
+    ints = draw(st.lists(st.sampled_from(["0", "-1", "1"]), max_size=2))
+    tail = draw(st.lists(st.just(":"), max_size=2))
+    if "..." not in lead and draw(st.booleans()):
+        tail = tail + ["..."]
+    return ", ".join(lead + ["t"] + ints + tail)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sub=subscripts(), shape=st.lists(st.integers(1, 3), min_size=1, max_size=5), seed=st.integers(0, 2**16))
+def test_layout_views_give_the_loops_slices(sub, shape, seed):
+    """Wherever ``_layout`` reads ``x[<sub>]`` as ``v[t]`` with ``v = dim_view(x, dim, ndim, ints)``,
+    that is the loop's slice for every t (same values, same shape), on tensors and ndarrays;
+    ``dim_view`` declines arrays with too few dimensions for the subscript (or an integer index
+    out of range: the loop then raises as written)."""
+    import libcst as cst
+    from scalebox_cst.transforms.vectorize.recurrence.views import _layout
+
+    node = cst.parse_expression(f"x[{sub}]")
+    lay = _layout(node, "t")
+    if lay is None:  # x[t], x[t, 0]: time first, handled without a view
+        assert not sub.replace("t", "").replace("0", "").replace("-1", "").replace("1", "").strip(", ")
+        return
+    x = np.random.default_rng(seed).standard_normal(shape)
+    for arr in (x, torch.from_numpy(x)):
+        v = vectorized_mod.dim_view(arr, lay.dim, lay.ndim, lay.ints)
+        if v is None:
+            with pytest.raises(IndexError):  # too few dimensions or an index out of range
+                if arr.ndim < 2:
+                    raise IndexError
+                eval(f"arr[{sub}]", {"arr": arr, "t": 0})
+            continue
+        for t in range(v.shape[0]):
+            want = eval(f"arr[{sub}]", {"arr": arr, "t": t})
+            got = v[t]
+            assert tuple(got.shape) == tuple(want.shape) and bool((got == want).all()), (sub, shape, t)
+
+
+# integer indices after a time index in the middle index the dimensions after time: x[:, t, 0] is
+# x's [:, :, 0] walked along dimension 1 (read as column 0 of the time-major rows it was the wrong
+# dimension: B == N gave wrong values under a passing guard)
+INT_AFTER_TIME = """\
+def f(ret, rewards, values, gamma):
+    s = 0.0
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        s = rewards[:, t, 0] + gamma * values[..., t, -1] * s
+        ret[:, t] = s
+    return ret
+
+res = f(ret, rewards, values, 0.9)
+"""
+
+
+@HYP
+@given(T=lengths, B=st.sampled_from([1, 2, 3]), N=st.sampled_from([1, 2, 3]), kind=kinds, dtype=dtypes,
+       seed=st.integers(0, 2**16))
+def test_integer_index_after_time_in_the_middle_bitwise(T, B, N, kind, dtype, seed):
+    env = dict(ret=arrays(kind, seed, (B, T), dtype), rewards=arrays(kind, seed + 1, (B, T, N), dtype),
+               values=arrays(kind, seed + 2, (B, T, N), dtype))
+    ns1, ns2 = run_both(INT_AFTER_TIME, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+    out = sites_and_code(INT_AFTER_TIME)
+    assert "dim_view(rewards, 1, 3, (0,))" in out and "dim_view(values, -2, 2, (-1,))" in out

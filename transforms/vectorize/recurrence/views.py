@@ -46,12 +46,13 @@ def _is_int(el: cst.SubscriptElement) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where one subscript puts time: dimension ``dim`` (negative: from the end), the subscript
-    needing ``ndim`` dimensions; ``keep``: the elements after the time index that stay."""
+    needing ``ndim`` dimensions; ``ints``: the integer indices right after the time index (they
+    index the dimensions after time: part of the view, ``dim_view(x, dim, ndim, ints)``)."""
     dim: int
     ndim: int
     time: int  # position of the time index among the subscript's elements
-    keep: Tuple[int, ...]  # positions kept after it (integer indices)
-    plain: bool  # ``x[:, t]`` / ``x[:, t, i]``: what ``dim1`` has always handled
+    ints: Tuple[int, ...]
+    plain: bool  # ``x[:, t]``: what ``dim1`` has always handled
 
 
 def _layout(node: cst.Subscript, t: str) -> Optional[Layout]:
@@ -72,7 +73,8 @@ def _layout(node: cst.Subscript, t: str) -> Optional[Layout]:
     ints: List[int] = []
     i = 0
     while i < len(rest) and _is_int(rest[i]):
-        ints.append(k + 1 + i)
+        v = rest[i].slice.value  # type: ignore[attr-defined]
+        ints.append(-int(v.expression.value, 0) if isinstance(v, cst.UnaryOperation) else int(v.value, 0))
         i += 1
     tail = rest[i:]
     trailing_ellipsis = bool(tail) and _is_ellipsis(tail[-1]) and not ell
@@ -92,18 +94,19 @@ def _layout(node: cst.Subscript, t: str) -> Optional[Layout]:
     # the loop's slice of an array with fewer dimensions than the view needs raises or (numpy:
     # an ellipsis over nothing) gives 0-d arrays where the rewrite gives scalars: 2 at least
     ndim = max(ndim, 2)
-    plain = len(lead) == 1 and not ell and not tail and not trailing_ellipsis
+    plain = len(lead) == 1 and not ell and not tail and not trailing_ellipsis and not ints
     return Layout(dim, ndim, k, tuple(ints), plain)
 
 
 @dataclasses.dataclass
 class View:
-    """A time-major view the guard binds: ``name = dim_view(code, dim, ndim)``."""
+    """A time-major view the guard binds: ``name = dim_view(code, dim, ndim, ints)``."""
     name: str
     code: str
     dim: int
     ndim: int
-    plain: bool  # every subscript was ``x[:, t]`` / ``x[:, t, i]``: bound by ``dim1`` (their first output)
+    plain: bool  # every subscript was ``x[:, t]``: bound by ``dim1`` (the form's first output)
+    ints: Tuple[int, ...] = ()
     texts: Dict[str, str] = dataclasses.field(default_factory=dict)  # view text -> the user's text
 
     def __iter__(self):  # (name, code), as the views were first described
@@ -112,7 +115,8 @@ class View:
     def call(self, helpers: str) -> str:
         if self.plain:
             return f"{helpers}.dim1({self.code})"
-        return f"{helpers}.dim_view({self.code}, {self.dim}, {self.ndim})"
+        ints = f", ({', '.join(map(str, self.ints))},)" if self.ints else ""
+        return f"{helpers}.dim_view({self.code}, {self.dim}, {self.ndim}{ints})"
 
     def where(self) -> str:
         return f"dimension {self.dim}" + (" (counted from the end)" if self.dim < 0 else "")
@@ -152,8 +156,8 @@ def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tup
     t = header.index
     found: Dict[str, cst.BaseExpression] = {}
     dims: Dict[str, int] = {}
-    ndims: Dict[str, int] = {}
-    plain: Dict[str, bool] = {}
+    ndims: Dict[Tuple[str, Tuple[int, ...]], int] = {}
+    plain: Dict[Tuple[str, Tuple[int, ...]], bool] = {}
     for n in _walk(node.body):
         if not (isinstance(n, cst.Subscript) and _pure_container(n.value)):
             continue
@@ -165,32 +169,32 @@ def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tup
         if dims.setdefault(key, lay.dim) != lay.dim:
             raise Skip(f"`{_code(n.value).strip()}` is indexed with time along two dimensions "
                        f"({dims[key]} and {lay.dim})")
-        ndims[key] = max(ndims.get(key, 2), lay.ndim)
-        plain[key] = plain.get(key, True) and lay.plain
+        vk = (key, lay.ints)  # x[:, t, 0] and x[:, t, 1]: two views (the ints index the dims after time)
+        ndims[vk] = max(ndims.get(vk, 2), lay.ndim)
+        plain[vk] = plain.get(vk, True) and lay.plain
     if not found:
         return (node, []) if split is not original else None
     bound = _bound_names(node.body)
-    views: Dict[str, View] = {}
+    views: Dict[Tuple[str, Tuple[int, ...]], View] = {}
     for key, cont in found.items():
         where = f"dimension {dims[key]}" + (" (counted from the end)" if dims[key] < 0 else "")
         if _head(cont) in bound:
             raise Skip(f"`{_code(cont).strip()}` is indexed along {where} and reassigned in the loop")
-        # ``x[:, t]`` and ``x[:, t, i]`` alone: bound by ``dim1``, the forms' first output (the
-        # first step, run as written, raises where ``x`` lacks the dimension ``i`` indexes)
-        views[key] = View(ctx.imports.unique_name(f"{key.split('.')[-1]}_t"), _code(cont).strip(),
-                          dims[key], ndims[key], plain[key])
+    for (key, ints), nd in ndims.items():
+        # ``x[:, t]`` alone: bound by ``dim1``, the form's first output
+        label = f"{key.split('.')[-1]}_t" + "".join(f"_{i}".replace("-", "m") for i in ints)
+        views[(key, ints)] = View(ctx.imports.unique_name(label), _code(found[key]).strip(), dims[key], nd,
+                                  plain[(key, ints)], ints)
 
     class Sub(cst.CSTTransformer):
         def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
-            if not _pure_container(updated.value) or _norm(updated.value) not in views:
+            if not _pure_container(updated.value) or _norm(updated.value) not in found:
                 return updated
             lay = _layout(updated, t)  # type: ignore[arg-type]
             if lay is None:
                 return updated
-            view = views[_norm(updated.value)]
-            els = list(updated.slice)
-            rest = [els[lay.time]] + [els[i] for i in lay.keep]
-            rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            view = views[(_norm(updated.value), lay.ints)]
+            rest = [updated.slice[lay.time].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
             new = cst.Subscript(value=cst.Name(view.name), slice=rest, lpar=updated.lpar, rpar=updated.rpar)
             view.texts[_one_line(new)] = _one_line(original)
             return new
@@ -200,5 +204,6 @@ def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tup
     chains = {dotted(n) for n in _walk(new.body) if isinstance(n, cst.Attribute)}
     for key, cont in found.items():
         if (key in left) if isinstance(cont, cst.Name) else (key in chains):
-            raise Skip(f"`{_code(cont).strip()}` is indexed along {views[key].where()} and also otherwise")
+            where = f"dimension {dims[key]}" + (" (counted from the end)" if dims[key] < 0 else "")
+            raise Skip(f"`{_code(cont).strip()}` is indexed along {where} and also otherwise")
     return new, list(views.values())
