@@ -5,13 +5,13 @@
 Single thread on CPU, thread CPU time (``time.thread_time``: other processes on a shared machine
 do not count, their cache pollution does). One model and optimizer per case for every variant
 (per-variant models sit at other addresses: a bias of the size of the guard on a small model).
-Rounds: each variant runs a block of steps, in a shuffled order per round; reported per variant:
+Rounds: one whole training step of each variant, in a shuffled order per round, each step timed
+alone; reported per variant, as medians over the rounds:
 
-* ``step``: the median over rounds of the block's mean step time;
-* ``ratio``: the median over rounds of block / unguarded block of the same round (drift on a
-  loaded machine cancels), and ``+us``: the median of block - unguarded block per step;
-* ``call``: the median of the guard call alone, timed inside the step between ``backward()``
-  and ``step()`` (where its code and data are cold), minus the same empty timing.
+* the step; against the unguarded step: the ratio of the medians, the median of the paired
+  ratios (this round's step / this round's unguarded step) and of the extra microseconds;
+* the call alone, timed inside the same steps between ``backward()`` and ``step()`` (where its
+  code and data are cold), less the same timing around nothing.
 
 Variants (the call between ``backward()`` and ``step()``):
 ``none`` the user's code; ``guard`` ``stabilizer.stabilize`` as inserted (the C helper when
@@ -102,11 +102,11 @@ def mlp(hidden, batch, seed=0):
         slot["call"]()
         opt.step()
 
-    def use(variant, timed=None):
-        call = calls_for(opt, "bench.py:1")[variant]
-        if timed is not None:
-            timed.call, call = call, timed
-        slot["call"] = call
+    calls = calls_for(opt, "bench.py:1")
+
+    def use(variant, timed):
+        timed.call = calls[variant]
+        slot["call"] = timed
 
     return step, use
 
@@ -164,63 +164,64 @@ def sac(seed=0, obs=17, act=6, batch=256):
             for p, tp in zip(qf2.parameters(), qf2_t.parameters()):
                 tp.data.mul_(0.995).add_(0.005 * p.data)
 
-    def use(variant, timed=None):
-        for k, opt, site in (("q", q_opt, "sac.py:1"), ("a", a_opt, "sac.py:2"), ("al", al_opt, "sac.py:3")):
-            call = calls_for(opt, site)[variant]
-            if timed is not None:  # the three calls of a step together
-                call = _chain(timed, call, first=k == "q")
+    calls = {k: calls_for(opt, site) for k, opt, site in (("q", q_opt, "sac.py:1"), ("a", a_opt, "sac.py:2"), ("al", al_opt, "sac.py:3"))}
+    chained = {v: {k: _chain(calls[k][v], first=k == "q") for k in calls} for v in VARIANTS}
+
+    def use(variant, timed):
+        for k, call in chained[variant].items():  # the three calls of a step timed together
+            call.timed = timed
             slot[k] = call
 
     return step, use
 
 
-def _chain(timed, call, first):
-    def run():
+class _chain:
+    """One of a step's several calls, timed into the same sample."""
+
+    def __init__(self, call, first):
+        self.call, self.first, self.timed = call, first, None
+
+    def __call__(self):
         t0 = clock()
-        call()
+        self.call()
         dt = clock() - t0
-        if first:
-            timed.samples.append(dt)
+        if self.first:
+            self.timed.samples.append(dt)
         else:
-            timed.samples[-1] += dt
-    return run
+            self.timed.samples[-1] += dt
 
 
-def measure(make, number, rounds, seed=0):
-    """Whole steps in blocks of ``number``, each variant once per round in a shuffled order."""
+def measure(make, steps, seed=0):
+    """Single whole steps, one per variant per round in a shuffled order (drift and the load of
+    a shared machine hit every variant alike; a variant's code is as cold as in a run where other
+    work runs between its steps), the call inside each step timed too."""
     step, use = make()
-    for v in VARIANTS:
-        use(v)
-        for _ in range(max(5, number // 2)):
-            step()
-    blocks = {v: [] for v in VARIANTS}
-    order, rng = list(VARIANTS), random.Random(seed)
-    for _ in range(rounds):
-        rng.shuffle(order)
-        for v in order:
-            use(v)
-            t0 = clock()
-            for _ in range(number):
-                step()
-            blocks[v].append((clock() - t0) / number / 1e3)  # us per step
-    base = blocks["none"]
-    out = {}
-    for v, b in blocks.items():
-        out[v] = {
-            "step_us": statistics.median(b),
-            "ratio": statistics.median(x / y for x, y in zip(b, base)),
-            "extra_us": statistics.median(x - y for x, y in zip(b, base)),
-        }
-    # the call alone, inside the step: per-step shuffled round-robin
     timed = {v: Timed() for v in VARIANTS}
-    for _ in range(rounds * number // len(VARIANTS) + 1):
+    for v in VARIANTS:
+        use(v, timed[v])
+        for _ in range(20):
+            step()
+        timed[v].samples.clear()
+    whole = {v: [] for v in VARIANTS}
+    order, rng = list(VARIANTS), random.Random(seed)
+    for _ in range(steps):
         rng.shuffle(order)
         for v in order:
             use(v, timed[v])
+            t0 = clock()
             step()
+            whole[v].append((clock() - t0) / 1e3)  # us
+    base = whole["none"]
     empty = statistics.median(timed["none"].samples)
-    for v, t in timed.items():
-        out[v]["call_us"] = (statistics.median(t.samples) - empty) / 1e3
+    out = {}
+    for v, w in whole.items():
+        out[v] = {
+            "step_us": statistics.median(w),
+            "ratio": statistics.median(w) / statistics.median(base),
+            "paired_ratio": statistics.median(x / y for x, y in zip(w, base)),
+            "extra_us": statistics.median(x - y for x, y in zip(w, base)),
+            "call_us": (statistics.median(timed[v].samples) - empty) / 1e3,
+        }
     return out
 
 
@@ -231,24 +232,27 @@ def main(argv=None):
     args = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="bench-stabilizer-")
     os.environ[metrics.ENV_FILE] = os.path.join(tmp, "metrics.jsonl")
-    rounds = 7 if args.quick else 41
+    scale = 0.1 if args.quick else 1.0
     cases = {
-        "mlp-small": (lambda: mlp(64, 64), 40),
-        "mlp-256": (lambda: mlp(256, 256), 16),
-        "sac": (sac, 4),
+        "mlp-small": (lambda: mlp(64, 64), int(4000 * scale)),
+        "mlp-256": (lambda: mlp(256, 256), int(1500 * scale)),
+        "sac": (sac, int(200 * scale)),
     }
     helper = "C helper built" if stabilizer._c is not None else "C helper NOT built: guard == guard-torch"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"torch {torch.__version__}, 1 thread, {os.cpu_count()} CPUs, load {load:.1f}; {helper}; {rounds} rounds")
-    print("per variant: step = median step (us), ratio = median of block/unguarded block, +us = median extra per step,"
-          " call = the call alone inside the step (us)")
-    results = {"load": load, "c_helper": stabilizer._c is not None}
-    for name, (make, number) in cases.items():
-        out = measure(make, number, rounds)
+    print(f"torch {torch.__version__}, 1 thread, {os.cpu_count()} CPUs, load {load:.1f}; {helper}")
+    print("median step (us) | vs unguarded: ratio of medians, median of paired ratios | median extra per step (us)"
+          " | the call alone inside the step (us)")
+    results = {"load_before": load, "c_helper": stabilizer._c is not None}
+    for name, (make, steps) in cases.items():
+        out = measure(make, steps)
         results[name] = out
-        print(f"{name:10s} " + "  ".join(
-            f"{v}: {r['step_us']:.0f} {(r['ratio'] - 1) * 100:+.1f}% {r['extra_us']:+.1f}us call {r['call_us']:.1f}us"
-            for v, r in out.items()))
+        print(f"{name} ({steps} steps per variant)")
+        for v, r in out.items():
+            print(f"  {v:12s} {r['step_us']:9.1f}  {(r['ratio'] - 1) * 100:+6.2f}% {(r['paired_ratio'] - 1) * 100:+6.2f}%"
+                  f"  {r['extra_us']:+8.1f}  {r['call_us']:8.1f}")
+    results["load_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"load after: {results['load_after']:.1f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

@@ -383,50 +383,36 @@ def stabilize(
                 _window(guard)
             return value
     elif guard is not None and max_norm is None and _locator is None and guard.owner() is optimizer:
+        # no C helper (or gradients it does not read): torch measures, Python keeps the history
         params = guard.refresh(getattr(optimizer, "param_groups", None))
-        if params is not None and guard.on_cpu:
-            grads = None
-            if guard.c_dtype is not None:
-                s = _c_sumsq(params, _TENSOR, guard.c_dtype, guard.c_double)
-                if s is None:
-                    _c_refused(guard)
-                    value = None
-                elif s < 0.0:  # no gradient
-                    guard.calls += 1
-                    return None
-                else:
-                    value = math.sqrt(s)
-            else:
-                grads = [p.grad for p in params if p.grad is not None]
-                if not grads:
-                    guard.calls += 1
-                    return None
-                value = host_norm(grads, True) if guard.uniform else None
-            if value is not None:
-                if value < math.inf and not (spike and guard.count >= warmup and value > _threshold(guard.mean, guard.var, z, ratio)):
-                    guard.calls += 1
-                    if guard.wn == 0:
-                        _active.add(guard)
-                    if guard.wmax == guard.wmax and not value <= guard.wmax:
-                        guard.wmax = value
-                    guard.wn += 1
-                    if guard.wn >= RECORD_EVERY:
-                        _record(guard, guard.calls, guard.wmax)
-                        guard.wmax, guard.wn = -math.inf, 0
-                    # _update, inlined
-                    count = guard.count
-                    w = max(1.0 - ALPHA, 1.0 / (count + 1))
-                    delta = value - guard.mean
-                    guard.mean += w * delta
-                    guard.var = (1.0 - w) * (guard.var + w * delta * delta)
-                    guard.count = count + 1
-                    return value
-                # non-finite or a spike: act on it below, on the value measured here
-                if grads is None:
-                    grads = [p.grad for p in params if p.grad is not None]
+        if params is not None and guard.on_cpu and guard.uniform and guard.c_dtype is None:
+            grads = [p.grad for p in params if p.grad is not None]
+            if not grads:
                 guard.calls += 1
-                _host_step(optimizer, guard, params, grads, value, value, scaler, spike, max_norm, z, ratio, warmup)
+                return None
+            value = host_norm(grads, True)
+            if value < math.inf and not (spike and guard.count >= warmup and value > _threshold(guard.mean, guard.var, z, ratio)):
+                guard.calls += 1
+                if guard.wn == 0:
+                    _active.add(guard)
+                if guard.wmax == guard.wmax and not value <= guard.wmax:
+                    guard.wmax = value
+                guard.wn += 1
+                if guard.wn >= RECORD_EVERY:
+                    _record(guard, guard.calls, guard.wmax)
+                    guard.wmax, guard.wn = -math.inf, 0
+                # _update, inlined
+                count = guard.count
+                w = max(1.0 - ALPHA, 1.0 / (count + 1))
+                delta = value - guard.mean
+                guard.mean += w * delta
+                guard.var = (1.0 - w) * (guard.var + w * delta * delta)
+                guard.count = count + 1
                 return value
+            # non-finite or a spike: act on it, on the value measured here
+            guard.calls += 1
+            _host_step(optimizer, guard, params, grads, value, value, scaler, spike, max_norm, z, ratio, warmup)
+            return value
     return _general(optimizer, site, scaler, spike, max_norm, sync, z, ratio, warmup)
 
 
