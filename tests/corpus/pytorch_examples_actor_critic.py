@@ -59,7 +59,7 @@ def finish_episode(model, optimizer, args, eps):
 
 EXPECT = {
     "for r in model.rewards[::-1]:": ("vectorize.recurrence", "REWRITTEN", "exact"),
-    "for (log_prob, value), R in zip(saved_actions, returns):": ("vectorize.reduction", "SKIPPED", None),
+    "for (log_prob, value), R in zip(saved_actions, returns):": ("vectorize.reduction", "REWRITTEN", "reassociated"),
     "optimizer.step()": ("grad_clip", "REWRITTEN", "exact-until-intervention"),
 }
 
