@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections import deque
 
 import numpy as np
 import pytest

@@ -118,9 +118,6 @@ class View:
         ints = f", ({', '.join(map(str, self.ints))},)" if self.ints else ""
         return f"{helpers}.dim_view({self.code}, {self.dim}, {self.ndim}{ints})"
 
-    def where(self) -> str:
-        return f"dimension {self.dim}" + (" (counted from the end)" if self.dim < 0 else "")
-
 
 def describe(kinds: str, views: List[View]) -> Tuple[str, str]:
     """The site's pattern text with the views' subscripts in the user's spelling, and the shape
