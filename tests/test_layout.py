@@ -14,9 +14,7 @@ TRANSFORMS = os.path.join(os.path.dirname(HERE), "transforms")
 PACKAGE = "scalebox_cst.transforms"
 LIMIT = 600
 #: modules still over LIMIT, each with why (issue 14 part 1 left them for later)
-LONG_ALLOWED = {
-    "grad_clip": "the gradient guard transform, not yet split (a family of its own)",
-}
+LONG_ALLOWED: dict = {}
 #: imports inside a function that read a package attribute at call time (tests replace
 #: ``device.installed_torch`` there); not load-time dependencies, so not counted as edges
 LAZY_LOOKUPS = {

@@ -1,0 +1,89 @@
+"""The ``grad_clip`` transform: scan the module's scopes, decide each optimizer step in turn
+(:mod:`.pairing`, :mod:`.window`, :mod:`.guard`), then insert every planned line in one libcst pass.
+
+With nothing to insert, libcst is never needed (the file is not parsed with it); the scan reads
+the pipeline's shared ``ast`` of this version, read only.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from scalebox_cst.report import REWRITTEN, SKIPPED, WARNING, Site
+
+from ..base import FileContext, Transform
+from .events import Event, ModuleScan
+from .examples import EXAMPLES
+from .guard import Aliases, guard_lines
+from .insert import InsertBefore, cst_line
+from .options import ID, Options
+from .pairing import pair
+from .steps import describe_step
+from .window import clip_warnings, read_window
+
+
+@dataclasses.dataclass
+class _Pass:
+    """One rewrite of one module: what it has found and planned so far."""
+
+    ctx: FileContext
+    opts: Options
+    mod: ModuleScan
+    aliases: Aliases
+    sites: List[Site] = dataclasses.field(default_factory=list)
+    #: libcst line -> small-statement index -> the statements to insert before it
+    plans: Dict[cst.CSTNode, Dict[int, List[str]]] = dataclasses.field(default_factory=dict)
+    #: ids of the compound libcst nodes on the way to a planned line
+    path: Set[int] = dataclasses.field(default_factory=set)
+    #: ids of the misplaced clips already warned about
+    warned: Set[int] = dataclasses.field(default_factory=set)
+
+
+class GradClip(Transform):
+    id = ID
+    version = "2"
+    triggers = ("backward",)
+    description = ("Guard each optimizer's step(): skip non-finite, clip spikes, change nothing else "
+                   "(or clip to a fixed max_norm)")
+
+    EXAMPLES = EXAMPLES
+
+    def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        opts = Options.read(ctx)
+        run = _Pass(ctx, opts, ModuleScan(ctx.tree, ctx.imports), Aliases(ctx))
+        for events in run.mod.scopes:
+            for ev in events:
+                if ev.kind == "step":
+                    describe_step(ctx.code, run.mod, ev)
+            for s, step in enumerate(events):
+                self._decide(run, events, s, step)
+        if not run.plans:
+            return None, run.sites  # nothing to insert: libcst is not needed (no parse)
+        return ctx.module.visit(InsertBefore(run.plans, run.path)), run.sites
+
+    @staticmethod
+    def _decide(run: _Pass, events: List[Event], s: int, step: Event) -> None:
+        ctx = run.ctx
+
+        def site(node, action, reason, exactness=None):
+            run.sites.append(Site(ID, node.lineno, node.end_lineno or node.lineno, action, reason, exactness))
+
+        found = pair(ctx.code, events, s, step)
+        if found is None:
+            return
+        stmt = step.stmt if step.loc is not None else step.call
+        if isinstance(found, str):
+            site(stmt, SKIPPED, found)
+            return
+        for node, warning in clip_warnings(ctx, found, step, run.opts, run.warned):
+            site(node, WARNING, warning)
+        window = read_window(ctx, run.mod, found, step, run.opts)
+        if isinstance(window, str):
+            site(stmt, SKIPPED, window)
+            return
+        texts, reason, exactness = guard_lines(ctx, run.opts, run.aliases, step, found, window)
+        line, index = cst_line(ctx.module, step.loc, step.stmt, run.path)
+        run.plans.setdefault(line, {}).setdefault(index, []).extend(texts)
+        site(stmt, REWRITTEN, reason, exactness)
