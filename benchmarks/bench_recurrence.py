@@ -1,13 +1,15 @@
 """Benchmark: GAE / linear recurrences, naive loops vs scalebox_cst.runtime.recurrence.
 
     python benchmarks/bench_recurrence.py [--quick] [--compile] [--sweep] [--no-cpu]
+                                          [--rewrite-only] [--runs K]
 
 CPU section (single thread): GAE advantages from (rewards, values, dones) with
 gamma=0.99, lambda=0.95 at a few (T, N) sizes, computed by
 
 * naive torch loop   -- the CleanRL-style backward Python loop (the baseline);
 * numpy loop         -- the same loop on numpy arrays;
-* linear_recurrence  -- vectorised deltas + one ``linear_recurrence`` call (numba);
+* linear_recurrence  -- vectorised deltas + one ``linear_recurrence`` call (the C
+  extension where it was built, else numba);
 * torch scan         -- the same with ``impl="scan"`` (pure torch, log-step);
 * vec peer           -- TorchRL's ``vec_generalized_advantage_estimate`` when
   torchrl is importable, else a re-implementation of its approach
@@ -16,9 +18,19 @@ gamma=0.99, lambda=0.95 at a few (T, N) sizes, computed by
 
 median time per call over repeats, and the ratio naive / method.  The
 ``op only`` rows time just the recurrence call on precomputed (a, delta).
-First-call time is measured in fresh subprocesses: the first calls run the
-exact numpy loop (numba is loaded only once that loop has cost as much as
-loading it), then the numba load itself, with an empty and with a warm cache.
+First-call time without the C extension is measured in fresh subprocesses: the
+first calls run the exact numpy loop (numba is loaded only once that loop has
+cost as much as loading it), then the numba load itself, with an empty and with
+a warm cache.
+
+Engine-rewrite section (T=2048, N=8, CPU): the CleanRL GAE function rewritten by the engine
+(``vectorize.recurrence``), timed in K fresh processes each (``--runs``, medians printed): the
+first call, the mean of the first 50 calls, then the steady state; the recurrence op's first call
+on precomputed (a, delta) in a fresh process next to a plain compiled C loop (the extension's
+kernel called directly, no Python around it), and the naive loop in the same run; ratios to the
+naive loop and to the C loop; the steady state also with the last step kept as written (the
+rendering before it was folded in) and as interleaved rounds (the load of a shared machine drifts). Done for the C-extension backend and, with
+``$SCALEBOX_RECURRENCE_C=0``, for the numpy-then-numba route a machine without a compiler takes.
 
 GPU section (when CUDA is available): naive loop, torch scan, triton kernel
 (time per call including launch, synchronised), effective bandwidth of the op;
@@ -233,7 +245,7 @@ def first_call_times():
     with tempfile.TemporaryDirectory() as d:
         for label, env_extra in (("cold cache (compile)", {"NUMBA_CACHE_DIR": d}),
                                  ("warm cache (load)", {"NUMBA_CACHE_DIR": d})):
-            env = dict(os.environ, **env_extra)
+            env = dict(os.environ, SCALEBOX_RECURRENCE_C="0", **env_extra)  # the route without a compiler
             env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
             out = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env,
                                  capture_output=True, text=True, timeout=600)
@@ -245,12 +257,189 @@ def first_call_times():
     return res
 
 
+# ------------------------------------------------------------------ the engine's rewrite, fresh processes
+
+#: the GAE the engine rewrites (CleanRL's loop in a function, as in most training code)
+GAE_SRC = textwrap.dedent(
+    """
+    import torch
+
+    def gae(rewards, values, dones, next_value, next_done, gamma=0.99, gae_lambda=0.95):
+        num_steps = rewards.shape[0]
+        advantages = torch.zeros_like(rewards)
+        lastgaelam = 0
+        for t in reversed(range(num_steps)):
+            if t == num_steps - 1:
+                nextnonterminal = 1.0 - next_done
+                nextvalues = next_value
+            else:
+                nextnonterminal = 1.0 - dones[t + 1]
+                nextvalues = values[t + 1]
+            delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+            advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+        return advantages, advantages + values
+    """
+)
+
+#: one fresh process: argv[1] = "gae" (the rewrite read from stdin: first call, first 50), "op"
+#: (linear_recurrence's first call on precomputed a, delta, loading its kernel included; then its
+#: steady state) or "c" (the plain C loop: the extension imported and its kernel called directly on
+#: numpy views of the same a, delta, the import included; then its steady state); prints one
+#: JSON line
+FRESH = textwrap.dedent(
+    """
+    import json, statistics, sys, time
+    t0 = time.perf_counter()
+    import torch
+    torch.set_num_threads(1)
+    from scalebox_cst.runtime import recurrence as R
+    t_import = time.perf_counter() - t0
+    mode, src = sys.argv[1], sys.stdin.read()
+    g = torch.Generator().manual_seed(0)
+    T, N = 2048, 8
+    rewards, values = torch.randn(T, N, generator=g), torch.randn(T, N, generator=g)
+    dones = (torch.rand(T, N, generator=g) < 0.01).float()
+    next_value, next_done = torch.randn(N, generator=g), torch.zeros(N)
+    res = {"import": t_import}
+    clock = time.perf_counter
+    if mode == "gae":
+        ns = {}
+        exec(compile(src, "gae_rewritten", "exec"), ns)
+        args = (rewards, values, dones, next_value, next_done)
+        times = []
+        for _ in range(50):
+            t = clock(); ns["gae"](*args); times.append(clock() - t)
+        res.update(first=times[0], first50=sum(times) / 50)
+        res["backend"] = R.cpu_backend()
+    else:
+        nnt = 1.0 - torch.cat([dones[1:], next_done[None]])
+        delta = rewards + 0.99 * torch.cat([values[1:], next_value[None]]) * nnt - values
+        a = 0.99 * 0.95 * nnt
+
+        def steady(fn):
+            best = []
+            for _ in range(7):
+                t = clock()
+                for _ in range(100):
+                    fn()
+                best.append((clock() - t) / 100)
+            return statistics.median(best)
+
+        if mode == "op":
+            t = clock(); R.linear_recurrence(a, delta); res["first"] = clock() - t
+            res["backend"] = R.cpu_backend()
+            res["steady"] = steady(lambda: R.linear_recurrence(a, delta))
+        else:
+            import numpy as np
+            an, bn, zn = a.numpy(), delta.numpy(), np.zeros(N, np.float32)
+            on = np.empty((T, N), np.float32)
+            t = clock()
+            from scalebox_cst.runtime import _recurrence_c as C
+            C.rec(an, bn, zn, on, True)
+            res["first"] = clock() - t
+            res["steady"] = steady(lambda: C.rec(an, bn, zn, on, True))
+    print(json.dumps(res))
+    """
+)
+
+
+def rewritten_gae(fold=True):
+    """The engine's rewrite of GAE_SRC (asserting the loop was rewritten, exactly); ``fold=False``:
+    with the last step kept as written, as before it was folded in (for comparison)."""
+    from scalebox_cst.config import Config
+    from scalebox_cst.pipeline import Pipeline
+    from scalebox_cst.transforms.vectorize.recurrence import build as rbuild
+
+    real = rbuild._foldable
+    if not fold:
+        rbuild._foldable = lambda *a: False
+    try:
+        res = Pipeline(Config(transforms=["vectorize.recurrence"]), backend="cpu").rewrite("gae.py", GAE_SRC.encode())
+    finally:
+        rbuild._foldable = real
+    done = [x for x in res.report.sites if x.action == "rewritten"]
+    assert done and done[0].exactness == "exact", [x.describe() for x in res.report.sites]
+    return res.output.decode(), "last step folded in" in done[0].reason
+
+
+def fresh(mode, src, env_extra, runs):
+    """Medians over ``runs`` fresh processes of each number FRESH prints."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", **env_extra)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    got = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", FRESH, mode], input=src, env=env,
+                             capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            print(out.stderr[-2000:])
+            return None
+        got.append(__import__("json").loads(out.stdout.strip().splitlines()[-1]))
+    keys = [k for k in got[0] if k != "backend"]
+    med = {k: statistics.median(g[k] for g in got) for k in keys}
+    med["backend"] = got[0].get("backend")
+    return med
+
+
+def rewrite_section(args):
+    """The engine's rewrite of GAE at T=2048 N=8: fresh-process first calls and steady state, next
+    to the naive loop and a plain C loop, medians and ratios (see the module docstring)."""
+    src, folded = rewritten_gae()
+    ns_orig, ns_new = {}, {}
+    exec(compile(GAE_SRC, "gae", "exec"), ns_orig)
+    exec(compile(src, "gae_rewritten", "exec"), ns_new)
+    data = make_data(2048, 8)
+    R.backend_available("numba")  # the steady state of every backend, loaded up front
+    assert torch.equal(ns_orig["gae"](*data)[0], ns_new["gae"](*data)[0]), "rewrite not bitwise"
+    peeled = {}
+    exec(compile(rewritten_gae(fold=False)[0], "gae_peeled", "exec"), peeled)
+    repeat = 3 if args.quick else 7
+    runs = args.runs
+    t_naive = bench(ns_orig["gae"], data, repeat=repeat)
+    t_steady = bench(ns_new["gae"], data, repeat=repeat)
+    t_peeled = bench(peeled["gae"], data, repeat=repeat)
+    print("\n== engine rewrite of CleanRL GAE, T=2048 N=8 (last step %s; %d fresh processes, medians) =="
+          % ("folded in" if folded else "as written", runs))
+    print("steady state: naive loop %s, rewrite %s (%.0fx the naive loop); with the last step as written %s (%.0fx)"
+          % (fmt_t(t_naive), fmt_t(t_steady), t_naive / t_steady, fmt_t(t_peeled), t_naive / t_peeled))
+    # the machine's load drifts between the runs above: ratios from interleaved rounds too
+    ratios, ratios_p = [], []
+    for _ in range(3 if args.quick else 7):
+        tn = bench(ns_orig["gae"], data, repeat=1, min_time=0.05)
+        ratios.append(tn / bench(ns_new["gae"], data, repeat=1, min_time=0.05))
+        ratios_p.append(tn / bench(peeled["gae"], data, repeat=1, min_time=0.05))
+    print("interleaved rounds (median ratio to the naive loop): rewrite %.0fx, with the last step as written %.0fx"
+          % (statistics.median(ratios), statistics.median(ratios_p)))
+    routes = [("C extension", {})]
+    if R.backend_available("c"):
+        routes.append(("no C extension (numpy, then numba)", {"SCALEBOX_RECURRENCE_C": "0"}))
+    c_loop = fresh("c", "", {}, runs) if R.backend_available("c") else None
+    if c_loop is not None:
+        print("plain C loop (the extension's kernel called directly, a fresh process): first call %s "
+              "(its import included), steady %s" % (fmt_t(c_loop["first"]), fmt_t(c_loop["steady"])))
+    for label, env_extra in routes:
+        g = fresh("gae", src, env_extra, runs)
+        o = fresh("op", "", env_extra, runs)
+        if g is None or o is None:
+            continue
+        print("  %s [backend after 50 calls: %s]" % (label, g["backend"]))
+        print("    rewrite, fresh process: first call %s (%.0fx naive), first 50 calls %s a call (%.0fx naive)"
+              % (fmt_t(g["first"]), t_naive / g["first"], fmt_t(g["first50"]), t_naive / g["first50"]))
+        line = "    op alone (precomputed a, delta), fresh process: first call %s, steady %s" % (
+            fmt_t(o["first"]), fmt_t(o["steady"]))
+        if c_loop is not None:
+            line += " -> %.1fx / %.1fx the C loop's first call / steady" % (
+                o["first"] / c_loop["first"], o["steady"] / c_loop["steady"])
+        print(line)
+
+
 # ------------------------------------------------------------------ sections
 
 
 def cpu_section(args):
     print("== CPU (torch %s, numpy %s, %d thread) ==" % (torch.__version__, np.__version__, torch.get_num_threads()))
-    print("numba backend available: %s" % R.backend_available("numba"))
+    print("CPU kernels: C extension %s, numba %s; 'auto' uses: %s" % (
+        R.backend_available("c"), R.backend_available("numba"), R.cpu_backend()))
+    kernel = R.cpu_backend()
     rows, op_rows = [], []
     repeat = 3 if args.quick else 7
     for T, N in SIZES:
@@ -261,7 +450,7 @@ def cpu_section(args):
         exact = torch.equal(out, ref)
         entries = [("naive torch loop", bench(gae_naive, data, repeat=repeat))]
         entries.append(("numpy loop", bench(gae_numpy, np_data, repeat=repeat)))
-        entries.append(("linear_recurrence (numba)%s" % ("" if exact else " NOT EXACT"),
+        entries.append(("linear_recurrence (%s)%s" % (kernel, "" if exact else " NOT EXACT"),
                         bench(make_gae_op("auto"), data, repeat=repeat)))
         entries.append(("torch scan (impl='scan')", bench(make_gae_op("scan"), data, repeat=repeat)))
         peer_ok = torch.allclose(gae_vec_peer(*data), ref, rtol=1e-3, atol=1e-3)
@@ -273,7 +462,7 @@ def cpu_section(args):
         op_rows.append(("T=%d N=%d" % (T, N), [
             ("naive recurrence loop", bench(lambda a, d: R._run_loop(a, d, 0.0, True, tuple(d.shape[1:])),
                                             (a, delta), repeat=repeat)),
-            ("linear_recurrence (numba)", bench(linear_recurrence, (a, delta), repeat=repeat)),
+            ("linear_recurrence (%s)" % kernel, bench(linear_recurrence, (a, delta), repeat=repeat)),
             ("linear_recurrence impl='scan'", bench(lambda a, d: linear_recurrence(a, d, impl="scan"),
                                                     (a, delta), repeat=repeat)),
         ]))
@@ -281,7 +470,7 @@ def cpu_section(args):
     print_table("recurrence op only (a, delta precomputed), CPU", op_rows, "naive recurrence loop")
     if R.backend_available("numba"):
         fc = first_call_times()
-        print("\nfresh process (T=2048 N=8): import / first and second call (exact numpy loop until it has"
+        print("\nwithout the C extension, fresh process (T=2048 N=8): import / first and second call (exact numpy loop until it has"
               "\ncost as much as loading numba) / loading numba (paid once the numpy loop has cost as much)")
         for k, v in fc.items():
             if v:
@@ -401,9 +590,15 @@ def main():
     p.add_argument("--sweep", action="store_true", help="GPU: sweep triton launch configurations")
     p.add_argument("--sweep-budget", type=float, default=150.0, help="seconds for the whole sweep")
     p.add_argument("--no-cpu", action="store_true", help="skip the CPU section")
+    p.add_argument("--rewrite-only", action="store_true", help="only the engine-rewrite section")
+    p.add_argument("--runs", type=int, default=5, help="fresh processes per first-call figure")
     args = p.parse_args()
+    if args.rewrite_only:
+        rewrite_section(args)
+        return
     if not args.no_cpu:
         cpu_section(args)
+        rewrite_section(args)
     if torch.cuda.is_available():
         gpu_section(args)
     else:
