@@ -337,8 +337,8 @@ rec_ptr(PyObject *self, PyObject *args)
     if (T == 0 || M == 0)
         Py_RETURN_NONE;
     {
-        double ibuf_d[CH];
-        float ibuf_f[CH];
+        double ibuf_d[1];
+        float ibuf_f[1];
         const void *ip = (const void *)(uintptr_t)in;
         Py_ssize_t sip = si;
         if (!in) { /* a scalar carry: one element, stride 0 */
