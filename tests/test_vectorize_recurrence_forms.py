@@ -181,6 +181,35 @@ def test_memory_recurrence_with_conditional_last_step_bitwise(T, N, dtype, seed,
     same_namespaces(ns1, ns2)
 
 
+# Stanford CS234's policy-gradient returns: the previous return read back from the list being
+# built, the last step's case a conditional expression (ret is empty there)
+CS234_RETURNS = """\
+def get_returns(paths, gamma):
+    all_returns = []
+    for path in paths:
+        rewards = path["reward"]
+        ret = []
+        T = len(rewards)
+        for t in range(T - 1, -1, -1):
+            r = rewards[t] + (ret[-1] * gamma if t < T - 1 else 0)
+            ret.append(r)
+        ret = ret[::-1]
+        all_returns.append(ret)
+    return all_returns
+
+out = get_returns(paths, 0.99)
+"""
+
+
+@HYP
+@given(Ts=st.lists(lengths, min_size=1, max_size=3), seed=st.integers(0, 2**16))
+def test_cs234_returns_read_back_from_the_list_bitwise(Ts, seed):
+    rng = np.random.default_rng(seed)
+    env = dict(paths=[{"reward": [float(x) for x in rng.standard_normal(T)]} for T in Ts])
+    ns1, ns2 = run_both(CS234_RETURNS, env, vectorized=max(Ts) >= 2)
+    same_namespaces(ns1, ns2)
+
+
 def test_conditional_last_step_sites():
     for src, shown in ((MEMORY_INLINE, "x[i + 1] if i < len(rewards) - 1 else 0"),
                        (MEMORY_TEMP, "next_return = returns[t + 1] if t < T - 1 else next_value"),
@@ -668,4 +697,92 @@ def f(rewards, gamma, adv):
 
 @pytest.mark.parametrize("src,reason", SWITCH_LOOK_ALIKES, ids=[r for _, r in SWITCH_LOOK_ALIKES])
 def test_reset_look_alikes_are_left_alone(src, reason):
+    left_alone(src, reason)
+
+
+# ------------------------------------------------------------------ all forms
+
+ALL_FORMS = [TOKEN_GAE, MIRRORED, INLINE, MEMORY_INLINE, MEMORY_TEMP, MEMORY_TWO, UNSWITCH_NUMPY, UNSWITCH_AGENT,
+             UNSWITCH_PLAIN, UNSWITCH_ELIF, SWITCH_TWO, SWITCH_MIRRORED, SWITCH_PG, RESET_PONG, RESET_TWO,
+             CS234_RETURNS]
+
+
+@pytest.mark.parametrize("src", ALL_FORMS, ids=range(len(ALL_FORMS)))
+def test_rewriting_the_output_again_changes_nothing(src):
+    out, done, _ = sites_of(src)
+    assert done
+    again, sites = rewrite(out)
+    assert again == out
+    assert not any(s.action == REWRITTEN for s in sites)
+
+
+# ------------------------------------------------------------------ the carried value kept in a copy
+
+# LLM RL code: gae computed from last_gae, appended, then copied for the next step
+COPY_LIST = """\
+def estimate_gaes_and_returns(rewards, values, gamma=0.99, lamb=0.9):
+    gaes_reversed = []
+    last_gae = 0.
+    for t in reversed(range(len(values))):
+        next_value = values[t + 1] if t < (len(values) - 1) else 0
+        delta = rewards[t] + gamma * next_value - values[t]
+        gae = delta + gamma * lamb * last_gae
+        gaes_reversed.append(gae)
+        last_gae = gae
+    gaes = gaes_reversed[::-1]
+    returns = [a + v for a, v in zip(gaes, values)]
+    return gaes, returns, gae, last_gae
+
+out = estimate_gaes_and_returns(rewards, values)
+"""
+
+COPY_TENSOR = """\
+def gae(rewards, values, dones, last_value, gamma, lam, adv):
+    last_gae = 0.0
+    T = len(rewards)
+    for t in reversed(range(T)):
+        nv = values[t + 1] if t + 1 < T else last_value
+        delta = rewards[t] + gamma * nv * (1.0 - dones[t]) - values[t]
+        adv[t] = gae = delta + gamma * lam * (1.0 - dones[t]) * last_gae
+        last_gae = gae
+    return adv, gae, last_gae
+
+out = gae(rewards, values, dones, last_value, 0.99, 0.95, adv)
+"""
+
+
+@HYP
+@given(T=lengths, seed=st.integers(0, 2**16))
+def test_carried_copy_over_lists_bitwise(T, seed):
+    rng = np.random.default_rng(seed)
+    env = dict(values=[float(x) for x in rng.standard_normal(T)], rewards=[float(x) for x in rng.standard_normal(T)])
+    ns1, ns2 = run_both(COPY_LIST, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16), kind=kinds)
+def test_carried_copy_with_an_output_bitwise(T, N, dtype, seed, kind):
+    env = dict(
+        rewards=arrays(kind, seed, (T, N), dtype), values=arrays(kind, seed + 1, (T, N), dtype),
+        dones=arrays(kind, seed + 2, (T, N), dtype, "dones"), last_value=arrays(kind, seed + 3, (N,), dtype),
+        adv=arrays(kind, seed + 4, (T, N), dtype),
+    )
+    ns1, ns2 = run_both(COPY_TENSOR, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+COPY_LOOK_ALIKES = [
+    (COPY_TENSOR.replace("        last_gae = gae\n", "        if t == T - 1:\n            last_gae = 0.0\n"
+                         "        else:\n            last_gae = gae\n"),
+     "`last_gae` carries a value from the previous step"),  # the copy not made in the first step
+    (COPY_TENSOR.replace("        last_gae = gae\n", "        last_gae = gae\n        gae = values[t]\n"),
+     "`gae` is assigned twice in one step"),
+    (COPY_TENSOR.replace("        adv[t] = gae = delta", "        adv[t] = last_gae\n        gae = delta"),
+     "read before its update"),  # the copy read between update and copy: the previous step's value
+]
+
+
+@pytest.mark.parametrize("src,reason", COPY_LOOK_ALIKES, ids=[r for _, r in COPY_LOOK_ALIKES])
+def test_carried_copy_look_alikes_are_left_alone(src, reason):
     left_alone(src, reason)

@@ -93,6 +93,39 @@ class BodyChecks:
             raise Skip(f"reads `{_code(e).strip()}`, which the loop writes")
         # a loop-invariant read such as next_value[0]
 
+    def carried_copies(self, middle: List[Item]) -> List[Item]:
+        """``gae = delta + c * last_gae``, ..., ``last_gae = gae`` (the carried value kept in a copy,
+        as LLM fine-tuning code writes GAE): in the middle steps ``last_gae`` already equals ``gae``
+        when a step starts, so the update is ``last_gae = delta + c * last_gae`` where ``gae`` was
+        assigned, ``gae = last_gae`` right after it, and the copy at the end has nothing to do.
+        Taken when the copy is the step's only assignment to ``last_gae``, at the top level, and
+        between the update and the copy nothing assigns either name or reads ``last_gae``. The peeled
+        steps run the statements as written (the first one is where ``gae`` gets its first value)."""
+        out = list(middle)
+        top = {id(it) for it in self.items}  # both run in every step, the peeled first one included
+        for k, cp in enumerate(middle):
+            if cp.kind != "assign" or cp.var is None or cp.outs or not isinstance(cp.value, cst.Name) \
+                    or cp.first or cp.guarded or id(cp) not in top:
+                continue
+            L, X = cp.var, cp.value.value
+            if L == X or any(it.var == L for it in middle if it is not cp):
+                continue
+            src = next((j for j in range(k - 1, -1, -1) if middle[j].var == X), None)
+            if src is None:
+                continue
+            up = middle[src]
+            if up.kind != "assign" or L not in _names_read(up.value) or up.first or up.guarded \
+                    or id(up) not in top:  # type: ignore[arg-type]
+                continue
+            if any(x.var in (L, X) or L in _names_read(x.value if x.value is not None else x.cond)  # type: ignore[arg-type]
+                   for x in middle[src + 1:k]):
+                continue
+            i = out.index(up)
+            out[i:i + 1] = [Item("assign", node=up.node, var=L, value=up.value, shown=up.value),
+                            Item("assign", node=up.node, var=X, outs=up.outs, value=cst.Name(L))]
+            out.remove(cp)
+        return out
+
     def dataflow(self) -> None:
         # the branches of last-step conditional expressions run in the peeled first step, after the
         # guard: they must not undo what it checked (the grammar's rules hold for them too)

@@ -120,6 +120,7 @@ class Planner(BodyChecks, Render, Affine, ListCarry, Emit):
             for expr in self._exprs(it):
                 self.check(expr)
         self.middle = self.merge_chained([it for it in _flatten(self.items, True) if id(it) not in self.dropped])
+        self.middle = self.carried_copies(self.middle)  # gae = f(last); ...; last = gae
         self.forward_reads()
         self.has_split = any(it.kind == "split" for it in self.items)
         self.dataflow()
