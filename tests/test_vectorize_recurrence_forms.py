@@ -605,7 +605,7 @@ def test_resets_with_two_outputs_bitwise(T, N, dtype, seed, kind, p, src):
     dones = (torch.rand(T, generator=torch.Generator().manual_seed(seed + 2)) < p).to(dtype)
     rewards = tensor(seed, (T,) + N, dtype)
     if src in (SWITCH_PG, RESET_PONG):  # the reward itself says where a game ends
-        rewards = rewards * (1 - dones).reshape((T,) + (1,) * len(N)) if not N else tensor(seed, (T,), dtype) * (1 - dones)
+        rewards = tensor(seed, (T,), dtype) * (1 - dones)  # one number per step (its truth is the test)
     env = dict(
         T=T,
         rewards=rewards if kind == "torch" else rewards.numpy(),
@@ -643,7 +643,8 @@ SWITCH_LOOK_ALIKES = [
      "`ret` is updated only on steps that do not end an episode"),
     (SWITCH_TWO.replace("        delta = rewards[t] + gamma * values[t + 1] - values[t]\n", "").replace(
         "            gae = delta + gamma * lam * gae\n",
-        "            delta = rewards[t] + gamma * values[t + 1] - values[t]\n            gae = delta + gamma * lam * gae\n"),
+        "            delta = rewards[t] + gamma * values[t + 1] - values[t]\n"
+        "            gae = delta + gamma * lam * gae\n"),
      "`delta` is computed only on steps that do not end an episode"),
     (SWITCH_PG.replace("        out[i] = running_add\n", "").replace(
         "            running_add = running_add * gamma + reward_pool[i]\n",

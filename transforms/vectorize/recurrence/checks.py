@@ -117,8 +117,9 @@ class BodyChecks:
             if up.kind != "assign" or L not in _names_read(up.value) or up.first or up.guarded \
                     or id(up) not in top:  # type: ignore[arg-type]
                 continue
-            if any(x.var in (L, X) or L in _names_read(x.value if x.value is not None else x.cond)  # type: ignore[arg-type]
-                   for x in middle[src + 1:k]):
+            between = middle[src + 1:k]
+            if any(x.var in (L, X) or L in _names_read(x.value if x.value is not None else x.cond)  # type: ignore
+                   for x in between):
                 continue
             i = out.index(up)
             out[i:i + 1] = [Item("assign", node=up.node, var=L, value=up.value, shown=up.value),
@@ -223,7 +224,8 @@ class BodyChecks:
             if not it.guarded:
                 continue
             if it.kind != "assign" or it.var is None or it.outs:
-                raise Skip(f"`{_code(it.node).strip()}` runs only on steps that do not end an episode "  # type: ignore[arg-type]
+                text = _code(it.node).strip()  # type: ignore[arg-type]
+                raise Skip(f"`{text}` runs only on steps that do not end an episode "
                            "(only assignments to names are understood there)")
             if it.var in self.rec_vars and it.var not in switched:
                 raise Skip(f"`{it.var}` is updated only on steps that do not end an episode, not reset on the others")

@@ -82,7 +82,8 @@ def switch_of(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tuple
             targets = [n.target]
         for tg in targets:
             for x in _walk(tg):
-                if (isinstance(x, cst.Attribute) and x is tg) or (isinstance(x, cst.Subscript) and _head(x.value) in heads):
+                if (isinstance(x, cst.Attribute) and x is tg) or (
+                        isinstance(x, cst.Subscript) and _head(x.value) in heads):
                     raise Skip(why + f"the body assigns `{_one_line(tg)}`, which could change what it reads")
     return found
 
@@ -97,7 +98,8 @@ def version(node: cst.For, pos: int, branch) -> cst.For:
     return node.with_changes(body=block.with_changes(body=stmts), leading_lines=())
 
 
-def plan_loop(ctx: FileContext, loop: cst.For, header: Header, reassociate: bool, build) -> Tuple[cst.CSTNode, bool, str]:
+def plan_loop(ctx: FileContext, loop: cst.For, header: Header, reassociate: bool,
+              build) -> Tuple[cst.CSTNode, bool, str]:
     """One version planned as transform.py plans a loop: (statement, exact, reason), or Skip."""
     if not _loose_candidate(loop, header):
         raise Skip("no value flows from one step to the next")
