@@ -52,6 +52,14 @@ VARIANTS = ("none", "guard", "guard-torch", "old", "foreach", "one_op")
 clock = time.thread_time_ns
 
 
+_FAST = stabilizer._fast
+
+
+def _path(variant):
+    """guard-torch runs as an install without the C helper does (no C entry either)."""
+    stabilizer._fast = None if variant == "guard-torch" else _FAST
+
+
 def _torch_path(opt, site):
     """The guard of (opt, site) measured by torch (what runs where the C helper is not built)."""
     guard = stabilizer._known.get((id(opt), site))
@@ -105,6 +113,7 @@ def mlp(hidden, batch, seed=0):
     calls = calls_for(opt, "bench.py:1")
 
     def use(variant, timed):
+        _path(variant)
         timed.call = calls[variant]
         slot["call"] = timed
 
@@ -168,6 +177,7 @@ def sac(seed=0, obs=17, act=6, batch=256):
     chained = {v: {k: _chain(calls[k][v], first=k == "q") for k in calls} for v in VARIANTS}
 
     def use(variant, timed):
+        _path(variant)
         for k, call in chained[variant].items():  # the three calls of a step timed together
             call.timed = timed
             slot[k] = call

@@ -29,7 +29,7 @@
 #include <math.h>
 
 /* bumped whenever sumsq's contract changes; stabilizer.py refuses a stale build */
-#define GRADNORM_VERSION 1
+#define GRADNORM_VERSION 2
 
 static PyObject *s_grad, *s_dtype, *s_is_cpu, *s_is_contiguous, *s_numel, *s_data_ptr;
 
@@ -148,6 +148,7 @@ static PyObject *sumsq(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * and here by ``step``.
  *
  *     step(guard, optimizer, spike, z, ratio, warmup) -> float | None
+ *     fast(optimizer, site, spike, z, ratio, warmup) -> float | None
  *
  * The guard's healthy CPU step in one call: checks that guard.ref is the optimizer and that its
  * param_groups are still the cached ones (guard.key: a (params list, length) pair per group), sums
@@ -157,7 +158,9 @@ static PyObject *sumsq(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * stabilizer._update and _host_step (each operation one rounded double operation, in the same
  * order; built without FMA contraction) and returns the norm. None for anything else (another
  * optimizer or changed groups, no gradient, a gradient it does not read, a non-finite norm, a
- * spike): nothing is changed then and the Python guard decides.
+ * spike): nothing is changed then and the Python guard decides. ``fast`` finds the guard in the
+ * configured table (stabilizer._known) by (id(optimizer), site) first, and calls the configured
+ * window callback (stabilizer._window) on a window's first and last step, as stabilize() does.
  */
 typedef struct {
     PyObject_HEAD
@@ -278,56 +281,50 @@ done:
     return same;
 }
 
-static PyObject *step(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* the healthy step on guard g for optimizer; 1: done, *value the norm; 0: not (nothing changed) */
+static int do_step(State *g, PyObject *optimizer, PyObject *spike_o, PyObject *z_o, PyObject *ratio_o,
+                   PyObject *warmup_o, double *value_out)
 {
-    State *g;
     PyObject *owner;
     double total, value, z, ratio, w, delta;
     long long warmup;
-    int spike, got;
-    (void)self;
-    if (nargs != 6 || !PyObject_TypeCheck(args[0], &StateType)) {
-        PyErr_SetString(PyExc_TypeError, "step(guard: State, optimizer, spike, z, ratio, warmup)");
-        return NULL;
-    }
-    g = (State *)args[0];
+    int spike;
     if (g_ttype == NULL || g->c_dtype == Py_None || !PyList_CheckExact(g->params))
-        Py_RETURN_NONE;
+        return 0;
     if (PyWeakref_Check(g->ref)) {
 #if PY_VERSION_HEX >= 0x030D0000
         if (PyWeakref_GetRef(g->ref, &owner) < 0) {
             PyErr_Clear();
-            Py_RETURN_NONE;
+            return 0;
         }
-        Py_XDECREF(owner); /* only compared: args[1] keeps the optimizer alive during the call */
+        Py_XDECREF(owner); /* only compared: the caller's reference keeps the optimizer alive */
 #else
         owner = PyWeakref_GET_OBJECT(g->ref); /* borrowed; None once dead */
 #endif
     } else {
         owner = g->ref;
     }
-    if (owner != args[1] || !same_groups(g, args[1]))
-        Py_RETURN_NONE;
-    spike = PyObject_IsTrue(args[2]);
-    z = PyFloat_AsDouble(args[3]);
-    ratio = PyFloat_AsDouble(args[4]);
-    warmup = PyLong_AsLongLong(args[5]);
+    if (owner != optimizer || !same_groups(g, optimizer))
+        return 0;
+    spike = PyObject_IsTrue(spike_o);
+    z = PyFloat_AsDouble(z_o);
+    ratio = PyFloat_AsDouble(ratio_o);
+    warmup = PyLong_AsLongLong(warmup_o);
     if (spike < 0 || PyErr_Occurred()) {
         PyErr_Clear();
-        Py_RETURN_NONE;
+        return 0;
     }
-    got = sum_grads(g->params, g_ttype, g->c_dtype, g->c_double, &total);
-    if (got <= 0)
-        Py_RETURN_NONE;
+    if (sum_grads(g->params, g_ttype, g->c_dtype, g->c_double, &total) <= 0)
+        return 0;
     value = sqrt(total);
     if (!(value < Py_HUGE_VAL))
-        Py_RETURN_NONE; /* NaN or inf: the step is skipped by the Python guard */
+        return 0; /* NaN or inf: the step is skipped by the Python guard */
     if (spike && g->count >= warmup) {
         double var = 0.0 > g->var ? 0.0 : g->var; /* _threshold: max(mean + z * sqrt(max(var, 0)), ratio * mean), as Python's max picks */
         double a = g->mean + z * sqrt(var), b = ratio * g->mean;
         double thr = b > a ? b : a;
         if (value > thr)
-            Py_RETURN_NONE; /* a spike: clipped by the Python guard */
+            return 0; /* a spike: clipped by the Python guard */
     }
     g->calls += 1;
     if (g->wmax == g->wmax && !(value <= g->wmax))
@@ -341,21 +338,96 @@ static PyObject *step(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     g->mean += w * delta;
     g->var = (1.0 - w) * (g->var + w * delta * delta);
     g->count += 1;
+    *value_out = value;
+    return 1;
+}
+
+static PyObject *step(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    double value;
+    (void)self;
+    if (nargs != 6 || !PyObject_TypeCheck(args[0], &StateType)) {
+        PyErr_SetString(PyExc_TypeError, "step(guard: State, optimizer, spike, z, ratio, warmup)");
+        return NULL;
+    }
+    if (!do_step((State *)args[0], args[1], args[2], args[3], args[4], args[5], &value))
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(value);
+}
+
+static PyObject *g_known = NULL;  /* stabilizer._known: (id(optimizer), site) -> guard */
+static PyObject *g_window = NULL; /* stabilizer._window(guard): a window's first or last step */
+static long long g_record_every = 8;
+
+/* fast(optimizer, site, spike, z, ratio, warmup) -> float | None: step() on the guard that
+ * stabilizer._known holds for (id(optimizer), site), then _window(guard) on a window's first
+ * and last step, as stabilize() does */
+static PyObject *fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *id, *key, *guard;
+    double value;
+    int done;
+    (void)self;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "fast(optimizer, site, spike, z, ratio, warmup)");
+        return NULL;
+    }
+    if (g_known == NULL || !PyDict_CheckExact(g_known))
+        Py_RETURN_NONE;
+    id = PyLong_FromVoidPtr(args[0]); /* what id() returns */
+    if (id == NULL)
+        return NULL;
+    key = PyTuple_Pack(2, id, args[1]);
+    Py_DECREF(id);
+    if (key == NULL)
+        return NULL;
+    guard = PyDict_GetItemWithError(g_known, key); /* borrowed */
+    Py_DECREF(key);
+    if (guard == NULL) {
+        if (PyErr_Occurred())
+            return NULL; /* an unhashable site: as the Python lookup would */
+        Py_RETURN_NONE;
+    }
+    if (!PyObject_TypeCheck(guard, &StateType))
+        Py_RETURN_NONE;
+    Py_INCREF(guard); /* .grad getters and param_groups may run Python code */
+    done = do_step((State *)guard, args[0], args[2], args[3], args[4], args[5], &value);
+    if (done && g_window != NULL) {
+        State *g = (State *)guard;
+        if (g->wn == 1 || g->wn >= g_record_every) {
+            PyObject *r = PyObject_CallOneArg(g_window, guard);
+            if (r == NULL) {
+                Py_DECREF(guard);
+                return NULL;
+            }
+            Py_DECREF(r);
+        }
+    }
+    Py_DECREF(guard);
+    if (!done)
+        Py_RETURN_NONE;
     return PyFloat_FromDouble(value);
 }
 
 static PyObject *configure(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 2 || !PyType_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "configure(tensor_type: type, alpha: float)");
+    if (nargs != 5 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[2]) || !PyCallable_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "configure(tensor_type: type, alpha: float, known: dict, window: callable, record_every: int)");
         return NULL;
     }
     g_alpha = PyFloat_AsDouble(args[1]);
     if (PyErr_Occurred())
         return NULL;
+    g_record_every = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
     Py_INCREF(args[0]);
     Py_XSETREF(g_ttype, args[0]);
+    Py_INCREF(args[2]);
+    Py_XSETREF(g_known, args[2]);
+    Py_INCREF(args[3]);
+    Py_XSETREF(g_window, args[3]);
     Py_RETURN_NONE;
 }
 
@@ -366,8 +438,12 @@ static PyMethodDef methods[] = {
     {"step", (PyCFunction)(void (*)(void))step, METH_FASTCALL,
      "step(guard, optimizer, spike, z, ratio, warmup) -> the norm of a healthy step (history "
      "updated), None: the Python guard decides"},
+    {"fast", (PyCFunction)(void (*)(void))fast, METH_FASTCALL,
+     "fast(optimizer, site, spike, z, ratio, warmup) -> step() on the guard of (id(optimizer), site) "
+     "in the configured table, and the window callback; None: the Python guard decides"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_FASTCALL,
-     "configure(tensor_type, alpha): the gradients' exact type and the history's alpha"},
+     "configure(tensor_type, alpha, known, window, record_every): the gradients' exact type, the "
+     "history's alpha, the guard table, the window callback and the window length"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gradnorm_c",

@@ -113,7 +113,7 @@ events = _Events()
 
 # --------------------------------------------------------------------------- the C helper
 
-C_VERSION = 1  # the contract of _gradnorm_c this module was written for
+C_VERSION = 2  # the contract of _gradnorm_c this module was written for
 
 
 def _load_c() -> Any:
@@ -125,13 +125,13 @@ def _load_c() -> Any:
         return None
     if getattr(mod, "VERSION", None) != C_VERSION:
         return None
-    mod.configure(torch.Tensor, ALPHA)
-    return mod
+    return mod  # configured at the end of this module, once _known and _window exist
 
 
 _c = _load_c()
 _c_sumsq = _c.sumsq if _c is not None else None
 _c_step = _c.step if _c is not None else None
+_fast = None  # _c.fast once configured (not while the NaN locator is armed)
 _TENSOR = torch.Tensor
 
 
@@ -372,17 +372,15 @@ def stabilize(
     with ``max_norm`` (then bitwise ``clip_grad_norm_``'s); None without gradients.
     """
     # The healthy CPU step, in as few calls as possible (every training step pays this; the
-    # arithmetic is _host_step's). An intervening step goes on to the general path below with
-    # the value measured here; the rare steps that intervene pay the rest.
-    guard = _known.get((id(optimizer), site))
-    if guard is not None and max_norm is None and _locator is None and guard.c_dtype is not None:
-        value = _c_step(guard, optimizer, spike, z, ratio, warmup)  # owner, groups, norm, history
+    # arithmetic is _host_step's): one C call (lookup, owner, groups, norm, history, window) where
+    # the helper is built. An intervening step goes on to the general path below; the rare steps
+    # that intervene pay the rest.
+    if max_norm is None and _fast is not None:
+        value = _fast(optimizer, site, spike, z, ratio, warmup)
         if value is not None:
-            wn = guard.wn
-            if wn == 1 or wn >= RECORD_EVERY:
-                _window(guard)
             return value
-    elif guard is not None and max_norm is None and _locator is None and guard.owner() is optimizer:
+    guard = _known.get((id(optimizer), site))
+    if guard is not None and max_norm is None and _locator is None and guard.c_dtype is None and guard.owner() is optimizer:
         # no C helper (or gradients it does not read): torch measures, Python keeps the history
         params = guard.refresh(getattr(optimizer, "param_groups", None))
         if params is not None and guard.on_cpu and guard.uniform and guard.c_dtype is None:
@@ -687,3 +685,7 @@ def _install_locator() -> None:
 
 
 _install_locator()
+if _c is not None:
+    _c.configure(torch.Tensor, ALPHA, _known, _window, RECORD_EVERY)
+    if _locator is None:
+        _fast = _c.fast

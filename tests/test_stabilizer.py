@@ -43,6 +43,7 @@ def torch_path(monkeypatch):
     """The CPU guard without the C helper (an install without a compiler): torch measures."""
     monkeypatch.setattr(stabilizer, "_c_sumsq", None)
     monkeypatch.setattr(stabilizer, "_c_step", None)
+    monkeypatch.setattr(stabilizer, "_fast", None)
 
 
 C_BUILT = stabilizer._c is not None
@@ -478,6 +479,7 @@ def test_spike_and_nonfinite_on_the_c_path_match_the_torch_path(monkeypatch):
             if path == "torch":
                 m.setattr(stabilizer, "_c_sumsq", None)
                 m.setattr(stabilizer, "_c_step", None)
+                m.setattr(stabilizer, "_fast", None)
             params, _, _ = train(True, "adam", steps=70, poison=(33,), spike=(50, 51))
         events[path] = [(e["kind"], e["step"]) for e in stabilizer.events.memory]
         assert all(torch.isfinite(p).all() for p in params)
