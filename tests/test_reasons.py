@@ -68,7 +68,7 @@ LOOKALIKES = [
     ("add_", "ARG.add_(1)"), ("clamp_", "ARG.clamp_(0, 1)"), ("copy_", "ARG.copy_(ARG)"),
     ("resize_", "ARG.resize_(3)"), ("backward", "ARG.backward()"), ("append", "ARG.append(1)"),
     ("numpy", "ARG.numpy()"), ("cuda", "ARG.cuda()"), ("user exp", "exp(ARG)"), ("mylib.sum", "mylib.sum(ARG)"),
-    ("self.clamp", "self.clamp(ARG)"),
+    ("self.clamp", "self.clamp(ARG)"), ("ndarray.sort", "ARG.sort()"),
     ("rebound torch", "th.exp(ARG)"), ("torch.rand_like", "torch.rand_like(ARG)"),
     ("out=", "torch.exp(ARG, out=ARG)"), ("inplace=", "F.relu(ARG, inplace=True)"),
 ]

@@ -117,9 +117,10 @@ ALLOWED_KEYWORDS = frozenset({"min", "max", "exponent"})
 # ``t``, ``detach``, ``expand``) alias their input but write nothing: pure; whether a later
 # write through an alias matters is each guard's storage check. Left out on purpose: every name
 # ending in ``_`` (``add_``, ``copy_``, ``resize_``, ``clamp_``...), ``backward``, ``append`` /
-# ``extend`` / ``insert`` / ``pop`` (containers), ``numpy()`` (an ndarray sharing the tensor's
-# memory, outside the guards' storage checks; it also raises on tensors that require grad),
-# ``cuda()`` (may initialise a device), ``empty``/``empty_like`` (uninitialised memory).
+# ``extend`` / ``insert`` / ``pop`` / ``sort`` (containers, ndarrays), ``numpy()`` (an ndarray
+# sharing the tensor's memory, outside the guards' storage checks; it also raises on tensors that
+# require grad), ``cuda()`` (may initialise a device), ``empty``/``empty_like`` (uninitialised
+# memory).
 
 _TORCH_PURE = (
     "abs absolute neg negative exp exp2 expm1 log log2 log10 log1p sqrt rsqrt square pow float_power "
@@ -176,9 +177,11 @@ PURE_METHODS = frozenset(
         "long int bool to type cpu astype view view_as reshape reshape_as squeeze unsqueeze flatten "
         "t transpose permute expand expand_as repeat contiguous flip narrow chunk split unbind size "
         "dim numel item tolist mm matmul bmm dot eq ne lt le gt ge all any isnan isfinite nan_to_num "
-        "sort argsort topk copy"
+        "argsort topk copy"
     ).split()
 )
+# not ``sort``: ``tensor.sort()`` returns a sorted copy, but ``ndarray.sort()`` and ``list.sort()``
+# sort in place (``torch.sort`` / ``numpy.sort`` are functions: pure)
 
 #: tensor conversions that are in-place on an ``nn.Module`` (``net.float()`` casts its
 #: parameters and returns it): pure only where a guard has checked the receiver is a tensor
