@@ -45,7 +45,7 @@ def walks_backward(it: ast.AST) -> bool:
     f = it.func
     name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
     if name in _FLIPS:
-        return True
+        return bool(it.args)  # reversed(x), np.flip(x), x.flip(0): not a user's deck.flip()
     if name in ("range", "arange"):
         step = it.args[2] if len(it.args) == 3 else next((k.value for k in it.keywords if k.arg == "step"), None)
         return _negative(step)
