@@ -450,3 +450,28 @@ def test_walks_backward_forms():
           "deck.flip()"]
     assert [t for t in yes if not backward.walks_backward(ast.parse(t, mode="eval").body)] == []
     assert [t for t in no if backward.walks_backward(ast.parse(t, mode="eval").body)] == []
+
+
+def test_scatter_range_bound_through_the_table():
+    """The per-row index_add_ rewrite takes its range bounds from the same table (``agg.size(0)``);
+    a module's ``size`` is no method of a tensor."""
+    src = """\
+        import torch
+        def aggregate(msg, dst, agg):
+            for g in range(agg.size(0)):
+                agg[g].index_add_(0, dst[g], msg[g])
+            return agg
+        """
+    out, sites = rewrite(src, ELEM)
+    assert [s.action for s in sites] == [REWRITTEN]
+    gen = torch.Generator().manual_seed(3)
+    for rows in (1, 5, 40):
+        msg = torch.randn(rows, 6, 3, generator=gen, dtype=torch.float64)
+        dst = torch.randint(0, 4, (rows, 6), generator=gen)
+        want = run(textwrap.dedent(src), "aggregate", msg, dst, torch.zeros(rows, 4, 3, dtype=torch.float64))
+        got = run(out, "aggregate", msg, dst, torch.zeros(rows, 4, 3, dtype=torch.float64))
+        assert torch.equal(want, got)
+    look = src.replace("import torch\n", "import torch\n        import shapes\n").replace("agg.size(0)", "shapes.size(0)")
+    out, sites = rewrite(look, ELEM)
+    assert out == textwrap.dedent(look) and [s.action for s in sites] == [SKIPPED]
+    assert "range bounds are not plain values" in sites[0].reason

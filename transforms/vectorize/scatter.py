@@ -108,15 +108,10 @@ class _Plan(NamedTuple):
     row: str  # the per-row call, for the site text
 
 
-def _int_literal(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        expr = expr.expression
-    return isinstance(expr, cst.Integer)
-
-
-def _bound_ok(expr: cst.BaseExpression, forbidden: Set[str], builtin_ok) -> bool:
+def _bound_ok(expr: cst.BaseExpression, forbidden: Set[str], builtin_ok, imports=None) -> bool:
     """A range bound evaluated twice (guard, then the verbatim loop): pure arithmetic on names,
-    attributes, ``len(ref)``, ``ref.size(k)``, ``ref.shape[k]``."""
+    attributes, ``len(ref)``, ``ref.shape[k]``, and calls in analysis.purity's table given the
+    module's ``imports`` (``ref.size(k)``, ``ref.numel()``)."""
     if isinstance(expr, cst.Call):
         args = expr.args
         if any(a.star or a.keyword is not None for a in args):
@@ -124,14 +119,11 @@ def _bound_ok(expr: cst.BaseExpression, forbidden: Set[str], builtin_ok) -> bool
         func = expr.func
         if isinstance(func, cst.Name) and func.value == "len" and builtin_ok("len") and len(args) == 1:
             ref = args[0].value
-        elif isinstance(func, cst.Attribute) and func.attr.value == "size" and len(args) <= 1 and all(_int_literal(a.value) for a in args):
-            ref = func.value
-        else:
-            return False
-        return is_simple_ref(ref) and not (names_read(ref) & forbidden)
+            return is_simple_ref(ref) and not (names_read(ref) & forbidden)
+        return is_pure(expr, forbidden, imports)
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, _BOUND_OPS):
-        return _bound_ok(expr.left, forbidden, builtin_ok) and _bound_ok(expr.right, forbidden, builtin_ok)
-    return is_pure(expr, forbidden)
+        return _bound_ok(expr.left, forbidden, builtin_ok, imports) and _bound_ok(expr.right, forbidden, builtin_ok, imports)
+    return is_pure(expr, forbidden, imports)
 
 
 def _mentions(node: cst.CSTNode, ref: cst.BaseExpression) -> bool:
@@ -152,7 +144,7 @@ def _mentions(node: cst.CSTNode, ref: cst.BaseExpression) -> bool:
     return found
 
 
-def _header(node: cst.For, builtin_ok) -> Union[str, Tuple[str, List[str]]]:
+def _header(node: cst.For, builtin_ok, imports=None) -> Union[str, Tuple[str, List[str]]]:
     if node.asynchronous is not None:
         return "async for"
     if node.orelse is not None:
@@ -168,7 +160,7 @@ def _header(node: cst.For, builtin_ok) -> Union[str, Tuple[str, List[str]]]:
     if func == "range":
         if not isinstance(node.target, cst.Name):
             return "a range loop must bind one index"
-        if not 1 <= len(it.args) <= 3 or not all(_bound_ok(a.value, {node.target.value}, builtin_ok) for a in it.args):
+        if not 1 <= len(it.args) <= 3 or not all(_bound_ok(a.value, {node.target.value}, builtin_ok, imports) for a in it.args):
             return "range bounds are not plain values (they are evaluated by the guard and again by the loop)"
         return "range", [node.target.value]
     names = target_names(node.target)
@@ -254,7 +246,7 @@ def _same_value(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
 
 
 def _analyse(node: cst.For, scope: cst.CSTNode, builtin_ok, imports) -> Union[str, _Plan]:
-    header = _header(node, builtin_ok)
+    header = _header(node, builtin_ok, imports)
     if isinstance(header, str):
         return header
     mode, names = header
