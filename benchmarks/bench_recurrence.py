@@ -307,9 +307,9 @@ FRESH = textwrap.dedent(
         exec(compile(src, "gae_rewritten", "exec"), ns)
         args = (rewards, values, dones, next_value, next_done)
         times = []
-        for _ in range(50):
+        for _ in range(int(sys.argv[2])):
             t = clock(); ns["gae"](*args); times.append(clock() - t)
-        res.update(first=times[0], first50=sum(times) / 50)
+        res.update(first=times[0], first50=sum(times) / len(times))
         res["backend"] = R.cpu_backend()
     else:
         nnt = 1.0 - torch.cat([dones[1:], next_done[None]])
@@ -362,13 +362,13 @@ def rewritten_gae(fold=True):
     return res.output.decode(), "last step folded in" in done[0].reason
 
 
-def fresh(mode, src, env_extra, runs):
+def fresh(mode, src, env_extra, runs, calls=50):
     """Medians over ``runs`` fresh processes of each number FRESH prints."""
     env = dict(os.environ, OMP_NUM_THREADS="1", **env_extra)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     got = []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", FRESH, mode], input=src, env=env,
+        out = subprocess.run([sys.executable, "-c", FRESH, mode, str(calls)], input=src, env=env,
                              capture_output=True, text=True, timeout=600)
         if out.returncode != 0:
             print(out.stderr[-2000:])
@@ -412,6 +412,9 @@ def rewrite_section(args):
     routes = [("C extension", {})]
     if R.backend_available("c"):
         routes.append(("no C extension (numpy, then numba)", {"SCALEBOX_RECURRENCE_C": "0"}))
+    naive_first = fresh("gae", GAE_SRC, {}, runs, calls=1)
+    if naive_first is not None:  # torch's first use of each op in a process costs 0.1-0.3 ms: both pay it
+        print("naive loop, fresh process: first call %s" % fmt_t(naive_first["first"]))
     c_loop = fresh("c", "", {}, runs) if R.backend_available("c") else None
     if c_loop is not None:
         print("plain C loop (the extension's kernel called directly, a fresh process): first call %s "
@@ -422,8 +425,10 @@ def rewrite_section(args):
         if g is None or o is None:
             continue
         print("  %s [backend after 50 calls: %s]" % (label, g["backend"]))
-        print("    rewrite, fresh process: first call %s (%.0fx naive), first 50 calls %s a call (%.0fx naive)"
-              % (fmt_t(g["first"]), t_naive / g["first"], fmt_t(g["first50"]), t_naive / g["first50"]))
+        t_nf = naive_first["first"] if naive_first else t_naive
+        print("    rewrite, fresh process: first call %s (%.0fx the naive loop's first call), first 50 calls %s "
+              "a call (%.0fx the naive loop's steady state)"
+              % (fmt_t(g["first"]), t_nf / g["first"], fmt_t(g["first50"]), t_naive / g["first50"]))
         line = "    op alone (precomputed a, delta), fresh process: first call %s, steady %s" % (
             fmt_t(o["first"]), fmt_t(o["steady"]))
         if c_loop is not None:
