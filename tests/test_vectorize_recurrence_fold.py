@@ -299,6 +299,12 @@ def test_introspection_keeps_the_last_step(tail):
             same(want[1][k], got[1][k], k)
 
 
+def test_frame_access_keeps_the_last_step():
+    src = GAE.replace("    return advantages, advantages + values, lastgaelam, t",
+                      "    import sys\n    frame = sys._getframe()\n    return advantages, frame.f_locals['delta']")
+    check(src, data(10, 9, 2), folded=False)
+
+
 def test_del_and_global_keep_the_last_step():
     check(GAE.replace("    return advantages, advantages + values, lastgaelam, t",
                       "    del delta\n    return advantages"), data(8, 9, 2), folded=False)

@@ -25,8 +25,10 @@ import libcst as cst
 
 from .syntax import _walk
 
-#: calls that read a function's local variables by name
-_INTROSPECTION = {"locals", "vars", "eval", "exec", "dir", "globals"}
+#: calls that read a function's local variables by name (or hand its frame to a debugger)
+_INTROSPECTION = {"locals", "vars", "eval", "exec", "dir", "globals", "breakpoint"}
+#: attributes that reach a frame's locals (sys._getframe().f_locals, inspect.currentframe())
+_FRAME_ATTRS = {"f_locals", "_getframe", "currentframe", "set_trace"}
 
 
 def _enclosing(module: cst.Module, node: cst.CSTNode):
@@ -65,7 +67,7 @@ def dead_after(module: cst.Module, node: cst.For, names: Set[str],
                first_step: Sequence[Tuple[Set[str], Optional[str]]]) -> bool:
     """Whether the values the loop ``node`` leaves in ``names`` can never be read: ``node`` is in a
     function that names none of them outside the loop (nested scopes included, ``del`` and
-    ``global`` too) and calls nothing that reads locals by name. Inside another loop, the first
+    ``global`` too) and calls nothing that reads locals by name or reaches its frame. Inside another loop, the first
     step (``first_step``: per statement, the names it reads and the one it assigns, in order)
     must not read one before assigning it: the next run of the loop would see what this one left."""
     if not names:
@@ -81,6 +83,8 @@ def dead_after(module: cst.Module, node: cst.For, names: Set[str],
         if isinstance(n, cst.Name) and n.value in names:
             return False
         if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in _INTROSPECTION:
+            return False
+        if isinstance(n, cst.Attribute) and n.attr.value in _FRAME_ATTRS:
             return False
     if nested:
         assigned: Set[str] = set()
