@@ -532,6 +532,45 @@ def test_c_helper_reads_only_and_refuses_what_it_cannot_read():
         c.sumsq((p,), torch.Tensor, torch.float32, False)
 
 
+NO_C_SCRIPT = """\
+import sys
+sys.modules["scalebox_cst.runtime._gradnorm_c"] = None  # an install without a compiler
+import torch
+from scalebox_cst.runtime import stabilizer
+assert stabilizer._c is None and stabilizer._fast is None and stabilizer._Guard.__bases__ == (object,)
+
+def run(guard, poison=(), spike=()):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for i in range(1, 61):
+        loss = (model(torch.randn(6, 5)) ** 2).mean() * (float("nan") if i in poison else 1e4 if i in spike else 1.0)
+        opt.zero_grad()
+        loss.backward()
+        if guard:
+            stabilizer.stabilize(opt, site="noc.py:1")
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+assert all(torch.equal(a, b) for a, b in zip(run(False), run(True)))
+stabilizer.reset()
+got = run(True, poison=(30,), spike=(45,))
+assert all(torch.isfinite(p).all() for p in got)
+assert [e["kind"] for e in stabilizer.events.memory] == ["nonfinite", "step_skipped", "spike_clipped"], stabilizer.events.memory
+print("ok")
+"""
+
+
+def test_without_the_c_helper_the_guard_is_the_same(tmp_path):
+    """A process where the C helper cannot be imported: _Guard is a plain class, torch measures,
+    and healthy runs are still bitwise the original, NaN steps skipped, spikes clipped."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop(metrics.ENV_FILE, None)
+    env.pop(stabilizer.EVENTS_ENV, None)
+    done = subprocess.run([sys.executable, "-c", NO_C_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 def test_c_helper_is_built_where_a_compiler_is():
     """The install builds runtime/_gradnorm_c (setup.py); without it the guard still works but
     costs about 3x more on a small model (benchmarks/bench_stabilizer.py)."""
