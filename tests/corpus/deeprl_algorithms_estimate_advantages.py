@@ -2,8 +2,9 @@
 from the rows just written (prev_value = values[i, 0], prev_advantage = advantages[i, 0]), with
 deltas stored in a buffer of their own.
 
-Source: Renzhenxuexidemaimai/DeepRL_Algorithms, Common/GAE.py. Commit: not recorded by the index.
-License: not stated.
+Source: Renzhenxuexidemaimai/DeepRL_Algorithms (a copy of RITCHIEHuang/DeepRL_Algorithms, whose GAE
+follows Khrylx/PyTorch-RL: see khrylx_estimate_advantages.py for the three-output original),
+Common/GAE.py. Commit: not recorded by the index. License: not stated.
 Adapted: the imports of FLOAT / device from Utils.torch_utils are replaced by their definitions
 (torch.FloatTensor on the CPU); the function is verbatim.
 """
