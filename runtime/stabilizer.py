@@ -37,32 +37,30 @@ Where it decides:
   on (its branch uses ``sync=True``: one host check per step, a true skip on any optimizer).
   Under AMP (``scaler=`` given) ``GradScaler`` already skips non-finite steps; the guard only
   measures and clips spikes.
-Events cross to the host in batches (every ``FLUSH_EVERY`` steps and at exit).
+Events cross to the host in batches (every ``FLUSH_EVERY`` steps and at exit); their writer is
+``guard_events``.
 """
 from __future__ import annotations
 
 import atexit
-import json
 import math
 import os
 import sys
 import threading
-import time
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from scalebox_cst.runtime import metrics
+from scalebox_cst.runtime.guard_events import EVENTS_ENV, MAX_EVENTS, events, parameter_names  # noqa: F401 (stabilizer.events, .EVENTS_ENV)
 
 METRIC = "grad_norm"
-EVENTS_ENV = "SCALEBOX_EVENTS_FILE"
 LOCATE_ENV = "SCALEBOX_LOCATE_NAN"  # "SITE@STEP": arm the NaN locator for that guard call
 FLUSH_EVERY = 64
 #: grad_norm is recorded as the maximum over each window of this many guarded steps (a NaN/inf in
 #: the window shows): one JSON point per step cost more than the norm itself on a small model
 RECORD_EVERY = 8
-MAX_EVENTS = 1000  # per kind and run: a run that intervenes every step must not fill the disk
 
 Z = 10.0
 RATIO = 100.0  # healthy CartPole PPO reaches 19x its EW mean (z 22) within 20k steps: see README
@@ -70,45 +68,6 @@ WARMUP = 25
 ALPHA = 0.97
 
 _NONE, _CLIPPED, _SKIPPED = 0, 1, 2
-
-
-# --------------------------------------------------------------------------- events
-
-
-class _Events:
-    """Append-only events.jsonl of the run (beside metrics.jsonl unless $SCALEBOX_EVENTS_FILE)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.counts: Dict[str, int] = {}
-        self.memory: List[Dict[str, Any]] = []  # kept when no file is configured (tests, plain runs)
-
-    def path(self) -> Optional[str]:
-        path = os.environ.get(EVENTS_ENV)
-        if path:
-            return path
-        metrics_file = os.environ.get(metrics.ENV_FILE)
-        return os.path.join(os.path.dirname(metrics_file), "events.jsonl") if metrics_file else None
-
-    def emit(self, kind: str, message: str, **extra: Any) -> None:
-        with self.lock:
-            n = self.counts.get(kind, 0) + 1
-            self.counts[kind] = n
-            if n > MAX_EVENTS:
-                return
-            item = {"time": round(time.time(), 3), "kind": kind, "message": message, **extra}
-            path = self.path()
-            if path is None:
-                self.memory.append(item)
-                return
-            try:
-                with open(path, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(item, default=str) + "\n")
-            except OSError as exc:  # telemetry never breaks a training run
-                print(f"scalebox: cannot write events to {path}: {exc}", file=sys.stderr)
-
-
-events = _Events()
 
 
 # --------------------------------------------------------------------------- the C helper
@@ -635,27 +594,6 @@ def _nonfinite(guard: _Guard, step: int, value: float, params: List[torch.Tensor
     msg = f"first non-finite gradient at {guard.site} step {step}: {where or 'norm overflow'}"
     print(f"scalebox: {msg}", file=sys.stderr)
     events.emit("nonfinite", msg, site=guard.site, step=step, value=str(value), what="grad", params=names)
-
-
-def parameter_names(params: List[torch.Tensor]) -> List[str]:
-    """``actor.fc1.weight``-style names for parameters, found among live modules (rare path only)."""
-    import gc
-    import warnings
-
-    wanted = {id(p): i for i, p in enumerate(params)}
-    names: List[Optional[str]] = [None] * len(params)
-    with warnings.catch_warnings():  # isinstance on some lazy module objects warns
-        warnings.simplefilter("ignore")
-        modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
-    children = {id(c) for m in modules for c in m.children()}
-    for root in modules:
-        if id(root) in children:
-            continue
-        for name, p in root.named_parameters(remove_duplicate=False):
-            i = wanted.get(id(p))
-            if i is not None and names[i] is None:
-                names[i] = f"{type(root).__name__}.{name}"
-    return [n or f"param[{tuple(p.shape)}]" for n, p in zip(names, params)]
 
 
 def reset() -> None:

@@ -1,0 +1,76 @@
+"""The gradient guard's events (runtime/stabilizer.py): the run's events.jsonl lines it writes,
+and the names of the parameters it reports. Apart from the guard because they are the part of it
+that is neither per-step nor numeric: read only on the rare steps that intervene.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from scalebox_cst.runtime import metrics
+
+EVENTS_ENV = "SCALEBOX_EVENTS_FILE"
+MAX_EVENTS = 1000  # per kind and run: a run that intervenes every step must not fill the disk
+
+
+class _Events:
+    """Append-only events.jsonl of the run (beside metrics.jsonl unless $SCALEBOX_EVENTS_FILE)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Dict[str, int] = {}
+        self.memory: List[Dict[str, Any]] = []  # kept when no file is configured (tests, plain runs)
+
+    def path(self) -> Optional[str]:
+        path = os.environ.get(EVENTS_ENV)
+        if path:
+            return path
+        metrics_file = os.environ.get(metrics.ENV_FILE)
+        return os.path.join(os.path.dirname(metrics_file), "events.jsonl") if metrics_file else None
+
+    def emit(self, kind: str, message: str, **extra: Any) -> None:
+        with self.lock:
+            n = self.counts.get(kind, 0) + 1
+            self.counts[kind] = n
+            if n > MAX_EVENTS:
+                return
+            item = {"time": round(time.time(), 3), "kind": kind, "message": message, **extra}
+            path = self.path()
+            if path is None:
+                self.memory.append(item)
+                return
+            try:
+                with open(path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(item, default=str) + "\n")
+            except OSError as exc:  # telemetry never breaks a training run
+                print(f"scalebox: cannot write events to {path}: {exc}", file=sys.stderr)
+
+
+events = _Events()
+
+
+def parameter_names(params: List[torch.Tensor]) -> List[str]:
+    """``actor.fc1.weight``-style names for parameters, found among live modules (rare path only)."""
+    import gc
+    import warnings
+
+    wanted = {id(p): i for i, p in enumerate(params)}
+    names: List[Optional[str]] = [None] * len(params)
+    with warnings.catch_warnings():  # isinstance on some lazy module objects warns
+        warnings.simplefilter("ignore")
+        modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
+    children = {id(c) for m in modules for c in m.children()}
+    for root in modules:
+        if id(root) in children:
+            continue
+        for name, p in root.named_parameters(remove_duplicate=False):
+            i = wanted.get(id(p))
+            if i is not None and names[i] is None:
+                names[i] = f"{type(root).__name__}.{name}"
+    return [n or f"param[{tuple(p.shape)}]" for n, p in zip(names, params)]
