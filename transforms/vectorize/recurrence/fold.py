@@ -23,6 +23,7 @@ from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ...analysis.cstwalk import children
 from .syntax import _walk
 
 #: calls that read a function's local variables by name (or hand its frame to a debugger)
@@ -31,36 +32,41 @@ _INTROSPECTION = {"locals", "vars", "eval", "exec", "dir", "globals", "breakpoin
 _FRAME_ATTRS = {"f_locals", "_getframe", "currentframe", "set_trace"}
 
 
+#: the last module :func:`_enclosing` mapped and its map (one file is rewritten at a time; the
+#: module is held so the ids stay its nodes')
+_LOOPS_OF: List[object] = [None, {}]
+
+
+def _loop_places(module: cst.Module) -> dict:
+    """id(loop) -> (innermost function containing it, whether a loop in that function encloses
+    it), or None where that innermost scope is a lambda or a class body; one walk per module
+    (a walk per rewritten loop made files with many sites quadratic)."""
+    places: dict = {}
+    stack = [(module, None, False, False)]  # node, innermost function, usable, a loop between
+    while stack:
+        n, func, usable, nested = stack.pop()
+        if isinstance(n, (cst.For, cst.While)):
+            places[id(n)] = (func, nested) if func is not None and usable else None
+        if isinstance(n, cst.FunctionDef):
+            inner = (n, True, False)
+        elif isinstance(n, cst.Lambda):
+            inner = (None, False, False)
+        elif isinstance(n, cst.ClassDef):
+            inner = (func, False, nested)
+        elif isinstance(n, (cst.For, cst.While)):
+            inner = (func, usable, True)
+        else:
+            inner = (func, usable, nested)
+        stack.extend((c,) + inner for c in children(n))
+    return places
+
+
 def _enclosing(module: cst.Module, node: cst.CSTNode):
     """(innermost function containing ``node``, whether a loop in it encloses ``node``), or None
     when ``node`` is not (by identity) in a function body of ``module``."""
-    found = []
-
-    class Find(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.stack: List[cst.CSTNode] = []
-
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            if found:
-                return False
-            if n is node:
-                funcs = [i for i, s in enumerate(self.stack) if isinstance(s, (cst.FunctionDef, cst.Lambda))]
-                if funcs and isinstance(self.stack[funcs[-1]], cst.FunctionDef) and not any(
-                        isinstance(s, cst.ClassDef) for s in self.stack[funcs[-1]:]):
-                    inner = self.stack[funcs[-1] + 1:]
-                    found.append((self.stack[funcs[-1]], any(isinstance(s, (cst.For, cst.While)) for s in inner)))
-                else:
-                    found.append(None)
-                return False
-            self.stack.append(n)
-            return True
-
-        def on_leave(self, n: cst.CSTNode) -> None:
-            if self.stack and self.stack[-1] is n:
-                self.stack.pop()
-
-    module.visit(Find())
-    return found[0] if found else None
+    if _LOOPS_OF[0] is not module:
+        _LOOPS_OF[:] = [module, _loop_places(module)]
+    return _LOOPS_OF[1].get(id(node))
 
 
 def dead_after(module: cst.Module, node: cst.For, names: Set[str],
