@@ -242,3 +242,40 @@ def test_list_output_gae_runs_vectorized(flag):
     _, orig, new = _dongparoo()
     _, fast = run_both(orig["compute_gae"], new["compute_gae"], lambda: _dongparoo_inputs(flag))
     assert fast
+
+
+# --------------------------------------------------------------------------- silent misses
+
+
+# A public helper (an index hit whose repository the index does not name) that walks backward by
+# a computed index on a forward range: a recurrence through memory, result[idx] += gamma *
+# result[idx + 1]. Verbatim.
+COMPUTED_INDEX = '''
+import numpy as np
+
+def compute_returns(
+    rewards,
+    gamma=0.99
+):
+    result = np.array(rewards)
+    for i in range(len(rewards)):
+        idx = len(rewards) - 1 - i
+        if i > 0:
+            result[idx] += gamma * result[idx + 1]
+    return result
+'''
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "no site at all: a forward range whose body indexes by `idx = len(x) - 1 - i` walks "
+    "backward, and the README promises every backward loop a site (rewritten or left alone "
+    "with its reason)"))
+def test_backward_walk_by_computed_index_gets_a_site():
+    result = Pipeline(Config(), backend="cpu").rewrite("returns.py", COMPUTED_INDEX.encode())
+    loop_line = next(i + 1 for i, l in enumerate(COMPUTED_INDEX.splitlines()) if l.strip().startswith("for i in"))
+    assert any(s.transform == "vectorize.recurrence" and s.line == loop_line for s in result.report.sites)
+
+
+def test_backward_walk_by_computed_index_is_left_unchanged():
+    result = Pipeline(Config(), backend="cpu").rewrite("returns.py", COMPUTED_INDEX.encode())
+    assert result.output.decode() == COMPUTED_INDEX
