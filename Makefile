@@ -12,7 +12,7 @@ DEMO_STEPS ?= 4096
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: setup.cfg pyproject.toml setup.py runtime/_recurrence_c.c
+$(VENV)/.installed: setup.cfg pyproject.toml setup.py runtime/_recurrence_c.c runtime/_gradnorm_c.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
