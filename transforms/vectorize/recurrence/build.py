@@ -10,7 +10,8 @@ from typing import List, Tuple
 import libcst as cst
 
 from ...base import FileContext
-from .syntax import _bound_names, _code, _names_read, _one_line, _stmts
+from .syntax import Skip, _bound_names, _code, _names_read, _one_line, _stmts
+from .list_outputs import list_output_reason
 from .body import _flatten
 from .plan import Planner
 from .views import describe
@@ -25,6 +26,10 @@ HELPERS_QUALNAME = "scalebox_cst.runtime.vectorized"
 def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bool, str]:
     """The rewritten loop: ``if <guard>:`` first step, vectorized middle steps, last step
     ``else:`` the original loop; with its exactness and the reported reason."""
+    outs = [o for it in planner.middle for o in it.outs] + list(planner.memo.values())
+    listed = list_output_reason(ctx.module, node, outs)
+    if listed is not None:
+        raise Skip(listed)
     planner.fold_last = _foldable(ctx, node, planner)
     # names are reserved before the imports are requested, so a Skip leaves no import behind
     guard, mid, exact, notes = planner.emit("__SBX__", "__SBX_OP__")
@@ -129,6 +134,10 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
     needs = ("per-step inputs all tensors (or nn.Parameter), all numpy arrays, all lists of Python floats, "
              "of tensors or of numpy rows, exact types, one float dtype, device and row shape; lists of "
              "Python/numpy int or bool flags only with float64 maths")
+    if outs:  # what recurrence_ok takes as an array written at [t]
+        needs += ("; outputs written at [t] tensors where the inputs are tensors (or lists of them), numpy "
+                  "arrays otherwise, long enough, sharing no memory with an input (a Python list output "
+                  "takes the loop)")
     carried = "; the carried value after the first step of that kind and dtype (carry_ok), " \
         "else the other steps run as written" if planner.carry_check("_") else ""
     steps = ("first step runs as written, the others by linear_recurrence (the last step folded in: "

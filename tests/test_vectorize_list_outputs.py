@@ -1,0 +1,144 @@
+"""Backward recurrences whose output is written by index (``out[t] = gae``): an output the function
+creates as a Python list is left alone with its reason (the guard stores only into arrays, so the
+rewrite would never run vectorized); look-alikes whose output is an array, or may be one (a
+parameter, a list rebound to a tensor), are rewritten and run vectorized on arrays, bitwise equal
+to the loop."""
+import linecache
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import REWRITTEN, SKIPPED
+from scalebox_cst.runtime.vectorized import MIN_STEPS
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_corpus import RuntimeTrace, compare  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+BODY = '''
+    for t in reversed(range(T)):
+        delta = rewards[t] + gamma * values[t + 1] * (1 - dones[t]) - values[t]
+        gae = delta + gamma * lam * (1 - dones[t]) * gae
+        {out}[t] = gae
+'''
+
+
+def src(create, out="adv", ret="adv", params="rewards, values, dones"):
+    return (f"import torch\nimport numpy as np\n\ndef gae_of({params}, gamma=0.99, lam=0.95):\n"
+            f"    T = len(rewards)\n    gae = 0.0\n{create}" + BODY.format(out=out) + f"    return {ret}\n")
+
+
+def rewrite(code):
+    result = Pipeline(Config(), backend="cpu").rewrite("m.py", code.encode())
+    sites = [s for s in result.report.sites if s.transform == "vectorize.recurrence"]
+    assert len(sites) == 1
+    return sites[0], result.output.decode()
+
+
+def _exec(code, tag):
+    filename = f"<list outputs {tag}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    ns = {"__name__": "lo"}
+    exec(compile(code, filename, "exec"), ns)
+    return ns["gae_of"]
+
+
+def tensors(T, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(T, 3, generator=g, dtype=dtype), torch.randn(T + 1, 3, generator=g, dtype=dtype),
+            (torch.rand(T, 3, generator=g) < 0.1).to(dtype))
+
+
+def floats(T, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(T).tolist(), rng.standard_normal(T + 1).tolist(),
+            (rng.random(T) < 0.1).astype(float).tolist())
+
+
+@pytest.mark.parametrize("create", [
+    "    adv = [0.0] * len(rewards)\n",
+    "    adv = [0] * T\n",
+    "    adv = len(rewards) * [None]\n",
+    "    adv = [0.0 for _ in range(T)]\n",
+    "    adv, ret = [0.0] * T, [0.0] * T\n",
+    "    adv = ret = [0.0] * T\n",
+    "    adv: list = [0.0] * T\n",
+    "    adv = []\n    adv += [0.0] * T\n",
+])
+def test_list_created_in_the_function_is_left_alone(create):
+    code = src(create)
+    site, out = rewrite(code)
+    assert site.action == SKIPPED
+    assert site.reason.startswith("output is a Python list written by index: `adv` (`adv")
+    assert out == code
+
+
+@pytest.mark.parametrize("T", [2, 3, 17, 600])
+@pytest.mark.parametrize("make", ["tensor", "numpy"])
+def test_array_output_rewritten_and_vectorized_bitwise(make, T):
+    create = {"tensor": "    adv = torch.zeros_like(rewards)\n", "numpy": "    adv = np.zeros(T)\n"}[make]
+    code = src(create)
+    site, out = rewrite(code)
+    assert site.action == REWRITTEN and site.exactness == "exact"
+    assert "a Python list output takes the loop" in site.reason
+    args = tensors(T, seed=T) if make == "tensor" else floats(T, seed=T)
+    want = _exec(code, "orig")(*args)
+    with RuntimeTrace() as trace:
+        got = _exec(out, "new")(*args)
+    compare(want, got, exact=True)
+    # from the guard's break-even length on (tensors; lists of Python floats)
+    assert trace.accepted("vectorize.recurrence") == (T >= MIN_STEPS["torch" if make == "tensor" else "float"])
+
+
+def test_list_rebound_to_a_tensor_is_rewritten_and_vectorized():
+    code = src("    adv = [0.0] * T\n    adv = torch.tensor(adv).unsqueeze(1).repeat(1, 3)\n")
+    site, out = rewrite(code)
+    assert site.action == REWRITTEN
+    args = tensors(40)
+    want = _exec(code, "orig")(*args)
+    with RuntimeTrace() as trace:
+        got = _exec(out, "new")(*args)
+    compare(want, got, exact=True)
+    assert trace.accepted("vectorize.recurrence")
+
+
+@pytest.mark.parametrize("kind", ["list", "tensor"])
+def test_output_parameter_decided_at_run_time(kind):
+    """A parameter may be an array or a list: rewritten; a list takes the loop, same results."""
+    code = src("", params="rewards, values, dones, adv")
+    site, out = rewrite(code)
+    assert site.action == REWRITTEN
+    args = tensors(30)
+
+    def make():
+        return (*args, [0.0] * 30 if kind == "list" else torch.zeros(30, 3))
+    want = _exec(code, "orig")(*make())
+    with RuntimeTrace() as trace:
+        got = _exec(out, "new")(*make())
+    compare(want, got, exact=True)
+    assert trace.accepted("vectorize.recurrence") == (kind == "tensor")
+
+
+def test_attribute_output_is_not_decided_here():
+    code = src("    self.adv = [0.0] * T\n", out="self.adv", ret="self.adv", params="self, rewards, values, dones")
+    site, _ = rewrite(code)
+    assert site.action == REWRITTEN
+
+
+def test_sum_with_a_possible_array_is_not_taken_for_a_list():
+    """``[0.0] + x`` is an array where ``x`` is one (ndarray.__radd__): not decided here."""
+    code = src("    adv = [0.0] + zeros\n", params="rewards, values, dones, zeros")
+    site, out = rewrite(code)
+    assert site.action == REWRITTEN
+    args = floats(600)
+    want = _exec(code, "orig")(*args, np.zeros(600))
+    with RuntimeTrace() as trace:
+        got = _exec(out, "new")(*args, np.zeros(600))
+    compare(want, got, exact=True)
+    assert trace.accepted("vectorize.recurrence")
