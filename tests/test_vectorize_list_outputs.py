@@ -1,8 +1,16 @@
-"""Backward recurrences whose output is written by index (``out[t] = gae``): an output the function
+"""Python lists as outputs and accumulators.
+
+Backward recurrences whose output is written by index (``out[t] = gae``): an output the function
 creates as a Python list is left alone with its reason (the guard stores only into arrays, so the
 rewrite would never run vectorized); look-alikes whose output is an array, or may be one (a
 parameter, a list rebound to a tensor), are rewritten and run vectorized on arrays, bitwise equal
-to the loop."""
+to the loop.
+
+Loss loops whose accumulators are created by one tuple assignment (SB3-style ``actor, critic = [],
+[]``) or on one line are batched like ``a = []`` on lines of their own, bitwise equal to the loop
+(loss and gradients); ``a = b = []`` (one list under two names) and other creations are left alone
+with their reason.
+"""
 import linecache
 import os
 import sys
@@ -14,6 +22,7 @@ import torch
 from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN, SKIPPED
+import scalebox_cst.runtime.vectorized as V
 from scalebox_cst.runtime.vectorized import MIN_STEPS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -55,10 +64,9 @@ def tensors(T, dtype=torch.float32, seed=0):
             (torch.rand(T, 3, generator=g) < 0.1).to(dtype))
 
 
-def floats(T, seed=0):
+def arrays(T, seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal(T).tolist(), rng.standard_normal(T + 1).tolist(),
-            (rng.random(T) < 0.1).astype(float).tolist())
+    return rng.standard_normal(T), rng.standard_normal(T + 1), (rng.random(T) < 0.1).astype(float)
 
 
 @pytest.mark.parametrize("create", [
@@ -79,7 +87,7 @@ def test_list_created_in_the_function_is_left_alone(create):
     assert out == code
 
 
-@pytest.mark.parametrize("T", [2, 3, 17, 600])
+@pytest.mark.parametrize("T", [2, 3, 11, 12, 64])
 @pytest.mark.parametrize("make", ["tensor", "numpy"])
 def test_array_output_rewritten_and_vectorized_bitwise(make, T):
     create = {"tensor": "    adv = torch.zeros_like(rewards)\n", "numpy": "    adv = np.zeros(T)\n"}[make]
@@ -87,13 +95,13 @@ def test_array_output_rewritten_and_vectorized_bitwise(make, T):
     site, out = rewrite(code)
     assert site.action == REWRITTEN and site.exactness == "exact"
     assert "a Python list output takes the loop" in site.reason
-    args = tensors(T, seed=T) if make == "tensor" else floats(T, seed=T)
+    args = tensors(T, seed=T) if make == "tensor" else arrays(T, seed=T)
     want = _exec(code, "orig")(*args)
     with RuntimeTrace() as trace:
         got = _exec(out, "new")(*args)
     compare(want, got, exact=True)
-    # from the guard's break-even length on (tensors; lists of Python floats)
-    assert trace.accepted("vectorize.recurrence") == (T >= MIN_STEPS["torch" if make == "tensor" else "float"])
+    # from the guard's break-even length on
+    assert trace.accepted("vectorize.recurrence") == (T >= MIN_STEPS["torch" if make == "tensor" else "numpy"])
 
 
 def test_list_rebound_to_a_tensor_is_rewritten_and_vectorized():
@@ -136,9 +144,79 @@ def test_sum_with_a_possible_array_is_not_taken_for_a_list():
     code = src("    adv = [0.0] + zeros\n", params="rewards, values, dones, zeros")
     site, out = rewrite(code)
     assert site.action == REWRITTEN
-    args = floats(600)
-    want = _exec(code, "orig")(*args, np.zeros(600))
+    args = arrays(40)
+    want = _exec(code, "orig")(*args, np.zeros(40))
     with RuntimeTrace() as trace:
-        got = _exec(out, "new")(*args, np.zeros(600))
+        got = _exec(out, "new")(*args, np.zeros(40))
     compare(want, got, exact=True)
     assert trace.accepted("vectorize.recurrence")
+
+
+# ------------------------------------------------------------------ loss-loop accumulators
+
+from test_vectorize_loss_loops import LOSS_LOOP, Spy, load, pair, rewrite as rewrite_reduction  # noqa: E402
+
+SPLIT = "    policy_losses = []\n    value_losses = []\n"
+
+
+@pytest.mark.parametrize("init", [
+    "    policy_losses, value_losses = [], []\n",
+    "    [policy_losses, value_losses] = [[], []]\n",
+    "    policy_losses = []; value_losses = []\n",
+    "    value_losses, policy_losses = ([], [])\n",
+    "    policy_losses, value_losses = [[], []]\n",  # two new lists too
+])
+@pytest.mark.parametrize("T", [1, 2, 7, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tuple_created_accumulators_batched_bitwise(init, T, dtype, monkeypatch):
+    src = LOSS_LOOP.replace(SPLIT, init)
+    assert src != LOSS_LOOP
+    spy = Spy(monkeypatch)
+    orig, new, out, sites = pair(src, "f")
+    assert [s.action for s in sites] == [REWRITTEN]
+    assert "for (log_prob, value), R in zip(saved_actions, returns):" in out
+    SA = load(src, "SavedAction")
+    g = torch.Generator().manual_seed(T)
+    logp, values, rets = (torch.randn(T, generator=g, dtype=dtype), torch.randn(T, 1, generator=g, dtype=dtype),
+                          torch.randn(T, generator=g, dtype=dtype))
+
+    def run(fn):
+        lp, v = logp.clone().requires_grad_(), values.clone().requires_grad_()
+        loss = fn([SA(a, b) for a, b in zip(lp.unbind(0), v.unbind(0))], rets)
+        return (loss.detach(),) + torch.autograd.grad(loss, (lp, v))
+
+    a, b = run(orig), run(new)
+    assert all(x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(a, b)), (a, b)
+    assert spy.fast == (T >= V.LOSS_MIN_SAMPLES)  # shorter episodes run the loop
+
+
+@pytest.mark.parametrize("init,reason", [
+    ("    policy_losses = value_losses = []\n",
+     "`policy_losses` and `value_losses` are the same list (`policy_losses = value_losses = []`)"),
+    ("    value_losses = policy_losses = []\n",
+     "`policy_losses` and `value_losses` are the same list (`value_losses = policy_losses = []`)"),
+    ("    policy_losses, value_losses = [], [0.0]\n", "`value_losses` is not created empty"),
+    ("    value_losses = []\n    policy_losses, value_losses = [], value_losses\n",
+     "`value_losses` is not created empty"),
+    ("    policy_losses, *value_losses = [], []\n", "`policy_losses` is not created empty"),
+    ("    policy_losses = []; policy_losses.append(0.0); value_losses = []\n", "`policy_losses` is not created empty"),
+])
+def test_other_creations_left_alone(init, reason):
+    src = LOSS_LOOP.replace(SPLIT, init)
+    out, sites = rewrite_reduction(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED]
+    assert sites[0].reason.startswith(reason), sites[0].reason
+
+
+def test_aliased_accumulators_would_differ():
+    """Why ``a = b = []`` stays on the loop: both names append to one list, so each stack holds
+    every value (2T of them), which batching each accumulator on its own would not give."""
+    src = LOSS_LOOP.replace(SPLIT, "    policy_losses = value_losses = []\n").replace(
+        "    return torch.stack(policy_losses).sum()", "    return len(policy_losses), torch.stack(policy_losses).sum()")
+    SA = load(src, "SavedAction")
+    T = 5
+    g = torch.Generator().manual_seed(0)
+    saved = [SA(a, b) for a, b in zip(torch.randn(T, generator=g), torch.randn(T, 1, generator=g))]
+    n, _ = load(src, "f")(saved, torch.randn(T, generator=g))
+    assert n == 2 * T

@@ -35,6 +35,43 @@ GUARD_NOTE = ("guarded by loss_zip/loss_range: what batch_zip/batch_range check 
               "Python numbers or tensors of that dtype, equal lengths, at least one sample)")
 
 
+def empty_list_init(stmt: cst.BaseStatement, name: str) -> Optional[str]:
+    """None when ``stmt`` makes ``name`` a new empty list of its own (``L = []``, ``a, b = [], []``,
+    ``a = []; b = []``), else why not. ``a = b = []`` binds one list to both names: the loop
+    appends to it under either, which the batched branch (leaving the list empty) would not
+    reproduce."""
+    generic = (f"`{name}` is not created empty (`{name} = []` or `{name}, ... = [], ...`) just before the loop "
+               "in the same block")
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return generic
+    mentions = [s for s in stmt.body if name in names_read(s)]
+    if len(mentions) != 1 or not isinstance(mentions[0], cst.Assign):
+        return generic
+    s = mentions[0]
+
+    def empty(v: cst.BaseExpression) -> bool:
+        return isinstance(v, cst.List) and not v.elements
+
+    if name in names_read(s.value):
+        return generic
+    if len(s.targets) > 1:
+        others = sorted(n for t in s.targets for n in names_read(t.target) if n != name)
+        if others and empty(s.value):
+            return (f"`{name}` and `{others[0]}` are the same list (`{_code(s).strip()}`), not an empty "
+                    "list of its own")
+        return generic
+    target = s.targets[0].target
+    if isinstance(target, cst.Name):
+        return None if empty(s.value) else generic
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(s.value, (cst.Tuple, cst.List)):
+        els, vals = list(target.elements), list(s.value.elements)
+        if len(els) == len(vals) and not any(isinstance(e, cst.StarredElement) for e in els + vals):
+            pos = [i for i, e in enumerate(els) if name in names_read(e.value)]
+            if len(pos) == 1 and isinstance(els[pos[0]].value, cst.Name) and empty(vals[pos[0]].value):
+                return None
+    return generic
+
+
 def _target_names(target: cst.BaseExpression) -> List[str]:
     """Every name a ``for`` target binds (nested tuples too)."""
     if isinstance(target, cst.Name):

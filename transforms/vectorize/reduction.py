@@ -29,7 +29,7 @@ from ..analysis.loops import BATCH_GUARD_NOTE, LoopHeader, parse_header
 from ..analysis.statements import ast_guarded, ast_is_flat, ast_statements, CstStatements
 from ..analysis.elementwise import ElementwiseExpr
 from ..analysis.rewriting import replace_nodes, ScopedRewriter
-from .loss_loops import rewrite_loss_loop
+from .loss_loops import empty_list_init, rewrite_loss_loop
 from .reduction_examples import EXAMPLES
 from .reduction_forms import (
     _Acc,
@@ -41,7 +41,6 @@ from .reduction_forms import (
     _carries,
     _cst_reduced_lists,
     _cst_trivial,
-    _is_empty_list_init,
     _sanitize,
 )
 
@@ -176,9 +175,10 @@ class _Rewriter(ScopedRewriter):
 
     def _consumer(self, acc: _Acc, loop: cst.For, idx: int, block, scope) -> Optional[str]:
         name = acc.name
-        init = next((j for j in range(idx - 1, -1, -1) if name in names_read(block[j]) or _is_empty_list_init(block[j], name)), None)
-        if init is None or not _is_empty_list_init(block[init], name):
-            return f"`{name}` is not created empty (`{name} = []`) just before the loop in the same block"
+        init = next((j for j in range(idx - 1, -1, -1) if name in names_read(block[j])), None)
+        why = empty_list_init(block[init], name) if init is not None else empty_list_init(cst.Pass(), name)
+        if why:
+            return why
         after = next((j for j in range(idx + 1, len(block)) if name in names_read(block[j])), None)
         if after is None:
             return f"`{name}` is not reduced after the loop in the same block"
@@ -377,7 +377,7 @@ class _Rewriter(ScopedRewriter):
 
 class VectorizeReduction(Transform):
     id = ID
-    version = "4"  # 4: pure calls in range bounds (analysis.purity), star imports resolved
+    version = "5"  # 5: lists created by one tuple assignment / on one line (a, b = [], []); 4: pure calls in range bounds, star imports
     triggers = ("for ",)
     description = "element-wise accumulation loops → one batched reduction (guarded)"
 
