@@ -265,14 +265,12 @@ def compute_returns(
 '''
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "no site at all: a forward range whose body indexes by `idx = len(x) - 1 - i` walks "
-    "backward, and the README promises every backward loop a site (rewritten or left alone "
-    "with its reason)"))
 def test_backward_walk_by_computed_index_gets_a_site():
     result = Pipeline(Config(), backend="cpu").rewrite("returns.py", COMPUTED_INDEX.encode())
     loop_line = next(i + 1 for i, l in enumerate(COMPUTED_INDEX.splitlines()) if l.strip().startswith("for i in"))
-    assert any(s.transform == "vectorize.recurrence" and s.line == loop_line for s in result.report.sites)
+    sites = [s for s in result.report.sites if s.transform == "vectorize.recurrence" and s.line == loop_line]
+    assert [s.action for s in sites] == ["skipped"]
+    assert sites[0].reason.startswith("backward walk through a computed index (`idx = len(rewards) - 1 - i`")
 
 
 def test_backward_walk_by_computed_index_is_left_unchanged():

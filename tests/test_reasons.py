@@ -366,7 +366,8 @@ BACKWARD = [
     ("for t, r in enumerate(x[::-1]):\n    g = g + 0.5 * r\n    out[t] = g", None),
     ("for i in range(len(x) - 1, 0, -1):\n    out[i - 1] = x[i - 1] + 0.5 * out[i]", "backward loop over `range(len(x) - 1, 0, -1)`"),
     ("for t in reversed(range(1, n)):\n    g = x[t] + 0.5 * g\n    out[t] = g", "backward loop over `reversed(range(1, n))`"),
-    ("for t in range(n)[::-1]:\n    g = x[t] + 0.5 * g", "backward loop over `range(n)[::-1]`"),
+    ("for t in range(n)[::-1]:\n    g = x[t] + 0.5 * g", None),  # recognised (range(T)[::-1])
+    ("for t in range(1, n)[::-1]:\n    g = x[t] + 0.5 * g", "backward loop over `range(1, n)[::-1]`"),
     ("for i, r in reversed(list(enumerate(sorted(x)))):\n    g = r + 0.5 * g", "backward loop over `reversed(list(enumerate(sorted(x))))`"),
     ("for t in np.arange(n - 1, -1, -1):\n    g = x[t] + 0.5 * g", "backward loop over `np.arange(n - 1, -1, -1)`"),
     ("for t in range(n, -1, -1):\n    g = x[t] + 0.5 * g", "backward loop over `range(n, -1, -1)`"),

@@ -33,16 +33,6 @@ def gae_block(r, vs, vs_, done_mask, dw_mask, gamma, lambd, device="cpu"):
 EXPECT = {
     "for dlt, mask in zip(deltas[::-1], done_mask.cpu().flatten().numpy()[::-1]):": ("vectorize.recurrence", "REWRITTEN", "reassociated"),
 }
-FINDINGS = {
-    "for dlt, mask in zip(deltas[::-1], done_mask.cpu().flatten().numpy()[::-1]):": (
-        "zip of [::-1] sequences is recognised only when each sequence is a name or attribute "
-        "(masks[::-1]); a call chain sliced backward (x.cpu().flatten().numpy()[::-1]) is "
-        "reported as 'header not recognised' although the reason lists 'zip of reversed or "
-        "[::-1] sequences' as vectorized; bound to a name first the same loop rewrites (reassociated)"
-    ),
-}
-
-
 def run(ns, T, seed):
     g = torch.Generator().manual_seed(seed)
     r = torch.randn(T, 1, generator=g)

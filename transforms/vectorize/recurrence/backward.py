@@ -22,7 +22,8 @@ _FLIPS = frozenset({"reversed", "flip", "flipud", "fliplr"})
 #: calls that walk their (first) argument in its own order
 _WRAPS = frozenset({"enumerate", "list", "tuple", "iter"})
 
-RECOGNISED = ("reversed(range(T)), reversed(range(0, T)), range(T - k, -1, -1), x[::-1], reversed(x), "
+RECOGNISED = ("reversed(range(T)), reversed(range(0, T)), range(T - k, -1, -1), range(T)[::-1], "
+              "sorted(range(T), reverse=True), x[::-1], reversed(x), "
               "zip of reversed or [::-1] sequences, reversed(list(zip(...))), a name bound to such a range")
 
 
@@ -53,6 +54,10 @@ def walks_backward(it: ast.AST) -> bool:
         return any(walks_backward(a) for a in it.args)
     if name in _WRAPS and it.args:
         return walks_backward(it.args[0])
+    if name == "sorted" and it.args and isinstance(it.args[0], ast.Call) and isinstance(it.args[0].func, ast.Name) \
+            and it.args[0].func.id == "range":  # sorted(range(T), reverse=True): the range walked back
+        return any(k.arg == "reverse" and isinstance(k.value, ast.Constant) and k.value.value is True
+                   for k in it.keywords)
     return False
 
 

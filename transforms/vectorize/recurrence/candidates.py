@@ -13,13 +13,58 @@ from .headers import Header
 from .lists import list_readback_candidate
 
 
+def _coefficient(e: ast.AST, i: str) -> Optional[int]:
+    """The coefficient of ``i`` in ``e`` where ``e`` is affine in ``i`` (sums, differences,
+    negation, integer multiples; every other part free of ``i``), else None."""
+    if isinstance(e, ast.Name) and e.id == i:
+        return 1
+    if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
+        a, b = _coefficient(e.left, i), _coefficient(e.right, i)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(e.op, ast.Add) else a - b
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+        a = _coefficient(e.operand, i)
+        return None if a is None else (-a if isinstance(e.op, ast.USub) else a)
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
+        for k, x in ((e.left, e.right), (e.right, e.left)):
+            lit = k.operand if isinstance(k, ast.UnaryOp) and isinstance(k.op, (ast.USub, ast.UAdd)) else k
+            if isinstance(lit, ast.Constant) and type(lit.value) is int:
+                a = _coefficient(x, i)
+                sign = -1 if isinstance(k, ast.UnaryOp) and isinstance(k.op, ast.USub) else 1
+                return None if a is None else a * sign * lit.value
+    return 0 if not any(isinstance(n, ast.Name) and n.id == i for n in ast.walk(e)) else None
+
+
+def _computed_backward(node: ast.AST, i: str) -> Optional[str]:
+    """``for i in range(...)`` whose body's own statements set ``idx = n - 1 - i`` (affine in
+    ``i`` with coefficient -1) and subscript by ``idx``: the loop walks backward by that index."""
+    body = node.body  # type: ignore[attr-defined]
+    for st in body:
+        if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                and st.targets[0].id != i and _coefficient(st.value, i) == -1):
+            continue
+        idx = st.targets[0].id
+        if not any(isinstance(n, ast.Subscript) and any(isinstance(m, ast.Name) and m.id == idx
+                                                        for m in ast.walk(n.slice)) for b in body for n in ast.walk(b)):
+            continue
+        return (f"backward walk through a computed index (`{idx} = {ast.unparse(st.value)}` on the forward "
+                f"`for {i} in {ast.unparse(node.iter)}`): not vectorized (only loops whose header walks "  # type: ignore[attr-defined]
+                "backward are)")
+    return None
+
+
 def _forward_memory(node: ast.AST) -> Optional[str]:
-    """A forward loop that reads what it wrote the step before (out[i] = f(out[i-1]))."""
+    """Why a forward ``for i in range(...)`` loop is reported: it walks backward through a computed
+    index (``idx = n - 1 - i``), or it reads what it wrote the step before (out[i] = f(out[i-1]))."""
     it, tgt = node.iter, node.target  # type: ignore[attr-defined]
     if not (isinstance(tgt, ast.Name) and isinstance(it, ast.Call) and isinstance(it.func, ast.Name)
             and it.func.id == "range"):
         return None
     i = tgt.id
+    computed = _computed_backward(node, i)
+    if computed is not None:
+        return computed
     written: Set[str] = set()
     reads: List[Tuple[str, str]] = []
     for sub in ast.walk(node):

@@ -1,5 +1,7 @@
-"""Recognising backward loop headers: ``reversed(range(T))``, ``range(T - 1, -1, -1)``, ``x[::-1]``,
-``zip`` of reversed sequences, ``for t in steps`` with ``steps`` a materialised backward range.
+"""Recognising backward loop headers: ``reversed(range(T))``, ``range(T - 1, -1, -1)``,
+``range(T)[::-1]``, ``sorted(range(T), reverse=True)``, ``x[::-1]``, ``zip`` of reversed sequences
+(a pure call chain among zip's arguments bound to a name first: :func:`hoist_zip`), ``for t in
+steps`` with ``steps`` a materialised backward range.
 """
 from __future__ import annotations
 
@@ -9,10 +11,11 @@ from typing import List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ...analysis.purity import pure_call
 from .syntax import _code, _is_call, _is_int, _norm, _pure_container
 
 #: the builtins every recognised header may call (``enumerate``: its own form only)
-_CORE = ("reversed", "range", "zip", "list", "tuple")
+_CORE = ("reversed", "range", "zip", "list", "tuple")  # and "sorted": its own form only
 
 
 @dataclasses.dataclass
@@ -28,16 +31,44 @@ class Header:
     counter: Optional[str] = None  # for i, x in enumerate(reversed(xs)): i = 0 .. T-1 while x walks back
 
 
-def _reversed_slice(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
-    """``x`` for ``x[::-1]``."""
+def _minus_one_slice(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """``x`` (any expression) for ``x[::-1]``."""
     if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
         return None
     sl = node.slice[0].slice
     if not isinstance(sl, cst.Slice) or sl.lower is not None or sl.upper is not None or sl.step is None:
         return None
-    if _norm(sl.step) != "-1" or not _pure_container(node.value):
+    return node.value if _norm(sl.step) == "-1" else None
+
+
+def _reversed_slice(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """``x`` for ``x[::-1]``, ``x`` a name or an attribute chain."""
+    base = _minus_one_slice(node)
+    return base if base is not None and _pure_container(base) else None
+
+
+def _range_length(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """``T`` for ``range(T)`` / ``range(0, T)`` (keyword-free): the steps 0 .. T - 1."""
+    if not _is_call(node, "range") or any(a.keyword is not None or a.star for a in node.args):  # type: ignore[attr-defined]
         return None
-    return node.value
+    args = [a.value for a in node.args]  # type: ignore[attr-defined]
+    if len(args) == 1:
+        return args[0]
+    if len(args) == 2 and _is_int(args[0], 0):
+        return args[1]
+    return None
+
+
+def _sorted_reverse(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
+    """``x`` for ``sorted(x, reverse=True)`` (the literal ``True``, no ``key``)."""
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Name) or node.func.value != "sorted" \
+            or len(node.args) != 2:
+        return None
+    first, kw = node.args
+    if first.keyword is not None or first.star or kw.keyword is None or kw.keyword.value != "reverse" \
+            or not (isinstance(kw.value, cst.Name) and kw.value.value == "True"):
+        return None
+    return first.value
 
 
 def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
@@ -93,6 +124,13 @@ def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
                 return Header("index", index=name_tgt, T=cst.parse_expression(f"{_code(first.left).strip()} - {k - 1}"),
                               target=tgt)
         return None
+    # range(T)[::-1] is range(T - 1, -1, -1); sorted(range(T), reverse=True) is its list: both
+    # give t = T - 1 .. 0 for any int T, as reversed(range(T)) does
+    walked = _minus_one_slice(it)
+    if walked is None and "sorted" not in shadowed:
+        walked = _sorted_reverse(it)
+    if walked is not None and name_tgt and _range_length(walked) is not None:
+        return Header("index", index=name_tgt, T=_range_length(walked), target=tgt)
     base = _reversed_slice(it)
     if base is not None and name_tgt:
         return Header("elements", elements=[(name_tgt, base)], target=tgt, sliced=True)
@@ -171,5 +209,97 @@ def _walks_backward(node: ast.AST) -> bool:
             return any(_walks_backward(ast.For(iter=a)) for a in it.args)
         if it.func.id == "enumerate" and len(it.args) == 1:
             return _walks_backward(ast.For(iter=it.args[0]))
+        if it.func.id == "sorted" and it.args and isinstance(it.args[0], ast.Call) \
+                and isinstance(it.args[0].func, ast.Name) and it.args[0].func.id == "range":  # sorted(range(T), reverse=True)
+            return any(k.arg == "reverse" and isinstance(k.value, ast.Constant) and k.value.value is True
+                       for k in it.keywords)
         return it.func.id == "reversed" or (it.func.id == "range" and len(it.args) == 3)
     return False
+
+
+# --------------------------------------------------------------------------- zip arguments hoisted
+
+
+@dataclasses.dataclass
+class Hoist:
+    """``for d, m in zip(ds[::-1], x.cpu().numpy()[::-1])``: zip evaluates each argument once,
+    before the loop, so the rewrite may evaluate ``x.cpu().numpy()`` once into a fresh name before
+    the guard; both branches then read that name (the fallback loop walks the same objects)."""
+    node: cst.For  # the loop reading the temporaries
+    lines: List[cst.SimpleStatementLine]  # tmp = <argument>, in the arguments' order
+    note: str  # for the site's reason
+
+    def wrap(self, new: cst.BaseStatement) -> cst.FlattenSentinel:
+        """The assignments, then ``new`` (the comments above the loop stay above the first line)."""
+        lines = list(self.lines)
+        lines[0] = lines[0].with_changes(leading_lines=new.leading_lines)  # type: ignore[attr-defined]
+        return cst.FlattenSentinel([*lines, new.with_changes(leading_lines=())])
+
+
+def _plain_operand(e: cst.BaseExpression) -> bool:
+    """An argument whose evaluation has no effect: a name, an attribute chain, a number literal."""
+    if isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Minus):
+        e = e.expression
+    return _pure_container(e) or isinstance(e, (cst.Integer, cst.Float, cst.SimpleString)) \
+        or (isinstance(e, cst.Name) and e.value in ("None", "True", "False"))
+
+
+#: tensor methods the purity table leaves out that have no effect either (``numpy()``: the
+#: array sharing the tensor's memory)
+_PURE_TOO = frozenset({"numpy"})
+
+
+def _pure_chain(e: cst.BaseExpression, imports) -> bool:
+    """A chain of pure method calls (the purity table's) on a name or an attribute chain, with
+    plain arguments: ``x.cpu().flatten().numpy()``, ``buf.dones.reshape(-1)``."""
+    while not _pure_container(e):
+        if isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute) \
+                and (pure_call(e, imports) or (e.func.attr.value in _PURE_TOO and not e.args
+                                               and pure_call(e.with_changes(func=e.func.with_changes(
+                                                   attr=cst.Name("abs"))), imports))) \
+                and all(not a.star and _plain_operand(a.value) for a in e.args):
+            e = e.func.value
+        elif isinstance(e, cst.Attribute) and isinstance(e.value, cst.Call):  # x.cpu().data
+            e = e.value
+        else:
+            return False
+    return True
+
+
+def hoist_zip(node: cst.For, shadowed: Set[str], imports, fresh) -> Optional[Hoist]:
+    """``for a, b in zip(<reversed or [::-1] of X>...)`` with some ``X`` a pure call chain rather
+    than a name: the loop with each such ``X`` read from a fresh name, bound before it. Only zip's
+    own arguments (evaluated once by the original too); every hoisted chain free of side effects,
+    so evaluating it before the others' ``[::-1]`` / ``reversed`` is not observable."""
+    it = node.iter
+    if any(b in shadowed for b in _CORE) or not _is_call(it, "zip") or not isinstance(node.target, (cst.Tuple, cst.List)):
+        return None
+    args: List[cst.Arg] = []
+    lines: List[cst.SimpleStatementLine] = []
+    hoisted: List[str] = []
+    for a in it.args:  # type: ignore[attr-defined]
+        v = a.value
+        if a.star or a.keyword is not None:
+            return None
+        if _is_call(v, "reversed", 1):
+            base = v.args[0].value  # type: ignore[attr-defined]
+        else:
+            base = _minus_one_slice(v)
+        if base is None:
+            return None
+        if _pure_container(base):
+            args.append(a)
+            continue
+        if not _pure_chain(base, imports):
+            return None
+        name = fresh("zipped")
+        lines.append(cst.parse_statement(f"{name} = {' '.join(_code(base).split())}"))  # type: ignore[arg-type]
+        hoisted.append(f"`{' '.join(_code(base).split())}` into `{name}`")
+        new_v = v.with_changes(args=[v.args[0].with_changes(value=cst.Name(name))]) if isinstance(v, cst.Call) \
+            else v.with_changes(value=cst.Name(name))  # type: ignore[attr-defined]
+        args.append(a.with_changes(value=new_v))
+    if not lines:
+        return None
+    note = ("zip's arguments evaluated once before the guard, as the loop evaluates them (pure calls: "
+            f"{', '.join(hoisted)}), both branches reading them")
+    return Hoist(node.with_changes(iter=it.with_changes(args=args)), lines, note)  # type: ignore[attr-defined]

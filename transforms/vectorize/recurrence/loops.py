@@ -74,7 +74,10 @@ def _replace_statements(node: cst.CSTNode, replace: Dict[cst.For, cst.CSTNode]) 
             if new is st and isinstance(st, cst.BaseCompoundStatement):
                 new = compound(st)
             changed = changed or new is not st
-            out.append(new)
+            if isinstance(new, cst.FlattenSentinel):  # statements bound before the rewritten loop
+                out.extend(new.nodes)
+            else:
+                out.append(new)
         return (out, True) if changed else (seq, False)
 
     def suite(block):

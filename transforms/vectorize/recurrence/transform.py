@@ -15,7 +15,7 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 from ...base import FileContext, Transform
 from ...analysis.scopes import builtin_checker
 from .syntax import _BUILTINS, Skip
-from .headers import _backward_header, _named_range_ast, _named_range_header, _walks_backward
+from .headers import _backward_header, _named_range_ast, _named_range_header, _walks_backward, hoist_zip
 from .views import _time_views
 from .candidates import _forward_memory, _loose_candidate
 from . import backward as bw
@@ -32,7 +32,7 @@ ID = "vectorize.recurrence"
 
 class VectorizeRecurrence(Transform):
     id = ID
-    version = "8"
+    version = "9"  # 9: range(T)[::-1], sorted(range(T), reverse=True), zip of pure call chains rewrite
     #: a backward ``for`` header has one of these (``arange(`` has ``range(``); "while " lets a file
     #: whose only backward loop counts down in a ``while`` be reported (:meth:`rewrite` then scans
     #: only the ``while`` statements: about 0.05 s on 50k lines, the loop pre-filter about 0.3 s)
@@ -115,11 +115,16 @@ class VectorizeRecurrence(Transform):
                     sites.append(site(REWRITTEN, reason, REASSOCIATED))
                 continue
             header = _backward_header(node, shadowed) or _named_range_header(node, cst_before.get(id(node)), shadowed)
+            original, hoist = node, None
+            if header is None:  # zip(x.cpu().numpy()[::-1], ...): the chain bound to a name first
+                hoist = hoist_zip(node, shadowed, ctx.imports, ctx.imports.unique_name)
+                header = _backward_header(hoist.node, shadowed) if hoist is not None else None
+                node = hoist.node if header is not None else node  # type: ignore[union-attr]
             if header is None:
                 n = ast_loops[i]
                 if bw.walks_backward(n.iter) or bw.named_walks_backward(n, ast_before.get(id(n))):
                     used = {x.id for x in ast.walk(n.iter) if isinstance(x, ast.Name)}
-                    rebound = sorted(shadowed & used) or sorted(shadowed)  # the header's own first
+                    rebound = sorted(shadowed & used) or sorted(shadowed - {"sorted"})  # the header's own first
                     reason = (checker.reason(rebound[0]) or f"{rebound[0]} is rebound in this module") if rebound \
                         else bw.header_reason(node)
                     sites.append(site(SKIPPED, reason))
@@ -136,7 +141,9 @@ class VectorizeRecurrence(Transform):
                 sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
                 continue
             if switched is not None:
-                replace[node], exact, reason = switched
+                replace[original], exact, reason = switched
+                if hoist is not None:
+                    replace[original], reason = hoist.wrap(replace[original]), f"{reason}; {hoist.note}"
                 sites.append(site(REWRITTEN, reason, EXACT if exact else REASSOCIATED))
                 continue
             try:
@@ -155,7 +162,9 @@ class VectorizeRecurrence(Transform):
             except Exception as exc:  # an analysis bug must not cost the user the other rewrites
                 sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
                 continue
-            replace[node] = new
+            replace[original] = new if hoist is None else hoist.wrap(new)
+            if hoist is not None:
+                reason = f"{reason}; {hoist.note}"
             sites.append(site(REWRITTEN, reason, EXACT if exact else REASSOCIATED))
         if not replace:
             return None, sites
