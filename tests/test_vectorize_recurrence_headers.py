@@ -163,6 +163,23 @@ def test_computed_index_lookalikes_get_no_site(bound, index):
     assert out == src and sites == [], [s.describe() for s in sites]
 
 
+@pytest.mark.parametrize("store", ["out[T - 1 - i]", "out[len(x) - i - 1]", "out[T - 1 - i, 0]", "out[:, T - i - 1]"])
+def test_inline_computed_backward_index_gets_a_site(store):
+    src = (f"def f(r, g, out, T, x):\n    for i in range(T):\n        {store} = r[T - 1 - i] + g * out[T - i]\n"
+           "    return out\n")
+    out, sites = rewrite(src)
+    assert out == src
+    assert [(s.line, s.action) for s in sites] == [(2, SKIPPED)]
+    assert sites[0].reason.startswith(f"backward walk through a computed index (`{store}` written"), sites[0].reason
+
+
+@pytest.mark.parametrize("store", ["out[i]", "out[2 * i]", "out[T - 1 - i, i]", "out[f(i) - i]", "out[T - 1 - i:]"])
+def test_inline_index_lookalikes_get_no_site(store):
+    src = f"def f(r, out, T):\n    for i in range(T):\n        {store} = r[T - 1 - i]\n    return out\n"
+    out, sites = rewrite(src)
+    assert out == src and sites == [], [s.describe() for s in sites]
+
+
 def test_computed_index_not_used_as_an_index_gets_no_site():
     src = "def f(T, log):\n    for i in range(T):\n        j = T - 1 - i\n        log.append(j)\n"
     out, sites = rewrite(src)

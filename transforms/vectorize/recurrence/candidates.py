@@ -38,7 +38,8 @@ def _coefficient(e: ast.AST, i: str) -> Optional[int]:
 
 def _computed_backward(node: ast.AST, i: str) -> Optional[str]:
     """``for i in range(...)`` whose body's own statements set ``idx = n - 1 - i`` (affine in
-    ``i`` with coefficient -1) and subscript by ``idx``: the loop walks backward by that index."""
+    ``i`` with coefficient -1) and subscript by ``idx``, or write ``out[n - 1 - i]``: the loop
+    walks backward by that index."""
     body = node.body  # type: ignore[attr-defined]
     for st in body:
         if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
@@ -51,6 +52,16 @@ def _computed_backward(node: ast.AST, i: str) -> Optional[str]:
         return (f"backward walk through a computed index (`{idx} = {ast.unparse(st.value)}` on the forward "
                 f"`for {i} in {ast.unparse(node.iter)}`): not vectorized (only loops whose header walks "  # type: ignore[attr-defined]
                 "backward are)")
+    for b in body:  # written in place: out[n - 1 - i] = ...
+        for n in ast.walk(b):
+            parts = n.slice.elts if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Tuple) else \
+                [n.slice] if isinstance(n, ast.Subscript) else []
+            coefs = sorted(_coefficient(p, i) if not isinstance(p, ast.Slice) else 0 for p in parts)  # type: ignore[type-var]
+            if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and None not in coefs \
+                    and coefs.count(-1) == 1 and coefs.count(0) == len(coefs) - 1:
+                return (f"backward walk through a computed index (`{ast.unparse(n)}` written on the forward "
+                        f"`for {i} in {ast.unparse(node.iter)}`): not vectorized (only loops whose header walks "  # type: ignore[attr-defined]
+                        "backward are)")
     return None
 
 
