@@ -67,7 +67,13 @@ _NDIM, _SIZE = operator.attrgetter("ndim"), operator.attrgetter("size")
 #: insert(0) variant grows with T); break-even at about 5, 10 and 420 steps. A step over lists of
 #: numpy rows (minimalRL's a2c) costs about 1.1 us, the rewrite 30 us plus 0.25 us a step (checking
 #: and stacking the rows): break-even at about 40 steps, 3x faster at 2048.
-MIN_STEPS = {"torch": 6, "tlist": 6, "numpy": 12, "nlist": 48, "float": 512}
+#: Lists of Python floats ("float") are vectorized only where the loop inserts at the front of a
+#: list (``returns.insert(0, R)``, quadratic in the loop): measured on CPU, the list -> tensor ->
+#: list round trip costs more than the whole loop everywhere else (appending: 0.26-0.48x from 512
+#: to 262144 steps; into an ndarray by index: 0.33-1.03x), so "float_appended" (every other
+#: output) is never reached in practice; insert(0) wins from about 768 steps (1.1x; 2x at 2048,
+#: 11x at 4096). Tests that lower every entry reach both paths.
+MIN_STEPS = {"torch": 6, "tlist": 6, "numpy": 12, "nlist": 48, "float": 1024, "float_appended": 1 << 62}
 
 
 def steps(T: Any) -> int:
@@ -347,6 +353,8 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
         return False
     if T < (MIN_STEPS if min_steps is None else min_steps).get(mode, 2):
         return False
+    if mode == "float" and not sliced and T < (MIN_STEPS if min_steps is None else min_steps).get("float_appended", 2):
+        return False  # the loop is faster (see MIN_STEPS)
     if sliced and mode in ("torch",):
         return False
     grad = torch.is_grad_enabled()

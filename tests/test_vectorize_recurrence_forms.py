@@ -365,7 +365,7 @@ def test_unswitched_site_names_both_versions():
     reason = done[0].reason
     assert reason.startswith("loop-invariant condition `not use_gae` unswitched")
     assert "when true, backward linear recurrence `ret = " in reason
-    assert "(coefficients regrouped)" in reason.split("otherwise,")[1]
+    assert "(coefficients regrouped)" in reason.split("; otherwise,")[1]
     assert done[0].exactness == REASSOCIATED
     assert "if _sbx.steps(len(rews)) <= 0 or (not use_gae):" in out
 

@@ -131,9 +131,10 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
         exactness = "reassociated: equal up to rounding (about 1e-6 relative in float32, 1e-15 in float64)"
     kinds, along = describe(kinds, planner.views)  # x_t[i] is x[:, i] in the user's text
     shape += along
-    needs = ("per-step inputs all tensors (or nn.Parameter), all numpy arrays, all lists of Python floats, "
-             "of tensors or of numpy rows, exact types, one float dtype, device and row shape; lists of "
-             "Python/numpy int or bool flags only with float64 maths")
+    needs = ("per-step inputs all tensors (or nn.Parameter), all numpy arrays, all lists of tensors or of "
+             "numpy rows, or lists of Python floats only where the loop inserts at the front of a list "
+             "(elsewhere the loop over floats is faster), exact types, one float dtype, device and row shape; "
+             "lists of Python/numpy int or bool flags only with float64 maths")
     if outs:  # what recurrence_ok takes as an array written at [t]
         needs += ("; outputs written at [t] tensors where the inputs are tensors (or lists of them), numpy "
                   "arrays otherwise, long enough, sharing no memory with an input (a Python list output "
