@@ -51,7 +51,7 @@ demo: venv
 	@echo "watch it live: $(BIN)/scalebox monitor $(DEMO_DIR)/cartpole_ppo --web-port 8080 --refresh-interval 2  (then open http://127.0.0.1:8080/)"
 
 test: venv browser
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist worksteal
 
 bench: venv
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/run_all.py
