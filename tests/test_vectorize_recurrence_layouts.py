@@ -15,11 +15,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
+from scalebox_cst.report import EXACT, REASSOCIATED
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_vectorize_recurrence import HYP, dtypes, lengths, rewrite, run_both, same_namespaces, tensor  # noqa: E402
+from test_vectorize_recurrence import HYP, dtypes, lengths, run_both, same_namespaces, tensor  # noqa: E402
+from test_vectorize_recurrence_forms import arrays, kinds, left_alone, sites_of  # noqa: E402
 
 _MIN_STEPS = dict(vectorized_mod.MIN_STEPS)
 
@@ -33,25 +34,6 @@ def teardown_module(module):
     vectorized_mod.MIN_STEPS.update(_MIN_STEPS)
 
 
-def sites_of(src: str):
-    out, sites = rewrite(src)
-    return out, [s for s in sites if s.action == REWRITTEN], [s for s in sites if s.action == SKIPPED]
-
-
-def left_alone(src: str, reason: str) -> None:
-    out, done, skipped = sites_of(src)
-    assert out == src, out  # byte for byte
-    assert not done, [s.describe() for s in done]
-    assert any(reason in s.reason for s in skipped), [s.describe() for s in skipped]
-
-
-def arrays(kind: str, seed: int, shape, dtype, what: str = "normal"):
-    """A tensor (``kind`` "torch") or numpy array of ``dtype`` (a torch dtype)."""
-    t = tensor(seed, shape, dtype, what)
-    return t if kind == "torch" else t.numpy()
-
-
-kinds = st.sampled_from(["torch", "numpy"])
 batch_shapes = st.sampled_from([(), (1,), (3,), (2, 3)])
 
 

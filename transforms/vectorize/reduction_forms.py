@@ -183,18 +183,5 @@ def _carries(stmt: cst.BaseSmallStatement) -> bool:
     return False
 
 
-def _is_empty_list_init(stmt: cst.BaseStatement, name: str) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine)
-        and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Assign)
-        and len(stmt.body[0].targets) == 1
-        and isinstance(stmt.body[0].targets[0].target, cst.Name)
-        and stmt.body[0].targets[0].target.value == name
-        and isinstance(stmt.body[0].value, cst.List)
-        and not stmt.body[0].value.elements
-    )
-
-
 def _sanitize(key: str) -> str:
     return re.sub(r"\W+", "_", key).strip("_") or "x"
