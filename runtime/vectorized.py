@@ -351,9 +351,10 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
         return False
     if mode == "nlist" and not rows:
         return False
-    if T < (MIN_STEPS if min_steps is None else min_steps).get(mode, 2):
+    minimum = MIN_STEPS if min_steps is None else min_steps
+    if T < minimum.get(mode, 2):
         return False
-    if mode == "float" and not sliced and T < (MIN_STEPS if min_steps is None else min_steps).get("float_appended", 2):
+    if mode == "float" and not sliced and T < minimum.get("float_appended", 2):
         return False  # the loop is faster (see MIN_STEPS)
     if sliced and mode in ("torch",):
         return False

@@ -33,7 +33,7 @@ _FRAME_ATTRS = {"f_locals", "_getframe", "currentframe", "set_trace"}
 
 
 #: the last module :func:`_enclosing` mapped and its map (one file is rewritten at a time; the
-#: module is held so the ids stay its nodes')
+#: module is held so that the ids stay its nodes')
 _LOOPS_OF: List[object] = [None, {}]
 
 
