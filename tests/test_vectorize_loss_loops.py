@@ -16,30 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import scalebox_cst.runtime.vectorized as V
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.transforms.vectorize.reduction import ID
+from test_vectorize_reduction import load, pair, rewrite  # the same helpers, one copy
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-
-def rewrite(src):
-    src = textwrap.dedent(src)
-    result = Pipeline(Config(transforms=[ID]), backend="cpu").rewrite("t.py", src.encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
-
-
-def load(code, name):
-    ns = {}
-    exec(compile(code, "<t>", "exec"), ns)
-    return ns[name]
-
-
-def pair(src, name):
-    out, sites = rewrite(src)
-    return load(textwrap.dedent(src), name), load(out, name), out, sites
 
 
 class Spy:
