@@ -1,7 +1,9 @@
 """Build of the two optional C extensions (everything else is declared in setup.cfg).
 
 ``scalebox_cst.runtime._recurrence_c`` is the exact CPU loop behind ``linear_recurrence``: fast
-from a process's first call, where numba takes about 0.4 s to load. ``_gradnorm_c`` is the
+from a process's first call, where numba takes about 0.4 s to load. ``_fused_c`` runs a whole backward affine recurrence (the loop body's
+arithmetic, the loop, the output stores) in one call, for the engine's rewrite of GAE-like loops.
+``_gradnorm_c`` is the
 stabilizer's healthy step on CPU (the total gradient norm read from the gradients' memory and the
 history update), which keeps the guard under 3% of a small network's step. Both are optional:
 without a working compiler the install goes on and the runtime uses its torch / numba / numpy
@@ -30,6 +32,11 @@ setup(
         Extension(
             "scalebox_cst.runtime._recurrence_c",
             sources=["runtime/_recurrence_c.c"],
+            optional=True,
+        ),
+        Extension(
+            "scalebox_cst.runtime._fused_c",
+            sources=["runtime/_fused_c.c"],
             optional=True,
         ),
         Extension(

@@ -1,0 +1,184 @@
+"""One call for a whole backward affine recurrence: the loop body's arithmetic, the loop, the stores.
+
+Why: the vectorized rewrite of a GAE loop runs a dozen small torch ops per call around the exact
+recurrence kernel, and on a CPU each costs 5-10 us of dispatch whatever its size, so the rewrite
+of a T=2048 loop spent more time in dispatch than in arithmetic. Here the rewritten code hands the
+loop body itself, as text, to :func:`fused_linear`, which compiles it once into a small program
+for the C extension ``_fused_c`` (built at install, optional) and runs it: block by block over
+the rows, then the recurrence, in one call. Where anything is outside what the kernel reproduces
+bitwise it returns None without touching a value, and the rewritten code takes its general path.
+
+The program is the body of ``for t in range(T - 1, -1, -1):`` as ``;``-separated statements
+(grammar: :mod:`.fused_program`): tail statements ``X[T] = NAME`` first (at t = T-1 a read
+``X[t + 1]`` reads NAME: the body's last-step case), then assignments of temporaries, outputs
+``OUT[t]`` and, last, the carried update ``S = B + A * S``.
+
+Torch semantics reproduced (the reference is the torch loop on CPU): a Python number meeting a
+tensor is rounded to the tensor's dtype first; constant-only subexpressions (``gamma * lam``) are
+Python arithmetic; ``c / x`` is torch's ``x.reciprocal() * c``; the first step's ``A * S`` with a
+constant A and a Python-number S is a Python product.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+import torch
+
+try:  # optional: built by setup.py where a compiler is present
+    from . import _fused_c as _C  # type: ignore[attr-defined]
+
+    if getattr(_C, "VERSION", 0) != 1:  # a stale in-place build
+        _C = None
+except ImportError:  # pragma: no cover - depends on the build
+    _C = None
+
+from .fused_program import _PROGRAMS, params_of, program as _program
+
+__all__ = ["fused_linear", "params_of", "available"]
+
+_Tensor = torch.Tensor
+_NUMBERS = (int, float, bool)
+_KIND = {torch.float32: "f", torch.float64: "d"}
+_NO_ROW = torch.Size(())
+_INT_LIMIT = 2 ** 53  # Python ints exactly representable as doubles (torch rounds int64 once)
+
+
+def available() -> bool:
+    """Whether the C extension is built (without it :func:`fused_linear` always returns None)."""
+    return _C is not None
+
+
+
+def _number(v: Any) -> Optional[float]:
+    if type(v) not in _NUMBERS or (type(v) is int and not -_INT_LIMIT < v < _INT_LIMIT):
+        return None
+    return float(v)
+
+
+def fused_linear(program: str, T: Any, *values: Any) -> Any:
+    """Run ``for t in range(T - 1, -1, -1): <program>`` in one call and return the carried value's
+    final value (True where the program ends in ``del S``: the caller does not need it); or None,
+    having touched nothing, when that is not bitwise what the loop does here (no C extension, a
+    program outside the grammar, values of other kinds: see the module docstring). The values are
+    the program's parameters in :func:`params_of` order."""
+    p = _PROGRAMS.get(program)
+    if p is None:
+        if _C is None or program in _PROGRAMS:
+            return None
+        p = _program(program)
+        if p is None:
+            return None
+    if type(T) is not int or T < 2 or len(values) != p.nparams:
+        return None
+    grad = torch.is_grad_enabled()
+    # ---- the tensors (sequences, tails, outputs): exact type, one float dtype, CPU, contiguous;
+    # their shapes (one row shape, or a number per step), lengths, addresses
+    dtype = None
+    spec = []
+    row = None
+    seqs = []
+    widths = []
+    for i, j, k in p.seq_info:
+        x = values[i]
+        if type(x) is not _Tensor or not x.is_cpu or not x.is_contiguous() or (grad and x.requires_grad):
+            return None
+        if dtype is None:
+            dtype = x.dtype
+        elif x.dtype is not dtype:
+            return None
+        sh = x.shape
+        n = len(sh)
+        if n == 0:
+            return None
+        if n > 1:
+            if row is None:
+                row = sh[1:]
+            elif sh[1:] != row:
+                return None
+        if j >= 0:  # tailed: at t = T - 1, X[t + 1] is the tail
+            tail = values[j]
+            if type(tail) is not _Tensor or not tail.is_cpu or not tail.is_contiguous() or tail.dtype is not dtype \
+                    or (grad and tail.requires_grad) or tail.shape != sh[1:] or sh[0] < T:
+                return None
+            tp = tail.data_ptr()
+            seqs.append((tp, tp + tail.nbytes))
+        else:
+            if sh[0] < T + k:
+                return None
+            tp = 0
+        xp = x.data_ptr()
+        seqs.append((xp, xp + x.nbytes))
+        spec.append([xp, n, tp])
+    kind = _KIND.get(dtype)  # type: ignore[arg-type]
+    if kind is None:
+        return None
+    if row is None:
+        row = _NO_ROW
+        R = 1
+    else:
+        R = row.numel()
+        if R < 1:
+            return None
+    for e in spec:
+        e[1] = 1 if e[1] == 1 else R
+    outs = []
+    for i in p.out_pos:
+        o = values[i]
+        if type(o) is not _Tensor or not o.is_cpu or not o.is_contiguous() or o.dtype is not dtype \
+                or (grad and o.requires_grad):
+            return None
+        sh = o.shape
+        if len(sh) < 1 or sh[1:] != row or sh[0] < T:
+            return None
+        op = o.data_ptr()
+        end = op + o.nbytes
+        for lo, hi in seqs:  # outputs share no memory with an input or another output
+            if lo < end and op < hi:
+                return None
+        for lo, hi in outs:
+            if lo < end and op < hi:
+                return None
+        outs.append((op, end))
+    init = values[p.init_pos]
+    if type(init) is _Tensor:
+        if not init.is_cpu or init.dtype is not dtype or (grad and init.requires_grad) or not init.is_contiguous() \
+                or init.shape not in (_NO_ROW, row):
+            return None
+        ip = init.data_ptr()
+        end = ip + init.nbytes
+        for lo, hi in outs:
+            if lo < end and ip < hi:
+                return None
+        init_arg = (ip, 1 if init.dim() == 0 else R, 0.0)
+        init_num = None
+    else:
+        init_num = _number(init)
+        if init_num is None:
+            return None
+        init_arg = (0, 1, init_num)
+    # ---- the scalars: parameters, literals, then the body's constant-only arithmetic, in Python
+    sv: List[Any] = [values[i] for i in p.const_pos] + p.literals
+    try:
+        for _slot, fn, x, y in p.prelude:
+            sv.append(fn(sv[x]) if y < 0 else fn(sv[x], sv[y]))
+        cs = tuple(map(_number, sv))
+    except (ArithmeticError, TypeError, ValueError):
+        return None  # the loop raises it (or another type's arithmetic): left to the loop
+    if None in cs:
+        return None
+    p0 = None
+    if init_num is not None and p.a[0] == 0:  # the first step's A * S is a Python product
+        try:
+            p0 = _number(float(sv[p.a[1]] * init))
+        except (ArithmeticError, TypeError, ValueError):
+            return None
+        if p0 is None:
+            return None
+    spec_t = tuple(map(tuple, spec))
+    out_t = tuple([o[0] for o in outs])
+    if p.need_last:
+        last = torch.empty(row, dtype=dtype)
+        _C.run(kind, T, R, p.code_t, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns, last.data_ptr())
+        return last
+    _C.run(kind, T, R, p.code_t, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns, 0)
+    return True

@@ -1,0 +1,356 @@
+"""The program :func:`scalebox_cst.runtime.fused.fused_linear` runs: a backward loop's body as text,
+compiled once into instructions for the C kernel (``_fused_c``). Pure Python, no torch: the engine
+validates the programs it emits with the same parser the runtime compiles them with.
+
+Grammar (``;``-separated Python statements, the body of ``for t in range(T - 1, -1, -1):``):
+
+- tail statements first, ``X[T] = NAME``: at the step t = T-1 a read ``X[t + 1]`` reads NAME (the
+  body's last-step case, CleanRL's ``if t == T - 1: nextvalues = next_value``);
+- assignments ``TARGET = ... = expr`` of temporaries and of outputs ``OUT[t]``; the carried update
+  ``S = B + A * S`` (or ``A * S + B``, ``B + S * A``, ``S * A + B``: one multiply, one add, A and B
+  not reading S) comes last, after it only stores ``OUT[t] = S``;
+- optionally ``del S`` at the end: the caller does not need S's final value;
+- expressions: int / float literals, names, ``X[t]``, ``X[t + k]`` (0 <= k <= 64), ``+ - * /``,
+  unary ``- +``, parentheses.
+
+Parameters are the free names (the carried S included: its value before the loop) in order of
+first appearance in the text; :func:`params_of` gives them. Constant-only subexpressions become a
+Python prelude (the loop computes them in Python); the rest become vector instructions.
+"""
+from __future__ import annotations
+
+import ast
+import operator
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+__all__ = ["Program", "program", "params_of"]
+
+#: instruction numbers (the OP_ constants of runtime/_fused_c.c)
+LOAD, ADD, SUB, MUL, DIV, ADD_S, SUB_S, MUL_S, DIV_S, RSUB_S, RECIP, NEG, STORE = range(13)
+_VV = {ast.Add: ADD, ast.Sub: SUB, ast.Mult: MUL, ast.Div: DIV}
+_VS = {ast.Add: ADD_S, ast.Sub: SUB_S, ast.Mult: MUL_S, ast.Div: DIV_S}
+_PY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+       ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+class _Invalid(Exception):
+    """The program is outside the grammar (fused_linear returns None)."""
+
+
+class Program:
+    """A compiled body: the roles of its parameters and the kernel's instructions."""
+
+    def __init__(self) -> None:
+        self.params: Tuple[str, ...] = ()
+        self.carried = ""
+        self.seqs: List[str] = []  # sequence params, kernel order
+        self.max_k: Dict[str, int] = {}
+        self.tails: Dict[str, str] = {}  # seq -> tail param
+        self.consts: List[str] = []  # params read as numbers
+        self.s_outs: List[str] = []  # outputs of the carried value
+        self.t_outs: List[str] = []  # outputs of temporaries (STORE slots after the s_outs)
+        self.literals: List[Union[int, float]] = []
+        self.prelude: List[Tuple[int, Any, int, int]] = []  # (slot, fn, x, y): Python arithmetic
+        self.code: List[Tuple[int, int, int, int]] = []
+        self.a: Tuple[int, int] = (0, 0)
+        self.b: Tuple[int, int] = (0, 0)
+        self.roles: List[Tuple[str, int]] = []  # per param: (role, index in its list)
+        self.code_t: Tuple[Tuple[int, int, int, int], ...] = ()
+        self.need_last = True  # False: the program ends in ``del S`` (the value is dead after the loop)
+
+
+def _is_t(node: ast.AST, k_ok: bool = True) -> Optional[int]:
+    """k for the index ``t`` / ``t + k`` (k a non-negative int literal), else None."""
+    if isinstance(node, ast.Name) and node.id == "t":
+        return 0
+    if (k_ok and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Name)
+            and node.left.id == "t" and isinstance(node.right, ast.Constant) and type(node.right.value) is int
+            and 0 <= node.right.value <= 64):
+        return node.right.value
+    return None
+
+
+class _Compiler:
+    def __init__(self, tree: ast.Module) -> None:
+        self.p = Program()
+        self.tree = tree
+        self.ssa = 0
+        self.env: Dict[str, Tuple[str, int]] = {}  # temporary -> ("v", ssa) | ("s", slot)
+        self.seq_index: Dict[str, int] = {}
+        self.const_index: Dict[str, int] = {}
+        self.uses: Dict[int, int] = {}  # ssa -> last instruction reading it
+        self.ins: List[List[int]] = []  # [op, dst_ssa, x, y] (x / y: ssa, seq, k or slot)
+
+    # ---- values: ("v", ssa) vectors, ("s", slot) scalars (slots: consts, literals, prelude)
+    def new(self) -> int:
+        self.ssa += 1
+        return self.ssa
+
+    def emit(self, op: int, x: int, y: int, vx: bool, vy: bool) -> Tuple[str, int]:
+        d = self.new()
+        n = len(self.ins)
+        for used, v in ((vx, x), (vy, y)):
+            if used:
+                self.uses[v] = n
+        self.ins.append([op, d, x, y])
+        return ("v", d)
+
+    def scalar(self, fn: Any, x: int, y: int) -> Tuple[str, int]:
+        slot = ("prelude", len(self.p.prelude))
+        self.p.prelude.append((len(self.p.prelude), fn, x, y))
+        return ("s", slot)  # type: ignore[return-value]
+
+    def expr(self, e: ast.AST, carried: str) -> Tuple[str, Any]:
+        p = self.p
+        if isinstance(e, ast.Constant) and type(e.value) in (int, float):
+            p.literals.append(e.value)
+            return ("s", ("lit", len(p.literals) - 1))
+        if isinstance(e, ast.Name):
+            if e.id in ("t", "T") or e.id == carried:
+                raise _Invalid(e.id)
+            if e.id in self.env:
+                return self.env[e.id]
+            if e.id in self.assigned:  # a temporary read before this step assigns it
+                raise _Invalid(e.id)
+            if e.id in self.seq_index or e.id in p.tails.values() or e.id in self.outs:
+                raise _Invalid(e.id)
+            if e.id not in self.const_index:
+                self.const_index[e.id] = len(p.consts)
+                p.consts.append(e.id)
+            return ("s", ("const", self.const_index[e.id]))
+        if isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name):
+            k = _is_t(e.slice)
+            x = e.value.id
+            if k is None or x in self.env or x in self.assigned or x in self.const_index or x in self.outs \
+                    or x in ("t", "T") or x == carried:
+                raise _Invalid(x)
+            if x not in self.seq_index:
+                self.seq_index[x] = len(p.seqs)
+                p.seqs.append(x)
+            p.max_k[x] = max(p.max_k.get(x, 0), k)
+            d = self.new()
+            self.ins.append([LOAD, d, self.seq_index[x], k])
+            return ("v", d)
+        if isinstance(e, ast.UnaryOp) and type(e.op) in (ast.USub, ast.UAdd):
+            kind, v = self.expr(e.operand, carried)
+            if kind == "s":
+                return self.scalar(_PY[type(e.op)], v, None)  # type: ignore[arg-type]
+            return self.emit(NEG, v, 0, True, False) if isinstance(e.op, ast.USub) else (kind, v)
+        if isinstance(e, ast.BinOp) and type(e.op) in _VV:
+            lk, lv = self.expr(e.left, carried)
+            rk, rv = self.expr(e.right, carried)
+            op = type(e.op)
+            if lk == "s" and rk == "s":
+                return self.scalar(_PY[op], lv, rv)
+            if lk == "v" and rk == "v":
+                return self.emit(_VV[op], lv, rv, True, True)
+            if lk == "v":
+                return self.emit(_VS[op], lv, rv, True, False)
+            if op in (ast.Add, ast.Mult):  # c + x, c * x: commutative, one rounding
+                return self.emit(_VS[op], rv, lv, True, False)
+            if op is ast.Sub:
+                return self.emit(RSUB_S, rv, lv, True, False)
+            r = self.emit(RECIP, rv, 0, True, False)  # torch: c / x is x.reciprocal() * c
+            return self.emit(MUL_S, r[1], lv, True, False)
+        raise _Invalid(type(e).__name__)
+
+    # ---- statements
+    def compile(self) -> Program:
+        p = self.p
+        body = self.tree.body
+        if body and isinstance(body[-1], ast.Delete):  # ``del S``: the caller needs no final value
+            d = body[-1]
+            if len(d.targets) != 1 or not isinstance(d.targets[0], ast.Name):
+                raise _Invalid("del")
+            self.dead = d.targets[0].id
+            body = body[:-1]
+            p.need_last = False
+        if not body or not all(isinstance(s, ast.Assign) for s in body):
+            raise _Invalid("statements")
+        i = 0
+        while i < len(body) and self._tail(body[i]):
+            i += 1
+        stmts = body[i:]
+        # the carried update: the last statement assigning a bare name; after it only S stores
+        upd = max((j for j, s in enumerate(stmts) if any(isinstance(x, ast.Name) for x in s.targets)), default=None)
+        if upd is None:
+            raise _Invalid("no update")
+        update = stmts[upd]
+        names = [x.id for x in update.targets if isinstance(x, ast.Name)]
+        if len(names) != 1:
+            raise _Invalid("update targets")
+        S = names[0]
+        p.carried = S
+        if not p.need_last and self.dead != S:
+            raise _Invalid("del")
+        self.outs: Dict[str, bool] = {}
+        self.assigned = set()
+        for s in stmts:
+            for x in s.targets:
+                if isinstance(x, ast.Name):
+                    if x.id != S:
+                        self.assigned.add(x.id)
+                elif isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name) and _is_t(x.slice, False) == 0:
+                    if x.value.id in self.outs:
+                        raise _Invalid("an output written twice")
+                    self.outs[x.value.id] = True
+                else:
+                    raise _Invalid("target")
+        if S in self.assigned or set(self.outs) & (self.assigned | {S, "t", "T"}) or set(p.tails) & set(self.outs):
+            raise _Invalid("names")
+        for s in stmts[:upd]:
+            kind, v = self.expr(s.value, S)
+            for x in s.targets:
+                if isinstance(x, ast.Name):
+                    self.env[x.id] = (kind, v)
+                else:
+                    if kind != "v":
+                        raise _Invalid("a number stored")
+                    p.t_outs.append(x.value.id)  # type: ignore[attr-defined]
+                    self.uses[v] = len(self.ins)
+                    self.ins.append([STORE, -len(p.t_outs), v, 0])
+        self._update(update.value, S)
+        p.s_outs = [x.value.id for x in update.targets if isinstance(x, ast.Subscript)]  # type: ignore[attr-defined]
+        for s in stmts[upd + 1:]:
+            if not (isinstance(s.value, ast.Name) and s.value.id == S) or any(isinstance(x, ast.Name) for x in s.targets):
+                raise _Invalid("after the update")
+            p.s_outs.extend(x.value.id for x in s.targets)  # type: ignore[attr-defined]
+        for x, k in p.max_k.items():
+            if x in p.tails and k > 1:
+                raise _Invalid("a tailed sequence read at t + 2")
+        self._finish()
+        return p
+
+    def _tail(self, s: ast.Assign) -> bool:
+        if len(s.targets) != 1:
+            return False
+        x = s.targets[0]
+        if not (isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name) and isinstance(x.slice, ast.Name)
+                and x.slice.id == "T"):
+            return False
+        if not isinstance(s.value, ast.Name) or s.value.id in ("t", "T") or x.value.id in self.p.tails \
+                or s.value.id in self.p.tails.values():
+            raise _Invalid("tail")
+        self.p.tails[x.value.id] = s.value.id
+        return True
+
+    def _update(self, v: ast.AST, S: str) -> None:
+        """``S = B + A * S`` (and its commuted spellings): A and B compiled, S read nowhere else."""
+        if not (isinstance(v, ast.BinOp) and isinstance(v.op, ast.Add)):
+            raise _Invalid("update")
+        for b, m in ((v.left, v.right), (v.right, v.left)):
+            if isinstance(m, ast.BinOp) and isinstance(m.op, ast.Mult):
+                if isinstance(m.right, ast.Name) and m.right.id == S:
+                    a = m.left
+                elif isinstance(m.left, ast.Name) and m.left.id == S:
+                    a = m.right
+                else:
+                    continue
+                self.ab = (self.expr(b, S), self.expr(a, S))
+                if self.ab[0][0] == "s" and self.ab[1][0] == "s":
+                    raise _Invalid("no per-step value")  # the loop would stay in Python numbers
+                return
+        raise _Invalid("update")
+
+    def _finish(self) -> None:
+        """Registers for the SSA values (reused after their last read), scalar slots numbered."""
+        p = self.p
+        (bk, bv), (ak, av) = self.ab
+        end = len(self.ins)
+        for k, v in ((ak, av), (bk, bv)):
+            if k == "v":
+                self.uses[v] = end
+        nconst, nlit = len(p.consts), len(p.literals)
+
+        def slot(s: Tuple[str, int]) -> int:
+            kind, i = s
+            return i if kind == "const" else nconst + i if kind == "lit" else nconst + nlit + i
+
+        p.prelude = [(nconst + nlit + i, fn, slot(x), slot(y) if y is not None else -1)
+                     for i, fn, x, y in p.prelude]
+        phys: Dict[int, int] = {}
+        free: List[int] = []
+        top = 0
+        for n, (op, d, x, y) in enumerate(self.ins):
+            reads = [] if op == LOAD else [x] + ([y] if op in (ADD, SUB, MUL, DIV) else [])
+            regs = [phys[r] for r in reads]
+            if op in (ADD_S, SUB_S, MUL_S, DIV_S, RSUB_S):
+                y = slot(y)  # type: ignore[arg-type]
+            dying = [phys[r] for r in set(reads) if self.uses.get(r, -1) == n]
+            if op == STORE:
+                p.code.append((STORE, len(p.s_outs) - d - 1, regs[0], 0))  # d = -(t_outs index + 1)
+                free.extend(dying)
+                continue
+            if free:  # never one of this instruction's sources (the kernel's loops are restrict)
+                phys[d] = free.pop()
+            else:
+                phys[d] = top
+                top += 1
+            free.extend(dying)
+            if self.uses.get(d, -1) < 0 and d not in (av, bv):
+                free.append(phys[d])  # never read
+            if op == LOAD:
+                p.code.append((LOAD, phys[d], x, y))
+            else:
+                p.code.append((op, phys[d], regs[0], regs[1] if len(regs) > 1 else y))
+        if top > 64:
+            raise _Invalid("too many registers")
+        p.a = (1, phys[av]) if ak == "v" else (0, slot(av))
+        p.b = (1, phys[bv]) if bk == "v" else (0, slot(bv))
+        p.code_t = tuple(p.code)
+
+
+def _parse(program: str) -> Optional[Program]:
+    try:
+        tree = ast.parse(program, mode="exec")
+        p = _Compiler(tree).compile()
+    except (SyntaxError, ValueError, _Invalid, RecursionError):
+        return None
+    names = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Name)), key=lambda n: (n.lineno, n.col_offset))
+    temps = {x.id for s in tree.body if isinstance(s, ast.Assign)
+             for x in s.targets if isinstance(x, ast.Name)} - {p.carried}
+    p.params = tuple(dict.fromkeys(n.id for n in names if n.id not in temps and n.id not in ("t", "T")))
+    index = {
+        **{x: ("seq", i) for i, x in enumerate(p.seqs)},
+        **{x: ("tail", p.seqs.index(s)) for s, x in p.tails.items() if s in p.seqs},
+        **{x: ("const", i) for i, x in enumerate(p.consts)},
+        **{x: ("out", i) for i, x in enumerate(p.s_outs + p.t_outs)},
+        p.carried: ("init", 0),
+    }
+    if any(s not in p.seqs for s in p.tails) or len(index) != len(p.params) or set(index) != set(p.params):
+        return None  # a tail of a sequence never read, or a name with two roles
+    p.roles = [index[n] for n in p.params]
+    pos = {n: i for i, n in enumerate(p.params)}
+    p.nparams = len(p.params)
+    p.seq_pos = [pos[x] for x in p.seqs]
+    p.tail_pos = [pos[p.tails[x]] if x in p.tails else -1 for x in p.seqs]
+    p.seq_k = [p.max_k[x] for x in p.seqs]
+    p.seq_info = list(zip(p.seq_pos, p.tail_pos, p.seq_k))
+    p.out_pos = [pos[x] for x in p.s_outs + p.t_outs]
+    p.const_pos = [pos[x] for x in p.consts]
+    p.init_pos = pos[p.carried]
+    p.ns = len(p.s_outs)
+    return p
+
+
+#: program text -> Program, or None when outside the grammar (the texts are constants of the
+#: rewritten code: a handful per process)
+_PROGRAMS: Dict[str, Optional[Program]] = {}
+
+
+def program(text: str) -> Optional[Program]:
+    """The compiled program (cached), or None when ``text`` is outside the grammar."""
+    try:
+        return _PROGRAMS[text]
+    except KeyError:
+        if len(_PROGRAMS) > 4096:
+            _PROGRAMS.clear()
+        p = _PROGRAMS[text] = _parse(text) if type(text) is str else None
+        return p
+
+
+def params_of(text: str) -> Tuple[str, ...]:
+    """The program's parameters in the order ``fused_linear`` takes their values (free names by
+    first appearance); () when the program is outside the grammar."""
+    p = program(text)
+    return p.params if p is not None else ()
