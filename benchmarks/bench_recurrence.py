@@ -411,7 +411,7 @@ def rewrite_section(args):
           % (statistics.median(ratios), statistics.median(ratios_p)))
     routes = [("C extension", {})]
     if R.backend_available("c"):
-        routes.append(("no C extension (numpy, then numba)", {"SCALEBOX_RECURRENCE_C": "0"}))
+        routes.append(("no C extension (numpy, then numba)", {"SCALEBOX_RECURRENCE_C": "0", "SCALEBOX_FUSED_C": "0"}))
     naive_first = fresh("gae", GAE_SRC, {}, runs, calls=1)
     if naive_first is not None:  # torch's first use of each op in a process costs 0.1-0.3 ms: both pay it
         print("naive loop, fresh process: first call %s" % fmt_t(naive_first["first"]))

@@ -20,17 +20,24 @@ constant A and a Python-number S is a Python product.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, List, Optional
 
 import torch
 
-try:  # optional: built by setup.py where a compiler is present
-    from . import _fused_c as _C  # type: ignore[attr-defined]
+def _load():
+    """The C extension, or None: not built, a stale in-place build, or ``$SCALEBOX_FUSED_C=0``
+    (the route of a machine without a compiler, for benchmarks and tests)."""
+    if os.environ.get("SCALEBOX_FUSED_C", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    try:  # optional: built by setup.py where a compiler is present
+        from . import _fused_c  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - depends on the build
+        return None
+    return _fused_c if getattr(_fused_c, "VERSION", 0) == 1 else None
 
-    if getattr(_C, "VERSION", 0) != 1:  # a stale in-place build
-        _C = None
-except ImportError:  # pragma: no cover - depends on the build
-    _C = None
+
+_C = _load()
 
 from .fused_program import _PROGRAMS, params_of, program as _program
 
@@ -60,7 +67,15 @@ def fused_linear(program: str, T: Any, *values: Any) -> Any:
     final value (True where the program ends in ``del S``: the caller does not need it); or None,
     having touched nothing, when that is not bitwise what the loop does here (no C extension, a
     program outside the grammar, values of other kinds: see the module docstring). The values are
-    the program's parameters in :func:`params_of` order."""
+    the program's parameters in :func:`params_of` order. Never raises: a value whose metadata
+    cannot be read (a sparse or wrapped tensor) is one the kernel does not take."""
+    try:
+        return _fused(program, T, values)
+    except Exception:  # every check precedes the kernel's first write: nothing was touched
+        return None
+
+
+def _fused(program: str, T: Any, values: tuple) -> Any:
     p = _PROGRAMS.get(program)
     if p is None:
         if _C is None or program in _PROGRAMS:
@@ -80,7 +95,7 @@ def fused_linear(program: str, T: Any, *values: Any) -> Any:
     widths = []
     for i, j, k in p.seq_info:
         x = values[i]
-        if type(x) is not _Tensor or not x.is_cpu or not x.is_contiguous() or (grad and x.requires_grad):
+        if type(x) is not _Tensor or not x.is_cpu or not x.is_contiguous() or x.is_neg() or (grad and x.requires_grad):
             return None
         if dtype is None:
             dtype = x.dtype
@@ -98,7 +113,7 @@ def fused_linear(program: str, T: Any, *values: Any) -> Any:
         if j >= 0:  # tailed: at t = T - 1, X[t + 1] is the tail
             tail = values[j]
             if type(tail) is not _Tensor or not tail.is_cpu or not tail.is_contiguous() or tail.dtype is not dtype \
-                    or (grad and tail.requires_grad) or tail.shape != sh[1:] or sh[0] < T:
+                    or tail.is_neg() or (grad and tail.requires_grad) or tail.shape != sh[1:] or sh[0] < T:
                 return None
             tp = tail.data_ptr()
             seqs.append((tp, tp + tail.nbytes))
@@ -122,10 +137,11 @@ def fused_linear(program: str, T: Any, *values: Any) -> Any:
     for e in spec:
         e[1] = 1 if e[1] == 1 else R
     outs = []
+    written = []
     for i in p.out_pos:
         o = values[i]
         if type(o) is not _Tensor or not o.is_cpu or not o.is_contiguous() or o.dtype is not dtype \
-                or (grad and o.requires_grad):
+                or o.is_neg() or (grad and o.requires_grad):
             return None
         sh = o.shape
         if len(sh) < 1 or sh[1:] != row or sh[0] < T:
@@ -139,10 +155,11 @@ def fused_linear(program: str, T: Any, *values: Any) -> Any:
             if lo < end and op < hi:
                 return None
         outs.append((op, end))
+        written.append(o)
     init = values[p.init_pos]
     if type(init) is _Tensor:
         if not init.is_cpu or init.dtype is not dtype or (grad and init.requires_grad) or not init.is_contiguous() \
-                or init.shape not in (_NO_ROW, row):
+                or init.is_neg() or init.shape not in (_NO_ROW, row):
             return None
         ip = init.data_ptr()
         end = ip + init.nbytes
@@ -176,9 +193,13 @@ def fused_linear(program: str, T: Any, *values: Any) -> Any:
             return None
     spec_t = tuple(map(tuple, spec))
     out_t = tuple([o[0] for o in outs])
-    if p.need_last:
-        last = torch.empty(row, dtype=dtype)
-        _C.run(kind, T, R, p.code_t, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns, last.data_ptr())
-        return last
-    _C.run(kind, T, R, p.code_t, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns, 0)
-    return True
+    last = torch.empty(row, dtype=dtype) if p.need_last else None
+    _C.run(kind, T, R, p.code_t, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns,
+           last.data_ptr() if last is not None else 0)
+    # the loop's `out[t] = ...` bumps each output's version: a tensor autograd saved before the
+    # loop then fails backward instead of using the new values; so does one written here
+    _bump(written)
+    return last if last is not None else True
+
+
+_bump = getattr(torch._C, "_increment_version", None) or torch.autograd.graph.increment_version

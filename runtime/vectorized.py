@@ -18,9 +18,11 @@ import numpy as np
 import torch
 
 from .loop_batch import batch_range, batch_zip
+from .fused import fused_linear  # noqa: F401  (the one-pass tier of rewritten recurrences)
 from .recurrence import linear_recurrence
 
 __all__ = [
+    "fused_linear",
     "steps",
     "backward_steps",
     "length",

@@ -45,7 +45,9 @@ ACTIONS = {"REWRITTEN": REWRITTEN, "SKIPPED": SKIPPED}
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 #: runtime functions whose result says a rewritten site took its vectorized branch
 ACCEPTORS = {
-    "vectorize.recurrence": ({"recurrence_ok", "quadratic_ok"}, lambda r: r is True),
+    # fused_linear (the one-pass tier): the carried value, or True where it is dead after the loop
+    "vectorize.recurrence": ({"recurrence_ok", "quadratic_ok", "fused_linear"},
+                             lambda r: r is True or isinstance(r, torch.Tensor)),
     "vectorize.reduction": ({"batch_zip", "batch_range"}, lambda r: r is not None),
     "vectorize.elementwise": ({"batch_zip", "batch_range"}, lambda r: r is not None),
     "vectorize.target_update": (

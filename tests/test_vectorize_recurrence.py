@@ -85,22 +85,35 @@ def run_both(src: str, env: dict, exactness: str = EXACT, vectorized: bool = Tru
         exec(orig, ns1)
     except Exception as exc:  # the rewrite must fail the same way
         err1 = type(exc)
-    answers = []
-    real = vectorized_mod.recurrence_ok
+    answers, fused = [], []
+    real, real_fused = vectorized_mod.recurrence_ok, vectorized_mod.fused_linear
 
     def spy(*args, **kwargs):
         answers.append(real(*args, **kwargs))
         return answers[-1]
 
-    vectorized_mod.recurrence_ok = spy
+    def spy_fused(*args):
+        fused.append(real_fused(*args))
+        return fused[-1]
+
+    vectorized_mod.recurrence_ok, vectorized_mod.fused_linear = spy, spy_fused
     try:
         exec(new, ns2)
     except Exception as exc:
         err2 = type(exc)
     finally:
-        vectorized_mod.recurrence_ok = real
+        vectorized_mod.recurrence_ok, vectorized_mod.fused_linear = real, real_fused
     assert err1 == err2, (err1, err2)
-    assert (True in answers) == vectorized, answers
+    one_pass = any(x is not None for x in fused)
+    assert (True in answers or one_pass) == vectorized, (answers, fused)
+    if one_pass:  # the one-pass tier ran: the vectorized steps it stands in front of must agree too
+        ns3 = clone(env)
+        vectorized_mod.fused_linear = lambda *args: None
+        try:
+            exec(new, ns3)
+        finally:
+            vectorized_mod.fused_linear = real_fused
+        same_namespaces({k: ns2[k] for k in ns1 if k in ns2}, ns3)
     return ns1, ns2
 
 

@@ -102,14 +102,28 @@ def check(src, args, folded=True, vectorized=True):
         except Exception as exc:  # the rewrite must fail the same way
             return type(exc)
 
+    fused = []
+    real_fused = vectorized_mod.fused_linear
+
+    def spy_fused(*a):
+        fused.append(real_fused(*a))
+        return fused[-1]
+
     want = call(f)
-    vectorized_mod.recurrence_ok = spy
+    vectorized_mod.recurrence_ok, vectorized_mod.fused_linear = spy, spy_fused
     try:
         got = call(g)
     finally:
-        vectorized_mod.recurrence_ok = real
-    assert (True in answers) == vectorized, answers
+        vectorized_mod.recurrence_ok, vectorized_mod.fused_linear = real, real_fused
+    one_pass = any(x is not None for x in fused)
+    assert (True in answers or one_pass) == vectorized, (answers, fused)
     same(want, got)
+    if one_pass:  # the vectorized steps behind the one-pass tier agree too
+        vectorized_mod.fused_linear = lambda *a: None
+        try:
+            same(want, call(g))
+        finally:
+            vectorized_mod.fused_linear = real_fused
     return new
 
 

@@ -10,7 +10,9 @@ caller's (file, line) keys a three-number counter, one dict look-up and one incr
   guard's test) count evaluations of the guard, including those the test's ``T >= 2 and ...``
   or a ``dim1(...) is not None`` sends to the fallback before the deciding helper runs;
 - *deciding* helpers count a pass (``recurrence_ok``/``quadratic_ok``/target updates: True;
-  ``batch_*``/scatter batches: not None) or a refusal.
+  ``batch_*``/scatter batches/``fused_linear``: not None) or a refusal. A recurrence's one-pass
+  tier (``fused_linear``) and its vectorized steps (``recurrence_ok``) are tried on one line,
+  ``fused_linear(...) is not None or recurrence_ok(...)``: their passes add up on one site.
 fallback = evaluations - passes where an entry helper counts evaluations, else refusals.
 Calls from inside the runtime package are not counted (they are no site).
 
@@ -50,6 +52,7 @@ GUARDS: Dict[str, Dict[str, Tuple[str, str]]] = {
         "length": (ENTRY, "vectorize.recurrence"),
         "backward_steps": (ENTRY, "vectorize.recurrence"),
         "recurrence_ok": (BOOL, "vectorize.recurrence"),
+        "fused_linear": (OPTIONAL, "vectorize.recurrence"),  # the one-pass tier, on the guard's line
         "quadratic_ok": (BOOL, "vectorize.recurrence"),
     },
     "scalebox_cst.runtime.loop_batch": {

@@ -15,7 +15,7 @@ from .list_outputs import list_output_reason
 from .body import _flatten
 from .plan import Planner
 from .views import describe
-from . import fold
+from . import fold, one_pass
 
 
 #: the runtime op and helpers module the emitted code calls
@@ -113,6 +113,9 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
         orelse=cst.Else(body=cst.IndentedBlock(body=[loop])),
         leading_lines=node.leading_lines,
     )
+    fused = one_pass.site(ctx, node, planner, exact)
+    if fused is not None:  # every step in one call where its kernel takes the values (see one_pass)
+        new = _one_pass_first(planner, fused, sub, bind, new)
     kinds = ", ".join(n for n in notes)
     shape = "last step special-cased, " if planner.has_split else ""
     if planner.resets:
@@ -144,6 +147,10 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
     steps = ("first step runs as written, the others by linear_recurrence (the last step folded in: "
              "the temporaries it would leave are read nowhere after the loop)") if folded else \
         "first and last step run as written, steps in between by linear_recurrence"
+    if fused is not None:
+        steps = ("every step in one call of runtime.fused_linear (the loop body compiled for its C kernel, "
+                 "the last-step case as boundary rows) where it takes the values (CPU float32/float64 "
+                 "contiguous tensors, Python-number constants), else: " + steps)
     reason = (f"backward linear recurrence {kinds} ({shape}{exactness}): {steps}; guarded by recurrence_ok "
               f"({needs}{carried}), original loop kept in the else branch")
     return new, exact, reason
@@ -164,3 +171,22 @@ def _foldable(ctx: FileContext, node: cst.For, planner: Planner) -> bool:
     first_step = [(set().union(*(_names_read(e) for e in planner._exprs(it))), it.var)
                   for it in _flatten(planner.items, False)]
     return fold.dead_after(ctx.module, node, names, first_step)
+
+
+def _one_pass_first(planner: Planner, fused, sub, bind, new: cst.If) -> cst.If:
+    """``new`` with the one-pass tier in front: ``if <head> and ((last := fused_linear(...)) is not
+    None or recurrence_ok(...)): if last is not None: <bind> else: <vectorized steps>``. One test
+    line holds both deciding helpers, so the run's telemetry counts the site's passes together."""
+    program, args, live = fused
+    T, S = planner.T, planner.rec_vars[0]
+    last = planner.fresh(f"{S}_fused")
+    call = f"__SBX__.fused_linear({program!r}, {T}, {', '.join(args)})"
+    test = f"{planner.guard_head} and (({last} := {call}) is not None or {planner.guard_ok})"
+    lines = [f"if {sub(test)}:", f"    if {last} is not None:",
+             f"        # steps t = {T} - 1 .. 0 in one pass: the loop body as a program for runtime.fused's C kernel"]
+    lines += ([f"        {S} = {last}"] if live else []) + [f"        {bind('0')}", "    else:", "        pass"]
+    top = cst.parse_module("\n".join(lines) + "\n").body[0]
+    inner = top.body.body[0]  # type: ignore[attr-defined]
+    inner = inner.with_changes(orelse=inner.orelse.with_changes(body=new.body))
+    return top.with_changes(body=top.body.with_changes(body=[inner]), orelse=new.orelse,  # type: ignore[attr-defined]
+                            leading_lines=new.leading_lines)

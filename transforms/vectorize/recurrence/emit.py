@@ -221,4 +221,5 @@ class Emit:
             args.append("cpu=True")
         if not self.weak_ok:
             args.append("weak=False")
-        return f"{head} and {helpers}.recurrence_ok({', '.join(args)})"
+        self.guard_head, self.guard_ok = head, f"{helpers}.recurrence_ok({', '.join(args)})"
+        return f"{head} and {self.guard_ok}"

@@ -1,0 +1,253 @@
+"""The one-pass tier of rewritten recurrences (transforms/vectorize/recurrence/one_pass.py): the
+loop body handed to runtime.fused.fused_linear in front of the vectorized steps. Differential:
+original loop vs the rewrite with the tier, and vs the rewrite with the tier turned off (the
+vectorized steps behind it), bitwise; look-alikes that must not get the tier."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import EXACT, REWRITTEN
+from scalebox_cst.runtime import fused as fused_mod
+from scalebox_cst.runtime import vectorized as vectorized_mod
+
+pytestmark = pytest.mark.skipif(not fused_mod.available(), reason="the _fused_c extension is not built")
+HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def rewrite(src: str):
+    res = Pipeline(Config(transforms=["vectorize.recurrence"]), backend="cpu").rewrite("m.py", src.encode())
+    done = [s for s in res.report.sites if s.transform == "vectorize.recurrence" and s.action == REWRITTEN]
+    return res.output.decode(), done
+
+
+def functions(src: str, name: str = "f"):
+    new, done = rewrite(src)
+    ns1, ns2 = {}, {}
+    exec(compile(src, "orig", "exec"), ns1)
+    exec(compile(new, "new", "exec"), ns2)
+    return ns1[name], ns2[name], new, done
+
+
+def same(a, b, where="result"):
+    assert type(a) is type(b), f"{where}: {type(a)} != {type(b)}"
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape, where
+        assert a.contiguous().numpy().tobytes() == b.contiguous().numpy().tobytes(), f"{where}: {a} != {b}"
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), where
+    elif isinstance(a, float):
+        assert struct.pack("d", a) == struct.pack("d", b), where
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+def clone(v):
+    if isinstance(v, torch.Tensor):
+        return v.clone()
+    if isinstance(v, np.ndarray):
+        return v.copy()
+    return v
+
+
+def run(f, g, args):
+    """f(args) vs g(args) with the tier, and g(args) with it off; whether the tier ran."""
+    want = f(*map(clone, args))
+    seen = []
+    real = vectorized_mod.fused_linear
+
+    def spy(*a):
+        seen.append(real(*a))
+        return seen[-1]
+
+    vectorized_mod.fused_linear = spy
+    try:
+        got = g(*map(clone, args))
+    finally:
+        vectorized_mod.fused_linear = real
+    same(want, got)
+    vectorized_mod.fused_linear = lambda *a: None
+    try:
+        same(want, g(*map(clone, args)), "with the tier off")
+    finally:
+        vectorized_mod.fused_linear = real
+    return any(x is not None for x in seen)
+
+
+def data(T, N, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    rewards = torch.randn(T, N, generator=g, dtype=torch.float64).to(dtype)
+    values = torch.randn(T, N, generator=g, dtype=torch.float64).to(dtype)
+    dones = (torch.rand(T, N, generator=g) < 0.2).to(dtype)
+    next_value = torch.randn(N, generator=g, dtype=torch.float64).to(dtype)
+    next_done = (torch.rand(N, generator=g) < 0.5).to(dtype)
+    return rewards, values, dones, next_value, next_done
+
+
+CLEANRL = """\
+import torch
+
+def f(rewards, values, dones, next_value, next_done, gamma=0.99, gae_lambda=0.95, init=0):
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = init
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages, advantages + values
+"""
+
+
+def test_cleanrl_program_and_reason():
+    f, g, new, done = functions(CLEANRL)
+    assert len(done) == 1 and done[0].exactness == EXACT
+    assert "every step in one call of runtime.fused_linear" in done[0].reason
+    assert ("'dones[T] = next_done; values[T] = next_value; nextnonterminal = 1.0 - dones[t + 1]; "
+            "nextvalues = values[t + 1]; delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]; "
+            "advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam; "
+            "del lastgaelam'") in new
+    assert "is not None or _sbx.recurrence_ok(" in new  # both tiers on the guard's line
+    compile(new, "new", "exec")
+
+
+@HYP
+@given(T=st.integers(0, 48), N=st.sampled_from([1, 3]), dtype=st.sampled_from([torch.float32, torch.float64]),
+       seed=st.integers(0, 2**16), init=st.sampled_from(["int", "float", "row", "0d"]))
+def test_cleanrl_bitwise(T, N, dtype, seed, init):
+    f, g, _, _ = functions(CLEANRL)
+    args = list(data(T, N, dtype, seed))
+    gen = torch.Generator().manual_seed(seed + 1)
+    start = {"int": 0, "float": 0.25, "row": torch.randn(N, generator=gen, dtype=torch.float64).to(dtype),
+             "0d": torch.tensor(0.5, dtype=dtype)}[init]
+    ran = run(f, g, args + [0.99, 0.95, start])
+    assert ran == (T >= 2)
+
+
+IFEXP = """\
+import torch
+
+def f(rewards, values, dones, last_value, last_done, gamma, lam):
+    T = len(rewards)
+    adv = torch.zeros_like(rewards)
+    gae = 0.0
+    for i in range(T - 1, -1, -1):
+        next_values = values[i + 1] if i < T - 1 else last_value
+        mask = 1.0 - dones[i + 1] if i + 1 < T else 1.0 - last_done
+        delta = rewards[i] + gamma * next_values * mask - values[i]
+        gae = delta + gamma * lam * mask * gae
+        adv[i] = gae
+    return adv, gae
+"""
+
+
+@HYP
+@given(T=st.integers(0, 40), dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16))
+def test_conditional_expression_last_step_and_live_carried_value(T, dtype, seed):
+    """The conditional-expression spelling gives the same tails; the carried value is returned,
+    so the program hands it back (no ``del``)."""
+    f, g, new, done = functions(IFEXP)
+    assert "values[T] = last_value; dones[T] = last_done" in new and "del gae" not in new
+    assert "gae = gae_fused" in new
+    r, v, d, lv, ld = data(T, 2, dtype, seed)
+    assert run(f, g, [r, v, d, lv, ld, 0.97, 0.9]) == (T >= 2)
+
+
+RENAMED = """\
+import torch
+
+class Agent:
+    def returns(self, T, lam):
+        n = self.rewards.shape[0]
+        out = torch.zeros_like(self.rewards)
+        g = 0.0
+        for t_ in reversed(range(n)):
+            out[t_] = g = self.rewards[t_] * T + lam * self.masks[t_] * g
+        return out
+
+def f(rewards, masks, T, lam):
+    a = Agent()
+    a.rewards, a.masks = rewards, masks
+    return a.returns(T, lam)
+"""
+
+
+def test_user_names_t_and_T_and_attribute_chains():
+    """A user constant named ``T`` and containers ``self.x`` become program-local names."""
+    f, g, new, done = functions(RENAMED)
+    assert "fused_linear('out[t] = g = rewards[t] * T_2 + lam * masks[t] * g; del g'" in new, new
+    for T in (1, 2, 9):
+        r, m = torch.randn(T, 4), (torch.rand(T, 4) > 0.3).float()
+        assert run(f, g, [r, m, 0.5, 0.9]) == (T >= 2)
+
+
+NOT_DEAD = CLEANRL.replace("return advantages, advantages + values", "return advantages, delta")
+LITERAL_TAIL = IFEXP.replace("if i < T - 1 else last_value", "if i < T - 1 else 0.0")
+OTHER_FIRST = CLEANRL.replace("nextvalues = next_value\n", "nextvalues = next_value * 0.5\n")
+
+
+@pytest.mark.parametrize("src", [NOT_DEAD, LITERAL_TAIL, OTHER_FIRST], ids=["temporary-read-after", "literal-tail", "other-first-step"])
+def test_look_alikes_keep_the_vectorized_steps_only(src):
+    """Rewritten as before, without the one-pass tier: a temporary read after the loop, a
+    last-step value that is a Python number (the loop meets it in Python arithmetic), a first step
+    that is not the others with boundary rows."""
+    f, g, new, done = functions(src)
+    assert done and "fused_linear" not in new
+    args = list(data(12, 3, torch.float32, 0))
+    if src is LITERAL_TAIL:
+        args += [0.97, 0.9]
+    assert not run(f, g, args)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "tensor-constant", "grad"])
+def test_values_the_kernel_does_not_take_fall_back(kind):
+    """numpy arrays, a tensor gamma, inputs requiring grad: fused_linear says None, the vectorized
+    steps (or the loop) give the loop's results."""
+    src = CLEANRL.replace("torch.zeros_like", "np.zeros_like").replace("import torch", "import numpy as np\nimport torch") \
+        if kind == "numpy" else CLEANRL
+    f, g, _, _ = functions(src)
+    args = list(data(10, 3, torch.float64, 1)) + [0.99, 0.95, 0]
+    if kind == "numpy":
+        args = [a.numpy() if isinstance(a, torch.Tensor) else a for a in args]
+        args[-1] = 0.0
+    elif kind == "tensor-constant":
+        args[5] = torch.tensor(0.99, dtype=torch.float64)
+    else:
+        args[1] = args[1].clone().requires_grad_()
+    if kind == "grad":
+        want = f(*args)
+        got = g(*args)
+        same(want[0].detach(), got[0].detach())
+        return
+    assert not run(f, g, args)
+
+
+def test_saved_output_still_fails_backward():
+    """An output autograd saved before the loop: the loop's writes make backward raise, and so do
+    the kernel's (it bumps the output's version)."""
+    f, g, _, _ = functions(CLEANRL.replace("advantages = torch.zeros_like(rewards)\n", "advantages = out\n")
+                           .replace("init=0):", "init=0, out=None):"))
+    for fn in (f, g):
+        w = torch.ones(3, requires_grad=True)
+        args = list(data(6, 3, torch.float32, 2))
+        out = torch.zeros(6, 3)
+        y = (w * out).sum()  # saves `out` for the gradient of w
+        fn(*args, 0.99, 0.95, 0, out)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()

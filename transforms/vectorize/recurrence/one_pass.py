@@ -1,0 +1,237 @@
+"""The one-pass tier of a rewritten recurrence: the loop body itself, as a program for
+:func:`scalebox_cst.runtime.fused.fused_linear`, tried before the vectorized steps.
+
+Why: the vectorized steps are a dozen torch ops plus the first step as written, 5-10 us of
+dispatch each on a CPU, so a T=2048 GAE rewrite spent most of its 300-400 us in dispatch. The
+program runs every step, the first one included, in one call of a small C kernel, bitwise the
+loop; where the values are not what that kernel takes (another device, a tensor constant, no C
+extension) it returns None and the vectorized steps run as before.
+
+The program is the loop body in the grammar of :mod:`scalebox_cst.runtime.fused_program`: per-step
+reads ``x[t + k]``, temporaries, outputs ``out[t]``, the carried update ``s = b + a * s``. The
+body's last-step case (``if t == T - 1: nextvalues = next_value else: nextvalues = values[t + 1]``,
+or its conditional-expression spelling) becomes a *tail*: ``values[T] = next_value`` -- the first
+step reads ``next_value`` where the others read ``values[t + 1]`` -- when both branches are the same
+statements but for such reads. Offered only where the temporaries the loop leaves behind are dead
+(:mod:`.fold`); the carried value is handed back unless it is dead too (``del s``).
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from scalebox_cst.runtime import fused_program
+from .body import _flatten
+from .syntax import _code, _norm, _pure_container, _walk
+from . import fold
+
+_BIN = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.Divide: "/"}
+_UN = {cst.Minus: "-", cst.Plus: "+"}
+
+
+class _No(Exception):
+    """Outside what the program expresses: no one-pass tier for this site."""
+
+
+class _Names:
+    """Program-local names: the user's own where they are free, ``t`` / ``T`` kept for the step."""
+
+    def __init__(self) -> None:
+        self.of: Dict[str, str] = {}  # user code -> program name
+        self.taken: Set[str] = {"t", "T"}
+
+    def get(self, code: str) -> str:
+        if code not in self.of:
+            base = code.split(".")[-1]
+            name, i = base, 1
+            while name in self.taken or not name.isidentifier():
+                i += 1
+                name = f"{base}_{i}"
+            self.taken.add(name)
+            self.of[code] = name
+        return self.of[code]
+
+
+def site(ctx, node: cst.For, planner, exact: bool) -> Optional[Tuple[str, List[str], bool]]:
+    """(program, the argument expressions in parameter order, whether the carried value is needed
+    after the loop), or None where the site has no one-pass tier."""
+    h = planner.h
+    if not exact or not planner.cpu or not getattr(planner, "folded", False):
+        return None
+    if h.kind != "index" or h.named is not None or h.counter is not None or h.sliced or h.elements:
+        return None
+    if len(planner.rec_vars) != 1 or planner.memo or planner.resets or planner.views or planner.cells \
+            or planner.fwd_reads or planner.shift or planner.readback_items or planner.forwarded \
+            or planner.conds or planner.columns or planner.dropped or getattr(planner, "list_carried", None):
+        return None
+    mid = _flatten(planner.items, True)
+    first = _flatten(planner.items, False)
+    if len(planner.middle) != len(mid) or any(a is not b for a, b in zip(planner.middle, mid)):
+        return None  # merged or rewritten updates: the body is not what the program would say
+    try:
+        return _Builder(ctx, node, planner).build(mid, first)
+    except _No:
+        return None
+
+
+class _Builder:
+    def __init__(self, ctx, node: cst.For, planner) -> None:
+        self.ctx, self.node, self.p = ctx, node, planner
+        self.S = planner.rec_vars[0]
+        self.names = _Names()
+        self.tails: Dict[str, str] = {}  # container code -> tail name (user code)
+
+    def build(self, mid, first) -> Tuple[str, List[str], bool]:
+        p = self.p
+        if any(it.kind != "assign" for it in mid) or len(mid) != len(first):
+            raise _No()
+        for m, f in zip(mid, first):
+            if m is f and not m.first:
+                continue
+            if m.kind != f.kind or m.var != f.var or [_norm(o) for o in m.outs] != [_norm(o) for o in f.outs]:
+                raise _No()
+            fv = _first_value(p, f) if f.first else f.value
+            if not self.match(m.value, fv):
+                raise _No()
+        self.assigned: Set[str] = set()
+        lines = []
+        for it in mid:
+            value = self.expr(it.value)
+            targets = [f"{self.container(o)}[t]" for o in it.outs]
+            if it.var is not None:
+                targets.append(self.names.get(it.var))
+                if it.var != self.S:
+                    self.assigned.add(it.var)
+            if not targets:
+                raise _No()
+            lines.append(" = ".join(targets + [value]))
+        tails = [f"{self.container_name(c)}[T] = {self.names.get(n)}" for c, n in self.tails.items()]
+        live = not _dead_after(self.ctx.module, self.node, self.S)
+        text = "; ".join(tails + lines + ([] if live else [f"del {self.names.get(self.S)}"]))
+        try:  # the same tree with no more parentheses than it needs (it is shown in the diff)
+            text = "; ".join(ast.unparse(st) for st in ast.parse(text).body)
+        except SyntaxError:
+            raise _No()
+        prog = fused_program.program(text)
+        if prog is None:
+            raise _No()
+        back = {v: k for k, v in self.names.of.items()}
+        return text, [back[n] for n in prog.params], live
+
+    # ---- names and per-step reads
+    def container_name(self, code: str) -> str:
+        return self.names.get(code)
+
+    def container(self, node: cst.BaseExpression) -> str:
+        if not _pure_container(node):
+            raise _No()
+        return self.names.get(_code(node).strip())
+
+    def step_read(self, e: cst.BaseExpression) -> Optional[Tuple[str, int]]:
+        """(container code, k) for a per-step read ``x[t + k]`` of a named container."""
+        ref = self.p.per_step(e)
+        if ref is None:
+            return None
+        cont, k = ref
+        if not _pure_container(cont) or not isinstance(e, cst.Subscript) or k < 0:
+            raise _No()
+        return _code(cont).strip(), k
+
+    def expr(self, e: cst.BaseExpression) -> str:
+        p = self.p
+        if isinstance(e, cst.Name):
+            v = e.value
+            if v == p.h.index:
+                raise _No()
+            if v == self.S:
+                return self.names.get(v)
+            if v in self.assigned:
+                return self.names.get(v)
+            if v in p.body_assigned or v in p.elements:
+                raise _No()
+            return self.names.get(v)
+        if isinstance(e, (cst.Integer, cst.Float)):
+            return e.value
+        if isinstance(e, cst.Subscript):
+            ref = self.step_read(e)
+            if ref is None:
+                raise _No()
+            name = self.names.get(ref[0])
+            return f"{name}[t + {ref[1]}]" if ref[1] else f"{name}[t]"
+        if isinstance(e, cst.Attribute) and _pure_container(e):
+            if any(_norm(e) == w or w.startswith(_norm(e) + ".") for w in p.written):
+                raise _No()
+            return self.names.get(_code(e).strip())
+        if isinstance(e, cst.BinaryOperation) and type(e.operator) in _BIN:
+            return f"({self.expr(e.left)} {_BIN[type(e.operator)]} {self.expr(e.right)})"
+        if isinstance(e, cst.UnaryOperation) and type(e.operator) in _UN:
+            return f"({_UN[type(e.operator)]}{self.expr(e.expression)})"
+        raise _No()
+
+    # ---- the last-step case as tails
+    def match(self, m: cst.BaseExpression, f: cst.BaseExpression) -> bool:
+        """Whether the first step's ``f`` is the middle steps' ``m`` with reads ``x[t + 1]`` replaced
+        by loop-invariant names (recorded as tails, one per container)."""
+        if _norm(m) == _norm(f):
+            return True
+        p = self.p
+        if isinstance(f, cst.Name) and isinstance(m, cst.Subscript):
+            ref = self.step_read(m)
+            if ref is None or ref[1] != 1 or f.value in p.body_assigned or f.value == p.h.index \
+                    or f.value == self.S or f.value in p.elements:
+                return False
+            prev = self.tails.setdefault(ref[0], f.value)
+            return prev == f.value
+        if isinstance(m, cst.BinaryOperation) and isinstance(f, cst.BinaryOperation) \
+                and type(m.operator) is type(f.operator):
+            return self.match(m.left, f.left) and self.match(m.right, f.right)
+        if isinstance(m, cst.UnaryOperation) and isinstance(f, cst.UnaryOperation) \
+                and type(m.operator) is type(f.operator):
+            return self.match(m.expression, f.expression)
+        return False
+
+
+def _first_value(planner, it) -> cst.BaseExpression:
+    """The first step's value of an item with last-step conditional expressions: each one that
+    selects the last step resolved to the branch the step t = T-1 takes."""
+    parser = planner.parser
+
+    class First(cst.CSTTransformer):
+        def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
+            m_then = parser.lsplit(original.test)
+            if m_then is None:
+                return updated
+            keep = updated.orelse if m_then else updated.body
+            return keep.with_changes(lpar=[cst.LeftParen()] + list(keep.lpar),
+                                     rpar=list(keep.rpar) + [cst.RightParen()])
+
+    return it.shown.visit(First())  # type: ignore[union-attr,return-value]
+
+
+def _dead_after(module: cst.Module, node: cst.For, name: str) -> bool:
+    """Whether the value ``node`` leaves in ``name`` can never be read: in a function, outside any
+    other loop, with no read of ``name`` outside ``node`` (plain ``name = ...`` assignments are
+    not reads) and nothing that reads locals by name."""
+    where = fold._enclosing(module, node)
+    if where is None or where[1]:
+        return False
+    func = where[0]
+    inside = {id(n) for n in _walk(node)}
+    stores: Set[int] = set()
+    for n in _walk(func):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                if isinstance(t.target, cst.Name) and t.target.value == name:
+                    stores.add(id(t.target))
+    for n in _walk(func):
+        if id(n) in inside or id(n) in stores:
+            continue
+        if isinstance(n, cst.Name) and n.value == name:
+            return False
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in fold._INTROSPECTION:
+            return False
+        if isinstance(n, cst.Attribute) and n.attr.value in fold._FRAME_ATTRS:
+            return False
+    return True
