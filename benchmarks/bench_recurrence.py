@@ -28,9 +28,12 @@ Engine-rewrite section (T=2048, N=8, CPU): the CleanRL GAE function rewritten by
 first call, the mean of the first 50 calls, then the steady state; the recurrence op's first call
 on precomputed (a, delta) in a fresh process next to a plain compiled C loop (the extension's
 kernel called directly, no Python around it), and the naive loop in the same run; ratios to the
-naive loop and to the C loop; the steady state also with the last step kept as written (the
-rendering before it was folded in) and as interleaved rounds (the load of a shared machine drifts). Done for the C-extension backend and, with
-``$SCALEBOX_RECURRENCE_C=0``, for the numpy-then-numba route a machine without a compiler takes.
+naive loop and to the C loop; the steady state also of the rewrite where the body's temporaries
+are live after the loop (module-level code: the one pass stops at t = 1, the last step runs as
+written) and of the vectorized steps alone (the one-pass tier off: the rendering before it), and
+as interleaved rounds (the load of a shared machine drifts). Done for the C-extension backends
+and, with ``$SCALEBOX_RECURRENCE_C=0 $SCALEBOX_FUSED_C=0``, for the route a machine without a
+compiler takes (the vectorized steps; the op: numpy, then numba).
 
 GPU section (when CUDA is available): naive loop, torch scan, triton kernel
 (time per call including launch, synchronised), effective bandwidth of the op;
@@ -41,6 +44,7 @@ configurations.
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -325,7 +329,18 @@ FRESH = textwrap.dedent(
                 best.append((clock() - t) / 100)
             return statistics.median(best)
 
-        if mode == "op":
+        if mode == "fused":  # the one-pass tier alone: its import, the program's compile, the call
+            adv = torch.zeros_like(rewards)
+            args = dict(dones=dones, next_done=next_done, values=values, next_value=next_value, rewards=rewards,
+                        gamma=0.99, gae_lambda=0.95, advantages=adv, lastgaelam=0)
+            t = clock()
+            from scalebox_cst.runtime.fused import fused_linear, params_of
+            vals = [args[n] for n in params_of(src)]
+            assert fused_linear(src, T, *vals) is not None
+            res["first"] = clock() - t
+            res["backend"] = "fused"
+            res["steady"] = steady(lambda: fused_linear(src, T, *vals))
+        elif mode == "op":
             t = clock(); R.linear_recurrence(a, delta); res["first"] = clock() - t
             res["backend"] = R.cpu_backend()
             res["steady"] = steady(lambda: R.linear_recurrence(a, delta))
@@ -343,20 +358,24 @@ FRESH = textwrap.dedent(
 )
 
 
-def rewritten_gae(fold=True):
+def rewritten_gae(fold=True, one_pass=True):
     """The engine's rewrite of GAE_SRC (asserting the loop was rewritten, exactly); ``fold=False``:
-    with the last step kept as written, as before it was folded in (for comparison)."""
+    as where the body's temporaries are live after the loop (module-level code): the last step is
+    kept as written; ``one_pass=False``: without the one-pass tier (runtime.fused_linear), the
+    vectorized steps alone (the rendering before that tier, for comparison)."""
     from scalebox_cst.config import Config
     from scalebox_cst.pipeline import Pipeline
     from scalebox_cst.transforms.vectorize.recurrence import build as rbuild
 
-    real = rbuild._foldable
+    real, real_site = rbuild._foldable, rbuild.one_pass.site
     if not fold:
         rbuild._foldable = lambda *a: False
+    if not one_pass:
+        rbuild.one_pass.site = lambda *a: None
     try:
         res = Pipeline(Config(transforms=["vectorize.recurrence"]), backend="cpu").rewrite("gae.py", GAE_SRC.encode())
     finally:
-        rbuild._foldable = real
+        rbuild._foldable, rbuild.one_pass.site = real, real_site
     done = [x for x in res.report.sites if x.action == "rewritten"]
     assert done and done[0].exactness == "exact", [x.describe() for x in res.report.sites]
     return res.output.decode(), "last step folded in" in done[0].reason
@@ -390,28 +409,37 @@ def rewrite_section(args):
     data = make_data(2048, 8)
     R.backend_available("numba")  # the steady state of every backend, loaded up front
     assert torch.equal(ns_orig["gae"](*data)[0], ns_new["gae"](*data)[0]), "rewrite not bitwise"
-    peeled = {}
-    exec(compile(rewritten_gae(fold=False)[0], "gae_peeled", "exec"), peeled)
+    variants = [("one pass, last step as written (temporaries live after the loop)", rewritten_gae(fold=False)[0]),
+                ("vectorized steps only (one-pass tier off)", rewritten_gae(one_pass=False)[0])]
+    others = []
+    for label, text in variants:
+        ns = {}
+        exec(compile(text, label, "exec"), ns)
+        assert torch.equal(ns_orig["gae"](*data)[0], ns["gae"](*data)[0]), label + ": not bitwise"
+        others.append((label, ns["gae"]))
     repeat = 3 if args.quick else 7
     runs = args.runs
     t_naive = bench(ns_orig["gae"], data, repeat=repeat)
     t_steady = bench(ns_new["gae"], data, repeat=repeat)
-    t_peeled = bench(peeled["gae"], data, repeat=repeat)
-    print("\n== engine rewrite of CleanRL GAE, T=2048 N=8 (last step %s; %d fresh processes, medians) =="
+    print("\n== engine rewrite of CleanRL GAE, T=2048 N=8 (one pass, last step %s; %d fresh processes, medians) =="
           % ("folded in" if folded else "as written", runs))
-    print("steady state: naive loop %s, rewrite %s (%.0fx the naive loop); with the last step as written %s (%.0fx)"
-          % (fmt_t(t_naive), fmt_t(t_steady), t_naive / t_steady, fmt_t(t_peeled), t_naive / t_peeled))
+    print("steady state: naive loop %s, rewrite %s (%.0fx the naive loop)"
+          % (fmt_t(t_naive), fmt_t(t_steady), t_naive / t_steady))
+    for label, fn in others:
+        t = bench(fn, data, repeat=repeat)
+        print("  %s: %s (%.0fx)" % (label, fmt_t(t), t_naive / t))
     # the machine's load drifts between the runs above: ratios from interleaved rounds too
-    ratios, ratios_p = [], []
+    ratios = [[] for _ in range(1 + len(others))]
     for _ in range(3 if args.quick else 7):
         tn = bench(ns_orig["gae"], data, repeat=1, min_time=0.05)
-        ratios.append(tn / bench(ns_new["gae"], data, repeat=1, min_time=0.05))
-        ratios_p.append(tn / bench(peeled["gae"], data, repeat=1, min_time=0.05))
-    print("interleaved rounds (median ratio to the naive loop): rewrite %.0fx, with the last step as written %.0fx"
-          % (statistics.median(ratios), statistics.median(ratios_p)))
+        for i, fn in enumerate([ns_new["gae"]] + [f for _, f in others]):
+            ratios[i].append(tn / bench(fn, data, repeat=1, min_time=0.05))
+    print("interleaved rounds (median ratio to the naive loop): rewrite %.0fx; %s"
+          % (statistics.median(ratios[0]), "; ".join("%s %.0fx" % (label.split(" (")[0], statistics.median(r))
+                                                    for (label, _), r in zip(others, ratios[1:]))))
     routes = [("C extension", {})]
     if R.backend_available("c"):
-        routes.append(("no C extension (numpy, then numba)", {"SCALEBOX_RECURRENCE_C": "0", "SCALEBOX_FUSED_C": "0"}))
+        routes.append(("no C extension (vectorized steps; numpy, then numba)", {"SCALEBOX_RECURRENCE_C": "0", "SCALEBOX_FUSED_C": "0"}))
     naive_first = fresh("gae", GAE_SRC, {}, runs, calls=1)
     if naive_first is not None:  # torch's first use of each op in a process costs 0.1-0.3 ms: both pay it
         print("naive loop, fresh process: first call %s" % fmt_t(naive_first["first"]))
@@ -419,6 +447,13 @@ def rewrite_section(args):
     if c_loop is not None:
         print("plain C loop (the extension's kernel called directly, a fresh process): first call %s "
               "(its import included), steady %s" % (fmt_t(c_loop["first"]), fmt_t(c_loop["steady"])))
+    program = next((m.group(1) for m in [re.search(r"fused_linear\('([^']*)'", src)] if m), None)
+    fz = fresh("fused", program, {}, runs) if program else None
+    if fz is not None and c_loop is not None:
+        print("one-pass op alone (fused_linear: its import, the program's compile, the call), fresh process: "
+              "first call %s, steady %s -> %.1fx / %.1fx the C loop's first call / steady (it computes the "
+              "deltas too)" % (fmt_t(fz["first"]), fmt_t(fz["steady"]), fz["first"] / c_loop["first"],
+                               fz["steady"] / c_loop["steady"]))
     for label, env_extra in routes:
         g = fresh("gae", src, env_extra, runs)
         o = fresh("op", "", env_extra, runs)

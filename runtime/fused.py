@@ -62,20 +62,21 @@ def _number(v: Any) -> Optional[float]:
     return float(v)
 
 
-def fused_linear(program: str, T: Any, *values: Any) -> Any:
-    """Run ``for t in range(T - 1, -1, -1): <program>`` in one call and return the carried value's
-    final value (True where the program ends in ``del S``: the caller does not need it); or None,
-    having touched nothing, when that is not bitwise what the loop does here (no C extension, a
-    program outside the grammar, values of other kinds: see the module docstring). The values are
-    the program's parameters in :func:`params_of` order. Never raises: a value whose metadata
-    cannot be read (a sparse or wrapped tensor) is one the kernel does not take."""
+def fused_linear(program: str, T: Any, *values: Any, stop: int = 0) -> Any:
+    """Run ``for t in range(T - 1, stop - 1, -1): <program>`` in one call and return the carried
+    value's final value (True where the program ends in ``del S``: the caller does not need it);
+    or None, having touched nothing, when that is not bitwise what the loop does here (no C
+    extension, a program outside the grammar, values of other kinds: see the module docstring).
+    The values are the program's parameters in :func:`params_of` order; ``stop`` (0 or 1) leaves
+    the steps below it to the caller (the last step run as written). Never raises: a value whose
+    metadata cannot be read (a sparse or wrapped tensor) is one the kernel does not take."""
     try:
-        return _fused(program, T, values)
+        return _fused(program, T, values, stop)
     except Exception:  # every check precedes the kernel's first write: nothing was touched
         return None
 
 
-def _fused(program: str, T: Any, values: tuple) -> Any:
+def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
     p = _PROGRAMS.get(program)
     if p is None:
         if _C is None or program in _PROGRAMS:
@@ -83,7 +84,7 @@ def _fused(program: str, T: Any, values: tuple) -> Any:
         p = _program(program)
         if p is None:
             return None
-    if type(T) is not int or T < 2 or len(values) != p.nparams:
+    if type(T) is not int or T < 2 or len(values) != p.nparams or stop not in (0, 1) or (stop and not p.need_last):
         return None
     grad = torch.is_grad_enabled()
     # ---- the tensors (sequences, tails, outputs): exact type, one float dtype, CPU, contiguous;
@@ -91,9 +92,11 @@ def _fused(program: str, T: Any, values: tuple) -> Any:
     dtype = None
     spec = []
     row = None
-    seqs = []
-    widths = []
-    for i, j, k in p.seq_info:
+    seqs = []  # (start, end) of each input's memory
+    wide = None  # the carried value's shape where a tail or its start value has leading ones
+    s_row = False  # whether the carried value has the row shape (else it is computed from numbers
+    # per step and constants only: 0-d in the loop, one value replicated over the kernel's columns)
+    for si, (i, j, k) in enumerate(p.seq_info):
         x = values[i]
         if type(x) is not _Tensor or not x.is_cpu or not x.is_contiguous() or x.is_neg() or (grad and x.requires_grad):
             return None
@@ -106,6 +109,7 @@ def _fused(program: str, T: Any, values: tuple) -> Any:
         if n == 0:
             return None
         if n > 1:
+            s_row = s_row or si in p.feed_seqs
             if row is None:
                 row = sh[1:]
             elif sh[1:] != row:
@@ -113,8 +117,16 @@ def _fused(program: str, T: Any, values: tuple) -> Any:
         if j >= 0:  # tailed: at t = T - 1, X[t + 1] is the tail
             tail = values[j]
             if type(tail) is not _Tensor or not tail.is_cpu or not tail.is_contiguous() or tail.dtype is not dtype \
-                    or tail.is_neg() or (grad and tail.requires_grad) or tail.shape != sh[1:] or sh[0] < T:
+                    or tail.is_neg() or (grad and tail.requires_grad) or sh[0] < T:
                 return None
+            ts = tail.shape
+            if ts != sh[1:]:  # a row with leading ones ([1, N], CleanRL's next_value.reshape(1, -1)) makes
+                # the carried value [1, N] from the first step on: the same numbers, that shape
+                if n < 2 or len(ts) <= n - 1 or ts[len(ts) - n + 1:] != sh[1:] or ts.numel() != sh[1:].numel() \
+                        or (si, 1) not in p.feeds:
+                    return None
+                if wide is None or len(ts) > len(wide):
+                    wide = ts
             tp = tail.data_ptr()
             seqs.append((tp, tp + tail.nbytes))
         else:
@@ -134,8 +146,10 @@ def _fused(program: str, T: Any, values: tuple) -> Any:
         R = row.numel()
         if R < 1:
             return None
-    for e in spec:
+    size = 4 if kind == "f" else 8
+    for e in spec:  # widths; the rows from ``stop`` on
         e[1] = 1 if e[1] == 1 else R
+        e[0] += stop * e[1] * size
     outs = []
     written = []
     for i in p.out_pos:
@@ -159,8 +173,15 @@ def _fused(program: str, T: Any, values: tuple) -> Any:
     init = values[p.init_pos]
     if type(init) is _Tensor:
         if not init.is_cpu or init.dtype is not dtype or (grad and init.requires_grad) or not init.is_contiguous() \
-                or init.is_neg() or init.shape not in (_NO_ROW, row):
+                or init.is_neg():
             return None
+        ish = init.shape
+        if ish not in (_NO_ROW, row):  # a row with leading ones: the carried value's shape
+            if not row or len(ish) <= len(row) or ish[len(ish) - len(row):] != row or ish.numel() != R:
+                return None
+            if wide is None or len(ish) > len(wide):
+                wide = ish
+        s_row = s_row or len(ish) > 0
         ip = init.data_ptr()
         end = ip + init.nbytes
         for lo, hi in outs:
@@ -174,7 +195,11 @@ def _fused(program: str, T: Any, values: tuple) -> Any:
             return None
         init_arg = (0, 1, init_num)
     # ---- the scalars: parameters, literals, then the body's constant-only arithmetic, in Python
-    sv: List[Any] = [values[i] for i in p.const_pos] + p.literals
+    sv: List[Any] = [values[i] for i in p.const_pos]
+    for i in p.sub_consts:
+        if type(sv[i]) is bool:  # torch refuses `tensor - True`: the loop raises, left to it
+            return None
+    sv += p.literals
     try:
         for _slot, fn, x, y in p.prelude:
             sv.append(fn(sv[x]) if y < 0 else fn(sv[x], sv[y]))
@@ -185,17 +210,22 @@ def _fused(program: str, T: Any, values: tuple) -> Any:
         return None
     p0 = None
     if init_num is not None and p.a[0] == 0:  # the first step's A * S is a Python product
-        try:
-            p0 = _number(float(sv[p.a[1]] * init))
+        try:  # (an int product past 2**53 is refused: torch rounds it to float32 once, not via a double)
+            p0 = _number(sv[p.a[1]] * init)
         except (ArithmeticError, TypeError, ValueError):
             return None
         if p0 is None:
             return None
     spec_t = tuple(map(tuple, spec))
-    out_t = tuple([o[0] for o in outs])
-    last = torch.empty(row, dtype=dtype) if p.need_last else None
-    _C.run(kind, T, R, p.code_t, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns,
+    out_t = tuple([o[0] + stop * R * size for o in outs])
+    if p.need_last:
+        last = torch.empty(wide if wide is not None else row if s_row or R == 1 else (R,), dtype=dtype)
+    else:
+        last = None
+    _C.run(kind, T - stop, R, p.code_t, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns,
            last.data_ptr() if last is not None else 0)
+    if last is not None and not s_row and wide is None and R > 1:
+        last = last[0].clone()  # the loop's carried value is 0-d
     # the loop's `out[t] = ...` bumps each output's version: a tensor autograd saved before the
     # loop then fails backward instead of using the new values; so does one written here
     _bump(written)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 __all__ = ["Program", "program", "params_of"]
 
@@ -56,6 +56,9 @@ class Program:
         self.b: Tuple[int, int] = (0, 0)
         self.roles: List[Tuple[str, int]] = []  # per param: (role, index in its list)
         self.code_t: Tuple[Tuple[int, int, int, int], ...] = ()
+        self.feeds: frozenset = frozenset()  # the reads (seq, k) the carried value is computed from
+        self.feed_seqs: frozenset = frozenset()  # their sequences
+        self.sub_consts: Set[int] = set()  # constant params a tensor subtracts or is subtracted from
         self.need_last = True  # False: the program ends in ``del S`` (the value is dead after the loop)
 
 
@@ -80,6 +83,7 @@ class _Compiler:
         self.const_index: Dict[str, int] = {}
         self.uses: Dict[int, int] = {}  # ssa -> last instruction reading it
         self.ins: List[List[int]] = []  # [op, dst_ssa, x, y] (x / y: ssa, seq, k or slot)
+        self.deps: Dict[int, Set[Tuple[int, int]]] = {}  # ssa -> the reads (seq, k) it is computed from
 
     # ---- values: ("v", ssa) vectors, ("s", slot) scalars (slots: consts, literals, prelude)
     def new(self) -> int:
@@ -89,9 +93,12 @@ class _Compiler:
     def emit(self, op: int, x: int, y: int, vx: bool, vy: bool) -> Tuple[str, int]:
         d = self.new()
         n = len(self.ins)
+        deps: Set[Tuple[int, int]] = set()
         for used, v in ((vx, x), (vy, y)):
             if used:
                 self.uses[v] = n
+                deps |= self.deps[v]
+        self.deps[d] = deps
         self.ins.append([op, d, x, y])
         return ("v", d)
 
@@ -130,6 +137,7 @@ class _Compiler:
             p.max_k[x] = max(p.max_k.get(x, 0), k)
             d = self.new()
             self.ins.append([LOAD, d, self.seq_index[x], k])
+            self.deps[d] = {(self.seq_index[x], k)}
             return ("v", d)
         if isinstance(e, ast.UnaryOp) and type(e.op) in (ast.USub, ast.UAdd):
             kind, v = self.expr(e.operand, carried)
@@ -188,6 +196,8 @@ class _Compiler:
         for s in stmts:
             for x in s.targets:
                 if isinstance(x, ast.Name):
+                    if x.id in ("t", "T"):
+                        raise _Invalid("assigns the step or the length")
                     if x.id != S:
                         self.assigned.add(x.id)
                 elif isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name) and _is_t(x.slice, False) == 0:
@@ -276,6 +286,8 @@ class _Compiler:
             regs = [phys[r] for r in reads]
             if op in (ADD_S, SUB_S, MUL_S, DIV_S, RSUB_S):
                 y = slot(y)  # type: ignore[arg-type]
+                if op in (SUB_S, RSUB_S) and y < nconst:  # torch refuses `tensor - True`
+                    p.sub_consts.add(y)
             dying = [phys[r] for r in set(reads) if self.uses.get(r, -1) == n]
             if op == STORE:
                 p.code.append((STORE, len(p.s_outs) - d - 1, regs[0], 0))  # d = -(t_outs index + 1)
@@ -295,6 +307,8 @@ class _Compiler:
                 p.code.append((op, phys[d], regs[0], regs[1] if len(regs) > 1 else y))
         if top > 64:
             raise _Invalid("too many registers")
+        p.feeds = frozenset().union(*(self.deps[v] for k, v in ((ak, av), (bk, bv)) if k == "v"))
+        p.feed_seqs = frozenset(i for i, _ in p.feeds)
         p.a = (1, phys[av]) if ak == "v" else (0, slot(av))
         p.b = (1, phys[bv]) if bk == "v" else (0, slot(bv))
         p.code_t = tuple(p.code)

@@ -92,8 +92,8 @@ def run_both(src: str, env: dict, exactness: str = EXACT, vectorized: bool = Tru
         answers.append(real(*args, **kwargs))
         return answers[-1]
 
-    def spy_fused(*args):
-        fused.append(real_fused(*args))
+    def spy_fused(*args, **kwargs):
+        fused.append(real_fused(*args, **kwargs))
         return fused[-1]
 
     vectorized_mod.recurrence_ok, vectorized_mod.fused_linear = spy, spy_fused
@@ -108,7 +108,7 @@ def run_both(src: str, env: dict, exactness: str = EXACT, vectorized: bool = Tru
     assert (True in answers or one_pass) == vectorized, (answers, fused)
     if one_pass:  # the one-pass tier ran: the vectorized steps it stands in front of must agree too
         ns3 = clone(env)
-        vectorized_mod.fused_linear = lambda *args: None
+        vectorized_mod.fused_linear = lambda *args, **kwargs: None
         try:
             exec(new, ns3)
         finally:

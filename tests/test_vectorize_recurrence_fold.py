@@ -105,8 +105,8 @@ def check(src, args, folded=True, vectorized=True):
     fused = []
     real_fused = vectorized_mod.fused_linear
 
-    def spy_fused(*a):
-        fused.append(real_fused(*a))
+    def spy_fused(*a, **k):
+        fused.append(real_fused(*a, **k))
         return fused[-1]
 
     want = call(f)
@@ -119,7 +119,7 @@ def check(src, args, folded=True, vectorized=True):
     assert (True in answers or one_pass) == vectorized, (answers, fused)
     same(want, got)
     if one_pass:  # the vectorized steps behind the one-pass tier agree too
-        vectorized_mod.fused_linear = lambda *a: None
+        vectorized_mod.fused_linear = lambda *a, **k: None
         try:
             same(want, call(g))
         finally:

@@ -115,7 +115,7 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
     )
     fused = one_pass.site(ctx, node, planner, exact)
     if fused is not None:  # every step in one call where its kernel takes the values (see one_pass)
-        new = _one_pass_first(planner, fused, sub, bind, new)
+        new = _one_pass_first(planner, fused, sub, bind, new, body)
     kinds = ", ".join(n for n in notes)
     shape = "last step special-cased, " if planner.has_split else ""
     if planner.resets:
@@ -173,20 +173,30 @@ def _foldable(ctx: FileContext, node: cst.For, planner: Planner) -> bool:
     return fold.dead_after(ctx.module, node, names, first_step)
 
 
-def _one_pass_first(planner: Planner, fused, sub, bind, new: cst.If) -> cst.If:
+def _one_pass_first(planner: Planner, fused, sub, bind, new: cst.If, body: List[cst.BaseStatement]) -> cst.If:
     """``new`` with the one-pass tier in front: ``if <head> and ((last := fused_linear(...)) is not
     None or recurrence_ok(...)): if last is not None: <bind> else: <vectorized steps>``. One test
-    line holds both deciding helpers, so the run's telemetry counts the site's passes together."""
-    program, args, live = fused
+    line holds both deciding helpers, so the run's telemetry counts the site's passes together.
+    Where the program stops at t = 1 (``stop=1``), the last step follows as written."""
+    program, args, live, folded = fused
     T, S = planner.T, planner.rec_vars[0]
     last = planner.fresh(f"{S}_fused")
-    call = f"__SBX__.fused_linear({program!r}, {T}, {', '.join(args)})"
+    call = f"__SBX__.fused_linear({program!r}, {T}, {', '.join(args)}{'' if folded else ', stop=1'})"
     test = f"{planner.guard_head} and (({last} := {call}) is not None or {planner.guard_ok})"
+    lo = "0" if folded else "1"
     lines = [f"if {sub(test)}:", f"    if {last} is not None:",
-             f"        # steps t = {T} - 1 .. 0 in one pass: the loop body as a program for runtime.fused's C kernel"]
-    lines += ([f"        {S} = {last}"] if live else []) + [f"        {bind('0')}", "    else:", "        pass"]
+             f"        # steps t = {T} - 1 .. {lo} in one pass: the loop body as a program for runtime.fused's C kernel"]
+    lines += [f"        {S} = {last}"] if live else []
+    if folded:
+        lines += [f"        {bind('0')}"]
+    else:
+        lines += ["        # step t = 0, as written", f"        {bind('0')}", "        pass"]
+    lines += ["    else:", "        pass"]
     top = cst.parse_module("\n".join(lines) + "\n").body[0]
     inner = top.body.body[0]  # type: ignore[attr-defined]
+    if not folded:  # the trailing `pass` is the body of step 0
+        kept = list(inner.body.body[:-1])
+        inner = inner.with_changes(body=inner.body.with_changes(body=kept + [s.deep_clone() for s in body]))
     inner = inner.with_changes(orelse=inner.orelse.with_changes(body=new.body))
     return top.with_changes(body=top.body.with_changes(body=[inner]), orelse=new.orelse,  # type: ignore[attr-defined]
                             leading_lines=new.leading_lines)

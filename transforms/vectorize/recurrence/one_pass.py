@@ -54,11 +54,13 @@ class _Names:
         return self.of[code]
 
 
-def site(ctx, node: cst.For, planner, exact: bool) -> Optional[Tuple[str, List[str], bool]]:
+def site(ctx, node: cst.For, planner, exact: bool) -> Optional[Tuple[str, List[str], bool, bool]]:
     """(program, the argument expressions in parameter order, whether the carried value is needed
-    after the loop), or None where the site has no one-pass tier."""
+    after the program, whether the program runs the last step t = 0 too), or None where the site
+    has no one-pass tier. Where the temporaries the loop leaves are live (module-level code, a
+    temporary read after the loop), the program stops at t = 1 and the last step runs as written."""
     h = planner.h
-    if not exact or not planner.cpu or not getattr(planner, "folded", False):
+    if not exact or not planner.cpu:
         return None
     if h.kind != "index" or h.named is not None or h.counter is not None or h.sliced or h.elements:
         return None
@@ -83,7 +85,7 @@ class _Builder:
         self.names = _Names()
         self.tails: Dict[str, str] = {}  # container code -> tail name (user code)
 
-    def build(self, mid, first) -> Tuple[str, List[str], bool]:
+    def build(self, mid, first) -> Tuple[str, List[str], bool, bool]:
         p = self.p
         if any(it.kind != "assign" for it in mid) or len(mid) != len(first):
             raise _No()
@@ -108,7 +110,8 @@ class _Builder:
                 raise _No()
             lines.append(" = ".join(targets + [value]))
         tails = [f"{self.container_name(c)}[T] = {self.names.get(n)}" for c, n in self.tails.items()]
-        live = not _dead_after(self.ctx.module, self.node, self.S)
+        folded = bool(getattr(p, "folded", False))
+        live = not folded or not _dead_after(self.ctx.module, self.node, self.S)
         text = "; ".join(tails + lines + ([] if live else [f"del {self.names.get(self.S)}"]))
         try:  # the same tree with no more parentheses than it needs (it is shown in the diff)
             text = "; ".join(ast.unparse(st) for st in ast.parse(text).body)
@@ -118,7 +121,7 @@ class _Builder:
         if prog is None:
             raise _No()
         back = {v: k for k, v in self.names.of.items()}
-        return text, [back[n] for n in prog.params], live
+        return text, [back[n] for n in prog.params], live, folded
 
     # ---- names and per-step reads
     def container_name(self, code: str) -> str:
