@@ -10,11 +10,13 @@ locals -- the vectorized steps take t = 0 too and only the loop variable is boun
 leaves it. About half of the peeled work of a GAE loop goes with it (each step is a dozen small
 tensor ops, 20-60 us).
 
-The first step stays as written: it takes the body's last-step branch (other per-step values:
-``next_value``, ``1 - next_done``) and decides the carried value's kind, dtype and shape
-(``lastgaelam = 0`` becomes a float32 tensor of the row shape), which :func:`carry_ok` then
-checks against what the vectorized steps compute with. Folding it would need those boundary rows
-concatenated to the per-step arrays with checks of their own at least as dear as the step.
+In the vectorized steps the first step stays as written: it takes the body's last-step branch
+(other per-step values: ``next_value``, ``1 - next_done``) and decides the carried value's kind,
+dtype and shape (``lastgaelam = 0`` becomes a float32 tensor of the row shape), which
+:func:`carry_ok` then checks against what the vectorized steps compute with. Folding it there
+would need those boundary rows concatenated to the per-step arrays with checks of their own at
+least as dear as the step. The one-pass tier in front of them (:mod:`.one_pass`) does fold it:
+its kernel reads the boundary rows in place and its wrapper checks the start value.
 """
 from __future__ import annotations
 
