@@ -6,11 +6,13 @@
  * it over blocks of rows, then the recurrence, then the output stores: one call, no temporaries
  * allocated by torch.
  *
- *     run(kind, T, R, code, seqs, consts, a, b, init, p0, outs, ns, last) -> None
+ *     run(kind, T, R, code, npre, seqs, consts, a, b, init, p0, outs, ns, last) -> None
  *
  * kind 'f' (float32) or 'd' (float64). Every array is given as a raw address (torch's data_ptr())
  * of contiguous CPU memory of that dtype; the caller (fused.py) checks the tensors.
- *   code: a tuple of int tuples, one instruction each (op, dst, x, y), see the OP_ constants.
+ *   code: a tuple of int tuples, one instruction each (op, dst, x, y), see the OP_ constants; the
+ *         first npre compute a block's coefficients, the rest (the post phase) run on the block
+ *         once its carried values are known (OP_LOADS reads them: stores of `gae + values[t]`).
  *         Registers hold a block of rows, R elements per row; dst / x / y are register numbers,
  *         constant slots (for the *_S ops) or, for LOAD, a sequence number and a row offset k.
  *   seqs: a tuple of (address, width, tail address) -- width R (one row per step) or 1 (a number
@@ -43,7 +45,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-#define FUSED_VERSION 1
+#define FUSED_VERSION 2
 
 enum {
     OP_LOAD = 0,  /* dst = seq x read at row t + y */
@@ -59,6 +61,7 @@ enum {
     OP_RECIP,     /* dst = 1 / x */
     OP_NEG,       /* dst = -x */
     OP_STORE,     /* output dst (an address slot) rows t = x's rows */
+    OP_LOADS,     /* dst = the carried value's rows (after the recurrence: the post phase only) */
     OP_COUNT
 };
 
@@ -146,7 +149,7 @@ typedef struct {
      * own[r], or a sequence's rows read in place) */                                            \
     static void exec_##SUF(const Ins *code, int ncode, TYPE **own, const TYPE **reg,             \
                            const TYPE *c, const Seq *seqs, TYPE **outs, Py_ssize_t t0,           \
-                           Py_ssize_t n, Py_ssize_t T, Py_ssize_t R)                             \
+                           Py_ssize_t n, Py_ssize_t T, Py_ssize_t R, const TYPE *xblk)           \
     {                                                                                            \
         Py_ssize_t m = n * R;                                                                    \
         int p;                                                                                   \
@@ -154,6 +157,10 @@ typedef struct {
             const Ins *in = code + p;                                                            \
             if (in->op == OP_STORE) {                                                            \
                 memcpy(outs[in->dst] + t0 * R, reg[in->x], (size_t)m * sizeof(TYPE));            \
+                continue;                                                                        \
+            }                                                                                    \
+            if (in->op == OP_LOADS) {                                                            \
+                reg[in->dst] = xblk;                                                             \
                 continue;                                                                        \
             }                                                                                    \
             TYPE *d = own[in->dst];                                                              \
@@ -250,11 +257,11 @@ run(PyObject *self, PyObject *args)
     Py_ssize_t T, R;
     PyObject *code_o, *seqs_o, *consts_o, *a_o, *b_o, *init_o, *p0_o, *outs_o;
     unsigned long long last;
-    Py_ssize_t ns;
-    if (!PyArg_ParseTuple(args, "CnnO!O!O!O!O!O!OO!nK:run", &kind, &T, &R, &PyTuple_Type, &code_o,
-                          &PyTuple_Type, &seqs_o, &PyTuple_Type, &consts_o, &PyTuple_Type, &a_o,
-                          &PyTuple_Type, &b_o, &PyTuple_Type, &init_o, &p0_o, &PyTuple_Type, &outs_o,
-                          &ns, &last))
+    Py_ssize_t ns, npre;
+    if (!PyArg_ParseTuple(args, "CnnO!nO!O!O!O!O!OO!nK:run", &kind, &T, &R, &PyTuple_Type, &code_o,
+                          &npre, &PyTuple_Type, &seqs_o, &PyTuple_Type, &consts_o, &PyTuple_Type,
+                          &a_o, &PyTuple_Type, &b_o, &PyTuple_Type, &init_o, &p0_o, &PyTuple_Type,
+                          &outs_o, &ns, &last))
         return NULL;
     size_t size = kind == 'f' ? 4 : kind == 'd' ? 8 : 0;
     if (!size || T < 1 || R < 1) {
@@ -263,7 +270,7 @@ run(PyObject *self, PyObject *args)
     }
     Py_ssize_t ncode = PyTuple_GET_SIZE(code_o), nseq = PyTuple_GET_SIZE(seqs_o);
     Py_ssize_t nconst = PyTuple_GET_SIZE(consts_o), nout = PyTuple_GET_SIZE(outs_o);
-    if (nseq > MAX_SEQS || nout > MAX_OUTS || ns < 0 || ns > nout) {
+    if (nseq > MAX_SEQS || nout > MAX_OUTS || ns < 0 || ns > nout || npre < 0 || npre > ncode) {
         PyErr_SetString(PyExc_ValueError, "run: too many sequences or outputs");
         return NULL;
     }
@@ -309,8 +316,13 @@ run(PyObject *self, PyObject *args)
         Ins *in = code + i;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(code_o, i), "iiii", &in->op, &in->dst, &in->x, &in->y))
             goto done;
-        int bad = in->op < 0 || in->op >= OP_COUNT;
-        if (!bad && in->op == OP_STORE)
+        int bad = in->op < 0 || in->op >= OP_COUNT || (in->op == OP_LOADS && i < npre);
+        if (!bad && in->op == OP_LOADS)
+            bad = in->dst < 0 || in->dst >= MAX_REGS;
+        if (!bad && in->op == OP_LOADS) {
+            if (in->dst + 1 > nreg)
+                nreg = in->dst + 1;
+        } else if (!bad && in->op == OP_STORE)
             bad = in->dst < ns || in->dst >= nout || in->x < 0 || in->x >= MAX_REGS;
         else if (!bad) {
             bad = in->dst < 0 || in->dst >= MAX_REGS;
@@ -332,7 +344,7 @@ run(PyObject *self, PyObject *args)
     }
     for (i = 0; i < ncode; i++) { /* registers read: ones some instruction writes */
         const Ins *in = code + i;
-        int rx = in->op != OP_LOAD, ry = in->op >= OP_ADD && in->op <= OP_DIV;
+        int rx = in->op != OP_LOAD && in->op != OP_LOADS, ry = in->op >= OP_ADD && in->op <= OP_DIV;
         if ((rx && in->x >= nreg) || (ry && in->y >= nreg)) {
             PyErr_SetString(PyExc_ValueError, "run: bad instruction");
             goto done;
@@ -396,7 +408,7 @@ run(PyObject *self, PyObject *args)
             for (k = nb - 1; k >= 0; k--) {                                                      \
                 t0 = k * rows;                                                                   \
                 Py_ssize_t n = T - t0 < rows ? T - t0 : rows;                                    \
-                exec_##SUF(code, (int)ncode, own, reg, cs, seqs, ob, t0, n, T, R);               \
+                exec_##SUF(code, (int)npre, own, reg, cs, seqs, ob, t0, n, T, R, NULL);          \
                 TYPE *x = ns ? ob[0] + t0 * R : xs;                                              \
                 block_##SUF(a_reg ? reg[a_idx] : NULL, a_reg ? (TYPE)0 : cs[a_idx],              \
                             b_reg ? reg[b_idx] : NULL, b_reg ? (TYPE)0 : cs[b_idx], x, carry, n, \
@@ -404,6 +416,9 @@ run(PyObject *self, PyObject *args)
                             (TYPE)init_s, have_p0, (TYPE)p0);                                    \
                 for (j = 1; j < ns; j++)                                                         \
                     memcpy(ob[j] + t0 * R, x, (size_t)(n * R) * sizeof(TYPE));                   \
+                if (npre < ncode) /* the post phase: stores of expressions of the carried value */ \
+                    exec_##SUF(code + npre, (int)(ncode - npre), own, reg, cs, seqs, ob, t0, n,  \
+                               T, R, x);                                                         \
             }                                                                                    \
             if (last)                                                                            \
                 memcpy((TYPE *)(uintptr_t)last, carry, (size_t)R * sizeof(TYPE));                \
@@ -427,7 +442,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
-     "run(kind, T, R, code, seqs, consts, a, b, init, p0, outs, ns, last): the body's program over "
+     "run(kind, T, R, code, npre, seqs, consts, a, b, init, p0, outs, ns, last): the body's program over "
      "blocks of rows, then x[t] = b[t] + a[t] * x[t + 1] for t = T-1..0 (see the module source)."},
     {NULL, NULL, 0, NULL},
 };

@@ -34,7 +34,7 @@ def _load():
         from . import _fused_c  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover - depends on the build
         return None
-    return _fused_c if getattr(_fused_c, "VERSION", 0) == 1 else None
+    return _fused_c if getattr(_fused_c, "VERSION", 0) == 2 else None
 
 
 _C = _load()
@@ -222,7 +222,7 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
         last = torch.empty(wide if wide is not None else row if s_row or R == 1 else (R,), dtype=dtype)
     else:
         last = None
-    _C.run(kind, T - stop, R, p.code_t, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns,
+    _C.run(kind, T - stop, R, p.code_t, p.npre, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns,
            last.data_ptr() if last is not None else 0)
     if last is not None and not s_row and wide is None and R > 1:
         last = last[0].clone()  # the loop's carried value is 0-d

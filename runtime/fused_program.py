@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 __all__ = ["Program", "program", "params_of"]
 
 #: instruction numbers (the OP_ constants of runtime/_fused_c.c)
-LOAD, ADD, SUB, MUL, DIV, ADD_S, SUB_S, MUL_S, DIV_S, RSUB_S, RECIP, NEG, STORE = range(13)
+LOAD, ADD, SUB, MUL, DIV, ADD_S, SUB_S, MUL_S, DIV_S, RSUB_S, RECIP, NEG, STORE, LOADS = range(14)
 _VV = {ast.Add: ADD, ast.Sub: SUB, ast.Mult: MUL, ast.Div: DIV}
 _VS = {ast.Add: ADD_S, ast.Sub: SUB_S, ast.Mult: MUL_S, ast.Div: DIV_S}
 _PY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -56,6 +56,7 @@ class Program:
         self.b: Tuple[int, int] = (0, 0)
         self.roles: List[Tuple[str, int]] = []  # per param: (role, index in its list)
         self.code_t: Tuple[Tuple[int, int, int, int], ...] = ()
+        self.npre = 0  # instructions before the recurrence (the rest: the post phase)
         self.feeds: frozenset = frozenset()  # the reads (seq, k) the carried value is computed from
         self.feed_seqs: frozenset = frozenset()  # their sequences
         self.sub_consts: Set[int] = set()  # constant params a tensor subtracts or is subtracted from
@@ -84,6 +85,7 @@ class _Compiler:
         self.uses: Dict[int, int] = {}  # ssa -> last instruction reading it
         self.ins: List[List[int]] = []  # [op, dst_ssa, x, y] (x / y: ssa, seq, k or slot)
         self.deps: Dict[int, Set[Tuple[int, int]]] = {}  # ssa -> the reads (seq, k) it is computed from
+        self.s_value: Optional[Tuple[str, int]] = None  # the carried value's rows in the post phase
 
     # ---- values: ("v", ssa) vectors, ("s", slot) scalars (slots: consts, literals, prelude)
     def new(self) -> int:
@@ -113,6 +115,13 @@ class _Compiler:
             p.literals.append(e.value)
             return ("s", ("lit", len(p.literals) - 1))
         if isinstance(e, ast.Name):
+            if e.id == carried and getattr(self, "after", False):  # its new value, block by block
+                if self.s_value is None:
+                    d = self.new()
+                    self.ins.append([LOADS, d, 0, 0])
+                    self.deps[d] = set()
+                    self.s_value = ("v", d)
+                return self.s_value
             if e.id in ("t", "T") or e.id == carried:
                 raise _Invalid(e.id)
             if e.id in self.env:
@@ -179,10 +188,13 @@ class _Compiler:
         while i < len(body) and self._tail(body[i]):
             i += 1
         stmts = body[i:]
-        # the carried update: the last statement assigning a bare name; after it only S stores
-        upd = max((j for j, s in enumerate(stmts) if any(isinstance(x, ast.Name) for x in s.targets)), default=None)
-        if upd is None:
-            raise _Invalid("no update")
+        # the carried update: the one statement that assigns a name its value reads
+        updates = [j for j, s in enumerate(stmts) if any(
+            isinstance(x, ast.Name) and any(isinstance(n, ast.Name) and n.id == x.id for n in ast.walk(s.value))
+            for x in s.targets)]
+        if len(updates) != 1:
+            raise _Invalid("no update, or several")
+        upd = updates[0]
         update = stmts[upd]
         names = [x.id for x in update.targets if isinstance(x, ast.Name)]
         if len(names) != 1:
@@ -208,28 +220,35 @@ class _Compiler:
                     raise _Invalid("target")
         if S in self.assigned or set(self.outs) & (self.assigned | {S, "t", "T"}) or set(p.tails) & set(self.outs):
             raise _Invalid("names")
+        self.after = False  # the post phase: statements after the update read its new value
         for s in stmts[:upd]:
-            kind, v = self.expr(s.value, S)
-            for x in s.targets:
-                if isinstance(x, ast.Name):
-                    self.env[x.id] = (kind, v)
-                else:
-                    if kind != "v":
-                        raise _Invalid("a number stored")
-                    p.t_outs.append(x.value.id)  # type: ignore[attr-defined]
-                    self.uses[v] = len(self.ins)
-                    self.ins.append([STORE, -len(p.t_outs), v, 0])
+            self._statement(s, S)
         self._update(update.value, S)
+        self.npre = len(self.ins)
         p.s_outs = [x.value.id for x in update.targets if isinstance(x, ast.Subscript)]  # type: ignore[attr-defined]
+        self.after = True
         for s in stmts[upd + 1:]:
-            if not (isinstance(s.value, ast.Name) and s.value.id == S) or any(isinstance(x, ast.Name) for x in s.targets):
-                raise _Invalid("after the update")
-            p.s_outs.extend(x.value.id for x in s.targets)  # type: ignore[attr-defined]
+            if isinstance(s.value, ast.Name) and s.value.id == S and all(isinstance(x, ast.Subscript) for x in s.targets):
+                p.s_outs.extend(x.value.id for x in s.targets)  # type: ignore[attr-defined]
+            else:  # `returns[t] = gae + values[t]`: computed on each block once its carried values are known
+                self._statement(s, S)
         for x, k in p.max_k.items():
             if x in p.tails and k > 1:
                 raise _Invalid("a tailed sequence read at t + 2")
         self._finish()
         return p
+
+    def _statement(self, s: ast.Assign, S: str) -> None:
+        kind, v = self.expr(s.value, S)
+        for x in s.targets:
+            if isinstance(x, ast.Name):
+                self.env[x.id] = (kind, v)
+            else:
+                if kind != "v":
+                    raise _Invalid("a number stored")
+                self.p.t_outs.append(x.value.id)  # type: ignore[attr-defined]
+                self.uses[v] = len(self.ins)
+                self.ins.append([STORE, -len(self.p.t_outs), v, 0])
 
     def _tail(self, s: ast.Assign) -> bool:
         if len(s.targets) != 1:
@@ -282,7 +301,7 @@ class _Compiler:
         free: List[int] = []
         top = 0
         for n, (op, d, x, y) in enumerate(self.ins):
-            reads = [] if op == LOAD else [x] + ([y] if op in (ADD, SUB, MUL, DIV) else [])
+            reads = [] if op in (LOAD, LOADS) else [x] + ([y] if op in (ADD, SUB, MUL, DIV) else [])
             regs = [phys[r] for r in reads]
             if op in (ADD_S, SUB_S, MUL_S, DIV_S, RSUB_S):
                 y = slot(y)  # type: ignore[arg-type]
@@ -301,8 +320,8 @@ class _Compiler:
             free.extend(dying)
             if self.uses.get(d, -1) < 0 and d not in (av, bv):
                 free.append(phys[d])  # never read
-            if op == LOAD:
-                p.code.append((LOAD, phys[d], x, y))
+            if op in (LOAD, LOADS):
+                p.code.append((op, phys[d], x, y))
             else:
                 p.code.append((op, phys[d], regs[0], regs[1] if len(regs) > 1 else y))
         if top > 64:
@@ -312,6 +331,7 @@ class _Compiler:
         p.a = (1, phys[av]) if ak == "v" else (0, slot(av))
         p.b = (1, phys[bv]) if bk == "v" else (0, slot(bv))
         p.code_t = tuple(p.code)
+        p.npre = sum(1 for _ in self.ins[:self.npre])
 
 
 def _parse(program: str) -> Optional[Program]:
