@@ -482,7 +482,8 @@ def test_a_bool_constant_subtracted_with_a_tensor_is_left_to_the_loop():
     fused_linear would differ from it (None lets the general path raise as the loop does)."""
     T = 4
     env = dict(o=torch.zeros(T), s=0.0, c=True, x=_rand(T, seed=39))
-    for prog in ["o[t] = s = c - x[t] + 0.5 * s", "o[t] = s = x[t] - c + 0.5 * s", "o[t] = s = x[t] + (x[t] - c) * s"]:
+    for prog in ["o[t] = s = c - x[t] + 0.5 * s", "o[t] = s = x[t] - c + 0.5 * s", "o[t] = s = x[t] + (x[t] - c) * s",
+                 "k = c; o[t] = s = x[t] - k + 0.5 * s", "k = c; m = k; o[t] = s = m - x[t] + 0.5 * s"]:
         with pytest.raises(RuntimeError, match="bool"):
             reference(prog, T, _ordered(prog, env))
         refused(prog, T, env, "the loop raises")
@@ -915,8 +916,6 @@ OUTSIDE = [
     ("temporary read before assignment (seq)", "a = tmp[t]; tmp = r[t]; o[t] = s = a + g * s"),
     ("carried twice", "s = r[t] + g * s; o[t] = s = r[t] + g * s"),
     ("no carried value", "o[t] = r[t] * g"),
-    ("statement after carried", "o[t] = s = r[t] + g * s; p[t] = r[t]"),
-    ("temp after carried", "s = r[t] + g * s; u = s; o[t] = u"),
     ("augmented assignment", "s += r[t]; o[t] = s"),
     ("annotated assignment", "s: float = r[t] + g * s; o[t] = s"),
     ("if statement", "if g: o[t] = s = r[t] + g * s"),
@@ -990,6 +989,14 @@ def test_outside_the_grammar_is_refused(prog):
         "o[t] = s = u = r[t] + g * s",
         "o[t] = r[t]; o[t] = s = r[t] + g * s",
         "T = 3; o[t] = s = r[t] + g * s",  # a temporary named T that nothing reads
+        # statements after the update: a read of S there is the new S (the spec allows only OUT[t] = S)
+        "o[t] = s = r[t] + g * s; p[t] = r[t]",
+        "s = r[t] + g * s; u = s; o[t] = u",
+        "s = r[t] + g * s; u = s * 2; o[t] = u",
+        "s = r[t] + g * s; o[t] = s * 2",
+        "s = r[t] + g * s; o[t] = s - r[t]",
+        "s = r[t] + g * s; o[t] = u = r[t] * 2; p[t] = s + u",
+        "u = r[t] * g; s = r[t] + u * s; o[t] = u + s",
         # a constant-only temporary stored into an output (the loop broadcasts the number)
         "k = g * h; p[t] = k; o[t] = s = r[t] + k * s",
         "p[t] = k = 2.5; o[t] = s = r[t] + g * s",
