@@ -26,6 +26,8 @@
  *   outs: output addresses (T rows of R from each); the first ns take the carried value x[t] at
  *         row t, the others are written by STORE instructions (dst: the output's slot).
  *   last: the address x[0] (R elements) is stored to, or 0 (not needed).
+ *   rows, nrt (optional): an update that is not one multiply and one add, as written: its
+ *         instructions over one row at a time (see rows_), with nrt row temporaries; a / b unused.
  * STORE instructions write a register's rows to an output (a temporary stored at [t]).
  *
  * Exactness: each instruction is one IEEE operation per element in the dtype, in the loop's
@@ -45,7 +47,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-#define FUSED_VERSION 2
+#define FUSED_VERSION 3
 
 enum {
     OP_LOAD = 0,  /* dst = seq x read at row t + y */
@@ -235,8 +237,53 @@ typedef struct {
         }                                                                                        \
     }
 
+#define DEFINE_ROWS(TYPE, SUF)                                                                   \
+    /* the update as written, row by row (an update that is not one multiply and one add of the  \
+     * carried value): rc[i] = (op, dst, x, y) over rows of R; an operand >= 0 is a block          \
+     * register (its row r), -1 the carried value before the step, -(k + 1) the row temporary k;  \
+     * _S ops take the constant c[y]; the last instruction gives the new carried value.           \
+     * carry: x[n] on entry (the value before the loop in the first block), x[0] on return. */    \
+    static void rows_##SUF(const Ins *rc, int nrc, const TYPE **reg, const TYPE *c, TYPE *tmp,   \
+                           TYPE *x, TYPE *carry, Py_ssize_t n, Py_ssize_t R)                     \
+    {                                                                                            \
+        Py_ssize_t r, i;                                                                         \
+        int p;                                                                                   \
+        for (r = n - 1; r >= 0; r--) {                                                           \
+            const TYPE *prev = r == n - 1 ? carry : x + (r + 1) * R;                             \
+            TYPE *d = tmp;                                                                       \
+            for (p = 0; p < nrc; p++) {                                                          \
+                const Ins *in = rc + p;                                                          \
+                const TYPE *a = in->x >= 0 ? reg[in->x] + r * R : in->x == -1 ? prev : tmp + (Py_ssize_t)(-in->x - 1) * R; \
+                d = p == nrc - 1 ? x + r * R : tmp + (Py_ssize_t)(-in->dst - 1) * R;            \
+                if (in->op <= OP_DIV) {                                                          \
+                    const TYPE *b = in->y >= 0 ? reg[in->y] + r * R : in->y == -1 ? prev : tmp + (Py_ssize_t)(-in->y - 1) * R; \
+                    switch (in->op) {                                                            \
+                    case OP_ADD: for (i = 0; i < R; i++) d[i] = a[i] + b[i]; break;              \
+                    case OP_SUB: for (i = 0; i < R; i++) d[i] = a[i] - b[i]; break;              \
+                    case OP_MUL: for (i = 0; i < R; i++) d[i] = a[i] * b[i]; break;              \
+                    default: for (i = 0; i < R; i++) d[i] = a[i] / b[i]; break;                  \
+                    }                                                                            \
+                } else {                                                                         \
+                    TYPE cy = in->op <= OP_RSUB_S ? c[in->y] : (TYPE)0;                          \
+                    switch (in->op) {                                                            \
+                    case OP_ADD_S: for (i = 0; i < R; i++) d[i] = a[i] + cy; break;              \
+                    case OP_SUB_S: for (i = 0; i < R; i++) d[i] = a[i] - cy; break;              \
+                    case OP_MUL_S: for (i = 0; i < R; i++) d[i] = a[i] * cy; break;              \
+                    case OP_DIV_S: for (i = 0; i < R; i++) d[i] = a[i] / cy; break;              \
+                    case OP_RSUB_S: for (i = 0; i < R; i++) d[i] = cy - a[i]; break;             \
+                    case OP_RECIP: for (i = 0; i < R; i++) d[i] = (TYPE)1 / a[i]; break;         \
+                    default: for (i = 0; i < R; i++) d[i] = -a[i]; break;                        \
+                    }                                                                            \
+                }                                                                                \
+            }                                                                                    \
+        }                                                                                        \
+        memcpy(carry, x, (size_t)R * sizeof(TYPE));                                              \
+    }
+
 DEFINE_RUN(float, f32)
 DEFINE_RUN(double, f64)
+DEFINE_ROWS(float, f32)
+DEFINE_ROWS(double, f64)
 
 static int
 parse_pair(PyObject *o, int *is_reg, Py_ssize_t *idx)
@@ -257,12 +304,18 @@ run(PyObject *self, PyObject *args)
     Py_ssize_t T, R;
     PyObject *code_o, *seqs_o, *consts_o, *a_o, *b_o, *init_o, *p0_o, *outs_o;
     unsigned long long last;
-    Py_ssize_t ns, npre;
-    if (!PyArg_ParseTuple(args, "CnnO!nO!O!O!O!O!OO!nK:run", &kind, &T, &R, &PyTuple_Type, &code_o,
+    Py_ssize_t ns, npre, nrt = 0;
+    PyObject *rows_o = NULL;
+    if (!PyArg_ParseTuple(args, "CnnO!nO!O!O!O!O!OO!nK|O!n:run", &kind, &T, &R, &PyTuple_Type, &code_o,
                           &npre, &PyTuple_Type, &seqs_o, &PyTuple_Type, &consts_o, &PyTuple_Type,
                           &a_o, &PyTuple_Type, &b_o, &PyTuple_Type, &init_o, &p0_o, &PyTuple_Type,
-                          &outs_o, &ns, &last))
+                          &outs_o, &ns, &last, &PyTuple_Type, &rows_o, &nrt))
         return NULL;
+    Py_ssize_t nrow = rows_o ? PyTuple_GET_SIZE(rows_o) : 0;
+    if (nrt < 0 || nrt > MAX_REGS || (nrow && nrt < nrow - 1)) {
+        PyErr_SetString(PyExc_ValueError, "run: bad row program");
+        return NULL;
+    }
     size_t size = kind == 'f' ? 4 : kind == 'd' ? 8 : 0;
     if (!size || T < 1 || R < 1) {
         PyErr_SetString(PyExc_ValueError, "run: bad kind, sizes or address");
@@ -299,7 +352,7 @@ run(PyObject *self, PyObject *args)
         outs[i] = (uintptr_t)addr;
     }
     double *cd = (double *)PyMem_Malloc(sizeof(double) * (size_t)(nconst + 1));
-    Ins *code = (Ins *)PyMem_Malloc(sizeof(Ins) * (size_t)(ncode + 1));
+    Ins *code = (Ins *)PyMem_Malloc(sizeof(Ins) * (size_t)(ncode + nrow + 1));
     void *scratch = NULL;
     PyObject *result = NULL;
     if (!cd || !code) {
@@ -350,13 +403,30 @@ run(PyObject *self, PyObject *args)
             goto done;
         }
     }
+    Ins *rowc = code + ncode;
+    for (i = 0; i < nrow; i++) { /* the row program: operands checked against nreg / nrt */
+        Ins *in = rowc + i;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(rows_o, i), "iiii", &in->op, &in->dst, &in->x, &in->y))
+            goto done;
+        int two = in->op >= OP_ADD && in->op <= OP_DIV, one = in->op >= OP_ADD_S && in->op <= OP_NEG;
+        int bad = !(two || one) || in->x >= nreg || in->x < -1 - (int)nrt ||
+                  (i < nrow - 1 && (in->dst > -2 || in->dst < -1 - (int)nrt));
+        if (two)
+            bad = bad || in->y >= nreg || in->y < -1 - (int)nrt;
+        if (in->op >= OP_ADD_S && in->op <= OP_RSUB_S)
+            bad = bad || in->y < 0 || in->y >= nconst;
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "run: bad row instruction");
+            goto done;
+        }
+    }
     int a_reg, b_reg;
     Py_ssize_t a_idx, b_idx;
     if (parse_pair(a_o, &a_reg, &a_idx) < 0 || parse_pair(b_o, &b_reg, &b_idx) < 0)
         goto done;
     if ((a_reg && (a_idx < 0 || a_idx >= nreg)) || (!a_reg && (a_idx < 0 || a_idx >= nconst)) ||
         (b_reg && (b_idx < 0 || b_idx >= nreg)) || (!b_reg && (b_idx < 0 || b_idx >= nconst)) ||
-        (!a_reg && !b_reg)) {
+        (!a_reg && !b_reg && !nrow)) {
         PyErr_SetString(PyExc_ValueError, "run: bad coefficients");
         goto done;
     }
@@ -383,7 +453,7 @@ run(PyObject *self, PyObject *args)
         size_t blk = (size_t)(rows * R);
         size_t nr = (size_t)(nreg ? nreg : 1);
         /* constants, registers, the carried rows of a block (when no output takes them), a row */
-        scratch = PyMem_Malloc(size * ((size_t)nconst + blk * nr + (ns ? 0 : blk) + (size_t)R));
+        scratch = PyMem_Malloc(size * ((size_t)nconst + blk * nr + (ns ? 0 : blk) + (size_t)R * (2 + (size_t)nrt)));
         if (!scratch) {
             PyErr_NoMemory();
             goto done;
@@ -410,10 +480,18 @@ run(PyObject *self, PyObject *args)
                 Py_ssize_t n = T - t0 < rows ? T - t0 : rows;                                    \
                 exec_##SUF(code, (int)npre, own, reg, cs, seqs, ob, t0, n, T, R, NULL);          \
                 TYPE *x = ns ? ob[0] + t0 * R : xs;                                              \
-                block_##SUF(a_reg ? reg[a_idx] : NULL, a_reg ? (TYPE)0 : cs[a_idx],              \
-                            b_reg ? reg[b_idx] : NULL, b_reg ? (TYPE)0 : cs[b_idx], x, carry, n, \
-                            R, k == nb - 1, (const TYPE *)(uintptr_t)init_addr, init_w,          \
-                            (TYPE)init_s, have_p0, (TYPE)p0);                                    \
+                if (nrow) { /* the update as written, row by row */                              \
+                    if (k == nb - 1) { /* the value before the loop (a row, or one number) */     \
+                        const TYPE *ip = (const TYPE *)(uintptr_t)init_addr;                     \
+                        for (j = 0; j < R; j++)                                                  \
+                            carry[j] = ip ? ip[init_w == R ? j : 0] : (TYPE)init_s;              \
+                    }                                                                            \
+                    rows_##SUF(rowc, (int)nrow, reg, cs, carry + R, x, carry, n, R);             \
+                } else                                                                           \
+                    block_##SUF(a_reg ? reg[a_idx] : NULL, a_reg ? (TYPE)0 : cs[a_idx],          \
+                                b_reg ? reg[b_idx] : NULL, b_reg ? (TYPE)0 : cs[b_idx], x, carry, \
+                                n, R, k == nb - 1, (const TYPE *)(uintptr_t)init_addr, init_w,   \
+                                (TYPE)init_s, have_p0, (TYPE)p0);                                \
                 for (j = 1; j < ns; j++)                                                         \
                     memcpy(ob[j] + t0 * R, x, (size_t)(n * R) * sizeof(TYPE));                   \
                 if (npre < ncode) /* the post phase: stores of expressions of the carried value */ \

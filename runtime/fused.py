@@ -34,7 +34,7 @@ def _load():
         from . import _fused_c  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover - depends on the build
         return None
-    return _fused_c if getattr(_fused_c, "VERSION", 0) == 2 else None
+    return _fused_c if getattr(_fused_c, "VERSION", 0) == 3 else None
 
 
 _C = _load()
@@ -84,7 +84,7 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
         p = _program(program)
         if p is None:
             return None
-    if type(T) is not int or T < 2 or len(values) != p.nparams or stop not in (0, 1) or (stop and not p.need_last):
+    if type(T) is not int or T < 2 or len(values) != p.nparams or stop not in (0, 1) or (stop and not p.need_last and not p.memo):
         return None
     grad = torch.is_grad_enabled()
     # ---- the tensors (sequences, tails, outputs): exact type, one float dtype, CPU, contiguous;
@@ -170,8 +170,14 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
                 return None
         outs.append((op, end))
         written.append(o)
-    init = values[p.init_pos]
-    if type(init) is _Tensor:
+    init = values[p.init_pos] if not p.memo else None
+    if p.memo:  # the carried value lives in that output: its row T (never written) is the start
+        o = values[p.out_pos[0]]
+        if o.shape[0] < T + 1:
+            return None
+        init_arg = (o.data_ptr() + T * R * (4 if kind == "f" else 8), R, 0.0)
+        init_num = None
+    elif type(init) is _Tensor:
         if not init.is_cpu or init.dtype is not dtype or (grad and init.requires_grad) or not init.is_contiguous() \
                 or init.is_neg():
             return None
@@ -191,8 +197,8 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
         init_num = None
     else:
         init_num = _number(init)
-        if init_num is None:
-            return None
+        if init_num is None or p.row_mode:  # (as written, the first step would be Python arithmetic
+            return None  # on a number until it meets a tensor: left to the loop)
         init_arg = (0, 1, init_num)
     # ---- the scalars: parameters, literals, then the body's constant-only arithmetic, in Python
     sv: List[Any] = [values[i] for i in p.const_pos]
@@ -219,11 +225,15 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
     spec_t = tuple(map(tuple, spec))
     out_t = tuple([o[0] + stop * R * size for o in outs])
     if p.need_last:
-        last = torch.empty(wide if wide is not None else row if s_row or R == 1 else (R,), dtype=dtype)
+        last = torch.empty(wide if wide is not None else row if s_row else () if R == 1 else (R,), dtype=dtype)
     else:
         last = None
-    _C.run(kind, T - stop, R, p.code_t, p.npre, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns,
-           last.data_ptr() if last is not None else 0)
+    lp = last.data_ptr() if last is not None else 0
+    if p.row_mode:
+        _C.run(kind, T - stop, R, p.code_t, p.npre, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns, lp,
+               p.row_code, p.nrt)
+    else:
+        _C.run(kind, T - stop, R, p.code_t, p.npre, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns, lp)
     if last is not None and not s_row and wide is None and R > 1:
         last = last[0].clone()  # the loop's carried value is 0-d
     # the loop's `out[t] = ...` bumps each output's version: a tensor autograd saved before the

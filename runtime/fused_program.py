@@ -57,6 +57,10 @@ class Program:
         self.roles: List[Tuple[str, int]] = []  # per param: (role, index in its list)
         self.code_t: Tuple[Tuple[int, int, int, int], ...] = ()
         self.npre = 0  # instructions before the recurrence (the rest: the post phase)
+        self.row_mode = False  # the update runs as written, row by row (row_code, nrt temporaries)
+        self.memo = ""  # the output that carries the value (OUT[t] = f(OUT[t + 1])), its row T the start
+        self.row_code: Tuple[Tuple[int, int, int, int], ...] = ()
+        self.nrt = 0
         self.feeds: frozenset = frozenset()  # the reads (seq, k) the carried value is computed from
         self.feed_seqs: frozenset = frozenset()  # their sequences
         self.sub_consts: Set[int] = set()  # constant params a tensor subtracts or is subtracted from
@@ -188,6 +192,7 @@ class _Compiler:
         while i < len(body) and self._tail(body[i]):
             i += 1
         stmts = body[i:]
+        self._memo(stmts)
         # the carried update: the one statement that assigns a name its value reads
         updates = [j for j, s in enumerate(stmts) if any(
             isinstance(x, ast.Name) and any(isinstance(n, ast.Name) and n.id == x.id for n in ast.walk(s.value))
@@ -201,7 +206,7 @@ class _Compiler:
             raise _Invalid("update targets")
         S = names[0]
         p.carried = S
-        if not p.need_last and self.dead != S:
+        if hasattr(self, "dead") and (self.dead != S or p.memo):
             raise _Invalid("del")
         self.outs: Dict[str, bool] = {}
         self.assigned = set()
@@ -223,7 +228,10 @@ class _Compiler:
         self.after = False  # the post phase: statements after the update read its new value
         for s in stmts[:upd]:
             self._statement(s, S)
-        self._update(update.value, S)
+        try:
+            self._update(update.value, S)
+        except _Invalid:
+            self._row_update(update.value, S)
         self.npre = len(self.ins)
         p.s_outs = [x.value.id for x in update.targets if isinstance(x, ast.Subscript)]  # type: ignore[attr-defined]
         self.after = True
@@ -237,6 +245,33 @@ class _Compiler:
                 raise _Invalid("a tailed sequence read at t + 2")
         self._finish()
         return p
+
+    def _memo(self, stmts: List[ast.Assign]) -> None:
+        """``OUT[t] = f(OUT[t + 1])``: the carried value lives in the output (ikostrikov's
+        ``returns[step] = returns[step + 1] * gamma * masks[step + 1] + rewards[step]``); it becomes
+        ``OUT[t] = S = f(S)`` with S a name of the program's own, its start value OUT's row T."""
+        S = "__memo__"
+        for st in stmts:
+            outs = [x.value.id for x in st.targets if isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name)
+                    and _is_t(x.slice, False) == 0]
+            for out in outs:
+                reads = [n for n in ast.walk(st.value) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
+                         and n.value.id == out]
+                if not reads:
+                    continue
+                if any(_is_t(n.slice) != 1 for n in reads) or len(st.targets) != 1 or self.p.memo:
+                    raise _Invalid("a read of an output")
+
+                class Sub(ast.NodeTransformer):
+                    def visit_Subscript(self, n: ast.Subscript) -> ast.AST:
+                        if isinstance(n.value, ast.Name) and n.value.id == out:
+                            return ast.Name(id=S, ctx=ast.Load())
+                        return self.generic_visit(n)
+
+                st.value = Sub().visit(st.value)
+                st.targets = [st.targets[0], ast.Name(id=S, ctx=ast.Store())]
+                self.p.memo = out
+                self.p.need_last = False
 
     def _statement(self, s: ast.Assign, S: str) -> None:
         kind, v = self.expr(s.value, S)
@@ -275,17 +310,71 @@ class _Compiler:
                     a = m.right
                 else:
                     continue
+                if any(isinstance(n, ast.Name) and n.id == S for n in ast.walk(a)) or \
+                        any(isinstance(n, ast.Name) and n.id == S for n in ast.walk(b)):
+                    continue
                 self.ab = (self.expr(b, S), self.expr(a, S))
                 if self.ab[0][0] == "s" and self.ab[1][0] == "s":
                     raise _Invalid("no per-step value")  # the loop would stay in Python numbers
                 return
         raise _Invalid("update")
 
+    def _row_update(self, v: ast.AST, S: str) -> None:
+        """Any other update of S in the grammar, run as written one row at a time: the parts that do
+        not read S go to the block phase, the rest become row instructions (operands: block
+        registers by SSA, -1 the carried value, -(k + 1) row temporary k, constant slots)."""
+        self.rows: List[List[Any]] = []
+        self.row_ssa: Set[int] = set()
+
+        def reads_s(e: ast.AST) -> bool:
+            return any(isinstance(n, ast.Name) and n.id == S for n in ast.walk(e))
+
+        def row(e: ast.AST) -> Tuple[str, Any]:
+            if not reads_s(e):
+                kind, val = self.expr(e, S)
+                if kind == "v":
+                    self.row_ssa.add(val)
+                return kind, val
+            if isinstance(e, ast.Name):
+                return ("r", 0)
+            if isinstance(e, ast.UnaryOp) and type(e.op) in (ast.USub, ast.UAdd):
+                kind, val = row(e.operand)
+                return self._row_emit(NEG, (kind, val), None) if isinstance(e.op, ast.USub) else (kind, val)
+            if isinstance(e, ast.BinOp) and type(e.op) in _VV:
+                lk, lv = row(e.left)
+                rk, rv = row(e.right)
+                op = type(e.op)
+                if lk != "s" and rk != "s":
+                    return self._row_emit(_VV[op], (lk, lv), (rk, rv))
+                if rk == "s":
+                    return self._row_emit(_VS[op], (lk, lv), rv)
+                if op in (ast.Add, ast.Mult):  # c + x, c * x: one rounding either way
+                    return self._row_emit(_VS[op], (rk, rv), lv)
+                if op is ast.Sub:
+                    return self._row_emit(RSUB_S, (rk, rv), lv)
+                r = self._row_emit(RECIP, (rk, rv), None)  # torch: c / x is x.reciprocal() * c
+                return self._row_emit(MUL_S, r, lv)
+            raise _Invalid(type(e).__name__)
+
+        out = row(v)
+        if out[0] != "r" or not self.rows:
+            raise _Invalid("update")
+        self.p.row_mode = True
+
+    def _row_emit(self, op: int, x: Any, y: Any) -> Tuple[str, int]:
+        d = len(self.rows) + 1  # row temporaries 1, 2, ... (0: the carried value)
+        self.rows.append([op, d, x, y])
+        return ("r", d)
+
     def _finish(self) -> None:
         """Registers for the SSA values (reused after their last read), scalar slots numbered."""
         p = self.p
+        end = len(self.ins) + 1
+        if p.row_mode:  # no coefficients: the block values the row program reads stay live
+            self.ab = (("v", -1), ("v", -1))
+            for v in self.row_ssa:
+                self.uses[v] = end
         (bk, bv), (ak, av) = self.ab
-        end = len(self.ins)
         for k, v in ((ak, av), (bk, bv)):
             if k == "v":
                 self.uses[v] = end
@@ -326,10 +415,29 @@ class _Compiler:
                 p.code.append((op, phys[d], regs[0], regs[1] if len(regs) > 1 else y))
         if top > 64:
             raise _Invalid("too many registers")
-        p.feeds = frozenset().union(*(self.deps[v] for k, v in ((ak, av), (bk, bv)) if k == "v"))
+        if p.row_mode:
+            p.feeds = frozenset().union(*(self.deps[v] for v in self.row_ssa))
+            p.a = p.b = (1, 0)  # unused: the row program is the update
+
+            def operand(o: Any) -> int:
+                kind, val = o
+                return phys[val] if kind == "v" else -(val + 1)
+
+            code = []
+            for op, d, x, y in self.rows:
+                yy = slot(y) if op in (ADD_S, SUB_S, MUL_S, DIV_S, RSUB_S) else operand(y) if y is not None else 0
+                if op in (SUB_S, RSUB_S) and yy < nconst:
+                    p.sub_consts.add(yy)
+                code.append((op, -(d + 1), operand(x), yy))
+            p.row_code = tuple(code)
+            p.nrt = len(self.rows)
+            if top == 0:
+                raise _Invalid("no per-step value")
+        else:
+            p.feeds = frozenset().union(*(self.deps[v] for k, v in ((ak, av), (bk, bv)) if k == "v"))
+            p.a = (1, phys[av]) if ak == "v" else (0, slot(av))
+            p.b = (1, phys[bv]) if bk == "v" else (0, slot(bv))
         p.feed_seqs = frozenset(i for i, _ in p.feeds)
-        p.a = (1, phys[av]) if ak == "v" else (0, slot(av))
-        p.b = (1, phys[bv]) if bk == "v" else (0, slot(bv))
         p.code_t = tuple(p.code)
         p.npre = sum(1 for _ in self.ins[:self.npre])
 
@@ -338,19 +446,22 @@ def _parse(program: str) -> Optional[Program]:
     try:
         tree = ast.parse(program, mode="exec")
         p = _Compiler(tree).compile()
-    except (SyntaxError, ValueError, _Invalid, RecursionError):
+    except Exception:  # outside the grammar (or a case the compiler does not take): no program
         return None
-    names = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Name)), key=lambda n: (n.lineno, n.col_offset))
+    names = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Name) and hasattr(n, "lineno")),
+                   key=lambda n: (n.lineno, n.col_offset))  # (the compiler's own names have no position)
     temps = {x.id for s in tree.body if isinstance(s, ast.Assign)
              for x in s.targets if isinstance(x, ast.Name)} - {p.carried}
-    p.params = tuple(dict.fromkeys(n.id for n in names if n.id not in temps and n.id not in ("t", "T")))
+    hidden = {"t", "T"} | ({p.carried} if p.memo else set())  # a memo's carried value is the program's own
+    p.params = tuple(dict.fromkeys(n.id for n in names if n.id not in temps and n.id not in hidden))
     index = {
         **{x: ("seq", i) for i, x in enumerate(p.seqs)},
         **{x: ("tail", p.seqs.index(s)) for s, x in p.tails.items() if s in p.seqs},
         **{x: ("const", i) for i, x in enumerate(p.consts)},
         **{x: ("out", i) for i, x in enumerate(p.s_outs + p.t_outs)},
-        p.carried: ("init", 0),
     }
+    if not p.memo:
+        index[p.carried] = ("init", 0)
     if any(s not in p.seqs for s in p.tails) or len(index) != len(p.params) or set(index) != set(p.params):
         return None  # a tail of a sequence never read, or a name with two roles
     p.roles = [index[n] for n in p.params]
@@ -362,7 +473,7 @@ def _parse(program: str) -> Optional[Program]:
     p.seq_info = list(zip(p.seq_pos, p.tail_pos, p.seq_k))
     p.out_pos = [pos[x] for x in p.s_outs + p.t_outs]
     p.const_pos = [pos[x] for x in p.consts]
-    p.init_pos = pos[p.carried]
+    p.init_pos = pos[p.carried] if not p.memo else -1
     p.ns = len(p.s_outs)
     return p
 

@@ -266,3 +266,90 @@ def test_saved_output_still_fails_backward():
         fn(*args, 0.99, 0.95, 0, out)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.backward()
+
+
+MEMO = """\
+import torch
+
+class Storage:
+    def __init__(self, rewards, masks, bad_masks, value_preds, returns):
+        self.rewards, self.masks, self.bad_masks = rewards, masks, bad_masks
+        self.value_preds, self.returns = value_preds, returns
+
+    def compute_returns(self, next_value, gamma, proper_time_limits):
+        if proper_time_limits:
+            self.returns[-1] = next_value
+            for step in reversed(range(self.rewards.size(0))):
+                self.returns[step] = (self.returns[step + 1] * \\
+                    gamma * self.masks[step + 1] + self.rewards[step]) * self.bad_masks[step + 1] \\
+                    + (1 - self.bad_masks[step + 1]) * self.value_preds[step]
+        else:
+            self.returns[-1] = next_value
+            for step in reversed(range(self.rewards.size(0))):
+                self.returns[step] = self.returns[step + 1] * \\
+                    gamma * self.masks[step + 1] + self.rewards[step]
+        return self.returns
+
+def f(rewards, masks, bad_masks, value_preds, returns, next_value, gamma, proper):
+    return Storage(rewards, masks, bad_masks, value_preds, returns).compute_returns(next_value, gamma, proper)
+"""
+
+
+@HYP
+@given(T=st.integers(0, 40), dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16),
+       proper=st.booleans(), shape=st.sampled_from([(4,), (4, 1)]))
+def test_recurrence_through_memory_as_written_bitwise(T, dtype, seed, proper, shape):
+    """ikostrikov's returns (the carried value lives in ``returns``, ``returns[step + 1] * gamma *
+    mask`` rounds twice): the vectorized steps regroup it (reassociated), the one-pass tier runs it
+    as written, bitwise, one row at a time."""
+    f, g, new, done = functions(MEMO)
+    assert new.count("fused_linear(") == 2 and len(done) == 2
+    assert "'returns[t] = returns[t + 1] * gamma * masks[t + 1] + rewards[t]'" in new
+    gen = torch.Generator().manual_seed(seed)
+
+    def rnd(*s):
+        return torch.randn(*s, generator=gen, dtype=torch.float64).to(dtype)
+
+    masks = (torch.rand(T + 1, *shape, generator=gen) > 0.1).to(dtype)
+    bad = (torch.rand(T + 1, *shape, generator=gen) > 0.1).to(dtype)
+    args = [rnd(T, *shape), masks, bad, rnd(T + 1, *shape), torch.zeros(T + 1, *shape, dtype=dtype),
+            rnd(*shape), 0.99, proper]
+    want = f(*map(clone, args))
+    seen = []
+    real = vectorized_mod.fused_linear
+    vectorized_mod.fused_linear = lambda *a, **k: seen.append(real(*a, **k)) or seen[-1]
+    try:
+        got = g(*map(clone, args))
+    finally:
+        vectorized_mod.fused_linear = real
+    same(want, got)  # bitwise: the tier is the loop as written
+    assert any(x is not None for x in seen) == (T >= 2)
+
+
+@pytest.mark.parametrize("program, loop", [
+    ("ret[t] = s = s * gamma * m[t] + r[t]", None),
+    ("ret[t] = s = r[t] + gamma * s * m[t] / (1.0 + s * s)", None),
+    ("s = r[t] - 2.0 / (s + 3.0); ret[t] = s", None),
+    ("s = -s * m[t] + r[t]; ret[t] = s + m[t]", None),
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_row_by_row_updates_match_the_loop(program, loop, dtype):
+    """Updates that are not one multiply and one add of the carried value run as written, one row
+    at a time, bitwise the torch loop (the carried value before the loop a tensor: a Python number
+    there would make the first step Python arithmetic, which is left to the loop)."""
+    from scalebox_cst.runtime.fused import fused_linear, params_of
+
+    T, N = 37, 5
+    gen = torch.Generator().manual_seed(3)
+    env = dict(r=torch.randn(T, N, generator=gen, dtype=dtype), m=torch.rand(T, N, generator=gen, dtype=dtype),
+               gamma=0.97, s=torch.randn(N, generator=gen, dtype=dtype))
+    ret1, ret2 = torch.zeros(T, N, dtype=dtype), torch.zeros(T, N, dtype=dtype)
+    ns = dict(env, ret=ret1, s=env["s"].clone())
+    exec(f"for t in range({T} - 1, -1, -1):\n    " + program.replace("; ", "\n    "), ns)
+    vals = dict(env, ret=ret2, s=env["s"].clone())
+    last = fused_linear(program, T, *[vals[n] for n in params_of(program)])
+    assert last is not None
+    same(ret1, ret2)
+    same(ns["s"], last)
+    vals = dict(env, ret=torch.zeros(T, N, dtype=dtype), s=0.5)
+    assert fused_linear(program, T, *[vals[n] for n in params_of(program)]) is None

@@ -148,9 +148,9 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
              "the temporaries it would leave are read nowhere after the loop)") if folded else \
         "first and last step run as written, steps in between by linear_recurrence"
     if fused is not None:
-        steps = ("every step in one call of runtime.fused_linear (the loop body compiled for its C kernel, "
-                 "the last-step case as boundary rows) where it takes the values (CPU float32/float64 "
-                 "contiguous tensors, Python-number constants), else: " + steps)
+        steps = ("every step in one call of runtime.fused_linear (the loop body as written, compiled for its C "
+                 "kernel, bitwise the loop; the last-step case as boundary rows) where it takes the values (CPU "
+                 "float32/float64 contiguous tensors, Python-number constants), else: " + steps)
     reason = (f"backward linear recurrence {kinds} ({shape}{exactness}): {steps}; guarded by recurrence_ok "
               f"({needs}{carried}), original loop kept in the else branch")
     return new, exact, reason

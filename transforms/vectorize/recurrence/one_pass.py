@@ -60,11 +60,11 @@ def site(ctx, node: cst.For, planner, exact: bool) -> Optional[Tuple[str, List[s
     has no one-pass tier. Where the temporaries the loop leaves are live (module-level code, a
     temporary read after the loop), the program stops at t = 1 and the last step runs as written."""
     h = planner.h
-    if not exact or not planner.cpu:
+    if not planner.cpu:  # (a regrouped update, not `exact` for the vectorized steps, runs as written here)
         return None
     if h.kind != "index" or h.named is not None or h.counter is not None or h.sliced or h.elements:
         return None
-    if len(planner.rec_vars) != 1 or planner.memo or planner.resets or planner.views or planner.cells \
+    if len(planner.rec_vars) != 1 or len(planner.memo) > 1 or planner.resets or planner.views or planner.cells \
             or planner.fwd_reads or planner.shift or planner.readback_items or planner.forwarded \
             or planner.conds or planner.columns or planner.dropped or getattr(planner, "list_carried", None):
         return None
@@ -84,6 +84,7 @@ class _Builder:
         self.S = planner.rec_vars[0]
         self.names = _Names()
         self.tails: Dict[str, str] = {}  # container code -> tail name (user code)
+        self.memo_out: Optional[str] = None  # the output that carries the value, while its update renders
 
     def build(self, mid, first) -> Tuple[str, List[str], bool, bool]:
         p = self.p
@@ -100,9 +101,14 @@ class _Builder:
         self.assigned: Set[str] = set()
         lines = []
         for it in mid:
-            value = self.expr(it.value)
+            memo = it.var is not None and it.var in p.memo  # out[t] = f(out[t + 1]), as written
+            if memo:
+                self.memo_out = _norm(p.memo[it.var])
+                value = self.expr(it.node.value)  # type: ignore[union-attr]
+            else:
+                value = self.expr(it.value)
             targets = [f"{self.container(o)}[t]" for o in it.outs]
-            if it.var is not None:
+            if it.var is not None and not memo:
                 targets.append(self.names.get(it.var))
                 if it.var != self.S:
                     self.assigned.add(it.var)
@@ -111,8 +117,9 @@ class _Builder:
             lines.append(" = ".join(targets + [value]))
         tails = [f"{self.container_name(c)}[T] = {self.names.get(n)}" for c, n in self.tails.items()]
         folded = bool(getattr(p, "folded", False))
-        live = not folded or not _dead_after(self.ctx.module, self.node, self.S)
-        text = "; ".join(tails + lines + ([] if live else [f"del {self.names.get(self.S)}"]))
+        live = not p.memo and (not folded or not _dead_after(self.ctx.module, self.node, self.S))
+        dead = [] if live or p.memo else [f"del {self.names.get(self.S)}"]
+        text = "; ".join(tails + lines + dead)
         try:  # the same tree with no more parentheses than it needs (it is shown in the diff)
             text = "; ".join(ast.unparse(st) for st in ast.parse(text).body)
         except SyntaxError:
@@ -157,6 +164,11 @@ class _Builder:
             return self.names.get(v)
         if isinstance(e, (cst.Integer, cst.Float)):
             return e.value
+        if isinstance(e, cst.Subscript) and self.memo_out is not None and _pure_container(e.value) \
+                and _norm(e.value) == self.memo_out:  # the carried value, read from the output
+            if p.parser.ref_offset(e) != 1:
+                raise _No()
+            return f"{self.names.get(_code(e.value).strip())}[t + 1]"
         if isinstance(e, cst.Subscript):
             ref = self.step_read(e)
             if ref is None:
