@@ -6,9 +6,15 @@ Grammar (``;``-separated Python statements, the body of ``for t in range(T - 1, 
 
 - tail statements first, ``X[T] = NAME``: at the step t = T-1 a read ``X[t + 1]`` reads NAME (the
   body's last-step case, CleanRL's ``if t == T - 1: nextvalues = next_value``);
-- assignments ``TARGET = ... = expr`` of temporaries and of outputs ``OUT[t]``; the carried update
-  ``S = B + A * S`` (or ``A * S + B``, ``B + S * A``, ``S * A + B``: one multiply, one add, A and B
-  not reading S) comes last, after it only stores ``OUT[t] = S``;
+- assignments ``TARGET = ... = expr`` of temporaries and of outputs ``OUT[t]``; exactly one of them,
+  the carried update, assigns a name S that its value reads. ``S = B + A * S`` (or ``A * S + B``,
+  ``B + S * A``, ``S * A + B``: one multiply, one add, A and B not reading S) runs as the exact
+  recurrence kernel; any other update in the grammar runs as written one row at a time (row mode:
+  its S-free parts per block, the rest per row; a Python-number start value is left to the loop,
+  whose first step would be Python arithmetic). Statements before the update may not read S;
+  statements after it (the post phase) read its new value (``returns[t] = gae + values[t]``);
+- a recurrence through memory, ``OUT[t] = f(OUT[t + 1])`` (``OUT`` read nowhere else), carries the
+  value in ``OUT``: its start value is OUT's row T, and no value is handed back;
 - optionally ``del S`` at the end: the caller does not need S's final value;
 - expressions: int / float literals, names, ``X[t]``, ``X[t + k]`` (0 <= k <= 64), ``+ - * /``,
   unary ``- +``, parentheses.
@@ -251,6 +257,8 @@ class _Compiler:
         ``returns[step] = returns[step + 1] * gamma * masks[step + 1] + rewards[step]``); it becomes
         ``OUT[t] = S = f(S)`` with S a name of the program's own, its start value OUT's row T."""
         S = "__memo__"
+        if any(isinstance(n, ast.Name) and n.id == S for st in stmts for n in ast.walk(st)):
+            raise _Invalid("the program's own name")
         for st in stmts:
             outs = [x.value.id for x in st.targets if isinstance(x, ast.Subscript) and isinstance(x.value, ast.Name)
                     and _is_t(x.slice, False) == 0]
