@@ -113,7 +113,7 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
         orelse=cst.Else(body=cst.IndentedBlock(body=[loop])),
         leading_lines=node.leading_lines,
     )
-    fused = one_pass.site(ctx, node, planner, exact)
+    fused = one_pass.site(ctx, node, planner)
     if fused is not None:  # every step in one call where its kernel takes the values (see one_pass)
         new = _one_pass_first(planner, fused, sub, bind, new, body)
     kinds = ", ".join(n for n in notes)

@@ -54,7 +54,7 @@ class _Names:
         return self.of[code]
 
 
-def site(ctx, node: cst.For, planner, exact: bool) -> Optional[Tuple[str, List[str], bool, bool]]:
+def site(ctx, node: cst.For, planner) -> Optional[Tuple[str, List[str], bool, bool]]:
     """(program, the argument expressions in parameter order, whether the carried value is needed
     after the program, whether the program runs the last step t = 0 too), or None where the site
     has no one-pass tier. Where the temporaries the loop leaves are live (module-level code, a
