@@ -92,6 +92,13 @@ class BodyParser:
         it as written, every other step takes one branch. That branch replaces it, in parentheses (an
         operand of the conditional is evaluated whole before it is used: the same grouping)."""
         first: List[cst.BaseExpression] = []
+        return self.resolve_last_step(e, False, first), first
+
+    def resolve_last_step(self, e: cst.BaseExpression, first_step: bool,
+                          others: Optional[List[cst.BaseExpression]] = None) -> cst.BaseExpression:
+        """``e`` with each conditional expression that selects the last step replaced, in
+        parentheses, by the branch the first step t = T-1 (``first_step``) or the other steps take;
+        ``others`` collects the branches left out."""
         parser = self
 
         class Resolve(cst.CSTTransformer):
@@ -99,15 +106,16 @@ class BodyParser:
                 m_then = parser.lsplit(original.test)
                 if m_then is None:
                     return updated
-                keep = updated.body if m_then else updated.orelse
-                first.append(original.orelse if m_then else original.body)
+                keep = updated.body if m_then != first_step else updated.orelse
+                if others is not None:
+                    others.append(original.orelse if m_then != first_step else original.body)
                 outer = list(original.lpar) or [cst.LeftParen()]
                 close = list(original.rpar) or [cst.RightParen()]
                 return keep.with_changes(lpar=outer + list(keep.lpar), rpar=list(keep.rpar) + close)
 
         if not any(isinstance(n, cst.IfExp) for n in _walk(e)):
-            return e, first
-        return e.visit(Resolve()), first  # type: ignore[return-value]
+            return e
+        return e.visit(Resolve())  # type: ignore[return-value]
 
     def block(self, stmts: Sequence[cst.BaseStatement]) -> List[Item]:
         items: List[Item] = []

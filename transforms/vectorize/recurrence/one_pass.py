@@ -209,20 +209,8 @@ class _Builder:
 
 
 def _first_value(planner, it) -> cst.BaseExpression:
-    """The first step's value of an item with last-step conditional expressions: each one that
-    selects the last step resolved to the branch the step t = T-1 takes."""
-    parser = planner.parser
-
-    class First(cst.CSTTransformer):
-        def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
-            m_then = parser.lsplit(original.test)
-            if m_then is None:
-                return updated
-            keep = updated.orelse if m_then else updated.body
-            return keep.with_changes(lpar=[cst.LeftParen()] + list(keep.lpar),
-                                     rpar=list(keep.rpar) + [cst.RightParen()])
-
-    return it.shown.visit(First())  # type: ignore[union-attr,return-value]
+    """The first step's value of an item with last-step conditional expressions."""
+    return planner.parser.resolve_last_step(it.shown, True)  # type: ignore[arg-type]
 
 
 def _dead_after(module: cst.Module, node: cst.For, name: str) -> bool:
