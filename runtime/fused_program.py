@@ -26,6 +26,7 @@ Python prelude (the loop computes them in Python); the rest become vector instru
 from __future__ import annotations
 
 import ast
+import copy
 import operator
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
@@ -199,6 +200,7 @@ class _Compiler:
             i += 1
         stmts = body[i:]
         self._memo(stmts)
+        stmts = self._merge_updates(stmts)
         # the carried update: the one statement that assigns a name its value reads
         updates = [j for j, s in enumerate(stmts) if any(
             isinstance(x, ast.Name) and any(isinstance(n, ast.Name) and n.id == x.id for n in ast.walk(s.value))
@@ -251,6 +253,31 @@ class _Compiler:
                 raise _Invalid("a tailed sequence read at t + 2")
         self._finish()
         return p
+
+    @staticmethod
+    def _merge_updates(stmts: List[ast.Assign]) -> List[ast.Assign]:
+        """``s = f(s); s = g(s)`` (consecutive, the first assigning only ``s``) is ``s = g(f(s))``:
+        the same operations in the same order (ikostrikov's ``gae = gae * bad_masks[step + 1]``)."""
+        out: List[ast.Assign] = []
+        for st in stmts:
+            prev = out[-1] if out else None
+            names = [x.id for x in st.targets if isinstance(x, ast.Name)]
+            if prev is not None and len(prev.targets) == 1 and isinstance(prev.targets[0], ast.Name) \
+                    and prev.targets[0].id in names and len(names) == 1:
+                S = names[0]
+                reads = [n for n in ast.walk(st.value) if isinstance(n, ast.Name) and n.id == S]
+                if reads and any(isinstance(n, ast.Name) and n.id == S for n in ast.walk(prev.value)):
+                    first = prev.value
+
+                    class Sub(ast.NodeTransformer):
+                        def visit_Name(self, n: ast.Name) -> ast.AST:
+                            return copy.deepcopy(first) if n.id == S else n
+
+                    out[-1] = ast.Assign(targets=st.targets, value=Sub().visit(st.value), lineno=st.lineno,
+                                         col_offset=st.col_offset)
+                    continue
+            out.append(st)
+        return out
 
     def _memo(self, stmts: List[ast.Assign]) -> None:
         """``OUT[t] = f(OUT[t + 1])``: the carried value lives in the output (ikostrikov's

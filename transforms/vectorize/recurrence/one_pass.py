@@ -68,10 +68,10 @@ def site(ctx, node: cst.For, planner) -> Optional[Tuple[str, List[str], bool, bo
             or planner.fwd_reads or planner.shift or planner.readback_items or planner.forwarded \
             or planner.conds or planner.columns or planner.dropped or getattr(planner, "list_carried", None):
         return None
+    # the body as written (not the planner's regrouped middle steps: the program is the loop itself,
+    # and the runtime's grammar decides what it takes, `s = f(s); s = g(s)` included)
     mid = _flatten(planner.items, True)
     first = _flatten(planner.items, False)
-    if len(planner.middle) != len(mid) or any(a is not b for a, b in zip(planner.middle, mid)):
-        return None  # merged or rewritten updates: the body is not what the program would say
     try:
         return _Builder(ctx, node, planner).build(mid, first)
     except _No:
