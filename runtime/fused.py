@@ -152,11 +152,12 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
         e[0] += stop * e[1] * size
     outs = []
     written = []
+    inference = torch.is_inference_mode_enabled()
     for i in p.out_pos:
         o = values[i]
         if type(o) is not _Tensor or not o.is_cpu or not o.is_contiguous() or o.dtype is not dtype \
-                or o.is_neg() or (grad and o.requires_grad):
-            return None
+                or o.is_neg() or (grad and o.requires_grad) or (not inference and o.is_inference()):
+            return None  # (the loop's `out[t] = ...` raises on an inference tensor outside inference mode)
         sh = o.shape
         if len(sh) < 1 or sh[1:] != row or sh[0] < T:
             return None

@@ -353,3 +353,19 @@ def test_row_by_row_updates_match_the_loop(program, loop, dtype):
     same(ns["s"], last)
     vals = dict(env, ret=torch.zeros(T, N, dtype=dtype), s=0.5)
     assert fused_linear(program, T, *[vals[n] for n in params_of(program)]) is None
+
+
+def test_inference_tensor_output_outside_inference_mode_is_left_to_the_loop():
+    """``out[t] = ...`` on an inference tensor raises outside inference mode: the kernel does not
+    write it there (inside inference mode it does, as the loop does)."""
+    from scalebox_cst.runtime.fused import fused_linear
+
+    program = "ret[t] = s = r[t] + 0.5 * s"
+    r = torch.randn(10, 3)
+    with torch.inference_mode():
+        ret = torch.zeros(10, 3)
+    assert fused_linear(program, 10, ret, 0.0, r) is None
+    assert not ret.any()
+    with torch.inference_mode():
+        assert fused_linear(program, 10, ret, 0.0, r) is not None
+    assert ret.any()
