@@ -113,8 +113,11 @@ class _Tails(ast.NodeTransformer):
 
 def loop_source(program, stop=0):
     """The loop the program is the body of, tails turned into the last step's reads."""
-    tails, body = {}, []
-    for stmt in ast.parse(program).body:
+    tails, body, after = {}, [], ""
+    stmts = ast.parse(program).body
+    if stmts and isinstance(stmts[-1], ast.Delete):  # ``del S``: after the loop
+        after = "\n" + ast.unparse(stmts.pop())
+    for stmt in stmts:
         tgt = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
         if (
             isinstance(tgt, ast.Subscript)
@@ -127,7 +130,7 @@ def loop_source(program, stop=0):
             body.append(stmt)
     rewritten = [ast.fix_missing_locations(_Tails(tails).visit(s)) for s in body]
     body = "\n".join(ast.unparse(s) for s in rewritten)
-    return f"for t in range(T - 1, {stop - 1}, -1):\n" + textwrap.indent(body, "    ")
+    return f"for t in range(T - 1, {stop - 1}, -1):\n" + textwrap.indent(body, "    ") + after
 
 
 def _clone(v):
@@ -141,7 +144,7 @@ def reference(program, T, values, stop=0):
     ns = {name: _clone(v) for name, v in zip(names, values)}
     ns["T"] = T
     exec(compile(loop_source(program, stop), "<loop>", "exec"), ns)
-    return ns[carried], ns
+    return ns.get(carried), ns  # None: no value handed back (``del S``, a recurrence through memory)
 
 
 def test_the_reference_is_the_loop():
@@ -217,8 +220,11 @@ def _call(program, T, values, stop):
 
 def _compare(program, T, values, before, got, stop=0):
     want, after = reference(program, T, before, stop)
-    assert_bitwise(got, want, "carried value")
-    assert got.requires_grad == want.requires_grad
+    if want is None:
+        assert got is True, got
+    else:
+        assert_bitwise(got, want, "carried value")
+        assert got.requires_grad == want.requires_grad
     outs = output_names(program)
     for name, v, b in zip(free_names(program), values, before):
         if name in outs:
@@ -413,12 +419,8 @@ def test_per_step_scalars_next_to_rows(dtype):
     check(prog, T, dict(env, s=_rand(N, seed=11, dtype=dtype)))
 
 
-ONE_COLUMN = "rows of one element (R == 1): fused_linear returns S as [1] where the loop's S is 0-d"
-
-
 @needs_kernel
-@pytest.mark.parametrize("row", [pytest.param((1,), marks=pytest.mark.xfail(strict=True, reason=ONE_COLUMN)),
-                                 (3,), (2, 1)])
+@pytest.mark.parametrize("row", [(1,), (3,), (2, 1)])
 def test_carried_value_of_per_step_scalars_next_to_rows(row):
     """S reads only per-step scalars while another seq has rows: the loop's S is 0-d."""
     T = 5
@@ -595,6 +597,22 @@ def test_stop_leaves_the_first_steps_to_the_caller(T):
     for stop in (2, -1, 1.0, None, "1"):
         refused(GAE, T, gae_values(T, 3), f"stop={stop!r}", stop=stop)
     refused(GAE + "; del lastgaelam", T, gae_values(T, 3), "stop with del", stop=1)
+
+
+@needs_kernel
+@pytest.mark.parametrize("T,N", [(2, 3), (9, 1), (300, 9)])
+def test_recurrences_through_memory(T, N):
+    """The implementation's ``OUT[t] = f(OUT[t + 1])``: the value lives in OUT (its row T is the
+    start), nothing is handed back (True)."""
+    env = dict(o=_rand(T + 1, N, seed=57), r=_rand(T, N, seed=58), g=0.97, d=(_rand(T, N, seed=59) > 0).float(),
+               w=_rand(T, seed=60))
+    for prog in ["o[t] = o[t + 1] * g + r[t]", "o[t] = r[t] + g * (1 - d[t]) * o[t + 1]",
+                 "o[t] = r[t] + g * o[t + 1] * (1 - d[t])", "o[t] = r[t] / o[t + 1] - w[t]",
+                 "u = r[t] * w[t]; o[t] = u + g * o[t + 1]", "o[t] = -o[t + 1]"]:
+        refused_or_exact(prog, T, dict(env, o=env["o"].clone()))
+    assert fused_linear("o[t] = o[t + 1] * g + r[t]", T, *_ordered("o[t] = o[t + 1] * g + r[t]", env)) is True
+    refused_or_exact("o[t] = o[t + 1] * g + o[t + 1]", T, env)  # OUT read twice
+    refused("o[t] = o[t + 1] * g + r[t]", T, dict(env, o=env["o"][:T].clone()), "no row T to start from")
 
 
 @needs_kernel
@@ -1090,9 +1108,11 @@ def _full_parens(node):
 
 
 @st.composite
-def programs(draw, row_shapes=ROW_SHAPES, max_T=40, wide=False):
+def programs(draw, row_shapes=ROW_SHAPES, max_T=40, wide=False, ext=False):
     """(program, T, values) inside the spec: random expression trees over seqs, constants,
-    literals and temporaries, random row shapes, dtypes, tails, outputs and init kinds."""
+    literals and temporaries, random row shapes, dtypes, tails, outputs and init kinds. ext: also
+    the implementation's extensions, updates of any form (row mode) and statements after the
+    update that read the new S."""
     dtype = draw(st.sampled_from([torch.float32, torch.float64]))
     row = draw(st.sampled_from(row_shapes))
     T = draw(st.integers(2, max_T))
@@ -1109,10 +1129,10 @@ def programs(draw, row_shapes=ROW_SHAPES, max_T=40, wide=False):
         max_k[x] = max(max_k[x], k)
         return _read(x, k)
 
-    def expr(depth, const_only):
+    def expr(depth, const_only, s_ok=False):
         usable = sorted(n for n, c in temps.items() if c or not const_only)
         kinds = ["lit", "lit"] + ["const"] * 2 * bool(consts) + ["seq"] * 4 * (not const_only)
-        kinds += ["temp"] * 2 * bool(usable)
+        kinds += ["temp"] * 2 * bool(usable) + ["S"] * 3 * s_ok
         if depth > 0:
             kinds += ["bin"] * 5 + ["neg", "pos"]
         kind = draw(st.sampled_from(kinds))
@@ -1124,13 +1144,17 @@ def programs(draw, row_shapes=ROW_SHAPES, max_T=40, wide=False):
             return seq_read()
         if kind == "temp":
             return _name(draw(st.sampled_from(usable)))
+        if kind == "S":
+            return _name("s")
         if kind == "bin":
-            return ast.BinOp(expr(depth - 1, const_only), draw(st.sampled_from(OPS)), expr(depth - 1, const_only))
-        return ast.UnaryOp(ast.USub() if kind == "neg" else ast.UAdd(), expr(depth - 1, const_only))
+            left = expr(depth - 1, const_only, s_ok)
+            return ast.BinOp(left, draw(st.sampled_from(OPS)), expr(depth - 1, const_only, s_ok))
+        return ast.UnaryOp(ast.USub() if kind == "neg" else ast.UAdd(), expr(depth - 1, const_only, s_ok))
 
     def is_const(node):
         return not any(
-            isinstance(n, ast.Subscript) or (isinstance(n, ast.Name) and n.id in temps and not temps[n.id])
+            isinstance(n, ast.Subscript)
+            or (isinstance(n, ast.Name) and (n.id == "s" or n.id in temps and not temps[n.id]))
             for n in ast.walk(node)
         )
 
@@ -1163,11 +1187,28 @@ def programs(draw, row_shapes=ROW_SHAPES, max_T=40, wide=False):
         e = ast.BinOp(x0, op, e) if draw(st.booleans()) else ast.BinOp(e, op, x0)
         a, b = (e, b) if b_const else (a, e)
     S = _name("s")
-    form = draw(st.integers(0, 3))
-    prod = ast.BinOp(a, ast.Mult(), S) if form < 2 else ast.BinOp(S, ast.Mult(), a)
+    form = draw(st.integers(0, 3 + 2 * ext))
+    prod = ast.BinOp(a, ast.Mult(), S) if form in (0, 1) else ast.BinOp(S, ast.Mult(), a)
     rhs = ast.BinOp(b, ast.Add(), prod) if form % 2 == 0 else ast.BinOp(prod, ast.Add(), b)
+    if form >= 4:  # any update reading S (row mode): B op (S-tree), an S-tree op B
+        tree = expr(draw(st.integers(1, 3)), False, s_ok=True)
+        if not any(isinstance(n, ast.Name) and n.id == "s" for n in ast.walk(tree)):
+            tree = ast.BinOp(tree, draw(st.sampled_from(OPS)), S)
+        op = draw(st.sampled_from(OPS))
+        rhs = ast.BinOp(b, op, tree) if form == 4 else ast.BinOp(tree, op, b)
     stmts.append(ast.Assign(new_outputs(2) + [_name("s", ast.Store)], rhs))
-    for _ in range(draw(st.integers(0, 2))):
+    for i in range(draw(st.integers(0, 2))):
+        if ext and draw(st.booleans()):  # the post phase: reads the new S
+            e = expr(draw(st.integers(0, 2)), False, s_ok=True)
+            name = f"post{i}"
+            keep = draw(st.booleans())
+            if keep:
+                temps[name] = False
+            stmts.append(ast.Assign(new_outputs(2) + [_name(name, ast.Store)] * keep, e))
+            if not stmts[-1].targets:
+                stmts[-1].targets = [_store(f"o{len(outputs)}")]
+                outputs.append(f"o{len(outputs)}")
+            continue
         outputs.append(f"o{len(outputs)}")
         stmts.append(ast.Assign([_store(outputs[-1])], _name("s")))
 
@@ -1201,7 +1242,7 @@ def programs(draw, row_shapes=ROW_SHAPES, max_T=40, wide=False):
                 env[f"{x}_next"] = env[f"{x}_next"].reshape((1,) + shape_row)
     for o in outputs:
         env[o] = data((T + draw(st.integers(0, 2)),) + row)
-    init_kind = draw(st.sampled_from(["int", "float", "bool", "t0", "row"]))
+    init_kind = draw(st.sampled_from(["int", "float", "bool", "t0", "row"] + ["t0", "row"] * 2 * (form >= 4)))
     if init_kind == "int":
         env["s"] = draw(st.integers(-3, 3))
     elif init_kind == "float":
@@ -1253,6 +1294,8 @@ def _big_python_ints(program, values):
             reads_s = any(isinstance(n, ast.Name) and n.id == carried for n in ast.walk(left))
             is_prod = isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mult) and reads_s
             prod = left if is_prod else stmt.value.right
+            if not (isinstance(prod, ast.BinOp) and isinstance(prod.op, ast.Mult)):
+                continue  # not the affine form
             a = prod.left if isinstance(prod.right, ast.Name) and prod.right.id == carried else prod.right
             if const(a) and type(init) in (int, bool) and big(value(a) * init):
                 return True
@@ -1271,12 +1314,6 @@ def test_big_python_ints_are_found():
     assert _big_python_ints("o[t] = s = x[t] + 0.5 * 2 ** 0 + 3 * 2 * s", [None, 2**52, None])
 
 
-def _one_column_0d(program, T, values):
-    """The loop's S is 0-d next to rows of one element (ONE_COLUMN, an open bug): drop when fixed."""
-    want, _ = reference(program, T, [_clone(v) for v in values])
-    return want.dim() == 0 and any(isinstance(v, torch.Tensor) and v.dim() > 1 and v[0].numel() == 1 for v in values)
-
-
 def _loop_raises(program, T, values):
     try:
         reference(program, T, values)
@@ -1290,7 +1327,7 @@ def _loop_raises(program, T, values):
 @given(programs())
 def test_random_programs_match_the_loop(case):
     program, T, values = case
-    if _loop_raises(program, T, values) or _one_column_0d(program, T, values):
+    if _loop_raises(program, T, values):
         reject()
     (refused_or_exact if _big_python_ints(program, values) else check)(program, T, values)
 
@@ -1301,18 +1338,19 @@ def test_random_programs_match_the_loop(case):
 def test_random_programs_over_several_blocks_match_the_loop(case):
     """The kernel works in blocks of about 1024 elements and 8 columns: T * R past them."""
     program, T, values = case
-    if _loop_raises(program, T, values) or _one_column_0d(program, T, values):
+    if _loop_raises(program, T, values):
         reject()
     (refused_or_exact if _big_python_ints(program, values) else check)(program, T, values)
 
 
 @needs_kernel
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs(wide=True), st.sampled_from([0, 0, 1]))
-def test_random_programs_with_leading_ones_and_stop(case, stop):
-    """The implementation's extensions: [1, *row] tails and init, and ``stop=1``; refused or exact."""
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(wide=True, ext=True), st.sampled_from([0, 0, 1]))
+def test_random_programs_of_the_extensions(case, stop):
+    """The implementation's extensions: updates of any form, statements after the update, [1, *row]
+    tails and init, and ``stop=1``; refused or exact."""
     program, T, values = case
-    if _loop_raises(program, T, values) or _one_column_0d(program, T, values):
+    if _loop_raises(program, T, values):
         reject()
     refused_or_exact(program, T, values, stop)
 
