@@ -612,6 +612,19 @@ def test_recurrences_through_memory(T, N):
         refused_or_exact(prog, T, dict(env, o=env["o"].clone()))
     assert fused_linear("o[t] = o[t + 1] * g + r[t]", T, *_ordered("o[t] = o[t + 1] * g + r[t]", env)) is True
     refused_or_exact("o[t] = o[t + 1] * g + o[t + 1]", T, env)  # OUT read twice
+    for prog, more in [
+        ("o[t] = o[t + 1] * g + r[t]", dict(o=_rand(T + 1, N, seed=61), r=_rand(T, seed=62))),
+        ("o[t] = o[t + 2] * g + r[t]", dict(o=_rand(T + 2, N, seed=61))),
+        ("o[t] = o[t + 1] * g + r[t]; p[t] = o[t]", dict(p=torch.zeros(T, N))),
+        ("o[t] = o[t + 1] * g + r[t]; s = r[t] + g * s", dict(s=torch.zeros(N))),
+        ("s = r[t] + g * s; o[t] = o[t + 1] * s", dict(s=torch.zeros(N))),
+        ("q = o[t + 1]; o[t] = q * g + r[t]", {}),
+        ("o[T] = z; o[t] = o[t + 1] * g + r[t]", dict(o=_rand(T, N, seed=61), z=_rand(N, seed=63))),
+        ("o[t] = s = o[t + 1] * g + r[t] * s", dict(s=torch.ones(N))),
+    ]:
+        refused_or_exact(prog, T, {**env, "o": env["o"].clone(), **more})
+    if N > 1:  # the loop raises (a row into a one-number slot): nothing for fused_linear to return
+        refused("o[t] = o[t + 1] * g + r[t]", T, dict(env, o=_rand(T + 1, seed=64)), "the loop raises")
     refused("o[t] = o[t + 1] * g + r[t]", T, dict(env, o=env["o"][:T].clone()), "no row T to start from")
 
 
