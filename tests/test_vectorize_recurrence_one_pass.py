@@ -28,8 +28,13 @@ def rewrite(src: str):
     return res.output.decode(), done
 
 
+_REWRITES: dict = {}
+
+
 def functions(src: str, name: str = "f"):
-    new, done = rewrite(src)
+    if src not in _REWRITES:  # one rewrite per snippet (hypothesis calls this per example)
+        _REWRITES[src] = rewrite(src)
+    new, done = _REWRITES[src]
     ns1, ns2 = {}, {}
     exec(compile(src, "orig", "exec"), ns1)
     exec(compile(new, "new", "exec"), ns2)
