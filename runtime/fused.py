@@ -62,6 +62,13 @@ def _number(v: Any) -> Optional[float]:
     return float(v)
 
 
+def _plain(x: Any, dtype: Any, grad: bool) -> bool:
+    """A tensor the kernel reads or writes as raw memory: exactly ``torch.Tensor``, of ``dtype``, on
+    the CPU, contiguous, no neg bit (its memory would hold the other sign), no grad under grad mode."""
+    return type(x) is _Tensor and x.dtype is dtype and x.is_cpu and x.is_contiguous() and not x.is_neg() \
+        and not (grad and x.requires_grad)
+
+
 def fused_linear(program: str, T: Any, *values: Any, stop: int = 0) -> Any:
     """Run ``for t in range(T - 1, stop - 1, -1): <program>`` in one call and return the carried
     value's final value (True where the program ends in ``del S``: the caller does not need it);
@@ -89,7 +96,8 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
     grad = torch.is_grad_enabled()
     # ---- the tensors (sequences, tails, outputs): exact type, one float dtype, CPU, contiguous;
     # their shapes (one row shape, or a number per step), lengths, addresses
-    dtype = None
+    x0 = values[p.seq_info[0][0]]
+    dtype = x0.dtype if type(x0) is _Tensor else None
     spec = []
     row = None
     seqs = []  # (start, end) of each input's memory
@@ -98,11 +106,7 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
     # per step and constants only: 0-d in the loop, one value replicated over the kernel's columns)
     for si, (i, j, k) in enumerate(p.seq_info):
         x = values[i]
-        if type(x) is not _Tensor or not x.is_cpu or not x.is_contiguous() or x.is_neg() or (grad and x.requires_grad):
-            return None
-        if dtype is None:
-            dtype = x.dtype
-        elif x.dtype is not dtype:
+        if not _plain(x, dtype, grad):
             return None
         sh = x.shape
         n = len(sh)
@@ -116,8 +120,7 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
                 return None
         if j >= 0:  # tailed: at t = T - 1, X[t + 1] is the tail
             tail = values[j]
-            if type(tail) is not _Tensor or not tail.is_cpu or not tail.is_contiguous() or tail.dtype is not dtype \
-                    or tail.is_neg() or (grad and tail.requires_grad) or sh[0] < T:
+            if not _plain(tail, dtype, grad) or sh[0] < T:
                 return None
             ts = tail.shape
             if ts != sh[1:]:  # a row with leading ones ([1, N], CleanRL's next_value.reshape(1, -1)) makes
@@ -155,8 +158,7 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
     inference = torch.is_inference_mode_enabled()
     for i in p.out_pos:
         o = values[i]
-        if type(o) is not _Tensor or not o.is_cpu or not o.is_contiguous() or o.dtype is not dtype \
-                or o.is_neg() or (grad and o.requires_grad) or (not inference and o.is_inference()):
+        if not _plain(o, dtype, grad) or (not inference and o.is_inference()):
             return None  # (the loop's `out[t] = ...` raises on an inference tensor outside inference mode)
         sh = o.shape
         if len(sh) < 1 or sh[1:] != row or sh[0] < T:
@@ -176,11 +178,10 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
         o = values[p.out_pos[0]]
         if o.shape[0] < T + 1:
             return None
-        init_arg = (o.data_ptr() + T * R * (4 if kind == "f" else 8), R, 0.0)
+        init_arg = (o.data_ptr() + T * R * size, R, 0.0)
         init_num = None
     elif type(init) is _Tensor:
-        if not init.is_cpu or init.dtype is not dtype or (grad and init.requires_grad) or not init.is_contiguous() \
-                or init.is_neg():
+        if not _plain(init, dtype, grad):
             return None
         ish = init.shape
         if ish not in (_NO_ROW, row):  # a row with leading ones: the carried value's shape

@@ -61,7 +61,6 @@ class Program:
         self.code: List[Tuple[int, int, int, int]] = []
         self.a: Tuple[int, int] = (0, 0)
         self.b: Tuple[int, int] = (0, 0)
-        self.roles: List[Tuple[str, int]] = []  # per param: (role, index in its list)
         self.code_t: Tuple[Tuple[int, int, int, int], ...] = ()
         self.npre = 0  # instructions before the recurrence (the rest: the post phase)
         self.row_mode = False  # the update runs as written, row by row (row_code, nrt temporaries)
@@ -83,6 +82,22 @@ def _is_t(node: ast.AST, k_ok: bool = True) -> Optional[int]:
             and 0 <= node.right.value <= 64):
         return node.right.value
     return None
+
+
+def _lower(op: type, left: Tuple[str, Any], right: Tuple[str, Any], vv: Any, vs: Any) -> Tuple[str, Any]:
+    """A binary operation with at least one vector side, as torch computes it: ``vv(opcode, x, y)``
+    for two vectors, ``vs(opcode, x, slot)`` for a vector and a number. ``c + x`` and ``c * x``
+    commute (one rounding either way), ``c - x`` is one reversed subtraction, ``c / x`` is torch's
+    ``x.reciprocal() * c``. Values are ``(kind, value)``; kind "s" is a number."""
+    if left[0] != "s" and right[0] != "s":
+        return vv(_VV[op], left, right)
+    if right[0] == "s":
+        return vs(_VS[op], left, right[1])
+    if op in (ast.Add, ast.Mult):
+        return vs(_VS[op], right, left[1])
+    if op is ast.Sub:
+        return vs(RSUB_S, right, left[1])
+    return vs(MUL_S, vs(RECIP, right, None), left[1])
 
 
 class _Compiler:
@@ -165,21 +180,12 @@ class _Compiler:
                 return self.scalar(_PY[type(e.op)], v, None)  # type: ignore[arg-type]
             return self.emit(NEG, v, 0, True, False) if isinstance(e.op, ast.USub) else (kind, v)
         if isinstance(e, ast.BinOp) and type(e.op) in _VV:
-            lk, lv = self.expr(e.left, carried)
-            rk, rv = self.expr(e.right, carried)
-            op = type(e.op)
-            if lk == "s" and rk == "s":
-                return self.scalar(_PY[op], lv, rv)
-            if lk == "v" and rk == "v":
-                return self.emit(_VV[op], lv, rv, True, True)
-            if lk == "v":
-                return self.emit(_VS[op], lv, rv, True, False)
-            if op in (ast.Add, ast.Mult):  # c + x, c * x: commutative, one rounding
-                return self.emit(_VS[op], rv, lv, True, False)
-            if op is ast.Sub:
-                return self.emit(RSUB_S, rv, lv, True, False)
-            r = self.emit(RECIP, rv, 0, True, False)  # torch: c / x is x.reciprocal() * c
-            return self.emit(MUL_S, r[1], lv, True, False)
+            left, right = self.expr(e.left, carried), self.expr(e.right, carried)
+            if left[0] == "s" and right[0] == "s":
+                return self.scalar(_PY[type(e.op)], left[1], right[1])
+            return _lower(type(e.op), left, right,
+                          lambda o, x, y: self.emit(o, x[1], y[1], True, True),
+                          lambda o, x, c: self.emit(o, x[1], 0 if c is None else c, True, False))
         raise _Invalid(type(e).__name__)
 
     # ---- statements
@@ -375,20 +381,8 @@ class _Compiler:
             if isinstance(e, ast.UnaryOp) and type(e.op) in (ast.USub, ast.UAdd):
                 kind, val = row(e.operand)
                 return self._row_emit(NEG, (kind, val), None) if isinstance(e.op, ast.USub) else (kind, val)
-            if isinstance(e, ast.BinOp) and type(e.op) in _VV:
-                lk, lv = row(e.left)
-                rk, rv = row(e.right)
-                op = type(e.op)
-                if lk != "s" and rk != "s":
-                    return self._row_emit(_VV[op], (lk, lv), (rk, rv))
-                if rk == "s":
-                    return self._row_emit(_VS[op], (lk, lv), rv)
-                if op in (ast.Add, ast.Mult):  # c + x, c * x: one rounding either way
-                    return self._row_emit(_VS[op], (rk, rv), lv)
-                if op is ast.Sub:
-                    return self._row_emit(RSUB_S, (rk, rv), lv)
-                r = self._row_emit(RECIP, (rk, rv), None)  # torch: c / x is x.reciprocal() * c
-                return self._row_emit(MUL_S, r, lv)
+            if isinstance(e, ast.BinOp) and type(e.op) in _VV:  # (one side reads S: not two numbers)
+                return _lower(type(e.op), row(e.left), row(e.right), self._row_emit, self._row_emit)
             raise _Invalid(type(e).__name__)
 
         out = row(v)
@@ -474,7 +468,7 @@ class _Compiler:
             p.b = (1, phys[bv]) if bk == "v" else (0, slot(bv))
         p.feed_seqs = frozenset(i for i, _ in p.feeds)
         p.code_t = tuple(p.code)
-        p.npre = sum(1 for _ in self.ins[:self.npre])
+        p.npre = self.npre  # (one instruction per SSA instruction, STOREs included)
 
 
 def _parse(program: str) -> Optional[Program]:
@@ -499,7 +493,6 @@ def _parse(program: str) -> Optional[Program]:
         index[p.carried] = ("init", 0)
     if any(s not in p.seqs for s in p.tails) or len(index) != len(p.params) or set(index) != set(p.params):
         return None  # a tail of a sequence never read, or a name with two roles
-    p.roles = [index[n] for n in p.params]
     pos = {n: i for i, n in enumerate(p.params)}
     p.nparams = len(p.params)
     p.seq_pos = [pos[x] for x in p.seqs]

@@ -71,6 +71,14 @@ def _enclosing(module: cst.Module, node: cst.CSTNode):
     return _LOOPS_OF[1].get(id(node))
 
 
+def reads_frame(n: cst.CSTNode) -> bool:
+    """Whether ``n`` is a call that reads a function's locals by name or an attribute that reaches
+    its frame (what makes a local read where its name does not appear)."""
+    if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in _INTROSPECTION:
+        return True
+    return isinstance(n, cst.Attribute) and n.attr.value in _FRAME_ATTRS
+
+
 def dead_after(module: cst.Module, node: cst.For, names: Set[str],
                first_step: Sequence[Tuple[Set[str], Optional[str]]]) -> bool:
     """Whether the values the loop ``node`` leaves in ``names`` can never be read: ``node`` is in a
@@ -88,11 +96,7 @@ def dead_after(module: cst.Module, node: cst.For, names: Set[str],
     for n in _walk(func):
         if id(n) in inside:
             continue
-        if isinstance(n, cst.Name) and n.value in names:
-            return False
-        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in _INTROSPECTION:
-            return False
-        if isinstance(n, cst.Attribute) and n.attr.value in _FRAME_ATTRS:
+        if (isinstance(n, cst.Name) and n.value in names) or reads_frame(n):
             return False
     if nested:
         assigned: Set[str] = set()

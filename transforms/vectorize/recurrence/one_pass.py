@@ -115,7 +115,7 @@ class _Builder:
             if not targets:
                 raise _No()
             lines.append(" = ".join(targets + [value]))
-        tails = [f"{self.container_name(c)}[T] = {self.names.get(n)}" for c, n in self.tails.items()]
+        tails = [f"{self.names.get(c)}[T] = {self.names.get(n)}" for c, n in self.tails.items()]
         folded = bool(getattr(p, "folded", False))
         live = not p.memo and (not folded or not _dead_after(self.ctx.module, self.node, self.S))
         dead = [] if live or p.memo else [f"del {self.names.get(self.S)}"]
@@ -131,9 +131,6 @@ class _Builder:
         return text, [back[n] for n in prog.params], live, folded
 
     # ---- names and per-step reads
-    def container_name(self, code: str) -> str:
-        return self.names.get(code)
-
     def container(self, node: cst.BaseExpression) -> str:
         if not _pure_container(node):
             raise _No()
@@ -231,10 +228,6 @@ def _dead_after(module: cst.Module, node: cst.For, name: str) -> bool:
     for n in _walk(func):
         if id(n) in inside or id(n) in stores:
             continue
-        if isinstance(n, cst.Name) and n.value == name:
-            return False
-        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in fold._INTROSPECTION:
-            return False
-        if isinstance(n, cst.Attribute) and n.attr.value in fold._FRAME_ATTRS:
+        if (isinstance(n, cst.Name) and n.value == name) or fold.reads_frame(n):
             return False
     return True
