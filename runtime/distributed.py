@@ -123,7 +123,7 @@ def _end_with_parent(parent: int, interval: float = 0.5, grace: float = 10.0) ->
     its workers on it), SIGKILL after ``grace``. It writes nothing: its stderr is a pipe to the
     dead parent (a write would raise and end the thread before it stopped anything)."""
     import signal
-    import threading
+    from scalebox_cst.runtime import threads
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -135,7 +135,7 @@ def _end_with_parent(parent: int, interval: float = 0.5, grace: float = 10.0) ->
                 return
             time.sleep(pause)
 
-    threading.Thread(target=watch, name="scalebox-parent-watch", daemon=True).start()
+    threads.start_daemon(watch, "scalebox-parent-watch")
 
 
 # ------------------------------------------------------------------------------ inside a rank

@@ -29,6 +29,7 @@ import time
 from typing import IO, Any, Callable, Dict, List, Optional
 
 from scalebox_cst import runs
+from scalebox_cst.runtime import threads
 from scalebox_cst.runtime.launch import ENV_INFO, ENV_SEED
 from scalebox_cst.runtime.metrics import ENV_FILE  # where the child's telemetry appends
 
@@ -234,10 +235,8 @@ class Execution:
         tb_dir = runs.tensorboard_dir(self.project_dir, branch, self.run, commit, variant)
         self._tb = _TensorBoard(tb_dir, self.notice) if tensorboard else None
         self._done = threading.Event()
-        self._reader = threading.Thread(target=self._pump, name=f"scalebox-run-{branch}#{self.run}", daemon=True)
-        self._reader.start()
-        self._tailer = threading.Thread(target=self._tail_metrics, name=f"scalebox-tail-{branch}#{self.run}", daemon=True)
-        self._tailer.start()
+        self._reader = threads.start_daemon(self._pump, f"scalebox-run-{branch}#{self.run}")
+        self._tailer = threads.start_daemon(self._tail_metrics, f"scalebox-tail-{branch}#{self.run}")
 
     # ------------------------------------------------------------------ output and metrics
     def _pump(self) -> None:
@@ -340,7 +339,15 @@ class Execution:
                 time.sleep(0.05)
 
     def wait(self, timeout: Optional[float] = None) -> RunRecord:
-        status = self.proc.wait(timeout=timeout)
+        if timeout is None:  # in slices: a signal another thread took still runs its handler soon (runtime.threads)
+            while True:
+                try:
+                    status = self.proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        else:
+            status = self.proc.wait(timeout=timeout)
         with self._lock:  # a signal raised in here leaves _finished False: the next call redoes it
             if not self._finished:
                 self._finish(status)

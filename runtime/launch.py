@@ -139,7 +139,7 @@ def _end_with_parent(parent: int, interval: float = 0.5) -> None:
     """A daemon thread: when the executor that started this run is gone (killed, even by
     SIGKILL), stop the whole process group (SIGTERM, then SIGKILL), workers included."""
     import signal
-    import threading
+    from scalebox_cst.runtime import threads
     import time
 
     def watch():
@@ -154,7 +154,7 @@ def _end_with_parent(parent: int, interval: float = 0.5) -> None:
         time.sleep(3.0)
         os.killpg(group, signal.SIGKILL)
 
-    threading.Thread(target=watch, name="scalebox-parent-watch", daemon=True).start()
+    threads.start_daemon(watch, "scalebox-parent-watch")
 
 
 def main(argv=None) -> None:

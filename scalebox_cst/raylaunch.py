@@ -38,6 +38,7 @@ import time
 from typing import Any, Callable, Dict, IO, List, Optional, Sequence
 
 from scalebox_cst import runs
+from scalebox_cst.runtime import threads as quiet
 
 INSTALL_HINT = 'the ray launcher needs Ray: pip install "scalebox_cst[ray]" (or pip install "ray>=2.9")'
 #: seconds between two chunks a task streams back
@@ -519,9 +520,7 @@ def run_ray(
                     error = exc
                 results[i] = host.finish(error, cancelled=stop.is_set())
 
-        threads = [threading.Thread(target=drive, args=(i, h), name=f"scalebox-ray-{i}", daemon=True) for i, h in enumerate(hosts)]
-        for t in threads:
-            t.start()
+        threads = [quiet.start_daemon(drive, f"scalebox-ray-{i}", (i, h)) for i, h in enumerate(hosts)]
         try:
             while any(t.is_alive() for t in threads):
                 if stop.wait(0.2):

@@ -18,6 +18,7 @@ from watchdog.observers.polling import PollingObserver
 
 from scalebox_cst.project import ChangeResult, Project
 from scalebox_cst.report import RunReport
+from scalebox_cst.runtime import threads
 
 # Events that never mean "content may have changed".
 _IGNORED_EVENTS = {"opened", "closed_no_write"}
@@ -198,7 +199,7 @@ class Watcher:
         self.handle_change()
         observer = PollingObserver(timeout=0.2) if self.polling else Observer()
         observer.schedule(_Handler(self), self.project.root, recursive=True)
-        observer.start()
+        threads.start(observer)  # its threads leave SIGTERM/SIGINT to the main thread
         self._observer = observer
         return self
 

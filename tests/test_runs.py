@@ -380,6 +380,70 @@ def test_signals_to_scalebox_run_stop_the_whole_run_and_finish_its_record(plain,
     assert [e["kind"] for e in events] == ["started", "stopped"]
 
 
+def _blocked(tid):
+    """The set of signals thread ``tid`` of this process blocks (from /proc)."""
+    with open(f"/proc/self/task/{tid}/status") as fh:
+        mask = int(next(line for line in fh if line.startswith("SigBlk:")).split()[1], 16)
+    return {s for s in signal.Signals if mask >> (s - 1) & 1}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads thread masks from /proc")
+def test_helper_threads_leave_stop_signals_to_the_main_thread():
+    """The kernel gives a process's signal to any thread not blocking it; only the main thread
+    runs Python handlers, and a main thread asleep in waitpid is not woken by another thread's
+    signal. Every helper thread the engine starts blocks them; faults stay with their thread."""
+    import threading
+
+    from scalebox_cst.runtime import threads
+
+    before = _blocked(threading.get_native_id())
+    seen = {}
+    ready = threading.Event()
+    thread = threads.start_daemon(lambda: (seen.update(blocked=_blocked(threading.get_native_id())), ready.set()), "probe")
+    assert ready.wait(10)
+    thread.join(10)
+    assert {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD} <= seen["blocked"]
+    assert not {signal.SIGSEGV, signal.SIGFPE, signal.SIGBUS, signal.SIGABRT} & seen["blocked"]
+    assert _blocked(threading.get_native_id()) == before  # the caller's own mask is as it was
+
+
+def test_a_stop_signal_another_thread_took_still_ends_the_wait_for_a_run(plain):
+    """A signal handled at C level in another thread (as when the kernel picks a torch or
+    libgit2 thread) still runs the main thread's handler while it waits for the run."""
+    import threading
+
+    from scalebox_cst.project import Project
+    from scalebox_cst.runtime import executor
+
+    (plain / "slow.py").write_text("import time\ntime.sleep(30)\n")
+    scalebox("rewrite", str(plain))
+    project = Project(str(plain))
+    info = project.store.resolve("run/0001")
+
+    class Stop(Exception):
+        pass
+
+    def handler(*_):
+        raise Stop
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    execution = executor.Execution(
+        project.store.path, project.root, project.runs_dir, info.name, info.commit, "slow.py", [],
+        source_commit=info.source_commit, notice=lambda _: None, tensorboard=False,
+    )
+    try:
+        other = threading.Thread(target=lambda: (time.sleep(1.0), signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)))
+        other.start()
+        start = time.time()
+        with pytest.raises(Stop):
+            execution.wait()
+        assert time.time() - start < 10
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        record = execution.stop(reason="test over")
+    assert record.status == "stopped"
+
+
 def test_timeout_of_scalebox_run_leaves_no_training_behind(plain):
     (plain / "quiet.py").write_text(QUIET)
     scalebox("rewrite", str(plain))

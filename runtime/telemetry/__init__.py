@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Optional
 
-from scalebox_cst.runtime import metrics
+from scalebox_cst.runtime import metrics, threads
 from scalebox_cst.runtime.telemetry import envs, imports, sites, system, training, writer
 
 ENV_SWITCH = "SCALEBOX_TELEMETRY"
@@ -57,7 +57,7 @@ def install() -> bool:
     metrics.after_flush(sites.write_json)
     metrics.background_flush(True)
     _thread = _Telemetry()
-    _thread.start()
+    threads.start(_thread)
     atexit.register(_thread.finish)
     return True
 

@@ -208,6 +208,6 @@ class MonitorServer(http.server.ThreadingHTTPServer):
 
     def start_background(self) -> threading.Thread:
         """Serve in a daemon thread (tests, embedding); stop with ``shutdown()`` then ``server_close()``."""
-        thread = threading.Thread(target=self.serve_forever, name="scalebox-monitor", daemon=True)
-        thread.start()
-        return thread
+        from scalebox_cst.runtime import threads
+
+        return threads.start_daemon(self.serve_forever, "scalebox-monitor")

@@ -1,0 +1,40 @@
+"""Start helper threads that never take a process's signals.
+
+Only the main thread runs Python signal handlers. When the kernel hands a process-directed
+signal (SIGTERM from ``kill``, SIGINT from a terminal, SIGHUP) to another thread, the C-level
+handler only sets a flag: a main thread blocked in a system call (``waitpid``, ``sleep``, a
+read) is not woken and the handler runs when that call ends by itself, perhaps minutes later.
+Threads started here block those signals (a new thread inherits its creator's mask, so the
+mask is set around ``start()`` and nothing can arrive in between), so the kernel delivers them
+to the main thread, whose blocked call then returns EINTR and runs the handler at once. Faults
+a thread raises itself (SIGSEGV, SIGFPE, ...) are left unblocked: they go to the faulting
+thread and ``faulthandler`` must see them.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+
+_SYNCHRONOUS = {
+    getattr(signal, name) for name in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS", "SIGABRT", "SIGPIPE",
+                                       "SIGKILL", "SIGSTOP") if hasattr(signal, name)
+}
+
+
+def start(thread: threading.Thread) -> threading.Thread:
+    """``thread.start()`` with every asynchronous signal blocked in the new thread."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: the kernel does not pick threads
+        thread.start()
+        return thread
+    blocked = set(signal.valid_signals()) - _SYNCHRONOUS
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return thread
+
+
+def start_daemon(target, name: str, args=()) -> threading.Thread:
+    """A daemon thread running ``target(*args)``, started with :func:`start`."""
+    return start(threading.Thread(target=target, name=name, args=args, daemon=True))
