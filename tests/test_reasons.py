@@ -476,3 +476,27 @@ def test_scatter_range_bound_through_the_table():
     out, sites = rewrite(look, ELEM)
     assert out == textwrap.dedent(look) and [s.action for s in sites] == [SKIPPED]
     assert "range bounds are not plain values" in sites[0].reason
+
+
+# ------------------------------------------------------------------ reasons in the user's spelling
+@pytest.mark.parametrize("index, spelled", [
+    ("idx, ...", "ratio[idx, ...]"),  # time first, then an ellipsis (DI-engine's retrace)
+    (":, idx", "ratio[:, idx]"),  # time along dimension 1
+    ("..., idx, :", "ratio[..., idx, :]"),
+])
+def test_skip_reasons_of_time_indexed_loops_quote_the_users_subscripts(index, spelled):
+    """A loop indexing time in the middle is analysed through time-major views whose names are the
+    engine's own: a skip reason quotes the loop's own subscript, never a view's name."""
+    src = f"""
+    def f(q, r, w, ratio, g, T):
+        tmp = q[{index.replace('idx', '-1')}]
+        for idx in reversed(range(T)):
+            q[{index}] = r[{index}] + g * w[{index}] * tmp
+            tmp = ratio[{index}].clamp(max=1.0) * q[{index}]
+        return q
+    """
+    _, sites = rewrite(src, REC)
+    (s,) = [s for s in sites if s.transform == REC]
+    assert s.action == SKIPPED
+    assert f"`{spelled}.clamp()`" in s.reason, s.reason
+    assert "ratio_t" not in s.reason

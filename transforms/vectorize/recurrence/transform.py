@@ -16,7 +16,7 @@ from ...base import FileContext, Transform
 from ...analysis.scopes import builtin_checker
 from .syntax import _BUILTINS, Skip
 from .headers import _backward_header, _named_range_ast, _named_range_header, _walks_backward, hoist_zip
-from .views import _time_views
+from .views import _time_views, spelled
 from .candidates import _forward_memory, _loose_candidate
 from . import backward as bw
 from .loops import _GUARD_CALLS, _ast_bound, _kept_loops, _replace_statements, _statement_fors
@@ -157,7 +157,7 @@ class VectorizeRecurrence(Transform):
                 planner.analyse()
                 new, exact, reason = self.build(ctx, node, planner)
             except Skip as exc:
-                sites.append(site(SKIPPED, str(exc)))
+                sites.append(site(SKIPPED, spelled(str(exc), planner.views)))
                 continue
             except Exception as exc:  # an analysis bug must not cost the user the other rewrites
                 sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))

@@ -26,7 +26,7 @@ from .syntax import _CAST_METHODS, _bound_names, _code, _head, _names_read, _one
 from .headers import Header
 from .body import _callee, BodyParser
 from .candidates import _loose_candidate
-from .views import _time_views
+from .views import _time_views, spelled
 from .plan import Planner
 from .build import HELPERS_QUALNAME
 
@@ -106,8 +106,11 @@ def plan_loop(ctx: FileContext, loop: cst.For, header: Header, reassociate: bool
     viewed = _time_views(ctx, loop, header)
     planner = Planner(ctx, viewed[0] if viewed else loop, header, reassociate, cpu=ctx.backend == "cpu")
     planner.views = viewed[1] if viewed else []
-    planner.analyse()
-    return build(ctx, loop, planner)
+    try:
+        planner.analyse()
+        return build(ctx, loop, planner)
+    except Skip as exc:
+        raise Skip(spelled(str(exc), planner.views)) from None
 
 
 #: switches unswitched one inside the other at most (``if a: ... elif b: ... else: ...`` is two)

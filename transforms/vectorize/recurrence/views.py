@@ -119,17 +119,25 @@ class View:
         return f"{helpers}.dim_view({self.code}, {self.dim}, {self.ndim}{ints})"
 
 
-def describe(kinds: str, views: List[View]) -> Tuple[str, str]:
-    """The site's pattern text with the views' subscripts in the user's spelling, and the shape
-    note (``time along dimension 1, ``)."""
+def spelled(text: str, views: List[View]) -> str:
+    """``text`` (a pattern or a skip reason) with the views' subscripts in the user's spelling:
+    the views' names are the engine's own, not in the user's code."""
     import re
 
     for v in views:
         if v.plain:  # x_t[i] is x[:, i] in the user's text
-            kinds = re.sub(rf"(?<![\w.]){re.escape(v.name)}\[", f"{v.code}[:, ", kinds)
+            text = re.sub(rf"(?<![\w.]){re.escape(v.name)}\[", f"{v.code}[:, ", text)
         else:
             for new, old in sorted(v.texts.items(), key=lambda kv: -len(kv[0])):
-                kinds = kinds.replace(new, old)
+                text = text.replace(new, old)
+        text = re.sub(rf"(?<![\w.]){re.escape(v.name)}(?![\w])", v.code, text)  # a bare view: the array
+    return text
+
+
+def describe(kinds: str, views: List[View]) -> Tuple[str, str]:
+    """The site's pattern text with the views' subscripts in the user's spelling, and the shape
+    note (``time along dimension 1, ``)."""
+    kinds = spelled(kinds, views)
     dims = sorted({v.dim for v in views}, key=lambda d: (d < 0, abs(d)))
     if not dims:
         return kinds, ""
