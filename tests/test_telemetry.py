@@ -387,8 +387,8 @@ json.dump({"slow_s": slow}, open("timing.json", "w"))
 """
 
 
-def _scalebox(*args, cwd):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def _scalebox(*args, cwd, **extra_env):
+    env = dict(os.environ, OMP_NUM_THREADS="1", **extra_env)
     exe = os.path.join(os.path.dirname(sys.executable), "scalebox")
     proc = subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -406,7 +406,9 @@ def test_guard_counters_and_site_time_of_a_rewritten_gae_loop(tmp_path):
     reduce_for = next(i for i, l in enumerate(lines, 1) if l.strip().startswith("for log_prob in"))
     _scalebox("init", ".", cwd=project)
     _scalebox("rewrite", ".", cwd=project)
-    _scalebox("run", "train.py", cwd=project)
+    # 100 samples a second: about 50 in the half second of slow loops even on a loaded machine
+    # (at the default 25 a scheduler delay of a few samples failed `samples >= 10`)
+    _scalebox("run", "train.py", cwd=project, SCALEBOX_TELEMETRY_HZ="100")
     found = glob.glob(str(project / ".scalebox" / "runs" / "**" / "sites.json"), recursive=True)
     assert len(found) == 1
     sites = {s["transform"]: s for s in json.loads(open(found[0]).read())["sites"]}
