@@ -787,3 +787,124 @@ COPY_LOOK_ALIKES = [
 @pytest.mark.parametrize("src,reason", COPY_LOOK_ALIKES, ids=[r for _, r in COPY_LOOK_ALIKES])
 def test_carried_copy_look_alikes_are_left_alone(src, reason):
     left_alone(src, reason)
+
+
+# ------------------------------------------------------------------ outputs accumulated in place: out[t] += v
+
+# DI-engine's rl_utils/gae.py: the advantages added into a zeroed output
+DIENGINE_GAE = """\
+def gae(value, next_value, reward, done, traj_flag, gamma, lambda_, like):
+    next_value = next_value * (1 - done)
+    delta = reward + gamma * next_value - value
+    factor = gamma * lambda_ * (1 - traj_flag)
+    adv = like(value)
+    gae_item = like(value[0])
+    for t in reversed(range(reward.shape[0])):
+        gae_item = delta[t] + factor[t] * gae_item
+        adv[t] += gae_item
+    return adv, gae_item
+
+out = gae(value, next_value, reward, done, done, 0.99, 0.97, zeros_like)
+"""
+
+# DI-engine's vtrace_nstep_return: a base cloned, then each step's value taken off (or added to) it;
+# the last step special-cased, the output at a dtype of its own (promotion, then a cast back)
+ONTO_BASE = """\
+def onto(base, rewards, masks, last, gamma, copy):
+    result = copy(base)
+    T = rewards.shape[0]
+    acc = last
+    for t in reversed(range(T)):
+        m = masks[t + 1] if t < T - 1 else 1.0
+        acc = rewards[t] + gamma * m * acc
+        result[t] OP acc
+    return result, acc
+
+out = onto(base, rewards, masks, last, 0.95, copy)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.integers(1, 4), dtype=dtypes, kind=kinds, seed=st.integers(0, 2**16))
+def test_diengine_gae_accumulated_into_its_output_bitwise(T, N, dtype, kind, seed):
+    out, done, _ = sites_of(DIENGINE_GAE)
+    assert [s.exactness for s in done] == [EXACT] and "adv[0:" in out and "] += " in out
+    env = dict(value=arrays(kind, seed, (T, N), dtype), next_value=arrays(kind, seed + 1, (T, N), dtype),
+               reward=arrays(kind, seed + 2, (T, N), dtype), done=arrays(kind, seed + 3, (T, N), dtype, "dones"),
+               zeros_like=torch.zeros_like if kind == "torch" else np.zeros_like)
+    ns1, ns2 = run_both(DIENGINE_GAE, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@HYP
+@given(T=lengths, N=st.integers(1, 4), op=st.sampled_from(["+=", "-="]), kind=kinds,
+       base_dtype=dtypes, dtype=dtypes, seed=st.integers(0, 2**16))
+def test_accumulation_reads_each_old_row_once_bitwise(T, N, op, kind, base_dtype, dtype, seed):
+    """The output holds values before the loop; each step reads its own row's and writes it back
+    (rows of another dtype: computed in the promoted one, stored at the output's)."""
+    if kind == "numpy" and base_dtype != dtype:
+        dtype = base_dtype  # numpy's same_kind casting would take it too; kept to one dtype here
+    src = ONTO_BASE.replace("OP", op)
+    env = dict(base=arrays(kind, seed, (T, N), base_dtype), rewards=arrays(kind, seed + 1, (T, N), dtype),
+               masks=arrays(kind, seed + 2, (T, N), dtype, "dones"), last=arrays(kind, seed + 3, (N,), dtype),
+               copy=torch.clone if kind == "torch" else np.copy)
+    ns1, ns2 = run_both(src, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@given(T=st.integers(2, 24), seed=st.integers(0, 2**16))
+@HYP
+def test_accumulation_with_time_along_dimension_one_bitwise(T, seed):
+    src = """\
+def f(rewards, dones, adv, gamma):
+    s = 0.0
+    for t in reversed(range(rewards.shape[1])):
+        s = rewards[:, t] + gamma * (1.0 - dones[:, t]) * s
+        adv[:, t] += s
+    return adv, s
+
+out = f(rewards, dones, adv, 0.9)
+"""
+    env = dict(rewards=tensor(seed, (3, T), torch.float32), dones=tensor(seed + 1, (3, T), torch.float32, "dones"),
+               adv=tensor(seed + 2, (3, T), torch.float32))
+    ns1, ns2 = run_both(src, env)
+    same_namespaces(ns1, ns2)
+
+
+def test_accumulation_into_an_input_of_the_loop_falls_back_to_the_loop():
+    """``adv`` is also what the recurrence reads (the same tensor passed twice): the guard sees the
+    output share memory with an input and the loop runs as written."""
+    src = DIENGINE_GAE.replace("zeros_like)", "zeros_like)\nout2 = f2(reward, 0.9)") + """
+def f2(x, gamma):
+    s = 0.0
+    for t in reversed(range(x.shape[0])):
+        s = x[t] + gamma * s
+        x[t] += s
+    return x
+"""
+    src = src.replace("out2 = f2(reward, 0.9)\n", "") + "out2 = f2(reward, 0.9)\n"
+    env = dict(value=tensor(1, (6, 2), torch.float32), next_value=tensor(2, (6, 2), torch.float32),
+               reward=tensor(3, (6, 2), torch.float32), done=tensor(4, (6, 2), torch.float32, "dones"),
+               zeros_like=torch.zeros_like)
+    _, sites = rewrite(src)
+    assert sum(s.action == REWRITTEN for s in sites) == 1  # f2's loop reads what it writes: left alone
+    ns1, ns2 = run_both(src, env)
+    same_namespaces(ns1, ns2)
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("s = r[t] + g * s + out[t + 1]\n        out[t] += s", "updates `out` in place and the loop also reads it"),
+    ("s = r[t] + g * s\n        out[t] += s\n        w = out.sum()", "updates `out` in place and the loop also reads it"),
+    ("s = r[t] + g * s\n        out[t] += s\n        out[t] = s", "and another write of `out` in one step"),
+    ("s = r[t] + g * s\n        out[t] *= s", "augmented assignment `out[t] *= s` (updates `out[t]` in place"),
+    ("s = r[t] + g * s\n        out[t + 1] += s", "augmented assignment `out[t + 1] += s`"),
+])
+def test_accumulation_look_alikes_left_alone(body, reason):
+    src = f"""\
+def f(r, out, g):
+    s = 0.0
+    for t in reversed(range(len(r))):
+        {body}
+    return out
+"""
+    left_alone(src, reason)

@@ -36,7 +36,11 @@ class Item:
     #: constant instead of updating) and the items of its update branch (``guarded``)
     switch: bool = False
     guarded: bool = False
+    #: ``out[t] += v`` / ``out[t] -= v``: the operator ("+=" / "-=") of an accumulating write of ``outs[0]``
+    accum: Optional[str] = None
 
+
+_ACCUMULATE = {cst.AddAssign: "+=", cst.SubtractAssign: "-="}
 
 _FORBIDDEN_SMALL = {
     cst.Break: "`break` in the loop body",
@@ -187,7 +191,16 @@ class BodyParser:
         if isinstance(small, cst.Pass):
             return None
         if isinstance(small, cst.AugAssign):
-            raise Skip(f"augmented assignment `{_code(small).strip()}` (may update in place)")
+            tg = small.target
+            op = _ACCUMULATE.get(type(small.operator))
+            if op is not None and isinstance(tg, cst.Subscript) and self.is_index_ref(tg) and _pure_container(tg.value):
+                # out[t] += v: each row read once, then written once (the planner checks `out` is read
+                # nowhere else); the middle steps' `out[1:T - 1] += V` is the same per element
+                value, first = self.middle_value(small.value)
+                return Item("assign", node=small, outs=[tg.value], value=value, first=first,
+                            shown=small.value if first else None, accum=op)
+            raise Skip(f"augmented assignment `{_code(small).strip()}` (updates `{_code(tg).strip()}` in place; "
+                       "understood: `out[t] += v` and `out[t] -= v`)")
         if isinstance(small, cst.Assign):
             var: Optional[str] = None
             outs: List[cst.BaseExpression] = []

@@ -95,7 +95,7 @@ class Emit:
                     oc = _code(o).strip()
                     if self._has_step(vec):  # time-first: rows aligned to out's rows
                         vec = f"{helpers}.to_rank({vec}, {oc})"
-                    mid.append(f"{oc}[{_LO}:{T} - 1] = {vec}")
+                    mid.append(f"{oc}[{_LO}:{T} - 1] {it.accum or '='} {vec}")
             elif it.kind in ("append", "insert", "appendleft"):
                 vec = self.render(it.value, env)  # type: ignore[arg-type]
                 if not from_carried(vec):  # an item made of per-step values alone: Python numbers in

@@ -417,4 +417,27 @@ EXAMPLES = [
         rewritten=False,
         reason="reads `adv[-2]`",
     ),
+    Example(
+        code=(
+            "def gae(delta, factor, adv, gae_item):\n"
+            "    for t in reversed(range(delta.shape[0])):\n"
+            "        gae_item = delta[t] + factor[t] * gae_item\n"
+            "        adv[t] += gae_item\n"
+            "    return adv\n"
+        ),
+        rewritten=True,
+        note="DI-engine GAE: the output accumulated in place, `adv[1:T - 1] += G` in the middle steps (each row read once)",
+    ),
+    Example(
+        code=(
+            "def f(r, out, g):\n"
+            "    s = 0.0\n"
+            "    for t in reversed(range(len(r))):\n"
+            "        s = r[t] + g * s + out[t + 1]\n"
+            "        out[t] += s\n"
+            "    return out\n"
+        ),
+        rewritten=False,
+        reason="updates `out` in place and the loop also reads it",
+    ),
 ]

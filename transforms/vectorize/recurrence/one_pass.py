@@ -72,6 +72,8 @@ def site(ctx, node: cst.For, planner) -> Optional[Tuple[str, List[str], bool, bo
     # and the runtime's grammar decides what it takes, `s = f(s); s = g(s)` included)
     mid = _flatten(planner.items, True)
     first = _flatten(planner.items, False)
+    if any(it.accum for it in mid + first):  # out[t] += v: not in the program's grammar
+        return None
     try:
         return _Builder(ctx, node, planner).build(mid, first)
     except _No:

@@ -108,6 +108,7 @@ class Planner(BodyChecks, Render, Affine, ListCarry, Emit):
         for name, cont in h.elements:
             if _norm(cont) in self.written:
                 raise Skip(f"writes `{_code(cont)}`, which it iterates over")
+        self.accumulations()
         self.memo: Dict[str, cst.BaseExpression] = {}  # carried value kept in out[t+1]: its name -> out
         self.memo_src: Dict[str, str] = {}
         self.list_readbacks()  # adv.append(f(adv[-1])): the list's last element is the carried value
@@ -124,6 +125,26 @@ class Planner(BodyChecks, Render, Affine, ListCarry, Emit):
         self.forward_reads()
         self.has_split = any(it.kind == "split" for it in self.items)
         self.dataflow()
+
+    def accumulations(self) -> None:
+        """``out[t] += v``: the step reads row t of ``out`` and writes it back, so the rows stay
+        independent -- and ``out[1:T - 1] += V`` does the same per element -- only where nothing else
+        in the body touches ``out``: written by that statement alone (one per step, in each branch
+        of a last-step case), read nowhere else (not at [t + 1], not through another name's chain)."""
+        acc = [it for it in self._all_items(self.items) if it.accum]
+        if not acc:
+            return
+        for X in {_norm(it.outs[0]) for it in acc}:
+            mine = [it for it in acc if _norm(it.outs[0]) == X]
+            spelled = _code(mine[0].node).strip()  # type: ignore[arg-type]
+            for case in (True, False):
+                writers = [it for it in _flatten(self.items, case) if any(_norm(o) == X for o in it.outs)]
+                if len(writers) != 1 or not writers[0].accum:
+                    raise Skip(f"`{spelled}` and another write of `{_code(mine[0].outs[0]).strip()}` in one step")
+            uses = sum(1 for n in _walk(self.node.body) if isinstance(n, (cst.Name, cst.Attribute)) and _norm(n) == X)
+            if uses != len(mine):
+                raise Skip(f"`{spelled}` updates `{_code(mine[0].outs[0]).strip()}` in place and the loop also reads it "
+                           "(understood: an output the loop reads only through its own `out[t] += v`)")
 
     def readbacks(self) -> None:
         """``out[t] = f(s)`` then, later in the step, ``s = out[t, 0]`` (or ``s = out[t]``), with
