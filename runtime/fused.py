@@ -20,7 +20,9 @@ constant A and a Python-number S is a Python product.
 """
 from __future__ import annotations
 
+import math
 import os
+import sys
 from typing import Any, List, Optional
 
 import torch
@@ -46,8 +48,8 @@ __all__ = ["fused_linear", "params_of", "available"]
 _Tensor = torch.Tensor
 _NUMBERS = (int, float, bool)
 _KIND = {torch.float32: "f", torch.float64: "d"}
-_NO_ROW = torch.Size(())
 _INT_LIMIT = 2 ** 53  # Python ints exactly representable as doubles (torch rounds int64 once)
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 def available() -> bool:
@@ -67,6 +69,77 @@ def _plain(x: Any, dtype: Any, grad: bool) -> bool:
     the CPU, contiguous, no neg bit (its memory would hold the other sign), no grad under grad mode."""
     return type(x) is _Tensor and x.dtype is dtype and x.is_cpu and x.is_contiguous() and not x.is_neg() \
         and not (grad and x.requires_grad)
+
+
+class _Torch:
+    """The values of a loop over tensors: what the kernel may take, and where their memory is."""
+
+    numpy = False
+
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = dtype
+        self.grad = torch.is_grad_enabled()
+        self.inference = torch.is_inference_mode_enabled()
+        self.kind = _KIND.get(dtype)
+
+    def plain(self, x: Any) -> bool:
+        return _plain(x, self.dtype, self.grad)
+
+    def writable(self, x: Any) -> bool:  # (the loop's `out[t] = ...` raises on an inference tensor outside it)
+        return _plain(x, self.dtype, self.grad) and (self.inference or not x.is_inference())
+
+    @staticmethod
+    def ptr(x: Any) -> int:
+        return x.data_ptr()
+
+    def empty(self, shape: tuple) -> Any:
+        return torch.empty(shape, dtype=self.dtype)
+
+    @staticmethod
+    def number(last: Any) -> Any:  # the carried value computed from numbers per step: 0-d, as in the loop
+        return last[0].clone() if last.dim() else last
+
+
+class _NumPy:
+    """The values of a loop over numpy arrays (NumPy 2: a Python number meeting an array is rounded
+    to its dtype, as torch does; NumPy 1's value-based casting computes numpy scalars in float64)."""
+
+    numpy = True
+
+    def __init__(self, np: Any, dtype: Any) -> None:
+        self.np = np
+        self.dtype = dtype
+        self.kind = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}.get(dtype)
+
+    def plain(self, x: Any) -> bool:
+        if type(x) is not self.np.ndarray or x.dtype != self.dtype:
+            return False
+        f = x.flags
+        return f.c_contiguous and f.aligned and x.dtype.isnative
+
+    def writable(self, x: Any) -> bool:
+        return self.plain(x) and x.flags.writeable
+
+    @staticmethod
+    def ptr(x: Any) -> int:
+        return x.__array_interface__["data"][0]
+
+    def empty(self, shape: tuple) -> Any:
+        return self.np.empty(shape, dtype=self.dtype)
+
+    @staticmethod
+    def number(last: Any) -> Any:  # numbers per step are numpy scalars: the loop's value is one too
+        return last[()] if last.ndim == 0 else last[0]
+
+
+def _values_of(x0: Any) -> Any:
+    """The value family of the first sequence: tensors, numpy arrays (NumPy 2), or None."""
+    if type(x0) is _Tensor:
+        return _Torch(x0.dtype)
+    np = sys.modules.get("numpy")
+    if np is not None and type(x0) is np.ndarray and int(np.__version__.split(".")[0]) >= 2:
+        return _NumPy(np, x0.dtype)
+    return None
 
 
 def fused_linear(program: str, T: Any, *values: Any, stop: int = 0) -> Any:
@@ -93,11 +166,13 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
             return None
     if type(T) is not int or T < 2 or len(values) != p.nparams or stop not in (0, 1) or (stop and not p.need_last and not p.memo):
         return None
-    grad = torch.is_grad_enabled()
-    # ---- the tensors (sequences, tails, outputs): exact type, one float dtype, CPU, contiguous;
-    # their shapes (one row shape, or a number per step), lengths, addresses
     x0 = values[p.seq_info[0][0]]
-    dtype = x0.dtype if type(x0) is _Tensor else None
+    lib = _values_of(x0)  # tensors, or numpy arrays
+    if lib is None or lib.kind is None or (lib.numpy and p.recip):  # (numpy's c / x is one division,
+        return None  # torch's the reciprocal times c: two roundings)
+    kind = lib.kind
+    # ---- the arrays (sequences, tails, outputs): exact type, one float dtype, CPU, contiguous;
+    # their shapes (one row shape, or a number per step), lengths, addresses
     spec = []
     row = None
     seqs = []  # (start, end) of each input's memory
@@ -106,9 +181,9 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
     # per step and constants only: 0-d in the loop, one value replicated over the kernel's columns)
     for si, (i, j, k) in enumerate(p.seq_info):
         x = values[i]
-        if not _plain(x, dtype, grad):
+        if not lib.plain(x):
             return None
-        sh = x.shape
+        sh = tuple(x.shape)
         n = len(sh)
         if n == 0:
             return None
@@ -120,33 +195,30 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
                 return None
         if j >= 0:  # tailed: at t = T - 1, X[t + 1] is the tail
             tail = values[j]
-            if not _plain(tail, dtype, grad) or sh[0] < T:
+            if not lib.plain(tail) or sh[0] < T:
                 return None
-            ts = tail.shape
+            ts = tuple(tail.shape)
             if ts != sh[1:]:  # a row with leading ones ([1, N], CleanRL's next_value.reshape(1, -1)) makes
                 # the carried value [1, N] from the first step on: the same numbers, that shape
-                if n < 2 or len(ts) <= n - 1 or ts[len(ts) - n + 1:] != sh[1:] or ts.numel() != sh[1:].numel() \
+                if n < 2 or len(ts) <= n - 1 or ts[len(ts) - n + 1:] != sh[1:] or math.prod(ts) != math.prod(sh[1:]) \
                         or (si, 1) not in p.feeds:
                     return None
                 if wide is None or len(ts) > len(wide):
                     wide = ts
-            tp = tail.data_ptr()
+            tp = lib.ptr(tail)
             seqs.append((tp, tp + tail.nbytes))
         else:
             if sh[0] < T + k:
                 return None
             tp = 0
-        xp = x.data_ptr()
+        xp = lib.ptr(x)
         seqs.append((xp, xp + x.nbytes))
         spec.append([xp, n, tp])
-    kind = _KIND.get(dtype)  # type: ignore[arg-type]
-    if kind is None:
-        return None
     if row is None:
-        row = _NO_ROW
+        row = ()
         R = 1
     else:
-        R = row.numel()
+        R = math.prod(row)
         if R < 1:
             return None
     size = 4 if kind == "f" else 8
@@ -155,15 +227,14 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
         e[0] += stop * e[1] * size
     outs = []
     written = []
-    inference = torch.is_inference_mode_enabled()
     for i in p.out_pos:
         o = values[i]
-        if not _plain(o, dtype, grad) or (not inference and o.is_inference()):
-            return None  # (the loop's `out[t] = ...` raises on an inference tensor outside inference mode)
-        sh = o.shape
+        if not lib.writable(o):
+            return None
+        sh = tuple(o.shape)
         if len(sh) < 1 or sh[1:] != row or sh[0] < T:
             return None
-        op = o.data_ptr()
+        op = lib.ptr(o)
         end = op + o.nbytes
         for lo, hi in seqs:  # outputs share no memory with an input or another output
             if lo < end and op < hi:
@@ -178,24 +249,24 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
         o = values[p.out_pos[0]]
         if o.shape[0] < T + 1:
             return None
-        init_arg = (o.data_ptr() + T * R * size, R, 0.0)
+        init_arg = (lib.ptr(o) + T * R * size, R, 0.0)
         init_num = None
-    elif type(init) is _Tensor:
-        if not _plain(init, dtype, grad):
+    elif type(init) is type(x0):
+        if not lib.plain(init):
             return None
-        ish = init.shape
-        if ish not in (_NO_ROW, row):  # a row with leading ones: the carried value's shape
-            if not row or len(ish) <= len(row) or ish[len(ish) - len(row):] != row or ish.numel() != R:
+        ish = tuple(init.shape)
+        if ish not in ((), row):  # a row with leading ones: the carried value's shape
+            if not row or len(ish) <= len(row) or ish[len(ish) - len(row):] != row or math.prod(ish) != R:
                 return None
             if wide is None or len(ish) > len(wide):
                 wide = ish
         s_row = s_row or len(ish) > 0
-        ip = init.data_ptr()
+        ip = lib.ptr(init)
         end = ip + init.nbytes
         for lo, hi in outs:
             if lo < end and ip < hi:
                 return None
-        init_arg = (ip, 1 if init.dim() == 0 else R, 0.0)
+        init_arg = (ip, 1 if not ish else R, 0.0)
         init_num = None
     else:
         init_num = _number(init)
@@ -216,6 +287,8 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
         return None  # the loop raises it (or another type's arithmetic): left to the loop
     if None in cs:
         return None
+    if lib.numpy and kind == "f" and any(math.isfinite(c) and abs(c) > _FLOAT32_MAX for c in cs):
+        return None  # numpy warns where it rounds a number past float32's range to inf: left to the loop
     p0 = None
     if init_num is not None and p.a[0] == 0:  # the first step's A * S is a Python product
         try:  # (an int product past 2**53 is refused: torch rounds it to float32 once, not via a double)
@@ -227,20 +300,22 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
     spec_t = tuple(map(tuple, spec))
     out_t = tuple([o[0] + stop * R * size for o in outs])
     if p.need_last:
-        last = torch.empty(wide if wide is not None else row if s_row else () if R == 1 else (R,), dtype=dtype)
+        last = lib.empty(wide if wide is not None else row if s_row else () if R == 1 else (R,))
+        lp = lib.ptr(last)
     else:
         last = None
-    lp = last.data_ptr() if last is not None else 0
+        lp = 0
     if p.row_mode:
         _C.run(kind, T - stop, R, p.code_t, p.npre, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns, lp,
                p.row_code, p.nrt)
     else:
         _C.run(kind, T - stop, R, p.code_t, p.npre, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns, lp)
-    if last is not None and not s_row and wide is None and R > 1:
-        last = last[0].clone()  # the loop's carried value is 0-d
-    # the loop's `out[t] = ...` bumps each output's version: a tensor autograd saved before the
-    # loop then fails backward instead of using the new values; so does one written here
-    _bump(written)
+    if last is not None and not s_row and wide is None and (R > 1 or lib.numpy):
+        last = lib.number(last)  # the loop's carried value is 0-d (a numpy scalar for arrays)
+    if not lib.numpy:
+        # the loop's `out[t] = ...` bumps each output's version: a tensor autograd saved before the
+        # loop then fails backward instead of using the new values; so does one written here
+        _bump(written)
     return last if last is not None else True
 
 

@@ -503,6 +503,7 @@ def _parse(program: str) -> Optional[Program]:
     p.const_pos = [pos[x] for x in p.consts]
     p.init_pos = pos[p.carried] if not p.memo else -1
     p.ns = len(p.s_outs)
+    p.recip = any(c[0] == RECIP for c in p.code_t + p.row_code)  # `c / x`: torch's reciprocal times c
     return p
 
 

@@ -295,6 +295,7 @@ FAST = {
     "batch_zip": lambda r: r is not None, "batch_range": lambda r: r is not None,
     "soft_update": lambda r: r is True, "scale_add": lambda r: r is True, "scale_add_alpha": lambda r: r is True,
     "lerp_update": lambda r: r is True, "hard_update": lambda r: r is True,
+    "fused_linear": lambda r: r is not None,  # the one-pass tier in front of recurrence_ok
 }
 
 

@@ -235,10 +235,145 @@ def test_look_alikes_keep_the_vectorized_steps_only(src):
     assert not run(f, g, args)
 
 
-@pytest.mark.parametrize("kind", ["numpy", "tensor-constant", "grad"])
+NUMPY_CLEANRL = CLEANRL.replace("torch.zeros_like", "np.zeros_like").replace("import torch", "import numpy as np")
+
+
+@HYP
+@given(T=st.integers(0, 40), N=st.sampled_from([1, 3]), dtype=st.sampled_from([torch.float32, torch.float64]),
+       seed=st.integers(0, 2**16), init=st.sampled_from(["int", "float", "row", "0d", "1xN"]),
+       tail=st.sampled_from(["row", "1xN"]), src=st.sampled_from(["folded", "last step as written"]))
+def test_numpy_arrays_take_the_tier_bitwise(T, N, dtype, seed, init, tail, src):
+    """SB3's buffers are numpy arrays: NumPy 2 rounds a Python number meeting an array to its dtype
+    as torch does, so the same kernel gives the loop's bits; the carried value comes back as the
+    loop leaves it (an array of the row's shape)."""
+    f, g, new, _ = functions(NUMPY_CLEANRL if src == "folded" else NOT_DEAD.replace("torch.zeros_like", "np.zeros_like")
+                             .replace("import torch", "import numpy as np"))
+    args = [a.numpy() for a in data(T, N, dtype, seed)]
+    if tail == "1xN":
+        args[3] = args[3].reshape(1, -1)
+    rng = np.random.default_rng(seed)
+    npdt = args[0].dtype
+    start = {"int": 0, "float": 0.25, "row": rng.standard_normal(N).astype(npdt), "0d": np.array(0.5, npdt),
+             "1xN": rng.standard_normal((1, N)).astype(npdt)}[init]
+    ran = run(f, g, args + [0.99, 0.95, start])
+    assert ran == (T >= 2 and int(np.__version__.split(".")[0]) >= 2)
+
+
+NUMPY_SCALARS = """import numpy as np
+
+def f(rewards, masks, gamma, out):
+    R = 0.0
+    for t in reversed(range(len(rewards))):
+        R = rewards[t] + gamma * masks[t] * R
+        out[t] = R
+    return out, R
+
+def g(rewards, masks, gamma, out):
+    R = 0.0
+    for t in reversed(range(len(rewards))):
+        R = rewards[t] + gamma / masks[t] * R
+        out[t] = R
+    return out, R
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_numbers_per_step_and_what_numpy_computes_otherwise(dtype):
+    """1-D arrays: each step's values are numpy scalars, and so is the carried value after the loop
+    (the tier returns one of that dtype). ``gamma / masks[t]`` is one division in numpy and torch's
+    reciprocal times gamma: left to the vectorized steps. A read-only, a non-contiguous or a
+    byte-swapped array is not taken either."""
+    f1, g1, _, _ = functions(NUMPY_SCALARS, "f")
+    rng = np.random.default_rng(3)
+    r, m = rng.standard_normal(33).astype(dtype), (rng.random(33) > 0.2).astype(dtype)
+    numpy2 = int(np.__version__.split(".")[0]) >= 2
+    assert run(f1, g1, [r, m, 0.9, np.zeros(33, dtype)]) == numpy2
+    want = f1(r, m, 0.9, np.zeros(33, dtype))[1]
+    assert type(want) is np.dtype(dtype).type
+    f2, g2, _, _ = functions(NUMPY_SCALARS, "g")
+    assert not run(f2, g2, [r, m + 1, 0.9, np.zeros(33, dtype)])
+    prog = "out[t] = R = rewards[t] + gamma * masks[t] * R"
+    assert fused_mod.params_of(prog) == ("out", "R", "rewards", "gamma", "masks")
+    call = lambda out, r: fused_mod.fused_linear(prog, 33, out, 0.0, r, 0.9, m)  # noqa: E731
+    assert type(call(np.zeros(33, dtype), r)) is np.dtype(dtype).type  # the kernel takes these
+    frozen = np.zeros(33, dtype)
+    frozen.flags.writeable = False
+    assert call(frozen, r) is None and not frozen.any()  # (the loop raises on it)
+    assert call(np.zeros(33, dtype), np.repeat(r, 2)[::2]) is None
+    assert call(np.zeros(33, dtype), r.astype(np.dtype(dtype).newbyteorder(">"))) is None
+    assert call(np.zeros(33, dtype), np.ma.masked_array(r)) is None
+    assert call(np.zeros(33, dtype), torch.from_numpy(r)) is None  # one family of values, not two
+
+
+# Stable-Baselines3's RolloutBuffer.compute_returns_and_advantage (numpy buffers)
+SB3 = """\
+import numpy as np
+
+class Buffer:
+    def __init__(self, rewards, values, episode_starts, gamma, gae_lambda):
+        self.rewards, self.values, self.episode_starts = rewards, values, episode_starts
+        self.buffer_size = rewards.shape[0]
+        self.advantages = np.zeros_like(rewards)
+        self.gamma, self.gae_lambda = gamma, gae_lambda
+
+    def compute_returns_and_advantage(self, last_values, dones):
+        last_gae_lam = 0
+        for step in reversed(range(self.buffer_size)):
+            if step == self.buffer_size - 1:
+                next_non_terminal = 1.0 - dones.astype(np.float32)
+                next_values = last_values
+            else:
+                next_non_terminal = 1.0 - self.episode_starts[step + 1]
+                next_values = self.values[step + 1]
+            delta = self.rewards[step] + self.gamma * next_values * next_non_terminal - self.values[step]
+            last_gae_lam = delta + self.gamma * self.gae_lambda * next_non_terminal * last_gae_lam
+            self.advantages[step] = last_gae_lam
+        self.returns = self.advantages + self.values
+
+def f(rewards, values, episode_starts, last_values, dones, gamma=0.99, gae_lambda=0.95):
+    b = Buffer(rewards, values, episode_starts, gamma, gae_lambda)
+    b.compute_returns_and_advantage(last_values, dones)
+    return b.advantages, b.returns
+"""
+
+
+@HYP
+@given(T=st.integers(0, 40), N=st.sampled_from([1, 4]), dones=st.sampled_from(["bool", "float32", "float64", "none"]),
+       seed=st.integers(0, 2**16))
+def test_sb3_first_step_expression_is_a_tail_bitwise(T, N, dones, seed):
+    """The first step's ``1.0 - dones.astype(np.float32)``: a pure loop-invariant value in the step's
+    first statement, passed as the tail (evaluated where the loop first would); a ``dones`` that
+    has no ``astype`` raises the loop's AttributeError."""
+    f, g, new, done = functions(SB3)
+    assert "fused_linear('episode_starts[T] = tail_value; values[T] = last_values;" in new
+    assert "dones.astype(np.float32), self.values" in new
+    r, v, d, lv, _ = (a.numpy() for a in data(T, N, torch.float32, seed))
+    last_dones = {"bool": np.arange(N) % 2 == 0, "float32": np.ones(N, np.float32),
+                  "float64": np.zeros(N), "none": None}[dones]
+    ran = run(f, g, [r, v, d, lv, last_dones])
+    numpy2 = int(np.__version__.split(".")[0]) >= 2
+    assert ran == (T >= 2 and numpy2 and dones != "none")
+
+
+@pytest.mark.parametrize("first", [
+    "next_non_terminal = 1.0 - dones.astype(np.float32) * rng.random()",  # not pure
+    "next_non_terminal = 1.0 - self.advantages[0]",  # a container the loop writes
+    "next_non_terminal = 1.0 - (k := dones)",  # binds a name
+])
+def test_first_step_expressions_that_are_not_tails(first):
+    src = SB3.replace("next_non_terminal = 1.0 - dones.astype(np.float32)", first) \
+        .replace("def compute_returns_and_advantage(self, last_values, dones):",
+                 "def compute_returns_and_advantage(self, last_values, dones, rng=None):")
+    f, g, new, done = functions(src)
+    assert "fused_linear" not in new  # (the vectorized steps may take the loop, or nothing does)
+    r, v, d, lv, ld = (a.numpy() for a in data(9, 3, torch.float32, 5))
+    assert not run(f, g, [r, v, d, lv, ld])
+
+
+@pytest.mark.parametrize("kind", ["tensor-constant", "grad"])
 def test_values_the_kernel_does_not_take_fall_back(kind):
-    """numpy arrays, a tensor gamma, inputs requiring grad: fused_linear says None, the vectorized
-    steps (or the loop) give the loop's results."""
+    """A tensor gamma, inputs requiring grad: fused_linear says None, the vectorized steps (or the
+    loop) give the loop's results."""
     src = CLEANRL.replace("torch.zeros_like", "np.zeros_like").replace("import torch", "import numpy as np\nimport torch") \
         if kind == "numpy" else CLEANRL
     f, g, _, _ = functions(src)

@@ -18,6 +18,7 @@ statements but for such reads. Offered only where the temporaries the loop leave
 from __future__ import annotations
 
 import ast
+import re
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -25,6 +26,7 @@ import libcst as cst
 from scalebox_cst.runtime import fused_program
 from .body import _flatten
 from .syntax import _code, _norm, _pure_container, _walk
+from ...analysis.purity import pure_call
 from . import fold
 
 _BIN = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.Divide: "/"}
@@ -44,7 +46,7 @@ class _Names:
 
     def get(self, code: str) -> str:
         if code not in self.of:
-            base = code.split(".")[-1]
+            base = code.split(".")[-1] if re.fullmatch(r"[A-Za-z_][\w.]*", code) else "tail_value"
             name, i = base, 1
             while name in self.taken or not name.isidentifier():
                 i += 1
@@ -92,7 +94,8 @@ class _Builder:
         p = self.p
         if any(it.kind != "assign" for it in mid) or len(mid) != len(first):
             raise _No()
-        for m, f in zip(mid, first):
+        for n, (m, f) in enumerate(zip(mid, first)):
+            self.opening = n == 0  # the step's first statement: nothing of the step ran before it
             if m is f and not m.first:
                 continue
             if m.kind != f.kind or m.var != f.var or [_norm(o) for o in m.outs] != [_norm(o) for o in f.outs]:
@@ -184,6 +187,25 @@ class _Builder:
             return f"({_UN[type(e.operator)]}{self.expr(e.expression)})"
         raise _No()
 
+    def invariant(self, e: cst.BaseExpression) -> bool:
+        """Whether ``e`` has one value over the whole loop and evaluating it changes nothing: no name
+        the body assigns (nor the loop variables), no container the loop writes, only calls of the
+        pure-call table (no methods that update a module in place)."""
+        p = self.p
+        if not any(isinstance(n, cst.Name) for n in _walk(e)):
+            return False  # a number (`else 0.0`): the loop's Python arithmetic, not a boundary row
+        for n in _walk(e):
+            if isinstance(n, _NOT_INVARIANT):
+                return False
+            if isinstance(n, cst.Name) and (n.value in p.body_assigned or n.value == p.h.index or n.value == self.S
+                                            or n.value in p.elements):
+                return False
+            if isinstance(n, (cst.Name, cst.Attribute)) and any(_norm(n) == w for w in p.written):
+                return False
+            if isinstance(n, cst.Call) and not pure_call(n, self.ctx.imports, guarded=False):
+                return False
+        return True
+
     # ---- the last-step case as tails
     def match(self, m: cst.BaseExpression, f: cst.BaseExpression) -> bool:
         """Whether the first step's ``f`` is the middle steps' ``m`` with reads ``x[t + 1]`` replaced
@@ -198,6 +220,16 @@ class _Builder:
                 return False
             prev = self.tails.setdefault(ref[0], f.value)
             return prev == f.value
+        if isinstance(m, cst.Subscript) and self.opening and self.invariant(f):
+            # SB3's `next_non_terminal = 1.0 - dones.astype(np.float32)`: a pure loop-invariant value,
+            # evaluated with the call's arguments (where the loop would first evaluate it: the first
+            # statement, so an exception it raises leaves what it would have left)
+            ref = self.step_read(m)
+            if ref is None or ref[1] != 1:
+                return False
+            code = _code(f).strip()
+            prev = self.tails.setdefault(ref[0], code)
+            return prev == code
         if isinstance(m, cst.BinaryOperation) and isinstance(f, cst.BinaryOperation) \
                 and type(m.operator) is type(f.operator):
             return self.match(m.left, f.left) and self.match(m.right, f.right)
@@ -205,6 +237,10 @@ class _Builder:
                 and type(m.operator) is type(f.operator):
             return self.match(m.expression, f.expression)
         return False
+
+
+_NOT_INVARIANT = (cst.Lambda, cst.NamedExpr, cst.Yield, cst.Await, cst.ListComp, cst.SetComp, cst.DictComp,
+                  cst.GeneratorExp)
 
 
 def _first_value(planner, it) -> cst.BaseExpression:
