@@ -597,3 +597,67 @@ def test_random_memo_with_a_short_output_is_refused(case):
     program, T, env, stop, _, _ = case
     env["ret"] = env["ret"][:T].clone()
     run(program, T, env, stop, refuse=True)
+
+
+# ---------------------------------------------------------------- numpy arrays (NumPy 2)
+
+NUMPY_PROGRAMS = ROW_EXAMPLES + [IKOSTRIKOV_RETURNS, IKOSTRIKOV_GAE, GAE_ROW,
+                                 "adv[t] = s = r[t] + gamma * tau * m[t] * s",
+                                 "s = r[t] * gamma + m[t + 1] * s; ret[t] = s - r[t]"]
+
+
+def _np_copy(env):
+    import numpy as np
+
+    return {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in env.items()}
+
+
+def _np_same(got, want, what):
+    import numpy as np
+
+    assert type(got) is type(want), f"{what}: {type(got).__name__} != {type(want).__name__}"
+    g, w = np.asarray(got), np.asarray(want)
+    assert g.dtype == w.dtype and g.shape == w.shape, f"{what}: {g.dtype}{g.shape} != {w.dtype}{w.shape}"
+    same = (g.view(f"i{g.itemsize}") == w.view(f"i{w.itemsize}")) | (np.isnan(g) & np.isnan(w))
+    assert bool(np.all(same)), f"{what}: {int((~same).sum())} of {g.size} differ"
+
+
+@needs_kernel
+@pytest.mark.parametrize("program", NUMPY_PROGRAMS)
+@pytest.mark.parametrize("row", [(), (1,), (3,), (1030,)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_numpy_arrays_are_the_numpy_loop(program, row, dtype):
+    """The same programs over numpy arrays against the loop run by numpy itself: bitwise where
+    taken (a numpy scalar where the loop leaves one), refused only where numpy computes otherwise
+    (``c / x``: one division) or on NumPy 1 (value-based casting)."""
+    import numpy as np
+
+    numpy2 = int(np.__version__.split(".")[0]) >= 2
+    p = compiled(program)
+    for T, stop, start in ((2, 0, "0d"), (37, 1, "row"), (300, 0, "row")):
+        S = carried_name(program)
+        s0 = None if S is None else _rand(() if start == "0d" else row, 7, dtype).numpy()
+        env = {n: (v.numpy() if isinstance(v, torch.Tensor) else v)
+               for n, v in _example_env(program, T, row, dtype, s0).items()}
+        names = free_names(program)
+        values = [env[n] for n in names]
+        loop_env = _np_copy(env)
+        loop_env["T"] = T
+        exec(compile(loop_source(program, stop), "<loop>", "exec"), loop_env)
+        want = loop_env[S] if S is not None else True
+        before = _np_copy(env)
+        got = fused_linear(program, T, *values, stop=stop)
+        if not numpy2 or p.recip:
+            assert got is None
+            for n in names:
+                if isinstance(env[n], np.ndarray):
+                    _np_same(env[n], before[n], f"{n} (untouched)")
+            continue
+        assert got is not None, (program, T, stop)
+        if want is True:
+            assert got is True
+        else:
+            _np_same(got, want, "carried value")
+        for n in names:
+            if isinstance(env[n], np.ndarray):  # outputs as the loop left them, inputs (the start) untouched
+                _np_same(env[n], before[n] if n == S else loop_env[n], n)
