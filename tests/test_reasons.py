@@ -500,3 +500,28 @@ def test_skip_reasons_of_time_indexed_loops_quote_the_users_subscripts(index, sp
     assert s.action == SKIPPED
     assert f"`{spelled}.clamp()`" in s.reason, s.reason
     assert "ratio_t" not in s.reason
+
+
+@pytest.mark.parametrize("call, named", [
+    ("int(not (done and t == T - 1))", "calls the builtin `int()` in the loop body"),
+    ("float(masks[t])", "calls the builtin `float()` in the loop body"),
+])
+def test_builtins_on_numbers_are_named_as_builtins(call, named):
+    src = f"""
+    def f(rewards, values, done, discount, lam, masks):
+        T = len(rewards)
+        adv = []
+        g = 0
+        for t in reversed(range(T)):
+            nonterminal = {call}
+            g = rewards[t] + discount * lam * nonterminal * g
+            adv.append(g)
+        return adv
+    """
+    _, sites = rewrite(src, REC)
+    (s,) = [s for s in sites if s.transform == REC]
+    assert s.action == SKIPPED and named in s.reason and "unknown side effects" not in s.reason, s.reason
+    # rebound by the module: then it is a call of unknown effect
+    _, sites = rewrite("def int(x):\n    return x\n" + textwrap.dedent(src).replace("float(", "int("), REC)
+    (s,) = [s for s in sites if s.transform == REC]
+    assert "calls `int()` in the loop body (unknown side effects)" in s.reason, s.reason

@@ -8,9 +8,15 @@ from typing import Dict, List, Set
 import libcst as cst
 
 from ...analysis.purity import pure_call
+from ...analysis.scopes import builtin_checker
 from .syntax import _CAST_METHODS, _code, _head, _names_read, _norm, _pure_container, Skip, _walk
 from .body import _callee, _flatten, Item
 from .affine import Recurrence
+
+
+#: builtins a step may call on its numbers (gtml's ``int(not (done and t == T - 1))``): named as
+#: builtins in the reason, not as calls of unknown effect
+_NUMBER_BUILTINS = frozenset({"int", "float", "bool", "abs", "round", "min", "max", "len", "sum", "pow", "divmod"})
 
 
 class BodyChecks:
@@ -63,6 +69,9 @@ class BodyChecks:
             if pure_call(e, self.ctx.imports):
                 raise Skip(f"calls `{_callee(e)}()`, which is pure, but the vectorized recurrence is built from "
                            "+ - * / and dtype casts only")
+            if isinstance(f, cst.Name) and f.value in _NUMBER_BUILTINS and builtin_checker(self.ctx.tree)(f.value):
+                raise Skip(f"calls the builtin `{f.value}()` in the loop body (the vectorized recurrence is built "
+                           "from + - * / and dtype casts only)")
             raise Skip(f"calls `{_callee(e)}()` in the loop body (unknown side effects)")
         if isinstance(e, (cst.Yield, cst.Await)):
             raise Skip("`yield` / `await` in the loop body")
