@@ -782,3 +782,27 @@ def test_temporary_and_global_look_alikes_are_skipped(src):
     out, sites = rewrite(src)
     assert out == src
     assert [s.action for s in sites] == [SKIPPED], sites
+
+
+def test_update_shaped_loops_over_other_iterables_are_reported():
+    """SB3's polyak_update (``mul_`` then ``th.add(..., out=...)`` over parameter iterables the
+    caller passes, often generators): left alone, with a site saying why, never silently."""
+    from scalebox_cst.config import Config
+    from scalebox_cst.pipeline import Pipeline
+    from scalebox_cst.report import SKIPPED
+
+    src = (
+        "import torch as th\n"
+        "def polyak_update(params, target_params, tau):\n"
+        "    with th.no_grad():\n"
+        "        for param, target_param in zip(params, target_params):\n"
+        "            target_param.data.mul_(1 - tau)\n"
+        "            th.add(target_param.data, param.data, alpha=tau, out=target_param.data)\n"
+        "def not_an_update(xs, ys):\n"
+        "    for x, y in zip(xs, ys):\n"
+        "        print(x, y)\n"
+    )
+    res = Pipeline(Config(transforms=["vectorize.target_update"]), backend="cpu").rewrite("u.py", src.encode())
+    assert res.output.decode() == src
+    sites = [(s.line, s.action, s.reason) for s in res.report.sites]
+    assert sites == [(4, SKIPPED, "iterates `params`, not the .parameters() of two modules")], sites

@@ -284,10 +284,27 @@ def _ast_candidate(loop: ast.stmt) -> bool:
     return ast_is_flat(loop.body) and all(
         isinstance(st, ast.Expr)
         and isinstance(st.value, ast.Call)
-        and isinstance(st.value.func, ast.Attribute)
-        and st.value.func.attr in _UPDATE_OPS
+        and (
+            (isinstance(st.value.func, ast.Attribute) and st.value.func.attr in _UPDATE_OPS)
+            or any(k.arg == "out" for k in st.value.keywords)  # SB3's th.add(tp.data, p.data, alpha=tau, out=tp.data)
+        )
         for st in loop.body
     )
+
+
+def _update_shaped(body) -> bool:
+    """Every statement of a flat body is an in-place update call (``tp.data.mul_(...)``) or a call
+    writing ``out=`` (SB3's polyak_update): an update loop, reported even where it is not rewritten."""
+    if not body:
+        return False
+    for st in body:
+        call = st.value if isinstance(st, cst.Expr) else None
+        if not isinstance(call, cst.Call):
+            return False
+        if not ((isinstance(call.func, cst.Attribute) and call.func.attr.value in _UPDATE_OPS)
+                or any(a.keyword is not None and a.keyword.value == "out" for a in call.args)):
+            return False
+    return True
 
 
 class _Rewriter(ScopedRewriter):
@@ -327,7 +344,8 @@ class _Rewriter(ScopedRewriter):
             matched = matcher.match(body)
             temps = matcher.temps
         is_update = isinstance(matched, tuple)
-        if not is_update and not any(k[0] in ("params", "state_dict", "named") for k in kinds):
+        if not is_update and not any(k[0] in ("params", "state_dict", "named") for k in kinds) \
+                and not (body is not None and _update_shaped(body)):
             return updated  # neither iterates over parameters nor looks like an update
         if self.zip_rebound():
             return self._skip(original, rebound_reason(self.builtin_ok, "zip"))
@@ -418,7 +436,7 @@ def _iter_kind(expr: cst.BaseExpression) -> Tuple[str, Optional[cst.BaseExpressi
 
 class VectorizeTargetUpdate(Transform):
     id = ID
-    version = "2"  # 2: star imports of known modules resolved (analysis.scopes)
+    version = "3"  # 3: update-shaped loops over other iterables reported; 2: star imports of known modules resolved
     triggers = ("zip(",)
     description = "per-parameter target-network update loops → one torch._foreach_* update (guarded)"
 
