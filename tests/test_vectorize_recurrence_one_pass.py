@@ -4,7 +4,9 @@ original loop vs the rewrite with the tier, and vs the rewrite with the tier tur
 vectorized steps behind it), bitwise; look-alikes that must not get the tier."""
 from __future__ import annotations
 
+import os
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +19,9 @@ from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REWRITTEN
 from scalebox_cst.runtime import fused as fused_mod
 from scalebox_cst.runtime import vectorized as vectorized_mod
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_vectorize_recurrence import SB3 as SB3_BUFFER  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not fused_mod.available(), reason="the _fused_c extension is not built")
 HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -305,33 +310,11 @@ def test_numpy_numbers_per_step_and_what_numpy_computes_otherwise(dtype):
     assert call(np.zeros(33, dtype), torch.from_numpy(r)) is None  # one family of values, not two
 
 
-# Stable-Baselines3's RolloutBuffer.compute_returns_and_advantage (numpy buffers)
-SB3 = """\
-import numpy as np
-
-class Buffer:
-    def __init__(self, rewards, values, episode_starts, gamma, gae_lambda):
-        self.rewards, self.values, self.episode_starts = rewards, values, episode_starts
-        self.buffer_size = rewards.shape[0]
-        self.advantages = np.zeros_like(rewards)
-        self.gamma, self.gae_lambda = gamma, gae_lambda
-
-    def compute_returns_and_advantage(self, last_values, dones):
-        last_gae_lam = 0
-        for step in reversed(range(self.buffer_size)):
-            if step == self.buffer_size - 1:
-                next_non_terminal = 1.0 - dones.astype(np.float32)
-                next_values = last_values
-            else:
-                next_non_terminal = 1.0 - self.episode_starts[step + 1]
-                next_values = self.values[step + 1]
-            delta = self.rewards[step] + self.gamma * next_values * next_non_terminal - self.values[step]
-            last_gae_lam = delta + self.gamma * self.gae_lambda * next_non_terminal * last_gae_lam
-            self.advantages[step] = last_gae_lam
-        self.returns = self.advantages + self.values
-
+# Stable-Baselines3's RolloutBuffer.compute_returns_and_advantage (numpy buffers), as the main
+# recurrence tests have it
+SB3 = SB3_BUFFER.split("\nbuf = RolloutBuffer(")[0] + """
 def f(rewards, values, episode_starts, last_values, dones, gamma=0.99, gae_lambda=0.95):
-    b = Buffer(rewards, values, episode_starts, gamma, gae_lambda)
+    b = RolloutBuffer(rewards, values, episode_starts, gamma, gae_lambda)
     b.compute_returns_and_advantage(last_values, dones)
     return b.advantages, b.returns
 """
