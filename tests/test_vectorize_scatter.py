@@ -1082,3 +1082,21 @@ def test_left_alone_several_calls(name):
     assert out == textwrap.dedent(src)
     reasons = [s.reason for s in sites if s.action == SKIPPED]
     assert len(reasons) == 1 and reason in reasons[0], reasons
+
+
+@pytest.mark.parametrize("method", ["scatter_add_", "scatter_", "index_copy_"])
+def test_per_row_scatters_it_does_not_batch_are_reported(method):
+    """A C51 projection written with ``m[i].scatter_add_`` (or another per-row in-place scatter):
+    left as written, with a site that says so, never silently."""
+    src = textwrap.dedent(f"""\
+        import torch
+
+        def project(m, l, u, b, next_dist, n):
+            for i in range(n):
+                m[i].{method}(0, l[i], next_dist[i] * (u[i] - b[i]))
+            return m
+        """)
+    out, sites = rewrite(src)
+    assert out == src
+    assert [(s.line, s.action) for s in sites] == [(4, SKIPPED)], sites
+    assert f"per-row `.{method}(...)` calls: not batched" in sites[0].reason

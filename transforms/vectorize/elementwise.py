@@ -410,7 +410,7 @@ class _Rewriter(ScopedRewriter):
 
 class VectorizeElementwise(Transform):
     id = ID
-    version = "3"  # 3: pure calls in range bounds (analysis.purity), star imports resolved
+    version = "4"  # 4: per-row scatter_add_ / scatter_ / index_copy_ loops reported; 3: pure calls in range bounds (analysis.purity), star imports resolved
     triggers = ("for ",)
     description = "element-wise index loops and stacked comprehensions → slice expressions (guarded)"
 

@@ -53,12 +53,17 @@ def _ast_bound(target: ast.AST) -> Set[str]:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
 
 
-def _ast_row_call(stmt: ast.stmt, names: Set[str]) -> bool:
-    """``X[..i..].index_add_(...)`` or ``x.index_add_(...)`` as a statement, ``i``/``x`` bound by the loop."""
+#: per-row in-place scatters this module does not batch: a loop of them is reported, not rewritten
+OTHER_ROW_METHODS = ("scatter_add_", "scatter_", "scatter_reduce_", "index_copy_", "index_fill_", "index_put_")
+
+
+def _ast_row_call(stmt: ast.stmt, names: Set[str], methods: Tuple[str, ...] = (METHOD,)) -> bool:
+    """``X[..i..].index_add_(...)`` or ``x.index_add_(...)`` (or one of ``methods``) as a statement,
+    ``i``/``x`` bound by the loop."""
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
         return False
     func = stmt.value.func
-    if not (isinstance(func, ast.Attribute) and func.attr == METHOD):
+    if not (isinstance(func, ast.Attribute) and func.attr in methods):
         return False
     recv = func.value
     if isinstance(recv, ast.Name):
@@ -68,16 +73,16 @@ def _ast_row_call(stmt: ast.stmt, names: Set[str]) -> bool:
     return False
 
 
-def _ast_candidate(loop: ast.stmt) -> bool:
-    """A ``for`` loop with a per-row ``index_add_`` statement anywhere in its body (not in nested
-    defs): a superset of what the rewrite takes; libcst then decides, or says why not."""
+def _ast_candidate(loop: ast.stmt, methods: Tuple[str, ...] = (METHOD,)) -> bool:
+    """A ``for`` loop with a per-row ``index_add_`` (or ``methods``) statement anywhere in its body
+    (not in nested defs): a superset of what the rewrite takes; libcst then decides, or says why not."""
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
     names = _ast_bound(loop.target)
     todo: List[ast.stmt] = list(loop.body)
     while todo:
         st = todo.pop()
-        if _ast_row_call(st, names):
+        if _ast_row_call(st, names, methods):
             return True
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
@@ -444,17 +449,24 @@ def rewrite_index_add_loops(
     identity in ``module`` (the elementwise rewrite rebuilds only the nodes on the way to its own
     edits, and never edits inside these loops), so they are replaced there."""
     sites = list(sites)
-    if METHOD not in ctx.code:
+    others = [m for m in OTHER_ROW_METHODS if m in ctx.code]
+    if METHOD not in ctx.code and not others:
         return module, sites
     astmts, parents = ast_statements(ctx.tree.body)
-    found = [k for k, st in enumerate(astmts) if _ast_candidate(st) and not ast_guarded(st, parents, ctx.imports)]
-    if not found:
-        return module, sites
     taken = {(s.line, s.end_line) for s in sites}
 
     def skip(span: Tuple[int, int], reason: str) -> None:
         if span not in taken:
             sites.append(Site(transform_id, span[0], span[1], SKIPPED, reason))
+
+    found = [k for k, st in enumerate(astmts) if _ast_candidate(st) and not ast_guarded(st, parents, ctx.imports)]
+    for k, st in enumerate(astmts):  # (C51 projections written with m[i].scatter_add_: said, not silent)
+        if others and k not in found and _ast_candidate(st, tuple(others)) and not ast_guarded(st, parents, ctx.imports):
+            row = next(m for m in others if _ast_candidate(st, (m,)))
+            skip((st.lineno, st.end_lineno or st.lineno),
+                 f"per-row `.{row}(...)` calls: not batched (only per-row `index_add_` loops are rewritten)")
+    if not found:
+        return module, sites
 
     spans = {k: (astmts[k].lineno, astmts[k].end_lineno or astmts[k].lineno) for k in found}
     statements = CstStatements(ctx.module)
