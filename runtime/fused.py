@@ -20,6 +20,7 @@ constant A and a Python-number S is a Python product.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -86,7 +87,7 @@ class _Torch:
         return _plain(x, self.dtype, self.grad)
 
     def writable(self, x: Any) -> bool:  # (the loop's `out[t] = ...` raises on an inference tensor outside it)
-        return _plain(x, self.dtype, self.grad) and (self.inference or not x.is_inference())
+        return self.plain(x) and (self.inference or not x.is_inference())
 
     @staticmethod
     def ptr(x: Any) -> int:
@@ -97,7 +98,7 @@ class _Torch:
 
     @staticmethod
     def number(last: Any) -> Any:  # the carried value computed from numbers per step: 0-d, as in the loop
-        return last[0].clone() if last.dim() else last
+        return last[0].clone() if last.dim() else last  # (one element per kernel column, or already 0-d)
 
 
 class _NumPy:
@@ -106,10 +107,10 @@ class _NumPy:
 
     numpy = True
 
-    def __init__(self, np: Any, dtype: Any) -> None:
+    def __init__(self, np: Any, dtype: Any, kinds: dict) -> None:
         self.np = np
         self.dtype = dtype
-        self.kind = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}.get(dtype)
+        self.kind = kinds.get(dtype)
 
     def plain(self, x: Any) -> bool:
         if type(x) is not self.np.ndarray or x.dtype != self.dtype:
@@ -132,13 +133,23 @@ class _NumPy:
         return last[()] if last.ndim == 0 else last[0]
 
 
+@functools.lru_cache(maxsize=None)
+def _numpy_kinds(np: Any) -> Optional[dict]:
+    """numpy dtype -> kernel kind under NumPy 2; None under NumPy 1 (once per process, not per call)."""
+    if int(np.__version__.split(".")[0]) < 2:
+        return None
+    return {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
+
+
 def _values_of(x0: Any) -> Any:
     """The value family of the first sequence: tensors, numpy arrays (NumPy 2), or None."""
     if type(x0) is _Tensor:
         return _Torch(x0.dtype)
     np = sys.modules.get("numpy")
-    if np is not None and type(x0) is np.ndarray and int(np.__version__.split(".")[0]) >= 2:
-        return _NumPy(np, x0.dtype)
+    if np is not None and type(x0) is np.ndarray:
+        kinds = _numpy_kinds(np)
+        if kinds is not None:
+            return _NumPy(np, x0.dtype, kinds)
     return None
 
 
@@ -310,7 +321,7 @@ def _fused(program: str, T: Any, values: tuple, stop: int) -> Any:
                p.row_code, p.nrt)
     else:
         _C.run(kind, T - stop, R, p.code_t, p.npre, spec_t, cs, p.a, p.b, init_arg, p0, out_t, p.ns, lp)
-    if last is not None and not s_row and wide is None and (R > 1 or lib.numpy):
+    if last is not None and not s_row and wide is None:
         last = lib.number(last)  # the loop's carried value is 0-d (a numpy scalar for arrays)
     if not lib.numpy:
         # the loop's `out[t] = ...` bumps each output's version: a tensor autograd saved before the

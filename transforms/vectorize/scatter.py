@@ -73,17 +73,25 @@ def _ast_row_call(stmt: ast.stmt, names: Set[str], methods: Tuple[str, ...] = (M
     return False
 
 
-def _ast_candidate(loop: ast.stmt, methods: Tuple[str, ...] = (METHOD,)) -> bool:
-    """A ``for`` loop with a per-row ``index_add_`` (or ``methods``) statement anywhere in its body
-    (not in nested defs): a superset of what the rewrite takes; libcst then decides, or says why not."""
+def _ast_candidate(loop: ast.stmt) -> bool:
+    """A ``for`` loop with a per-row ``index_add_`` statement anywhere in its body (not in nested
+    defs): a superset of what the rewrite takes; libcst then decides, or says why not."""
+    return bool(_ast_row_methods(loop, (METHOD,)))
+
+
+def _ast_row_methods(loop: ast.stmt, methods: Tuple[str, ...]) -> Set[str]:
+    """Which of ``methods`` the ``for`` loop's body calls per row as statements, anywhere in it (not
+    in nested defs)."""
+    found: Set[str] = set()
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
-        return False
+        return found
     names = _ast_bound(loop.target)
     todo: List[ast.stmt] = list(loop.body)
     while todo:
         st = todo.pop()
         if _ast_row_call(st, names, methods):
-            return True
+            found.add(st.value.func.attr)  # type: ignore[attr-defined]
+            continue
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         for field in _AST_BLOCKS:
@@ -92,7 +100,7 @@ def _ast_candidate(loop: ast.stmt, methods: Tuple[str, ...] = (METHOD,)) -> bool
             todo.extend(h.body)
         for c in getattr(st, "cases", ()) or ():
             todo.extend(c.body)
-    return False
+    return found
 
 
 # --------------------------------------------------------------------------- analysis (libcst)
@@ -461,8 +469,9 @@ def rewrite_index_add_loops(
 
     found = [k for k, st in enumerate(astmts) if _ast_candidate(st) and not ast_guarded(st, parents, ctx.imports)]
     for k, st in enumerate(astmts):  # (C51 projections written with m[i].scatter_add_: said, not silent)
-        if others and k not in found and _ast_candidate(st, tuple(others)) and not ast_guarded(st, parents, ctx.imports):
-            row = next(m for m in others if _ast_candidate(st, (m,)))
+        rows = _ast_row_methods(st, tuple(others)) if others and k not in found else set()
+        if rows and not ast_guarded(st, parents, ctx.imports):
+            row = next(m for m in others if m in rows)
             skip((st.lineno, st.end_lineno or st.lineno),
                  f"per-row `.{row}(...)` calls: not batched (only per-row `index_add_` loops are rewritten)")
     if not found:

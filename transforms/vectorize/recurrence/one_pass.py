@@ -26,7 +26,7 @@ import libcst as cst
 from scalebox_cst.runtime import fused_program
 from .body import _flatten
 from .syntax import _code, _norm, _pure_container, _walk
-from ...analysis.purity import pure_call
+from ...analysis.purity import is_pure
 from . import fold
 
 _BIN = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.Divide: "/"}
@@ -188,23 +188,16 @@ class _Builder:
         raise _No()
 
     def invariant(self, e: cst.BaseExpression) -> bool:
-        """Whether ``e`` has one value over the whole loop and evaluating it changes nothing: no name
-        the body assigns (nor the loop variables), no container the loop writes, only calls of the
-        pure-call table (no methods that update a module in place)."""
+        """Whether ``e`` has one value over the whole loop and evaluating it changes nothing: pure
+        (:func:`is_pure`: the pure-call table, no methods that update a module in place) without the
+        names the body assigns or the loop variables, and reading no container the loop writes."""
         p = self.p
         if not any(isinstance(n, cst.Name) for n in _walk(e)):
             return False  # a number (`else 0.0`): the loop's Python arithmetic, not a boundary row
-        for n in _walk(e):
-            if isinstance(n, _NOT_INVARIANT):
-                return False
-            if isinstance(n, cst.Name) and (n.value in p.body_assigned or n.value == p.h.index or n.value == self.S
-                                            or n.value in p.elements):
-                return False
-            if isinstance(n, (cst.Name, cst.Attribute)) and any(_norm(n) == w for w in p.written):
-                return False
-            if isinstance(n, cst.Call) and not pure_call(n, self.ctx.imports, guarded=False):
-                return False
-        return True
+        forbidden = set(p.body_assigned) | set(p.elements) | {p.h.index, self.S}
+        if not is_pure(e, forbidden, self.ctx.imports):
+            return False
+        return not any(isinstance(n, (cst.Name, cst.Attribute)) and _norm(n) in p.written for n in _walk(e))
 
     # ---- the last-step case as tails
     def match(self, m: cst.BaseExpression, f: cst.BaseExpression) -> bool:
@@ -237,10 +230,6 @@ class _Builder:
                 and type(m.operator) is type(f.operator):
             return self.match(m.expression, f.expression)
         return False
-
-
-_NOT_INVARIANT = (cst.Lambda, cst.NamedExpr, cst.Yield, cst.Await, cst.ListComp, cst.SetComp, cst.DictComp,
-                  cst.GeneratorExp)
 
 
 def _first_value(planner, it) -> cst.BaseExpression:
