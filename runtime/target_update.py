@@ -14,6 +14,8 @@ tp`` is one scalar multiply of each operand and one add; the only difference is 
 of that add, which is commutative in IEEE arithmetic, so only NaN payload bits could differ). On
 CPU a foreach op runs the same per-tensor kernel as the loop (except in-place scalar multiplies
 of float16/bfloat16, which round the scalar first: those dtypes take out-of-place sequences).
+``soft_update(..., replace=True)`` is the loop ``tp.data = a * p.data + b * tp.data``, which stores
+a new tensor in each target parameter: the same values, computed out of place and stored the same way.
 ``lerp_update`` for the ``soft_update`` form is *not* bitwise identical (≈1e-7 relative); the
 transform emits it only when ``vectorize.target_update.allow_lerp`` is set.
 
@@ -311,13 +313,16 @@ def _plan_for(src: Any, tgt: Any, data: bool) -> Optional[_Plan]:
     return _plan(src, tgt)
 
 
-def soft_update(src: Any, tgt: Any, a: Any, b: Any, data: bool = True) -> bool:
-    """``for p, tp in zip(src.parameters(), tgt.parameters()): tp.copy_(a * p + b * tp)``."""
+def soft_update(src: Any, tgt: Any, a: Any, b: Any, data: bool = True, replace: bool = False) -> bool:
+    """``for p, tp in zip(src.parameters(), tgt.parameters()): tp.copy_(a * p + b * tp)``; with
+    ``replace``, ``tp.data = a * p.data + b * tp.data`` (see :func:`_soft_replace`)."""
     if not (_scalar(a) and _scalar(b)):
         return False
     plan = _plan_for(src, tgt, data)
     if plan is None:
         return False
+    if replace:
+        return _soft_replace(plan, a, b)
     ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
     if not ps:
         return True
@@ -331,6 +336,27 @@ def soft_update(src: Any, tgt: Any, a: Any, b: Any, data: bool = True) -> bool:
         other = torch._foreach_mul(ts, b)
         torch._foreach_add_(other, scaled)
         torch._foreach_copy_(ts, other)
+    return True
+
+
+def _soft_replace(plan: _Plan, a: Any, b: Any) -> bool:
+    """``tp.data = a * p.data + b * tp.data`` for every pair: the loop stores a new tensor in each
+    target parameter (views of the old storage keep the old values), so this computes every new
+    tensor out of place (the same multiplies and add; the add's operands may be swapped, which
+    IEEE addition does not see) and stores each one through the same ``.data`` setter. All pairs
+    are computed before any is stored, the same as the loop where no tensor of one pair is a
+    tensor of another (the plan checks that). The plan's ``.data`` aliases then follow the new
+    tensors, and a compiled kernel, which holds views of the old ones, is dropped."""
+    if plan.ps:
+        new = torch._foreach_add(torch._foreach_mul(plan.td, b), torch._foreach_mul(plan.pd, a))
+        for t, n in zip(plan.ts, new):
+            t.data = n
+        plan.pd = [p.data for p in plan.ps]
+        plan.td = [t.data for t in plan.ts]
+        both = plan.ps + plan.ts
+        plan.ptrs = [t.data_ptr() for t in both]
+        if plan.kernel:
+            plan.kernel = None
     return True
 
 

@@ -806,3 +806,105 @@ def test_update_shaped_loops_over_other_iterables_are_reported():
     assert res.output.decode() == src
     sites = [(s.line, s.action, s.reason) for s in res.report.sites]
     assert sites == [(4, SKIPPED, "iterates `params`, not the .parameters() of two modules")], sites
+
+
+# ------------------------------------------------------------------ `tp.data = a * p.data + b * tp.data`
+
+DATA_ASSIGN = """\
+def update_target(ac, ac_targ, polyak):
+    for p, p_targ in zip(ac.parameters(), ac_targ.parameters()):
+        p_targ.data = polyak * p_targ.data + (1 - polyak) * p.data
+
+
+def soft_update(target, source, tau):
+    for target_param, param in zip(target.parameters(), source.parameters()):
+        target_param.data = target_param.data * (1.0 - tau) + param.data * tau
+"""
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(0, 9), min_size=2, max_size=4),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]),
+    tau=st.one_of(st.floats(0, 1), st.sampled_from([0, 1, 0.995, 1e-8])),
+    calls=st.integers(1, 3),
+)
+def test_data_assignment_form_is_bitwise_the_loop(sizes, dtype, tau, calls):
+    """The loop stores a new tensor in each target parameter; the rewrite stores the same values
+    the same way: same Parameter objects, new storage, views of the old storage untouched."""
+    out, sites = rewrite(DATA_ASSIGN)
+    assert [(s.action, s.exactness) for s in sites] == [(REWRITTEN, EXACT)] * 2
+    assert out.count("replace=True") == 2
+    old, _ = load(DATA_ASSIGN)
+    new, _ = load(out)
+    for name, (first, second) in (("update_target", (0, 1)), ("soft_update", (1, 0))):
+        net, target = pair(tuple(sizes), dtype=dtype)
+        t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
+        objects = [id(p) for p in t2.parameters()]
+        views = [(p.data.view(-1), p.detach().clone()) for p in t2.parameters()]
+        for _ in range(calls):  # grad mode on: the loop does not need it off
+            old[name](*((net, t1) if first == 0 else (t1, net)), tau)
+            new[name](*((net, t2) if first == 0 else (t2, net)), tau)
+        assert_same(params(t1), params(t2), exact=True)
+        assert [id(p) for p in t2.parameters()] == objects
+        for view, before in views:  # the old storage keeps the old values, as after the loop
+            assert torch.equal(view, before.view(-1))
+
+
+def test_data_assignment_after_declined_calls_and_same_module():
+    """Declined calls run the loop (which replaces the storage the plan cached): the next call
+    rebuilds the plan; a module updated from itself computes from the old values of each pair."""
+    out, _ = rewrite(DATA_ASSIGN)
+    old, _ = load(DATA_ASSIGN)
+    new, _ = load(out)
+    net, target = pair()
+    t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
+    for tau in (0.5, torch.tensor(0.25), 0.75):  # the tensor coefficient is declined
+        old["update_target"](net, t1, tau)
+        new["update_target"](net, t2, tau)
+        assert_same(params(t1), params(t2), exact=True)
+    n1, n2 = copy.deepcopy(net), copy.deepcopy(net)
+    old["update_target"](n1, n1, 0.3)
+    new["update_target"](n2, n2, 0.3)
+    assert_same(params(n1), params(n2), exact=True)
+
+
+def test_data_assignment_then_compiled_copy_form_writes_the_new_storage(numba_now):
+    """A compiled pass holds numpy views of the plan's tensors: after a `.data =` update replaced
+    them, the copy_ form of the same pair must write the parameters' new storage."""
+    replace_fn = load(rewrite(DATA_ASSIGN)[0])[0]["update_target"]
+    copy_fn = load(rewrite(LOOP)[0])[1][0]
+    net, target = pair((5, 17, 3))
+    t1 = copy.deepcopy(target)
+    copy_fn(net, target, 0.1)
+    assert tu._plan(net, target).kernel
+    replace_fn(net, target, 0.9)
+    copy_fn(net, target, 0.2)
+    for p, tp in zip(net.parameters(), t1.parameters()):
+        tp.data.copy_(0.1 * p.data + 0.9 * tp.data)
+    for p, tp in zip(net.parameters(), t1.parameters()):
+        tp.data = 0.9 * tp.data + 0.1 * p.data
+    for p, tp in zip(net.parameters(), t1.parameters()):
+        tp.data.copy_(0.2 * p.data + 0.8 * tp.data)
+    assert_same(params(t1), params(target), exact=True)
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        ("tp.data = p.data", "share the source's storage"),  # aliasing, not a copy
+        ("tp.data = tau * p.data + (1 - tau) * p.data", "assigns .data"),  # no target term
+        ("tp.data = tau * p.data.clamp(-1, 1) + (1 - tau) * tp.data", "assigns .data"),
+        ("tp.data = tau * p.data - (1 - tau) * tp.data", "assigns .data"),
+        ("tp.data = tau * p.data + (1 - tau) * tp.data\n        tp.data.clamp_(-1, 1)", "assigns .data"),
+    ],
+)
+def test_data_assignment_look_alikes_are_skipped(body, reason):
+    src = (
+        "def f(net, target, tau):\n"
+        "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+        f"        {body}\n"
+    )
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and reason in sites[0].reason, sites

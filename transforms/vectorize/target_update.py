@@ -45,11 +45,13 @@ FORMS_HELP = (
 class _Form:
     """A recognised update: runtime function, coefficient expressions, write kind."""
 
-    def __init__(self, kind: str, coefs: Sequence[Optional[cst.BaseExpression]], data: bool, note: str) -> None:
+    def __init__(self, kind: str, coefs: Sequence[Optional[cst.BaseExpression]], data: bool, note: str,
+                 replace: bool = False) -> None:
         self.kind = kind  # soft_update | scale_add | scale_add_alpha | lerp_update | hard_update
         self.coefs = list(coefs)
         self.data = data
         self.note = note
+        self.replace = replace  # `tp.data = E`: the loop stores a new tensor (the runtime does too)
 
 
 def _ref(expr: cst.BaseExpression, names: Sequence[str], write: bool = False) -> Optional[Tuple[str, str]]:
@@ -124,6 +126,10 @@ class _Matcher:
         ops: List[Tuple[str, Sequence[cst.Arg]]] = []
         writes: List[Tuple[str, str]] = []
         stmts, self.temps = _inline_temporaries(stmts, self.names)
+        if len(stmts) == 1 and isinstance(stmts[0], cst.Assign):
+            replaced = self._data_assign(stmts[0])
+            if replaced is not None:
+                return replaced
         for stmt in stmts:
             if isinstance(stmt, cst.AugAssign):
                 # `tp.data *= b; tp.data += a * p.data`: in-place __imul__/__iadd__ are mul_/add_
@@ -155,6 +161,31 @@ class _Matcher:
         src = next(n for n in self.names if n != tgt)
         data = kind == "data"
         return self._form(ops, tgt, src, data)
+
+    def _data_assign(self, stmt: cst.Assign) -> Union[Tuple[str, _Form], str, None]:
+        """``tp.data = a * p.data + b * tp.data`` (spinningup-style polyak written with ``=``):
+        the loop stores a new tensor holding what ``copy_`` would write; the runtime computes the
+        same new tensors and stores them the same way (``replace=True``). None: not this form."""
+        if len(stmt.targets) != 1:
+            return None
+        ref = _ref(stmt.targets[0].target, self.names, write=True)
+        if ref is None or ref[1] != "data":
+            return None
+        tgt = ref[0]
+        src = next(n for n in self.names if n != tgt)
+        value = stmt.value
+        read = _ref(value, self.names)
+        if read is not None and read[0] == src:
+            code = cst.Module([]).code_for_node
+            return (f"`{code(stmt.targets[0].target)} = {code(value)}` makes the target share the source's "
+                    f"storage (not a copy): write `{tgt}.data.copy_({code(value)})` for a copy")
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
+            left, right = self.term(value.left), self.term(value.right)
+            if left and right and {left[0], right[0]} == {src, tgt}:
+                a = left[1] if left[0] == src else right[1]
+                b = right[1] if left[0] == src else left[1]
+                return tgt, _Form("soft_update", [a, b], True, "tp.data = a*p + b*tp", replace=True)
+        return None
 
     def _form(self, ops, tgt: str, src: str, data: bool) -> Union[Tuple[str, _Form], str]:
         unknown = f"body is not a recognised target-network update ({FORMS_HELP})"
@@ -393,7 +424,7 @@ class _Rewriter(ScopedRewriter):
         code = self.ctx.module.code_for_node
         kind, coefs, exactness = form.kind, list(form.coefs), EXACT
         note = "one torch._foreach_* update over all parameter pairs; same ops, same order per element"
-        if kind in ("soft_update", "scale_add") and self.allow_lerp:
+        if kind in ("soft_update", "scale_add") and self.allow_lerp and not form.replace:
             a, b = (coefs[0], coefs[1]) if kind == "soft_update" else (coefs[1], coefs[0])
             if _one_minus(b, a) or _one_minus(a, b):
                 kind, coefs, exactness = "lerp_update", [a], REASSOCIATED
@@ -408,6 +439,8 @@ class _Rewriter(ScopedRewriter):
         args = [code(src), code(tgt)] + [code(c) for c in coefs]
         if not form.data:
             args.append("data=False")
+        if form.replace:
+            args.append("replace=True")
         test = cst.parse_expression(f"not {alias}({', '.join(args)})")
         self.sites.append(self.make_site(original, REWRITTEN, f"{form.note}: {note}", exactness))
         inner = updated.with_changes(leading_lines=())
@@ -436,7 +469,7 @@ def _iter_kind(expr: cst.BaseExpression) -> Tuple[str, Optional[cst.BaseExpressi
 
 class VectorizeTargetUpdate(Transform):
     id = ID
-    version = "3"  # 3: update-shaped loops over other iterables reported; 2: star imports of known modules resolved
+    version = "4"  # 4: `tp.data = a * p.data + b * tp.data` rewritten (replace=True); 3: update-shaped loops over other iterables reported; 2: star imports of known modules resolved
     triggers = ("zip(",)
     description = "per-parameter target-network update loops → one torch._foreach_* update (guarded)"
 

@@ -138,9 +138,29 @@ EXAMPLES = [
             "    for p, tp in zip(net.parameters(), target.parameters()):\n"
             "        tp.data = tau * p.data + (1 - tau) * tp.data\n"
         ),
+        rewritten=True,
+        note=".data assignment of a soft update (stores new tensors, as the loop does)",
+    ),
+    Example(
+        code=(
+            "def hard(net, target):\n"
+            "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+            "        tp.data = p.data\n"
+        ),
+        rewritten=False,
+        reason="share the source's storage",
+        note="tp.data = p.data shares storage: not a copy",
+    ),
+    Example(
+        code=(
+            "def soft(net, target, tau):\n"
+            "    for p, tp in zip(net.parameters(), target.parameters()):\n"
+            "        tp.data = tau * p.data + (1 - tau) * tp.data\n"
+            "        tp.data.clamp_(-1, 1)\n"
+        ),
         rewritten=False,
         reason="assigns .data",
-        note=".data assignment replaces storage",
+        note=".data assignment followed by another statement",
     ),
     Example(
         code=(
