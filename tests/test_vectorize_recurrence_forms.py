@@ -778,7 +778,7 @@ COPY_LOOK_ALIKES = [
                          "        else:\n            last_gae = gae\n"),
      "`last_gae` carries a value from the previous step"),  # the copy not made in the first step
     (COPY_TENSOR.replace("        last_gae = gae\n", "        last_gae = gae\n        gae = values[t]\n"),
-     "`gae` is assigned twice in one step"),
+     "`last_gae` carries a value from the previous step that is not a plain per-step read"),
     (COPY_TENSOR.replace("        adv[t] = gae = delta", "        adv[t] = last_gae\n        gae = delta"),
      "read before its update"),  # the copy read between update and copy: the previous step's value
 ]
@@ -902,6 +902,89 @@ def f2(x, gamma):
 def test_accumulation_look_alikes_left_alone(body, reason):
     src = f"""\
 def f(r, out, g):
+    s = 0.0
+    for t in reversed(range(len(r))):
+        {body}
+    return out
+"""
+    left_alone(src, reason)
+
+
+# ------------------------------------------------------------------ a temporary assigned twice in one step
+
+# the bootstrap value carried from the previous step, masked at the top of the step and set to
+# this step's value at its end (a common hand-written GAE); T = 1, 2 included by `lengths`
+MASKED_LAST_VALUE = """\
+def compute_gae(rewards, values, dones, last_value, gamma, lam, adv):
+    last_gae = 0.0
+    for t in reversed(range(len(rewards))):
+        mask = 1.0 - dones[t]
+        last_value = last_value * mask
+        delta = rewards[t] + gamma * last_value - values[t]
+        last_gae = delta + gamma * lam * mask * last_gae
+        adv[t] = last_gae
+        last_value = values[t]
+    return adv, last_gae, last_value, delta, mask
+
+out = compute_gae(rewards, values, dones, last_value, 0.99, 0.95, adv)
+"""
+
+# the next value read, a first value used, then masked (three assignments of one name in a step)
+NEXT_VALUE_MASKED = """\
+def compute_gae(rewards, values, masks, gamma, lam, adv, boot):
+    gae = 0.0
+    for step in reversed(range(len(rewards))):
+        last_value = values[step + 1]
+        bootstrap = gamma * last_value
+        last_value = last_value * masks[step]
+        delta = rewards[step] + gamma * last_value - values[step]
+        last_value = last_value + bootstrap
+        gae = delta + gamma * lam * masks[step] * gae
+        adv[step] = gae
+        boot[step] = last_value
+    return adv, boot, gae, last_value, bootstrap
+
+out = compute_gae(rewards, values, masks, 0.99, 0.95, adv, boot)
+"""
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16), kind=kinds,
+       src=st.sampled_from([MASKED_LAST_VALUE, NEXT_VALUE_MASKED]))
+def test_temporary_assigned_twice_in_one_step_bitwise(T, N, dtype, seed, kind, src):
+    n_values = T + 1 if src is NEXT_VALUE_MASKED else T
+    env = dict(
+        rewards=arrays(kind, seed, (T, N), dtype),
+        values=arrays(kind, seed + 1, (n_values, N), dtype),
+        dones=arrays(kind, seed + 2, (T, N), dtype, "dones"),
+        masks=1 - arrays(kind, seed + 2, (T, N), dtype, "dones"),
+        last_value=arrays(kind, seed + 3, (N,), dtype),
+        adv=arrays(kind, seed + 5, (T, N), dtype) * 0,
+        boot=arrays(kind, seed + 6, (T, N), dtype) * 0,
+    )
+    ns1, ns2 = run_both(src, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+def test_temporary_assigned_twice_sites():
+    for src in (MASKED_LAST_VALUE, NEXT_VALUE_MASKED):
+        _, done, skipped = sites_of(src)
+        assert len(done) == 1 and not skipped and done[0].exactness == EXACT, [s.describe() for s in done + skipped]
+
+
+@pytest.mark.parametrize("body, reason", [
+    # the carried value stored between two updates of it: not one update of the previous value
+    ("s = s * g\n        out[t] = s\n        s = s + r[t]", "not a plain per-step read"),
+    # a reset between the two assignments of the name it resets
+    ("v = x[t + 1]\n        if d[t]:\n            v = 0.0\n        v = v * g\n        s = r[t] + v * s\n        out[t] = s",
+     "`v` is reset"),
+    # the first assignment chosen by a last-step conditional expression
+    ("v = x[t + 1] if t < len(r) - 1 else 0.0\n        w = v * 2\n        v = v * g\n        s = r[t] + w * s + v\n"
+     "        out[t] = s", "assigned twice in one step"),
+])
+def test_temporary_assigned_twice_look_alikes_left_alone(body, reason):
+    src = f"""\
+def f(r, x, d, out, g):
     s = 0.0
     for t in reversed(range(len(r))):
         {body}

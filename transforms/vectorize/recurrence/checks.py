@@ -245,10 +245,12 @@ class BodyChecks:
     def _same_in_first_step(self, n: str, own: Item) -> None:
         """A value carried into the next step is computed for step t = T-2 from the other steps'
         formula at t + 1 = T-1; the peeled step T-1 must have assigned it that way too (not in a
-        last-step branch of its own, ``prev = 0.0 if t == T - 1 else values[t]``)."""
+        last-step branch of its own, ``prev = 0.0 if t == T - 1 else values[t]``). Where the step
+        assigns it more than once (``last_value = last_value * mask; ...; last_value = values[t]``),
+        the last assignment is the one carried."""
         first = [x for x in _flatten(self.items, False) if x.kind == "assign" and x.var == n]
-        if len(first) == 1 and not first[0].first and not own.first and (
-                first[0] is own or _norm(first[0].value) == _norm(own.value)):  # type: ignore[arg-type]
+        if first and not first[-1].first and not own.first and (
+                first[-1] is own or _norm(first[-1].value) == _norm(own.value)):  # type: ignore[arg-type]
             return
         raise Skip(f"`{n}` carries into the next step a value the last-step case t = T-1 computes "
                    "otherwise than the other steps")

@@ -6,6 +6,7 @@ that ties them together (read-backs, forward reads, recurrences through memory).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Dict, List, Set, Tuple
 
@@ -308,13 +309,43 @@ class Planner(BodyChecks, Render, Affine, ListCarry, Emit):
             between = out[out.index(prev) + 1:]
             if s not in _names_read(it.value) or prev.outs or any(  # type: ignore[arg-type]
                     s in _names_read(b.value if b.value is not None else b.cond) for b in between):  # type: ignore[arg-type]
-                raise Skip(f"`{s}` is assigned twice in one step")
+                out = self.rename_version(out, prev, it)
+                continue
             value = _subst(it.value, lambda e: isinstance(e, cst.Name) and e.value == s,  # type: ignore[arg-type]
                            _paren(prev.value))  # type: ignore[arg-type]
             # nothing in between reads s, so the merged update can sit where the last one was
             out.remove(prev)
             out.append(Item("assign", node=it.node, var=s, outs=it.outs, value=value))
         return out
+
+    def rename_version(self, out: List[Item], prev: Item, it: Item) -> List[Item]:
+        """``s = f(...); ...; s = g(...)`` in one step where the two do not merge (``g`` does not
+        read ``s``, or a statement between reads the first value; a GAE's ``last_value =
+        last_value * mask; delta = ... last_value ...; last_value = values[t]``): in the middle
+        steps the first value gets a name of its own, read by the statements between and by
+        ``g``; the last value keeps ``s``, which is what later steps and the code after the loop
+        see. The peeled steps run as written (the items are copies: theirs are unchanged). Refused (Skip) where something between writes ``s``
+        otherwise (a reset) or a last-step conditional expression is involved."""
+        s = it.var
+        assert s is not None
+        start = out.index(prev)
+        between = out[start + 1:]
+        if prev.first or it.first or prev.kind != "assign" or any(
+                b.var == s or b.first or b.kind == "split" for b in between):
+            raise Skip(f"`{s}` is assigned twice in one step")
+        fresh = self.fresh(f"{s}_0")
+        self.body_assigned.add(fresh)
+
+        def rename(e):
+            if e is None:
+                return None
+            return _subst(e, lambda n: isinstance(n, cst.Name) and n.value == s, cst.Name(fresh))
+
+        renamed = [dataclasses.replace(prev, var=fresh)]
+        for b in between:
+            renamed.append(dataclasses.replace(b, value=rename(b.value), cond=rename(b.cond)))
+        renamed.append(dataclasses.replace(it, value=rename(it.value)))
+        return out[:start] + renamed
 
     def _all_items(self, items: List[Item]) -> List[Item]:
         out: List[Item] = []
