@@ -597,13 +597,29 @@ def seqs_of(*xs: Any) -> Tuple[Any, ...]:
                  for v in vs)
 
 
-def truth_of(x: Any) -> Any:
-    """Per-element truth values (``bool(x[t])``) as a bool array."""
-    if isinstance(x, torch.Tensor):
-        return x != 0
-    if isinstance(x, np.ndarray):
-        return x != 0
-    return np.fromiter((bool(e) for e in x), dtype=bool, count=len(x))
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+            ">": operator.gt, ">=": operator.ge}
+_NEP50 = int(np.__version__.split(".")[0]) >= 2  # a Python number meets a numpy scalar as it meets an array
+
+
+def truth_of(x: Any, op: Optional[str] = None, number: Any = None) -> Any:
+    """Per-element truth values (``bool(x[t])``, or ``bool(x[t] <op> number)``) as a bool array.
+    A tensor or, under NumPy 2, a numpy array is compared whole: the per-step comparison meets
+    the same Python number with the same promotion; otherwise each element as the loop does."""
+    if op is None:
+        if isinstance(x, (torch.Tensor, np.ndarray)):
+            return x != 0
+        return np.fromiter((bool(e) for e in x), dtype=bool, count=len(x))
+    compare = _COMPARE[op]
+    if isinstance(x, torch.Tensor) or (_NEP50 and isinstance(x, np.ndarray)):
+        return compare(x, number)
+    return np.fromiter((bool(compare(e, number)) for e in x), dtype=bool, count=len(x))
+
+
+def arrays_only(x: Any) -> Any:
+    """``x`` if it is a tensor or numpy array, else None (which the guard declines): the values a
+    reset condition reads through ``.item()``, which Python numbers do not have."""
+    return x if isinstance(x, (torch.Tensor, np.ndarray)) else None
 
 
 def as_row(s: Any, b: Any) -> Any:
@@ -838,7 +854,8 @@ def switch_linear_recurrence(a: Any, b: Any, reset: Any, value: Any, init: Any =
     out = reset_linear_recurrence(a, b, below, value, init=init)
     if n:
         mask = reset.reshape((n,) + (1,) * (out.ndim - 1))
-        if isinstance(out, torch.Tensor):
+        if isinstance(out, torch.Tensor):  # flags from a list are a numpy mask next to tensors
+            mask = torch.as_tensor(mask, device=out.device)
             out = torch.where(mask, torch.tensor(value, dtype=out.dtype, device=out.device), out)
         else:
             out = np.where(mask, np.asarray(value, dtype=out.dtype), out)

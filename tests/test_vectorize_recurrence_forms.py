@@ -687,12 +687,12 @@ def f(rewards, dones, gamma, adv):
 def f(rewards, gamma, adv):
     gae = 0.0
     for t in reversed(range(len(rewards))):
-        if rewards[t] > 0:
+        if rewards[t] > gamma:
             gae = 0
         gae = rewards[t] + gamma * gae
         adv[t] = gae
     return adv
-""", "unsupported expression `rewards[t] > 0`"),  # a comparison other than != 0 / == 0
+""", "episode reset on `rewards[t] > gamma`"),  # a comparison with something other than a number
 ]
 
 
@@ -989,5 +989,137 @@ def f(r, x, d, out, g):
     for t in reversed(range(len(r))):
         {body}
     return out
+"""
+    left_alone(src, reason)
+
+
+# ------------------------------------------------------------------ resets on a comparison or through .item()
+
+RESET_COMPARED = """\
+def discounted_returns(rewards, dones, gamma, returns):
+    advantage = 0.0
+    for t in reversed(range(len(rewards))):
+        if dones[t] == 1:
+            advantage = 0.0
+        advantage = rewards[t] + gamma * advantage
+        returns[t] = advantage
+    return returns, advantage
+
+out = discounted_returns(rewards, dones, 0.99, returns)
+"""
+
+# the flag compared on the left, with another operator, and as the else branch of the update
+RESET_COMPARED_SWITCH = """\
+def discounted_returns(rewards, dones, gamma, returns):
+    R = 0.0
+    for t in reversed(range(len(rewards))):
+        if 0.5 < dones[t]:
+            R = 0.0
+        else:
+            R = rewards[t] + gamma * R
+        returns[t] = R
+    return returns, R
+
+out = discounted_returns(rewards, dones, 0.99, returns)
+"""
+
+# per-env flags of shape (T, N) read one element at a time as a Python number
+RESET_ITEM = """\
+def discounted_returns(rewards, dones, gamma, returns):
+    R = 0.0
+    for t in reversed(range(len(rewards))):
+        if dones[t][0].item():
+            R = 0.0
+        R = rewards[t] + gamma * R
+        returns[t] = R
+    return returns, R
+
+out = discounted_returns(rewards, dones, 0.99, returns)
+"""
+
+RESET_NOT_ITEM = RESET_ITEM.replace("if dones[t][0].item():\n            R = 0.0\n        R = rewards[t] + gamma * R",
+                                    "if not masks[t].item():\n            R = 0.0\n        R = rewards[t] + gamma * R")
+RESET_NOT_ITEM = RESET_NOT_ITEM.replace("dones,", "masks,").replace("(rewards, dones,", "(rewards, masks,")
+
+
+def _flags(kind, seed, shape, dtype):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.tensor([0.0, 1.0, 2.0, 0.5, 1.0, 0.0])[torch.randint(0, 6, shape, generator=g)].to(dtype)
+    if kind == "torch":
+        return x
+    if kind == "numpy":
+        return x.numpy()
+    return [float(v) for v in x.reshape(-1)] if len(shape) == 1 else [row.tolist() for row in x]
+
+
+@HYP
+@given(T=lengths, dtype=dtypes, seed=st.integers(0, 2**16), kind=st.sampled_from(["torch", "numpy", "list"]),
+       src=st.sampled_from([RESET_COMPARED, RESET_COMPARED_SWITCH]), nep50=st.booleans())
+def test_reset_on_a_comparison_bitwise(T, dtype, seed, kind, src, nep50, monkeypatch_module):
+    monkeypatch_module.setattr(vectorized_mod, "_NEP50", nep50)  # NumPy 1: element by element
+    rewards = arrays("torch" if kind == "list" else kind, seed, (T,), dtype)
+    env = dict(rewards=rewards, dones=_flags(kind, seed + 1, (T,), dtype), returns=rewards * 0)
+    ns1, ns2 = run_both(src, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+def test_switch_reset_on_a_list_of_flags_next_to_tensors():
+    """`if dones[t]: R = 0 else: R = ...` with the flags a list and the rewards a tensor: the
+    vectorized steps select with the flags' numpy mask (was a TypeError from torch.where)."""
+    src = RESET_COMPARED_SWITCH.replace("0.5 < dones[t]", "dones[t]")
+    rewards = arrays("torch", 3, (7,), torch.float32)
+    env = dict(rewards=rewards, dones=[0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0], returns=rewards * 0)
+    ns1, ns2 = run_both(src, env, vectorized=True)
+    same_namespaces(ns1, ns2)
+
+
+@HYP
+@given(T=lengths, N=st.sampled_from([1, 3]), dtype=dtypes, seed=st.integers(0, 2**16), kind=kinds)
+def test_reset_through_item_bitwise(T, N, dtype, seed, kind):
+    rewards = arrays(kind, seed, (T,), dtype)
+    env = dict(rewards=rewards, dones=_flags(kind, seed + 1, (T, N), dtype), returns=rewards * 0)
+    ns1, ns2 = run_both(RESET_ITEM, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+    env = dict(rewards=rewards, masks=_flags(kind, seed + 2, (T,), dtype), returns=rewards * 0)
+    ns1, ns2 = run_both(RESET_NOT_ITEM, env, vectorized=T >= 2)
+    same_namespaces(ns1, ns2)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_reset_through_item_of_python_numbers_runs_the_loop():
+    """Python floats have no .item(): the guard declines the list and the loop raises as written."""
+    env = dict(rewards=[1.0, 2.0, 3.0], masks=[1.0, 0.0, 1.0], returns=[0.0] * 3)
+    ns1, ns2 = run_both(RESET_NOT_ITEM, env, vectorized=False)
+    assert "out" not in ns1 and "out" not in ns2  # both raised AttributeError
+
+
+def test_reset_condition_sites():
+    for src in (RESET_COMPARED, RESET_COMPARED_SWITCH, RESET_ITEM, RESET_NOT_ITEM):
+        _, done, skipped = sites_of(src)
+        assert len(done) == 1 and not skipped and done[0].exactness == EXACT, [s.describe() for s in done + skipped]
+
+
+@pytest.mark.parametrize("cond, reason", [
+    ("dones[t].item() == 1", "episode reset on `dones[t].item() == 1`"),  # compares Python floats
+    ("dones[t] == gamma", "episode reset on `dones[t] == gamma`"),  # not a number literal
+    ("dones[t] == 1 == dones[t]", "episode reset on"),
+    ("dones[t][k] > 0", "indexes `dones[t][k]`"),  # not an integer literal index
+])
+def test_reset_condition_look_alikes_left_alone(cond, reason):
+    src = f"""\
+def f(rewards, dones, gamma, returns, k):
+    R = 0.0
+    for t in reversed(range(len(rewards))):
+        if {cond}:
+            R = 0.0
+        R = rewards[t] + gamma * R
+        returns[t] = R
+    return returns
 """
     left_alone(src, reason)

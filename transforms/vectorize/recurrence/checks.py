@@ -11,6 +11,7 @@ from ...analysis.purity import pure_call
 from ...analysis.scopes import builtin_checker
 from .syntax import _CAST_METHODS, _code, _head, _names_read, _norm, _pure_container, Skip, _walk
 from .body import _callee, _flatten, Item
+from . import conds
 from .affine import Recurrence
 
 
@@ -272,5 +273,7 @@ class BodyChecks:
         e = cond
         if isinstance(e, cst.UnaryOperation) and isinstance(e.operator, cst.Not):
             e = e.expression
-        if self.per_step(e) is None:
-            raise Skip(f"episode reset on `{_code(cond).strip()}` (only a per-step value or `not` one)")
+        base, test, _ = conds.split_cond(e)
+        if self.per_step(base) is None:
+            raise Skip(f"episode reset on `{_code(cond).strip()}` (understood: a per-step flag `x[t]`, "
+                       "`x[t].item()`, `x[t] == 1` or another comparison with a number, or `not` one)")

@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from .syntax import _code, _names_read, _norm
-from . import fold
+from . import conds, fold
 
 #: the first row the outputs of the vectorized steps are stored from: 1, or 0 where the last step
 #: is folded in (filled in once the emitted slices are known to allow it)
@@ -54,9 +54,10 @@ class Emit:
                 if rec.reset is not None:
                     cond = rec.reset.cond
                     neg = isinstance(cond, cst.UnaryOperation) and isinstance(cond.operator, cst.Not)
-                    ref = self.per_step(cond.expression if neg else cond)  # type: ignore[union-attr,arg-type]
+                    base, test, number = conds.split_cond(cond.expression if neg else cond)  # type: ignore[union-attr,arg-type]
+                    ref = self.per_step(base)
                     assert ref is not None
-                    mask = self.use_cond(ref[0], ref[1])
+                    mask = self.use_cond(ref[0], ref[1], test, number)
                     if neg:
                         mask = f"~{mask}"
                     self.consts[s] = None  # the value before the loop meets the same dtype rules
@@ -121,7 +122,8 @@ class Emit:
                      f"{', '.join(_code(self.seq_nodes[k]).strip() for k in self.vec_names)})"]
         else:
             binds = [f"{self.vec_names[k]} = {helpers}.seq_of({_code(self.seq_nodes[k]).strip()})" for k in self.vec_names]
-        binds += [f"{self.cond_names[k]} = {helpers}.truth_of({_code(self.seq_nodes[k]).strip()})" for k in self.cond_names]
+        binds += [f"{self.cond_names[k]} = {helpers}.truth_of({_code(self.seq_nodes[k]).strip()}{self.cond_tests.get(k, '')})"
+                  for k in self.cond_names]
         mid = binds + mid
         # the last step t = 0 folded in (build asks, see fold): every slice starts one row earlier
         wide = fold.widen(mid, list(self.vec_names.values()) + list(self.cond_names.values())) \

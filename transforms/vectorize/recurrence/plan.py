@@ -34,6 +34,7 @@ from .render import Render
 from .affine import Affine
 from .emit import Emit
 from .lists import ListCarry
+from . import conds
 
 
 class Planner(BodyChecks, Render, Affine, ListCarry, Emit):
@@ -54,6 +55,7 @@ class Planner(BodyChecks, Render, Affine, ListCarry, Emit):
         self.scalars: Dict[str, None] = {}
         self.vec_names: Dict[str, str] = {}  # container code -> its array name
         self.cond_names: Dict[str, str] = {}
+        self.cond_tests: Dict[str, str] = {}  # cond key -> truth_of's extra arguments (see conds)
         self.seq_labels: Dict[str, str] = {}  # container code -> the base of its array names
         self.columns: Dict[str, cst.BaseExpression] = {}  # x_t[i] -> the column node
         self.dropped: Set[int] = set()  # ids of `tmp = out[t + 1]` items the middle steps do without
@@ -118,6 +120,13 @@ class Planner(BodyChecks, Render, Affine, ListCarry, Emit):
         # every expression in the body, both cases: allowed grammar only
         for it in self._all_items(self.items):
             if id(it) in self.dropped:
+                continue
+            if it.kind == "reset":  # the per-step read under a comparison / .item() (see conds)
+                for expr in self._exprs(it):
+                    base = conds.split_cond(expr)[0]
+                    if not isinstance(base, (cst.Comparison, cst.Call, cst.BooleanOperation)):
+                        self.check(base)  # else check_cond says what is understood
+                self.check_cond(it.cond)  # type: ignore[arg-type]
                 continue
             for expr in self._exprs(it):
                 self.check(expr)

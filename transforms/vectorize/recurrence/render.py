@@ -9,6 +9,7 @@ import libcst as cst
 
 from .syntax import _code, _names_read, _norm, _OP_TEXT, _pure_container, Skip
 from .body import _int_indices
+from . import conds
 
 
 class Render:
@@ -77,11 +78,14 @@ class Render:
         self.seqs[key] = max(self.seqs.get(key, 0), k)
         return f"{self.vec_names[key]}[{1 + k}:{self.stop(k)}]"
 
-    def use_cond(self, cont: cst.BaseExpression, k: int) -> str:
-        key = _norm(cont)
+    def use_cond(self, cont: cst.BaseExpression, k: int, test: str = "", number: str = "") -> str:
+        """The truth values of ``cont``'s steps (``test``: see :mod:`.conds`) over the middle steps."""
+        base = _norm(cont)
+        key = base + (f"|{conds.cond_key(test, number)}" if test else "")
         if key not in self.cond_names:
-            self.cond_names[key] = self.fresh(f"{self.seq_labels.get(key, key.split('.')[-1])}_c")
-            self.seq_nodes.setdefault(key, cont)
+            self.cond_names[key] = self.fresh(f"{self.seq_labels.get(base, base.split('.')[-1])}_c")
+            self.seq_nodes.setdefault(key, conds.node_for(test, cont) or cont)
+            self.cond_tests[key] = conds.truth_args(test, number)
         self.conds[key] = max(self.conds.get(key, 0), k)
         return f"{self.cond_names[key]}[{1 + k}:{self.stop(k)}]"
 
