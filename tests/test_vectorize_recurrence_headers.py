@@ -348,3 +348,80 @@ def test_reinforce_deque_read_back_left_alone_with_its_reason(header):
     assert [(s.line, s.action) for s in sites] == [(loop_line(src), SKIPPED)]
     assert sites[0].reason.startswith("reads `returns[0]` in `disc_return_t = (returns[0] if len(returns) > 0 else 0)`")
     assert "through a temporary" in sites[0].reason
+
+
+# --------------------------------------------------------------------------- zip of reversed slices
+
+# TD(lambda) returns over a value list one longer than the rewards: each step reads the value of
+# its state and of the next one through two shifted slices of one sequence
+ZIP_SLICES = """\
+def gae(values, rewards, masks, gamma, lam):
+    adv = []
+    gae = 0.0
+    for v, next_v, r, m in zip(reversed(values[:-1]), reversed(values[1:]), reversed(rewards), reversed(masks)):
+        delta = r + gamma * next_v * m - v
+        gae = delta + gamma * lam * m * gae
+        adv.insert(0, gae)
+    return adv, gae
+
+out = gae(values, rewards, masks, 0.99, 0.95)
+"""
+
+ZIP_SLICES_ITEMS = """\
+def lambda_returns(values, rewards, items, gamma, lam):
+    returns = []
+    ret = values[-1]
+    for v, next_v, it in zip(reversed(values[:-1]), reversed(values[1:]), reversed(items[:-1])):
+        ret = it + gamma * ((1 - lam) * next_v + lam * ret)
+        returns.append(ret)
+    return returns[::-1], ret
+
+out = lambda_returns(values, rewards, items, 0.99, 0.95)
+"""
+
+
+def _seq(kind, seed, n, dtype, what="normal"):
+    t = tensor(seed, (n,), dtype, what)
+    return {"torch": t, "numpy": t.numpy(), "list": [float(x) for x in t]}[kind]
+
+
+@HYP
+@given(T=st.integers(min_value=0, max_value=40), seed=st.integers(0, 2**16), dtype=dtypes,
+       kind=st.sampled_from(["torch", "numpy", "list"]), extra=st.sampled_from([0, 0, 1]))
+def test_zip_of_reversed_slices_bitwise(T, seed, dtype, kind, extra):
+    """``extra``: a sequence one longer than the others (zip of reversed sequences pairs them from
+    their ends: the guard takes the loop)."""
+    env = {"values": _seq(kind, seed, T + 1, dtype), "rewards": _seq(kind, seed + 1, T + extra, dtype),
+           "masks": _seq(kind, seed + 2, T, dtype, "dones")}
+    ns1, ns2 = run_both(ZIP_SLICES, env, EXACT, vectorized=T >= 2 and not extra)
+    same_namespaces(ns1, ns2)
+
+
+@HYP
+@given(T=st.integers(min_value=0, max_value=40), seed=st.integers(0, 2**16), dtype=dtypes,
+       kind=st.sampled_from(["torch", "numpy"]))
+def test_zip_of_reversed_slices_reassociated(T, seed, dtype, kind):
+    env = {"values": _seq(kind, seed, T + 1, dtype), "rewards": None, "items": _seq(kind, seed + 1, T + 1, dtype)}
+    ns1, ns2 = run_both(ZIP_SLICES_ITEMS, env, "reassociated", vectorized=T >= 2)
+    same_namespaces(ns1, ns2, exact=False)
+
+
+def test_zip_of_reversed_slices_site():
+    out, sites = rewrite(ZIP_SLICES)
+    assert [(s.action, s.exactness) for s in sites] == [(REWRITTEN, EXACT)]
+    assert "`values[:-1]` into `zipped`" in sites[0].reason and "`values[1:]` into `zipped_2`" in sites[0].reason
+    assert out.count("values[:-1]") == 1 and out.count("values[1:]") == 1  # evaluated once, before the guard
+
+
+@pytest.mark.parametrize("header", [
+    "zip(reversed(values[:n()]), reversed(values[1:]), reversed(rewards), reversed(masks))",  # a call in a bound
+    "zip(reversed(values[[0, 1]]), reversed(values[1:]), reversed(rewards), reversed(masks))",  # not a slice
+    "zip(reversed(values[:-1]), reversed(values[1:]), reversed(rewards), reversed(masks + m))",
+])
+def test_zip_of_reversed_slices_lookalikes_not_hoisted(header):
+    src = ZIP_SLICES.replace(
+        "zip(reversed(values[:-1]), reversed(values[1:]), reversed(rewards), reversed(masks))", header
+    ).replace("gamma, lam):", "gamma, lam, n=len, m=0):")
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and "header not recognised" in sites[0].reason, sites

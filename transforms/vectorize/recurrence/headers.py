@@ -250,8 +250,9 @@ _PURE_TOO = frozenset({"numpy"})
 
 
 def _pure_chain(e: cst.BaseExpression, imports) -> bool:
-    """A chain of pure method calls (the purity table's) on a name or an attribute chain, with
-    plain arguments: ``x.cpu().flatten().numpy()``, ``buf.dones.reshape(-1)``."""
+    """A chain of pure method calls (the purity table's) and slices on a name or an attribute
+    chain, with plain arguments: ``x.cpu().flatten().numpy()``, ``buf.dones.reshape(-1)``,
+    ``values[1:]``."""
     while not _pure_container(e):
         if isinstance(e, cst.Call) and isinstance(e.func, cst.Attribute) \
                 and (pure_call(e, imports) or (e.func.attr.value in _PURE_TOO and not e.args
@@ -261,9 +262,19 @@ def _pure_chain(e: cst.BaseExpression, imports) -> bool:
             e = e.func.value
         elif isinstance(e, cst.Attribute) and isinstance(e.value, cst.Call):  # x.cpu().data
             e = e.value
+        elif _plain_slice(e):  # values[:-1], values[1:]: a view (arrays) or a copy (lists)
+            e = e.value  # type: ignore[attr-defined]
         else:
             return False
     return True
+
+
+def _plain_slice(e: cst.BaseExpression) -> bool:
+    """``x[a:b]`` / ``x[a:b:c]`` with plain bounds (names, attribute chains, number literals)."""
+    if not isinstance(e, cst.Subscript) or len(e.slice) != 1 or not isinstance(e.slice[0].slice, cst.Slice):
+        return False
+    sl = e.slice[0].slice
+    return all(b is None or _plain_operand(b) for b in (sl.lower, sl.upper, sl.step))
 
 
 def hoist_zip(node: cst.For, shadowed: Set[str], imports, fresh) -> Optional[Hoist]:
