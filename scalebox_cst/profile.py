@@ -43,40 +43,63 @@ OUTSIDE = "(outside the project)"
 _REPORTS_REF = "refs/notes/scalebox-reports"
 
 
-def read_rows(directory: str) -> Tuple[Dict[Tuple[str, int, str], List[float]], Dict[str, Any]]:
-    """Summed ``(path, line, category) -> [samples, wall_s, cpu_s, calls]`` and the sampling facts."""
-    path = os.path.join(directory, FILE)
-    rows: Dict[Tuple[str, int, str], List[float]] = {}
-    meta: Dict[str, Any] = {"hz": None, "cpu": True}
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return rows, meta
-    for raw in data.splitlines():
+class Reader:
+    """profile.jsonl read on incrementally (the monitor keeps one per live run): only the
+    complete lines appended since the last :meth:`refresh` are parsed."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, FILE)
+        self.offset = 0
+        self.rows: Dict[Tuple[str, int, str], List[float]] = {}
+        self.meta: Dict[str, Any] = {"hz": None, "cpu": True}
+
+    def refresh(self) -> "Reader":
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return self
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next refresh
+        self.offset += end
+        for raw in data[:end].splitlines():
+            self._add(raw)
+        return self
+
+    def _add(self, raw: bytes) -> None:
         try:
             item = json.loads(raw)
-        except ValueError:  # a line being written, or damaged: skipped
-            continue
+        except ValueError:  # a damaged line: skipped
+            return
         if not isinstance(item, dict):
-            continue
-        meta["hz"] = item.get("hz", meta["hz"])
-        meta["cpu"] = meta["cpu"] and bool(item.get("cpu", True))
+            return
+        self.meta["hz"] = item.get("hz", self.meta["hz"])
+        self.meta["cpu"] = self.meta["cpu"] and bool(item.get("cpu", True))
         for row in item.get("rows") or ():
             try:
                 p, line, category, n, wall, cpu, calls = row
                 key = (str(p), int(line), str(category))
-                into = rows.setdefault(key, [0, 0.0, 0.0, 0])
-                for k, v in enumerate((n, wall, cpu, calls)):
-                    into[k] += float(v)
+                values = [float(n), float(wall), float(cpu), float(calls)]
             except (TypeError, ValueError):
                 continue
-    return rows, meta
+            into = self.rows.setdefault(key, [0, 0.0, 0.0, 0])
+            for k, v in enumerate(values):
+                into[k] += v
+
+
+def read_rows(directory: str) -> Tuple[Dict[Tuple[str, int, str], List[float]], Dict[str, Any]]:
+    """Summed ``(path, line, category) -> [samples, wall_s, cpu_s, calls]`` and the sampling facts."""
+    reader = Reader(directory).refresh()
+    return reader.rows, reader.meta
 
 
 def summarize(directory: str, top: int = TOP) -> Optional[Dict[str, Any]]:
     """Categories and hottest lines of a run folder; None where it has no profile."""
-    rows, meta = read_rows(directory)
+    return reduce(*read_rows(directory), top=top)
+
+
+def reduce(rows: Dict[Tuple[str, int, str], List[float]], meta: Dict[str, Any], top: int = TOP) -> Optional[Dict[str, Any]]:
+    """:func:`summarize` of rows already read."""
     if not rows:
         return None
     wall = sum(r[1] for r in rows.values()) or 1e-12
@@ -252,3 +275,54 @@ def render(profile: Optional[Dict[str, Any]], title: str = "", lines: int = 10) 
         if row.get("coverage"):
             out.append(f"        transform: {_coverage_text(row['coverage'])}")
     return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------- compare
+
+
+def of_run(run: runs.RunInfo) -> Optional[Dict[str, Any]]:
+    """A run's profile: what record.json keeps, else reduced from its folder (a live run)."""
+    kept = run.record.get("profile")
+    return kept if isinstance(kept, dict) and kept.get("categories") else summarize(run.dir)
+
+
+def compare_shares(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]]) -> Optional[Dict[str, Any]]:
+    """Per category, each group's mean share over its runs with a profile (None: no run has one)."""
+    means, counts = [], []
+    for _, group in groups:
+        found = [shares(p) for p in (of_run(r) for r in group) if p]
+        counts.append(len(found))
+        means.append({c: sum(s.get(c, 0.0) for s in found) / len(found) for c in CATEGORIES} if found else {})
+    if not any(counts):
+        return None
+    used = [c for c in CATEGORIES if any(m.get(c) for m in means)]
+    return {
+        "groups": [{"label": label, "runs": n} for (label, _), n in zip(groups, counts)],
+        "categories": [{"category": c, "label": CATEGORIES[c], "shares": [m.get(c) if m else None for m in means]} for c in used],
+    }
+
+
+def render_shares(table: Optional[Dict[str, Any]]) -> str:
+    if not table:
+        return ""
+    labels = [g["label"] for g in table["groups"]]
+    width = max([8] + [len(l) for l in labels])
+    out = ["", "time by category (share of sampled wall time, mean over runs; scalebox profile RUN for lines)"]
+    out.append(f"  {'':<28}" + "".join(f"  {l:>{width}}" for l in labels))
+    for row in table["categories"]:
+        cells = "".join(f"  {('-' if s is None else f'{s:.1%}'):>{width}}" for s in row["shares"])
+        out.append(f"  {row['label']:<28}{cells}")
+    return "\n".join(out) + "\n"
+
+
+def compact(profile: Optional[Dict[str, Any]], lines: int = 5) -> Optional[Dict[str, Any]]:
+    """What the monitor shows per run: category shares and the few hottest lines."""
+    if not profile:
+        return None
+    keep = ("path", "line", "code", "share", "category", "calls")
+    return {
+        "samples": profile.get("samples"), "wall_s": profile.get("wall_s"), "method": profile.get("method"),
+        "categories": [{k: c.get(k) for k in ("category", "label", "share")} for c in profile.get("categories", ())],
+        "lines": [{**{k: row.get(k) for k in keep}, "coverage": _coverage_text(row["coverage"]) if row.get("coverage") else None}
+                  for row in profile.get("lines", ())[:lines]],
+    }

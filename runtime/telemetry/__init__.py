@@ -81,6 +81,7 @@ class _Telemetry(threading.Thread):
         self.cpu_s = 0.0  # CPU time this thread has used (its own cost, recorded as telemetry_cpu_s)
         self.profiler = profile.Profiler() if profile.enabled() else None
         self.main = threading.main_thread().ident
+        self.profile_due = time.perf_counter() + profile.EVERY
 
     def run(self) -> None:
         period = 1.0 / max(sites.HZ, 0.1)
@@ -103,8 +104,9 @@ class _Telemetry(threading.Thread):
                 self.report()
         self.cpu_s = time.thread_time()
 
-    def report(self) -> None:
-        """Rates since the last report, resources, then a flush (once at a time)."""
+    def report(self, final: bool = False) -> None:
+        """Rates since the last report, resources, then a flush (once at a time); the profile
+        every :data:`profile.EVERY` seconds and at the end."""
         with self.lock:
             now = time.perf_counter()
             dt, self.last = now - self.last, now
@@ -119,7 +121,8 @@ class _Telemetry(threading.Thread):
             for name, value in self.system.sample().items():
                 metrics.record(name, value)
             metrics.flush()
-            if self.profiler is not None:
+            if self.profiler is not None and (final or now >= self.profile_due):
+                self.profile_due = now + profile.EVERY
                 profile.flush(self.profiler)
 
     def finish(self) -> None:
@@ -127,4 +130,4 @@ class _Telemetry(threading.Thread):
         self.stopped.set()
         if self.is_alive():
             self.join(timeout=1.0)
-        self.report()
+        self.report(final=True)

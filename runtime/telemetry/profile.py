@@ -22,8 +22,8 @@ thread's CPU time since the previous look (its own CPU clock, ``pthread_getcpucl
 ``calls`` counts the visits samples saw (a new frame or line since the previous sample): a
 lower bound, a line run many times between two samples counts once.
 
-Aggregates stay in this process; :func:`flush` (called by the telemetry thread at each report)
-appends one line of per-(line, category) deltas to the run's ``profile.jsonl``, kept apart from
+Aggregates stay in this process; :func:`flush` (called by the telemetry thread every
+:data:`EVERY` seconds and at exit) appends one line of per-(line, category) deltas to the run's ``profile.jsonl``, kept apart from
 metrics.jsonl. The host reduces it (``scalebox_cst.profile``). ``SCALEBOX_PROFILE=0`` turns the
 sampling off (the other telemetry stays).
 """
@@ -43,6 +43,8 @@ from scalebox_cst.runtime import metrics
 
 ENV_SWITCH = "SCALEBOX_PROFILE"
 FILE = "profile.jsonl"
+#: seconds between two appends to profile.jsonl (each holds the lines seen since the last)
+EVERY = float(os.environ.get("SCALEBOX_PROFILE_EVERY", "10") or 10)
 
 #: category -> what a researcher calls it (the order reports list them in)
 CATEGORIES: Dict[str, str] = {
