@@ -186,7 +186,7 @@ class Classifier:
 
     def __init__(self, project: Optional[str] = None) -> None:
         self._project = project
-        self.codes: Dict[Any, Tuple[int, Optional[str]]] = {}
+        self.codes: Dict[Any, Tuple[int, Optional[str], str]] = {}
         self.files: Dict[str, Tuple[int, Optional[str]]] = {}
 
     @property
@@ -225,9 +225,9 @@ class Classifier:
         return kind, rule
 
     def code_kind(self, code) -> Tuple[int, Optional[str]]:
-        found = self.codes.get(code)
-        if found is not None:
-            return found
+        found = self.codes.get(code)  # equal code objects of two files (same body) share a key
+        if found is not None and found[2] == code.co_filename:
+            return found[0], found[1]
         kind, rule = self.file_kind(code.co_filename)
         name = code.co_name
         if kind == LIB and (name == "<module>" or code.co_filename.startswith("<frozen importlib")):
@@ -243,7 +243,7 @@ class Classifier:
         elif kind == USER and _REPLAY_QUALNAME.search(getattr(code, "co_qualname", name)):
             rule = "replay"
         if self.project is not None:
-            self.codes[code] = (kind, rule)
+            self.codes[code] = (kind, rule, code.co_filename)
         return kind, rule
 
     def classify(self, frame) -> Tuple[Any, Optional[str]]:
