@@ -13,10 +13,11 @@ function profileCard(b, run) {
     el("span", { class: "prof-label" }, c.label),
     el("span", { class: "prof-track" }, el("span", { class: "prof-bar", style: `width:${(100 * c.share).toFixed(1)}%;background:${colorOf(b.name)}` })),
     el("span", { class: "prof-share" }, pct(c.share))));
+  const labels = new Map(p.categories.map((c) => [c.category, c.label]));
   const lines = (p.lines || []).map((l) => el("li", { title: l.coverage ? "transform: " + l.coverage : "" },
     el("span", { class: "prof-share" }, pct(l.share)), " ",
     el("code", {}, l.line === null ? l.path : `${l.path}:${l.line}`), " ",
-    el("span", { class: "muted" }, `[${l.category}]`), " ",
+    el("span", { class: "muted" }, `[${labels.get(l.category) || l.category}]`), " ",
     l.code ? el("code", { class: "prof-code" }, l.code) : null));
   return el("div", { class: "prof-card", "data-run": run.id },
     el("div", { class: "prof-head" }, el("span", { class: "swatch", style: `background:${colorOf(b.name)}` }),
