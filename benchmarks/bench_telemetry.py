@@ -13,7 +13,13 @@ runs vary by far more than 2%: the per-event section is the steadier figure. It 
 of ``gym.make("CartPole-v1")`` alone, the path telemetry touches most often, in CPU time of the
 stepping thread.
 
-    python benchmarks/bench_telemetry.py [--repeats 5] [--total-steps 20000] [--quick] [--step-only]
+The analyzer section (issue 21: its cost under 2%) runs the same rewritten script with telemetry on
+both sides and the profile sampler on or off (``SCALEBOX_PROFILE``), alternating: CPU time of
+the whole process (the telemetry thread included) and wall time, medians and their ratio. Its
+per-sample cost is also timed alone: the sampling thread's CPU time per look at a main thread
+that runs a PPO-like update (a deep stack through torch), times the 25 samples a second.
+
+    python benchmarks/bench_telemetry.py [--repeats 5] [--total-steps 20000] [--quick] [--step-only] [--analyzer-only]
 """
 from __future__ import annotations
 
@@ -60,8 +66,9 @@ sys.stderr.write(f"bench_step={best}\\n")
 """
 
 
-def child(args, telemetry: bool, metrics_file: str, cwd: str):
-    env = dict(os.environ, OMP_NUM_THREADS="1", SCALEBOX_TELEMETRY="1" if telemetry else "0", SCALEBOX_METRICS_FILE=metrics_file)
+def child(args, telemetry: bool, metrics_file: str, cwd: str, profile: bool = True):
+    env = dict(os.environ, OMP_NUM_THREADS="1", SCALEBOX_TELEMETRY="1" if telemetry else "0", SCALEBOX_METRICS_FILE=metrics_file,
+               SCALEBOX_PROFILE="1" if profile else "0")
     proc = subprocess.run([sys.executable, "-c", BOOT, *args], cwd=cwd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
@@ -79,14 +86,94 @@ def main() -> None:
     parser.add_argument("--total-steps", type=int, default=20000)
     parser.add_argument("--quick", action="store_true", help="8192 steps, 3 repeats")
     parser.add_argument("--step-only", action="store_true", help="only the env.step section")
+    parser.add_argument("--analyzer-only", action="store_true", help="only the profile sampler's sections")
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.total_steps = 3, 8192
     sys.path.insert(0, ROOT)
     with tempfile.TemporaryDirectory() as tmp:
+        if args.analyzer_only:
+            analyzer_section(args, tmp)
+            tick_section()
+            return
         if not args.step_only:
             run_training(args, tmp)
+            analyzer_section(args, tmp)
+            tick_section()
         step_section(args, tmp)
+
+
+def rewritten_example(tmp: str):
+    from scalebox_cst.config import Config
+    from scalebox_cst.pipeline import Pipeline
+
+    source = open(os.path.join(ROOT, "examples", "cartpole_ppo", "train.py"), "rb").read()
+    result = Pipeline(Config(), backend="cpu").rewrite("train.py", source)
+    script = os.path.join(tmp, "train.py")
+    with open(script, "wb") as fh:
+        fh.write(result.output)
+    return script, sum(1 for s in result.report.sites if s.action == "rewritten")
+
+
+def analyzer_section(args, tmp: str) -> None:
+    """Telemetry on both sides; the profile sampler on or off."""
+    script, sites = rewritten_example(tmp)
+    walls = {True: [], False: []}
+    cpus = {True: [], False: []}
+    for r in range(args.repeats):
+        for on in ((True, False) if r % 2 == 0 else (False, True)):
+            folder = os.path.join(tmp, f"analyzer-{on}-{r}")
+            os.makedirs(folder)
+            found, _ = child([script, "--total-steps", str(args.total_steps), "--seed", "0"], True,
+                             os.path.join(folder, "metrics.jsonl"), tmp, profile=on)
+            walls[on].append(float(found["bench_wall"]))
+            cpus[on].append(float(found["bench_cpu"]))
+            if on and not os.path.exists(os.path.join(folder, "profile.jsonl")):
+                raise RuntimeError("the analyzer wrote no profile.jsonl")
+    print(f"analyzer (profile sampler at 25 Hz) on examples/cartpole_ppo rewritten ({sites} sites), {args.total_steps} env steps, "
+          f"{args.repeats} runs a side, telemetry on both")
+    c_on, c_off = statistics.median(cpus[True]), statistics.median(cpus[False])
+    w_on, w_off = statistics.median(walls[True]), statistics.median(walls[False])
+    print(f"  CPU time (all threads) off {summary(cpus[False])} s, on {summary(cpus[True])} s: ratio {c_on / c_off:.4f} ({100.0 * (c_on - c_off) / c_off:+.2f}%; goal < 2%)")
+    print(f"  wall time              off {summary(walls[False])} s, on {summary(walls[True])} s: ratio {w_on / w_off:.4f} ({100.0 * (w_on - w_off) / w_off:+.2f}%)")
+
+
+def tick_section(samples: int = 400) -> None:
+    """CPU time of one profile sample (the sampling thread's), the main thread busy in torch."""
+    import threading
+    import time
+
+    import torch
+
+    from scalebox_cst.runtime.telemetry import profile
+
+    torch.set_num_threads(1)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2))
+    opt = torch.optim.Adam(net.parameters())
+    x = torch.randn(256, 64)
+    profiler = profile.Profiler(profile.Classifier(project=HERE + os.sep))
+    main = threading.main_thread().ident
+    cost = []
+
+    def sample():
+        for _ in range(samples):
+            t0 = time.thread_time()
+            profiler.tick(sys._current_frames().get(main))
+            cost.append(time.thread_time() - t0)
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=sample)
+    thread.start()
+    while thread.is_alive():
+        dist = torch.distributions.Categorical(logits=net(x))
+        loss = -(dist.log_prob(dist.sample())).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    thread.join()
+    per = statistics.median(cost[20:])  # the first looks fill the per-code caches
+    print(f"one profile sample (the sampler thread's CPU time, median of {samples - 20}): {per * 1e6:.1f} us; "
+          f"at 25 Hz {per * 25 * 100:.3f}% of a core")
 
 
 def run_training(args, tmp: str) -> None:

@@ -86,6 +86,7 @@ class RunRecord:
     stale: Optional[List[str]] = None  # files of the working tree that differed from the commit
     headline: Dict[str, Any] = dataclasses.field(default_factory=dict)
     metrics: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+    profile: Optional[Dict[str, Any]] = None  # where the time went (scalebox_cst.profile.build)
     error_tail: List[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -189,6 +190,7 @@ class Execution:
         tensorboard: bool = True,
     ) -> None:
         self.project_dir = os.path.realpath(project_dir)
+        self.store_path = store_path
         self.run, self.dir = runs.allocate_in(os.path.join(runs_root, *branch.split("/")))
         self.metrics_file = os.path.join(self.dir, runs.METRICS)
         self.events_file = os.path.join(self.dir, runs.EVENTS)
@@ -380,6 +382,7 @@ class Execution:
         series = runs.read_series(self.dir)
         rec.metrics = summarize(series)
         rec.headline = runs.headline(rec.to_json(), series, runs.read_sites(self.dir))
+        rec.profile = _profile(self.dir, rec.to_json(), self.store_path)
         self._write_record()
         self._log.close()
         kind = {"ok": "ended", "failed": "failed", "stopped": "stopped"}[rec.status]
@@ -388,3 +391,14 @@ class Execution:
 
     def _write_record(self) -> None:
         runs.write_record(self.dir, self.record.to_json())
+
+
+def _profile(directory: str, record: Dict[str, Any], store_path: str) -> Optional[Dict[str, Any]]:
+    """The run's profile for record.json; a failure costs the profile, never the record."""
+    from scalebox_cst import profile
+
+    try:
+        return profile.build(directory, record, store_path)
+    except Exception as exc:
+        print(f"scalebox: cannot read the profile of {directory}: {exc!r}", file=sys.stderr)
+        return None

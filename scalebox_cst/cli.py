@@ -702,6 +702,35 @@ def compare(selectors: Tuple[str, ...], metrics: Tuple[str, ...], as_json: bool,
     click.echo(stats.render(result), nl=False)
 
 
+@cli.command("profile")
+@click.argument("run_id", metavar="[RUN]", required=False)
+@click.option("--lines", default=10, show_default=True, help="How many of the hottest lines to show.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
+def profile_command(run_id: Optional[str], lines: int, as_json: bool, project_dir: Optional[str]) -> None:
+    """Where a run's time went (RUN: BRANCH#N or BRANCH; default the newest run): time per
+    category, the hottest lines of the user's code, and whether a transform covers each."""
+    from scalebox_cst import profile as prof
+    from scalebox_cst import runs
+
+    project = _open_project(project_dir)
+    selector = run_id
+    if run_id and not run_id.startswith("hook/"):
+        branch, sep, number = run_id.partition("#")
+        try:
+            selector = project.store.resolve(branch).name + sep + number
+        except StoreError as exc:
+            _fail(str(exc))
+    run = prof.pick(runs.list_runs(project.root), selector)
+    if run is None:
+        _fail(f"no run {run_id}" if run_id else "no run yet (scalebox run SCRIPT)")
+    result = prof.build(run.dir, run.record, project.store.store_path(project.root), top=max(lines, prof.TOP))
+    if as_json:
+        click.echo(json.dumps(runs.json_safe({"run": run.id, "profile": result}), indent=2))
+        return
+    click.echo(prof.render(result, run.id, lines), nl=False)
+
+
 # ---------------------------------------------------------------------------- status
 @cli.command()
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")

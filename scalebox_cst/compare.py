@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from scalebox_cst import runs
+from scalebox_cst import profile, runs
 
 #: what ``compare`` shows without --metric: (metric, label, higher is better)
 DEFAULT_METRICS: Tuple[Tuple[str, str, Optional[bool]], ...] = (
@@ -152,6 +152,7 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
         for row, values in zip(rows[1:], values_by_group[1:]):
             row["vs_first"] = verdict(base, values, better)
         out["metrics"].append({"metric": metric, "title": title, "higher_is_better": better, "groups": rows})
+    out["profile"] = profile.compare_shares([(label, ok) for label, ok, _, _ in loaded])
     return out
 
 
@@ -207,4 +208,4 @@ def render(result: Dict[str, Any]) -> str:
     elif any(n > 1 for n in sizes):
         lines.append("")
         lines.append(f"[...]: {LEVEL:.0%} bootstrap intervals (of the mean; after vs: of the difference)")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + profile.render_shares(result.get("profile"))

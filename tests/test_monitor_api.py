@@ -294,6 +294,34 @@ def test_live_run_headline_and_lost_status(proj, live_pid):
     assert run["status"] == "lost"
 
 
+def test_runs_carry_their_profile_kept_or_read_on_while_live(proj, live_pid):
+    """A finished run shows its record's profile; a live one its profile.jsonl, read on."""
+    kept = {"samples": 50, "wall_s": 2.0, "method": "sampled at 25 Hz",
+            "categories": [{"category": "env", "label": "environment step", "share": 0.75, "wall_s": 1.5},
+                           {"category": "backward", "label": "backward", "share": 0.25, "wall_s": 0.5}],
+            "lines": [{"path": "train.py", "line": 9, "code": "x = env.step(a)", "share": 0.75, "category": "env", "calls": 30,
+                       "coverage": {"covered": False, "reason": "no transform matched this line"}}]}
+    done = runs.list_runs(proj, "run/0002")[0]
+    record = dict(done.record, profile=kept)
+    runs.write_record(done.dir, record)
+    live = write_run(proj, "run/0003", status="running", pid=live_pid)
+    line = {"time": 1.0, "hz": 25.0, "cpu": True, "rows": [["train.py", 4, "backward", 3, 0.3, 0.3, 2]]}
+    with open(os.path.join(live, "profile.jsonl"), "w") as fh:
+        fh.write(json.dumps(line) + "\n")
+    m = Monitor(proj, runs_ttl=0)
+    by_branch = {b["name"]: b for b in m.branches()["branches"]}
+    shown = next(r for r in by_branch["run/0002"]["runs"] if r["id"] == done.id)["profile"]
+    assert [(c["category"], c["share"]) for c in shown["categories"]] == [("env", 0.75), ("backward", 0.25)]
+    assert shown["lines"][0]["code"] == "x = env.step(a)" and shown["lines"][0]["coverage"] == "no transform matched this line"
+    running = by_branch["run/0003"]["runs"][0]["profile"]
+    assert running["categories"] == [{"category": "backward", "label": "backward", "share": 1.0}]
+    with open(os.path.join(live, "profile.jsonl"), "a") as fh:
+        fh.write(json.dumps(dict(line, rows=[["train.py", 7, "env", 3, 0.9, 0.9, 1]])) + "\n")
+    running = {b["name"]: b for b in m.branches()["branches"]}["run/0003"]["runs"][0]["profile"]
+    assert [(c["category"], c["share"]) for c in running["categories"]] == [("env", 0.75), ("backward", 0.25)]
+    assert by_branch["run/0001"]["runs"][0]["profile"] is None  # a run without a profile
+
+
 def test_series_per_run_with_nonfinite_markers_and_seed_band(proj):
     m = Monitor(proj)
     one = m.series("episodic_return", ["run/0001"])

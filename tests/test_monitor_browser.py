@@ -231,3 +231,39 @@ def test_page_memory_stays_flat_while_it_polls(tmp_path, page, live_pid):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_page_shows_where_the_time_goes_as_bars_per_category(tmp_path, page):
+    root = make_project(tmp_path)
+    from scalebox_cst import runs
+
+    cats = [("env", "environment step", 0.6), ("backward", "backward", 0.3), ("logging", "logging", 0.1)]
+    for run in runs.list_runs(root, "run/0002"):
+        runs.write_record(run.dir, dict(run.record, profile={
+            "samples": 400, "wall_s": 16.0, "method": "sampled at 25 Hz",
+            "categories": [{"category": c, "label": label, "share": s} for c, label, s in cats],
+            "lines": [{"path": "train.py", "line": 12, "code": "obs, r, done, info = env.step(a)", "share": 0.55,
+                       "category": "env", "calls": 300, "coverage": {"covered": False, "reason": "no transform matched this line"}}],
+        }))
+    srv = serve(root)
+    try:
+        page.goto(srv.url)
+        page.wait_for_selector("#profiles .prof-card[data-run^='run/0002']")
+        widths = page.eval_on_selector_all(
+            "#profiles .prof-card[data-run^='run/0002'] .prof-row",
+            "rows => rows.map(r => [r.dataset.category, r.querySelector('.prof-bar').getBoundingClientRect().width, r.querySelector('.prof-track').getBoundingClientRect().width])")
+        assert [w[0] for w in widths] == ["env", "backward", "logging"]
+        for (_, bar, track), (_, _, share) in zip(widths, cats):
+            assert bar == pytest.approx(share * track, abs=2)
+        card = page.inner_text("#profiles .prof-card[data-run^='run/0002']")
+        assert "environment step" in card and "60.0%" in card and "train.py:12" in card and "env.step(a)" in card
+        # the bars take the branch's colour
+        colour = page.eval_on_selector("#profiles .prof-card[data-run^='run/0002'] .prof-bar", "b => getComputedStyle(b).backgroundColor")
+        swatch = page.eval_on_selector("#branches tr.branch[data-branch='run/0002'] .swatch", "s => getComputedStyle(s).backgroundColor")
+        assert colour == swatch
+        page.locator("#profile-panel").scroll_into_view_if_needed()
+        shot(page, "profile")
+        assert not page.errors, page.errors
+    finally:
+        srv.shutdown()
+        srv.server_close()

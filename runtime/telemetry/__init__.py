@@ -8,10 +8,12 @@ turns it off) attaches each source once the script imports what it observes:
 - :mod:`.writer`: ``SummaryWriter.add_scalar(s)`` values under the user's tags and steps;
 - :mod:`.training`: optimizer steps, ``losses/backward`` (non-finite ones reported at flush);
 - :mod:`.sites`: guard passes/fallbacks and sampled time per rewritten site (sites.json);
-- :mod:`.system`: host/device peak memory and device utilization where a tool exists.
+- :mod:`.system`: host/device peak memory and device utilization where a tool exists;
+- :mod:`.profile`: where the main thread's time goes, per line of the user's and per category
+  (profile.jsonl; ``SCALEBOX_PROFILE=0`` turns it off).
 
-One daemon thread (``scalebox-telemetry``) samples site time at :data:`sites.HZ` while there
-are sites, and every :data:`EVERY` seconds records ``SPS``, ``optimizer_steps_per_s``,
+One daemon thread (``scalebox-telemetry``) samples the main thread's stack at :data:`sites.HZ`
+(for site time, and for the profile), and every :data:`EVERY` seconds records ``SPS``, ``optimizer_steps_per_s``,
 ``wall_time``, ``telemetry_cpu_s`` (the CPU time this thread has used: its own cost) and the
 :mod:`.system` points, then flushes the metrics (values cross from the device there, off the
 training thread). The training thread pays for the patched calls only:
@@ -21,12 +23,13 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 import time
 from typing import Optional
 
 from scalebox_cst.runtime import metrics, threads
-from scalebox_cst.runtime.telemetry import envs, imports, sites, system, training, writer
+from scalebox_cst.runtime.telemetry import envs, imports, profile, sites, system, training, writer
 
 ENV_SWITCH = "SCALEBOX_TELEMETRY"
 EVERY = float(os.environ.get("SCALEBOX_TELEMETRY_EVERY", "2") or 2)
@@ -52,6 +55,8 @@ def install() -> bool:
     for name in writer.MODULES:
         imports.when_imported(name, writer.attach)
     imports.when_imported("torch", training.attach)
+    if profile.enabled():
+        imports.when_imported("torch", profile.attach_torch)
     for name in sites.GUARDS:
         imports.when_imported(name, sites.attach)
     metrics.after_flush(sites.write_json)
@@ -74,13 +79,21 @@ class _Telemetry(threading.Thread):
         self.opt_steps = training.optimizer_steps
         self.lock = threading.Lock()
         self.cpu_s = 0.0  # CPU time this thread has used (its own cost, recorded as telemetry_cpu_s)
+        self.profiler = profile.Profiler() if profile.enabled() else None
+        self.main = threading.main_thread().ident
+        self.profile_due = time.perf_counter() + profile.EVERY
 
     def run(self) -> None:
         period = 1.0 / max(sites.HZ, 0.1)
         due = time.perf_counter() + EVERY
         while not self.stopped.is_set():
-            if sites._sites:
-                self.clock.tick()
+            if sites._sites or self.profiler is not None:
+                frame = sys._current_frames().get(self.main)
+                if self.profiler is not None:
+                    self.profiler.tick(frame)
+                if sites._sites:
+                    self.clock.tick(frame)
+                del frame
                 self.stopped.wait(period)
             else:
                 self.clock.last = time.perf_counter()
@@ -91,8 +104,9 @@ class _Telemetry(threading.Thread):
                 self.report()
         self.cpu_s = time.thread_time()
 
-    def report(self) -> None:
-        """Rates since the last report, resources, then a flush (once at a time)."""
+    def report(self, final: bool = False) -> None:
+        """Rates since the last report, resources, then a flush (once at a time); the profile
+        every :data:`profile.EVERY` seconds and at the end."""
         with self.lock:
             now = time.perf_counter()
             dt, self.last = now - self.last, now
@@ -107,10 +121,13 @@ class _Telemetry(threading.Thread):
             for name, value in self.system.sample().items():
                 metrics.record(name, value)
             metrics.flush()
+            if self.profiler is not None and (final or now >= self.profile_due):
+                self.profile_due = now + profile.EVERY
+                profile.flush(self.profiler)
 
     def finish(self) -> None:
         """At exit: stop sampling, a last report and flush (sites.json included)."""
         self.stopped.set()
         if self.is_alive():
             self.join(timeout=1.0)
-        self.report()
+        self.report(final=True)

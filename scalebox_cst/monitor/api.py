@@ -24,7 +24,7 @@ from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from scalebox_cst import diffview, runs
+from scalebox_cst import diffview, profile, runs
 from scalebox_cst.monitor.series import Series, json_number
 from scalebox_cst.report import REWRITTEN, RunReport
 from scalebox_cst.store import BranchInfo, Store, StoreError
@@ -245,6 +245,7 @@ class Monitor:
         self._snapshot_tip: Optional[str] = None
         self._metrics: "collections.OrderedDict[str, MetricsFile]" = collections.OrderedDict()
         self._events: Dict[str, EventsFile] = {}
+        self._profiles: Dict[str, profile.Reader] = {}  # run folder -> its live profile, read on
 
     def close(self) -> None:
         with self._store_lock:
@@ -323,7 +324,20 @@ class Monitor:
             "headline": {k: _finite_or_none(headline.get(k)) for k in HEADLINE_KEYS if headline.get(k) is not None},
             "headline_live": live,
             "error_tail": rec.get("error_tail") or [],
+            "profile": self._profile(run, live),
         }
+
+    def _profile(self, run: runs.RunInfo, live: bool) -> Optional[Dict[str, Any]]:
+        """Where the run's time went (scalebox_cst.profile): its record's, or, live, read on."""
+        kept = run.record.get("profile")
+        if not live or isinstance(kept, dict):
+            return profile.compact(kept if isinstance(kept, dict) else None)
+        with self._lock:  # the few new lines since the last poll (a live run appends every 10 s)
+            reader = self._profiles.get(run.dir)
+            if reader is None:
+                reader = self._profiles[run.dir] = profile.Reader(run.dir)
+            reader.refresh()
+            return profile.compact(profile.reduce(reader.rows, reader.meta, top=5))
 
     def _live_headline(self, run: runs.RunInfo) -> Dict[str, Any]:
         """Headline numbers of a run still writing, from the bounded series (no full re-read)."""

@@ -144,6 +144,7 @@ function renderBranches() {
   more.textContent = `show more (${newestFirst.length - state.rowLimit} hidden)`;
   document.getElementById("branch-count").textContent =
     `${newestFirst.length} of ${state.branches.length} branch(es), ${state.selected.size} plotted`;
+  renderProfiles(state.branches, state.selected);
 }
 
 function snapshotRow(b) {

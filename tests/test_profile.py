@@ -1,0 +1,333 @@
+"""The performance analyzer (issue 21 part 1): runtime.telemetry.profile samples the main thread's
+stack, scalebox_cst.profile reduces and reports it.
+
+The categorizer is tested on synthetic stacks (code objects compiled under library-like file
+names, chained as frames), the reduction on written profile.jsonl files, and the whole path on a
+real ``scalebox run`` of a script whose env step is busy for a known time.
+"""
+import dis
+import glob
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import types
+
+import pytest
+
+from scalebox_cst import compare as compare_mod
+from scalebox_cst import profile as prof
+from scalebox_cst import runs
+from scalebox_cst.runtime.telemetry import profile as rp
+
+SITE = "/venv/lib/python3.11/site-packages/"
+PROJECT = "/proj/"
+RUNTIME = os.path.dirname(os.path.dirname(os.path.abspath(rp.__file__)))  # scalebox_cst.runtime
+
+
+def code_of(filename, source, name):
+    """The code object called ``name`` (a qualname) in ``source`` compiled as ``filename``."""
+    todo = [compile(textwrap.dedent(source), filename, "exec")]
+    while todo:
+        c = todo.pop()
+        if c.co_qualname == name or (name == "<module>" and c.co_name == "<module>"):
+            return c
+        todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    raise KeyError(name)
+
+
+class Frame:
+    def __init__(self, code, back=None, lasti=0, line=1):
+        self.f_code, self.f_back, self.f_lasti, self.f_lineno = code, back, lasti, line
+
+
+def stack(*codes, leaf_call=False):
+    """Frames for ``codes`` listed outermost first; ``leaf_call``: the innermost one stands at its
+    first call instruction (as while a C function it calls runs)."""
+    frame = None
+    for i, code in enumerate(codes):
+        lasti = 0
+        if leaf_call and i == len(codes) - 1:
+            lasti = next(x.offset for x in dis.get_instructions(code) if x.opname == "CALL")
+        frame = Frame(code, frame, lasti, line=code.co_firstlineno + 1)
+    return frame
+
+
+FN = "def f(x):\n    return x\n"
+LAUNCH = code_of(os.path.join(RUNTIME, "launch.py"), "def main():\n    pass\n", "main")
+LOOP = code_of(PROJECT + "train.py", "def loop(env, t, torch, x):\n    return env.step(x)\n", "loop")
+
+
+@pytest.fixture
+def classifier():
+    return rp.Classifier(project=PROJECT)
+
+
+def lib(path, source=FN, name="f"):
+    return code_of(SITE + path, source, name)
+
+
+def test_an_env_step_through_gymnasium_and_telemetry_wrappers_gives_the_users_env_line(classifier):
+    user_step = code_of(PROJECT + "envs.py", "class BusyEnv:\n    def step(self, a):\n        return sum(range(9))\n", "BusyEnv.step")
+    wrapper = code_of(os.path.join(RUNTIME, "telemetry", "envs.py"), "def step(self):\n    pass\n", "step")
+    frame = stack(LAUNCH, LOOP, lib("gymnasium/wrappers/common.py"), wrapper, user_step, lib("numpy/core/fromnumeric.py"))
+    user, category = classifier.classify(frame)
+    assert category == "env" and user.f_code is user_step
+
+
+@pytest.mark.parametrize("path, name, expected", [
+    ("torch/autograd/__init__.py", "backward", "backward"),
+    ("torch/_tensor.py", "backward", "backward"),
+    ("torch/optim/adam.py", "_single_tensor_adam", "optimizer"),
+    ("torch/distributions/categorical.py", "f", "distributions"),
+    ("torch/utils/tensorboard/writer.py", "f", "logging"),
+    ("torch/utils/data/dataloader.py", "f", "replay"),
+    ("stable_baselines3/common/buffers.py", "f", "replay"),
+    ("numpy/core/fromnumeric.py", "f", "other"),
+    ("torch/_tensor.py", "__format__", "other"),
+])
+def test_library_frames_inside_a_user_line_give_its_category(classifier, path, name, expected):
+    inner = lib(path, f"def {name}(x):\n    return x\n", name)
+    user, category = classifier.classify(stack(LAUNCH, LOOP, inner))
+    assert (user.f_code, category) == (LOOP, expected)
+
+
+def test_module_calls_are_action_selection_without_grad_and_loss_forward_with_it(classifier, monkeypatch):
+    call = code_of(SITE + "torch/nn/modules/module.py", "def _call_impl(self):\n    pass\n", "_call_impl")
+    forward = code_of(PROJECT + "model.py", "class Net:\n    def forward(self, x):\n        return x\n", "Net.forward")
+    linear = lib("torch/nn/functional.py", "def linear(x):\n    return x\n", "linear")
+    frame = stack(LAUNCH, LOOP, call, forward, linear)
+    monkeypatch.setattr(rp._Grad, "enabled", False)
+    assert classifier.classify(frame) == (frame.f_back, "action")
+    monkeypatch.setattr(rp._Grad, "enabled", True)
+    assert classifier.classify(frame) == (frame.f_back, "forward")
+
+
+@pytest.mark.parametrize("source, device, expected", [
+    ("def f(t):\n    return t.item()\n", True, "sync"),
+    ("def f(t):\n    return t.cpu().numpy()\n", True, "sync"),
+    ("def f(t):\n    return t.item()\n", False, "tensors"),  # no device in use: a host copy
+    ("def f(torch, obs):\n    return torch.as_tensor(obs, dtype=torch.float32)\n", False, "tensors"),
+    ("def f(x):\n    print('loss', x)\n", False, "logging"),
+    ("def f(x):\n    return len(x)\n", False, "other"),
+])
+def test_the_c_function_a_user_line_calls_gives_its_category(classifier, monkeypatch, source, device, expected):
+    monkeypatch.setattr(rp, "_device_in_use", lambda: device)
+    user = code_of(PROJECT + "train.py", source, "f")
+    assert classifier.classify(stack(LAUNCH, user, leaf_call=True))[1] == expected
+
+
+def test_replay_sampling_engine_sites_imports_and_no_project_frame(classifier):
+    sample = code_of(PROJECT + "buffer.py", "class ReplayBuffer:\n    def sample(self, n):\n        return n\n", "ReplayBuffer.sample")
+    assert classifier.classify(stack(LAUNCH, LOOP, sample, lib("numpy/random/x.py")))[1] == "replay"
+    engine = code_of(os.path.join(RUNTIME, "vectorized.py"), FN, "f")
+    user, category = classifier.classify(stack(LAUNCH, LOOP, engine, lib("torch/functional.py")))
+    assert (user.f_code, category) == (LOOP, "engine")
+    # a module imported from a user line runs its top level: start-up, whatever the package
+    imported = code_of(SITE + "torch/distributions/__init__.py", "x = 1\n", "<module>")
+    assert classifier.classify(stack(LAUNCH, LOOP, imported))[1] == "other"
+    assert classifier.classify(stack(LAUNCH)) == (None, "other")
+
+
+@pytest.mark.parametrize("source, name", [
+    ("def f(t):\n    return t.item()\n", "item"),
+    ("def f(torch, x):\n    return torch.tensor(x, dtype=1)\n", "tensor"),
+    ("def f(a, x):\n    return a.b.c(x + 1, y=2)\n", "c"),
+    ("def f(x):\n    print(x)\n", "print"),
+    ("def f(g, h, x):\n    return g(h(x), x)\n", "h"),  # the first call that runs: h(x)
+    ("def f(g):\n    return g()()\n", "g"),
+])
+def test_callee_names_the_function_a_call_instruction_calls(source, name):
+    code = code_of("x.py", source, "f")
+    first = next(x.offset for x in dis.get_instructions(code) if x.opname == "CALL")
+    assert rp.callee(code, first) == name
+
+
+def test_grad_mode_hook_follows_the_main_thread_only():
+    torch = pytest.importorskip("torch")
+    rp.attach_torch(torch)
+    rp.attach_torch(torch)  # twice: wrapped once
+    assert not getattr(torch.no_grad.__enter__.__wrapped__, "_scalebox_observed", False)
+    assert rp._Grad.enabled
+    with torch.no_grad():
+        assert rp._Grad.enabled is False
+        with torch.enable_grad():
+            assert rp._Grad.enabled is True
+        assert rp._Grad.enabled is False
+    assert rp._Grad.enabled is True
+    with torch.inference_mode():
+        assert rp._Grad.enabled is False
+    seen = []
+
+    def other():
+        with torch.no_grad():
+            seen.append(rp._Grad.enabled)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen == [True]  # another thread's no_grad is not the main thread's
+
+
+# ------------------------------------------------------------------------------- reduction
+
+
+def write_profile(folder, items, tail=""):
+    with open(os.path.join(folder, prof.FILE), "w") as fh:
+        for rows in items:
+            fh.write(json.dumps({"time": 1.0, "hz": 25.0, "cpu": True, "rows": rows}) + "\n")
+        fh.write(tail)
+
+
+def test_deltas_sum_per_line_and_category_and_a_partial_line_waits(tmp_path):
+    write_profile(str(tmp_path), [
+        [["train.py", 10, "env", 4, 0.4, 0.3, 2], ["train.py", 12, "backward", 2, 0.2, 0.2, 2], ["", 0, "other", 1, 0.1, 0.0, 1]],
+        [["train.py", 10, "env", 2, 0.2, 0.1, 1], ["train.py", 10, "other", 1, 0.1, 0.1, 1]],
+        "not json\n",
+    ], tail='{"rows": [["train.py", 12, "backward", 9')
+    reader = prof.Reader(str(tmp_path)).refresh()
+    assert reader.rows[("train.py", 10, "env")] == [6, pytest.approx(0.6), pytest.approx(0.4), 3]
+    out = prof.reduce(reader.rows, reader.meta)
+    assert [c["category"] for c in out["categories"]] == ["env", "backward", "other"]
+    assert out["categories"][0]["share"] == pytest.approx(0.6)
+    top = out["lines"][0]
+    assert (top["path"], top["line"], top["category"], top["calls"]) == ("train.py", 10, "env", 4)
+    assert top["share"] == pytest.approx(0.7) and top["categories"] == {"env": pytest.approx(0.857, abs=1e-3), "other": pytest.approx(0.143, abs=1e-3)}
+    assert out["lines"][-1]["path"] == prof.OUTSIDE and out["lines"][-1]["line"] is None
+    # the rest of the half-written line arrives: read on from where the reader stopped
+    with open(os.path.join(str(tmp_path), prof.FILE), "a") as fh:
+        fh.write(', 0.9, 0.9, 3]]}\n')
+    assert reader.refresh().rows[("train.py", 12, "backward")] == [11, pytest.approx(1.1), pytest.approx(1.1), 5]
+
+
+def test_coverage_of_a_hot_line_from_the_sites_and_the_stored_report():
+    sites = [{"path": "train.py", "line": 20, "end_line": 24, "transform": "vectorize.recurrence", "vectorized": 9, "fallback": 1}]
+    report = {"train.py": [
+        {"transform": "vectorize.reduction", "line": 30, "end_line": 31, "action": "skipped", "reason": "the loop body writes a list"},
+        {"transform": "grad_clip", "line": 40, "end_line": 40, "action": "rewritten", "reason": "clip inserted"},
+    ]}
+    got = prof.coverage("train.py", 22, sites, report)
+    assert (got["covered"], got["transform"], got["site"], got["pass_rate"]) == (True, "vectorize.recurrence", "train.py:20-24", 0.9)
+    got = prof.coverage("train.py", 31, sites, report)
+    assert got == {"covered": False, "transform": "vectorize.reduction", "reason": "skipped: the loop body writes a list"}
+    assert prof.coverage("train.py", 40, sites, report)["covered"] is True
+    assert prof.coverage("train.py", 50, sites, report) == {"covered": False, "reason": "no transform matched this line"}
+    assert prof.coverage("other.py", 22, sites, report)["covered"] is False
+
+
+def _run_with_profile(root, branch, shares, started):
+    folder = runs.allocate_run(root, branch)[1]
+    runs.write_record(folder, {"branch": branch, "run": 1, "status": "ok", "started": started, "variant": "rewrite"})
+    write_profile(folder, [[["train.py", i + 1, c, 10, s, s, 1] for i, (c, s) in enumerate(shares.items())]])
+    return folder
+
+
+def test_compare_shows_category_shares_side_by_side(tmp_path):
+    root = str(tmp_path)
+    _run_with_profile(root, "run/0001", {"env": 0.6, "backward": 0.4}, 1.0)
+    _run_with_profile(root, "run/0002", {"env": 0.2, "backward": 0.8}, 2.0)
+    groups = [(b, runs.list_runs(root, b)) for b in ("run/0001", "run/0002")]
+    result = compare_mod.compare(groups)
+    rows = {r["category"]: r["shares"] for r in result["profile"]["categories"]}
+    assert rows["env"] == [pytest.approx(0.6), pytest.approx(0.2)] and rows["backward"] == [pytest.approx(0.4), pytest.approx(0.8)]
+    text = compare_mod.render(result)
+    assert "time by category" in text
+    env_row = next(l for l in text.splitlines() if l.strip().startswith("environment step"))
+    assert env_row.split()[-2:] == ["60.0%", "20.0%"]
+
+
+# ------------------------------------------------------------------------------- a real run
+
+BUSY = """
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+class BusyEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.03:  # BUSY
+            pass
+        return np.zeros(4, np.float32), 1.0, False, False, {}
+
+
+torch.manual_seed(0)
+env = BusyEnv()
+net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 64))
+opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+x = torch.randn(64, 64)
+obs, _ = env.reset(seed=0)
+for i in range(60):
+    with torch.no_grad():
+        action = int(net(x).sum() > 0)  # ACTION
+    obs, reward, term, trunc, info = env.step(action)
+    loss = net(x).pow(2).mean()  # LOSS
+    loss.backward()  # BACKWARD
+    opt.step()  # OPT
+    opt.zero_grad()
+"""
+
+
+def _scalebox(*args, cwd, **extra_env):
+    env = dict(os.environ, OMP_NUM_THREADS="1", **extra_env)
+    exe = os.path.join(os.path.dirname(sys.executable), "scalebox")
+    proc = subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_a_run_records_where_its_time_went_per_line_and_category(tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    source = textwrap.dedent(BUSY)
+    (project / "train.py").write_text(source)
+    line = {tag: i for i, l in enumerate(source.splitlines(), 1) for tag in ("BUSY", "ACTION", "LOSS", "BACKWARD", "OPT") if f"# {tag}" in l}
+    _scalebox("init", ".", cwd=project)
+    _scalebox("run", "train.py", cwd=project, SCALEBOX_TELEMETRY_HZ="100")
+    records = glob.glob(str(project / ".scalebox" / "runs" / "**" / "record.json"), recursive=True)
+    record = json.loads(open(records[0]).read())
+    p = record["profile"]
+    share = {c["category"]: c["share"] for c in p["categories"]}
+    # 60 steps of 30 ms busy env work against a backward of a small net
+    assert share["env"] > share.get("backward", 0) > 0
+    assert {"env", "backward", "forward", "action"} <= set(share)
+    by_line = {(r["path"], r["line"]): r for r in p["lines"]}
+    loop_lines = [r for r in p["lines"] if r["category"] != "other"]  # not imports / start-up
+    top = loop_lines[0]
+    assert (top["path"], top["line"], top["category"]) == ("train.py", line["BUSY"], "env")
+    assert top["code"] == "while time.perf_counter() - start < 0.03:  # BUSY" and top["calls"] >= 5
+    assert top["coverage"] == {"covered": False, "reason": "no transform matched this line"}
+    assert by_line[("train.py", line["BACKWARD"])]["category"] == "backward"
+    assert by_line[("train.py", line["ACTION"])]["category"] == "action"
+    assert by_line[("train.py", line["LOSS"])]["category"] == "forward"
+    assert p["cpu_measured"] and 0 < p["cpu_s"] <= p["wall_s"] * 1.05
+    # the command shows the same, and --json gives the record's numbers back
+    text = _scalebox("profile", cwd=project).stdout
+    assert "environment step" in text and f"train.py:{line['BUSY']}" in text and "# BUSY" in text
+    data = json.loads(_scalebox("profile", "run/0001#1", "--json", cwd=project).stdout)
+    assert data["run"] == "run/0001#1" and data["profile"]["categories"] == p["categories"]
+    # the profile stays out of metrics.jsonl
+    metrics = open(glob.glob(str(project / ".scalebox" / "runs" / "**" / "metrics.jsonl"), recursive=True)[0]).read()
+    assert "profile" not in metrics and "BUSY" not in metrics
+
+
+def test_profile_of_an_unknown_run_is_a_one_line_error(tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("print(1)\n")
+    _scalebox("init", ".", cwd=project)
+    exe = os.path.join(os.path.dirname(sys.executable), "scalebox")
+    proc = subprocess.run([exe, "profile"], cwd=project, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.strip() == "scalebox: no run yet (scalebox run SCRIPT)"
