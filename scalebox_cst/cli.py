@@ -937,26 +937,36 @@ def _interrupt(*_) -> None:
 @cli.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, exists=True))
 @click.option("--web-port", "port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port (0: any free one).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; another than loopback exposes the page.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; another than loopback exposes the page (a warning says to whom).")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME", help="Also answer requests naming NAME in their Host header (repeatable; loopback names and the bound address always are).")
 @click.option("--refresh-interval", type=click.FloatRange(min=0.25), default=2.0, show_default=True, help="Seconds between the page's polls.")
 @click.option("--verbose", is_flag=True, help="Log each request to stderr.")
-def monitor(directory: str, port: int, host: str, refresh_interval: float, verbose: bool) -> None:
+def monitor(directory: str, port: int, host: str, allow_hosts: Tuple[str, ...], refresh_interval: float, verbose: bool) -> None:
     """Serve a live page of DIRECTORY's branches, curves, diffs and events (read-only)."""
     from scalebox_cst.monitor import Monitor, MonitorServer
+    from scalebox_cst.monitor.access import HostError, checked_name, exposure_warning
 
+    try:
+        for name in allow_hosts:
+            checked_name(name)
+    except HostError as exc:
+        _fail(str(exc))
     root = find_project_root(directory)
     try:
         data = Monitor(root, refresh_interval=refresh_interval)
     except StoreError as exc:
         _fail(str(exc))
     try:
-        server = MonitorServer(data, host=host, port=port, verbose=verbose)
+        server = MonitorServer(data, host=host, port=port, verbose=verbose, allow_hosts=allow_hosts)
     except OSError as exc:
         import socket
 
         hint = "check --host" if isinstance(exc, socket.gaierror) else "try another --web-port"
         _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc} ({hint})")
     click.echo(f"scalebox: monitor of {data.root} on {server.url} (refresh {refresh_interval:g}s); Ctrl-C to stop", err=True)
+    warning = exposure_warning(host, server.server_address[1], allow_hosts)
+    if warning:
+        click.echo(warning, err=True)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         server.serve_forever()

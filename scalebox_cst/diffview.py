@@ -81,16 +81,27 @@ def file_hunks(report: FileReport, old: Optional[bytes], new: Optional[bytes]) -
     return hunks
 
 
+def site_label(site: Site, told: set) -> str:
+    """A hunk's label line for ``site``: its reason on the first hunk of the file that covers it,
+    a short reference on later ones (a site spanning several hunks is explained once)."""
+    key = (site.transform, site.line, site.end_line, site.reason)
+    if key in told:
+        return f"#  {site.transform} line {site.line} (continued; reason above)"
+    told.add(key)
+    return f"#  {site.transform} [{site.exactness}] line {site.line}: {site.reason}"
+
+
 def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], color: bool) -> List[str]:
     out: List[str] = []
     out.append(_style(f"--- a/{report.path}", "header", color))
     out.append(_style(f"+++ b/{report.path}", "header", color))
     kinds = {" ": None, "-": "del", "+": "add"}
+    told: set = set()  # sites whose reason an earlier hunk printed
     for hunk in file_hunks(report, old, new):
         head = f"@@ -{hunk['old_start']},{hunk['old_count']} +{hunk['new_start']},{hunk['new_count']} @@"
         out.append(_style(head, "hunk", color))
         for site in hunk["sites"]:
-            out.append(_style(f"#  {site.transform} [{site.exactness}] line {site.line}: {site.reason}", "label", color))
+            out.append(_style(site_label(site, told), "label", color))
         if hunk["note"]:
             out.append(_style(f"#  {hunk['note']}", "label", color))
         for op, line in hunk["lines"]:

@@ -121,6 +121,23 @@ def test_diff_labels_hunks_and_stat(project):
     assert "train.py" in stat and "1 rewritten" in stat
 
 
+def test_diff_gives_each_sites_reason_once_across_its_hunks():
+    """A site whose rewrite lands in three hunks had its reason printed three times."""
+    from scalebox_cst import diffview
+    from scalebox_cst.report import FileReport, Site
+
+    old = "".join(f"x{i} = {i}\n" for i in range(1, 41)).encode()
+    new = old.replace(b"x3 = 3", b"x3 = 30").replace(b"x20 = 20", b"x20 = 200").replace(b"x37 = 37", b"x37 = 370")
+    loop = Site("vectorize.loop", 2, 38, "rewritten", "the loop is batched over its rows", "exact")
+    near = Site("grad_clip", 37, 37, "rewritten", "clip before the step", "exact-until-intervention")
+    text = "\n".join(diffview.render_file(FileReport("m.py", "rewritten", sites=[loop, near]), old, new, color=False))
+    assert text.count("@@ -") == 3
+    assert text.count("the loop is batched over its rows") == 1
+    assert text.index("the loop is batched over its rows") < text.index("x3 = 30")
+    assert text.count("#  vectorize.loop line 2 (continued; reason above)") == 2
+    assert text.count("clip before the step") == 1  # another site in a later hunk is told in full
+
+
 def test_rollback_restores_and_loses_nothing(project):
     scalebox("rewrite", str(project), "--backend", "cpu")
     original = (project / "train.py").read_text()

@@ -605,6 +605,123 @@ def test_http_refuses_foreign_host_headers_on_loopback(server):
     assert get(server, "/api/project", {"Host": f"evil.example:{port}"})[0] == 403
 
 
+def test_http_host_check_stays_on_for_a_public_bind(proj):
+    """--host 0.0.0.0 turned the Host check off: DNS rebinding could read diffs and tracebacks."""
+    srv = MonitorServer(Monitor(proj), host="0.0.0.0", port=0, allow_hosts=["GPU-Box.lan"])
+    srv.start_background()
+    try:
+        port = srv.server_address[1]
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", f"gpu-box.lan:{port}", "gpu-box.lan.", "GPU-BOX.LAN"):
+            assert get(srv, "/api/project", {"Host": host})[0] == 200, host
+        for host in (f"evil.example:{port}", f"127.0.0.1.evil.example:{port}", "10.20.30.40", ""):
+            status, _, body = get(srv, "/api/project", {"Host": host})
+            assert status == 403, host
+        assert body.startswith(b"forbidden host") and b"--allow-host" in get(srv, "/", {"Host": "evil.example"})[2]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_host_check_names_and_addresses():
+    from scalebox_cst.monitor.access import HostCheck, HostError, checked_name, exposure_warning
+
+    wild = HostCheck("0.0.0.0")
+    assert wild.allows("192.168.1.5:8080", "192.168.1.5")  # the address the connection came in on
+    assert wild.allows("192.168.1.5", "::ffff:192.168.1.5")  # (as a "::" socket names it)
+    assert not wild.allows("192.168.1.6:8080", "192.168.1.5")
+    assert not wild.allows("rebound.example:8080", "192.168.1.5")
+    lan = HostCheck("192.168.1.5", ["box", "10.0.0.7"])
+    assert lan.allows("192.168.1.5:80", "192.168.1.5") and lan.allows("box") and lan.allows("10.0.0.7:1")
+    assert lan.allows("localhost") and not lan.allows("192.168.1.6", "192.168.1.6")
+    v6 = HostCheck("::")
+    assert v6.allows("[fe80::1]:8080", "fe80::1") and not v6.allows("[fe80::2]:8080", "fe80::1")
+    assert HostCheck("myhost").allows("myhost:8080") and not HostCheck("myhost").allows("other:8080")
+    for bad in ("", "a b", "http://x", "x/y", "*"):
+        with pytest.raises(HostError):
+            checked_name(bad)
+    assert checked_name("[::1]") == "::1"
+    assert exposure_warning("127.0.0.1", 8080) is None and exposure_warning("::1", 8080) is None
+    text = exposure_warning("0.0.0.0", 8080, ["box"])
+    assert "8080" in text and "tracebacks" in text and "diffs" in text and "box" in text and "\n" not in text
+
+
+def _handler_threads():
+    return sum(1 for t in threading.enumerate() if "process_request_thread" in t.name)
+
+
+def test_http_half_open_connections_hold_bounded_threads_for_bounded_time(proj):
+    """600 half-open requests held 600 threads, for ever."""
+    import select
+    import socket
+
+    srv = MonitorServer(Monitor(proj), port=0, max_connections=8, request_timeout=5.0)
+    srv.start_background()
+    socks = []
+    try:
+        for _ in range(60):
+            sock = socket.create_connection(srv.server_address[:2], timeout=30)
+            sock.sendall(b"GET /api/project HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ends its head
+            socks.append(sock)
+        refused, waiting, deadline = [], list(socks), time.monotonic() + 4.0
+        while len(refused) < 52 and time.monotonic() < deadline:
+            for sock in select.select(waiting, [], [], 0.2)[0]:
+                try:
+                    refused.append(sock.recv(1000))
+                except ConnectionResetError:
+                    refused.append(b"reset")
+                waiting.remove(sock)
+        assert len(refused) == 52 and _handler_threads() <= 8
+        assert all(r.startswith(b"HTTP/1.1 503 ") or r == b"reset" for r in refused) and any(r.startswith(b"HTTP/1.1 503 ") for r in refused)
+        for sock in waiting:  # the 8 served ones: closed at their deadline, no answer
+            assert sock.recv(1000) == b""
+        assert get(srv, "/api/project")[0] == 200
+    finally:
+        for sock in socks:
+            sock.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_http_a_trickled_request_ends_at_its_deadline(proj):
+    """A client sending a byte at a time got a fresh socket timeout per byte: no deadline at all."""
+    import socket
+
+    srv = MonitorServer(Monitor(proj), port=0, request_timeout=1.0)
+    srv.start_background()
+    sock = socket.create_connection(srv.server_address[:2], timeout=30)
+    try:
+        request = b"GET /api/project HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"x" * 40 + b"\r\n\r\n"
+        closed = False
+        for byte in request:  # ~7 s in all; the server gives the whole head 1 s
+            try:
+                sock.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+            time.sleep(0.1)
+        if not closed:
+            try:
+                closed = sock.recv(1000) == b""
+            except ConnectionResetError:
+                closed = True
+        assert closed
+        # a kept-alive connection polls as the page does: answers, 304s, in time
+        conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=30)
+        conn.request("GET", "/api/branches")
+        resp = conn.getresponse()
+        etag = resp.getheader("ETag")
+        assert resp.status == 200 and resp.read()
+        for _ in range(3):
+            conn.request("GET", "/api/branches", headers={"If-None-Match": etag})
+            resp = conn.getresponse()
+            assert resp.status == 304 and resp.read() == b""
+        conn.close()
+    finally:
+        sock.close()
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_page_needs_nothing_from_the_network(server):
     _, _, html = get(server, "/")
     text = html.decode()
@@ -646,6 +763,32 @@ def test_cli_monitor_serves_and_stops_on_sigterm(proj):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_cli_monitor_on_a_public_address_warns_and_checks_hosts(proj):
+    import signal
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", "from scalebox_cst.cli import main; main()", "monitor", proj, "--web-port", "0", "--host", "0.0.0.0", "--allow-host", "box.lan"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        line, warning = proc.stderr.readline(), proc.stderr.readline()
+        port = int(line.split(" on http://0.0.0.0:", 1)[1].split("/", 1)[0])
+        assert warning.startswith("scalebox: warning:") and f"port {port}" in warning and "anyone" in warning
+        assert "source diffs" in warning and "tracebacks" in warning and "box.lan" in warning and "--allow-host" in warning
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        for host, status in (("box.lan", 200), (f"localhost:{port}", 200), ("evil.example", 403)):
+            conn.request("GET", "/api/project", headers={"Host": host})
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == status, host
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    out = subprocess.run(cmd[:-1] + ["not a/name"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1 and "--allow-host 'not a/name'" in out.stderr
 
 
 def test_cli_monitor_one_line_errors(tmp_path, proj):

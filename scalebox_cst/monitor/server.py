@@ -4,23 +4,33 @@ Only two kinds of path answer: the API routes in ``ROUTES`` and the static files
 a fixed allow-list of files shipped inside the package. No part of a URL is ever joined to a
 path on disk, so any other request (``/../../etc/passwd``, ``/static/x``, ``/api/nope``) is a 404.
 
-Bound to 127.0.0.1 by default. While it is bound to a loopback address, requests whose ``Host``
-header names another host are refused (a page elsewhere cannot reach it through DNS rebinding).
-JSON answers carry an ``ETag``; a poll that finds nothing new gets a ``304`` and no body.
+Bound to 127.0.0.1 by default. Requests whose ``Host`` header names a host it was not asked to
+serve are refused, on any bind (:mod:`~scalebox_cst.monitor.access`: a page elsewhere cannot reach
+it through DNS rebinding). JSON answers carry an ``ETag``; a poll that finds nothing new gets a
+``304`` and no body.
+
+A connection holds one thread, and at most ``max_connections`` are served at once: one more gets
+a ``503`` at once and is closed. A request must arrive whole within ``request_timeout`` seconds
+of the connection starting to wait for it (a client that trickles bytes gets no more time), and
+an answer must be taken within as long; else the connection is closed. So half-open connections
+hold a bounded number of threads for a bounded time. (Every answer is a short JSON or static
+file: no endpoint streams; the page polls, and a kept-alive connection idle that long is closed,
+which browsers reopen.)
 """
 from __future__ import annotations
 
 import hashlib
 import http.server
 import importlib.resources
-import ipaddress
 import json
 import socket
 import sys
 import threading
+import time
 import urllib.parse
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from scalebox_cst.monitor.access import HostCheck, refusal
 from scalebox_cst.monitor.api import DEFAULT_POINTS, ApiError, Monitor, names_from_query
 
 #: URL path -> (file inside scalebox_cst/monitor/static, content type)
@@ -94,11 +104,49 @@ def _static(name: str) -> bytes:
     return importlib.resources.files("scalebox_cst.monitor").joinpath("static", *name.split("/")).read_bytes()
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+class _RequestReader:
+    """The request side of a connection: lines and bytes off the socket, each ``recv`` given only
+    the time left until ``deadline`` (``time.monotonic()``; None: the socket's own timeout), so a
+    request trickled a byte at a time still ends at its deadline (``TimeoutError``, which
+    ``handle_one_request`` answers by closing the connection)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = bytearray()
+        self.deadline: Optional[float] = None
+        self.closed = False
+
+    def _fill(self) -> bool:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request did not arrive in time")
+            self.sock.settimeout(left)
+        data = self.sock.recv(65536)
+        self.buffer += data
+        return bool(data)
+
+    def readline(self, limit: int = -1) -> bytes:
+        while True:
+            end = self.buffer.find(b"\n") + 1 or None
+            if limit >= 0 and len(self.buffer) >= limit:
+                end = min(end or limit, limit)
+            if end is not None or not self._fill():
+                end = end or len(self.buffer)
+                line = bytes(self.buffer[:end])
+                del self.buffer[:end]
+                return line
+
+    def read(self, size: int = -1) -> bytes:
+        while (size < 0 or len(self.buffer) < size) and self._fill():
+            pass
+        size = len(self.buffer) if size < 0 else min(size, len(self.buffer))
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    def close(self) -> None:
+        self.closed = True
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -110,27 +158,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.server.verbose:
             sys.stderr.write("monitor: " + (format % args) + "\n")
 
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout  # (``setup`` puts it on the socket: writes)
+        super().setup()
+        self.rfile = _RequestReader(self.connection)  # type: ignore[assignment]
+
+    def handle_one_request(self) -> None:
+        self.rfile.deadline = time.monotonic() + self.server.request_timeout  # type: ignore[attr-defined]
+        super().handle_one_request()
+
     def do_HEAD(self) -> None:
         self._answer(head=True)
 
     def do_GET(self) -> None:
         self._answer(head=False)
 
-    def _host_allowed(self) -> bool:
-        if not self.server.loopback:
-            return True
-        host = (self.headers.get("Host") or "").strip()
-        if host.startswith("["):
-            name = host[1:].partition("]")[0]
-        else:
-            name = host.rpartition(":")[0] if host.count(":") == 1 else host
-        return _is_loopback(name)
-
     def _answer(self, head: bool) -> None:
+        self.connection.settimeout(self.server.request_timeout)  # the answer's own time to be taken
         url = urllib.parse.urlsplit(self.path)
         path = url.path
-        if not self._host_allowed():
-            return self._send(403, b"forbidden host\n", "text/plain; charset=utf-8", head)
+        host = self.headers.get("Host")
+        if not self.server.hosts.allows(host, self.connection.getsockname()[0]):
+            return self._send(403, refusal(host), "text/plain; charset=utf-8", head)
         if path in STATIC:
             name, ctype = STATIC[path]
             body = self.server.static_bytes(name)
@@ -180,20 +229,66 @@ def _etags(header: Optional[str]) -> List[str]:
     return [t.strip().removeprefix("W/") for t in (header or "").split(",") if t.strip()]
 
 
+#: what a connection over ``max_connections`` is told before it is closed
+BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Content-Length: 31\r\nRetry-After: 1\r\nConnection: close\r\n\r\nmonitor busy: too many clients\n")
+
+
 class MonitorServer(http.server.ThreadingHTTPServer):
-    """A threaded HTTP server for one :class:`Monitor`; ``serve_forever`` until ``shutdown``."""
+    """A threaded HTTP server for one :class:`Monitor`; ``serve_forever`` until ``shutdown``.
+
+    ``allow_hosts``: more ``Host`` names to serve (``--allow-host``); ``max_connections`` and
+    ``request_timeout`` bound the threads and the time half-open connections hold them."""
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128
 
-    def __init__(self, monitor: Monitor, host: str = "127.0.0.1", port: int = 8080, verbose: bool = False) -> None:
+    def __init__(self, monitor: Monitor, host: str = "127.0.0.1", port: int = 8080, verbose: bool = False,
+                 allow_hosts: Sequence[str] = (), max_connections: int = 64, request_timeout: float = 10.0) -> None:
+        self.hosts = HostCheck(host, allow_hosts)  # (a bad name fails before the port is taken)
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)
         self.monitor = monitor
         self.verbose = verbose
-        self.loopback = _is_loopback(host)
+        self.request_timeout = request_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
         self._static: Dict[str, bytes] = {}
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            return self._refuse(request)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: its slot is free again
+            self._slots.release()
+            self.shutdown_request(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request: socket.socket) -> None:
+        """Over ``max_connections``: a 503 without blocking this (the accepting) thread, then close."""
+        try:
+            request.setblocking(False)
+            try:
+                request.recv(65536)  # what already came: closing on unread bytes would reset
+            except OSError:
+                pass
+            request.send(BUSY)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone mid-request (reset, broken pipe) is no error of ours: quiet unless verbose."""
+        if self.verbose or not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
     @property
     def url(self) -> str:
