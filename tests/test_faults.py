@@ -203,6 +203,102 @@ def test_kill_during_rollback_leaves_the_tree_fully_old_or_fully_new(tmp_path):
     print(f"\n{TRIALS * 2} kills during rollback: {outcomes}")
 
 
+PAUSED_ROLLER = textwrap.dedent(
+    """\
+    import sys
+    from scalebox_cst.project import Project
+    from scalebox_cst.rollback import Replacer
+    root, action, target, phase = sys.argv[1:5]
+    real = Replacer._write_journal
+
+    def write_journal(self, journal):
+        real(self, journal)
+        if journal["phase"] == phase:  # the journal is on disk: wait for the test's save
+            print("journal", flush=True)
+            sys.stdin.readline()
+
+    Replacer._write_journal = write_journal
+    print("ready", flush=True)
+    try:
+        Project(root).undo() if action == "undo" else Project(root).rollback(target)
+    except Exception as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(1)
+    """
+)
+
+
+def _in_source_history(project, rel, data):
+    stack, seen = [project.store.source_tip()], set()
+    while stack:
+        commit = stack.pop()
+        if commit not in seen:
+            seen.add(commit)
+            if project.store.read_file(commit, rel) == data:
+                return True
+            stack.extend(str(p) for p in project.store.repo[commit].parent_ids)
+    return False
+
+
+def test_a_save_during_a_rollback_or_undo_is_never_lost(tmp_path):
+    """Deterministic trials: a rollback or undo (real subprocess) pauses once its journal is on
+    disk, in the write phase or the rename phase; a file it is to replace is saved; then it
+    goes on (it must stop, nothing replaced) or is killed -9 (the next command reverts it, or
+    finishes it after snapshotting the save). The save is on disk or in the source history."""
+    rng = random.Random(19)
+    root = tmp_path / "proj"
+    (root / "pkg").mkdir(parents=True)
+    project, _ = Project.init(str(root))
+    states = []
+    for letter in "AB":
+        for i in range(12):
+            (root / "pkg" / f"m{i}.py").write_text(f"{letter} = {i}\n" * 5)
+        states.append((project.commit_change(force=True).branch, _tree(root)))
+    last_before = None  # the tree before the newest recorded rollback: what undo restores
+    outcomes = {}
+    combos = [("prepare", "go on"), ("replace", "go on"), ("prepare", "kill"), ("replace", "kill")]
+    for trial in range(TRIALS * 2):
+        phase, then = combos[trial % 4]
+        before = _tree(root)
+        action = "undo" if (trial // 4) % 2 and last_before not in (None, before) else "rollback"
+        branch, target = max(states, key=lambda s: sum(before.get(k) != v for k, v in s[1].items()))
+        if action == "undo":
+            branch, target = "", last_before
+        edited = rng.choice(sorted(k for k, v in target.items() if before.get(k) != v))
+        edit = f"saved = {trial}\n".encode()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", PAUSED_ROLLER, str(root), action, branch, phase],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+        )
+        assert proc.stdout.readline().strip() == b"ready"
+        assert proc.stdout.readline().strip() == b"journal", proc.stderr.read().decode()
+        with open(root / edited, "wb") as fh:  # the save, while the journal is on disk
+            fh.write(edit)
+        if then == "go on":
+            _, err = proc.communicate(b"\n", timeout=120)
+            assert proc.returncode == 1 and err.decode().count("\n") == 1, err.decode()
+            assert f"{edited} was saved after the rollback snapshotted it" in err.decode()
+            assert _tree(root) == {**before, edited: edit}
+            outcome = "stopped"
+        else:
+            proc.kill()
+            proc.communicate()
+            done = Project(str(root)).recover()
+            if phase == "prepare":
+                assert "was undone" in done and _tree(root) == {**before, edited: edit}
+                outcome = "reverted"
+            else:
+                assert "snapshotted first as" in done and _tree(root) == target
+                assert _in_source_history(Project(str(root)), edited, edit)
+                last_before = before
+                outcome = "finished, save snapshotted"
+        outcomes[f"{action} {outcome}"] = outcomes.get(f"{action} {outcome}", 0) + 1
+        assert not [p for p in _tree(root) if p.endswith(".scalebox-tmp")]
+        assert not os.path.exists(root / ".scalebox" / JOURNAL_FILE)
+    _check_store(root).close()
+    print(f"\n{TRIALS * 2} saves during a paused rollback/undo, none lost: {outcomes}")
+
+
 REWRITER = textwrap.dedent(
     """\
     import sys

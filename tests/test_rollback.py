@@ -9,6 +9,7 @@ import pytest
 
 from scalebox_cst import project as project_module
 from scalebox_cst.project import JOURNAL_FILE, Project
+from scalebox_cst.rollback import tmp_name
 from scalebox_cst.store import StoreError
 
 from conftest import scalebox
@@ -198,7 +199,7 @@ def test_the_next_command_finishes_a_rollback_killed_while_renaming(tmp_path, re
     file is written; some are renamed. The next command renames the rest (fully new)."""
     root, proj, a, b, state_a, state_b = _two_states(tmp_path)
     target = proj.store.files(proj.store.resolve(a).source_commit)
-    writes = [[rel, proj._tmp_name(rel)] for rel in sorted(target) if (root / rel).read_bytes() != target[rel]]
+    writes = [[rel, tmp_name(rel)] for rel in sorted(target) if (root / rel).read_bytes() != target[rel]]
     backup, _ = proj.store.snapshot(proj.scan(), "before")
     for i, (rel, tmp) in enumerate(writes):
         (root / tmp).write_bytes(target[rel])
@@ -218,7 +219,7 @@ def test_the_next_command_finishes_a_rollback_killed_while_renaming(tmp_path, re
 
 def test_the_next_command_reverts_a_rollback_killed_while_writing(tmp_path):
     root, proj, a, b, state_a, state_b = _two_states(tmp_path)
-    writes = [["pkg/m0.py", proj._tmp_name("pkg/m0.py")], ["pkg/m1.py", proj._tmp_name("pkg/m1.py")]]
+    writes = [["pkg/m0.py", tmp_name("pkg/m0.py")], ["pkg/m1.py", tmp_name("pkg/m1.py")]]
     (root / writes[0][1]).write_bytes(b"A = 0\n")
     (root / writes[1][1]).write_bytes(b"A = ")  # cut short by the kill
     journal = {"label": a, "source": "0" * 40, "backup": "0" * 40, "write": writes, "remove": [], "created": [], "phase": "prepare"}
