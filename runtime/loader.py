@@ -209,8 +209,13 @@ def _excepthook(exc_type, exc, tb) -> None:
 
 
 def install_excepthook() -> None:
+    """Tracebacks in the user's lines; warnings, log records and inspect stacks too
+    (:mod:`scalebox_cst.runtime.user_lines`)."""
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = _excepthook
+    from scalebox_cst.runtime import user_lines
+
+    user_lines.install()
 
 
 def exec_source(source: bytes, filename: str, namespace: dict) -> None:

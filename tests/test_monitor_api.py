@@ -662,22 +662,69 @@ def test_http_half_open_connections_hold_bounded_threads_for_bounded_time(proj):
             sock = socket.create_connection(srv.server_address[:2], timeout=30)
             sock.sendall(b"GET /api/project HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ends its head
             socks.append(sock)
-        refused, waiting, deadline = [], list(socks), time.monotonic() + 4.0
-        while len(refused) < 52 and time.monotonic() < deadline:
+        closed, waiting, deadline = [], list(socks), time.monotonic() + 4.0
+        while len(closed) < 52 and time.monotonic() < deadline:  # the oldest make room for the newest
             for sock in select.select(waiting, [], [], 0.2)[0]:
                 try:
-                    refused.append(sock.recv(1000))
+                    closed.append(sock.recv(1000))
                 except ConnectionResetError:
-                    refused.append(b"reset")
+                    closed.append(b"")
                 waiting.remove(sock)
-        assert len(refused) == 52 and _handler_threads() <= 8
-        assert all(r.startswith(b"HTTP/1.1 503 ") or r == b"reset" for r in refused) and any(r.startswith(b"HTTP/1.1 503 ") for r in refused)
-        for sock in waiting:  # the 8 served ones: closed at their deadline, no answer
+        assert closed == [b""] * 52 and _handler_threads() <= 8  # closed unanswered
+        assert waiting == socks[-8:]
+        # a client that sends its request is answered at once, though every thread was taken
+        status, _, body = get(srv, "/api/project")
+        assert status == 200 and json.loads(body)["root"]
+        assert _handler_threads() <= 8
+        for sock in waiting:  # the rest: closed at their deadline (or to make room), no answer
             assert sock.recv(1000) == b""
-        assert get(srv, "/api/project")[0] == 200
     finally:
         for sock in socks:
             sock.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_http_busy_threads_answer_503_at_once(proj, monkeypatch):
+    """Only when every thread is busy answering is a new connection turned away (503, closed)."""
+    import socket
+
+    from scalebox_cst.monitor import server as server_mod
+
+    gate, entered = threading.Event(), threading.Semaphore(0)
+
+    def slow(m, q):
+        entered.release()
+        gate.wait(30)
+        return {"ok": True}
+
+    monkeypatch.setitem(server_mod.ROUTES, "/api/slow", slow)
+    srv = MonitorServer(Monitor(proj), port=0, max_connections=2, request_timeout=30.0)
+    srv.start_background()
+    results = []
+    busy = [threading.Thread(target=lambda: results.append(get(srv, "/api/slow")[0])) for _ in range(2)]
+    try:
+        for t in busy:
+            t.start()
+        for _ in busy:
+            assert entered.acquire(timeout=30)
+        sock = socket.create_connection(srv.server_address[:2], timeout=30)
+        sock.sendall(b"GET /api/project HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        reply = b""
+        try:
+            while chunk := sock.recv(1000):
+                reply += chunk
+        except ConnectionResetError:
+            pass
+        sock.close()
+        assert reply.startswith(b"HTTP/1.1 503 "), reply
+        gate.set()
+        for t in busy:
+            t.join(30)
+        assert results == [200, 200]
+        assert get(srv, "/api/project")[0] == 200
+    finally:
+        gate.set()
         srv.shutdown()
         srv.server_close()
 

@@ -191,6 +191,41 @@ def test_page_with_500_branches_and_a_branch_never_run(tmp_path, page):
         srv.server_close()
 
 
+def test_page_diff_gives_a_sites_reason_once_across_its_hunks(tmp_path, page):
+    """As `scalebox diff`: a site whose change spans three hunks was explained in each."""
+    root = str(tmp_path / "hunks")
+    os.makedirs(root)
+    store = Store.init(root)
+    old = "".join(f"x{i} = {i}\n" for i in range(1, 41)).encode()
+    new = old.replace(b"x3 = 3", b"x3 = 30").replace(b"x20 = 20", b"x20 = 200").replace(b"x37 = 37", b"x37 = 370")
+    source, _ = store.snapshot({"m.py": old}, "snapshot")
+    report = {"branch": None, "commit": None, "source_commit": None, "backend": "cpu", "files": [
+        {"path": "m.py", "status": "rewritten", "error": None, "sites": [
+            {"transform": "vectorize.loop", "line": 2, "end_line": 38, "action": "rewritten", "reason": "the loop is batched over its rows", "exactness": "exact"},
+            {"transform": "grad_clip", "line": 37, "end_line": 37, "action": "rewritten", "reason": "clip before the step", "exactness": "exact-until-intervention"}]}]}
+    name, _ = store.commit_rewrite(source, {"m.py": new}, "rewrite", "", report, "fp")
+    write_run(root, name, points=curve("episodic_return", 10, time.time()))
+    srv = serve(root)
+    try:
+        page.goto(srv.url)
+        page.click(f"#branches tr.branch[data-branch='{name}'] td.name a")
+        page.wait_for_selector("#diff .hunk")
+        assert page.locator("#diff .hunk").count() == 3
+        labels = page.eval_on_selector_all("#diff .hunk-label", "ls => ls.map(l => l.innerText)")
+        assert labels == [
+            "#  vectorize.loop [exact] line 2: the loop is batched over its rows",
+            "#  vectorize.loop line 2 (continued; reason above)",
+            "#  vectorize.loop line 2 (continued; reason above)",
+            "#  grad_clip [exact-until-intervention] line 37: clip before the step",
+        ]
+        page.locator("#diff-panel").scroll_into_view_if_needed()
+        shot(page, "diff_once_per_site")
+        assert not page.errors, page.errors
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_page_memory_stays_flat_while_it_polls(tmp_path, page, live_pid):
     """A page left open: many polls with a run writing all along, heap and DOM do not grow."""
     root = make_project(tmp_path)

@@ -511,6 +511,77 @@ def test_traceback_of_a_run_names_the_users_lines_inside_a_site(project):
     assert record["status"] == "failed" and record["error_tail"][-1] == "ValueError: on line 10"
 
 
+def test_user_lines_reach_replaced_showwarning_and_logging_imported_later(tmp_path):
+    """In a fresh process: a program's own showwarning gets the user's line; logging, imported
+    after the mapping was installed, is patched on import; a file not rewritten keeps its lines."""
+    script = tmp_path / "check.py"
+    script.write_text(textwrap.dedent(f"""\
+        import sys, warnings
+        from scalebox_cst.runtime import loader
+        original = "import warnings\\nwarnings.warn('a')\\nLOG.warning('b')\\n"
+        rewritten = "import warnings\\n\\n\\n\\nwarnings.warn('a')\\nLOG.warning('b')\\n"
+        name = {str(tmp_path / "t.py")!r}
+        loader.register_source(name, rewritten)
+        loader.register_origin(name, lambda: loader.Origin(original, rewritten))
+        loader.install_excepthook()
+        assert "logging" not in sys.modules
+        import logging
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        LOG = logging.getLogger("t")
+        LOG.addHandler(handler)
+        shown = []
+        warnings.showwarning = lambda m, c, f, l, file=None, line=None: shown.append((f == name, l, line))
+        exec(compile(rewritten, name, "exec"), {{"LOG": LOG}})
+        warnings.warn("here")  # this file: not rewritten
+        LOG.warning("here too")
+        print(shown, [r.lineno for r in records])
+        """))
+    out = subprocess.run([sys.executable, "-I", str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[(True, 2, \"warnings.warn('a')\"), (False, 19, None)] [3, 20]"
+
+
+def test_warnings_log_records_and_inspect_of_a_run_name_the_users_lines(project):
+    """A warnings.warn on line 10 was reported as t.py:12 (two lines inserted above it)."""
+    (project / "t.py").write_text(
+        "import inspect, logging, warnings\n"
+        "import torch\n"
+        "logging.basicConfig(format='LOG %(filename)s:%(lineno)d %(message)s')\n"
+        "model = torch.nn.Linear(2, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "model(torch.ones(1, 2)).sum().backward()\n"
+        "opt.step()\n"
+        "\n"
+        "\n"
+        "warnings.warn('warned on line 10')\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    warnings.warn('recorded on line 13')\n"
+        "print('RECORD', caught[0].lineno, repr(caught[0].line))\n"
+        "logging.getLogger('t').warning('logged on line 15')\n"
+        "here = inspect.stack()[0]\n"
+        "print('INSPECT', here.lineno, here.code_context, inspect.getframeinfo(inspect.currentframe()).lineno)\n"
+        "try:\n"
+        "    1 / 0\n"
+        "except ZeroDivisionError:\n"
+        "    logging.getLogger('t').exception('caught')\n"
+    )
+    (project / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    scalebox("rewrite", str(project))
+    assert scalebox("diff", cwd=project).stdout.count("\n+") >= 2  # an import and a call were inserted above line 10
+    out = scalebox("run", "t.py", cwd=project).stdout
+    path = os.path.realpath(project / "t.py")
+    assert f"{path}:10: UserWarning: warned on line 10\n  warnings.warn('warned on line 10')\n" in out
+    assert "RECORD 13 \"warnings.warn('recorded on line 13')\"" in out
+    assert "LOG t.py:15 logged on line 15" in out
+    assert "INSPECT 16 ['here = inspect.stack()[0]\\n'] 17" in out
+    assert f'File "{path}", line 19, in <module>\n    1 / 0\n' in out
+    (record,) = records(project, "run/0001")
+    assert record["status"] == "ok"
+
+
 # ----------------------------------------------------------------------------- TensorBoard
 def _event_tags(folder):
     """Scalar tags and steps in TFRecord event files (length, crc, Event proto, crc)."""

@@ -9,13 +9,16 @@ serve are refused, on any bind (:mod:`~scalebox_cst.monitor.access`: a page else
 it through DNS rebinding). JSON answers carry an ``ETag``; a poll that finds nothing new gets a
 ``304`` and no body.
 
-A connection holds one thread, and at most ``max_connections`` are served at once: one more gets
-a ``503`` at once and is closed. A request must arrive whole within ``request_timeout`` seconds
-of the connection starting to wait for it (a client that trickles bytes gets no more time), and
-an answer must be taken within as long; else the connection is closed. So half-open connections
-hold a bounded number of threads for a bounded time. (Every answer is a short JSON or static
-file: no endpoint streams; the page polls, and a kept-alive connection idle that long is closed,
-which browsers reopen.)
+A connection holds one thread, and at most ``max_connections`` are served at once. A request
+must arrive whole within ``request_timeout`` seconds of the connection starting to wait for it
+(a client that trickles bytes gets no more time), and an answer must be taken within as long;
+else the connection is closed. When all are taken, a new connection takes the place of the one
+that has waited longest for its request (half-open, or kept alive and idle: closed unanswered),
+so a flood of half-open connections holds a bounded number of threads for a bounded time and
+does not lock out a client that sends its request; only when every thread is busy answering
+does a new connection get a ``503`` at once. (Every answer is a short JSON or static file: no
+endpoint streams; the page polls, and a kept-alive connection idle that long is closed, which
+browsers reopen.)
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import hashlib
 import http.server
 import importlib.resources
 import json
+import select
 import socket
 import sys
 import threading
@@ -115,6 +119,7 @@ class _RequestReader:
         self.buffer = bytearray()
         self.deadline: Optional[float] = None
         self.closed = False
+        self.eof = False  # the client closed (or the server evicted it)
 
     def _fill(self) -> bool:
         if self.deadline is not None:
@@ -124,6 +129,7 @@ class _RequestReader:
             self.sock.settimeout(left)
         data = self.sock.recv(65536)
         self.buffer += data
+        self.eof = not data
         return bool(data)
 
     def readline(self, limit: int = -1) -> bytes:
@@ -165,7 +171,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         self.rfile.deadline = time.monotonic() + self.server.request_timeout  # type: ignore[attr-defined]
-        super().handle_one_request()
+        self.server.waiting(self.connection, True)
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.waiting(self.connection, False)
 
     def do_HEAD(self) -> None:
         self._answer(head=True)
@@ -174,6 +184,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._answer(head=False)
 
     def _answer(self, head: bool) -> None:
+        if not self.server.waiting(self.connection, False) or self.rfile.eof:  # type: ignore[attr-defined]
+            self.close_connection = True  # evicted, or the head was cut short: no one to answer
+            return
         self.connection.settimeout(self.server.request_timeout)  # the answer's own time to be taken
         url = urllib.parse.urlsplit(self.path)
         path = url.path
@@ -254,11 +267,35 @@ class MonitorServer(http.server.ThreadingHTTPServer):
         self.verbose = verbose
         self.request_timeout = request_timeout
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._waiting: Dict[socket.socket, None] = {}  # connections waiting for a request, oldest first
+        self._waiting_lock = threading.Lock()
         self._static: Dict[str, bytes] = {}
+
+    def waiting(self, connection: socket.socket, wait: bool) -> bool:
+        """Mark ``connection`` as waiting for its request (or not); False if it was evicted."""
+        with self._waiting_lock:
+            if wait:
+                self._waiting[connection] = None
+                return True
+            return self._waiting.pop(connection, False) is None
+
+    def _evict(self) -> bool:
+        """Close the connection that has waited longest for its request (its thread then ends)."""
+        with self._waiting_lock:
+            if not self._waiting:
+                return False
+            oldest = next(iter(self._waiting))
+            del self._waiting[oldest]
+        try:
+            oldest.shutdown(socket.SHUT_RDWR)  # wakes its thread's recv with an end of file
+        except OSError:
+            pass
+        return True
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
-            return self._refuse(request)
+            if not (self._evict() and self._slots.acquire(timeout=1.0)):
+                return self._refuse(request)
         try:
             super().process_request(request, client_address)
         except BaseException:  # no thread started: its slot is free again
@@ -273,11 +310,12 @@ class MonitorServer(http.server.ThreadingHTTPServer):
             self._slots.release()
 
     def _refuse(self, request: socket.socket) -> None:
-        """Over ``max_connections``: a 503 without blocking this (the accepting) thread, then close."""
+        """Every thread busy answering: a 503 without blocking this (the accepting) thread, then close."""
         try:
-            request.setblocking(False)
+            select.select([request], [], [], 0.05)  # its request, if on the way: unread bytes
+            request.setblocking(False)             # at close would reset the 503 away
             try:
-                request.recv(65536)  # what already came: closing on unread bytes would reset
+                request.recv(65536)
             except OSError:
                 pass
             request.send(BUSY)

@@ -439,10 +439,17 @@ function renderDiff(data) {
   for (const file of data.files) {
     const part = el("div", { class: "file" }, el("h4", {}, `${file.path} (${file.status})`));
     if (file.error) part.append(el("div", { class: "nonfinite" }, "error: " + file.error));
+    const told = new Set();  // a site spanning several hunks gives its reason on the first (as scalebox diff)
     for (const hunk of file.hunks) {
       const box = el("div", { class: "hunk" },
         el("div", { class: "hunk-head" }, `@@ -${hunk.old_start},${hunk.old_count} +${hunk.new_start},${hunk.new_count} @@`));
       for (const site of hunk.sites) {
+        const key = JSON.stringify([site.transform, site.line, site.end_line, site.reason]);
+        if (told.has(key)) {
+          box.append(el("div", { class: "hunk-label" }, `#  ${site.transform} line ${site.line} (continued; reason above)`));
+          continue;
+        }
+        told.add(key);
         const m = measuredText({ ...site, path: file.path }, measured);
         box.append(el("div", { class: "hunk-label" }, `#  ${site.transform} [${site.exactness}] line ${site.line}: ${site.reason}`,
           m ? el("span", { class: "measured" }, m) : null));
