@@ -30,6 +30,7 @@ from ..analysis.statements import ast_guarded, ast_is_flat, ast_statements, CstS
 from ..analysis.elementwise import ElementwiseExpr
 from ..analysis.rewriting import replace_nodes, ScopedRewriter
 from .loss_loops import empty_list_init, rewrite_loss_loop
+from .param_penalty import try_penalty
 from .reduction_examples import EXAMPLES
 from .reduction_forms import (
     _Acc,
@@ -120,6 +121,10 @@ class _Rewriter(ScopedRewriter):
         targets = [a.name for a in accs_]
         if len(set(targets)) != len(targets):
             return self._skip(loop, "the body accumulates into the same name twice")
+        if len(stmts) == 1:  # acc += p.pow(2).sum() * c over m.parameters(): see param_penalty
+            done = try_penalty(self, loop, idx, out, accs_[0])
+            if done is not None:
+                return done
         header = parse_header(loop, self.builtin_ok, self.ctx.imports)
         if isinstance(header, str):  # e.g. `for (log_prob, value), R in zip(...)`: the loss-loop path
             return rewrite_loss_loop(self, loop, idx, block, out, stmts)
@@ -377,7 +382,7 @@ class _Rewriter(ScopedRewriter):
 
 class VectorizeReduction(Transform):
     id = ID
-    version = "5"  # 5: lists created by one tuple assignment / on one line (a, b = [], []); 4: pure calls in range bounds, star imports
+    version = "6"  # 6: penalties summed over m.parameters() (param_penalty); 5: lists created by one tuple assignment / on one line (a, b = [], []); 4: pure calls in range bounds, star imports
     triggers = ("for ",)
     description = "element-wise accumulation loops → one batched reduction (guarded)"
 
