@@ -109,6 +109,7 @@ EXAMPLE_INPUTS = {
         torch.randn(6, requires_grad=True), torch.randn(6)),
     "loop variable used after the loop (bound to the last item)": lambda: (torch.randn(5, 2, requires_grad=True),),
     "TD errors as a temporary over an index": lambda: (torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)),
+    "the list's length is read too: the batched branch fills the list": lambda: (torch.randn(6, 3, requires_grad=True),),
 }
 
 
@@ -424,7 +425,7 @@ LEAVE_ALONE = [
             out.append(x * 2)
         out.append(torch.zeros(()))
         return torch.stack(out).sum()
-    """, "other than by one"),
+    """, "other than by a stack/cat/sum/mean reduction"),
     ("""\
     def f(xs, ys):
         total = 0

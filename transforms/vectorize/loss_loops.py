@@ -283,6 +283,8 @@ def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: Li
         if acc.kind == "append":
             var = ctx.imports.unique_name(f"_sb_{_sanitize(acc.name)}")
             fast.append(f"{var} = {value}")
+            if acc.keep_list:  # also read by len() / another reduction: filled as the loop fills it
+                fast.append(f"{acc.name}.extend({var}.unbind(0))")
             slow.append(f"{var} = None")
             reduced = {"sum": f"{var}.sum()", "mean": f"{var}.mean()", "sum_cat": f"{var}.sum()", "mean_cat": f"{var}.mean()",
                        "builtin_sum": f"{var}.sum(0)", "stack": f"{var}.contiguous()",
