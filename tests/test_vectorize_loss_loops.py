@@ -514,10 +514,10 @@ LEAVE_ALONE = [
     def f(log_probs, values):
         loss = 0
         for lp, v in zip(log_probs, values):
-            adv = (v * 2).item()
+            adv = v.sum().item()
             loss += -lp * adv
         return loss
-    """, "only a loop element's .item()"),
+    """, "calls `v.sum`, which is pure but not known to act element by element"),
     ("""\
     import torch.nn.functional as F
     def f(values, targets):
@@ -823,3 +823,100 @@ def test_list_read_otherwise_after_the_reduction_is_left_alone():
     out, sites = rewrite(src)
     assert out == src
     assert [s.action for s in sites] == [SKIPPED] and "len(policy_loss), torch.stack/cat(policy_loss)" in sites[0].reason
+
+
+# ------------------------------------------------------------------ .item() of a value computed per sample
+
+ITEM_FORMS = {
+    "detach_item": """\
+import torch
+import torch.nn.functional as F
+def f(saved, returns, w):
+    policy_losses = []
+    value_losses = []
+    for (log_prob, value), R in zip(saved, returns):
+        advantage = R - value.detach().item()
+        policy_losses.append(-log_prob * advantage)
+        value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))
+    return torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
+""",
+    "computed_item": """\
+def f(saved, returns, w):
+    loss = 0
+    for (log_prob, value), R in zip(saved, returns):
+        adv = (R - value * w).item()
+        loss = loss - log_prob * adv
+    return loss
+""",
+    "float_of_computed": """\
+def f(saved, returns, w):
+    loss = 0
+    for (log_prob, value), R in zip(saved, returns):
+        td = float(R - value.detach())
+        loss += -log_prob * td * 0.5
+    return loss
+""",
+}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    form=st.sampled_from(sorted(ITEM_FORMS)),
+    T=st.integers(0, 9),
+    vshape=st.sampled_from([(), (1,), (2,)]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    w=st.sampled_from([2.0, 3, "one", "two"]),
+    seed=st.integers(0, 2**16),
+)
+def test_item_of_a_computed_value_differential(form, T, vshape, dtype, w, seed):
+    """``.item()`` / ``float()`` of a value computed per sample: the float64 copies of the same
+    values, bitwise; values of two elements (or a 2-element invariant) make the loop raise, and
+    the guard lets it."""
+    src = ITEM_FORMS[form]
+    orig, new, out, sites = pair(src, "f")
+    assert [s.action for s in sites] == [REWRITTEN], sites
+    g = torch.Generator().manual_seed(seed)
+    logp = torch.randn(T, generator=g, dtype=dtype)
+    values = torch.randn(T, *vshape, generator=g, dtype=dtype)
+    rets = torch.randn(T, generator=g, dtype=dtype)
+    scale = {"one": torch.tensor([1.5], dtype=dtype), "two": torch.tensor([1.5, 2.0], dtype=dtype)}.get(w, w)
+
+    def run(fn):
+        lp, v = logp.clone().requires_grad_(), values.clone().requires_grad_()
+        saved = [(a, b) for a, b in zip(lp.unbind(0), v.unbind(0))]
+        try:
+            loss = fn(saved, rets, scale)
+        except (RuntimeError, ValueError) as exc:  # .item() of 2 elements, torch.stack([])
+            return type(exc)
+        if not isinstance(loss, torch.Tensor):
+            return loss
+        return (loss.detach(),) + torch.autograd.grad(loss.sum(), (lp, v), allow_unused=True)
+
+    a, b = run(orig), run(new)
+    if not isinstance(a, tuple):
+        assert a == b
+        return
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            assert x is None and y is None
+        else:
+            assert x.shape == y.shape and x.dtype == y.dtype
+            torch.testing.assert_close(x, y, rtol=1e-6 if dtype == torch.float32 else 1e-12, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", sorted(ITEM_FORMS))
+def test_item_of_a_computed_value_takes_the_batched_branch(form, monkeypatch):
+    spy = Spy(monkeypatch)
+    orig, new, _, _ = pair(ITEM_FORMS[form], "f")
+    g = torch.Generator().manual_seed(5)
+    logp, values, rets = (torch.randn(6, generator=g) for _ in range(3))
+    results = []
+    for fn in (orig, new):
+        lp = logp.clone().requires_grad_()
+        loss = fn(list(zip(lp.unbind(0), values.unbind(0))), rets, 2.0)
+        results.append((loss.detach(), torch.autograd.grad(loss, lp)[0]))
+    assert spy.fast
+    (l1, g1), (l2, g2) = results
+    torch.testing.assert_close(l1, l2)
+    assert torch.equal(g1, g2)  # the per-sample coefficients (the .item() values) bitwise

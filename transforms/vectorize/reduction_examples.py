@@ -132,8 +132,8 @@ EXAMPLES = [
             "    return loss\n"
         ),
         rewritten=False,
-        reason="only a loop element's .item()",
-        note=".item() of something computed per sample (its size is not checked by the guard)",
+        reason="not known to act element by element",
+        note=".item() of a per-sample sum (not an element-by-element value)",
     ),
     Example(
         code=(
