@@ -449,7 +449,7 @@ LEAVE_ALONE = [
         total = 0
         for x in xs[:k]:
             total += x * 2
-    """, "not a plain name"),
+    """, "bind it to a name before the loop (`items = xs[:k]`"),
     ("""\
     import numpy as np
     def f(xs):
@@ -863,3 +863,36 @@ def test_penalty_loop_variable_read_after_the_loop_is_left_alone():
     out, sites = rewrite(src)
     assert out == src and [s.action for s in sites] == [SKIPPED]
     assert "`param` may be read outside the loop" in sites[0].reason
+
+
+def test_iterable_expression_reason_says_what_to_write_and_that_works():
+    """The reason for an iterable expression names the fix; written that way, the loop is rewritten."""
+    src = """\
+    def f(xs, k):
+        total = 0
+        for x in xs[:k]:
+            total += x * 2
+        return total
+    """
+    out, sites = rewrite(src)
+    assert "bind it to a name before the loop (`items = xs[:k]`" in sites[0].reason
+    fixed = src.replace("        for x in xs[:k]:", "        items = xs[:k]\n        for x in items:")
+    orig, new, _, sites = pair(fixed, "f")
+    assert [s.action for s in sites] == [REWRITTEN]
+    compare(orig, new, (torch.randn(7, 3, requires_grad=True), 5), exact=False)
+
+
+def test_parameters_iterable_reason_names_the_understood_form():
+    src = """\
+    import torch
+    def f(net):
+        reg = torch.tensor(0.)
+        for param in net.parameters():
+            reg += torch.norm(param) ** 2
+        return reg
+    """
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert [s.action for s in sites] == [SKIPPED]
+    assert "iterates `net.parameters()`: parameters of different shapes" in sites[0].reason
+    assert "acc += p.pow(2).sum() * c" in sites[0].reason

@@ -22,7 +22,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN
 
 from ..analysis.bodies import _code, target_names
-from ..analysis.loops import LoopHeader, parse_header
+from ..analysis.loops import LoopHeader, not_a_name, parse_header
 from ..analysis.purity import is_simple_ref
 from ..analysis.reads import names_read, read_elsewhere
 from ..analysis.scopes import declares_global
@@ -112,7 +112,7 @@ def parse_loss_header(loop: cst.For, builtin_ok, imports=None) -> "LoopHeader | 
                 not isinstance(e.value, cst.Name) for e in el.value.elements)):
             return header  # starred or nested more than one level
         if not is_simple_ref(arg.value):
-            return "a zipped iterable is not a plain name/attribute (it would be evaluated twice)"
+            return not_a_name(arg.value, "a zipped iterable")
         parts.append((arg.value, names, not isinstance(el.value, cst.Name)))
     names = [n for _, ns, _ in parts for n in ns]
     if len(set(names)) != len(names):
