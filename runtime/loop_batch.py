@@ -20,7 +20,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-__all__ = ["batch_zip", "batch_range"]
+__all__ = ["batch_zip", "batch_range", "flat_params"]
 
 _Tensor = torch.Tensor
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -179,3 +179,34 @@ def batch_range(
     if done is None or not with_slice:
         return done
     return done + (slice(r.start, r.stop, r.step),)
+
+
+_FLAT_FLOATS = (torch.float32, torch.float64)
+
+
+def flat_params(params: Any, acc: Any, invariants: Sequence[Any] = ()) -> Optional[_Tensor]:
+    """The parameters a penalty loop sums over (``for p in m.parameters(): acc += p.pow(2).sum()
+    * c``), flattened and laid end to end, or None (the caller runs its loop). Declined: an empty
+    or non-list ``params``, tensor subclasses, other layouts, mixed dtypes or devices, dtypes
+    other than float32/float64 (a half-precision sum regrouped could differ by far more than the
+    loop's rounding), an accumulator that is neither a number nor a plain tensor of that dtype and
+    device or that shares memory with a parameter (``acc += ...`` in place), and invariants that
+    are neither numbers nor plain tensors of that dtype and device."""
+    if type(params) is not list or not params or not set(map(type, params)) <= _PLAIN:
+        return None
+    dtypes = set(map(_DTYPE, params))
+    if len(dtypes) != 1:
+        return None
+    dtype = params[0].dtype
+    device = params[0].device
+    if dtype not in _FLAT_FLOATS or any(p.layout is not torch.strided or p.device != device for p in params):
+        return None
+    for v in (acc, *invariants):
+        if type(v) in _PLAIN:
+            if v.layout is not torch.strided or v.dtype != dtype or v.device != device:
+                return None
+        elif type(v) not in _NUMBER:
+            return None
+    if type(acc) in _PLAIN and acc.numel() and _storage(acc) in {_storage(p) for p in params if p.numel()}:
+        return None
+    return torch.cat([p.reshape(-1) for p in params])

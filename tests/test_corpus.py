@@ -48,7 +48,7 @@ ACCEPTORS = {
     # fused_linear (the one-pass tier): the carried value, or True where it is dead after the loop
     "vectorize.recurrence": ({"recurrence_ok", "quadratic_ok", "fused_linear"},
                              lambda r: r is True or isinstance(r, torch.Tensor)),
-    "vectorize.reduction": ({"batch_zip", "batch_range"}, lambda r: r is not None),
+    "vectorize.reduction": ({"batch_zip", "batch_range", "flat_params"}, lambda r: r is not None),
     "vectorize.elementwise": ({"batch_zip", "batch_range"}, lambda r: r is not None),
     "vectorize.target_update": (
         {"soft_update", "scale_add", "scale_add_alpha", "lerp_update", "hard_update"},

@@ -15,7 +15,7 @@ run must give the same values (bitwise where every rewritten site claims ``exact
 types and dtypes (containers, elements, masked-array masks), the same arguments afterwards, and
 the same exception type when the original raises. The run counts how often a guard let the
 vectorized branch run (recurrence_ok / quadratic_ok / carry_ok, batch_zip / batch_range, the
-target-update ops): a fuzz that only ever took the fallback would prove nothing.
+target-update ops, flat_params): a fuzz that only ever took the fallback would prove nothing.
 
 ``SCALEBOX_FUZZ_TRIALS`` sets the trials per corpus file (default 24).
 """
@@ -293,6 +293,7 @@ def same(a, b, exact, path="out"):
 FAST = {
     "recurrence_ok": lambda r: r is True, "quadratic_ok": lambda r: r is True, "carry_ok": lambda r: r is True,
     "batch_zip": lambda r: r is not None, "batch_range": lambda r: r is not None,
+    "flat_params": lambda r: r is not None,  # a penalty over parameters (vectorize.param_penalty)
     "soft_update": lambda r: r is True, "scale_add": lambda r: r is True, "scale_add_alpha": lambda r: r is True,
     "lerp_update": lambda r: r is True, "hard_update": lambda r: r is True,
     "fused_linear": lambda r: r is not None,  # the one-pass tier in front of recurrence_ok

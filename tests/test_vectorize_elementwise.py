@@ -491,3 +491,35 @@ def test_comprehension_of_method_calls_says_why_before_the_dimension():
     src2 = "import torch\ndef f(xs):\n    return torch.stack([x * 2 for x in xs], dim=1)\n"
     out2, sites2 = rewrite(src2)
     assert out2 == src2 and [s.reason for s in sites2] == ["torch.stack over a dimension other than 0"]
+
+
+# ------------------------------------------------------------------ items of an element (issue 20)
+
+GATHER = """\
+import torch
+def collate(trajectories, keys):
+    return {k: torch.cat([trajectory[k] for trajectory in trajectories]) for k in keys}
+"""
+
+
+def test_comprehension_gathering_items_says_there_is_nothing_to_batch():
+    """A dict comprehension of torch.cat over an item of each trajectory carries nothing from one
+    element to the next (was: "possible loop-carried dependence"): nothing is computed per
+    element, the cat is one call already."""
+    out, sites = rewrite(GATHER)
+    assert out == GATHER
+    assert [s.action for s in sites] == [SKIPPED]
+    assert "each element contributes `trajectory[k]`, an item of it, with nothing computed" in sites[0].reason
+    assert "loop-carried" not in sites[0].reason
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("out[i] = x[i][k] * 2", "reads `x[i][k]`, an item of a loop element"),
+    ("out[i] = x[i][i] * 2", "not the current element"),  # indexed by the loop index: not an invariant item
+    ("out[i] = x[i + 1] - x[i]", "not the current element"),
+])
+def test_item_reads_in_loops_have_accurate_reasons(body, reason):
+    src = f"def f(x, out, k):\n    for i in range(len(out)):\n        {body}\n"
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and reason in sites[0].reason, sites

@@ -514,10 +514,10 @@ LEAVE_ALONE = [
     def f(log_probs, values):
         loss = 0
         for lp, v in zip(log_probs, values):
-            adv = (v * 2).item()
+            adv = v.sum().item()
             loss += -lp * adv
         return loss
-    """, "only a loop element's .item()"),
+    """, "calls `v.sum`, which is pure but not known to act element by element"),
     ("""\
     import torch.nn.functional as F
     def f(values, targets):
@@ -741,3 +741,182 @@ def test_returns_as_python_floats_keep_the_loop(monkeypatch):
     rets = [float(x) for x in torch.randn(8)]
     assert torch.equal(orig(saved, rets), new(saved, rets))
     assert spy.results == [None]
+
+
+# ------------------------------------------------------------------ a list also read besides its reduction
+
+KEPT = """\
+import torch
+def finish_episode(log_probs, returns, stats):
+    policy_loss = []
+    for log_prob, R in zip(log_probs, returns):
+        policy_loss.append(-log_prob * R)
+    stats.append(len(policy_loss))
+    loss = torch.stack(policy_loss).sum()
+    mean = torch.stack(policy_loss).mean()
+    return loss, mean, torch.stack(policy_loss)
+"""
+
+KEPT_TEMPS = """\
+import torch
+def finish_episode(saved, returns, stats):
+    policy_losses = []
+    for (log_prob, value), R in zip(saved, returns):
+        advantage = R - value.item()
+        policy_losses.append(-log_prob * advantage)
+    loss = torch.stack(policy_losses).sum()
+    stats.append(len(policy_losses))
+    return loss, sum(policy_losses), torch.stack(policy_losses)
+"""
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(T=st.integers(0, 9), dtype=st.sampled_from([torch.float32, torch.float64]), seed=st.integers(0, 2**16),
+       src=st.sampled_from([KEPT, KEPT_TEMPS]), as_list=st.booleans())
+def test_list_kept_for_its_other_reads_differential(T, dtype, seed, src, as_list):
+    """The reduction batched, the list still filled for len() and a second reduction: the same
+    length, the same elements (values, shapes, dtypes), results and gradients to rounding."""
+    orig, new, out, sites = pair(src, "finish_episode")
+    assert [s.action for s in sites] == [REWRITTEN], sites
+    assert ".extend(" in out
+    g = torch.Generator().manual_seed(seed)
+    logp = torch.randn(T, generator=g, dtype=dtype)
+    values = torch.randn(T, generator=g, dtype=dtype)
+    rets = torch.randn(T, generator=g, dtype=dtype)
+
+    def run(fn):
+        lp = logp.clone().requires_grad_()
+        first = list(lp.unbind(0)) if src is KEPT else [(a, b) for a, b in zip(lp.unbind(0), values.unbind(0))]
+        stats = []
+        try:
+            loss, other, items = fn(first, list(rets.unbind(0)) if as_list else rets, stats)
+        except RuntimeError as exc:  # an empty episode: torch.stack([]) raises in both
+            return type(exc), stats
+        grads = torch.autograd.grad(loss + other, lp)
+        return (loss.detach(), other.detach(), items.detach(), grads), stats
+
+    (a, s1), (b, s2) = run(orig), run(new)
+    assert s1 == s2
+    if isinstance(a, type):
+        assert a is b
+        return
+    torch.testing.assert_close(a[0], b[0])
+    torch.testing.assert_close(a[1], b[1])
+    assert a[2].shape == b[2].shape and a[2].dtype == b[2].dtype and torch.equal(a[2], b[2])
+    torch.testing.assert_close(a[3][0], b[3][0])
+
+
+@pytest.mark.parametrize("use, reason", [
+    ("policy_loss[0].mul_(2)", "used after the loop other than by a stack/cat/sum/mean reduction"),
+    ("stats.append(policy_loss)", "used after the loop other than by a stack/cat/sum/mean reduction"),
+    ("policy_loss.append(0.0)", "used after the loop other than by a stack/cat/sum/mean reduction"),
+])
+def test_list_read_otherwise_is_left_alone(use, reason):
+    src = KEPT.replace("    stats.append(len(policy_loss))\n", f"    {use}\n")
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and reason in sites[0].reason, sites
+
+
+def test_list_read_otherwise_after_the_reduction_is_left_alone():
+    src = KEPT.replace("    return loss,", "    policy_loss[0].mul_(2)\n    return loss,")
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and "len(policy_loss), torch.stack/cat(policy_loss)" in sites[0].reason
+
+
+# ------------------------------------------------------------------ .item() of a value computed per sample
+
+ITEM_FORMS = {
+    "detach_item": """\
+import torch
+import torch.nn.functional as F
+def f(saved, returns, w):
+    policy_losses = []
+    value_losses = []
+    for (log_prob, value), R in zip(saved, returns):
+        advantage = R - value.detach().item()
+        policy_losses.append(-log_prob * advantage)
+        value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))
+    return torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
+""",
+    "computed_item": """\
+def f(saved, returns, w):
+    loss = 0
+    for (log_prob, value), R in zip(saved, returns):
+        adv = (R - value * w).item()
+        loss = loss - log_prob * adv
+    return loss
+""",
+    "float_of_computed": """\
+def f(saved, returns, w):
+    loss = 0
+    for (log_prob, value), R in zip(saved, returns):
+        td = float(R - value.detach())
+        loss += -log_prob * td * 0.5
+    return loss
+""",
+}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    form=st.sampled_from(sorted(ITEM_FORMS)),
+    T=st.integers(0, 9),
+    vshape=st.sampled_from([(), (1,), (2,)]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    w=st.sampled_from([2.0, 3, "one", "two"]),
+    seed=st.integers(0, 2**16),
+)
+def test_item_of_a_computed_value_differential(form, T, vshape, dtype, w, seed):
+    """``.item()`` / ``float()`` of a value computed per sample: the float64 copies of the same
+    values, bitwise; values of two elements (or a 2-element invariant) make the loop raise, and
+    the guard lets it."""
+    src = ITEM_FORMS[form]
+    orig, new, out, sites = pair(src, "f")
+    assert [s.action for s in sites] == [REWRITTEN], sites
+    g = torch.Generator().manual_seed(seed)
+    logp = torch.randn(T, generator=g, dtype=dtype)
+    values = torch.randn(T, *vshape, generator=g, dtype=dtype)
+    rets = torch.randn(T, generator=g, dtype=dtype)
+    scale = {"one": torch.tensor([1.5], dtype=dtype), "two": torch.tensor([1.5, 2.0], dtype=dtype)}.get(w, w)
+
+    def run(fn):
+        lp, v = logp.clone().requires_grad_(), values.clone().requires_grad_()
+        saved = [(a, b) for a, b in zip(lp.unbind(0), v.unbind(0))]
+        try:
+            loss = fn(saved, rets, scale)
+        except (RuntimeError, ValueError) as exc:  # .item() of 2 elements, torch.stack([])
+            return type(exc)
+        if not isinstance(loss, torch.Tensor):
+            return loss
+        return (loss.detach(),) + torch.autograd.grad(loss.sum(), (lp, v), allow_unused=True)
+
+    a, b = run(orig), run(new)
+    if not isinstance(a, tuple):
+        assert a == b
+        return
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            assert x is None and y is None
+        else:
+            assert x.shape == y.shape and x.dtype == y.dtype
+            torch.testing.assert_close(x, y, rtol=1e-6 if dtype == torch.float32 else 1e-12, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", sorted(ITEM_FORMS))
+def test_item_of_a_computed_value_takes_the_batched_branch(form, monkeypatch):
+    spy = Spy(monkeypatch)
+    orig, new, _, _ = pair(ITEM_FORMS[form], "f")
+    g = torch.Generator().manual_seed(5)
+    logp, values, rets = (torch.randn(6, generator=g) for _ in range(3))
+    results = []
+    for fn in (orig, new):
+        lp = logp.clone().requires_grad_()
+        loss = fn(list(zip(lp.unbind(0), values.unbind(0))), rets, 2.0)
+        results.append((loss.detach(), torch.autograd.grad(loss, lp)[0]))
+    assert spy.fast
+    (l1, g1), (l2, g2) = results
+    torch.testing.assert_close(l1, l2)
+    assert torch.equal(g1, g2)  # the per-sample coefficients (the .item() values) bitwise

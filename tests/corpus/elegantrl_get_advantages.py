@@ -49,13 +49,13 @@ class AgentPPO:
 
 
 EXPECT = {
-    # next_value is the carry and is rebound to values[t] at the end of the step
-    "for t in range(horizon_len - 1, -1, -1):  # (corpus: V-trace loop)": ("vectorize.recurrence", "SKIPPED", None),
+    # next_value, rebound to values[t] at the end of the step, is read by the next step's first
+    # assignment: its first value gets a name of its own in the vectorized steps (issue 20)
+    "for t in range(horizon_len - 1, -1, -1):  # (corpus: V-trace loop)": ("vectorize.recurrence", "REWRITTEN", "exact"),
     # the carry is read back from advantages[t] plus values[t]: affine, but not a plain read-back
     "for t in range(horizon_len - 1, -1, -1):  # (corpus: GAE loop)": ("vectorize.recurrence", "SKIPPED", None),
     "for t in range(horizon_len - 1, -1, -1):  # (corpus: GAE loop)@1": ("vectorize.elementwise", "SKIPPED", None),
 }
-LEAVE_ALONE = True
 
 
 def run(ns, T, seed):

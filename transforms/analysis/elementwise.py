@@ -88,8 +88,21 @@ class ElementwiseExpr:
         if isinstance(expr, cst.Name):
             return f"`{expr.value}` (a loop variable or accumulator) is used as a value"
         if isinstance(expr, cst.Subscript):
+            if self.item_of_element(expr):  # trajectory[k] for trajectory in trajectories
+                return (f"reads `{_code(expr)}`, an item of a loop element: only element-by-element "
+                        "operations on whole elements are batched")
             return f"reads `{_code(expr)}`: not the current element (possible loop-carried dependence)"
         return f"`{_code(expr)}` is not an element-by-element operation"
+
+    def item_of_element(self, expr: cst.BaseExpression) -> bool:
+        """``x[k]`` / ``x[k].a[j]``: items and attributes of a loop element, indexed by invariants."""
+        while isinstance(expr, (cst.Subscript, cst.Attribute)):
+            if isinstance(expr, cst.Subscript) and any(self._depends(e) for e in _slice_exprs(expr)):
+                return False
+            expr = expr.value
+            if self.element(expr) is not None:
+                return True
+        return False
 
     def _check_call(self, call: cst.Call) -> Optional[str]:
         if any(a.star for a in call.args):
@@ -162,3 +175,15 @@ class ElementwiseExpr:
                 return updated
 
         return expr.visit(_T())
+
+
+def _slice_exprs(sub: cst.Subscript) -> List[cst.BaseExpression]:
+    """The expressions of a subscript's indices and slice bounds."""
+    out: List[cst.BaseExpression] = []
+    for el in sub.slice:
+        sl = el.slice
+        if isinstance(sl, cst.Index):
+            out.append(sl.value)
+        elif isinstance(sl, cst.Slice):
+            out.extend(b for b in (sl.lower, sl.upper, sl.step) if b is not None)
+    return out

@@ -104,14 +104,29 @@ def parse_iteration(target: cst.BaseExpression, it: cst.BaseExpression, builtins
             return LoopHeader("range", names, {}, it)
         if len(it.args) != len(names):
             return "the loop target does not unpack one name per zipped iterable"
-        if not all(is_simple_ref(a.value) for a in it.args):
-            return "a zipped iterable is not a plain name/attribute (it would be evaluated twice)"
+        bad = next((a.value for a in it.args if not is_simple_ref(a.value)), None)
+        if bad is not None:
+            return not_a_name(bad, "a zipped iterable")
         return LoopHeader("zip", names, {n: a.value for n, a in zip(names, it.args)})
     if len(names) != 1:
         return "the loop unpacks its elements"
     if not is_simple_ref(it):
-        return "the iterable is not a plain name/attribute (it would be evaluated twice)"
+        return not_a_name(it, "the iterable")
     return LoopHeader("zip", names, {names[0]: it})
+
+
+def not_a_name(expr: cst.BaseExpression, what: str) -> str:
+    """Why an iterable that is an expression is not batched, and what to write instead."""
+    code = " ".join(_code(expr).split())
+    if len(code) > 60:
+        code = code[:57] + "..."
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and not expr.args \
+            and expr.func.attr.value in ("parameters", "named_parameters"):
+        return (f"iterates `{code}`: parameters of different shapes, which one batched expression cannot "
+                "take (understood over parameters: a penalty `acc += p.pow(2).sum() * c`)")
+    return (f"{what} `{code}` is an expression, not a name/attribute (the guard and the loop kept as "
+            f"fallback would each evaluate it): bind it to a name before the loop (`items = {code}`, "
+            "`list(...)` of a generator)")
 
 
 def is_runtime_guard(test: cst.BaseExpression, imports) -> bool:

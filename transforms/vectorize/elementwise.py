@@ -366,6 +366,10 @@ class _Rewriter(ScopedRewriter):
             self._site(original, SKIPPED, header)
             return updated
         analysis = ElementwiseExpr(self.ctx.imports, header.element, set(header.names))
+        if analysis.item_of_element(comp.elt):  # torch.cat([traj[k] for traj in trajs]): a gather
+            self._site(original, SKIPPED, f"each element contributes `{_code(comp.elt)}`, an item of it, with nothing "
+                                          f"computed: torch.{kind} of the comprehension already is one call (nothing to batch)")
+            return updated
         reason = analysis.check(comp.elt)
         if reason:
             self._site(original, SKIPPED, reason)

@@ -189,8 +189,16 @@ class LossExpr:
         if is_item or is_float:
             operand = func.value if is_item else args[0].value
             key = self.element(operand)
-            if key is None:
-                raise Refused(f"`{_code(call)}`: only a loop element's .item() / float() is batched (one value per sample)")
+            if key is None:  # of a value computed per sample: `(R - value).detach().item()`
+                v = self.value(operand)
+                if v.kind != "t":
+                    raise Refused(f"`{_code(call)}`: .item() / float() of a value that is not a tensor per sample")
+                # one element per sample: every element it reads has one, every invariant is a
+                # number or a 1-element tensor (the guard checks both), so their broadcast has one
+                self.units |= v.keys
+                self.unit_invs |= v.invs
+                self.floats = True
+                return Value(f"{BATCH}.item({v.code})", "py", ops=v.ops + 1)
             k = self._key(key)
             self.units.add(k)
             self.floats = True

@@ -22,7 +22,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN
 
 from ..analysis.bodies import _code, target_names
-from ..analysis.loops import LoopHeader, parse_header
+from ..analysis.loops import LoopHeader, not_a_name, parse_header
 from ..analysis.purity import is_simple_ref
 from ..analysis.reads import names_read, read_elsewhere
 from ..analysis.scopes import declares_global
@@ -112,7 +112,7 @@ def parse_loss_header(loop: cst.For, builtin_ok, imports=None) -> "LoopHeader | 
                 not isinstance(e.value, cst.Name) for e in el.value.elements)):
             return header  # starred or nested more than one level
         if not is_simple_ref(arg.value):
-            return "a zipped iterable is not a plain name/attribute (it would be evaluated twice)"
+            return not_a_name(arg.value, "a zipped iterable")
         parts.append((arg.value, names, not isinstance(el.value, cst.Name)))
     names = [n for _, ns, _ in parts for n in ns]
     if len(set(names)) != len(names):
@@ -283,6 +283,8 @@ def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: Li
         if acc.kind == "append":
             var = ctx.imports.unique_name(f"_sb_{_sanitize(acc.name)}")
             fast.append(f"{var} = {value}")
+            if acc.keep_list:  # also read by len() / another reduction: filled as the loop fills it
+                fast.append(f"{acc.name}.extend({var}.unbind(0))")
             slow.append(f"{var} = None")
             reduced = {"sum": f"{var}.sum()", "mean": f"{var}.mean()", "sum_cat": f"{var}.sum()", "mean_cat": f"{var}.mean()",
                        "builtin_sum": f"{var}.sum(0)", "stack": f"{var}.contiguous()",

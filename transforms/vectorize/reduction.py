@@ -30,6 +30,8 @@ from ..analysis.statements import ast_guarded, ast_is_flat, ast_statements, CstS
 from ..analysis.elementwise import ElementwiseExpr
 from ..analysis.rewriting import replace_nodes, ScopedRewriter
 from .loss_loops import empty_list_init, rewrite_loss_loop
+from .param_penalty import try_penalty
+from .kept_lists import read_only_uses, reads_outside
 from .reduction_examples import EXAMPLES
 from .reduction_forms import (
     _Acc,
@@ -120,6 +122,10 @@ class _Rewriter(ScopedRewriter):
         targets = [a.name for a in accs_]
         if len(set(targets)) != len(targets):
             return self._skip(loop, "the body accumulates into the same name twice")
+        if len(stmts) == 1:  # acc += p.pow(2).sum() * c over m.parameters(): see param_penalty
+            done = try_penalty(self, loop, idx, out, accs_[0])
+            if done is not None:
+                return done
         header = parse_header(loop, self.builtin_ok, self.ctx.imports)
         if isinstance(header, str):  # e.g. `for (log_prob, value), R in zip(...)`: the loss-loop path
             return rewrite_loss_loop(self, loop, idx, block, out, stmts)
@@ -179,15 +185,20 @@ class _Rewriter(ScopedRewriter):
         why = empty_list_init(block[init], name) if init is not None else empty_list_init(cst.Pass(), name)
         if why:
             return why
-        after = next((j for j in range(idx + 1, len(block)) if name in names_read(block[j])), None)
-        if after is None:
-            return f"`{name}` is not reduced after the loop in the same block"
-        stmt = block[after]
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            return f"`{name}` is next used in a compound statement"
-        found = self._find_consumer(stmt, name)
+        readers = read_only_uses(scope, name, self.ctx.imports, self.builtin_ok)
+        found = None
+        for after in (j for j in range(idx + 1, len(block)) if name in names_read(block[j])):
+            stmt = block[after]
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                return f"`{name}` is next used in a compound statement"
+            found = self._find_consumer(stmt, name)
+            if found is not None:
+                break
+            if reads_outside(stmt, name, readers):  # not only len(L), stack(L)...
+                return (f"`{name}` is used after the loop other than by a stack/cat/sum/mean reduction "
+                        f"(or len({name}), which the rewrite keeps)")
         if found is None:
-            return f"`{name}` is used after the loop other than by one stack/cat/sum/mean reduction"
+            return f"`{name}` is not reduced after the loop in the same block"
         call, kind = found
         ignore: List[cst.CSTNode] = [call]
         if (
@@ -198,7 +209,10 @@ class _Rewriter(ScopedRewriter):
         ):
             ignore.extend(block[after + 1 :])  # `L = torch.stack(L).sum()`: later reads see the new value
         if read_elsewhere(scope, loop, [name], also=ignore):
-            return f"`{name}` is used elsewhere besides its one reduction"
+            if read_elsewhere(scope, loop, [name], also=ignore + list(readers)):
+                return (f"`{name}` is used elsewhere besides its one reduction (understood besides it: "
+                        f"len({name}), torch.stack/cat({name}), sum({name}))")
+            acc.keep_list = True  # the batched branch fills it too (see kept_lists)
         acc.consumer, acc.consumer_kind, acc.consumer_index = call, kind, after
         return None
 
@@ -263,9 +277,7 @@ class _Rewriter(ScopedRewriter):
 
         outer = self
         stmt.visit(_V())
-        if len(found) != 1:
-            return None
-        return found[0]
+        return found[0] if found else None  # others: read_only_uses (the list is then kept)
 
     # ---------------------------------------------------------------- emission
     def _emit(self, loop: cst.For, idx: int, header: LoopHeader, accs: List[_Acc], out: list) -> bool:
@@ -308,6 +320,8 @@ class _Rewriter(ScopedRewriter):
             if acc.kind == "append":
                 v = ctx.imports.unique_name(f"_sb_{_sanitize(acc.name)}")
                 fast.append(f"{v} = {value}")
+                if acc.keep_list:
+                    fast.append(f"{acc.name}.extend({v}.unbind(0))")
                 slow.append(f"{v} = None")
                 original = code(acc.consumer)
                 reduced = {
@@ -377,7 +391,7 @@ class _Rewriter(ScopedRewriter):
 
 class VectorizeReduction(Transform):
     id = ID
-    version = "5"  # 5: lists created by one tuple assignment / on one line (a, b = [], []); 4: pure calls in range bounds, star imports
+    version = "7"  # 7: lists also read by len() / a second reduction kept (kept_lists); 6: penalties summed over m.parameters() (param_penalty); 5: lists created by one tuple assignment / on one line (a, b = [], []); 4: pure calls in range bounds, star imports
     triggers = ("for ",)
     description = "element-wise accumulation loops → one batched reduction (guarded)"
 

@@ -132,8 +132,8 @@ EXAMPLES = [
             "    return loss\n"
         ),
         rewritten=False,
-        reason="only a loop element's .item()",
-        note=".item() of something computed per sample (its size is not checked by the guard)",
+        reason="not known to act element by element",
+        note=".item() of a per-sample sum (not an element-by-element value)",
     ),
     Example(
         code=(
@@ -199,8 +199,21 @@ EXAMPLES = [
             "    print(len(losses))\n"
             "    return torch.stack(losses).sum()\n"
         ),
+        rewritten=True,
+        note="the list's length is read too: the batched branch fills the list",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "def f(xs):\n"
+            "    losses = []\n"
+            "    for x in xs:\n"
+            "        losses.append(x * 2)\n"
+            "    print(losses)\n"
+            "    return torch.stack(losses).sum()\n"
+        ),
         rewritten=False,
-        reason="other than by one stack/cat/sum/mean reduction",
+        reason="other than by a stack/cat/sum/mean reduction",
         note="the list is used for something else too",
     ),
     Example(

@@ -30,6 +30,7 @@ class _Acc:
         self.consumer: Optional[cst.Call] = None
         self.consumer_kind = ""
         self.consumer_index = -1
+        self.keep_list = False  # the list is read besides its reduction: the batched branch fills it
 
 
 def _accumulation(stmt: cst.BaseSmallStatement) -> Optional[_Acc]:

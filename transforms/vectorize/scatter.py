@@ -29,6 +29,7 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext
 from ..analysis.bodies import early_exit_reason, flat_body, target_names
+from ..analysis.loops import not_a_name
 from ..analysis.reads import names_read, read_elsewhere
 from ..analysis.purity import is_pure, is_simple_ref
 from ..analysis.scopes import builtin_checker, declares_global, rebound_reason
@@ -179,8 +180,9 @@ def _header(node: cst.For, builtin_ok, imports=None) -> Union[str, Tuple[str, Li
     names = target_names(node.target)
     if names is None or len(names) != 3 or len(set(names)) != 3 or len(it.args) != 3:
         return "a zip loop that does not unpack (row, index, source) from three sequences"
-    if not all(is_simple_ref(a.value) for a in it.args):
-        return "a zipped sequence is not a plain name/attribute (it would be evaluated twice)"
+    bad = next((a.value for a in it.args if not is_simple_ref(a.value)), None)
+    if bad is not None:
+        return not_a_name(bad, "a zipped sequence")
     return "zip", names
 
 

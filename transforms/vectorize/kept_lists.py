@@ -1,0 +1,61 @@
+"""Lists a rewritten loop still fills: reads of the list besides its one batched reduction.
+
+``losses.append(f(x))`` in a loop, then ``torch.stack(losses).sum()``, is rewritten with the
+reduction taken over the batched values. When the list is also read elsewhere (its length logged,
+a second reduction ``torch.stack(losses).mean()``), the rewrite still fills it, in the batched
+branch, with the rows of the batched values (``losses.extend(v.unbind(0))``: the same values,
+shapes and dtypes, views of one tensor instead of separate ones, gradients flowing through the
+unbind). That is only the same program where the other reads cannot tell views from separate
+tensors: :func:`read_only_uses` accepts ``len(L)``, ``torch.stack(L, ...)``,
+``torch.cat(L, ...)`` and the builtin ``sum(L)``, which read the elements and write nothing
+(an in-place op on an element would raise on an unbind view where the loop's did not).
+"""
+from __future__ import annotations
+
+from typing import List
+
+import libcst as cst
+
+_READERS = ("torch.stack", "torch.cat", "torch.concat", "torch.concatenate")
+
+
+def read_only_uses(scope: cst.CSTNode, name: str, imports, builtin_ok) -> List[cst.Call]:
+    """The calls under ``scope`` that read the list ``name`` only (see the module docstring)."""
+    found: List[cst.Call] = []
+
+    def is_list(arg: cst.Arg) -> bool:
+        return arg.keyword is None and not arg.star and isinstance(arg.value, cst.Name) and arg.value.value == name
+
+    class _V(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if not node.args or not is_list(node.args[0]):
+                return
+            if isinstance(node.func, cst.Name) and node.func.value in ("len", "sum") and len(node.args) == 1 \
+                    and builtin_ok(node.func.value):
+                found.append(node)
+            elif imports.qualify(node.func) in _READERS and not any(a.star for a in node.args):
+                found.append(node)
+
+    scope.visit(_V())
+    return found
+
+
+def reads_outside(node: cst.CSTNode, name: str, readers: List[cst.Call]) -> bool:
+    """Whether ``node`` reads ``name`` anywhere but under one of ``readers``."""
+    skip = {id(r) for r in readers}
+    found = False
+
+    class _V(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            nonlocal found
+            if found or id(n) in skip:
+                return False
+            if isinstance(n, cst.Attribute):  # x.name is not a read of name
+                n.value.visit(self)
+                return False
+            if isinstance(n, cst.Name) and n.value == name:
+                found = True
+            return True
+
+    node.visit(_V())
+    return found
