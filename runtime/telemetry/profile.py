@@ -16,7 +16,8 @@ thread's CPU time since the previous look (its own CPU clock, ``pthread_getcpucl
   tensorboard/tensorboardX/wandb/``logging``, replay buffers and data loaders (also a project
   method like ``ReplayBuffer.sample``), the engine's runtime helpers, imports (other), and ``nn.Module.__call__``
   / ``torch.nn.functional``: action selection when the main thread's grad mode is off, loss
-  forward when it is on. Grad mode is thread-local inside torch, so the grad-mode context
+  forward when it is on. Time in a rewritten site's own code with no other category is the
+  engine's (engine sites). Grad mode is thread-local inside torch, so the grad-mode context
   managers are patched (class level) to note the main thread's mode after they switch it.
 
 ``calls`` counts the visits samples saw (a new frame or line since the previous sample): a
@@ -93,6 +94,9 @@ TENSOR_CALLS = {
     "to", "cuda", "contiguous", "pin_memory", "array", "asarray", "FloatTensor", "LongTensor", "Tensor",
 }
 LOG_CALLS = {"print"}
+
+#: entries of a per-code cache before it starts again
+CACHE_LIMIT = 100_000
 
 _LOADS = {"LOAD_METHOD", "LOAD_ATTR", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF"}
 
@@ -177,6 +181,8 @@ def callee(code, lasti: int, _cache: Dict[Tuple[Any, int], Optional[str]] = {}) 
                 name = instrs[k].argval
     except Exception:  # an odd code object: no name
         name = None
+    if len(_cache) >= CACHE_LIMIT:  # code made at run time (exec, compile) must not grow it forever
+        _cache.clear()
     _cache[key] = name
     return name
 
@@ -243,6 +249,8 @@ class Classifier:
         elif kind == USER and _REPLAY_QUALNAME.search(getattr(code, "co_qualname", name)):
             rule = "replay"
         if self.project is not None:
+            if len(self.codes) >= CACHE_LIMIT:
+                self.codes.clear()
             self.codes[code] = (kind, rule, code.co_filename)
         return kind, rule
 
@@ -337,10 +345,11 @@ class Profiler:
         return rows
 
 
-def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, Any]) -> Tuple[str, int]:
-    """Project-relative path and the user's own line number (rewritten files map back)."""
+def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, Any]) -> Tuple[str, int, bool]:
+    """Project-relative path, the user's own line number (rewritten files map back) and whether
+    the line that ran is the code of a rewritten site."""
     if not filename:
-        return "", 0
+        return "", 0, False
     if filename not in cache:
         try:
             from scalebox_cst.runtime.loader import origin_of
@@ -349,12 +358,14 @@ def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, An
         except Exception:
             cache[filename] = None
     origin = cache[filename]
+    in_site = False
     if origin is not None:
-        line = origin.locate(line)[0]
+        line, _, mark = origin.locate(line)
+        in_site = bool(mark and mark.endswith(" site"))
     path = filename
     if project and filename.startswith(project):
         path = filename[len(project):].replace(os.sep, "/")
-    return path, line
+    return path, line, in_site
 
 
 _origins: Dict[str, Any] = {}
@@ -370,8 +381,10 @@ def flush(profiler: Profiler) -> None:
 
     merged: Dict[Tuple[str, int, str], Row] = {}
     for (filename, line, category), row in rows.items():
-        where = _where(filename, line, profiler.classifier.project, _origins)
-        into = merged.setdefault((*where, category), [0, 0.0, 0.0, 0])
+        where, user_line, in_site = _where(filename, line, profiler.classifier.project, _origins)
+        if in_site and category == "other":  # the site's own code (inlined ops, its guard test)
+            category = "engine"
+        into = merged.setdefault((where, user_line, category), [0, 0.0, 0.0, 0])
         for k in range(4):
             into[k] += row[k]
     item = {
