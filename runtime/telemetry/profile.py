@@ -207,14 +207,15 @@ class Classifier:
         self.files: Dict[str, Tuple[int, Optional[str]]] = {}
 
     @property
-    def project(self) -> Optional[str]:
+    def project(self) -> str:
+        """The project folder: the launcher's (``SCALEBOX_RUN``), else the working directory
+        (the launcher starts the run there; it sets the variable only after telemetry starts)."""
         if self._project is None:
             try:
                 found = json.loads(os.environ.get("SCALEBOX_RUN") or "{}").get("project")
             except ValueError:
                 found = None
-            if found:
-                self._project = os.path.realpath(found) + os.sep
+            self._project = os.path.join(os.path.realpath(found or os.getcwd()), "")
         return self._project
 
     def file_kind(self, filename: str) -> Tuple[int, Optional[str]]:
@@ -232,13 +233,12 @@ class Classifier:
         elif "/site-packages/" in path or "/dist-packages/" in path or path.startswith("<"):
             tail = re.split(r"/(?:site|dist)-packages/", path)[-1]
             rule = next((r for prefix, r in _LIBRARY_RULES if tail.startswith(prefix)), None)
-        elif self.project and filename.startswith(self.project) and "/.venv/" not in path:
+        elif filename.startswith(self.project) and "/.venv/" not in path:
             kind = USER
         else:  # the standard library (logging), or a file outside the project
             tail = path.rsplit("/lib/python", 1)[-1].split("/", 1)[-1] if "/lib/python" in path else ""
             rule = next((r for prefix, r in _LIBRARY_RULES if tail.startswith(prefix)), None)
-        if self.project is not None or kind != LIB:  # before the project is known: ask again
-            self.files[filename] = (kind, rule)
+        self.files[filename] = (kind, rule)
         return kind, rule
 
     def code_kind(self, code) -> Tuple[int, Optional[str]]:
@@ -259,10 +259,9 @@ class Classifier:
                 rule = "sync"
         elif kind == USER and _REPLAY_QUALNAME.search(getattr(code, "co_qualname", name)):
             rule = "replay"
-        if self.project is not None:
-            if len(self.codes) >= CACHE_LIMIT:
-                self.codes.clear()
-            self.codes[id(code)] = (kind, rule, code)
+        if len(self.codes) >= CACHE_LIMIT:
+            self.codes.clear()
+        self.codes[id(code)] = (kind, rule, code)
         return kind, rule
 
     def classify(self, frame) -> Tuple[Any, Optional[str]]:
