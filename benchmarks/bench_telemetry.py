@@ -15,7 +15,8 @@ stepping thread.
 
 The analyzer section (issue 21: its cost under 2%) runs the same rewritten script with telemetry on
 both sides and the profile sampler on or off (``SCALEBOX_PROFILE``), alternating: CPU time of
-the whole process (the telemetry thread included) and wall time, medians and their ratio. Its
+the whole process (the telemetry thread included) and wall time, medians and their ratio, and
+the telemetry thread's own CPU time (``telemetry_cpu_s``) on and off, steadier than whole runs. Its
 per-sample cost is also timed alone: the sampling thread's CPU time per look at a main thread
 that runs a PPO-like update (a deep stack through torch), times the 25 samples a second.
 
@@ -118,8 +119,11 @@ def rewritten_example(tmp: str):
 def analyzer_section(args, tmp: str) -> None:
     """Telemetry on both sides; the profile sampler on or off."""
     script, sites = rewritten_example(tmp)
+    from scalebox_cst.runs import read_metrics
+
     walls = {True: [], False: []}
     cpus = {True: [], False: []}
+    thread = {True: [], False: []}
     for r in range(args.repeats):
         for on in ((True, False) if r % 2 == 0 else (False, True)):
             folder = os.path.join(tmp, f"analyzer-{on}-{r}")
@@ -128,6 +132,8 @@ def analyzer_section(args, tmp: str) -> None:
                              os.path.join(folder, "metrics.jsonl"), tmp, profile=on)
             walls[on].append(float(found["bench_wall"]))
             cpus[on].append(float(found["bench_cpu"]))
+            own = [p.value for p in read_metrics(os.path.join(folder, "metrics.jsonl"))[0] if p.name == "telemetry_cpu_s"]
+            thread[on].append(own[-1] if own else float("nan"))
             if on and not os.path.exists(os.path.join(folder, "profile.jsonl")):
                 raise RuntimeError("the analyzer wrote no profile.jsonl")
     print(f"analyzer (profile sampler at 25 Hz) on examples/cartpole_ppo rewritten ({sites} sites), {args.total_steps} env steps, "
@@ -136,6 +142,9 @@ def analyzer_section(args, tmp: str) -> None:
     w_on, w_off = statistics.median(walls[True]), statistics.median(walls[False])
     print(f"  CPU time (all threads) off {summary(cpus[False])} s, on {summary(cpus[True])} s: ratio {c_on / c_off:.4f} ({100.0 * (c_on - c_off) / c_off:+.2f}%; goal < 2%)")
     print(f"  wall time              off {summary(walls[False])} s, on {summary(walls[True])} s: ratio {w_on / w_off:.4f} ({100.0 * (w_on - w_off) / w_off:+.2f}%)")
+    t_on, t_off = statistics.median(thread[True]), statistics.median(thread[False])
+    print(f"  telemetry thread's CPU off {summary(thread[False])} s, on {summary(thread[True])} s: "
+          f"+{t_on - t_off:.3f} s a run, {100.0 * (t_on - t_off) / c_off:.2f}% of the run's CPU time (the steadier figure)")
 
 
 def tick_section(samples: int = 400) -> None:

@@ -331,3 +331,24 @@ def test_profile_of_an_unknown_run_is_a_one_line_error(tmp_path):
     exe = os.path.join(os.path.dirname(sys.executable), "scalebox")
     proc = subprocess.run([exe, "profile"], cwd=project, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stderr.strip() == "scalebox: no run yet (scalebox run SCRIPT)"
+
+
+def test_flush_maps_rewritten_lines_back_and_credits_a_sites_own_code_to_the_engine(tmp_path, monkeypatch):
+    from scalebox_cst.runtime import loader, metrics
+
+    original = "x = 1\nfor i in range(3):\n    x += i\nprint(x)\n"
+    rewritten = "import helper\nx = 1\nx += sum(range(3))\nprint(x)\n"
+    filename = str(tmp_path / "train.py")
+    loader.register_origin(filename, loader.Origin(original, rewritten, [(2, 3, "vectorize.reduction")]))
+    monkeypatch.setenv(metrics.ENV_FILE, str(tmp_path / "metrics.jsonl"))
+    profiler = rp.Profiler(rp.Classifier(project=str(tmp_path) + os.sep))
+    profiler.rows = {(filename, 3, "other"): [2, 0.2, 0.1, 1], (filename, 4, "logging"): [1, 0.1, 0.1, 1],
+                     ("", 0, "other"): [1, 0.05, 0.0, 1]}
+    rp.flush(profiler)
+    line = json.loads((tmp_path / prof.FILE).read_text())
+    assert sorted(map(tuple, line["rows"])) == [("", 0, "other", 1, 0.05, 0.0, 1),
+                                                ("train.py", 2, "engine", 2, 0.2, 0.1, 1),
+                                                ("train.py", 4, "logging", 1, 0.1, 0.1, 1)]
+    assert profiler.rows == {}
+    rp.flush(profiler)  # nothing new: no line
+    assert len((tmp_path / prof.FILE).read_text().splitlines()) == 1

@@ -8,15 +8,16 @@ thread's CPU time since the previous look (its own CPU clock, ``pthread_getcpucl
   else files under the project folder outside any site-packages), in the user's own numbering
   (rewritten files map back through :func:`runtime.loader.origin_of`, as tracebacks do);
 - a *category* (:data:`CATEGORIES`), from the frames walking outward from the innermost one:
-  the C function the innermost frame is calling (its bytecode: ``.item()`` / ``.cpu()`` /
-  ``.numpy()`` / ``.tolist()`` are host-device syncs once a device is initialised, host copies
-  before; ``torch.tensor``, ``.to``, ``.clone``, ``torch.stack``... tensor creation and copies;
+  the C function the innermost frame, a line of the user's, is calling (its bytecode:
+  ``.item()`` / ``.cpu()`` / ``.numpy()`` / ``.tolist()`` / ``float(t)`` are host-device syncs
+  once a device is initialised, host copies before; ``torch.tensor``, ``.to``, ``.clone``, ``torch.stack``... tensor creation and copies;
   ``print`` logging), then the first frame with a rule: gymnasium/gym (and telemetry's env step
   wrappers) environment step, ``torch.distributions``, ``torch.optim``, autograd's backward,
   tensorboard/tensorboardX/wandb/``logging``, replay buffers and data loaders (also a project
   method like ``ReplayBuffer.sample``), the engine's runtime helpers, imports (other), and ``nn.Module.__call__``
   / ``torch.nn.functional``: action selection when the main thread's grad mode is off, loss
-  forward when it is on. Grad mode is thread-local inside torch, so the grad-mode context
+  forward when it is on. Time in a rewritten site's own code with no other category is the
+  engine's (engine sites). Grad mode is thread-local inside torch, so the grad-mode context
   managers are patched (class level) to note the main thread's mode after they switch it.
 
 ``calls`` counts the visits samples saw (a new frame or line since the previous sample): a
@@ -86,13 +87,16 @@ _BACKWARD_NAMES = {"backward", "_engine_run_backward", "grad"}
 _MODULE_CALLS = {"_call_impl", "_wrapped_call_impl"}
 _REPLAY_QUALNAME = re.compile(r"(?i)(replay|buffer|memory|storage)[^.]*\.(sample\w*|get_batch|get|__getitem__)$")
 
-SYNC_CALLS = {"item", "cpu", "numpy", "tolist", "synchronize"}
+SYNC_CALLS = {"item", "cpu", "numpy", "tolist", "synchronize", "float", "int", "bool"}
 TENSOR_CALLS = {
     "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
     "full_like", "rand", "randn", "randint", "arange", "linspace", "stack", "cat", "concatenate", "clone", "copy_",
     "to", "cuda", "contiguous", "pin_memory", "array", "asarray", "FloatTensor", "LongTensor", "Tensor",
 }
 LOG_CALLS = {"print"}
+
+#: entries of a per-code cache before it starts again
+CACHE_LIMIT = 100_000
 
 _LOADS = {"LOAD_METHOD", "LOAD_ATTR", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF"}
 
@@ -149,36 +153,49 @@ def _device_in_use() -> bool:
 # ------------------------------------------------------------------------------- classifying
 
 
-def callee(code, lasti: int, _cache: Dict[Tuple[Any, int], Optional[str]] = {}) -> Optional[str]:
-    """The name the call at byte offset ``lasti`` of ``code`` calls (``t.item()``: ``item``), or
-    None where that instruction is no call or the callable is no plain name / attribute."""
-    key = (code, lasti)
-    if key in _cache:
-        return _cache[key]
-    name = None
-    try:
-        instrs = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "KW_NAMES")]
-        at = next((k for k, i in enumerate(instrs) if i.offset == lasti), None)
-        if at is not None and instrs[at].opname in ("CALL", "PRECALL"):
-            argc = instrs[at].arg or 0
-            k = at - 1
-            while k >= 0 and instrs[k].opname == "PRECALL":
-                k -= 1
-            total = 0
-            while argc and k >= 0:  # walk back over the arguments: they push argc values
-                i = instrs[k]
-                total += dis.stack_effect(i.opcode, i.arg if i.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
-                if total >= argc:
-                    break
-                k -= 1
-            if argc:
-                k -= 1
-            if 0 <= k and instrs[k].opname in _LOADS and isinstance(instrs[k].argval, str):
-                name = instrs[k].argval
-    except Exception:  # an odd code object: no name
-        name = None
-    _cache[key] = name
-    return name
+def calls_of(code) -> Dict[int, str]:
+    """Byte offset of each call instruction in ``code`` -> the name it calls (``t.item()``:
+    ``item``), for calls whose callable is a plain name or attribute. One pass over the code."""
+    out: Dict[int, str] = {}
+    instrs = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "KW_NAMES")]
+    for at, ins in enumerate(instrs):
+        if ins.opname not in ("CALL", "PRECALL"):
+            continue
+        argc = ins.arg or 0
+        k = at - 1
+        while k >= 0 and instrs[k].opname == "PRECALL":
+            k -= 1
+        total = 0
+        while argc and k >= 0:  # walk back over the arguments: they push argc values
+            i = instrs[k]
+            total += dis.stack_effect(i.opcode, i.arg if i.opcode >= dis.HAVE_ARGUMENT else None, jump=False)
+            if total >= argc:
+                break
+            k -= 1
+        if argc:
+            k -= 1
+        if 0 <= k and instrs[k].opname in _LOADS and isinstance(instrs[k].argval, str):
+            out[ins.offset] = instrs[k].argval
+    return out
+
+
+_calls: Dict[int, Tuple[Any, Dict[int, str]]] = {}  # id(code) -> (code, calls_of(code))
+
+
+def callee(code, lasti: int) -> Optional[str]:
+    """The name the call at byte offset ``lasti`` of ``code`` calls, or None (no call there, or
+    not a plain name). Keyed by the code's id (hashing a code object hashes its whole body),
+    the code itself kept so the id stays its own."""
+    found = _calls.get(id(code))
+    if found is None or found[0] is not code:
+        try:
+            names = calls_of(code)
+        except Exception:  # an odd code object: no names
+            names = {}
+        if len(_calls) >= CACHE_LIMIT:  # code made at run time (exec, compile) must not grow it forever
+            _calls.clear()
+        found = _calls[id(code)] = (code, names)
+    return found[1].get(lasti)
 
 
 class Classifier:
@@ -186,18 +203,19 @@ class Classifier:
 
     def __init__(self, project: Optional[str] = None) -> None:
         self._project = project
-        self.codes: Dict[Any, Tuple[int, Optional[str], str]] = {}
+        self.codes: Dict[int, Tuple[int, Optional[str], Any]] = {}
         self.files: Dict[str, Tuple[int, Optional[str]]] = {}
 
     @property
-    def project(self) -> Optional[str]:
+    def project(self) -> str:
+        """The project folder: the launcher's (``SCALEBOX_RUN``), else the working directory
+        (the launcher starts the run there; it sets the variable only after telemetry starts)."""
         if self._project is None:
             try:
                 found = json.loads(os.environ.get("SCALEBOX_RUN") or "{}").get("project")
             except ValueError:
                 found = None
-            if found:
-                self._project = os.path.realpath(found) + os.sep
+            self._project = os.path.join(os.path.realpath(found or os.getcwd()), "")
         return self._project
 
     def file_kind(self, filename: str) -> Tuple[int, Optional[str]]:
@@ -215,18 +233,17 @@ class Classifier:
         elif "/site-packages/" in path or "/dist-packages/" in path or path.startswith("<"):
             tail = re.split(r"/(?:site|dist)-packages/", path)[-1]
             rule = next((r for prefix, r in _LIBRARY_RULES if tail.startswith(prefix)), None)
-        elif self.project and filename.startswith(self.project) and "/.venv/" not in path:
+        elif filename.startswith(self.project) and "/.venv/" not in path:
             kind = USER
         else:  # the standard library (logging), or a file outside the project
             tail = path.rsplit("/lib/python", 1)[-1].split("/", 1)[-1] if "/lib/python" in path else ""
             rule = next((r for prefix, r in _LIBRARY_RULES if tail.startswith(prefix)), None)
-        if self.project is not None or kind != LIB:  # before the project is known: ask again
-            self.files[filename] = (kind, rule)
+        self.files[filename] = (kind, rule)
         return kind, rule
 
     def code_kind(self, code) -> Tuple[int, Optional[str]]:
-        found = self.codes.get(code)  # equal code objects of two files (same body) share a key
-        if found is not None and found[2] == code.co_filename:
+        found = self.codes.get(id(code))  # by id: a code object's hash hashes its whole body
+        if found is not None and found[2] is code:
             return found[0], found[1]
         kind, rule = self.file_kind(code.co_filename)
         name = code.co_name
@@ -242,8 +259,9 @@ class Classifier:
                 rule = "sync"
         elif kind == USER and _REPLAY_QUALNAME.search(getattr(code, "co_qualname", name)):
             rule = "replay"
-        if self.project is not None:
-            self.codes[code] = (kind, rule, code.co_filename)
+        if len(self.codes) >= CACHE_LIMIT:
+            self.codes.clear()
+        self.codes[id(code)] = (kind, rule, code)
         return kind, rule
 
     def classify(self, frame) -> Tuple[Any, Optional[str]]:
@@ -252,13 +270,14 @@ class Classifier:
         if frame is None:
             return None, "other"
         kind, _ = self.code_kind(frame.f_code)
-        called = callee(frame.f_code, frame.f_lasti)
-        if called in SYNC_CALLS:
-            category = "sync" if _device_in_use() else "tensors"
-        elif kind == USER and called in TENSOR_CALLS:
-            category = "tensors"
-        elif kind == USER and called in LOG_CALLS:
-            category = "logging"
+        if kind == USER:  # the C function a line of the user's calls (library frames: their rules)
+            called = callee(frame.f_code, frame.f_lasti)
+            if called in SYNC_CALLS:
+                category = "sync" if _device_in_use() else "tensors"
+            elif called in TENSOR_CALLS:
+                category = "tensors"
+            elif called in LOG_CALLS:
+                category = "logging"
         f = frame
         while f is not None:
             kind, rule = self.code_kind(f.f_code)
@@ -337,10 +356,11 @@ class Profiler:
         return rows
 
 
-def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, Any]) -> Tuple[str, int]:
-    """Project-relative path and the user's own line number (rewritten files map back)."""
+def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, Any]) -> Tuple[str, int, bool]:
+    """Project-relative path, the user's own line number (rewritten files map back) and whether
+    the line that ran is the code of a rewritten site."""
     if not filename:
-        return "", 0
+        return "", 0, False
     if filename not in cache:
         try:
             from scalebox_cst.runtime.loader import origin_of
@@ -349,12 +369,14 @@ def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, An
         except Exception:
             cache[filename] = None
     origin = cache[filename]
+    in_site = False
     if origin is not None:
-        line = origin.locate(line)[0]
+        line, _, mark = origin.locate(line)
+        in_site = bool(mark and mark.endswith(" site"))
     path = filename
     if project and filename.startswith(project):
         path = filename[len(project):].replace(os.sep, "/")
-    return path, line
+    return path, line, in_site
 
 
 _origins: Dict[str, Any] = {}
@@ -370,8 +392,10 @@ def flush(profiler: Profiler) -> None:
 
     merged: Dict[Tuple[str, int, str], Row] = {}
     for (filename, line, category), row in rows.items():
-        where = _where(filename, line, profiler.classifier.project, _origins)
-        into = merged.setdefault((*where, category), [0, 0.0, 0.0, 0])
+        where, user_line, in_site = _where(filename, line, profiler.classifier.project, _origins)
+        if in_site and category == "other":  # the site's own code (inlined ops, its guard test)
+            category = "engine"
+        into = merged.setdefault((where, user_line, category), [0, 0.0, 0.0, 0])
         for k in range(4):
             into[k] += row[k]
     item = {
