@@ -72,3 +72,18 @@ def test_facts_of_a_function_answer_as_a_walk_outside_the_loop_would():
     assert outside.unknown_bindings("out") == 0 and cst.Module([]).code_for_node(outside.first_binding("out")).strip() == "out = [0.0] * 5"
     assert outside.unknown_bindings("t") == 1  # the second loop's target
     assert any("out" in text for _, text in facts.scopes)  # the lambda names it
+
+
+def test_a_long_rewrite_says_how_far_it_is_from_inside_the_transform(monkeypatch):
+    from scalebox_cst import pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(pipeline_module, "PROGRESS_EVERY", 0.0)  # every step (normally: every 5 s)
+    pipeline = Pipeline(Config(), "cpu")
+    lines = []
+    pipeline.progress = lines.append
+    pipeline.rewrite("gen.py", one_function(6))
+    inside = [line for line in lines if "vectorize.recurrence: " in line]
+    assert [line.split("vectorize.recurrence: ")[1].split(" after")[0] for line in inside] == [
+        f"{k}/6 backward loops" for k in range(6)]
+    assert all(line.startswith("scalebox: gen.py: ") and "\n" not in line for line in lines)
