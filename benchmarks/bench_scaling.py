@@ -1,9 +1,11 @@
 """Rewrite time and memory against file size: generated files of 1k..50k lines.
 
-Four shapes per size: ``none`` (plain code, no candidate site), ``one`` (one GAE recurrence at
-the top, the rest plain), ``sparse`` (a site every ~220 lines, as in a training script) and
-``mixed`` (a site every ~25 lines); the sites are target updates, GAE recurrences, reductions,
-gradient-clip sites and elementwise loops, in turn. Each (shape, size) runs
+Five shapes per size: ``none`` (plain code, no candidate site), ``one`` (one GAE recurrence at
+the top, the rest plain), ``sparse`` (a site every ~220 lines, as in a training script),
+``mixed`` (a site every ~25 lines; the sites are target updates, GAE recurrences, reductions,
+gradient-clip sites and elementwise loops, in turn) and ``loops`` (one function holding nothing
+but GAE-style backward loops, one per 9 lines: per-loop checks that walked the whole function
+made it quadratic, issue 19 item 13). Each (shape, size) runs
 ``Pipeline.rewrite`` in a fresh process, so peak RSS is that rewrite's. Wall and CPU seconds are
 printed; the growth exponent is the slope of log(CPU time) against log(lines) between
 consecutive sizes (1.0 is linear; CPU time, because on a shared machine wall time measures the
@@ -120,7 +122,19 @@ SITES = (
 ''',
 )
 
-SHAPES = ("none", "one", "sparse", "mixed")
+#: the ``loops`` shape: one function holding nothing but GAE-style backward loops (9 lines each)
+LOOP = '''    adv_{i} = torch.zeros_like(rewards)
+    last = 0
+    for t in reversed(range(T)):
+        if t == T - 1:
+            nv = next_value
+        else:
+            nv = values[t + 1]
+        delta = rewards[t] + gamma * nv * masks[t] - values[t]
+        adv_{i}[t] = last = delta + gamma * lam * masks[t] * last
+'''
+
+SHAPES = ("none", "one", "sparse", "mixed", "loops")
 #: blocks per site in the ``sparse`` shape (about one site per 200 lines, like a training script)
 SPARSE_EVERY = 20
 
@@ -130,6 +144,14 @@ def make_source(lines: int, shape: str) -> str:
     parts = [HEADER]
     count = HEADER.count("\n")
     i = 0
+    if shape == "loops":
+        parts.append("def analyse(rewards, values, masks, next_value, gamma, lam, T):\n")
+        while count + 2 < lines:
+            parts.append(LOOP.format(i=i))
+            count += LOOP.count("\n")
+            i += 1
+        parts.append("    return last\n")
+        return "".join(parts)
     if shape == "one":
         parts.append(SITES[1].format(i=i))
         count += SITES[1].count("\n")
@@ -287,7 +309,7 @@ def main() -> int:
     if args.identity:
         return identity(args.identity, [int(s) for s in args.identity_sizes.split(",")])
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"{'shape':6} {'lines':>7} {'seconds':>9} {'cpu s':>8} {'peak MB':>8} {'sites':>6} {'rewritten':>9} {'exponent':>8}")
+    print(f"{'shape':6} {'lines':>7} {'seconds':>9} {'cpu s':>8} {'lines/s':>8} {'peak MB':>8} {'sites':>6} {'rewritten':>9} {'exponent':>8}")
     worst = 0.0
     for shape in args.shapes.split(","):
         prev = None
@@ -301,7 +323,8 @@ def main() -> int:
                 if prev["cpu"] > 0.2:  # below that, start-up noise dominates the ratio
                     worst = max(worst, e)
             print(
-                f"{shape:6} {row['lines']:7d} {row['seconds']:9.2f} {row['cpu']:8.2f} {row['peak_mb']:8.0f} {row['sites']:6d} "
+                f"{shape:6} {row['lines']:7d} {row['seconds']:9.2f} {row['cpu']:8.2f} {row['lines'] / row['cpu'] if row['cpu'] else 0:8.0f} "
+                f"{row['peak_mb']:8.0f} {row['sites']:6d} "
                 f"{row['rewritten']:9d} {exponent:>8}" + (f"  error: {row['error']}" if row["error"] else ""),
                 flush=True,
             )

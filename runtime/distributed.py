@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from scalebox_cst import runs
+from scalebox_cst import runs, tmpnames
 from scalebox_cst.runtime import executor
 
 #: the per-rank telemetry folder of rank k (rank 0 uses the run folder itself)
@@ -148,7 +148,7 @@ def _same_file(fd: int, path: str) -> bool:
 
 
 def _write_json(path: str, data: Dict[str, Any]) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = tmpnames.sibling(path, tmpnames.writer_id())
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2)
     os.replace(tmp, path)

@@ -25,6 +25,7 @@ import warnings
 from io import FileIO as _FileIO  # unbuffered: one fstat and one read per file
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from scalebox_cst import tmpnames
 from scalebox_cst._version import __version__
 from scalebox_cst.config import CONFIG_FILE, STATE_DIR, find_project_root
 from scalebox_cst.runtime.loader import Origin, SourceBytesLoader, install_excepthook, register_origin, register_source
@@ -146,7 +147,7 @@ def _write_entry(path: str, source_hash: bytes, key: Optional[bytes], meta: Dict
     )
     start = _FORMAT + source_hash
     payload = start + _mac(key, start, rest) + rest
-    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
+    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(tmp, "wb") as fh:
@@ -167,11 +168,12 @@ def _clear_orphans(path: str) -> None:
     import time
 
     folder, _, name = path.rpartition(os.sep)
+    prefix = tmpnames.stem(name) + "."  # as tmpnames.sibling names them
     cutoff = time.time() - 60.0
     try:
         with os.scandir(folder) as it:
             for entry in it:
-                if entry.name.startswith(name + ".") and entry.name.endswith(".tmp"):
+                if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
                     try:
                         if entry.stat(follow_symlinks=False).st_mtime < cutoff:
                             os.remove(entry.path)
@@ -198,7 +200,7 @@ def _cache_key(store_dir: str, create: bool) -> Optional[bytes]:
             return None
     except OSError:
         return None
-    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
+    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -383,7 +385,7 @@ class _Root:
         value = self.project().pipeline.fingerprint
         if self.options.cache:
             memo = self._memo_path()
-            tmp = f"{memo}.{os.getpid()}-{threading.get_ident()}.tmp"
+            tmp = tmpnames.sibling(memo, tmpnames.writer_id(thread=True))
             try:
                 stamps = _transforms_stamps()
                 os.makedirs(self.cache_dir, exist_ok=True)
@@ -407,12 +409,17 @@ class _Root:
         return key
 
     def cache_path(self, rel: str) -> str:
-        """``.scalebox/pycache/<dirs>/<name>.<cache tag>-scalebox-<fingerprint>.pyc``."""
+        """``.scalebox/pycache/<dirs>/<name>.<cache tag>-scalebox-<fingerprint>.pyc`` (a name over
+        255 bytes keeps a prefix of ``<name>`` and its hash: :func:`tmpnames.fit`)."""
         suffix = self._suffix
         if suffix is None:
             suffix = self._suffix = f".{self._tag}-scalebox-{self.fingerprint()}.pyc"
         stem = rel[:-3] if rel.endswith(".py") else rel
-        return self._cache_prefix + (stem if os.sep == "/" else stem.replace("/", os.sep)) + suffix
+        path = self._cache_prefix + (stem if os.sep == "/" else stem.replace("/", os.sep)) + suffix
+        if 4 * (len(stem) - stem.rfind("/") - 1) + len(suffix) > tmpnames.NAME_MAX:  # maybe too long (bytes)
+            folder, _, name = path.rpartition(os.sep)
+            path = folder + os.sep + tmpnames.fit(name[: -len(suffix)], keep=suffix)
+        return path
 
     # ---------------------------------------------------------------- project and store
     def project(self):

@@ -33,6 +33,8 @@ from scalebox_cst.transforms import statement_memo
 
 #: seconds after which a file's rewrite reports progress (Pipeline.progress)
 PROGRESS_AFTER = 1.5
+#: at most one progress line this often (seconds) from inside one transform (FileContext.step)
+PROGRESS_EVERY = 5.0
 #: files of at least this many lines collect garbage after each transform (see _rewrite)
 COLLECT_LINES = 3000
 
@@ -111,6 +113,7 @@ class Pipeline:
         memo.register(tree, code)
         started = time.perf_counter()
         lines = text.count("\n") + 1
+        shown = [started]  # when the last progress line was printed
         for number, transform in enumerate(self.transforms, 1):
             if self.progress is not None and number > 1:
                 elapsed = time.perf_counter() - started
@@ -120,6 +123,8 @@ class Pipeline:
             ctx = FileContext(
                 path, module, self.config, self.backend, code=code, tree=tree, imports=imports, line_maps=tuple(line_maps)
             )
+            if self.progress is not None:
+                ctx.on_step = _stepper(self.progress, f"scalebox: {path}: {lines} lines, {transform.id}", started, shown)
             if not transform.applies(ctx):
                 continue
             try:
@@ -161,6 +166,19 @@ class Pipeline:
         sites.sort(key=lambda s: (s.line, s.end_line, s.transform))
         status = "rewritten" if output != data else "unchanged"
         return FileResult(path, data, output, FileReport(path, status, None, sites))
+
+
+def _stepper(progress: Callable[[str], None], head: str, started: float, shown: List[float]) -> Callable[[int, int, str], None]:
+    """``FileContext.on_step`` for one transform: a line once the file took PROGRESS_AFTER s,
+    then at most one per PROGRESS_EVERY s (a transform with thousands of sites is minutes)."""
+
+    def on_step(done: int, total: int, what: str) -> None:
+        now = time.perf_counter()
+        if now - started >= PROGRESS_AFTER and now - shown[0] >= PROGRESS_EVERY:
+            shown[0] = now
+            progress(f"{head}: {done}/{total} {what} after {now - started:.1f}s")
+
+    return on_step
 
 
 class _Codegen:

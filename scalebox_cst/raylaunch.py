@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, IO, List, Optional, Sequence
 
-from scalebox_cst import runs
+from scalebox_cst import runs, tmpnames
 from scalebox_cst.runtime import threads as quiet
 
 INSTALL_HINT = 'the ray launcher needs Ray: pip install "scalebox_cst[ray]" (or pip install "ray>=2.9")'
@@ -315,7 +315,7 @@ class _HostRun:
                 continue
             path = os.path.join(self.job.dir, *rel.split("/"))
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
+            tmp = tmpnames.sibling(path, tmpnames.writer_id())
             with open(tmp, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, path)

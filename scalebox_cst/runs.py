@@ -19,6 +19,8 @@ import socket
 import time
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
+from scalebox_cst import tmpnames
+
 STATE_DIR = ".scalebox"
 RUNS = "runs"
 TENSORBOARD = "tensorboard"
@@ -110,7 +112,7 @@ def allocate_in(parent: str) -> Tuple[int, str]:
 
 def write_record(directory: str, record: Dict[str, Any]) -> None:
     """Replace ``record.json`` atomically (a reader sees the old or the new one, never half)."""
-    tmp = os.path.join(directory, f".{RECORD}.{os.getpid()}.tmp")
+    tmp = tmpnames.sibling(os.path.join(directory, RECORD), tmpnames.writer_id(), hidden=True)
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(json_safe(record), fh, indent=2, default=str, allow_nan=False)
     os.replace(tmp, os.path.join(directory, RECORD))

@@ -57,6 +57,8 @@ from typing import (
 import pygit2
 from pygit2.enums import ObjectType, RepositoryOpenFlag
 
+from scalebox_cst import tmpnames
+
 __all__ = ["Store", "StoreError", "BranchInfo", "SessionInfo", "SessionFile", "SOURCE_REF", "REPORTS_REF", "RUN_PREFIX", "HOOK_PREFIX"]
 
 SOURCE_REF = "refs/heads/source"
@@ -1236,7 +1238,7 @@ def _ensure_gitignore(path: str) -> None:
                 return
     except FileNotFoundError:
         pass
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write("*\n")
     os.replace(tmp, path)
@@ -1267,7 +1269,7 @@ def _repair_head(path: str) -> None:
         text = b""
     if re.fullmatch(rb"ref: refs/[^\x00-\x20~^:?*\[\\]+\n?|[0-9a-f]{40}\n?", text):
         return
-    tmp = f"{head}.{os.getpid()}.scalebox-tmp"
+    tmp = tmpnames.sibling(head, tmpnames.writer_id(), ".scalebox-tmp")
     with open(tmp, "wb") as fh:
         fh.write(_HEAD_TEXT)
     os.replace(tmp, head)

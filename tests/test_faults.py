@@ -169,21 +169,28 @@ def _tree(root):
     return out
 
 
-def test_kill_during_rollback_leaves_the_tree_fully_old_or_fully_new(tmp_path):
+@pytest.mark.parametrize("names", ["short", "longest"])
+def test_kill_during_rollback_leaves_the_tree_fully_old_or_fully_new(tmp_path, names):
+    """``longest``: file names of 250 bytes and more (ASCII, UTF-8), whose temporaries must
+    still fit the file system's 255 bytes."""
     rng = random.Random(11)
     root = tmp_path / "proj"
     (root / "pkg").mkdir(parents=True)
     project, _ = Project.init(str(root))
-    for i in range(30):
-        (root / "pkg" / f"m{i}.py").write_text(f"A = {i}\n")
+    stems = [f"m{i}" for i in range(30)]
+    if names == "longest":
+        stems = [f"{i:02d}" + ("l" * 250 if i % 2 else "\u00e9" * 124)[: 250 - 2] for i in range(30)]
+    for i, stem in enumerate(stems):
+        (root / "pkg" / f"{stem}.py").write_text(f"A = {i}\n")
     a = project.commit_change(force=True).branch
     state_a = _tree(root)
-    for i in range(30):
-        (root / "pkg" / f"m{i}.py").write_text(f"B = {i}\n" * 20)
+    for i, stem in enumerate(stems):
+        (root / "pkg" / f"{stem}.py").write_text(f"B = {i}\n" * 20)
     b = project.commit_change(force=True).branch
     state_b = _tree(root)
     outcomes = {"old/new": 0, "finished": 0, "reverted": 0}
-    for trial in range(TRIALS * 2):
+    trials = TRIALS * 2 if names == "short" else TRIALS
+    for trial in range(trials):
         proc = _start(ROLLER, str(root), a, b)
         _kill_at_random(proc, rng, most=0.4)
         done = Project(str(root)).recover()  # what the next command does first
@@ -200,7 +207,7 @@ def test_kill_during_rollback_leaves_the_tree_fully_old_or_fully_new(tmp_path):
         _check_store(root).close()
     Project(str(root)).rollback(a)  # and the next rollback works
     assert _tree(root) == state_a
-    print(f"\n{TRIALS * 2} kills during rollback: {outcomes}")
+    print(f"\n{trials} kills during rollback ({names} names): {outcomes}")
 
 
 PAUSED_ROLLER = textwrap.dedent(

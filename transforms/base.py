@@ -11,7 +11,7 @@ import abc
 import ast
 import dataclasses
 import functools
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -66,6 +66,8 @@ class FileContext:
         self.backend = backend
         self._pending_imports: List[str] = []
         self._line_maps = line_maps
+        #: set by the pipeline: called as (done, total, what) by :meth:`step`
+        self.on_step: Optional[Callable[[int, int, str], None]] = None
         if module is not None:
             self.__dict__["module"] = module
         if code is not None:
@@ -129,6 +131,12 @@ class FileContext:
         for mapping in reversed(self._line_maps):
             line = mapping.get(line, line)
         return line
+
+    def step(self, done: int, total: int, what: str = "sites") -> None:
+        """How far a transform working through many sites is (the pipeline may print it: a long
+        file's rewrite says it is alive)."""
+        if self.on_step is not None:
+            self.on_step(done, total, what)
 
     def option(self, section: str, key: str, default: Any = None) -> Any:
         return self.config.option(section, key, default)

@@ -40,6 +40,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from scalebox_cst import tmpnames
 from scalebox_cst.runtime import metrics
 
 HZ = float(os.environ.get("SCALEBOX_TELEMETRY_HZ", "25") or 25)
@@ -279,7 +280,7 @@ def write_json() -> None:
     if not path or not _sites or os.getpid() != _OWNER:  # a forked child holds a stale copy
         return
     data = {"sites": rows(), "time_method": f"sampled at {HZ:g} Hz", "updated": round(time.time(), 3)}
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = tmpnames.sibling(path, tmpnames.writer_id())
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1)

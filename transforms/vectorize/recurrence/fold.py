@@ -26,7 +26,7 @@ from typing import Iterable, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from ...analysis.cstwalk import children
-from .syntax import _walk
+from . import function_facts
 
 #: calls that read a function's local variables by name (or hand its frame to a debugger)
 _INTROSPECTION = {"locals", "vars", "eval", "exec", "dir", "globals", "breakpoint"}
@@ -92,12 +92,9 @@ def dead_after(module: cst.Module, node: cst.For, names: Set[str],
     if where is None:
         return False
     func, nested = where
-    inside = {id(n) for n in _walk(node)}
-    for n in _walk(func):
-        if id(n) in inside:
-            continue
-        if (isinstance(n, cst.Name) and n.value in names) or reads_frame(n):
-            return False
+    outside = function_facts.facts(func).outside(node)  # one walk per function, not per loop
+    if outside.frame_readers() or any(outside.names(name) for name in names):
+        return False
     if nested:
         assigned: Set[str] = set()
         for reads, var in first_step:

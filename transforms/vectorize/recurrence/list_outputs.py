@@ -11,12 +11,12 @@ parameters, other bindings and attribute outputs leave the guard to decide at ru
 """
 from __future__ import annotations
 
-from typing import Iterable, List, Optional
+from typing import Iterable, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
 from .syntax import _code, _walk
-from . import fold
+from . import fold, function_facts
 
 
 def _makes_list(e: cst.BaseExpression) -> bool:
@@ -38,11 +38,10 @@ def _int_like(e: cst.BaseExpression) -> bool:
                                           and e.func.value == "len")
 
 
-def _bindings(target: cst.BaseExpression, value: Optional[cst.BaseExpression], name: str) -> Iterable[Optional[cst.BaseExpression]]:
-    """The values ``target = value`` binds to ``name`` (None: bound to something unknown)."""
+def _bindings(target: cst.BaseExpression, value: Optional[cst.BaseExpression]) -> Iterator[Tuple[str, Optional[cst.BaseExpression]]]:
+    """(name, value) for each name ``target = value`` binds (value None: something unknown)."""
     if isinstance(target, cst.Name):
-        if target.value == name:
-            yield value
+        yield target.value, value
         return
     if isinstance(target, (cst.Tuple, cst.List)):
         vals = list(value.elements) if isinstance(value, (cst.Tuple, cst.List)) else None
@@ -50,34 +49,47 @@ def _bindings(target: cst.BaseExpression, value: Optional[cst.BaseExpression], n
         if vals is not None and len(vals) == len(elems) and not any(
                 isinstance(x, cst.StarredElement) for x in elems + vals):
             for t, v in zip(elems, vals):
-                yield from _bindings(t.value, v.value, name)
+                yield from _bindings(t.value, v.value)
         else:
             for t in elems:
-                yield from _bindings(t.value, None, name)
+                yield from _bindings(t.value, None)
 
 
 def _names(node: Optional[cst.CSTNode]) -> List[str]:
     return [] if node is None else [x.value for x in _walk(node) if isinstance(x, cst.Name)]
 
 
-def _binds(n: cst.CSTNode, name: str) -> bool:
-    """``n`` binds ``name`` other than by an assignment statement (loop or comprehension
+def _bound_names(n: cst.CSTNode) -> List[str]:
+    """The names ``n`` binds other than by an assignment statement (loop or comprehension
     target, ``with ... as``, walrus, ``del``, import, ``except ... as``, match capture)."""
     if isinstance(n, (cst.For, cst.CompFor)):
-        return name in _names(n.target)
+        return _names(n.target)
     if isinstance(n, cst.WithItem):
-        return n.asname is not None and name in _names(n.asname.name)
-    if isinstance(n, cst.NamedExpr):
-        return name in _names(n.target)
-    if isinstance(n, cst.Del):
-        return name in _names(n.target)
+        return [] if n.asname is None else _names(n.asname.name)
+    if isinstance(n, (cst.NamedExpr, cst.Del)):
+        return _names(n.target)
     if isinstance(n, cst.ImportAlias):
-        return name in _names(n.asname.name if n.asname is not None else n.name)
+        return _names(n.asname.name if n.asname is not None else n.name)
     if isinstance(n, cst.ExceptHandler):
-        return n.name is not None and name in _names(n.name.name)
+        return [] if n.name is None else _names(n.name.name)
     if isinstance(n, (cst.MatchAs, cst.MatchStar)):
-        return n.name is not None and n.name.value == name
-    return False
+        return [] if n.name is None else [n.name.value]
+    return []
+
+
+def binding_events(n: cst.CSTNode) -> Iterator[Tuple[str, Optional[cst.CSTNode]]]:
+    """(name, the statement when it binds a new list to it, else None) for each binding ``n``
+    makes; an augmented assignment makes none (``x += [...]`` keeps a list a list)."""
+    if isinstance(n, cst.Assign):
+        for t in n.targets:
+            for name, v in _bindings(t.target, n.value):
+                yield name, (n if v is not None and _makes_list(v) else None)
+    elif isinstance(n, cst.AnnAssign):
+        if isinstance(n.target, cst.Name):
+            yield n.target.value, (n if n.value is not None and _makes_list(n.value) else None)
+    elif not isinstance(n, cst.AugAssign):
+        for name in _bound_names(n):
+            yield name, None
 
 
 def _creation(func: cst.FunctionDef, loop: cst.For, name: str) -> Optional[str]:
@@ -88,28 +100,14 @@ def _creation(func: cst.FunctionDef, loop: cst.For, name: str) -> Optional[str]:
     every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
     if any(p.name.value == name for p in every):
         return None
-    inside = {id(n) for n in _walk(loop)}
-    found: List[str] = []
-    for n in _walk(func.body):
-        if id(n) in inside:
-            continue
-        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Global, cst.Nonlocal)) and name in _code(n):
-            return None  # a nested scope or a declaration naming it: not decided here
-        if isinstance(n, cst.Assign):
-            for t in n.targets:
-                for v in _bindings(t.target, n.value, name):
-                    if v is None or not _makes_list(v):
-                        return None
-                    found.append(_code(n).strip())
-        elif isinstance(n, cst.AnnAssign) and isinstance(n.target, cst.Name) and n.target.value == name:
-            if n.value is None or not _makes_list(n.value):
-                return None
-            found.append(_code(n).strip())
-        elif isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value == name:
-            continue  # `x += [...]` keeps a list a list
-        elif _binds(n, name):
-            return None
-    return found[0] if found else None
+    facts = function_facts.facts(func)
+    outside = facts.outside(loop)
+    if any(name in text and not outside.contains(n) for n, text in facts.scopes):
+        return None  # a nested scope or a declaration naming it: not decided here
+    if outside.unknown_bindings(name):
+        return None
+    made = outside.first_binding(name)
+    return _code(made).strip() if made is not None else None
 
 
 def list_output_reason(module: cst.Module, loop: cst.For, outs: Iterable[cst.BaseExpression]) -> Optional[str]:

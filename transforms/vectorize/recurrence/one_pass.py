@@ -27,7 +27,7 @@ from scalebox_cst.runtime import fused_program
 from .body import _flatten
 from .syntax import _code, _norm, _pure_container, _walk
 from ...analysis.purity import is_pure
-from . import fold
+from . import fold, function_facts
 
 _BIN = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.Divide: "/"}
 _UN = {cst.Minus: "-", cst.Plus: "+"}
@@ -244,17 +244,5 @@ def _dead_after(module: cst.Module, node: cst.For, name: str) -> bool:
     where = fold._enclosing(module, node)
     if where is None or where[1]:
         return False
-    func = where[0]
-    inside = {id(n) for n in _walk(node)}
-    stores: Set[int] = set()
-    for n in _walk(func):
-        if isinstance(n, cst.Assign):
-            for t in n.targets:
-                if isinstance(t.target, cst.Name) and t.target.value == name:
-                    stores.add(id(t.target))
-    for n in _walk(func):
-        if id(n) in inside or id(n) in stores:
-            continue
-        if (isinstance(n, cst.Name) and n.value == name) or fold.reads_frame(n):
-            return False
-    return True
+    outside = function_facts.facts(where[0]).outside(node)  # one walk per function, not per loop
+    return not outside.frame_readers() and not outside.reads(name)

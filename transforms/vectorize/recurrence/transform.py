@@ -94,7 +94,8 @@ class VectorizeRecurrence(Transform):
         ours = _kept_loops(module) if any(g in ctx.code for g in _GUARD_CALLS) else set()
         reassociate = bool(ctx.option("vectorize.recurrence", "reassociate", True))
         replace: Dict[cst.For, cst.CSTNode] = {}
-        for i in backward:
+        for done, i in enumerate(backward):
+            ctx.step(done, len(backward), "backward loops")  # a progress line on long files
             node, span = cst_loops[i], (ast_loops[i].lineno, ast_loops[i].end_lineno or ast_loops[i].lineno)
             if node in ours:
                 continue
