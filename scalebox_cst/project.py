@@ -13,6 +13,7 @@ import os
 import stat
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from scalebox_cst import intake
 from scalebox_cst.config import CONFIG_FILE, DEFAULT_TOML, STATE_DIR, Config
 from scalebox_cst.pipeline import FileResult, Pipeline
 from scalebox_cst.report import FileReport, RunReport
@@ -63,6 +64,8 @@ class Project:
         self._backend = backend
         self._store: Optional[Store] = None
         self._pipeline: Optional[Pipeline] = None
+        #: one line per file the last scan left out (``path: why; not snapshotted``)
+        self.skipped: List[str] = []
 
     # ------------------------------------------------------------------ set-up
     @classmethod
@@ -137,30 +140,12 @@ class Project:
         return os.path.relpath(os.path.realpath(path), self.root).replace(os.sep, "/")
 
     def scan(self) -> Dict[str, bytes]:
-        """The project's included files (relative ``/`` paths → bytes), in sorted order."""
-        files: Dict[str, bytes] = {}
-        #: one line per file left out because its name is not UTF-8 (the store keeps UTF-8 paths)
-        self.skipped_names: List[str] = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            reldir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
-            reldir = "" if reldir == "." else reldir
-            dirnames[:] = sorted(
-                d for d in dirnames if not self.config.excludes_dir(f"{reldir}/{d}" if reldir else d)
-            )
-            for name in sorted(filenames):
-                rel = f"{reldir}/{name}" if reldir else name
-                if not self.config.includes(rel):
-                    continue
-                if not _utf8_name(rel):
-                    shown = os.fsencode(rel).decode("utf-8", errors="backslashreplace")
-                    self.skipped_names.append(f"{shown}: file name is not UTF-8; not snapshotted (rename it to include it)")
-                    continue
-                try:
-                    with open(os.path.join(dirpath, name), "rb") as fh:
-                        files[rel] = fh.read()
-                except OSError:
-                    continue  # vanished between listing and reading (an editor's temp file)
-        return dict(sorted(files.items()))
+        """The project's included files (relative ``/`` paths → bytes), in sorted order.
+
+        Listed and read by :mod:`scalebox_cst.intake` (regular files within a size limit; links
+        only to snapshotted files); ``self.skipped`` has one line per file left out, and why."""
+        files, self.skipped = intake.scan(self.root, self.config)
+        return files
 
     # ------------------------------------------------------------------ change events
     def rewrite_files(self, files: Dict[str, bytes], select: Optional[Iterable[str]] = None) -> Dict[str, FileResult]:
@@ -577,15 +562,6 @@ class Project:
         self._record(label, str(journal["source"]), str(journal["backup"]), list(journal.get("created", [])), self.scan())
         return f"finished an interrupted rollback to {label} ({pending} of {len(writes)} file(s) were still to be replaced)"
 
-
-
-def _utf8_name(rel: str) -> bool:
-    """Whether a scanned name (decoded by ``os.fsdecode``, undecodable bytes as surrogates) is UTF-8."""
-    try:
-        rel.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def report_text(report: RunReport) -> str:
