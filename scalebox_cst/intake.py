@@ -188,12 +188,13 @@ def read_project_file(root: str, rel: str, config, limit: int = MAX_FILE_BYTES, 
             os.close(fd)
 
 
-def scan(root: str, config, limit: int = MAX_FILE_BYTES) -> Tuple[Dict[str, bytes], List[str]]:
+def scan(root: str, config, limit: Optional[int] = None) -> Tuple[Dict[str, bytes], List[str]]:
     """The project's snapshotted files (relative ``/`` paths → bytes, sorted) and one line per
     file left out (``path: why; not snapshotted``). ``root`` is a real path (no link in it).
 
     Folders are opened from the root, one component at a time without following links, one
     descriptor at a time (however deep the tree)."""
+    limit = MAX_FILE_BYTES if limit is None else limit
     files: Dict[str, bytes] = {}
     notes: List[str] = []
     try:
