@@ -214,3 +214,15 @@ def test_many_double_stars_match_in_linear_steps(monkeypatch):
     path = "/".join("abcdefghijklmnop") + "/y.py"
     assert not cfg.includes(path) and cfg.includes("a/b/x.py") and cfg.includes("x.py")
     assert len(calls) < 200
+
+
+def test_a_set_value_nested_too_deeply_for_json_is_a_one_line_error(tmp_path):
+    from click.testing import CliRunner
+
+    from scalebox_cst.cli import cli
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    deep = "[" * 5000 + "]" * 5000
+    result = CliRunner().invoke(cli, ["rewrite", str(tmp_path), "--project", str(tmp_path), "--set", f"grad_clip.mode={deep}"])
+    assert result.exit_code == 2, result.exception
+    assert result.output.strip().splitlines() == [f"scalebox: --set grad_clip.mode={deep}: grad_clip.mode must be one of guard, fixed, got '[[[[[[[[[[[[[[[[[[[[[[[[[[[...]]]]]]]]]]]]]]]]]]]]]]]]]]]]'"]
