@@ -37,6 +37,13 @@ def _open_project(project_dir: Optional[str], start: str = ".", config: Optional
     return project
 
 
+def _warn_skipped(project: Project) -> None:
+    """One line per file the snapshot left out (a link out of the project, a FIFO, a name that is
+    not UTF-8, ...: scalebox_cst.intake), so nothing is left out without a word."""
+    for line in project.skipped:
+        click.echo(f"scalebox: warning: {line}", err=True)
+
+
 class _OneLineErrors(click.Group):
     """A store error that escapes a command (disk full, read-only or damaged store) is one line."""
 
@@ -59,7 +66,7 @@ def _parse_set(values: Sequence[str], config: Config) -> None:
             _fail(f"--set expects SECTION.KEY=VALUE, got {item!r}", 2)
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply to read: a string
             value = raw
         problem = option_error(section, name, value)
         if problem:
@@ -146,6 +153,7 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
         result = project.commit_change(select=select, force=True, message="scalebox rewrite")
     except (StoreError, OSError) as exc:  # disk full, read-only store: one line, nothing half-said
         _fail(str(exc))
+    _warn_skipped(project)
     report = result.report
     failed = [f for f in report.files if f.status == "error"]
     if out:
@@ -354,6 +362,7 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
                 changes = ["config (pipeline fingerprint)"]
             if changes and not no_commit:
                 result = project.commit_change(block_on_bad_input=True, message="scalebox run")
+                _warn_skipped(project)
                 if result.blocked:
                     for line in result.blocked:
                         click.echo(line, err=True)

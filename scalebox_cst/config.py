@@ -133,18 +133,30 @@ def option_error(section: str, key: str, value: Any) -> Optional[str]:
     if key not in kinds:
         return f"unknown option {section}.{key}{_nearest(key, kinds)}; known: {', '.join(sorted(kinds))}"
     kind = kinds[key]
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    # ints are finite however large (math.isfinite(10**400) raises OverflowError)
+    number = isinstance(value, int) or isinstance(value, float) and math.isfinite(value)
+    number = number and not isinstance(value, bool)
+    got = _shown(value)
     if kind == "bool" and not isinstance(value, bool):
-        return f"{section}.{key} must be true or false, got {value!r}"
-    if kind == "positive" and not (number and math.isfinite(value) and value > 0):
-        return f"{section}.{key} must be a positive number, got {value!r}"
-    if kind == "nonnegative" and not (number and math.isfinite(value) and value >= 0):
-        return f"{section}.{key} must be a non-negative number, got {value!r}"
+        return f"{section}.{key} must be true or false, got {got}"
+    if kind == "positive" and not (number and value > 0):
+        return f"{section}.{key} must be a positive number, got {got}"
+    if kind == "nonnegative" and not (number and value >= 0):
+        return f"{section}.{key} must be a non-negative number, got {got}"
     if kind == "positive_int" and not (number and isinstance(value, int) and value >= 1):
-        return f"{section}.{key} must be a positive integer, got {value!r}"
-    if isinstance(kind, tuple) and value not in kind:
-        return f"{section}.{key} must be one of {', '.join(kind)}, got {value!r}"
+        return f"{section}.{key} must be a positive integer, got {got}"
+    if isinstance(kind, tuple) and not (isinstance(value, str) and value in kind):
+        return f"{section}.{key} must be one of {', '.join(kind)}, got {got}"
     return None
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for a message: one line, nested and long values cut short (``reprlib``)."""
+    import reprlib
+
+    shown = reprlib.Repr()
+    shown.maxstring = shown.maxother = 60
+    return " ".join(shown.repr(value).split())
 
 
 def transform_pattern_error(pattern: str, known: Sequence[str]) -> Optional[str]:
@@ -175,8 +187,13 @@ class Config:
             return cls.from_dict(_read_toml(path), source=path)
         pyproject = os.path.join(project_dir, "pyproject.toml")
         if os.path.isfile(pyproject):
-            table = _read_toml(pyproject).get("tool", {}).get("scalebox")
+            tool = _read_toml(pyproject).get("tool", {})
+            if not isinstance(tool, dict):
+                raise ConfigError(f"{pyproject}: tool must be a table ([tool]), got {_shown(tool)}")
+            table = tool.get("scalebox")
             if table is not None:
+                if not isinstance(table, dict):
+                    raise ConfigError(f"{pyproject}: tool.scalebox must be a table ([tool.scalebox]), got {_shown(table)}")
                 return cls.from_dict(table, source=pyproject + " [tool.scalebox]")
         return cls()
 
@@ -186,6 +203,8 @@ class Config:
         (with the nearest valid name), so nothing runs on a typo that would be ignored."""
         cfg = cls(source=source)
         where = source or "config"
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: a config must be a table of keys, got {_shown(data)}")
         for key, value in data.items():
             if key in ("include", "exclude", "transforms", "disabled"):
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -198,6 +217,8 @@ class Config:
             elif isinstance(value, dict):
                 for section, table in _tables(key, value):
                     cfg.options[section] = table
+            elif key in OPTIONS or any(s.startswith(key + ".") for s in OPTIONS):
+                raise ConfigError(f"{where}: {key} must be a table ([{key}]), got {_shown(value)}")
             else:
                 raise ConfigError(f"{where}: unknown key {key!r}{_nearest(key, [*TOP_KEYS, *OPTIONS])}")
         cfg.check_options()
@@ -338,17 +359,26 @@ def _tables(key: str, value: Dict[str, Any]):
             yield from _tables(f"{key}.{sub}", inner)
 
 
+#: a config file larger than this is not read (a pyproject.toml is a few kB)
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
 def _read_toml(path: str) -> Dict[str, Any]:
+    from scalebox_cst.intake import NotRead, read_regular
+
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        data = read_regular(path, limit=MAX_CONFIG_BYTES, follow=True)  # a FIFO or /dev/zero never hangs
+    except NotRead as exc:
+        raise ConfigError(f"{path}: {exc}; not read") from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:  # tomllib decodes the whole file as UTF-8 first
-        with open(path, "rb") as fh:
-            head = fh.read()[: exc.start]
-        line = head.count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 (byte 0x{exc.object[exc.start]:02x}); TOML files must be UTF-8") from None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x}); TOML files must be UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    except (RecursionError, MemoryError):  # include = [[[[...]]]] thousands deep
+        raise ConfigError(f"{path}: values nested too deeply to read") from None
 
 
 def _id_matches(transform_id: str, pattern: str) -> bool:
@@ -363,11 +393,31 @@ def _glob_match(relpath: str, pattern: str) -> bool:
 
 
 def _match_parts(parts: List[str], pats: List[str]) -> bool:
-    if not pats:
-        return not parts
-    head, rest = pats[0], pats[1:]
-    if head == "**":
-        return any(_match_parts(parts[i:], rest) for i in range(len(parts) + 1))
-    if not parts:
-        return False
-    return fnmatch.fnmatchcase(parts[0], head) and _match_parts(parts[1:], rest)
+    """Whether path ``parts`` match pattern ``pats`` (``**``: any number of folders).
+
+    The set of pattern positions reachable after each part (a tiny NFA): linear in parts times
+    pattern parts, where trying each split of each ``**`` grows exponentially with their
+    number (``**/**/**/**/**/**/**/**/x.py`` took seconds per path) and recursed per part."""
+
+    def closure(states):
+        out = set()
+        for i in states:
+            out.add(i)
+            while i < len(pats) and pats[i] == "**":
+                i += 1
+                out.add(i)
+        return out
+
+    states = closure({0})
+    for part in parts:
+        nxt = set()
+        for i in states:
+            if i < len(pats):
+                if pats[i] == "**":
+                    nxt.add(i)  # ** takes this part too
+                elif fnmatch.fnmatchcase(part, pats[i]):
+                    nxt.add(i + 1)
+        states = closure(nxt)
+        if not states:
+            return False
+    return len(pats) in states

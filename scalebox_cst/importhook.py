@@ -27,7 +27,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from scalebox_cst import tmpnames
 from scalebox_cst._version import __version__
-from scalebox_cst.config import CONFIG_FILE, STATE_DIR, find_project_root
+from scalebox_cst.config import CONFIG_FILE, MAX_CONFIG_BYTES, STATE_DIR, find_project_root
+from scalebox_cst.intake import NotRead, read_project_file, read_regular
 from scalebox_cst.runtime.loader import Origin, SourceBytesLoader, install_excepthook, register_origin, register_source
 
 # The names below mirror scalebox_cst.project / scalebox_cst.config; importing those here would
@@ -353,11 +354,10 @@ class _Root:
         ):
             parts.append(f"{var}={os.environ.get(var)}".encode())
         for name in (CONFIG_FILE, "pyproject.toml"):  # Config.load's order: the first found decides
-            try:
-                with open(os.path.join(self.root, name), "rb") as fh:
-                    parts.append(fh.read())
+            try:  # as Config.load reads it: a regular file (a FIFO would block the import)
+                parts.append(read_regular(os.path.join(self.root, name), follow=True, limit=MAX_CONFIG_BYTES))
                 break
-            except OSError:
+            except NotRead:
                 parts.append(b"-")
         parts.append(self.options.key.encode())
         return importlib.util.source_hash(b"\0".join(parts)).hex()
@@ -849,8 +849,9 @@ class ImportHook(importlib.abc.MetaPathFinder):
 
     def _hooked_spec(self, spec, root: _Root, rel: str):
         _SEEN.add(spec.name)
-        with _FileIO(spec.origin) as fh:
-            data = fh.readall()
+        data = self._read(spec, root, rel)
+        if data is None:
+            return spec  # not a file the project snapshots: Python imports it as it would
         if len(data) < 64 and not data.strip():
             return spec  # an empty module (most ``__init__.py``): nothing to rewrite, nothing to read
         entry = None
@@ -867,6 +868,22 @@ class ImportHook(importlib.abc.MetaPathFinder):
             spec.cached = cache_path
         spec.loader = RewritingLoader(self, root, spec, rel, data, entry)
         return spec
+
+    def _read(self, spec, root: _Root, rel: str) -> Optional[bytes]:
+        """The module's bytes as the project's snapshot reads them (scalebox_cst.intake: a
+        regular file within the size limit, no link out of the project), else None and a warning:
+        what the hook commits never holds another file's bytes."""
+        try:
+            try:
+                return read_project_file(root.root, rel, None)
+            except NotRead as exc:
+                if not exc.link:
+                    raise
+                return read_project_file(root.root, rel, root.project().config)  # the rare case: a link
+        except NotRead as exc:
+            if not exc.gone:
+                self._warn(spec.origin, f"{rel}: {exc}; not rewritten")
+            return None
 
     # ---------------------------------------------------------------- the cold path
     def _cold(self, root: _Root, rel: str, filename: str, data: bytes) -> Optional[Tuple[str, object]]:

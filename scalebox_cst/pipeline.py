@@ -81,6 +81,8 @@ class Pipeline:
         try:
             with statement_memo.active(statement_memo.StatementMemo()):
                 return self._rewrite(path, data)
+        except Exception as exc:  # noqa: BLE001 - one file's failure never stops the others
+            return _error(path, data, f"{path}:1: the rewrite failed ({type(exc).__name__}: {_first_line(exc)}); file left unchanged")
         finally:
             if enabled:
                 gc.enable()
@@ -91,16 +93,25 @@ class Pipeline:
         except sourcefile.SourceError as exc:
             return _error(path, data, f"{path}:{exc.line}: {exc}; left unchanged", bad_input=True)
         text = decoded.text
+        if "\0" in text:  # Python refuses these anywhere; its own message names no line
+            line = len(physical_lines(text[: text.index("\0") + 1]))
+            return _error(path, data, f"{path}:{line}: SyntaxError: source code cannot contain null bytes", bad_input=True)
+        breaks = _PageBreaks.strip(text)
         try:
             tree = ast.parse(text, filename=path)
+            if breaks is not None:
+                tree = ast.parse(breaks.stripped, filename=path)  # same lines; columns moved
         except SyntaxError as exc:
             msg = f"{path}:{exc.lineno or 1}: {type(exc).__name__}: {exc.msg}"
             return _error(path, data, msg, bad_input=True)
-        except ValueError as exc:  # e.g. source contains null bytes
+        except ValueError as exc:
             return _error(path, data, f"{path}:1: {exc}", bad_input=True)
-        breaks = _PageBreaks.strip(text)
-        if breaks is not None:
-            tree = ast.parse(breaks.stripped, filename=path)  # same lines; columns moved
+        except (RecursionError, MemoryError) as exc:
+            # A 10,000-term sum, thousands of chained calls or elifs: CPython cannot compile
+            # these either (the same error at import), so this is bad input, like a syntax error.
+            why = "nested too deeply" if isinstance(exc, RecursionError) else "too large"
+            msg = f"{path}:{_deep_statement_line(text)}: {why} for Python to compile ({type(exc).__name__}); left unchanged"
+            return _error(path, data, msg, bad_input=True)
         sites: List[Site] = []
         line_maps: List[Dict[int, int]] = []  # for each version after the first: new line -> old line
         code = text if breaks is None else breaks.stripped
@@ -304,6 +315,42 @@ class _Codegen:
             texts.append(text)
         self._style, self._done = style, now
         return "".join(texts)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _deep_statement_line(text: str) -> int:
+    """The first line of the top-level statement Python cannot compile for its nesting (each
+    top-level statement parsed alone; the tokenizer does not recurse), else 1."""
+    starts: List[int] = []
+    depth, fresh = 0, True
+    continuing = ("elif", "else", "except", "finally")
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.INDENT:
+                depth += 1
+            elif tok.type == tokenize.DEDENT:
+                depth -= 1
+            elif tok.type == tokenize.NEWLINE:
+                fresh = True
+            elif tok.type not in (tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER) and fresh:
+                fresh = False
+                if depth == 0 and not (tok.type == tokenize.NAME and tok.string in continuing):
+                    starts.append(tok.start[0])
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    lines = physical_lines(text)
+    for first, nxt in zip(starts, [*starts[1:], len(lines) + 1]):
+        try:
+            ast.parse("".join(lines[first - 1 : nxt - 1]))
+        except (RecursionError, MemoryError):
+            return first
+        except (SyntaxError, ValueError):
+            continue
+    return 1
 
 
 def _error(path: str, data: bytes, message: str, bad_input: bool = False) -> FileResult:

@@ -12,6 +12,7 @@ import json
 import os
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from scalebox_cst import intake
 from scalebox_cst.config import CONFIG_FILE, DEFAULT_TOML, STATE_DIR, Config
 from scalebox_cst.pipeline import FileResult, Pipeline
 from scalebox_cst.report import FileReport, RunReport
@@ -56,6 +57,8 @@ class Project:
         self._backend = backend
         self._store: Optional[Store] = None
         self._pipeline: Optional[Pipeline] = None
+        #: one line per file the last scan left out (``path: why; not snapshotted``)
+        self.skipped: List[str] = []
 
     # ------------------------------------------------------------------ set-up
     @classmethod
@@ -130,30 +133,12 @@ class Project:
         return os.path.relpath(os.path.realpath(path), self.root).replace(os.sep, "/")
 
     def scan(self) -> Dict[str, bytes]:
-        """The project's included files (relative ``/`` paths → bytes), in sorted order."""
-        files: Dict[str, bytes] = {}
-        #: one line per file left out because its name is not UTF-8 (the store keeps UTF-8 paths)
-        self.skipped_names: List[str] = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            reldir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
-            reldir = "" if reldir == "." else reldir
-            dirnames[:] = sorted(
-                d for d in dirnames if not self.config.excludes_dir(f"{reldir}/{d}" if reldir else d)
-            )
-            for name in sorted(filenames):
-                rel = f"{reldir}/{name}" if reldir else name
-                if not self.config.includes(rel):
-                    continue
-                if not _utf8_name(rel):
-                    shown = os.fsencode(rel).decode("utf-8", errors="backslashreplace")
-                    self.skipped_names.append(f"{shown}: file name is not UTF-8; not snapshotted (rename it to include it)")
-                    continue
-                try:
-                    with open(os.path.join(dirpath, name), "rb") as fh:
-                        files[rel] = fh.read()
-                except OSError:
-                    continue  # vanished between listing and reading (an editor's temp file)
-        return dict(sorted(files.items()))
+        """The project's included files (relative ``/`` paths → bytes), in sorted order.
+
+        Listed and read by :mod:`scalebox_cst.intake` (regular files within a size limit; links
+        only to snapshotted files); ``self.skipped`` has one line per file left out, and why."""
+        files, self.skipped = intake.scan(self.root, self.config)
+        return files
 
     # ------------------------------------------------------------------ change events
     def rewrite_files(self, files: Dict[str, bytes], select: Optional[Iterable[str]] = None) -> Dict[str, FileResult]:
@@ -300,15 +285,6 @@ class Project:
                 f"unknown branch or snapshot {text}: expected run/NNNN or a snapshot id that `scalebox rollback` printed"
             ) from None
         return f"snapshot {commit[:10]}", commit
-
-
-def _utf8_name(rel: str) -> bool:
-    """Whether a scanned name (decoded by ``os.fsdecode``, undecodable bytes as surrogates) is UTF-8."""
-    try:
-        rel.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def report_text(report: RunReport) -> str:

@@ -132,7 +132,7 @@ class Watcher:
             result = self.project.commit_change(block_on_bad_input=True, force=force, message="save")
         except Exception as exc:  # StoreError, ConfigError, OSError, ...; the next save retries
             result = ChangeResult(RunReport(None, None, None, "", []), False, [_one_line(exc)])
-        for line in getattr(self.project, "skipped_names", ()):
+        for line in getattr(self.project, "skipped", ()):
             if line not in self._warned:
                 self._warned.add(line)
                 self.echo(f"scalebox: warning: {line}")
@@ -191,16 +191,20 @@ class Watcher:
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "Watcher":
-        """Commit the current state (and start the run), then begin observing."""
+        """Begin observing, then commit the current state (and start the run).
+
+        In that order: a save made while the initial snapshot is taken is an event the next
+        batch handles (the observer's watches are in place once ``start`` returns); observing
+        after the snapshot would miss it until the next save."""
         try:
             self.project.pipeline.progress = self.echo  # a rewrite of several seconds says so
         except Exception:
             pass  # a bad config: handle_change says what is wrong
-        self.handle_change()
         observer = PollingObserver(timeout=0.2) if self.polling else Observer()
         observer.schedule(_Handler(self), self.project.root, recursive=True)
         threads.start(observer)  # its threads leave SIGTERM/SIGINT to the main thread
         self._observer = observer
+        self.handle_change()
         return self
 
     def reap_run(self) -> None:

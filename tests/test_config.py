@@ -162,3 +162,67 @@ def test_every_option_a_transform_reads_is_known_to_the_config():
         reads |= {(hotfix.SECTION, key) for key in hotfix.DEFAULTS}
     missing = sorted(f"{s}.{k}" for s, k in reads if k not in OPTIONS.get(s, {}))
     assert not missing, f"add to config.OPTIONS: {missing}"
+
+
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("scalebox.toml", "include = " + "[" * 5000 + "]" * 5000, "scalebox.toml: values nested too deeply to read"),
+        ("scalebox.toml", "[grad_clip]\nmode = " + "{a=" * 3000 + "1" + "}" * 3000, "values nested too deeply to read"),
+        ("pyproject.toml", "tool = 1", "pyproject.toml: tool must be a table ([tool]), got 1"),
+        ("pyproject.toml", "[tool]\nscalebox = 5", "pyproject.toml: tool.scalebox must be a table ([tool.scalebox]), got 5"),
+        ("pyproject.toml", "[tool]\nscalebox = [1, 2]", "tool.scalebox must be a table ([tool.scalebox]), got [1, 2]"),
+        ("scalebox.toml", "grad_clip = 3", "scalebox.toml: grad_clip must be a table ([grad_clip]), got 3"),
+        ("scalebox.toml", "vectorize = 'x'", "vectorize must be a table ([vectorize]), got 'x'"),
+        ("scalebox.toml", "[grad_clip]\nz = " + "9" * 400, None),
+        ("scalebox.toml", "[grad_clip]\nmode = " + "[" * 200 + "]" * 200, "grad_clip.mode must be one of guard, fixed, got [[[[[[[...]]]]]]]"),
+        ("scalebox.toml", "[grad_clip]\nmode = '" + "x" * 5000 + "'", "grad_clip.mode must be one of guard, fixed, got '" + "x" * 27 + "..." + "x" * 28 + "'"),
+    ],
+)
+def test_type_confusion_and_deep_nesting_in_config_are_one_line_errors(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    if message is None:  # a huge integer is a (finite) number: accepted, no OverflowError
+        assert Config.load(str(tmp_path)).option("grad_clip", "z") == int("9" * 400)
+        return
+    with pytest.raises(ConfigError) as exc:
+        Config.load(str(tmp_path))
+    assert str(exc.value).endswith(message) and "\n" not in str(exc.value)
+
+
+def test_a_config_file_too_large_or_not_regular_is_not_read(tmp_path, monkeypatch):
+    import os
+
+    from scalebox_cst import config
+
+    (tmp_path / "scalebox.toml").write_text("# " + "x" * 200 + "\n")
+    monkeypatch.setattr(config, "MAX_CONFIG_BYTES", 100)
+    with pytest.raises(ConfigError, match=r"scalebox.toml: larger than 100 bytes \(203 bytes\); not read"):
+        Config.load(str(tmp_path))
+    os.remove(tmp_path / "scalebox.toml")
+    os.mkfifo(tmp_path / "pyproject.toml")  # not a regular file: not read (an open would wait for a writer)
+    assert Config.load(str(tmp_path)).include == Config().include
+
+
+def test_many_double_stars_match_in_linear_steps(monkeypatch):
+    """``**/**/.../x.py`` tried every split of every ``**``: 12 of them never finished on a deep path."""
+    from scalebox_cst import config
+
+    calls = []
+    real = config.fnmatch.fnmatchcase
+    monkeypatch.setattr(config.fnmatch, "fnmatchcase", lambda name, pat: calls.append(1) or real(name, pat))
+    cfg = Config(include=["**/" * 12 + "x.py"], exclude=[])
+    path = "/".join("abcdefghijklmnop") + "/y.py"
+    assert not cfg.includes(path) and cfg.includes("a/b/x.py") and cfg.includes("x.py")
+    assert len(calls) < 200
+
+
+def test_a_set_value_nested_too_deeply_for_json_is_a_one_line_error(tmp_path):
+    from click.testing import CliRunner
+
+    from scalebox_cst.cli import cli
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    deep = "[" * 5000 + "]" * 5000
+    result = CliRunner().invoke(cli, ["rewrite", str(tmp_path), "--project", str(tmp_path), "--set", f"grad_clip.mode={deep}"])
+    assert result.exit_code == 2, result.exception
+    assert result.output.strip().splitlines() == [f"scalebox: --set grad_clip.mode={deep}: grad_clip.mode must be one of guard, fixed, got '[[[[[[[[[[[[[[[[[[[[[[[[[[[...]]]]]]]]]]]]]]]]]]]]]]]]]]]]'"]

@@ -364,6 +364,39 @@ def test_a_module_the_pipeline_cannot_read_runs_as_python_reads_it(proj):
                 importlib.import_module(f"{pkg}.broken")
 
 
+def test_modules_reached_through_links_out_of_the_project_run_unrewritten_and_are_never_committed(proj, tmp_path):
+    """A link to a file or folder outside the project: Python imports it as it would; the hook
+    names it, and nothing of it reaches the store (scalebox_cst.intake's rule, as snapshots)."""
+    root, pkg = proj
+    secret = "SECRET-outside-3b9e"
+    outside = tmp_path / "outside"
+    (outside / "lib").mkdir(parents=True)
+    (outside / "stolen.py").write_text(PPO + f"# {secret}\n")
+    (outside / "lib" / "__init__.py").write_text("")
+    (outside / "lib" / "steps.py").write_text(PPO + f"# {secret}\n")
+    (root / pkg / "stolen.py").symlink_to(outside / "stolen.py")
+    (root / pkg / "linked").symlink_to(outside / "lib", target_is_directory=True)
+    (root / pkg / "alias.py").symlink_to("ppo.py")  # inside the project, to a snapshotted file: rewritten
+    with install_import_hook([pkg], project=str(root)):
+        with pytest.warns(ScaleboxImportWarning) as caught:
+            stolen = importlib.import_module(f"{pkg}.stolen")
+            steps = importlib.import_module(f"{pkg}.linked.steps")
+        alias = importlib.import_module(f"{pkg}.alias")
+    assert CLIP not in inspect.getsource(stolen.train_step) and CLIP not in inspect.getsource(steps.train_step)
+    assert CLIP in inspect.getsource(alias.train_step)
+    said = sorted(str(w.message) for w in caught)
+    assert said == [
+        f"scalebox: {root / pkg / 'linked' / '__init__.py'}: {pkg}/linked/__init__.py: a folder on its path is a symbolic link or a file; not rewritten",
+        f"scalebox: {root / pkg / 'linked' / 'steps.py'}: {pkg}/linked/steps.py: a folder on its path is a symbolic link or a file; not rewritten",
+        f"scalebox: {root / pkg / 'stolen.py'}: {pkg}/stolen.py: a symbolic link to {outside / 'stolen.py'}, outside the project (never read); not rewritten",
+    ]
+    objects = subprocess.run(
+        ["git", "--git-dir", str(root / ".scalebox" / "store.git"), "cat-file", "--batch-all-objects", "--batch"],
+        capture_output=True, check=True,
+    ).stdout
+    assert b"_scalebox_clip_grad_norm" in objects and secret.encode() not in objects
+
+
 def test_store_commit_to_branch_appends_dedupes_and_survives_racing_writers(tmp_path):
     from scalebox_cst.store import Store, StoreError
 

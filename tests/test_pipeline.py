@@ -102,6 +102,46 @@ def test_syntax_error_is_one_line_with_line_number():
     assert "\n" not in result.report.error
 
 
+@pytest.mark.parametrize("data", [b"x = 1\ny = '\x00'\n", b"x = 1\ry = 2 \x00\n", b"x = 1\r\ny = 2\x00\r\nz = 3\r\n"])
+def test_a_null_byte_is_reported_on_its_own_line(data):
+    result = run(data, RenameCalls())
+    assert result.output == data and result.bad_input
+    assert result.report.error == "t.py:2: SyntaxError: source code cannot contain null bytes"
+
+
+DEEP = {
+    "sum": "x = " + "+".join(["1"] * 10000) + "\n",
+    "elif": "if a:\n    pass\n" + "".join(f"elif a == {i}:\n    pass\n" for i in range(5000)),
+    "chain": "x = a" + ".f()" * 5000 + "\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DEEP))
+def test_code_nested_too_deeply_for_python_is_one_line_bad_input_at_its_statement(kind):
+    data = ("import os\n\n" + DEEP[kind] + "y = old(1)\n").encode()
+    with pytest.raises(RecursionError):
+        compile(data, "t.py", "exec")  # CPython cannot compile it either
+    result = run(data, RenameCalls())
+    assert result.output == data and result.bad_input
+    assert result.report.error == "t.py:3: nested too deeply for Python to compile (RecursionError); left unchanged"
+
+
+def test_a_file_nested_too_deeply_is_carried_and_the_rest_is_rewritten(tmp_path):
+    from conftest import TRAIN_PY
+    from scalebox_cst.project import Project
+
+    (tmp_path / "train.py").write_text(TRAIN_PY)
+    (tmp_path / "deep.py").write_text(DEEP["sum"])
+    Project.init(str(tmp_path))
+    project = Project(str(tmp_path), backend="cpu")
+    result = project.commit_change()
+    assert result.created
+    by_path = {f.path: f for f in result.report.files}
+    assert by_path["deep.py"].status == "error" and by_path["deep.py"].error.startswith("deep.py:1: nested too deeply")
+    assert by_path["train.py"].status == "rewritten"
+    assert project.store.read_file(result.report.commit, "deep.py") == DEEP["sum"].encode()
+
+
 def test_bom_is_kept_and_file_is_rewritten():
     data = b"\xef\xbb\xbfimport os\ny = old(2)\n"
     result = run(data, RenameCalls())

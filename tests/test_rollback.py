@@ -73,18 +73,23 @@ def test_a_symlinked_file_stays_a_link_and_its_target_is_untouched(tmp_path):
     outside = tmp_path / "shared.py"
     outside.write_text("v = 1\n")
     root = tmp_path / "proj"
-    root.mkdir()
+    (root / "lib").mkdir(parents=True)
     (root / "a.py").write_text("a = 1\n")
-    os.symlink(outside, root / "linked.py")
+    (root / "lib" / "inner.py").write_text("w = 1\n")
+    os.symlink(outside, root / "linked.py")  # out of the project: never snapshotted (scalebox_cst.intake)
+    os.symlink("lib/inner.py", root / "alias.py")  # to a project file: snapshotted with its bytes
     proj, _ = Project.init(str(root))
     first = proj.commit_change(force=True).branch
+    assert "linked.py" not in proj.store.files(proj.store.resolve(first).source_commit)
     outside.write_text("v = 2\n")
     (root / "a.py").write_text("a = 2\n")
+    (root / "lib" / "inner.py").write_text("w = 2\n")
     out = scalebox("rollback", first, cwd=root).stdout
     assert os.path.islink(root / "linked.py") and os.readlink(root / "linked.py") == str(outside)
+    assert os.path.islink(root / "alias.py") and os.readlink(root / "alias.py") == "lib/inner.py"
     assert outside.read_text() == "v = 2\n"
-    assert (root / "a.py").read_text() == "a = 1\n"
-    assert "skipped linked.py: it is a symbolic link" in out
+    assert (root / "a.py").read_text() == "a = 1\n" and (root / "lib" / "inner.py").read_text() == "w = 1\n"
+    assert "skipped alias.py: it is a symbolic link" in out
 
 
 def test_rollback_through_a_file_in_the_way_is_skipped(tmp_path):

@@ -237,3 +237,59 @@ def test_a_coding_declaration_does_not_block_later_branches(started):
     assert committed.startswith(b"# -*- coding: latin-1 -*-\n") and b"name = 'caf\xe9'\n" in committed
     (project / "helpers.py").write_text("VALUE = 4\n")
     assert watcher.handle_change().created
+
+
+@pytest.mark.parametrize("polling", [False, True])
+def test_a_save_made_while_the_watcher_takes_its_first_snapshot_makes_a_branch(project, polling):
+    watcher, messages = make_watcher(project, polling=polling)
+    real = watcher.project.commit_change
+    saved = []
+
+    def snapshot_then_a_save(*args, **kwargs):
+        result = real(*args, **kwargs)
+        if not saved:  # an editor's rename-save lands just after the initial snapshot was read
+            tmp = project / ".helpers.py.swp~"
+            tmp.write_text("X = 'saved during start'\n")
+            os.replace(tmp, project / "helpers.py")
+            saved.append(True)
+        return result
+
+    watcher.project.commit_change = snapshot_then_a_save
+    watcher.start()
+    try:
+        assert saved and branches(watcher) == ["run/0001"]
+        assert wait_for(lambda: len(branches(watcher)) == 2, watcher, timeout=15)
+        info = watcher.project.store.resolve("run/0002")
+        assert b"saved during start" in watcher.project.store.read_file(info.commit, "helpers.py")
+    finally:
+        watcher.close()
+
+
+def test_code_nested_too_deeply_is_named_and_later_saves_make_branches(started):
+    watcher, messages, project = started
+    (project / "deep.py").write_text("x = " + "+".join(["1"] * 10000) + "\n")
+    assert wait_for(lambda: any("deep.py" in m for m in messages), watcher)
+    assert [m for m in messages if "deep.py" in m] == ["deep.py:1: nested too deeply for Python to compile (RecursionError); left unchanged"]
+    assert branches(watcher) == ["run/0001"]  # like a syntax error: the run keeps the last branch
+    os.remove(project / "deep.py")
+    (project / "helpers.py").write_text("X = 3\n")
+    assert wait_for(lambda: len(branches(watcher)) == 2, watcher)
+
+
+def test_links_out_of_the_project_and_fifos_are_named_once(started, tmp_path):
+    watcher, messages, project = started
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET = 1\n")
+    (project / "passwd.py").symlink_to(secret)
+    os.mkfifo(project / "pipe.py")
+    (project / "helpers.py").write_text("X = 4\n")
+    assert wait_for(lambda: len(branches(watcher)) == 2, watcher)
+    (project / "helpers.py").write_text("X = 5\n")
+    assert wait_for(lambda: len(branches(watcher)) == 3, watcher)
+    warned = [m for m in messages if m.startswith("scalebox: warning:")]
+    assert warned == [
+        f"scalebox: warning: passwd.py: a symbolic link to {secret}, outside the project (never read); not snapshotted",
+        "scalebox: warning: pipe.py: a FIFO, not a regular file; not snapshotted",
+    ]
+    info = watcher.project.store.resolve("run/0003")
+    assert "passwd.py" not in watcher.project.store.tree_paths(info.commit)

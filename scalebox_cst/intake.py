@@ -1,0 +1,269 @@
+"""The one place a project's files are listed and read (snapshots, the watcher, the import hook).
+
+Whatever is in a project folder, reading it must neither leak, hang nor exhaust memory:
+
+- Only regular files are read, and at most :data:`MAX_FILE_BYTES` of them. A FIFO named
+  ``x.py`` would block an ``open`` forever and a link to ``/dev/zero`` never ends, so every file
+  is checked with ``lstat`` before it is opened (``O_NONBLOCK``, ``O_NOFOLLOW``) and with
+  ``fstat`` after: a file swapped for something else in between is caught, not read.
+- Symbolic links. A link to a file is read only when its target is a file the snapshot takes
+  anyway (inside the project, included by the config): then the link's name holds the same
+  bytes. A link to anything else (``passwd.py -> /etc/passwd``, a file the config leaves out, a
+  missing file) is skipped with a note and never opened. Links to folders are not followed (as
+  git does): a linked folder inside the project is snapshotted under its own name only.
+- Folders are opened one component at a time with ``O_NOFOLLOW`` (``dir_fd``), so a folder
+  replaced by a link while the tree is walked cannot lead the walk outside the project.
+
+Every file left out says why in one line (:func:`scan`'s notes); the CLI and the watcher show them.
+This module imports only the standard library: the import hook uses it on every import.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import Dict, List, Optional, Sequence, Tuple
+
+#: larger files are not read (a Python source this size is generated data, not code to rewrite)
+MAX_FILE_BYTES = 10 * 1024 * 1024
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class NotRead(Exception):
+    """A file that is not read, and why (one line, without the path). ``link``: it is a symbolic
+    link (the caller may classify its target); ``gone``: it vanished (an editor's temp file)."""
+
+    def __init__(self, reason: str, link: bool = False, gone: bool = False) -> None:
+        super().__init__(reason)
+        self.link = link
+        self.gone = gone
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
+
+
+def _size(n: int) -> str:
+    return f"{n / (1024 * 1024):.0f} MiB" if n >= 1024 * 1024 else f"{n} bytes"
+
+
+def read_regular(name: str, dir_fd: Optional[int] = None, limit: int = MAX_FILE_BYTES, follow: bool = False) -> bytes:
+    """The bytes of the regular file ``name`` (relative to ``dir_fd`` if given), not following
+    a link in its last component unless ``follow``; raises :class:`NotRead`. No open blocks (a
+    FIFO) and no read goes past ``limit`` bytes (a file growing while it is read included)."""
+    try:
+        before = os.stat(name, dir_fd=dir_fd, follow_symlinks=follow)
+    except FileNotFoundError:
+        raise NotRead("vanished while being read", gone=True) from None
+    except OSError as exc:
+        raise NotRead(f"cannot be read ({exc.strerror})") from None
+    if stat.S_ISLNK(before.st_mode):
+        raise NotRead("a symbolic link", link=True)
+    if not stat.S_ISREG(before.st_mode):
+        raise NotRead(f"{_kind(before.st_mode)}, not a regular file")
+    if before.st_size > limit:
+        raise NotRead(f"larger than {_size(limit)} ({_size(before.st_size)})")
+    try:
+        fd = os.open(name, _FILE_FLAGS & ~_NOFOLLOW if follow else _FILE_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise NotRead("vanished while being read", gone=True) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # replaced by a link since the lstat
+            raise NotRead("a symbolic link", link=True) from None
+        raise NotRead(f"cannot be read ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
+            raise NotRead("replaced while being read")
+        chunks: List[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise NotRead(f"larger than {_size(limit)}")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise NotRead(f"cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def _open_root(root: str) -> int:
+    try:
+        return os.open(root, _DIR_FLAGS & ~_NOFOLLOW)
+    except OSError as exc:
+        raise NotRead(f"the project folder cannot be read ({exc.strerror})") from None
+
+
+def _open_dir(root_fd: int, parts: Sequence[str]) -> int:
+    """A descriptor for the folder ``parts`` below ``root_fd``, no component a link (OSError)."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_at(root_fd: int, rel: str, limit: int) -> bytes:
+    """``read_regular`` of ``rel`` below ``root_fd``, no folder on the way a link."""
+    *folders, base = rel.split("/")
+    try:
+        dir_fd = _open_dir(root_fd, folders)
+    except FileNotFoundError:
+        raise NotRead("vanished while being read", gone=True) from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotRead("a folder on its path is a symbolic link or a file") from None
+        raise NotRead(f"cannot be read ({exc.strerror})") from None
+    try:
+        return read_regular(base, dir_fd, limit)
+    finally:
+        os.close(dir_fd)
+
+
+def snapshotted(config, rel: str) -> bool:
+    """Whether ``rel`` (``/``-separated, inside the project) is a path the snapshot takes: no
+    excluded folder on the way and included by the config."""
+    parts = rel.split("/")
+    if any(config.excludes_dir("/".join(parts[: i + 1])) for i in range(len(parts) - 1)):
+        return False
+    return config.includes(rel)
+
+
+def _link_target(root: str, rel: str, config) -> str:
+    """The project path the link at ``rel`` may be read through, else :class:`NotRead` (why not)."""
+    try:
+        target = os.path.realpath(os.path.join(root, *rel.split("/")), strict=True)
+    except (OSError, RuntimeError):
+        raise NotRead("a broken symbolic link") from None
+    inside = os.path.relpath(target, root)
+    if inside == os.pardir or inside.startswith(os.pardir + os.sep) or os.path.isabs(inside):
+        raise NotRead(f"a symbolic link to {target}, outside the project (never read)")
+    trel = inside.replace(os.sep, "/")
+    if not snapshotted(config, trel):
+        raise NotRead(f"a symbolic link to {trel}, which the config leaves out (never read)")
+    return trel
+
+
+def read_project_file(root: str, rel: str, config, limit: int = MAX_FILE_BYTES, root_fd: Optional[int] = None) -> bytes:
+    """The bytes of the project file ``rel`` (``root`` a real path) under the rules above: a
+    link to a snapshotted file gives its target's bytes; :class:`NotRead` otherwise (``config``
+    None: a link is not classified, ``NotRead.link`` says it is one)."""
+    fd = _open_root(root) if root_fd is None else root_fd
+    try:
+        try:
+            return _read_at(fd, rel, limit)
+        except NotRead as exc:
+            if not exc.link or config is None:
+                raise
+        target = _link_target(root, rel, config)
+        try:
+            return _read_at(fd, target, limit)
+        except NotRead as exc:
+            if exc.link:  # the resolved path has no link in it: it changed meanwhile
+                raise NotRead("replaced while being read") from None
+            raise
+    finally:
+        if root_fd is None:
+            os.close(fd)
+
+
+def scan(root: str, config, limit: Optional[int] = None) -> Tuple[Dict[str, bytes], List[str]]:
+    """The project's snapshotted files (relative ``/`` paths → bytes, sorted) and one line per
+    file left out (``path: why; not snapshotted``). ``root`` is a real path (no link in it).
+
+    Folders are opened from the root, one component at a time without following links, one
+    descriptor at a time (however deep the tree)."""
+    limit = MAX_FILE_BYTES if limit is None else limit
+    files: Dict[str, bytes] = {}
+    notes: List[str] = []
+    try:
+        root_fd = _open_root(root)
+    except NotRead as exc:
+        return files, [f"{root}: {exc}"]
+    try:
+        pending = [""]
+        while pending:
+            reldir = pending.pop()
+            try:
+                dir_fd = _open_dir(root_fd, reldir.split("/") if reldir else [])
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):  # replaced by a link or file meanwhile
+                    notes.append(f"{reldir}/: folder cannot be read ({exc.strerror}); its files are not snapshotted")
+                continue
+            try:
+                pending.extend(reversed(_scan_folder(root, root_fd, dir_fd, reldir, config, limit, files, notes)))
+            finally:
+                os.close(dir_fd)
+    finally:
+        os.close(root_fd)
+    return dict(sorted(files.items())), notes
+
+
+def _scan_folder(root, root_fd, dir_fd, reldir, config, limit, files, notes) -> List[str]:
+    """Read one folder's included files into ``files``; returns its subfolders to walk."""
+    try:
+        with os.scandir(dir_fd) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        notes.append(f"{reldir or '.'}/: folder cannot be read ({exc.strerror}); its files are not snapshotted")
+        return []
+    folders = []
+    for entry in entries:
+        rel = f"{reldir}/{entry.name}" if reldir else entry.name
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            is_dir = False
+        if is_dir:
+            if not config.excludes_dir(rel):
+                folders.append(rel)
+            continue
+        if not config.includes(rel):
+            continue
+        if not _utf8(rel):
+            shown = os.fsencode(rel).decode("utf-8", errors="backslashreplace")
+            notes.append(f"{shown}: file name is not UTF-8; not snapshotted (rename it to include it)")
+            continue
+        try:
+            try:
+                files[rel] = read_regular(entry.name, dir_fd, limit)
+            except NotRead as exc:
+                if not exc.link:
+                    raise
+                files[rel] = read_project_file(root, rel, config, limit, root_fd)
+        except NotRead as exc:
+            if not exc.gone:
+                notes.append(f"{rel}: {exc}; not snapshotted")
+    return folders
+
+
+def _utf8(rel: str) -> bool:
+    """Whether a listed name (undecodable bytes as surrogates, ``os.fsdecode``) is UTF-8."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

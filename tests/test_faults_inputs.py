@@ -1,0 +1,197 @@
+"""Hostile inputs, in random trials: project trees holding links out of the project, FIFOs, a link
+to /dev/zero, oversized files, code nested too deeply for Python, NUL bytes, names that are not
+UTF-8; configs nested thousands deep or of the wrong type; saves landing while the watcher starts.
+
+Each trial draws a random mix and checks the outcome: nothing hangs (a subprocess with a time
+limit), nothing outside the project reaches the store, every file left out or left unchanged is
+named in one line (on the right line), the rest of the tree is rewritten, no traceback.
+``SCALEBOX_FAULT_TRIALS`` sets the trials per test (CI: a few), as in test_faults.py.
+"""
+import os
+import random
+import subprocess
+import time
+
+from scalebox_cst import intake
+from scalebox_cst.project import Project
+from scalebox_cst.watcher import Watcher
+
+from conftest import HELPERS_PY, ROOT, TRAIN_PY, scalebox
+
+TRIALS = int(os.environ.get("SCALEBOX_FAULT_TRIALS", "4"))
+SECRET = b"SECRET-not-in-the-project-51c2"
+
+
+def _deep(rng):
+    kind = rng.choice(["sum", "elif", "chain"])
+    if kind == "sum":
+        return "x = " + "+".join(["1"] * rng.randint(5000, 20000)) + "\n"
+    if kind == "elif":
+        return "if a:\n    pass\n" + "".join(f"elif a == {i}:\n    pass\n" for i in range(rng.randint(3000, 6000)))
+    return "x = a" + ".f()" * rng.randint(3000, 6000) + "\n"
+
+
+def _hostile_tree(root, outside, rng):
+    """Write a random mix of hostile entries under ``root``; returns {name: expected stderr line}."""
+    expect = {}
+    kinds = rng.sample(["outside", "zero", "fifo", "dangling", "deep", "nul", "name", "big", "folder"], k=rng.randint(3, 9))
+    sub = root / rng.choice(["", "pkg", "pkg/inner"])
+    sub.mkdir(parents=True, exist_ok=True)
+    rel = os.path.relpath(sub, root).replace(os.sep, "/")
+    prefix = "" if rel == "." else rel + "/"
+    for kind in kinds:
+        name = f"{kind}_{rng.randint(0, 999)}.py"
+        path = sub / name
+        if kind == "outside":
+            path.symlink_to(outside / "secret.py")
+            expect[prefix + name] = f"{prefix}{name}: a symbolic link to {outside / 'secret.py'}, outside the project (never read); not snapshotted"
+        elif kind == "zero":
+            path.symlink_to("/dev/zero")
+            expect[prefix + name] = f"{prefix}{name}: a symbolic link to /dev/zero, outside the project (never read); not snapshotted"
+        elif kind == "fifo":
+            os.mkfifo(path)
+            expect[prefix + name] = f"{prefix}{name}: a FIFO, not a regular file; not snapshotted"
+        elif kind == "dangling":
+            path.symlink_to(sub / "missing.py")
+            expect[prefix + name] = f"{prefix}{name}: a broken symbolic link; not snapshotted"
+        elif kind == "deep":
+            head = rng.randint(0, 5)
+            path.write_text("import os\n" * head + _deep(rng) + "y = 1\n")
+            expect[prefix + name] = f"{prefix}{name}:{head + 1}: nested too deeply for Python to compile (RecursionError); left unchanged"
+        elif kind == "nul":
+            lines = [f"v{i} = {i}\n" for i in range(rng.randint(1, 30))]
+            at = rng.randrange(len(lines))
+            lines[at] = lines[at][:2] + "\0" + lines[at][2:]
+            path.write_text("".join(lines))
+            expect[prefix + name] = f"{prefix}{name}:{at + 1}: SyntaxError: source code cannot contain null bytes"
+        elif kind == "name":
+            raw = os.fsencode(name[:-3]) + b"\xe9\xff.py"
+            (sub / os.fsdecode(raw)).write_text("x = 1\n")
+            shown = raw.decode("utf-8", errors="backslashreplace")
+            expect[prefix + shown] = f"{prefix}{shown}: file name is not UTF-8; not snapshotted (rename it to include it)"
+        elif kind == "big":
+            with open(path, "wb") as fh:
+                fh.truncate(intake.MAX_FILE_BYTES + rng.randint(1, 10**6))  # sparse: no disk used
+            size = os.path.getsize(path)
+            expect[prefix + name] = f"{prefix}{name}: larger than 10 MiB ({size / 2**20:.0f} MiB); not snapshotted"
+        elif kind == "folder":
+            (sub / name[:-3]).symlink_to(outside / "lib", target_is_directory=True)  # never followed: no line
+    return expect
+
+
+def _store_bytes(root):
+    return subprocess.run(
+        ["git", "--git-dir", str(root / ".scalebox" / "store.git"), "cat-file", "--batch-all-objects", "--batch"],
+        capture_output=True, check=True,
+    ).stdout
+
+
+def test_rewrite_of_hostile_trees_names_every_bad_file_and_rewrites_the_rest(tmp_path):
+    rng = random.Random(19)
+    outside = tmp_path / "outside"
+    (outside / "lib").mkdir(parents=True)
+    (outside / "secret.py").write_bytes(b"token = 1  # " + SECRET + b"\n")
+    (outside / "lib" / "mod.py").write_bytes(b"x = 1  # " + SECRET + b"\n")
+    failures = []
+    for trial in range(TRIALS):
+        root = tmp_path / f"proj{trial}"
+        root.mkdir()
+        (root / "train.py").write_text(TRAIN_PY)
+        (root / "helpers.py").write_text(HELPERS_PY)
+        expect = _hostile_tree(root, outside, rng)
+        scalebox("init", ".", cwd=str(root), env={"PYTHONPATH": ROOT})
+        proc = scalebox("rewrite", ".", "--backend", "cpu", cwd=str(root), check=False, timeout=300, env={"PYTHONPATH": ROOT})
+        said = proc.stderr.splitlines()
+        problems = []
+        if "Traceback" in proc.stderr or proc.returncode not in (0, 1):
+            problems.append(f"rc {proc.returncode}: {proc.stderr[-500:]}")
+        for line in expect.values():
+            if line not in said and f"scalebox: warning: {line}" not in said:
+                problems.append(f"not said: {line}")
+        if SECRET in _store_bytes(root):
+            problems.append("the secret reached the store")
+        project = Project(str(root))
+        tip = project.store.resolve(project.store.newest_branch())
+        if project.store.read_file(tip.commit, "train.py") == TRAIN_PY.encode():
+            problems.append("train.py was not rewritten")
+        if problems:
+            failures.append((trial, sorted(expect), problems))
+    print(f"\n{TRIALS} hostile trees rewritten: {len(failures)} failure(s)")
+    assert not failures, failures
+
+
+def _bad_config(rng):
+    depth = rng.randint(1500, 6000)
+    return rng.choice(
+        [
+            ("scalebox.toml", "include = " + "[" * depth + "]" * depth, "values nested too deeply to read"),
+            ("scalebox.toml", "[grad_clip]\nz = " + "{a=" * depth + "1" + "}" * depth, "values nested too deeply to read"),
+            ("pyproject.toml", "tool = " + rng.choice(["1", "[1]", "true", "2.5", "'x'"]), "tool must be a table ([tool])"),
+            ("pyproject.toml", "[tool]\nscalebox = " + rng.choice(["5", "[1, 2]", "false", "'s'"]), "tool.scalebox must be a table"),
+            ("scalebox.toml", f"{rng.choice(['grad_clip', 'hotfix', 'device', 'vectorize'])} = {rng.randint(0, 9)}", "must be a table"),
+            ("scalebox.toml", f"include = [\"{'**/' * rng.randint(10, 40)}x.py\"]\ntransforms = []", None),
+        ]
+    )
+
+
+def test_config_mistakes_are_one_line_errors(tmp_path):
+    rng = random.Random(23)
+    failures = []
+    for trial in range(TRIALS):
+        root = tmp_path / f"proj{trial}"
+        (root / "pkg" / "a" / "b" / "c" / "d" / "e" / "f").mkdir(parents=True)
+        (root / "pkg" / "a" / "b" / "c" / "d" / "e" / "f" / "m.py").write_text("x = 1\n")
+        name, text, message = _bad_config(rng)
+        (root / name).write_text(text)
+        proc = scalebox("rewrite", ".", "--backend", "cpu", cwd=str(root), check=False, timeout=120, env={"PYTHONPATH": ROOT})
+        lines = proc.stderr.strip().splitlines()
+        if message is None:  # a legal config (many ** in a pattern): it must simply finish
+            ok = proc.returncode == 0 and "Traceback" not in proc.stderr
+        else:
+            ok = proc.returncode == 1 and len(lines) == 1 and message in lines[0] and name in lines[0]
+        if not ok:
+            failures.append((trial, name, text[:60], proc.returncode, proc.stderr[-300:]))
+    print(f"\n{TRIALS} config mistakes: {len(failures)} failure(s)")
+    assert not failures, failures
+
+
+def test_saves_landing_while_the_watcher_starts_are_never_lost(tmp_path):
+    rng = random.Random(29)
+    failures = []
+    for trial in range(TRIALS):
+        root = tmp_path / f"proj{trial}"
+        root.mkdir()
+        (root / "train.py").write_text(TRAIN_PY)
+        (root / "helpers.py").write_text(HELPERS_PY)
+        Project.init(str(root))
+        project = Project(str(root), backend="cpu")
+        watcher = Watcher(project, debounce=0.05, polling=rng.random() < 0.3, echo=lambda line: None)
+        real = project.commit_change
+        delay = rng.uniform(0, 0.3)
+        marker = f"X = {trial}  # saved {delay:.3f}s after the start's snapshot\n"
+
+        def commit_then_save(*args, **kwargs):
+            result = real(*args, **kwargs)
+            if project.commit_change is commit_then_save:
+                project.commit_change = real
+                time.sleep(delay)  # the observer's start would come here in the old order
+                tmp = root / ".helpers.py.tmp"
+                tmp.write_text(marker)
+                os.replace(tmp, root / "helpers.py")
+            return result
+
+        project.commit_change = commit_then_save
+        watcher.start()
+        try:
+            deadline = time.time() + 15
+            found = False
+            while time.time() < deadline and not found:
+                watcher.process_pending(timeout=0.1)
+                newest = project.store.newest_branch()
+                found = project.store.read_file(project.store.resolve(newest).commit, "helpers.py") == marker.encode()
+            if not found:
+                failures.append((trial, delay))
+        finally:
+            watcher.close()
+    print(f"\n{TRIALS} saves during the watcher's start: {len(failures)} lost")
+    assert not failures, failures
