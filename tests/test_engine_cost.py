@@ -198,3 +198,16 @@ def test_event_files_are_tensorboardx_bytes(tmp_path):
     from tensorboardX.proto import event_pb2
 
     assert event_pb2.Event.FromString(rb[0][12:-4]).file_version == "brain.Event:2"
+
+
+def test_an_unwritable_tensorboard_folder_is_one_notice_and_the_metrics_go_on(tmp_path, monkeypatch):
+    from scalebox_cst.runtime import executor
+
+    monkeypatch.setattr(executor._TensorBoard, "warned", False)
+    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "metrics.jsonl").write_text('{"name": "loss", "step": 0, "value": 1.5, "time": 1.0}\n')
+    notes = []
+    tb = [executor._TensorBoard(str(tmp_path / "file" / f"run{i}"), notes.append) for i in range(2)]
+    assert len(notes) == 1 and "\n" not in notes[0] and "cannot write" in notes[0] and str(tmp_path / "file") in notes[0]
+    assert tb[0].pump(str(tmp_path / "metrics.jsonl")) == 1  # the tailer still sees the run's metrics
+    tb[0].close()
