@@ -3,14 +3,24 @@
 Detection must survive broken installs: without the CANN toolkit ``import torch_npu`` raises
 (``libhccl.so``), and with torch_npu installed even ``import torch`` can raise through torch's
 device-backend autoload. Each such case becomes one line in ``notes`` and detection carries on.
+
+:func:`detect` imports torch (2 s of CPU). The engine's own commands (``scalebox init``, ``run``,
+``status``, the watcher) only need the backend's name, so they call :func:`probe`: it reads the
+answer off the installation where that is certain (no torch, a torch built without CUDA/ROCm, no
+GPU device node) and otherwise runs :func:`detect` in a subprocess whose answer is cached per
+machine state (see :func:`_probe_key`).
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import hashlib
+import importlib.util
+import json
 import os
 import subprocess
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 
 @dataclasses.dataclass
@@ -104,7 +114,139 @@ def detect() -> BackendInfo:
 
 
 def resolve(requested: str) -> BackendInfo:
-    """``auto`` → detect(); an explicit backend is taken as the rewrite target without probing."""
+    """``auto`` → probe(); an explicit backend is taken as the rewrite target without probing."""
     if requested == "auto":
-        return detect()
+        return probe()
     return BackendInfo(requested)
+
+
+#: without any of these device nodes no CUDA (or ROCm, or WSL GPU) device can be opened on Linux
+GPU_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+#: the environment that decides what detect() finds (visible devices, backend autoload)
+_PROBE_ENV = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES",
+              "ASCEND_VISIBLE_DEVICES", "TORCH_DEVICE_BACKEND_AUTOLOAD", "PYTHONPATH")
+_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+_DETECT_JSON = ("import dataclasses, json, os; from scalebox_cst.runtime.backend import detect; "
+                "print(json.dumps({'info': dataclasses.asdict(detect()), 'autoload': os.environ.get('TORCH_DEVICE_BACKEND_AUTOLOAD')}))")
+
+
+def _spec(name: str):
+    try:
+        return importlib.util.find_spec(name)  # a top-level name: nothing is imported
+    except (ImportError, ValueError):
+        return None
+
+
+def torch_build(spec=None) -> Optional[Tuple[str, Optional[str], Optional[str]]]:
+    """``(version, cuda, hip)`` of the installed torch, read from its ``version.py`` without
+    importing torch; None when torch is absent or the file does not say."""
+    spec = spec or _spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    found: Dict[str, object] = {}
+    try:
+        with open(os.path.join(os.path.dirname(spec.origin), "version.py"), encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        for node in tree.body:
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) and node.value is not None:
+                try:
+                    found[target.id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+    except (OSError, SyntaxError, ValueError):
+        return None
+    version = found.get("__version__")
+    if not isinstance(version, str) or "cuda" not in found or "hip" not in found:
+        return None
+    cuda, hip = found["cuda"], found["hip"]
+    return version, cuda if isinstance(cuda, str) else None, hip if isinstance(hip, str) else None
+
+
+def probe() -> BackendInfo:
+    """What :func:`detect` would say, without importing torch here. Certain answers come from the
+    installation: no torch (cpu, with detect's note); no torch_npu and a torch built without
+    CUDA/ROCm, or on Linux no GPU device node (cpu). Otherwise :func:`detect` runs in a
+    subprocess, once per machine state (cached, :func:`_cached_detect`)."""
+    if "torch" in sys.modules:  # already imported: detecting costs nothing more
+        return detect()
+    torch_spec = _spec("torch")
+    if torch_spec is None:
+        return BackendInfo("cpu", notes=["torch is not importable (ModuleNotFoundError: No module named 'torch'); backend cpu"])
+    build = torch_build(torch_spec)
+    if build is not None and _spec("torch_npu") is None:
+        version, cuda, hip = build
+        if not (cuda or hip) or (sys.platform.startswith("linux") and not any(os.path.exists(p) for p in GPU_NODES)):
+            return BackendInfo("cpu", None, version)
+    return _cached_detect(torch_spec)
+
+
+def cache_dir() -> str:
+    """Per-user cache of the engine (``$SCALEBOX_CACHE_DIR``, else ``$XDG_CACHE_HOME/scalebox_cst``)."""
+    explicit = os.environ.get("SCALEBOX_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "scalebox_cst")
+
+
+def _stat(path: Optional[str]) -> Optional[List[float]]:
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return [st.st_mtime, st.st_size] if st else None
+
+
+def _probe_key(torch_spec) -> str:
+    """Everything detect()'s answer depends on: this interpreter, the torch and torch_npu
+    installed (their files' times), the device nodes, the boot (a driver loaded or unloaded),
+    the environment that hides devices or turns backend autoload off."""
+    npu = _spec("torch_npu")
+    try:
+        nodes = sorted(n for n in os.listdir("/dev") if n.startswith(("nvidia", "davinci", "kfd", "dxg", "dri")))
+    except OSError:
+        nodes = []
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        boot = None
+    key = {
+        "python": sys.executable, "torch": [torch_spec.origin, _stat(torch_spec.origin),
+                                            _stat(os.path.join(os.path.dirname(torch_spec.origin or ""), "version.py"))],
+        "torch_npu": [npu.origin, _stat(npu.origin)] if npu is not None else None,
+        "nodes": nodes, "boot": boot, "env": {k: os.environ.get(k) for k in _PROBE_ENV},
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _cached_detect(torch_spec) -> BackendInfo:
+    """detect() in a subprocess, its answer kept in the user's cache under :func:`_probe_key`
+    (a torch upgrade, a reboot, other visible devices: another key). The subprocess's
+    TORCH_DEVICE_BACKEND_AUTOLOAD=0 (set when a backend plug-in breaks ``import torch``) is
+    set here too, as detect() in this process would have, so the runs started from here get it."""
+    key = _probe_key(torch_spec)
+    path = os.path.join(cache_dir(), f"backend-{key}.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        info = BackendInfo(**data["info"])
+    except (OSError, ValueError, TypeError, KeyError):
+        try:
+            proc = subprocess.run([sys.executable, "-c", _DETECT_JSON], capture_output=True, text=True, timeout=300)
+            data = json.loads(proc.stdout.strip().splitlines()[-1])
+            info = BackendInfo(**data["info"])
+        except (OSError, ValueError, TypeError, KeyError, IndexError, subprocess.SubprocessError):
+            return detect()  # the subprocess cannot say (scalebox_cst not importable there): ask here
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only home: probed again next time
+    if data.get("autoload") == "0":
+        os.environ[_AUTOLOAD] = "0"
+    return info

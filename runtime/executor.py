@@ -6,7 +6,7 @@ folder ``runs/<branch>/<NNNN>/`` (never reused, never overwritten; layout in sca
 ``record.json`` (rewritten atomically at start and end), ``log.txt`` (the child's output, also
 echoed), ``metrics.jsonl`` (the child's telemetry, plus the numeric ``key=value`` lines of its
 output, appended here as they arrive) and ``events.jsonl``. A thread tails ``metrics.jsonl`` into
-TensorBoard event files (tensorboardX, when installed) under ``.scalebox/tensorboard/``.
+TensorBoard event files (scalebox_cst.tbevents) under ``.scalebox/tensorboard/``.
 
 The child has its own process group. ``stop()`` sends SIGINT to the group, then SIGTERM after a
 grace period, then SIGKILL; when the child ends, whatever is left in its group (workers) is
@@ -133,27 +133,27 @@ def error_tail(lines: List[str], limit: int = 30) -> List[str]:
 
 
 class _TensorBoard:
-    """Tails metrics.jsonl into TensorBoard event files (tensorboardX; absent: nothing, said once)."""
+    """Tails metrics.jsonl into TensorBoard event files (scalebox_cst.tbevents: no tensorboardX,
+    whose import costs the host torch's; a folder that cannot be made: nothing, said once)."""
 
     warned = False
 
     def __init__(self, logdir: str, echo: Callable[[str], None]) -> None:
+        from scalebox_cst.tbevents import ScalarWriter
+
         self.offset = 0
         self.writer = None
         try:
-            from tensorboardX import SummaryWriter
-        except ImportError:
+            self.writer = ScalarWriter(logdir)
+        except OSError as exc:
             if not _TensorBoard.warned:
                 _TensorBoard.warned = True
-                echo("scalebox: tensorboardX is not installed: no TensorBoard event files (pip install tensorboardX)")
-            return
-        self.writer = SummaryWriter(logdir=logdir, flush_secs=5)
+                echo(f"scalebox: no TensorBoard event files: cannot write {logdir} ({exc.strerror or exc})")
 
     def pump(self, path: str) -> int:
         points, self.offset = runs.read_metrics(path, self.offset)
         if self.writer is not None:
-            for p in points:
-                self.writer.add_scalar(p.name, p.value, global_step=p.step, walltime=p.time or None)
+            self.writer.add((p.name, p.value, p.step, p.time or None) for p in points)
         return len(points)
 
     def close(self) -> None:

@@ -90,9 +90,9 @@ def init(directory: str) -> None:
         project, wrote = Project.init(directory)
     except (ConfigError, StoreError) as exc:
         _fail(str(exc))
-    from scalebox_cst.runtime.backend import detect
+    from scalebox_cst.runtime.backend import probe
 
-    info = detect()
+    info = probe()  # no torch import here (runtime.backend.probe)
     click.echo(f"store: {project.store.path}")
     click.echo(f"config: {os.path.join(project.root, 'scalebox.toml') if wrote else (project.config.source or 'defaults')}")
     for note in info.notes:
@@ -195,7 +195,7 @@ def _tree_changes(project: Project, source_commit: Optional[str]) -> List[str]:
 def _config_changed(project: Project, info) -> bool:
     """Whether the pipeline (config, transforms, engine, backend) differs from the branch's."""
     try:
-        return bool(info.fingerprint) and project.pipeline.fingerprint != info.fingerprint
+        return bool(info.fingerprint) and project.fingerprint != info.fingerprint  # no pipeline import
     except ConfigError:
         return False
 

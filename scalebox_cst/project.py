@@ -10,11 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from scalebox_cst import intake
 from scalebox_cst.config import CONFIG_FILE, DEFAULT_TOML, STATE_DIR, Config
-from scalebox_cst.pipeline import FileResult, Pipeline
 from scalebox_cst.report import FileReport, RunReport
 from scalebox_cst import tmpnames
 from scalebox_cst.rollback import (
@@ -31,6 +30,9 @@ from scalebox_cst.rollback import (
 from scalebox_cst.store import Store, StoreError
 
 __all__ = ["ChangeResult", "JOURNAL_FILE", "Project", "RollbackResult", "report_text"]
+
+if TYPE_CHECKING:  # the pipeline imports libcst and every transform: only commands that rewrite load it
+    from scalebox_cst.pipeline import FileResult, Pipeline
 
 @dataclasses.dataclass
 class ChangeResult:
@@ -125,8 +127,25 @@ class Project:
     @property
     def pipeline(self) -> Pipeline:
         if self._pipeline is None:
+            from scalebox_cst.catalog import transform_versions
+            from scalebox_cst.pipeline import Pipeline
+
             self._pipeline = Pipeline(self.config, self.backend)
+            transform_versions()  # kept for the next status or run (catalog)
         return self._pipeline
+
+    @property
+    def fingerprint(self) -> str:
+        """``pipeline.fingerprint``, without importing the pipeline where it is not built yet
+        (scalebox_cst.catalog); ConfigError for an unknown transform id, as the pipeline's."""
+        if self._pipeline is not None:
+            return self._pipeline.fingerprint
+        from scalebox_cst.catalog import transform_versions
+
+        versions = transform_versions()
+        self.config.check_transforms(list(versions))
+        enabled = {tid: version for tid, version in versions.items() if self.config.transform_enabled(tid)}
+        return self.config.fingerprint(enabled, self.backend)
 
     # ------------------------------------------------------------------ files
     def relpath(self, path: str) -> str:
@@ -155,6 +174,8 @@ class Project:
             if hit is not None:
                 out_blob, report = hit
                 output = data if out_blob == blob else store.read_blob(out_blob)
+                from scalebox_cst.pipeline import FileResult
+
                 results[path] = FileResult(path, data, output, FileReport.from_json({**report, "path": path}))
                 continue
             result = self.pipeline.rewrite(path, data)
