@@ -684,6 +684,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
         self.options = options
         self.session = _session()
         self._dirs: Dict[str, Optional[Tuple[_Root, str]]] = {}
+        self._plain_dirs: Dict[str, bool] = {}  # folder -> no symbolic link on its way (see _read)
         self._local = threading.local()
         self._warned: set = set()
         self._warn_lock = threading.Lock()
@@ -868,7 +869,13 @@ class ImportHook(importlib.abc.MetaPathFinder):
         what the hook commits never holds another file's bytes."""
         try:
             try:
-                return read_project_file(root.root, rel, None)
+                folder = spec.origin.rpartition(os.sep)[0]
+                plain = self._plain_dirs.get(folder)
+                if plain is None:  # once per folder: no link on its way (then one open reads it)
+                    plain = self._plain_dirs[folder] = os.path.realpath(folder) == folder
+                if plain:
+                    return read_regular(spec.origin)  # no link, FIFO or oversized file
+                return read_project_file(root.root, rel, None)  # folder by folder, no link followed
             except NotRead as exc:
                 if not exc.link:
                     raise
