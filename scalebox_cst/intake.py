@@ -22,7 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 #: larger files are not read (a Python source this size is generated data, not code to rewrite)
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -186,6 +186,25 @@ def read_project_file(root: str, rel: str, config, limit: int = MAX_FILE_BYTES, 
     finally:
         if root_fd is None:
             os.close(fd)
+
+
+def read_module(origin: str, root: str, rel: str, config: Callable[[], object], plain_dirs: Dict[str, bool]) -> bytes:
+    """The bytes of the module file ``origin`` (the project file ``rel`` of ``root``) for the
+    import hook, on every import: a folder with no link on its way (one ``realpath`` per folder,
+    remembered in ``plain_dirs``) is read with one :func:`read_regular`; otherwise, and for a
+    link, as :func:`read_project_file` (``config()`` called only to classify a link)."""
+    try:
+        folder = origin.rpartition(os.sep)[0]
+        plain = plain_dirs.get(folder)
+        if plain is None:
+            plain = plain_dirs[folder] = os.path.realpath(folder) == folder
+        if plain:
+            return read_regular(origin)
+        return read_project_file(root, rel, None)
+    except NotRead as exc:
+        if not exc.link:
+            raise
+    return read_project_file(root, rel, config())
 
 
 def scan(root: str, config, limit: Optional[int] = None) -> Tuple[Dict[str, bytes], List[str]]:
