@@ -55,7 +55,8 @@ def _kind(mode: int) -> str:
 
 
 def _size(n: int) -> str:
-    return f"{n / (1024 * 1024):.0f} MiB" if n >= 1024 * 1024 else f"{n} bytes"
+    """A limit as a person sets it: whole MiB where it is one, else bytes."""
+    return f"{n // (1024 * 1024)} MiB" if n and n % (1024 * 1024) == 0 else f"{n} bytes"
 
 
 def read_regular(name: str, dir_fd: Optional[int] = None, limit: int = MAX_FILE_BYTES, follow: bool = False) -> bytes:
@@ -73,7 +74,7 @@ def read_regular(name: str, dir_fd: Optional[int] = None, limit: int = MAX_FILE_
     if not stat.S_ISREG(before.st_mode):
         raise NotRead(f"{_kind(before.st_mode)}, not a regular file")
     if before.st_size > limit:
-        raise NotRead(f"larger than {_size(limit)} ({_size(before.st_size)})")
+        raise NotRead(f"larger than {_size(limit)} ({before.st_size} bytes)")
     try:
         fd = os.open(name, _FILE_FLAGS & ~_NOFOLLOW if follow else _FILE_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
