@@ -28,7 +28,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from scalebox_cst import tmpnames
 from scalebox_cst._version import __version__
 from scalebox_cst.config import CONFIG_FILE, MAX_CONFIG_BYTES, STATE_DIR, find_project_root
-from scalebox_cst.intake import NotRead, read_project_file, read_regular
+from scalebox_cst.intake import NotRead, read_module, read_regular
 from scalebox_cst.runtime.loader import Origin, SourceBytesLoader, install_excepthook, register_origin, register_source
 
 # The names below mirror scalebox_cst.project / scalebox_cst.config; importing those here would
@@ -691,6 +691,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
         self.options = options
         self.session = _session()
         self._dirs: Dict[str, Optional[Tuple[_Root, str]]] = {}
+        self._plain_dirs: Dict[str, bool] = {}  # intake.read_module's cache
         self._local = threading.local()
         self._warned: set = set()
         self._warn_lock = threading.Lock()
@@ -870,16 +871,10 @@ class ImportHook(importlib.abc.MetaPathFinder):
         return spec
 
     def _read(self, spec, root: _Root, rel: str) -> Optional[bytes]:
-        """The module's bytes as the project's snapshot reads them (scalebox_cst.intake: a
-        regular file within the size limit, no link out of the project), else None and a warning:
-        what the hook commits never holds another file's bytes."""
+        """The module's bytes as a snapshot reads them (``intake.read_module``), else None and a
+        warning: what the hook commits never holds the bytes of a file outside the project."""
         try:
-            try:
-                return read_project_file(root.root, rel, None)
-            except NotRead as exc:
-                if not exc.link:
-                    raise
-                return read_project_file(root.root, rel, root.project().config)  # the rare case: a link
+            return read_module(spec.origin, root.root, rel, lambda: root.project().config, self._plain_dirs)
         except NotRead as exc:
             if not exc.gone:
                 self._warn(spec.origin, f"{rel}: {exc}; not rewritten")

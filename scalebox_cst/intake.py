@@ -22,7 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 #: larger files are not read (a Python source this size is generated data, not code to rewrite)
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -55,7 +55,8 @@ def _kind(mode: int) -> str:
 
 
 def _size(n: int) -> str:
-    return f"{n / (1024 * 1024):.0f} MiB" if n >= 1024 * 1024 else f"{n} bytes"
+    """A limit as a person sets it: whole MiB where it is one, else bytes."""
+    return f"{n // (1024 * 1024)} MiB" if n and n % (1024 * 1024) == 0 else f"{n} bytes"
 
 
 def read_regular(name: str, dir_fd: Optional[int] = None, limit: int = MAX_FILE_BYTES, follow: bool = False) -> bytes:
@@ -73,7 +74,7 @@ def read_regular(name: str, dir_fd: Optional[int] = None, limit: int = MAX_FILE_
     if not stat.S_ISREG(before.st_mode):
         raise NotRead(f"{_kind(before.st_mode)}, not a regular file")
     if before.st_size > limit:
-        raise NotRead(f"larger than {_size(limit)} ({_size(before.st_size)})")
+        raise NotRead(f"larger than {_size(limit)} ({before.st_size} bytes)")
     try:
         fd = os.open(name, _FILE_FLAGS & ~_NOFOLLOW if follow else _FILE_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -186,6 +187,25 @@ def read_project_file(root: str, rel: str, config, limit: int = MAX_FILE_BYTES, 
     finally:
         if root_fd is None:
             os.close(fd)
+
+
+def read_module(origin: str, root: str, rel: str, config: Callable[[], object], plain_dirs: Dict[str, bool]) -> bytes:
+    """The bytes of the module file ``origin`` (the project file ``rel`` of ``root``) for the
+    import hook, on every import: a folder with no link on its way (one ``realpath`` per folder,
+    remembered in ``plain_dirs``) is read with one :func:`read_regular`; otherwise, and for a
+    link, as :func:`read_project_file` (``config()`` called only to classify a link)."""
+    try:
+        folder = origin.rpartition(os.sep)[0]
+        plain = plain_dirs.get(folder)
+        if plain is None:
+            plain = plain_dirs[folder] = os.path.realpath(folder) == folder
+        if plain:
+            return read_regular(origin)
+        return read_project_file(root, rel, None)
+    except NotRead as exc:
+        if not exc.link:
+            raise
+    return read_project_file(root, rel, config())
 
 
 def scan(root: str, config, limit: Optional[int] = None) -> Tuple[Dict[str, bytes], List[str]]:

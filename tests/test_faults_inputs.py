@@ -73,7 +73,7 @@ def _hostile_tree(root, outside, rng):
             with open(path, "wb") as fh:
                 fh.truncate(intake.MAX_FILE_BYTES + rng.randint(1, 10**6))  # sparse: no disk used
             size = os.path.getsize(path)
-            expect[prefix + name] = f"{prefix}{name}: larger than 10 MiB ({size / 2**20:.0f} MiB); not snapshotted"
+            expect[prefix + name] = f"{prefix}{name}: larger than 10 MiB ({size} bytes); not snapshotted"
         elif kind == "folder":
             (sub / name[:-3]).symlink_to(outside / "lib", target_is_directory=True)  # never followed: no line
     return expect
