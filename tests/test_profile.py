@@ -258,7 +258,7 @@ class BusyEnv(gym.Env):
 
     def step(self, action):
         start = time.perf_counter()
-        while time.perf_counter() - start < 0.04:  # BUSY
+        while time.perf_counter() - start < 0.05:  # BUSY
             pass
         return np.zeros(4, np.float32), 1.0, False, False, {}
 
@@ -268,12 +268,13 @@ env = BusyEnv()
 net = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.Tanh(), torch.nn.Linear(512, 128))
 opt = torch.optim.SGD(net.parameters(), lr=1e-3)
 x = torch.randn(128, 128)
+batch = torch.randn(512, 128)
 obs, _ = env.reset(seed=0)
 for i in range(60):
     with torch.no_grad():
         action = int(net(x).sum() > 0)  # ACTION
     obs, reward, term, trunc, info = env.step(action)
-    loss = net(x).pow(2).mean()  # LOSS
+    loss = net(batch).pow(2).mean()  # LOSS
     loss.backward()  # BACKWARD
     opt.step()  # OPT
     opt.zero_grad()
@@ -300,14 +301,14 @@ def test_a_run_records_where_its_time_went_per_line_and_category(tmp_path):
     record = json.loads(open(records[0]).read())
     p = record["profile"]
     share = {c["category"]: c["share"] for c in p["categories"]}
-    # 60 steps of 40 ms busy env work (2.4 s) against backward passes of about 6 ms (0.4 s)
+    # 60 steps of 50 ms busy env work (3 s) against backward passes of about 6 ms (0.4 s; 1 s on a loaded machine)
     assert share["env"] > share.get("backward", 0) > 0
     assert {"env", "backward", "forward", "action"} <= set(share)
     by_line = {(r["path"], r["line"]): r for r in p["lines"]}
     loop_lines = [r for r in p["lines"] if r["category"] != "other"]  # not imports / start-up
     top = loop_lines[0]
     assert (top["path"], top["line"], top["category"]) == ("train.py", line["BUSY"], "env")
-    assert top["code"] == "while time.perf_counter() - start < 0.04:  # BUSY" and top["calls"] >= 5
+    assert top["code"] == "while time.perf_counter() - start < 0.05:  # BUSY" and top["calls"] >= 5
     assert top["coverage"] == {"covered": False, "reason": "no transform matched this line"}
     assert by_line[("train.py", line["BACKWARD"])]["category"] == "backward"
     assert by_line[("train.py", line["ACTION"])]["category"] == "action"
