@@ -334,7 +334,7 @@ def test_profile_of_an_unknown_run_is_a_one_line_error(tmp_path):
     assert proc.returncode == 1 and proc.stderr.strip() == "scalebox: no run yet (scalebox run SCRIPT)"
 
 
-def test_flush_maps_rewritten_lines_back_and_credits_a_sites_own_code_to_the_engine(tmp_path, monkeypatch):
+def test_flush_maps_rewritten_lines_back_to_the_users(tmp_path, monkeypatch):
     from scalebox_cst.runtime import loader, metrics
 
     original = "x = 1\nfor i in range(3):\n    x += i\nprint(x)\n"
@@ -348,8 +348,17 @@ def test_flush_maps_rewritten_lines_back_and_credits_a_sites_own_code_to_the_eng
     rp.flush(profiler)
     line = json.loads((tmp_path / prof.FILE).read_text())
     assert sorted(map(tuple, line["rows"])) == [("", 0, "other", 1, 0.05, 0.0, 1),
-                                                ("train.py", 2, "engine", 2, 0.2, 0.1, 1),
+                                                ("train.py", 2, "other", 2, 0.2, 0.1, 1),
                                                 ("train.py", 4, "logging", 1, 0.1, 0.1, 1)]
     assert profiler.rows == {}
     rp.flush(profiler)  # nothing new: no line
     assert len((tmp_path / prof.FILE).read_text().splitlines()) == 1
+
+
+def test_a_subscript_store_on_a_user_line_is_a_tensor_copy(classifier):
+    user = code_of(PROJECT + "train.py", "def f(buf, t, r):\n    buf[t] = r\n", "f")
+    store = next(x.offset for x in dis.get_instructions(user) if x.opname == "STORE_SUBSCR")
+    frame = Frame(user, Frame(LAUNCH), store, line=2)
+    assert classifier.classify(frame) == (frame, "tensors")
+    frame.f_lasti = 0  # elsewhere on the line: nothing says what it is
+    assert classifier.classify(frame) == (frame, "other")
