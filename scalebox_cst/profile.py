@@ -11,8 +11,9 @@ calls it when a run ends; ``scalebox profile`` and the monitor call it on a live
   the stored report gives for a site that was not rewritten there, or that no transform matched);
 - ``samples``, ``wall_s``, ``cpu_s``, ``hz``.
 
-Shares are of the sampled wall time of the main thread. Time outside the project's lines
-(imports, start-up, exit, the launcher) is a line of its own, ``(outside the project)``.
+Shares are of the sampled wall time of the main thread (of every process that appended: the
+ranks of a torchrun run add up). Time outside the project's lines (start-up, exit, the
+launcher) is a line of its own, ``(outside the project)``.
 """
 from __future__ import annotations
 
@@ -161,10 +162,14 @@ class _Store:
             self.texts[path] = None
             commit = self.record.get("source_commit") or self.record.get("commit")
             if self.repo is not None and commit:
+                import pygit2
+
+                from scalebox_cst.runtime.loader import physical_lines  # Python's line numbers
+
                 try:
-                    blob = self.repo[commit].peel(__import__("pygit2").Tree)[path]
-                    self.texts[path] = blob.data.decode("utf-8", "replace").splitlines()
-                except (KeyError, ValueError, AttributeError):
+                    blob = self.repo[commit].peel(pygit2.Tree)[path]
+                    self.texts[path] = [l.rstrip("\r\n") for l in physical_lines(blob.data.decode("utf-8", "replace"))]
+                except (KeyError, ValueError, AttributeError, pygit2.GitError):
                     pass
         text = self.texts[path]
         return text[line - 1].strip() if text and 0 < line <= len(text) else None

@@ -3,7 +3,8 @@
 ``scalebox log``/``compare``, the monitor and the hot-fix policy all read runs through this
 module; the layout is documented in /work/notes/RUN_LAYOUT.md and the README. A run is
 ``(branch, run number)``: ``runs/<branch>/<NNNN>/`` holds ``record.json`` (atomic), ``log.txt``,
-``metrics.jsonl`` and ``events.jsonl`` (append-only, readable while written) and ``sites.json``.
+``metrics.jsonl`` and ``events.jsonl`` (append-only, readable while written), ``sites.json``
+and ``profile.jsonl`` (where the time went; read by :mod:`scalebox_cst.profile`).
 
 Stable API: :func:`list_runs`, :func:`load_record`, :func:`read_metrics`, :func:`read_events`,
 :func:`read_series`, :func:`read_sites`, :func:`headline`, :func:`is_alive`; writers:

@@ -320,6 +320,10 @@ def test_runs_carry_their_profile_kept_or_read_on_while_live(proj, live_pid):
     running = {b["name"]: b for b in m.branches()["branches"]}["run/0003"]["runs"][0]["profile"]
     assert [(c["category"], c["share"]) for c in running["categories"]] == [("env", 0.75), ("backward", 0.25)]
     assert by_branch["run/0001"]["runs"][0]["profile"] is None  # a run without a profile
+    # the run ends with its profile in the record: shown from there, its reader dropped
+    runs.write_record(live, dict(json.load(open(os.path.join(live, runs.RECORD))), status="ok", profile=kept))
+    running = {b["name"]: b for b in m.branches()["branches"]}["run/0003"]["runs"][0]["profile"]
+    assert running["lines"][0]["code"] == "x = env.step(a)" and m._profiles == {}
 
 
 def test_series_per_run_with_nonfinite_markers_and_seed_band(proj):

@@ -258,22 +258,23 @@ class BusyEnv(gym.Env):
 
     def step(self, action):
         start = time.perf_counter()
-        while time.perf_counter() - start < 0.03:  # BUSY
+        while time.perf_counter() - start < 0.05:  # BUSY
             pass
         return np.zeros(4, np.float32), 1.0, False, False, {}
 
 
 torch.manual_seed(0)
 env = BusyEnv()
-net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 64))
+net = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.Tanh(), torch.nn.Linear(512, 128))
 opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-x = torch.randn(64, 64)
+x = torch.randn(128, 128)
+batch = torch.randn(512, 128)
 obs, _ = env.reset(seed=0)
 for i in range(60):
     with torch.no_grad():
         action = int(net(x).sum() > 0)  # ACTION
     obs, reward, term, trunc, info = env.step(action)
-    loss = net(x).pow(2).mean()  # LOSS
+    loss = net(batch).pow(2).mean()  # LOSS
     loss.backward()  # BACKWARD
     opt.step()  # OPT
     opt.zero_grad()
@@ -300,14 +301,14 @@ def test_a_run_records_where_its_time_went_per_line_and_category(tmp_path):
     record = json.loads(open(records[0]).read())
     p = record["profile"]
     share = {c["category"]: c["share"] for c in p["categories"]}
-    # 60 steps of 30 ms busy env work against a backward of a small net
+    # 60 steps of 50 ms busy env work (3 s) against backward passes of about 6 ms (0.4 s; 1 s on a loaded machine)
     assert share["env"] > share.get("backward", 0) > 0
     assert {"env", "backward", "forward", "action"} <= set(share)
     by_line = {(r["path"], r["line"]): r for r in p["lines"]}
     loop_lines = [r for r in p["lines"] if r["category"] != "other"]  # not imports / start-up
     top = loop_lines[0]
     assert (top["path"], top["line"], top["category"]) == ("train.py", line["BUSY"], "env")
-    assert top["code"] == "while time.perf_counter() - start < 0.03:  # BUSY" and top["calls"] >= 5
+    assert top["code"] == "while time.perf_counter() - start < 0.05:  # BUSY" and top["calls"] >= 5
     assert top["coverage"] == {"covered": False, "reason": "no transform matched this line"}
     assert by_line[("train.py", line["BACKWARD"])]["category"] == "backward"
     assert by_line[("train.py", line["ACTION"])]["category"] == "action"
@@ -333,7 +334,7 @@ def test_profile_of_an_unknown_run_is_a_one_line_error(tmp_path):
     assert proc.returncode == 1 and proc.stderr.strip() == "scalebox: no run yet (scalebox run SCRIPT)"
 
 
-def test_flush_maps_rewritten_lines_back_and_credits_a_sites_own_code_to_the_engine(tmp_path, monkeypatch):
+def test_flush_maps_rewritten_lines_back_to_the_users(tmp_path, monkeypatch):
     from scalebox_cst.runtime import loader, metrics
 
     original = "x = 1\nfor i in range(3):\n    x += i\nprint(x)\n"
@@ -347,8 +348,17 @@ def test_flush_maps_rewritten_lines_back_and_credits_a_sites_own_code_to_the_eng
     rp.flush(profiler)
     line = json.loads((tmp_path / prof.FILE).read_text())
     assert sorted(map(tuple, line["rows"])) == [("", 0, "other", 1, 0.05, 0.0, 1),
-                                                ("train.py", 2, "engine", 2, 0.2, 0.1, 1),
+                                                ("train.py", 2, "other", 2, 0.2, 0.1, 1),
                                                 ("train.py", 4, "logging", 1, 0.1, 0.1, 1)]
     assert profiler.rows == {}
     rp.flush(profiler)  # nothing new: no line
     assert len((tmp_path / prof.FILE).read_text().splitlines()) == 1
+
+
+def test_a_subscript_store_on_a_user_line_is_a_tensor_copy(classifier):
+    user = code_of(PROJECT + "train.py", "def f(buf, t, r):\n    buf[t] = r\n", "f")
+    store = next(x.offset for x in dis.get_instructions(user) if x.opname == "STORE_SUBSCR")
+    frame = Frame(user, Frame(LAUNCH), store, line=2)
+    assert classifier.classify(frame) == (frame, "tensors")
+    frame.f_lasti = 0  # elsewhere on the line: nothing says what it is
+    assert classifier.classify(frame) == (frame, "other")

@@ -4,29 +4,32 @@ Every tick of the telemetry thread (:data:`sites.HZ`, 25 Hz by default) looks at
 thread's innermost frame (``sys._current_frames``) and credits the wall time and the main
 thread's CPU time since the previous look (its own CPU clock, ``pthread_getcpuclockid``) to
 
-- a *line*: the innermost frame in the user's project (files the run serves from its commit,
-  else files under the project folder outside any site-packages), in the user's own numbering
+- a *line*: the innermost frame in the user's project (files under the project folder, outside
+  any site-packages or ``.venv``), in the user's own numbering
   (rewritten files map back through :func:`runtime.loader.origin_of`, as tracebacks do);
 - a *category* (:data:`CATEGORIES`), from the frames walking outward from the innermost one:
-  the C function the innermost frame, a line of the user's, is calling (its bytecode:
-  ``.item()`` / ``.cpu()`` / ``.numpy()`` / ``.tolist()`` / ``float(t)`` are host-device syncs
-  once a device is initialised, host copies before; ``torch.tensor``, ``.to``, ``.clone``, ``torch.stack``... tensor creation and copies;
-  ``print`` logging), then the first frame with a rule: gymnasium/gym (and telemetry's env step
-  wrappers) environment step, ``torch.distributions``, ``torch.optim``, autograd's backward,
-  tensorboard/tensorboardX/wandb/``logging``, replay buffers and data loaders (also a project
-  method like ``ReplayBuffer.sample``), the engine's runtime helpers, imports (other), and ``nn.Module.__call__``
-  / ``torch.nn.functional``: action selection when the main thread's grad mode is off, loss
-  forward when it is on. Time in a rewritten site's own code with no other category is the
-  engine's (engine sites). Grad mode is thread-local inside torch, so the grad-mode context
-  managers are patched (class level) to note the main thread's mode after they switch it.
+  first what the innermost frame, where it is a line of the user's, is doing (its bytecode):
+  calling ``.item()`` / ``.cpu()`` / ``.numpy()`` / ``.tolist()`` / ``float(t)`` (host-device
+  syncs once a device is initialised, host copies before), ``torch.tensor`` / ``.to`` /
+  ``.clone`` / ``torch.stack``... or storing ``buf[t] = x`` (tensor creation and copies),
+  ``print`` (logging); then the first frame with a rule: gymnasium/gym (and telemetry's env
+  step wrappers) environment step, ``torch.distributions``, ``torch.optim``, autograd's
+  backward, tensorboard/tensorboardX/wandb/``logging``, replay buffers and data loaders (also a
+  project method like ``ReplayBuffer.sample``), the engine's runtime helpers, a module's top
+  level (an import: other), and ``nn.Module.__call__`` / ``torch.nn.functional``: action
+  selection when the main thread's grad mode is off, loss forward when it is on. Grad mode is
+  thread-local inside torch, so the grad-mode context managers are patched (class level) to
+  note the main thread's mode after they switch it.
 
 ``calls`` counts the visits samples saw (a new frame or line since the previous sample): a
 lower bound, a line run many times between two samples counts once.
 
 Aggregates stay in this process; :func:`flush` (called by the telemetry thread every
-:data:`EVERY` seconds and at exit) appends one line of per-(line, category) deltas to the run's ``profile.jsonl``, kept apart from
-metrics.jsonl. The host reduces it (``scalebox_cst.profile``). ``SCALEBOX_PROFILE=0`` turns the
-sampling off (the other telemetry stays).
+:data:`EVERY` seconds and at exit) appends one line of per-(line, category) deltas to the run's
+``profile.jsonl``, kept apart from metrics.jsonl. The host reduces it (``scalebox_cst.profile``).
+``SCALEBOX_PROFILE=0`` turns the sampling off (the other telemetry stays). Cost: one look is
+tens of microseconds (caches per file and per code object, keyed by id: hashing a code object
+hashes its body), well under 1% of a core at 25 Hz (benchmarks/bench_telemetry.py).
 """
 from __future__ import annotations
 
@@ -92,6 +95,7 @@ TENSOR_CALLS = {
     "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like",
     "full_like", "rand", "randn", "randint", "arange", "linspace", "stack", "cat", "concatenate", "clone", "copy_",
     "to", "cuda", "contiguous", "pin_memory", "array", "asarray", "FloatTensor", "LongTensor", "Tensor",
+    "__setitem__",  # a subscript store (``rewards[step] = r``): a copy into the tensor or array
 }
 LOG_CALLS = {"print"}
 
@@ -159,6 +163,9 @@ def calls_of(code) -> Dict[int, str]:
     out: Dict[int, str] = {}
     instrs = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "KW_NAMES")]
     for at, ins in enumerate(instrs):
+        if ins.opname == "STORE_SUBSCR":  # buf[step] = x: slow enough to be seen on a tensor / array
+            out[ins.offset] = "__setitem__"
+            continue
         if ins.opname not in ("CALL", "PRECALL"):
             continue
         argc = ins.arg or 0
@@ -356,11 +363,10 @@ class Profiler:
         return rows
 
 
-def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, Any]) -> Tuple[str, int, bool]:
-    """Project-relative path, the user's own line number (rewritten files map back) and whether
-    the line that ran is the code of a rewritten site."""
+def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, Any]) -> Tuple[str, int]:
+    """Project-relative path and the user's own line number (rewritten files map back)."""
     if not filename:
-        return "", 0, False
+        return "", 0
     if filename not in cache:
         try:
             from scalebox_cst.runtime.loader import origin_of
@@ -369,14 +375,12 @@ def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, An
         except Exception:
             cache[filename] = None
     origin = cache[filename]
-    in_site = False
     if origin is not None:
-        line, _, mark = origin.locate(line)
-        in_site = bool(mark and mark.endswith(" site"))
+        line = origin.locate(line)[0]
     path = filename
     if project and filename.startswith(project):
         path = filename[len(project):].replace(os.sep, "/")
-    return path, line, in_site
+    return path, line
 
 
 _origins: Dict[str, Any] = {}
@@ -392,9 +396,7 @@ def flush(profiler: Profiler) -> None:
 
     merged: Dict[Tuple[str, int, str], Row] = {}
     for (filename, line, category), row in rows.items():
-        where, user_line, in_site = _where(filename, line, profiler.classifier.project, _origins)
-        if in_site and category == "other":  # the site's own code (inlined ops, its guard test)
-            category = "engine"
+        where, user_line = _where(filename, line, profiler.classifier.project, _origins)
         into = merged.setdefault((where, user_line, category), [0, 0.0, 0.0, 0])
         for k in range(4):
             into[k] += row[k]

@@ -331,6 +331,9 @@ class Monitor:
         """Where the run's time went (scalebox_cst.profile): its record's, or, live, read on."""
         kept = run.record.get("profile")
         if not live or isinstance(kept, dict):
+            if run.dir in self._profiles:  # the run has ended: its reader goes
+                with self._lock:
+                    self._profiles.pop(run.dir, None)
             return profile.compact(kept if isinstance(kept, dict) else None)
         with self._lock:  # the few new lines since the last poll (a live run appends every 10 s)
             reader = self._profiles.get(run.dir)
