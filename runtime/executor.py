@@ -19,7 +19,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -29,32 +28,21 @@ import time
 from typing import IO, Any, Callable, Dict, List, Optional
 
 from scalebox_cst import runs
-from scalebox_cst.runtime import threads
+from scalebox_cst.runtime import keyvalue, threads
 from scalebox_cst.runtime.launch import ENV_INFO, ENV_SEED
 from scalebox_cst.runtime.metrics import ENV_FILE  # where the child's telemetry appends
 
 ENV_RUN_DIR = "SCALEBOX_RUN_DIR"
 
-_TOKEN = re.compile(r"^([A-Za-z_][\w./-]*)=(\S+)$")
 #: key=value tokens that are the x of the others on their line, not metrics of their own
-STEP_KEYS = ("global_step", "step")
+STEP_KEYS = keyvalue.STEP_KEYS
 #: seconds without any output or metric after which the run says it is still alive
 QUIET_NOTICES = (10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 def parse_metric_line(line: str) -> Dict[str, float]:
-    """``{"step": 2048.0, ...}`` for a line made only of numeric key=value tokens, else {}."""
-    tokens = line.split()
-    out: Dict[str, float] = {}
-    for token in tokens:
-        match = _TOKEN.match(token)
-        if not match:
-            return {}
-        try:
-            out[match.group(1)] = float(match.group(2))
-        except ValueError:
-            return {}
-    return out
+    """The numeric key=value tokens of a line of output (grammar: runtime.keyvalue), else {}."""
+    return keyvalue.parse_line(line)
 
 
 @dataclasses.dataclass
@@ -259,13 +247,14 @@ class Execution:
         return [python, "-m", "scalebox_cst.runtime.launch", store_path, commit, project_dir, script, *args]
 
     def _line_metrics(self, line: str) -> None:
-        """A line of output made of numeric key=value tokens becomes metrics (torchrun: by rank)."""
+        """The numeric key=value tokens of a line of output become metrics (torchrun: by rank)."""
         values = parse_metric_line(line)
         if values:
             self._append_key_values(values)
 
     def _append_key_values(self, values: Dict[str, float], path: Optional[str] = None, counters: Optional[Dict[str, int]] = None) -> None:
-        """Numeric key=value lines become metrics; a step/global_step token is their x."""
+        """Numeric key=value tokens become metrics; a step/global_step/frame token (or a leading
+        integer) is their x."""
         counters = self._counters if counters is None else counters
         x = next((values[k] for k in STEP_KEYS if k in values and math.isfinite(values[k])), None)
         now = round(time.time(), 3)
