@@ -31,6 +31,7 @@ from scalebox_cst import runs
 from scalebox_cst.runtime import keyvalue, threads
 from scalebox_cst.runtime.launch import ENV_INFO, ENV_SEED
 from scalebox_cst.runtime.metrics import ENV_FILE  # where the child's telemetry appends
+from scalebox_cst.runtime.metrics import user as user_name
 
 ENV_RUN_DIR = "SCALEBOX_RUN_DIR"
 
@@ -262,6 +263,7 @@ class Execution:
         for name, value in values.items():
             if name in STEP_KEYS:
                 continue
+            name = user_name(name)  # the script's names, never posing as the engine's scalebox/...
             count = counters.get(name, 0)
             counters[name] = count + 1
             step = int(x) if x is not None else count

@@ -42,12 +42,13 @@ RESAMPLES = 4000
 
 def run_value(head: Dict[str, Any], series: Dict[str, Sequence[runs.Point]], metric: str) -> Optional[float]:
     """One number for ``metric`` in one run: a headline value (see runs.headline), else the mean
-    of the last runs.RETURN_WINDOW finite points of the series of that name."""
+    of the last runs.RETURN_WINDOW finite points of the series of that name (the run's own, else
+    the engine's ``scalebox/<metric>``: runs.engine_name)."""
     key = _HEADLINE.get(metric)
     if key is not None:
         value = head.get(key)
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-    points = series.get(metric)
+    points = series.get(runs.engine_name(series, metric))
     return runs.tail_mean(runs.finite(points)) if points else None
 
 
