@@ -132,6 +132,55 @@ def test_headline_windows_and_guard_rate():
     assert head["guard_pass_rate"] is None and head["sps"] is None
 
 
+def _series(*items):
+    out = {}
+    for name, values in items:
+        out[name] = [runs.Point(name, i, float(v), float(i)) for i, v in enumerate(values)]
+    return out
+
+
+def test_headline_reads_the_engines_series_and_names_the_scripts_own():
+    """Issue 20: the script's own grad_norm / episodic_return / SPS tags shared a series with the
+    engine's; the headline showed whichever came last."""
+    series = _series(("scalebox/episodic_return", [10, 20]), ("episodic_return", [999, 999]),
+                     ("scalebox/SPS", [100, 100]), ("SPS", [1, 1]),
+                     ("scalebox/grad_norm_clipped", [0.5, 0.5]), ("grad_norm", [0.5]))
+    head = runs.headline({}, series)
+    assert head["metric_return"] == "scalebox/episodic_return" and head["episodic_return_final"] == 15.0
+    assert head["sps"] == 100.0
+    # only the clipped norm is known: shown, and named as clipped; the script's tag is never read
+    assert (head["grad_norm_last"], head["grad_norm_metric"]) == (0.5, "scalebox/grad_norm_clipped")
+    series.update(_series(("scalebox/grad_norm_preclip", [3.0, 4.0]), ("scalebox/grad_norm", [2.0])))
+    head = runs.headline({}, series)
+    assert (head["grad_norm_last"], head["grad_norm_metric"]) == (4.0, "scalebox/grad_norm_preclip")
+    assert runs.grad_norm_fact(head) == ["grad_norm_preclip=4"]
+    # an original run with no guard: the script's grad_norm is not the engine's
+    head = runs.headline({}, _series(("scalebox/wall_time", [1.0]), ("grad_norm", [0.5]), ("episodic_return", [7.0])))
+    assert head["grad_norm_last"] is None and runs.grad_norm_fact(head) == []
+    assert head["metric_return"] == "episodic_return"  # no env observed: the script's own, by its name
+    # a record written before the namespace: its bare names were the engine's
+    old = runs.headline({}, _series(("grad_norm", [1.5]), ("SPS", [5.0]), ("episodic_return", [1.0])))
+    assert (old["grad_norm_last"], old["grad_norm_metric"], old["sps"], old["episodes"]) == (1.5, "grad_norm", 5.0, 1)
+
+
+def test_headline_return_of_envs_stepped_in_worker_processes():
+    series = {
+        "scalebox/workers/1/episodic_return": [runs.Point("scalebox/workers/1/episodic_return", 10, 1.0, 1.0),
+                                               runs.Point("scalebox/workers/1/episodic_return", 20, 3.0, 3.0)],
+        "scalebox/workers/2/episodic_return": [runs.Point("scalebox/workers/2/episodic_return", 10, 2.0, 2.0)],
+        "scalebox/workers/2/losses/episodic_return": [runs.Point("x", 1, 50.0, 0.5)],  # not a worker's return
+    }
+    head = runs.headline({}, series)
+    assert head["episodes"] == 3 and head["episodic_return_final"] == 2.0
+    assert head["metric_return"] == "scalebox/workers/*/episodic_return"
+    assert [p.value for p in runs.worker_series(series, "episodic_return")] == [1.0, 2.0, 3.0]  # time order
+    # the run's own process stepped envs: that is the run's return
+    series["scalebox/episodic_return"] = [runs.Point("scalebox/episodic_return", 5, 9.0, 0.0)]
+    assert runs.headline({}, series)["episodic_return_final"] == 9.0
+    assert stats.run_value({}, series, "episodic_return/x") is None
+    assert stats.run_value({}, _series(("scalebox/losses/backward", [2.0, 4.0])), "losses/backward") == 3.0
+
+
 def test_log_line_says_when_site_time_rests_on_no_sample():
     from scalebox_cst.cli import _run_line
 
