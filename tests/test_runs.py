@@ -277,6 +277,48 @@ def test_runs_are_never_overwritten_and_seeds_reach_the_script(plain):
     assert [p.step for p in points if p.name == "episodic_return"] == list(range(0, 120, 10))
 
 
+SPAWNED_WORKERS = textwrap.dedent(
+    """\
+    import multiprocessing as mp
+    import gymnasium as gym
+
+    def work(seed):
+        env = gym.make("CartPole-v1")
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+        done = 0
+        while done < 3:
+            _, r, term, trunc, _ = env.step(env.action_space.sample())
+            if term or trunc:
+                done += 1
+                env.reset()
+
+    if __name__ == "__main__":
+        procs = [mp.get_context("spawn").Process(target=work, args=(s,)) for s in (1, 2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        print("workers done")
+    """
+)
+
+
+def test_envs_stepped_in_spawned_workers_give_the_runs_return(plain):
+    """Issue 20: with envs stepped in worker processes the run had no episodic_return at all
+    (compare showed wall time only); spawned children now record theirs, per worker."""
+    (plain / "workers.py").write_text(SPAWNED_WORKERS)
+    scalebox("run", "workers.py", cwd=plain)
+    (run,) = [r for r in runs.list_runs(str(plain)) if r.record.get("script") == "workers.py"]
+    series = runs.read_series(run.dir)
+    assert sorted(n for n in series if n.endswith("/episodic_return")) == [
+        "scalebox/workers/1/episodic_return", "scalebox/workers/2/episodic_return"]
+    head = runs.run_headline(run)
+    assert head["episodes"] == 6 and head["metric_return"] == "scalebox/workers/*/episodic_return"
+    out = scalebox("compare", f"{run.id}", f"{run.id}", cwd=plain).stdout
+    assert "episodic return (final)" in out
+
+
 def test_parallel_runs_at_most_n_at_once_and_env_seeding(plain):
     scalebox("rewrite", str(plain))
     scalebox("run", "--seeds", "0-2", "--parallel", "2", "run/0001", "noseed.py", cwd=plain)
