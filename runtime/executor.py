@@ -27,7 +27,7 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, List, Optional
 
-from scalebox_cst import runs
+from scalebox_cst import contention, runs
 from scalebox_cst.runtime import keyvalue, threads
 from scalebox_cst.runtime.launch import ENV_INFO, ENV_SEED
 from scalebox_cst.runtime.metrics import ENV_FILE  # where the child's telemetry appends
@@ -73,6 +73,7 @@ class RunRecord:
     launcher: str = "local"
     nproc: int = 1
     stale: Optional[List[str]] = None  # files of the working tree that differed from the commit
+    load: Optional[Dict[str, Any]] = None  # the host's load while it ran (scalebox_cst.contention)
     headline: Dict[str, Any] = dataclasses.field(default_factory=dict)
     metrics: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
     error_tail: List[str] = dataclasses.field(default_factory=list)
@@ -194,6 +195,7 @@ class Execution:
         self._tail: "collections.deque[str]" = collections.deque(maxlen=400)
         self._counters: Dict[str, int] = {}
         self._last_activity = time.time()
+        self._load = contention.LoadSampler()  # sampled by the tailer thread, once a second
         child_env = dict(os.environ if env is None else env)
         child_env[ENV_FILE] = self.metrics_file
         child_env[ENV_RUN_DIR] = self.dir
@@ -281,6 +283,7 @@ class Execution:
         notices = list(QUIET_NOTICES)
         seen_metrics = False
         while not self._done.wait(1.0):
+            self._load.sample()
             if self._tb is not None and self._tb.pump(self.metrics_file):
                 seen_metrics = True
                 self._last_activity = time.time()
@@ -368,6 +371,7 @@ class Execution:
             rec.status = "ok" if status == 0 else "failed"
         if rec.status == "failed":
             rec.error_tail = error_tail(list(self._tail))
+        rec.load = self._load.summary()
         series = runs.read_series(self.dir)
         rec.metrics = summarize(series)
         rec.headline = runs.headline(rec.to_json(), series, runs.read_sites(self.dir))

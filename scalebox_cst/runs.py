@@ -391,7 +391,8 @@ def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: 
     guard_pass_rate: vectorized / (vectorized + fallback) over every site; site_time_s (and
     site_samples: how many telemetry samples it rests on, 0 where the sites ran too briefly to be seen);
     grad_norm_last and grad_norm_metric (the series it is from: GRAD_NORM_NAMES); nonfinite
-    (count of non-finite points); wall_time; last: {name: last value}.
+    (count of non-finite points); wall_time; cpu_time_s (the run's process and reaped children,
+    user + system: what compare reads where runs shared the machine); last: {name: last value}.
     The return is the engine's (the run's own process, else its workers' together: metric_return
     ``scalebox/workers/*/episodic_return``), else the script's own tag (metric_return names it).
     """
@@ -418,6 +419,8 @@ def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: 
     out["grad_norm_metric"] = grad[0] if grad else None
     out["nonfinite"] = sum(1 for points in series.values() for p in points if not math.isfinite(p.value))
     out["wall_time"] = record.get("wall_time")
+    cpu = series.get(ENGINE + "cpu_time_s") or []  # the last point, at exit, is the whole run's
+    out["cpu_time_s"] = cpu[-1].value if cpu and math.isfinite(cpu[-1].value) else None
     out["last"] = {name: points[-1].value for name, points in series.items() if points}
     return out
 

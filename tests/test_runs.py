@@ -181,6 +181,39 @@ def test_headline_return_of_envs_stepped_in_worker_processes():
     assert stats.run_value({}, _series(("scalebox/losses/backward", [2.0, 4.0])), "losses/backward") == 3.0
 
 
+def _fake_run(root, branch, started, wall, sps, cpu, load=0.5, variant="rewrite"):
+    number, folder = runs.allocate_run(str(root), branch)
+    record = {"branch": branch, "run": number, "status": "ok", "variant": variant, "started": started,
+              "ended": started + wall, "wall_time": wall, "host": None, "load": {"runnable_mean": load, "cpus": 2}}
+    runs.write_record(folder, record)
+    with open(os.path.join(folder, runs.METRICS), "w") as fh:
+        fh.write(_line("scalebox/SPS", 1, sps) + _line("scalebox/cpu_time_s", 2, cpu))
+    return runs.RunInfo(branch, number, folder, runs.load_record(folder))
+
+
+def test_compare_says_when_speed_rests_on_runs_that_shared_the_machine(tmp_path):
+    """Issue 20: two seeds per side run in parallel on a loaded host gave steps/s -74.8% "lower
+    (worse)"; such a difference is no speed measurement, and CPU time is compared beside it."""
+    a = [_fake_run(tmp_path, "run/0001", 1000.0 + 100 * i, 10.0, 1000.0 + i, 9.0 + 0.1 * i, variant="original") for i in range(2)]
+    b = [_fake_run(tmp_path, "run/0001", 2000.0, 30.0, 250.0 + i, 9.05 + 0.1 * i) for i in range(2)]  # side by side
+    result = stats.compare([("original", a), ("run/0001", b)])
+    (sps,) = [m for m in result["metrics"] if m["metric"] == "sps"]
+    diff = sps["groups"][1]["vs_first"]
+    assert diff["shared_machine"] and "(worse)" not in diff["text"] and "not a speed measurement: 2 of 4 runs" in diff["text"]
+    (cpu,) = [m for m in result["metrics"] if m["metric"] == "cpu_time_s"]
+    assert cpu["groups"][1]["vs_first"]["text"] == "within noise"
+    assert set(result["groups"][1]["shared_machine"]) == {r.id for r in b} and not result["groups"][0]["shared_machine"]
+    text = stats.render(result)
+    assert "shared the machine (1 other run(s) at once)" in text and "CPU time, children included (s)" in text
+    # sequential runs on a quiet host: the verdict stands; a loaded host alone is reason enough
+    c = [_fake_run(tmp_path, "run/0002", 5000.0 + 100 * i, 30.0, 250.0 + i, 9.0) for i in range(2)]
+    diff = next(m for m in stats.compare([("original", a), ("c", c)])["metrics"] if m["metric"] == "sps")["groups"][1]["vs_first"]
+    assert diff["text"] == "lower (worse)" and "shared_machine" not in diff
+    d = [_fake_run(tmp_path, "run/0003", 9000.0 + 100 * i, 30.0, 250.0 + i, 9.0, load=6.0) for i in range(2)]
+    result = stats.compare([("original", a), ("d", d)])
+    assert "host load 6.0 on 2 CPUs" in stats.render(result)
+
+
 def test_log_line_says_when_site_time_rests_on_no_sample():
     from scalebox_cst.cli import _run_line
 

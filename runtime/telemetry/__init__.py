@@ -13,7 +13,9 @@ turns it off) attaches each source once the script imports what it observes:
 
 One daemon thread (``scalebox-telemetry``) samples site time at :data:`sites.HZ` while there
 are sites, and every :data:`EVERY` seconds records ``SPS``, ``optimizer_steps_per_s``,
-``wall_time``, ``telemetry_cpu_s`` (the CPU time this thread has used: its own cost) and the
+``wall_time``, ``telemetry_cpu_s`` (the CPU time this thread has used: its own cost),
+``cpu_time_s`` (the process's and its reaped children's CPU time: speed where the machine is
+shared, see scalebox_cst.contention; the last point, at exit, is the run's) and the
 :mod:`.system` points, then flushes the metrics (values cross from the device there, off the
 training thread). The training thread pays for the patched calls only:
 a few dict look-ups and increments per env step, guard call and backward, no device sync.
@@ -126,6 +128,7 @@ class _Telemetry(threading.Thread):
             self.env_steps, self.opt_steps = steps, opt
             metrics.record(metrics.engine("wall_time"), time.time() - self.started)
             metrics.record(metrics.engine("telemetry_cpu_s"), self.cpu_s)
+            metrics.record(metrics.engine("cpu_time_s"), system.cpu_time_s())
             for name, value in self.system.sample().items():
                 metrics.record(metrics.engine(name), value)
             metrics.flush()
