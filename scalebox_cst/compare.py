@@ -208,8 +208,10 @@ def render(result: Dict[str, Any]) -> str:
         if g["excluded"]:
             line += "; left out: " + ", ".join(f"{e['run']} ({e['status']})" for e in g["excluded"])
         lines.append(line)
-        for run_id, why in (g.get("shared_machine") or {}).items():
-            lines.append(f"  {run_id} shared the machine ({why}): its wall time and steps/s are not a speed measurement")
+        shared = g.get("shared_machine") or {}
+        if shared:
+            whys = "; ".join(f"{run_id}: {why}" for run_id, why in shared.items())
+            lines.append(f"  {len(shared)} of {len(g['runs'])} shared the machine ({whys}): their wall time and steps/s are not a speed measurement")
     if not result["metrics"]:
         lines.append("no metric to compare (no finished run has one)")
     width = max((len(g["label"]) for g in groups), default=4)

@@ -204,7 +204,7 @@ def test_compare_says_when_speed_rests_on_runs_that_shared_the_machine(tmp_path)
     assert cpu["groups"][1]["vs_first"]["text"] == "within noise"
     assert set(result["groups"][1]["shared_machine"]) == {r.id for r in b} and not result["groups"][0]["shared_machine"]
     text = stats.render(result)
-    assert "shared the machine (1 other run(s) at once)" in text and "CPU time, children included (s)" in text
+    assert f"2 of 2 shared the machine ({b[0].id}: 1 other run(s) at once;" in text and "CPU time, children included (s)" in text
     # sequential runs on a quiet host: the verdict stands; a loaded host alone is reason enough
     c = [_fake_run(tmp_path, "run/0002", 5000.0 + 100 * i, 30.0, 250.0 + i, 9.0) for i in range(2)]
     diff = next(m for m in stats.compare([("original", a), ("c", c)])["metrics"] if m["metric"] == "sps")["groups"][1]["vs_first"]
