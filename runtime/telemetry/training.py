@@ -137,3 +137,12 @@ def attach(torch: Any) -> None:
     if fn is not None and not getattr(fn, _MARK, False):
         torch.Tensor.backward = _wrap_backward(fn)
     _patch_clip(torch)
+
+
+def _forked() -> None:
+    """A forked child names its clip series anew, under its worker's names (metrics.engine)."""
+    _clips.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
