@@ -96,10 +96,13 @@ def _worker_prefix() -> str:
 
 
 def in_worker() -> None:
-    """This process is a child of the run (a spawned worker): its engine series are its own."""
+    """This process is a child of the run (a spawned or forkserver worker): its engine series are
+    its own, and its points are flushed as the worker ends (forkserver workers leave by
+    ``os._exit``: no atexit)."""
     global _prefix, _flush_at
     _prefix = None
     _flush_at = FLUSH_EVERY
+    _flush_when_worker_ends()
 _warned_nonfinite: set = set()
 
 

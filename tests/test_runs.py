@@ -327,7 +327,7 @@ SPAWNED_WORKERS = textwrap.dedent(
                 env.reset()
 
     if __name__ == "__main__":
-        procs = [mp.get_context("spawn").Process(target=work, args=(s,)) for s in (1, 2)]
+        procs = [mp.get_context("CONTEXT").Process(target=work, args=(s,)) for s in (1, 2)]
         for p in procs:
             p.start()
         for p in procs:
@@ -337,10 +337,11 @@ SPAWNED_WORKERS = textwrap.dedent(
 )
 
 
-def test_envs_stepped_in_spawned_workers_give_the_runs_return(plain):
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])  # forkserver: SB3 SubprocVecEnv's default
+def test_envs_stepped_in_spawned_workers_give_the_runs_return(plain, context):
     """Issue 20: with envs stepped in worker processes the run had no episodic_return at all
     (compare showed wall time only); spawned children now record theirs, per worker."""
-    (plain / "workers.py").write_text(SPAWNED_WORKERS)
+    (plain / "workers.py").write_text(SPAWNED_WORKERS.replace("CONTEXT", context))
     scalebox("run", "workers.py", cwd=plain)
     (run,) = [r for r in runs.list_runs(str(plain)) if r.record.get("script") == "workers.py"]
     series = runs.read_series(run.dir)
