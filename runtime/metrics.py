@@ -103,6 +103,8 @@ def in_worker() -> None:
     _prefix = None
     _flush_at = FLUSH_EVERY
     _flush_when_worker_ends()
+
+
 _warned_nonfinite: set = set()
 
 

@@ -382,13 +382,13 @@ def stabilize(
 
 
 def _general(optimizer, site, scaler, spike, max_norm, sync, z, ratio, warmup) -> Any:
-    # spike=False without max_norm: the guard follows the code's own clip (grad_clip.guard)
     """Every other case: the first call, the device path, ``max_norm``, the NaN locator, a
     gradient the C reader refused."""
     groups = getattr(optimizer, "param_groups", None)
     if groups is None:
         _warn_once(f"{type(optimizer).__qualname__} has no param_groups; the inserted gradient guard does nothing for it")
         return None
+    # spike=False without max_norm: the guard follows the code's own clip (grad_clip.guard)
     guard = _guard_for(optimizer, site, clipped=not spike and max_norm is None)
     params = guard.refresh(groups)
     if params is None:
