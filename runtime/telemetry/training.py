@@ -10,7 +10,7 @@ other pending points at the next flush, where a non-finite loss is reported (std
 ``torch.nn.utils.clip_grad_norm_`` (and its module's name for it, and the deprecated
 ``clip_grad_norm``) is wrapped to record what it returns, the total norm *before* clipping, as
 ``grad_norm_preclip`` (the maximum over each window of :data:`CLIP_EVERY` calls, as the guard
-records its norm; kept a tensor: ``torch.stack(...).max()``, no sync). A guard after that clip
+records its norm; on a device one ``torch.stack(...).max()`` per window, no sync). A guard after that clip
 measures the clipped gradients (``grad_norm_clipped``): this is the norm the code saw. The first
 calling line gets ``grad_norm_preclip``, each other line ``grad_norm_preclip/<file>:<line>``
 (an actor's and a critic's clip are two series). Calls from torch itself and from the runtime
@@ -74,11 +74,15 @@ def _record_window(entry: List[Any]) -> None:
     norms, entry[2] = entry[2], []
     if not norms:
         return
-    if all(hasattr(n, "detach") for n in norms):
+    first = norms[0]
+    if hasattr(first, "device") and first.device.type != "cpu":
         import torch
 
-        value = torch.stack([n.detach().reshape(()).float() for n in norms]).max()
-    else:
+        try:  # one stack and one max on the device for the window: no sync
+            value = torch.stack(norms).max()
+        except (RuntimeError, TypeError):  # mixed dtypes or devices
+            value = torch.stack([n.detach().reshape(()).float().to(first.device) for n in norms]).max()
+    else:  # CPU tensors (reading one is no sync) or numbers
         floats = [float(n) for n in norms]
         value = next((f for f in floats if f != f), max(floats))  # a NaN wins, as torch's max
     metrics.record(entry[0], value, step=entry[1])
