@@ -74,6 +74,7 @@ class RunRecord:
     nproc: int = 1
     stale: Optional[List[str]] = None  # files of the working tree that differed from the commit
     load: Optional[Dict[str, Any]] = None  # the host's load while it ran (scalebox_cst.contention)
+    engine_prefix: str = runs.ENGINE  # the engine's series are named so (records before it: bare names)
     headline: Dict[str, Any] = dataclasses.field(default_factory=dict)
     metrics: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
     error_tail: List[str] = dataclasses.field(default_factory=list)

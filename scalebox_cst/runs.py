@@ -345,8 +345,12 @@ def is_grad_norm(name: str) -> bool:
     return False
 
 
-def is_legacy(series: Dict[str, Sequence[Point]]) -> bool:
-    """A record written before the engine's namespace: no ``scalebox/`` series at all."""
+def is_legacy(series: Dict[str, Sequence[Point]], record: Optional[Dict[str, Any]] = None) -> bool:
+    """A record written before the engine's namespace: its record.json has no ``engine_prefix``
+    and it has no ``scalebox/`` series at all (a run of today with telemetry off and no guard
+    is not one: its bare ``grad_norm`` is the script's)."""
+    if record is not None and "engine_prefix" in record:
+        return False
     return not any(name.startswith(ENGINE) for name in series)
 
 
@@ -407,6 +411,7 @@ def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: 
     sps = first_series(series, SPS_NAMES)
     values = finite(sps[1]) if sps else []
     out["sps"] = _median(values[len(values) // 2:]) if values else None
+    out["metric_sps"] = sps[0] if sps else None  # the engine's scalebox/SPS, else the script's own
     sites = list(sites or [])
     passed = sum(int(s.get("vectorized", 0) or 0) for s in sites)
     fell = sum(int(s.get("fallback", 0) or 0) for s in sites)
@@ -414,7 +419,7 @@ def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: 
     out["site_time_s"] = sum(float(s.get("time_s", 0.0) or 0.0) for s in sites) if sites else None
     counted = [s for s in sites if "samples" in s]  # records written before sample counts have none
     out["site_samples"] = sum(int(s.get("samples") or 0) for s in counted) if counted else None
-    grad = first_series(series, GRAD_NORM_NAMES + ((LEGACY_GRAD_NORM,) if is_legacy(series) else ()))
+    grad = first_series(series, GRAD_NORM_NAMES + ((LEGACY_GRAD_NORM,) if is_legacy(series, record) else ()))
     out["grad_norm_last"] = grad[1][-1].value if grad else None
     out["grad_norm_metric"] = grad[0] if grad else None
     out["nonfinite"] = sum(1 for points in series.values() for p in points if not math.isfinite(p.value))

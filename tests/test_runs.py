@@ -147,7 +147,7 @@ def test_headline_reads_the_engines_series_and_names_the_scripts_own():
                      ("scalebox/grad_norm_clipped", [0.5, 0.5]), ("grad_norm", [0.5]))
     head = runs.headline({}, series)
     assert head["metric_return"] == "scalebox/episodic_return" and head["episodic_return_final"] == 15.0
-    assert head["sps"] == 100.0
+    assert head["sps"] == 100.0 and head["metric_sps"] == "scalebox/SPS"
     # only the clipped norm is known: shown, and named as clipped; the script's tag is never read
     assert (head["grad_norm_last"], head["grad_norm_metric"]) == (0.5, "scalebox/grad_norm_clipped")
     series.update(_series(("scalebox/grad_norm_preclip", [3.0, 4.0]), ("scalebox/grad_norm", [2.0])))
@@ -161,6 +161,8 @@ def test_headline_reads_the_engines_series_and_names_the_scripts_own():
     # a record written before the namespace: its bare names were the engine's
     old = runs.headline({}, _series(("grad_norm", [1.5]), ("SPS", [5.0]), ("episodic_return", [1.0])))
     assert (old["grad_norm_last"], old["grad_norm_metric"], old["sps"], old["episodes"]) == (1.5, "grad_norm", 5.0, 1)
+    # ... but not a run of today with telemetry off and no guard: its grad_norm is the script's
+    assert runs.headline({"engine_prefix": "scalebox/"}, _series(("grad_norm", [1.5])))["grad_norm_last"] is None
 
 
 def test_headline_return_of_envs_stepped_in_worker_processes():

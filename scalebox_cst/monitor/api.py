@@ -349,7 +349,7 @@ class Monitor:
             if s is not None and s.tail:
                 out["sps"] = s.tail[-1]
                 break
-        legacy = not any(name.startswith(runs.ENGINE) for name in mf.series)
+        legacy = runs.is_legacy(mf.series, run.record)
         for name in runs.GRAD_NORM_NAMES + ((runs.LEGACY_GRAD_NORM,) if legacy else ()):
             grad = mf.series.get(name)
             if grad is not None and grad.last is not None:
