@@ -8,7 +8,7 @@ and torch start-up left out, installation counted); metrics go to a real metrics
 median [min-max] per side, the overhead of the medians, the same for the process's CPU time (all
 threads, the telemetry thread included; steadier than wall time on a shared machine), and whether the script printed the same
 numbers on both sides (sps left out), and the telemetry thread's own CPU time (its
-``telemetry_cpu_s`` metric). On a machine shared with other work, wall and even CPU time of whole
+``scalebox/telemetry_cpu_s`` metric). On a machine shared with other work, wall and even CPU time of whole
 runs vary by far more than 2%: the per-event section is the steadier figure. It times ``env.step``
 of ``gym.make("CartPole-v1")`` alone, the path telemetry touches most often, in CPU time of the
 stepping thread.
@@ -208,7 +208,7 @@ def run_training(args, tmp: str) -> None:
             walls[on].append(float(found["bench_wall"]))
             cpus[on].append(float(found["bench_cpu"]))
             if on:
-                own = [p.value for p in read_metrics(metrics_file)[0] if p.name == "telemetry_cpu_s"]
+                own = [p.value for p in read_metrics(metrics_file)[0] if p.name == "scalebox/telemetry_cpu_s"]
                 thread_cpu.append(own[-1] if own else float("nan"))
             if printed[on] is None:
                 printed[on] = lines

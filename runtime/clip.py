@@ -2,7 +2,8 @@
 
 Rewritten code knows the optimizer it steps, not the model, so the helper reads the parameters
 from ``optimizer.param_groups``. It returns the pre-clip total norm as a tensor (no ``.item()``:
-no device sync per step) and records it as the ``grad_norm`` run metric. An object without
+no device sync per step) and records it as the ``scalebox/grad_norm`` run metric (the engine's
+namespace: a script's own ``grad_norm`` tag stays a series of its own). An object without
 ``param_groups`` (a custom "optimizer") is left alone with one warning per type, never a crash.
 """
 from __future__ import annotations
@@ -61,7 +62,7 @@ def clip_grad_norm(
     """Clip the gradients of ``optimizer``'s parameters to total norm ``max_norm`` in place.
 
     Returns the total norm before clipping (a 0-d tensor on the parameters' device), as
-    ``torch.nn.utils.clip_grad_norm_`` does, and records it as the ``grad_norm`` metric.
+    ``torch.nn.utils.clip_grad_norm_`` does, and records it as the ``scalebox/grad_norm`` metric.
     Parameters shared by several groups count once; parameters without a gradient are left out.
     No parameter with a gradient: returns ``tensor(0.)`` (what ``clip_grad_norm_([])`` returns)
     and records nothing, since no gradient was measured. No ``param_groups``: returns None.
@@ -73,5 +74,5 @@ def clip_grad_norm(
     if not params:
         return torch.zeros(())
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm, norm_type, foreach=foreach)
-    metrics.record(METRIC, norm)
+    metrics.record(metrics.engine(METRIC), norm)
     return norm

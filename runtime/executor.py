@@ -19,7 +19,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -28,33 +27,23 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, List, Optional
 
-from scalebox_cst import runs
-from scalebox_cst.runtime import threads
+from scalebox_cst import contention, runs
+from scalebox_cst.runtime import keyvalue, threads
 from scalebox_cst.runtime.launch import ENV_INFO, ENV_SEED
 from scalebox_cst.runtime.metrics import ENV_FILE  # where the child's telemetry appends
+from scalebox_cst.runtime.metrics import user as user_name
 
 ENV_RUN_DIR = "SCALEBOX_RUN_DIR"
 
-_TOKEN = re.compile(r"^([A-Za-z_][\w./-]*)=(\S+)$")
 #: key=value tokens that are the x of the others on their line, not metrics of their own
-STEP_KEYS = ("global_step", "step")
+STEP_KEYS = keyvalue.STEP_KEYS
 #: seconds without any output or metric after which the run says it is still alive
 QUIET_NOTICES = (10.0, 30.0, 60.0, 120.0, 300.0)
 
 
 def parse_metric_line(line: str) -> Dict[str, float]:
-    """``{"step": 2048.0, ...}`` for a line made only of numeric key=value tokens, else {}."""
-    tokens = line.split()
-    out: Dict[str, float] = {}
-    for token in tokens:
-        match = _TOKEN.match(token)
-        if not match:
-            return {}
-        try:
-            out[match.group(1)] = float(match.group(2))
-        except ValueError:
-            return {}
-    return out
+    """The numeric key=value tokens of a line of output (grammar: runtime.keyvalue), else {}."""
+    return keyvalue.parse_line(line)
 
 
 @dataclasses.dataclass
@@ -84,6 +73,8 @@ class RunRecord:
     launcher: str = "local"
     nproc: int = 1
     stale: Optional[List[str]] = None  # files of the working tree that differed from the commit
+    load: Optional[Dict[str, Any]] = None  # the host's load while it ran (scalebox_cst.contention)
+    engine_prefix: str = runs.ENGINE  # the engine's series are named so (records before it: bare names)
     headline: Dict[str, Any] = dataclasses.field(default_factory=dict)
     metrics: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
     profile: Optional[Dict[str, Any]] = None  # where the time went (scalebox_cst.profile.build)
@@ -207,6 +198,7 @@ class Execution:
         self._tail: "collections.deque[str]" = collections.deque(maxlen=400)
         self._counters: Dict[str, int] = {}
         self._last_activity = time.time()
+        self._load = contention.LoadSampler()  # sampled by the tailer thread, once a second
         child_env = dict(os.environ if env is None else env)
         child_env[ENV_FILE] = self.metrics_file
         child_env[ENV_RUN_DIR] = self.dir
@@ -261,13 +253,14 @@ class Execution:
         return [python, "-m", "scalebox_cst.runtime.launch", store_path, commit, project_dir, script, *args]
 
     def _line_metrics(self, line: str) -> None:
-        """A line of output made of numeric key=value tokens becomes metrics (torchrun: by rank)."""
+        """The numeric key=value tokens of a line of output become metrics (torchrun: by rank)."""
         values = parse_metric_line(line)
         if values:
             self._append_key_values(values)
 
     def _append_key_values(self, values: Dict[str, float], path: Optional[str] = None, counters: Optional[Dict[str, int]] = None) -> None:
-        """Numeric key=value lines become metrics; a step/global_step token is their x."""
+        """Numeric key=value tokens become metrics; a step/global_step/frame token (or a leading
+        integer) is their x."""
         counters = self._counters if counters is None else counters
         x = next((values[k] for k in STEP_KEYS if k in values and math.isfinite(values[k])), None)
         now = round(time.time(), 3)
@@ -275,6 +268,7 @@ class Execution:
         for name, value in values.items():
             if name in STEP_KEYS:
                 continue
+            name = user_name(name)  # the script's names, never posing as the engine's scalebox/...
             count = counters.get(name, 0)
             counters[name] = count + 1
             step = int(x) if x is not None else count
@@ -292,6 +286,7 @@ class Execution:
         notices = list(QUIET_NOTICES)
         seen_metrics = False
         while not self._done.wait(1.0):
+            self._load.sample()
             if self._tb is not None and self._tb.pump(self.metrics_file):
                 seen_metrics = True
                 self._last_activity = time.time()
@@ -379,6 +374,7 @@ class Execution:
             rec.status = "ok" if status == 0 else "failed"
         if rec.status == "failed":
             rec.error_tail = error_tail(list(self._tail))
+        rec.load = self._load.summary()
         series = runs.read_series(self.dir)
         rec.metrics = summarize(series)
         rec.headline = runs.headline(rec.to_json(), series, runs.read_sites(self.dir))

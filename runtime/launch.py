@@ -215,6 +215,9 @@ def run_spawned_main(namespace: dict) -> None:
     script_path = os.path.join(project_dir, *rel.split("/"))
     repo, blobs = _serve(settings["store"], settings["commit"], project_dir)
     install_excepthook()
+    from scalebox_cst.runtime import telemetry
+
+    telemetry.install_worker()  # its envs' episodes, under its worker's names
     namespace.update(__file__=script_path, __cached__=None, __package__=None)
     if sys.argv:
         sys.argv[0] = script_path  # as for a plain script (runpy restores its own value after)

@@ -24,9 +24,17 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 ENV_FILE = "SCALEBOX_METRICS_FILE"
+#: namespace of every series the engine itself observes or computes (telemetry, guard, clip):
+#: they never share a series with a script's own tag of the same name (a SummaryWriter
+#: ``grad_norm``, a printed ``episodic_return=``), whose names are the script's
+ENGINE = "scalebox/"
+#: a child process of the run (a multiprocessing worker) records under ENGINE + WORKERS + id + "/"
+WORKERS = "workers/"
 #: events of the run; default: events.jsonl beside the metrics file (RUN_LAYOUT.md)
 ENV_EVENTS = "SCALEBOX_EVENTS_FILE"
 FLUSH_EVERY = 64
+#: a child process of the run (no telemetry thread) flushes points at most this old
+CHILD_FLUSH_S = 2.0
 #: with a background flusher (telemetry's thread), the recording thread flushes only this late
 BACKGROUND_CAP = 100_000
 
@@ -58,6 +66,45 @@ class Stats:
 
 
 _summary = Stats()
+_prefix: Optional[str] = ENGINE  # None in a child process until its worker id is known
+
+
+def engine(name: str) -> str:
+    """The series name for the engine's own metric ``name``: ``scalebox/name`` in the run's
+    process, ``scalebox/workers/<id>/name`` in a child of it (its multiprocessing identity,
+    ``1``, ``2.1``..., or ``pid<N>`` for a bare fork), so workers never interleave with it."""
+    return (_prefix or _worker_prefix()) + name
+
+
+def user(name: str) -> str:
+    """A script's own tag as a series name: kept, unless it would pose as the engine's
+    (``scalebox/...`` becomes ``user/scalebox/...``)."""
+    return "user/" + name if name.startswith(ENGINE) else name
+
+
+def _worker_prefix() -> str:
+    global _prefix
+    ident = None
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        try:
+            ident = ".".join(str(i) for i in process.current_process()._identity) or None
+        except Exception:
+            ident = None
+    _prefix = f"{ENGINE}{WORKERS}{ident or f'pid{os.getpid()}'}/"
+    return _prefix
+
+
+def in_worker() -> None:
+    """This process is a child of the run (a spawned or forkserver worker): its engine series are
+    its own, and its points are flushed as the worker ends (forkserver workers leave by
+    ``os._exit``: no atexit)."""
+    global _prefix, _flush_at
+    _prefix = None
+    _flush_at = FLUSH_EVERY
+    _flush_when_worker_ends()
+
+
 _warned_nonfinite: set = set()
 
 
@@ -71,8 +118,9 @@ def record(name: str, value: Any, step: Optional[int] = None) -> None:
         if step is None:
             step = _steps.get(name, 0)
             _steps[name] = step + 1
-        _pending.append((name, value, int(step), time.time()))
-        full = len(_pending) >= _flush_at
+        now = time.time()
+        _pending.append((name, value, int(step), now))
+        full = len(_pending) >= _flush_at or (_prefix is None and now - _pending[0][3] >= CHILD_FLUSH_S)
     if full:
         flush()
 
@@ -184,14 +232,31 @@ def _write(batch: List[Tuple[str, Any, int, float]]) -> None:
 
 def _forget_in_child() -> None:
     """A forked child starts with the parent's unflushed points: writing them again would count
-    them twice, so it drops them (and keeps its own from then on). No telemetry thread runs there:
-    it flushes every :data:`FLUSH_EVERY` points itself."""
-    global _pending, _lock, _write_lock, _flush_at
+    them twice, so it drops them (and keeps its own from then on, under its worker's names: see
+    :func:`engine`). No telemetry thread runs there: it flushes every :data:`FLUSH_EVERY` points
+    or when its oldest pending point is :data:`CHILD_FLUSH_S` old, and as a multiprocessing
+    worker ends (which leaves by ``os._exit``: no atexit)."""
+    global _pending, _lock, _write_lock, _flush_at, _prefix
     _pending = []
     _flush_at = FLUSH_EVERY
+    _prefix = None
     _lock = threading.Lock()
     _write_lock = threading.Lock()
+    _steps.clear()
+    _flush_when_worker_ends()
 
+
+def _flush_when_worker_ends() -> None:
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:  # registered after the fork, before Process._bootstrap clears finalizers
+        util.register_after_fork(_ENDS, lambda _: util.Finalize(None, flush, exitpriority=-100))
+
+
+class _Ends:
+    """A weakly referenceable anchor for multiprocessing's after-fork registry."""
+
+
+_ENDS = _Ends()
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)

@@ -1,8 +1,11 @@
 """The gradient guard the ``grad_clip`` transform inserts before each optimizer ``step()``.
 
 ``stabilize(optimizer)`` measures the total gradient norm of the optimizer's parameters, records
-it (``grad_norm``: the maximum over each window of ``RECORD_EVERY`` steps; the first guarded
-optimizer's, others as ``grad_norm/<site>``) and, only when the step is unhealthy, intervenes:
+it (``scalebox/grad_norm``: the maximum over each window of ``RECORD_EVERY`` steps; the first
+guarded optimizer's, others as ``scalebox/grad_norm/<site>``; after the code's own clip,
+``spike=False``, the norm it measures is the clipped one: ``scalebox/grad_norm_clipped``, while
+telemetry records what the code's ``clip_grad_norm_`` returned as ``scalebox/grad_norm_preclip``)
+and, only when the step is unhealthy, intervenes:
 
 - a non-finite norm (NaN/inf in some gradient): the optimizer step is skipped, as ``GradScaler``
   skips it, instead of writing NaN into the weights (event ``step_skipped``, first one also
@@ -56,6 +59,8 @@ from scalebox_cst.runtime import metrics
 from scalebox_cst.runtime.guard_events import EVENTS_ENV, MAX_EVENTS, events, parameter_names  # noqa: F401 (stabilizer.events, .EVENTS_ENV)
 
 METRIC = "grad_norm"
+#: the guard's series after the code's own clip (``spike=False``): the norm of clipped gradients
+CLIPPED = "grad_norm_clipped"
 LOCATE_ENV = "SCALEBOX_LOCATE_NAN"  # "SITE@STEP": arm the NaN locator for that guard call
 FLUSH_EVERY = 64
 #: grad_norm is recorded as the maximum over each window of this many guarded steps (a NaN/inf in
@@ -184,12 +189,13 @@ _guards: "weakref.WeakKeyDictionary[Any, Dict[str, _Guard]]" = weakref.WeakKeyDi
 _by_id: Dict[int, Dict[str, _Guard]] = {}  # optimizers that cannot be weakly referenced
 _lock = threading.Lock()
 _warned: set = set()
-#: the first guarded optimizer records ``grad_norm`` (CleanRL's name, what `scalebox log` shows);
-#: each other one ``grad_norm/<site>`` (several optimizers never share one series)
+#: the first guarded optimizer records ``scalebox/grad_norm`` (what `scalebox log` shows); each
+#: other one ``scalebox/grad_norm/<site>`` (several optimizers never share one series); guards
+#: after the code's own clip the same with ``grad_norm_clipped``
 _metric_names: set = set()
 
 
-def _guard_for(optimizer: Any, site: str) -> _Guard:
+def _guard_for(optimizer: Any, site: str, clipped: bool = False) -> _Guard:
     try:
         table = _guards.get(optimizer)
         if table is None:
@@ -199,7 +205,9 @@ def _guard_for(optimizer: Any, site: str) -> _Guard:
     guard = table.get(site)
     if guard is None:
         with _lock:
-            metric = METRIC if not _metric_names else f"{METRIC}/{site}#{len(table)}" if table else f"{METRIC}/{site}"
+            base = metrics.engine(CLIPPED if clipped else METRIC)
+            taken = any(n.startswith(base) and n[len(base):len(base) + 1] in ("", "/") for n in _metric_names)
+            metric = base if not taken else f"{base}/{site}#{len(table)}" if table else f"{base}/{site}"
             if metric in _metric_names:
                 metric = f"{metric}@{len(_metric_names)}"
             _metric_names.add(metric)
@@ -380,7 +388,8 @@ def _general(optimizer, site, scaler, spike, max_norm, sync, z, ratio, warmup) -
     if groups is None:
         _warn_once(f"{type(optimizer).__qualname__} has no param_groups; the inserted gradient guard does nothing for it")
         return None
-    guard = _guard_for(optimizer, site)
+    # spike=False without max_norm: the guard follows the code's own clip (grad_clip.guard)
+    guard = _guard_for(optimizer, site, clipped=not spike and max_norm is None)
     params = guard.refresh(groups)
     if params is None:
         _warn_once(f"{type(optimizer).__qualname__}.param_groups is not readable; the gradient guard does nothing for it")

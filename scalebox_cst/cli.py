@@ -556,12 +556,13 @@ def _run_line(entry: dict) -> str:
         facts.append(f"sites {head['site_time_s']:.3g}s" if head.get("site_samples") != 0 else "sites below sampling")
     last = head.get("last") or {}
     if head.get("episodic_return_final") is None:
-        for key in ("final_return", "episode_return", "grad_norm", "loss"):
+        for key in ("final_return", "episode_return", "loss"):
             value = last.get(key)
             if isinstance(value, (int, float)):
                 facts.append(f"{key}={value:.4g}")
-    elif isinstance(last.get("grad_norm"), (int, float)):
-        facts.append(f"grad_norm={last['grad_norm']:.4g}")
+    from scalebox_cst.runs import grad_norm_fact
+
+    facts.extend(grad_norm_fact(head))
     if entry.get("stop_reason"):
         facts.append(f"stopped: {entry['stop_reason']}")
     if entry.get("hotfix_of"):

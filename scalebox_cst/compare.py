@@ -6,15 +6,21 @@ of the mean (and of the difference of means, groups resampled independently) nee
 assumption. The resampling is seeded, so the same runs always print the same intervals.
 A difference is *within noise* when the interval of the difference contains 0; with a single
 run on either side there is no noise estimate at all, and the verdict says so.
+
+Speed: steps/s and wall time measure the machine as well as the code. Where a run shared the
+machine (other runs of the project at the same time, or a host more loaded than it has CPUs:
+scalebox_cst.contention), their difference gets no better/worse and says so, and the CPU time of
+the runs (children included), which other load hardly changes, is compared beside them.
 """
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from scalebox_cst import profile, runs
+from scalebox_cst import contention, profile, runs
 
 #: what ``compare`` shows without --metric: (metric, label, higher is better)
 DEFAULT_METRICS: Tuple[Tuple[str, str, Optional[bool]], ...] = (
@@ -24,7 +30,10 @@ DEFAULT_METRICS: Tuple[Tuple[str, str, Optional[bool]], ...] = (
     ("site_time_s", "time in rewritten sites (s)", False),
     ("guard_pass_rate", "guard pass rate", None),
     ("wall_time", "wall time (s)", False),
+    ("cpu_time_s", "CPU time, children included (s)", False),
 )
+#: metrics measured in wall-clock time: not a speed measurement where runs shared the machine
+WALL_CLOCK = ("sps", "SPS", "wall_time")
 #: metric names that read a headline key rather than a series
 _HEADLINE = {
     "episodic_return": "episodic_return_final",
@@ -35,6 +44,7 @@ _HEADLINE = {
     "site_time_s": "site_time_s",
     "guard_pass_rate": "guard_pass_rate",
     "wall_time": "wall_time",
+    "cpu_time_s": "cpu_time_s",
 }
 LEVEL = 0.95
 RESAMPLES = 4000
@@ -42,12 +52,13 @@ RESAMPLES = 4000
 
 def run_value(head: Dict[str, Any], series: Dict[str, Sequence[runs.Point]], metric: str) -> Optional[float]:
     """One number for ``metric`` in one run: a headline value (see runs.headline), else the mean
-    of the last runs.RETURN_WINDOW finite points of the series of that name."""
+    of the last runs.RETURN_WINDOW finite points of the series of that name (the run's own, else
+    the engine's ``scalebox/<metric>``: runs.engine_name)."""
     key = _HEADLINE.get(metric)
     if key is not None:
         value = head.get(key)
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-    points = series.get(metric)
+    points = series.get(runs.engine_name(series, metric))
     return runs.tail_mean(runs.finite(points)) if points else None
 
 
@@ -107,6 +118,17 @@ def verdict(a: Sequence[float], b: Sequence[float], higher_is_better: Optional[b
     return {"delta": delta, "relative": relative, "ci": list(ci), "within_noise": within, "text": text}
 
 
+def _project_runs(group: Sequence[runs.RunInfo]) -> List[runs.RunInfo]:
+    """Every run of the project the runs of ``group`` belong to (their folders tell it)."""
+    for run in group:
+        root = run.dir
+        for _ in range(len(run.branch.split("/")) + 1):
+            root = os.path.dirname(root)
+        if os.path.basename(root) == runs.RUNS:
+            return runs.list_runs(os.path.dirname(os.path.dirname(root)))
+    return []
+
+
 def usable(group: Sequence[runs.RunInfo]) -> Tuple[List[runs.RunInfo], List[runs.RunInfo]]:
     """(runs that ended ok, the others): failed, stopped or lost runs would skew a mean."""
     ok = [r for r in group if r.status == "ok"]
@@ -119,12 +141,14 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
         (m, m, next((b for name, _, b in DEFAULT_METRICS if name == m), None)) for m in metrics
     ]
     loaded = []
+    project = _project_runs([r for _, g in groups for r in g])
     for label, group in groups:
         ok, excluded = usable(group)
         per_run = []
         for run in ok:
             series = runs.read_series(run.dir)
             head = runs.headline(run.record, series, runs.read_sites(run.dir))
+            head["shared_machine"] = contention.shared_machine(run, project)
             per_run.append((run, head, series))
         loaded.append((label, ok, excluded, per_run))
     out: Dict[str, Any] = {
@@ -134,8 +158,9 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                 "runs": [r.id for r in ok],
                 "seeds": [r.record.get("seed") for r in ok],
                 "excluded": [{"run": r.id, "status": r.status} for r in excluded],
+                "shared_machine": {r.id: h["shared_machine"] for r, h, _ in per_run if h["shared_machine"]},
             }
-            for label, ok, excluded, _ in loaded
+            for label, ok, excluded, per_run in loaded
         ],
         "metrics": [],
     }
@@ -149,8 +174,14 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
         if not any(values_by_group):
             continue
         base = values_by_group[0]
-        for row, values in zip(rows[1:], values_by_group[1:]):
+        shared = [sum(1 for _, h, _ in per_run if h["shared_machine"]) for _, _, _, per_run in loaded]
+        for i, (row, values) in enumerate(zip(rows[1:], values_by_group[1:]), 1):
             row["vs_first"] = verdict(base, values, better)
+            if metric in WALL_CLOCK and (shared[0] or shared[i]) and row["vs_first"]["delta"] is not None:
+                row["vs_first"].update(verdict(base, values, None))  # no better/worse from a shared machine
+                row["vs_first"]["shared_machine"] = True
+                row["vs_first"]["text"] += (f"; not a speed measurement: {shared[0] + shared[i]} of "
+                                            f"{len(loaded[0][3]) + len(loaded[i][3])} runs shared the machine (see CPU time)")
         out["metrics"].append({"metric": metric, "title": title, "higher_is_better": better, "groups": rows})
     out["profile"] = profile.compare_shares([(label, ok) for label, ok, _, _ in loaded])
     return out
@@ -178,6 +209,10 @@ def render(result: Dict[str, Any]) -> str:
         if g["excluded"]:
             line += "; left out: " + ", ".join(f"{e['run']} ({e['status']})" for e in g["excluded"])
         lines.append(line)
+        shared = g.get("shared_machine") or {}
+        if shared:
+            whys = "; ".join(f"{run_id}: {why}" for run_id, why in shared.items())
+            lines.append(f"  {len(shared)} of {len(g['runs'])} shared the machine ({whys}): their wall time and steps/s are not a speed measurement")
     if not result["metrics"]:
         lines.append("no metric to compare (no finished run has one)")
     width = max((len(g["label"]) for g in groups), default=4)

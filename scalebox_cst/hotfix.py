@@ -93,7 +93,7 @@ class RunWatch:
         self.opts = dict(DEFAULTS, **(options or {}))
         self._metrics_offset = 0
         self._events_offset = 0
-        self._norms: Dict[str, List[Tuple[int, float]]] = {}  # grad_norm and grad_norm/<site>
+        self._norms: Dict[str, List[Tuple[int, float]]] = {}  # scalebox/grad_norm[/<site>], ..._preclip
         self.first_trouble_step: Optional[int] = None  # the healthy history ends here
         self.nonfinite_seen: Optional[Signal] = None
         self._interventions: Dict[str, List[int]] = {}
@@ -157,7 +157,7 @@ class RunWatch:
             if self._nonfinite_loss >= self.opts["max_nonfinite_loss"]:
                 return Signal("nonfinite-loss", point.step,
                               f"{point.name} non-finite {self._nonfinite_loss} times (last {value} at step {point.step})")
-        if point.name.startswith("grad_norm") and math.isfinite(value):
+        if runs.is_grad_norm(point.name) and math.isfinite(value):
             series = self._norms.setdefault(point.name, [])
             series.append((point.step, value))
             early = [v for _, v in series[: max(int(self.opts["healthy_points"]), 1) * 5]]

@@ -283,7 +283,7 @@ class _HostRun:
             "script": j.script, "args": list(j.args), "seed": j.seed, "seed_via": j.seed_via, "pid": None, "pgid": None,
             "host": None, "started": time.time(), "ended": None, "wall_time": None, "exit_status": None,
             "status": "running", "signal": None, "hotfix_of": None, "launcher": "ray", "nproc": 1, "headline": {},
-            "metrics": {}, "error_tail": [], "ray": self._ray_info(),
+            "metrics": {}, "error_tail": [], "ray": self._ray_info(), "engine_prefix": runs.ENGINE,
         }
         runs.write_record(j.dir, self.record)
 

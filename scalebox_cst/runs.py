@@ -34,9 +34,22 @@ LOG = "log.txt"
 #: statuses a record can hold; "lost" is only ever computed by readers (see :func:`is_alive`)
 ENDED = ("ok", "failed", "stopped", "lost")
 
-#: names the headline reads, first found wins (CleanRL tags, telemetry's, key=value keys)
-RETURN_NAMES = ("episodic_return", "charts/episodic_return", "episode_return", "final_return")
-SPS_NAMES = ("SPS", "charts/SPS", "sps")
+#: the engine's own series (telemetry, guard, clip: runtime.metrics.ENGINE); every other name is
+#: the script's own (SummaryWriter tags, key=value tokens), never merged with the engine's
+ENGINE = "scalebox/"
+#: a child process's engine series: ``scalebox/workers/<id>/<name>``
+WORKERS = ENGINE + "workers/"
+#: names the headline reads, first found wins: the engine's observation, then the script's own
+#: tags (CleanRL's, key=value keys); in records written before the namespace (no ``scalebox/``
+#: series at all) the bare ``episodic_return``/``SPS`` were the engine's and still read
+RETURN_NAMES = (ENGINE + "episodic_return", "episodic_return", "charts/episodic_return", "episode_return", "final_return")
+SPS_NAMES = (ENGINE + "SPS", "SPS", "charts/SPS", "sps")
+#: the grad norm the headline shows, first found wins: what the code's own clip_grad_norm_
+#: returned (before clipping), the guard's norm (nothing clipped before it), the guard's norm
+#: after the code's clip (bounded by its max_norm: last resort, named as such)
+GRAD_NORM_NAMES = (ENGINE + "grad_norm_preclip", ENGINE + "grad_norm", ENGINE + "grad_norm_clipped")
+#: the bare name a record written before the namespace used for the guard's norm
+LEGACY_GRAD_NORM = "grad_norm"
 #: episodes averaged for the final/best episodic return (CleanRL-style smoothing)
 RETURN_WINDOW = 10
 
@@ -307,6 +320,43 @@ def first_series(series: Dict[str, Sequence[Point]], names: Iterable[str]) -> Op
     return None
 
 
+def worker_series(series: Dict[str, Sequence[Point]], name: str) -> List[Point]:
+    """The points of engine series ``name`` over every worker process (``scalebox/workers/<id>/
+    name``), in time order: the run's episodes when its envs are stepped in child processes."""
+    suffix = "/" + name
+    found = [p for key, points in series.items() if key.startswith(WORKERS) and key.endswith(suffix)
+             and "/" not in key[len(WORKERS):-len(suffix)] for p in points]
+    found.sort(key=lambda p: p.time)
+    return found
+
+
+def engine_name(series: Dict[str, Sequence[Point]], name: str) -> str:
+    """The series a reader means by ``name``: itself where the run has it, else the engine's
+    ``scalebox/name`` (``--metric losses/backward``), else ``name``."""
+    if name in series or name.startswith(ENGINE) or ENGINE + name not in series:
+        return name
+    return ENGINE + name
+
+
+def is_grad_norm(name: str) -> bool:
+    """An engine series of unclipped grad norms: the guard's (``scalebox/grad_norm[/<site>]``) or
+    what the code's own clip returned (``scalebox/grad_norm_preclip[/...]``); not a script's own
+    ``grad_norm`` tag, nor the guard's norm after the code's clip (bounded by its max_norm)."""
+    for base in (ENGINE + "grad_norm", ENGINE + "grad_norm_preclip"):
+        if name == base or name.startswith(base + "/"):
+            return True
+    return False
+
+
+def is_legacy(series: Dict[str, Sequence[Point]], record: Optional[Dict[str, Any]] = None) -> bool:
+    """A record written before the engine's namespace: its record.json has no ``engine_prefix``
+    and it has no ``scalebox/`` series at all (a run of today with telemetry off and no guard
+    is not one: its bare ``grad_norm`` is the script's)."""
+    if record is not None and "engine_prefix" in record:
+        return False
+    return not any(name.startswith(ENGINE) for name in series)
+
+
 def finite(points: Sequence[Point]) -> List[float]:
     return [p.value for p in points if math.isfinite(p.value)]
 
@@ -347,16 +397,24 @@ def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: 
     episodes; sps: median of the second half of the SPS points (warm-up left out);
     guard_pass_rate: vectorized / (vectorized + fallback) over every site; site_time_s (and
     site_samples: how many telemetry samples it rests on, 0 where the sites ran too briefly to be seen);
-    grad_norm_last, nonfinite (count of non-finite points); wall_time; last: {name: last value}.
+    grad_norm_last and grad_norm_metric (the series it is from: GRAD_NORM_NAMES); nonfinite
+    (count of non-finite points); wall_time; cpu_time_s (the run's process and reaped children,
+    user + system: what compare reads where runs shared the machine); last: {name: last value}.
+    The return is the engine's (the run's own process, else its workers' together: metric_return
+    ``scalebox/workers/*/episodic_return``), else the script's own tag (metric_return names it).
     """
     out: Dict[str, Any] = {"metric_return": None, "episodic_return_final": None, "episodic_return_best": None, "episodes": 0}
-    found = first_series(series, RETURN_NAMES)
+    found = first_series(series, RETURN_NAMES[:1])
+    if found is None:
+        workers = worker_series(series, "episodic_return")
+        found = (WORKERS + "*/episodic_return", workers) if workers else first_series(series, RETURN_NAMES[1:])
     if found:
         values = finite(found[1])
         out.update(metric_return=found[0], episodic_return_final=tail_mean(values), episodic_return_best=best_window_mean(values), episodes=len(found[1]))
     sps = first_series(series, SPS_NAMES)
     values = finite(sps[1]) if sps else []
     out["sps"] = _median(values[len(values) // 2:]) if values else None
+    out["metric_sps"] = sps[0] if sps else None  # the engine's scalebox/SPS, else the script's own
     sites = list(sites or [])
     passed = sum(int(s.get("vectorized", 0) or 0) for s in sites)
     fell = sum(int(s.get("fallback", 0) or 0) for s in sites)
@@ -364,12 +422,24 @@ def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: 
     out["site_time_s"] = sum(float(s.get("time_s", 0.0) or 0.0) for s in sites) if sites else None
     counted = [s for s in sites if "samples" in s]  # records written before sample counts have none
     out["site_samples"] = sum(int(s.get("samples") or 0) for s in counted) if counted else None
-    grad = series.get("grad_norm") or []
-    out["grad_norm_last"] = grad[-1].value if grad else None
+    grad = first_series(series, GRAD_NORM_NAMES + ((LEGACY_GRAD_NORM,) if is_legacy(series, record) else ()))
+    out["grad_norm_last"] = grad[1][-1].value if grad else None
+    out["grad_norm_metric"] = grad[0] if grad else None
     out["nonfinite"] = sum(1 for points in series.values() for p in points if not math.isfinite(p.value))
     out["wall_time"] = record.get("wall_time")
+    cpu = series.get(ENGINE + "cpu_time_s") or []  # the last point, at exit, is the whole run's
+    out["cpu_time_s"] = cpu[-1].value if cpu and math.isfinite(cpu[-1].value) else None
     out["last"] = {name: points[-1].value for name, points in series.items() if points}
     return out
+
+
+def grad_norm_fact(head: Dict[str, Any]) -> List[str]:
+    """``["grad_norm_preclip=3.2"]``: the headline's grad norm named by its series (pre-clip, the
+    guard's, or clipped: a clipped norm is mostly the code's max_norm), [] without one."""
+    value, name = head.get("grad_norm_last"), head.get("grad_norm_metric")
+    if not isinstance(value, (int, float)) or not isinstance(name, str):
+        return []
+    return [f"{name[len(ENGINE):] if name.startswith(ENGINE) else name}={value:.4g}"]
 
 
 def run_headline(run: RunInfo) -> Dict[str, Any]:

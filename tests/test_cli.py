@@ -74,7 +74,7 @@ def test_run_executes_the_committed_rewrite_and_records_it(project):
     assert record["exit_status"] == 0 and record["wall_time"] > 0 and record["status"] == "ok"
     assert record["branch"] == "run/0001" and record["run"] == 1 and record["variant"] == "rewrite"
     # the inserted guard recorded its norm: the maximum per window of 8 steps, a partial one at exit
-    assert record["metrics"]["grad_norm"]["count"] == 1 and record["metrics"]["grad_norm"]["last"] > 0
+    assert record["metrics"]["scalebox/grad_norm"]["count"] == 1 and record["metrics"]["scalebox/grad_norm"]["last"] > 0
     assert record["metrics"]["loss"]["count"] == 2
     assert "step=0" in (run_dir / "log.txt").read_text()
     log = scalebox("log", cwd=project).stdout

@@ -705,9 +705,9 @@ def test_exec_rewritten_step_equals_manual_clip_then_step():
     step = "loss = (head(model(x)) ** 2).mean()\noptimizer.zero_grad()\nloss.backward()\noptimizer.step()\n"
     src = TRAIN + step
     out, _ = rewrite(src, dedent=False)
-    before = metrics.summary().get("grad_norm", {}).get("count", 0)
+    before = metrics.summary().get("scalebox/grad_norm", {}).get("count", 0)
     got = _params(_exec(out), "model")
-    assert metrics.summary()["grad_norm"]["count"] == before + 1
+    assert metrics.summary()["scalebox/grad_norm"]["count"] == before + 1
     manual = src.replace("optimizer.step()", "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\noptimizer.step()")
     want = _params(_exec(manual), "model")
     plain = _params(_exec(src), "model")

@@ -82,12 +82,23 @@ def test_unskipped_nonfinite_and_nonfinite_losses_and_divergence(tmp_path):
     assert watch.poll() is None
     write_run(tmp_path / "b", metrics=[("losses/value_loss", 5, math.inf)])
     assert watch.poll().kind == "nonfinite-loss"
-    healthy = [("grad_norm", 8 * i, 1.0 + 0.1 * (i % 3)) for i in range(1, 21)]
-    d = write_run(tmp_path / "c", metrics=healthy + [("grad_norm/t.py:30", 8, 50.0), ("grad_norm", 168, 5e3)])
+    healthy = [("scalebox/grad_norm", 8 * i, 1.0 + 0.1 * (i % 3)) for i in range(1, 21)]
+    d = write_run(tmp_path / "c", metrics=healthy + [("scalebox/grad_norm/t.py:30", 8, 50.0), ("scalebox/grad_norm", 168, 5e3)])
     watch = hotfix.RunWatch(d)
     sig = watch.poll()
     assert sig.kind == "grad-norm-divergence" and sig.step == 168
     assert sorted(watch.healthy_norms()) == [50.0]  # the larger-norm optimizer's history
+
+
+def test_a_scripts_own_grad_norm_tag_and_clipped_norms_are_not_the_policys(tmp_path):
+    """Issue 20: a SummaryWriter "grad_norm" is the script's series, and the guard's norm after the
+    code's clip is bounded by its max_norm: neither is read as the engine's grad norm."""
+    healthy = [(name, 8 * i, 1.0) for i in range(1, 21) for name in ("grad_norm", "scalebox/grad_norm_clipped")]
+    d = write_run(tmp_path, metrics=healthy + [("grad_norm", 168, 5e3), ("scalebox/grad_norm_clipped", 168, 5e3)])
+    watch = hotfix.RunWatch(d)
+    assert watch.poll() is None and watch.healthy_norms() == []
+    write_run(tmp_path, metrics=[("scalebox/grad_norm_preclip", 8 * i, 2.0) for i in range(1, 21)] + [("scalebox/grad_norm_preclip", 176, 5e3)])
+    assert watch.poll().kind == "grad-norm-divergence"
 
 
 def test_failed_after_nonfinite_is_a_signal_only_after_exit(tmp_path):

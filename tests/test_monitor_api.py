@@ -279,6 +279,26 @@ def test_hotfix_marked_from_the_run_record_or_the_project_event(proj):
     assert m.events()["events"][0]["kind"] == "hotfix_created"
 
 
+def test_live_headline_reads_the_engines_series_not_the_scripts_tags(proj, live_pid):
+    """Issue 20: a script's own grad_norm / episodic_return tag is its series, not the engine's."""
+    now = time.time()
+    engine = [("scalebox/" + n, s, v, t) for n, s, v, t in curve("episodic_return", 30, now)]
+    mine = [("episodic_return", 1, 999.0, now), ("grad_norm", 1, 0.5, now), ("scalebox/grad_norm_preclip", 8, 3.0, now),
+            ("scalebox/grad_norm_clipped", 8, 0.5, now)]
+    write_run(proj, "run/0003", status="running", pid=live_pid, points=engine + mine)
+    m = Monitor(proj, runs_ttl=0)
+    head = {b["name"]: b for b in m.branches()["branches"]}["run/0003"]["runs"][0]["headline"]
+    assert head["episodic_return_final"] == pytest.approx(np.mean([math.log1p(i) for i in range(20, 30)]))
+    assert head["metric_return"] == "scalebox/episodic_return"
+    assert (head["grad_norm_last"], head["grad_norm_metric"]) == (3.0, "scalebox/grad_norm_preclip")
+    names = m.metric_names(run_ids=["run/0003#1"])["metrics"]  # every series under its own name
+    assert {"episodic_return", "scalebox/episodic_return", "grad_norm", "scalebox/grad_norm_preclip"} <= set(names)
+    workers = [("scalebox/workers/%d/episodic_return" % w, s, v + w, t) for w in (1, 2) for n, s, v, t in curve("x", 10, now)]
+    write_run(proj, "run/0004", status="running", pid=live_pid, points=workers)
+    head = {b["name"]: b for b in m.branches()["branches"]}["run/0004"]["runs"][0]["headline"]
+    assert head["metric_return"] == "scalebox/workers/*/episodic_return" and head["episodes"] == 20
+
+
 def test_live_run_headline_and_lost_status(proj, live_pid):
     folder = write_run(proj, "run/0003", status="running", pid=live_pid, points=curve("episodic_return", 30, time.time()) + [("SPS", 0, 321.0, time.time())])
     m = Monitor(proj, runs_ttl=0)

@@ -132,6 +132,90 @@ def test_headline_windows_and_guard_rate():
     assert head["guard_pass_rate"] is None and head["sps"] is None
 
 
+def _series(*items):
+    out = {}
+    for name, values in items:
+        out[name] = [runs.Point(name, i, float(v), float(i)) for i, v in enumerate(values)]
+    return out
+
+
+def test_headline_reads_the_engines_series_and_names_the_scripts_own():
+    """Issue 20: the script's own grad_norm / episodic_return / SPS tags shared a series with the
+    engine's; the headline showed whichever came last."""
+    series = _series(("scalebox/episodic_return", [10, 20]), ("episodic_return", [999, 999]),
+                     ("scalebox/SPS", [100, 100]), ("SPS", [1, 1]),
+                     ("scalebox/grad_norm_clipped", [0.5, 0.5]), ("grad_norm", [0.5]))
+    head = runs.headline({}, series)
+    assert head["metric_return"] == "scalebox/episodic_return" and head["episodic_return_final"] == 15.0
+    assert head["sps"] == 100.0 and head["metric_sps"] == "scalebox/SPS"
+    # only the clipped norm is known: shown, and named as clipped; the script's tag is never read
+    assert (head["grad_norm_last"], head["grad_norm_metric"]) == (0.5, "scalebox/grad_norm_clipped")
+    series.update(_series(("scalebox/grad_norm_preclip", [3.0, 4.0]), ("scalebox/grad_norm", [2.0])))
+    head = runs.headline({}, series)
+    assert (head["grad_norm_last"], head["grad_norm_metric"]) == (4.0, "scalebox/grad_norm_preclip")
+    assert runs.grad_norm_fact(head) == ["grad_norm_preclip=4"]
+    # an original run with no guard: the script's grad_norm is not the engine's
+    head = runs.headline({}, _series(("scalebox/wall_time", [1.0]), ("grad_norm", [0.5]), ("episodic_return", [7.0])))
+    assert head["grad_norm_last"] is None and runs.grad_norm_fact(head) == []
+    assert head["metric_return"] == "episodic_return"  # no env observed: the script's own, by its name
+    # a record written before the namespace: its bare names were the engine's
+    old = runs.headline({}, _series(("grad_norm", [1.5]), ("SPS", [5.0]), ("episodic_return", [1.0])))
+    assert (old["grad_norm_last"], old["grad_norm_metric"], old["sps"], old["episodes"]) == (1.5, "grad_norm", 5.0, 1)
+    # ... but not a run of today with telemetry off and no guard: its grad_norm is the script's
+    assert runs.headline({"engine_prefix": "scalebox/"}, _series(("grad_norm", [1.5])))["grad_norm_last"] is None
+
+
+def test_headline_return_of_envs_stepped_in_worker_processes():
+    series = {
+        "scalebox/workers/1/episodic_return": [runs.Point("scalebox/workers/1/episodic_return", 10, 1.0, 1.0),
+                                               runs.Point("scalebox/workers/1/episodic_return", 20, 3.0, 3.0)],
+        "scalebox/workers/2/episodic_return": [runs.Point("scalebox/workers/2/episodic_return", 10, 2.0, 2.0)],
+        "scalebox/workers/2/losses/episodic_return": [runs.Point("x", 1, 50.0, 0.5)],  # not a worker's return
+    }
+    head = runs.headline({}, series)
+    assert head["episodes"] == 3 and head["episodic_return_final"] == 2.0
+    assert head["metric_return"] == "scalebox/workers/*/episodic_return"
+    assert [p.value for p in runs.worker_series(series, "episodic_return")] == [1.0, 2.0, 3.0]  # time order
+    # the run's own process stepped envs: that is the run's return
+    series["scalebox/episodic_return"] = [runs.Point("scalebox/episodic_return", 5, 9.0, 0.0)]
+    assert runs.headline({}, series)["episodic_return_final"] == 9.0
+    assert stats.run_value({}, series, "episodic_return/x") is None
+    assert stats.run_value({}, _series(("scalebox/losses/backward", [2.0, 4.0])), "losses/backward") == 3.0
+
+
+def _fake_run(root, branch, started, wall, sps, cpu, load=0.5, variant="rewrite"):
+    number, folder = runs.allocate_run(str(root), branch)
+    record = {"branch": branch, "run": number, "status": "ok", "variant": variant, "started": started,
+              "ended": started + wall, "wall_time": wall, "host": None, "load": {"runnable_mean": load, "cpus": 2}}
+    runs.write_record(folder, record)
+    with open(os.path.join(folder, runs.METRICS), "w") as fh:
+        fh.write(_line("scalebox/SPS", 1, sps) + _line("scalebox/cpu_time_s", 2, cpu))
+    return runs.RunInfo(branch, number, folder, runs.load_record(folder))
+
+
+def test_compare_says_when_speed_rests_on_runs_that_shared_the_machine(tmp_path):
+    """Issue 20: two seeds per side run in parallel on a loaded host gave steps/s -74.8% "lower
+    (worse)"; such a difference is no speed measurement, and CPU time is compared beside it."""
+    a = [_fake_run(tmp_path, "run/0001", 1000.0 + 100 * i, 10.0, 1000.0 + i, 9.0 + 0.1 * i, variant="original") for i in range(2)]
+    b = [_fake_run(tmp_path, "run/0001", 2000.0, 30.0, 250.0 + i, 9.05 + 0.1 * i) for i in range(2)]  # side by side
+    result = stats.compare([("original", a), ("run/0001", b)])
+    (sps,) = [m for m in result["metrics"] if m["metric"] == "sps"]
+    diff = sps["groups"][1]["vs_first"]
+    assert diff["shared_machine"] and "(worse)" not in diff["text"] and "not a speed measurement: 2 of 4 runs" in diff["text"]
+    (cpu,) = [m for m in result["metrics"] if m["metric"] == "cpu_time_s"]
+    assert cpu["groups"][1]["vs_first"]["text"] == "within noise"
+    assert set(result["groups"][1]["shared_machine"]) == {r.id for r in b} and not result["groups"][0]["shared_machine"]
+    text = stats.render(result)
+    assert f"2 of 2 shared the machine ({b[0].id}: 1 other run(s) at once;" in text and "CPU time, children included (s)" in text
+    # sequential runs on a quiet host: the verdict stands; a loaded host alone is reason enough
+    c = [_fake_run(tmp_path, "run/0002", 5000.0 + 100 * i, 30.0, 250.0 + i, 9.0) for i in range(2)]
+    diff = next(m for m in stats.compare([("original", a), ("c", c)])["metrics"] if m["metric"] == "sps")["groups"][1]["vs_first"]
+    assert diff["text"] == "lower (worse)" and "shared_machine" not in diff
+    d = [_fake_run(tmp_path, "run/0003", 9000.0 + 100 * i, 30.0, 250.0 + i, 9.0, load=6.0) for i in range(2)]
+    result = stats.compare([("original", a), ("d", d)])
+    assert "host load 6.0 on 2 CPUs" in stats.render(result)
+
+
 def test_log_line_says_when_site_time_rests_on_no_sample():
     from scalebox_cst.cli import _run_line
 
@@ -226,6 +310,49 @@ def test_runs_are_never_overwritten_and_seeds_reach_the_script(plain):
     # key=value lines became points, x = their global_step
     points, _ = runs.read_metrics(str(plain / ".scalebox" / "runs" / "run" / "0001" / "0003" / "metrics.jsonl"))
     assert [p.step for p in points if p.name == "episodic_return"] == list(range(0, 120, 10))
+
+
+SPAWNED_WORKERS = textwrap.dedent(
+    """\
+    import multiprocessing as mp
+    import gymnasium as gym
+
+    def work(seed):
+        env = gym.make("CartPole-v1")
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+        done = 0
+        while done < 3:
+            _, r, term, trunc, _ = env.step(env.action_space.sample())
+            if term or trunc:
+                done += 1
+                env.reset()
+
+    if __name__ == "__main__":
+        procs = [mp.get_context("CONTEXT").Process(target=work, args=(s,)) for s in (1, 2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        print("workers done")
+    """
+)
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])  # forkserver: SB3 SubprocVecEnv's default
+def test_envs_stepped_in_spawned_workers_give_the_runs_return(plain, context):
+    """Issue 20: with envs stepped in worker processes the run had no episodic_return at all
+    (compare showed wall time only); spawned children now record theirs, per worker."""
+    (plain / "workers.py").write_text(SPAWNED_WORKERS.replace("CONTEXT", context))
+    scalebox("run", "workers.py", cwd=plain)
+    (run,) = [r for r in runs.list_runs(str(plain)) if r.record.get("script") == "workers.py"]
+    series = runs.read_series(run.dir)
+    assert sorted(n for n in series if n.endswith("/episodic_return")) == [
+        "scalebox/workers/1/episodic_return", "scalebox/workers/2/episodic_return"]
+    head = runs.run_headline(run)
+    assert head["episodes"] == 6 and head["metric_return"] == "scalebox/workers/*/episodic_return"
+    out = scalebox("compare", f"{run.id}", f"{run.id}", cwd=plain).stdout
+    assert "episodic return (final)" in out
 
 
 def test_parallel_runs_at_most_n_at_once_and_env_seeding(plain):

@@ -61,15 +61,15 @@ def test_matches_clip_grad_norm_bitwise_and_returns_pre_clip_norm(recorded):
         assert torch.equal(p.grad, ref.grad)
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
     assert total.item() == pytest.approx(1.0, rel=1e-5)
-    assert recorded == [("grad_norm", norm)]
+    assert recorded == [("scalebox/grad_norm", norm)]
 
 
 def test_records_into_real_metrics():
     model = _model_with_grads(seed=1)
     opt = torch.optim.Adam(model.parameters())
-    before = metrics.summary().get("grad_norm", {}).get("count", 0)
+    before = metrics.summary().get("scalebox/grad_norm", {}).get("count", 0)
     norm = clip.clip_grad_norm(opt, max_norm=0.5)
-    stats = metrics.summary()["grad_norm"]
+    stats = metrics.summary()["scalebox/grad_norm"]
     assert stats["count"] == before + 1
     assert stats["last"] == pytest.approx(norm.item())
 

@@ -317,11 +317,39 @@ def test_grad_norm_recorded_as_window_maxima(path, request, tmp_path, monkeypatc
     metrics.flush()
     import json
     points = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    points = [(q["step"], q["value"]) for q in points if q["name"] == stabilizer.METRIC]
+    points = [(q["step"], q["value"]) for q in points if q["name"] == "scalebox/" + stabilizer.METRIC]
     k = stabilizer.RECORD_EVERY
     expected = [(min(j + k, n), max(values[j:j + k])) for j in range(0, n, k)]
     assert [s for s, _ in points] == [s for s, _ in expected]
     assert [v for _, v in points] == pytest.approx([v for _, v in expected], rel=1e-12)
+
+
+@pytest.mark.parametrize("path", ["host-c", "host-torch"])
+def test_a_guard_after_the_codes_clip_names_its_norm_clipped(path, request, tmp_path, monkeypatch):
+    """Issue 20: after the code's own clip_grad_norm_ (the guard then runs with spike=False) the
+    guard measures clipped gradients; recorded as plain ``grad_norm`` that read as the run's
+    grad norm while it was only ever the code's max_norm."""
+    use_path(path, request)
+    stabilizer.reset()
+    metrics.flush()
+    monkeypatch.setenv(metrics.ENV_FILE, str(tmp_path / "metrics.jsonl"))
+    model, other = torch.nn.Linear(4, 2), torch.nn.Linear(3, 1)
+    opt, opt2 = torch.optim.SGD(model.parameters(), lr=0.01), torch.optim.SGD(other.parameters(), lr=0.01)
+    for i in range(stabilizer.RECORD_EVERY):
+        give_grads(list(model.parameters()), seed=i, scale=100.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        stabilizer.stabilize(opt, site="c.py:1", spike=False)
+        give_grads(list(other.parameters()), seed=i)
+        stabilizer.stabilize(opt2, site="c.py:2")
+    stabilizer.flush()
+    metrics.flush()
+    import json
+    names = {}
+    for line in (tmp_path / "metrics.jsonl").read_text().splitlines():
+        q = json.loads(line)
+        names.setdefault(q["name"], []).append(q["value"])
+    assert sorted(names) == ["scalebox/grad_norm", "scalebox/grad_norm_clipped"]  # each its own first series
+    assert names["scalebox/grad_norm_clipped"] == [pytest.approx(0.5, rel=1e-5)]
 
 
 @pytest.mark.parametrize("path", ["host-c", "host-torch"])

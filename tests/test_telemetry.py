@@ -117,20 +117,21 @@ def test_cartpole_ppo_that_prints_nothing_gets_episodes_losses_and_host_memory(t
     seen = json.loads((tmp_path / "seen.json").read_text())
     expected = [(step, ret) for step, ret, _ in seen["episodes"]]
     assert len(expected) >= 10
-    assert points["episodic_return"] == expected
-    assert points["episodic_length"] == [(step, length) for step, _, length in seen["episodes"]]
-    assert len(points["losses/backward"]) == 3 and all(v == v for _, v in points["losses/backward"])
-    assert points["optimizer_steps_per_s"][-1][0] == 3  # x: optimizer steps so far (3 updates)
-    assert points["host_peak_mem_mb"] and all(v > 10 for _, v in points["host_peak_mem_mb"])
-    assert points["wall_time"][-1][1] > 0
+    assert points["scalebox/episodic_return"] == expected
+    assert points["scalebox/episodic_length"] == [(step, length) for step, _, length in seen["episodes"]]
+    assert len(points["scalebox/losses/backward"]) == 3 and all(v == v for _, v in points["scalebox/losses/backward"])
+    assert points["scalebox/optimizer_steps_per_s"][-1][0] == 3  # x: optimizer steps so far (3 updates)
+    assert points["scalebox/host_peak_mem_mb"] and all(v > 10 for _, v in points["scalebox/host_peak_mem_mb"])
+    assert points["scalebox/wall_time"][-1][1] > 0
     for name in ("device_peak_mem_mb", "device_util_percent", "device_mem_util_percent"):
-        assert name not in points  # a CPU run: absent, not zero
+        assert "scalebox/" + name not in points  # a CPU run: absent, not zero
+    assert all(name.startswith("scalebox/") for name in points)  # the script logs nothing itself
 
 
 def test_results_unchanged_with_telemetry_on(tmp_path):
     out_on, points, _ = run(tmp_path, PPO, tmp_path / "on.json", "--verbose")
     out_off, points_off, _ = run(tmp_path, PPO, tmp_path / "off.json", "--verbose", telemetry=False)
-    assert points["episodic_return"] and not points_off  # telemetry off writes nothing
+    assert points["scalebox/episodic_return"] and not points_off  # telemetry off writes nothing
     assert out_on == out_off and "loss=" in out_on
     on = json.loads((tmp_path / "on.json").read_text())
     off = json.loads((tmp_path / "off.json").read_text())
@@ -197,10 +198,11 @@ def test_vector_envs_give_per_sub_env_episodes_as_record_episode_statistics(tmp_
     ref = json.loads((tmp_path / "ref.json").read_text())
     expected = [e for key in ("sync", "sync_same_step", "native", "async_same_step", "async_next_step", "async_disabled") for e in ref[key]]
     assert all(len(ref[key]) >= 5 for key in ref)
-    got = [[r, int(l)] for (_, r), (_, l) in zip(points["episodic_return"], points["episodic_length"])]
+    got = [[r, int(l)] for (_, r), (_, l) in zip(points["scalebox/episodic_return"], points["scalebox/episodic_length"])]
     assert got == expected
-    steps = [s for s, _ in points["episodic_return"]]
+    steps = [s for s, _ in points["scalebox/episodic_return"]]
     assert steps == sorted(steps)
+    assert not any(n.startswith("scalebox/workers/") for n in points)  # AsyncVectorEnv workers: counted by the parent
     # x = transitions over all envs: at most 150 vector steps x envs per section, never more
     assert steps[-1] <= 150 * (3 + 2 + 3 + 2 + 2 + 2)
 
@@ -299,7 +301,7 @@ def test_old_gym_four_tuple_envs_and_a_directly_built_env_under_a_time_limit(tmp
     _, points, _ = run(tmp_path, OLD_GYM, tmp_path / "seen.json", extra_path=fake)
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert len(seen) >= 8 and any(n == 7 for _, n in seen) and any(n == 5 for _, n in seen)
-    got = [[r, int(l)] for (_, r), (_, l) in zip(points["episodic_return"], points["episodic_length"])]
+    got = [[r, int(l)] for (_, r), (_, l) in zip(points["scalebox/episodic_return"], points["scalebox/episodic_length"])]
     assert got == seen
 
 
@@ -424,7 +426,7 @@ def test_guard_counters_and_site_time_of_a_rewritten_gae_loop(tmp_path):
     assert 0.6 * slow - 0.05 <= rec["time_s"] <= 1.5 * slow + 0.2 and rec["samples"] >= 10
     metrics = glob.glob(str(project / ".scalebox" / "runs" / "**" / "metrics.jsonl"), recursive=True)
     names = {p.name for p in read_metrics(metrics[0])[0]}
-    assert "wall_time" in names and "host_peak_mem_mb" in names
+    assert "scalebox/wall_time" in names and "scalebox/host_peak_mem_mb" in names
 
 
 def test_npu_smi_output_is_parsed_and_missing_fields_stay_absent():
@@ -475,6 +477,102 @@ def test_a_forked_child_does_not_write_its_parents_pending_points_again(tmp_path
     assert points["child"] == [(0, 1.0)]
 
 
+WORKERS = """
+import json, multiprocessing as mp, sys
+import gymnasium as gym
+
+def work(seed, q):
+    env = gym.make("CartPole-v1")
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    eps, ret, steps = [], 0.0, 0
+    while len(eps) < 4:
+        _, r, term, trunc, _ = env.step(env.action_space.sample())
+        ret += r
+        steps += 1
+        if term or trunc:
+            eps.append([steps, ret])
+            ret = 0.0
+            env.reset()
+    q.put((mp.current_process()._identity[0], eps))
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=work, args=(s, q)) for s in (1, 2)]
+    for p in procs:
+        p.start()
+    got = dict(q.get() for _ in procs)
+    for p in procs:
+        p.join()
+    json.dump(got, open(sys.argv[1], "w"))
+"""
+
+
+def test_envs_stepped_in_worker_processes_are_recorded_per_worker(tmp_path):
+    """Issue 20: episodes of envs a multiprocessing.Process worker steps were not recorded (forked
+    children did not count, and a worker leaves by os._exit: no atexit flush)."""
+    _, points, _ = run(tmp_path, WORKERS, tmp_path / "ref.json")
+    ref = json.loads((tmp_path / "ref.json").read_text())
+    assert sorted(ref) == ["1", "2"]
+    for ident, episodes in ref.items():
+        assert points[f"scalebox/workers/{ident}/episodic_return"] == [tuple(e) for e in episodes]
+        assert len(points[f"scalebox/workers/{ident}/episodic_length"]) == 4
+    assert "scalebox/episodic_return" not in points  # the parent stepped no env
+
+
+NAMES = """
+import json, sys
+import gymnasium as gym
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+w = SummaryWriter(log_dir=sys.argv[1] + "/tb")
+env = gym.make("CartPole-v1")
+env.reset(seed=0)
+env.action_space.seed(0)
+for i in range(60):
+    _, r, term, trunc, _ = env.step(env.action_space.sample())
+    if term or trunc:
+        env.reset()
+w.add_scalar("episodic_return", 999.0, 1)
+w.add_scalar("SPS", 7.0, 1)
+w.add_scalar("losses/backward", 3.0, 1)
+w.add_scalar("scalebox/episodic_return", 5.0, 1)  # posing as the engine's: kept apart
+net = torch.nn.Linear(3, 1)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+norms, others = [], []
+for i in range(10):
+    opt.zero_grad()
+    (net(torch.full((4, 3), 10.0 * (i + 1))).sum()).backward()
+    norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)))
+    w.add_scalar("grad_norm", 0.5, i)  # what the script logs after its clip
+    others.append(float(torch.nn.utils.clip_grad_norm(net.parameters(), 0.25)))  # a second site
+    opt.step()
+w.close()
+json.dump({"norms": norms, "others": others}, open(sys.argv[1] + "/norms.json", "w"))
+"""
+
+
+def test_engine_series_and_the_scripts_own_tags_never_share_a_name(tmp_path):
+    """Issue 20: a script's grad_norm / episodic_return / SPS tag and the engine's went into one
+    series; after the code's clip_grad_norm_ only the clipped norm was ever seen."""
+    _, points, _ = run(tmp_path, NAMES, tmp_path)
+    assert points["episodic_return"] == [(1, 999.0)] and points["SPS"] == [(1, 7.0)]
+    assert points["losses/backward"] == [(1, 3.0)] and points["user/scalebox/episodic_return"] == [(1, 5.0)]
+    assert points["grad_norm"] == [(i, 0.5) for i in range(10)]
+    assert len(points["scalebox/episodic_return"]) >= 1 and 999.0 not in [v for _, v in points["scalebox/episodic_return"]]
+    assert len(points["scalebox/losses/backward"]) == 10
+    ref = json.loads((tmp_path / "norms.json").read_text())
+    # what clip_grad_norm_ returned (pre-clip), the maximum of each window of 8 calls
+    pre = points["scalebox/grad_norm_preclip"]
+    assert pre == [(8, pytest.approx(max(ref["norms"][:8]))), (10, pytest.approx(max(ref["norms"][8:])))]
+    assert min(ref["norms"]) > 0.5  # every call clipped: the clipped norm would read 0.5
+    second = [k for k in points if k.startswith("scalebox/grad_norm_preclip/")]
+    assert len(second) == 1 and second[0].startswith("scalebox/grad_norm_preclip/script.py:")
+    assert [v for _, v in points[second[0]]] == [pytest.approx(max(ref["others"][:8])), pytest.approx(max(ref["others"][8:]))]
+
+
 DIRECT = """
 import copy, json, pickle, sys
 import gymnasium as gym
@@ -509,5 +607,5 @@ def test_envs_built_without_make_count_once_with_their_time_limit(tmp_path):
     _, points, _ = run(tmp_path, DIRECT, tmp_path / "seen.json")
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert any(n == 12 for _, n in seen) and any(r == 2.0 * n for r, n in seen)
-    got = [[r, int(l)] for (_, r), (_, l) in zip(points["episodic_return"], points["episodic_length"])]
+    got = [[r, int(l)] for (_, r), (_, l) in zip(points["scalebox/episodic_return"], points["scalebox/episodic_length"])]
     assert got == seen

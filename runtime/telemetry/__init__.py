@@ -4,9 +4,10 @@
 turns it off) attaches each source once the script imports what it observes:
 
 - :mod:`.envs`: ``episodic_return`` / ``episodic_length`` of every gymnasium / gym env (vector
-  envs per sub-env), x = env steps over all envs;
+  envs per sub-env), x = env steps over all envs; worker processes count their own envs;
 - :mod:`.writer`: ``SummaryWriter.add_scalar(s)`` values under the user's tags and steps;
-- :mod:`.training`: optimizer steps, ``losses/backward`` (non-finite ones reported at flush);
+- :mod:`.training`: optimizer steps, ``losses/backward`` (non-finite ones reported at flush),
+  ``grad_norm_preclip`` (what the code's own ``clip_grad_norm_`` returns);
 - :mod:`.sites`: guard passes/fallbacks and sampled time per rewritten site (sites.json);
 - :mod:`.system`: host/device peak memory and device utilization where a tool exists;
 - :mod:`.profile`: where the main thread's time goes, per line of the user's and per category
@@ -14,10 +15,18 @@ turns it off) attaches each source once the script imports what it observes:
 
 One daemon thread (``scalebox-telemetry``) samples the main thread's stack at :data:`sites.HZ`
 (for site time, and for the profile), and every :data:`EVERY` seconds records ``SPS``, ``optimizer_steps_per_s``,
-``wall_time``, ``telemetry_cpu_s`` (the CPU time this thread has used: its own cost) and the
+``wall_time``, ``telemetry_cpu_s`` (the CPU time this thread has used: its own cost),
+``cpu_time_s`` (the process's and its reaped children's CPU time: speed where the machine is
+shared, see scalebox_cst.contention; the last point, at exit, is the run's) and the
 :mod:`.system` points, then flushes the metrics (values cross from the device there, off the
 training thread). The training thread pays for the patched calls only:
 a few dict look-ups and increments per env step, guard call and backward, no device sync.
+
+Every series recorded here is the engine's: in the ``scalebox/`` namespace (``metrics.engine``;
+``scalebox/SPS``, ``scalebox/episodic_return``...), so a script's own ``SPS`` or ``grad_norm``
+tag, kept under its own name, never shares a series with it. A child process of the run records
+under ``scalebox/workers/<id>/`` (:func:`install_worker` for spawned ones; forked ones inherit
+the patches and switch names at the fork).
 """
 from __future__ import annotations
 
@@ -67,6 +76,21 @@ def install() -> bool:
     return True
 
 
+def install_worker() -> bool:
+    """In a spawned child of the run (``runtime.launch.run_spawned_main``): its envs' episodes,
+    losses and clip norms under its worker's names; no sampler thread, no sites.json."""
+    if not enabled():
+        return False
+    metrics.in_worker()
+    envs.in_worker()
+    imports.when_imported("gymnasium", envs.attach_gymnasium)
+    imports.when_imported("gym", envs.attach_gym)
+    for name in writer.MODULES:
+        imports.when_imported(name, writer.attach)
+    imports.when_imported("torch", training.attach)
+    return True
+
+
 class _Telemetry(threading.Thread):
     def __init__(self) -> None:
         super().__init__(name="scalebox-telemetry", daemon=True)
@@ -112,14 +136,15 @@ class _Telemetry(threading.Thread):
             dt, self.last = now - self.last, now
             steps, opt = envs.env_steps, training.optimizer_steps
             if dt > 0 and steps > self.env_steps:
-                metrics.record("SPS", (steps - self.env_steps) / dt, step=steps)
+                metrics.record(metrics.engine("SPS"), (steps - self.env_steps) / dt, step=steps)
             if dt > 0 and opt > self.opt_steps:
-                metrics.record("optimizer_steps_per_s", (opt - self.opt_steps) / dt, step=opt)
+                metrics.record(metrics.engine("optimizer_steps_per_s"), (opt - self.opt_steps) / dt, step=opt)
             self.env_steps, self.opt_steps = steps, opt
-            metrics.record("wall_time", time.time() - self.started)
-            metrics.record("telemetry_cpu_s", self.cpu_s)
+            metrics.record(metrics.engine("wall_time"), time.time() - self.started)
+            metrics.record(metrics.engine("telemetry_cpu_s"), self.cpu_s)
+            metrics.record(metrics.engine("cpu_time_s"), system.cpu_time_s())
             for name, value in self.system.sample().items():
-                metrics.record(name, value)
+                metrics.record(metrics.engine(name), value)
             metrics.flush()
             if self.profiler is not None and (final or now >= self.profile_due):
                 self.profile_due = now + profile.EVERY
@@ -130,4 +155,5 @@ class _Telemetry(threading.Thread):
         self.stopped.set()
         if self.is_alive():
             self.join(timeout=1.0)
+        training.flush_clips()
         self.report(final=True)

@@ -23,11 +23,16 @@ Which object's steps count, per call chain (several patched layers call each oth
   it says so). Under a wrapper class never patched, a truncated episode is dropped at the reset.
 Partial episodes ended by ``reset`` are dropped, as RecordEpisodeStatistics drops them.
 
-Points: ``episodic_return`` and ``episodic_length`` at step = env steps so far, counted over all
-envs (a next-step autoreset step is not a transition and does not count). Rewards on an
-accelerator (a tensor not on the CPU) are not read (that would be a device sync per step): such
-an env is reported once on stderr and not counted. Forked children (AsyncVectorEnv workers) do
-not count: their parent counts through the vector env.
+Points: ``scalebox/episodic_return`` and ``scalebox/episodic_length`` at step = env steps so
+far, counted over all envs (a next-step autoreset step is not a transition and does not count).
+Rewards on an accelerator (a tensor not on the CPU) are not read (that would be a device sync per
+step): such an env is reported once on stderr and not counted.
+
+Child processes of the run (``multiprocessing`` workers, forked or spawned: SB3's
+``SubprocVecEnv``, a custom ``ParallelEnv``, a bare ``Process`` stepping an env) count the envs
+they step themselves, under ``scalebox/workers/<id>/episodic_return`` (``metrics.engine``), x =
+that worker's env steps. The workers of gymnasium's / gym's own ``AsyncVectorEnv`` do not: their
+parent counts through the vector env (an env first seen inside their worker function is left out).
 """
 from __future__ import annotations
 
@@ -55,6 +60,9 @@ _made: Set[int] = set()
 _recs: Dict[int, "_Rec"] = {}
 _warned: Set[str] = set()
 _MARK = "_scalebox_observed"
+_child = False  # this process is a child of the run (see in_worker / _forked)
+#: the worker functions of gymnasium's / gym's AsyncVectorEnv (their parent counts those envs)
+_VECTOR_WORKERS = {"_async_worker", "_worker", "_worker_shared_memory"}
 
 
 class _Thread:
@@ -92,7 +100,7 @@ class _Rec:
         self.made = id(env) in _made
         self.vector = isinstance(env, tuple(_vectors))
         wrapper = isinstance(env, tuple(_wrappers))
-        self.counts = self.made or not wrapper
+        self.counts = (self.made or not wrapper) and not (_child and _in_vector_worker())
         self.ret: Any = 0.0
         self.length: Any = 0
         self.prev_done: Any = None
@@ -111,6 +119,16 @@ def _rec(env: Any) -> _Rec:
         except TypeError:  # not weak-referenceable: kept (ids of such objects are rare here)
             pass
     return rec
+
+
+def _in_vector_worker() -> bool:
+    """Whether this call runs inside an AsyncVectorEnv worker function of gymnasium or gym."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in _VECTOR_WORKERS and str(frame.f_globals.get("__name__", "")).startswith(("gymnasium.vector", "gym.vector")):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _same_step(env: Any) -> bool:
@@ -135,8 +153,8 @@ def _on_device(x: Any) -> bool:
 
 
 def _emit(ret: float, length: int) -> None:
-    metrics.record(RETURN, float(ret), step=env_steps)
-    metrics.record(LENGTH, int(length), step=env_steps)
+    metrics.record(metrics.engine(RETURN), float(ret), step=env_steps)
+    metrics.record(metrics.engine(LENGTH), int(length), step=env_steps)
 
 
 #: reward / flag types read without further checks (no device behind them)
@@ -500,9 +518,16 @@ def attach_gym(module: Any) -> None:
     _attach(module, ("VectorEnv",), ("VectorEnvWrapper", "VectorWrapper"), old=True)
 
 
+def in_worker() -> None:
+    """This process is a child of the run: it counts its own envs, from 0 env steps."""
+    global _child, env_steps
+    _child = True
+    env_steps = 0
+    _states.clear()  # the forking thread's call-chain state is not this process's
+
+
 def _forked() -> None:
-    global _on
-    _on = False
+    in_worker()
 
 
 if hasattr(os, "register_at_fork"):

@@ -1,6 +1,7 @@
 """Host and device resources, read by the sampler thread at a low rate (never on the training path).
 
 - ``host_peak_mem_mb``: the process's peak resident set (``getrusage``), always present.
+- ``cpu_time_s`` (:func:`cpu_time_s`, recorded by the sampler itself): CPU time, children included.
 - ``device_peak_mem_mb``: ``torch.cuda.max_memory_allocated`` of the current device, or torch_npu's
   ``torch.npu.max_memory_allocated``; read only once the script has initialised the device itself
   (telemetry never creates a device context). Absent on CPU.
@@ -27,6 +28,13 @@ NPU_SMI_EVERY = 10.0
 def host_peak_mb() -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024.0 * 1024.0) if sys.platform == "darwin" else peak / 1024.0  # bytes vs KiB
+
+
+def cpu_time_s() -> float:
+    """User + system CPU time of this process and of its children that have been waited for
+    (multiprocessing workers once joined): a run's CPU time, which other load hardly changes."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _cuda():

@@ -2,7 +2,8 @@
 
 The writer classes of ``torch.utils.tensorboard`` and ``tensorboardX`` are patched at class level
 once the script imports them (neither package is needed otherwise). The user's call runs first
-and unchanged; then its value is recorded under the user's tag (``add_scalars``: ``main/key``) at
+and unchanged; then its value is recorded under the user's tag (``add_scalars``: ``main/key``; never
+in the engine's ``scalebox/`` namespace, see ``metrics.user``) at
 the user's ``global_step`` (a per-tag counter when none is given). Tensor values are recorded as
 tensors, so nothing is read back from a device here.
 """
@@ -52,7 +53,7 @@ def _wrap_add_scalar(fn):
         try:
             tag, value = _arg(args, kwargs, 0, "tag"), _value(_arg(args, kwargs, 1, "scalar_value"))
             if isinstance(tag, str) and value is not None:
-                metrics.record(tag, value, step=_step(_arg(args, kwargs, 2, "global_step")))
+                metrics.record(metrics.user(tag), value, step=_step(_arg(args, kwargs, 2, "global_step")))
         except Exception:  # never the user's problem
             pass
         return result
@@ -72,7 +73,7 @@ def _wrap_add_scalars(fn):
                 for key, raw in values.items():
                     value = _value(raw)
                     if value is not None:
-                        metrics.record(f"{main}/{key}", value, step=step)
+                        metrics.record(metrics.user(f"{main}/{key}"), value, step=step)
         except Exception:
             pass
         return result

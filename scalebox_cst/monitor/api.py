@@ -41,7 +41,7 @@ MAX_POINTS = 5000
 #: grid points of a seed band (mean, min and max over a branch's seeded runs)
 BAND_POINTS = 400
 #: headline numbers shown per run (keys of runs.headline)
-HEADLINE_KEYS = ("episodic_return_final", "episodic_return_best", "episodes", "sps", "guard_pass_rate", "site_time_s", "grad_norm_last", "nonfinite", "wall_time")
+HEADLINE_KEYS = ("episodic_return_final", "episodic_return_best", "episodes", "metric_return", "sps", "guard_pass_rate", "site_time_s", "grad_norm_last", "grad_norm_metric", "nonfinite", "wall_time")
 
 _ROLLBACK = re.compile(r"rollback to (\S+)")
 
@@ -351,15 +351,28 @@ class Monitor:
             if s is not None and s.tail:
                 out["episodic_return_final"] = sum(s.tail) / len(s.tail)
                 out["episodes"] = s.count
+                out["metric_return"] = name
                 break
+            if name == runs.RETURN_NAMES[0]:  # the engine's, stepped in worker processes
+                workers = [s for key, s in mf.series.items() if key.startswith(runs.WORKERS) and key.endswith("/episodic_return") and s.tail]
+                if workers:
+                    tails = [v for s in workers for v in s.tail]
+                    out["episodic_return_final"] = sum(tails) / len(tails)
+                    out["episodes"] = sum(s.count for s in workers)
+                    out["metric_return"] = runs.WORKERS + "*/episodic_return"
+                    break
         for name in runs.SPS_NAMES:
             s = mf.series.get(name)
             if s is not None and s.tail:
                 out["sps"] = s.tail[-1]
                 break
-        grad = mf.series.get("grad_norm")
-        if grad is not None and grad.last is not None:
-            out["grad_norm_last"] = json_number(grad.last[2])
+        legacy = runs.is_legacy(mf.series, run.record)
+        for name in runs.GRAD_NORM_NAMES + ((runs.LEGACY_GRAD_NORM,) if legacy else ()):
+            grad = mf.series.get(name)
+            if grad is not None and grad.last is not None:
+                out["grad_norm_last"] = json_number(grad.last[2])
+                out["grad_norm_metric"] = name
+                break
         out["nonfinite"] = sum(s.nonfinite for s in mf.series.values())
         sites = runs.read_sites(run.dir)
         passed = sum(int(s.get("vectorized", 0) or 0) for s in sites)

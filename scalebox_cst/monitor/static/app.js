@@ -25,10 +25,16 @@ window.scaleboxMonitor = state;  // for the browser tests and a curious console
 
 const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d",
   "#4d7c0f", "#7c2d12", "#1e3a8a", "#0f766e", "#a16207"];
-const RETURN_NAMES = ["episodic_return", "charts/episodic_return", "episode_return", "final_return"];
-const ORDER = [...RETURN_NAMES, "episodic_length", "charts/episodic_length", "losses/", "loss", "grad_norm",
-  "SPS", "charts/SPS", "sps", "optimizer_steps_per_s", "host_peak_mem_mb", "device_peak_mem_mb",
-  "device_util_percent", "device_mem_util_percent"];
+// The engine's own series are "scalebox/..." (workers: "scalebox/workers/<id>/..."); every other
+// name is the script's own tag, drawn under that name (scalebox_cst.runs.ENGINE).
+const ENGINE = "scalebox/";
+const RETURN_NAMES = [ENGINE + "episodic_return", "episodic_return", "charts/episodic_return", "episode_return", "final_return"];
+const isWorkerReturn = (name) => name.startsWith(ENGINE + "workers/") && name.endsWith("/episodic_return");
+const isReturn = (name) => RETURN_NAMES.includes(name) || isWorkerReturn(name);
+const ORDER = [...RETURN_NAMES, ENGINE + "episodic_length", "episodic_length", "charts/episodic_length",
+  ENGINE + "losses/", "losses/", "loss", ENGINE + "grad_norm_preclip", ENGINE + "grad_norm", ENGINE + "grad_norm_clipped",
+  "grad_norm", ENGINE + "SPS", "SPS", "charts/SPS", "sps", ENGINE + "optimizer_steps_per_s",
+  ENGINE + "host_peak_mem_mb", ENGINE + "device_peak_mem_mb", ENGINE + "device_util_percent", ENGINE + "device_mem_util_percent"];
 const MAX_CHARTS = 24;
 const DEFAULT_PLOTTED = 5;
 
@@ -198,6 +204,7 @@ function branchRow(b) {
 function chartSpecs(metrics) {
   const names = Object.keys(metrics);
   const rank = (name) => {
+    if (isWorkerReturn(name)) return 0.5;  // right after the run's own process's return
     const i = ORDER.findIndex((o) => (o.endsWith("/") ? name.startsWith(o) : name === o));
     return i < 0 ? ORDER.length : i;
   };
@@ -208,7 +215,7 @@ function chartSpecs(metrics) {
   const specs = [];
   for (const name of [...shown, ...others.filter((n) => state.extra.has(n) && !shown.includes(n))]) {
     specs.push({ metric: name, axis: "step" });
-    if (RETURN_NAMES.includes(name) && !specs.some((s) => s.axis === "time")) specs.push({ metric: name, axis: "time" });
+    if (isReturn(name) && !specs.some((s) => s.axis === "time")) specs.push({ metric: name, axis: "time" });
   }
   return { specs: specs.slice(0, MAX_CHARTS), others: others.filter((n) => !shown.includes(n)) };
 }
@@ -299,7 +306,7 @@ function refreshChartsSoon(force) {
 
 function axisTitle(spec) {
   if (spec.axis === "time") return "wall time since the run started (s)";
-  return RETURN_NAMES.includes(spec.metric) ? "environment steps" : "step";
+  return isReturn(spec.metric) ? "environment steps" : "step";
 }
 
 // One sorted x for all series (uPlot draws aligned data); null where a series has no point.
