@@ -20,6 +20,7 @@ BENCHMARKS = [
     ("bench_store.py", []),
     ("bench_import_hook.py", []),
     ("bench_examples.py", ["--quick"]),
+    ("bench_hot_patterns.py", ["--quick"]),
 ]
 
 
