@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 _KINDS = frozenset("biuf")
+_SEQUENCES = (list, tuple)
 #: keywords of ``torch.tensor`` the fast path passes on unchanged
 _KEYWORDS = frozenset({"dtype", "device", "requires_grad", "pin_memory"})
 _TORCH_DTYPE = {}  # numpy dtype -> the torch dtype torch.tensor infers from such arrays
@@ -71,7 +72,8 @@ def _same_cast(dtype: np.dtype, kwargs: Any) -> bool:
 
 def tensor_from_arrays(make: Any, data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
     """``make(data, *args, **kwargs)``, from one ``np.stack`` where that gives the same tensor."""
-    if not args and _stackable(data):
+    # the first tests inline: a list of Python numbers/lists (the fallback) pays only these
+    if type(data) in _SEQUENCES and data and type(data[0]) is np.ndarray and not args and _stackable(data):
         if make is torch.tensor and _same_cast(data[0].dtype, kwargs):
             return torch.tensor(np.stack(data), **kwargs)
         dtype = _LEGACY.get(make)

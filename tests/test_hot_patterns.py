@@ -175,3 +175,12 @@ def test_plain_tensor_calls_are_not_sites():
     src = "import torch\ndef f(obs):\n    return torch.tensor(obs), torch.tensor(0.99), torch.tensor([1.0, 2.0])\n"
     out, sites = rewrite(src, arrays.ID)
     assert out == src and not sites
+
+
+def test_lists_of_displays_are_not_sites():
+    """minimalRL's ``a_lst.append([a])``: no arrays in the list, the guard would only cost."""
+    src = ("import torch\ndef f(batch):\n    a_lst, s_lst = [], []\n    for s, a in batch:\n"
+           "        a_lst.append([a])\n        s_lst.append(s)\n    return torch.tensor(a_lst), torch.tensor(s_lst)\n")
+    out, sites = rewrite(src, arrays.ID)
+    assert "torch.tensor(a_lst)" in out and "_sb_tensor_from_arrays(torch.tensor, s_lst)" in out
+    assert len(sites) == 1

@@ -11,7 +11,8 @@ same dtype, same values, bitwise, and ragged lists still raise (``exact``).
 Candidates are calls of ``torch.tensor`` / ``torch.FloatTensor`` / ``torch.DoubleTensor`` with one
 positional argument that is a list display holding something other than constants, a list
 comprehension, ``list(...)``, or a name the scope binds to one of these, to ``[]`` (appended to
-later) or by unpacking ``zip(...)`` / ``map(...)``. Any other argument (``torch.tensor(obs)``,
+later, unless everything appended is a list/tuple display or a constant, as minimalRL's
+``a_lst.append([a])``) or by unpacking ``zip(...)`` / ``map(...)``. Any other argument (``torch.tensor(obs)``,
 ``torch.tensor(0.99)``, ``torch.tensor([1.0, 2.0])``) is not a site: it is not a list of arrays
 or not known to be one, and the guard would only add its (small) cost.
 """
@@ -24,7 +25,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
-from .bindings import bindings, Scope
+from .bindings import appended, bindings, Scope
 from .arrays_examples import EXAMPLES
 
 ID = "hot.tensor_from_arrays"
@@ -77,6 +78,7 @@ class _Rewriter(cst.CSTTransformer):
         self.sites = sites
         self.scopes: List[Scope] = []
         self._bindings: Dict[cst.CSTNode, Dict] = {}
+        self._appends: Dict[cst.CSTNode, Dict] = {}
         self.alias: Optional[str] = None
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -95,10 +97,22 @@ class _Rewriter(cst.CSTTransformer):
             self._bindings[scope] = bindings(scope)
         return self._bindings[scope]
 
+    def _appended(self, name: str) -> List[cst.BaseExpression]:
+        scope = self.scopes[-1]
+        if scope not in self._appends:
+            self._appends[scope] = appended(scope)
+        return self._appends[scope].get(name, [])
+
     def kind(self, arg: cst.BaseExpression) -> Optional[str]:
         if isinstance(arg, cst.Name):
             for value in self._found().get(arg.value, []):
                 how = _listy(value)
+                if how == "a list appended to":
+                    pushed = self._appended(arg.value)
+                    # only displays and constants appended (minimalRL's `a_lst.append([a])`): no
+                    # arrays in it, the guard would only add its cost
+                    if pushed and all(isinstance(v, (cst.List, cst.Tuple)) or _constant(v) for v in pushed):
+                        continue
                 if how is not None:
                     return f"`{arg.value}` is {how}"
             return None

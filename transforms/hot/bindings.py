@@ -114,3 +114,33 @@ def only_value(found: Dict[str, List[Optional[cst.BaseExpression]]], name: str) 
     """The expression ``name`` is bound to where that is its one and only binding in the scope."""
     values = found.get(name, [])
     return values[0] if len(values) == 1 else None
+
+
+class _Appends(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: Dict[str, List[cst.BaseExpression]] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "append" and isinstance(func.value, cst.Name) \
+                and len(node.args) == 1 and not node.args[0].star and node.args[0].keyword is None:
+            self.found.setdefault(func.value.value, []).append(node.args[0].value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def appended(scope: Scope) -> Dict[str, List[cst.BaseExpression]]:
+    """The argument of every ``name.append(arg)`` directly in ``scope``, by name."""
+    visitor = _Appends()
+    body = scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body
+    for stmt in body if isinstance(body, (list, tuple)) else [body]:
+        stmt.visit(visitor)
+    return visitor.found
