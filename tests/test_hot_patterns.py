@@ -184,3 +184,17 @@ def test_lists_of_displays_are_not_sites():
     out, sites = rewrite(src, arrays.ID)
     assert "torch.tensor(a_lst)" in out and "_sb_tensor_from_arrays(torch.tensor, s_lst)" in out
     assert len(sites) == 1
+
+
+@pytest.mark.parametrize("src", [
+    # a nested function may rebind the scale's name
+    "from torch.distributions import Normal\nimport torch\nstd = torch.exp(torch.zeros(1))\n"
+    "def reset():\n    global std\n    std = torch.zeros(1)\ndef f(x):\n    return Normal(x, std)\n",
+    # a negative beta gives negative softplus values
+    "from torch.distributions import Normal\nimport torch.nn.functional as F\n"
+    "def f(x):\n    return Normal(x, F.softplus(x, beta=-1))\n",
+])
+def test_scale_not_provably_positive(src):
+    out, sites = rewrite(src, distributions.ID)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and "not provably positive" in sites[0].reason

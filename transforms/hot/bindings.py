@@ -107,7 +107,24 @@ def bindings(scope: Scope) -> Dict[str, List[Optional[cst.BaseExpression]]]:
     else:
         for stmt in scope.body:
             stmt.visit(binder)
+    # a nested function's ``global x`` / ``nonlocal x`` may rebind x here
+    for name in _declared_below(scope):
+        binder.found.setdefault(name, []).append(None)
     return binder.found
+
+
+def _declared_below(scope: Scope) -> List[str]:
+    names: List[str] = []
+
+    class _V(cst.CSTVisitor):
+        def visit_Global(self, node: cst.Global) -> None:
+            names.extend(n.name.value for n in node.names)
+
+        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+            names.extend(n.name.value for n in node.names)
+
+    scope.visit(_V())
+    return names
 
 
 def only_value(found: Dict[str, List[Optional[cst.BaseExpression]]], name: str) -> Optional[cst.BaseExpression]:

@@ -11,8 +11,9 @@ cannot fail on finite arguments:
 
 * ``Categorical(logits=x)``, ``OneHotCategorical(logits=x)``, ``Bernoulli(logits=x)``: the logits
   constraint is ``real`` (not NaN), whatever ``x`` is;
-* ``Normal(loc, scale)`` whose scale is a positive literal, ``exp(...)`` / ``.exp()``,
-  ``softplus(...)``, such a value plus a positive literal, or a name bound once in the scope to
+* ``Normal(loc, scale)`` whose scale is a positive literal, ``torch.exp(x)`` / ``x.exp()`` (a
+  method of that name is taken to be the tensor's), ``F.softplus(x)`` (with positive literal
+  ``beta`` / ``threshold`` if given: negative ones can give negative values), such a value plus a positive literal, or a name bound once in the scope to
   one of these (``action_std = torch.exp(action_logstd)``): the scale constraint is ``> 0``.
 
 What changes, and only on invalid input: a NaN argument (or an ``exp``/``softplus`` scale that
@@ -103,7 +104,10 @@ class _Rewriter(cst.CSTTransformer):
             name = self.ctx.imports.qualify(func)
             if name in ("torch.exp",) and len(expr.args) == 1:
                 return "exp(...)"
-            if name in ("torch.nn.functional.softplus",) and expr.args and expr.args[0].keyword is None:
+            if name in ("torch.nn.functional.softplus",) and expr.args and expr.args[0].keyword is None and all(
+                a.keyword is not None and a.keyword.value in ("beta", "threshold") and _positive_literal(a.value)
+                for a in expr.args[1:]
+            ):  # a negative beta or threshold can give negative values
                 return "softplus(...)"
         if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
             left, right = expr.left, expr.right
