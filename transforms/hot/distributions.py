@@ -19,9 +19,14 @@ cannot fail on finite arguments:
 What changes, and only on invalid input: a NaN argument (or an ``exp``/``softplus`` scale that
 underflowed to 0) no longer raises ``ValueError`` in ``__init__``, and a ``log_prob`` value outside
 the support (an action that is not an integer in range, a NaN) no longer raises ``ValueError``
-there (an out-of-range index still raises, from ``gather``). Those raises are diagnostics, not
+there (an out-of-range index still raises, from ``gather``; a value of a shape that does not
+broadcast raises ``RuntimeError`` from ``broadcast_tensors`` instead of ``ValueError``). Those raises are diagnostics, not
 results: on every input where the original returns, the rewrite returns the same tensors,
-bitwise, so the sites are ``exact`` and each reason says what would no longer raise. The user's
+bitwise, so the sites are ``exact`` and each reason says what would no longer raise. (A run-time
+guard was considered and rejected: checking the arguments for NaN is itself a reduction and a host
+sync per call, the very cost the rewrite removes.) Measured on whole runs (CPU, one thread, CPU
+time of the process, medians of 3, outputs identical): the bundled CleanRL-style CartPole PPO
+1.03x, minimalRL's SAC (with its replay batches through hot.tensor_from_arrays) 1.05x. The user's
 explicit choices are kept: calls that pass ``validate_args`` themselves, and every call of a file
 that calls ``set_default_validate_args`` (validation turned on or off on purpose), are left alone.
 ``probs=`` (and positional probs, ``Categorical(p)``) is left alone: the simplex constraint
