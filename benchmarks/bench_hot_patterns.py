@@ -6,7 +6,8 @@
   (1x2, CartPole) and a batch (64x6), and ``Normal(mu, exp(log_std)).log_prob(a).sum(-1)``,
   default validation vs ``validate_args=False`` (hot.distribution_args);
 * tensors from arrays: ``torch.tensor(list of float64 obs, dtype=torch.float)`` and
-  ``torch.FloatTensor(list)`` for a replay-buffer batch (32 x obs 4, 64 x obs 17, 256 x obs 84),
+  ``torch.FloatTensor(list)`` for one observation ``[obs]`` (1 x 4: below MIN_ELEMENTS, the guard's
+  cost only) and replay-buffer batches (8 x 4, 32 x obs 4, 64 x obs 17, 256 x obs 84),
   vs ``tensor_from_arrays`` (hot.tensor_from_arrays), and the guard's cost on a list of Python
   lists (the fallback: the original call plus the check).
 """
@@ -54,7 +55,7 @@ def main() -> None:
         t1 = median_time(lambda: Normal(mu, log_std.exp(), validate_args=False).log_prob(act).sum(-1), number, repeat)
         row(f"Normal(mu {shape[0]}x{shape[1]}, exp(log_std)).log_prob", t0, t1)
     rng = np.random.default_rng(0)
-    for n, dim in ((32, 4), (64, 17), (256, 84)):
+    for n, dim in ((1, 4), (8, 4), (32, 4), (64, 17), (256, 84)):
         obs = [rng.standard_normal(dim) for _ in range(n)]
         t0 = median_time(lambda: torch.tensor(obs, dtype=torch.float), max(number // 10, 20), repeat)
         t1 = median_time(lambda: tensor_from_arrays(torch.tensor, obs, dtype=torch.float), max(number // 10, 20), repeat)

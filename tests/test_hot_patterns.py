@@ -140,7 +140,7 @@ def test_runtime_matches_constructor(make, src, dtype):
     kwargs = {} if dtype is None else {"dtype": dtype}
     rng = np.random.default_rng(1)
     for scale in (3.0, 1e300, 1e-310):
-        x = rng.standard_normal((6, 3)) * scale
+        x = rng.standard_normal((12, 4)) * scale  # 48 numbers: the fast path; data[:1] is below it
         x[0, 0], x[1, 1] = np.nan, np.inf
         with np.errstate(all="ignore"):
             data = [row.astype(src) for row in x]
@@ -198,3 +198,17 @@ def test_scale_not_provably_positive(src):
     out, sites = rewrite(src, distributions.ID)
     assert out == src
     assert [s.action for s in sites] == [SKIPPED] and "not provably positive" in sites[0].reason
+
+
+def test_fast_path_taken_only_where_it_pays(monkeypatch):
+    from scalebox_cst.runtime import hot_tensors
+
+    calls = []
+    real = hot_tensors.np.array
+    monkeypatch.setattr(hot_tensors, "np", type("np", (), {**vars(np), "array": lambda d, *a, **k: calls.append(len(d)) or real(d, *a, **k)}))
+    big = [np.ones(8)] * 4
+    assert same(tensor_from_arrays(torch.tensor, big), torch.tensor(np.stack(big)))
+    assert calls == [4]
+    small = [np.ones(4)]  # 4 numbers: the list path is as fast, the original call runs
+    assert same(outcome(tensor_from_arrays, torch.tensor, small), outcome(torch.tensor, small))
+    assert calls == [4]
