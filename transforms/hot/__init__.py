@@ -2,5 +2,5 @@
 
 Each is ``exact``: :mod:`.distributions` (distributions built every step without argument
 validation where the arguments are valid by construction) and :mod:`.arrays` (tensors from lists
-of numpy arrays built from one ``np.stack``, guarded at run time).
+of numpy arrays built from one ``np.array`` copy, guarded at run time).
 """

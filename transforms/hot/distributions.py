@@ -59,8 +59,7 @@ for _cls, (_mod, _) in _CLASSES.items():
     _QUALNAMES[f"torch.distributions.{_cls}"] = _cls
     _QUALNAMES[f"torch.distributions.{_mod}.{_cls}"] = _cls
 
-NO_RAISE = ("a NaN argument{extra} and a log_prob value outside the support no longer raise "
-            "ValueError (same results on valid input)")
+NO_RAISE = "a NaN argument{extra} or an out-of-support log_prob value no longer raises ValueError"
 
 
 def _positive_literal(expr: cst.BaseExpression) -> bool:
@@ -151,7 +150,7 @@ class _Rewriter(cst.CSTTransformer):
             if positional or "probs" in keywords or set(keywords) != {"logits"}:
                 return skip("probs: the simplex constraint (non-negative, rows summing to 1) is not provable "
                             "from the code, and validation is what reports a net's output that breaks it")
-            how = "logits are only checked for NaN"
+            how = "logits are valid unless NaN"
             extra = ""
         else:
             names = ["loc", "scale"]
@@ -166,15 +165,15 @@ class _Rewriter(cst.CSTTransformer):
                 return skip("the scale is not provably positive here (a positive constant, exp(...), "
                             "softplus(...) or a name bound once to one of these)")
             how = f"the scale is {why}"
-            extra = " (or a scale that underflowed to 0)"
+            extra = " (or a scale underflowed to 0)"
         new_args = list(updated.args)
         trailing = new_args[-1].comma  # a trailing comma (multi-line calls) moves to the new argument
         new_args[-1] = new_args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         empty = cst.SimpleWhitespace("")
         new_args.append(cst.Arg(keyword=cst.Name("validate_args"), value=cst.Name("False"),
                                 equal=cst.AssignEqual(empty, empty), comma=trailing))
-        reason = (f"{cls}(..., validate_args=False): {how}, so the per-call constraint checks (a reduction and "
-                  f"a host sync each, in __init__ and log_prob) are skipped; " + NO_RAISE.format(extra=extra))
+        reason = (f"{cls}(..., validate_args=False): {how}; skips the checks in __init__ and log_prob "
+                  f"(a reduction and a host sync each); " + NO_RAISE.format(extra=extra))
         self.sites.append(self.ctx.site(ID, original, REWRITTEN, reason, EXACT))
         return updated.with_changes(args=new_args)
 
