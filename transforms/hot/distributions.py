@@ -28,7 +28,10 @@ sync per call, the very cost the rewrite removes.) Measured on whole runs (CPU, 
 time of the process, medians of 3, outputs identical): the bundled CleanRL-style CartPole PPO
 1.03x, minimalRL's SAC (with its replay batches through hot.tensor_from_arrays) 1.05x. The user's
 explicit choices are kept: calls that pass ``validate_args`` themselves, and every call of a file
-that calls ``set_default_validate_args`` (validation turned on or off on purpose), are left alone.
+that calls ``set_default_validate_args`` or sets ``_validate_args`` (validation turned on or off on
+purpose), are left alone. Not seen: such a call in *another* file of the program (transforms see
+one file; at run time the default set to True cannot be told from the default left at True) --
+there, pass ``validate_args=True`` at the call or disable ``hot.distribution_args``.
 ``probs=`` (and positional probs, ``Categorical(p)``) is left alone: the simplex constraint
 (non-negative, rows summing to 1 within 1e-6) is not provable from the code, and a net's output
 that breaks it is exactly what validation reports.
