@@ -63,4 +63,15 @@ EXAMPLES = [
         reason="integer legacy constructors",
         note="LongTensor of a list",
     ),
+    Example(
+        code=(
+            "import torch\n"
+            "def f(batch):\n"
+            "    state = batch[0][0]\n"
+            "    return torch.tensor([state], dtype=torch.float)\n"
+        ),
+        rewritten=False,
+        reason="one element",
+        note="one observation with a batch dimension (per-step action selection)",
+    ),
 ]
