@@ -7,9 +7,11 @@ dtype=torch.float)`` (:mod:`scalebox_cst.runtime.hot_tensors`), which builds the
 ``np.array`` copy only when every element is an ndarray of one shape and dtype, the cast is one
 the two paths do alike and the list is long enough for that to pay, and otherwise calls the
 original constructor with the original arguments: same dtype, same values, bitwise, and ragged
-lists still raise (``exact``). Measured on whole minimalRL runs (CPU, one thread, medians of 3,
-outputs and final parameters identical): DQN 1.00-1.03x (two sets of runs), SAC 1.05x (CartPole/Pendulum observations
-are 3-4 numbers; the gain grows with the observation: 6x for a batch of 64 x 17, 25x for 256 x 84).
+lists still raise (``exact``). Measured on whole minimalRL runs (CPU, one thread, CPU time of the
+process, medians of 3-5 interleaved runs, outputs and final parameters identical): DQN 1.00-1.03x,
+SAC 1.05x, DDPG 0.91-1.05x over three sets, i.e. within the noise of a shared machine: with
+3-4-number observations ``sample()`` is a small share of these runs (the call itself is ~2x; the
+gain grows with the observation: 6x for a batch of 64 x 17, 25x for 256 x 84).
 
 Candidates are calls of ``torch.tensor`` / ``torch.FloatTensor`` / ``torch.DoubleTensor`` with one
 positional argument that is a list display holding something other than constants, a list
