@@ -21,6 +21,7 @@ BENCHMARKS = [
     ("bench_import_hook.py", []),
     ("bench_examples.py", ["--quick"]),
     ("bench_engine_cost.py", ["--quick"]),
+    ("bench_hot_patterns.py", ["--quick"]),
 ]
 
 

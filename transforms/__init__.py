@@ -14,6 +14,8 @@ from .vectorize.recurrence import VectorizeRecurrence
 from .vectorize.elementwise import VectorizeElementwise
 from .vectorize.reduction import VectorizeReduction
 from .vectorize.target_update import VectorizeTargetUpdate
+from .hot.distributions import HotDistributionArgs
+from .hot.arrays import HotTensorFromArrays
 
 #: every transform class, in pipeline order
 REGISTRY: List[Type[Transform]] = [
@@ -21,6 +23,8 @@ REGISTRY: List[Type[Transform]] = [
     VectorizeTargetUpdate,
     VectorizeReduction,
     VectorizeElementwise,
+    HotDistributionArgs,
+    HotTensorFromArrays,
     GradClip,
     *DEVICE_TRANSFORMS,
 ]

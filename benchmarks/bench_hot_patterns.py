@@ -1,0 +1,73 @@
+"""The hot.* patterns, original call vs rewrite, on CPU (one thread): per-call medians.
+
+    python benchmarks/bench_hot_patterns.py [--quick]
+
+* distributions: ``Categorical(logits=x).log_prob(a)`` / ``.entropy()`` for one step's logits
+  (1x2, CartPole) and a batch (64x6), and ``Normal(mu, exp(log_std)).log_prob(a).sum(-1)``,
+  default validation vs ``validate_args=False`` (hot.distribution_args);
+* tensors from arrays: ``torch.tensor(list of float64 obs, dtype=torch.float)`` and
+  ``torch.FloatTensor(list)`` for one observation ``[obs]`` (1 x 4: below MIN_ELEMENTS, the guard's
+  cost only) and replay-buffer batches (8 x 4, 32 x obs 4, 64 x obs 17, 256 x obs 84),
+  vs ``tensor_from_arrays`` (hot.tensor_from_arrays), and the guard's cost on a list of Python
+  lists (the fallback: the original call plus the check).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+from torch.distributions import Categorical, Normal
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import median_time  # noqa: E402
+
+from scalebox_cst.runtime.hot_tensors import tensor_from_arrays  # noqa: E402
+
+
+def row(name, before, after):
+    print(f"{name:<52} {before * 1e6:9.1f} us {after * 1e6:9.1f} us  {before / after:5.2f}x", flush=True)
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv[1:]
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")  # torch's "extremely slow" warning on the original path
+    number, repeat = (200, 3) if quick else (1000, 5)
+    print(f"{'pattern':<52} {'original':>12} {'rewrite':>12}  ratio")
+    g = torch.Generator().manual_seed(0)
+    for shape in ((1, 2), (64, 6)):
+        x = torch.randn(*shape, generator=g)
+        a = torch.randint(0, shape[1], shape[:1], generator=g)
+        t0 = median_time(lambda: Categorical(logits=x).log_prob(a), number, repeat)
+        t1 = median_time(lambda: Categorical(logits=x, validate_args=False).log_prob(a), number, repeat)
+        row(f"Categorical(logits {shape[0]}x{shape[1]}).log_prob", t0, t1)
+        t0 = median_time(lambda: Categorical(logits=x).entropy(), number, repeat)
+        t1 = median_time(lambda: Categorical(logits=x, validate_args=False).entropy(), number, repeat)
+        row(f"Categorical(logits {shape[0]}x{shape[1]}).entropy", t0, t1)
+    for shape in ((1, 1), (64, 6)):
+        mu = torch.randn(*shape, generator=g)
+        log_std = torch.zeros(shape[1]) - 0.5
+        act = torch.randn(*shape, generator=g)
+        t0 = median_time(lambda: Normal(mu, log_std.exp()).log_prob(act).sum(-1), number, repeat)
+        t1 = median_time(lambda: Normal(mu, log_std.exp(), validate_args=False).log_prob(act).sum(-1), number, repeat)
+        row(f"Normal(mu {shape[0]}x{shape[1]}, exp(log_std)).log_prob", t0, t1)
+    rng = np.random.default_rng(0)
+    for n, dim in ((1, 4), (8, 4), (32, 4), (64, 17), (256, 84)):
+        obs = [rng.standard_normal(dim) for _ in range(n)]
+        t0 = median_time(lambda: torch.tensor(obs, dtype=torch.float), max(number // 10, 20), repeat)
+        t1 = median_time(lambda: tensor_from_arrays(torch.tensor, obs, dtype=torch.float), max(number // 10, 20), repeat)
+        row(f"torch.tensor({n} arrays of {dim}, dtype=float)", t0, t1)
+        t0 = median_time(lambda: torch.FloatTensor(obs), max(number // 10, 20), repeat)
+        t1 = median_time(lambda: tensor_from_arrays(torch.FloatTensor, obs), max(number // 10, 20), repeat)
+        row(f"torch.FloatTensor({n} arrays of {dim})", t0, t1)
+    lists = [[float(i)] for i in range(32)]
+    t0 = median_time(lambda: torch.tensor(lists), number, repeat)
+    t1 = median_time(lambda: tensor_from_arrays(torch.tensor, lists), number, repeat)
+    row("torch.tensor(32 Python lists) (fallback: guard cost)", t0, t1)
+
+
+if __name__ == "__main__":
+    main()

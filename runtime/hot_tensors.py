@@ -1,0 +1,88 @@
+"""Tensors built from lists of numpy arrays in one copy instead of element by element.
+
+``torch.tensor([a1, a2, ...])`` on a list of ``np.ndarray`` walks the list in Python-level
+sequence code, element by element (torch itself warns "Creating a tensor from a list of
+numpy.ndarrays is extremely slow"); replay-buffer sampling (``s_lst.append(s)`` then
+``torch.tensor(s_lst, dtype=torch.float)``) does it every update. ``hot.tensor_from_arrays``
+rewrites such calls to :func:`tensor_from_arrays`, which builds the same tensor from
+``np.array(data)`` (what ``np.stack`` gives for such lists, with less fixed cost) when, and
+only when, ``data`` is a non-empty list or tuple of at least ``MIN_ELEMENTS`` numbers in all
+whose elements are all plain ``np.ndarray`` of one shape and one native-byte-order
+bool/int/uint/float32/float64 dtype (float16 sources are left to the list path: it converts NaNs
+through float64, which changes their payload bits). Then the dtype torch infers is the arrays'
+dtype on both paths (float64 arrays give float64, whatever the default dtype), an explicit
+``dtype=`` casts the same values the same way (IEEE round to nearest), and ``torch.FloatTensor``
+/ ``torch.DoubleTensor`` become a float32 / float64 CPU tensor as they do on lists. Anything else
+(small lists, ragged lists, mixed dtypes, nested lists, numpy scalars, ndarray subclasses, extra
+arguments to a legacy constructor) calls the original constructor with the original arguments,
+so it behaves (and raises) exactly as before.
+The only observable difference: torch's "extremely slow" UserWarning is not emitted.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+_KINDS = frozenset("biuf")
+_SEQUENCES = (list, tuple)
+#: below this many elements in all, the list path is as fast or faster (``torch.tensor([obs])`` of
+#: one 4-float observation: ~5 us either way, the array path's fixed cost dominates); measured
+#: crossover 16-32 elements on CPU (benchmarks/bench_hot_patterns.py prints both sides)
+MIN_ELEMENTS = 32
+#: keywords of ``torch.tensor`` the fast path passes on unchanged
+_KEYWORDS = frozenset({"dtype", "device", "requires_grad", "pin_memory"})
+_TORCH_DTYPE = {}  # numpy dtype -> the torch dtype torch.tensor infers from such arrays
+#: legacy constructors taking one list: the dtype they produce (always on the CPU)
+_LEGACY = {torch.FloatTensor: torch.float32, torch.DoubleTensor: torch.float64}
+
+
+def _stackable(data: Any) -> bool:
+    """``data`` is a non-empty list/tuple of plain ndarrays of one shape and one plain dtype."""
+    if type(data) is not list and type(data) is not tuple or not data:
+        return False
+    first = data[0]
+    if type(first) is not np.ndarray:
+        return False
+    dtype, shape = first.dtype, first.shape
+    if dtype.kind not in _KINDS or not dtype.isnative or dtype.kind == "f" and dtype.itemsize < 4:
+        return False
+    for a in data:
+        if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+            return False
+    return True
+
+
+def _same_cast(dtype: np.dtype, kwargs: Any) -> bool:
+    """Whether ``torch.tensor(np.array(data), **kwargs)`` casts as the list path does: no
+    ``dtype=``, float32/float64 (both paths round each value to nearest once), or the arrays' own
+    dtype. Integer/bool targets from other dtypes are not taken (the list path raises on float
+    sources, TypeError, or on out-of-range values where a cast of the stack would wrap), nor
+    float16/bfloat16 (the list path rounds float32 sources to bfloat16 differently)."""
+    if not _KEYWORDS.issuperset(kwargs):
+        return False
+    target = kwargs.get("dtype")
+    if target is None:
+        return True
+    if not isinstance(target, torch.dtype):
+        return False
+    if target is torch.float32 or target is torch.float64:
+        return True
+    own = _TORCH_DTYPE.get(dtype)
+    if own is None:
+        own = _TORCH_DTYPE[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
+    return target == own
+
+
+def tensor_from_arrays(make: Any, data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """``make(data, *args, **kwargs)``, from one ``np.array`` copy where that gives the same tensor."""
+    # the first tests inline: a list of Python numbers/lists (the fallback) pays only these
+    if (type(data) in _SEQUENCES and data and type(data[0]) is np.ndarray and not args
+            and len(data) * data[0].size >= MIN_ELEMENTS and _stackable(data)):
+        if make is torch.tensor and _same_cast(data[0].dtype, kwargs):
+            return torch.tensor(np.array(data), **kwargs)
+        dtype = _LEGACY.get(make)
+        if dtype is not None and not kwargs:
+            return torch.tensor(np.array(data), dtype=dtype, device="cpu")
+    return make(data, *args, **kwargs)

@@ -1,0 +1,214 @@
+"""hot.distribution_args and hot.tensor_from_arrays: which calls are rewritten, and that original and
+rewrite give the same tensors, bitwise, on the same seeded inputs (and raise where they raised).
+"""
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from scalebox_cst.config import Config, DEFAULT_TRANSFORMS
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
+from scalebox_cst.runtime.hot_tensors import tensor_from_arrays
+from scalebox_cst.transforms import REGISTRY
+from scalebox_cst.transforms.hot import arrays, distributions
+
+
+def rewrite(src, tid):
+    result = Pipeline(Config(transforms=[tid]), backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
+    assert result.report.error is None, result.report.error
+    return result.output.decode(), result.report.sites
+
+
+def load(code):
+    ns = {}
+    exec(compile(code, "<hot>", "exec"), ns)
+    return ns["f"]
+
+
+def same(a, b):
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if not torch.is_tensor(a):
+        return a == b
+    return (a.dtype == b.dtype and a.shape == b.shape and a.device == b.device
+            and torch.equal(a.reshape(-1).view(torch.uint8) if a.dtype != torch.bool else a,
+                            b.reshape(-1).view(torch.uint8) if b.dtype != torch.bool else b))
+
+
+def outcome(fn, *args, **kwargs):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args, **kwargs)
+    except Exception as exc:  # the same exception type on both sides
+        return type(exc)
+
+
+def test_registered_and_on_by_default():
+    ids = [cls.id for cls in REGISTRY]
+    assert distributions.ID in ids and arrays.ID in ids
+    assert "hot.*" in DEFAULT_TRANSFORMS
+
+
+# ------------------------------------------------------------------ distributions
+
+
+@pytest.mark.parametrize("example", distributions.EXAMPLES, ids=lambda e: e.note[:40])
+def test_distribution_examples(example):
+    out, sites = rewrite(example.code, distributions.ID)
+    if not example.rewritten:
+        assert out == example.code
+        assert any(example.reason in s.reason for s in sites if s.action == SKIPPED), sites
+        return
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert done and all(s.exactness == EXACT and "no longer raise" in s.reason for s in done)
+    assert "validate_args=False" in out
+    orig, new = load(example.code), load(out)
+    for seed in range(5):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(4, 3, generator=g, dtype=torch.float64 if seed % 2 else torch.float32)
+        a = torch.randint(0, 3, (4,), generator=g)
+        assert same(orig(x, a), new(x, a))
+
+
+def test_distribution_rewrite_changes_only_invalid_input():
+    """The documented difference: NaN logits raise before the rewrite and not after."""
+    out, _ = rewrite(distributions.EXAMPLES[0].code, distributions.ID)
+    orig, new = load(distributions.EXAMPLES[0].code), load(out)
+    x = torch.full((2, 3), float("nan"))
+    a = torch.zeros(2, dtype=torch.long)
+    assert outcome(orig, x, a) is ValueError
+    assert outcome(new, x, a) is not ValueError
+
+
+def test_distribution_multiline_call_keeps_trailing_comma():
+    src = ("import torch\nfrom torch.distributions import Categorical\n"
+           "def f(x, a):\n    d = Categorical(\n        logits=x,\n    )\n    return d.log_prob(a)\n")
+    out, sites = rewrite(src, distributions.ID)
+    assert "logits=x, validate_args=False,\n" in out
+    x, a = torch.randn(2, 3), torch.tensor([0, 2])
+    assert same(load(src)(x, a), load(out)(x, a))
+
+
+def test_user_distribution_class_is_not_a_site():
+    src = "class Categorical:\n    def __init__(self, logits): pass\ndef f(x, a):\n    return Categorical(logits=x)\n"
+    out, sites = rewrite(src, distributions.ID)
+    assert out == src and not sites
+
+
+# ------------------------------------------------------------------ tensors from arrays
+
+
+def batches(seed):
+    rng = np.random.default_rng(seed)
+    dtype = (np.float64, np.float32, np.int64, np.uint8)[seed % 4]
+    return [((rng.standard_normal(4) * 100).astype(dtype), int(rng.integers(2)), float(rng.standard_normal()))
+            for _ in range(8)]
+
+
+@pytest.mark.parametrize("example", arrays.EXAMPLES, ids=lambda e: e.note[:40])
+def test_array_examples(example):
+    out, sites = rewrite(example.code, arrays.ID)
+    if not example.rewritten:
+        assert out == example.code
+        assert any(example.reason in s.reason for s in sites if s.action == SKIPPED), sites
+        return
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert done and all(s.exactness == EXACT for s in done)
+    orig, new = load(example.code), load(out)
+    for seed in range(8):
+        batch = batches(seed)
+        assert same(outcome(orig, batch), outcome(new, batch))
+    ragged = batches(0)
+    ragged[3] = (np.zeros(5), 0, 0.0)
+    assert outcome(orig, ragged) is outcome(new, ragged) is ValueError
+
+
+CONSTRUCTORS = [(torch.FloatTensor, None), (torch.DoubleTensor, None)] + [
+    (torch.tensor, dtype) for dtype in (None, torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                                        torch.int64, torch.int32, torch.uint8, torch.bool)]
+
+
+@pytest.mark.parametrize("make,dtype", CONSTRUCTORS)
+@pytest.mark.parametrize("src", [np.float64, np.float32, np.float16, np.int64, np.int32, np.uint8, np.bool_])
+def test_runtime_matches_constructor(make, src, dtype):
+    """Legacy constructors take no dtype; torch.tensor with every target dtype, including the
+    casts the fast path declines (they must then behave exactly as the original, raising too)."""
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    rng = np.random.default_rng(1)
+    for scale in (3.0, 1e300, 1e-310):
+        x = rng.standard_normal((12, 4)) * scale  # 48 numbers: the fast path; data[:1] is below it
+        x[0, 0], x[1, 1] = np.nan, np.inf
+        with np.errstate(all="ignore"):
+            data = [row.astype(src) for row in x]
+        for shaped in (data, tuple(data), data[:1]):
+            assert same(outcome(make, shaped, **kwargs), outcome(tensor_from_arrays, make, shaped, **kwargs))
+
+
+@pytest.mark.parametrize("data", [
+    [np.zeros(3), np.zeros(4)],  # ragged: raises as before
+    [np.zeros(3), np.zeros(3, np.float32)],  # mixed dtypes
+    [np.zeros(3), [0.0, 1.0, 2.0]],  # mixed kinds
+    [np.float64(1.0), np.float64(2.0)],  # numpy scalars
+    [np.zeros(3).astype(">f8")] * 2,  # non-native byte order
+    [np.ma.masked_array(np.zeros(3))] * 2,  # ndarray subclass
+    [], [[1.0, 2.0]], 0.99,
+])
+def test_runtime_falls_back_to_the_original(data):
+    assert same(outcome(torch.tensor, data), outcome(tensor_from_arrays, torch.tensor, data))
+
+
+def test_runtime_keeps_default_dtype_inference():
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        data = [np.ones(3, np.float32)] * 4
+        assert same(outcome(torch.tensor, data), tensor_from_arrays(torch.tensor, data))
+    finally:
+        torch.set_default_dtype(old)
+
+
+def test_plain_tensor_calls_are_not_sites():
+    src = "import torch\ndef f(obs):\n    return torch.tensor(obs), torch.tensor(0.99), torch.tensor([1.0, 2.0])\n"
+    out, sites = rewrite(src, arrays.ID)
+    assert out == src and not sites
+
+
+def test_lists_of_displays_are_not_sites():
+    """minimalRL's ``a_lst.append([a])``: no arrays in the list, the guard would only cost."""
+    src = ("import torch\ndef f(batch):\n    a_lst, s_lst = [], []\n    for s, a in batch:\n"
+           "        a_lst.append([a])\n        s_lst.append(s)\n    return torch.tensor(a_lst), torch.tensor(s_lst)\n")
+    out, sites = rewrite(src, arrays.ID)
+    assert "torch.tensor(a_lst)" in out and "_sb_tensor_from_arrays(torch.tensor, s_lst)" in out
+    assert len(sites) == 1
+
+
+@pytest.mark.parametrize("src", [
+    # a nested function may rebind the scale's name
+    "from torch.distributions import Normal\nimport torch\nstd = torch.exp(torch.zeros(1))\n"
+    "def reset():\n    global std\n    std = torch.zeros(1)\ndef f(x):\n    return Normal(x, std)\n",
+    # a negative beta gives negative softplus values
+    "from torch.distributions import Normal\nimport torch.nn.functional as F\n"
+    "def f(x):\n    return Normal(x, F.softplus(x, beta=-1))\n",
+])
+def test_scale_not_provably_positive(src):
+    out, sites = rewrite(src, distributions.ID)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and "not provably positive" in sites[0].reason
+
+
+def test_fast_path_taken_only_where_it_pays(monkeypatch):
+    from scalebox_cst.runtime import hot_tensors
+
+    calls = []
+    real = hot_tensors.np.array
+    monkeypatch.setattr(hot_tensors, "np", type("np", (), {**vars(np), "array": lambda d, *a, **k: calls.append(len(d)) or real(d, *a, **k)}))
+    big = [np.ones(8)] * 4
+    assert same(tensor_from_arrays(torch.tensor, big), torch.tensor(np.stack(big)))
+    assert calls == [4]
+    small = [np.ones(4)]  # 4 numbers: the list path is as fast, the original call runs
+    assert same(outcome(tensor_from_arrays, torch.tensor, small), outcome(torch.tensor, small))
+    assert calls == [4]

@@ -1,0 +1,163 @@
+"""What a name is bound to in one scope (a function body or the module), for the hot.* rewrites.
+
+Nested functions, lambdas and classes are other scopes and are not entered. A binding is the
+assigned expression for ``name = expr`` (and for ``a, b = x, y`` element by element), or None
+for any other binding (parameters, loop targets, augmented assignments, ``with ... as``, imports,
+``del``, walrus, unpacking of something else). ``global``/``nonlocal`` declarations count as an
+unknown binding too (the name may be bound elsewhere).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Union
+
+import libcst as cst
+
+Scope = Union[cst.Module, cst.FunctionDef]
+
+
+class _Binder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: Dict[str, List[Optional[cst.BaseExpression]]] = {}
+
+    def bind(self, target: cst.BaseExpression, value: Optional[cst.BaseExpression]) -> None:
+        if isinstance(target, cst.Name):
+            self.found.setdefault(target.value, []).append(value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            values = None
+            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements) \
+                    and not any(isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements)):
+                values = [e.value for e in value.elements]
+            for i, el in enumerate(target.elements):
+                self.bind(el.value, values[i] if values is not None else value if _is_zip(value) else None)
+        elif isinstance(target, cst.StarredElement):
+            self.bind(target.value, None)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for t in node.targets:
+            self.bind(t.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self.bind(node.target, node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.bind(node.target, None)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.bind(node.target, None)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.bind(node.target, None)
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self.bind(node.asname.name, None)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.bind(node.target, None)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self.bind(node.target, None)
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        name = node.asname.name if node.asname is not None else node.name
+        while isinstance(name, cst.Attribute):
+            name = name.value
+        self.bind(name, None)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        for n in node.names:
+            self.bind(n.name, None)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        for n in node.names:
+            self.bind(n.name, None)
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None:
+            self.bind(node.name.name, None)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.bind(node.name, None)
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self.bind(node.name, None)
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def _is_zip(value: Optional[cst.BaseExpression]) -> bool:
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("zip", "map")
+
+
+def bindings(scope: Scope) -> Dict[str, List[Optional[cst.BaseExpression]]]:
+    """Every binding of every name directly in ``scope`` (see the module docstring)."""
+    binder = _Binder()
+    if isinstance(scope, cst.FunctionDef):
+        params = scope.params
+        for p in (*params.posonly_params, *params.params, *params.kwonly_params):
+            binder.bind(p.name, None)
+        for p in (params.star_arg, params.star_kwarg):
+            if isinstance(p, cst.Param):
+                binder.bind(p.name, None)
+        scope.body.visit(binder)
+    else:
+        for stmt in scope.body:
+            stmt.visit(binder)
+    # a nested function's ``global x`` / ``nonlocal x`` may rebind x here
+    for name in _declared_below(scope):
+        binder.found.setdefault(name, []).append(None)
+    return binder.found
+
+
+def _declared_below(scope: Scope) -> List[str]:
+    names: List[str] = []
+
+    class _V(cst.CSTVisitor):
+        def visit_Global(self, node: cst.Global) -> None:
+            names.extend(n.name.value for n in node.names)
+
+        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+            names.extend(n.name.value for n in node.names)
+
+    scope.visit(_V())
+    return names
+
+
+def only_value(found: Dict[str, List[Optional[cst.BaseExpression]]], name: str) -> Optional[cst.BaseExpression]:
+    """The expression ``name`` is bound to where that is its one and only binding in the scope."""
+    values = found.get(name, [])
+    return values[0] if len(values) == 1 else None
+
+
+class _Appends(cst.CSTVisitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: Dict[str, List[cst.BaseExpression]] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "append" and isinstance(func.value, cst.Name) \
+                and len(node.args) == 1 and not node.args[0].star and node.args[0].keyword is None:
+            self.found.setdefault(func.value.value, []).append(node.args[0].value)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def appended(scope: Scope) -> Dict[str, List[cst.BaseExpression]]:
+    """The argument of every ``name.append(arg)`` directly in ``scope``, by name."""
+    visitor = _Appends()
+    body = scope.body.body if isinstance(scope, cst.FunctionDef) else scope.body
+    for stmt in body if isinstance(body, (list, tuple)) else [body]:
+        stmt.visit(visitor)
+    return visitor.found
