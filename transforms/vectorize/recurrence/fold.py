@@ -27,12 +27,7 @@ import libcst as cst
 
 from ...analysis.cstwalk import children
 from . import function_facts
-
-#: calls that read a function's local variables by name (or hand its frame to a debugger)
-_INTROSPECTION = {"locals", "vars", "eval", "exec", "dir", "globals", "breakpoint"}
-#: attributes that reach a frame's locals (sys._getframe().f_locals, inspect.currentframe())
-_FRAME_ATTRS = {"f_locals", "_getframe", "currentframe", "set_trace"}
-
+from .function_facts import reads_frame
 
 #: the last module :func:`_enclosing` mapped and its map (one file is rewritten at a time; the
 #: module is held so that the ids stay its nodes')
@@ -71,12 +66,6 @@ def _enclosing(module: cst.Module, node: cst.CSTNode):
     return _LOOPS_OF[1].get(id(node))
 
 
-def reads_frame(n: cst.CSTNode) -> bool:
-    """Whether ``n`` is a call that reads a function's locals by name or an attribute that reaches
-    its frame (what makes a local read where its name does not appear)."""
-    if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in _INTROSPECTION:
-        return True
-    return isinstance(n, cst.Attribute) and n.attr.value in _FRAME_ATTRS
 
 
 def dead_after(module: cst.Module, node: cst.For, names: Set[str],

@@ -15,7 +15,22 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from .list_bindings import binding_events
 from .syntax import _code, _walk
+
+#: calls that read a function's local variables by name (or hand its frame to a debugger)
+_INTROSPECTION = {"locals", "vars", "eval", "exec", "dir", "globals", "breakpoint"}
+#: attributes that reach a frame's locals (sys._getframe().f_locals, inspect.currentframe())
+_FRAME_ATTRS = {"f_locals", "_getframe", "currentframe", "set_trace"}
+
+
+def reads_frame(n: cst.CSTNode) -> bool:
+    """Whether ``n`` is a call that reads a function's locals by name or an attribute that reaches
+    its frame (what makes a local read where its name does not appear)."""
+    if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in _INTROSPECTION:
+        return True
+    return isinstance(n, cst.Attribute) and n.attr.value in _FRAME_ATTRS
+
 
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Global, cst.Nonlocal)
 
@@ -24,8 +39,6 @@ class Counts:
     """Counts over one subtree: names, ``name = ...`` targets, frame-reading nodes."""
 
     def __init__(self, node: cst.CSTNode) -> None:
-        from .fold import reads_frame
-
         self.names: Dict[str, int] = collections.Counter()
         self.stores: Dict[str, int] = collections.Counter()
         self.frame = 0
@@ -44,8 +57,6 @@ class FunctionFacts:
     """One function's :class:`Counts` (over the whole ``def``) and bindings (over its body)."""
 
     def __init__(self, func: cst.FunctionDef) -> None:
-        from .list_outputs import binding_events
-
         self.func = func
         self.counts = Counts(func)
         #: name -> [(binding node, the statement when it makes a new list, else None)], walk order
@@ -102,9 +113,7 @@ class Outside:
     def unknown_bindings(self, name: str) -> int:
         """Bindings of ``name`` outside the loop not known to make a new list."""
         if self._unknown is None:
-            from .list_outputs import binding_events
-
-            self._unknown = collections.Counter(
+                self._unknown = collections.Counter(
                 bound for n in _walk(self.loop) for bound, made in binding_events(n) if made is None)
         return self.facts.unknown[name] - self._unknown[name]
 
