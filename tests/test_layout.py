@@ -151,3 +151,23 @@ def test_old_import_paths_lead_to_the_same_objects():
     assert REGISTRY[:4] == [VectorizeRecurrence, VectorizeTargetUpdate, VectorizeReduction, VectorizeElementwise]
     assert [c.id for c in REGISTRY[:4]] == [
         "vectorize.recurrence", "vectorize.target_update", "vectorize.reduction", "vectorize.elementwise"]
+
+
+def test_setup_cfg_lists_every_package():
+    """setup.cfg names its packages one by one (runtime/ and transforms/ install under
+    scalebox_cst.*): a new subpackage left out installs in editable mode and goes missing from a
+    wheel."""
+    import configparser
+
+    root = os.path.dirname(HERE)
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(root, "setup.cfg"))
+    listed = {p.strip() for p in cfg["options"]["packages"].split() if p.strip()}
+    found = set()
+    for folder, prefix in (("scalebox_cst", "scalebox_cst"), ("transforms", "scalebox_cst.transforms"),
+                           ("runtime", "scalebox_cst.runtime")):
+        for dirpath, _, files in os.walk(os.path.join(root, folder)):
+            if "__init__.py" in files:
+                rel = os.path.relpath(dirpath, os.path.join(root, folder))
+                found.add(prefix if rel == "." else prefix + "." + rel.replace(os.sep, "."))
+    assert found - listed == set(), "add to setup.cfg [options] packages"
