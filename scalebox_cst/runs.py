@@ -2,8 +2,8 @@
 
 ``scalebox log``/``compare``, the monitor and the hot-fix policy all read runs through this
 module; the layout is documented in /work/notes/RUN_LAYOUT.md and the README. A run is
-``(branch, run number)``: ``runs/<branch>/<NNNN>/`` holds ``record.json`` (atomic), ``log.txt``,
-``metrics.jsonl`` and ``events.jsonl`` (append-only, readable while written) and ``sites.json``.
+``(branch, run number)``: ``runs/<branch>/<NNNN>/`` holds ``record.json`` (atomic), ``log.txt``
+(the script's stdout), ``stderr.txt`` (its stderr), ``metrics.jsonl`` and ``events.jsonl`` (append-only, readable while written) and ``sites.json``.
 
 Stable API: :func:`list_runs`, :func:`load_record`, :func:`read_metrics`, :func:`read_events`,
 :func:`read_series`, :func:`read_sites`, :func:`headline`, :func:`is_alive`; writers:
@@ -27,6 +27,7 @@ METRICS = "metrics.jsonl"
 EVENTS = "events.jsonl"
 SITES = "sites.json"
 LOG = "log.txt"
+STDERR = "stderr.txt"
 
 #: statuses a record can hold; "lost" is only ever computed by readers (see :func:`is_alive`)
 ENDED = ("ok", "failed", "stopped", "lost")

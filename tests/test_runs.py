@@ -506,7 +506,7 @@ def test_traceback_of_a_run_names_the_users_lines_inside_a_site(project):
     assert rewritten.count("\n+") >= 2  # an import and a call were inserted above line 10
     proc = scalebox("run", "t.py", cwd=project, check=False)
     assert proc.returncode == 1
-    assert f'File "{os.path.realpath(project / "t.py")}", line 10, in <module>\n    raise ValueError(\'on line 10\')\n' in proc.stdout
+    assert f'File "{os.path.realpath(project / "t.py")}", line 10, in <module>\n    raise ValueError(\'on line 10\')\n' in proc.stderr
     (record,) = records(project, "run/0001")
     assert record["status"] == "failed" and record["error_tail"][-1] == "ValueError: on line 10"
 

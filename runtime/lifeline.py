@@ -1,0 +1,185 @@
+"""A run's processes end with the run, and with the ``scalebox run`` that started it.
+
+Two holes this closes (both measured, issue 19):
+
+* **The child's start-up.** The child (``runtime.launch``, or torchrun for ``--nproc``) used to
+  learn of its parent's death from a thread it started only after importing pygit2, the loader
+  and telemetry (torch for torchrun): a SIGKILL to ``scalebox run`` in those first seconds left
+  the child running. Now the executor's ``preexec_fn`` (:func:`preexec_for`, in the forked child
+  before ``exec``) sets ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` and re-checks ``getppid()`` (the
+  parent may have died between ``fork`` and ``prctl``), so the kernel kills the child from its
+  first instruction on. The child's entry point calls :func:`hold` before importing anything
+  heavy: it starts the watch thread that ends the whole run (the child's process group and the
+  processes below) and only then clears the death signal, which would otherwise kill the child
+  before it could stop its workers.
+
+* **Processes that leave the process group.** A daemon that calls ``setsid`` (or
+  ``start_new_session=True``, a double fork) is out of the run's process group, which is what
+  ``stop()`` signals. Every process of a run inherits ``SCALEBOX_RUN_DIR`` (the run's folder,
+  unique) in its environment, and ``/proc/<pid>/environ`` keeps the environment a process
+  started with, so :func:`run_processes` finds them all wherever they were reparented; the
+  executor ends them when the run ends (:func:`end_run_processes`), and so does the watch
+  thread when ``scalebox run`` is killed.
+
+What still escapes (README): a process started with an environment without ``SCALEBOX_RUN_DIR``
+(``env={}``), or one of another user; without ``/proc`` or ``prctl`` (macOS) only the process
+group is ended.
+
+This module is imported by the child before anything else: standard library only, no torch.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Callable, Iterable, List, Optional
+
+#: the run's folder; every process of the run inherits it (set by the executor)
+ENV_RUN_DIR = "SCALEBOX_RUN_DIR"
+#: the pid of the ``scalebox run`` (executor) process, for its own child only (popped by :func:`hold`)
+ENV_PARENT = "SCALEBOX_PARENT_PID"
+
+_PR_SET_PDEATHSIG = 1
+_prctl_fn = None
+
+
+def _prctl() -> Optional[Callable[..., int]]:
+    """libc's ``prctl`` (Linux), else None."""
+    global _prctl_fn
+    if _prctl_fn is None:
+        _prctl_fn = False
+        if os.uname().sysname == "Linux":
+            try:
+                import ctypes
+
+                _prctl_fn = ctypes.CDLL(None, use_errno=True).prctl
+            except (OSError, AttributeError):
+                pass
+    return _prctl_fn or None
+
+
+def _set_death_signal(sig: int) -> bool:
+    prctl = _prctl()
+    if prctl is None:
+        return False
+    import ctypes
+
+    return prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(sig), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) == 0
+
+
+def preexec_for(parent: int) -> Optional[Callable[[], None]]:
+    """``preexec_fn`` for the run's child: SIGKILL when ``parent`` dies, from before ``exec``.
+    None where there is no ``prctl`` (the child's watch thread is then the only guard)."""
+    if _prctl() is None:
+        return None
+    import ctypes  # loaded here, in the parent: the forked child only calls
+
+    prctl = _prctl()
+    args = (ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, *args)
+        if os.getppid() != parent:  # died between fork and prctl: the signal will never come
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def hold(grace: float, interval: float = 0.25) -> bool:
+    """In the executor's own child, first thing: watch the executor; once it is gone, end the
+    run (:func:`end_all`). Then clear the death signal :func:`preexec_for` set. False (nothing
+    done) in any other process, e.g. a worker, which inherits no :data:`ENV_PARENT`."""
+    raw = os.environ.pop(ENV_PARENT, None)
+    if not raw:
+        return False
+    parent = int(raw)
+    run_dir = os.environ.get(ENV_RUN_DIR)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        # nothing is written: stdout and stderr are pipes to the dead parent
+        end_all(run_dir, grace)
+
+    from scalebox_cst.runtime import threads
+
+    threads.start_daemon(watch, "scalebox-parent-watch")
+    _set_death_signal(0)  # the watch thread ends the run now, workers and all
+    return True
+
+
+def end_all(run_dir: Optional[str], grace: float) -> None:
+    """From inside the run: the processes that left its group, then its group (this one too)."""
+    if run_dir:
+        end_processes(run_processes(run_dir, exclude=(os.getpid(),)), grace)
+    group = os.getpgrp()
+    for sig, pause in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(group, sig)
+        except OSError:
+            return
+        time.sleep(pause)
+
+
+def run_processes(run_dir: str, exclude: Iterable[int] = ()) -> List[int]:
+    """Pids of the live processes (of this user) whose starting environment names ``run_dir``."""
+    marker = f"{ENV_RUN_DIR}={run_dir}".encode()
+    skip = set(exclude) | {os.getpid()}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        if not name.isdigit() or int(name) in skip:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:  # gone, or another user's
+            continue
+        if marker in environ.split(b"\0"):
+            found.append(int(name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def end_processes(pids: Iterable[int], grace: float) -> List[int]:
+    """SIGTERM, then SIGKILL after ``grace`` seconds to those still alive; returns the pids signalled."""
+    pids = list(pids)
+    sent = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            sent.append(pid)
+        except OSError:
+            pass
+    deadline = time.time() + grace
+    while sent and time.time() < deadline and any(_alive(p) for p in sent):
+        time.sleep(0.05)
+    for pid in sent:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    return sent
+
+
+def end_run_processes(run_dir: str, grace: float = 2.0) -> List[int]:
+    """On the executor's side, after the run's child ended: whatever of the run still lives
+    (processes that left its group: daemons). Returns their pids (none: an empty list)."""
+    return end_processes(run_processes(run_dir), grace)
