@@ -85,6 +85,7 @@ class RunRecord:
     status: str = "running"  # running | ok | failed | stopped (readers add "lost")
     signal: Optional[str] = None  # the signal that ended the child, if one did
     stop_reason: Optional[str] = None
+    stop_signals: Optional[List[str]] = None  # what stop() sent, in order (SIGINT; SIGTERM, SIGKILL past the grace)
     hotfix_of: Optional[str] = None  # "run/0002#1"
     launcher: str = "local"
     nproc: int = 1
@@ -376,15 +377,26 @@ class Execution:
         return self.proc.poll()
 
     def stop(self, grace: float = 3.0, reason: str = "stopped") -> RunRecord:
-        """SIGINT to the process group, then SIGTERM, then SIGKILL; returns the finished record."""
+        """SIGINT to the process group, then SIGTERM, then SIGKILL; returns the finished record.
+
+        Every stop is recorded alike: status ``stopped``, ``stop_reason``, ``stop_signals`` (what
+        was sent); ``signal``/``exit_status`` say how the child ended. Before the first signal a
+        ``stopping`` event with the reason goes to events.jsonl, where the child's KeyboardInterrupt
+        handler reads why it is being stopped (runtime.loader)."""
         if self.proc.poll() is None:
             if self._stop_reason is None:
                 self._stop_reason = reason
+                if self.recorder.ok:
+                    try:
+                        runs.append_event(self.events_file, "stopping", reason)
+                    except OSError as exc:
+                        self.recorder.fail(runs.EVENTS, exc)
             for sig, wait_for in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
                 try:
                     os.killpg(self.proc.pid, sig)
                 except ProcessLookupError:
                     break
+                self.record.stop_signals = [*(self.record.stop_signals or []), sig.name]
                 try:
                     self.proc.wait(timeout=wait_for)
                     break
@@ -454,7 +466,10 @@ class Execution:
         rec.recording_error = self.recorder.error
         self.recorder.close()
         kind = {"ok": "ended", "failed": "failed", "stopped": "stopped"}[rec.status]
-        message = f"{rec.id} {rec.status} after {rec.wall_time:.1f}s (exit {status}{', ' + rec.signal if rec.signal else ''})"
+        if rec.status == "stopped":  # the same words however the child ended (exit_status, signal: in the extras)
+            message = f"{rec.id} stopped after {rec.wall_time:.1f}s: {rec.stop_reason}"
+        else:
+            message = f"{rec.id} {rec.status} after {rec.wall_time:.1f}s (exit {status}{', ' + rec.signal if rec.signal else ''})"
         try:  # on a full disk this may fail too: the record then reads "lost" (its process is gone)
             if escaped:
                 runs.append_event(self.events_file, "escaped", f"{rec.id}: ended {len(escaped)} process(es) that had left its process group", pids=escaped)

@@ -147,6 +147,7 @@ def main(argv=None) -> None:
 
     from scalebox_cst.runtime.loader import exec_source, install_excepthook
 
+    install_excepthook()  # before the store is read: a stop during start-up is one line too
     project_dir = os.path.realpath(project_dir)
     script_path = os.path.realpath(os.path.join(project_dir, script))
     rel = os.path.relpath(script_path, project_dir).replace(os.sep, "/")
@@ -154,7 +155,6 @@ def main(argv=None) -> None:
     if rel not in blobs:
         sys.exit(f"scalebox: {rel} is not in commit {commit_id[:10]} (is it included in scalebox.toml?)")
 
-    install_excepthook()
     from scalebox_cst.runtime import telemetry  # measured without the user's help (issue 10)
 
     telemetry.install()  # SCALEBOX_TELEMETRY=0: off

@@ -187,8 +187,10 @@ def _excepthook(exc_type, exc, tb) -> None:
     """Print tracebacks in the user's lines (:func:`format_exception`; the C default reads lines
     from disk), without the launcher's own frames."""
     if issubclass(exc_type, KeyboardInterrupt):
-        # The usual way a run ends under the watcher (a newer change): one line, no traceback.
-        print("scalebox: run interrupted (KeyboardInterrupt)", file=sys.stderr)
+        # The usual way a run ends under the watcher (a save restarts it): one line, no traceback,
+        # saying why when the executor stopped it (its "stopping" event, runtime.executor.stop).
+        why = _stop_reason()
+        print(f"scalebox: run stopped: {why}" if why else "scalebox: run interrupted (KeyboardInterrupt)", file=sys.stderr)
         return
     engine = _engine_dirs()
     first = tb
@@ -206,6 +208,23 @@ def _excepthook(exc_type, exc, tb) -> None:
         text = "".join(traceback.format_exception(exc_type, exc, tb))
     sys.stderr.write(text)
     sys.stderr.flush()
+
+
+def _stop_reason():
+    """The reason of the executor's ``stopping`` event, when it is the run's last event."""
+    import json
+
+    folder = os.environ.get("SCALEBOX_RUN_DIR")  # runtime.lifeline.ENV_RUN_DIR
+    if not folder:
+        return None
+    try:
+        with open(os.path.join(folder, "events.jsonl"), "rb") as fh:
+            last = json.loads(fh.read().rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    if isinstance(last, dict) and last.get("kind") == "stopping":
+        return str(last.get("message") or "") or None
+    return None
 
 
 def install_excepthook() -> None:

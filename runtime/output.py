@@ -198,8 +198,8 @@ class StreamPump:
                 if not data:
                     break
                 self.on_activity()
+                self.recorder.write(self.file_name, data)  # first: what the terminal shows is on disk
                 self.console.write(data)
-                self.recorder.write(self.file_name, data)
                 for text, cr in self.splitter.feed(data):
                     self._line(text, cr)
             rest = self.splitter.close()
