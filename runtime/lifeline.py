@@ -87,7 +87,8 @@ def preexec_for(parent: int) -> Optional[Callable[[], None]]:
 
 def hold(grace: float, interval: float = 0.25) -> bool:
     """In the executor's own child, first thing: watch the executor; once it is gone, end the
-    run (:func:`end_all`). Then clear the death signal :func:`preexec_for` set. False (nothing
+    run (:func:`end_all`), also when this process exits first (its script's next print to the
+    dead executor's pipe raises BrokenPipeError: measured, the workers were left). Then clear the death signal :func:`preexec_for` set. False (nothing
     done) in any other process, e.g. a worker, which inherits no :data:`ENV_PARENT`."""
     raw = os.environ.pop(ENV_PARENT, None)
     if not raw:
@@ -101,24 +102,71 @@ def hold(grace: float, interval: float = 0.25) -> bool:
         # nothing is written: stdout and stderr are pipes to the dead parent
         end_all(run_dir, grace)
 
+    def at_exit() -> None:  # e.g. a print to the dead parent's pipe raised first (BrokenPipeError)
+        if os.getppid() != parent:
+            end_all(run_dir, grace)
+
+    import atexit
+
     from scalebox_cst.runtime import threads
 
+    atexit.register(at_exit)
     threads.start_daemon(watch, "scalebox-parent-watch")
-    _set_death_signal(0)  # the watch thread ends the run now, workers and all
+    _set_death_signal(0)  # the watch thread (or at_exit) ends the run now, workers and all
     return True
 
 
 def end_all(run_dir: Optional[str], grace: float) -> None:
-    """From inside the run: the processes that left its group, then its group (this one too)."""
-    if run_dir:
-        end_processes(run_processes(run_dir, exclude=(os.getpid(),)), grace)
+    """From inside the run, its executor gone: SIGTERM to every other process of the run (its
+    process group, and those that left it), SIGKILL to what is left after ``grace``, then SIGKILL
+    to the group, this process last. Not SIGTERM to the group at once: this process would die
+    of it while its main thread, all signals blocked inside ``fork_exec``, starts a worker the
+    group signal no longer reaches (measured: the worker survived); SIGKILL cannot be blocked,
+    and a fork in progress when it is pending is undone."""
     group = os.getpgrp()
-    for sig, pause in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
+    signalled = set()
+    deadline = time.time() + grace
+    while True:
+        others = set(_members(run_dir, group))
+        for pid in others - signalled:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
+        signalled |= others
+        if not others or time.time() >= deadline:
+            break
+        time.sleep(0.05)
+    for pid in _members(run_dir, group):
         try:
-            os.killpg(group, sig)
+            os.kill(pid, signal.SIGKILL)
         except OSError:
-            return
-        time.sleep(pause)
+            pass
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _members(run_dir: Optional[str], group: int) -> List[int]:
+    """Live processes of the run but this one: in ``group``, or naming ``run_dir`` (:func:`run_processes`)."""
+    found = set(run_processes(run_dir)) if run_dir else set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        names = []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == group:
+            found.add(int(name))
+    found.discard(os.getpid())
+    return sorted(found)
 
 
 def run_processes(run_dir: str, exclude: Iterable[int] = ()) -> List[int]:
