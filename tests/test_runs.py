@@ -377,7 +377,7 @@ def test_signals_to_scalebox_run_stop_the_whole_run_and_finish_its_record(plain,
     assert record["status"] == "stopped" and record["stop_reason"] == f"{signal.Signals(sig).name} to scalebox run"
     assert record["wall_time"] < 30
     events, _ = runs.read_events(os.path.join(runs.run_dir(str(plain), "run/0001", 1), "events.jsonl"))
-    assert [e["kind"] for e in events] == ["started", "stopped"]
+    assert [e["kind"] for e in events] == ["started", "stopping", "stopped"]
 
 
 def _blocked(tid):
