@@ -310,7 +310,10 @@ class Execution:
                     self._tail.append([index, text, cr])
             self._line_metrics(text)
 
-        StreamPump(stream.fileno(), self._consoles[index], self.recorder, name, line, activity).run()
+        try:
+            StreamPump(stream.fileno(), self._consoles[index], self.recorder, name, line, activity).run()
+        finally:
+            stream.close()
 
     def _command(self, python: str, store_path: str, commit: str, project_dir: str, script: str, args: List[str]) -> List[str]:
         """The child's command line (runtime.distributed puts torchrun in front of its workers)."""

@@ -167,6 +167,10 @@ def main(argv=None) -> None:
     os.environ.pop(_ENV_HOOK_MAIN, None)
     sys.argv = [script_path, *args]
     sys.path[0] = os.path.dirname(script_path)
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is lifeline.stopped_in_start_up:  # set by hold()
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a stop is the script's KeyboardInterrupt
     main_module = types.ModuleType("__main__")
     main_module.__dict__.update(
         __file__=script_path,

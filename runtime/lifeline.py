@@ -78,6 +78,9 @@ def preexec_for(parent: int) -> Optional[Callable[[], None]]:
     args = (ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
 
     def preexec() -> None:
+        # SIGINT ignored until hold() handles it: a stop in the interpreter's start-up would
+        # otherwise print a KeyboardInterrupt traceback from whatever it was importing
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         prctl(_PR_SET_PDEATHSIG, *args)
         if os.getppid() != parent:  # died between fork and prctl: the signal will never come
             os.kill(os.getpid(), signal.SIGKILL)
@@ -95,6 +98,9 @@ def hold(grace: float, interval: float = 0.25) -> bool:
         return False
     parent = int(raw)
     run_dir = os.environ.get(ENV_RUN_DIR)
+    signal.signal(signal.SIGINT, stopped_in_start_up)
+    if stop_reason():  # asked to stop while SIGINT was still ignored
+        stopped_in_start_up(signal.SIGINT, None)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -114,6 +120,38 @@ def hold(grace: float, interval: float = 0.25) -> bool:
     threads.start_daemon(watch, "scalebox-parent-watch")
     _set_death_signal(0)  # the watch thread (or at_exit) ends the run now, workers and all
     return True
+
+
+def stopped_in_start_up(signum, frame) -> None:
+    """SIGINT before the script runs (the launcher sets Python's own handler back then): the
+    same one line as a KeyboardInterrupt in the script, and the same end (death by SIGINT)."""
+    import sys
+
+    why = stop_reason()
+    try:
+        print(f"scalebox: run stopped: {why}" if why else "scalebox: run interrupted (KeyboardInterrupt)", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def stop_reason() -> Optional[str]:
+    """The reason of the executor's ``stopping`` event when it is the run's last event (the
+    executor writes it before its first stop signal), else None."""
+    import json
+
+    folder = os.environ.get(ENV_RUN_DIR)
+    if not folder:
+        return None
+    try:
+        with open(os.path.join(folder, "events.jsonl"), "rb") as fh:
+            last = json.loads(fh.read().rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    if isinstance(last, dict) and last.get("kind") == "stopping":
+        return str(last.get("message") or "") or None
+    return None
 
 
 def end_all(run_dir: Optional[str], grace: float) -> None:

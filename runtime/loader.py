@@ -211,20 +211,10 @@ def _excepthook(exc_type, exc, tb) -> None:
 
 
 def _stop_reason():
-    """The reason of the executor's ``stopping`` event, when it is the run's last event."""
-    import json
+    """Why the executor is stopping this run, if it is (runtime.lifeline)."""
+    from scalebox_cst.runtime.lifeline import stop_reason
 
-    folder = os.environ.get("SCALEBOX_RUN_DIR")  # runtime.lifeline.ENV_RUN_DIR
-    if not folder:
-        return None
-    try:
-        with open(os.path.join(folder, "events.jsonl"), "rb") as fh:
-            last = json.loads(fh.read().rstrip(b"\n").rsplit(b"\n", 1)[-1])
-    except (OSError, ValueError, IndexError):
-        return None
-    if isinstance(last, dict) and last.get("kind") == "stopping":
-        return str(last.get("message") or "") or None
-    return None
+    return stop_reason()
 
 
 def install_excepthook() -> None:

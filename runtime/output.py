@@ -187,29 +187,25 @@ class StreamPump:
         self.splitter = LineSplitter()
 
     def run(self) -> None:
-        try:
-            while True:
-                try:
-                    data = os.read(self.fd, self.CHUNK)
-                except InterruptedError:
-                    continue
-                except OSError:
-                    break
-                if not data:
-                    break
-                self.on_activity()
-                self.recorder.write(self.file_name, data)  # first: what the terminal shows is on disk
-                self.console.write(data)
-                for text, cr in self.splitter.feed(data):
-                    self._line(text, cr)
-            rest = self.splitter.close()
-            if rest is not None:
-                self._line(*rest)
-        finally:
+        """Until EOF; the descriptor stays open (its owner, a Popen file object, closes it: a
+        second close here could close a number another run's file was given since)."""
+        while True:
             try:
-                os.close(self.fd)
+                data = os.read(self.fd, self.CHUNK)
+            except InterruptedError:
+                continue
             except OSError:
-                pass
+                break
+            if not data:
+                break
+            self.on_activity()
+            self.recorder.write(self.file_name, data)  # first: what the terminal shows is on disk
+            self.console.write(data)
+            for text, cr in self.splitter.feed(data):
+                self._line(text, cr)
+        rest = self.splitter.close()
+        if rest is not None:
+            self._line(*rest)
 
     def _line(self, text: str, cr: bool) -> None:
         try:

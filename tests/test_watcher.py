@@ -158,15 +158,17 @@ def test_a_save_that_restarts_the_run_says_so_and_records_the_stop_the_same_way(
             (project / "helpers.py").write_text(f"VALUE = {value}\n")
             assert wait_for(lambda: watcher.execution is not running, watcher, timeout=30)
             stopped.append(running)
+        last = watcher.execution  # stopped at once, in its start-up: one line too, no traceback
     finally:
         watcher.close()
     output = watcher.run_output.getvalue()
-    assert "KeyboardInterrupt" not in output
+    assert "KeyboardInterrupt" not in output and "Traceback" not in output, output
+    assert (last.record.stop_reason, last.record.stop_signals, last.record.signal) == ("scalebox-watch stopped", ["SIGINT"], "SIGINT")
     for number, execution in enumerate(stopped, start=2):
         reason = f"a save restarted it from run/{number:04d}"
         assert f"scalebox: run stopped: {reason}\n" in output  # the child's own line
         record = execution.record
-        assert (record.status, record.stop_reason, record.stop_signals) == ("stopped", reason, ["SIGINT"])
+        assert (record.status, record.stop_reason, record.stop_signals, record.signal) == ("stopped", reason, ["SIGINT"], "SIGINT")
         assert any(m.startswith(f"scalebox: {record.id} stopped after ") and m.endswith(f"s: {reason}") for m in messages), messages
         events, _ = runs.read_events(os.path.join(execution.dir, runs.EVENTS))
         assert [e["kind"] for e in events] == ["started", "stopping", "stopped"]
