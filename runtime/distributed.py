@@ -110,32 +110,14 @@ def torchrun_env(env: Dict[str, str]) -> Dict[str, str]:
 # ------------------------------------------------------------------------------ torchrun, the child
 def _torchrun(argv: List[str]) -> None:
     """torchrun in this process, ended (with its workers: its SIGTERM handler stops them) when
-    the executor that started it dies without stopping it, as a local run's child is."""
+    the executor that started it dies without stopping it, as a local run's child is: the watch
+    starts before torch is imported (runtime.lifeline)."""
+    from scalebox_cst.runtime import lifeline
+
+    lifeline.hold(grace=10.0)
     from torch.distributed import run
 
-    if os.getpgrp() == os.getpid():  # the executor's own child
-        _end_with_parent(os.getppid())
     run.main(argv)
-
-
-def _end_with_parent(parent: int, interval: float = 0.5, grace: float = 10.0) -> None:
-    """A daemon thread: once the parent is gone, SIGTERM to this process group (torchrun stops
-    its workers on it), SIGKILL after ``grace``. It writes nothing: its stderr is a pipe to the
-    dead parent (a write would raise and end the thread before it stopped anything)."""
-    import signal
-    from scalebox_cst.runtime import threads
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(interval)
-        for sig, pause in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
-            try:
-                os.killpg(os.getpgrp(), sig)
-            except OSError:
-                return
-            time.sleep(pause)
-
-    threads.start_daemon(watch, "scalebox-parent-watch")
 
 
 # ------------------------------------------------------------------------------ inside a rank

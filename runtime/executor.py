@@ -3,14 +3,18 @@
 The child is ``runtime.launch``, which serves the script and project modules from the commit
 (the rewrite, or with ``variant="original"`` the source snapshot itself). Each run gets a new
 folder ``runs/<branch>/<NNNN>/`` (never reused, never overwritten; layout in scalebox_cst.runs):
-``record.json`` (rewritten atomically at start and end), ``log.txt`` (the child's output, also
-echoed), ``metrics.jsonl`` (the child's telemetry, plus the numeric ``key=value`` lines of its
-output, appended here as they arrive) and ``events.jsonl``. A thread tails ``metrics.jsonl`` into
-TensorBoard event files (scalebox_cst.tbevents) under ``.scalebox/tensorboard/``.
+``record.json`` (rewritten atomically at start and end), ``log.txt`` and ``stderr.txt`` (the
+child's stdout and stderr, each also echoed to the same stream here, as written: see
+runtime.output), ``metrics.jsonl`` (the child's telemetry, plus the numeric ``key=value`` tokens
+of its output, appended here as they arrive) and ``events.jsonl``. A thread tails
+``metrics.jsonl`` into TensorBoard event files (scalebox_cst.tbevents) under
+``.scalebox/tensorboard/``. A failed write to the run folder (a full disk) stops the recording
+with one line; the run goes on and its record still ends.
 
 The child has its own process group. ``stop()`` sends SIGINT to the group, then SIGTERM after a
-grace period, then SIGKILL; when the child ends, whatever is left in its group (workers) is
-ended too. The child stops its group itself if this process dies without stopping it.
+grace period, then SIGKILL; when the child ends, whatever is left of the run is ended too: its
+group (workers) and the processes that left it (runtime.lifeline). The child stops the run
+itself if this process dies without stopping it, from its first instruction on.
 """
 from __future__ import annotations
 
@@ -28,12 +32,13 @@ import time
 from typing import IO, Any, Callable, Dict, List, Optional
 
 from scalebox_cst import contention, runs
-from scalebox_cst.runtime import keyvalue, threads
+from scalebox_cst.runtime import keyvalue, lifeline, threads
+from scalebox_cst.runtime.output import Console, Recorder, StreamPump
 from scalebox_cst.runtime.launch import ENV_INFO, ENV_SEED
 from scalebox_cst.runtime.metrics import ENV_FILE  # where the child's telemetry appends
 from scalebox_cst.runtime.metrics import user as user_name
 
-ENV_RUN_DIR = "SCALEBOX_RUN_DIR"
+ENV_RUN_DIR = lifeline.ENV_RUN_DIR
 
 #: key=value tokens that are the x of the others on their line, not metrics of their own
 STEP_KEYS = keyvalue.STEP_KEYS
@@ -69,6 +74,7 @@ class RunRecord:
     status: str = "running"  # running | ok | failed | stopped (readers add "lost")
     signal: Optional[str] = None  # the signal that ended the child, if one did
     stop_reason: Optional[str] = None
+    stop_signals: Optional[List[str]] = None  # what stop() sent, in order (SIGINT; SIGTERM, SIGKILL past the grace)
     hotfix_of: Optional[str] = None  # "run/0002#1"
     launcher: str = "local"
     nproc: int = 1
@@ -79,6 +85,7 @@ class RunRecord:
     metrics: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
     profile: Optional[Dict[str, Any]] = None  # where the time went (scalebox_cst.profile.build)
     error_tail: List[str] = dataclasses.field(default_factory=list)
+    recording_error: Optional[str] = None  # why the run folder stopped being written (a full disk)
 
     @property
     def stopped(self) -> bool:
@@ -125,7 +132,9 @@ def error_tail(lines: List[str], limit: int = 30) -> List[str]:
 
 class _TensorBoard:
     """Tails metrics.jsonl into TensorBoard event files (scalebox_cst.tbevents: no tensorboardX,
-    whose import costs the host torch's; a folder that cannot be made: nothing, said once)."""
+    whose import costs the host torch's; a folder that cannot be made: nothing, said once).
+    Writes are synchronous: a full disk raises OSError from :meth:`pump`, which the executor
+    says in one line (nothing waits on a writer thread)."""
 
     warned = False
 
@@ -144,18 +153,27 @@ class _TensorBoard:
     def pump(self, path: str) -> int:
         points, self.offset = runs.read_metrics(path, self.offset)
         if self.writer is not None:
-            self.writer.add((p.name, p.value, p.step, p.time or None) for p in points)
+            try:
+                self.writer.add((p.name, p.value, p.step, p.time or None) for p in points)
+            except OSError:
+                self.close()  # a full disk: no more writes (the caller says it once)
+                raise
         return len(points)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError:  # what a full disk kept in the buffer: lost with the recording
+                pass
 
 
 class Execution:
     """One subprocess running SCRIPT from a commit as a new run of BRANCH; ``stop()`` and
-    ``wait()`` finish its record. ``runs_root`` is ``<project>/.scalebox/runs``."""
+    ``wait()`` finish its record. ``runs_root`` is ``<project>/.scalebox/runs``. The child's
+    stdout is echoed to ``echo``, its stderr to ``echo_err`` (default: ``sys.stderr`` when
+    ``echo`` is ``sys.stdout``, else ``echo`` itself)."""
 
     def __init__(
         self,
@@ -179,6 +197,7 @@ class Execution:
         label_output: bool = False,
         notice: Optional[Callable[[str], None]] = None,
         tensorboard: bool = True,
+        echo_err: Optional[IO[str]] = None,
     ) -> None:
         self.project_dir = os.path.realpath(project_dir)
         self.store_path = store_path
@@ -188,14 +207,18 @@ class Execution:
         self.echo = echo
         self.prefix = f"[{branch}#{self.run}] " if label_output else ""
         self.notice = notice or (lambda text: print(text, file=sys.stderr, flush=True))
+        if echo_err is None:  # the child's stderr: to this process's stderr beside its stdout, else with it
+            echo_err = sys.stderr if echo is not None and echo in (sys.stdout, sys.__stdout__) else echo
+        self._consoles = (Console(echo, self.prefix), Console(echo_err, self.prefix))
         self.record = RunRecord(
             branch, commit, script, list(args), started=time.time(), run=self.run, source_commit=source_commit,
             variant=variant, seed=seed, seed_via=seed_via, hotfix_of=hotfix_of, stale=stale,
         )
         self._lock = threading.Lock()
+        self._tail_lock = threading.Lock()
         self._finished = False
         self._stop_reason: Optional[str] = None
-        self._tail: "collections.deque[str]" = collections.deque(maxlen=400)
+        self._tail: "collections.deque[List[Any]]" = collections.deque(maxlen=400)  # [stream, line, ended by \r]
         self._counters: Dict[str, int] = {}
         self._last_activity = time.time()
         self._load = contention.LoadSampler()  # sampled by the tailer thread, once a second
@@ -209,19 +232,21 @@ class Execution:
         if seed is not None and seed_via == "env":
             child_env[ENV_SEED] = str(seed)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
+        child_env[lifeline.ENV_PARENT] = str(os.getpid())
         cmd = self._command(python, store_path, commit, project_dir, script, list(args))
-        self._log = open(os.path.join(self.dir, runs.LOG), "w", encoding="utf-8")
+        self.recorder = Recorder(self.dir, f"{branch}#{self.run}", self.notice)
+        for name in (runs.LOG, runs.STDERR):
+            self.recorder.open(name)
         self.proc = subprocess.Popen(
             cmd,
             cwd=project_dir,
             env=child_env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            bufsize=1,
+            stderr=subprocess.PIPE,
+            bufsize=0,
             start_new_session=True,  # its own process group: we decide when it stops
+            preexec_fn=lifeline.preexec_for(os.getpid()),  # dies with this process, even in its start-up
         )
         self.record.pid = self.record.pgid = self.proc.pid
         self._write_record()
@@ -229,24 +254,33 @@ class Execution:
         tb_dir = runs.tensorboard_dir(self.project_dir, branch, self.run, commit, variant)
         self._tb = _TensorBoard(tb_dir, self.notice) if tensorboard else None
         self._done = threading.Event()
-        self._reader = threads.start_daemon(self._pump, f"scalebox-run-{branch}#{self.run}")
+        self._readers = [
+            threads.start_daemon(self._pump, f"scalebox-{name}-{branch}#{self.run}", (index, stream, name))
+            for index, (stream, name) in enumerate(((self.proc.stdout, runs.LOG), (self.proc.stderr, runs.STDERR)))
+        ]
         self._tailer = threads.start_daemon(self._tail_metrics, f"scalebox-tail-{branch}#{self.run}")
 
     # ------------------------------------------------------------------ output and metrics
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+    def _pump(self, index: int, stream: IO[bytes], name: str) -> None:
+        """One of the child's streams (0 stdout, 1 stderr) to its console and file, its logical
+        lines to the metrics and the error tail (runtime.output)."""
+
+        def activity() -> None:
             self._last_activity = time.time()
-            self._log.write(line)
-            self._tail.append(line)
-            if self.echo is not None:
-                try:
-                    self.echo.write(self.prefix + line if self.prefix else line)
-                    self.echo.flush()
-                except (OSError, ValueError):
-                    pass
-            self._line_metrics(line)
-        self._log.flush()
+
+        def line(text: str, cr: bool) -> None:
+            with self._tail_lock:
+                last = self._tail[-1] if self._tail else None
+                if last is not None and last[0] == index and last[2]:
+                    self._tail[-1] = [index, text, cr]  # a redrawn progress bar keeps one line
+                else:
+                    self._tail.append([index, text, cr])
+            self._line_metrics(text)
+
+        try:
+            StreamPump(stream.fileno(), self._consoles[index], self.recorder, name, line, activity).run()
+        finally:
+            stream.close()
 
     def _command(self, python: str, store_path: str, commit: str, project_dir: str, script: str, args: List[str]) -> List[str]:
         """The child's command line (runtime.distributed puts torchrun in front of its workers)."""
@@ -273,21 +307,18 @@ class Execution:
             counters[name] = count + 1
             step = int(x) if x is not None else count
             lines.append(json.dumps({"name": name, "step": step, "value": value if math.isfinite(value) else str(value), "time": now}))
-        if lines:
-            data = ("\n".join(lines) + "\n").encode("utf-8")
-            fd = os.open(path or self.metrics_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, data)  # one write: whole lines beside the child's own appends
-            finally:
-                os.close(fd)
+        if lines:  # one write: whole lines beside the child's own appends
+            self.recorder.append(path or self.metrics_file, ("\n".join(lines) + "\n").encode("utf-8"))
 
     def _tail_metrics(self) -> None:
-        """TensorBoard from metrics.jsonl, and a word when a run is silent for long."""
+        """TensorBoard from metrics.jsonl, and a word when a run is silent for long. After the
+        run's end (``_done``) one last pump and the close, here: a stuck writer holds only this
+        thread, never the record."""
         notices = list(QUIET_NOTICES)
         seen_metrics = False
         while not self._done.wait(1.0):
             self._load.sample()
-            if self._tb is not None and self._tb.pump(self.metrics_file):
+            if self._pump_tensorboard():
                 seen_metrics = True
                 self._last_activity = time.time()
             quiet = time.time() - self._last_activity
@@ -298,21 +329,47 @@ class Execution:
                 self.notice(f"scalebox: {self.record.id} still running ({time.time() - self.record.started:.0f}s, {what} for {quiet:.0f}s)")
             elif quiet < 1.0:
                 notices = [t for t in QUIET_NOTICES]
+        self._pump_tensorboard()
+        if self._tb is not None:
+            try:
+                self._tb.close()
+            except OSError as exc:
+                self.recorder.fail("TensorBoard", exc)
+
+    def _pump_tensorboard(self) -> int:
+        if self._tb is None or not self.recorder.ok:
+            return 0
+        try:
+            return self._tb.pump(self.metrics_file)
+        except OSError as exc:
+            self.recorder.fail("TensorBoard", exc)
+            return 0
 
     # ------------------------------------------------------------------ lifecycle
     def poll(self) -> Optional[int]:
         return self.proc.poll()
 
     def stop(self, grace: float = 3.0, reason: str = "stopped") -> RunRecord:
-        """SIGINT to the process group, then SIGTERM, then SIGKILL; returns the finished record."""
+        """SIGINT to the process group, then SIGTERM, then SIGKILL; returns the finished record.
+
+        Every stop is recorded alike: status ``stopped``, ``stop_reason``, ``stop_signals`` (what
+        was sent); ``signal``/``exit_status`` say how the child ended. Before the first signal a
+        ``stopping`` event with the reason goes to events.jsonl, where the child's KeyboardInterrupt
+        handler reads why it is being stopped (runtime.loader)."""
         if self.proc.poll() is None:
             if self._stop_reason is None:
                 self._stop_reason = reason
+                if self.recorder.ok:
+                    try:
+                        runs.append_event(self.events_file, "stopping", reason)
+                    except OSError as exc:
+                        self.recorder.fail(runs.EVENTS, exc)
             for sig, wait_for in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
                 try:
                     os.killpg(self.proc.pid, sig)
                 except ProcessLookupError:
                     break
+                self.record.stop_signals = [*(self.record.stop_signals or []), sig.name]
                 try:
                     self.proc.wait(timeout=wait_for)
                     break
@@ -353,12 +410,13 @@ class Execution:
 
     def _finish(self, status: int) -> None:
         self._end_group()
-        self._reader.join(timeout=5.0)
+        escaped = lifeline.end_run_processes(self.dir)
+        for reader in self._readers:
+            reader.join(timeout=5.0)
         self._done.set()
-        self._tailer.join(timeout=5.0)
-        if self._tb is not None:
-            self._tb.pump(self.metrics_file)
-            self._tb.close()
+        self._tailer.join(timeout=10.0)
+        if self._tailer.is_alive():
+            self.recorder.fail("TensorBoard", OSError("its event writer did not finish in 10s"))
         rec = self.record
         rec.exit_status = status
         rec.ended = time.time()
@@ -373,17 +431,27 @@ class Execution:
         else:
             rec.status = "ok" if status == 0 else "failed"
         if rec.status == "failed":
-            rec.error_tail = error_tail(list(self._tail))
+            with self._tail_lock:
+                rec.error_tail = error_tail([line for _, line, _ in self._tail])
         rec.load = self._load.summary()
         series = runs.read_series(self.dir)
         rec.metrics = summarize(series)
         rec.headline = runs.headline(rec.to_json(), series, runs.read_sites(self.dir))
         rec.profile = _profile(self.dir, rec.to_json(), self.store_path)
-        self._write_record()
-        self._log.close()
+        rec.recording_error = self.recorder.error
+        self.recorder.close()
         kind = {"ok": "ended", "failed": "failed", "stopped": "stopped"}[rec.status]
-        message = f"{rec.id} {rec.status} after {rec.wall_time:.1f}s (exit {status}{', ' + rec.signal if rec.signal else ''})"
-        runs.append_event(self.events_file, kind, message, exit_status=status, signal=rec.signal, reason=rec.stop_reason)
+        if rec.status == "stopped":  # the same words however the child ended (exit_status, signal: in the extras)
+            message = f"{rec.id} stopped after {rec.wall_time:.1f}s: {rec.stop_reason}"
+        else:
+            message = f"{rec.id} {rec.status} after {rec.wall_time:.1f}s (exit {status}{', ' + rec.signal if rec.signal else ''})"
+        try:  # on a full disk this may fail too: the record then reads "lost" (its process is gone)
+            if escaped:
+                runs.append_event(self.events_file, "escaped", f"{rec.id}: ended {len(escaped)} process(es) that had left its process group", pids=escaped)
+            self._write_record()
+            runs.append_event(self.events_file, kind, message, exit_status=status, signal=rec.signal, reason=rec.stop_reason)
+        except OSError as exc:
+            self.notice(f"scalebox: {rec.id}: record not written ({exc}); it reads as lost")
 
     def _write_record(self) -> None:
         runs.write_record(self.dir, self.record.to_json())

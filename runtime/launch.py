@@ -16,7 +16,8 @@ The executor passes :data:`ENV_INFO` (branch, run, variant, source commit); with
 a rewrite are shown in the user's lines (runtime.loader.Origin). :data:`ENV_SEED` asks the
 launcher to seed ``random``/numpy/torch before the script runs (``scalebox run --seeds`` on a
 script with no ``--seed`` option). The launcher ends its process group when the executor that
-started it dies (even by SIGKILL), so no run outlives ``scalebox run``.
+started it dies (even by SIGKILL, even in its start-up: runtime.lifeline), so no run outlives
+``scalebox run``.
 """
 from __future__ import annotations
 
@@ -135,29 +136,10 @@ def _seed_from_env() -> None:
             module.manual_seed(seed)
 
 
-def _end_with_parent(parent: int, interval: float = 0.5) -> None:
-    """A daemon thread: when the executor that started this run is gone (killed, even by
-    SIGKILL), stop the whole process group (SIGTERM, then SIGKILL), workers included."""
-    import signal
-    from scalebox_cst.runtime import threads
-    import time
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(interval)
-        try:  # the pipe to the executor is likely closed with it
-            print("scalebox: the process that started this run is gone; stopping it", file=sys.stderr, flush=True)
-        except (OSError, ValueError):
-            pass
-        group = os.getpgrp()
-        os.killpg(group, signal.SIGTERM)
-        time.sleep(3.0)
-        os.killpg(group, signal.SIGKILL)
-
-    threads.start_daemon(watch, "scalebox-parent-watch")
-
-
 def main(argv=None) -> None:
+    from scalebox_cst.runtime import lifeline
+
+    lifeline.hold(grace=3.0)  # first: the run ends with the executor, whatever this process imports
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 4:
         sys.exit("usage: python -m scalebox_cst.runtime.launch STORE_GIT COMMIT PROJECT_DIR SCRIPT [ARGS...]")
@@ -165,6 +147,7 @@ def main(argv=None) -> None:
 
     from scalebox_cst.runtime.loader import exec_source, install_excepthook
 
+    install_excepthook()  # before the store is read: a stop during start-up is one line too
     project_dir = os.path.realpath(project_dir)
     script_path = os.path.realpath(os.path.join(project_dir, script))
     rel = os.path.relpath(script_path, project_dir).replace(os.sep, "/")
@@ -172,12 +155,9 @@ def main(argv=None) -> None:
     if rel not in blobs:
         sys.exit(f"scalebox: {rel} is not in commit {commit_id[:10]} (is it included in scalebox.toml?)")
 
-    install_excepthook()
     from scalebox_cst.runtime import telemetry  # measured without the user's help (issue 10)
 
     telemetry.install()  # SCALEBOX_TELEMETRY=0: off
-    if os.environ.get(ENV_INFO) and os.getpgrp() == os.getpid():  # the executor's own child
-        _end_with_parent(os.getppid())
     _seed_from_env()
     # Children (and their children) that re-create __main__ run this commit's script; an import
     # hook run started inside this one sets its own variable again, and wins (see _spawn_main).
@@ -187,6 +167,10 @@ def main(argv=None) -> None:
     os.environ.pop(_ENV_HOOK_MAIN, None)
     sys.argv = [script_path, *args]
     sys.path[0] = os.path.dirname(script_path)
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is lifeline.stopped_in_start_up:  # set by hold()
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here a stop is the script's KeyboardInterrupt
     main_module = types.ModuleType("__main__")
     main_module.__dict__.update(
         __file__=script_path,

@@ -187,8 +187,10 @@ def _excepthook(exc_type, exc, tb) -> None:
     """Print tracebacks in the user's lines (:func:`format_exception`; the C default reads lines
     from disk), without the launcher's own frames."""
     if issubclass(exc_type, KeyboardInterrupt):
-        # The usual way a run ends under the watcher (a newer change): one line, no traceback.
-        print("scalebox: run interrupted (KeyboardInterrupt)", file=sys.stderr)
+        # The usual way a run ends under the watcher (a save restarts it): one line, no traceback,
+        # saying why when the executor stopped it (its "stopping" event, runtime.executor.stop).
+        why = _stop_reason()
+        print(f"scalebox: run stopped: {why}" if why else "scalebox: run interrupted (KeyboardInterrupt)", file=sys.stderr)
         return
     engine = _engine_dirs()
     first = tb
@@ -206,6 +208,13 @@ def _excepthook(exc_type, exc, tb) -> None:
         text = "".join(traceback.format_exception(exc_type, exc, tb))
     sys.stderr.write(text)
     sys.stderr.flush()
+
+
+def _stop_reason():
+    """Why the executor is stopping this run, if it is (runtime.lifeline)."""
+    from scalebox_cst.runtime.lifeline import stop_reason
+
+    return stop_reason()
 
 
 def install_excepthook() -> None:

@@ -237,13 +237,10 @@ def _run_task(job: Dict[str, Any], interval: float):
         source_commit=job.get("source_commit"), variant=job.get("variant", "rewrite"), seed=job.get("seed"),
         seed_via=job.get("seed_via"), tensorboard=False, notice=lambda text: None,
     )
-    mirror = _Mirror(execution.dir)
-    log = getattr(execution, "_log", None)  # the executor writes log.txt through a buffer
+    mirror = _Mirror(execution.dir)  # the executor writes log.txt and stderr.txt unbuffered
     try:
         while execution.poll() is None:
             time.sleep(interval)
-            if log is not None and not log.closed:
-                log.flush()
             chunk = mirror.collect()
             if chunk["append"] or chunk["replace"]:
                 yield chunk
@@ -301,7 +298,7 @@ class _HostRun:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "ab") as fh:
                 fh.write(data)
-            if rel == runs.LOG and self.echo is not None:
+            if rel in (runs.LOG, runs.STDERR) and self.echo is not None:  # the script's stdout and stderr
                 self._echo(data.decode("utf-8", "replace"))
         for rel, data in chunk.get("replace", {}).items():
             if rel == runs.RECORD:

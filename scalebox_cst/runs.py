@@ -2,9 +2,10 @@
 
 ``scalebox log``/``compare``, the monitor and the hot-fix policy all read runs through this
 module; the layout is documented in /work/notes/RUN_LAYOUT.md and the README. A run is
-``(branch, run number)``: ``runs/<branch>/<NNNN>/`` holds ``record.json`` (atomic), ``log.txt``,
-``metrics.jsonl`` and ``events.jsonl`` (append-only, readable while written), ``sites.json``
-and ``profile.jsonl`` (where the time went; read by :mod:`scalebox_cst.profile`).
+``(branch, run number)``: ``runs/<branch>/<NNNN>/`` holds ``record.json`` (atomic), ``log.txt``
+(the script's stdout), ``stderr.txt`` (its stderr), ``metrics.jsonl`` and ``events.jsonl``
+(append-only, readable while written), ``sites.json`` and ``profile.jsonl`` (where the time
+went; read by :mod:`scalebox_cst.profile`).
 
 Stable API: :func:`list_runs`, :func:`load_record`, :func:`read_metrics`, :func:`read_events`,
 :func:`read_series`, :func:`read_sites`, :func:`headline`, :func:`is_alive`; writers:
@@ -30,6 +31,7 @@ METRICS = "metrics.jsonl"
 EVENTS = "events.jsonl"
 SITES = "sites.json"
 LOG = "log.txt"
+STDERR = "stderr.txt"
 
 #: statuses a record can hold; "lost" is only ever computed by readers (see :func:`is_alive`)
 ENDED = ("ok", "failed", "stopped", "lost")

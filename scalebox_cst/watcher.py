@@ -162,7 +162,7 @@ class Watcher:
     def start_run(self, branch: str, commit: str) -> None:
         if not self.script:
             return
-        self.stop_run(f"newer branch {branch}")
+        self.stop_run(f"a save restarted it from {branch}")
         from scalebox_cst.runtime.executor import Execution
 
         self.echo(f"scalebox: running {self.script} from {branch}")
@@ -186,7 +186,8 @@ class Watcher:
     def stop_run(self, reason: str = "scalebox-watch stopped") -> None:
         if self.execution is not None:
             record = self.execution.stop(self.grace, reason=reason)
-            self.echo(f"scalebox: {record.branch} {record.status} after {record.wall_time:.1f}s")
+            self.echo(f"scalebox: {record.id} {record.status} after {record.wall_time:.1f}s"
+                      + (f": {record.stop_reason}" if record.stop_reason else ""))
             self.execution = None
 
     # -------------------------------------------------------------- lifecycle

@@ -90,8 +90,8 @@ def test_run_traceback_shows_rewritten_lines(project):
     assert proc.returncode != 0
     # the rewrite inserted one import and one clip line (the raise ran on line 22): the
     # traceback names the user's line 20 and quotes it
-    assert f'File "{os.path.realpath(project / "train.py")}", line 20, in <module>\n' in proc.stdout
-    assert "raise RuntimeError('boom')" in proc.stdout
+    assert f'File "{os.path.realpath(project / "train.py")}", line 20, in <module>\n' in proc.stderr  # the script's stderr
+    assert "raise RuntimeError('boom')" in proc.stderr and "Traceback" not in proc.stdout
 
 
 def test_run_traceback_and_diff_count_lines_as_python_does_with_form_feeds(project):
@@ -102,8 +102,9 @@ def test_run_traceback_and_diff_count_lines_as_python_does_with_form_feeds(proje
     scalebox("rewrite", str(project), "--backend", "cpu")
     proc = scalebox("run", "run/0001", "train.py", cwd=project, check=False)
     # the user's file has one extra "\f" line: the raise is on line 22 (24 in the rewrite)
-    assert f'File "{os.path.realpath(project / "train.py")}", line 22' in proc.stdout
-    assert "raise RuntimeError('boom')" in proc.stdout.splitlines()[-2]
+    assert f'File "{os.path.realpath(project / "train.py")}", line 22' in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "raise RuntimeError('boom')" in lines[lines.index("RuntimeError: boom") - 1]
     diff = scalebox("diff", cwd=project).stdout
     assert "@@ -15,6 +16,7 @@" in diff and "grad_clip [exact-until-intervention] line 18" in diff
 

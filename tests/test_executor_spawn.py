@@ -106,8 +106,8 @@ def test_child_tracebacks_show_the_committed_lines(project):
     proc = scalebox("run", "run/0001", "train.py", "--", "spawn", cwd=project, check=False, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "process exit 1" in proc.stdout
-    assert "raise ValueError('child failed here')" in proc.stdout
-    assert "edited on disk" not in proc.stdout
+    assert "raise ValueError('child failed here')" in proc.stderr  # the script's stderr
+    assert "edited on disk" not in proc.stdout + proc.stderr
 
 
 ASYNC_ENV_SCRIPT = textwrap.dedent(

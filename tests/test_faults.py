@@ -416,3 +416,258 @@ def test_disk_full_is_one_line_and_the_tree_stays_whole(tmp_path):
     assert "No space left on device" in got["errors"]["rollback"]
     assert got["same"], "a rollback on a full disk changed the tree"
     assert got["after_space"]
+
+
+# ---------------------------------------------------------------------------- scalebox run
+# The run's supervision under faults (runtime.executor, runtime.output, runtime.lifeline): every
+# process of a run carries SCALEBOX_RUN_DIR in its environment, which is how these tests (by a
+# /proc scan of their own) find what a run left behind.
+SLEEPER = textwrap.dedent(
+    """\
+    import subprocess, sys, time
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    print(f"worker={worker.pid}", flush=True)
+    time.sleep(120)
+    """
+)
+
+DAEMONS = textwrap.dedent(
+    """\
+    import os, subprocess, sys, time
+    # a new session (start_new_session=True) and a classic double fork: both leave the run's group
+    session = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write, str(os.getpid()).encode())
+            time.sleep(120)
+        os._exit(0)
+    double = int(os.read(read, 32))
+    print(f"daemons={session.pid},{double}", flush=True)
+    if sys.argv[1:] == ["wait"]:
+        time.sleep(120)
+    """
+)
+
+CHATTY = textwrap.dedent(
+    """\
+    import sys
+    for i in range(int(sys.argv[1])):
+        print(f"line {i} " + "x" * 60)
+        if i % 50 == 0:
+            print(f"step={i} loss={1.0 / (i + 1):.6f}")
+    print("done", flush=True)
+    if sys.argv[2:] == ["wait"]:  # still running when scalebox run is killed
+        import time
+        time.sleep(120)
+    """
+)
+
+
+@pytest.fixture
+def run_project(tmp_path):
+    """A project whose scripts are committed on run/0001 (``scalebox run run/0001 SCRIPT``)."""
+    root = tmp_path / "runproj"
+    root.mkdir()
+    for name, text in (("sleeper.py", SLEEPER), ("daemons.py", DAEMONS), ("chatty.py", CHATTY)):
+        (root / name).write_text(text)
+    (root / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    cli = [sys.executable, "-c", "from scalebox_cst.cli import main; main()"]
+    subprocess.run([*cli, "rewrite", str(root)], check=True, capture_output=True, env=_env(), timeout=120)
+    return root, cli
+
+
+def _run_processes(run_dir):
+    """Live processes whose environment names the run's folder (the test's own scan)."""
+    marker = f"SCALEBOX_RUN_DIR={run_dir}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in env and state != b"Z":
+            found.append(int(name))
+    return found
+
+
+def _describe(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            ppid = fh.read().rsplit(b")", 1)[1].split()[1].decode()
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid} (ppid {ppid}): {cmd}"
+
+
+def _wait_gone(run_dir, timeout=20.0):
+    deadline = time.time() + timeout
+    while _run_processes(run_dir) and time.time() < deadline:
+        time.sleep(0.1)
+    return _run_processes(run_dir)
+
+
+def _kill_all(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _first_run_dir(root, timeout=60.0):
+    folder = root / ".scalebox" / "runs" / "run" / "0001"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = sorted(folder.glob("[0-9][0-9][0-9][0-9]")) if folder.exists() else []
+        if found:
+            return found[-1]
+        time.sleep(0.005)
+    raise AssertionError("no run folder appeared")
+
+
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds a run's processes in /proc")
+
+
+@needs_proc
+def test_sigkill_of_scalebox_run_early_in_the_childs_start_up_leaves_nothing(run_project):
+    """kill -9 of `scalebox run` at several delays after the run folder appears, most of them
+    while the child is still starting (importing): no process of the run survives."""
+    root, cli = run_project
+    delays = [0.0, 0.05, 0.2, 0.5, 1.0, 2.0, 3.0, 4.0][: max(4, TRIALS * 2)]
+    survived = {}
+    for delay in delays:
+        proc = subprocess.Popen([*cli, "run", "run/0001", "sleeper.py"], cwd=root, env=_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            run_dir = _first_run_dir(root)
+            time.sleep(delay)
+        finally:
+            proc.kill()
+            proc.wait()
+        left = _wait_gone(str(run_dir))
+        if left:
+            survived[delay] = [_describe(pid) for pid in left]
+            _kill_all(left)
+        shutil.rmtree(run_dir)  # the next trial's folder is the only one
+    print(f"\n{len(delays)} kills of scalebox run at {delays} s after its run folder appeared: survivors {survived or 'none'}")
+    assert not survived
+
+
+@needs_proc
+def test_log_txt_holds_what_the_terminal_showed_when_scalebox_run_is_killed(run_project):
+    root, cli = run_project
+    proc = subprocess.Popen([*cli, "run", "run/0001", "chatty.py", "--", "30", "wait"], cwd=root, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    seen = b""
+    while b"done\n" not in seen:
+        chunk = proc.stdout.read1(65536)
+        assert chunk, seen[-300:]
+        seen += chunk
+    proc.kill()  # at once, before the run's end is recorded
+    proc.wait()
+    run_dir = _first_run_dir(root)
+    assert (run_dir / "log.txt").read_bytes() == seen
+    _kill_all(_wait_gone(str(run_dir)))
+
+
+@needs_proc
+@pytest.mark.parametrize("how", ["ends", "scalebox run killed"])
+def test_processes_that_leave_the_runs_group_end_with_the_run(run_project, how):
+    root, cli = run_project
+    args = ["--", "wait"] if how != "ends" else []
+    proc = subprocess.Popen([*cli, "run", "run/0001", "daemons.py", *args], cwd=root, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("daemons="), line + proc.stderr.read()
+    daemons = [int(p) for p in line.split("=")[1].split(",")]
+    run_dir = str(_first_run_dir(root))
+    if how == "ends":
+        proc.communicate(timeout=60)
+        assert proc.returncode == 0
+    else:
+        proc.kill()
+        proc.wait()
+    left = _wait_gone(run_dir)
+    _kill_all(left)
+    assert not left, f"{how}: left {[_describe(p) for p in left]} (daemons {daemons})"
+    assert not [p for p in daemons if _describe(p).endswith("time.sleep(120) ")]  # not by another name either
+
+
+def _limit_file_size(limit):
+    def apply():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+@needs_proc
+def test_a_full_disk_stops_the_recording_not_the_run(run_project):
+    """RLIMIT_FSIZE makes the kernel refuse writes past a size (EFBIG), as a full disk does
+    (ENOSPC), on the real write path: log.txt stops growing, the run goes on to its end on the
+    terminal, one line says the recording stopped, and the record ends."""
+    root, cli = run_project
+    lines = 6000  # about 420 KB of output against a 128 KB limit: more than a pipe holds
+    proc = subprocess.run([*cli, "run", "run/0001", "chatty.py", "--", str(lines)], cwd=root, env=_env(),
+                          capture_output=True, text=True, timeout=180, preexec_fn=_limit_file_size(128 * 1024))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout.splitlines()
+    assert out[-1] == "done" and len([l for l in out if l.startswith("line ")]) == lines
+    said = [l for l in proc.stderr.splitlines() if "recording stopped" in l]
+    assert len(said) == 1 and "File too large" in said[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    run_dir = _first_run_dir(root)
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["status"] == "ok" and "File too large" in record["recording_error"]
+    assert (run_dir / "log.txt").stat().st_size <= 128 * 1024
+
+
+def test_a_dead_tensorboard_writer_stops_the_recording_and_the_record_still_ends(run_project, capfd):
+    """tensorboardX writes from its own thread behind a bounded queue: when a full disk kills
+    that thread, adding more scalars would wait forever. The record ends all the same."""
+    import errno
+    import threading
+
+    pytest.importorskip("tensorboardX")
+    from scalebox_cst.project import Project
+    from scalebox_cst.runtime import executor
+
+    root, _ = run_project
+    (root / "steps.py").write_text(
+        "import time\nfor i in range(60):\n    print(f'step={i} loss={i * 0.5}', flush=True)\n    time.sleep(0.05)\n"
+    )
+    project = Project(str(root))
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    notes = []
+    project.commit_change(force=True)
+    info = project.store.resolve(project.store.newest_branch())
+    execution = executor.Execution(
+        project.store.path, project.root, project.runs_dir, info.name, info.commit, "steps.py", [],
+        source_commit=info.source_commit, notice=notes.append,
+    )
+    execution._tb.writer.file_writer.event_writer._ev_writer.write_event = full
+    done = {}
+    waiter = threading.Thread(target=lambda: done.update(record=execution.wait()), daemon=True)
+    waiter.start()
+    waiter.join(120)
+    if waiter.is_alive():
+        execution.stop()
+    assert not waiter.is_alive(), "the record waited on the dead TensorBoard writer"
+    record = done["record"]
+    assert record.status == "ok" and "No space left on device" in record.recording_error
+    assert [n for n in notes if "recording stopped" in n] == notes[-1:] and len(notes) == 1, notes
+    assert "Traceback" not in capfd.readouterr().err
+    on_disk = json.loads(open(os.path.join(execution.dir, "record.json")).read())
+    assert on_disk["status"] == "ok"

@@ -287,7 +287,7 @@ def test_locate_nan_from_the_cli(tmp_path):
     scalebox("init", ".", cwd=root)
     first = scalebox("run", "train.py", cwd=root, timeout=300)
     assert "done True" in first.stdout  # the guard skipped step 5 instead of writing NaN
-    assert "first non-finite gradient at train.py:18 step 5" in first.stdout  # the child's stderr is logged
+    assert "first non-finite gradient at train.py:18 step 5" in first.stderr  # the child's stderr, on stderr
     proc = scalebox("run", "--locate-nan", "train.py", cwd=root, timeout=300)
     assert "Net.bad (Blowup) produced the first non-finite output at train.py:18 step 5" in proc.stderr
     assert "train.py:11" in proc.stderr and "done" not in proc.stdout, proc.stdout

@@ -504,7 +504,7 @@ def test_signals_to_scalebox_run_stop_the_whole_run_and_finish_its_record(plain,
     assert record["status"] == "stopped" and record["stop_reason"] == f"{signal.Signals(sig).name} to scalebox run"
     assert record["wall_time"] < 30
     events, _ = runs.read_events(os.path.join(runs.run_dir(str(plain), "run/0001", 1), "events.jsonl"))
-    assert [e["kind"] for e in events] == ["started", "stopped"]
+    assert [e["kind"] for e in events] == ["started", "stopping", "stopped"]
 
 
 def _blocked(tid):
@@ -633,7 +633,7 @@ def test_traceback_of_a_run_names_the_users_lines_inside_a_site(project):
     assert rewritten.count("\n+") >= 2  # an import and a call were inserted above line 10
     proc = scalebox("run", "t.py", cwd=project, check=False)
     assert proc.returncode == 1
-    assert f'File "{os.path.realpath(project / "t.py")}", line 10, in <module>\n    raise ValueError(\'on line 10\')\n' in proc.stdout
+    assert f'File "{os.path.realpath(project / "t.py")}", line 10, in <module>\n    raise ValueError(\'on line 10\')\n' in proc.stderr
     (record,) = records(project, "run/0001")
     assert record["status"] == "failed" and record["error_tail"][-1] == "ValueError: on line 10"
 

@@ -142,6 +142,39 @@ def test_run_is_restarted_from_each_new_branch(project):
     assert os.path.exists(os.path.join(record, "run", "0001", "0001", "record.json"))  # run/0001, run 1
 
 
+def test_a_save_that_restarts_the_run_says_so_and_records_the_stop_the_same_way(project):
+    """The stopped run's own last line names the save (not a bare KeyboardInterrupt), and each
+    restart is recorded alike: reason, the signals sent, one event message."""
+    from scalebox_cst import runs
+
+    (project / "loop.py").write_text("import time, helpers\nprint('started', flush=True)\ntime.sleep(60)\n")
+    watcher, messages = make_watcher(project, script="loop.py")
+    watcher.start()
+    stopped = []
+    try:
+        for value in (2, 3):
+            running = watcher.execution
+            assert wait_for(lambda: "started" in watcher.run_output.getvalue().split("restarted it")[-1], watcher, timeout=60)
+            (project / "helpers.py").write_text(f"VALUE = {value}\n")
+            assert wait_for(lambda: watcher.execution is not running, watcher, timeout=30)
+            stopped.append(running)
+        last = watcher.execution  # stopped at once, in its start-up: one line too, no traceback
+    finally:
+        watcher.close()
+    output = watcher.run_output.getvalue()
+    assert "KeyboardInterrupt" not in output and "Traceback" not in output, output
+    assert (last.record.stop_reason, last.record.stop_signals, last.record.signal) == ("scalebox-watch stopped", ["SIGINT"], "SIGINT")
+    for number, execution in enumerate(stopped, start=2):
+        reason = f"a save restarted it from run/{number:04d}"
+        assert f"scalebox: run stopped: {reason}\n" in output  # the child's own line
+        record = execution.record
+        assert (record.status, record.stop_reason, record.stop_signals, record.signal) == ("stopped", reason, ["SIGINT"], "SIGINT")
+        assert any(m.startswith(f"scalebox: {record.id} stopped after ") and m.endswith(f"s: {reason}") for m in messages), messages
+        events, _ = runs.read_events(os.path.join(execution.dir, runs.EVENTS))
+        assert [e["kind"] for e in events] == ["started", "stopping", "stopped"]
+        assert events[-1]["message"].endswith(f": {reason}") and events[1]["message"] == reason
+
+
 def test_engine_state_writes_do_not_retrigger(started):
     """Runs and the store write under .scalebox/: that must never cause another batch."""
     watcher, messages, project = started

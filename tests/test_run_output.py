@@ -1,0 +1,120 @@
+"""The child's output under ``scalebox run`` (runtime.output): stdout and stderr stay apart on the
+terminal and on disk, carriage returns pass through, and metrics are read from logical lines of
+each stream (a progress bar's ``\\r``-ended redraw is a line of its own)."""
+import io
+import os
+import subprocess
+import sys
+import textwrap
+
+from scalebox_cst import runs
+from scalebox_cst.runtime.output import Console, LineSplitter, Recorder
+
+from conftest import scalebox
+
+
+def test_logical_lines_end_at_newline_crlf_and_a_lone_cr_across_chunks():
+    split = LineSplitter()
+    got = split.feed(b"a=1\r\n  5%|#| 1/2 [224it/s]\rppo step=200 reward=-1455.43\nhalf")
+    assert got == [("a=1", False), ("  5%|#| 1/2 [224it/s]", True), ("ppo step=200 reward=-1455.43", False)]
+    assert split.feed(b" line\r") == []  # a last "\r" may be the first half of "\r\n"
+    assert split.feed(b"\nbar 1\rbar 2\r") == [("half line", False), ("bar 1", True)]
+    assert split.feed(b"x") == [("bar 2", True)]
+    assert split.close() == ("x", False) and split.close() is None
+
+
+def test_a_line_split_inside_a_multibyte_character_decodes_whole():
+    split = LineSplitter()
+    data = "loss=0.5 µ=2\n".encode()
+    cut = data.index("µ".encode()) + 1
+    assert split.feed(data[:cut]) == [] and split.feed(data[cut:]) == [("loss=0.5 µ=2", False)]
+
+
+def test_console_prefixes_every_line_a_carriage_return_starts():
+    out = io.StringIO()
+    console = Console(out, "[r#1] ")
+    console.write(b"a\r")
+    console.write(b"b\nc")
+    console.write(b"d\n")
+    assert out.getvalue() == "[r#1] a\r[r#1] b\n[r#1] cd\n"
+
+
+def test_recorder_stops_at_the_first_failed_write_and_says_so_once(tmp_path):
+    notes = []
+    recorder = Recorder(str(tmp_path), "run/0001#1", notes.append)
+    recorder.open("log.txt")
+    recorder.write("log.txt", b"kept\n")
+    os.close(recorder._fds["log.txt"])  # the next write fails (EBADF), as a full disk's would
+    recorder.write("log.txt", b"lost\n")
+    recorder.append(str(tmp_path / "metrics.jsonl"), b"{}\n")
+    recorder.write("log.txt", b"lost\n")
+    assert (tmp_path / "log.txt").read_bytes() == b"kept\n" and not (tmp_path / "metrics.jsonl").exists()
+    assert len(notes) == 1 and "recording stopped (log.txt: [Errno 9]" in notes[0] and "the run goes on" in notes[0]
+    assert not recorder.ok
+
+
+PROGRESS = textwrap.dedent(
+    """\
+    import sys, time
+    for i in range(3):
+        sys.stderr.write(f"\\r  {i}%|bar| {i}/3 [224it/s]")
+        sys.stderr.flush()
+        time.sleep(0.05)
+        print(f"ppo step={i} reward=-{i}.5", flush=True)
+        print(f"step={i} reward=-{i}.5", flush=True)
+        time.sleep(0.05)
+    sys.stderr.write("\\n")
+    print("last", end="")
+    """
+)
+
+
+def _project(tmp_path):
+    root = tmp_path / "out"
+    root.mkdir()
+    (root / "progress.py").write_text(PROGRESS)
+    (root / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    scalebox("rewrite", str(root))
+    return root
+
+
+def test_scalebox_run_keeps_stdout_and_stderr_apart_and_passes_carriage_returns(tmp_path):
+    root = _project(tmp_path)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", "from scalebox_cst.cli import main; main()", "run", "run/0001", "progress.py"],
+                          cwd=root, capture_output=True, env=env, timeout=120)  # bytes: "\r" as written
+    assert proc.returncode == 0, proc.stderr
+    expected_out = "".join(f"ppo step={i} reward=-{i}.5\nstep={i} reward=-{i}.5\n" for i in range(3)) + "last"
+    assert proc.stdout == expected_out.encode()  # the script's stdout alone: grep-able
+    bars = ("".join(f"\r  {i}%|bar| {i}/3 [224it/s]" for i in range(3)) + "\n").encode()
+    assert bars in proc.stderr  # the bar's redraws as written, not one line each
+    run_dir = runs.run_dir(str(root), "run/0001", 1)
+    assert open(os.path.join(run_dir, runs.LOG), "rb").read() == expected_out.encode()
+    assert open(os.path.join(run_dir, runs.STDERR), "rb").read() == bars
+    reward = runs.read_series(run_dir)["reward"]
+    assert sorted({(p.step, p.value) for p in reward}) == [(0, -0.5), (1, -1.5), (2, -2.5)]
+
+
+def test_the_metric_parser_sees_each_streams_logical_lines_alone(tmp_path):
+    from scalebox_cst.project import Project
+    from scalebox_cst.runtime import executor
+
+    root = _project(tmp_path)
+    project = Project(str(root))
+    info = project.store.resolve("run/0001")
+    seen = []
+
+    class Spy(executor.Execution):
+        def _line_metrics(self, line):
+            seen.append(line)
+            super()._line_metrics(line)
+
+    out, err = io.StringIO(), io.StringIO()
+    record = Spy(project.store.path, project.root, project.runs_dir, info.name, info.commit, "progress.py", [],
+                 echo=out, echo_err=err, notice=lambda _: None, tensorboard=False).wait(timeout=120)
+    assert record.status == "ok"
+    results = [line for line in seen if "reward" in line]
+    assert results == [f"{p}step={i} reward=-{i}.5" for i in range(3) for p in ("ppo ", "")]  # never glued to a bar
+    assert [line for line in seen if "bar" in line] == [f"  {i}%|bar| {i}/3 [224it/s]" for i in range(3)]
+    assert "last" in seen  # a last line without its end, at the stream's end
+    assert "\r" in err.getvalue() and "bar" not in out.getvalue()
