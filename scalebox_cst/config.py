@@ -46,7 +46,7 @@ DEFAULT_EXCLUDE = [
     ".pytest_cache/**",
     "node_modules/**",
 ]
-DEFAULT_TRANSFORMS = ["grad_clip", "vectorize.*", "device.*"]
+DEFAULT_TRANSFORMS = ["grad_clip", "vectorize.*", "hot.*", "device.*"]
 
 DEFAULT_TOML = """\
 # scalebox_cst configuration. Every key is optional; the values below are the defaults.
@@ -57,8 +57,8 @@ include = ["**/*.py"]
 # Files to leave out (.scalebox/, .git/ and __pycache__/ are always left out).
 exclude = [".venv/**", "venv/**", "env/**", "build/**", "dist/**"]
 
-# Transforms to run, by id or glob: "grad_clip", "vectorize.*", "device.*".
-transforms = ["grad_clip", "vectorize.*", "device.*"]
+# Transforms to run, by id or glob: "grad_clip", "vectorize.*", "hot.*", "device.*".
+transforms = ["grad_clip", "vectorize.*", "hot.*", "device.*"]
 # Transforms to switch off even if matched above, e.g. ["vectorize.elementwise"].
 disabled = []
 

@@ -1,7 +1,7 @@
 """Transform families, in the fixed order the pipeline runs them.
 
 Loops are vectorized first (they read the user's original code), then clipping is inserted,
-then device ops are swapped (they may also touch what earlier transforms emitted).
+then hot.* rewrites (no_grad around acting forwards), then device ops are swapped (they may also touch what earlier transforms emitted).
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Dict, List, Type
 
 from .base import Example, FileContext, Transform
 from .grad_clip import GradClip
+from .hot.no_grad import HotNoGrad
 from .device import DEVICE_TRANSFORMS
 from .vectorize.recurrence import VectorizeRecurrence
 from .vectorize.elementwise import VectorizeElementwise
@@ -22,6 +23,7 @@ REGISTRY: List[Type[Transform]] = [
     VectorizeReduction,
     VectorizeElementwise,
     GradClip,
+    HotNoGrad,
     *DEVICE_TRANSFORMS,
 ]
 

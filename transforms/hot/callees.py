@@ -1,0 +1,274 @@
+"""What a call in a rollout statement runs, and whether running it under ``torch.no_grad()`` could
+change anything besides the autograd graph it would have recorded (for :mod:`.no_grad`).
+
+``torch.no_grad()`` leaves forward values bit for bit as they are; what it changes is whether
+outputs (and anything the callee stores) carry ``requires_grad``/``grad_fn``. So a callee is
+acceptable only when its code is known: a ``torch.nn`` module (built in this file, directly or
+by a function of this file that returns one), or a class/function of this file whose body keeps
+nothing (no store to ``self`` or a global, no append to one), reads no autograd state
+(``requires_grad``, ``grad_fn``, ``is_grad_enabled``...), runs no ``backward`` and updates no
+parameter or buffer in place. Calls it makes are checked the same way, transitively. Anything
+else (a class imported from another module, a function parameter) is unknown: refused.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Set, Tuple
+
+from ..names import ast_dotted
+
+#: autograd state a body must not read or change (its meaning differs under no_grad)
+GRAD_ATTRS = frozenset({
+    "requires_grad", "grad_fn", "grad", "is_leaf", "backward", "register_hook", "retain_grad",
+    "retains_grad", "requires_grad_", "is_grad_enabled", "set_grad_enabled", "enable_grad",
+    "is_inference_mode_enabled", "autograd",
+})
+#: methods that keep their argument in the receiver
+STORING_METHODS = frozenset({"append", "extend", "insert", "add", "put", "push", "store", "update", "setdefault", "appendleft"})
+#: builtins a forward may call freely
+PLAIN_BUILTINS = frozenset({
+    "len", "range", "int", "float", "bool", "str", "tuple", "list", "dict", "zip", "enumerate",
+    "isinstance", "min", "max", "abs", "sum", "super", "getattr", "hasattr", "print", "type", "round",
+    "reversed", "sorted", "map", "all", "any",
+})
+#: methods of tensors and distributions (an unresolved receiver calling one of these is a value)
+TENSOR_METHODS = frozenset("""
+    float double long int bool half byte to cpu cuda numpy item tolist detach clone view view_as reshape
+    reshape_as squeeze unsqueeze flatten permute transpose t contiguous expand expand_as repeat argmax
+    argmin max min sum mean std var exp log tanh sigmoid relu softmax log_softmax clamp clip abs sqrt pow
+    gather index_select masked_fill type type_as new_tensor new_zeros new_ones new_full size dim numel
+    sample rsample log_prob entropy cdf icdf chunk split unbind mul add sub div matmul mm bmm neg round
+    floor ceil sign all any eq ne gt lt ge le astype copy square prod cumsum norm narrow select roll flip
+    """.split())
+PLAIN_MODULES = ("torch", "numpy", "math", "random", "gym", "gymnasium", "collections", "functools", "itertools", "typing")
+
+
+class Files:
+    """The classes and functions of one module, and what names and ``self.x`` attributes hold."""
+
+    def __init__(self, tree: ast.Module, imports) -> None:
+        self.imports = imports
+        self.classes: Dict[str, ast.ClassDef] = {}
+        self.functions: Dict[str, ast.FunctionDef] = {}
+        for st in tree.body:
+            if isinstance(st, ast.ClassDef):
+                self.classes[st.name] = st
+            elif isinstance(st, ast.FunctionDef):
+                self.functions[st.name] = st
+        #: name (or "Class.self.attr") -> every value assigned to it anywhere in the file
+        self.values: Dict[str, List[ast.expr]] = {}
+        self.params: Set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Assign):
+                        for t in sub.targets:
+                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                                self.values.setdefault(f"{node.name}.self.{t.attr}", []).append(sub.value)
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    pairs = [(t, node.value)]
+                    if isinstance(t, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List)) \
+                            and len(t.elts) == len(node.value.elts):
+                        pairs = list(zip(t.elts, node.value.elts))  # `env, policy = Env(), Policy()`
+                    for tt, value in pairs:
+                        for n in ast.walk(tt):
+                            if isinstance(n, ast.Name):
+                                self.values.setdefault(n.id, []).append(value if isinstance(tt, ast.Name) else tt)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                for a in ast.walk(node.args):
+                    if isinstance(a, ast.arg):
+                        self.params.add(a.arg)
+            elif isinstance(node, (ast.For, ast.With, ast.comprehension)):
+                for n in ast.walk(getattr(node, "target", None) or ast.Pass()):
+                    if isinstance(n, ast.Name):
+                        self.params.add(n.id)
+
+    # ---------------------------------------------------------------- what a value is
+
+    def is_torch_module_ctor(self, call: ast.expr) -> bool:
+        if not isinstance(call, ast.Call):
+            return False
+        qual = self.imports.qualify(call.func) or ""
+        if qual.startswith("torch.nn.") and not qual.startswith("torch.nn.functional"):
+            return True
+        if isinstance(call.func, ast.Name) and call.func.id in self.functions:
+            fn = self.functions[call.func.id]
+            rets = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return)]
+            return bool(rets) and all(r is not None and self.is_torch_module_ctor(r) for r in rets)
+        return False
+
+    def kinds_of(self, key: str, cls: Optional[str] = None) -> Optional[List[Tuple[str, Optional[ast.ClassDef]]]]:
+        """What ``key`` (a name, or ``self.attr`` inside ``cls``) may hold: ("torch", None) or
+        ("class", ClassDef) per assignment; None where any assignment is unknown or it is a parameter."""
+        if key.startswith("self.") and cls is not None:
+            values = None
+            for klass in self.lineage(cls):
+                values = self.values.get(f"{klass}.{key}")
+                if values:
+                    break
+        else:
+            if key in self.params:
+                return None
+            values = self.values.get(key)
+        if not values:
+            return None
+        out = []
+        for v in values:
+            if self.is_torch_module_ctor(v):
+                out.append(("torch", None))
+            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in self.classes:
+                out.append(("class", self.classes[v.func.id]))
+            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "to":
+                inner = v.func.value  # `Agent(envs).to(device)`
+                if self.is_torch_module_ctor(inner):
+                    out.append(("torch", None))
+                elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id in self.classes:
+                    out.append(("class", self.classes[inner.func.id]))
+                else:
+                    return None
+            else:
+                return None
+        return out
+
+    def lineage(self, cls: str) -> List[str]:
+        """``cls`` and its base classes defined in this file, nearest first."""
+        out, todo = [], [cls]
+        while todo:
+            name = todo.pop(0)
+            if name in out or name not in self.classes:
+                continue
+            out.append(name)
+            todo.extend(b.id for b in self.classes[name].bases if isinstance(b, ast.Name))
+        return out
+
+    def method(self, cls: ast.ClassDef, name: str, seen: Optional[Set[str]] = None) -> Optional[ast.FunctionDef]:
+        """``cls.name`` looked up through base classes of this file; None if not found there."""
+        for st in cls.body:
+            if isinstance(st, ast.FunctionDef) and st.name == name:
+                return st
+        for base in cls.bases:
+            if isinstance(base, ast.Name) and base.id in self.classes and base.id != cls.name:
+                found = self.method(self.classes[base.id], name)
+                if found is not None:
+                    return found
+        return None
+
+    def torch_based(self, cls: ast.ClassDef) -> bool:
+        """Whether the class is an nn.Module (so calling an instance runs ``forward``)."""
+        for base in cls.bases:
+            if (self.imports.qualify(base) or "").startswith("torch.nn."):
+                return True
+            if isinstance(base, ast.Name) and base.id in self.classes and base.id != cls.name:
+                if self.torch_based(self.classes[base.id]):
+                    return True
+        return False
+
+    # ---------------------------------------------------------------- calls
+
+    def resolve(self, func: ast.expr, cls: Optional[str]) -> Optional[List[Tuple[Optional[ast.FunctionDef], Optional[str]]]]:
+        """The bodies a call of ``func`` runs: (function, its class name) each, (None, None) for a
+        torch.nn module's own forward; None if unknown."""
+        if isinstance(func, ast.Name) and func.id in self.functions and func.id not in self.values:
+            return [(self.functions[func.id], None)]
+        key = ast_dotted(func)
+        if key is None:
+            return None
+        head, _, rest = key.rpartition(".")
+        # a module instance called: `net(x)` / `self.net(x)`
+        kinds = self.kinds_of(key, cls)
+        if kinds is not None:
+            return [b for k in kinds for b in self._call_of(k)] if all(self._call_of(k) is not None for k in kinds) else None
+        # a method of an instance: `agent.act(x)` / `self.act(x)`
+        if head == "self" and cls is not None and cls in self.classes:
+            fn = self.method(self.classes[cls], rest)
+            return [(fn, cls)] if fn is not None else None
+        if head:
+            kinds = self.kinds_of(head, cls)
+            if kinds is None:
+                return None
+            out = []
+            for kind, klass in kinds:
+                if kind == "torch":
+                    out.append((None, None))  # a torch.nn module's or parameter's own method
+                    continue
+                fn = self.method(klass, rest) if "." not in rest else None
+                if fn is None:
+                    sub = self.kinds_of(f"self.{rest}", klass.name)  # a submodule: `policy.value(x)`
+                    if sub is None or any(self._call_of(k) is None for k in sub):
+                        return None
+                    out.extend(b for k in sub for b in self._call_of(k))
+                    continue
+                out.append((fn, klass.name))
+            return out
+        return None
+
+    def _call_of(self, kind: Tuple[str, Optional[ast.ClassDef]]):
+        what, klass = kind
+        if what == "torch":
+            return [(None, None)]
+        fn = self.method(klass, "__call__") or (self.method(klass, "forward") if self.torch_based(klass) else None)
+        return [(fn, klass.name)] if fn is not None else None
+
+    # ---------------------------------------------------------------- bodies
+
+    def body_problem(self, fn: ast.FunctionDef, cls: Optional[str], seen: Set[str]) -> Optional[str]:
+        """Why running ``fn`` under no_grad could change more than the graph, or None."""
+        tag = f"{cls}.{fn.name}"
+        if tag in seen:
+            return None
+        seen.add(tag)
+        where = f"`{fn.name}` (line {fn.lineno})"
+        if any((self.imports.qualify(d.func if isinstance(d, ast.Call) else d) or "").startswith("torch.enable_grad")
+               for d in fn.decorator_list):
+            return f"{where} enables grad itself"
+        local = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        local |= {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Global, ast.Nonlocal)):
+                return f"{where} declares {', '.join(node.names)} global/nonlocal"
+            if isinstance(node, ast.Attribute) and node.attr in GRAD_ATTRS:
+                return f"{where} reads autograd state (.{node.attr})"
+            if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                root = _root(node)
+                if root == "self" or root not in local:
+                    return f"{where} stores into {ast.unparse(node)} (kept past the call: it could carry grad to a later loss)"
+            if isinstance(node, ast.Call):
+                problem = self._call_problem(node, fn, cls, local, where, seen)
+                if problem:
+                    return problem
+        return None
+
+    def _call_problem(self, node: ast.Call, fn, cls, local, where, seen) -> Optional[str]:
+        func = node.func
+        qual = self.imports.qualify(func)
+        if qual is not None:
+            if qual.split(".")[0] in PLAIN_MODULES:
+                return None
+            return f"{where} calls {qual}, whose effects are unknown"
+        if isinstance(func, ast.Attribute):
+            root = _root(func.value)
+            if func.attr in STORING_METHODS and (root == "self" or root not in local):
+                return f"{where} keeps a value with {ast.unparse(func)}(...)"
+            if func.attr.endswith("_") and not func.attr.endswith("__") and (root == "self" or root not in local):
+                return f"{where} updates {ast.unparse(func.value)} in place ({func.attr})"
+        if isinstance(func, ast.Name) and func.id in PLAIN_BUILTINS and func.id not in self.values:
+            return None
+        bodies = self.resolve(func, cls)
+        if bodies is None:
+            if isinstance(func, ast.Attribute) and func.attr in TENSOR_METHODS:
+                return None  # a method of a value (a tensor, a distribution): `x.view(...)`
+            return f"{where} calls {ast.unparse(func)}, whose code is not in this file"
+        for body, owner in bodies:
+            if body is not None:
+                problem = self.body_problem(body, owner, seen)
+                if problem:
+                    return problem
+        return None
+
+
+def _root(node: ast.AST) -> Optional[str]:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
