@@ -210,3 +210,71 @@ def test_already_under_no_grad_is_not_a_candidate():
     '''
     out, sites = rewrite(src)
     assert out == textwrap.dedent(src) and not sites
+
+
+def test_method_of_the_module_that_keeps_its_argument_is_refused():
+    """minimalRL REINFORCE: `pi.put_data((r, prob[a]))` keeps the probability for the loss."""
+    src = '''
+    import torch
+    import torch.nn as nn
+    from torch.distributions import Categorical
+    class Policy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.data = []
+            self.fc = nn.Linear(4, 2)
+        def forward(self, x):
+            return torch.softmax(self.fc(x), dim=0)
+        def put_data(self, item):
+            self.data.append(item)
+    pi = Policy()
+    for t in range(3):
+        prob = pi(torch.ones(4))
+        a = Categorical(prob).sample()
+        pi.put_data((1.0, prob[a]))
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("pi.put_data" in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+REBIND = '''
+import torch
+import torch.nn as nn
+class Actor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+    def forward(self, x):
+        return self.fc(x)
+    def get_action(self, x):
+        mean = self(x)
+        return torch.tanh(mean), mean
+def run(seed):
+    torch.manual_seed(seed)
+    actor = Actor()
+    kept = []
+    for t in range(4):
+        actions, _ = actor.get_action(torch.randn(3))
+        SKIP
+        actions = actions.detach().numpy()
+        kept.append(actions)
+    return kept
+'''
+
+
+def test_rebinding_ends_the_tensor_binding():
+    """CleanRL SAC: `actions = actions.detach().cpu().numpy()` before `rb.add(..., actions, ...)`;
+    `self(x)` inside a method is the module's own forward."""
+    src = REBIND.replace("SKIP", "pass")
+    out, sites = rewrite(src)
+    assert [s.action for s in sites] == [REWRITTEN], sites
+    for seed in (0, 1):
+        assert same(load(src)["run"](seed), load(out)["run"](seed))
+
+
+def test_a_continue_before_the_rebinding_keeps_the_binding_live():
+    src = REBIND.replace("SKIP", "if t == 2:\n            continue")
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("kept.append" in s.reason for s in sites if s.action == SKIPPED), sites

@@ -170,6 +170,8 @@ class Files:
     def resolve(self, func: ast.expr, cls: Optional[str]) -> Optional[List[Tuple[Optional[ast.FunctionDef], Optional[str]]]]:
         """The bodies a call of ``func`` runs: (function, its class name) each, (None, None) for a
         torch.nn module's own forward; None if unknown."""
+        if isinstance(func, ast.Name) and func.id == "self" and cls in self.classes:
+            return self._call_of(("class", self.classes[cls]))  # `self(x)` inside a module
         if isinstance(func, ast.Name) and func.id in self.functions and func.id not in self.values:
             return [(self.functions[func.id], None)]
         key = ast_dotted(func)
@@ -212,6 +214,22 @@ class Files:
         return [(fn, klass.name)] if fn is not None else None
 
     # ---------------------------------------------------------------- bodies
+
+    def runs_forward(self, fn: ast.FunctionDef, cls: Optional[str], seen: Optional[Set[str]] = None) -> bool:
+        """Whether ``fn`` is a module's forward or calls one (directly or through methods of this
+        file): what makes a call of it worth running under no_grad."""
+        seen = set() if seen is None else seen
+        if f"{cls}.{fn.name}" in seen:
+            return False
+        seen.add(f"{cls}.{fn.name}")
+        if cls in self.classes and fn.name in ("forward", "__call__") and self.torch_based(self.classes[cls]):
+            return True
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and node.args:
+                for body, owner in self.resolve(node.func, cls) or ():
+                    if body is None or self.runs_forward(body, owner, seen):
+                        return True
+        return False
 
     def body_problem(self, fn: ast.FunctionDef, cls: Optional[str], seen: Set[str]) -> Optional[str]:
         """Why running ``fn`` under no_grad could change more than the graph, or None."""

@@ -15,7 +15,7 @@ passed to an unknown call; so is anything that reads autograd state (``.requires
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 from .callees import GRAD_ATTRS
 
@@ -66,27 +66,59 @@ class Flow:
 
     def problem(self, start: ast.expr) -> Optional[str]:
         """Why ``start``'s value (or what is bound from it) might reach a gradient, or None."""
-        names: List[str] = []
+        names: List[Tuple[str, Optional[ast.stmt]]] = []
         reason = self._follow(start, names)
         if reason:
             return reason
-        seen: Set[str] = set()
+        seen: Set[Tuple[str, int]] = set()
         while names:
-            name = names.pop()
-            if name in seen:
+            name, binding = names.pop()
+            if (name, id(binding)) in seen:
                 continue
-            seen.add(name)
+            seen.add((name, id(binding)))
             for other in self.outside:
                 if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(other)):
                     what = getattr(other, "name", "a lambda")
                     return f"`{name}` is read in {what} (line {other.lineno}), where its use is not followed"
-            for load in self.loads.get(name, []):
+            for load in self._live(name, binding):
                 reason = self._follow(load, names)
                 if reason:
                     return f"`{name}` (line {load.lineno}) {reason}"
         return None
 
-    def _follow(self, node: ast.expr, names: List[str]) -> Optional[str]:
+    def _live(self, name: str, binding: Optional[ast.stmt]) -> List[ast.Name]:
+        """The loads of ``name`` that may see the value ``binding`` gives it: all of them, unless a
+        later statement of the same block rebinds the name unconditionally with nothing between
+        that could jump past it (``continue``/``break``, an enclosing ``try``): then only the loads
+        between the two (``a = actor(o); a = a.detach().numpy()`` kills the tensor binding)."""
+        loads = self.loads.get(name, [])
+        if not isinstance(binding, ast.Assign):
+            return loads
+        up = self.parents.get(binding)
+        block = next((getattr(up, f) for f in ("body", "orelse", "finalbody")
+                      if any(x is binding for x in getattr(up, f, None) or ())), None)
+        if block is None or self._in_try(binding):
+            return loads
+        i = next(k for k, x in enumerate(block) if x is binding)
+        for k in range(i + 1, len(block)):
+            r = block[k]
+            if isinstance(r, ast.Assign) and all(isinstance(t, ast.Name) for t in r.targets) \
+                    and any(t.id == name for t in r.targets):
+                live = {id(n) for st in block[i + 1:k] for n in ast.walk(st)} | {id(n) for n in ast.walk(r.value)}
+                return [load for load in loads if id(load) in live]
+            if _jumps(r):
+                return loads
+        return loads
+
+    def _in_try(self, node: ast.AST) -> bool:
+        up = self.parents.get(node)
+        while up is not None and up is not self.scope:
+            if isinstance(up, ast.Try) or type(up).__name__ == "TryStar":
+                return True
+            up = self.parents.get(up)
+        return False
+
+    def _follow(self, node: ast.expr, names: List[Tuple[str, Optional[ast.stmt]]]) -> Optional[str]:
         while True:
             p = self.parents.get(node)
             if isinstance(p, ast.Attribute):
@@ -154,7 +186,7 @@ class Flow:
                     if found is None:
                         return f"is stored into `{ast.unparse(t)}` (a later loss could read it with its graph)"
                     bound.extend(found)
-                names.extend(bound)
+                names.extend((n, p) for n in bound)
                 if isinstance(p, ast.NamedExpr):
                     node = p
                     continue
@@ -165,7 +197,7 @@ class Flow:
                 found = _names(p.target)
                 if found is None:
                     return f"is iterated into `{ast.unparse(p.target)}`"
-                names.extend(found)
+                names.extend((n, None) for n in found)
                 if isinstance(p, ast.comprehension):
                     return "is iterated in a comprehension (its result is not followed)"
                 return None
@@ -215,3 +247,18 @@ def _names(target: ast.expr) -> Optional[List[str]]:
             out.extend(sub)
         return out
     return None
+
+
+def _jumps(st: ast.stmt) -> bool:
+    """Whether ``st`` holds a ``continue``/``break`` of an enclosing loop (not of a loop inside it)."""
+    todo = [st]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Continue, ast.Break)):
+            return True
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                todo.append(child)
+            elif isinstance(child, (ast.For, ast.AsyncFor, ast.While)):
+                todo.extend(child.orelse)  # a loop's else runs in the enclosing loop
+    return False

@@ -101,10 +101,13 @@ class _Scanner:
         is checked separately, by :meth:`Files.body_problem`)."""
         if not node.args:
             return False
-        for fn, owner in self.files.resolve(node.func, cls) or ():
-            if fn is None or (owner in self.files.classes and self.files.torch_based(self.files.classes[owner])):
-                return True
-        return False
+        return any(fn is None or self.files.runs_forward(fn, owner) for fn, owner in self.files.resolve(node.func, cls) or ())
+
+    def _passes_through(self, node: ast.Call, cls: Optional[str]) -> bool:
+        """A call whose result may hold its argument but which keeps nothing itself: a torch.nn
+        module, or code of this file with no problem (:meth:`Files.body_problem`)."""
+        bodies = self.files.resolve(node.func, cls)
+        return bool(bodies) and all(fn is None or self.files.body_problem(fn, owner, set()) is None for fn, owner in bodies)
 
     def _forwards(self, st: ast.stmt, cls: Optional[str]) -> List[ast.Call]:
         return [node for node in ast.walk(st) if isinstance(node, ast.Call) and self._is_forward(node, cls)]
@@ -133,7 +136,7 @@ class _Scanner:
         flow = self._flows.get(id(scope))
         if flow is None:
             flow = self._flows[id(scope)] = Flow(scope, self.tree, self.imports, self.user_samples,
-                                                 lambda call: self._is_forward(call, cls))
+                                                 lambda call: self._passes_through(call, cls))
         flow.ends = set()
         for call in forwards:
             problem = flow.problem(call)
