@@ -107,7 +107,7 @@ def profile_shares(project: str, script: str, args, env) -> str:
         return f"(profiled run failed: {run.stderr.strip().splitlines()[-1:] or run.returncode})"
     prof = subprocess.run([*SCALEBOX, "profile", "--json"], cwd=project, env=env, capture_output=True, text=True)
     try:
-        cats = json.loads(prof.stdout).get("categories", [])
+        cats = (json.loads(prof.stdout).get("profile") or {}).get("categories", [])
     except ValueError:
         return "(no profile)"
     return ", ".join(f"{c['category']} {float(c['share']) * 100:.0f}%" for c in cats[:5] if float(c["share"]) >= 0.02)

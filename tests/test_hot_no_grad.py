@@ -278,3 +278,41 @@ def test_a_continue_before_the_rebinding_keeps_the_binding_live():
     out, sites = rewrite(src)
     assert out == textwrap.dedent(src)
     assert any("kept.append" in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+def test_forward_storing_through_a_local_alias_of_self_is_refused():
+    src = '''
+    import torch
+    import torch.nn as nn
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+            self.last = [None]
+        def forward(self, x):
+            last = self.last
+            out = self.fc(x)
+            last[0] = out
+            return out
+    net = Net()
+    for t in range(3):
+        a = net(torch.ones(3)).argmax().item()
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("stores into last[0]" in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+def test_in_place_op_in_the_statement_is_refused():
+    """`w.add_(1)` on a parameter raises with grad on and succeeds under no_grad."""
+    src = '''
+    import torch
+    import torch.nn as nn
+    net = nn.Linear(3, 2)
+    w = torch.ones(3, requires_grad=True)
+    for t in range(3):
+        a = net(w.mul_(1)).argmax().item()
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("in place" in s.reason for s in sites if s.action == SKIPPED), sites

@@ -243,6 +243,7 @@ class Files:
             return f"{where} enables grad itself"
         local = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         local |= {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+        local -= _aliases(fn, local)
         for node in ast.walk(fn):
             if isinstance(node, (ast.Global, ast.Nonlocal)):
                 return f"{where} declares {', '.join(node.names)} global/nonlocal"
@@ -290,3 +291,22 @@ def _root(node: ast.AST) -> Optional[str]:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None
+
+
+def _aliases(fn: ast.AST, local: Set[str]) -> Set[str]:
+    """Local names bound to something that outlives the call (``buf = self.buf``, ``h = STATE[0]``):
+    a store or append through them is a store into that object."""
+    out: Set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute, ast.Subscript)):
+                root = _root(node.value)
+                if root == "self" or root not in local or root in out:
+                    for t in node.targets:
+                        for n in ast.walk(t):
+                            if isinstance(n, ast.Name) and n.id not in out:
+                                out.add(n.id)
+                                changed = True
+    return out

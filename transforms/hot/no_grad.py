@@ -124,6 +124,10 @@ class _Scanner:
                 return self._skip(st, f"forward of {names}: the statement creates a tensor with requires_grad")
             if isinstance(node, ast.Attribute) and node.attr in GRAD_ATTRS:
                 return self._skip(st, f"forward of {names}: the statement reads autograd state (.{node.attr})")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
+                    and not node.func.attr.endswith("__"):
+                return self._skip(st, f"forward of {names}: the statement changes {ast.unparse(node.func.value)} in place "
+                                      f"(.{node.func.attr}: on a parameter it raises with grad, not under no_grad)")
         local = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
             local |= {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}
