@@ -316,3 +316,24 @@ def test_in_place_op_in_the_statement_is_refused():
     out, sites = rewrite(src)
     assert out == textwrap.dedent(src)
     assert any("in place" in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+def test_a_function_reading_the_name_as_a_global_is_refused_but_a_local_namesake_is_not():
+    src = '''
+    import torch
+    import torch.nn as nn
+    net = nn.Linear(3, 2)
+    def report():
+        return prob.sum()
+    def other(x):
+        prob = x * 2
+        return prob
+    for t in range(3):
+        prob = net(torch.ones(3))
+        a = prob.argmax().item()
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("read in report" in s.reason for s in sites if s.action == SKIPPED), sites
+    out, sites = rewrite(src.replace("        return prob.sum()\n", "        return 0\n"))
+    assert [s.action for s in sites] == [REWRITTEN], sites

@@ -48,6 +48,8 @@ class Files:
 
     def __init__(self, tree: ast.Module, imports) -> None:
         self.imports = imports
+        self.tree = tree
+        self._scoped: Dict[Tuple[int, str], Optional[List[ast.expr]]] = {}
         self.classes: Dict[str, ast.ClassDef] = {}
         self.functions: Dict[str, ast.FunctionDef] = {}
         for st in tree.body:
@@ -55,9 +57,8 @@ class Files:
                 self.classes[st.name] = st
             elif isinstance(st, ast.FunctionDef):
                 self.functions[st.name] = st
-        #: name (or "Class.self.attr") -> every value assigned to it anywhere in the file
+        #: "Class.self.attr" -> every value assigned to it in the class's methods
         self.values: Dict[str, List[ast.expr]] = {}
-        self.params: Set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 for sub in ast.walk(node):
@@ -65,25 +66,6 @@ class Files:
                         for t in sub.targets:
                             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                                 self.values.setdefault(f"{node.name}.self.{t.attr}", []).append(sub.value)
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:
-                    pairs = [(t, node.value)]
-                    if isinstance(t, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List)) \
-                            and len(t.elts) == len(node.value.elts):
-                        pairs = list(zip(t.elts, node.value.elts))  # `env, policy = Env(), Policy()`
-                    for tt, value in pairs:
-                        for n in ast.walk(tt):
-                            if isinstance(n, ast.Name):
-                                self.values.setdefault(n.id, []).append(value if isinstance(tt, ast.Name) else tt)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                for a in ast.walk(node.args):
-                    if isinstance(a, ast.arg):
-                        self.params.add(a.arg)
-            elif isinstance(node, (ast.For, ast.With, ast.comprehension)):
-                for n in ast.walk(getattr(node, "target", None) or ast.Pass()):
-                    if isinstance(n, ast.Name):
-                        self.params.add(n.id)
 
     # ---------------------------------------------------------------- what a value is
 
@@ -99,7 +81,26 @@ class Files:
             return bool(rets) and all(r is not None and self.is_torch_module_ctor(r) for r in rets)
         return False
 
-    def kinds_of(self, key: str, cls: Optional[str] = None) -> Optional[List[Tuple[str, Optional[ast.ClassDef]]]]:
+    def name_values(self, name: str, scope: Optional[ast.AST]) -> Optional[List[ast.expr]]:
+        """What ``name`` is assigned as seen from ``scope`` (a function: its own assignments, else
+        the module's); None where it is a parameter of ``scope`` or bound otherwise (a loop, a
+        ``with``, an augmented assignment...): unknown."""
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if any(isinstance(a, ast.arg) and a.arg == name for a in ast.walk(scope.args)):
+                return None
+            found = self._assigned(scope, name)
+            if found != []:
+                return found
+        found = self._assigned(self.tree, name)
+        return found or None
+
+    def _assigned(self, scope: ast.AST, name: str) -> Optional[List[ast.expr]]:
+        key = (id(scope), name)
+        if key not in self._scoped:
+            self._scoped[key] = _scope_values(scope, name)
+        return self._scoped[key]
+
+    def kinds_of(self, key: str, cls: Optional[str] = None, scope: Optional[ast.AST] = None) -> Optional[List[Tuple[str, Optional[ast.ClassDef]]]]:
         """What ``key`` (a name, or ``self.attr`` inside ``cls``) may hold: ("torch", None) or
         ("class", ClassDef) per assignment; None where any assignment is unknown or it is a parameter."""
         if key.startswith("self.") and cls is not None:
@@ -109,9 +110,7 @@ class Files:
                 if values:
                     break
         else:
-            if key in self.params:
-                return None
-            values = self.values.get(key)
+            values = self.name_values(key, scope) if "." not in key else None
         if not values:
             return None
         out = []
@@ -167,19 +166,20 @@ class Files:
 
     # ---------------------------------------------------------------- calls
 
-    def resolve(self, func: ast.expr, cls: Optional[str]) -> Optional[List[Tuple[Optional[ast.FunctionDef], Optional[str]]]]:
+    def resolve(self, func: ast.expr, cls: Optional[str], scope: Optional[ast.AST] = None) -> Optional[List[Tuple[Optional[ast.FunctionDef], Optional[str]]]]:
         """The bodies a call of ``func`` runs: (function, its class name) each, (None, None) for a
         torch.nn module's own forward; None if unknown."""
         if isinstance(func, ast.Name) and func.id == "self" and cls in self.classes:
             return self._call_of(("class", self.classes[cls]))  # `self(x)` inside a module
-        if isinstance(func, ast.Name) and func.id in self.functions and func.id not in self.values:
+        if isinstance(func, ast.Name) and func.id in self.functions and self.name_values(func.id, scope) is None \
+                and not (isinstance(scope, ast.FunctionDef) and any(a.arg == func.id for a in ast.walk(scope.args) if isinstance(a, ast.arg))):
             return [(self.functions[func.id], None)]
         key = ast_dotted(func)
         if key is None:
             return None
         head, _, rest = key.rpartition(".")
         # a module instance called: `net(x)` / `self.net(x)`
-        kinds = self.kinds_of(key, cls)
+        kinds = self.kinds_of(key, cls, scope)
         if kinds is not None:
             return [b for k in kinds for b in self._call_of(k)] if all(self._call_of(k) is not None for k in kinds) else None
         # a method of an instance: `agent.act(x)` / `self.act(x)`
@@ -187,7 +187,7 @@ class Files:
             fn = self.method(self.classes[cls], rest)
             return [(fn, cls)] if fn is not None else None
         if head:
-            kinds = self.kinds_of(head, cls)
+            kinds = self.kinds_of(head, cls, scope)
             if kinds is None:
                 return None
             out = []
@@ -226,7 +226,7 @@ class Files:
             return True
         for node in ast.walk(fn):
             if isinstance(node, ast.Call) and node.args:
-                for body, owner in self.resolve(node.func, cls) or ():
+                for body, owner in self.resolve(node.func, cls, fn) or ():
                     if body is None or self.runs_forward(body, owner, seen):
                         return True
         return False
@@ -272,9 +272,9 @@ class Files:
                 return f"{where} keeps a value with {ast.unparse(func)}(...)"
             if func.attr.endswith("_") and not func.attr.endswith("__") and (root == "self" or root not in local):
                 return f"{where} updates {ast.unparse(func.value)} in place ({func.attr})"
-        if isinstance(func, ast.Name) and func.id in PLAIN_BUILTINS and func.id not in self.values:
+        if isinstance(func, ast.Name) and func.id in PLAIN_BUILTINS and self.name_values(func.id, fn) is None:
             return None
-        bodies = self.resolve(func, cls)
+        bodies = self.resolve(func, cls, fn)
         if bodies is None:
             if isinstance(func, ast.Attribute) and func.attr in TENSOR_METHODS:
                 return None  # a method of a value (a tensor, a distribution): `x.view(...)`
@@ -309,4 +309,41 @@ def _aliases(fn: ast.AST, local: Set[str]) -> Set[str]:
                             if isinstance(n, ast.Name) and n.id not in out:
                                 out.add(n.id)
                                 changed = True
+    return out
+
+
+def _scope_values(scope: ast.AST, name: str) -> Optional[List[ast.expr]]:
+    """Values assigned to ``name`` directly in ``scope`` (not in nested functions or classes):
+    [] if none, None if it is also bound some other way there."""
+    out: List[ast.expr] = []
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            if getattr(node, "name", None) == name:
+                return None
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                pairs = [(t, node.value)]
+                if isinstance(t, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List)) \
+                        and len(t.elts) == len(node.value.elts):
+                    pairs = list(zip(t.elts, node.value.elts))
+                for tt, value in pairs:
+                    if isinstance(tt, ast.Name) and tt.id == name:
+                        out.append(value)
+                    elif any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(tt)):
+                        return None  # unpacked from something not paired
+        elif isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
+            parent_ok = False  # bound by for / with / augmented assignment / walrus / del
+            return None if not parent_ok else out
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name).split(".")[0] == name for a in node.names):
+            return None
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return None
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            todo.extend(n for n in ast.iter_child_nodes(node) if n is node.value)  # targets handled above
+        else:
+            todo.extend(ast.iter_child_nodes(node))
     return out

@@ -77,7 +77,7 @@ class Flow:
                 continue
             seen.add((name, id(binding)))
             for other in self.outside:
-                if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(other)):
+                if _reads_free(other, name):
                     what = getattr(other, "name", "a lambda")
                     return f"`{name}` is read in {what} (line {other.lineno}), where its use is not followed"
             for load in self._live(name, binding):
@@ -262,3 +262,23 @@ def _jumps(st: ast.stmt) -> bool:
             elif isinstance(child, (ast.For, ast.AsyncFor, ast.While)):
                 todo.extend(child.orelse)  # a loop's else runs in the enclosing loop
     return False
+
+
+def _reads_free(node: ast.AST, name: str) -> bool:
+    """Whether a function, lambda or class reads ``name`` from outside (a global or a closure
+    variable): read somewhere in it without being a parameter or assigned in that function."""
+    if isinstance(node, ast.ClassDef):
+        return any(_reads_free(st, name) for st in node.body) or any(
+            isinstance(n, ast.Name) and n.id == name for d in node.decorator_list + node.bases for n in ast.walk(d))
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+    args = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+    body = node.body if isinstance(node.body, list) else [node.body]
+    declared = any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for st in body for n in ast.walk(st))
+    local = name in args or (not declared and any(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, (ast.Store, ast.Del))
+        for st in body for n in ast.walk(st)))
+    if local:
+        return False  # nested functions of it reading `name` read its own local
+    return any(isinstance(n, ast.Name) and n.id == name for st in body for n in ast.walk(st)) or any(
+        isinstance(n, ast.Name) and n.id == name for d in getattr(node, "decorator_list", []) for n in ast.walk(d))

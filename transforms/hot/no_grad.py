@@ -96,24 +96,24 @@ class _Scanner:
                     continue  # runs once: nothing to gain
                 self._statement(st, scope, cls)
 
-    def _is_forward(self, node: ast.Call, cls: Optional[str]) -> bool:
+    def _is_forward(self, node: ast.Call, cls: Optional[str], scope: ast.AST) -> bool:
         """A call of a torch.nn module or of a method of this file's nn.Module classes (whose body
         is checked separately, by :meth:`Files.body_problem`)."""
         if not node.args:
             return False
-        return any(fn is None or self.files.runs_forward(fn, owner) for fn, owner in self.files.resolve(node.func, cls) or ())
+        return any(fn is None or self.files.runs_forward(fn, owner) for fn, owner in self.files.resolve(node.func, cls, scope) or ())
 
-    def _passes_through(self, node: ast.Call, cls: Optional[str]) -> bool:
+    def _passes_through(self, node: ast.Call, cls: Optional[str], scope: ast.AST) -> bool:
         """A call whose result may hold its argument but which keeps nothing itself: a torch.nn
         module, or code of this file with no problem (:meth:`Files.body_problem`)."""
-        bodies = self.files.resolve(node.func, cls)
+        bodies = self.files.resolve(node.func, cls, scope)
         return bool(bodies) and all(fn is None or self.files.body_problem(fn, owner, set()) is None for fn, owner in bodies)
 
-    def _forwards(self, st: ast.stmt, cls: Optional[str]) -> List[ast.Call]:
-        return [node for node in ast.walk(st) if isinstance(node, ast.Call) and self._is_forward(node, cls)]
+    def _forwards(self, st: ast.stmt, cls: Optional[str], scope: ast.AST) -> List[ast.Call]:
+        return [node for node in ast.walk(st) if isinstance(node, ast.Call) and self._is_forward(node, cls, scope)]
 
     def _statement(self, st: ast.stmt, scope, cls: Optional[str]) -> None:
-        forwards = self._forwards(st, cls)
+        forwards = self._forwards(st, cls, scope)
         if not forwards:
             return
         names = ", ".join(sorted({ast.unparse(c.func) for c in forwards}))
@@ -134,13 +134,13 @@ class _Scanner:
         seen: Set[str] = set()
         for node in ast.walk(st):
             if isinstance(node, ast.Call):
-                problem = self.files._call_problem(node, None, cls, local, "the statement", seen)
+                problem = self.files._call_problem(node, scope, cls, local, "the statement", seen)
                 if problem:
                     return self._skip(st, f"forward of {names}: {problem}")
         flow = self._flows.get(id(scope))
         if flow is None:
             flow = self._flows[id(scope)] = Flow(scope, self.tree, self.imports, self.user_samples,
-                                                 lambda call: self._passes_through(call, cls))
+                                                 lambda call: self._passes_through(call, cls, scope))
         flow.ends = set()
         for call in forwards:
             problem = flow.problem(call)
