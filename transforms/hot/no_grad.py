@@ -27,6 +27,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
+from ..analysis.rewriting import replace_nodes
 from ..analysis.statements import CstStatements, ast_guarded, ast_statements
 from .callees import GRAD_ATTRS, Files
 from .flow import Flow
@@ -222,6 +223,4 @@ class HotNoGrad(Transform):
                 for rest in group[1:]:
                     replacements[rest] = cst.RemovalSentinel.REMOVE
                 i = j + 1
-        from ..analysis.rewriting import replace_nodes
-
         return replace_nodes(ctx.module, replacements, statements.parent), sites
