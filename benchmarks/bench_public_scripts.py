@@ -13,8 +13,9 @@ add). Each script then runs in the three folders, interleaved (the order rotates
 ``repeats`` times, under a harness that seeds ``random``/numpy/torch and the first
 ``reset()`` of every gymnasium environment, with ``OMP_NUM_THREADS=1``. Figures are the CPU
 time (user + system) of the whole process, medians; ``ratio`` is original / rewrite (above 1:
-the rewrite is faster). ``same out`` says whether every run printed the same bytes as the
-original (``exact`` rewrites must). Last, the original runs once under ``scalebox run`` and
+the rewrite is faster). ``differs`` names the variants with a run that printed other bytes than
+the first original run (``exact`` rewrites must not; the original itself when it is not
+deterministic). ``--variants`` also offers ``hot-only`` (hot.* alone). Last, the original runs once under ``scalebox run`` and
 ``scalebox profile --json`` gives the analyzer's category shares (what bounds the script).
 
     python benchmarks/bench_public_scripts.py MANIFEST [--repeats N] [--no-profile]
@@ -118,6 +119,9 @@ def main() -> None:
     ap.add_argument("manifest", nargs="?", default=os.environ.get("SCALEBOX_BENCH_MANIFEST"))
     ap.add_argument("--repeats", type=int)
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--variants", default="original,rewrite,no-hot",
+                    help="comma-separated, from original, rewrite (default transforms), no-hot (default less hot.*), "
+                         "hot-only (hot.* alone)")
     opts = ap.parse_args()
     if not opts.manifest:
         raise SystemExit("give a manifest (or set SCALEBOX_BENCH_MANIFEST)")
@@ -130,39 +134,48 @@ def main() -> None:
         project = os.path.join(work, "project")
         shutil.copytree(manifest["folder"], project, ignore=shutil.ignore_patterns(".scalebox", "__pycache__", "scalebox.toml"))
         subprocess.run([*SCALEBOX, "init", "."], cwd=project, capture_output=True, check=True)
-        folders = {"original": project, "rewrite": os.path.join(work, "rewrite"), "no-hot": os.path.join(work, "nohot")}
-        reports = {"rewrite": rewrite(project, folders["rewrite"], []),
-                   "no-hot": rewrite(project, folders["no-hot"], ["--no-transform", "hot.*"])}
-        for variant in ("rewrite", "no-hot"):  # --out writes rewritten files only: carry the rest
-            for name in os.listdir(project):
+        variants = [v.strip() for v in opts.variants.split(",") if v.strip()]
+        flags = {"rewrite": [], "no-hot": ["--no-transform", "hot.*"], "hot-only": ["--transform", "hot.*"]}
+        unknown = [v for v in variants if v != "original" and v not in flags]
+        if unknown or "original" not in variants:
+            raise SystemExit(f"--variants: needs original and any of {', '.join(flags)}; got {opts.variants}")
+        folders = {"original": project}
+        reports = {}
+        for variant in variants[1:] if variants[0] == "original" else [v for v in variants if v != "original"]:
+            folders[variant] = os.path.join(work, variant)
+            reports[variant] = rewrite(project, folders[variant], flags[variant])
+            for name in os.listdir(project):  # --out writes rewritten files only: carry the rest
                 src, dst = os.path.join(project, name), os.path.join(folders[variant], name)
                 if not os.path.exists(dst) and os.path.isfile(src):
                     shutil.copy2(src, dst)
         harness = os.path.join(work, "harness.py")
         with open(harness, "w") as fh:
             fh.write(HARNESS)
-        variants = list(folders)
         results = {}
         for rnd in range(repeats):
             for item in manifest["scripts"]:
                 env = dict(base_env, **{k: str(v) for k, v in item.get("env", {}).items()})
-                order = variants[rnd % 3:] + variants[:rnd % 3]
+                order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
                 for variant in order:
                     cpu, digest, rc, err = run_child([sys.executable, harness, item["script"], *item.get("args", [])], folders[variant], env)
                     if rc != 0:
                         raise SystemExit(f"{item['script']} ({variant}) exited {rc}: {err.strip()[-800:]}")
                     results.setdefault((item["script"], variant), []).append((cpu, digest))
                 print(f"round {rnd + 1}/{repeats}: {item['script']} done", file=sys.stderr)
-        print(f"{'script':<28} {'orig cpu s':>10} {'rewrite':>8} {'ratio':>6} {'no-hot':>7} {'ratio':>6} {'hot sites':>9} {'same out':>8}  bound by (analyzer shares of the original)")
+        others = [v for v in variants if v != "original"]
+        print(f"{'script':<24} {'orig cpu s':>10} " + " ".join(f"{v:>9} {'ratio':>6}" for v in others)
+              + f" {'hot sites':>9} {'differs':>10}  bound by (analyzer shares of the original)")
         for item in manifest["scripts"]:
             script = item["script"]
             med = {v: statistics.median(c for c, _ in results[(script, v)]) for v in variants}
-            same = all(d == results[(script, "original")][0][1] for v in variants for _, d in results[(script, v)])
+            first = results[(script, "original")][0][1]
+            differs = [v for v in variants if any(d != first for _, d in results[(script, v)])]
             shares = "" if opts.no_profile else profile_shares(project, script, item.get("args", []),
                                                                dict(base_env, **{k: str(v) for k, v in item.get("env", {}).items()}))
-            print(f"{script:<28} {med['original']:>10.2f} {med['rewrite']:>8.2f} {med['original'] / med['rewrite']:>5.3f}x "
-                  f"{med['no-hot']:>7.2f} {med['original'] / med['no-hot']:>5.3f}x {sites_of(reports['rewrite'], script, 'hot.'):>9} "
-                  f"{'yes' if same else 'NO':>8}  {shares}")
+            hot = max((sites_of(reports[v], script, "hot.") for v in others), default=0)
+            print(f"{script:<24} {med['original']:>10.2f} "
+                  + " ".join(f"{med[v]:>9.2f} {med['original'] / med[v]:>5.3f}x" for v in others)
+                  + f" {hot:>9} {','.join(differs) or 'none':>10}  {shares}")
 
 
 if __name__ == "__main__":
