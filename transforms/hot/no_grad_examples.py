@@ -75,6 +75,22 @@ EXAMPLES = [
         code=_NET + (
             "def run(seed):\n"
             "    torch.manual_seed(seed)\n"
+            "    q_network = Policy()\n"
+            "    obs, taken = np.ones((3, 4), dtype=np.float32), []\n"
+            "    for global_step in range(4):\n"
+            "        q_values = q_network(torch.Tensor(obs))\n"
+            "        actions = torch.argmax(q_values, dim=1).cpu().numpy()\n"
+            "        taken.append(actions)\n"
+            "        obs = obs + actions[:, None]\n"
+            "    return taken\n"
+        ),
+        rewritten=True,
+        note="CleanRL DQN: torch.argmax(q_network(obs), dim=1).cpu().numpy()",
+    ),
+    Example(
+        code=_NET + (
+            "def run(seed):\n"
+            "    torch.manual_seed(seed)\n"
             "    policy = Policy()\n"
             "    saved = []\n"
             "    for t in range(3):\n"
