@@ -1,7 +1,10 @@
 """Transform families, in the fixed order the pipeline runs them.
 
-Loops are vectorized first (they read the user's original code), then clipping is inserted,
-then device ops are swapped (they may also touch what earlier transforms emitted).
+Loops are vectorized first (they read the user's original code), then distributions and tensors
+from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays), then clipping is
+inserted, then acting forwards are put under no_grad (hot.no_grad: it reads the guard clipping
+inserted as a use of the gradients), then device ops are swapped (they may also touch what
+earlier transforms emitted).
 """
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Dict, List, Type
 
 from .base import Example, FileContext, Transform
 from .grad_clip import GradClip
+from .hot.no_grad import HotNoGrad
 from .device import DEVICE_TRANSFORMS
 from .vectorize.recurrence import VectorizeRecurrence
 from .vectorize.elementwise import VectorizeElementwise
@@ -26,6 +30,7 @@ REGISTRY: List[Type[Transform]] = [
     HotDistributionArgs,
     HotTensorFromArrays,
     GradClip,
+    HotNoGrad,
     *DEVICE_TRANSFORMS,
 ]
 

@@ -1,6 +1,8 @@
-"""The hot.* family: rewrites aimed at where whole training runs spend their time (issue 21).
+"""The hot.* family: rewrites aimed at where a whole training run spends its time (see
+``scalebox profile``), rather than at one loop.
 
-Each is ``exact``: :mod:`.distributions` (distributions built every step without argument
-validation where the arguments are valid by construction) and :mod:`.arrays` (tensors from lists
-of numpy arrays built from one ``np.array`` copy, guarded at run time).
+Each is ``exact``: :mod:`.no_grad` (acting and logging forwards run under ``torch.no_grad()``),
+:mod:`.distributions` (distributions built every step without argument validation where the
+arguments are valid by construction) and :mod:`.arrays` (tensors from lists of numpy arrays built
+from one ``np.array`` copy, guarded at run time).
 """

@@ -1,0 +1,339 @@
+"""hot.no_grad: which forwards run under torch.no_grad(), and that the rewrite changes nothing.
+
+Differential tests run the original and the rewrite on the same seed: the actions a rollout takes
+and what it logs must be bitwise equal, and for a script that trains between rollouts, the
+parameters after a few updates too. Look-alikes (a value kept for a loss, autograd state read,
+a forward returned) come back byte for byte with their reason.
+"""
+import textwrap
+
+import pytest
+import torch
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
+from scalebox_cst.transforms import REGISTRY
+from scalebox_cst.transforms.hot.no_grad import ID, HotNoGrad
+
+
+def rewrite(src):
+    result = Pipeline(Config(transforms=[ID]), backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
+    assert result.report.error is None, result.report.error
+    return result.output.decode(), result.report.sites
+
+
+def load(code):
+    ns = {"__name__": "sbtest"}
+    exec(compile(code, "<rewritten>", "exec"), ns)
+    return ns
+
+
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if hasattr(a, "tobytes"):
+        return a.tobytes() == b.tobytes()
+    return a == b
+
+
+def test_registered_and_on_by_default():
+    assert ID in [cls.id for cls in REGISTRY]
+    assert Config().transform_enabled(ID)
+
+
+@pytest.mark.parametrize("example", HotNoGrad.EXAMPLES, ids=lambda e: e.note[:40])
+def test_examples(example):
+    out, sites = rewrite(example.code)
+    if not example.rewritten:
+        assert out == example.code
+        assert not [s for s in sites if s.action == REWRITTEN]
+        if example.reason:
+            reasons = [s.reason for s in sites if s.action == SKIPPED]
+            assert any(example.reason in r for r in reasons), reasons
+        return
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert done and all(s.exactness == EXACT for s in done)
+    assert "with torch.no_grad():" in out
+    for seed in (0, 1, 2):
+        assert same(load(example.code)["run"](seed), load(out)["run"](seed))
+
+
+TRAIN = '''
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.distributions import Categorical
+
+
+class Env:
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.s = self.rng.normal(size=4).astype(np.float32)
+
+    def step(self, a):
+        self.s = (self.s * 0.9 + (a - 0.5)).astype(np.float32)
+        return self.s, float(self.s.sum() > 0), False
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))
+        self.value = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return torch.softmax(self.body(x), dim=-1)
+
+
+def train(seed, updates=4, steps=8):
+    torch.manual_seed(seed)
+    env, policy = Env(seed), Policy()
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    actions, returns = [], []
+    for u in range(updates):
+        obs_buf, act_buf, rew_buf = [], [], []
+        s = env.s
+        for t in range(steps):
+            probs = policy(torch.as_tensor(s))
+            a = Categorical(probs).sample().item()
+            v = policy.value(torch.as_tensor(s)).detach().numpy()
+            print(f"v={v}")
+            s2, r, done = env.step(a)
+            obs_buf.append(s)
+            act_buf.append(a)
+            rew_buf.append(r)
+            actions.append(a)
+            s = s2
+        obs = torch.as_tensor(np.stack(obs_buf))
+        logp = Categorical(policy(obs)).log_prob(torch.as_tensor(act_buf))
+        loss = -(logp * torch.as_tensor(rew_buf)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        returns.append(sum(rew_buf))
+    return actions, returns, [p.detach().clone() for p in policy.parameters()]
+'''
+
+
+def test_training_is_bitwise_the_original():
+    out, sites = rewrite(TRAIN)
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert [s.line for s in done] == [37, 39], sites  # the acting and logging forwards only
+    skipped = [s for s in sites if s.action == SKIPPED]
+    assert any(s.line == 48 and "backward" in s.reason for s in skipped), skipped  # the loss forward
+    for seed in (0, 3):
+        a = load(TRAIN)["train"](seed)
+        b = load(out)["train"](seed)
+        assert same(a, b)
+
+
+def test_adjacent_statements_share_one_block_and_comments_survive():
+    src = '''
+    import torch
+    import torch.nn as nn
+    net = nn.Linear(3, 2)
+    for t in range(3):
+        # act
+        q = net(torch.ones(3)).argmax().item()
+        v = net(torch.ones(3)).max().item()
+        print(q, v)
+    '''
+    out, sites = rewrite(src)
+    assert out.count("with torch.no_grad():") == 1
+    assert "    # act\n    with torch.no_grad():\n        q = net" in out
+
+
+def test_value_appended_without_detach_is_refused_even_through_names():
+    src = '''
+    import torch
+    import torch.nn as nn
+    net = nn.Linear(3, 2)
+    values = []
+    for t in range(3):
+        out = net(torch.ones(3))
+        v = out * 2
+        values.append(v)
+    loss = torch.stack(values).sum()
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("values.append" in s.reason for s in sites if s.action == SKIPPED)
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("buf[t] = net(x)", "stored into"),  # a preallocated tensor a later loss reads (CleanRL without no_grad)
+    ("y = net(x)\n    y.add_(1)", "in place"),
+    ("y = net(x)\n    g = y.grad_fn", "grad_fn"),
+    ("y = net(x)\n    helper(y)", "helper"),
+])
+def test_look_alikes(body, reason):
+    src = (
+        "import torch\nimport torch.nn as nn\nfrom lib import helper\nnet = nn.Linear(3, 2)\nbuf = torch.zeros(3, 2)\n"
+        "x = torch.ones(3)\nfor t in range(3):\n    " + body + "\n"
+    )
+    out, sites = rewrite(src)
+    assert out == src
+    assert any(reason in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+def test_forward_with_side_effects_is_refused():
+    src = '''
+    import torch
+    import torch.nn as nn
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+        def forward(self, x):
+            self.hidden = self.fc(x)
+            return self.hidden
+    net = Net()
+    for t in range(3):
+        a = net(torch.ones(3)).argmax().item()
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("stores into self.hidden" in s.reason for s in sites)
+
+
+def test_already_under_no_grad_is_not_a_candidate():
+    src = '''
+    import torch
+    import torch.nn as nn
+    net = nn.Linear(3, 2)
+    for t in range(3):
+        with torch.no_grad():
+            a = net(torch.ones(3)).argmax().item()
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src) and not sites
+
+
+def test_method_of_the_module_that_keeps_its_argument_is_refused():
+    """minimalRL REINFORCE: `pi.put_data((r, prob[a]))` keeps the probability for the loss."""
+    src = '''
+    import torch
+    import torch.nn as nn
+    from torch.distributions import Categorical
+    class Policy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.data = []
+            self.fc = nn.Linear(4, 2)
+        def forward(self, x):
+            return torch.softmax(self.fc(x), dim=0)
+        def put_data(self, item):
+            self.data.append(item)
+    pi = Policy()
+    for t in range(3):
+        prob = pi(torch.ones(4))
+        a = Categorical(prob).sample()
+        pi.put_data((1.0, prob[a]))
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("pi.put_data" in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+REBIND = '''
+import torch
+import torch.nn as nn
+class Actor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+    def forward(self, x):
+        return self.fc(x)
+    def get_action(self, x):
+        mean = self(x)
+        return torch.tanh(mean), mean
+def run(seed):
+    torch.manual_seed(seed)
+    actor = Actor()
+    kept = []
+    for t in range(4):
+        actions, _ = actor.get_action(torch.randn(3))
+        SKIP
+        actions = actions.detach().numpy()
+        kept.append(actions)
+    return kept
+'''
+
+
+def test_rebinding_ends_the_tensor_binding():
+    """CleanRL SAC: `actions = actions.detach().cpu().numpy()` before `rb.add(..., actions, ...)`;
+    `self(x)` inside a method is the module's own forward."""
+    src = REBIND.replace("SKIP", "pass")
+    out, sites = rewrite(src)
+    assert [s.action for s in sites] == [REWRITTEN], sites
+    for seed in (0, 1):
+        assert same(load(src)["run"](seed), load(out)["run"](seed))
+
+
+def test_a_continue_before_the_rebinding_keeps_the_binding_live():
+    src = REBIND.replace("SKIP", "if t == 2:\n            continue")
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("kept.append" in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+def test_forward_storing_through_a_local_alias_of_self_is_refused():
+    src = '''
+    import torch
+    import torch.nn as nn
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+            self.last = [None]
+        def forward(self, x):
+            last = self.last
+            out = self.fc(x)
+            last[0] = out
+            return out
+    net = Net()
+    for t in range(3):
+        a = net(torch.ones(3)).argmax().item()
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("stores into last[0]" in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+def test_in_place_op_in_the_statement_is_refused():
+    """`w.add_(1)` on a parameter raises with grad on and succeeds under no_grad."""
+    src = '''
+    import torch
+    import torch.nn as nn
+    net = nn.Linear(3, 2)
+    w = torch.ones(3, requires_grad=True)
+    for t in range(3):
+        a = net(w.mul_(1)).argmax().item()
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("in place" in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+def test_a_function_reading_the_name_as_a_global_is_refused_but_a_local_namesake_is_not():
+    src = '''
+    import torch
+    import torch.nn as nn
+    net = nn.Linear(3, 2)
+    def report():
+        return prob.sum()
+    def other(x):
+        prob = x * 2
+        return prob
+    for t in range(3):
+        prob = net(torch.ones(3))
+        a = prob.argmax().item()
+    '''
+    out, sites = rewrite(src)
+    assert out == textwrap.dedent(src)
+    assert any("read in report" in s.reason for s in sites if s.action == SKIPPED), sites
+    out, sites = rewrite(src.replace("        return prob.sum()\n", "        return 0\n"))
+    assert [s.action for s in sites] == [REWRITTEN], sites

@@ -1,0 +1,349 @@
+"""What a call in a rollout statement runs, and whether running it under ``torch.no_grad()`` could
+change anything besides the autograd graph it would have recorded (for :mod:`.no_grad`).
+
+``torch.no_grad()`` leaves forward values bit for bit as they are; what it changes is whether
+outputs (and anything the callee stores) carry ``requires_grad``/``grad_fn``. So a callee is
+acceptable only when its code is known: a ``torch.nn`` module (built in this file, directly or
+by a function of this file that returns one), or a class/function of this file whose body keeps
+nothing (no store to ``self`` or a global, no append to one), reads no autograd state
+(``requires_grad``, ``grad_fn``, ``is_grad_enabled``...), runs no ``backward`` and updates no
+parameter or buffer in place. Calls it makes are checked the same way, transitively. Anything
+else (a class imported from another module, a function parameter) is unknown: refused.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Set, Tuple
+
+from ..names import ast_dotted
+
+#: autograd state a body must not read or change (its meaning differs under no_grad)
+GRAD_ATTRS = frozenset({
+    "requires_grad", "grad_fn", "grad", "is_leaf", "backward", "register_hook", "retain_grad",
+    "retains_grad", "requires_grad_", "is_grad_enabled", "set_grad_enabled", "enable_grad",
+    "is_inference_mode_enabled", "autograd",
+})
+#: methods that keep their argument in the receiver
+STORING_METHODS = frozenset({"append", "extend", "insert", "add", "put", "push", "store", "update", "setdefault", "appendleft"})
+#: builtins a forward may call freely
+PLAIN_BUILTINS = frozenset({
+    "len", "range", "int", "float", "bool", "str", "tuple", "list", "dict", "zip", "enumerate",
+    "isinstance", "min", "max", "abs", "sum", "super", "getattr", "hasattr", "print", "type", "round",
+    "reversed", "sorted", "map", "all", "any",
+})
+#: methods of tensors and distributions (an unresolved receiver calling one of these is a value)
+TENSOR_METHODS = frozenset("""
+    float double long int bool half byte to cpu cuda numpy item tolist detach clone view view_as reshape
+    reshape_as squeeze unsqueeze flatten permute transpose t contiguous expand expand_as repeat argmax
+    argmin max min sum mean std var exp log tanh sigmoid relu softmax log_softmax clamp clip abs sqrt pow
+    gather index_select masked_fill type type_as new_tensor new_zeros new_ones new_full size dim numel
+    sample rsample log_prob entropy cdf icdf chunk split unbind mul add sub div matmul mm bmm neg round
+    floor ceil sign all any eq ne gt lt ge le astype copy square prod cumsum norm narrow select roll flip
+    """.split())
+PLAIN_MODULES = ("torch", "numpy", "math", "random", "gym", "gymnasium", "collections", "functools", "itertools", "typing")
+
+
+class Files:
+    """The classes and functions of one module, and what names and ``self.x`` attributes hold."""
+
+    def __init__(self, tree: ast.Module, imports) -> None:
+        self.imports = imports
+        self.tree = tree
+        self._scoped: Dict[Tuple[int, str], Optional[List[ast.expr]]] = {}
+        self.classes: Dict[str, ast.ClassDef] = {}
+        self.functions: Dict[str, ast.FunctionDef] = {}
+        for st in tree.body:
+            if isinstance(st, ast.ClassDef):
+                self.classes[st.name] = st
+            elif isinstance(st, ast.FunctionDef):
+                self.functions[st.name] = st
+        #: "Class.self.attr" -> every value assigned to it in the class's methods
+        self.values: Dict[str, List[ast.expr]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Assign):
+                        for t in sub.targets:
+                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                                self.values.setdefault(f"{node.name}.self.{t.attr}", []).append(sub.value)
+
+    # ---------------------------------------------------------------- what a value is
+
+    def is_torch_module_ctor(self, call: ast.expr) -> bool:
+        if not isinstance(call, ast.Call):
+            return False
+        qual = self.imports.qualify(call.func) or ""
+        if qual.startswith("torch.nn.") and not qual.startswith("torch.nn.functional"):
+            return True
+        if isinstance(call.func, ast.Name) and call.func.id in self.functions:
+            fn = self.functions[call.func.id]
+            rets = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return)]
+            return bool(rets) and all(r is not None and self.is_torch_module_ctor(r) for r in rets)
+        return False
+
+    def name_values(self, name: str, scope: Optional[ast.AST]) -> Optional[List[ast.expr]]:
+        """What ``name`` is assigned as seen from ``scope`` (a function: its own assignments, else
+        the module's); None where it is a parameter of ``scope`` or bound otherwise (a loop, a
+        ``with``, an augmented assignment...): unknown."""
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if any(isinstance(a, ast.arg) and a.arg == name for a in ast.walk(scope.args)):
+                return None
+            found = self._assigned(scope, name)
+            if found != []:
+                return found
+        found = self._assigned(self.tree, name)
+        return found or None
+
+    def _assigned(self, scope: ast.AST, name: str) -> Optional[List[ast.expr]]:
+        key = (id(scope), name)
+        if key not in self._scoped:
+            self._scoped[key] = _scope_values(scope, name)
+        return self._scoped[key]
+
+    def kinds_of(self, key: str, cls: Optional[str] = None, scope: Optional[ast.AST] = None) -> Optional[List[Tuple[str, Optional[ast.ClassDef]]]]:
+        """What ``key`` (a name, or ``self.attr`` inside ``cls``) may hold: ("torch", None) or
+        ("class", ClassDef) per assignment; None where any assignment is unknown or it is a parameter."""
+        if key.startswith("self.") and cls is not None:
+            values = None
+            for klass in self.lineage(cls):
+                values = self.values.get(f"{klass}.{key}")
+                if values:
+                    break
+        else:
+            values = self.name_values(key, scope) if "." not in key else None
+        if not values:
+            return None
+        out = []
+        for v in values:
+            if self.is_torch_module_ctor(v):
+                out.append(("torch", None))
+            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in self.classes:
+                out.append(("class", self.classes[v.func.id]))
+            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "to":
+                inner = v.func.value  # `Agent(envs).to(device)`
+                if self.is_torch_module_ctor(inner):
+                    out.append(("torch", None))
+                elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id in self.classes:
+                    out.append(("class", self.classes[inner.func.id]))
+                else:
+                    return None
+            else:
+                return None
+        return out
+
+    def lineage(self, cls: str) -> List[str]:
+        """``cls`` and its base classes defined in this file, nearest first."""
+        out, todo = [], [cls]
+        while todo:
+            name = todo.pop(0)
+            if name in out or name not in self.classes:
+                continue
+            out.append(name)
+            todo.extend(b.id for b in self.classes[name].bases if isinstance(b, ast.Name))
+        return out
+
+    def method(self, cls: ast.ClassDef, name: str, seen: Optional[Set[str]] = None) -> Optional[ast.FunctionDef]:
+        """``cls.name`` looked up through base classes of this file; None if not found there."""
+        for st in cls.body:
+            if isinstance(st, ast.FunctionDef) and st.name == name:
+                return st
+        for base in cls.bases:
+            if isinstance(base, ast.Name) and base.id in self.classes and base.id != cls.name:
+                found = self.method(self.classes[base.id], name)
+                if found is not None:
+                    return found
+        return None
+
+    def torch_based(self, cls: ast.ClassDef) -> bool:
+        """Whether the class is an nn.Module (so calling an instance runs ``forward``)."""
+        for base in cls.bases:
+            if (self.imports.qualify(base) or "").startswith("torch.nn."):
+                return True
+            if isinstance(base, ast.Name) and base.id in self.classes and base.id != cls.name:
+                if self.torch_based(self.classes[base.id]):
+                    return True
+        return False
+
+    # ---------------------------------------------------------------- calls
+
+    def resolve(self, func: ast.expr, cls: Optional[str], scope: Optional[ast.AST] = None) -> Optional[List[Tuple[Optional[ast.FunctionDef], Optional[str]]]]:
+        """The bodies a call of ``func`` runs: (function, its class name) each, (None, None) for a
+        torch.nn module's own forward; None if unknown."""
+        if isinstance(func, ast.Name) and func.id == "self" and cls in self.classes:
+            return self._call_of(("class", self.classes[cls]))  # `self(x)` inside a module
+        if isinstance(func, ast.Name) and func.id in self.functions and self.name_values(func.id, scope) is None \
+                and not (isinstance(scope, ast.FunctionDef) and any(a.arg == func.id for a in ast.walk(scope.args) if isinstance(a, ast.arg))):
+            return [(self.functions[func.id], None)]
+        key = ast_dotted(func)
+        if key is None:
+            return None
+        head, _, rest = key.rpartition(".")
+        # a module instance called: `net(x)` / `self.net(x)`
+        kinds = self.kinds_of(key, cls, scope)
+        if kinds is not None:
+            return [b for k in kinds for b in self._call_of(k)] if all(self._call_of(k) is not None for k in kinds) else None
+        # a method of an instance: `agent.act(x)` / `self.act(x)`
+        if head == "self" and cls is not None and cls in self.classes:
+            fn = self.method(self.classes[cls], rest)
+            return [(fn, cls)] if fn is not None else None
+        if head:
+            kinds = self.kinds_of(head, cls, scope)
+            if kinds is None:
+                return None
+            out = []
+            for kind, klass in kinds:
+                if kind == "torch":
+                    out.append((None, None))  # a torch.nn module's or parameter's own method
+                    continue
+                fn = self.method(klass, rest) if "." not in rest else None
+                if fn is None:
+                    sub = self.kinds_of(f"self.{rest}", klass.name)  # a submodule: `policy.value(x)`
+                    if sub is None or any(self._call_of(k) is None for k in sub):
+                        return None
+                    out.extend(b for k in sub for b in self._call_of(k))
+                    continue
+                out.append((fn, klass.name))
+            return out
+        return None
+
+    def _call_of(self, kind: Tuple[str, Optional[ast.ClassDef]]):
+        what, klass = kind
+        if what == "torch":
+            return [(None, None)]
+        fn = self.method(klass, "__call__") or (self.method(klass, "forward") if self.torch_based(klass) else None)
+        return [(fn, klass.name)] if fn is not None else None
+
+    # ---------------------------------------------------------------- bodies
+
+    def runs_forward(self, fn: ast.FunctionDef, cls: Optional[str], seen: Optional[Set[str]] = None) -> bool:
+        """Whether ``fn`` is a module's forward or calls one (directly or through methods of this
+        file): what makes a call of it worth running under no_grad."""
+        seen = set() if seen is None else seen
+        if f"{cls}.{fn.name}" in seen:
+            return False
+        seen.add(f"{cls}.{fn.name}")
+        if cls in self.classes and fn.name in ("forward", "__call__") and self.torch_based(self.classes[cls]):
+            return True
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and node.args:
+                for body, owner in self.resolve(node.func, cls, fn) or ():
+                    if body is None or self.runs_forward(body, owner, seen):
+                        return True
+        return False
+
+    def body_problem(self, fn: ast.FunctionDef, cls: Optional[str], seen: Set[str]) -> Optional[str]:
+        """Why running ``fn`` under no_grad could change more than the graph, or None."""
+        tag = f"{cls}.{fn.name}"
+        if tag in seen:
+            return None
+        seen.add(tag)
+        where = f"`{fn.name}` (line {fn.lineno})"
+        if any((self.imports.qualify(d.func if isinstance(d, ast.Call) else d) or "").startswith("torch.enable_grad")
+               for d in fn.decorator_list):
+            return f"{where} enables grad itself"
+        local = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        local |= {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+        local -= _aliases(fn, local)
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Global, ast.Nonlocal)):
+                return f"{where} declares {', '.join(node.names)} global/nonlocal"
+            if isinstance(node, ast.Attribute) and node.attr in GRAD_ATTRS:
+                return f"{where} reads autograd state (.{node.attr})"
+            if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                root = _root(node)
+                if root == "self" or root not in local:
+                    return f"{where} stores into {ast.unparse(node)} (kept past the call: it could carry grad to a later loss)"
+            if isinstance(node, ast.Call):
+                problem = self._call_problem(node, fn, cls, local, where, seen)
+                if problem:
+                    return problem
+        return None
+
+    def _call_problem(self, node: ast.Call, fn, cls, local, where, seen) -> Optional[str]:
+        func = node.func
+        qual = self.imports.qualify(func)
+        if qual is not None:
+            if qual.split(".")[0] in PLAIN_MODULES:
+                return None
+            return f"{where} calls {qual}, whose effects are unknown"
+        if isinstance(func, ast.Attribute):
+            root = _root(func.value)
+            if func.attr in STORING_METHODS and (root == "self" or root not in local):
+                return f"{where} keeps a value with {ast.unparse(func)}(...)"
+            if func.attr.endswith("_") and not func.attr.endswith("__") and (root == "self" or root not in local):
+                return f"{where} updates {ast.unparse(func.value)} in place ({func.attr})"
+        if isinstance(func, ast.Name) and func.id in PLAIN_BUILTINS and self.name_values(func.id, fn) is None:
+            return None
+        bodies = self.resolve(func, cls, fn)
+        if bodies is None:
+            if isinstance(func, ast.Attribute) and func.attr in TENSOR_METHODS:
+                return None  # a method of a value (a tensor, a distribution): `x.view(...)`
+            return f"{where} calls {ast.unparse(func)}, whose code is not in this file"
+        for body, owner in bodies:
+            if body is not None:
+                problem = self.body_problem(body, owner, seen)
+                if problem:
+                    return problem
+        return None
+
+
+def _root(node: ast.AST) -> Optional[str]:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _aliases(fn: ast.AST, local: Set[str]) -> Set[str]:
+    """Local names bound to something that outlives the call (``buf = self.buf``, ``h = STATE[0]``):
+    a store or append through them is a store into that object."""
+    out: Set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Name, ast.Attribute, ast.Subscript)):
+                root = _root(node.value)
+                if root == "self" or root not in local or root in out:
+                    for t in node.targets:
+                        for n in ast.walk(t):
+                            if isinstance(n, ast.Name) and n.id not in out:
+                                out.add(n.id)
+                                changed = True
+    return out
+
+
+def _scope_values(scope: ast.AST, name: str) -> Optional[List[ast.expr]]:
+    """Values assigned to ``name`` directly in ``scope`` (not in nested functions or classes):
+    [] if none, None if it is also bound some other way there."""
+    out: List[ast.expr] = []
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            if getattr(node, "name", None) == name:
+                return None
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                pairs = [(t, node.value)]
+                if isinstance(t, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List)) \
+                        and len(t.elts) == len(node.value.elts):
+                    pairs = list(zip(t.elts, node.value.elts))
+                for tt, value in pairs:
+                    if isinstance(tt, ast.Name) and tt.id == name:
+                        out.append(value)
+                    elif any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(tt)):
+                        return None  # unpacked from something not paired
+        elif isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
+            parent_ok = False  # bound by for / with / augmented assignment / walrus / del
+            return None if not parent_ok else out
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name).split(".")[0] == name for a in node.names):
+            return None
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return None
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            todo.extend(n for n in ast.iter_child_nodes(node) if n is node.value)  # targets handled above
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return out

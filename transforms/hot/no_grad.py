@@ -1,0 +1,226 @@
+"""``hot.no_grad``: forward passes whose outputs reach only the environment, a buffer (as numbers)
+or logging run under ``with torch.no_grad():``.
+
+Acting in a rollout loop (``a = actor(torch.as_tensor(o)).detach().numpy()``,
+``q = net(s).argmax().item()``, ``dist = policy(s); env.step(dist.sample().item())``) records an
+autograd graph nobody differentiates: every op saves its inputs and allocates a ``grad_fn``.
+Under ``torch.no_grad()`` the forward computes the same values (the same kernels on the same
+inputs, bit for bit), so the rewrite is ``exact`` wherever nothing could tell the difference:
+
+* the callee's code is known (:mod:`.callees`): a ``torch.nn`` module or a class/function of
+  this file that keeps nothing, reads no autograd state and updates nothing in place;
+* what the statement produces reaches no gradient (:mod:`.flow`): followed through every name
+  it is bound to, each use ends in ``.item()``/``.detach()``/numpy/an integer result, the
+  environment or logging, and none is stored, appended, returned, read elsewhere or asked for
+  ``.requires_grad``/``.grad_fn``.
+
+Adjacent statements that qualify share one ``with`` block. Statements already under
+``no_grad``/``inference_mode`` (or in a function decorated so) are not candidates.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
+
+from ..base import FileContext, Transform
+from ..analysis.rewriting import replace_nodes
+from ..analysis.statements import CstStatements, ast_guarded, ast_statements
+from .callees import GRAD_ATTRS, Files
+from .flow import Flow
+from .no_grad_examples import EXAMPLES
+
+ID = "hot.no_grad"
+_GRAD_MODES = ("torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.set_grad_enabled",
+               "torch.autograd.no_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.no_grad")
+
+
+class _Candidate:
+    def __init__(self, stmt: ast.stmt, reason: str, ok: bool) -> None:
+        self.stmt, self.reason, self.ok = stmt, reason, ok
+
+
+def _grad_mode(expr: ast.expr, imports) -> Optional[str]:
+    target = expr.func if isinstance(expr, ast.Call) else expr
+    qual = imports.qualify(target) or ""
+    return qual if qual in _GRAD_MODES else None
+
+
+class _Scanner:
+    """Finds the statements of a module that call a forward, and decides each."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.tree = ctx.tree
+        self.imports = ctx.imports
+        self.files = Files(self.tree, self.imports)
+        self.user_samples = any(
+            isinstance(st, ast.FunctionDef) and st.name == "sample"
+            for cls in self.files.classes.values() for st in cls.body
+        )
+        self.found: List[_Candidate] = []
+        self._flows: Dict[int, Flow] = {}
+
+    def scan(self) -> List[_Candidate]:
+        self._block(self.tree.body, self.tree, None, loop=False)
+        return self.found
+
+    def _block(self, body, scope, cls: Optional[str], loop: bool) -> None:
+        for st in body:
+            if isinstance(st, ast.ClassDef):
+                self._block(st.body, st, st.name, loop=False)
+            elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if any(_grad_mode(d, self.imports) for d in st.decorator_list):
+                    continue
+                owner = cls if isinstance(scope, ast.ClassDef) else None
+                if owner is not None and st.name in ("forward", "__call__"):
+                    continue  # a module's own forward: a callee, judged where it is called
+                self._block(st.body, st, owner, loop=False)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                if any(_grad_mode(item.context_expr, self.imports) for item in st.items):
+                    continue
+                self._block(st.body, scope, cls, loop)
+            elif isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
+                self._block(st.body, scope, cls, True)
+                self._block(st.orelse, scope, cls, loop)
+            elif isinstance(st, ast.If):
+                self._block(st.body, scope, cls, loop)
+                self._block(st.orelse, scope, cls, loop)
+            elif isinstance(st, ast.Try):
+                for part in (st.body, *[h.body for h in st.handlers], st.orelse, st.finalbody):
+                    self._block(part, scope, cls, loop)
+            elif isinstance(st, (ast.Assign, ast.Expr, ast.Return)) and not isinstance(scope, ast.ClassDef):
+                if isinstance(scope, ast.Module) and not loop:
+                    continue  # runs once: nothing to gain
+                self._statement(st, scope, cls)
+
+    def _is_forward(self, node: ast.Call, cls: Optional[str], scope: ast.AST) -> bool:
+        """A call of a torch.nn module or of a method of this file's nn.Module classes (whose body
+        is checked separately, by :meth:`Files.body_problem`)."""
+        if not node.args:
+            return False
+        return any(fn is None or self.files.runs_forward(fn, owner) for fn, owner in self.files.resolve(node.func, cls, scope) or ())
+
+    def _passes_through(self, node: ast.Call, cls: Optional[str], scope: ast.AST) -> bool:
+        """A call whose result may hold its argument but which keeps nothing itself: a torch.nn
+        module, or code of this file with no problem (:meth:`Files.body_problem`)."""
+        bodies = self.files.resolve(node.func, cls, scope)
+        return bool(bodies) and all(fn is None or self.files.body_problem(fn, owner, set()) is None for fn, owner in bodies)
+
+    def _forwards(self, st: ast.stmt, cls: Optional[str], scope: ast.AST) -> List[ast.Call]:
+        return [node for node in ast.walk(st) if isinstance(node, ast.Call) and self._is_forward(node, cls, scope)]
+
+    def _statement(self, st: ast.stmt, scope, cls: Optional[str]) -> None:
+        forwards = self._forwards(st, cls, scope)
+        if not forwards:
+            return
+        names = ", ".join(sorted({ast.unparse(c.func) for c in forwards}))
+        for node in ast.walk(st):
+            if isinstance(node, (ast.NamedExpr, ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await)):
+                return self._skip(st, f"forward of {names}: the statement holds a {type(node).__name__}")
+            if isinstance(node, ast.keyword) and node.arg == "requires_grad":
+                return self._skip(st, f"forward of {names}: the statement creates a tensor with requires_grad")
+            if isinstance(node, ast.Attribute) and node.attr in GRAD_ATTRS:
+                return self._skip(st, f"forward of {names}: the statement reads autograd state (.{node.attr})")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
+                    and not node.func.attr.endswith("__"):
+                return self._skip(st, f"forward of {names}: the statement changes {ast.unparse(node.func.value)} in place "
+                                      f"(.{node.func.attr}: on a parameter it raises with grad, not under no_grad)")
+        local = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            local |= {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}
+        seen: Set[str] = set()
+        for node in ast.walk(st):
+            if isinstance(node, ast.Call):
+                problem = self.files._call_problem(node, scope, cls, local, "the statement", seen)
+                if problem:
+                    return self._skip(st, f"forward of {names}: {problem}")
+        flow = self._flows.get(id(scope))
+        if flow is None:
+            flow = self._flows[id(scope)] = Flow(scope, self.tree, self.imports, self.user_samples,
+                                                 lambda call: self._passes_through(call, cls, scope))
+        flow.ends = set()
+        for call in forwards:
+            problem = flow.problem(call)
+            if problem:
+                if problem.startswith("is returned") or " is returned " in problem:
+                    return None  # a helper returning its forward: the caller is where to act
+                return self._skip(st, f"forward of {names}: its output {problem}")
+        ends = ", ".join(sorted(flow.ends)) or "nothing"
+        self.found.append(_Candidate(st, (
+            f"forward of {names} runs under torch.no_grad(): its outputs end in {ends} and reach no "
+            "gradient (no graph recorded; same values bit for bit)"), True))
+
+    def _skip(self, st: ast.stmt, reason: str) -> None:
+        self.found.append(_Candidate(st, reason, False))
+
+
+class HotNoGrad(Transform):
+    id = ID
+    version = "1"
+    triggers = ("torch",)
+    description = "forward passes whose outputs reach no gradient (acting, logging) run under torch.no_grad()"
+
+    EXAMPLES = EXAMPLES
+
+    def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        if "torch" not in ctx.imports.names and not any(v.startswith("torch") for v in ctx.imports.aliases.values()):
+            return None, []
+        astmts, parents = ast_statements(ctx.tree.body)
+        found = [c for c in _Scanner(ctx).scan() if not ast_guarded(c.stmt, parents, ctx.imports)]
+        if not found:
+            return None, []
+        sites: List[Site] = []
+        for c in found:
+            sites.append(Site(ID, c.stmt.lineno, c.stmt.end_lineno or c.stmt.lineno,
+                              REWRITTEN if c.ok else SKIPPED, c.reason, EXACT if c.ok else None))
+        chosen = [c.stmt for c in found if c.ok]
+        if not chosen:
+            return None, sites
+        statements = CstStatements(ctx.module)
+        if not statements.matches(astmts):
+            return None, [s for s in sites if s.action == SKIPPED] + [
+                Site(ID, st.lineno, st.end_lineno or st.lineno, SKIPPED, "the module's trees do not pair up") for st in chosen]
+        index = {id(st): i for i, st in enumerate(astmts)}
+        lines: List[cst.SimpleStatementLine] = []
+        for st in chosen:
+            small = statements.stmts[index[id(st)]]
+            line = statements.parent[small]
+            if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+                sites = [s for s in sites if not (s.line == st.lineno and s.action == REWRITTEN)]
+                sites.append(Site(ID, st.lineno, st.end_lineno or st.lineno, SKIPPED,
+                                  "shares its line with other statements (`a = f(x); b = g(a)`): left alone"))
+                continue
+            lines.append(line)
+        if not lines:
+            return None, sites
+        torch_no_grad = ctx.imports.local_for("torch.no_grad")
+        if torch_no_grad is None:
+            ctx.require_import("import torch")
+            torch_no_grad = "torch.no_grad"
+        replacements: Dict[cst.CSTNode, object] = {}
+        chosen_set = set(lines)
+        for block in {statements.parent[line] for line in lines}:
+            body = list(block.body)
+            i = 0
+            while i < len(body):
+                if body[i] not in chosen_set:
+                    i += 1
+                    continue
+                j = i
+                while j + 1 < len(body) and body[j + 1] in chosen_set and not body[j + 1].leading_lines:
+                    j += 1
+                group = body[i:j + 1]
+                inner = [group[0].with_changes(leading_lines=())] + group[1:]
+                replacements[group[0]] = cst.With(
+                    items=[cst.WithItem(cst.parse_expression(f"{torch_no_grad}()"))],
+                    body=cst.IndentedBlock(body=inner),
+                    leading_lines=group[0].leading_lines,
+                )
+                for rest in group[1:]:
+                    replacements[rest] = cst.RemovalSentinel.REMOVE
+                i = j + 1
+        return replace_nodes(ctx.module, replacements, statements.parent), sites
