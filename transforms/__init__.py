@@ -2,8 +2,7 @@
 
 Loops are vectorized first (they read the user's original code), then distributions and tensors
 from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays), then clipping is
-inserted, then acting forwards are put under no_grad (hot.no_grad: it reads the guard clipping
-inserted as a use of the gradients), then device ops are swapped (they may also touch what
+inserted, then acting forwards are put under no_grad (hot.no_grad), then device ops are swapped (they may also touch what
 earlier transforms emitted).
 """
 from __future__ import annotations
