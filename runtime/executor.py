@@ -121,12 +121,17 @@ def summarize(series: Dict[str, List[runs.Point]]) -> Dict[str, Dict[str, Any]]:
     return out
 
 
-def error_tail(lines: List[str], limit: int = 30) -> List[str]:
-    """The last traceback in ``lines`` (else their end), at most ``limit`` lines."""
+def error_tail(lines: List[str], limit: int = 30, errors: Optional[List[str]] = None) -> List[str]:
+    """The last traceback in ``errors`` (the stderr lines), else in ``lines`` (the output as it
+    arrived), else the end of ``lines``, at most ``limit`` lines. stdout and stderr are read by
+    two threads, so stdout lines printed before a traceback can arrive after it: a traceback is
+    taken from stderr alone when stderr has one."""
+    for source in ([errors] if errors else []) + [lines]:
+        source = [line.rstrip("\n") for line in source]
+        for i in range(len(source) - 1, -1, -1):
+            if source[i].startswith("Traceback (most recent call last)"):
+                return source[i:][-limit:]
     lines = [line.rstrip("\n") for line in lines]
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith("Traceback (most recent call last)"):
-            return lines[i:][-limit:]
     return lines[-min(limit, 10):]
 
 
@@ -432,7 +437,8 @@ class Execution:
             rec.status = "ok" if status == 0 else "failed"
         if rec.status == "failed":
             with self._tail_lock:
-                rec.error_tail = error_tail([line for _, line, _ in self._tail])
+                rec.error_tail = error_tail([line for _, line, _ in self._tail],
+                                            errors=[line for stream, line, _ in self._tail if stream == 1])
         rec.load = self._load.summary()
         series = runs.read_series(self.dir)
         rec.metrics = summarize(series)

@@ -118,3 +118,15 @@ def test_the_metric_parser_sees_each_streams_logical_lines_alone(tmp_path):
     assert [line for line in seen if "bar" in line] == [f"  {i}%|bar| {i}/3 [224it/s]" for i in range(3)]
     assert "last" in seen  # a last line without its end, at the stream's end
     assert "\r" in err.getvalue() and "bar" not in out.getvalue()
+
+
+def test_the_error_tail_is_the_traceback_from_stderr_whatever_stdout_lines_arrived_after_it():
+    """stdout and stderr have a reader each: stdout lines printed before a traceback can reach
+    the tail after it, and must not end the record's error tail."""
+    from scalebox_cst.runtime.executor import error_tail
+
+    trace = ["Traceback (most recent call last):", '  File "t.py", line 3, in <module>', "RuntimeError: boom"]
+    arrived = ["step=0 loss=1", *trace, "step=1 loss=2"]
+    assert error_tail(arrived, errors=trace) == trace
+    assert error_tail(arrived, errors=["a warning"]) == trace + ["step=1 loss=2"]  # none on stderr: as arrived
+    assert error_tail(["a", "b"], errors=[]) == ["a", "b"]
