@@ -208,8 +208,11 @@ def _members(run_dir: Optional[str], group: int) -> List[int]:
 
 
 def run_processes(run_dir: str, exclude: Iterable[int] = ()) -> List[int]:
-    """Pids of the live processes (of this user) whose starting environment names ``run_dir``."""
+    """Pids of the live processes (of this user) whose starting environment names ``run_dir`` or
+    a folder inside it (a torchrun rank other than 0 names its own ``ranks/<k>``, and so do the
+    processes it starts)."""
     marker = f"{ENV_RUN_DIR}={run_dir}".encode()
+    inside = marker.rstrip(b"/") + b"/"
     skip = set(exclude) | {os.getpid()}
     try:
         names = os.listdir("/proc")
@@ -224,7 +227,7 @@ def run_processes(run_dir: str, exclude: Iterable[int] = ()) -> List[int]:
                 environ = fh.read()
         except OSError:  # gone, or another user's
             continue
-        if marker in environ.split(b"\0"):
+        if any(entry == marker or entry.startswith(inside) for entry in environ.split(b"\0")):
             found.append(int(name))
     return found
 

@@ -130,3 +130,26 @@ def test_the_error_tail_is_the_traceback_from_stderr_whatever_stdout_lines_arriv
     assert error_tail(arrived, errors=trace) == trace
     assert error_tail(arrived, errors=["a warning"]) == trace + ["step=1 loss=2"]  # none on stderr: as arrived
     assert error_tail(["a", "b"], errors=[]) == ["a", "b"]
+
+
+def test_the_processes_of_a_run_include_those_started_from_a_folder_inside_it(tmp_path):
+    """A torchrun rank other than 0 runs with SCALEBOX_RUN_DIR=<run>/ranks/<k>, and so do the
+    processes it starts: they are the run's (kill -9 of `scalebox run --nproc 2` left one);
+    a sibling run whose folder only starts with the same characters is not."""
+    import subprocess
+    import sys
+
+    from scalebox_cst.runtime import lifeline
+
+    run_dir = str(tmp_path / "0001")
+    started = []
+    try:
+        for where in (run_dir, os.path.join(run_dir, "ranks", "1"), run_dir + "0"):
+            env = dict(os.environ, **{lifeline.ENV_RUN_DIR: where})
+            started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env))
+        found = lifeline.run_processes(run_dir)
+        assert sorted(found) == sorted(p.pid for p in started[:2])
+    finally:
+        for p in started:
+            p.kill()
+            p.wait()
