@@ -131,6 +131,17 @@ def test_replay_sampling_engine_sites_imports_and_no_project_frame(classifier):
     assert classifier.classify(stack(LAUNCH)) == (None, "other")
 
 
+def test_the_user_lines_wrappers_are_plumbing_not_engine_sites(classifier):
+    """user_lines wraps inspect.getframeinfo in the original's runs too: inspect.stack() under a
+    library's import (torch's) was charged to "engine sites" in a run with no site at all."""
+    wrapper = code_of(os.path.join(RUNTIME, "user_lines.py"), FN, "f")
+    imported = code_of(SITE + "torch/_sources.py", "x = 1\n", "<module>")
+    inspect_code = code_of("/usr/lib/python3.11/inspect.py", FN, "f")
+    assert classifier.classify(stack(LAUNCH, LOOP, imported, wrapper, inspect_code))[1] == "other"
+    user, category = classifier.classify(stack(LAUNCH, LOOP, wrapper, inspect_code))
+    assert (user.f_code, category) == (LOOP, "other")
+
+
 @pytest.mark.parametrize("source, name", [
     ("def f(t):\n    return t.item()\n", "item"),
     ("def f(torch, x):\n    return torch.tensor(x, dtype=1)\n", "tensor"),

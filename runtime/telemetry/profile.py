@@ -71,8 +71,10 @@ USER, LIB, PASS = 0, 1, 2  # frame kinds; PASS: the launcher's and telemetry's p
 
 _RUNTIME = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TELEMETRY = os.path.dirname(os.path.abspath(__file__)) + os.sep
-#: runtime files that are plumbing, not an engine site (their callers decide)
-_PASS_FILES = {"loader.py", "launch.py", "metrics.py", "threads.py"}
+#: runtime files that are plumbing, not an engine site (their callers decide); user_lines.py wraps
+#: warnings / logging / inspect.getframeinfo in every run, the original's too: the wrapped call's
+#: time is the caller's (torch's import calls inspect.stack: start-up, not "engine sites")
+_PASS_FILES = {"loader.py", "launch.py", "metrics.py", "threads.py", "user_lines.py"}
 _TELEMETRY_RULES = {"envs.py": "env", "writer.py": "logging", "training.py": "backward"}
 
 #: library path prefixes (after site-packages/ or the standard library) -> category
