@@ -68,6 +68,8 @@ CATEGORIES: Dict[str, str] = {
 
 _MODULE = "module"  # rule of nn.Module.__call__ / nn.functional: action or forward by grad mode
 USER, LIB, PASS = 0, 1, 2  # frame kinds; PASS: the launcher's and telemetry's plumbing
+#: the line number profile.jsonl gives code a rewrite added outside any site (support imports, helpers)
+ADDED = 0
 
 _RUNTIME = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TELEMETRY = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -378,11 +380,22 @@ def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, An
             cache[filename] = None
     origin = cache[filename]
     if origin is not None:
-        line = origin.locate(line)[0]
+        line = _users_line(origin, line)
     path = filename
     if project and filename.startswith(project):
         path = filename[len(project):].replace(os.sep, "/")
     return path, line
+
+
+def _users_line(origin, line: int) -> int:
+    """The user's line a rewritten line stands for; ADDED (0) for code the rewrite added outside
+    any site: its support imports (they import torch) and helpers. The loader's map gives such a
+    line the user's next one, so every rewritten run's profile had the file's first line
+    (``import argparse``) as its hottest, where the original's had ``import torch``."""
+    old, same = origin.map.get(line, (line, True))
+    if not same and not any(lo <= old <= hi for lo, hi, _ in origin.sites):
+        return ADDED
+    return old
 
 
 _origins: Dict[str, Any] = {}
