@@ -395,6 +395,8 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     commit = info.source_commit if original else info.commit
     if commit is None:
         _fail(f"{info.name} has no source snapshot to run")
+    if store.read_file(commit, script_rel) is None:  # before a run record is made for it
+        _fail(f"{script_rel} is not in {info.name} (a typo, or a file scalebox.toml leaves out?)", 2)
     seed_list = _parse_seeds(seeds)
     seed_via = None
     if seeds:

@@ -50,11 +50,13 @@ LEVEL = 0.95
 RESAMPLES = 4000
 
 
-def run_value(head: Dict[str, Any], series: Dict[str, Sequence[runs.Point]], metric: str) -> Optional[float]:
+def run_value(head: Dict[str, Any], series: Dict[str, Sequence[runs.Point]], metric: str, own: bool = False) -> Optional[float]:
     """One number for ``metric`` in one run: a headline value (see runs.headline), else the mean
     of the last runs.RETURN_WINDOW finite points of the series of that name (the run's own, else
-    the engine's ``scalebox/<metric>``: runs.engine_name)."""
-    key = _HEADLINE.get(metric)
+    the engine's ``scalebox/<metric>``: runs.engine_name). ``own``: the user's own series of that
+    exact name comes before a headline of the same name (``--metric episodic_return`` where the
+    script prints ``episodic_return=``, ``--metric sps`` where it prints ``sps=``)."""
+    key = None if own and metric in series else _HEADLINE.get(metric)
     if key is not None:
         value = head.get(key)
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
@@ -151,6 +153,8 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
             head["shared_machine"] = contention.shared_machine(run, project)
             per_run.append((run, head, series))
         loaded.append((label, ok, excluded, per_run))
+    # a name given with --metric that some run recorded as its own series: that series, in every run
+    own = {m: any(m in s for _, _, _, per_run in loaded for _, _, s in per_run) for m in metrics}
     out: Dict[str, Any] = {
         "groups": [
             {
@@ -168,7 +172,7 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
         rows = []
         values_by_group = []
         for label, _, _, per_run in loaded:
-            values = [v for v in (run_value(h, s, metric) for _, h, s in per_run) if v is not None]
+            values = [v for v in (run_value(h, s, metric, own.get(metric, False)) for _, h, s in per_run) if v is not None]
             values_by_group.append(values)
             rows.append({"label": label, "values": values, **describe(values)})
         if not any(values_by_group):

@@ -23,6 +23,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scalebox_cst import runs
 
+#: the line profile.jsonl gives code a rewrite added outside any site (runtime.telemetry.profile.ADDED)
+ADDED = 0
+
 FILE = "profile.jsonl"
 TOP = 20
 #: category -> label (kept equal to runtime.telemetry.profile.CATEGORIES, not imported: host side)
@@ -225,6 +228,10 @@ def build(directory: str, record: Optional[Dict[str, Any]] = None, store_path: O
             row["code"] = None
             row["coverage"] = {"covered": False, "reason": "not a line of the project (imports, start-up, exit)"}
             continue
+        if row["line"] == ADDED:
+            row["code"] = None
+            row["coverage"] = {"covered": False, "reason": "code the rewrite added (support imports, helpers), not a line of yours"}
+            continue
         row["code"] = store.line(row["path"], row["line"])
         row["coverage"] = coverage(row["path"], row["line"], sites, report)
     return out
@@ -273,6 +280,8 @@ def render(profile: Optional[Dict[str, Any]], title: str = "", lines: int = 10) 
     out.append("top lines")
     for row in profile["lines"][:lines]:
         where = row["path"] if row["line"] is None else f"{row['path']}:{row['line']}"
+        if row["line"] == ADDED:
+            where = f"{row['path']} (added by the rewrite)"
         label = CATEGORIES.get(row["category"], row["category"])
         out.append(f"{row['share']:>6.1%}  {where}  [{label}]  calls>={row['calls']}")
         if row.get("code"):

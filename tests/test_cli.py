@@ -81,6 +81,15 @@ def test_run_executes_the_committed_rewrite_and_records_it(project):
     assert log.startswith("run/0001") and " ok " in log and "grad_norm=" in log
 
 
+def test_run_of_a_script_the_branch_lacks_is_a_one_line_error_and_makes_no_run(project):
+    """A typo in SCRIPT started a run that failed in its launcher, leaving a failed run in the log."""
+    scalebox("rewrite", str(project), "--backend", "cpu")
+    for args in (("train_typo.py",), ("--original", "train_typo.py"), ("run/0001", "train_typo.py"), ("--seeds", "0,1", "train_typo.py")):
+        proc = scalebox("run", *args, cwd=project, check=False)
+        assert proc.returncode == 2 and proc.stderr.strip() == "scalebox: train_typo.py is not in run/0001 (a typo, or a file scalebox.toml leaves out?)"
+    assert not (project / ".scalebox" / "runs" / "run" / "0001").exists()
+
+
 def test_run_traceback_shows_rewritten_lines(project):
     (project / "train.py").write_text(
         (project / "train.py").read_text() + "raise RuntimeError('boom')\n"

@@ -131,6 +131,17 @@ def test_replay_sampling_engine_sites_imports_and_no_project_frame(classifier):
     assert classifier.classify(stack(LAUNCH)) == (None, "other")
 
 
+def test_the_user_lines_wrappers_are_plumbing_not_engine_sites(classifier):
+    """user_lines wraps inspect.getframeinfo in the original's runs too: inspect.stack() under a
+    library's import (torch's) was charged to "engine sites" in a run with no site at all."""
+    wrapper = code_of(os.path.join(RUNTIME, "user_lines.py"), FN, "f")
+    imported = code_of(SITE + "torch/_sources.py", "x = 1\n", "<module>")
+    inspect_code = code_of("/usr/lib/python3.11/inspect.py", FN, "f")
+    assert classifier.classify(stack(LAUNCH, LOOP, imported, wrapper, inspect_code))[1] == "other"
+    user, category = classifier.classify(stack(LAUNCH, LOOP, wrapper, inspect_code))
+    assert (user.f_code, category) == (LOOP, "other")
+
+
 @pytest.mark.parametrize("source, name", [
     ("def f(t):\n    return t.item()\n", "item"),
     ("def f(torch, x):\n    return torch.tensor(x, dtype=1)\n", "tensor"),
@@ -353,6 +364,29 @@ def test_flush_maps_rewritten_lines_back_to_the_users(tmp_path, monkeypatch):
     assert profiler.rows == {}
     rp.flush(profiler)  # nothing new: no line
     assert len((tmp_path / prof.FILE).read_text().splitlines()) == 1
+
+
+def test_code_the_rewrite_added_is_not_charged_to_the_users_next_line(tmp_path, monkeypatch):
+    """The support imports a rewrite puts above the user's first line import torch: their samples
+    went to that first line (``import argparse`` the hottest line of every rewritten run)."""
+    from scalebox_cst.runtime import loader, metrics
+
+    original = "import argparse\nx = 1\nfor i in range(3):\n    x += i\n"
+    rewritten = "import helper\nimport argparse\nx = 1\nx += sum(range(3))\n"
+    filename = str(tmp_path / "train.py")
+    loader.register_origin(filename, loader.Origin(original, rewritten, [(3, 4, "vectorize.reduction")]))
+    monkeypatch.setenv(metrics.ENV_FILE, str(tmp_path / "metrics.jsonl"))
+    profiler = rp.Profiler(rp.Classifier(project=str(tmp_path) + os.sep))
+    profiler.rows = {(filename, 1, "other"): [3, 0.3, 0.1, 1], (filename, 2, "other"): [1, 0.1, 0.1, 1],
+                     (filename, 4, "other"): [1, 0.1, 0.1, 1]}
+    rp.flush(profiler)
+    rows = sorted(map(tuple, json.loads((tmp_path / prof.FILE).read_text())["rows"]))
+    assert [r[:2] for r in rows] == [("train.py", rp.ADDED), ("train.py", 1), ("train.py", 3)]
+    out = prof.build(str(tmp_path), {})
+    added = next(r for r in out["lines"] if r["line"] == prof.ADDED)
+    assert added["code"] is None and "added" in added["coverage"]["reason"]
+    text = prof.render(out)
+    assert "train.py (added by the rewrite)" in text and "train.py:0" not in text
 
 
 def test_a_subscript_store_on_a_user_line_is_a_tensor_copy(classifier):

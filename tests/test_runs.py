@@ -216,6 +216,24 @@ def test_compare_says_when_speed_rests_on_runs_that_shared_the_machine(tmp_path)
     assert "host load 6.0 on 2 CPUs" in stats.render(result)
 
 
+def test_compare_metric_names_the_users_own_series_before_a_headline_of_that_name(tmp_path):
+    """A script printing ``episodic_return=`` / ``sps=`` keeps those series under their names, but
+    ``compare --metric episodic_return`` (or ``sps``) read the engine's headline instead: the
+    user's own series could not be compared at all. Without --metric the headline stays."""
+    group = []
+    for i, (own, engine) in enumerate(((10.0, 100.0), (20.0, 200.0))):
+        run = _fake_run(tmp_path, "run/0001", 1000.0 + 100 * i, 10.0, 500.0, 9.0)
+        with open(os.path.join(run.dir, runs.METRICS), "a") as fh:
+            fh.write(_line("episodic_return", 3, own) + _line("scalebox/episodic_return", 3, engine) + _line("sps", 3, 7.0))
+        group.append(run)
+    named = stats.compare([("a", group[:1]), ("b", group[1:])], metrics=["episodic_return", "sps", "wall_time"])
+    values = {m["metric"]: [g["values"] for g in m["groups"]] for m in named["metrics"]}
+    assert values == {"episodic_return": [[10.0], [20.0]], "sps": [[7.0], [7.0]], "wall_time": [[10.0], [10.0]]}
+    default = stats.compare([("a", group[:1]), ("b", group[1:])])
+    values = {m["metric"]: [g["values"] for g in m["groups"]] for m in default["metrics"]}
+    assert values["episodic_return"] == [[100.0], [200.0]] and values["sps"] == [[500.0], [500.0]]
+
+
 def test_log_line_says_when_site_time_rests_on_no_sample():
     from scalebox_cst.cli import _run_line
 

@@ -68,11 +68,15 @@ CATEGORIES: Dict[str, str] = {
 
 _MODULE = "module"  # rule of nn.Module.__call__ / nn.functional: action or forward by grad mode
 USER, LIB, PASS = 0, 1, 2  # frame kinds; PASS: the launcher's and telemetry's plumbing
+#: the line number profile.jsonl gives code a rewrite added outside any site (support imports, helpers)
+ADDED = 0
 
 _RUNTIME = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TELEMETRY = os.path.dirname(os.path.abspath(__file__)) + os.sep
-#: runtime files that are plumbing, not an engine site (their callers decide)
-_PASS_FILES = {"loader.py", "launch.py", "metrics.py", "threads.py"}
+#: runtime files that are plumbing, not an engine site (their callers decide); user_lines.py wraps
+#: warnings / logging / inspect.getframeinfo in every run, the original's too: the wrapped call's
+#: time is the caller's (torch's import calls inspect.stack: start-up, not "engine sites")
+_PASS_FILES = {"loader.py", "launch.py", "metrics.py", "threads.py", "user_lines.py"}
 _TELEMETRY_RULES = {"envs.py": "env", "writer.py": "logging", "training.py": "backward"}
 
 #: library path prefixes (after site-packages/ or the standard library) -> category
@@ -376,11 +380,22 @@ def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, An
             cache[filename] = None
     origin = cache[filename]
     if origin is not None:
-        line = origin.locate(line)[0]
+        line = _users_line(origin, line)
     path = filename
     if project and filename.startswith(project):
         path = filename[len(project):].replace(os.sep, "/")
     return path, line
+
+
+def _users_line(origin, line: int) -> int:
+    """The user's line a rewritten line stands for; ADDED (0) for code the rewrite added outside
+    any site: its support imports (they import torch) and helpers. The loader's map gives such a
+    line the user's next one, so every rewritten run's profile had the file's first line
+    (``import argparse``) as its hottest, where the original's had ``import torch``."""
+    old, same = origin.map.get(line, (line, True))
+    if not same and not any(lo <= old <= hi for lo, hi, _ in origin.sites):
+        return ADDED
+    return old
 
 
 _origins: Dict[str, Any] = {}

@@ -16,7 +16,7 @@ function profileCard(b, run) {
   const labels = new Map(p.categories.map((c) => [c.category, c.label]));
   const lines = (p.lines || []).map((l) => el("li", { title: l.coverage ? "transform: " + l.coverage : "" },
     el("span", { class: "prof-share" }, pct(l.share)), " ",
-    el("code", {}, l.line === null ? l.path : `${l.path}:${l.line}`), " ",
+    el("code", {}, l.line === null ? l.path : l.line === 0 ? `${l.path} (added by the rewrite)` : `${l.path}:${l.line}`), " ",
     el("span", { class: "muted" }, `[${labels.get(l.category) || l.category}]`), " ",
     l.code ? el("code", { class: "prof-code" }, l.code) : null));
   return el("div", { class: "prof-card", "data-run": run.id },
