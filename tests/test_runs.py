@@ -716,13 +716,14 @@ def test_warnings_log_records_and_inspect_of_a_run_name_the_users_lines(project)
     (project / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
     scalebox("rewrite", str(project))
     assert scalebox("diff", cwd=project).stdout.count("\n+") >= 2  # an import and a call were inserted above line 10
-    out = scalebox("run", "t.py", cwd=project).stdout
+    proc = scalebox("run", "t.py", cwd=project)
+    out, err = proc.stdout, proc.stderr  # warnings, log records and tracebacks go to stderr, as the script wrote them
     path = os.path.realpath(project / "t.py")
-    assert f"{path}:10: UserWarning: warned on line 10\n  warnings.warn('warned on line 10')\n" in out
+    assert f"{path}:10: UserWarning: warned on line 10\n  warnings.warn('warned on line 10')\n" in err
     assert "RECORD 13 \"warnings.warn('recorded on line 13')\"" in out
-    assert "LOG t.py:15 logged on line 15" in out
+    assert "LOG t.py:15 logged on line 15" in err
     assert "INSPECT 16 ['here = inspect.stack()[0]\\n'] 17" in out
-    assert f'File "{path}", line 19, in <module>\n    1 / 0\n' in out
+    assert f'File "{path}", line 19, in <module>\n    1 / 0\n' in err
     (record,) = records(project, "run/0001")
     assert record["status"] == "ok"
 

@@ -117,6 +117,8 @@ class _Telemetry(threading.Thread):
                     self.profiler.tick(frame)
                 if sites._sites:
                     self.clock.tick(frame)
+                else:  # no site yet: the first one's first look must not be credited with the time before it
+                    self.clock.last = time.perf_counter()
                 del frame
                 self.stopped.wait(period)
             else:
