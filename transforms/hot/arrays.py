@@ -33,7 +33,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
-from .bindings import appended, bindings, Scope
+from .bindings import ScopedRewriter, appended
 from .arrays_examples import EXAMPLES
 
 ID = "hot.tensor_from_arrays"
@@ -79,31 +79,13 @@ def _listy(expr: Optional[cst.BaseExpression]) -> Optional[str]:
     return None
 
 
-class _Rewriter(cst.CSTTransformer):
+class _Rewriter(ScopedRewriter):
     def __init__(self, ctx: FileContext, sites: List[Site]) -> None:
         super().__init__()
         self.ctx = ctx
         self.sites = sites
-        self.scopes: List[Scope] = []
-        self._bindings: Dict[cst.CSTNode, Dict] = {}
         self._appends: Dict[cst.CSTNode, Dict] = {}
         self.alias: Optional[str] = None
-
-    def visit_Module(self, node: cst.Module) -> None:
-        self.scopes.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node)
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        self.scopes.pop()
-        return updated
-
-    def _found(self):
-        scope = self.scopes[-1]
-        if scope not in self._bindings:
-            self._bindings[scope] = bindings(scope)
-        return self._bindings[scope]
 
     def _appended(self, name: str) -> List[cst.BaseExpression]:
         scope = self.scopes[-1]

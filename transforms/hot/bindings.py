@@ -161,3 +161,30 @@ def appended(scope: Scope) -> Dict[str, List[cst.BaseExpression]]:
     for stmt in body if isinstance(body, (list, tuple)) else [body]:
         stmt.visit(visitor)
     return visitor.found
+
+
+class ScopedRewriter(cst.CSTTransformer):
+    """A transformer that knows the scope (module or function body) it is in and what each
+    name is bound to there (:func:`bindings`, computed once per scope), for the hot.* rewrites
+    that decide a call by how its arguments were made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scopes: List[Scope] = []
+        self._bindings: Dict[cst.CSTNode, Dict[str, List[Optional[cst.BaseExpression]]]] = {}
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.scopes.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self.scopes.pop()
+        return updated
+
+    def _found(self) -> Dict[str, List[Optional[cst.BaseExpression]]]:
+        scope = self.scopes[-1]
+        if scope not in self._bindings:
+            self._bindings[scope] = bindings(scope)
+        return self._bindings[scope]

@@ -45,7 +45,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
-from .bindings import bindings, only_value
+from .bindings import ScopedRewriter, only_value
 from .distributions_examples import EXAMPLES
 
 ID = "hot.distribution_args"
@@ -74,30 +74,12 @@ def _positive_literal(expr: cst.BaseExpression) -> bool:
     return False
 
 
-class _Rewriter(cst.CSTTransformer):
+class _Rewriter(ScopedRewriter):
     def __init__(self, ctx: FileContext, sites: List[Site], user_default: bool) -> None:
         super().__init__()
         self.ctx = ctx
         self.sites = sites
         self.user_default = user_default
-        self.scopes: List[cst.CSTNode] = []
-        self._bindings: Dict[cst.CSTNode, Dict] = {}
-
-    def visit_Module(self, node: cst.Module) -> None:
-        self.scopes.append(node)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(node)
-
-    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
-        self.scopes.pop()
-        return updated
-
-    def _found(self):
-        scope = self.scopes[-1]
-        if scope not in self._bindings:
-            self._bindings[scope] = bindings(scope)
-        return self._bindings[scope]
 
     def positive(self, expr: cst.BaseExpression, depth: int = 0) -> Optional[str]:
         """How ``expr`` is positive (a short text), or None if that is not provable here."""
