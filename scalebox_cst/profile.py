@@ -22,27 +22,13 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scalebox_cst import runs
+from scalebox_cst.runtime.profile_categories import CATEGORIES  # the one table, shared with the sampler
 
 #: the line profile.jsonl gives code a rewrite added outside any site (runtime.telemetry.profile.ADDED)
 ADDED = 0
 
 FILE = "profile.jsonl"
 TOP = 20
-#: category -> label (kept equal to runtime.telemetry.profile.CATEGORIES, not imported: host side)
-CATEGORIES: Dict[str, str] = {
-    "env": "environment step",
-    "action": "action selection",
-    "distributions": "distributions",
-    "tensors": "tensor creation and copies",
-    "replay": "replay/batch sampling",
-    "forward": "loss forward",
-    "backward": "backward",
-    "optimizer": "optimizer step",
-    "sync": "host-device syncs",
-    "logging": "logging",
-    "engine": "engine sites",
-    "other": "other",
-}
 OUTSIDE = "(outside the project)"
 _REPORTS_REF = "refs/notes/scalebox-reports"
 

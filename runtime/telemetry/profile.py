@@ -44,27 +44,12 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from scalebox_cst.runtime import metrics
+from scalebox_cst.runtime.profile_categories import CATEGORIES  # the one table, shared with the host's reader
 
 ENV_SWITCH = "SCALEBOX_PROFILE"
 FILE = "profile.jsonl"
 #: seconds between two appends to profile.jsonl (each holds the lines seen since the last)
 EVERY = float(os.environ.get("SCALEBOX_PROFILE_EVERY", "10") or 10)
-
-#: category -> what a researcher calls it (the order reports list them in)
-CATEGORIES: Dict[str, str] = {
-    "env": "environment step",
-    "action": "action selection",
-    "distributions": "distributions",
-    "tensors": "tensor creation and copies",
-    "replay": "replay/batch sampling",
-    "forward": "loss forward",
-    "backward": "backward",
-    "optimizer": "optimizer step",
-    "sync": "host-device syncs",
-    "logging": "logging",
-    "engine": "engine sites",
-    "other": "other",
-}
 
 _MODULE = "module"  # rule of nn.Module.__call__ / nn.functional: action or forward by grad mode
 USER, LIB, PASS = 0, 1, 2  # frame kinds; PASS: the launcher's and telemetry's plumbing
