@@ -9,8 +9,6 @@ import dis
 import glob
 import json
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 import types
@@ -21,6 +19,7 @@ from scalebox_cst import compare as compare_mod
 from scalebox_cst import profile as prof
 from scalebox_cst import runs
 from scalebox_cst.runtime.telemetry import profile as rp
+from conftest import scalebox
 
 SITE = "/venv/lib/python3.11/site-packages/"
 PROJECT = "/proj/"
@@ -292,22 +291,14 @@ for i in range(60):
 """
 
 
-def _scalebox(*args, cwd, **extra_env):
-    env = dict(os.environ, OMP_NUM_THREADS="1", **extra_env)
-    exe = os.path.join(os.path.dirname(sys.executable), "scalebox")
-    proc = subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
 def test_a_run_records_where_its_time_went_per_line_and_category(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
     source = textwrap.dedent(BUSY)
     (project / "train.py").write_text(source)
     line = {tag: i for i, l in enumerate(source.splitlines(), 1) for tag in ("BUSY", "ACTION", "LOSS", "BACKWARD", "OPT") if f"# {tag}" in l}
-    _scalebox("init", ".", cwd=project)
-    _scalebox("run", "train.py", cwd=project, SCALEBOX_TELEMETRY_HZ="100")
+    scalebox("init", ".", cwd=project)
+    scalebox("run", "train.py", cwd=project, env={"SCALEBOX_TELEMETRY_HZ": "100"}, timeout=600)
     records = glob.glob(str(project / ".scalebox" / "runs" / "**" / "record.json"), recursive=True)
     record = json.loads(open(records[0]).read())
     p = record["profile"]
@@ -326,9 +317,9 @@ def test_a_run_records_where_its_time_went_per_line_and_category(tmp_path):
     assert by_line[("train.py", line["LOSS"])]["category"] == "forward"
     assert p["cpu_measured"] and 0 < p["cpu_s"] <= p["wall_s"] * 1.05
     # the command shows the same, and --json gives the record's numbers back
-    text = _scalebox("profile", cwd=project).stdout
+    text = scalebox("profile", cwd=project).stdout
     assert "environment step" in text and f"train.py:{line['BUSY']}" in text and "# BUSY" in text
-    data = json.loads(_scalebox("profile", "run/0001#1", "--json", cwd=project).stdout)
+    data = json.loads(scalebox("profile", "run/0001#1", "--json", cwd=project).stdout)
     assert data["run"] == "run/0001#1" and data["profile"]["categories"] == p["categories"]
     # the profile stays out of metrics.jsonl
     metrics = open(glob.glob(str(project / ".scalebox" / "runs" / "**" / "metrics.jsonl"), recursive=True)[0]).read()
@@ -339,9 +330,8 @@ def test_profile_of_an_unknown_run_is_a_one_line_error(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
     (project / "train.py").write_text("print(1)\n")
-    _scalebox("init", ".", cwd=project)
-    exe = os.path.join(os.path.dirname(sys.executable), "scalebox")
-    proc = subprocess.run([exe, "profile"], cwd=project, capture_output=True, text=True, timeout=120)
+    scalebox("init", ".", cwd=project)
+    proc = scalebox("profile", cwd=project, check=False)
     assert proc.returncode == 1 and proc.stderr.strip() == "scalebox: no run yet (scalebox run SCRIPT)"
 
 
