@@ -2,22 +2,25 @@
 loop's checks of what its function does outside it once walked the whole function: a file with
 thousands of GAE loops gave no result). Counted in tree nodes visited, not timed; speed is in
 benchmarks/bench_scaling.py (shape ``loops``)."""
+import importlib.util
+import os
+
 from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.transforms.analysis import cstwalk
 from scalebox_cst.transforms.vectorize.recurrence import function_facts
 
-LOOP = """\
-    adv_{i} = torch.zeros_like(rewards)
-    last = 0
-    for t in reversed(range(T)):
-        if t == T - 1:
-            nv = next_value
-        else:
-            nv = values[t + 1]
-        delta = rewards[t] + gamma * nv * masks[t] - values[t]
-        adv_{i}[t] = last = delta + gamma * lam * masks[t] * last
-"""
+
+def _bench_loop() -> str:
+    """The ``loops`` shape's GAE loop, from the benchmark that times it (one text for both)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_scaling", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench_scaling.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.LOOP
+
+
+LOOP = _bench_loop()
 
 
 def one_function(loops: int) -> bytes:
