@@ -47,14 +47,12 @@ def user_line() -> str:
 
 
 def _users_line(filename: str, line: int) -> int:
-    """The line in the user's file for a line of code served from a rewrite (as tracebacks show)."""
-    try:
-        from scalebox_cst.runtime.loader import origin_of
+    """The line in the user's file for a line of code served from a rewrite (as tracebacks show;
+    a failed map gives the line as it is: a diagnosis must not fail on it)."""
+    from scalebox_cst.runtime.user_lines import user_line
 
-        origin = origin_of(filename)
-        return origin.locate(line)[0] if origin is not None else line
-    except Exception:  # a diagnosis must not fail on the mapping
-        return line
+    where = user_line(filename, line)
+    return where[0] if where is not None else line
 
 
 def module_names() -> Dict[int, str]:
