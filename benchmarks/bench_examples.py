@@ -29,7 +29,7 @@ SPS = re.compile(r"\s*sps=\S+")
 
 
 def numbers(stdout: str):
-    from scalebox_cst.runtime.executor import parse_metric_line
+    from scalebox_cst.runner.execution import parse_metric_line
 
     return [SPS.sub("", line) for line in stdout.splitlines() if parse_metric_line(line)]
 

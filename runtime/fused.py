@@ -9,7 +9,7 @@ the rows, then the recurrence, in one call. Where anything is outside what the k
 bitwise it returns None without touching a value, and the rewritten code takes its general path.
 
 The program is the body of ``for t in range(T - 1, -1, -1):`` as ``;``-separated statements
-(grammar: :mod:`.fused_program`): tail statements ``X[T] = NAME`` first (at t = T-1 a read
+(grammar: :mod:`scalebox_cst.fused_program`): tail statements ``X[T] = NAME`` first (at t = T-1 a read
 ``X[t + 1]`` reads NAME: the body's last-step case), then assignments of temporaries, outputs
 ``OUT[t]`` and, last, the carried update ``S = B + A * S``.
 
@@ -42,7 +42,7 @@ def _load():
 
 _C = _load()
 
-from .fused_program import _PROGRAMS, params_of, program as _program
+from scalebox_cst.fused_program import _PROGRAMS, params_of, program as _program
 
 __all__ = ["fused_linear", "params_of", "available"]
 

@@ -17,7 +17,7 @@ import click
 
 from scalebox_cst import linediff, sourcefile
 from scalebox_cst.report import ACTIONS, REWRITTEN, FileReport, RunReport, Site
-from scalebox_cst.runtime.loader import physical_lines
+from scalebox_cst.textlines import physical_lines
 
 STYLES = {
     "header": dict(bold=True),

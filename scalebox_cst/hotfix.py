@@ -30,7 +30,6 @@ import math
 import os
 import statistics
 import sys
-import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scalebox_cst import runs
@@ -265,15 +264,10 @@ def make_hotfix(project, branch: str, run: int, signal: Signal, healthy: Sequenc
 # --------------------------------------------------------------------------- --heal
 
 
-def _default_start(project, script: str, args: List[str], echo):
-    from scalebox_cst.runtime.executor import Execution
+def _supervisor(project, echo):
+    from scalebox_cst.runner.supervisor import RunSupervisor
 
-    def start(info, hotfix_of: Optional[str], extra_env: Optional[Dict[str, str]] = None):
-        env = dict(os.environ, **(extra_env or {}))
-        return Execution(project.store.path, project.root, project.runs_dir, info.name, info.commit, script, list(args),
-                         echo=echo, env=env, source_commit=info.source_commit, hotfix_of=hotfix_of)
-
-    return start
+    return RunSupervisor.for_project(project, echo=echo)
 
 
 def heal_loop(
@@ -286,15 +280,22 @@ def heal_loop(
     notice: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
     start: Optional[Callable] = None,
     poll_s: float = 0.5,
+    supervisor=None,
 ) -> Tuple[Any, List[Hotfix]]:
     """Run ``script`` from ``branch``; on instability stop it, make a hot-fix and run that instead.
 
-    Returns the last run's record and the hot-fixes made. ``start(info, hotfix_of)`` launches a
-    run and returns an object with ``dir``, ``poll()``, ``wait()``, ``stop(reason=...)`` and
-    ``record`` (the executor's Execution; tests pass fakes).
+    Returns the last run's record and the hot-fixes made. Runs are started, followed and stopped
+    by ``supervisor`` (a :class:`~scalebox_cst.runner.supervisor.RunSupervisor`; default: one of
+    ``project``); ``start(info, hotfix_of)`` replaces its start (tests pass fakes with ``dir``,
+    ``poll()``, ``wait()``, ``stop(grace=, reason=)`` and ``record``).
     """
+    from scalebox_cst.runner.supervisor import RunSpec
+
     opts = settings(project.config)
-    start = start or _default_start(project, script, list(args), echo)
+    supervisor = supervisor or _supervisor(project, echo)
+    if start is None:
+        def start(info, hotfix_of):
+            return supervisor.start(RunSpec.from_branch(info, script, args, hotfix_of=hotfix_of))
     info = project.store.resolve(branch)
     hotfix_of: Optional[str] = None
     made: List[Hotfix] = []
@@ -302,20 +303,15 @@ def heal_loop(
         execution = start(info, hotfix_of)
         run_no = getattr(execution.record, "run", None) or getattr(execution, "run", 1)
         watch = RunWatch(execution.dir, opts)
-        signal = None
-        try:
-            while execution.poll() is None:
-                signal = watch.poll()
-                if signal is not None:
-                    break
-                time.sleep(poll_s)
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP through cli_run: the child stops too
-            execution.stop(reason=f"{exc or 'SIGINT'} to scalebox run --heal")
-            raise
-        if signal is not None:
-            record = execution.stop(reason=f"hot-fix: {signal.kind} at step {signal.step}")
-        else:
-            record = execution.wait()
+
+        def unstable(_run) -> Optional[str]:
+            found = watch.poll()
+            return None if found is None else f"hot-fix: {found.kind} at step {found.step}"
+
+        # Ctrl-C, or SIGTERM/SIGHUP under the supervisor's signals: the child stops too
+        record = supervisor.follow(execution, check=unstable, poll_s=poll_s, interrupted="{signal} to scalebox run --heal")
+        signal = watch.signal
+        if signal is None:
             status = getattr(record, "status", "ok")
             signal = watch.after_exit("failed" if str(status).startswith("failed") else str(status))
             if signal is None or signal.kind != "failed-nonfinite":
@@ -355,35 +351,22 @@ def locate_env(event: Dict[str, Any]) -> Dict[str, str]:
 # --------------------------------------------------------------------------- the CLI's --heal / --locate-nan
 
 
-def _stop_on_signals():
-    """SIGTERM/SIGHUP become KeyboardInterrupt, so the heal loop stops its child before leaving."""
-    import signal
-
-    def raise_interrupt(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    return {s: signal.signal(s, raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
-
-
 def cli_run(project, branch: str, script: str, args: Sequence[str], *, heal: bool, locate_nan: bool,
             notice: Callable[[str], None]) -> int:
-    """``scalebox run --heal`` / ``--locate-nan``: returns the exit status for the CLI."""
-    import signal
-
-    if locate_nan:
-        return _locate(project, branch, script, args, notice)
-    previous = _stop_on_signals()
-    try:
-        record, made = heal_loop(project, branch, script, list(args), echo=sys.stdout, notice=notice)
-    except KeyboardInterrupt as exc:
-        notice(f"scalebox: {exc or 'SIGINT'}: run stopped")
-        return 130
-    except HotfixError as exc:
-        notice(f"scalebox: {exc}")
-        return 2
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    """``scalebox run --heal`` / ``--locate-nan``: returns the exit status for the CLI. SIGTERM,
+    SIGHUP and SIGINT stop the run (the supervisor's signals) and give 130."""
+    supervisor = _supervisor(project, sys.stdout)
+    with supervisor.signals():
+        if locate_nan:
+            return _locate(project, supervisor, branch, script, args, notice)
+        try:
+            record, made = heal_loop(project, branch, script, list(args), notice=notice, supervisor=supervisor)
+        except KeyboardInterrupt as exc:
+            notice(f"scalebox: {exc or 'SIGINT'}: run stopped")
+            return 130
+        except HotfixError as exc:
+            notice(f"scalebox: {exc}")
+            return 2
     if made:
         notice(f"scalebox: {len(made)} hot-fix(es): {', '.join(f'{m.branch} (of {m.hotfix_of})' for m in made)}; "
                "review with scalebox diff, keep with the options its commit message names, or roll back")
@@ -391,8 +374,10 @@ def cli_run(project, branch: str, script: str, args: Sequence[str], *, heal: boo
     return status if status and status > 0 else (0 if status == 0 else 1)
 
 
-def _locate(project, branch: str, script: str, args: Sequence[str], notice: Callable[[str], None]) -> int:
+def _locate(project, supervisor, branch: str, script: str, args: Sequence[str], notice: Callable[[str], None]) -> int:
     """Rerun ``branch``'s newest run that saw a non-finite gradient, with the NaN locator armed."""
+    from scalebox_cst.runner.supervisor import RunSpec
+
     found = None
     for info in reversed(runs.list_runs(project.root, branch)):
         event = first_nonfinite(info.dir)
@@ -405,12 +390,10 @@ def _locate(project, branch: str, script: str, args: Sequence[str], notice: Call
     info, event = found
     notice(f"scalebox: {info.id}: first non-finite gradient at {event['site']} step {event['step']}: "
            f"{event.get('message', '')}; rerunning from the start with isfinite checks on module outputs for that step")
-    start = _default_start(project, script, list(args), sys.stdout)
-    execution = start(project.store.resolve(branch), None, locate_env(event))
+    execution = supervisor.start(RunSpec.from_branch(project.store.resolve(branch), script, args, env=locate_env(event)))
     try:
-        execution.wait()
+        supervisor.follow(execution, interrupted="{signal} during --locate-nan")
     except KeyboardInterrupt:
-        execution.stop(reason="SIGINT during --locate-nan")
         return 130
     events, _ = runs.read_events(os.path.join(execution.dir, runs.EVENTS))
     located = [e for e in events if e.get("kind") == "nan_located"]
@@ -426,24 +409,30 @@ def _locate(project, branch: str, script: str, args: Sequence[str], notice: Call
 
 class WatchHealer:
     """The watcher's hook (``Watcher.reap_run`` calls :meth:`check` about twice a second): the
-    same policy as ``--heal`` for the run the watcher keeps going. On a signal the run is stopped,
-    a hot-fix branch is committed and started in its place; past the limit the run stays stopped
-    (with the reason) until the next save."""
+    same policy as ``--heal`` for the run the watcher's supervisor holds. On a signal the run is
+    stopped, a hot-fix branch is committed and started in its place by the same supervisor; past
+    the limit the run stays stopped (with the reason) until the next save."""
 
-    def __init__(self, watcher) -> None:
-        self.watcher = watcher
+    def __init__(self, project, supervisor, script: str, args: Sequence[str], echo: Callable[[str], None]) -> None:
+        self.project = project
+        self.supervisor = supervisor
+        self.script = script
+        self.args = list(args)
+        self.echo = echo
         self.watch: Optional[RunWatch] = None
 
     def check(self) -> None:
-        w = self.watcher
-        execution = w.execution
+        from scalebox_cst.runner.supervisor import RunSpec
+
+        sup, echo = self.supervisor, self.echo
+        execution = sup.current
         if execution is None:
             return
         if self.watch is None or self.watch.dir != execution.dir:
             try:
-                opts = settings(w.project.config)
+                opts = settings(self.project.config)
             except HotfixError as exc:
-                w.echo(f"scalebox: {exc}; runs are not healed")
+                echo(f"scalebox: {exc}; runs are not healed")
                 opts = dict(DEFAULTS, max_per_source=0)
             self.watch = RunWatch(execution.dir, opts)
         watch = self.watch
@@ -451,40 +440,24 @@ class WatchHealer:
             signal = watch.poll()
             if signal is None:
                 return
-            record = execution.stop(w.grace, reason=f"hot-fix: {signal.kind} at step {signal.step}")
+            record = sup.stop(execution, reason=f"hot-fix: {signal.kind} at step {signal.step}")
         else:
-            record = execution.wait()
+            record = sup.wait(execution)
             signal = watch.after_exit("failed" if str(record.status).startswith("failed") else str(record.status))
             if signal is None:
                 return  # an ordinary end: the watcher's reap reports it
-        w.execution = None
+            sup.release(execution)
         run_no = getattr(record, "run", 1)
-        w.echo(f"scalebox: {record.branch}#{run_no} unstable: {signal.message}; stopped")
+        echo(f"scalebox: {record.branch}#{run_no} unstable: {signal.message}; stopped")
         try:
-            fix = make_hotfix(w.project, record.branch, run_no, signal, watch.healthy_norms())
+            fix = make_hotfix(self.project, record.branch, run_no, signal, watch.healthy_norms())
         except (HotfixError, OSError) as exc:
-            w.echo(f"scalebox: {record.branch}#{run_no} stays stopped, no hot-fix: {exc} (save to run again)")
+            echo(f"scalebox: {record.branch}#{run_no} stays stopped, no hot-fix: {exc} (save to run again)")
             return
-        w.echo(f"scalebox: hot-fix {fix.branch} ({fix.commit[:10]}): {fix.message}; review: scalebox diff {fix.branch}")
-        from scalebox_cst.runtime.executor import Execution
-
-        info = w.project.store.resolve(fix.branch)
+        echo(f"scalebox: hot-fix {fix.branch} ({fix.commit[:10]}): {fix.message}; review: scalebox diff {fix.branch}")
+        info = self.project.store.resolve(fix.branch)
         try:
-            w.execution = Execution(w.project.store.path, w.project.root, w.project.runs_dir, info.name, info.commit,
-                                    w.script, w.args, echo=w.run_output, source_commit=info.source_commit,
-                                    hotfix_of=fix.hotfix_of)
-            w.echo(f"scalebox: running {w.script} from {info.name} (hot-fix of {fix.hotfix_of})")
+            sup.start(RunSpec.from_branch(info, self.script, self.args, hotfix_of=fix.hotfix_of))
+            echo(f"scalebox: running {self.script} from {info.name} (hot-fix of {fix.hotfix_of})")
         except Exception as exc:  # the watcher keeps watching
-            w.execution = None
-            w.echo(f"scalebox: {w.script} not started from {info.name}: {exc}")
-
-
-def heal_watched(watcher) -> None:
-    """Entry point for the watcher (one healer per watcher, made on first use)."""
-    healer = getattr(watcher, "_healer", None)
-    if healer is None:
-        healer = watcher._healer = WatchHealer(watcher)
-    try:
-        healer.check()
-    except Exception as exc:  # healing must never stop the watcher
-        watcher.echo(f"scalebox: hot-fix check failed: {type(exc).__name__}: {exc}")
+            echo(f"scalebox: {self.script} not started from {info.name}: {exc}")

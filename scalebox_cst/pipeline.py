@@ -25,7 +25,7 @@ import libcst as cst
 from scalebox_cst import linediff, sourcefile
 from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
-from scalebox_cst.runtime.loader import physical_lines
+from scalebox_cst.textlines import physical_lines
 from scalebox_cst.transforms import FileContext, Transform, all_transforms, transform_ids
 from scalebox_cst.transforms import statement_memo
 

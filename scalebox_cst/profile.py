@@ -153,7 +153,7 @@ class _Store:
             if self.repo is not None and commit:
                 import pygit2
 
-                from scalebox_cst.runtime.loader import physical_lines  # Python's line numbers
+                from scalebox_cst.textlines import physical_lines  # Python's line numbers
 
                 try:
                     blob = self.repo[commit].peel(pygit2.Tree)[path]

@@ -11,7 +11,7 @@ shared file system is assumed: the call stages, in a temporary folder that Ray s
   reads beside itself must be committed, see ``include`` in scalebox.toml),
 
 and ships the engine itself (``py_modules``), so the worker runs the same ``runtime`` the rewrite
-was made for. Each task runs the same executor as a local run (``runtime.executor.Execution``:
+was made for. Each task runs the same supervisor as a local run (``runner.supervisor.RunSupervisor``:
 the child ``runtime.launch`` serving the commit from the staged store, its telemetry, key=value
 metrics, traceback tail, status) into a run folder on the worker, and streams that folder back as
 it grows (a Ray streaming generator); the host writes it into ``.scalebox/runs/<branch>/<NNNN>/``
@@ -25,6 +25,7 @@ if the call is killed (a small watcher process ends its processes then).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -211,14 +212,13 @@ def _run_task(job: Dict[str, Any], interval: float):
     """The Ray task body (a generator: Ray streams each chunk back as it is yielded)."""
     import os
 
-    from scalebox_cst.runtime.executor import Execution
+    from scalebox_cst.runner.supervisor import RunSpec, RunSupervisor
 
     here = os.getcwd()  # the staged working_dir
     store = os.path.join(here, "store.git")
     project = os.path.join(here, "trees", job["commit"])
     engine = os.path.dirname(os.path.dirname(os.path.abspath(__import__("scalebox_cst").__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (engine, env.get("PYTHONPATH")) if p)
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (engine, os.environ.get("PYTHONPATH")) if p)}
     runs_root = tempfile.mkdtemp(prefix="scalebox-ray-")
     parent = os.path.join(runs_root, *job["branch"].split("/"))
     os.makedirs(parent)
@@ -232,11 +232,11 @@ def _run_task(job: Dict[str, Any], interval: float):
     except Exception:  # noqa: BLE001 - informative only
         pass
     yield {"node": node}
-    execution = Execution(
-        store, project, runs_root, job["branch"], job["commit"], job["script"], list(job["args"]), echo=None, env=env,
-        source_commit=job.get("source_commit"), variant=job.get("variant", "rewrite"), seed=job.get("seed"),
-        seed_via=job.get("seed_via"), tensorboard=False, notice=lambda text: None,
-    )
+    supervisor = RunSupervisor(store, project, runs_root, echo=None, tensorboard=False, notice=lambda text: None)
+    execution = supervisor.start(RunSpec(
+        job["branch"], job["commit"], job["script"], tuple(job["args"]), source_commit=job.get("source_commit"),
+        variant=job.get("variant", "rewrite"), seed=job.get("seed"), seed_via=job.get("seed_via"), env=env,
+    ))
     mirror = _Mirror(execution.dir)  # the executor writes log.txt and stderr.txt unbuffered
     try:
         while execution.poll() is None:
@@ -244,18 +244,18 @@ def _run_task(job: Dict[str, Any], interval: float):
             chunk = mirror.collect()
             if chunk["append"] or chunk["replace"]:
                 yield chunk
-        execution.wait()
+        supervisor.reap(execution)
         yield mirror.collect()
     except GeneratorExit:  # the consumer went away: nothing more can be sent
-        execution.stop(reason="stopped")
+        supervisor.stop(execution, reason="stopped")
         raise
     except BaseException:  # cancelled (KeyboardInterrupt / TaskCancelledError): stop the run, send its end
-        execution.stop(reason="stopped")
+        supervisor.stop(execution, reason="stopped")
         yield mirror.collect()
         raise
     finally:
         if execution.poll() is None:
-            execution.stop(reason="stopped")
+            supervisor.stop(execution, reason="stopped")
         shutil.rmtree(runs_root, ignore_errors=True)
 
 
@@ -327,7 +327,7 @@ class _HostRun:
             pass
 
     def _pump_tensorboard(self) -> None:
-        from scalebox_cst.runtime.executor import _TensorBoard
+        from scalebox_cst.runner.execution import _TensorBoard
 
         if self._tb is None:
             tb_dir = runs.tensorboard_dir(self.project_root, self.job.branch, self.job.run, self.job.commit, self.job.variant)
@@ -428,14 +428,17 @@ def _reap(driver: int, spec: str, interval: float = 0.5, grace: float = 3.0) -> 
         time.sleep(grace)
 
 
-def _stop_on_signals(stop: threading.Event, notice: Callable[[str], None]) -> Dict[int, Any]:
-    def on_signal(signum, _frame):
+def _stop_on_signals(stop: threading.Event, notice: Callable[[str], None]):
+    """The supervisor's stop signals set ``stop`` (``stop.signum``: which came), said once."""
+    from scalebox_cst.runner import signals
+
+    def on_signal(signum):
         if not stop.is_set():
             notice(f"scalebox: {signal.Signals(signum).name}: stopping every Ray run")
             stop.signum = signum  # type: ignore[attr-defined]
             stop.set()
 
-    return {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    return signals.calling(on_signal)
 
 
 def _local_cpus(jobs: int, parallel: Optional[int]) -> int:
@@ -468,7 +471,7 @@ def run_ray(
     staging = tempfile.mkdtemp(prefix="scalebox-ray-stage-")
     started_here = False
     reaper = None
-    handlers: Dict[int, Any] = {}
+    handlers = contextlib.ExitStack()
     hosts: List[_HostRun] = []
     try:
         work = stage(store_path, jobs, os.path.join(staging, "work"))
@@ -486,7 +489,7 @@ def run_ray(
             reaper = _start_reaper(os.getpid())
         started_here = True
         if handle_signals:
-            handlers = _stop_on_signals(stop, notice)
+            handlers.enter_context(_stop_on_signals(stop, notice))
         where = address or "a local Ray instance"
         notice(f"scalebox: {len(jobs)} run(s) on {where}")
         task = ray.remote(num_cpus=num_cpus_per_run, max_retries=0, num_returns="streaming")(_run_task)
@@ -537,9 +540,7 @@ def run_ray(
             t.join(timeout=None if not stop.is_set() else 30.0)
         return [results.get(i) or h.finish(None, cancelled=True) for i, h in enumerate(hosts)]
     finally:
-        for signum, previous in handlers.items():
-            if previous is not None:
-                signal.signal(signum, previous)
+        handlers.close()
         if started_here:
             ray.shutdown()
         if reaper is not None:

@@ -78,7 +78,8 @@ class Watcher:
         self.grace = grace
         self.polling = polling
         self.events: "queue.Queue[str]" = queue.Queue()
-        self.execution = None
+        self._supervisor = None  # made on the first start (a project without a store yet has no runs)
+        self._healer = None
         self.branches: List[str] = []
         self.blocked = 0
         self.started_once = False
@@ -86,6 +87,20 @@ class Watcher:
         self._warned: Set[str] = set()
         self._stop = threading.Event()
         self._observer = None
+
+    @property
+    def supervisor(self):
+        """The :class:`~scalebox_cst.runner.supervisor.RunSupervisor` of the watched runs."""
+        if self._supervisor is None:
+            from scalebox_cst.runner.supervisor import RunSupervisor
+
+            self._supervisor = RunSupervisor.for_project(self.project, echo=self.run_output, grace=self.grace)
+        return self._supervisor
+
+    @property
+    def execution(self):
+        """The run the watcher keeps going (None between runs)."""
+        return self._supervisor.current if self._supervisor is not None else None
 
     # -------------------------------------------------------------- events
     def relevant(self, path: str, is_directory: bool = False) -> bool:
@@ -163,32 +178,21 @@ class Watcher:
         if not self.script:
             return
         self.stop_run(f"a save restarted it from {branch}")
-        from scalebox_cst.runtime.executor import Execution
+        from scalebox_cst.runner.supervisor import RunSpec
 
         self.echo(f"scalebox: running {self.script} from {branch}")
         self.started_once = True
         try:
-            self.execution = Execution(
-                self.project.store.path,
-                self.project.root,
-                self.project.runs_dir,
-                branch,
-                commit,
-                self.script,
-                self.args,
-                echo=self.run_output,
-                source_commit=self.project.store.resolve(branch).source_commit,
-            )
+            spec = RunSpec(branch, commit, self.script, tuple(self.args), source_commit=self.project.store.resolve(branch).source_commit)
+            self.supervisor.start(spec)
         except Exception as exc:  # the run could not start (store, disk): the next save retries
-            self.execution = None
             self.echo(_one_line(exc, f"{self.script} not started from {branch}"))
 
     def stop_run(self, reason: str = "scalebox-watch stopped") -> None:
         if self.execution is not None:
-            record = self.execution.stop(self.grace, reason=reason)
+            record = self.supervisor.stop(self.execution, reason=reason)
             self.echo(f"scalebox: {record.id} {record.status} after {record.wall_time:.1f}s"
                       + (f": {record.stop_reason}" if record.stop_reason else ""))
-            self.execution = None
 
     # -------------------------------------------------------------- lifecycle
     def start(self) -> "Watcher":
@@ -211,13 +215,21 @@ class Watcher:
     def reap_run(self) -> None:
         """Finish the record of a run that ended by itself (the next save starts a new one)."""
         if self.script and self.execution is not None:  # an unstable run becomes a hot-fix (scalebox_cst.hotfix)
-            from scalebox_cst.hotfix import heal_watched
-
-            heal_watched(self)
+            self._heal()
         if self.execution is not None and self.execution.poll() is not None:
-            record = self.execution.wait()
+            record = self.supervisor.reap(self.execution)
             self.echo(f"scalebox: {record.branch} {record.status} after {record.wall_time:.1f}s")
-            self.execution = None
+
+    def _heal(self) -> None:
+        """The hot-fix policy on the run (one healer per watcher); it never stops the watcher."""
+        try:
+            if self._healer is None:
+                from scalebox_cst.hotfix import WatchHealer
+
+                self._healer = WatchHealer(self.project, self.supervisor, self.script, self.args, self.echo)
+            self._healer.check()
+        except Exception as exc:
+            self.echo(f"scalebox: hot-fix check failed: {type(exc).__name__}: {exc}")
 
     def process_pending(self, timeout: float = 0.5) -> Optional[ChangeResult]:
         self.reap_run()

@@ -18,7 +18,7 @@ import pytest
 
 from scalebox_cst import runs
 from scalebox_cst.project import Project
-from scalebox_cst.runtime.distributed import TorchrunExecution, split_prefixed, torchrun_command
+from scalebox_cst.runner.torchrun import TorchrunExecution, split_prefixed, torchrun_command
 
 from conftest import scalebox
 

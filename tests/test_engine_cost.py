@@ -201,7 +201,7 @@ def test_event_files_are_tensorboardx_bytes(tmp_path):
 
 
 def test_an_unwritable_tensorboard_folder_is_one_notice_and_the_metrics_go_on(tmp_path, monkeypatch):
-    from scalebox_cst.runtime import executor
+    from scalebox_cst.runner import execution as executor
 
     monkeypatch.setattr(executor._TensorBoard, "warned", False)
     (tmp_path / "file").write_text("not a folder")

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import ROOT, scalebox
-from scalebox_cst.runtime.executor import parse_metric_line
+from scalebox_cst.runner.execution import parse_metric_line
 
 EXAMPLES = {
     "cartpole_ppo": ["--total-steps", "768"],

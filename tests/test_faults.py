@@ -419,7 +419,7 @@ def test_disk_full_is_one_line_and_the_tree_stays_whole(tmp_path):
 
 
 # ---------------------------------------------------------------------------- scalebox run
-# The run's supervision under faults (runtime.executor, runtime.output, runtime.lifeline): every
+# The run's supervision under faults (runner.execution, runtime.output, runtime.lifeline): every
 # process of a run carries SCALEBOX_RUN_DIR in its environment, which is how these tests (by a
 # /proc scan of their own) find what a run left behind.
 SLEEPER = textwrap.dedent(
@@ -638,7 +638,7 @@ def test_a_full_disk_under_the_tensorboard_writer_stops_the_recording_and_the_re
     import threading
 
     from scalebox_cst.project import Project
-    from scalebox_cst.runtime import executor
+    from scalebox_cst.runner import execution as executor
 
     root, _ = run_project
     (root / "steps.py").write_text(

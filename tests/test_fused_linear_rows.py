@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from scalebox_cst.runtime.fused import available, fused_linear, params_of
-from scalebox_cst.runtime.fused_program import LOADS, program as compiled
+from scalebox_cst.fused_program import LOADS, program as compiled
 
 needs_kernel = pytest.mark.skipif(not available(), reason="scalebox_cst.runtime._fused_c not built")
 INF, NAN = math.inf, math.nan

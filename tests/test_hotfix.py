@@ -189,7 +189,7 @@ class FakeRun:
     def poll(self):
         return None if self.stopped is None else 0
 
-    def stop(self, reason=""):
+    def stop(self, grace=None, reason=""):
         self.stopped = reason
         self.record.status = "stopped"
         return self.record
@@ -332,7 +332,9 @@ def test_heal_loop_stops_its_run_when_interrupted(diverging, tmp_path, monkeypat
     def interrupted(_):
         raise KeyboardInterrupt("SIGTERM")
 
-    monkeypatch.setattr(hotfix.time, "sleep", interrupted)
+    from scalebox_cst.runner import supervisor
+
+    monkeypatch.setattr(supervisor.time, "sleep", interrupted)
     with pytest.raises(KeyboardInterrupt):
         hotfix.heal_loop(project, branch, "train.py", [], start=lambda info, of: run, notice=print, poll_s=0)
     assert run.stopped == "SIGTERM to scalebox run --heal"

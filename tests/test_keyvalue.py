@@ -5,7 +5,7 @@ import math
 import pytest
 
 from scalebox_cst.runtime import keyvalue
-from scalebox_cst.runtime.executor import STEP_KEYS, parse_metric_line
+from scalebox_cst.runner.execution import STEP_KEYS, parse_metric_line
 
 
 @pytest.mark.parametrize("line, expected", [

@@ -385,7 +385,7 @@ def test_codegen_reuse_in_the_pipeline():
 def test_runtime_physical_lines_split_where_python_does(parts):
     """The loader's splitter (fast path: str.splitlines when no other break character is present)
     ends lines exactly at \\n, \\r\\n and \\r, as Python's tokenizer numbers them."""
-    from scalebox_cst.runtime.loader import physical_lines as split
+    from scalebox_cst.textlines import physical_lines as split
 
     text = "".join(parts)
     lines = split(text)

@@ -97,7 +97,7 @@ def test_scalebox_run_keeps_stdout_and_stderr_apart_and_passes_carriage_returns(
 
 def test_the_metric_parser_sees_each_streams_logical_lines_alone(tmp_path):
     from scalebox_cst.project import Project
-    from scalebox_cst.runtime import executor
+    from scalebox_cst.runner import execution as executor
 
     root = _project(tmp_path)
     project = Project(str(root))
@@ -123,7 +123,7 @@ def test_the_metric_parser_sees_each_streams_logical_lines_alone(tmp_path):
 def test_the_error_tail_is_the_traceback_from_stderr_whatever_stdout_lines_arrived_after_it():
     """stdout and stderr have a reader each: stdout lines printed before a traceback can reach
     the tail after it, and must not end the record's error tail."""
-    from scalebox_cst.runtime.executor import error_tail
+    from scalebox_cst.runner.record import error_tail
 
     trace = ["Traceback (most recent call last):", '  File "t.py", line 3, in <module>', "RuntimeError: boom"]
     arrived = ["step=0 loss=1", *trace, "step=1 loss=2"]

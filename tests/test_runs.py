@@ -235,7 +235,7 @@ def test_compare_metric_names_the_users_own_series_before_a_headline_of_that_nam
 
 
 def test_log_line_says_when_site_time_rests_on_no_sample():
-    from scalebox_cst.cli import _run_line
+    from scalebox_cst.cli.history import _run_line
 
     brief = runs.headline({}, {}, [{"vectorized": 5, "fallback": 0, "time_s": 0.0, "samples": 0}])
     seen = runs.headline({}, {}, [{"vectorized": 5, "fallback": 0, "time_s": 0.12, "samples": 3}])
@@ -558,7 +558,7 @@ def test_a_stop_signal_another_thread_took_still_ends_the_wait_for_a_run(plain):
     import threading
 
     from scalebox_cst.project import Project
-    from scalebox_cst.runtime import executor
+    from scalebox_cst.runner import execution as executor
 
     (plain / "slow.py").write_text("import time\ntime.sleep(30)\n")
     scalebox("rewrite", str(plain))
@@ -808,7 +808,7 @@ def test_signals_to_scalebox_watch_stop_its_run_and_finish_the_record(plain, sig
 
 def test_a_silent_run_says_it_is_still_running(plain, monkeypatch):
     from scalebox_cst.project import Project
-    from scalebox_cst.runtime import executor
+    from scalebox_cst.runner import execution as executor
 
     (plain / "slow.py").write_text("import time\ntime.sleep(4)\nprint('first_step=1')\n")
     scalebox("rewrite", str(plain))

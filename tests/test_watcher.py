@@ -222,7 +222,7 @@ def test_a_store_error_is_one_line_and_the_watcher_keeps_going(started, monkeypa
 
 
 def test_a_run_that_cannot_start_is_one_line(project, monkeypatch):
-    import scalebox_cst.runtime.executor as executor
+    import scalebox_cst.runner.execution as executor
 
     watcher, messages = make_watcher(project, script="train.py")
 

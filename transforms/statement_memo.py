@@ -16,7 +16,7 @@ import ast
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from scalebox_cst.runtime.loader import physical_lines
+from scalebox_cst.textlines import physical_lines
 
 _Key = Tuple[str, int, int, int]
 

@@ -7,7 +7,7 @@ program runs every step, the first one included, in one call of a small C kernel
 loop; where the values are not what that kernel takes (another device, a tensor constant, no C
 extension) it returns None and the vectorized steps run as before.
 
-The program is the loop body in the grammar of :mod:`scalebox_cst.runtime.fused_program`: per-step
+The program is the loop body in the grammar of :mod:`scalebox_cst.fused_program`: per-step
 reads ``x[t + k]``, temporaries, outputs ``out[t]``, the carried update ``s = b + a * s``. The
 body's last-step case (``if t == T - 1: nextvalues = next_value else: nextvalues = values[t + 1]``,
 or its conditional-expression spelling) becomes a *tail*: ``values[T] = next_value`` -- the first
@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from scalebox_cst.runtime import fused_program
+from scalebox_cst import fused_program
 from .body import _flatten
 from .syntax import _code, _norm, _pure_container, _walk
 from ...analysis.purity import is_pure

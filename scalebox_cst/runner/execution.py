@@ -19,12 +19,10 @@ itself if this process dies without stopping it, from its first instruction on.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +30,7 @@ import time
 from typing import IO, Any, Callable, Dict, List, Optional
 
 from scalebox_cst import contention, runs
+from scalebox_cst.runner.record import RunRecord, error_tail, summarize
 from scalebox_cst.runtime import keyvalue, lifeline, threads
 from scalebox_cst.runtime.output import Console, Recorder, StreamPump
 from scalebox_cst.runtime.launch import ENV_INFO, ENV_SEED
@@ -49,90 +48,6 @@ QUIET_NOTICES = (10.0, 30.0, 60.0, 120.0, 300.0)
 def parse_metric_line(line: str) -> Dict[str, float]:
     """The numeric key=value tokens of a line of output (grammar: runtime.keyvalue), else {}."""
     return keyvalue.parse_line(line)
-
-
-@dataclasses.dataclass
-class RunRecord:
-    """What ``record.json`` holds (see scalebox_cst.runs and the README for every key)."""
-
-    branch: str
-    commit: str
-    script: str
-    args: List[str]
-    started: float
-    run: int = 0
-    source_commit: Optional[str] = None
-    variant: str = "rewrite"  # or "original": the source snapshot itself, unrewritten
-    seed: Optional[int] = None
-    seed_via: Optional[str] = None  # "option" (--seed N appended) or "env" (launcher seeds RNGs)
-    pid: Optional[int] = None
-    pgid: Optional[int] = None
-    host: str = dataclasses.field(default_factory=socket.gethostname)
-    ended: Optional[float] = None
-    wall_time: Optional[float] = None
-    exit_status: Optional[int] = None
-    status: str = "running"  # running | ok | failed | stopped (readers add "lost")
-    signal: Optional[str] = None  # the signal that ended the child, if one did
-    stop_reason: Optional[str] = None
-    stop_signals: Optional[List[str]] = None  # what stop() sent, in order (SIGINT; SIGTERM, SIGKILL past the grace)
-    hotfix_of: Optional[str] = None  # "run/0002#1"
-    launcher: str = "local"
-    nproc: int = 1
-    stale: Optional[List[str]] = None  # files of the working tree that differed from the commit
-    load: Optional[Dict[str, Any]] = None  # the host's load while it ran (scalebox_cst.contention)
-    engine_prefix: str = runs.ENGINE  # the engine's series are named so (records before it: bare names)
-    headline: Dict[str, Any] = dataclasses.field(default_factory=dict)
-    metrics: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
-    profile: Optional[Dict[str, Any]] = None  # where the time went (scalebox_cst.profile.build)
-    error_tail: List[str] = dataclasses.field(default_factory=list)
-    recording_error: Optional[str] = None  # why the run folder stopped being written (a full disk)
-
-    @property
-    def stopped(self) -> bool:
-        return self.status == "stopped"
-
-    @property
-    def id(self) -> str:
-        return f"{self.branch}#{self.run}"
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> "RunRecord":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields})
-
-
-def summarize(series: Dict[str, List[runs.Point]]) -> Dict[str, Dict[str, Any]]:
-    """Per metric: count, last, min, max, mean of the finite values, non-finite count."""
-    out: Dict[str, Dict[str, Any]] = {}
-    for name, points in series.items():
-        values = [p.value for p in points]
-        good = [v for v in values if math.isfinite(v)]
-        out[name] = {
-            "count": len(values),
-            "last": values[-1] if values else None,
-            "min": min(good) if good else None,
-            "max": max(good) if good else None,
-            "mean": sum(good) / len(good) if good else None,
-            "nonfinite": len(values) - len(good),
-        }
-    return out
-
-
-def error_tail(lines: List[str], limit: int = 30, errors: Optional[List[str]] = None) -> List[str]:
-    """The last traceback in ``errors`` (the stderr lines), else in ``lines`` (the output as it
-    arrived), else the end of ``lines``, at most ``limit`` lines. stdout and stderr are read by
-    two threads, so stdout lines printed before a traceback can arrive after it: a traceback is
-    taken from stderr alone when stderr has one."""
-    for source in ([errors] if errors else []) + [lines]:
-        source = [line.rstrip("\n") for line in source]
-        for i in range(len(source) - 1, -1, -1):
-            if source[i].startswith("Traceback (most recent call last)"):
-                return source[i:][-limit:]
-    lines = [line.rstrip("\n") for line in lines]
-    return lines[-min(limit, 10):]
 
 
 class _TensorBoard:
@@ -288,7 +203,7 @@ class Execution:
             stream.close()
 
     def _command(self, python: str, store_path: str, commit: str, project_dir: str, script: str, args: List[str]) -> List[str]:
-        """The child's command line (runtime.distributed puts torchrun in front of its workers)."""
+        """The child's command line (runner.torchrun puts torchrun in front of its workers)."""
         return [python, "-m", "scalebox_cst.runtime.launch", store_path, commit, project_dir, script, *args]
 
     def _line_metrics(self, line: str) -> None:

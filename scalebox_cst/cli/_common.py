@@ -1,0 +1,92 @@
+"""What every command shares: one-line errors (never a traceback), opening the project, the
+``--set`` parser, the working tree against a branch, and the click group the commands join."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import List, Optional, Sequence
+
+import click
+
+from scalebox_cst.config import Config, ConfigError, find_project_root
+from scalebox_cst.project import Project
+from scalebox_cst.store import StoreError
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"scalebox: {message}", err=True)
+    sys.exit(code)
+
+
+def _open_project(project_dir: Optional[str], start: str = ".", config: Optional[Config] = None) -> Project:
+    root = project_dir or find_project_root(start)
+    try:
+        project = Project(root, config=config)
+        done = project.recover()  # a rollback killed half-way is finished before anything else
+    except (ConfigError, StoreError) as exc:
+        _fail(str(exc))
+        raise  # unreachable
+    if done:
+        click.echo(f"scalebox: {done}", err=True)
+    return project
+
+
+def _warn_skipped(project: Project) -> None:
+    """One line per file the snapshot left out (a link out of the project, a FIFO, a name that is
+    not UTF-8, ...: scalebox_cst.intake), so nothing is left out without a word."""
+    for line in project.skipped:
+        click.echo(f"scalebox: warning: {line}", err=True)
+
+
+class _OneLineErrors(click.Group):
+    """A store error that escapes a command (disk full, read-only or damaged store) is one line."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except StoreError as exc:
+            _fail(str(exc))
+
+
+def _parse_set(values: Sequence[str], config: Config) -> None:
+    """``--set SECTION.KEY=VALUE`` (VALUE read as JSON, else a string), checked like the config
+    file: the section may itself hold dots (``vectorize.recurrence.reassociate=false``)."""
+    from scalebox_cst.config import option_error
+
+    for item in values:
+        key, sep, raw = item.partition("=")
+        section, dot, name = key.strip().rpartition(".")
+        if not sep or not dot or not section or not name:
+            _fail(f"--set expects SECTION.KEY=VALUE, got {item!r}", 2)
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply to read: a string
+            value = raw
+        problem = option_error(section, name, value)
+        if problem:
+            _fail(f"--set {item}: {problem}", 2)
+        config.set_option(section, name, value)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="scalebox_cst")
+def cli() -> None:
+    """Rewrite PyTorch RL code into faster, stabler code; every rewrite is committed before it runs."""
+
+
+def _tree_changes(project: Project, source_commit: Optional[str]) -> List[str]:
+    """``M path`` / ``A path`` / ``D path`` for the working tree against a source snapshot."""
+    current = project.scan()
+    committed = project.store.files(source_commit) if source_commit else {}
+    changes = [f"M {p}" for p in sorted(set(current) & set(committed)) if current[p] != committed[p]]
+    changes += [f"A {p}" for p in sorted(set(current) - set(committed))]
+    changes += [f"D {p}" for p in sorted(set(committed) - set(current))]
+    return changes
+
+
+def _config_changed(project: Project, info) -> bool:
+    """Whether the pipeline (config, transforms, engine, backend) differs from the branch's."""
+    try:
+        return bool(info.fingerprint) and project.fingerprint != info.fingerprint  # no pipeline import
+    except ConfigError:
+        return False

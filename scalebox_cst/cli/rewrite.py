@@ -1,0 +1,117 @@
+"""``scalebox init`` and ``scalebox rewrite``: make the store, rewrite files (and show the report)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List
+
+import click
+
+from scalebox_cst.cli._common import _fail, _open_project, _parse_set, _warn_skipped, cli
+from scalebox_cst.config import BACKENDS, Config, ConfigError, find_project_root
+from scalebox_cst.project import Project
+from scalebox_cst.store import StoreError
+
+
+# ---------------------------------------------------------------------------- init
+@cli.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False))
+def init(directory: str) -> None:
+    """Create the rewrite store (.scalebox/) and a documented scalebox.toml in DIRECTORY."""
+    os.makedirs(directory, exist_ok=True)
+    try:
+        project, wrote = Project.init(directory)
+    except (ConfigError, StoreError) as exc:
+        _fail(str(exc))
+    from scalebox_cst.runtime.backend import probe
+
+    info = probe()  # no torch import here (runtime.backend.probe)
+    click.echo(f"store: {project.store.path}")
+    click.echo(f"config: {os.path.join(project.root, 'scalebox.toml') if wrote else (project.config.source or 'defaults')}")
+    for note in info.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"backend: {info.describe()}")
+
+
+
+
+# ---------------------------------------------------------------------------- rewrite
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
+@click.option("--out", type=click.Path(file_okay=False), help="Also write the rewritten files to this folder.")
+@click.option("--transform", "only", multiple=True, help="Run only these transforms (id or glob); repeatable.")
+@click.option("--no-transform", "without", multiple=True, help="Do not run these transforms; repeatable.")
+@click.option("--backend", type=click.Choice(BACKENDS), help="Target backend for device.* transforms.")
+@click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
+@click.option("--allow-precision-change", is_flag=True, help="Let device.precision turn float64 into float32 (NPU).")
+@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a config option.")
+def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_precision_change, settings) -> None:
+    """Rewrite PATHS once and commit the result to a new run branch."""
+    root = project_dir or find_project_root(paths[0])
+    try:
+        config = Config.load(root)
+    except ConfigError as exc:
+        _fail(str(exc))
+    from scalebox_cst.config import transform_pattern_error
+    from scalebox_cst.transforms import transform_ids
+
+    for flag, patterns in (("--transform", only), ("--no-transform", without)):
+        for pattern in patterns:
+            problem = transform_pattern_error(pattern, transform_ids())
+            if problem:
+                _fail(f"{flag} {pattern}: {problem}", 2)
+    if only:
+        config.transforms = list(only)
+    if without:
+        config.disabled = [*config.disabled, *without]
+    if backend:
+        config.backend = backend
+    if allow_precision_change:
+        config.set_option("device", "allow_precision_change", True)
+    _parse_set(settings, config)
+    project = _open_project(root, config=config)
+    select: List[str] = []
+    for path in paths:
+        rel = project.relpath(path)
+        if rel.startswith(".."):
+            _fail(f"{path} is outside the project {project.root} (use --project)", 2)
+        if os.path.isdir(path):
+            select.extend(p for p in project.scan() if rel in (".", "") or p.startswith(rel.rstrip("/") + "/"))
+        else:
+            select.append(rel)
+    try:
+        project.pipeline.progress = lambda line: click.echo(line, err=True)  # checks transform ids too
+    except ConfigError as exc:
+        _fail(str(exc))
+    try:
+        result = project.commit_change(select=select, force=True, message="scalebox rewrite")
+    except (StoreError, OSError) as exc:  # disk full, read-only store: one line, nothing half-said
+        _fail(str(exc))
+    _warn_skipped(project)
+    report = result.report
+    failed = [f for f in report.files if f.status == "error"]
+    if out:
+        try:
+            for rel, data in result.outputs.items():
+                target = os.path.join(out, *rel.split("/"))
+                os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+                with open(target, "wb") as fh:
+                    fh.write(data)
+        except OSError as exc:
+            _fail(f"--out {out}: {exc.strerror or exc} ({exc.filename or out}); committed as {report.branch}")
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+        sys.exit(1 if failed else 0)
+    for f in report.files:
+        if f.status == "error":
+            click.echo(f.error, err=True)
+        for site in f.sites:
+            click.echo(site.describe(f.path))
+    click.echo(f"{report.branch} {report.commit[:10]}: {report.summary()} (backend {report.backend})")
+    if out:
+        click.echo(f"rewritten files written to {out}")
+    if failed:  # committed (carried unchanged), but the user asked for a rewrite and did not get it
+        click.echo(f"scalebox: {len(failed)} file(s) could not be rewritten", err=True)
+        sys.exit(1)

@@ -1,0 +1,67 @@
+"""``scalebox watch`` and ``scalebox-watch``: each save a branch, and the run restarted from it."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Optional, Tuple
+
+import click
+
+from scalebox_cst.cli._common import _fail, cli
+from scalebox_cst.config import ConfigError
+from scalebox_cst.project import Project
+from scalebox_cst.runner import signals
+from scalebox_cst.store import StoreError
+
+
+# ---------------------------------------------------------------------------- watch
+def _watch_options(func):
+    func = click.argument("args", nargs=-1, type=click.UNPROCESSED)(func)
+    func = click.option("--polling", is_flag=True, help="Poll the file system instead of OS events.")(func)
+    func = click.option("--debounce", type=float, default=0.03, show_default=True, help="Quiet seconds that end a batch.")(func)
+    func = click.option("--run", "script", help="Script to (re)start from each new branch.")(func)
+    func = click.argument("directory", type=click.Path(file_okay=False, exists=True))(func)
+    return func
+
+
+def _watch(directory: str, script: Optional[str], debounce: float, polling: bool, args: Tuple[str, ...]) -> None:
+    from scalebox_cst.watcher import Watcher
+
+    argv = list(args)
+    if argv and argv[0] == "--":
+        argv.pop(0)
+    try:
+        project, _ = Project.init(directory) if not os.path.isdir(os.path.join(directory, ".scalebox")) else (Project(directory), False)
+        project.ensure_store()
+        click.echo(f"scalebox: watching {project.root} (backend {project.backend}); Ctrl-C to stop")
+    except (ConfigError, StoreError) as exc:
+        _fail(str(exc))
+    if script is not None:
+        script = project.relpath(os.path.join(directory, script) if not os.path.isabs(script) else script)
+    watcher = Watcher(project, script, argv, debounce=debounce, polling=polling, echo=click.echo, run_output=sys.stdout)
+    # a closed terminal or SIGTERM ends the loop (the run is stopped below); Ctrl-C ends it too
+    with signals.calling(lambda _signum: watcher.stop(), (signal.SIGTERM, signal.SIGHUP)):
+        try:
+            watcher.start()
+            watcher.run_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            with signals.ignored():  # stopping the run takes up to two grace periods: a second Ctrl-C must not orphan it
+                watcher.close()
+    click.echo(watcher.summary())
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@_watch_options
+def watch(directory, script, debounce, polling, args) -> None:
+    """Watch DIRECTORY: each save makes a run branch and (re)starts --run SCRIPT from it."""
+    _watch(directory, script, debounce, polling, args)
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "help_option_names": ["-h", "--help"]})
+@_watch_options
+def watch_command(directory, script, debounce, polling, args) -> None:
+    """Watch DIRECTORY: each save makes a run branch and (re)starts --run SCRIPT from it."""
+    _watch(directory, script, debounce, polling, args)
