@@ -171,3 +171,118 @@ def test_setup_cfg_lists_every_package():
                 rel = os.path.relpath(dirpath, os.path.join(root, folder))
                 found.add(prefix if rel == "." else prefix + "." + rel.replace(os.sep, "."))
     assert found - listed == set(), "add to setup.cfg [options] packages"
+
+
+# ------------------------------------------------------------------------------ the rooms
+# runtime/ is what runs inside the user's process (imported by rewritten code, the launcher,
+# telemetry); the engine core supervises runs from the host (scalebox_cst/runner/); transforms/
+# emit runtime names as text. Neither side reaches into the other's room.
+ROOT = os.path.dirname(HERE)
+#: core modules that code in the user's process may import, each with why: leaf modules (standard
+#: library only, checked below) holding one rule the host and the child must share
+RUNTIME_MAY_IMPORT = {
+    "scalebox_cst.tmpnames": "telemetry's atomic writes name their temp files as every writer does",
+    "scalebox_cst.textlines": "served modules' linecache entries count lines as the rewrite's line maps do",
+    "scalebox_cst.fused_program": "the kernel's program grammar: the runtime compiles what the engine validated",
+}
+
+
+def _imported(source, module):
+    """Every module an import in ``source`` (anywhere: a lazy import is an import) names, absolute;
+    ``module`` is the importing module's dotted name (for relative imports)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")[: -node.level]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            if base in ("scalebox_cst", "scalebox_cst.runtime") or not node.module:
+                out.update(f"{base}.{a.name}" for a in node.names)  # ``from pkg import module``
+            else:
+                out.add(base)
+    return out
+
+
+def _room(folder, package):
+    """{dotted module name: path} of a folder installed as ``package``."""
+    out = {}
+    for dirpath, dirs, files in os.walk(os.path.join(ROOT, folder)):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, name), os.path.join(ROOT, folder))[:-3].replace(os.sep, ".")
+                dotted = package if rel == "__init__" else f"{package}.{rel[:-len('.__init__')] if rel.endswith('.__init__') else rel}"
+                out[dotted] = os.path.join(dirpath, name)
+    return out
+
+
+def _host_imports(source, module):
+    """Core modules (not runtime/) that in-process code ``module`` imports beyond the allowed list."""
+    return sorted(
+        m for m in _imported(source, module)
+        if (m == "scalebox_cst" or m.startswith("scalebox_cst.")) and not m.startswith("scalebox_cst.runtime")
+        and not any(m == a or m.startswith(a + ".") for a in RUNTIME_MAY_IMPORT)
+    )
+
+
+def _runtime_imports(source, module):
+    return sorted(m for m in _imported(source, module) if m == "scalebox_cst.runtime" or m.startswith("scalebox_cst.runtime."))
+
+
+def test_runtime_imports_no_host_module():
+    found = {}
+    for name, path in _room("runtime", "scalebox_cst.runtime").items():
+        bad = _host_imports(open(path, encoding="utf-8").read(), name)
+        if bad:
+            found[name] = bad
+    assert found == {}, "runtime/ runs in the user's process: move host code to scalebox_cst/ (runner/) or allow it with a reason"
+
+
+def test_what_runtime_may_import_is_a_leaf():
+    for name, why in RUNTIME_MAY_IMPORT.items():
+        assert why
+        path = os.path.join(ROOT, *name.split(".")) + ".py"
+        assert [m for m in _imported(open(path, encoding="utf-8").read(), name) if m.startswith("scalebox_cst")] == [], name
+
+
+def test_transforms_import_nothing_from_runtime():
+    found = {}
+    for name, path in _room("transforms", "scalebox_cst.transforms").items():
+        bad = _runtime_imports(open(path, encoding="utf-8").read(), name)
+        if bad:
+            found[name] = bad
+    assert found == {}, "transforms emit runtime names as text; shared helpers live in the core"
+
+
+def test_the_room_checks_see_every_form_of_import():
+    """The two checks above can fail: lazy, relative and from-package imports are all seen."""
+    assert _host_imports("def f():\n    from scalebox_cst import runs, tmpnames\n", "scalebox_cst.runtime.x") == ["scalebox_cst.runs"]
+    assert _host_imports("import scalebox_cst.store\n", "scalebox_cst.runtime.x") == ["scalebox_cst.store"]
+    assert _host_imports("from ..runner import supervisor\n", "scalebox_cst.runtime.x") == ["scalebox_cst.runner"]
+    assert _host_imports("from . import metrics\nfrom scalebox_cst.textlines import physical_lines\n", "scalebox_cst.runtime.x") == []
+    assert _runtime_imports("from scalebox_cst import runtime\n", "scalebox_cst.transforms.a") == ["scalebox_cst.runtime"]
+    assert _runtime_imports("from ...runtime.loader import physical_lines\n", "scalebox_cst.transforms.a.b") == ["scalebox_cst.runtime.loader"]
+    assert _runtime_imports('LINE = "from scalebox_cst.runtime.clip import clip_grad_norm"\n', "scalebox_cst.transforms.a") == []
+
+
+def _calls(path, names):
+    """Lines of ``path`` calling a name (or attribute) in ``names``."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and (getattr(node.func, "id", None) in names or getattr(node.func, "attr", None) in names)]
+
+
+def test_runs_are_started_and_signals_handled_in_one_place():
+    """One run supervisor (issue 22): an Execution is built only by runner.supervisor, and the
+    host's signal handlers are installed only by runner.signals (the monitor, which runs nothing,
+    stops its page on SIGTERM)."""
+    built, handled = {}, {}
+    for name, path in _room("scalebox_cst", "scalebox_cst").items():
+        if name != "scalebox_cst.runner.supervisor" and _calls(path, {"Execution", "TorchrunExecution"}):
+            built[name] = _calls(path, {"Execution", "TorchrunExecution"})
+        if name not in ("scalebox_cst.runner.signals", "scalebox_cst.cli.monitor") and _calls(path, {"signal"}):
+            handled[name] = _calls(path, {"signal"})
+    assert built == {} and handled == {}, (built, handled)
