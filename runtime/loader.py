@@ -172,7 +172,7 @@ def _excepthook(exc_type, exc, tb) -> None:
     from disk), without the launcher's own frames."""
     if issubclass(exc_type, KeyboardInterrupt):
         # The usual way a run ends under the watcher (a save restarts it): one line, no traceback,
-        # saying why when the executor stopped it (its "stopping" event, runtime.executor.stop).
+        # saying why when the executor stopped it (its "stopping" event, scalebox_cst.runner.execution.Execution.stop).
         why = _stop_reason()
         print(f"scalebox: run stopped: {why}" if why else "scalebox: run interrupted (KeyboardInterrupt)", file=sys.stderr)
         return

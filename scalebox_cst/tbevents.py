@@ -1,6 +1,6 @@
 """TensorBoard event files of scalars, written without tensorboardX.
 
-The executor tails every run's metrics into ``.scalebox/tensorboard/`` (runtime.executor). Doing
+The executor tails every run's metrics into ``.scalebox/tensorboard/`` (runner.execution). Doing
 that with tensorboardX cost the host process 1.7 s of CPU per ``scalebox run``: importing
 ``tensorboardX`` imports torch (its writer module does) and protobuf. Scalars need none of it:
 an event file is a sequence of TFRecords (``uint64 length``, ``uint32 masked crc32c(length)``,
