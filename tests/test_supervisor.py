@@ -1,0 +1,127 @@
+"""The one run supervisor (scalebox_cst.runner.supervisor) as a caller such as an explore trial
+uses it: start a commit's script with its arguments and environment, follow it, stop it early,
+read its record; replace a run; a stop signal while a run starts waits until it is held."""
+import os
+import signal
+import textwrap
+
+import pytest
+from conftest import scalebox
+
+from scalebox_cst import runs
+from scalebox_cst.project import Project
+from scalebox_cst.runner import signals
+from scalebox_cst.runner.supervisor import RunSpec, RunSupervisor
+
+TRIAL = textwrap.dedent(
+    """
+    import argparse, os, time
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1000000)
+    args = parser.parse_args()
+    scale = float(os.environ["TRIAL_SCALE"])
+    for i in range(args.steps):
+        print(f"step={i} value={i * scale}", flush=True)
+        time.sleep(0.05)
+    """
+)
+
+
+@pytest.fixture
+def project(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "trial.py").write_text(TRIAL)
+    (root / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    scalebox("rewrite", str(root))
+    return Project(str(root))
+
+
+def _supervisor(project):
+    return RunSupervisor.for_project(project, notice=lambda _: None, tensorboard=False)
+
+
+def test_a_trial_runs_a_commit_with_its_args_and_env_and_ends_in_its_record(project):
+    sup = _supervisor(project)
+    run = sup.start(sup.spec("run/0001", "trial.py", ["--steps", "3"], env={"TRIAL_SCALE": "2.5", "OMP_NUM_THREADS": "1"}))
+    assert sup.current is run
+    record = sup.follow(run, poll_s=0.05)
+    assert record.status == "ok" and record.exit_status == 0 and record.args == ["--steps", "3"]
+    values = [(p.step, p.value) for p in runs.read_series(run.dir)["value"]]
+    assert values == [(0, 0.0), (1, 2.5), (2, 5.0)]  # the arguments and the environment reached the script
+    assert sup.active == [] and runs.load_record(run.dir)["status"] == "ok"
+
+
+def test_a_trial_stopped_early_is_recorded_with_the_reason(project):
+    sup = _supervisor(project)
+    run = sup.start(sup.spec("run/0001", "trial.py", env={"TRIAL_SCALE": "1"}))
+
+    def pruned(run):
+        points = runs.read_series(run.dir).get("value", [])
+        return "pruned at step 3" if any(p.step >= 3 for p in points) else None
+
+    record = sup.follow(run, check=pruned, poll_s=0.05)
+    assert record.status == "stopped" and record.stop_reason == "pruned at step 3"
+    assert record.stop_signals[0] == "SIGINT" and run.poll() is not None
+    assert runs.load_record(run.dir)["stop_reason"] == "pruned at step 3" and sup.active == []
+
+
+def test_replace_stops_the_old_run_and_starts_the_new_one_in_its_place(project):
+    sup = _supervisor(project)
+    info = project.store.resolve("run/0001")
+    old = sup.start(RunSpec.from_branch(info, "trial.py", env={"TRIAL_SCALE": "1"}))
+    record, new = sup.replace(old, RunSpec.from_branch(info, "trial.py", ["--steps", "1"], env={"TRIAL_SCALE": "1"},
+                                                       hotfix_of="run/0001#1"), reason="replaced by a hot-fix")
+    assert record.status == "stopped" and record.stop_reason == "replaced by a hot-fix"
+    assert sup.active == [new] and new.record.run == 2 and new.record.hotfix_of == "run/0001#1"
+    assert sup.follow(new, poll_s=0.05).status == "ok"
+
+
+class _Held:
+    """A run that never ends by itself (what start() returns, for the signal checks)."""
+
+    dir = ""
+
+    def __init__(self):
+        self.stopped = None
+
+    def poll(self):
+        return None if self.stopped is None else 0
+
+    def stop(self, grace=None, reason=""):
+        self.stopped = reason
+        return reason
+
+
+def test_a_stop_signal_while_a_run_starts_waits_until_it_is_held(project, monkeypatch):
+    sup = _supervisor(project)
+    held = _Held()
+
+    def start_under_a_signal(spec):
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs now, in the middle of the start
+        return held
+
+    monkeypatch.setattr(sup, "_execution", start_under_a_signal)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(signals.Interrupted) as caught:
+        with sup.signals():
+            sup.start(RunSpec("run/0001", "0" * 40, "trial.py"))
+    assert caught.value.signum == signal.SIGTERM and str(caught.value) == "SIGTERM"
+    assert sup.active == [held]  # held before the signal was raised: the caller can stop it
+    sup.stop_all("SIGTERM to the test")
+    assert held.stopped == "SIGTERM to the test" and sup.active == []
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is put back
+
+
+def test_follow_stops_the_run_on_an_interrupt_and_says_which(project, monkeypatch):
+    sup = _supervisor(project)
+    held = _Held()
+    sup.active.append(held)
+
+    def interrupted(_):
+        raise signals.Interrupted(signal.SIGHUP)
+
+    monkeypatch.setattr("scalebox_cst.runner.supervisor.time.sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sup.follow(held, interrupted="{signal} to the trial")
+    assert held.stopped == "SIGHUP to the trial" and sup.active == []
