@@ -103,7 +103,7 @@ _TENSOR = torch.Tensor
 # --------------------------------------------------------------------------- per-optimizer state
 
 
-class _Guard(_c.State if _c is not None else object):  # type: ignore[misc]
+class _Guard(_c.State if _c is not None else object):
     """History and cached parameter list of one optimizer at one site (with the C helper, its
     numbers and the cached list are members of the C base, which ``_c_step`` updates)."""
 

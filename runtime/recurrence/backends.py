@@ -28,7 +28,7 @@ _Number = (int, float)
 _c_mod = None  # None: not tried yet; False: unavailable
 _numba_mod = None
 _triton_mod = None
-_warned = set()
+_warned: set = set()
 
 
 def _debug_once(key, msg, *args):

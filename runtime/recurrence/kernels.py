@@ -56,7 +56,7 @@ def _flat(a, b, init, S, T, M):
 
 
 _NP_SCALAR = {torch.float32: np.float32, torch.float64: np.float64}
-_zero_rows = {}
+_zero_rows: dict = {}
 
 
 def _zero_row(M, nps):
