@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 DEMO_DIR ?= build/demo
 DEMO_STEPS ?= 4096
 
-.PHONY: venv browser demo test bench clean
+.PHONY: venv browser demo test lint bench clean
 
 venv: $(VENV)/.installed
 
@@ -55,8 +55,20 @@ demo: venv
 	cd $(DEMO_DIR)/cartpole_ppo && $(SCALEBOX) diff --stat
 	@echo "watch it live: $(BIN)/scalebox monitor $(DEMO_DIR)/cartpole_ppo --web-port 8080 --refresh-interval 2  (then open http://127.0.0.1:8080/)"
 
-test: venv browser
+test: venv browser lint
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist worksteal
+
+# ruff and mypy over the engine core, the transforms and the runtime (configured in
+# pyproject.toml). mypy reads the package as it installs (transforms/ and runtime/ under
+# scalebox_cst) through build/typecheck/, a tree of links to the source folders.
+TYPECHECK := build/typecheck
+lint: venv
+	$(BIN)/ruff check scalebox_cst transforms runtime
+	rm -rf $(TYPECHECK)/scalebox_cst && mkdir -p $(TYPECHECK)/scalebox_cst
+	for f in scalebox_cst/*; do ln -s "$$PWD/$$f" $(TYPECHECK)/scalebox_cst/; done
+	ln -s "$$PWD/transforms" $(TYPECHECK)/scalebox_cst/transforms
+	ln -s "$$PWD/runtime" $(TYPECHECK)/scalebox_cst/runtime
+	cd $(TYPECHECK) && $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml -p scalebox_cst
 
 bench: venv
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/run_all.py

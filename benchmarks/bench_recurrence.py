@@ -59,6 +59,8 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 from scalebox_cst.runtime import recurrence as R  # noqa: E402
+from scalebox_cst.runtime.recurrence import backends as RB  # noqa: E402
+from scalebox_cst.runtime.recurrence import kernels as RK  # noqa: E402
 from scalebox_cst.runtime.recurrence import linear_recurrence  # noqa: E402
 
 GAMMA, LAM = 0.99, 0.95
@@ -505,7 +507,7 @@ def cpu_section(args):
         rows.append(("T=%d N=%d" % (T, N), entries))
         a, delta = gae_prelude(*data)
         op_rows.append(("T=%d N=%d" % (T, N), [
-            ("naive recurrence loop", bench(lambda a, d: R._run_loop(a, d, 0.0, True, tuple(d.shape[1:])),
+            ("naive recurrence loop", bench(lambda a, d: RK._run_loop(a, d, 0.0, True, tuple(d.shape[1:])),
                                             (a, delta), repeat=repeat)),
             ("linear_recurrence (%s)" % kernel, bench(linear_recurrence, (a, delta), repeat=repeat)),
             ("linear_recurrence impl='scan'", bench(lambda a, d: linear_recurrence(a, d, impl="scan"),
@@ -605,7 +607,7 @@ def sweep_configs(M):
 
 
 def sweep(a, delta, deadline):
-    tri = R._load_triton()
+    tri = RB._load_triton()
     T, M = delta.shape
     out = torch.empty_like(delta)
     res = []

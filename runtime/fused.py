@@ -28,21 +28,22 @@ from typing import Any, List, Optional
 
 import torch
 
+from scalebox_cst.fused_program import _PROGRAMS, params_of, program as _program
+
+
 def _load():
     """The C extension, or None: not built, a stale in-place build, or ``$SCALEBOX_FUSED_C=0``
     (the route of a machine without a compiler, for benchmarks and tests)."""
     if os.environ.get("SCALEBOX_FUSED_C", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     try:  # optional: built by setup.py where a compiler is present
-        from . import _fused_c  # type: ignore[attr-defined]
+        from . import _fused_c
     except ImportError:  # pragma: no cover - depends on the build
         return None
     return _fused_c if getattr(_fused_c, "VERSION", 0) == 3 else None
 
 
 _C = _load()
-
-from scalebox_cst.fused_program import _PROGRAMS, params_of, program as _program
 
 __all__ = ["fused_linear", "params_of", "available"]
 

@@ -261,7 +261,7 @@ class SourceMapFinder(importlib.abc.MetaPathFinder):
     def _prefix(self, entry: str) -> Optional[str]:
         cached = self._rel_cache.get(entry, False)
         if cached is not False:
-            return cached  # type: ignore[return-value]
+            return cached
         real = os.path.realpath(entry or os.getcwd())
         rel = os.path.relpath(real, self.root)
         if rel == os.curdir:

@@ -56,6 +56,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from scalebox_cst.runtime import metrics
+from scalebox_cst.runtime.grad_norms import host_norm, stored_values, total_norm
 from scalebox_cst.runtime.guard_events import EVENTS_ENV, MAX_EVENTS, events, parameter_names  # noqa: F401 (stabilizer.events, .EVENTS_ENV)
 
 METRIC = "grad_norm"
@@ -102,7 +103,7 @@ _TENSOR = torch.Tensor
 # --------------------------------------------------------------------------- per-optimizer state
 
 
-class _Guard(_c.State if _c is not None else object):  # type: ignore[misc]
+class _Guard(_c.State if _c is not None else object):
     """History and cached parameter list of one optimizer at one site (with the C helper, its
     numbers and the cached list are members of the C base, which ``_c_step`` updates)."""
 
@@ -233,40 +234,7 @@ def _warn_once(what: str) -> None:
         print(f"scalebox: {what}", file=sys.stderr)
 
 
-# --------------------------------------------------------------------------- norms
-
-
-def _values(g: torch.Tensor) -> torch.Tensor:
-    """A strided tensor with the gradient's norm and finiteness: the gradient itself, or the
-    stored values of a sparse one (``nn.Embedding(sparse=True)``; norm ops refuse sparse input)."""
-    if g.layout is torch.strided:
-        return g
-    if g.layout is torch.sparse_coo:
-        return g.coalesce().values()  # duplicates summed, as the dense gradient has them
-    try:
-        return g.values()  # compressed layouts hold no duplicates
-    except (RuntimeError, NotImplementedError):
-        return g.to_dense()
-
-
-def _all_strided(grads: List[torch.Tensor]) -> bool:
-    return all(g.layout is torch.strided for g in grads)
-
-
-def total_norm(grads: List[torch.Tensor], uniform: Optional[bool] = None) -> torch.Tensor:
-    """The 2-norm of all gradients, computed as ``clip_grad_norm_`` computes it (same bits)."""
-    if not _all_strided(grads):
-        grads, uniform = [_values(g) for g in grads], False
-    if len(grads) == 1:
-        return torch.linalg.vector_norm(grads[0], 2.0)
-    first = grads[0]
-    if uniform is None:
-        uniform = all(g.device == first.device and g.dtype == first.dtype for g in grads)
-    if uniform:
-        norms = torch._foreach_norm(grads, 2.0)
-    else:
-        norms = [torch.linalg.vector_norm(g, 2.0) for g in grads]
-    return torch.linalg.vector_norm(torch.stack([n.to(first.device) for n in norms]), 2.0)
+# --------------------------------------------------------------------------- norms (the guard's; grad_norms holds the plain ones)
 
 
 def _host_value(guard: _Guard, params: List[torch.Tensor], grads: List[torch.Tensor]) -> float:
@@ -285,20 +253,6 @@ def _c_refused(guard: _Guard) -> None:
     a parameter moved by ``p.data = ...``): torch measures from now on, with fresh facts."""
     guard.facts()
     guard.c_dtype = None
-
-
-def host_norm(grads: List[torch.Tensor], uniform: bool) -> float:
-    """The total 2-norm as a float, for CPU gradients: per-tensor norms summed in float64 on the
-    host (no stack, no second kernel; the decision needs a number, not clip_grad_norm_'s bits)."""
-    if uniform and _all_strided(grads):
-        norms = torch._foreach_norm(grads, 2.0)
-    else:
-        norms = [torch.linalg.vector_norm(_values(g), 2.0) for g in grads]
-    total = 0.0
-    for n in norms:
-        v = n.item()
-        total += v * v
-    return math.sqrt(total)
 
 
 def _threshold(mean: float, var: float, z: float, ratio: float) -> float:
@@ -597,7 +551,7 @@ def _nonfinite(guard: _Guard, step: int, value: float, params: List[torch.Tensor
     if guard.reported_nonfinite:
         return
     guard.reported_nonfinite = True
-    bad = [i for i, p in enumerate(params) if not bool(torch.isfinite(_values(p.grad)).all())]
+    bad = [i for i, p in enumerate(params) if not bool(torch.isfinite(stored_values(p.grad)).all())]
     names = parameter_names([params[i] for i in bad])
     where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     msg = f"first non-finite gradient at {guard.site} step {step}: {where or 'norm overflow'}"

@@ -60,7 +60,7 @@ def _patch_warnings(warnings) -> None:
             )
         return show(msg)
 
-    _showwarnmsg.__wrapped__ = show  # type: ignore[attr-defined]
+    _showwarnmsg.__wrapped__ = show
     warnings._showwarnmsg = _showwarnmsg
 
 
@@ -86,7 +86,7 @@ def _patch_logging(logging) -> None:
                 pass
         return format_exception(self, ei)
 
-    formatException.__wrapped__ = format_exception  # type: ignore[attr-defined]
+    formatException.__wrapped__ = format_exception
     logging.Formatter.formatException = formatException
 
 
@@ -112,7 +112,7 @@ def _patch_inspect(inspect) -> None:
         except Exception:
             return info
 
-    _getframeinfo.__wrapped__ = getframeinfo  # type: ignore[attr-defined]
+    _getframeinfo.__wrapped__ = getframeinfo
     inspect.getframeinfo = _getframeinfo
 
 

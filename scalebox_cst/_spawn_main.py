@@ -12,7 +12,8 @@ run started inside (after) any executor run, and it wins.
 def _main(namespace: dict) -> None:
     import os
 
-    from scalebox_cst.importhook import ENV_MAIN, _run_spawned_main
+    from scalebox_cst.importhook.common import ENV_MAIN
+    from scalebox_cst.importhook.install import _run_spawned_main
     from scalebox_cst.runtime.launch import ENV_RUN, run_spawned_main
 
     del namespace["_main"]  # the script's namespace holds only what the script defines

@@ -17,7 +17,7 @@ import json
 import math
 import os
 import sys
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -292,29 +292,47 @@ class Config:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
+#: packages whose code decides a rewrite's bytes, with the prefix their files are named by: the
+#: transforms, and the runtime modules the pipeline and transforms read (``physical_lines``,
+#: the fused programs of ``one_pass``)
+_ENGINE_PACKAGES = (("scalebox_cst.transforms", ""), ("scalebox_cst.runtime", "runtime/"))
+
+
+def engine_files() -> Tuple[List[str], List[Tuple[str, str]]]:
+    """``(folders, [(path, name)])``: the code that decides a rewrite's bytes (the pipeline's own
+    modules, every module of transforms/ and runtime/, subpackages included), and the folders
+    walked to find it (their mtimes change when a module is added or removed). One list for the
+    fingerprint's digest and for the import hook's memo of it, so the two never disagree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = [(os.path.join(here, n), n) for n in ("pipeline.py", "linediff.py", "sourcefile.py", "fused_program.py", "textlines.py")]
+    folders: List[str] = []
+    for package, prefix in _ENGINE_PACKAGES:
+        module = sys.modules.get(package)
+        tops = list(getattr(module, "__path__", None) or [])
+        if not tops:
+            spec = importlib.util.find_spec(package)
+            tops = list(spec.submodule_search_locations or []) if spec else []
+        for top in tops:
+            found = []
+            for root, dirs, names in os.walk(top):  # families may be packages (device/, vectorize/)
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                folders.append(root)
+                found += [os.path.join(root, n) for n in names if n.endswith(".py")]
+            files += [(path, prefix + os.path.relpath(path, top).replace(os.sep, "/")) for path in sorted(found)]
+    return folders, files
+
+
 @functools.lru_cache(maxsize=None)
 def engine_digest() -> str:
-    """Digest of the code that decides a rewrite's bytes (the pipeline and the transform modules).
+    """Digest of the code that decides a rewrite's bytes (``engine_files``).
     Part of the fingerprint, so an edited or upgraded engine never serves a rewrite cached by
     an older one, whether or not anyone bumped a transform's version."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    paths = [os.path.join(here, "pipeline.py"), os.path.join(here, "linediff.py"), os.path.join(here, "sourcefile.py")]
-    spec = importlib.util.find_spec("scalebox_cst.transforms")
-    names = {path: os.path.basename(path) for path in paths}
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        found = []
-        for root, dirs, files in os.walk(folder):  # transform families may be packages (device/)
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            found += [os.path.join(root, n) for n in files if n.endswith(".py")]
-        for path in sorted(found):
-            paths.append(path)
-            names[path] = os.path.relpath(path, folder).replace(os.sep, "/")
     digest = hashlib.sha256()
-    for path in paths:
+    for path, name in engine_files()[1]:
         if not os.path.exists(path):
             continue
         with open(path, "rb") as fh:
-            digest.update(names[path].encode() + b"\0" + fh.read() + b"\0")
+            digest.update(name.encode() + b"\0" + fh.read() + b"\0")
     return digest.hexdigest()[:16]
 
 

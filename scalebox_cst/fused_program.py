@@ -177,7 +177,7 @@ class _Compiler:
         if isinstance(e, ast.UnaryOp) and type(e.op) in (ast.USub, ast.UAdd):
             kind, v = self.expr(e.operand, carried)
             if kind == "s":
-                return self.scalar(_PY[type(e.op)], v, None)  # type: ignore[arg-type]
+                return self.scalar(_PY[type(e.op)], v, None)
             return self.emit(NEG, v, 0, True, False) if isinstance(e.op, ast.USub) else (kind, v)
         if isinstance(e, ast.BinOp) and type(e.op) in _VV:
             left, right = self.expr(e.left, carried), self.expr(e.right, carried)
@@ -247,11 +247,11 @@ class _Compiler:
         except _Invalid:
             self._row_update(update.value, S)
         self.npre = len(self.ins)
-        p.s_outs = [x.value.id for x in update.targets if isinstance(x, ast.Subscript)]  # type: ignore[attr-defined]
+        p.s_outs = [x.value.id for x in update.targets if isinstance(x, ast.Subscript)]
         self.after = True
         for s in stmts[upd + 1:]:
             if isinstance(s.value, ast.Name) and s.value.id == S and all(isinstance(x, ast.Subscript) for x in s.targets):
-                p.s_outs.extend(x.value.id for x in s.targets)  # type: ignore[attr-defined]
+                p.s_outs.extend(x.value.id for x in s.targets)
             else:  # `returns[t] = gae + values[t]`: computed on each block once its carried values are known
                 self._statement(s, S)
         for x, k in p.max_k.items():
@@ -322,7 +322,7 @@ class _Compiler:
             else:
                 if kind != "v":
                     raise _Invalid("a number stored")
-                self.p.t_outs.append(x.value.id)  # type: ignore[attr-defined]
+                self.p.t_outs.append(x.value.id)
                 self.uses[v] = len(self.ins)
                 self.ins.append([STORE, -len(self.p.t_outs), v, 0])
 
@@ -422,7 +422,7 @@ class _Compiler:
             reads = [] if op in (LOAD, LOADS) else [x] + ([y] if op in (ADD, SUB, MUL, DIV) else [])
             regs = [phys[r] for r in reads]
             if op in (ADD_S, SUB_S, MUL_S, DIV_S, RSUB_S):
-                y = slot(y)  # type: ignore[arg-type]
+                y = slot(y)
                 if op in (SUB_S, RSUB_S) and y < nconst:  # torch refuses `tensor - True`
                     p.sub_consts.add(y)
             dying = [phys[r] for r in set(reads) if self.uses.get(r, -1) == n]

@@ -36,10 +36,13 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, IO, List, Optional, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 from scalebox_cst import runs, tmpnames
 from scalebox_cst.runtime import threads as quiet
+
+if TYPE_CHECKING:  # the reaper's type; subprocess is imported where it is started
+    import subprocess
 
 INSTALL_HINT = 'the ray launcher needs Ray: pip install "scalebox_cst[ray]" (or pip install "ray>=2.9")'
 #: seconds between two chunks a task streams back
@@ -435,7 +438,7 @@ def _stop_on_signals(stop: threading.Event, notice: Callable[[str], None]):
     def on_signal(signum):
         if not stop.is_set():
             notice(f"scalebox: {signal.Signals(signum).name}: stopping every Ray run")
-            stop.signum = signum  # type: ignore[attr-defined]
+            stop.signum = signum
             stop.set()
 
     return signals.calling(on_signal)

@@ -22,7 +22,8 @@ import stat
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
 from scalebox_cst import tmpnames
-from scalebox_cst.store import Store, StoreError, _FileLock
+from scalebox_cst.store import Store, StoreError
+from scalebox_cst.store.refs import _FileLock
 
 if TYPE_CHECKING:
     from scalebox_cst.project import Project

@@ -128,7 +128,7 @@ STORE_ONCE = textwrap.dedent(
 
 def test_a_lock_another_program_holds_is_named(tmp_path, monkeypatch):
     """A lock made while we hold the store's write lock is not ours to remove: it is named."""
-    from scalebox_cst import store as store_module
+    from scalebox_cst.store import refs as store_refs
 
     root = tmp_path / "proj"
     root.mkdir()
@@ -138,7 +138,7 @@ def test_a_lock_another_program_holds_is_named(tmp_path, monkeypatch):
     with open(lock, "w") as fh:
         fh.write("x")
     os.utime(lock, (time.time() + 60,) * 2)  # newer than any hold: a live foreign writer's
-    monkeypatch.setattr(store_module, "_FOREIGN_LOCK_WAIT_S", 0.2)
+    monkeypatch.setattr(store_refs, "_FOREIGN_LOCK_WAIT_S", 0.2)
     with pytest.raises(StoreError) as info:
         Store.open(str(root)).snapshot({"a.py": b"2"}, "x")
     assert lock in str(info.value) and "busy" not in str(info.value) and "\n" not in str(info.value)

@@ -37,12 +37,13 @@ import torch
 from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REWRITTEN
+from scalebox_cst import runtime as runtime_pkg
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_corpus import NAMES, corpus  # noqa: E402
 
-RUNTIME_DIR = os.path.dirname(vectorized_mod.__file__)  # where the guards run from
+RUNTIME_DIR = os.path.dirname(runtime_pkg.__file__)  # where the guards run from (runtime/ and its packages)
 
 TRIALS = int(os.environ.get("SCALEBOX_FUZZ_TRIALS", "24"))
 LENGTHS = (2, 3, 5, 17, 33)

@@ -20,6 +20,9 @@ import pytest
 import torch
 
 from scalebox_cst import importhook
+from scalebox_cst.importhook import cache as hook_cache
+from scalebox_cst.importhook import install as hook_install
+from scalebox_cst.importhook import session as hook_session
 from scalebox_cst.importhook import ENV_MAIN, ENV_SESSION, ScaleboxImportWarning, install_import_hook
 
 from conftest import ROOT
@@ -95,8 +98,8 @@ def proj(tmp_path):
     for name in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
         del sys.modules[name]
     # a fresh session for the next test (one per process otherwise), and no session in our env
-    importhook._SESSION = None
-    importhook._ROOTS.clear()
+    hook_session._SESSION = None
+    hook_session._ROOTS.clear()
     os.environ.pop(ENV_SESSION, None)
 
 
@@ -262,7 +265,7 @@ def test_project_names_select_top_level_modules_not_the_stdlib(tmp_path):
     (tmp_path / "my-script.py").write_text("")
     (tmp_path / ".hidden").mkdir()
     (tmp_path / "scalebox_cst").mkdir()
-    assert importhook._project_names([str(tmp_path)]) == ["agents", "train"]
+    assert hook_install._project_names([str(tmp_path)]) == ["agents", "train"]
 
 
 def test_find_project_root(tmp_path):
@@ -488,8 +491,8 @@ def _fresh_import(root, pkg, name="ppo", **options):
     """Import ``pkg.name`` as a new process would: no module, no hook state, a new hook."""
     for mod in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
         del sys.modules[mod]
-    importhook._ROOTS.clear()
-    importhook._SEEN.clear()
+    hook_session._ROOTS.clear()
+    hook_session._SEEN.clear()
     with install_import_hook([pkg], project=str(root), **options) as hook:
         return importlib.import_module(f"{pkg}.{name}"), hook
 
@@ -736,8 +739,8 @@ def test_a_corrupt_or_planted_cache_entry_is_rewritten_again_and_replaced(proj):
         "random code, copied MAC": start + mac + middle + os.urandom(len(code)),
         "empty code, copied MAC": start + mac + middle,
         "planted code, copied MAC": start + mac + middle + planted,
-        "planted code, MAC by another key": start + importhook._mac(wrong_key, start, middle + planted) + middle + planted,
-        "random code, MAC by the store's key": start + importhook._mac(key, start, middle + b"\xff" * 40) + middle + b"\xff" * 40,
+        "planted code, MAC by another key": start + hook_cache._mac(wrong_key, start, middle + planted) + middle + planted,
+        "random code, MAC by the store's key": start + hook_cache._mac(key, start, middle + b"\xff" * 40) + middle + b"\xff" * 40,
         "header only": good[:60],
     }
     source_hash = start[8:16]
@@ -748,9 +751,38 @@ def test_a_corrupt_or_planted_cache_entry_is_rewritten_again_and_replaced(proj):
         assert _parse(proc.stdout) == {"rewritten": "True", "planted": "False", "fail": "True"}, name
         replaced = entry.read_bytes()
         assert replaced != data, f"{name}: the entry was not replaced"
-        again = importhook._read_entry(str(entry), source_hash, key)
+        again = hook_cache._read_entry(str(entry), source_hash, key)
         assert again is not None and marshal.loads(again.code_data).co_filename == str(root / pkg / "ppo.py"), name
     # and a valid entry is used as it is (the warm path): served without rewriting again
     before = entry.read_bytes()
     proc = run_py(root, str(script))
     assert proc.returncode == 0 and entry.read_bytes() == before
+
+
+def test_fingerprint_memo_is_checked_against_every_engine_file(proj):
+    """The memo of the pipeline fingerprint is stamped with every file the fingerprint's digest
+    reads (transforms/ subpackages and runtime/ included): an edited nested module, as in an
+    editable install, invalidates it instead of serving rewrites made by the old code."""
+    import scalebox_cst.fused_program as fused_program
+    import scalebox_cst.runtime.fused as fused
+    import scalebox_cst.transforms.vectorize.recurrence.plan as plan
+    from scalebox_cst.config import engine_files
+
+    root, pkg = proj
+    _fresh_import(root, pkg)
+    (state,) = [r for r in hook_session._ROOTS.values() if r.root == os.path.realpath(root)]
+    with open(state._memo_path(), encoding="utf-8") as fh:
+        value, *stamps = fh.read().split("\n")
+    stamped = {line.split("\t", 1)[0] for line in stamps}
+    folders, files = engine_files()
+    assert stamped == set(folders) | {path for path, _ in files}
+    for module in (plan, fused_program, fused):
+        assert any(os.path.samefile(path, module.__file__) for path in stamped), module.__name__
+    assert state._memo_fingerprint() == value
+
+    (line,) = [s for s in stamps if os.path.samefile(s.split("\t", 1)[0], plan.__file__)]
+    path, size, mtime = line.split("\t")
+    edited = [f"{path}\t{size}\t{int(mtime) - 1}" if s == line else s for s in stamps]
+    with open(state._memo_path(), "w", encoding="utf-8") as fh:
+        fh.write("\n".join([value, *edited]))
+    assert state._memo_fingerprint() is None  # plan.py changed since the memo was written

@@ -121,7 +121,7 @@ def test_the_c_function_a_user_line_calls_gives_its_category(classifier, monkeyp
 def test_replay_sampling_engine_sites_imports_and_no_project_frame(classifier):
     sample = code_of(PROJECT + "buffer.py", "class ReplayBuffer:\n    def sample(self, n):\n        return n\n", "ReplayBuffer.sample")
     assert classifier.classify(stack(LAUNCH, LOOP, sample, lib("numpy/random/x.py")))[1] == "replay"
-    engine = code_of(os.path.join(RUNTIME, "vectorized.py"), FN, "f")
+    engine = code_of(os.path.join(RUNTIME, "vectorized", "recurrence_guard.py"), FN, "f")
     user, category = classifier.classify(stack(LAUNCH, LOOP, engine, lib("torch/functional.py")))
     assert (user.f_code, category) == (LOOP, "engine")
     # a module imported from a user line runs its top level: start-up, whatever the package

@@ -780,7 +780,7 @@ def test_traceback_under_the_import_hook_quotes_the_users_line(project):
         path = os.path.realpath(project / "t.py")
         assert proc.stderr.startswith("Traceback (most recent call last):\n" f'  File "{path}", line 10, in <module>\n    f()\n'), proc.stderr
         assert f'  File "{path}", line 9, in f\n    raise ValueError(\'on line 9\')\nValueError: on line 9\n' in proc.stderr
-        assert "importhook.py" not in proc.stderr
+        assert os.path.join("scalebox_cst", "importhook") not in proc.stderr  # no frame of the hook
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

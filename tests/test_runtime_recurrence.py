@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scalebox_cst.runtime import recurrence as R
+from scalebox_cst.runtime.recurrence import backends as RB
 from scalebox_cst.runtime.recurrence import discounted_cumsum, linear_recurrence
 
 HAS_NUMBA = R.backend_available("numba")
@@ -351,7 +352,7 @@ def test_no_grad_mode_skips_autograd():
 
 
 def test_torch_fallback_when_numba_missing(monkeypatch):
-    monkeypatch.setattr(R, "_numba_mod", False)
+    monkeypatch.setattr(RB, "_numba_mod", False)
     a, b, init = make_case(7, 100, 3, torch.float32, "mask", "tensor")
     torch.testing.assert_close(linear_recurrence(a, b, init), naive_t(a, b, init), rtol=1e-5, atol=1e-5)
     a, b, init = make_case(7, 20, 3, torch.float32, "mask", "tensor")
@@ -374,8 +375,8 @@ def test_numpy_loop_is_bitwise_numba(dtype, M):
             init = rng.standard_normal(M).astype(dtype)
             for reverse in (True, False):
                 mine, theirs = np.empty((T, M), dtype), np.empty((T, M), dtype)
-                R._numpy_rec(a, b, init, mine, reverse)
-                R._load_numba().rec(a, b, init, theirs, reverse)
+                RB._numpy_rec(a, b, init, mine, reverse)
+                RB._load_numba().rec(a, b, init, theirs, reverse)
                 assert mine.tobytes() == theirs.tobytes()
 
 
@@ -395,16 +396,17 @@ def test_lazy_numba_import_and_cache_dir(tmp_path):
         """
         import os, sys
         import scalebox_cst.runtime.recurrence as R
+        import scalebox_cst.runtime.recurrence.backends as RB
         assert "numba" not in sys.modules, "numba imported at module import"
         import torch
         out = R.linear_recurrence(0.5, torch.ones(4, 2))
         assert "numba" not in sys.modules, "numba loaded before the numpy loop paid for it"
-        assert 0 < R._rent_spent < R._RENT_BUDGET_S
-        R._rent_spent = R._RENT_BUDGET_S  # as after ~0.4 s of calls
+        assert 0 < RB._rent_spent < RB._RENT_BUDGET_S
+        RB._rent_spent = RB._RENT_BUDGET_S  # as after ~0.4 s of calls
         out2 = R.linear_recurrence(0.5, torch.ones(4, 2))
         assert "numba" in sys.modules
         assert torch.equal(out, out2)
-        assert R._numba_mod, "numba backend failed to load"
+        assert RB._numba_mod, "numba backend failed to load"
         print(os.environ["NUMBA_CACHE_DIR"])
         """
     )
@@ -432,7 +434,7 @@ def test_lazy_numba_import_and_cache_dir(tmp_path):
 
 
 def _c_rec():
-    return R._load_c().rec
+    return RB._load_c().rec
 
 
 def _a_variants(rng, T, M, dtype):
@@ -458,7 +460,7 @@ def test_c_kernel_bitwise_equals_numpy_loop(dtype, M):
             ref_a = dtype(a) if type(a) is float else a
             for reverse in (True, False):
                 ref, mine = np.empty((T, M), dtype), np.empty((T, M), dtype)
-                R._numpy_rec(ref_a, b, init, ref, reverse)
+                RB._numpy_rec(ref_a, b, init, ref, reverse)
                 rec(a, b, init, mine, reverse)
                 assert mine.tobytes() == ref.tobytes()
                 # strided b / init / out (Fortran order, every other element) give the same bits
@@ -516,10 +518,10 @@ def _raw_kernel(fused):
 
 def test_c_fma_probe_rejects_a_fused_kernel():
     """A build that contracts ``b + a * x`` into an FMA is caught at load time, not used."""
-    assert R._fma_free(_raw_kernel(fused=False))
-    assert not R._fma_free(_raw_kernel(fused=True))
+    assert RB._fma_free(_raw_kernel(fused=False))
+    assert not RB._fma_free(_raw_kernel(fused=True))
     if HAS_C:
-        assert R._fma_free(R._load_c().rec_ptr)
+        assert RB._fma_free(RB._load_c().rec_ptr)
 
 
 @needs_c
@@ -551,7 +553,7 @@ def test_fallback_when_c_extension_missing(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "scalebox_cst.runtime._recurrence_c", None)  # import -> ImportError
     monkeypatch.delattr(pkg, "_recurrence_c", raising=False)
-    monkeypatch.setattr(R, "_c_mod", None)
+    monkeypatch.setattr(RB, "_c_mod", None)
     assert not R.backend_available("c")
     assert R.cpu_backend() in ("numba", "numpy")
     for dtype in (torch.float32, torch.float64):
@@ -564,19 +566,19 @@ def test_fallback_when_c_extension_missing(monkeypatch):
 
 def test_stale_or_disabled_c_extension_is_not_used(monkeypatch):
     stale = type(sys)("scalebox_cst.runtime._recurrence_c")
-    stale.VERSION = R._C_VERSION - 1
-    stale.rec = R._numpy_rec
+    stale.VERSION = RB._C_VERSION - 1
+    stale.rec = RB._numpy_rec
     stale.rec_ptr = _raw_kernel(fused=False)
     import scalebox_cst.runtime as pkg
 
     monkeypatch.setitem(sys.modules, "scalebox_cst.runtime._recurrence_c", stale)
     monkeypatch.setattr(pkg, "_recurrence_c", stale, raising=False)
-    monkeypatch.setattr(R, "_c_mod", None)
-    assert not R._load_c()
+    monkeypatch.setattr(RB, "_c_mod", None)
+    assert not RB._load_c()
     monkeypatch.undo()
-    monkeypatch.setattr(R, "_c_mod", None)
+    monkeypatch.setattr(RB, "_c_mod", None)
     monkeypatch.setenv("SCALEBOX_RECURRENCE_C", "0")
-    assert not R._load_c()
+    assert not RB._load_c()
 
 
 def test_a_layout_the_c_kernel_refuses_falls_back_exactly(monkeypatch):
@@ -594,7 +596,7 @@ def test_a_layout_the_c_kernel_refuses_falls_back_exactly(monkeypatch):
     fake = type(sys)("fake_c")
     fake.rec = refusing
     fake.rec_ptr = refusing_ptr
-    monkeypatch.setattr(R, "_c_mod", fake)
+    monkeypatch.setattr(RB, "_c_mod", fake)
     a, b, init = make_case(13, 90, 3, torch.float32, "full", "tensor")
     for bb in (b, b.t().contiguous().t()):  # the fast path and the general path
         assert torch.equal(linear_recurrence(a, bb, init), naive_t(a, bb, init))
@@ -613,11 +615,12 @@ def test_fresh_process_uses_c_at_once():
         import sys
         import torch
         import scalebox_cst.runtime.recurrence as R
+        import scalebox_cst.runtime.recurrence.backends as RB
         b = torch.randn(2048, 8); a = torch.rand(2048, 8)
         out = R.linear_recurrence(a, b)
         assert R.cpu_backend() == "c", R.cpu_backend()
         assert "numba" not in sys.modules, "numba loaded although the C kernel is there"
-        assert R._rent_spent == 0.0
+        assert RB._rent_spent == 0.0
         """
     )
     env = dict(os.environ)

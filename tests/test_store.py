@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import scalebox_cst.store as store_module
+import scalebox_cst.store.refs as store_refs
 from scalebox_cst.store import (
     CACHE_PREFIX,
     LOCK_NAME,
@@ -619,7 +619,7 @@ def test_every_ref_update_waits_for_the_store_lock(project, operation):
 
 def test_a_stuck_lock_is_a_clear_error(project, monkeypatch):
     store = Store.init(project)
-    monkeypatch.setattr(store_module, "_LOCK_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(store_refs, "_LOCK_TIMEOUT_S", 0.2)
     fd = _hold_store_lock(store)
     try:
         with pytest.raises(StoreError, match="store is locked by another writer"):

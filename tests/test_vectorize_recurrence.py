@@ -23,6 +23,7 @@ from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import vectorized as vectorized_mod
+from scalebox_cst.runtime.vectorized import recurrence_guard
 from scalebox_cst.transforms.vectorize.recurrence import VectorizeRecurrence
 
 ID = "vectorize.recurrence"
@@ -578,7 +579,7 @@ def test_other_backends_report_reassociated():
 
 
 def test_short_sequences_stay_on_the_loop_by_default(monkeypatch):
-    monkeypatch.setattr(vectorized_mod, "MIN_STEPS", dict(_MIN_STEPS))
+    monkeypatch.setattr(recurrence_guard, "MIN_STEPS", dict(_MIN_STEPS))
     floats = [1.0] * 100
     assert not vectorized_mod.recurrence_ok(100, seqs=((floats, 0),), scalars=(0.9,))
     # lists of Python floats: only where the loop inserts at the front (quadratic), from 1024 steps;

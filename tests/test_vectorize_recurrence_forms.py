@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import vectorized as vectorized_mod
+from scalebox_cst.runtime.vectorized import conversions as vectorized_conversions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_vectorize_recurrence import HYP, dtypes, lengths, rewrite, run_both, same_namespaces, tensor  # noqa: E402
@@ -1056,7 +1057,7 @@ def _flags(kind, seed, shape, dtype):
 @given(T=lengths, dtype=dtypes, seed=st.integers(0, 2**16), kind=st.sampled_from(["torch", "numpy", "list"]),
        src=st.sampled_from([RESET_COMPARED, RESET_COMPARED_SWITCH]), nep50=st.booleans())
 def test_reset_on_a_comparison_bitwise(T, dtype, seed, kind, src, nep50, monkeypatch_module):
-    monkeypatch_module.setattr(vectorized_mod, "_NEP50", nep50)  # NumPy 1: element by element
+    monkeypatch_module.setattr(vectorized_conversions, "_NEP50", nep50)  # NumPy 1: element by element
     rewards = arrays("torch" if kind == "list" else kind, seed, (T,), dtype)
     env = dict(rewards=rewards, dones=_flags(kind, seed + 1, (T,), dtype), returns=rewards * 0)
     ns1, ns2 = run_both(src, env, vectorized=T >= 2)

@@ -41,7 +41,7 @@ class StatementMemo:
         done = self._results.get(name, {})
         now: Dict[_Key, Any] = {}
         out: List[Any] = []
-        for stmt, key in zip(tree.body, keys):  # type: ignore[attr-defined]
+        for stmt, key in zip(tree.body, keys):
             result = done[key] if key in done else scan(stmt)
             now[key] = result
             out.append(result)

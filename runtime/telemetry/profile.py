@@ -44,7 +44,6 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from scalebox_cst.runtime import metrics
-from scalebox_cst.runtime.profile_categories import CATEGORIES  # the one table, shared with the host's reader
 
 ENV_SWITCH = "SCALEBOX_PROFILE"
 FILE = "profile.jsonl"

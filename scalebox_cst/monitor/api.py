@@ -10,31 +10,28 @@ files are read incrementally from the byte offset reached last time, per file, a
 file shrinks or is replaced: metrics into bounded :class:`~scalebox_cst.monitor.series.Series`
 (so a million-step run costs the same to draw as a short one), events into short deques. The
 metrics cache is bounded in bytes; a file evicted from it is read again from its start.
+The incremental readers of those files are in :mod:`scalebox_cst.monitor.files`.
 """
 from __future__ import annotations
 
 import collections
-import json
 import math
 import os
 import re
 import threading
 import time
-from typing import Any, Deque, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from scalebox_cst import diffview, profile, runs
+from scalebox_cst.monitor.files import EventsFile, MetricsFile
 from scalebox_cst.monitor.series import Series, json_number
 from scalebox_cst.report import REWRITTEN, RunReport
 from scalebox_cst.store import BranchInfo, Store, StoreError
 
-#: bytes of metrics read per step (a million-line file is parsed in bounded pieces)
-CHUNK_BYTES = 8 << 20
 #: estimated bytes of series kept in memory, all files together
 CACHE_BYTES = 256 << 20
-#: events kept per events.jsonl (the newest)
-EVENTS_PER_FILE = 200
 #: points a series is drawn with unless the request asks for fewer
 DEFAULT_POINTS = 1000
 MAX_POINTS = 5000
@@ -58,169 +55,6 @@ def _finite_or_none(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return json_number(value)
     return value
-
-
-# ------------------------------------------------------------------------------ metrics files
-class MetricsFile:
-    """One run's metrics.jsonl, read on from where the last read stopped."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.lock = threading.Lock()
-        self._reset(None)
-
-    def _reset(self, ident: Optional[Tuple[int, int]]) -> None:
-        self.ident = ident
-        self.offset = 0
-        self.series: Dict[str, Series] = {}
-        self.first_time: Optional[float] = None
-
-    @property
-    def nbytes(self) -> int:
-        return sum(s.nbytes for s in self.series.values()) + 1024
-
-    def refresh(self) -> None:
-        """Read the lines appended since the last call (complete lines only)."""
-        with self.lock:
-            try:
-                st = os.stat(self.path)
-            except OSError:
-                self._reset(None)
-                return
-            ident = (st.st_dev, st.st_ino)
-            if ident != self.ident or st.st_size < self.offset:
-                self._reset(ident)  # replaced or truncated: start over
-            while self.offset < st.st_size:
-                lines, offset = _read_lines(self.path, self.offset, CHUNK_BYTES)
-                if offset == self.offset:
-                    break
-                self.offset = offset
-                self._add(lines)
-
-    def _add(self, lines: List[bytes]) -> None:
-        items = _parse_lines(lines)
-        if not items:
-            return
-        try:  # the common case, column by column in C loops: every line well formed
-            names = [item["name"] for item in items]
-            uniq = set(names)
-            if not all(isinstance(n, str) for n in uniq):
-                raise TypeError("metric name is not a string")
-            vs = np.array([float(item["value"]) for item in items])  # "nan"/"inf" strings too
-            xs = np.array([item.get("step", 0) for item in items], dtype=float)
-            ts = np.array([item.get("time", 0.0) for item in items], dtype=float)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            self._add_slowly(items)
-            return
-        if self.first_time is None:
-            stamped = ts[ts != 0]
-            if len(stamped):
-                self.first_time = float(stamped[0])
-        if len(uniq) == 1:
-            self._extend(names[0], xs, ts, vs)
-            return
-        labels = np.array(names, dtype=object)
-        for name in sorted(uniq, key=names.index):
-            mask = labels == name
-            self._extend(name, xs[mask], ts[mask], vs[mask])
-
-    def _add_slowly(self, items: List[Any]) -> None:
-        """Line by line, leaving out the ones that are not a metric point."""
-        columns: Dict[str, Tuple[List[float], List[float], List[float]]] = {}
-        for item in items:
-            try:
-                name = item["name"]
-                value = item["value"]
-                value = float(value) if isinstance(value, str) else value  # "nan", "inf", "-inf"
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not isinstance(name, str):
-                    continue
-                step = float(item.get("step", 0))
-                stamp = float(item.get("time", 0.0))
-            except (KeyError, TypeError, ValueError, AttributeError):
-                continue
-            cols = columns.get(name)
-            if cols is None:
-                cols = columns[name] = ([], [], [])
-            cols[0].append(step)
-            cols[1].append(stamp)
-            cols[2].append(float(value))
-            if self.first_time is None and stamp:
-                self.first_time = stamp
-        for name, (xs, ts, vs) in columns.items():
-            self._extend(name, xs, ts, vs)
-
-    def _extend(self, name: str, xs, ts, vs) -> None:
-        series = self.series.get(name)
-        if series is None:
-            series = self.series[name] = Series()
-        series.extend(xs, ts, vs)
-
-
-def _read_lines(path: str, offset: int, limit: int) -> Tuple[List[bytes], int]:
-    """Complete lines in at most ``limit`` bytes from ``offset`` (a longer line is read whole).
-
-    The rule of :func:`scalebox_cst.runs.read_metrics` (a last line without a newline is being
-    written and is left for later), in bounded pieces: a million-line file is never held at once.
-    """
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            data = fh.read(limit)
-            while data and b"\n" not in data:  # one line longer than the limit
-                more = fh.read(limit)
-                if not more:
-                    break
-                data += more
-    except OSError:
-        return [], offset
-    end = data.rfind(b"\n")
-    if end < 0:
-        return [], offset
-    return data[: end + 1].splitlines(), offset + end + 1
-
-
-def _parse_lines(lines: List[bytes]) -> List[Any]:
-    """JSON objects of ``lines``; malformed lines are skipped (one parse for a clean chunk)."""
-    lines = [line for line in lines if line.strip()]
-    if not lines:
-        return []
-    try:
-        return json.loads(b"[" + b",".join(lines) + b"]")
-    except ValueError:
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return [item for item in out if isinstance(item, dict)]
-
-
-class EventsFile:
-    """One events.jsonl: the newest ``EVENTS_PER_FILE`` events, read on from the last offset."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.lock = threading.Lock()
-        self.ident: Optional[Tuple[int, int]] = None
-        self.offset = 0
-        self.events: Deque[Dict[str, Any]] = collections.deque(maxlen=EVENTS_PER_FILE)
-
-    def refresh(self) -> None:
-        with self.lock:
-            try:
-                st = os.stat(self.path)
-            except OSError:
-                self.events.clear()
-                self.ident, self.offset = None, 0
-                return
-            ident = (st.st_dev, st.st_ino)
-            if ident != self.ident or st.st_size < self.offset:
-                self.events.clear()
-                self.ident, self.offset = ident, 0
-            if st.st_size > self.offset:
-                events, self.offset = runs.read_events(self.path, self.offset)
-                self.events.extend(e for e in events if isinstance(e.get("kind"), str))
 
 
 # ------------------------------------------------------------------------------ the monitor

@@ -8,7 +8,7 @@ can be hoisted is each transform's own question (the exact / inexact tables belo
 """
 from __future__ import annotations
 
-from typing import Optional, Set
+from typing import Set
 
 import libcst as cst
 

@@ -97,7 +97,7 @@ class _Apply(cst.CSTTransformer):
     def __init__(self, module: cst.Module, edits, drops, inserts) -> None:
         self.module, self.edits, self.drops, self.inserts = module, edits, drops, inserts
 
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+    def on_leave(self, original_node, updated_node):
         fns = self.edits.get(original_node)
         if fns:
             updated_node = _edited(updated_node, fns)

@@ -66,7 +66,7 @@ class _Recorder(PositionProvidingCodegenState):
         if node not in self.computed:
             self.computed[node] = (start, (self.line, self.column))
 
-    def record_syntactic_position(self, node, *, start_node=None, end_node=None):  # type: ignore[override]
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
         return _Syntactic(self, node, start_node, end_node)
 
 

@@ -91,7 +91,7 @@ def _ast_row_methods(loop: ast.stmt, methods: Tuple[str, ...]) -> Set[str]:
     while todo:
         st = todo.pop()
         if _ast_row_call(st, names, methods):
-            found.add(st.value.func.attr)  # type: ignore[attr-defined]
+            found.add(st.value.func.attr)
             continue
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue

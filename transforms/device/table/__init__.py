@@ -13,7 +13,7 @@ from typing import Tuple
 from .autocast import AUTOCAST_SWAPS
 from .fused_op import FUSED_OP_SWAPS
 from .optimizer import OPTIMIZER_SWAPS
-from .placement import PLACEMENT_SWAPS, TWINS
+from .placement import PLACEMENT_SWAPS
 from .precision import PRECISION_SWAPS
 from .swap import (  # noqa: F401 - the table's public names
     AUTOCAST, CONDITIONS, CUDA_LITERAL, DEVICE_POSITIONS, FUSED_OP, KINDS, NPU_HELPERS, NPU_IMPORT, OPTIMIZER,

@@ -158,7 +158,7 @@ class Affine:
             if isinstance(x, cst.Name):
                 if x.value in self.assign_of and x.value != s and x.value not in seen:
                     seen.add(x.value)
-                    walk(self.assign_of[x.value].value)  # type: ignore[arg-type]
+                    walk(self.assign_of[x.value].value)
                 elif x.value != s and x.value not in self.body_assigned and x.value not in self.elements:
                     out.append(x.value)
             elif isinstance(x, (cst.Attribute, cst.Subscript)) and self.per_step(x) is None \

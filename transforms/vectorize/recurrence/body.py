@@ -70,7 +70,7 @@ class BodyParser:
             return None
         left, comp = _norm(test.left), test.comparisons[0]
         right, op = _norm(comp.comparator), comp.operator
-        t, T = h.index, _norm(h.T)  # type: ignore[arg-type]
+        t, T = h.index, _norm(h.T)
         last = {f"{T}-1"}
         flip = {cst.LessThan: cst.GreaterThan, cst.GreaterThan: cst.LessThan,
                 cst.LessThanEqual: cst.GreaterThanEqual, cst.GreaterThanEqual: cst.LessThanEqual}
@@ -233,7 +233,7 @@ class BodyParser:
                     wrap = isinstance(value, cst.List) and len(value.elements) == 1 \
                         and isinstance(value.elements[0], cst.Element)
                     if wrap:  # minimalRL: advantage_lst.append([advantage])
-                        value = value.elements[0].value  # type: ignore[union-attr]
+                        value = value.elements[0].value
                     mid, first = self.middle_value(value)
                     return Item(kind, node=small, container=call.func.value, value=mid, wrap=wrap, first=first,
                                 shown=value if first else None)
@@ -255,7 +255,7 @@ class BodyParser:
         text = _norm(idx)
         if text == t:
             return 0
-        m = re.fullmatch(rf"{re.escape(t)}\+(\d+)|(\d+)\+{re.escape(t)}", text)  # type: ignore[arg-type]
+        m = re.fullmatch(rf"{re.escape(t)}\+(\d+)|(\d+)\+{re.escape(t)}", text)
         if m:
             return int(m.group(1) or m.group(2))
         return None
@@ -272,7 +272,7 @@ def _int_indices(slices: Sequence[cst.SubscriptElement]) -> Optional[Tuple[str, 
             ok = isinstance(v, cst.Integer)
         if not ok:
             return None
-        idx.append(str(int(_norm(v), 0)))  # type: ignore[arg-type]
+        idx.append(str(int(_norm(v), 0)))
     return tuple(idx)
 
 

@@ -60,9 +60,9 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
         last_lines.append(f"if {T} > 2:")  # step when T > 2), read back from what it stored
         last_lines.append("    " + bind("1"))
         for var, it in planner.shift.items():
-            last_lines.append(f"    {var} = {_code(it.value).strip()}")  # type: ignore[arg-type]
+            last_lines.append(f"    {var} = {_code(it.value).strip()}")
         for it in planner.readback_items:
-            last_lines.append(f"    {_one_line(it.node)}")  # type: ignore[arg-type]
+            last_lines.append(f"    {_one_line(it.node)}")
     if folded:
         chunks = [
             [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],
@@ -97,15 +97,15 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
         loop_text = f"for {i} in range({T} - 2, -1, -1):\n" + ("" if h.kind == "index" and not h.elements else f"    {bind(i)}\n") + "    pass\n"
         parsed_rest = cst.parse_module(f"if {check}:\n    pass\nelse:\n" + "".join(
             "    " + ln + "\n" for ln in loop_text.splitlines())).body[0]
-        inner = parsed_rest.orelse.body.body[0]  # type: ignore[attr-defined]
+        inner = parsed_rest.orelse.body.body[0]
         kept = [st for st in inner.body.body if not (isinstance(st, cst.SimpleStatementLine)
                                                      and isinstance(st.body[0], cst.Pass))]
         inner = inner.with_changes(body=inner.body.with_changes(body=kept + [s.deep_clone() for s in body]))
         rest = [parsed_rest.with_changes(
             body=cst.IndentedBlock(body=rest),
-            orelse=cst.Else(body=cst.IndentedBlock(body=[inner])))]  # type: ignore[attr-defined]
+            orelse=cst.Else(body=cst.IndentedBlock(body=[inner])))]
     stmts: List[cst.BaseStatement] = first + [s.deep_clone() for s in body] + rest
-    test = head_if.test  # type: ignore[attr-defined]
+    test = head_if.test
     loop = node.with_changes(leading_lines=())
     new = cst.If(
         test=test,
@@ -193,10 +193,10 @@ def _one_pass_first(planner: Planner, fused, sub, bind, new: cst.If, body: List[
         lines += ["        # step t = 0, as written", f"        {bind('0')}", "        pass"]
     lines += ["    else:", "        pass"]
     top = cst.parse_module("\n".join(lines) + "\n").body[0]
-    inner = top.body.body[0]  # type: ignore[attr-defined]
+    inner = top.body.body[0]
     if not folded:  # the trailing `pass` is the body of step 0
         kept = list(inner.body.body[:-1])
         inner = inner.with_changes(body=inner.body.with_changes(body=kept + [s.deep_clone() for s in body]))
     inner = inner.with_changes(orelse=inner.orelse.with_changes(body=new.body))
-    return top.with_changes(body=top.body.with_changes(body=[inner]), orelse=new.orelse,  # type: ignore[attr-defined]
+    return top.with_changes(body=top.body.with_changes(body=[inner]), orelse=new.orelse,
                             leading_lines=new.leading_lines)

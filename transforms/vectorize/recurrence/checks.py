@@ -125,10 +125,10 @@ class BodyChecks:
                 continue
             up = middle[src]
             if up.kind != "assign" or L not in _names_read(up.value) or up.first or up.guarded \
-                    or id(up) not in top:  # type: ignore[arg-type]
+                    or id(up) not in top:
                 continue
             between = middle[src + 1:k]
-            if any(x.var in (L, X) or L in _names_read(x.value if x.value is not None else x.cond)  # type: ignore
+            if any(x.var in (L, X) or L in _names_read(x.value if x.value is not None else x.cond)
                    for x in between):
                 continue
             i = out.index(up)
@@ -164,10 +164,10 @@ class BodyChecks:
                     raise Skip(f"`{it.var}` is reset twice in one step")
                 if it.var in defined:
                     raise Skip(f"`{it.var}` is reset after it was assigned in the same step")
-                resets[it.var] = it  # type: ignore[index]
-                reads = _names_read(it.cond) & self.body_assigned  # type: ignore[arg-type]
+                resets[it.var] = it
+                reads = _names_read(it.cond) & self.body_assigned
             else:
-                reads = _names_read(it.value) & self.body_assigned  # type: ignore[arg-type]
+                reads = _names_read(it.value) & self.body_assigned
             for n in reads:
                 if n not in defined:
                     pre_reads.setdefault(n, []).append(it)
@@ -208,7 +208,7 @@ class BodyChecks:
         # values read in the middle steps must be computed from per-step reads and invariants
         for it in middle:
             if it.kind == "reset":
-                self.check_cond(it.cond)  # type: ignore[arg-type]
+                self.check_cond(it.cond)
 
     def _switch_rules(self, middle: List[Item], assign_of: Dict[str, Item], resets: Dict[str, Item]) -> None:
         """``if done: gae = 0; ret = 0 else: gae = delta + c * gae; ret = r + g * ret`` (either way
@@ -234,7 +234,7 @@ class BodyChecks:
             if not it.guarded:
                 continue
             if it.kind != "assign" or it.var is None or it.outs:
-                text = _code(it.node).strip()  # type: ignore[arg-type]
+                text = _code(it.node).strip()
                 raise Skip(f"`{text}` runs only on steps that do not end an episode "
                            "(only assignments to names are understood there)")
             if it.var in self.rec_vars and it.var not in switched:
@@ -251,7 +251,7 @@ class BodyChecks:
         the last assignment is the one carried."""
         first = [x for x in _flatten(self.items, False) if x.kind == "assign" and x.var == n]
         if first and not first[-1].first and not own.first and (
-                first[-1] is own or _norm(first[-1].value) == _norm(own.value)):  # type: ignore[arg-type]
+                first[-1] is own or _norm(first[-1].value) == _norm(own.value)):
             return
         raise Skip(f"`{n}` carries into the next step a value the last-step case t = T-1 computes "
                    "otherwise than the other steps")

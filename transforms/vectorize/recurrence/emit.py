@@ -54,7 +54,7 @@ class Emit:
                 if rec.reset is not None:
                     cond = rec.reset.cond
                     neg = isinstance(cond, cst.UnaryOperation) and isinstance(cond.operator, cst.Not)
-                    base, test, number = conds.split_cond(cond.expression if neg else cond)  # type: ignore[union-attr,arg-type]
+                    base, test, number = conds.split_cond(cond.expression if neg else cond)
                     ref = self.per_step(base)
                     assert ref is not None
                     mask = self.use_cond(ref[0], ref[1], test, number)
@@ -78,7 +78,7 @@ class Emit:
             elif it.kind == "assign" and it.var is not None:
                 if it.var in needed or it.outs:
                     vname = self.fresh(f"{it.var}_v")
-                    text = self.render(it.value, env)  # type: ignore[arg-type]
+                    text = self.render(it.value, env)
                     mid.append(f"{vname} = {text}")
                     env[it.var] = vname
                     if self._has_step(text):
@@ -92,13 +92,13 @@ class Emit:
                 value_vec = None
             if it.kind == "assign":
                 for o in it.outs:
-                    vec = value_vec if value_vec is not None else self.render(it.value, env)  # type: ignore[arg-type]
+                    vec = value_vec if value_vec is not None else self.render(it.value, env)
                     oc = _code(o).strip()
                     if self._has_step(vec):  # time-first: rows aligned to out's rows
                         vec = f"{helpers}.to_rank({vec}, {oc})"
                     mid.append(f"{oc}[{_LO}:{T} - 1] {it.accum or '='} {vec}")
             elif it.kind in ("append", "insert", "appendleft"):
-                vec = self.render(it.value, env)  # type: ignore[arg-type]
+                vec = self.render(it.value, env)
                 if not from_carried(vec):  # an item made of per-step values alone: Python numbers in
                     self.weak_ok = False  # the loop when those are, array items once they are arrays
                 like = vec if (isinstance(it.value, cst.Name) and it.value.value in done_vars) else None
@@ -106,10 +106,10 @@ class Emit:
                 srcs = ""
                 if len(self.vec_names) > 1:  # one of them may be a list of done flags next to arrays
                     srcs = f", srcs=({', '.join(_code(self.seq_nodes[k]).strip() for k in self.vec_names)},)"
-                items = f"{helpers}.items_of({vec}, {src}" + (f", like={it.value.value}" if like else "") + srcs + ")"  # type: ignore[union-attr]
+                items = f"{helpers}.items_of({vec}, {src}" + (f", like={it.value.value}" if like else "") + srcs + ")"
                 if it.wrap:
                     items = f"{helpers}.wrapped({items})"
-                cont = _code(it.container).strip()  # type: ignore[arg-type]
+                cont = _code(it.container).strip()
                 if it.kind == "append":
                     mid.append(f"{cont}.extend({items}[::-1])")
                 elif it.kind == "appendleft":  # a series of appendleft, last step's value leftmost
@@ -150,7 +150,7 @@ class Emit:
             if it.kind == "assign" and it.var is not None and it.var not in self.rec_vars \
                     and it.var not in need and not it.outs:
                 continue
-            need |= _names_read(it.value) & self.body_assigned  # type: ignore[arg-type]
+            need |= _names_read(it.value) & self.body_assigned
         return need
 
     def carry_check(self, helpers: str) -> Optional[str]:
@@ -167,10 +167,10 @@ class Emit:
         T = self.T
         if h.named is not None:  # the list the loop walks, checked to be T - 1, ..., 0
             head = f"({T} := {helpers}.backward_steps({h.named.value})) >= 2"
-            if _names_read(h.T) & _names_read(self.node.body):  # type: ignore[arg-type]
-                head += f" and {helpers}.steps({_code(h.T).strip()}) == {T}"  # type: ignore[arg-type]
+            if _names_read(h.T) & _names_read(self.node.body):
+                head += f" and {helpers}.steps({_code(h.T).strip()}) == {T}"
         elif h.kind == "index":
-            head = f"({T} := {helpers}.steps({_code(h.T).strip()})) >= 2"  # type: ignore[arg-type]
+            head = f"({T} := {helpers}.steps({_code(h.T).strip()})) >= 2"
         else:
             conts = ", ".join(_code(c).strip() for _, c in h.elements)
             head = f"({T} := {helpers}.length({conts})) >= 2"

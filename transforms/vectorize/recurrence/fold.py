@@ -27,7 +27,6 @@ import libcst as cst
 
 from ...analysis.cstwalk import children
 from . import function_facts
-from .function_facts import reads_frame
 
 #: the last module :func:`_enclosing` mapped and its map (one file is rewritten at a time; the
 #: module is held so that the ids stay its nodes')

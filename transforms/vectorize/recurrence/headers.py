@@ -49,9 +49,9 @@ def _reversed_slice(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
 
 def _range_length(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
     """``T`` for ``range(T)`` / ``range(0, T)`` (keyword-free): the steps 0 .. T - 1."""
-    if not _is_call(node, "range") or any(a.keyword is not None or a.star for a in node.args):  # type: ignore[attr-defined]
+    if not _is_call(node, "range") or any(a.keyword is not None or a.star for a in node.args):
         return None
-    args = [a.value for a in node.args]  # type: ignore[attr-defined]
+    args = [a.value for a in node.args]
     if len(args) == 1:
         return args[0]
     if len(args) == 2 and _is_int(args[0], 0):
@@ -78,7 +78,7 @@ def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
     name_tgt = tgt.value if isinstance(tgt, cst.Name) else None
     tuple_tgt: Optional[List[str]] = None
     if isinstance(tgt, (cst.Tuple, cst.List)) and all(isinstance(e.value, cst.Name) for e in tgt.elements):
-        tuple_tgt = [e.value.value for e in tgt.elements]  # type: ignore[union-attr]
+        tuple_tgt = [e.value.value for e in tgt.elements]
     if _is_call(it, "enumerate", 1) and "enumerate" not in shadowed and isinstance(tgt, (cst.Tuple, cst.List)) \
             and len(tgt.elements) == 2 and isinstance(tgt.elements[0].value, cst.Name):
         # for i, (d, m) in enumerate(zip(reversed(ds), reversed(ms))): the elements walk back, the
@@ -155,8 +155,8 @@ def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
 def _named_range_ast(node: ast.AST, before: Optional[Tuple[list, int]]) -> bool:
     """``for t in steps`` where the nearest assignment to ``steps`` earlier in the same block
     materialises a backward range (``steps = list(range(T - 1, -1, -1))``; dreamerv2)."""
-    it = node.iter  # type: ignore[attr-defined]
-    if not isinstance(it, ast.Name) or before is None or not isinstance(node.target, ast.Name):  # type: ignore[attr-defined]
+    it = node.iter
+    if not isinstance(it, ast.Name) or before is None or not isinstance(node.target, ast.Name):
         return False
     stmts, i = before
     for st in reversed(stmts[:i]):
@@ -190,7 +190,7 @@ def _named_range_header(node: cst.For, before: Optional[Tuple[Sequence[cst.BaseS
                     and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == it.value:
                 v = small.value
                 if _is_call(v, "list", 1) or _is_call(v, "tuple", 1):
-                    v = v.args[0].value  # type: ignore[attr-defined]
+                    v = v.args[0].value
                 fake = node.with_changes(iter=v)
                 h = _backward_header(fake, shadowed)
                 if h is None or h.kind != "index":
@@ -201,7 +201,7 @@ def _named_range_header(node: cst.For, before: Optional[Tuple[Sequence[cst.BaseS
 
 def _walks_backward(node: ast.AST) -> bool:
     """The loop header may walk backwards: reversed(...), zip(...), range(a, b, step), x[::k]."""
-    it = node.iter  # type: ignore[attr-defined]
+    it = node.iter
     if isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice) and it.slice.step is not None:
         return True
     if isinstance(it, ast.Call) and isinstance(it.func, ast.Name):
@@ -232,7 +232,7 @@ class Hoist:
     def wrap(self, new: cst.BaseStatement) -> cst.FlattenSentinel:
         """The assignments, then ``new`` (the comments above the loop stay above the first line)."""
         lines = list(self.lines)
-        lines[0] = lines[0].with_changes(leading_lines=new.leading_lines)  # type: ignore[attr-defined]
+        lines[0] = lines[0].with_changes(leading_lines=new.leading_lines)
         return cst.FlattenSentinel([*lines, new.with_changes(leading_lines=())])
 
 
@@ -263,7 +263,7 @@ def _pure_chain(e: cst.BaseExpression, imports) -> bool:
         elif isinstance(e, cst.Attribute) and isinstance(e.value, cst.Call):  # x.cpu().data
             e = e.value
         elif _plain_slice(e):  # values[:-1], values[1:]: a view (arrays) or a copy (lists)
-            e = e.value  # type: ignore[attr-defined]
+            e = e.value
         else:
             return False
     return True
@@ -288,12 +288,12 @@ def hoist_zip(node: cst.For, shadowed: Set[str], imports, fresh) -> Optional[Hoi
     args: List[cst.Arg] = []
     lines: List[cst.SimpleStatementLine] = []
     hoisted: List[str] = []
-    for a in it.args:  # type: ignore[attr-defined]
+    for a in it.args:
         v = a.value
         if a.star or a.keyword is not None:
             return None
         if _is_call(v, "reversed", 1):
-            base = v.args[0].value  # type: ignore[attr-defined]
+            base = v.args[0].value
         else:
             base = _minus_one_slice(v)
         if base is None:
@@ -307,10 +307,10 @@ def hoist_zip(node: cst.For, shadowed: Set[str], imports, fresh) -> Optional[Hoi
         lines.append(cst.parse_statement(f"{name} = {' '.join(_code(base).split())}"))  # type: ignore[arg-type]
         hoisted.append(f"`{' '.join(_code(base).split())}` into `{name}`")
         new_v = v.with_changes(args=[v.args[0].with_changes(value=cst.Name(name))]) if isinstance(v, cst.Call) \
-            else v.with_changes(value=cst.Name(name))  # type: ignore[attr-defined]
+            else v.with_changes(value=cst.Name(name))
         args.append(a.with_changes(value=new_v))
     if not lines:
         return None
     note = ("zip's arguments evaluated once before the guard, as the loop evaluates them (pure calls: "
             f"{', '.join(hoisted)}), both branches reading them")
-    return Hoist(node.with_changes(iter=it.with_changes(args=args)), lines, note)  # type: ignore[attr-defined]
+    return Hoist(node.with_changes(iter=it.with_changes(args=args)), lines, note)

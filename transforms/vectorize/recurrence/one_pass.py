@@ -109,7 +109,7 @@ class _Builder:
             memo = it.var is not None and it.var in p.memo  # out[t] = f(out[t + 1]), as written
             if memo:
                 self.memo_out = _norm(p.memo[it.var])
-                value = self.expr(it.node.value)  # type: ignore[union-attr]
+                value = self.expr(it.node.value)
             else:
                 value = self.expr(it.value)
             targets = [f"{self.container(o)}[t]" for o in it.outs]
@@ -234,7 +234,7 @@ class _Builder:
 
 def _first_value(planner, it) -> cst.BaseExpression:
     """The first step's value of an item with last-step conditional expressions."""
-    return planner.parser.resolve_last_step(it.shown, True)  # type: ignore[arg-type]
+    return planner.parser.resolve_last_step(it.shown, True)
 
 
 def _dead_after(module: cst.Module, node: cst.For, name: str) -> bool:

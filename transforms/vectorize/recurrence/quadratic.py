@@ -444,7 +444,7 @@ class SumPlanner(Planner):
     def render(self, e: cst.BaseExpression, env: Dict[str, str], shift: int = 0) -> str:
         ref = self._int_ref(e)
         if ref is not None:
-            lp, rp = "(" * len(e.lpar), ")" * len(e.rpar)  # type: ignore[attr-defined]
+            lp, rp = "(" * len(e.lpar), ")" * len(e.rpar)
             return lp + self.use_mask(ref[0], ref[1]) + rp
         return super().render(e, env, shift)
 
@@ -571,7 +571,7 @@ def rewrite_loop(ctx: FileContext, node: cst.For, shadowed: Set[str], reassociat
     head_if = parsed[0]
     stmts = parsed[1:] + [s.deep_clone() for s in _stmts(node.body)]
     new = cst.If(
-        test=head_if.test,  # type: ignore[attr-defined]
+        test=head_if.test,
         body=cst.IndentedBlock(body=stmts),
         orelse=cst.Else(body=cst.IndentedBlock(body=[node.with_changes(leading_lines=())])),
         leading_lines=node.leading_lines,

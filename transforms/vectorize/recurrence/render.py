@@ -105,7 +105,7 @@ class Render:
             if e.value in env:
                 return lp + env[e.value] + rp
             if e.value in self.shift:
-                return lp + "(" + self.render(self.shift[e.value].value, {}, shift + 1) + ")" + rp  # type: ignore[arg-type]
+                return lp + "(" + self.render(self.shift[e.value].value, {}, shift + 1) + ")" + rp
             if e.value in self.body_assigned:  # pragma: no cover - excluded by the dataflow
                 raise Skip(f"`{e.value}` is used before it is computed")
             self.consts[e.value] = None
@@ -147,7 +147,7 @@ class Render:
         if isinstance(e, cst.UnaryOperation):
             return self.invariant(e.expression, env)
         if isinstance(e, cst.Call):
-            return self.invariant(e.func.value, env)  # type: ignore[attr-defined]
+            return self.invariant(e.func.value, env)
         if isinstance(e, cst.IfExp):
             return False
         return True

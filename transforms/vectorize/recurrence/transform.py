@@ -170,7 +170,7 @@ class VectorizeRecurrence(Transform):
         if not replace:
             return None, sites
 
-        return _replace_statements(module, replace), sites  # type: ignore[arg-type]
+        return _replace_statements(module, replace), sites
 
     def build(self, ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bool, str]:
         return build(ctx, node, planner)

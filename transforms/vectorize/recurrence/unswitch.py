@@ -147,11 +147,11 @@ def unswitch(ctx: FileContext, node: cst.For, header: Header, reassociate: bool,
         raise Skip(f"unswitched on the loop-invariant `{test}`, no loop is vectorized: when true, "
                    f"{outcomes[0][2]}; otherwise, {outcomes[1][2]}")
     helpers = ctx.runtime_name(HELPERS_QUALNAME, "_sbx")
-    head = f"{helpers}.steps({_code(header.T).strip()}) <= 0 or ({_code(st.test).strip()})"  # type: ignore[arg-type]
+    head = f"{helpers}.steps({_code(header.T).strip()}) <= 0 or ({_code(st.test).strip()})"
     new_if = cst.If(
         test=cst.parse_expression(head),
-        body=cst.IndentedBlock(body=[outcomes[0][0]]),  # type: ignore[list-item]
-        orelse=cst.Else(body=cst.IndentedBlock(body=[outcomes[1][0]])),  # type: ignore[list-item]
+        body=cst.IndentedBlock(body=[outcomes[0][0]]),
+        orelse=cst.Else(body=cst.IndentedBlock(body=[outcomes[1][0]])),
         leading_lines=node.leading_lines,
     )
     exact = all(e is not False for _, e, _ in outcomes)

@@ -73,7 +73,7 @@ def _layout(node: cst.Subscript, t: str) -> Optional[Layout]:
     ints: List[int] = []
     i = 0
     while i < len(rest) and _is_int(rest[i]):
-        v = rest[i].slice.value  # type: ignore[attr-defined]
+        v = rest[i].slice.value
         ints.append(-int(v.expression.value, 0) if isinstance(v, cst.UnaryOperation) else int(v.value, 0))
         i += 1
     tail = rest[i:]

@@ -1,0 +1,167 @@
+"""The bytecode cache in ``.scalebox/pycache/``: one hash-checked, MAC-signed file per (source,
+fingerprint), read on a warm import without libcst or pygit2."""
+from __future__ import annotations
+
+import hmac as _hmac
+import marshal
+import os
+import sys
+from io import FileIO as _FileIO  # unbuffered: one fstat and one read per file
+from typing import Dict, Optional
+
+from scalebox_cst import tmpnames
+from scalebox_cst.importhook.common import _FORMAT, CACHE_KEY_FILE, _log
+
+
+def _cache_tag() -> str:
+    tag = sys.implementation.cache_tag or "python"
+    return f"{tag}.opt-{sys.flags.optimize}" if sys.flags.optimize else tag
+
+
+
+class _Entry:
+    """One bytecode cache file: what the pipeline decided for one (source, fingerprint)."""
+
+    __slots__ = ("meta", "text", "code_data")
+
+    def __init__(self, meta: Dict[str, str], text: str, code_data: bytes) -> None:
+        self.meta = meta
+        self.text = text
+        self.code_data = code_data
+
+    @property
+    def kind(self) -> str:
+        return self.meta.get("kind", "")
+
+
+def _read_entry(path: str, source_hash: bytes, key: Optional[bytes]) -> Optional[_Entry]:
+    """The entry at ``path`` if it was written for source with ``source_hash`` by this store's
+    cold path, else None (then the module is rewritten again and the entry replaced).
+
+    Layout: magic + b"SBX2" | source hash (8) | MAC (32) | meta length (4) | ``key=value`` lines |
+    text length (4) | rewritten text (UTF-8) | marshalled code object. The MAC is HMAC-SHA256,
+    keyed by the store's cache key, over everything but itself: a truncated or cut entry, random
+    or empty code, or code planted by anything that cannot read the store fails it before
+    ``marshal`` sees a byte. (About 1.3 us per kB here: a warm import stays near plain cost.)
+    """
+    if key is None:
+        return None
+    try:
+        with _FileIO(path) as fh:
+            data = fh.readall()
+    except OSError:
+        return None
+    try:
+        if len(data) < 60 or data[:8] != _FORMAT or data[8:16] != source_hash:
+            return None
+        if not _hmac.compare_digest(data[16:48], _mac(key, data[:16], data[48:])):
+            return None
+        meta_end = 52 + int.from_bytes(data[48:52], "little")
+        meta = {}
+        for line in data[52:meta_end].decode("utf-8").split("\n"):
+            name, _, value = line.partition("=")
+            meta[name] = value
+        text_end = meta_end + 4 + int.from_bytes(data[meta_end : meta_end + 4], "little")
+        if text_end > len(data):
+            return None
+        return _Entry(meta, data[meta_end + 4 : text_end].decode("utf-8"), data[text_end:])
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _mac(key: bytes, head: bytes, body: bytes) -> bytes:
+    return _hmac.digest(key, head + body, "sha256")
+
+
+def _write_entry(path: str, source_hash: bytes, key: Optional[bytes], meta: Dict[str, str], text: str = "", code=None) -> None:
+    """Write a cache file atomically (temp file + ``os.replace``); errors are logged, not raised.
+    Without a cache key (no store to keep it in) nothing is written: the entry could not be
+    verified when read."""
+    if key is None:
+        return
+    head = "\n".join(f"{k}={' '.join(str(v).splitlines())}" for k, v in sorted(meta.items())).encode("utf-8")
+    body = text.encode("utf-8")
+    rest = b"".join(
+        (
+            len(head).to_bytes(4, "little"),
+            head,
+            len(body).to_bytes(4, "little"),
+            body,
+            marshal.dumps(code) if code is not None else b"",
+        )
+    )
+    start = _FORMAT + source_hash
+    payload = start + _mac(key, start, rest) + rest
+    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(payload)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _log().warning("scalebox: cannot write the import cache file %s (%s); continuing without it", path, exc)
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        return
+    _clear_orphans(path)
+
+
+def _clear_orphans(path: str) -> None:
+    """Remove temporary siblings of ``path`` that killed writers left (older than a minute)."""
+    import time
+
+    folder, _, name = path.rpartition(os.sep)
+    prefix = tmpnames.stem(name) + "."  # as tmpnames.sibling names them
+    cutoff = time.time() - 60.0
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
+                    try:
+                        if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                            os.remove(entry.path)
+                    except OSError:
+                        pass
+    except OSError:
+        pass
+
+
+def _cache_key(store_dir: str, create: bool) -> Optional[bytes]:
+    """The store's key for cache entries (32 random bytes in ``store.git/scalebox-cache.key``),
+    made on first use by ``create``; None when there is no store or the key is unreadable."""
+    path = os.path.join(store_dir, CACHE_KEY_FILE)
+    try:
+        with _FileIO(path) as fh:
+            key = fh.readall()
+        if len(key) == 32:
+            return key
+        if not create:
+            return None
+        os.remove(path)  # damaged: a new key only makes the old entries miss
+    except FileNotFoundError:
+        if not create or not os.path.isdir(store_dir):
+            return None
+    except OSError:
+        return None
+    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, os.urandom(32))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # never replaces a key another process made meanwhile
+        except FileExistsError:
+            pass
+        finally:
+            os.remove(tmp)
+        with _FileIO(path) as fh:
+            key = fh.readall()
+        return key if len(key) == 32 else None
+    except OSError as exc:
+        _log().warning("scalebox: cannot make the import cache key %s (%s); continuing without the cache", path, exc)
+        return None

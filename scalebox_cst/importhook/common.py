@@ -1,0 +1,52 @@
+"""Names the parts of the import hook share: environment variables, the branch prefix, the
+warning it gives, and small helpers that import nothing heavy."""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+
+# The names below mirror scalebox_cst.project / scalebox_cst.config; importing those here would
+# pull libcst and pygit2 into every hooked process (≈180 ms) before anything is known to be cold.
+CACHE_DIR = "pycache"
+BRANCH_PREFIX = "hook/"
+
+#: set in the environment of a process that installs the hook; children that install it too
+#: (spawn workers, DataLoader workers) join the same session and commit to the same branch
+ENV_SESSION = "SCALEBOX_HOOK_SESSION"
+#: how ``python -m scalebox_cst`` ran its script, so spawn children re-run it rewritten
+ENV_MAIN = "SCALEBOX_HOOK_MAIN"
+#: the module multiprocessing re-runs as ``__mp_main__`` in spawn children (see _spawn_main.py)
+SPAWN_MAIN = "scalebox_cst._spawn_main"
+
+_FORMAT = importlib.util.MAGIC_NUMBER + b"SBX2"
+CACHE_KEY_FILE = "scalebox-cache.key"
+_REWRITTEN, _ORIGINAL = "rewritten", "original"
+#: never hooked: the engine itself (its cold path imports it) and the interpreter's own modules
+_NEVER = frozenset({"scalebox_cst", "__main__", "__mp_main__"})
+
+
+_BUILTIN_FINDERS = (importlib.machinery.BuiltinImporter, importlib.machinery.FrozenImporter)
+
+
+class ScaleboxImportWarning(UserWarning):
+    """A selected module ran unrewritten (pipeline error, store error, imported too early)."""
+
+
+def _log():
+    import logging
+
+    return logging.getLogger("scalebox_cst.importhook")
+
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _blob_id(data: bytes) -> str:
+    """The git blob id of ``data`` (``Store.blob_id``, without importing pygit2)."""
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

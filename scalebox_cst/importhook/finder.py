@@ -1,0 +1,320 @@
+"""The finder on ``sys.meta_path``: picks the selected modules and hands them to the loader."""
+from __future__ import annotations
+
+import _imp
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import threading
+import warnings
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from scalebox_cst.config import find_project_root
+from scalebox_cst.importhook.cache import _read_entry, _write_entry
+from scalebox_cst.importhook.common import (
+    _BUILTIN_FINDERS,
+    _NEVER,
+    _ORIGINAL,
+    _REWRITTEN,
+    ScaleboxImportWarning,
+    _blob_id,
+    _one_line,
+)
+from scalebox_cst.importhook.loader import RewritingLoader
+from scalebox_cst.importhook.session import (
+    _ROOTS,
+    _SEEN,
+    _SESSION_LOCK,
+    _Options,
+    _Root,
+    _session,
+)
+from scalebox_cst.intake import NotRead, read_module
+
+
+# ---------------------------------------------------------------------------- finder
+class ImportHook(importlib.abc.MetaPathFinder):
+    """The finder ``install_import_hook`` returns; ``uninstall()`` or use it as a context manager."""
+
+    def __init__(self, names: Iterable[str], default_root: str, options: _Options) -> None:
+        names = [n for n in names if n.partition(".")[0] not in _NEVER]
+        #: top-level names: the only thing looked at for an import that is not selected
+        self.names = frozenset(n.partition(".")[0] for n in names)
+        # dotted selections ("agents.policies") narrow their top-level name to those subtrees
+        dotted = [n for n in names if "." in n and n.partition(".")[0] not in names]
+        self._subtrees = tuple(dict.fromkeys(dotted)) or None
+        self.default_root = os.path.realpath(default_root)
+        self._root_prefix = os.path.join(self.default_root, "")
+        self.options = options
+        self.session = _session()
+        self._dirs: Dict[str, Optional[Tuple[_Root, str]]] = {}
+        self._plain_dirs: Dict[str, bool] = {}  # intake.read_module's cache
+        self._local = threading.local()
+        self._warned: set = set()
+        self._warn_lock = threading.Lock()
+
+    # ---------------------------------------------------------------- public
+    def install(self) -> "ImportHook":
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
+        return self
+
+    def prepare(self) -> None:
+        """Per-process set-up done once at install: the project's pipeline fingerprint, if its memo
+        is valid (reading two small files), so the first selected import does not pay for it. A
+        missing memo is left to the first import that needs it (it takes the pipeline)."""
+        state = self._root_state(self.default_root)
+        if self.options.cache and state._fingerprint is None:
+            with state.lock:
+                if state._fingerprint is None:
+                    state._fingerprint = state._memo_fingerprint()
+
+    def uninstall(self) -> None:
+        """Take the hook off ``sys.meta_path`` and record what it ran; imported modules stay."""
+        while self in sys.meta_path:
+            sys.meta_path.remove(self)
+        self.flush()
+
+    def flush(self) -> None:
+        """Record the modules served from the cache on this process's session branch now."""
+        for root in {id(r): r for r in (v[0] for v in list(self._dirs.values()) if v)}.values():
+            try:
+                root.flush()
+            except Exception as exc:  # noqa: BLE001 - the modules ran; only their record failed
+                warnings.warn(
+                    f"scalebox: could not record the cached rewrites that ran in {root.root}: {_one_line(exc)}",
+                    ScaleboxImportWarning,
+                    stacklevel=2,
+                )
+
+    def is_live(self) -> bool:
+        """Whether imports reach the hook: on ``sys.meta_path`` ahead of the PathFinder."""
+        meta = sys.meta_path
+        if self not in meta:
+            return False
+        finders = [i for i, f in enumerate(meta) if f is importlib.machinery.PathFinder]
+        return not finders or meta.index(self) < finders[0]
+
+    @property
+    def branch(self) -> str:
+        """The session branch rewrites are committed to (``hook/<session>``), in each store."""
+        return self.session.branch
+
+    def __enter__(self) -> "ImportHook":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.uninstall()
+
+    def __repr__(self) -> str:
+        return f"<ImportHook {sorted(self.names)} project={self.default_root}>"
+
+    # ---------------------------------------------------------------- finding
+    def find_spec(self, fullname: str, path=None, target=None):
+        if fullname.partition(".")[0] not in self.names:
+            return None  # torch, numpy, the standard library: nothing else is looked at
+        if self._subtrees is not None and not self._selected(fullname):
+            return None
+        local = self._local
+        if getattr(local, "busy", False):
+            return None  # our own lookups and the cold path's imports take the plain route
+        local.busy = True
+        try:
+            spec = self._find_next(fullname, path, target)
+        finally:
+            local.busy = False
+        # Another hook's loader (pytest's assertion rewriting, a zip importer, an extension
+        # module) keeps the module: two rewriters cannot share one source.
+        if spec is None or type(spec.loader) is not importlib.machinery.SourceFileLoader or not spec.origin:
+            return spec
+        try:
+            located = self._locate(fullname, spec.origin)
+            if located is None:
+                return spec
+            return self._hooked_spec(spec, *located)
+        except Exception as exc:  # noqa: BLE001 - never break an import
+            self._warn(spec.origin, f"the import hook failed ({_one_line(exc)})")
+            return spec
+
+    def _selected(self, fullname: str) -> bool:
+        top = fullname.partition(".")[0]
+        narrowed = [p for p in self._subtrees if p.partition(".")[0] == top]
+        if not narrowed:
+            return True  # selected as a whole
+        return any(fullname == p or fullname.startswith(p + ".") for p in narrowed)
+
+    def _find_next(self, fullname: str, path, target):
+        """The spec the finders after this one would give (what the import would use without us)."""
+        meta = sys.meta_path
+        try:
+            start = meta.index(self) + 1
+        except ValueError:
+            start = 0
+        skip_builtin = fullname not in sys.builtin_module_names and not _imp.is_frozen(fullname)
+        for finder in meta[start:]:
+            if finder is self or (skip_builtin and finder in _BUILTIN_FINDERS):
+                continue  # a project module is neither built in nor frozen: skip their lookups
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+    def _locate(self, fullname: str, origin: str) -> Optional[Tuple[_Root, str]]:
+        folder, _, base = origin.rpartition(os.sep)
+        if not base.endswith(".py"):
+            return None
+        try:
+            hit = self._dirs[folder]
+        except KeyError:
+            hit = self._dirs[folder] = self._place(fullname, origin, folder)
+        if hit is None:
+            return None
+        return hit[0], hit[1] + base
+
+    def _place(self, fullname: str, origin: str, folder: str) -> Optional[Tuple[_Root, str]]:
+        """The project a folder of modules belongs to and the folder's ``/`` prefix in it."""
+        root = self.default_root
+        if folder == root:
+            return self._root_state(root), ""
+        if folder.startswith(self._root_prefix) and os.sep + "." not in folder[len(root) :]:
+            # plainly inside the project: no realpath (several lstat calls) needed
+            return self._root_state(root), folder[len(self._root_prefix) :].replace(os.sep, "/") + "/"
+        real = os.path.realpath(folder)
+        rel = os.path.relpath(real, root)
+        if rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
+            # A named package outside the caller's project: the project around that package.
+            top = real
+            depth = fullname.count(".") + (1 if os.path.basename(origin) == "__init__.py" else 0)
+            for _ in range(depth):
+                top = os.path.dirname(top)
+            root = os.path.realpath(find_project_root(top))
+            rel = os.path.relpath(real, root)
+            if rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel):
+                return None
+        prefix = "" if rel == os.curdir else rel.replace(os.sep, "/") + "/"
+        return self._root_state(root), prefix
+
+    def _root_state(self, root: str) -> _Root:
+        key = (root, self.options.key)
+        with _SESSION_LOCK:
+            state = _ROOTS.get(key)
+            if state is None:
+                state = _ROOTS[key] = _Root(root, self.options)
+            return state
+
+    def _hooked_spec(self, spec, root: _Root, rel: str):
+        _SEEN.add(spec.name)
+        data = self._read(spec, root, rel)
+        if data is None:
+            return spec  # not a file the project snapshots: Python imports it as it would
+        if len(data) < 64 and not data.strip():
+            return spec  # an empty module (most ``__init__.py``): nothing to rewrite, nothing to read
+        entry = None
+        if self.options.cache:
+            cache_path = root.cache_path(rel)
+            entry = _read_entry(cache_path, importlib.util.source_hash(data), root.cache_key(create=False))
+            if entry is not None:
+                if entry.kind == _ORIGINAL:
+                    if entry.meta.get("error"):
+                        self._warn(spec.origin, entry.meta["error"])
+                    return spec
+                if entry.kind != _REWRITTEN or not root.committed(entry.meta):
+                    entry = None
+            spec.cached = cache_path
+        spec.loader = RewritingLoader(self, root, spec, rel, data, entry)
+        return spec
+
+    def _read(self, spec, root: _Root, rel: str) -> Optional[bytes]:
+        """The module's bytes as a snapshot reads them (``intake.read_module``), else None and a
+        warning: what the hook commits never holds the bytes of a file outside the project."""
+        try:
+            return read_module(spec.origin, root.root, rel, lambda: root.project().config, self._plain_dirs)
+        except NotRead as exc:
+            if not exc.gone:
+                self._warn(spec.origin, f"{rel}: {exc}; not rewritten")
+            return None
+
+    # ---------------------------------------------------------------- the cold path
+    def _cold(self, root: _Root, rel: str, filename: str, data: bytes) -> Optional[Tuple[str, object]]:
+        """Rewrite, compile, commit, cache. Returns (text, code), or None: the original runs."""
+        local = self._local
+        local.busy = True
+        try:
+            return self._cold_unguarded(root, rel, filename, data)
+        except Exception as exc:  # noqa: BLE001 - never break an import
+            self._warn(filename, f"left unrewritten: {_one_line(exc)}")
+            return None
+        finally:
+            local.busy = False
+
+    def _cold_unguarded(self, root: _Root, rel: str, filename: str, data: bytes):
+        source_hash = importlib.util.source_hash(data)
+        meta = {"rel": rel, "fingerprint": root.fingerprint()}
+        result = root.rewrite(rel, data)
+        if result is None:  # excluded by the project's config
+            self._cache(root, rel, source_hash, {**meta, "kind": _ORIGINAL, "why": "excluded"})
+            return None
+        if result.report.status == "error":
+            message = result.report.error or "the pipeline failed"
+            self._warn(filename, message)
+            if not result.bad_input:
+                self._cache(root, rel, source_hash, {**meta, "kind": _ORIGINAL, "error": message})
+            return None
+        if not result.changed:
+            self._cache(root, rel, source_hash, {**meta, "kind": _ORIGINAL})
+            return None
+        text = importlib.util.decode_source(result.output)
+        code = compile(text, filename, "exec", dont_inherit=True)
+        try:
+            commit = root.commit(rel, data, result, self.session)  # before it runs
+        except Exception as exc:  # noqa: BLE001
+            self._warn(filename, f"the rewrite could not be committed ({_one_line(exc)}); the original runs")
+            return None
+        meta.update(kind=_REWRITTEN, commit=commit, source_blob=_blob_id(data), output_blob=_blob_id(result.output))
+        self._cache(root, rel, source_hash, meta, text, code)
+        return text, code
+
+    def _cache(self, root: _Root, rel: str, source_hash: bytes, meta, text: str = "", code=None) -> None:
+        if self.options.cache:
+            _write_entry(root.cache_path(rel), source_hash, root.cache_key(create=True), meta, text, code)
+
+    # ---------------------------------------------------------------- messages
+    def _warn(self, filename: str, message: str) -> None:
+        """One warning per file and message per process, located at the module's file."""
+        key = (filename, message)
+        with self._warn_lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        warnings.warn_explicit(f"scalebox: {filename}: {message}", ScaleboxImportWarning, filename, 1)
+
+    def warn_early_imports(self, stacklevel: int = 3) -> List[str]:
+        """Warn, naming them, about selected modules that were imported before the hook."""
+        early = []
+        for name, module in list(sys.modules.items()):
+            if name in _SEEN or name.partition(".")[0] not in self.names:
+                continue
+            if self._subtrees is not None and not self._selected(name):
+                continue
+            if type(getattr(getattr(module, "__spec__", None), "loader", None)) is not importlib.machinery.SourceFileLoader:
+                continue  # rewritten already, or another hook's (pytest's conftest): not ours to warn about
+            origin = getattr(module, "__file__", None)
+            if isinstance(origin, str) and origin.endswith(".py"):
+                try:
+                    if self._locate(name, origin) is not None:
+                        early.append(name)
+                except Exception:  # noqa: BLE001
+                    continue
+        if early:
+            early.sort()
+            warnings.warn(
+                "scalebox: imported before the import hook was installed, so they run unrewritten: " + ", ".join(early),
+                ScaleboxImportWarning,
+                stacklevel=stacklevel,
+            )
+        return early

@@ -1,0 +1,167 @@
+"""Installing the hook (``install_import_hook``) and running a script under it
+(``python -m scalebox_cst``, and its spawn children)."""
+from __future__ import annotations
+
+import builtins
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import warnings
+from typing import Iterable, List, Optional, Sequence
+
+from scalebox_cst.config import find_project_root
+from scalebox_cst.importhook.common import (
+    _NEVER,
+    ENV_MAIN,
+    SPAWN_MAIN,
+    ScaleboxImportWarning,
+    _one_line,
+)
+from scalebox_cst.importhook.finder import ImportHook
+from scalebox_cst.importhook.loader import RewritingLoader
+from scalebox_cst.importhook.session import _Options
+
+
+# ---------------------------------------------------------------------------- installing
+def _project_names(folders: Iterable[str]) -> List[str]:
+    """Top-level module and package names found directly in ``folders`` (not the stdlib's)."""
+    taken = set(sys.stdlib_module_names) | set(sys.builtin_module_names) | _NEVER
+    names = set()
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if name.startswith("."):
+                continue
+            try:
+                if name.endswith(".py") and entry.is_file():
+                    name = name[:-3]
+                elif not entry.is_dir() or name == "__pycache__":
+                    continue  # a folder: a package, or a namespace package of project modules
+            except OSError:
+                continue
+            if name.isidentifier() and name not in taken:
+                names.add(name)
+    return sorted(names)
+
+
+def _within(path: str, root: str) -> bool:
+    rel = os.path.relpath(path, root)
+    return not (rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel))
+
+
+def install_import_hook(
+    packages: Sequence[str] = (),
+    *,
+    project: Optional[str] = None,
+    config=None,
+    backend: Optional[str] = None,
+    transforms=None,
+    cache: bool = True,
+) -> ImportHook:
+    """Rewrite ``packages`` (top-level names) as they are imported; ``()``: the caller's project.
+
+    ``project``: the project folder (default: found from the calling script's ``__file__``, else
+    the working directory). ``config``/``backend``/``transforms`` override the project's
+    (``transforms``: Transform instances instead of the registry). ``cache=False`` skips the
+    bytecode cache in ``.scalebox/pycache/`` (the store's rewrite cache still applies).
+    Returns the installed :class:`ImportHook`; ``hook.uninstall()`` or ``with`` removes it.
+    """
+    if isinstance(packages, str):
+        packages = [packages]
+    if project is None:
+        caller = sys._getframe(1).f_globals.get("__file__")
+        start = os.path.dirname(os.path.abspath(caller)) if isinstance(caller, str) else os.getcwd()
+        project = find_project_root(start)
+    root = os.path.realpath(project)
+    if packages:
+        names = list(packages)
+    else:
+        folders = [root] + [
+            os.path.realpath(p or os.getcwd()) for p in sys.path if isinstance(p, str) and _within(os.path.realpath(p or os.getcwd()), root)
+        ]
+        names = _project_names(dict.fromkeys(folders))
+    hook = ImportHook(names, root, _Options(config, backend, transforms, cache))
+    hook.prepare()
+    hook.install()
+    if not hook.is_live():
+        warnings.warn(f"scalebox: the import hook is not ahead of the PathFinder on sys.meta_path: {sys.meta_path!r}", ScaleboxImportWarning, stacklevel=2)
+    hook.warn_early_imports(stacklevel=3)
+    return hook
+
+
+
+# ---------------------------------------------------------------------------- scripts
+def script_code(hook: ImportHook, path: str):
+    """The code to run for a script file under the hook: its committed rewrite, else the original."""
+    path = os.path.abspath(path)
+    with open(path, "rb") as fh:
+        data = fh.read()
+    located = None
+    try:
+        located = hook._locate("__main__", path)
+    except Exception as exc:  # noqa: BLE001
+        hook._warn(path, f"the import hook failed ({_one_line(exc)})")
+    if located is not None:
+        root, rel = located
+        spec = importlib.machinery.ModuleSpec("__main__", importlib.machinery.SourceFileLoader("__main__", path), origin=path)
+        spec.has_location = True
+        try:
+            hooked = hook._hooked_spec(spec, root, rel)
+        except Exception as exc:  # noqa: BLE001
+            hook._warn(path, f"the import hook failed ({_one_line(exc)})")
+            hooked = spec
+        loader = hooked.loader
+        if isinstance(loader, RewritingLoader) and loader.rewritten:
+            return loader.get_code("__main__")
+    return compile(data, path, "exec", dont_inherit=True)
+
+
+def run_script(script: str, args: Sequence[str], packages: Sequence[str] = (), project: Optional[str] = None, backend: Optional[str] = None, cache: bool = True) -> None:
+    """Run ``script`` as ``__main__`` with the hook on (``python -m scalebox_cst``)."""
+    import json
+    import types
+
+    path = os.path.abspath(script)
+    if not os.path.isfile(path):
+        sys.stderr.write(f"scalebox: {script}: no such file\n")
+        raise SystemExit(2)
+    root = os.path.realpath(project) if project else find_project_root(path)
+    sys.argv[:] = [script, *args]
+    sys.path[0] = os.path.dirname(path)
+    os.environ[ENV_MAIN] = json.dumps(
+        {"script": path, "packages": list(packages), "project": root, "backend": backend, "cache": cache}
+    )
+    hook = install_import_hook(packages, project=root, backend=backend, cache=cache)
+    main = types.ModuleType("__main__")
+    # The spec names _spawn_main: multiprocessing's spawn children re-run the script through it.
+    main.__dict__.update(
+        __file__=path,
+        __cached__=None,
+        __builtins__=builtins,
+        __spec__=importlib.machinery.ModuleSpec(SPAWN_MAIN, None, origin=path),
+    )
+    sys.modules["__main__"] = main
+    code = script_code(hook, path)
+    exec(code, main.__dict__)
+
+
+def _run_spawned_main(namespace: dict) -> None:
+    """Body of ``scalebox_cst._spawn_main`` run as ``__mp_main__`` in a spawn child."""
+    import json
+
+    try:
+        settings = json.loads(os.environ.get(ENV_MAIN, ""))
+    except ValueError:
+        return
+    path = settings["script"]
+    hook = install_import_hook(
+        settings.get("packages") or (), project=settings["project"], backend=settings.get("backend"), cache=settings.get("cache", True)
+    )
+    namespace.update(__file__=path, __cached__=None, __package__=None)
+    exec(script_code(hook, path), namespace)

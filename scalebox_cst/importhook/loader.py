@@ -1,0 +1,98 @@
+"""The loader of a selected module: its cached or freshly committed rewrite, else the original."""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import marshal
+import types
+from typing import TYPE_CHECKING, Optional
+
+from scalebox_cst.importhook.cache import _Entry
+from scalebox_cst.importhook.common import BRANCH_PREFIX
+from scalebox_cst.importhook.session import _Root
+from scalebox_cst.runtime.loader import (
+    Origin,
+    SourceBytesLoader,
+    install_excepthook,
+    register_origin,
+    register_source,
+)
+
+if TYPE_CHECKING:
+    from scalebox_cst.importhook.finder import ImportHook
+
+
+# ---------------------------------------------------------------------------- loader
+class RewritingLoader(SourceBytesLoader):
+    """Runs one selected module: its cached or freshly committed rewrite, else the original.
+
+    A :class:`~scalebox_cst.runtime.loader.SourceBytesLoader` over the module's original bytes
+    (``get_data``, ``is_package``, the real ``__file__``); the rewrite is decided on first use,
+    so finding a spec commits nothing.
+    """
+
+    def __init__(self, hook: "ImportHook", root: _Root, spec, rel: str, data: bytes, entry: Optional[_Entry]) -> None:
+        super().__init__(spec.name, spec.origin, data, spec.submodule_search_locations is not None)
+        self.hook = hook
+        self.root = root
+        self.rel = rel
+        self.original = spec.loader
+        self._entry = entry
+        self._resolved = False
+        self._text: Optional[str] = None  # rewritten source; None: the original runs
+        self._code = None
+
+    @property
+    def rewritten(self) -> bool:
+        self._resolve()
+        return self._text is not None
+
+    def _resolve(self) -> None:
+        if self._resolved:
+            return
+        with self.root.lock:  # the import holds the module's lock; inspect may ask from elsewhere
+            if not self._resolved:
+                self._resolve_once()
+
+    def _resolve_once(self) -> None:
+        entry = self._entry
+        code = None
+        if entry is not None:
+            try:
+                code = marshal.loads(entry.code_data)
+            except (EOFError, ValueError, TypeError):
+                code = None  # verified yet unreadable (another marshal version?): rewrite again
+            if type(code) is not types.CodeType:
+                entry = None
+        if entry is not None:
+            self._text, self._code = entry.text, code
+            self.root.record_hit(self.rel, entry.meta, self.hook.session)
+        else:
+            done = self.hook._cold(self.root, self.rel, self.path, self._source)
+            if done is not None:
+                self._text, self._code = done
+        self._resolved = True
+
+    def get_source(self, fullname: str) -> str:
+        self._resolve()
+        return self._text if self._text is not None else super().get_source(fullname)
+
+    def get_code(self, fullname: str):
+        self._resolve()
+        if self._text is None:
+            return self.original.get_code(fullname)
+        register_source(self.path, self._text)
+        _show_user_lines(self.path, self._source, self._text, self.hook.session.id)
+        return self._code
+
+    def exec_module(self, module) -> None:
+        exec(self.get_code(module.__name__), module.__dict__)
+
+
+def _show_user_lines(path: str, original: bytes, text: str, session: str) -> None:
+    """Tracebacks through a rewritten module name and quote the user's lines, frames in
+    rewritten code marked (runtime.loader.Origin, built only when a traceback needs it); the
+    default excepthook would quote the file on disk at the rewritten line numbers."""
+    register_origin(path, lambda: Origin(importlib.util.decode_source(original), text, (), BRANCH_PREFIX + session))
+    install_excepthook()

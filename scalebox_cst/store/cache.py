@@ -1,0 +1,146 @@
+"""The rewrite cache: ``refs/scalebox/cache/<fingerprint>`` maps a source blob to its rewritten
+blob and file report, fronted by an in-process memory layer."""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+)
+
+import pygit2
+
+from scalebox_cst.store.common import (
+    _CACHE_MEM_ENTRIES,
+    _HEX40,
+    _SAFE_KEY,
+    CACHE_PREFIX,
+    FileValue,
+    Raw,
+    StoreError,
+    _blob_raw,
+    _signature,
+)
+from scalebox_cst.store.objects import _Objects
+from scalebox_cst.store.refs import _synchronized
+
+
+class _Cache(_Objects):
+    """Cache reads and writes (one ref update per pipeline per batch)."""
+
+    @_synchronized
+    def cache_get(self, source_blob: str, fingerprint: str) -> Optional[Tuple[str, dict]]:
+        """``(rewritten blob id, file report)`` for a source blob under a pipeline, or None."""
+        hit = self._cache_lookup(str(source_blob), str(fingerprint), None)
+        return (hit[0], json.loads(hit[1])) if hit else None
+
+    @_synchronized
+    def cache_get_many(
+        self, source_blobs: Iterable[str], fingerprint: str
+    ) -> Dict[str, Tuple[str, dict]]:
+        """``cache_get`` for many blobs at once (the cache ref is read at most once)."""
+        fingerprint = str(fingerprint)
+        out: Dict[str, Tuple[str, dict]] = {}
+        state: List[Any] = []  # lazily loaded cache tree, shared by the misses of this call
+        for blob in source_blobs:
+            hit = self._cache_lookup(str(blob), fingerprint, state)
+            if hit:
+                out[str(blob)] = (hit[0], json.loads(hit[1]))
+        return out
+
+    @_synchronized
+    def cache_put(self, source_blob: str, fingerprint: str, output: FileValue, report: Mapping[str, Any]) -> str:
+        """Remember the rewrite of *source_blob* under *fingerprint*; returns the output blob id."""
+        return self._cache_put_many([(source_blob, fingerprint, output, report)])[0]
+
+    @_synchronized
+    def cache_put_many(self, entries: Iterable[Tuple[str, str, FileValue, Mapping[str, Any]]]) -> None:
+        """Many ``(source_blob, fingerprint, output, report)`` at once: one ref update per pipeline."""
+        self._cache_put_many(list(entries))
+
+    def _cache_ref(self, fingerprint: str) -> str:
+        key = fingerprint if _SAFE_KEY.match(fingerprint) else "h-" + hashlib.sha1(fingerprint.encode()).hexdigest()
+        return CACHE_PREFIX + key
+
+    def _cache_lookup(self, blob: str, fingerprint: str, state: Optional[List[Any]]) -> Optional[Tuple[str, str]]:
+        mem = self._cache_mem.setdefault(fingerprint, {})
+        hit = mem.get(blob)
+        if hit is not None:
+            return hit
+        if not _HEX40.match(blob):
+            raise StoreError(f"bad blob id {blob!r}")
+        if state:
+            tree = state[0]
+        else:
+            tip = self._ref_raw(self._cache_ref(fingerprint))
+            tree = self._commit_obj(tip).tree if tip else None
+            if state is not None:
+                state.append(tree)
+        if tree is None:
+            return None
+        try:
+            out = tree[f"{blob[:2]}/{blob[2:]}"]
+            rep = tree[f"{blob[:2]}/{blob[2:]}.json"]
+        except KeyError:
+            return None
+        hit = (str(out.id), rep.data.decode("utf-8"))
+        if len(mem) >= _CACHE_MEM_ENTRIES:
+            mem.clear()  # the memory layer is only a front for the store: dropping it is safe
+        mem[blob] = hit
+        return hit
+
+    def _cache_put_many(self, entries: List[Tuple[str, str, FileValue, Mapping[str, Any]]]) -> List[str]:
+        results: List[str] = []
+        by_fp: Dict[str, Dict[bytes, Dict[bytes, Raw]]] = {}
+        remember: Dict[str, Dict[str, Tuple[str, str]]] = {}
+        for entry in entries:
+            try:
+                source_blob, fingerprint, output, report = entry
+            except (TypeError, ValueError):
+                raise StoreError("cache entries are (source_blob, fingerprint, output, report)") from None
+            source_blob, fingerprint = str(source_blob), str(fingerprint)
+            if not _HEX40.match(source_blob):
+                raise StoreError(f"bad blob id {source_blob!r}")
+            if isinstance(output, (bytes, bytearray, memoryview)):
+                data = bytes(output)
+                out_raw = _blob_raw(data)
+                if not self._has(out_raw):
+                    self._write_blob(data)
+            else:
+                out_raw = self._existing_blob(output, source_blob)
+            text = json.dumps(dict(report), sort_keys=True, separators=(",", ":"), default=str)
+            results.append(out_raw.hex())
+            if self._cache_mem.get(fingerprint, {}).get(source_blob) == (out_raw.hex(), text):
+                continue  # already stored by this process
+            rep_data = text.encode("utf-8")
+            rep_raw = _blob_raw(rep_data)
+            if not self._has(rep_raw):
+                self._write_blob(rep_data)
+            key = source_blob.encode()
+            folder = by_fp.setdefault(fingerprint, {}).setdefault(key[:2], {})
+            folder[key[2:]] = out_raw
+            folder[key[2:] + b".json"] = rep_raw
+            remember.setdefault(fingerprint, {})[source_blob] = (out_raw.hex(), text)
+        sig = _signature()
+        for fingerprint, additions in by_fp.items():
+            count = sum(len(v) for v in additions.values()) // 2
+            message = f"scalebox rewrite cache for pipeline {fingerprint}\n"
+
+            def build(current: Optional[Raw], additions: Mapping = additions) -> Optional[Raw]:
+                tree = self._put_fanout(current, additions)
+                if tree is None:
+                    return None
+                return self.repo.create_commit(None, sig, sig, message, pygit2.Oid(raw=tree), []).raw
+
+            self._update_ref(self._cache_ref(fingerprint), build, f"cache: {count} entries")
+            mem = self._cache_mem.setdefault(fingerprint, {})
+            if len(mem) >= _CACHE_MEM_ENTRIES:
+                mem.clear()
+            mem.update(remember[fingerprint])
+        return results

@@ -1,0 +1,175 @@
+"""Git objects: blobs and trees hashed in Python and written only when missing, trees read
+back as flat path maps, notes in git's fan-out layout."""
+from __future__ import annotations
+
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    Mapping,
+    Optional,
+    Tuple,
+    Union,
+)
+
+import pygit2
+from pygit2.enums import ObjectType
+
+from scalebox_cst.store.common import (
+    MODE_EXEC,
+    MODE_FILE,
+    MODE_TREE,
+    Raw,
+    StoreError,
+    _signature,
+    _tree_bytes,
+    _tree_raw,
+)
+from scalebox_cst.store.refs import _Refs
+
+
+class _Objects(_Refs):
+    """Object reading and writing over the ref layer (memoised: objects never change)."""
+
+    def _commit_obj(self, raw: Raw) -> pygit2.Commit:
+        try:
+            obj = self.repo[pygit2.Oid(raw=raw)]
+        except KeyError:
+            raise StoreError(f"unknown commit {raw.hex()}") from None
+        if obj.type != ObjectType.COMMIT:
+            raise StoreError(f"{raw.hex()} is not a commit")
+        return obj
+
+    def _existing_blob(self, value: Union[str, pygit2.Oid], path: str) -> Raw:
+        try:
+            oid = value if isinstance(value, pygit2.Oid) else pygit2.Oid(hex=str(value))
+        except ValueError:
+            raise StoreError(f"{path}: expected bytes or a blob id, got {value!r}") from None
+        if not self._has(oid.raw):
+            raise StoreError(f"{path}: blob {oid} is not in the store")
+        return oid.raw
+
+    def _tree_map(self, tree: Raw) -> Dict[str, Tuple[int, Raw]]:
+        """Flatten a tree: relpath -> (mode, blob id). Memoised (trees never change)."""
+        cached = self._tree_maps.fetch(tree)
+        if cached is not None:
+            return cached
+        out: Dict[str, Tuple[int, Raw]] = {}
+        stack = [("", self.repo[pygit2.Oid(raw=tree)])]
+        while stack:
+            prefix, obj = stack.pop()
+            for entry in obj:
+                if entry.filemode == MODE_TREE:
+                    stack.append((prefix + entry.name + "/", self.repo[entry.id]))
+                elif entry.filemode in (MODE_FILE, MODE_EXEC):
+                    out[prefix + entry.name] = (entry.filemode, entry.id.raw)
+        self._tree_maps.put(tree, out)
+        self._mark_present(raw for _, raw in out.values())
+        return out
+
+    @property
+    def _odb(self) -> pygit2.Odb:
+        if self._odb_handle is None:
+            self._odb_handle = self.repo.odb
+        return self._odb_handle
+
+    def _mark_present(self, raws: Iterable[Raw]) -> None:
+        if len(self._present) > 200_000:
+            self._present.clear()
+        self._present.update(raws)
+
+    def _has(self, raw: Raw) -> bool:
+        """Whether an object is stored (``odb.exists``: no read, unlike ``oid in repo``)."""
+        if raw in self._present:
+            return True
+        if pygit2.Oid(raw=raw) in self._odb:
+            self._mark_present((raw,))
+            return True
+        return False
+
+    def _write_blob(self, data: bytes) -> Raw:
+        raw = self.repo.create_blob(data).raw
+        self._mark_present((raw,))
+        return raw
+
+    def _write_tree(self, entries: Mapping[str, Tuple[int, Raw]]) -> Raw:
+        """Write the nested trees for flat *entries*, skipping every tree already stored."""
+        root: Dict[bytes, Any] = {}
+        for path, (mode, raw) in entries.items():
+            node = root
+            parts = path.encode("utf-8").split(b"/")
+            for part in parts[:-1]:
+                child = node.setdefault(part, {})
+                if not isinstance(child, dict):
+                    raise StoreError(f"path {path} runs through the file {part.decode()}")
+                node = child
+            if isinstance(node.get(parts[-1]), dict):
+                raise StoreError(f"path {path} is both a file and a folder")
+            node[parts[-1]] = (mode, raw)
+        return self._write_node(root)
+
+    def _write_node(self, node: Dict[bytes, Any]) -> Raw:
+        items = []
+        for name, value in node.items():
+            if isinstance(value, dict):
+                items.append((name, MODE_TREE, self._write_node(value)))
+            else:
+                items.append((name, value[0], value[1]))
+        return self._store_tree(items)
+
+    def _store_tree(self, items: Iterable[Tuple[bytes, int, Raw]]) -> Raw:
+        body = _tree_bytes(items)
+        raw = _tree_raw(body)
+        # libgit2 reports the empty tree as present even when it is not stored: write it anyway.
+        if not body or not self._has(raw):
+            written = self.repo.write(ObjectType.TREE, body)
+            if written.raw != raw:  # pragma: no cover - would mean our encoding is wrong
+                raise StoreError(f"tree encoding mismatch ({written} != {raw.hex()})")
+            self._mark_present((raw,))
+        return raw
+
+    def _tree_items(self, raw: Optional[Raw]) -> Dict[bytes, Tuple[int, Raw]]:
+        if raw is None:
+            return {}
+        return {e.name.encode("utf-8"): (e.filemode, e.id.raw) for e in self.repo[pygit2.Oid(raw=raw)]}
+
+    def _put_fanout(
+        self, ref_commit: Optional[Raw], additions: Mapping[bytes, Mapping[bytes, Raw]]
+    ) -> Optional[Raw]:
+        """The root tree of *ref_commit* with blobs added under two-hex-digit folders.
+
+        *additions* maps folder name -> {entry name -> blob id}. None when nothing changes.
+        """
+        root_raw = self._commit_obj(ref_commit).tree_id.raw if ref_commit else None
+        root = self._tree_items(root_raw)
+        changed = False
+        for folder, blobs in additions.items():
+            sub_raw = root.get(folder, (None, None))[1]
+            sub = self._tree_items(sub_raw)
+            before = dict(sub)
+            for name, raw in blobs.items():
+                sub[name] = (MODE_FILE, raw)
+            if sub != before:
+                root[folder] = (MODE_TREE, self._store_tree((n, m, r) for n, (m, r) in sub.items()))
+                changed = True
+        if not changed:
+            return None
+        return self._store_tree((n, m, r) for n, (m, r) in root.items())
+
+    def _put_notes(self, notes_ref: str, notes: Mapping[Raw, bytes], reflog: str) -> None:
+        """Attach notes (annotated object id -> message) in one notes commit (git's layout)."""
+        additions: Dict[bytes, Dict[bytes, Raw]] = {}
+        for target, message in notes.items():
+            blob = self._write_blob(message)
+            hexid = target.hex().encode()
+            additions.setdefault(hexid[:2], {})[hexid[2:]] = blob
+        sig = _signature()
+
+        def build(current: Optional[Raw]) -> Optional[Raw]:
+            tree = self._put_fanout(current, additions)
+            if tree is None:
+                return None
+            parents = [pygit2.Oid(raw=current)] if current else []
+            return self.repo.create_commit(None, sig, sig, "Notes added by scalebox\n", pygit2.Oid(raw=tree), parents).raw
+
+        self._update_ref(notes_ref, build, reflog)

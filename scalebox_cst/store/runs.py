@@ -1,0 +1,260 @@
+"""Run branches: one rewrite commit per run (``run/NNNN``), its JSON report as a git note, and
+reading any commit's files back."""
+from __future__ import annotations
+
+import json
+from typing import (
+    Any,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Set,
+    Tuple,
+    Union,
+)
+
+import pygit2
+from pygit2.enums import ObjectType
+
+from scalebox_cst.store.common import (
+    _HEX40,
+    _RUN_FORMS,
+    _UPDATE_ATTEMPTS,
+    MODE_EXEC,
+    MODE_FILE,
+    REPORTS_REF,
+    RUN_PREFIX,
+    TRAILER_PIPELINE,
+    TRAILER_SOURCE,
+    BranchInfo,
+    FileValue,
+    Raw,
+    StoreError,
+    _blob_raw,
+    _check_path,
+    _signature,
+    _trailers,
+)
+from scalebox_cst.store.objects import _Objects
+from scalebox_cst.store.refs import _RefFailures, _synchronized
+
+
+class _Runs(_Objects):
+    """Run branches and reading commits (a commit may be named by its run branch)."""
+
+    @_synchronized
+    def commit_rewrite(
+        self,
+        source_commit: str,
+        files: Mapping[str, FileValue],
+        summary: str,
+        report_text: str,
+        report_json: Mapping[str, Any],
+        fingerprint: str,
+    ) -> Tuple[str, str]:
+        """Commit the rewritten project on a new branch ``run/NNNN`` whose parent is the snapshot.
+
+        *files* maps relpath to rewritten bytes, or to the id of a blob already in the store (what
+        ``cache_get`` returns); paths not given keep the snapshot's content, paths given keep the
+        snapshot's mode. The message is *summary*, the site report, and the trailers
+        ``Scalebox-Source`` / ``Scalebox-Pipeline``. *report_json* is kept as a note on the commit
+        (keys ``branch``/``commit``/``source_commit`` that are present and None are filled in).
+        Returns ``(branch name, commit hex)``.
+        """
+        fingerprint = str(fingerprint)
+        if not fingerprint or any(c in fingerprint for c in "\r\n"):
+            raise StoreError(f"bad pipeline fingerprint {fingerprint!r}")
+        source = self._commit_obj(self._commit_raw(source_commit))
+        base = self._tree_map(source.tree_id.raw)
+        entries = dict(base)
+        for path, value in files.items():
+            _check_path(path)
+            mode = base[path][0] if path in base else MODE_FILE
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                data = bytes(value)
+                raw = _blob_raw(data)
+                if not self._has(raw):
+                    self._write_blob(data)
+            else:
+                raw = self._existing_blob(value, path)
+            entries[path] = (mode, raw)
+        tree = self._write_tree(entries)
+        self._tree_maps.put(tree, entries)
+
+        summary_line = " ".join((summary or "").split()) or "rewrite"
+        parts = [summary_line]
+        text = (report_text or "").strip("\n")
+        if text.strip():
+            parts.append(text.rstrip())
+        parts.append(f"{TRAILER_SOURCE}: {source.id}\n{TRAILER_PIPELINE}: {fingerprint}")
+        message = "\n\n".join(parts) + "\n"
+        sig = _signature()
+        commit = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(raw=tree), [source.id])
+        commit_hex = str(commit)
+
+        with self._locked():
+            number = self._max_run_number() + 1
+            failures = None
+            for _ in range(_UPDATE_ATTEMPTS * 4):
+                name = f"run/{number:04d}"
+                refname = "refs/heads/" + name
+                if self.repo.references.get(refname) is not None:
+                    number += 1
+                    continue
+                if failures is None or failures.refname != refname:
+                    failures = _RefFailures(self, refname)
+                stored = dict(report_json)
+                for key, value in (
+                    ("branch", name),
+                    ("commit", commit_hex),
+                    ("source_commit", str(source.id)),
+                ):
+                    if key in stored and stored[key] is None:
+                        stored[key] = value
+                note = json.dumps(stored, sort_keys=True, indent=1, default=str) + "\n"
+                self._put_notes(REPORTS_REF, {commit.raw: note.encode()}, f"report {name}")
+                try:
+                    self.repo.create_reference_direct(refname, commit, False, message=f"run: {summary_line}")
+                except (pygit2.GitError, OSError, ValueError) as exc:
+                    if self.repo.references.get(refname) is None:  # a lock or an error, not a clash
+                        failures.handle(exc)
+                    else:
+                        number += 1
+                    continue
+                return name, commit_hex
+        raise StoreError("could not create a run branch: every name tried was taken meanwhile")
+
+
+    @_synchronized
+    def branches(self) -> List[BranchInfo]:
+        """Run branches, oldest to newest (by run number)."""
+        return [self._info(name, number, raw) for number, name, raw in self._runs()]
+
+    @_synchronized
+    def newest_branch(self) -> Optional[str]:
+        runs = self._runs()
+        return runs[-1][1] if runs else None
+
+    @_synchronized
+    def resolve(self, branch: str) -> BranchInfo:
+        """Accepts ``run/0002``, ``0002``, ``2``, ``refs/heads/run/0002``."""
+        if isinstance(branch, BranchInfo):
+            branch = branch.name
+        m = _RUN_FORMS.match(str(branch).strip())
+        if not m:
+            raise StoreError(f"unknown branch {branch}: expected run/NNNN")
+        number = int(m.group(1))
+        name = f"run/{number:04d}"
+        ref = self.repo.references.get("refs/heads/" + name)
+        if ref is None:
+            raise StoreError(f"unknown branch {name}")
+        return self._info(name, number, ref.target.raw)
+
+    def source_of(self, branch: str) -> str:
+        """The source snapshot commit a run branch was rewritten from."""
+        info = self.resolve(branch)
+        if info.source_commit is None:
+            raise StoreError(f"{info.name} has no source snapshot")
+        return info.source_commit
+
+    @_synchronized
+    def report(self, branch: str) -> Dict[str, Any]:
+        """The JSON report stored with a run branch."""
+        info = self.resolve(branch)
+        try:
+            note = self.repo.lookup_note(info.commit, REPORTS_REF)
+        except KeyError:
+            raise StoreError(f"no report stored for {info.name}") from None
+        try:
+            return json.loads(note.message)
+        except ValueError:
+            raise StoreError(f"the report of {info.name} is not valid JSON") from None
+
+    # -- reading commits -----------------------------------------------------------------------
+
+    @_synchronized
+    def files(self, commit: str) -> Dict[str, bytes]:
+        """Every file of a commit's tree: relpath -> bytes."""
+        tree = self._commit_obj(self._commit_raw(commit)).tree_id.raw
+        cached = self._files.fetch(tree)
+        if cached is None:
+            repo = self.repo
+            cached = {p: repo[pygit2.Oid(raw=raw)].data for p, (_, raw) in self._tree_map(tree).items()}
+            self._files.put(tree, cached)
+        return dict(cached)
+
+    @_synchronized
+    def read_file(self, commit: str, relpath: str) -> Optional[bytes]:
+        tree = self._commit_obj(self._commit_raw(commit)).tree
+        try:
+            obj = tree[relpath.strip("/")]
+        except (KeyError, ValueError):
+            return None
+        return obj.data if obj.type == ObjectType.BLOB else None
+
+    @_synchronized
+    def read_blob(self, blob_id: str) -> bytes:
+        """The bytes of a blob (e.g. the rewritten blob ``cache_get`` returned)."""
+        try:
+            obj = self.repo[pygit2.Oid(hex=str(blob_id))]
+        except (KeyError, ValueError):
+            raise StoreError(f"unknown blob {blob_id}") from None
+        if obj.type != ObjectType.BLOB:
+            raise StoreError(f"{blob_id} is not a blob")
+        return obj.data
+
+    @_synchronized
+    def tree_paths(self, commit: str) -> Set[str]:
+        return set(self._tree_map(self._commit_obj(self._commit_raw(commit)).tree_id.raw))
+
+    @_synchronized
+    def executable_paths(self, commit: str) -> Set[str]:
+        tree = self._commit_obj(self._commit_raw(commit)).tree_id.raw
+        return {p for p, (mode, _) in self._tree_map(tree).items() if mode == MODE_EXEC}
+
+    def _commit_raw(self, commit: Union[str, pygit2.Oid]) -> Raw:
+        """A commit given as a hex id, a run branch (``run/0002``, ``refs/heads/run/0002``) or any
+        revision git understands (``source``, an abbreviated id)."""
+        if isinstance(commit, pygit2.Oid):
+            return commit.raw
+        text = str(commit).strip()
+        if _HEX40.match(text):
+            return bytes.fromhex(text)
+        if text.startswith(("run/", "refs/heads/run/")):
+            return bytes.fromhex(self.resolve(text).commit)
+        try:
+            return self.repo.revparse_single(text).peel(pygit2.Commit).id.raw
+        except (KeyError, ValueError, pygit2.GitError):
+            raise StoreError(f"unknown commit {text}") from None
+
+    def _runs(self) -> List[Tuple[int, str, Raw]]:
+        out = []
+        for refname in self.repo.listall_references():
+            if refname.startswith(RUN_PREFIX):
+                tail = refname[len(RUN_PREFIX):]
+                if tail.isdigit():
+                    ref = self.repo.references.get(refname)
+                    if ref is not None:
+                        out.append((int(tail), refname[len("refs/heads/"):], ref.target.raw))
+        out.sort()
+        return out
+
+    def _max_run_number(self) -> int:
+        numbers = [
+            int(r[len(RUN_PREFIX):])
+            for r in self.repo.listall_references()
+            if r.startswith(RUN_PREFIX) and r[len(RUN_PREFIX):].isdigit()
+        ]
+        return max(numbers, default=0)
+
+    def _info(self, name: str, number: int, raw: Raw) -> BranchInfo:
+        parsed = self._branch_info.get(raw)
+        if parsed is None:
+            commit = self._commit_obj(raw)
+            trailers = _trailers(commit.message)
+            source = str(commit.parent_ids[0]) if commit.parent_ids else trailers.get(TRAILER_SOURCE)
+            parsed = (source, commit.message.split("\n", 1)[0], commit.commit_time, trailers.get(TRAILER_PIPELINE))
+            self._branch_info[raw] = parsed
+        source, summary, when, fingerprint = parsed
+        return BranchInfo(name, number, raw.hex(), source, summary, when, fingerprint)
