@@ -163,7 +163,8 @@ def _engine_dirs():
     dirs = {os.path.dirname(os.path.abspath(__file__))}
     package = sys.modules.get("scalebox_cst")
     if package is not None and getattr(package, "__file__", None):
-        dirs.add(os.path.dirname(os.path.abspath(package.__file__)))
+        core = os.path.dirname(os.path.abspath(package.__file__))
+        dirs.update((core, os.path.join(core, "importhook")))  # the hook is a package of its own
     return dirs
 
 

@@ -183,22 +183,67 @@ def test_shared_analysis_is_used_by_every_loop_family():
     for name in ("vectorize.elementwise", "vectorize.reduction", "vectorize.target_update", "vectorize.scatter"):
         uses = _imports(name, modules[name], modules)
         assert any(m.startswith("analysis.") for m in uses), name
-        assert "loop_analysis" not in uses, name
 
 
-def test_old_import_paths_lead_to_the_same_objects():
-    from scalebox_cst.transforms import REGISTRY, loop_analysis
-    from scalebox_cst.transforms.analysis import reads, scopes, statements
+def test_registry_order_and_family_import_paths():
+    from scalebox_cst.transforms import REGISTRY
     from scalebox_cst.transforms.vectorize.elementwise import VectorizeElementwise
     from scalebox_cst.transforms.vectorize.recurrence import VectorizeRecurrence
     from scalebox_cst.transforms.vectorize.reduction import VectorizeReduction
     from scalebox_cst.transforms.vectorize.target_update import VectorizeTargetUpdate
 
-    assert loop_analysis.CstStatements is statements.CstStatements
-    assert loop_analysis.ast_rebound is scopes.ast_rebound and loop_analysis.names_read is reads.names_read
     assert REGISTRY[:4] == [VectorizeRecurrence, VectorizeTargetUpdate, VectorizeReduction, VectorizeElementwise]
     assert [c.id for c in REGISTRY[:4]] == [
         "vectorize.recurrence", "vectorize.target_update", "vectorize.reduction", "vectorize.elementwise"]
+
+
+def _emitted_qualnames():
+    """Every ``scalebox_cst.runtime...`` name the transforms write into rewritten code (module-level
+    string constants: ``RUNTIME``, ``OP_QUALNAME``, ``GUARD_QUALNAME``...)."""
+    found = set()
+    for path in _modules().values():
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str) \
+                    and node.value.value.startswith("scalebox_cst.runtime.") and " " not in node.value.value:
+                found.add(node.value.value)
+    return found
+
+
+def test_names_rewritten_code_imports_resolve():
+    """Rewritten code imports runtime ops by name (``from scalebox_cst.runtime.vectorized import
+    ...``): each name the transforms emit still resolves, to a module or an attribute of one,
+    after the runtime's modules became packages."""
+    import importlib
+
+    names = _emitted_qualnames()
+    assert {"scalebox_cst.runtime.vectorized", "scalebox_cst.runtime.recurrence.linear_recurrence",
+            "scalebox_cst.runtime.stabilizer.stabilize"} <= names
+    for name in sorted(names - {"scalebox_cst.runtime.npu.torch_npu"}):  # npu: needs torch_npu
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            module, _, attr = name.rpartition(".")
+            assert hasattr(importlib.import_module(module), attr), name
+    from scalebox_cst.runtime import vectorized
+
+    # the helpers rewritten recurrences call on the vectorized package, by attribute
+    for attr in ("recurrence_ok", "carry_ok", "quadratic_ok", "fused_linear", "reset_linear_recurrence",
+                 "switch_linear_recurrence", "truth_of", "arrays_only", "loss_zip", "loss_range", "written_apart"):
+        assert callable(getattr(vectorized, attr)), attr
+
+
+def test_public_import_paths_of_split_modules():
+    """The store, the import hook and the runtime's ops became packages; what other modules import
+    from them is re-exported by each package, the same objects."""
+    from scalebox_cst import importhook, store
+    from scalebox_cst.importhook import finder, install
+    from scalebox_cst.runtime import recurrence
+    from scalebox_cst.runtime.recurrence import api
+    from scalebox_cst.store import repository
+
+    assert store.Store is repository.Store and issubclass(store.StoreError, Exception)
+    assert importhook.install_import_hook is install.install_import_hook and importhook.ImportHook is finder.ImportHook
+    assert recurrence.linear_recurrence is api.linear_recurrence
 
 
 def test_setup_cfg_lists_every_package():

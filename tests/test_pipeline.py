@@ -607,7 +607,7 @@ def test_statement_memo_scans_equal_whole_tree_scans(lines, data):
     """ImportMap and ast_rebound from per-statement scans (reused across versions) are what a
     walk of the whole tree finds, alias order included (ast.walk: depth, then statement)."""
     from scalebox_cst.transforms import statement_memo
-    from scalebox_cst.transforms.loop_analysis import ast_rebound
+    from scalebox_cst.transforms.analysis.scopes import ast_rebound
     from scalebox_cst.transforms.names import ImportMap
 
     memo = statement_memo.StatementMemo()

@@ -17,7 +17,8 @@ import pytest
 from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN
-from scalebox_cst.transforms import REGISTRY, FileContext, loop_analysis
+from scalebox_cst.transforms import REGISTRY, FileContext
+from scalebox_cst.transforms.analysis import reads, scopes, statements
 from scalebox_cst.transforms.vectorize.elementwise import VectorizeElementwise, _joiner_lines
 from scalebox_cst.transforms.vectorize.reduction import VectorizeReduction
 from scalebox_cst.transforms.vectorize.target_update import VectorizeTargetUpdate
@@ -105,7 +106,7 @@ def full_pass(monkeypatch):
     """Make the statement pairing fail, so every transform takes its full libcst pass."""
 
     def use_full_pass():
-        monkeypatch.setattr(loop_analysis.CstStatements, "matches", lambda self, stmts: False)
+        monkeypatch.setattr(statements.CstStatements, "matches", lambda self, stmts: False)
 
     return use_full_pass
 
@@ -203,10 +204,10 @@ REBINDING = [
 
 @pytest.mark.parametrize("src", REBINDING)
 def test_ast_rebound_agrees_with_libcst_rebinds(src):
-    names, star = loop_analysis.ast_rebound(ast.parse(src))
+    names, star = scopes.ast_rebound(ast.parse(src))
     module = cst.parse_module(src)
     for name in ("zip", "range", "len", "sum", "x"):
-        assert (star or name in names) == loop_analysis.rebinds(module, name), name
+        assert (star or name in names) == scopes.rebinds(module, name), name
 
 
 SCOPES = """
@@ -257,15 +258,15 @@ def test_statement_walks_agree_with_visits():
     fn.visit(_V())
     assert len(loops) == 6
     for loop in loops:
-        assert loop_analysis._enclosing_loops(fn.body, loop) == loop_analysis._enclosing_loops_visit(fn.body, loop)
-    assert any(loop_analysis._enclosing_loops(fn.body, loop) for loop in loops)
-    assert loop_analysis.declares_global(fn, ["g", "t", "k", "zz"]) == found & {"g", "t", "k"} == {"g", "t", "k"}
+        assert reads._enclosing_loops(fn.body, loop) == reads._enclosing_loops_visit(fn.body, loop)
+    assert any(reads._enclosing_loops(fn.body, loop) for loop in loops)
+    assert scopes.declares_global(fn, ["g", "t", "k", "zz"]) == found & {"g", "t", "k"} == {"g", "t", "k"}
 
 
 def test_statement_pairing_covers_every_statement():
     tree = ast.parse(SCOPES)
-    stmts, parents = loop_analysis.ast_statements(tree.body)
-    walked = loop_analysis.CstStatements(cst.parse_module(SCOPES))
+    stmts, parents = statements.ast_statements(tree.body)
+    walked = statements.CstStatements(cst.parse_module(SCOPES))
     assert walked.matches(stmts)
     assert len(stmts) == sum(isinstance(n, ast.stmt) for n in ast.walk(tree))
     for a, c in zip(stmts, walked.stmts):

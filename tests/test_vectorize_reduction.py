@@ -627,9 +627,9 @@ def test_loops_that_reduce_nothing_are_not_reported(src):
 def test_noise_filter_on_the_full_pass(monkeypatch, which):
     """The same decisions on the libcst fallback pass (taken when the ast and libcst statement
     lists do not pair up)."""
-    from scalebox_cst.transforms import loop_analysis
+    from scalebox_cst.transforms.analysis.statements import CstStatements
 
-    monkeypatch.setattr(loop_analysis.CstStatements, "matches", lambda self, astmts: False)
+    monkeypatch.setattr(CstStatements, "matches", lambda self, astmts: False)
     body = "out.append([x])" if which == "noise" else "out.append(x * 2.0)\n        n = x"
     src = (
         "import torch\n"

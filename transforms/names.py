@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -164,9 +164,6 @@ class ImportMap:
             return None
         return full + ("." + rest if rest else "")
 
-    def is_(self, expr: cst.BaseExpression, *qualnames: str) -> bool:
-        return self.qualify(expr) in qualnames
-
     def local_for(self, qualname: str) -> Optional[str]:
         """A local dotted expression that means ``qualname`` (shortest), if the module has one."""
         best: Optional[str] = None
@@ -245,24 +242,3 @@ def runtime_import(imports: ImportMap, qualname: str, preferred: str) -> Tuple[s
 
 def expr(text: str) -> cst.BaseExpression:
     return cst.parse_expression(text)
-
-
-def iter_calls(node: cst.CSTNode) -> Iterable[cst.Call]:
-    """Every Call node under ``node`` (pre-order), without descending into nested defs."""
-    found: List[cst.Call] = []
-
-    class _V(cst.CSTVisitor):
-        def visit_Call(self, n: cst.Call) -> None:
-            found.append(n)
-
-        def visit_FunctionDef(self, n: cst.FunctionDef) -> bool:
-            return n is node
-
-        def visit_Lambda(self, n: cst.Lambda) -> bool:
-            return False
-
-        def visit_ClassDef(self, n: cst.ClassDef) -> bool:
-            return n is node
-
-    node.visit(_V())
-    return found

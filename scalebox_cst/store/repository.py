@@ -29,8 +29,6 @@ from scalebox_cst.store.refs import _FileLock, _repair_head
 from scalebox_cst.store.sessions import _Sessions
 from scalebox_cst.store.snapshots import _Snapshots
 
-# ---------------------------------------------------------------------------------------------
-
 
 class Store(_Snapshots, _Sessions, _Cache):
     """Source snapshots, run branches, their reports and the rewrite cache, in one bare repo."""
