@@ -71,7 +71,7 @@ class RunRecord:
     ended: Optional[float] = None
     wall_time: Optional[float] = None
     exit_status: Optional[int] = None
-    status: str = "running"  # running | ok | failed | stopped (readers add "lost")
+    status: str = "running"  # running | ok | failed | stopped | pruned (readers add "lost")
     signal: Optional[str] = None  # the signal that ended the child, if one did
     stop_reason: Optional[str] = None
     stop_signals: Optional[List[str]] = None  # what stop() sent, in order (SIGINT; SIGTERM, SIGKILL past the grace)
@@ -86,6 +86,7 @@ class RunRecord:
     profile: Optional[Dict[str, Any]] = None  # where the time went (scalebox_cst.profile.build)
     error_tail: List[str] = dataclasses.field(default_factory=list)
     recording_error: Optional[str] = None  # why the run folder stopped being written (a full disk)
+    tags: Dict[str, Any] = dataclasses.field(default_factory=dict)  # who started it: {"study": S, "trial": 7}
 
     @property
     def stopped(self) -> bool:
@@ -203,6 +204,7 @@ class Execution:
         notice: Optional[Callable[[str], None]] = None,
         tensorboard: bool = True,
         echo_err: Optional[IO[str]] = None,
+        tags: Optional[Dict[str, Any]] = None,
     ) -> None:
         self.project_dir = os.path.realpath(project_dir)
         self.store_path = store_path
@@ -217,7 +219,7 @@ class Execution:
         self._consoles = (Console(echo, self.prefix), Console(echo_err, self.prefix))
         self.record = RunRecord(
             branch, commit, script, list(args), started=time.time(), run=self.run, source_commit=source_commit,
-            variant=variant, seed=seed, seed_via=seed_via, hotfix_of=hotfix_of, stale=stale,
+            variant=variant, seed=seed, seed_via=seed_via, hotfix_of=hotfix_of, stale=stale, tags=dict(tags or {}),
         )
         self._lock = threading.Lock()
         self._tail_lock = threading.Lock()
