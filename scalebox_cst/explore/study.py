@@ -239,8 +239,7 @@ class Study:
         with self.lock:
             self.fails_in_a_row = 0
         best = self.study.best_trial
-        self.echo(f"scalebox: trial {trial.number} ({trial.user_attrs.get('branch')}): {self._values(trial.params)} -> "
-                  f"{self.config.metric} {value:.6g} (best {best.value:.6g}, trial {best.number})")
+        self.echo(f"scalebox: trial {trial.number} -> {self.config.metric} {value:.6g} (best {best.value:.6g}, trial {best.number})")
 
     @staticmethod
     def _values(params: Dict[str, Any]) -> str:
