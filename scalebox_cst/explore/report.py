@@ -28,17 +28,23 @@ def _num(value: Any) -> Any:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
 
 
-def _importance(study, complete: List[Any]) -> Dict[str, float]:
-    """Optuna's fANOVA importance (its own evaluator); {} with under 2 distinct complete trials."""
+def _importance(study, complete: List[Any]) -> Dict[str, Any]:
+    """Parameter importance: Optuna's fANOVA where scikit-learn is installed, else its PED-ANOVA
+    evaluator (no dependency); {} with under 3 complete trials of different values."""
     if len(complete) < 3 or len({t.value for t in complete}) < 2:
         return {}
     import optuna
 
     try:
-        found = optuna.importance.get_param_importances(study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
+        import sklearn  # noqa: F401 - fANOVA's forest
+        method, evaluator = "fANOVA", optuna.importance.FanovaImportanceEvaluator(seed=0)
+    except ImportError:
+        method, evaluator = "PED-ANOVA", optuna.importance.PedAnovaImportanceEvaluator()
+    try:
+        found = optuna.importance.get_param_importances(study, evaluator=evaluator)
     except (ValueError, RuntimeError, ImportError):
         return {}
-    return {k: round(float(v), 4) for k, v in found.items()}
+    return {"method": method, "values": {k: round(float(v), 4) for k, v in found.items()}}
 
 
 def study_data(study) -> Dict[str, Any]:

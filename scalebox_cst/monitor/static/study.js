@@ -66,8 +66,8 @@
     const bestSoFar = done.map((t) => (run = run == null ? t.value : (maximize ? Math.max(run, t.value) : Math.min(run, t.value))));
     page.append(scatter("objective", done.map((t) => t.number), done.map((t) => t.value), { xlabel: "trial", ylabel: cfg.metric || "value", best: bestSoFar, width: 780 }));
     // importance
-    page.append(el("h2", {}, "Parameter importance (fANOVA)"));
-    const imp = data.importance || {};
+    const imp = (data.importance || {}).values || {};
+    page.append(el("h2", {}, `Parameter importance${data.importance && data.importance.method ? ` (${data.importance.method})` : ""}`));
     if (!Object.keys(imp).length) page.append(el("div", { class: "muted" }, "needs at least 3 complete trials with different values"));
     const itab = el("table", { id: "importance" });
     for (const [k, v] of Object.entries(imp)) itab.append(el("tr", {}, el("td", {}, k), el("td", {}, el("span", { class: "bar", style: `width:${Math.round(v * 300)}px` })), el("td", { class: "num" }, v.toFixed(3))));
