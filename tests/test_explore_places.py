@@ -179,3 +179,14 @@ def test_binding_errors(tmp_path, param, message):
     with pytest.raises(cfg.ExploreConfigError) as exc:
         cfg.bind(c, places())
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_set_values_with_tabs_non_ascii_and_odd_line_ends():
+    source = 'NAME = "h\u00e9\u2028llo"\r\nif True:\n\tX = {"\u00e9": 1}; LR = 0.5  # \x0c\r\nGAMMA = (0.9)\n'.encode()
+    ps = find_places("t.py", source)
+    assert [p.name for p in ps] == ["NAME", "LR", "GAMMA"]  # module level under an if; X is no literal
+    out = set_values(source, [(resolve("GAMMA", ps), 0.95), (resolve("NAME", ps), "x"), (resolve("LR", ps), 0.25)]).decode()
+    assert out == 'NAME = \'x\'\r\nif True:\n\tX = {"\u00e9": 1}; LR = 0.25  # \x0c\r\nGAMMA = (0.95)\n'
+    module = "\n".join(["import torch", "", "opt = torch.optim.Adam(p, lr=3e-4)  # \u00e9", ""])
+    ps = find_places("m.py", module.encode())
+    assert set_values(module.encode(), [(resolve("Adam.lr", ps), 1e-3)]).decode() == module.replace("3e-4", "0.001")

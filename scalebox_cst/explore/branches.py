@@ -23,6 +23,16 @@ from scalebox_cst.report import CHANGES_SEMANTICS, REWRITTEN, FileReport, RunRep
 TRANSFORM = "explore.constant"
 _SEED_OPTION = re.compile(r"""["']--seed["']|\bseed\s*:\s*int\b""")
 _LOCK = threading.Lock()  # trials committed from several threads (parallel: N) one at a time
+_FOUND: Dict[Tuple[str, bytes], List[Place]] = {}  # (path, source) -> its places: a study's file is parsed once
+
+
+def _places(path: str, source: bytes) -> List[Place]:
+    key = (path, source)
+    if key not in _FOUND:
+        if len(_FOUND) > 64:
+            _FOUND.clear()
+        _FOUND[key] = find_places(path, source)
+    return _FOUND[key]
 
 
 def places_of(files: Dict[str, bytes], paths: Iterable[str]) -> List[Place]:
@@ -31,7 +41,7 @@ def places_of(files: Dict[str, bytes], paths: Iterable[str]) -> List[Place]:
     for path in paths:
         if path not in files:
             raise PlaceError(f"{path}: not a file of the project's snapshot (a typo, or left out by scalebox.toml?)")
-        out.extend(find_places(path, files[path]))
+        out.extend(_places(path, files[path]))
     return out
 
 
@@ -51,7 +61,7 @@ def commit_values(project, assignments: Sequence[Tuple[Place, Any]], label: str,
         current = {}
         for place, value in assignments:
             if place.path not in current:
-                current[place.path] = find_places(place.path, files[place.path]) if place.path in files else []
+                current[place.path] = _places(place.path, files[place.path]) if place.path in files else []
             same = [p for p in current[place.path] if p.qualified == place.qualified and p.kind == place.kind]
             here = min(same, key=lambda p: abs(p.line - place.line), default=None) if len(same) > 1 else (same[0] if same else None)
             if here is None:

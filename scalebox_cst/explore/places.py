@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
@@ -43,6 +44,7 @@ class Place:
     column: int  # of the literal's first character (0-based)
     value: Any
     text: str  # the literal as written (3e-4)
+    end_column: int = -1  # where the literal ends on its line (exclusive; parentheses around it excluded)
 
     @property
     def where(self) -> str:
@@ -99,8 +101,11 @@ class _Finder(cst.CSTVisitor):
         self.classes: List[Tuple[str, bool]] = []  # (name, is a dataclass-like config)
 
     def _add(self, name: str, qualified: str, kind: str, node: cst.BaseExpression, value: Any) -> None:
-        pos = self.get_metadata(PositionProvider, node).start
-        self.places.append(Place(name, qualified, kind, self.path, pos.line, pos.column, value, self.code.code_for_node(node)))
+        span = self.get_metadata(PositionProvider, node)
+        if span.end.line != span.start.line:  # a literal over several lines: a value would move the lines below
+            return
+        self.places.append(Place(name, qualified, kind, self.path, span.start.line, span.start.column, value,
+                                 self.code.code_for_node(node), span.end.column))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.depth += 1
@@ -220,35 +225,36 @@ def render(value: Any) -> str:
     raise PlaceError(f"cannot write {value!r} as a literal")
 
 
-class _Setter(cst.CSTTransformer):
-    METADATA_DEPENDENCIES = (PositionProvider,)
-
-    def __init__(self, edits: Dict[Tuple[int, int], str]) -> None:
-        self.edits = edits
-        self.done: set = set()
-
-    def on_leave(self, original, updated):
-        if isinstance(original, cst.BaseExpression):
-            try:
-                pos = self.get_metadata(PositionProvider, original).start
-            except KeyError:
-                return updated
-            key = (pos.line, pos.column)
-            if key in self.edits and key not in self.done and literal_value(original)[0]:
-                self.done.add(key)
-                return cst.parse_expression(self.edits[key]).with_changes(
-                    lpar=getattr(updated, "lpar", ()), rpar=getattr(updated, "rpar", ()))
-        return updated
-
-
 def set_values(source: bytes, edits: Sequence[Tuple[Place, Any]]) -> bytes:
-    """``source`` with each place's literal replaced by its new value; PlaceError when a place is
-    not where it was found (the file changed since) or the new literal does not parse back."""
-    module = cst.parse_module(source)
-    texts = {(p.line, p.column): render(v) for p, v in edits}
-    setter = _Setter(texts)
-    out = MetadataWrapper(module, unsafe_skip_copy=True).visit(setter)
-    missing = [p.ref for p, _ in edits if (p.line, p.column) not in setter.done]
+    """``source`` with each place's literal replaced by its new value, at the span the parse gave
+    it (same line: every other site's line number stays valid). PlaceError when a place is not
+    where it was found (the file changed since): the text at its span must still read as its value."""
+    text = source.decode("utf-8")
+    parts = re.split(r"(\r\n|\r|\n)", text)  # Python's line ends only (not \x0c or \u2028 inside strings)
+    lines = [parts[i] + (parts[i + 1] if i + 1 < len(parts) else "") for i in range(0, len(parts), 2)]
+    missing = []
+    by_line: Dict[int, List[Tuple[Place, Any]]] = {}
+    for place, value in edits:
+        by_line.setdefault(place.line, []).append((place, value))
+    for line, items in by_line.items():
+        row = lines[line - 1] if 0 < line <= len(lines) else ""
+        for place, value in sorted(items, key=lambda item: -item[0].column):  # right to left: columns stay valid
+            old = row[place.column:place.end_column]
+            ok = False
+            try:
+                ok = place.end_column > place.column and _same(ast.literal_eval(old), place.value)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                ok = False
+            if not ok:
+                missing.append(place.ref)
+                continue
+            row = row[:place.column] + render(value) + row[place.end_column:]
+        if 0 < line <= len(lines):
+            lines[line - 1] = row
     if missing:
         raise PlaceError(f"places no longer in the code: {', '.join(missing)}")
-    return out.code.encode(module.encoding)
+    return "".join(lines).encode("utf-8")
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and (a == b or (isinstance(a, float) and a != a and b != b))
