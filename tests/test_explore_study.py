@@ -302,3 +302,44 @@ def test_optuna_missing_is_one_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip() == "scalebox: scalebox explore needs Optuna: pip install 'scalebox_cst[explore]' (or pip install 'optuna>=3')"
 
+
+
+def test_parallel_trials_each_run_every_seed_and_the_monitor_api_lists_the_study(tmp_path):
+    root = make(tmp_path, CONFIG_1.replace("trials: 6", "trials: 4").replace("seeds: [0]", "seeds: [0, 1]") + "parallel: 2\n")
+    explore(root)
+    trials = trials_of(root)
+    assert len(trials) == 4 and all(t.state.name == "COMPLETE" for t in trials)
+    for t in trials:
+        found = runs.list_runs(str(root), t.user_attrs["branch"])
+        assert sorted(r.record["seed"] for r in found) == [0, 1]
+        assert all(r.record["tags"] == {"study": "explore", "trial": t.number} for r in found)
+        assert t.value == pytest.approx(sum(t.user_attrs["finals"]) / 2)
+    from scalebox_cst.explore import monitor_api
+    from scalebox_cst.monitor.api import ApiError
+
+    assert monitor_api.studies(str(root)) == {"studies": ["explore"]}
+    data = monitor_api.study(str(root), "explore")
+    assert data["counts"]["complete"] == 4 and len(data["trials"]) == 4 and data["places"]["LR"]["line"] == 4
+    with pytest.raises(ApiError):
+        monitor_api.study(str(root), "../etc")
+
+
+def test_ray_launcher_missing_is_one_line(tmp_path):
+    root = make(tmp_path, CONFIG_1 + "launcher: ray\n")
+    shim = tmp_path / "shim" / "ray"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('no ray here')\n")
+    proc = scalebox("explore", "-c", "explore.yaml", cwd=root, check=False, env={**ENV, "PYTHONPATH": str(shim.parent)})
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1 and "pip install" in proc.stderr
+    assert trials_of(root) == []
+
+
+def test_ray_launcher_runs_a_trial_as_a_ray_task(tmp_path):
+    pytest.importorskip("ray")
+    root = make(tmp_path, CONFIG_1.replace("trials: 6", "trials: 1") + "launcher: ray\n")
+    explore(root, timeout=300)
+    (trial,) = trials_of(root)
+    assert trial.state.name == "COMPLETE"
+    (run,) = runs.list_runs(str(root), trial.user_attrs["branch"])
+    assert run.record["launcher"] == "ray" and run.record["tags"] == {"study": "explore", "trial": 0}
+    assert trial.value == pytest.approx(-((trial.params["LR"] - 0.3) ** 2 + (0.1 - 0.7) ** 2), abs=2e-6)
