@@ -343,3 +343,29 @@ def test_ray_launcher_runs_a_trial_as_a_ray_task(tmp_path):
     (run,) = runs.list_runs(str(root), trial.user_attrs["branch"])
     assert run.record["launcher"] == "ray" and run.record["tags"] == {"study": "explore", "trial": 0}
     assert trial.value == pytest.approx(-((trial.params["LR"] - 0.3) ** 2 + (0.1 - 0.7) ** 2), abs=2e-6)
+
+
+def test_sigterm_stops_the_runs_and_the_interrupted_trial_runs_again_on_resume(tmp_path):
+    slow = TOY.replace("PAUSE = 0.0", "PAUSE = 0.2")
+    root = make(tmp_path, CONFIG_1.replace("trials: 6", "trials: 3"), slow)
+    env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", "from scalebox_cst.cli import main; main()", "explore", "-c", "explore.yaml"],
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(t.state.name == "COMPLETE" for t in trials_of(root)):
+        time.sleep(0.1)
+    while time.time() < deadline and not any(t.state.name == "RUNNING" and t.user_attrs.get("runs") for t in trials_of(root)):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "interrupted; go on with --resume" in err
+    assert (root / ".scalebox/explore/explore/report.html").exists()
+    interrupted = [t for t in trials_of(root) if t.user_attrs.get("interrupted")]
+    assert len(interrupted) == 1, (err, [(t.number, t.state.name, t.user_attrs) for t in trials_of(root)])
+    stopped = interrupted[0]
+    assert stopped.state.name == "FAIL"
+    for run in runs.list_runs(str(root), stopped.user_attrs["branch"]):
+        assert run.status == "stopped"
+    explore(root, "--resume")
+    counted = [t for t in trials_of(root) if t.state.name == "COMPLETE"]
+    assert len(counted) == 3 and any(t.params == stopped.params for t in counted)

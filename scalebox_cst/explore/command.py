@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from typing import Any, List, Optional
 
@@ -114,6 +115,12 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
     click.echo(f"scalebox: study {config.study}: {config.trials} trials of {script_rel}, {config.direction} {config.metric}; "
                f"storage {os.path.relpath(study.dir, project.root)}", err=True)
     error = None
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, on_signal)  # stops the runs, records the trials interrupted, writes the report
     try:
         study.run()
     except ExploreError as exc:

@@ -168,23 +168,34 @@ class Study:
         if remaining <= 0:
             self.echo(f"scalebox: study {self.config.study} already has {self.finished()} finished trial(s)")
             return
-        counter = {"left": remaining}
+        counter = {"left": remaining, "alive": 0}
 
         def worker() -> None:
-            while True:
+            try:
+                while True:
+                    with self.lock:
+                        if self.stopping or counter["left"] <= 0:
+                            return
+                        counter["left"] -= 1
+                    self._one()
+            finally:
                 with self.lock:
-                    if self.stopping or counter["left"] <= 0:
-                        return
-                    counter["left"] -= 1
-                self._one()
+                    counter["alive"] -= 1
 
-        workers = [threading.Thread(target=worker, name=f"explore-{i}", daemon=True) for i in range(min(self.config.parallel, remaining))]
-        for w in workers:
-            w.start()
+        def alive() -> int:
+            with self.lock:
+                return counter["alive"]
+
+        from scalebox_cst.runtime import threads
+
+        counter["alive"] = min(self.config.parallel, remaining)
+        for i in range(counter["alive"]):  # signals go to the main thread (runtime.threads)
+            threads.start_daemon(worker, f"explore-{i}")
+        # the main thread sleeps, never joins: a join that a signal interrupts can leave a live
+        # thread marked as ended (CPython 3.11), and the runs would be left to the kernel
         try:
-            while any(w.is_alive() for w in workers):
-                for w in workers:
-                    w.join(timeout=0.2)
+            while alive():
+                time.sleep(0.2)
         except BaseException:  # Ctrl-C, SIGTERM: stop every run, their trials failed as interrupted
             with self.lock:
                 self.stopping = "interrupted"
@@ -194,8 +205,9 @@ class Study:
                     execution.stop(reason=f"scalebox explore {self.config.study} interrupted", grace=1.0)
                 except Exception:
                     pass
-            for w in workers:
-                w.join(timeout=10)
+            deadline = time.time() + 30
+            while alive() and time.time() < deadline:
+                time.sleep(0.1)
             raise
         if self.fatal is not None:
             raise self.fatal
@@ -211,13 +223,16 @@ class Study:
                 self.fails_in_a_row = 0
             return
         except _TrialFailed as exc:
+            if self.stopping == "interrupted":  # stopped with the study: asked again on --resume
+                trial.set_user_attr("interrupted", True)
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                self.study.enqueue_trial(trial.params, skip_if_exists=False)
+                return
             trial.set_user_attr("error", str(exc))
             trial.set_user_attr("error_tail", exc.tail[-30:])
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.echo(f"scalebox: trial {trial.number} failed: {exc}")
             with self.lock:
-                if self.stopping == "interrupted":
-                    return
                 self.fails_in_a_row += 1
                 self.last_tail = exc.tail
                 if self.fails_in_a_row >= FAILS_IN_A_ROW and self.fatal is None:
