@@ -371,3 +371,16 @@ def test_sigterm_stops_the_runs_and_the_interrupted_trial_runs_again_on_resume(t
     explore(root, "--resume")
     counted = [t for t in trials_of(root) if t.state.name == "COMPLETE"]
     assert len(counted) == 3 and any(t.params == stopped.params for t in counted)
+
+
+def test_a_pruned_run_stops_at_its_first_signal(tmp_path):
+    """A run started from a study's worker thread must see SIGINT: stopped in well under the
+    grace periods, not by SIGKILL (a worker with signals blocked would hand the mask to the child)."""
+    slow = TOY.replace("STEPS = 10", "STEPS = 60").replace("PAUSE = 0.0", "PAUSE = 0.1")
+    root = make(tmp_path, PRUNE_CONFIG.replace("trials: 8", "trials: 5").replace("sampler: random", "sampler: random\n    prune_warmup_steps: 3"), slow)
+    explore(root, "--sampler-seed", "3")
+    pruned = [t for t in trials_of(root) if t.state.name == "PRUNED"]
+    assert pruned
+    for t in pruned:
+        (run,) = runs.list_runs(str(root), t.user_attrs["branch"])
+        assert run.record["stop_signals"] == ["SIGINT"] and run.record["wall_time"] < 5.5

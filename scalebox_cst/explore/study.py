@@ -186,11 +186,12 @@ class Study:
             with self.lock:
                 return counter["alive"]
 
-        from scalebox_cst.runtime import threads
-
         counter["alive"] = min(self.config.parallel, remaining)
-        for i in range(counter["alive"]):  # signals go to the main thread (runtime.threads)
-            threads.start_daemon(worker, f"explore-{i}")
+        # plain threads, not runtime.threads' (signals blocked): a run's child inherits the mask of
+        # the thread that starts it, and a child that cannot see SIGINT/SIGTERM stops only at SIGKILL.
+        # A signal the kernel hands a worker waits at most one sleep below for the main thread.
+        for i in range(counter["alive"]):
+            threading.Thread(target=worker, name=f"explore-{i}", daemon=True).start()
         # the main thread sleeps, never joins: a join that a signal interrupts can leave a live
         # thread marked as ended (CPython 3.11), and the runs would be left to the kernel
         try:
