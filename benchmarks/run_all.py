@@ -22,6 +22,7 @@ BENCHMARKS = [
     ("bench_examples.py", ["--quick"]),
     ("bench_engine_cost.py", ["--quick"]),
     ("bench_hot_patterns.py", ["--quick"]),
+    ("bench_explore.py", ["--quick"]),
 ]
 
 

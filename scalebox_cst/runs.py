@@ -34,7 +34,7 @@ LOG = "log.txt"
 STDERR = "stderr.txt"
 
 #: statuses a record can hold; "lost" is only ever computed by readers (see :func:`is_alive`)
-ENDED = ("ok", "failed", "stopped", "lost")
+ENDED = ("ok", "failed", "stopped", "pruned", "lost")
 
 #: the engine's own series (telemetry, guard, clip: runtime.metrics.ENGINE); every other name is
 #: the script's own (SummaryWriter tags, key=value tokens), never merged with the engine's

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from scalebox_cst.cli import branches, history, monitor, rewrite, run, watch  # noqa: F401 (each adds its commands to cli)
 from scalebox_cst.cli._common import cli
+from scalebox_cst.explore import command as _explore_command
+
+cli.add_command(_explore_command.explore)
 
 __all__ = ["cli", "main", "watch_main"]
 

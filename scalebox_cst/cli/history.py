@@ -75,6 +75,8 @@ def _run_line(entry: dict) -> str:
     text += f" {wall:7.1f}s" if wall is not None else "        -"
     if entry.get("seed") is not None:
         text += f" seed={entry['seed']}"
+    if (entry.get("tags") or {}).get("study") is not None:  # scalebox explore's runs
+        text += f" study={entry['tags']['study']} trial={entry['tags'].get('trial')}"
     text += f"  {entry.get('script', '?')}"
     if entry.get("args"):
         text += " " + " ".join(entry["args"])

@@ -38,8 +38,9 @@ def init(directory: str) -> None:
 
 # ---------------------------------------------------------------------------- rewrite
 @cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, type=click.Path(exists=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report.")
+@click.option("--tuned-config", type=click.Path(dir_okay=False), help="A branch whose code carries optimal_params.json's values (scalebox explore).")
 @click.option("--out", type=click.Path(file_okay=False), help="Also write the rewritten files to this folder.")
 @click.option("--transform", "only", multiple=True, help="Run only these transforms (id or glob); repeatable.")
 @click.option("--no-transform", "without", multiple=True, help="Do not run these transforms; repeatable.")
@@ -47,8 +48,14 @@ def init(directory: str) -> None:
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
 @click.option("--allow-precision-change", is_flag=True, help="Let device.precision turn float64 into float32 (NPU).")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a config option.")
-def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_precision_change, settings) -> None:
+def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_precision_change, settings, tuned_config=None) -> None:
     """Rewrite PATHS once and commit the result to a new run branch."""
+    if tuned_config:
+        from scalebox_cst.explore import command as explore_command
+
+        return explore_command.rewrite_tuned(tuned_config, project_dir)
+    if not paths:
+        _fail("missing PATHS (or --tuned-config FILE)", 2)
     root = project_dir or find_project_root(paths[0])
     try:
         config = Config.load(root)

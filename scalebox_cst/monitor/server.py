@@ -34,6 +34,7 @@ import time
 import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from scalebox_cst.explore import monitor_api as explore_api
 from scalebox_cst.monitor.access import HostCheck, refusal
 from scalebox_cst.monitor.api import DEFAULT_POINTS, ApiError, Monitor, names_from_query
 
@@ -45,6 +46,8 @@ STATIC: Dict[str, Tuple[str, str]] = {
     "/profile.js": ("profile.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
     "/favicon.svg": ("favicon.svg", "image/svg+xml"),
+    "/study": ("study.html", "text/html; charset=utf-8"),
+    "/study.js": ("study.js", "text/javascript; charset=utf-8"),
     "/vendor/uPlot.iife.min.js": ("vendor/uPlot.iife.min.js", "text/javascript; charset=utf-8"),
     "/vendor/uPlot.min.css": ("vendor/uPlot.min.css", "text/css; charset=utf-8"),
     "/vendor/uPlot.LICENSE": ("vendor/uPlot.LICENSE", "text/plain; charset=utf-8"),
@@ -100,6 +103,8 @@ ROUTES: Dict[str, Callable[[Monitor, Query], Any]] = {
     ),
     "/api/diff": lambda m, q: m.diff(_required(q, "branch")),
     "/api/sites": lambda m, q: m.sites(_required(q, "branch")),
+    "/api/studies": lambda m, q: explore_api.studies(m.root),
+    "/api/study": lambda m, q: explore_api.study(m.root, _required(q, "name")),
     "/api/events": lambda m, q: m.events(limit=_int(q, "limit", 100), since=_float(q, "since", 0.0)),
 }
 

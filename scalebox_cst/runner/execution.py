@@ -118,6 +118,7 @@ class Execution:
         notice: Optional[Callable[[str], None]] = None,
         tensorboard: bool = True,
         echo_err: Optional[IO[str]] = None,
+        tags: Optional[Dict[str, Any]] = None,
     ) -> None:
         self.project_dir = os.path.realpath(project_dir)
         self.store_path = store_path
@@ -132,7 +133,7 @@ class Execution:
         self._consoles = (Console(echo, self.prefix), Console(echo_err, self.prefix))
         self.record = RunRecord(
             branch, commit, script, list(args), started=time.time(), run=self.run, source_commit=source_commit,
-            variant=variant, seed=seed, seed_via=seed_via, hotfix_of=hotfix_of, stale=stale,
+            variant=variant, seed=seed, seed_via=seed_via, hotfix_of=hotfix_of, stale=stale, tags=dict(tags or {}),
         )
         self._lock = threading.Lock()
         self._tail_lock = threading.Lock()

@@ -30,7 +30,7 @@ class RunRecord:
     ended: Optional[float] = None
     wall_time: Optional[float] = None
     exit_status: Optional[int] = None
-    status: str = "running"  # running | ok | failed | stopped (readers add "lost")
+    status: str = "running"  # running | ok | failed | stopped | pruned (readers add "lost")
     signal: Optional[str] = None  # the signal that ended the child, if one did
     stop_reason: Optional[str] = None
     stop_signals: Optional[List[str]] = None  # what stop() sent, in order (SIGINT; SIGTERM, SIGKILL past the grace)
@@ -45,6 +45,7 @@ class RunRecord:
     profile: Optional[Dict[str, Any]] = None  # where the time went (scalebox_cst.profile.build)
     error_tail: List[str] = dataclasses.field(default_factory=list)
     recording_error: Optional[str] = None  # why the run folder stopped being written (a full disk)
+    tags: Dict[str, Any] = dataclasses.field(default_factory=dict)  # who started it: {"study": S, "trial": 7}
 
     @property
     def stopped(self) -> bool:

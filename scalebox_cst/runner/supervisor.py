@@ -50,6 +50,7 @@ class RunSpec:
     env: Optional[Mapping[str, str]] = None
     hotfix_of: Optional[str] = None
     stale: Optional[Tuple[str, ...]] = None
+    tags: Optional[Mapping[str, Any]] = None  # who started it (scalebox explore: study and trial)
 
     @classmethod
     def from_branch(cls, info, script: str, args: Sequence[str] = (), *, original: bool = False, **fields: Any) -> "RunSpec":
@@ -128,6 +129,8 @@ class RunSupervisor:
             seed_via=spec.seed_via, hotfix_of=spec.hotfix_of, stale=list(spec.stale) if spec.stale is not None else None,
             label_output=self.label_output, notice=self.notice, tensorboard=self.tensorboard,
         )
+        if spec.tags:
+            kwargs["tags"] = dict(spec.tags)
         where = (self.store_path, self.project_root, self.runs_root, spec.branch, spec.commit, spec.script, list(spec.args))
         if self.torchrun is not None:
             from scalebox_cst.runner.torchrun import TorchrunExecution

@@ -1,0 +1,192 @@
+"""scalebox explore's tunable places (libcst) and its config: what is found, what is changed
+(exactly the literal), look-alikes left alone, and bad input as one line naming the key."""
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from scalebox_cst.explore import config as cfg
+from scalebox_cst.explore.places import PlaceError, find_places, render, resolve, set_values
+
+SOURCE = textwrap.dedent(
+    """\
+    import argparse
+    import os
+    from dataclasses import dataclass, field
+
+    import torch
+
+    LR = 3e-4
+    CLIP: float = -0.5  # a comment kept
+    ENV_ID = "CartPole-v1"
+    DEVICE = os.environ.get("DEVICE", "cpu")
+    ALIAS = LR
+    NOTHING = None
+
+
+    @dataclass
+    class Args:
+        learning_rate: float = 2.5e-4
+        num_envs: int = 4
+        anneal_lr: bool = True
+        gamma: float = field(default=0.99)
+        workers: int = field(default_factory=lambda: 2)
+
+
+    class Plain:
+        hidden: int = 64
+
+
+    def main():
+        INNER = 5
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--total-steps", type=int, default=(1000))
+        parser.add_argument("-g", "--gamma", type=float, default=0.99)
+        parser.add_argument("--threads", type=int, default=os.cpu_count())
+        parser.add_argument("--ent", dest="ent_coef", type=float, default=0.01)
+        opt = torch.optim.Adam([], lr=3e-4, eps=1e-5, amsgrad=False)
+        print("x", end="")
+        return INNER
+    """
+)
+
+
+def places():
+    return find_places("train.py", SOURCE.encode())
+
+
+def test_finds_each_kind_and_leaves_look_alikes():
+    found = {(p.qualified, p.kind): p for p in places()}
+    assert set(found) == {
+        ("LR", "constant"), ("CLIP", "constant"), ("ENV_ID", "constant"),
+        ("Args.learning_rate", "field"), ("Args.num_envs", "field"), ("Args.anneal_lr", "field"), ("Args.gamma", "field"),
+        ("--total-steps", "argparse"), ("--gamma", "argparse"), ("--ent", "argparse"),
+        ("Adam.lr", "kwarg"), ("Adam.eps", "kwarg"),
+    }
+    # values and where they are
+    assert found[("LR", "constant")].value == 3e-4 and found[("LR", "constant")].line == 7
+    assert found[("CLIP", "constant")].value == -0.5
+    assert found[("--total-steps", "argparse")].name == "total_steps"
+    assert found[("--ent", "argparse")].name == "ent_coef"  # dest= wins
+    # not places: a call's value, a name, None, a function-local constant, a non-config class,
+    # a default computed at run time, default_factory, a bool keyword of a call, print's end=
+    names = {p.name for p in places()}
+    for absent in ("DEVICE", "ALIAS", "NOTHING", "INNER", "hidden", "threads", "workers", "Adam.amsgrad", "print.end"):
+        assert absent not in names
+
+
+def test_set_values_changes_exactly_the_literals():
+    ps = places()
+    edits = [(resolve("LR", ps), 1.2e-3), (resolve("CLIP", ps), -2.0), (resolve("--total-steps", ps), 50),
+             (resolve("Args.gamma", ps), 0.95), (resolve("Adam.eps", ps), 1e-8), (resolve("ENV_ID", ps), "Acrobot-v1")]
+    out = set_values(SOURCE.encode(), edits).decode()
+    before, after = SOURCE.splitlines(), out.splitlines()
+    assert len(before) == len(after)  # line numbers of every other site stay valid
+    changed = {i + 1: (a, b) for i, (a, b) in enumerate(zip(before, after)) if a != b}
+    assert set(changed) == {p.line for p, _ in edits}
+    tree = cst.parse_module(out)
+    # the rewritten literals read back as the values (structure, not text)
+    for place, value in edits:
+        again = [p for p in find_places("train.py", out.encode()) if p.qualified == place.qualified and p.kind == place.kind]
+        assert again[0].value == value
+    assert "# a comment kept" in out and "(50)" in out  # formatting around a literal kept
+    assert tree.code == out
+
+
+def test_render_keeps_floats_floats():
+    assert render(1.0) == "1.0" and render(1e-5) == "1e-05" and render(3) == "3" and render(True) == "True"
+    assert isinstance(eval(render(2.0)), float)
+
+
+def test_resolve_unknown_and_ambiguous_are_one_line():
+    ps = places()
+    with pytest.raises(PlaceError) as exc:
+        resolve("lr", ps)
+    assert "unknown parameter 'lr'" in str(exc.value) and "Adam.lr" in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(PlaceError) as exc:
+        resolve("gamma", ps)  # the config field and the argparse option
+    assert "ambiguous" in str(exc.value) and "train.py:20:gamma" in str(exc.value) and "train.py:32:gamma" in str(exc.value)
+    assert resolve("train.py:32:gamma", ps).kind == "argparse"
+    assert resolve("--gamma", ps).kind == "argparse"
+
+
+def test_a_place_that_moved_is_an_error_naming_it():
+    ps = places()
+    lr = resolve("LR", ps)
+    moved = SOURCE.replace("LR = 3e-4", "LR = compute()")
+    with pytest.raises(PlaceError, match="train.py:7:LR"):
+        set_values(moved.encode(), [(lr, 1.0)])
+
+
+def write(tmp_path, text, name="explore.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+GOOD = textwrap.dedent("""\
+    script: train.py
+    metric: episodic_return
+    params:
+      LR: {loguniform: [1.0e-4, 1.0e-2]}
+      Args.num_envs: {int: [1, 8], log: true}
+      Args.anneal_lr: {choice: [true, false]}
+    """)
+
+
+def test_config_reads_yaml_and_toml(tmp_path):
+    c = cfg.load(write(tmp_path, GOOD))
+    assert c.study == "explore" and c.sampler == "tpe" and c.trials == 20 and c.seeds == [None]
+    bound = cfg.bind(c, places())
+    assert bound["LR"].line == 7 and bound["Args.num_envs"].kind == "field"
+    t = cfg.load(write(tmp_path, """\
+        script = "train.py"
+        metric = "score"
+        trials = 3
+        seeds = [0, 1]
+        [params]
+        LR = {uniform = [0.0, 1.0]}
+        """, "s.toml"))
+    assert t.study == "s" and t.seeds == [0, 1] and t.params[0].kind == "uniform"
+
+
+@pytest.mark.parametrize("text, message", [
+    (GOOD + "trails: 5\n", "explore.yaml: trails: unknown key"),
+    (GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "loguniform: [0, 1]"), "params.LR.loguniform: expects 0 < low < high"),
+    (GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "loguniform: [a, 1]"), "params.LR.loguniform: expects [low, high] numbers"),
+    (GOOD.replace("int: [1, 8]", "int: [1.5, 8]"), "params.Args.num_envs.int: expects [low, high] integers"),
+    (GOOD.replace("metric: episodic_return\n", ""), "explore.yaml: metric: missing"),
+    (GOOD + "direction: up\n", "direction: expects maximize or minimize"),
+    (GOOD + "parallel: 0\n", "parallel: expects an integer >= 1"),
+    ("script: [", "explore.yaml:1: not valid YAML"),
+])
+def test_config_errors_name_the_key(tmp_path, text, message):
+    with pytest.raises(cfg.ExploreConfigError) as exc:
+        cfg.load(write(tmp_path, text))
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("param, message", [
+    ("lr: {uniform: [0.1, 0.2]}", "params.lr: unknown parameter 'lr'; tunable places: "),
+    ("Args.num_envs: {uniform: [1, 8]}", "uniform gives floats but Args.num_envs (train.py:18) is an int (4); use int: [low, high]"),
+    ("ENV_ID: {uniform: [1, 8]}", "uniform gives numbers but ENV_ID (train.py:9) holds 'CartPole-v1'"),
+    ("gamma: {uniform: [0.9, 0.99]}", "params.gamma: 'gamma' is ambiguous"),
+])
+def test_binding_errors(tmp_path, param, message):
+    c = cfg.load(write(tmp_path, f"script: train.py\nmetric: m\nparams:\n  {param}\n"))
+    with pytest.raises(cfg.ExploreConfigError) as exc:
+        cfg.bind(c, places())
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_set_values_with_tabs_non_ascii_and_odd_line_ends():
+    source = 'NAME = "h\u00e9\u2028llo"\r\nif True:\n\tX = {"\u00e9": 1}; LR = 0.5  # \x0c\r\nGAMMA = (0.9)\n'.encode()
+    ps = find_places("t.py", source)
+    assert [p.name for p in ps] == ["NAME", "LR", "GAMMA"]  # module level under an if; X is no literal
+    out = set_values(source, [(resolve("GAMMA", ps), 0.95), (resolve("NAME", ps), "x"), (resolve("LR", ps), 0.25)]).decode()
+    assert out == 'NAME = \'x\'\r\nif True:\n\tX = {"\u00e9": 1}; LR = 0.25  # \x0c\r\nGAMMA = (0.95)\n'
+    module = "\n".join(["import torch", "", "opt = torch.optim.Adam(p, lr=3e-4)  # \u00e9", ""])
+    ps = find_places("m.py", module.encode())
+    assert set_values(module.encode(), [(resolve("Adam.lr", ps), 1e-3)]).decode() == module.replace("3e-4", "0.001")
