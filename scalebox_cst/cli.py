@@ -259,6 +259,8 @@ def _describe_end(record) -> str:
     if record.signal:
         parts[0] += f" ({record.signal})"
     parts[0] += f" in {record.wall_time:.1f}s"
+    if record.status == "failed" and record.stop_reason:
+        parts[0] += f": {record.stop_reason}"
     if record.seed is not None:
         parts.append(f"seed {record.seed}")
     if head.get("episodic_return_final") is not None:
@@ -315,6 +317,21 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
     sys.exit(status)
 
 
+def _set_limits(project: Project, memory, cpus, device_memory, priority, no_network) -> None:
+    """The run's limits (scalebox_cst.limits): checked now (one line), passed on in the environment
+    so that hot-fixes, torchrun ranks and Ray tasks started from here inherit them."""
+    from scalebox_cst import limits
+
+    try:
+        table = limits.cli_limits(memory, cpus, device_memory, priority, no_network)
+        if table:
+            os.environ[limits.ENV] = json.dumps(table)
+        if not limits.resolve(project.root).network:
+            limits.require_netns()
+    except limits.LimitError as exc:
+        _fail(str(exc), 2)
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
@@ -332,9 +349,16 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
 @click.option("--branches", help="ray: several branches at once, comma-separated (each with every seed).")
 @click.option("--heal", is_flag=True, help="On instability, stop the run, commit a hot-fix branch and run it instead.")
 @click.option("--locate-nan", is_flag=True, help="Rerun with isfinite checks at the first non-finite step: name the module.")
+@click.option("--memory", metavar="SIZE", help="Limit the run's memory (4g, 300m); also [run] memory.")
+@click.option("--cpus", type=float, help="Limit the run to N cores' worth of CPU; also [run] cpus.")
+@click.option("--device-memory", metavar="SIZE", help="Limit each process's GPU/NPU memory (16g); also [run] device_memory.")
+@click.option("--priority", type=click.Choice(["low", "normal", "high"]), help="CPU priority of the run; also [run] priority.")
+@click.option("--no-network", is_flag=True, help="No network for the run (a network namespace); also [run] network = false.")
 def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds: Optional[str], parallel: int, no_commit: bool,
         launcher: Optional[str], nproc: Optional[int], nnodes: str, rdzv_endpoint: Optional[str], rdzv_id: Optional[str],
-        max_restarts: int, address: Optional[str], branches: Optional[str], heal: bool = False, locate_nan: bool = False) -> None:
+        max_restarts: int, address: Optional[str], branches: Optional[str], heal: bool = False, locate_nan: bool = False,
+        memory: Optional[str] = None, cpus: Optional[float] = None, device_memory: Optional[str] = None,
+        priority: Optional[str] = None, no_network: bool = False) -> None:
     """Run SCRIPT from BRANCH (default: the newest): run [OPTIONS] [BRANCH] SCRIPT [-- ARGS].
 
     Every run is a new record (runs/<branch>/<NNNN>/); nothing is overwritten. Without BRANCH,
@@ -345,6 +369,7 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     import time as _time
 
     project = _open_project(project_dir)
+    _set_limits(project, memory, cpus, device_memory, priority, no_network)
     args = list(argv)
     stale: Optional[List[str]] = None
     try:
