@@ -186,6 +186,9 @@ class Project:
                 fresh.append((blob, fingerprint, result.output, cached))
         if fresh:
             store.cache_put_many(fresh)
+        from scalebox_cst import fallbacks
+
+        fallbacks.annotate(self.root, results)  # after the cache: the notes are of the last run, not of the file
         return results
 
     def commit_change(
