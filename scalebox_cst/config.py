@@ -112,6 +112,7 @@ OPTIONS: Dict[str, Dict[str, Any]] = {
         "npu_fused_optimizer": "bool",
     },
     # read by scalebox_cst.limits for every run (scalebox run, watch, hot-fixes, explore trials)
+    "precision": {"mode": ("bf16", "fp16")},  # precision.autocast (off unless named or this is set)
     "run": {"memory": "size", "cpus": "positive", "device_memory": "size", "priority": ("low", "normal", "high"), "network": "bool"},
     # read by scalebox_cst.hotfix (the policy that makes hot-fix branches), not by a transform
     "hotfix": {
@@ -268,6 +269,8 @@ class Config:
 
     def transform_enabled(self, transform_id: str) -> bool:
         on = any(_id_matches(transform_id, pat) for pat in self.transforms)
+        if transform_id == "precision.autocast":  # off by default: named, or asked for by [precision] mode
+            on = any(pat == transform_id or pat == "precision.*" for pat in self.transforms) or "mode" in self.options.get("precision", {})
         off = any(_id_matches(transform_id, pat) for pat in self.disabled)
         return on and not off
 
