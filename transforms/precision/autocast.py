@@ -104,7 +104,6 @@ LOSS_USES = ("backward", "item", "detach")
 
 def _escapes(nodes, found: Tuple[int, int], loss: str, rest: Sequence[cst.CSTNode]) -> Optional[str]:
     """A name the chain binds that the rest of the block reads (it would be bf16 there), else None;
-    
     the loss may be read only as ``loss.backward()``, ``loss.item()``, ``loss.detach()``."""
     bound: Set[str] = set()
     for k in range(found[0], found[1] + 1):

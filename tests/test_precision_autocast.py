@@ -1,0 +1,162 @@
+"""precision.autocast (issue 24 part 1): the loss forward chain of each backward under autocast bf16.
+Off by default; the examples; differential runs on CPU in bf16 (close, not equal: changes-semantics);
+acting, targets, AMP already present and names read after the step left fp32."""
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+import pytest
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.transforms import REGISTRY
+from scalebox_cst.transforms.precision import AutocastTransform
+
+torch = pytest.importorskip("torch")
+
+ID = AutocastTransform.id
+
+SAC_UPDATE = """\
+import torch
+import torch.nn.functional as F
+
+
+def update(actor, critic, critic_opt, obs, act, rew, nxt, done):
+    with torch.no_grad():
+        nxt_act = actor(nxt)
+        target = rew + 0.99 * (1 - done) * critic(torch.cat([nxt, nxt_act], 1)).squeeze(1)
+    explore = actor(obs)
+    q = critic(torch.cat([obs, act], 1)).squeeze(1)
+    critic_loss = F.mse_loss(q, target)
+    critic_opt.zero_grad()
+    critic_loss.backward()
+    critic_opt.step()
+    return critic_loss.item(), explore
+"""
+
+
+def _rewrite(code, transforms=(ID,), options=None, backend="cpu"):
+    cfg = Config()
+    cfg.transforms = list(transforms)
+    for (section, key), value in (options or {}).items():
+        cfg.set_option(section, key, value)
+    result = Pipeline(cfg, backend).rewrite("train.py", code.encode())
+    return result.output.decode(), [s for s in result.report.sites if s.transform == ID]
+
+
+def _with_blocks(code):
+    return [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.With)]
+
+
+def test_registered_and_off_by_default():
+    assert ID in [cls.id for cls in REGISTRY]
+    cfg = Config()
+    assert not cfg.transform_enabled(ID)
+    cfg.set_option("precision", "mode", "bf16")
+    assert cfg.transform_enabled(ID)
+    cfg = Config()
+    cfg.transforms = ["precision.*"]
+    assert cfg.transform_enabled(ID)
+    out, sites = _rewrite(SAC_UPDATE, transforms=Config().transforms)
+    assert "autocast" not in out and sites == []  # the default transforms (grad_clip etc.) run, this one does not
+
+
+@pytest.mark.parametrize("example", AutocastTransform.EXAMPLES, ids=lambda e: str(e.rewritten) + e.reason[:30])
+def test_examples(example):
+    out, sites = _rewrite(example.code)
+    if example.rewritten:
+        assert out != example.code and any(s.action == "rewritten" for s in sites)
+    else:
+        assert out == example.code
+        assert any(example.reason in s.reason for s in sites), sites
+
+
+def test_only_the_loss_chain_is_wrapped_in_bf16_autocast():
+    out, sites = _rewrite(SAC_UPDATE)
+    [rewritten] = sites
+    assert rewritten.exactness == "changes-semantics" and (rewritten.line, rewritten.end_line) == (10, 11)
+    withs = _with_blocks(out)
+    autocast = [w for w in withs if ast.unparse(w.items[0].context_expr).startswith("torch.autocast")]
+    assert len(autocast) == 1
+    assert ast.unparse(autocast[0].items[0].context_expr) == "torch.autocast(device_type='cpu', dtype=torch.bfloat16)"
+    inside = [ast.unparse(s) for s in autocast[0].body]
+    assert inside == ["q = critic(torch.cat([obs, act], 1)).squeeze(1)", "critic_loss = F.mse_loss(q, target)"]
+    # the acting forward, the no_grad target block, zero_grad, backward and step are outside it
+    assert "explore = actor(obs)" not in inside and not any("no_grad" in s for s in inside)
+
+
+@pytest.mark.parametrize("backend, device_type", [("cuda", "cuda"), ("npu", "npu")])
+def test_device_type_follows_the_backend(backend, device_type):
+    out, _ = _rewrite(SAC_UPDATE, backend=backend)
+    assert f"torch.autocast(device_type='{device_type}', dtype=torch.bfloat16)" in out
+
+
+def test_fp16_is_declined_without_a_grad_scaler():
+    out, sites = _rewrite(SAC_UPDATE, options={("precision", "mode"): "fp16"})
+    assert out == SAC_UPDATE and [s.action for s in sites] == ["skipped"] and "GradScaler" in sites[0].reason
+
+
+@pytest.mark.parametrize("code, reason", [
+    # a name of the chain read after the step: it would be bf16 there (numpy has no bf16)
+    ("import torch\ndef f(m, o, x, buf):\n    p = m(x)\n    loss = p.pow(2).mean()\n    loss.backward()\n    buf.add(p.detach().numpy())\n",
+     "p is read after the step"),
+    ("import torch\ndef f(m, o, x, log):\n    loss = m(x).mean()\n    loss.backward()\n    log.append(loss)\n",
+     "loss is read after the step"),
+    # a loop that carries a chain name into its next round
+    ("import torch\ndef f(m, xs):\n    h = None\n    for x in xs:\n        y = m(x, h)\n        loss = y.sum()\n        loss.backward()\n        h = y.detach()\n",
+     "y is read after the step"),
+    ("import torch\ndef f(m, xs, h):\n    for x in xs:\n        print(y)\n        y = m(x, h)\n        loss = y.sum()\n        loss.backward()\n",
+     "y is read after the step"),
+    ("import torch\ndef f(m, o, x):\n    m(x).sum().backward()\n", ""),
+    ("import torch\ndef f(m, x):\n    self.loss = m(x).mean()\n    self.loss.backward()\n", ""),
+    ("import torch\ndef f(loss):\n    loss.backward()\n", "no forward chain"),
+])
+def test_look_alikes_are_left_alone(code, reason):
+    out, sites = _rewrite(code)
+    assert out == code
+    if reason:
+        assert any(reason in s.reason for s in sites), sites
+
+
+def _sac_nets(seed=0):
+    torch.manual_seed(seed)
+    actor = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2), torch.nn.Tanh())
+    critic = torch.nn.Sequential(torch.nn.Linear(10, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    return actor, critic, torch.optim.Adam(critic.parameters(), lr=1e-3)
+
+
+def _run(code, steps=20):
+    namespace = {}
+    exec(compile(code, "train.py", "exec"), namespace)
+    actor, critic, opt = _sac_nets()
+    g = torch.Generator().manual_seed(1)
+    losses, dtypes = [], set()
+    for _ in range(steps):
+        obs, act, nxt = torch.randn(32, 8, generator=g), torch.rand(32, 2, generator=g) * 2 - 1, torch.randn(32, 8, generator=g)
+        rew, done = torch.randn(32, generator=g), torch.zeros(32)
+        loss, explore = namespace["update"](actor, critic, opt, obs, act, rew, nxt, done)
+        losses.append(loss)
+        dtypes.add(explore.dtype)
+    return losses, [p.detach().clone() for p in critic.parameters()], dtypes
+
+
+def test_differential_cpu_bf16_close_not_equal_and_fp32_outside():
+    out, _ = _rewrite(SAC_UPDATE)
+    base_losses, base_params, base_dtypes = _run(SAC_UPDATE)
+    losses, params, dtypes = _run(out)
+    assert dtypes == base_dtypes == {torch.float32}  # action selection stays fp32
+    assert all(p.dtype == torch.float32 for p in params)  # master weights stay fp32
+    assert losses != base_losses  # bf16 matmuls: not the same numbers (changes-semantics)
+    for a, b in zip(losses, base_losses):
+        assert abs(a - b) <= 0.05 * abs(b) + 0.02
+    for p, q in zip(params, base_params):
+        assert torch.allclose(p, q, atol=0.02, rtol=0.05)
+
+
+def test_site_reason_is_one_short_line():
+    _, sites = _rewrite(SAC_UPDATE)
+    for site in sites:
+        assert "\n" not in site.reason and len(site.reason) < 140
+    tree = cst.parse_module(_rewrite(SAC_UPDATE)[0])
+    assert tree.code == _rewrite(SAC_UPDATE)[0]
