@@ -92,9 +92,53 @@ def test_device_type_follows_the_backend(backend, device_type):
     assert f"torch.autocast(device_type='{device_type}', dtype=torch.bfloat16)" in out
 
 
-def test_fp16_is_declined_without_a_grad_scaler():
-    out, sites = _rewrite(SAC_UPDATE, options={("precision", "mode"): "fp16"})
-    assert out == SAC_UPDATE and [s.action for s in sites] == ["skipped"] and "GradScaler" in sites[0].reason
+FP16_STEP = """\
+import torch
+
+
+def step(m, opt, x):
+    loss = m(x).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+    opt.step()
+    return loss.item()
+"""
+
+
+def test_fp16_threads_a_grad_scaler_through_backward_clip_and_step():
+    out, sites = _rewrite(FP16_STEP, transforms=("grad_clip", ID), options={("precision", "mode"): "fp16"})
+    [site] = sites
+    assert site.action == "rewritten" and "GradScaler" in site.reason
+    tree = ast.parse(out)
+    assert any(ast.unparse(s) == "_scalebox_scaler = torch.amp.GradScaler('cpu')" for s in tree.body)
+    body = [ast.unparse(s) for s in next(n for n in tree.body if isinstance(n, ast.FunctionDef)).body]
+    assert body[0].startswith("with torch.autocast(device_type='cpu', dtype=torch.float16):")
+    order = [body.index(s) for s in ("_scalebox_scaler.scale(loss).backward()", "_scalebox_scaler.unscale_(opt)",
+                                     "torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)",
+                                     "_scalebox_scaler.step(opt)", "_scalebox_scaler.update()")]
+    assert order == sorted(order)  # unscale before the clip and the guard, step then update
+    guard = next(s for s in body if s.startswith("_scalebox_stabilize("))
+    assert "scaler=_scalebox_scaler" in guard and body.index(guard) < body.index("_scalebox_scaler.step(opt)")
+    # runs (CPU fp16 autocast): finite losses close to fp32's, weights fp32
+    runs = []
+    for code in (FP16_STEP, out):
+        ns = {}
+        exec(compile(code, "train.py", "exec"), ns)
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        g = torch.Generator().manual_seed(3)
+        runs.append([ns["step"](m, opt, torch.randn(16, 8, generator=g)) for _ in range(5)])
+        assert all(p.dtype == torch.float32 for p in m.parameters())
+    for a, b in zip(*runs):
+        assert abs(a - b) <= 0.02 * abs(a) + 1e-3
+
+
+def test_fp16_without_a_step_in_the_block_is_declined():
+    code = "import torch\ndef f(m, x):\n    loss = m(x).mean()\n    loss.backward()\n"
+    out, sites = _rewrite(code, options={("precision", "mode"): "fp16"})
+    assert out == code and "no OPT.step()" in sites[0].reason
 
 
 @pytest.mark.parametrize("code, reason", [

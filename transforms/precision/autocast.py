@@ -27,6 +27,7 @@ import libcst as cst
 from scalebox_cst.report import CHANGES_SEMANTICS, REWRITTEN, SKIPPED, WARNING, Site
 
 from ..base import Example, FileContext, Transform
+from ..grad_clip.guard import GUARD_ALIAS
 
 DEVICE_TYPES = {"cpu": "cpu", "cuda": "cuda", "npu": "npu"}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
@@ -120,11 +121,54 @@ def _escapes(nodes, found: Tuple[int, int], loss: str, rest: Sequence[cst.CSTNod
     return None
 
 
+def _step_after(nodes: Sequence[Optional[ast.stmt]], k: int) -> Optional[int]:
+    """Index of the ``OPT.step()`` that follows the backward at ``k`` in the block (no other
+    backward, no compound statement between), else None."""
+    for m in range(k + 1, len(nodes)):
+        node = nodes[m]
+        if node is None or _backward_name(node) is not None:
+            return None
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and not node.value.args
+                and not node.value.keywords and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "step" and isinstance(node.value.func.value, (ast.Name, ast.Attribute))):
+            return m
+    return None
+
+
+SCALER = "_scalebox_scaler"
+GUARD = GUARD_ALIAS  # grad_clip runs before this transform: its guard is told about the scaler
+
+
 class _Wrap(cst.CSTTransformer):
     def __init__(self, ctx: FileContext, torch_name: str, device_type: str, dtype: str, mode: str) -> None:
         super().__init__()
         self.ctx, self.torch, self.device_type, self.dtype, self.mode = ctx, torch_name, device_type, dtype, mode
         self.sites: List[Site] = []
+        self.scaled = 0  # fp16 sites that use the module's GradScaler
+
+    def _scale(self, body: list, k: int, m: int) -> None:
+        """fp16: ``S.scale(loss).backward()``, ``S.unscale_(opt)`` right after it (so a clip or the
+        stabilizer guard between sees true gradients), ``S.step(opt)``, ``S.update()``."""
+        step_call = body[m].body[0].value
+        opt = cst.Module([]).code_for_node(step_call.func.value)
+        for j in range(k + 1, m):  # grad_clip's guard: told the scaler skips non-finite steps itself
+            stmt = body[j]
+            expr = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
+            call = expr.value if isinstance(expr, cst.Expr) and isinstance(expr.value, cst.Call) else None
+            if (call is not None and isinstance(call.func, cst.Name) and call.func.value == GUARD
+                    and not any(a.keyword is not None and a.keyword.value == "scaler" for a in call.args)):
+                arg = cst.Arg(keyword=cst.Name("scaler"), value=cst.Name(SCALER),
+                              equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+                args = [*call.args[:-1], call.args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), arg]
+                body[j] = stmt.with_changes(body=[expr.with_changes(value=call.with_changes(args=args))])
+        body[m:m + 1] = [cst.parse_statement(f"{SCALER}.step({opt})").with_changes(leading_lines=body[m].leading_lines),
+                         cst.parse_statement(f"{SCALER}.update()")]
+        line = body[k]
+        call = line.body[0].value
+        scaled = call.with_changes(func=call.func.with_changes(value=cst.parse_expression(f"{SCALER}.scale({call.func.value.value})")))
+        body[k:k + 1] = [line.with_changes(body=[line.body[0].with_changes(value=scaled)]),
+                         cst.parse_statement(f"{SCALER}.unscale_({opt})")]
+        self.scaled += 1
 
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
         nodes = [_ast_of(s) if isinstance(s, cst.SimpleStatementLine) else None for s in updated.body]
@@ -139,29 +183,46 @@ class _Wrap(cst.CSTTransformer):
                 self.sites.append(self.ctx.site(AutocastTransform.id, original.body[k], SKIPPED,
                                                 f"{loss}.backward(): no forward chain computing {loss} right before it in this block"))
                 continue
-            if spans and found[0] <= spans[-1][1]:
+            if spans and found[0] <= spans[-1][2]:
                 continue  # overlaps the previous step's chain
             escaped = _escapes(nodes, found, loss, [*original.body[:found[0]], *original.body[found[1] + 1:]])  # a loop reads it next time round too
             if escaped:
                 self.sites.append(self.ctx.site(AutocastTransform.id, original.body[found[0]], SKIPPED,
                                                 f"{escaped} is read after the step, where it would be half precision: left fp32"))
                 continue
-            spans.append(found)
-        for first, last in reversed(spans):
+            step = _step_after(nodes, k) if self.mode == "fp16" else None
+            if self.mode == "fp16" and step is None:
+                self.sites.append(self.ctx.site(AutocastTransform.id, original.body[k], SKIPPED,
+                                                "fp16: no OPT.step() after this backward in its block for the GradScaler"))
+                continue
+            spans.append((*found, k, step))
+        for first, last, k, step in reversed(spans):
             lo, _ = self.ctx.span(original.body[first])
             _, hi = self.ctx.span(original.body[last])
-            if self.mode == "fp16":
-                self.sites.append(Site(AutocastTransform.id, lo, hi, SKIPPED,
-                                       "fp16 needs a GradScaler through backward and step, not built: use mode bf16"))
-                continue
+            if step is not None:
+                self._scale(body, k, step)
             call = cst.parse_expression(f"{self.torch}.autocast(device_type={self.device_type!r}, dtype={self.torch}.{self.dtype})")
             inner = [body[first].with_changes(leading_lines=()), *body[first + 1:last + 1]]
             body[first:last + 1] = [cst.With(items=[cst.WithItem(call)], body=cst.IndentedBlock(body=inner),
                                              leading_lines=body[first].leading_lines)]
+            scaler = "; GradScaler: scale, unscale_, step, update" if step is not None else ""
             self.sites.append(Site(AutocastTransform.id, lo, hi, REWRITTEN,
                                    f"loss forward under autocast({self.device_type}, {self.dtype}); backward, step, "
-                                   "acting and targets stay fp32", CHANGES_SEMANTICS))
+                                   f"acting and targets stay fp32{scaler}", CHANGES_SEMANTICS))
         return updated.with_changes(body=body) if spans else updated
+
+
+def _add_scaler(module: cst.Module, line: str) -> cst.Module:
+    """The module's one GradScaler, after its last top-level import (it lives across steps)."""
+    body = list(module.body)
+    at = 0
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+            at = i + 1
+        elif not (isinstance(stmt, cst.SimpleStatementLine) and i == 0):  # a docstring may come first
+            break
+    body.insert(at, cst.parse_statement(line))
+    return module.with_changes(body=body)
 
 
 class AutocastTransform(Transform):
@@ -174,6 +235,8 @@ class AutocastTransform(Transform):
         device_type = DEVICE_TYPES.get(ctx.backend, "cpu")
         amp = [n for n in ast.walk(ctx.tree) if (isinstance(n, ast.Attribute) and n.attr in AMP_NAMES)
                or (isinstance(n, ast.Name) and n.id in AMP_NAMES)]
+        if mode == "fp16" and SCALER in ctx.code:
+            return ctx.module, [Site(self.id, 1, 1, SKIPPED, f"{SCALER} is already a name in this file")]
         if amp:
             line = min(n.lineno for n in amp)
             return ctx.module, [Site(self.id, line, line, WARNING, "AMP already in this file (autocast/GradScaler): left alone")]
@@ -183,6 +246,8 @@ class AutocastTransform(Transform):
         wrap = _Wrap(ctx, torch_name, device_type, DTYPES[mode], mode)
         ctx.positions  # resolved on the module the visit starts from (its nodes key the positions)
         module = ctx.module.visit(wrap)
+        if wrap.scaled:
+            module = _add_scaler(module, f"{SCALER} = {torch_name}.amp.GradScaler({device_type!r})\n")
         return module, wrap.sites
 
     EXAMPLES = (
