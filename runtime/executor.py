@@ -31,7 +31,7 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, List, Optional
 
-from scalebox_cst import contention, fallbacks, runs
+from scalebox_cst import calibration, contention, fallbacks, runs
 from scalebox_cst import limits as run_limits
 from scalebox_cst.runtime import keyvalue, lifeline, threads
 from scalebox_cst.runtime.output import Console, Recorder, StreamPump
@@ -89,6 +89,7 @@ class RunRecord:
     recording_error: Optional[str] = None  # why the run folder stopped being written (a full disk)
     limits: Optional[Dict[str, str]] = None  # what is enforced, and how (scalebox_cst.limits)
     fallbacks: Optional[List[Dict[str, Any]]] = None  # operators run on the CPU, per line (scalebox_cst.fallbacks)
+    precision: Optional[Dict[str, Any]] = None  # module ranges of a calibration run (scalebox_cst.calibration)
 
     @property
     def stopped(self) -> bool:
@@ -458,6 +459,7 @@ class Execution:
         rec.headline = runs.headline(rec.to_json(), series, runs.read_sites(self.dir))
         rec.profile = _profile(self.dir, rec.to_json(), self.store_path)
         rec.fallbacks = fallbacks.read(self.dir)
+        rec.precision = calibration.read(self.dir)
         fallbacks.mark_profile(rec.profile, rec.fallbacks)
         rec.recording_error = self.recorder.error
         self.recorder.close()

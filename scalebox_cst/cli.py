@@ -354,11 +354,12 @@ def _set_limits(project: Project, memory, cpus, device_memory, priority, no_netw
 @click.option("--device-memory", metavar="SIZE", help="Limit each process's GPU/NPU memory (16g); also [run] device_memory.")
 @click.option("--priority", type=click.Choice(["low", "normal", "high"]), help="CPU priority of the run; also [run] priority.")
 @click.option("--no-network", is_flag=True, help="No network for the run (a network namespace); also [run] network = false.")
+@click.option("--calibrate-precision", is_flag=True, help="Record module activation ranges over the first [precision] calibrate_steps (20) steps, for precision.autocast fp16.")
 def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds: Optional[str], parallel: int, no_commit: bool,
         launcher: Optional[str], nproc: Optional[int], nnodes: str, rdzv_endpoint: Optional[str], rdzv_id: Optional[str],
         max_restarts: int, address: Optional[str], branches: Optional[str], heal: bool = False, locate_nan: bool = False,
         memory: Optional[str] = None, cpus: Optional[float] = None, device_memory: Optional[str] = None,
-        priority: Optional[str] = None, no_network: bool = False) -> None:
+        priority: Optional[str] = None, no_network: bool = False, calibrate_precision: bool = False) -> None:
     """Run SCRIPT from BRANCH (default: the newest): run [OPTIONS] [BRANCH] SCRIPT [-- ARGS].
 
     Every run is a new record (runs/<branch>/<NNNN>/); nothing is overwritten. Without BRANCH,
@@ -370,6 +371,8 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
 
     project = _open_project(project_dir)
     _set_limits(project, memory, cpus, device_memory, priority, no_network)
+    if calibrate_precision:  # scalebox_cst.runtime.precision, in the child
+        os.environ["SCALEBOX_CALIBRATE_PRECISION"] = str(int(project.config.option("precision", "calibrate_steps", 20)))
     args = list(argv)
     stale: Optional[List[str]] = None
     try:

@@ -112,7 +112,7 @@ OPTIONS: Dict[str, Dict[str, Any]] = {
         "npu_fused_optimizer": "bool",
     },
     # read by scalebox_cst.limits for every run (scalebox run, watch, hot-fixes, explore trials)
-    "precision": {"mode": ("bf16", "fp16")},  # precision.autocast (off unless named or this is set)
+    "precision": {"mode": ("bf16", "fp16"), "calibrate_steps": "positive_int"},  # precision.autocast (off unless named or this is set)
     "run": {"memory": "size", "cpus": "positive", "device_memory": "size", "priority": ("low", "normal", "high"), "network": "bool"},
     # read by scalebox_cst.hotfix (the policy that makes hot-fix branches), not by a transform
     "hotfix": {

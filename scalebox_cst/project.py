@@ -130,6 +130,9 @@ class Project:
             from scalebox_cst.catalog import transform_versions
             from scalebox_cst.pipeline import Pipeline
 
+            from scalebox_cst import calibration
+
+            calibration.inject(self.root, self.config)  # the newest calibration run's ranges, as an option (fingerprinted)
             self._pipeline = Pipeline(self.config, self.backend)
             transform_versions()  # kept for the next status or run (catalog)
         return self._pipeline
