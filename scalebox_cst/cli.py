@@ -354,7 +354,7 @@ def _set_limits(project: Project, memory, cpus, device_memory, priority, no_netw
 @click.option("--device-memory", metavar="SIZE", help="Limit each process's GPU/NPU memory (16g); also [run] device_memory.")
 @click.option("--priority", type=click.Choice(["low", "normal", "high"]), help="CPU priority of the run; also [run] priority.")
 @click.option("--no-network", is_flag=True, help="No network for the run (a network namespace); also [run] network = false.")
-@click.option("--calibrate-precision", is_flag=True, help="Record module activation ranges over the first [precision] calibrate_steps (20) steps, for precision.autocast fp16.")
+@click.option("--calibrate-precision", is_flag=True, help="Record module activation ranges over the first [precision] calibrate_steps (20) steps, for precision.autocast fp16 (with --original: fp32 ranges on your lines).")
 def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds: Optional[str], parallel: int, no_commit: bool,
         launcher: Optional[str], nproc: Optional[int], nnodes: str, rdzv_endpoint: Optional[str], rdzv_id: Optional[str],
         max_restarts: int, address: Optional[str], branches: Optional[str], heal: bool = False, locate_nan: bool = False,

@@ -112,7 +112,8 @@ OPTIONS: Dict[str, Dict[str, Any]] = {
         "npu_fused_optimizer": "bool",
     },
     # read by scalebox_cst.limits for every run (scalebox run, watch, hot-fixes, explore trials)
-    "precision": {"mode": ("bf16", "fp16"), "calibrate_steps": "positive_int"},  # precision.autocast (off unless named or this is set)
+    # calibration: set by the engine from the newest `scalebox run --calibrate-precision` (scalebox_cst.calibration)
+    "precision": {"mode": ("bf16", "fp16"), "calibrate_steps": "positive_int", "calibration": "table"},  # precision.autocast (off unless named or this is set)
     "run": {"memory": "size", "cpus": "positive", "device_memory": "size", "priority": ("low", "normal", "high"), "network": "bool"},
     # read by scalebox_cst.hotfix (the policy that makes hot-fix branches), not by a transform
     "hotfix": {
@@ -148,6 +149,8 @@ def option_error(section: str, key: str, value: Any) -> Optional[str]:
         return f"{section}.{key} must be a non-negative number, got {got}"
     if kind == "positive_int" and not (number and isinstance(value, int) and value >= 1):
         return f"{section}.{key} must be a positive integer, got {got}"
+    if kind == "table" and not isinstance(value, dict):
+        return f"{section}.{key} must be a table, got {got}"
     if kind == "size":
         from scalebox_cst.limits import LimitError, parse_size
 

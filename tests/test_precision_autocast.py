@@ -4,6 +4,7 @@ acting, targets, AMP already present and names read after the step left fp32."""
 from __future__ import annotations
 
 import ast
+import json
 
 import libcst as cst
 import pytest
@@ -204,3 +205,107 @@ def test_site_reason_is_one_short_line():
         assert "\n" not in site.reason and len(site.reason) < 140
     tree = cst.parse_module(_rewrite(SAC_UPDATE)[0])
     assert tree.code == _rewrite(SAC_UPDATE)[0]
+
+
+CALIBRATED = """\
+import torch
+
+
+def step(enc, head, opt, x):
+    h = enc(x)
+    y = head(h)
+    loss = y.pow(2).mean()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_fp16_calibration_keeps_overflowing_lines_and_what_feeds_them_fp32():
+    calib = {"train.py:5": [9.0e4, 0.01], "train.py:6": [3.0, 0.001]}
+    out, [site] = _rewrite(CALIBRATED, options={("precision", "mode"): "fp16", ("precision", "calibration"): calib})
+    body = [ast.unparse(s) for s in next(n for n in ast.parse(out).body if isinstance(n, ast.FunctionDef)).body]
+    assert body[0] == "h = enc(x)"  # overflowed fp16 in calibration: outside autocast
+    assert body[1].startswith("with torch.autocast(device_type='cpu', dtype=torch.float16):") and "y = head(h)" in body[1]
+    assert "kept fp32 by calibration: line 5" in site.reason and "9e+04" in site.reason
+    # underflow of the normal range counts too; with every line flagged nothing is left: declined
+    calib = {"train.py:5": [1.0, 1e-7], "train.py:6": [1.0, 1e-6], "train.py:7": [1.0, 0.5]}
+    out, sites = _rewrite(CALIBRATED, options={("precision", "mode"): "fp16", ("precision", "calibration"): calib})
+    body = [ast.unparse(s) for s in next(n for n in ast.parse(out).body if isinstance(n, ast.FunctionDef)).body]
+    assert body[:2] == ["h = enc(x)", "y = head(h)"] and body[2].startswith("with torch.autocast")
+    # bf16 has fp32's range: calibration does not apply
+    out, [site] = _rewrite(CALIBRATED, options={("precision", "calibration"): {"train.py:5": [9.0e4, 0.01]}})
+    assert "calibration" not in site.reason and ast.unparse(ast.parse(out)).count("with torch.autocast") == 1
+    assert "h = enc(x)" in ast.unparse(next(n for n in ast.walk(ast.parse(out)) if isinstance(n, ast.With)))
+
+
+def test_calibration_records_module_ranges_per_user_line(tmp_path, monkeypatch):
+    from scalebox_cst.runtime import metrics, precision
+    from scalebox_cst.runtime.telemetry import fallbacks, training
+
+    monkeypatch.setattr(fallbacks, "_classifier_obj", __import__("scalebox_cst.runtime.telemetry.profile", fromlist=["x"]).Classifier(str(tmp_path) + "/"), raising=False)
+    monkeypatch.setenv(metrics.ENV_FILE, str(tmp_path / "metrics.jsonl"))
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "big = torch.nn.Linear(4, 4)\n"
+        "torch.nn.init.constant_(big.weight, 3.0e4)\n"
+        "small = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())\n"
+        "def step(x):\n"
+        "    a = big(x)\n"
+        "    b = small(x)\n"
+        "    return a, b\n"
+    )
+    ns = {}
+    exec(compile(script.read_text(), str(script), "exec"), ns)
+    precision.ranges.clear()
+    precision.install(2)
+    try:
+        for _ in range(3):
+            ns["step"](torch.ones(2, 4))
+            training.optimizer_steps += 1
+        ns["step"](torch.ones(2, 4) * 1e6)  # after the calibration steps: not recorded
+    finally:
+        precision.stop()
+    data = json.loads((tmp_path / "precision.json").read_text())
+    rows = {(r["file"], r["line"]): r for r in data["lines"]}
+    assert set(rows) == {("train.py", 6), ("train.py", 7)}
+    # the nested Linear inside the Sequential counts for its caller's line; the call after the steps does not
+    assert 65504 < rows[("train.py", 6)]["max"] < 1e6 and rows[("train.py", 7)]["max"] < 10
+    assert not precision._handles
+
+
+E2E = """\
+import torch
+
+torch.manual_seed(0)
+enc = torch.nn.Linear(4, 8)
+torch.nn.init.constant_(enc.weight, 2.0e4)
+head = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(head.parameters(), lr=1e-9)
+for step in range(4):
+    x = torch.ones(16, 4)
+    h = enc(x)
+    y = head(h / 1.0e5)
+    loss = y.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_calibration_run_then_fp16_rewrite_names_the_kept_line(project):
+    from scalebox_cst import runs
+
+    from conftest import scalebox
+
+    (project / "train.py").write_text(E2E)
+    (project / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["precision.autocast"]\n[precision]\nmode = "fp16"\ncalibrate_steps = 2\n')
+    scalebox("rewrite", str(project))
+    proc = scalebox("run", "--original", "--calibrate-precision", "train.py", cwd=project)  # fp32 ranges, the user's lines
+    [run] = runs.list_runs(str(project))
+    rows = {r["line"]: r for r in run.record["precision"]["lines"] if r["file"] == "train.py"}
+    assert rows[10]["max"] > 65504 and rows[11]["max"] < 65504, proc.stderr
+    (project / "train.py").write_text(E2E + "print('next')\n")
+    report = json.loads(scalebox("rewrite", str(project), "--json").stdout)
+    [site] = [s for f in report["files"] for s in f["sites"] if s["transform"] == ID]
+    assert "kept fp32 by calibration: line 10" in site["reason"] and (site["line"], site["end_line"]) == (11, 12)

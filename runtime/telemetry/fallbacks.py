@@ -63,8 +63,13 @@ def call_site(frame) -> Tuple[str, int]:
     classifier = _classifier()
     while frame is not None:
         kind, _ = classifier.file_kind(frame.f_code.co_filename)
-        if kind == profile.USER:
-            return profile._where(frame.f_code.co_filename, frame.f_lineno, classifier.project, profile._origins)
+        if kind == profile.USER:  # a rewritten file's line maps to the user's (as warnings and tracebacks do)
+            from scalebox_cst.runtime.user_lines import user_line
+
+            filename, line = frame.f_code.co_filename, frame.f_lineno
+            mapped = user_line(filename, line)
+            path = filename[len(classifier.project):] if filename.startswith(classifier.project) else filename
+            return path.replace(os.sep, "/"), mapped[0] if mapped else line
         frame = frame.f_back
     return "", 0
 

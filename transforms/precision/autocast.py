@@ -135,6 +135,14 @@ def _step_after(nodes: Sequence[Optional[ast.stmt]], k: int) -> Optional[int]:
     return None
 
 
+FP16_MAX = 65504.0
+FP16_TINY = 6.1e-5  # smallest normal fp16
+
+
+def _range_text(rng) -> str:
+    return f"{rng[1] if rng[1] is not None else 0:.2g}..{rng[0]:.2g}"
+
+
 SCALER = "_scalebox_scaler"
 GUARD = GUARD_ALIAS  # grad_clip runs before this transform: its guard is told about the scaler
 
@@ -145,6 +153,29 @@ class _Wrap(cst.CSTTransformer):
         self.ctx, self.torch, self.device_type, self.dtype, self.mode = ctx, torch_name, device_type, dtype, mode
         self.sites: List[Site] = []
         self.scaled = 0  # fp16 sites that use the module's GradScaler
+        self.calibration = ctx.option("precision", "calibration") or {}
+        self.kept: dict = {}  # (first, last) -> what calibration kept fp32
+
+    def _calibrated(self, stmts, nodes, found):
+        """fp16 with calibration: the chain from after its last statement whose line overflowed fp16
+        or underflowed its normal range (it and what feeds it stay fp32: autocast casts their
+        outputs itself); (None, what) where nothing of the chain is left."""
+        first, last = found
+        flagged = []
+        for i in range(first, last + 1):
+            lo, hi = self.ctx.span(stmts[i])
+            for line in range(lo, hi + 1):
+                user = self.ctx.original_line(line)
+                rng = self.calibration.get(f"{self.ctx.path}:{user}")
+                if rng and (rng[0] is not None and float(rng[0]) > FP16_MAX or rng[1] is not None and float(rng[1]) < FP16_TINY):
+                    flagged.append((i, f"line {user} (|x| {_range_text(rng)})"))
+        if not flagged:
+            return found, ""
+        what = ", ".join(text for _, text in flagged[:3]) + (f" (+{len(flagged) - 3})" if len(flagged) > 3 else "")
+        start = max(i for i, _ in flagged) + 1
+        if start > last or not any(isinstance(n, ast.Call) for k in range(start, last + 1) for n in ast.walk(nodes[k])):
+            return None, what
+        return (start, last), what
 
     def _scale(self, body: list, k: int, m: int) -> None:
         """fp16: ``S.scale(loss).backward()``, ``S.unscale_(opt)`` right after it (so a clip or the
@@ -195,6 +226,13 @@ class _Wrap(cst.CSTTransformer):
                 self.sites.append(self.ctx.site(AutocastTransform.id, original.body[k], SKIPPED,
                                                 "fp16: no OPT.step() after this backward in its block for the GradScaler"))
                 continue
+            if self.mode == "fp16" and self.calibration:
+                found, kept = self._calibrated(original.body, nodes, found)
+                if found is None:
+                    self.sites.append(self.ctx.site(AutocastTransform.id, original.body[k], SKIPPED,
+                                                    f"calibration: {kept} outside fp16's range; the whole chain stays fp32"))
+                    continue
+                self.kept[found] = kept
             spans.append((*found, k, step))
         for first, last, k, step in reversed(spans):
             lo, _ = self.ctx.span(original.body[first])
@@ -206,6 +244,8 @@ class _Wrap(cst.CSTTransformer):
             body[first:last + 1] = [cst.With(items=[cst.WithItem(call)], body=cst.IndentedBlock(body=inner),
                                              leading_lines=body[first].leading_lines)]
             scaler = "; GradScaler: scale, unscale_, step, update" if step is not None else ""
+            if self.kept.get((first, last)):
+                scaler += f"; kept fp32 by calibration: {self.kept[(first, last)]}"
             self.sites.append(Site(AutocastTransform.id, lo, hi, REWRITTEN,
                                    f"loss forward under autocast({self.device_type}, {self.dtype}); backward, step, "
                                    f"acting and targets stay fp32{scaler}", CHANGES_SEMANTICS))
