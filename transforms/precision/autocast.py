@@ -12,10 +12,18 @@ block, which ends the chain.
 
 Safety: ``with`` makes no scope, so every name keeps its binding; a statement is kept only if it is
 a plain assignment to names (no ``return``/``yield``/``await``/``del``/``global`` can be moved), so
-control flow is unchanged. What changes is precision (bf16 matmuls and convolutions, autocast's own
-fp32 list for losses and reductions): exactness ``changes-semantics``, always reported. A file that
-already uses AMP (``autocast``, ``GradScaler``) is left alone and its AMP reported. ``fp16`` needs a
-``GradScaler`` threaded through backward and step; that is not built: fp16 is declined per site.
+control flow is unchanged; a chain whose names are read after the step (or before it, by the
+loop's next round) is left fp32, as they would be half precision there. What changes is precision
+(bf16 matmuls and convolutions, autocast's own fp32 list for losses and reductions): exactness
+``changes-semantics``, always reported. A file that already uses AMP (``autocast``,
+``GradScaler``) is left alone and its AMP reported.
+
+fp16 (``mode = "fp16"``): one module-level ``GradScaler`` threaded through each backward/step pair
+of the block: ``scale(loss).backward()``, ``unscale_(opt)`` right after it (clips and grad_clip's
+guard, told ``scaler=``, then see true gradients), ``step(opt)``, ``update()``. With the ranges of a
+calibration run (``[precision] calibration``, set by scalebox_cst.calibration), a statement whose
+line overflowed fp16 or underflowed its normal range, and the chain before it (its inputs), stay
+outside autocast; the site reason lists them.
 """
 from __future__ import annotations
 
