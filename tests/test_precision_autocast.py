@@ -242,7 +242,7 @@ def test_calibration_records_module_ranges_per_user_line(tmp_path, monkeypatch):
     from scalebox_cst.runtime import metrics, precision
     from scalebox_cst.runtime.telemetry import fallbacks, training
 
-    monkeypatch.setattr(fallbacks, "_classifier_obj", __import__("scalebox_cst.runtime.telemetry.profile", fromlist=["x"]).Classifier(str(tmp_path) + "/"), raising=False)
+    monkeypatch.setattr(fallbacks, "_classifier_obj", __import__("scalebox_cst.runtime.telemetry.profile", fromlist=["x"]).Classifier(str(tmp_path) + "/"))
     monkeypatch.setenv(metrics.ENV_FILE, str(tmp_path / "metrics.jsonl"))
     script = tmp_path / "train.py"
     script.write_text(

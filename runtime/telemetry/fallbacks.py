@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 from scalebox_cst.runtime import metrics
 
@@ -45,15 +45,17 @@ _installed = False
 _dirty = False
 
 
-def _classifier():
-    from scalebox_cst.runtime.telemetry.profile import Classifier
+_classifier_obj = None
 
+
+def _classifier():
+    """The profile's frame classifier (which files are the project's), made on first use."""
     global _classifier_obj
-    try:
-        return _classifier_obj
-    except NameError:
+    if _classifier_obj is None:
+        from scalebox_cst.runtime.telemetry.profile import Classifier
+
         _classifier_obj = Classifier()
-        return _classifier_obj
+    return _classifier_obj
 
 
 def call_site(frame) -> Tuple[str, int]:
@@ -183,12 +185,3 @@ def write_json() -> None:
     except OSError as exc:
         print(f"scalebox: cannot write {path}: {exc}", file=sys.stderr)
 
-
-def read(directory: str) -> Optional[list]:
-    """A run's fallbacks (host side), or None where none was recorded."""
-    try:
-        with open(os.path.join(directory, FILE), encoding="utf-8") as fh:
-            rows = json.load(fh).get("fallbacks")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return [r for r in rows or [] if isinstance(r, dict)] or None
