@@ -158,6 +158,14 @@ def main(argv=None) -> None:
     from scalebox_cst.runtime import telemetry  # measured without the user's help (issue 10)
 
     telemetry.install()  # SCALEBOX_TELEMETRY=0: off
+    if os.environ.get("SCALEBOX_CALIBRATE_PRECISION"):  # scalebox run --calibrate-precision (runtime.precision)
+        from scalebox_cst.runtime import precision
+
+        precision.install_from_env()
+    if os.environ.get("SCALEBOX_DEVICE_MEMORY"):  # scalebox run --device-memory (runtime.limits)
+        from scalebox_cst.runtime import limits
+
+        limits.apply()
     _seed_from_env()
     # Children (and their children) that re-create __main__ run this commit's script; an import
     # hook run started inside this one sets its own variable again, and wins (see _spawn_main).

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from scalebox_cst import contention, profile, runs
+from scalebox_cst import contention, fallbacks, profile, runs
 
 #: what ``compare`` shows without --metric: (metric, label, higher is better)
 DEFAULT_METRICS: Tuple[Tuple[str, str, Optional[bool]], ...] = (
@@ -188,6 +188,7 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                                             f"{len(loaded[0][3]) + len(loaded[i][3])} runs shared the machine (see CPU time)")
         out["metrics"].append({"metric": metric, "title": title, "higher_is_better": better, "groups": rows})
     out["profile"] = profile.compare_shares([(label, ok) for label, ok, _, _ in loaded])
+    out["fallbacks"] = fallbacks.per_group([(label, ok) for label, ok, _, _ in loaded])
     return out
 
 
@@ -247,4 +248,4 @@ def render(result: Dict[str, Any]) -> str:
     elif any(n > 1 for n in sizes):
         lines.append("")
         lines.append(f"[...]: {LEVEL:.0%} bootstrap intervals (of the mean; after vs: of the difference)")
-    return "\n".join(lines) + "\n" + profile.render_shares(result.get("profile"))
+    return "\n".join(lines) + "\n" + profile.render_shares(result.get("profile")) + fallbacks.render_groups(result.get("fallbacks"))

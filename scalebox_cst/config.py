@@ -111,6 +111,10 @@ OPTIONS: Dict[str, Dict[str, Any]] = {
         "fast_gelu": "bool",
         "npu_fused_optimizer": "bool",
     },
+    # read by scalebox_cst.limits for every run (scalebox run, watch, hot-fixes, explore trials)
+    # calibration: set by the engine from the newest `scalebox run --calibrate-precision` (scalebox_cst.calibration)
+    "precision": {"mode": ("bf16", "fp16"), "calibrate_steps": "positive_int", "calibration": "table"},  # precision.autocast (off unless named or this is set)
+    "run": {"memory": "size", "cpus": "positive", "device_memory": "size", "priority": ("low", "normal", "high"), "network": "bool"},
     # read by scalebox_cst.hotfix (the policy that makes hot-fix branches), not by a transform
     "hotfix": {
         key: "nonnegative"
@@ -145,6 +149,15 @@ def option_error(section: str, key: str, value: Any) -> Optional[str]:
         return f"{section}.{key} must be a non-negative number, got {got}"
     if kind == "positive_int" and not (number and isinstance(value, int) and value >= 1):
         return f"{section}.{key} must be a positive integer, got {got}"
+    if kind == "table" and not isinstance(value, dict):
+        return f"{section}.{key} must be a table, got {got}"
+    if kind == "size":
+        from scalebox_cst.limits import LimitError, parse_size
+
+        try:
+            parse_size(value)
+        except LimitError:
+            return f"{section}.{key} must be a size such as 4g or 300m, got {got}"
     if isinstance(kind, tuple) and not (isinstance(value, str) and value in kind):
         return f"{section}.{key} must be one of {', '.join(kind)}, got {got}"
     return None
@@ -259,6 +272,8 @@ class Config:
 
     def transform_enabled(self, transform_id: str) -> bool:
         on = any(_id_matches(transform_id, pat) for pat in self.transforms)
+        if transform_id == "precision.autocast":  # off by default: named, or asked for by [precision] mode
+            on = any(pat == transform_id or pat == "precision.*" for pat in self.transforms) or "mode" in self.options.get("precision", {})
         off = any(_id_matches(transform_id, pat) for pat in self.disabled)
         return on and not off
 
@@ -286,7 +301,7 @@ class Config:
             "torch": installed_version("torch"),  # device.* entries depend on the torch the code runs on
             "transforms": sorted(transform_versions.items()),
             "backend": backend,
-            "options": self.options,
+            "options": {k: v for k, v in self.options.items() if k != "run"},  # run limits change no rewrite
         }
         blob = json.dumps(payload, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:16]

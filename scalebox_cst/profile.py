@@ -274,6 +274,8 @@ def render(profile: Optional[Dict[str, Any]], title: str = "", lines: int = 10) 
             out.append(f"        {row['code']}")
         if row.get("coverage"):
             out.append(f"        transform: {_coverage_text(row['coverage'])}")
+        if row.get("fallbacks"):  # scalebox_cst.fallbacks: operators this line ran on the CPU
+            out.append("        CPU fallback: " + ", ".join(f"{f['op']} x{f['count']}" for f in row["fallbacks"]))
     return "\n".join(out) + "\n"
 
 

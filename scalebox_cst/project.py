@@ -130,6 +130,9 @@ class Project:
             from scalebox_cst.catalog import transform_versions
             from scalebox_cst.pipeline import Pipeline
 
+            from scalebox_cst import calibration
+
+            calibration.inject(self.root, self.config)  # the newest calibration run's ranges, as an option (fingerprinted)
             self._pipeline = Pipeline(self.config, self.backend)
             transform_versions()  # kept for the next status or run (catalog)
         return self._pipeline
@@ -186,6 +189,9 @@ class Project:
                 fresh.append((blob, fingerprint, result.output, cached))
         if fresh:
             store.cache_put_many(fresh)
+        from scalebox_cst import fallbacks
+
+        fallbacks.annotate(self.root, results)  # after the cache: the notes are of the last run, not of the file
         return results
 
     def commit_change(

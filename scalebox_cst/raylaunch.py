@@ -38,7 +38,7 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
-from scalebox_cst import runs, tmpnames
+from scalebox_cst import limits as run_limits, runs, tmpnames
 from scalebox_cst.runtime import threads as quiet
 
 if TYPE_CHECKING:  # the reaper's type; subprocess is imported where it is started
@@ -80,6 +80,7 @@ class RayJob:
     resources: Dict[str, float] = dataclasses.field(default_factory=dict)
     run: int = 0  # allocated by run_ray
     dir: str = ""
+    limits: Dict[str, Any] = dataclasses.field(default_factory=dict)  # scalebox_cst.limits: the driver's [run] and options
 
 
 def accelerator_request(backend: Optional[str]) -> Dict[str, Any]:
@@ -222,6 +223,8 @@ def _run_task(job: Dict[str, Any], interval: float):
     project = os.path.join(here, "trees", job["commit"])
     engine = os.path.dirname(os.path.dirname(os.path.abspath(__import__("scalebox_cst").__file__)))
     env = {"PYTHONPATH": os.pathsep.join(p for p in (engine, os.environ.get("PYTHONPATH")) if p)}
+    if job.get("limits"):  # the worker's tree has no scalebox.toml of the driver's: its limits travel with the job
+        env[run_limits.ENV] = json.dumps(job["limits"])
     runs_root = tempfile.mkdtemp(prefix="scalebox-ray-")
     parent = os.path.join(runs_root, *job["branch"].split("/"))
     os.makedirs(parent)
@@ -579,7 +582,8 @@ def cli_run(
         for seed in seeds:
             via = seed_via_for(commit) if seed is not None else None
             run_args = [*args, "--seed", str(seed)] if via == "option" else list(args)
-            jobs.append(RayJob(info.name, commit, script, run_args, source_commit=info.source_commit, variant=variant, seed=seed, seed_via=via, **ask))
+            jobs.append(RayJob(info.name, commit, script, run_args, source_commit=info.source_commit, variant=variant, seed=seed, seed_via=via,
+                               limits=run_limits.resolve(project_root).to_json(), **ask))
     stop = threading.Event()
     records = run_ray(project_root, store_path, jobs, address=address, parallel=parallel, echo=sys.stdout, notice=echo, stop=stop, handle_signals=True)
     for job, record in zip(jobs, records):

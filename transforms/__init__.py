@@ -12,6 +12,7 @@ from typing import Dict, List, Type
 from .base import Example, FileContext, Transform
 from .grad_clip import GradClip
 from .hot.no_grad import HotNoGrad
+from .precision import AutocastTransform
 from .device import DEVICE_TRANSFORMS
 from .vectorize.recurrence import VectorizeRecurrence
 from .vectorize.elementwise import VectorizeElementwise
@@ -30,6 +31,7 @@ REGISTRY: List[Type[Transform]] = [
     HotTensorFromArrays,
     GradClip,
     HotNoGrad,
+    AutocastTransform,  # off by default (not in DEFAULT_TRANSFORMS): --transform or [precision] mode
     *DEVICE_TRANSFORMS,
 ]
 

@@ -9,6 +9,7 @@ turns it off) attaches each source once the script imports what it observes:
 - :mod:`.training`: optimizer steps, ``losses/backward`` (non-finite ones reported at flush),
   ``grad_norm_preclip`` (what the code's own ``clip_grad_norm_`` returns);
 - :mod:`.sites`: guard passes/fallbacks and sampled time per rewritten site (sites.json);
+- :mod:`.fallbacks`: operators that fall back to the CPU on the NPU, per line (fallbacks.json);
 - :mod:`.system`: host/device peak memory and device utilization where a tool exists;
 - :mod:`.profile`: where the main thread's time goes, per line of the user's and per category
   (profile.jsonl; ``SCALEBOX_PROFILE=0`` turns it off).
@@ -38,7 +39,7 @@ import time
 from typing import Optional
 
 from scalebox_cst.runtime import metrics, threads
-from scalebox_cst.runtime.telemetry import envs, imports, profile, sites, system, training, writer
+from scalebox_cst.runtime.telemetry import envs, fallbacks, imports, profile, sites, system, training, writer
 
 ENV_SWITCH = "SCALEBOX_TELEMETRY"
 EVERY = float(os.environ.get("SCALEBOX_TELEMETRY_EVERY", "2") or 2)
@@ -69,6 +70,7 @@ def install() -> bool:
     for name in sites.GUARDS:
         imports.when_imported(name, sites.attach)
     metrics.after_flush(sites.write_json)
+    fallbacks.install()  # CPU-fallback warnings of torch_npu / MPS, per operator and line
     metrics.background_flush(True)
     _thread = _Telemetry()
     threads.start(_thread)

@@ -100,7 +100,12 @@ def _run_line(entry: dict) -> str:
 
     facts.extend(grad_norm_fact(head))
     if entry.get("stop_reason"):
-        facts.append(f"stopped: {entry['stop_reason']}")
+        facts.append(f"{'stopped' if entry.get('status') != 'failed' else 'failed'}: {entry['stop_reason']}")
+    from scalebox_cst import fallbacks
+
+    said = fallbacks.fact(entry.get("fallbacks") or (fallbacks.read(entry["dir"]) if entry.get("status") == "running" and entry.get("dir") else None))
+    if said:
+        facts.append(said)
     if entry.get("hotfix_of"):
         facts.append(f"hot-fix of {entry['hotfix_of']}")
     if facts:
@@ -273,6 +278,9 @@ def profile_command(run_id: Optional[str], lines: int, as_json: bool, project_di
     if run is None:
         _fail(f"no run {run_id}" if run_id else "no run yet (scalebox run SCRIPT)")
     result = prof.build(run.dir, run.record, project.store.store_path(project.root), top=max(lines, prof.TOP))
+    from scalebox_cst import fallbacks
+
+    fallbacks.mark_profile(result, run.record.get("fallbacks") or fallbacks.read(run.dir))
     if as_json:
         click.echo(json.dumps(runs.json_safe({"run": run.id, "profile": result}), indent=2))
         return

@@ -2,6 +2,8 @@
 (scalebox_cst.runner.supervisor), torchrun, Ray or the hot-fix loop."""
 from __future__ import annotations
 
+import json
+import os
 import re
 import sys
 import time
@@ -42,6 +44,8 @@ def _describe_end(record) -> str:
     if record.signal:
         parts[0] += f" ({record.signal})"
     parts[0] += f" in {record.wall_time:.1f}s"
+    if record.status == "failed" and record.stop_reason:
+        parts[0] += f": {record.stop_reason}"
     if record.seed is not None:
         parts.append(f"seed {record.seed}")
     if head.get("episodic_return_final") is not None:
@@ -66,6 +70,21 @@ def _check_launcher(launcher, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restart
     if launcher == "torchrun" and nnodes != "1" and not rdzv_endpoint:
         _fail("--nnodes above 1 needs --rdzv-endpoint HOST:PORT (the same on every node)", 2)
     return launcher
+
+
+def _set_limits(project, memory, cpus, device_memory, priority, no_network) -> None:
+    """The run's limits (scalebox_cst.limits): checked now (one line), passed on in the environment
+    so that hot-fixes, torchrun ranks and Ray tasks started from here inherit them."""
+    from scalebox_cst import limits
+
+    try:
+        table = limits.cli_limits(memory, cpus, device_memory, priority, no_network)
+        if table:
+            os.environ[limits.ENV] = json.dumps(table)
+        if not limits.resolve(project.root).network:
+            limits.require_netns()
+    except limits.LimitError as exc:
+        _fail(str(exc), 2)
 
 
 def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, variant, address, parallel) -> None:
@@ -159,9 +178,17 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
 @click.option("--branches", help="ray: several branches at once, comma-separated (each with every seed).")
 @click.option("--heal", is_flag=True, help="On instability, stop the run, commit a hot-fix branch and run it instead.")
 @click.option("--locate-nan", is_flag=True, help="Rerun with isfinite checks at the first non-finite step: name the module.")
+@click.option("--memory", metavar="SIZE", help="Limit the run's memory (4g, 300m); also [run] memory.")
+@click.option("--cpus", type=float, help="Limit the run to N cores' worth of CPU; also [run] cpus.")
+@click.option("--device-memory", metavar="SIZE", help="Limit each process's GPU/NPU memory (16g); also [run] device_memory.")
+@click.option("--priority", type=click.Choice(["low", "normal", "high"]), help="CPU priority of the run; also [run] priority.")
+@click.option("--no-network", is_flag=True, help="No network for the run (a network namespace); also [run] network = false.")
+@click.option("--calibrate-precision", is_flag=True, help="Record module activation ranges over the first [precision] calibrate_steps (20) steps, for precision.autocast fp16 (with --original: fp32 ranges on your lines).")
 def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds: Optional[str], parallel: int, no_commit: bool,
         launcher: Optional[str], nproc: Optional[int], nnodes: str, rdzv_endpoint: Optional[str], rdzv_id: Optional[str],
-        max_restarts: int, address: Optional[str], branches: Optional[str], heal: bool = False, locate_nan: bool = False) -> None:
+        max_restarts: int, address: Optional[str], branches: Optional[str], heal: bool = False, locate_nan: bool = False,
+        memory: Optional[str] = None, cpus: Optional[float] = None, device_memory: Optional[str] = None,
+        priority: Optional[str] = None, no_network: bool = False, calibrate_precision: bool = False) -> None:
     """Run SCRIPT from BRANCH (default: the newest): run [OPTIONS] [BRANCH] SCRIPT [-- ARGS].
 
     Every run is a new record (runs/<branch>/<NNNN>/); nothing is overwritten. Without BRANCH,
@@ -170,6 +197,9 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     as a Ray task."""
     launcher = _check_launcher(launcher, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, address, branches)
     project = _open_project(project_dir)
+    _set_limits(project, memory, cpus, device_memory, priority, no_network)
+    if calibrate_precision:  # scalebox_cst.runtime.precision, in the child
+        os.environ["SCALEBOX_CALIBRATE_PRECISION"] = str(int(project.config.option("precision", "calibrate_steps", 20)))
     args = list(argv)
     info, stale = _branch_to_run(project, args, no_commit)
     store = project.store

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from scalebox_cst import diffview, profile, runs
+from scalebox_cst import diffview, fallbacks, profile, runs
 from scalebox_cst.monitor.files import EventsFile, MetricsFile
 from scalebox_cst.monitor.series import Series, json_number
 from scalebox_cst.report import REWRITTEN, RunReport
@@ -158,6 +158,9 @@ class Monitor:
             "headline": {k: _finite_or_none(headline.get(k)) for k in HEADLINE_KEYS if headline.get(k) is not None},
             "headline_live": live,
             "error_tail": rec.get("error_tail") or [],
+            "stop_reason": rec.get("stop_reason"),
+            "limits": rec.get("limits"),
+            "fallbacks": rec.get("fallbacks") or (fallbacks.read(run.dir) if live else None),
             "profile": self._profile(run, live),
         }
 

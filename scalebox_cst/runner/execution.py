@@ -29,7 +29,8 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, List, Optional
 
-from scalebox_cst import contention, runs
+from scalebox_cst import calibration, contention, fallbacks, runs
+from scalebox_cst import limits as run_limits
 from scalebox_cst.runner.record import RunRecord, error_tail, summarize
 from scalebox_cst.runtime import keyvalue, lifeline, threads
 from scalebox_cst.runtime.output import Console, Recorder, StreamPump
@@ -122,6 +123,7 @@ class Execution:
     ) -> None:
         self.project_dir = os.path.realpath(project_dir)
         self.store_path = store_path
+        self.limits = run_limits.plan(self.project_dir, os.environ if env is None else env, run_limits.cgroup_name())
         self.run, self.dir = runs.allocate_in(os.path.join(runs_root, *branch.split("/")))
         self.metrics_file = os.path.join(self.dir, runs.METRICS)
         self.events_file = os.path.join(self.dir, runs.EVENTS)
@@ -154,7 +156,11 @@ class Execution:
             child_env[ENV_SEED] = str(seed)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         child_env[lifeline.ENV_PARENT] = str(os.getpid())
-        cmd = self._command(python, store_path, commit, project_dir, script, list(args))
+        child_env.update(self.limits.env)
+        cmd = self.limits.prefix + self._command(python, store_path, commit, project_dir, script, list(args))
+        self.record.limits = self.limits.enforced or None
+        if self.limits.note():
+            self.notice(f"scalebox: {branch}#{self.run}: {self.limits.note()}")
         self.recorder = Recorder(self.dir, f"{branch}#{self.run}", self.notice)
         for name in (runs.LOG, runs.STDERR):
             self.recorder.open(name)
@@ -167,8 +173,9 @@ class Execution:
             stderr=subprocess.PIPE,
             bufsize=0,
             start_new_session=True,  # its own process group: we decide when it stops
-            preexec_fn=lifeline.preexec_for(os.getpid()),  # dies with this process, even in its start-up
+            preexec_fn=self.limits.preexec(lifeline.preexec_for(os.getpid())),  # dies with this process, even in its start-up
         )
+        self.limits.started(self.proc.pid)
         self.record.pid = self.record.pgid = self.proc.pid
         self._write_record()
         runs.append_event(self.events_file, "started", f"{self.record.id} {variant} {script} {' '.join(args)}".rstrip(), pid=self.proc.pid)
@@ -239,6 +246,7 @@ class Execution:
         seen_metrics = False
         while not self._done.wait(1.0):
             self._load.sample()
+            self.limits.poll()
             if self._pump_tensorboard():
                 seen_metrics = True
                 self._last_activity = time.time()
@@ -351,6 +359,9 @@ class Execution:
             rec.status, rec.stop_reason = "stopped", self._stop_reason
         else:
             rec.status = "ok" if status == 0 else "failed"
+            with self._tail_lock:
+                rec.stop_reason = self.limits.cause(status, [line for stream, line, _ in self._tail if stream == 1])
+        self.limits.close()
         if rec.status == "failed":
             with self._tail_lock:
                 rec.error_tail = error_tail([line for _, line, _ in self._tail],
@@ -360,6 +371,9 @@ class Execution:
         rec.metrics = summarize(series)
         rec.headline = runs.headline(rec.to_json(), series, runs.read_sites(self.dir))
         rec.profile = _profile(self.dir, rec.to_json(), self.store_path)
+        rec.fallbacks = fallbacks.read(self.dir)
+        rec.precision = calibration.read(self.dir)
+        fallbacks.mark_profile(rec.profile, rec.fallbacks)
         rec.recording_error = self.recorder.error
         self.recorder.close()
         kind = {"ok": "ended", "failed": "failed", "stopped": "stopped"}[rec.status]
@@ -367,6 +381,7 @@ class Execution:
             message = f"{rec.id} stopped after {rec.wall_time:.1f}s: {rec.stop_reason}"
         else:
             message = f"{rec.id} {rec.status} after {rec.wall_time:.1f}s (exit {status}{', ' + rec.signal if rec.signal else ''})"
+            message += f": {rec.stop_reason}" if rec.stop_reason else ""
         try:  # on a full disk this may fail too: the record then reads "lost" (its process is gone)
             if escaped:
                 runs.append_event(self.events_file, "escaped", f"{rec.id}: ended {len(escaped)} process(es) that had left its process group", pids=escaped)

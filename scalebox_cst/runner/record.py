@@ -46,6 +46,9 @@ class RunRecord:
     error_tail: List[str] = dataclasses.field(default_factory=list)
     recording_error: Optional[str] = None  # why the run folder stopped being written (a full disk)
     tags: Dict[str, Any] = dataclasses.field(default_factory=dict)  # who started it: {"study": S, "trial": 7}
+    limits: Optional[Dict[str, str]] = None  # what is enforced, and how (scalebox_cst.limits)
+    fallbacks: Optional[List[Dict[str, Any]]] = None  # operators run on the CPU, per line (scalebox_cst.fallbacks)
+    precision: Optional[Dict[str, Any]] = None  # module ranges of a calibration run (scalebox_cst.calibration)
 
     @property
     def stopped(self) -> bool:

@@ -181,6 +181,11 @@ function branchRow(b) {
   if (b.hotfix_of) marks.push(el("span", { class: "badge mark-hotfix" }, `hot-fix of ${b.hotfix_of}`));
   if (b.rollback_to) marks.push(el("span", { class: "badge mark-rollback" }, "after rollback"));
   if (b.kind === "hook") marks.push(el("span", { class: "badge mark-hook" }, "hook"));
+  const fell = b.runs.flatMap((r) => r.fallbacks || []);
+  if (fell.length) {
+    const lines = fell.map((f) => `${f.op} x${f.count} at ${f.file ? f.file + ":" + f.line : "outside the project"}`);
+    marks.push(el("span", { class: "badge mark-fallback", title: lines.join("\n") }, `CPU fallbacks: ${fell.reduce((n, f) => n + f.count, 0)}`));
+  }
   const h = b.headline || {};
   const status = b.status.replace(" ", "-");
   const live = b.runs.some((r) => r.headline_live && r.id === b.headline_run);

@@ -14,6 +14,7 @@ rewritten for backend npu on a machine without an Ascend NPU. What it does:
   semantics and argument checks, and torch_npu.optim.NpuFused* with their documented limits;
 * with ``FAKE_TORCH_NPU_TRACE=<file>``, writes how often each kernel ran, as JSON, at exit (tests
   check that the rewritten code really called them);
+* ``FALLBACK_OPS``: functions whose operator torch_npu would run on the CPU, with its warning;
 * ``_scalebox_kernel_device_type = "cpu"`` tells scalebox's runtime guards that these kernels take
   CPU tensors (the real torch_npu has no such attribute: its kernels take npu tensors).
 """
@@ -50,10 +51,32 @@ def _to_cpu(device):
     return device
 
 
+#: torch functions the stand-in treats as unsupported on the NPU: their aten operator, warned of
+#: once per operator in torch_npu's own words (its npu_cpu_fallback kernel), as the real one does
+FALLBACK_OPS = {
+    torch.bitwise_left_shift: "aten::bitwise_left_shift.Tensor_out",
+    torch.Tensor.bitwise_left_shift: "aten::bitwise_left_shift.Tensor_out",
+}
+_warned_ops = set()
+
+
+def _fallback_warning(op):
+    if op not in _warned_ops:
+        _warned_ops.add(op)
+        import warnings
+
+        warnings.warn(f"CAUTION: The operator '{op}' is not currently supported on the NPU backend and will fall "
+                      "back to run on the CPU. This may have performance implications.", UserWarning, stacklevel=3)  # the caller of the torch function
+
+
 class _NpuIsCpu(TorchFunctionMode):
     """Every tensor that would be created on or moved to "npu" is created on / kept on the CPU."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in FALLBACK_OPS:  # warned of from inside the call (after dispatch), as torch_npu's kernel does
+            result = func(*args, **dict(kwargs or {}))
+            _fallback_warning(FALLBACK_OPS[func])
+            return result
         kwargs = dict(kwargs or {})
         if "device" in kwargs:
             kwargs["device"] = _to_cpu(kwargs["device"])

@@ -1,0 +1,38 @@
+"""Host side of precision calibration (issue 24 part 1; the child's recorder is
+scalebox_cst.runtime.precision): read a run's ``precision.json`` into record.json, and hand the
+newest calibration run's ranges to the rewrite as the in-memory option ``[precision] calibration``
+(``{"file:line": [max, min]}``), so they take part in the pipeline fingerprint: a new calibration
+re-runs ``precision.autocast`` instead of serving a cached rewrite made without it.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Optional
+
+FILE = "precision.json"
+
+
+def read(directory: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(os.path.join(directory, FILE), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("lines"), list) else None
+
+
+def inject(project_root: str, config) -> bool:
+    """Set ``[precision] calibration`` from the newest run that calibrated (fp16 mode only)."""
+    if config.option("precision", "mode") != "fp16" or not config.transform_enabled("precision.autocast"):
+        return False
+    from scalebox_cst import runs
+
+    found = [r for r in runs.list_runs(project_root) if isinstance(r.record.get("precision"), dict)]
+    if not found:
+        return False
+    newest = max(found, key=lambda r: r.record.get("started") or 0).record["precision"]
+    table = {f"{row['file']}:{row['line']}": [row.get("max"), row.get("min")]
+             for row in newest["lines"] if isinstance(row, dict) and row.get("file")}
+    config.set_option("precision", "calibration", table)
+    return True
