@@ -37,6 +37,14 @@ def _open_project(project_dir: Optional[str], start: str = ".", config: Optional
     return project
 
 
+def _load_config(project_dir: Optional[str]) -> Config:
+    try:
+        return Config.load(project_dir or find_project_root("."))
+    except ConfigError as exc:
+        _fail(str(exc))
+        raise  # unreachable
+
+
 def _warn_skipped(project: Project) -> None:
     """One line per file the snapshot left out (a link out of the project, a FIFO, a name that is
     not UTF-8, ...: scalebox_cst.intake), so nothing is left out without a word."""
@@ -72,6 +80,19 @@ def _parse_set(values: Sequence[str], config: Config) -> None:
         if problem:
             _fail(f"--set {item}: {problem}", 2)
         config.set_option(section, name, value)
+
+
+_FAST_HELP = 'The opt-in reassociated tier ([accelerate] level = "reassociated"): guarded torch.compile of module methods.'
+
+
+def _fast(config: Config, fast: bool) -> Config:
+    """``--fast``: the level that also runs accelerate.* (and the transform, if the list left it out)."""
+    if fast:
+        config.set_option("accelerate", "level", "reassociated")
+        if not config.transform_enabled("accelerate.compile"):
+            config.transforms = [*config.transforms, "accelerate.compile"]
+            config.disabled = [d for d in config.disabled if d not in ("accelerate.*", "accelerate.compile", "accelerate")]
+    return config
 
 
 @click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
@@ -111,7 +132,8 @@ def init(directory: str) -> None:
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
 @click.option("--allow-precision-change", is_flag=True, help="Let device.precision turn float64 into float32 (NPU).")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a config option.")
-def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_precision_change, settings) -> None:
+@click.option("--fast", is_flag=True, help=_FAST_HELP)
+def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_precision_change, settings, fast=False) -> None:
     """Rewrite PATHS once and commit the result to a new run branch."""
     root = project_dir or find_project_root(paths[0])
     try:
@@ -134,6 +156,7 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
         config.backend = backend
     if allow_precision_change:
         config.set_option("device", "allow_precision_change", True)
+    _fast(config, fast)
     _parse_set(settings, config)
     project = _open_project(root, config=config)
     select: List[str] = []
@@ -332,9 +355,11 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
 @click.option("--branches", help="ray: several branches at once, comma-separated (each with every seed).")
 @click.option("--heal", is_flag=True, help="On instability, stop the run, commit a hot-fix branch and run it instead.")
 @click.option("--locate-nan", is_flag=True, help="Rerun with isfinite checks at the first non-finite step: name the module.")
+@click.option("--fast", is_flag=True, help=_FAST_HELP + " A tree committed for the run is rewritten so.")
 def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds: Optional[str], parallel: int, no_commit: bool,
         launcher: Optional[str], nproc: Optional[int], nnodes: str, rdzv_endpoint: Optional[str], rdzv_id: Optional[str],
-        max_restarts: int, address: Optional[str], branches: Optional[str], heal: bool = False, locate_nan: bool = False) -> None:
+        max_restarts: int, address: Optional[str], branches: Optional[str], heal: bool = False, locate_nan: bool = False,
+        fast: bool = False) -> None:
     """Run SCRIPT from BRANCH (default: the newest): run [OPTIONS] [BRANCH] SCRIPT [-- ARGS].
 
     Every run is a new record (runs/<branch>/<NNNN>/); nothing is overwritten. Without BRANCH,
@@ -344,7 +369,7 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     launcher = _check_launcher(launcher, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, address, branches)
     import time as _time
 
-    project = _open_project(project_dir)
+    project = _open_project(project_dir, config=_fast(_load_config(project_dir), True) if fast else None)
     args = list(argv)
     stale: Optional[List[str]] = None
     try:
