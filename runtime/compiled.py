@@ -95,12 +95,15 @@ class Compiled:
         _event(self.site, f"runs eager: {why}")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        if self.eager:
-            return self.fn(*args, **kwargs)
         import torch
 
-        if torch.compiler.is_compiling():  # called from inside another compiled region: inline
+        if torch.compiler.is_compiling():
+            # called from inside another compiled site (Actor.get_action calls self(x)): inlined.
+            # First, before this wrapper touches its counters: dynamo would guard on their values
+            # and recompile the caller on every call.
+            return self.fn(*args, **kwargs)
+        self.calls += 1
+        if self.eager:
             return self.fn(*args, **kwargs)
         if self.compiled is None:
             try:

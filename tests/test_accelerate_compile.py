@@ -72,6 +72,7 @@ def test_rewrite_matches_the_original(example):
     float tolerance, sampled actions included; every call ran compiled."""
     out, _ = rewrite(example.code)
     results = []
+    rc._sites.clear()
     for code in (example.code, out):
         ns = load(code)
         torch.manual_seed(0)
@@ -79,8 +80,11 @@ def test_rewrite_matches_the_original(example):
         torch.manual_seed(1)
         results.append(ns["rollout"](model, inputs))
     assert _close(results[0], results[1])
-    sites = [row for site, row in rc.stats().items() if site.startswith("t.py:")]
-    assert sites and all(row["fallback"] is None and row["compiled_calls"] == row["calls"] > 0 for row in sites), sites
+    # every call ran compiled, with one graph per (shape, grad mode): a site called from inside
+    # another (SAC's get_action calling self(x)) is inlined there and never recompiles its caller
+    sites = [row for site, row in rc.stats().items() if site.startswith("t.py:") and row["calls"]]
+    assert sites and all(row["fallback"] is None and row["compiled_calls"] == row["calls"] for row in sites), sites
+    assert all(row["compiles"] <= 2 for row in sites), sites
 
 
 def test_guard_runs_eager_when_compile_fails(monkeypatch):

@@ -72,6 +72,41 @@ def rollout(q, inputs):
     return [q(x) for x in inputs]
 """, True, note="CleanRL DQN: a Q-network's forward"),
     Example(_HEAD + """\
+class Actor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 16)
+        self.fc_mean = nn.Linear(16, 2)
+        self.fc_logstd = nn.Linear(16, 2)
+
+    def forward(self, x):
+        x = torch.relu(self.fc(x))
+        return self.fc_mean(x), torch.tanh(self.fc_logstd(x))
+
+    def get_action(self, x):
+        mean, log_std = self(x)
+        std = log_std.exp()
+        normal = torch.distributions.Normal(mean, std, validate_args=False)
+        x_t = normal.rsample()
+        y_t = torch.tanh(x_t)
+        log_prob = normal.log_prob(x_t) - torch.log(1 - y_t.pow(2) + 1e-6)
+        return y_t, log_prob.sum(1, keepdim=True), torch.tanh(mean)
+
+
+def make():
+    return Actor(), [torch.randn(5, 3) for _ in range(4)]
+
+
+def rollout(actor, inputs):
+    out = []
+    for x in inputs:
+        with torch.no_grad():
+            out.append(actor.get_action(x))
+    a, logp, _ = actor.get_action(inputs[0])
+    (a.sum() + logp.sum()).backward()
+    return out + [a, logp, [p.grad for p in actor.parameters()]]
+""", True, note="CleanRL SAC: get_action calls the compiled forward (inlined, no recompiles)"),
+    Example(_HEAD + """\
 class Agent(nn.Module):
     def __init__(self):
         super().__init__()
