@@ -17,7 +17,9 @@ site's counters (``calls``, ``compiled_calls``, ``compiles``, ``fallback``) are 
 action is the same as the original's on the same seed; the remaining difference is the
 floating-point order of fused kernels (``reassociated``). On CUDA the graph is also captured as a
 CUDA graph (``triton.cudagraphs``: what ``mode="reduce-overhead"`` sets), as LeanRL does by hand.
-``SCALEBOX_COMPILE=0`` runs every site eager (a quick A/B without a new rewrite).
+Their outputs are cloned out of the graph's memory pool (the next replay would overwrite
+them). ``SCALEBOX_COMPILE=0`` runs every site eager (a quick A/B without a new rewrite);
+``SCALEBOX_COMPILE_CUDAGRAPHS=0`` compiles without CUDA graphs.
 """
 from __future__ import annotations
 
@@ -41,11 +43,32 @@ def _compile_count() -> int:
     return int(counters["stats"].get("unique_graphs", 0))
 
 
+def _cudagraphs(device_type: str) -> bool:
+    return device_type == "cuda" and os.environ.get("SCALEBOX_COMPILE_CUDAGRAPHS", "1") != "0"
+
+
 def _options(device_type: str) -> Dict[str, Any]:
     options: Dict[str, Any] = {"fallback_random": True}
-    if device_type == "cuda":
+    if _cudagraphs(device_type):
         options["triton.cudagraphs"] = True  # mode="reduce-overhead"; mode and options exclude each other
     return options
+
+
+def _own(out: Any) -> Any:
+    """Tensors the caller owns: a CUDA graph's outputs live in its memory pool and the next replay
+    overwrites them (``qf1(x)`` then ``qf2(x)``, one graph for both instances, would leave
+    ``qf1``'s values overwritten), so they are cloned outside the graph, as torch advises."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, tuple) and not hasattr(out, "_fields"):
+        return tuple(_own(o) for o in out)
+    if isinstance(out, list):
+        return [_own(o) for o in out]
+    if isinstance(out, dict):
+        return {k: _own(v) for k, v in out.items()}
+    return out
 
 
 def _device_type(args: tuple, kwargs: dict) -> str:
@@ -80,6 +103,7 @@ class Compiled:
         self.eager = os.environ.get("SCALEBOX_COMPILE", "1") == "0"
         self.reason: Optional[str] = "SCALEBOX_COMPILE=0" if self.eager else None
         self.calls = self.compiled_calls = self.compiles = 0
+        self.owns = False  # outputs cloned (CUDA graphs)
         with _lock:
             if not _sites:
                 atexit.register(_summary)
@@ -107,8 +131,9 @@ class Compiled:
             return self.fn(*args, **kwargs)
         if self.compiled is None:
             try:
-                self.compiled = torch.compile(self.fn, fullgraph=True, dynamic=False,
-                                              options=_options(_device_type(args, kwargs)))
+                device_type = _device_type(args, kwargs)
+                self.owns = _cudagraphs(device_type)
+                self.compiled = torch.compile(self.fn, fullgraph=True, dynamic=False, options=_options(device_type))
             except Exception as exc:  # noqa: BLE001 - any failure to build means: eager
                 self.fall_back(f"torch.compile failed ({type(exc).__name__}: {_first_line(exc)})")
                 return self.fn(*args, **kwargs)
@@ -128,9 +153,9 @@ class Compiled:
             self.compiles += new
             if self.compiles > MAX_COMPILES:
                 self.fall_back(f"recompile storm ({self.compiles} compiles > {MAX_COMPILES}: shapes or values change per call)")
-                return out
+                return _own(out) if self.owns else out
         self.compiled_calls += 1
-        return out
+        return _own(out) if self.owns else out
 
 
 def _first_line(exc: BaseException) -> str:

@@ -203,9 +203,8 @@ class AccelerateCompile(Transform):
                 where = f"{ctx.path}:{ctx.original_line(fn.lineno)}"
                 wanted[(cname, fn.name)] = where
                 sites.append(Site(ID, fn.lineno, end, REWRITTEN, (
-                    f"{what} runs through torch.compile (one static graph: no host sync, no data-dependent branch "
-                    "or shape; a compile failure, graph break or recompile storm runs it eager, reported); "
-                    "random stream kept, float order of fused kernels differs"), REASSOCIATED))
+                    f"{what} runs through torch.compile, guarded (eager on a compile failure, graph break or "
+                    "recompile storm): no host sync, data-dependent branch or shape; same random stream"), REASSOCIATED))
         if not wanted:
             return None, sites
         alias = ctx.runtime_name(RUNTIME, "_sbx_compiled")
