@@ -101,6 +101,9 @@ def test_guard_runs_eager_when_compile_fails(monkeypatch):
     assert torch.equal(site(x), net(x) * 2)
     assert site.eager and "no C++ compiler found" in site.reason and site.compiled_calls == 0
     assert [e for e in events.memory if e["kind"] == "compile_fallback" and e["site"] == "guard.py:1"]
+    rc._summary()  # at exit: what each site did, for the run's record
+    summary = [e for e in events.memory if e["kind"] == "compiled_site" and e["site"] == "guard.py:1"]
+    assert summary and summary[-1]["calls"] == 2 and summary[-1]["compiled_calls"] == 0 and "eager" in summary[-1]["message"]
 
 
 def test_guard_runs_eager_on_a_graph_break_and_a_recompile_storm(monkeypatch):
