@@ -21,11 +21,13 @@ from scalebox_cst.transforms.accelerate.compile import ID, AccelerateCompile
 from conftest import scalebox
 
 
-def rewrite(code, level="reassociated"):
+def rewrite(code, level="reassociated", backend="cuda"):
+    """The rewrite made for CUDA (where the transform compiles); the tests run it on CPU, where
+    the run-time wrapper compiles for CPU."""
     cfg = Config(transforms=[ID])
     if level:
         cfg.set_option("accelerate", "level", level)
-    result = Pipeline(cfg, backend="cpu").rewrite("t.py", code.encode())
+    result = Pipeline(cfg, backend=backend).rewrite("t.py", code.encode())
     assert result.report.error is None, result.report.error
     return result.output.decode(), result.report.sites
 
@@ -56,6 +58,16 @@ def test_examples(example):
     done = [s for s in sites if s.action == REWRITTEN]
     assert done and all(s.exactness == REASSOCIATED for s in done)
     assert out.count("@_sbx_compiled(site=") == len(done)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "npu"])
+def test_left_eager_off_cuda_with_the_measured_reason(backend):
+    example = AccelerateCompile.EXAMPLES[0]
+    out, sites = rewrite(example.code, backend=backend)
+    assert out == example.code
+    skipped = [s for s in sites if "would compile" in s.reason]
+    assert len(skipped) == 2 and not [s for s in sites if s.action == REWRITTEN]
+    assert ("12.3 s -> 17.8 s CPU" if backend == "cpu" else "NPU") in skipped[0].reason
 
 
 def _close(a, b):
@@ -155,7 +167,7 @@ def test_cli_fast_decorates_and_bad_level_is_one_line(tmp_path):
     scalebox("init", str(tmp_path))
     plain = scalebox("rewrite", "agent.py", "--out", "plain", cwd=tmp_path)
     assert ID not in plain.stdout and "_sbx_compiled" not in (tmp_path / "plain" / "agent.py").read_text()
-    fast = scalebox("rewrite", "agent.py", "--fast", "--out", "fast", cwd=tmp_path)
+    fast = scalebox("rewrite", "agent.py", "--fast", "--backend", "cuda", "--out", "fast", cwd=tmp_path)
     assert f"{ID} rewritten [reassociated]" in fast.stdout
     assert "@_sbx_compiled(site='agent.py:11')" in (tmp_path / "fast" / "agent.py").read_text()
     text = (tmp_path / "scalebox.toml").read_text().replace('level = "exact"', 'level = "fastest"')
