@@ -141,22 +141,28 @@ def _loop_calls(tree: ast.Module) -> Set[str]:
 
 
 class _Decorate(cst.CSTTransformer):
+    """Adds the decorator to ``def name`` directly in module-level ``class C`` (the path of
+    enclosing classes and functions is tracked: a same-named class inside a function is another)."""
+
     def __init__(self, wanted: Dict[Tuple[str, str], str]) -> None:
         self.wanted = wanted
-        self.stack: List[str] = []
-        self.depth = 0
+        self.path: List[str] = []
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.stack.append(node.name.value)
+        self.path.append("class " + node.name.value)
 
     def leave_ClassDef(self, original, updated):
-        self.stack.pop()
+        self.path.pop()
         return updated
 
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.path.append("def " + node.name.value)
+
     def leave_FunctionDef(self, original, updated):
-        if len(self.stack) != 1:
+        self.path.pop()
+        if len(self.path) != 1 or not self.path[0].startswith("class "):
             return updated
-        text = self.wanted.get((self.stack[0], updated.name.value))
+        text = self.wanted.get((self.path[0][len("class "):], updated.name.value))
         if text is None:
             return updated
         return updated.with_changes(decorators=[*updated.decorators, cst.Decorator(cst.parse_expression(text))])

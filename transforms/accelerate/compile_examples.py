@@ -196,4 +196,31 @@ net = torch.compile(Net())
 for step in range(10):
     y = net(torch.randn(4))
 """, False, reason="compiles code itself", note="the user's own torch.compile"),
+    Example(_HEAD + """\
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def make():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            print(x)
+            return self.fc(x)
+
+    return Net()
+
+
+net = Net()
+for step in range(10):
+    y = net(torch.randn(4)) + make()(torch.randn(4))
+""", True, note="a same-named class inside a function is not the module's class"),
 ]
