@@ -15,7 +15,8 @@ add). Each script then runs in the three folders, interleaved (the order rotates
 time (user + system) of the whole process, medians; ``ratio`` is original / rewrite (above 1:
 the rewrite is faster). ``differs`` names the variants with a run that printed other bytes than
 the first original run (``exact`` rewrites must not; the original itself when it is not
-deterministic). ``--variants`` also offers ``hot-only`` (hot.* alone). Last, the original runs once under ``scalebox run`` and
+deterministic). ``--variants`` also offers ``hot-only`` (hot.* alone) and ``fast`` (``--fast``: the
+reassociated tier, torch.compile; its output may differ). Last, the original runs once under ``scalebox run`` and
 ``scalebox profile --json`` gives the analyzer's category shares (what bounds the script).
 
     python benchmarks/bench_public_scripts.py MANIFEST [--repeats N] [--no-profile]
@@ -121,7 +122,7 @@ def main() -> None:
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--variants", default="original,rewrite,no-hot",
                     help="comma-separated, from original, rewrite (default transforms), no-hot (default less hot.*), "
-                         "hot-only (hot.* alone)")
+                         "hot-only (hot.* alone), fast (scalebox rewrite --fast)")
     opts = ap.parse_args()
     if not opts.manifest:
         raise SystemExit("give a manifest (or set SCALEBOX_BENCH_MANIFEST)")
@@ -135,7 +136,7 @@ def main() -> None:
         shutil.copytree(manifest["folder"], project, ignore=shutil.ignore_patterns(".scalebox", "__pycache__", "scalebox.toml"))
         subprocess.run([*SCALEBOX, "init", "."], cwd=project, capture_output=True, check=True)
         variants = [v.strip() for v in opts.variants.split(",") if v.strip()]
-        flags = {"rewrite": [], "no-hot": ["--no-transform", "hot.*"], "hot-only": ["--transform", "hot.*"]}
+        flags = {"rewrite": [], "no-hot": ["--no-transform", "hot.*"], "hot-only": ["--transform", "hot.*"], "fast": ["--fast"]}
         unknown = [v for v in variants if v != "original" and v not in flags]
         if unknown or "original" not in variants:
             raise SystemExit(f"--variants: needs original and any of {', '.join(flags)}; got {opts.variants}")

@@ -46,7 +46,7 @@ DEFAULT_EXCLUDE = [
     ".pytest_cache/**",
     "node_modules/**",
 ]
-DEFAULT_TRANSFORMS = ["grad_clip", "vectorize.*", "hot.*", "device.*"]
+DEFAULT_TRANSFORMS = ["grad_clip", "vectorize.*", "hot.*", "accelerate.*", "device.*"]
 
 DEFAULT_TOML = """\
 # scalebox_cst configuration. Every key is optional; the values below are the defaults.
@@ -57,8 +57,8 @@ include = ["**/*.py"]
 # Files to leave out (.scalebox/, .git/ and __pycache__/ are always left out).
 exclude = [".venv/**", "venv/**", "env/**", "build/**", "dist/**"]
 
-# Transforms to run, by id or glob: "grad_clip", "vectorize.*", "hot.*", "device.*".
-transforms = ["grad_clip", "vectorize.*", "hot.*", "device.*"]
+# Transforms to run, by id or glob: "grad_clip", "vectorize.*", "hot.*", "accelerate.*", "device.*".
+transforms = ["grad_clip", "vectorize.*", "hot.*", "accelerate.*", "device.*"]
 # Transforms to switch off even if matched above, e.g. ["vectorize.elementwise"].
 disabled = []
 
@@ -76,6 +76,12 @@ warmup = 25
 max_norm = 1.0
 # true: decide on the host every step (a true skip on any optimizer and device; hot-fixes set it).
 skip_nonfinite = false
+
+[accelerate]
+# "exact": only rewrites whose results are bitwise the original's. "reassociated" (also
+# `scalebox rewrite --fast`): accelerate.* too, e.g. torch.compile of module methods (results
+# differ in the last bits; compare learning curves over seeds with `scalebox compare`).
+level = "exact"
 
 [hotfix]
 # `scalebox run --heal` / `scalebox-watch --run`: hot-fix branches per source snapshot, at most.
@@ -104,6 +110,7 @@ OPTIONS: Dict[str, Dict[str, Any]] = {
         "warmup": "positive_int",
     },
     "vectorize.recurrence": {"reassociate": "bool"},
+    "accelerate": {"level": ("exact", "reassociated")},
     "vectorize.target_update": {"allow_lerp": "bool"},
     "device": {
         "allow_precision_change": "bool",

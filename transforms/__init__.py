@@ -2,7 +2,8 @@
 
 Loops are vectorized first (they read the user's original code), then distributions and tensors
 from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays), then clipping is
-inserted, then acting forwards are put under no_grad (hot.no_grad), then device ops are swapped (they may also touch what
+inserted, then acting forwards are put under no_grad (hot.no_grad), then (opt in, level
+"reassociated") module methods are compiled (accelerate.compile), then device ops are swapped (they may also touch what
 earlier transforms emitted).
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from .base import Example, FileContext, Transform
 from .grad_clip import GradClip
 from .hot.no_grad import HotNoGrad
 from .precision import AutocastTransform
+from .accelerate.compile import AccelerateCompile
 from .device import DEVICE_TRANSFORMS
 from .vectorize.recurrence import VectorizeRecurrence
 from .vectorize.elementwise import VectorizeElementwise
@@ -32,6 +34,7 @@ REGISTRY: List[Type[Transform]] = [
     GradClip,
     HotNoGrad,
     AutocastTransform,  # off by default (not in DEFAULT_TRANSFORMS): --transform or [precision] mode
+    AccelerateCompile,
     *DEVICE_TRANSFORMS,
 ]
 

@@ -90,3 +90,24 @@ def _config_changed(project: Project, info) -> bool:
         return bool(info.fingerprint) and project.fingerprint != info.fingerprint  # no pipeline import
     except ConfigError:
         return False
+
+
+def _load_config(project_dir: Optional[str]) -> Config:
+    try:
+        return Config.load(project_dir or find_project_root("."))
+    except ConfigError as exc:
+        _fail(str(exc))
+        raise  # unreachable
+
+
+_FAST_HELP = 'The opt-in reassociated tier ([accelerate] level = "reassociated"): guarded torch.compile of module methods.'
+
+
+def _fast(config: Config, fast: bool) -> Config:
+    """``--fast``: the level that also runs accelerate.* (and the transform, if the list left it out)."""
+    if fast:
+        config.set_option("accelerate", "level", "reassociated")
+        if not config.transform_enabled("accelerate.compile"):
+            config.transforms = [*config.transforms, "accelerate.compile"]
+            config.disabled = [d for d in config.disabled if d not in ("accelerate.*", "accelerate.compile", "accelerate")]
+    return config

@@ -8,7 +8,7 @@ from typing import List
 
 import click
 
-from scalebox_cst.cli._common import _fail, _open_project, _parse_set, _warn_skipped, cli
+from scalebox_cst.cli._common import _FAST_HELP, _fail, _fast, _open_project, _parse_set, _warn_skipped, cli
 from scalebox_cst.config import BACKENDS, Config, ConfigError, find_project_root
 from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
@@ -48,7 +48,8 @@ def init(directory: str) -> None:
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
 @click.option("--allow-precision-change", is_flag=True, help="Let device.precision turn float64 into float32 (NPU).")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE", help="Override a config option.")
-def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_precision_change, settings, tuned_config=None) -> None:
+@click.option("--fast", is_flag=True, help=_FAST_HELP)
+def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_precision_change, settings, tuned_config=None, fast=False) -> None:
     """Rewrite PATHS once and commit the result to a new run branch."""
     if tuned_config:
         from scalebox_cst.explore import command as explore_command
@@ -77,6 +78,7 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
         config.backend = backend
     if allow_precision_change:
         config.set_option("device", "allow_precision_change", True)
+    _fast(config, fast)
     _parse_set(settings, config)
     project = _open_project(root, config=config)
     select: List[str] = []

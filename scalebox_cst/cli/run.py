@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 import click
 
-from scalebox_cst.cli._common import _config_changed, _fail, _open_project, _tree_changes, _warn_skipped, cli
+from scalebox_cst.cli._common import _FAST_HELP, _config_changed, _fail, _fast, _load_config, _open_project, _tree_changes, _warn_skipped, cli
 from scalebox_cst.store import StoreError
 
 
@@ -183,12 +183,13 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
 @click.option("--device-memory", metavar="SIZE", help="Limit each process's GPU/NPU memory (16g); also [run] device_memory.")
 @click.option("--priority", type=click.Choice(["low", "normal", "high"]), help="CPU priority of the run; also [run] priority.")
 @click.option("--no-network", is_flag=True, help="No network for the run (a network namespace); also [run] network = false.")
+@click.option("--fast", is_flag=True, help=_FAST_HELP + " A tree committed for the run is rewritten so.")
 @click.option("--calibrate-precision", is_flag=True, help="Record module activation ranges over the first [precision] calibrate_steps (20) steps, for precision.autocast fp16 (with --original: fp32 ranges on your lines).")
 def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds: Optional[str], parallel: int, no_commit: bool,
         launcher: Optional[str], nproc: Optional[int], nnodes: str, rdzv_endpoint: Optional[str], rdzv_id: Optional[str],
         max_restarts: int, address: Optional[str], branches: Optional[str], heal: bool = False, locate_nan: bool = False,
         memory: Optional[str] = None, cpus: Optional[float] = None, device_memory: Optional[str] = None,
-        priority: Optional[str] = None, no_network: bool = False, calibrate_precision: bool = False) -> None:
+        priority: Optional[str] = None, no_network: bool = False, calibrate_precision: bool = False, fast: bool = False) -> None:
     """Run SCRIPT from BRANCH (default: the newest): run [OPTIONS] [BRANCH] SCRIPT [-- ARGS].
 
     Every run is a new record (runs/<branch>/<NNNN>/); nothing is overwritten. Without BRANCH,
@@ -196,7 +197,7 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     --nproc N runs it under torchrun (N ranks, one run); --launcher ray runs each (branch, seed)
     as a Ray task."""
     launcher = _check_launcher(launcher, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, address, branches)
-    project = _open_project(project_dir)
+    project = _open_project(project_dir, config=_fast(_load_config(project_dir), True) if fast else None)
     _set_limits(project, memory, cpus, device_memory, priority, no_network)
     if calibrate_precision:  # scalebox_cst.runtime.precision, in the child
         os.environ["SCALEBOX_CALIBRATE_PRECISION"] = str(int(project.config.option("precision", "calibrate_steps", 20)))

@@ -1,0 +1,181 @@
+"""accelerate.compile and runtime/compiled.py: opt-in torch.compile of module methods, guarded.
+
+What is checked: the transform does nothing at the default level; at level "reassociated" its
+examples are decorated or left byte for byte with their reason; the rewrite gives the original's
+results within float tolerance on the same seed (sampled actions equal: the random stream is
+kept); the run-time guard runs a site eager on a compile failure, a graph break and a recompile
+storm, each reported as an event; ``[accelerate] level`` is validated; ``scalebox rewrite --fast``
+decorates. torch.compile on CPU takes seconds per graph: the compiling tests are few.
+"""
+import pytest
+import torch
+
+from scalebox_cst.config import Config, ConfigError
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import REASSOCIATED, REWRITTEN, SKIPPED
+from scalebox_cst.runtime import compiled as rc
+from scalebox_cst.runtime.guard_events import events
+from scalebox_cst.transforms import REGISTRY
+from scalebox_cst.transforms.accelerate.compile import ID, AccelerateCompile
+
+from conftest import scalebox
+
+
+def rewrite(code, level="reassociated", backend="cuda"):
+    """The rewrite made for CUDA (where the transform compiles); the tests run it on CPU, where
+    the run-time wrapper compiles for CPU."""
+    cfg = Config(transforms=[ID])
+    if level:
+        cfg.set_option("accelerate", "level", level)
+    result = Pipeline(cfg, backend=backend).rewrite("t.py", code.encode())
+    assert result.report.error is None, result.report.error
+    return result.output.decode(), result.report.sites
+
+
+def load(code):
+    ns = {"__name__": "sbtest"}
+    exec(compile(code, "<code>", "exec"), ns)
+    return ns
+
+
+def test_registered_and_off_at_the_default_level():
+    assert ID in [cls.id for cls in REGISTRY]
+    assert Config().transform_enabled(ID)
+    for example in AccelerateCompile.EXAMPLES:
+        for level in (None, "exact"):
+            out, sites = rewrite(example.code, level)
+            assert out == example.code and not sites
+
+
+@pytest.mark.parametrize("example", AccelerateCompile.EXAMPLES, ids=lambda e: e.note[:40])
+def test_examples(example):
+    out, sites = rewrite(example.code)
+    if not example.rewritten:
+        assert out == example.code
+        assert not [s for s in sites if s.action == REWRITTEN]
+        assert any(example.reason in s.reason for s in sites if s.action == SKIPPED), [s.reason for s in sites]
+        return
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert done and all(s.exactness == REASSOCIATED for s in done)
+    assert out.count("@_sbx_compiled(site=") == len(done)
+    # only methods of module-level classes (a same-named class nested in a function is another)
+    assert all(line.startswith("    @") and not line.startswith("     ") for line in out.splitlines() if "@_sbx_compiled" in line)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "npu"])
+def test_left_eager_off_cuda_with_the_measured_reason(backend):
+    example = AccelerateCompile.EXAMPLES[0]
+    out, sites = rewrite(example.code, backend=backend)
+    assert out == example.code
+    skipped = [s for s in sites if "would compile" in s.reason]
+    assert len(skipped) == 2 and not [s for s in sites if s.action == REWRITTEN]
+    assert ("13.1 s -> 15.2 s CPU" if backend == "cpu" else "NPU") in skipped[0].reason
+
+
+def _close(a, b):
+    if isinstance(a, torch.Tensor):
+        return a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("example", [e for e in AccelerateCompile.EXAMPLES if e.rewritten and "def rollout" in e.code],
+                         ids=lambda e: e.note[:40])
+def test_rewrite_matches_the_original(example):
+    """Same seed, same inputs: the rewrite's outputs and gradients are the original's within
+    float tolerance, sampled actions included; every call ran compiled."""
+    out, _ = rewrite(example.code)
+    results = []
+    rc._sites.clear()
+    for code in (example.code, out):
+        ns = load(code)
+        torch.manual_seed(0)
+        model, inputs = ns["make"]()
+        torch.manual_seed(1)
+        results.append(ns["rollout"](model, inputs))
+    assert _close(results[0], results[1])
+    # every call ran compiled, with one graph per (shape, grad mode): a site called from inside
+    # another (SAC's get_action calling self(x)) is inlined there and never recompiles its caller
+    sites = [row for site, row in rc.stats().items() if site.startswith("t.py:") and row["calls"]]
+    assert sites and all(row["fallback"] is None and row["compiled_calls"] == row["calls"] for row in sites), sites
+    assert all(row["compiles"] <= 2 for row in sites), sites
+
+
+def test_guard_runs_eager_when_compile_fails(monkeypatch):
+    """A torch.compile that raises (no compiler, a broken backend): the site runs the original
+    function, the same values bit for bit, and one compile_fallback event says why."""
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    net = torch.nn.Linear(3, 2)
+    site = rc.Compiled(lambda x: net(x) * 2, "guard.py:1")
+    x = torch.randn(4, 3)
+    assert torch.equal(site(x), net(x) * 2)
+    assert torch.equal(site(x), net(x) * 2)
+    assert site.eager and "no C++ compiler found" in site.reason and site.compiled_calls == 0
+    assert [e for e in events.memory if e["kind"] == "compile_fallback" and e["site"] == "guard.py:1"]
+    rc._summary()  # at exit: what each site did, for the run's record
+    summary = [e for e in events.memory if e["kind"] == "compiled_site" and e["site"] == "guard.py:1"]
+    assert summary and summary[-1]["calls"] == 2 and summary[-1]["compiled_calls"] == 0 and "eager" in summary[-1]["message"]
+
+
+def test_guard_runs_eager_on_a_graph_break_and_a_recompile_storm(monkeypatch):
+    """Data-dependent control flow the transform could not see (in a called helper): fullgraph raises, the site
+    runs eager from then on, the call that broke gives the eager result. Then a site whose shapes
+    change every call: past MAX_COMPILES it stops compiling."""
+    def helper(x):
+        return -x if x.sum() > 0 else x  # data-dependent control flow: not one graph
+
+    site = rc.Compiled(lambda x: helper(x) + 1, "guard.py:2")
+    x = torch.randn(3)
+    assert torch.equal(site(x), helper(x) + 1)
+    assert site.eager and site.reason.startswith("graph break"), site.reason
+
+    monkeypatch.setattr(rc, "MAX_COMPILES", 1)
+    storm = rc.Compiled(lambda x: torch.tanh(x) * 3, "guard.py:3")
+    outs = [storm(torch.randn(n)) for n in (2, 3, 4, 5)]
+    assert storm.eager and storm.reason.startswith("recompile storm"), storm.reason
+    assert storm.compiles == 2 and [o.shape[0] for o in outs] == [2, 3, 4, 5]
+    kinds = [e["site"] for e in events.memory if e["kind"] == "compile_fallback"]
+    assert "guard.py:2" in kinds and "guard.py:3" in kinds
+
+
+def test_users_errors_are_raised_not_swallowed():
+    """A site that compiled raises the user's own error (a shape mismatch) as eager would."""
+    site = rc.Compiled(lambda a, b: a @ b, "guard.py:4")
+    site(torch.randn(2, 3), torch.randn(3, 2))
+    with pytest.raises(RuntimeError):
+        site(torch.randn(2, 3), torch.randn(4, 2))
+
+
+def test_switched_off_by_environment(monkeypatch):
+    monkeypatch.setenv("SCALEBOX_COMPILE", "0")
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compiled"))
+    site = rc.Compiled(lambda x: x + 1, "guard.py:5")
+    assert torch.equal(site(torch.ones(2)), torch.full((2,), 2.0)) and site.eager
+
+
+@pytest.mark.parametrize("value", ["fast", True, 1])
+def test_level_is_validated(value):
+    with pytest.raises(ConfigError) as err:
+        Config.from_dict({"accelerate": {"level": value}}, source="scalebox.toml")
+    assert "accelerate.level" in str(err.value) and "\n" not in str(err.value)
+    assert Config.from_dict({"accelerate": {"level": "reassociated"}}).option("accelerate", "level") == "reassociated"
+
+
+def test_cli_fast_decorates_and_bad_level_is_one_line(tmp_path):
+    (tmp_path / "agent.py").write_text(AccelerateCompile.EXAMPLES[1].code)
+    scalebox("init", str(tmp_path))
+    plain = scalebox("rewrite", "agent.py", "--out", "plain", cwd=tmp_path)
+    assert ID not in plain.stdout and "_sbx_compiled" not in (tmp_path / "plain" / "agent.py").read_text()
+    fast = scalebox("rewrite", "agent.py", "--fast", "--backend", "cuda", "--out", "fast", cwd=tmp_path)
+    assert f"{ID} rewritten [reassociated]" in fast.stdout
+    assert "@_sbx_compiled(site='agent.py:11')" in (tmp_path / "fast" / "agent.py").read_text()
+    text = (tmp_path / "scalebox.toml").read_text().replace('level = "exact"', 'level = "fastest"')
+    (tmp_path / "scalebox.toml").write_text(text)
+    bad = scalebox("rewrite", "agent.py", cwd=tmp_path, check=False)
+    assert bad.returncode != 0
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and "accelerate.level" in lines[0] and "fastest" in lines[0], bad.stderr
