@@ -343,8 +343,10 @@ def test_ints_too_large_to_promote_exactly_take_the_loop():
 
 def test_report_says_what_the_guard_needs():
     new, sites = rewrite(RETURNS_INSERT)
-    reason = [s for s in sites if s.action == REWRITTEN][0].reason
-    assert "exact types" in reason and "carry_ok" in reason and "flags" in reason
+    site = [s for s in sites if s.action == REWRITTEN][0]
+    assert "recurrence_ok" in site.reason and "carry_ok" in site.reason
+    needs = " ".join(c for g in site.details["contracts"].values() for c in g["checks"])
+    assert "exact types" in needs and "flags" in needs
     assert [s.exactness for s in sites if s.action == REWRITTEN] == [EXACT]
 
 

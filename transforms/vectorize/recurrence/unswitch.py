@@ -16,7 +16,7 @@ statements before it may have run.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -118,10 +118,11 @@ MAX_DEPTH = 2
 
 
 def unswitch(ctx: FileContext, node: cst.For, header: Header, reassociate: bool, build, depth: int = 0
-             ) -> Optional[Tuple[cst.If, bool, str]]:
+             ) -> Optional[Tuple[cst.If, bool, str, Dict[str, str]]]:
     """``if steps(T) <= 0 or (test): <then-version> else: <else-version>``, each version planned on
     its own (rewritten, unswitched again, or kept as written with its reason); None when the body has
-    no switch; Skip when no version is rewritten."""
+    no switch; Skip when no version is rewritten. The last item is each branch's own reason (the
+    site's details: the reason names only what became of each)."""
     if depth >= MAX_DEPTH:
         return None
     found = switch_of(ctx, node, header)
@@ -137,7 +138,7 @@ def unswitch(ctx: FileContext, node: cst.For, header: Header, reassociate: bool,
     for loop in (version(node, pos, st.body), version(node, pos, other)):
         try:
             inner = unswitch(ctx, loop, header, reassociate, build, depth + 1)
-            new, exact, reason = inner if inner is not None else plan_loop(ctx, loop, header, reassociate, build)
+            new, exact, reason = inner[:3] if inner is not None else plan_loop(ctx, loop, header, reassociate, build)
         except Skip as exc:
             outcomes.append((loop, None, f"left as written: {exc}"))
         else:
@@ -155,11 +156,11 @@ def unswitch(ctx: FileContext, node: cst.For, header: Header, reassociate: bool,
         leading_lines=node.leading_lines,
     )
     exact = all(e is not False for _, e, _ in outcomes)
-    reason = (f"loop-invariant condition `{test}` unswitched (evaluated once before the first step, "
-              "not at every step, and not at all when there is none: it reads names and attributes "
-              "the loop neither binds nor writes, attribute reads taken as plain reads, and the body "
-              f"calls nothing but dtype casts): when true, {outcomes[0][2]}; otherwise, {outcomes[1][2]}")
-    return new_if, exact, reason
+    # when the condition is evaluated and why it may be: the "unswitched" contract (the site's details)
+    said = ["vectorized" if e is not None else "left as written" for _, e, _ in outcomes]
+    reason = (f"`{test}` unswitched ({'exact' if exact else 'reassociated'}): one loop per branch, when true {said[0]}, otherwise "
+              f"{said[1]}; each branch's reason in the details")
+    return new_if, exact, reason, {"when true": outcomes[0][2], "otherwise": outcomes[1][2]}
 
 
 __all__ = ["plan_loop", "switch_of", "unswitch", "version"]
