@@ -72,6 +72,10 @@ CONTRACTS: Dict[str, Tuple[Tuple[str, ...], str]] = {
         "a GradScaler skips non-finite steps itself; scaler.step would unscale as the inserted "
         "scaler.unscale_ does",
     ), "changes nothing: the step runs as written (bitwise), each intervention recorded as a run event"),
+    "hoisted": ((
+        "zip's arguments evaluated once before the guard, as the loop evaluates them (pure calls only)",
+        "both branches (the vectorized one and the loop kept as written) read the hoisted names",
+    ), "nothing is hoisted and the loop is not vectorized"),
     "unswitched": ((
         "the condition is evaluated once before the first step, not at every step, and not at all when "
         "there is none",
