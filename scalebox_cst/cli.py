@@ -14,6 +14,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import click
 
+from scalebox_cst import headlines
 from scalebox_cst.config import BACKENDS, Config, ConfigError, find_project_root
 from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
@@ -264,7 +265,7 @@ def _describe_end(record) -> str:
     if head.get("episodic_return_final") is not None:
         parts.append(f"return {head['episodic_return_final']:.4g} (best {head['episodic_return_best']:.4g})")
     if head.get("sps") is not None:
-        parts.append(f"{head['sps']:.0f} steps/s")
+        parts.append(headlines.shown("sps", head["sps"]))
     if head.get("guard_pass_rate") is not None:
         parts.append(f"guards {head['guard_pass_rate'] * 100:.0f}%")
     return ", ".join(parts)
@@ -550,7 +551,7 @@ def _run_line(entry: dict) -> str:
     if head.get("episodic_return_final") is not None:
         facts.append(f"return {head['episodic_return_final']:.4g} (best {head['episodic_return_best']:.4g}, {head.get('episodes', 0)} ep)")
     if head.get("sps") is not None:
-        facts.append(f"{head['sps']:.0f} steps/s")
+        facts.append(headlines.shown("sps", head["sps"]))
     if head.get("guard_pass_rate") is not None:
         facts.append(f"guards {head['guard_pass_rate'] * 100:.0f}%")
     if head.get("site_time_s") is not None:

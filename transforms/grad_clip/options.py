@@ -33,9 +33,13 @@ class Options:
     @classmethod
     def read(cls, ctx: FileContext) -> "Options":
         """The options, each checked by the schema's one check (a bad value: one ValueError line)."""
-        def get(key):
-            return checked(ID, key, ctx.option(ID, key, default(ID, key)))
-
-        mode, skip = get("mode"), get("skip_nonfinite")
-        args = [f", {key}={number_text(get(key), key)}" for key, d in GUARD_DEFAULTS.items() if get(key) != d]
-        return cls(mode, number_text(get("max_norm")), skip, "".join(args))
+        mode = checked(ID, "mode", ctx.option(ID, "mode", default(ID, "mode")))
+        skip = checked(ID, "skip_nonfinite", ctx.option(ID, "skip_nonfinite", default(ID, "skip_nonfinite")))
+        max_norm = ctx.option(ID, "max_norm", default(ID, "max_norm"))
+        args = []
+        for key, d in GUARD_DEFAULTS.items():
+            value = ctx.option(ID, key, d)
+            text = number_text(value, key)
+            if value != d:
+                args.append(f", {key}={text}")
+        return cls(mode, number_text(max_norm), skip, "".join(args))
