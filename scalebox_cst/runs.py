@@ -1,7 +1,7 @@
 """Run records on disk: the one reader (and the few writers) of ``.scalebox/runs/``.
 
 ``scalebox log``/``compare``, the monitor and the hot-fix policy all read runs through this
-module; the layout is documented in /work/notes/RUN_LAYOUT.md and the README. A run is
+module; the layout is documented in docs/runs.md and docs/architecture.md. A run is
 ``(branch, run number)``: ``runs/<branch>/<NNNN>/`` holds ``record.json`` (atomic), ``log.txt``
 (the script's stdout), ``stderr.txt`` (its stderr), ``metrics.jsonl`` and ``events.jsonl``
 (append-only, readable while written), ``sites.json`` and ``profile.jsonl`` (where the time
