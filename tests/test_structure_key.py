@@ -9,12 +9,10 @@ tree (layout nodes and the outer parentheses left out), so look-alikes stay apar
 import libcst as cst
 import pytest
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
-from scalebox_cst.report import REWRITTEN
 from scalebox_cst.transforms.analysis.shape import same_structure, structure_key
 from scalebox_cst.transforms.vectorize.recurrence.lists import _index_text
 from scalebox_cst.transforms.vectorize.recurrence.syntax import _is_int, _norm
+import harness
 
 #: pairs that differ only where whitespace separates tokens or sits inside a literal
 LOOK_ALIKES = [
@@ -100,8 +98,8 @@ def gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda, {T}, n
 
 
 def _rewritten(src):
-    result = Pipeline(Config(), backend="cpu").rewrite("gae.py", src.encode())
-    return [s for s in result.report.sites if s.transform == "vectorize.recurrence" and s.action == REWRITTEN], result
+    out, sites = harness.rewrite(src, dedent=False, path="gae.py")
+    return harness.rewritten_sites(sites, "vectorize.recurrence"), out
 
 
 def test_last_step_test_is_recognised_by_structure():
@@ -112,6 +110,6 @@ def test_last_step_test_is_recognised_by_structure():
 def test_last_step_look_alike_is_left_alone():
     """``not n - 1`` reads as ``notn-1`` once whitespace is stripped: not the last step of ``range(notn)``."""
     src = GAE.format(T="notn", LAST="(not n - 1)")
-    sites, result = _rewritten(src)
+    sites, out = _rewritten(src)
     assert not sites
-    assert b"for t in reversed(range(notn))" in result.output
+    assert "for t in reversed(range(notn))" in out

@@ -19,14 +19,13 @@ import numpy as np
 import pytest
 import torch
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import loop_batch, target_update
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_guard_fuzz import Sub, Trace, same  # noqa: E402
+import harness
 
 _MIN = dict(vectorized_mod.MIN_STEPS)
 
@@ -40,9 +39,7 @@ def teardown_module(module):
 
 
 def rewrite(src, transform="vectorize.recurrence"):
-    res = Pipeline(Config(transforms=[transform]), backend="cpu").rewrite("t.py", src.encode())
-    assert res.report.error is None, res.report.error
-    return res.output.decode(), list(res.report.sites)
+    return harness.rewrite(src, transform, dedent=False)  # the shared differential harness (tests/harness.py)
 
 
 def _alarm(signum, frame):
