@@ -113,7 +113,7 @@ class VectorizeRecurrence(Transform):
                 except Exception as exc:  # an analysis bug must not cost the user the other rewrites
                     sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
                 else:
-                    sites.append(site(REWRITTEN, reason, REASSOCIATED))
+                    sites.append(site(REWRITTEN, reason, REASSOCIATED, {"exactness": quadratic.TOLERANCE}))
                 continue
             header = _backward_header(node, shadowed) or _named_range_header(node, cst_before.get(id(node)), shadowed)
             original, hoist = node, None
