@@ -699,7 +699,9 @@ def test_guard_is_the_default_and_says_what_it_changes():
     assert out == GUARD_IMPORT + "loss.backward()\n_scalebox_stabilize(optimizer, site='t.py:2')\noptimizer.step()\n"
     (site,) = sites
     assert site.action == REWRITTEN and site.exactness == EXACT_UNTIL_INTERVENTION
-    assert "skips the step if a gradient is non-finite" in site.reason and "otherwise changes nothing" in site.reason
+    assert "stabilize: skips a non-finite step" in site.reason
+    said = site.details["contracts"]["stabilize"]
+    assert "skips the step if a gradient is non-finite" in said["checks"] and said["otherwise"].startswith("changes nothing")
 
 
 def test_guard_mode_amp_several_optimizers_accumulation_and_own_clip():

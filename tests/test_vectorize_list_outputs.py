@@ -90,7 +90,7 @@ def test_array_output_rewritten_and_vectorized_bitwise(make, T):
     code = src(create)
     site, out = rewrite(code)
     assert site.action == REWRITTEN and site.exactness == "exact"
-    assert "a Python list output takes the loop" in site.reason
+    assert "a Python list output takes the loop" in " ".join(site.details["contracts"]["recurrence_ok"]["checks"])
     args = tensors(T, seed=T) if make == "tensor" else arrays(T, seed=T)
     want = _exec(code, "orig")(*args)
     with RuntimeTrace() as trace:

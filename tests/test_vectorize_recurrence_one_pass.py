@@ -129,7 +129,8 @@ def f(rewards, values, dones, next_value, next_done, gamma=0.99, gae_lambda=0.95
 def test_cleanrl_program_and_reason():
     f, g, new, done = functions(CLEANRL)
     assert len(done) == 1 and done[0].exactness == EXACT
-    assert "every step in one call of runtime.fused_linear" in done[0].reason
+    assert "fused_linear, else" in done[0].reason
+    assert "bitwise the loop" in " ".join(done[0].details["contracts"]["fused_linear"]["checks"])
     assert ("'dones[T] = next_done; values[T] = next_value; nextnonterminal = 1.0 - dones[t + 1]; "
             "nextvalues = values[t + 1]; delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]; "
             "advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam; "

@@ -65,6 +65,11 @@ CONTRACTS: Dict[str, Tuple[Tuple[str, ...], str]] = {
         "plain float32/float64 tensors of one dtype and device",
         "an accumulator that is a number or a tensor sharing no memory with them",
     ), "the loop runs as written"),
+    "scatter guard": ((
+        "tensors, dtypes, shapes",
+        "indices in range (float indices: finite, truncating into range)",
+        "no aliasing, no grad on the output",
+    ), "the loop runs as written"),
     "stabilize": ((
         "records the gradient norm of the optimizer's parameters every step",
         "skips the step if a gradient is non-finite",
