@@ -11,7 +11,7 @@ The runtime's docstrings describe the arguments; this table is the promise the r
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 #: the longest reason a site may carry (a test holds every reason of the corpus and examples to it)
 REASON_LIMIT = 300
@@ -127,14 +127,23 @@ def shorten(reason: str) -> Tuple[str, Optional[str]]:
     return reason[:room] + _MORE, reason
 
 
+def _strings(value: Any) -> List[str]:
+    """Every string in nested dicts and lists (what a transform's own details say)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
 def site_details(reason: str, given: Optional[Dict[str, Any]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
     """A site's (reason, details): the reason cut to :data:`REASON_LIMIT` (the whole text in
     ``details["reason"]``), the contracts of every guard and form it or ``given`` names, and
     ``given`` (what a transform says beyond its reason) as they are."""
     short, whole = shorten(reason)
-    texts = [reason, *(v for v in (given or {}).values() if isinstance(v, str))]
-    texts += [v for d in (given or {}).values() if isinstance(d, dict) for v in d.values() if isinstance(v, str)]
-    found = details_for(" ".join(texts)) or {}
+    found = details_for(" ".join([reason, *_strings(given)])) or {}
     out: Dict[str, Any] = {**(given or {}), **found}
     if whole is not None:
         out["reason"] = whole
