@@ -1,6 +1,6 @@
 """The shape of transforms/ (issue 14): no module imports another in a cycle (imports inside
 functions included: a lazy import only hides a cycle), none is longer than a reader can hold
-(600 lines), the vectorize family and the shared analysis are where the README's layout table
+(600 lines), the vectorize family and the shared analysis are where docs/architecture.md's rooms
 says, and the old import paths lead to the same objects."""
 from __future__ import annotations
 
