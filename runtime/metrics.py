@@ -30,7 +30,7 @@ ENV_FILE = "SCALEBOX_METRICS_FILE"
 ENGINE = "scalebox/"
 #: a child process of the run (a multiprocessing worker) records under ENGINE + WORKERS + id + "/"
 WORKERS = "workers/"
-#: events of the run; default: events.jsonl beside the metrics file (RUN_LAYOUT.md)
+#: events of the run; default: events.jsonl beside the metrics file (docs/runs.md)
 ENV_EVENTS = "SCALEBOX_EVENTS_FILE"
 FLUSH_EVERY = 64
 #: a child process of the run (no telemetry thread) flushes points at most this old
@@ -166,7 +166,7 @@ def run_file(name: str) -> Optional[str]:
 
 
 def append_event(kind: str, message: str, /, **extra: Any) -> None:
-    """One line in the run's events.jsonl (RUN_LAYOUT.md); nothing outside a recorded run."""
+    """One line in the run's events.jsonl (docs/runs.md); nothing outside a recorded run."""
     path = os.environ.get(ENV_EVENTS) or run_file("events.jsonl")
     if not path:
         return

@@ -55,6 +55,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from scalebox_cst.options import default as _default
 from scalebox_cst.runtime import metrics
 from scalebox_cst.runtime.grad_norms import host_norm, stored_values, total_norm
 from scalebox_cst.runtime.guard_events import EVENTS_ENV, MAX_EVENTS, events, parameter_names  # noqa: F401 (stabilizer.events, .EVENTS_ENV)
@@ -68,9 +69,9 @@ FLUSH_EVERY = 64
 #: the window shows): one JSON point per step cost more than the norm itself on a small model
 RECORD_EVERY = 8
 
-Z = 10.0
-RATIO = 100.0  # healthy CartPole PPO reaches 19x its EW mean (z 22) within 20k steps: see README
-WARMUP = 25
+# the spike test's defaults: the option schema's (healthy CartPole PPO reaches 19x its EW mean,
+# z 22, within 20k steps: see README)
+Z, RATIO, WARMUP = (_default("grad_clip", key) for key in ("z", "ratio", "warmup"))
 ALPHA = 0.97
 
 _NONE, _CLIPPED, _SKIPPED = 0, 1, 2

@@ -20,17 +20,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from scalebox_cst import contention, fallbacks, profile, runs
+from scalebox_cst import contention, fallbacks, headlines, profile, runs
 
 #: what ``compare`` shows without --metric: (metric, label, higher is better)
-DEFAULT_METRICS: Tuple[Tuple[str, str, Optional[bool]], ...] = (
-    ("episodic_return", "episodic return (final)", True),
-    ("episodic_return_best", "episodic return (best)", True),
-    ("sps", "steps/s", True),
-    ("site_time_s", "time in rewritten sites (s)", False),
-    ("guard_pass_rate", "guard pass rate", None),
-    ("wall_time", "wall time (s)", False),
-    ("cpu_time_s", "CPU time, children included (s)", False),
+#: (labels and directions: the headline table, scalebox_cst.headlines)
+DEFAULT_METRICS: Tuple[Tuple[str, str, Optional[bool]], ...] = tuple(
+    ("episodic_return" if h.key == "episodic_return_final" else h.key, h.label, h.higher_is_better)
+    for h in headlines.HEADLINES
 )
 #: metrics measured in wall-clock time: not a speed measurement where runs shared the machine
 WALL_CLOCK = ("sps", "SPS", "wall_time")

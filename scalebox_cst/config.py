@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import fnmatch
 import functools
 import hashlib
 import importlib.util
 import json
-import math
 import os
 import sys
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,6 +23,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from scalebox_cst._version import __version__
+from scalebox_cst.options import OPTIONS, _nearest, default as _default, option_error, shown as _shown
 
 CONFIG_FILE = "scalebox.toml"
 STATE_DIR = ".scalebox"  # the engine's own folder in a project: store, runs, caches
@@ -48,6 +47,11 @@ DEFAULT_EXCLUDE = [
 ]
 DEFAULT_TRANSFORMS = ["grad_clip", "vectorize.*", "hot.*", "accelerate.*", "device.*"]
 
+def _toml(value: Any) -> str:
+    """A default as the template writes it (TOML)."""
+    return ("true" if value else "false") if isinstance(value, bool) else json.dumps(value)
+
+
 DEFAULT_TOML = """\
 # scalebox_cst configuration. Every key is optional; the values below are the defaults.
 # The engine rewrites copies of these files into .scalebox/store.git; your files are never edited.
@@ -69,13 +73,13 @@ backend = "auto"
 # "guard": before each optimizer step, skip it if a gradient is non-finite, clip a grad norm far
 # above its own history (max(mean + z*std, ratio*mean) after `warmup` steps), change nothing
 # otherwise (healthy runs stay bitwise identical). "fixed": clip_grad_norm_(max_norm) every step.
-mode = "guard"
-z = 10.0
-ratio = 100.0
-warmup = 25
-max_norm = 1.0
+mode = {mode}
+z = {z}
+ratio = {ratio}
+warmup = {warmup}
+max_norm = {max_norm}
 # true: decide on the host every step (a true skip on any optimizer and device; hot-fixes set it).
-skip_nonfinite = false
+skip_nonfinite = {skip_nonfinite}
 
 [accelerate]
 # "exact": only rewrites whose results are bitwise the original's. "reassociated" (also
@@ -85,8 +89,10 @@ level = "exact"
 
 [hotfix]
 # `scalebox run --heal` / `scalebox-watch --run`: hot-fix branches per source snapshot, at most.
-max_per_source = 2
-"""
+max_per_source = {max_per_source}
+""".format(
+    **{k: _toml(v) for k, v in {**{k: _default("grad_clip", k) for k in ("mode", "z", "ratio", "warmup", "max_norm", "skip_nonfinite")},
+                               "max_per_source": _default("hotfix", "max_per_source")}.items()})
 
 
 class ConfigError(ValueError):
@@ -96,87 +102,9 @@ class ConfigError(ValueError):
 #: Top-level keys of a config (anything else must be a known option table).
 TOP_KEYS = ("include", "exclude", "transforms", "disabled", "backend")
 
-#: The option tables the engine reads: section -> key -> kind. A kind is "bool", "positive" (a
-#: finite number > 0), "nonnegative", "positive_int" or a tuple of allowed strings. Kept here,
-#: not in the transform modules, so that a config is checked without importing libcst;
-#: tests/test_config.py checks that every option a transform (or the hot-fix policy) reads is listed.
-OPTIONS: Dict[str, Dict[str, Any]] = {
-    "grad_clip": {
-        "max_norm": "positive",
-        "mode": ("guard", "fixed"),
-        "skip_nonfinite": "bool",
-        "z": "positive",
-        "ratio": "positive",
-        "warmup": "positive_int",
-    },
-    "vectorize.recurrence": {"reassociate": "bool"},
-    "accelerate": {"level": ("exact", "reassociated")},
-    "vectorize.target_update": {"allow_lerp": "bool"},
-    "device": {
-        "allow_precision_change": "bool",
-        "allow_tf32": "bool",
-        "fast_gelu": "bool",
-        "npu_fused_optimizer": "bool",
-    },
-    # read by scalebox_cst.limits for every run (scalebox run, watch, hot-fixes, explore trials)
-    # calibration: set by the engine from the newest `scalebox run --calibrate-precision` (scalebox_cst.calibration)
-    "precision": {"mode": ("bf16", "fp16"), "calibrate_steps": "positive_int", "calibration": "table"},  # precision.autocast (off unless named or this is set)
-    "run": {"memory": "size", "cpus": "positive", "device_memory": "size", "priority": ("low", "normal", "high"), "network": "bool"},
-    # read by scalebox_cst.hotfix (the policy that makes hot-fix branches), not by a transform
-    "hotfix": {
-        key: "nonnegative"
-        for key in ("max_per_source", "max_interventions", "window", "max_nonfinite_loss", "divergence", "healthy_points")
-    },
-}
-
-
-def _nearest(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices``, else ''."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def option_error(section: str, key: str, value: Any) -> Optional[str]:
-    """What is wrong with ``[section] key = value`` (one line, without the file), or None."""
-    if section not in OPTIONS:
-        return f"unknown option table [{section}]{_nearest(section, OPTIONS)}; known: {', '.join(sorted(OPTIONS))}"
-    kinds = OPTIONS[section]
-    if key not in kinds:
-        return f"unknown option {section}.{key}{_nearest(key, kinds)}; known: {', '.join(sorted(kinds))}"
-    kind = kinds[key]
-    # ints are finite however large (math.isfinite(10**400) raises OverflowError)
-    number = isinstance(value, int) or isinstance(value, float) and math.isfinite(value)
-    number = number and not isinstance(value, bool)
-    got = _shown(value)
-    if kind == "bool" and not isinstance(value, bool):
-        return f"{section}.{key} must be true or false, got {got}"
-    if kind == "positive" and not (number and value > 0):
-        return f"{section}.{key} must be a positive number, got {got}"
-    if kind == "nonnegative" and not (number and value >= 0):
-        return f"{section}.{key} must be a non-negative number, got {got}"
-    if kind == "positive_int" and not (number and isinstance(value, int) and value >= 1):
-        return f"{section}.{key} must be a positive integer, got {got}"
-    if kind == "table" and not isinstance(value, dict):
-        return f"{section}.{key} must be a table, got {got}"
-    if kind == "size":
-        from scalebox_cst.limits import LimitError, parse_size
-
-        try:
-            parse_size(value)
-        except LimitError:
-            return f"{section}.{key} must be a size such as 4g or 300m, got {got}"
-    if isinstance(kind, tuple) and not (isinstance(value, str) and value in kind):
-        return f"{section}.{key} must be one of {', '.join(kind)}, got {got}"
-    return None
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)`` for a message: one line, nested and long values cut short (``reprlib``)."""
-    import reprlib
-
-    shown = reprlib.Repr()
-    shown.maxstring = shown.maxother = 60
-    return " ".join(shown.repr(value).split())
+#: The option tables the engine reads, with their kinds and defaults: :mod:`scalebox_cst.options`
+#: (the one schema; ``option_error`` is the one check).
+__all__ = ["OPTIONS", "option_error"]
 
 
 def transform_pattern_error(pattern: str, known: Sequence[str]) -> Optional[str]:

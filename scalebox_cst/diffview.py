@@ -10,6 +10,7 @@ its commit names (else from the site lines of that commit's message).
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -91,7 +92,16 @@ def site_label(site: Site, told: set) -> str:
     return f"#  {site.transform} [{site.exactness}] line {site.line}: {site.reason}"
 
 
-def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], color: bool) -> List[str]:
+def detail_lines(site: Site) -> List[str]:
+    """``scalebox diff --details``: the site's details (the contracts of the guards it names and
+    what did not fit its reason) as indented JSON comment lines; none without details."""
+    if not site.details:
+        return []
+    return ["#    " + line for line in json.dumps(site.details, indent=2, ensure_ascii=False).splitlines()]
+
+
+def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], color: bool,
+                details: bool = False) -> List[str]:
     out: List[str] = []
     out.append(_style(f"--- a/{report.path}", "header", color))
     out.append(_style(f"+++ b/{report.path}", "header", color))
@@ -101,7 +111,10 @@ def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], 
         head = f"@@ -{hunk['old_start']},{hunk['old_count']} +{hunk['new_start']},{hunk['new_count']} @@"
         out.append(_style(head, "hunk", color))
         for site in hunk["sites"]:
+            fresh = (site.transform, site.line, site.end_line, site.reason) not in told
             out.append(_style(site_label(site, told), "label", color))
+            if details and fresh:
+                out.extend(_style(line, "label", color) for line in detail_lines(site))
         if hunk["note"]:
             out.append(_style(f"#  {hunk['note']}", "label", color))
         for op, line in hunk["lines"]:
@@ -110,13 +123,15 @@ def render_file(report: FileReport, old: Optional[bytes], new: Optional[bytes], 
     return out
 
 
-def render_notes(report: FileReport, color: bool) -> List[str]:
+def render_notes(report: FileReport, color: bool, details: bool = False) -> List[str]:
     out: List[str] = []
     if report.error:
         out.append(_style(f"error: {report.error}", "note", color))
     plain = [s for s in report.sites if s.action != REWRITTEN and not s.kind]
     for site in plain:
         out.append(_style(f"{site.action}: {site.describe(report.path)}", "note", color))
+        if details:
+            out.extend(_style(line, "note", color) for line in detail_lines(site))
     grouped: Dict[str, List[Site]] = {}
     for site in report.sites:
         if site.kind:
@@ -132,14 +147,16 @@ def render(
     read_old,
     read_new,
     color: bool = False,
+    details: bool = False,
 ) -> str:
-    """The whole review diff. ``read_old``/``read_new``: path → bytes (None if absent)."""
+    """The whole review diff. ``read_old``/``read_new``: path → bytes (None if absent);
+    ``details``: each site's details (JSON) under its label."""
     out: List[str] = [_style(f"{report.branch} {report.commit or ''}  (source {report.source_commit or ''})", "header", color)]
     for f in report.files:
         old, new = read_old(f.path), read_new(f.path)
         if old != new:
-            out.extend(render_file(f, old, new, color))
-        notes = render_notes(f, color)
+            out.extend(render_file(f, old, new, color, details))
+        notes = render_notes(f, color, details)
         if notes:
             if old == new:
                 out.append(_style(f"=== {f.path} (unchanged)", "header", color))

@@ -32,19 +32,12 @@ import statistics
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from scalebox_cst import runs
+from scalebox_cst import options, runs
 from scalebox_cst.config import Config
 from scalebox_cst.report import RunReport
 
 SECTION = "hotfix"
-DEFAULTS = {
-    "max_per_source": 2,
-    "max_interventions": 3,
-    "window": 200,
-    "max_nonfinite_loss": 2,
-    "divergence": 1000.0,
-    "healthy_points": 10,  # grad-norm points needed before divergence is judged
-}
+DEFAULTS = options.defaults(SECTION)  # the option schema's (scalebox_cst.options)
 
 
 class HotfixError(Exception):
@@ -73,10 +66,9 @@ def settings(config: Config) -> Dict[str, Any]:
     """The [hotfix] table over the defaults; a bad value is a one-line error."""
     out = dict(DEFAULTS)
     for key, value in config.options.get(SECTION, {}).items():
-        if key not in DEFAULTS:
-            raise HotfixError(f"[hotfix] unknown key {key!r} (known: {', '.join(DEFAULTS)})")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise HotfixError(f"[hotfix] {key} must be a non-negative number, got {value!r}")
+        problem = options.option_error(SECTION, key, value)
+        if problem:
+            raise HotfixError(problem)
         out[key] = value
     return out
 

@@ -29,10 +29,11 @@ import dataclasses
 import json
 import math
 import os
-import re
 import shutil
 import subprocess
 from typing import Any, Callable, Dict, List, Optional
+
+from scalebox_cst import options
 
 #: the CLI's limits (JSON), inherited by everything its process starts
 ENV = "SCALEBOX_LIMITS"
@@ -43,8 +44,7 @@ NICE = {"low": 10, "normal": 0, "high": -5}
 CPU_WEIGHT = {"low": 20, "normal": 100, "high": 500}
 CGROUP_ROOT = "/sys/fs/cgroup"
 CPU_PERIOD = 100000  # microseconds, cpu.max's default period
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
+_UNITS = options.UNITS
 #: what a process that ran out of (host or device) memory prints last
 _HOST_OOM = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "std::bad_alloc")
 _DEVICE_OOM = ("CUDA out of memory", "NPU out of memory", "OutOfMemoryError")
@@ -56,12 +56,10 @@ class LimitError(ValueError):
 
 def parse_size(value: Any) -> int:
     """Bytes of ``4g``, ``300m``, ``512k``, ``1.5G``, ``2GiB`` or a whole number of bytes."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    match = _SIZE.match(value) if isinstance(value, str) else None
-    if not match or float(match.group(1)) <= 0:
+    size = options.size_bytes(value)
+    if size is None:
         raise LimitError(f"bad size {value!r}: expected a number with k, m, g or t, e.g. 4g or 300m")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    return size
 
 
 def format_size(n: int) -> str:

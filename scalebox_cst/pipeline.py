@@ -27,7 +27,7 @@ from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
 from scalebox_cst.textlines import physical_lines
 from scalebox_cst.transforms import FileContext, Transform, all_transforms, transform_ids
-from scalebox_cst.transforms import statement_memo
+from scalebox_cst.transforms import contracts, statement_memo
 
 
 
@@ -154,7 +154,7 @@ class Pipeline:
             except Exception as exc:  # a transform bug must never break the user's run
                 msg = f"{path}:1: transform {transform.id} failed ({type(exc).__name__}: {exc}); file left unchanged"
                 return _error(path, data, msg)
-            sites.extend(_map_back(site, line_maps) for site in found)
+            sites.extend(_map_back(_with_details(site), line_maps) for site in found)
             if new_code != code:
                 line_maps.append(_line_map(code, new_code))
                 module, code, tree, imports = new_module, new_code, new_tree, None
@@ -441,6 +441,15 @@ def _line_map(old: str, new: str) -> Dict[int, int]:
             else:
                 mapping[j1 + k + 1] = min(i1 + k, max(i2 - 1, i1)) + 1
     return mapping
+
+
+def _with_details(site: Site) -> Site:
+    """The site with a reason of one breath and, as its details, the contracts it names
+    (transforms/contracts.py) and whatever did not fit the reason."""
+    reason, details = contracts.site_details(site.reason, site.details)
+    if (reason, details) == (site.reason, site.details):
+        return site
+    return dataclasses.replace(site, reason=reason, details=details)
 
 
 def _map_back(site: Site, line_maps: List[Dict[int, int]]) -> Site:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional
 
-# Exactness taxonomy (see DESIGN.md).
+# Exactness taxonomy (see docs/architecture.md).
 EXACT = "exact"  # bitwise identical results
 REASSOCIATED = "reassociated"  # same maths, floating-point order changed
 CHANGES_SEMANTICS = "changes-semantics"  # deliberate change (e.g. inserted clipping)
@@ -34,6 +34,9 @@ class Site:
     reason: str
     exactness: Optional[str] = None
     kind: Optional[str] = None  # optional grouping key, e.g. "not-migratable:cupy"
+    #: what the reason only names, as JSON: the contracts of the run-time guards that protect the
+    #: rewrite (transforms/contracts.py, attached by the pipeline); shown by ``scalebox diff --details``
+    details: Optional[Dict[str, Any]] = dataclasses.field(default=None, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -52,6 +55,8 @@ class Site:
         }
         if self.kind:
             data["kind"] = self.kind
+        if self.details:
+            data["details"] = self.details
         return data
 
     @classmethod
@@ -64,6 +69,7 @@ class Site:
             reason=data["reason"],
             exactness=data.get("exactness"),
             kind=data.get("kind"),
+            details=data.get("details"),
         )
 
     def describe(self, path: str = "") -> str:

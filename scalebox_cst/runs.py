@@ -1,7 +1,7 @@
 """Run records on disk: the one reader (and the few writers) of ``.scalebox/runs/``.
 
 ``scalebox log``/``compare``, the monitor and the hot-fix policy all read runs through this
-module; the layout is documented in /work/notes/RUN_LAYOUT.md and the README. A run is
+module; the layout is documented in docs/runs.md and docs/architecture.md. A run is
 ``(branch, run number)``: ``runs/<branch>/<NNNN>/`` holds ``record.json`` (atomic), ``log.txt``
 (the script's stdout), ``stderr.txt`` (its stderr), ``metrics.jsonl`` and ``events.jsonl``
 (append-only, readable while written), ``sites.json`` and ``profile.jsonl`` (where the time
@@ -21,7 +21,7 @@ import socket
 import time
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from scalebox_cst import tmpnames
+from scalebox_cst import headlines, tmpnames
 
 STATE_DIR = ".scalebox"
 RUNS = "runs"
@@ -384,19 +384,15 @@ def best_window_mean(values: Sequence[float], window: int = RETURN_WINDOW) -> Op
     return best / w
 
 
-def _median(values: Sequence[float]) -> Optional[float]:
-    if not values:
-        return None
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+_median = headlines.median
 
 
 def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: Optional[Sequence[Dict[str, Any]]] = None) -> Dict[str, Any]:
     """The numbers ``scalebox log`` shows per run (None where a run has no such data):
 
     episodic_return_final / _best: mean of the last / best window of RETURN_WINDOW episodes;
-    episodes; sps: median of the second half of the SPS points (warm-up left out);
+    episodes; sps: median of the later half of the SPS points (scalebox_cst.headlines: one table of
+    these numbers, their labels and formats);
     guard_pass_rate: vectorized / (vectorized + fallback) over every site; site_time_s (and
     site_samples: how many telemetry samples it rests on, 0 where the sites ran too briefly to be seen);
     grad_norm_last and grad_norm_metric (the series it is from: GRAD_NORM_NAMES); nonfinite
@@ -415,7 +411,7 @@ def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: 
         out.update(metric_return=found[0], episodic_return_final=tail_mean(values), episodic_return_best=best_window_mean(values), episodes=len(found[1]))
     sps = first_series(series, SPS_NAMES)
     values = finite(sps[1]) if sps else []
-    out["sps"] = _median(values[len(values) // 2:]) if values else None
+    out["sps"] = headlines.BY_KEY["sps"].reduce(values)  # the monitor's live value is the same reducer
     out["metric_sps"] = sps[0] if sps else None  # the engine's scalebox/SPS, else the script's own
     sites = list(sites or [])
     passed = sum(int(s.get("vectorized", 0) or 0) for s in sites)

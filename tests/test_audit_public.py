@@ -6,7 +6,6 @@ vectorized on its own inputs (a list output written by index), now left alone wi
 kept here rather than in the corpus because the corpus-wide guard fuzz requires every rewritten
 file to reach a fast branch.
 """
-import linecache
 import os
 import random
 import sys
@@ -14,6 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+
 import torch
 
 from scalebox_cst.config import Config
@@ -21,17 +21,14 @@ from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import SKIPPED
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from test_corpus import RuntimeTrace, compare, corpus  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def _exec(code, tag):
-    filename = f"<audit {tag}>"
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    ns = {"__name__": "audit"}
-    exec(compile(code, filename, "exec"), ns)
-    return ns
+    return harness.load(code, None, f"<audit {tag}>", module="audit", cache_lines=True)  # tests/harness.py
 
 
 def both(name):

@@ -13,9 +13,8 @@ import sys
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN, SKIPPED
+import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE = os.path.join(HERE, "fake_torch_npu")
@@ -23,12 +22,7 @@ LOOKUP = "placement.legacy."
 
 
 def rewrite(src, backend="npu", **options):
-    cfg = Config(transforms=["device.*"])
-    for key, value in options.items():
-        cfg.set_option("device", key, value)
-    result = Pipeline(cfg, backend=backend).rewrite("t.py", src.encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+    return harness.rewrite(src, "device.*", backend, dedent=False, options={"device": options})  # tests/harness.py
 
 
 def run(code, tmp_path, name, fake):

@@ -24,19 +24,14 @@ from scalebox_cst.runtime import clip as runtime_clip
 from scalebox_cst.runtime import metrics
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.grad_clip import GradClip, looks_like_optimizer
+import harness
 
 IMPORT = "from scalebox_cst.runtime.clip import clip_grad_norm as _scalebox_clip_grad_norm\n"
 
 
 def rewrite(src, max_norm=None, dedent=True, mode="fixed"):
-    src = textwrap.dedent(src) if dedent else src
-    cfg = Config(transforms=["grad_clip"])
-    cfg.set_option("grad_clip", "mode", mode)
-    if max_norm is not None:
-        cfg.set_option("grad_clip", "max_norm", max_norm)
-    result = Pipeline(cfg, backend="cpu").rewrite("t.py", src.encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+    options = {"mode": mode, **({} if max_norm is None else {"max_norm": max_norm})}
+    return harness.rewrite(src, "grad_clip", dedent=dedent, options={"grad_clip": options})  # tests/harness.py
 
 
 def expect(src, out):
@@ -692,9 +687,7 @@ x = torch.randn(16, 4) * 50
 
 
 def _exec(code):
-    ns = {}
-    exec(compile(code, "train.py", "exec"), ns)
-    return ns
+    return harness.load(code, filename="train.py")
 
 
 def _params(ns, *names):

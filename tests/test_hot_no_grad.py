@@ -11,22 +11,18 @@ import pytest
 import torch
 
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.hot.no_grad import ID, HotNoGrad
+import harness
+from harness import rewriter
 
 
-def rewrite(src):
-    result = Pipeline(Config(transforms=[ID]), backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+rewrite = rewriter(ID)  # the shared differential harness (tests/harness.py)
 
 
 def load(code):
-    ns = {"__name__": "sbtest"}
-    exec(compile(code, "<rewritten>", "exec"), ns)
-    return ns
+    return harness.load(code, filename="<rewritten>", module="sbtest")
 
 
 def same(a, b):

@@ -1,31 +1,26 @@
 """hot.distribution_args and hot.tensor_from_arrays: which calls are rewritten, and that original and
 rewrite give the same tensors, bitwise, on the same seeded inputs (and raise where they raised).
 """
-import textwrap
 import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from scalebox_cst.config import Config, DEFAULT_TRANSFORMS
-from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.config import DEFAULT_TRANSFORMS
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
 from scalebox_cst.runtime.hot_tensors import tensor_from_arrays
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.hot import arrays, distributions
+import harness
 
 
 def rewrite(src, tid):
-    result = Pipeline(Config(transforms=[tid]), backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+    return harness.rewrite(src, tid)  # the shared differential harness (tests/harness.py)
 
 
 def load(code):
-    ns = {}
-    exec(compile(code, "<hot>", "exec"), ns)
-    return ns["f"]
+    return harness.load(code, "f", filename="<hot>")
 
 
 def same(a, b):

@@ -129,7 +129,7 @@ def test_clip_threshold_from_history():
 def test_bad_hotfix_settings_are_one_line_errors():
     cfg = Config()
     cfg.set_option("hotfix", "max_per_sauce", 1)
-    with pytest.raises(hotfix.HotfixError, match="unknown key 'max_per_sauce'"):
+    with pytest.raises(hotfix.HotfixError, match=r"unknown option hotfix.max_per_sauce \(did you mean 'max_per_source'\?\)"):
         hotfix.settings(cfg)
     cfg = Config()
     cfg.set_option("hotfix", "window", "x")

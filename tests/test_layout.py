@@ -1,7 +1,7 @@
 """The shape of the package: no module of scalebox_cst/, transforms/ or runtime/ is longer than a
 reader can hold (600 lines; data tables and examples aside), no module of transforms/ imports
 another in a cycle (imports inside functions included: a lazy import only hides a cycle), the
-vectorize family and the shared analysis are where the README's layout table says, and the old
+vectorize family and the shared analysis are where docs/architecture.md's rooms say, and the old
 import paths lead to the same objects."""
 from __future__ import annotations
 
@@ -277,6 +277,7 @@ RUNTIME_MAY_IMPORT = {
     "scalebox_cst.tmpnames": "telemetry's atomic writes name their temp files as every writer does",
     "scalebox_cst.textlines": "served modules' linecache entries count lines as the rewrite's line maps do",
     "scalebox_cst.fused_program": "the kernel's program grammar: the runtime compiles what the engine validated",
+    "scalebox_cst.options": "the option schema's defaults (the stabilizer's z, ratio, warmup): data, standard library only",
 }
 
 

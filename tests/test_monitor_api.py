@@ -299,6 +299,19 @@ def test_live_headline_reads_the_engines_series_not_the_scripts_tags(proj, live_
     assert head["metric_return"] == "scalebox/workers/*/episodic_return" and head["episodes"] == 20
 
 
+def test_live_and_final_steps_per_second_are_one_definition(proj, live_pid):
+    """steps/s is the median of the later half of the SPS points (scalebox_cst.headlines), live and
+    final alike: a live run showed its last point and jumped to the median when it ended."""
+    now = time.time()
+    values = [50.0, 900.0, 300.0, 310.0, 320.0, 5.0]  # the last point is not the later half's median
+    folder = write_run(proj, "run/0003", status="running", pid=live_pid,
+                       points=[("SPS", i, v, now + i) for i, v in enumerate(values)])
+    run = {b["name"]: b for b in Monitor(proj, runs_ttl=0).branches()["branches"]}["run/0003"]["runs"][0]
+    assert run["headline_live"]
+    final = runs.headline({}, runs.read_series(folder))["sps"]
+    assert run["headline"]["sps"] == final == 310.0
+
+
 def test_live_run_headline_and_lost_status(proj, live_pid):
     folder = write_run(proj, "run/0003", status="running", pid=live_pid, points=curve("episodic_return", 30, time.time()) + [("SPS", 0, 321.0, time.time())])
     m = Monitor(proj, runs_ttl=0)

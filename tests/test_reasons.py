@@ -17,8 +17,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN, SKIPPED
 from scalebox_cst.transforms import statement_memo
 from scalebox_cst.transforms.analysis import scopes
@@ -27,16 +25,14 @@ from scalebox_cst.transforms.names import ImportMap
 from scalebox_cst.transforms.vectorize.recurrence import backward
 
 import libcst as cst
+import harness
 
 REC, ELEM, RED, TU = "vectorize.recurrence", "vectorize.elementwise", "vectorize.reduction", "vectorize.target_update"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def rewrite(src, *transforms):
-    cfg = Config(transforms=list(transforms)) if transforms else Config()
-    res = Pipeline(cfg, backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
-    assert res.report.error is None, res.report.error
-    return res.output.decode(), list(res.report.sites)
+    return harness.rewrite(src, list(transforms) or None)  # the shared differential harness (tests/harness.py)
 
 
 def run(code, name, *args):

@@ -20,6 +20,7 @@ from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import CHANGES_SEMANTICS, EXACT_UNTIL_INTERVENTION, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import metrics, stabilizer
+import harness
 
 GUARD_IMPORT = "from scalebox_cst.runtime.stabilizer import stabilize as _scalebox_stabilize\n"
 
@@ -687,12 +688,7 @@ def test_cuda_sync_debug_mode_raises_nothing():
 
 
 def rewrite(src, **options):
-    cfg = Config(transforms=["grad_clip"])
-    for k, v in options.items():
-        cfg.set_option("grad_clip", k, v)
-    result = Pipeline(cfg, backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+    return harness.rewrite(src, "grad_clip", options={"grad_clip": options})  # the shared harness (tests/harness.py)
 
 
 def test_guard_is_the_default_and_says_what_it_changes():
@@ -703,7 +699,9 @@ def test_guard_is_the_default_and_says_what_it_changes():
     assert out == GUARD_IMPORT + "loss.backward()\n_scalebox_stabilize(optimizer, site='t.py:2')\noptimizer.step()\n"
     (site,) = sites
     assert site.action == REWRITTEN and site.exactness == EXACT_UNTIL_INTERVENTION
-    assert "skips the step if a gradient is non-finite" in site.reason and "otherwise changes nothing" in site.reason
+    assert "stabilize: skips a non-finite step" in site.reason
+    said = site.details["contracts"]["stabilize"]
+    assert "skips the step if a gradient is non-finite" in said["checks"] and said["otherwise"].startswith("changes nothing")
 
 
 def test_guard_mode_amp_several_optimizers_accumulation_and_own_clip():

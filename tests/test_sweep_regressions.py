@@ -12,28 +12,25 @@ import sys
 import pytest
 import torch
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import CHANGES_SEMANTICS, EXACT, REWRITTEN
 from scalebox_cst.runtime import target_update as runtime_target_update
 from scalebox_cst.runtime import vectorized as runtime_vectorized
+import harness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def rewrite(src, transforms=None, backend="cpu", **options):
-    cfg = Config() if transforms is None else Config(transforms=transforms)
+    """The shared harness (tests/harness.py); options spelled ``section__key=value``."""
+    tables = {}
     for key, value in options.items():
-        cfg.set_option(*key.split("__"), value)
-    result = Pipeline(cfg, backend=backend).rewrite("t.py", src.encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+        section, name = key.split("__")
+        tables.setdefault(section, {})[name] = value
+    return harness.rewrite(src, transforms, backend, dedent=False, options=tables)
 
 
 def load(code):
-    ns = {"__name__": "sweep_snippet"}
-    exec(compile(code, "<sweep>", "exec"), ns)
-    return ns
+    return harness.load(code, filename="<sweep>", module="sweep_snippet")
 
 
 @pytest.fixture

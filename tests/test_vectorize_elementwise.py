@@ -18,24 +18,11 @@ from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import loop_batch
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.vectorize.elementwise import ID, VectorizeElementwise
+from harness import load, pairer, rewriter
 
 
-def rewrite(src):
-    src = textwrap.dedent(src)
-    result = Pipeline(Config(transforms=[ID]), backend="cpu").rewrite("t.py", src.encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
-
-
-def load(code, name):
-    ns = {}
-    exec(compile(code, "<t>", "exec"), ns)
-    return ns[name]
-
-
-def pair(src, name):
-    out, sites = rewrite(src)
-    return load(textwrap.dedent(src), name), load(out, name), out, sites
+rewrite = rewriter(ID)  # (text, sites); load, pair: the shared differential harness (tests/harness.py)
+pair = pairer(ID)
 
 
 def clone(x):

@@ -19,14 +19,13 @@ import numpy as np
 import pytest
 import torch
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import loop_batch, target_update
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_guard_fuzz import Sub, Trace, same  # noqa: E402
+import harness
 
 _MIN = dict(vectorized_mod.MIN_STEPS)
 
@@ -40,9 +39,7 @@ def teardown_module(module):
 
 
 def rewrite(src, transform="vectorize.recurrence"):
-    res = Pipeline(Config(transforms=[transform]), backend="cpu").rewrite("t.py", src.encode())
-    assert res.report.error is None, res.report.error
-    return res.output.decode(), list(res.report.sites)
+    return harness.rewrite(src, transform, dedent=False)  # the shared differential harness (tests/harness.py)
 
 
 def _alarm(signum, frame):
@@ -343,8 +340,10 @@ def test_ints_too_large_to_promote_exactly_take_the_loop():
 
 def test_report_says_what_the_guard_needs():
     new, sites = rewrite(RETURNS_INSERT)
-    reason = [s for s in sites if s.action == REWRITTEN][0].reason
-    assert "exact types" in reason and "carry_ok" in reason and "flags" in reason
+    site = [s for s in sites if s.action == REWRITTEN][0]
+    assert "recurrence_ok" in site.reason and "carry_ok" in site.reason
+    needs = " ".join(c for g in site.details["contracts"].values() for c in g["checks"])
+    assert "exact types" in needs and "flags" in needs
     assert [s.exactness for s in sites if s.action == REWRITTEN] == [EXACT]
 
 

@@ -11,22 +11,21 @@ Loss loops whose accumulators are created by one tuple assignment (SB3-style ``a
 (loss and gradients); ``a = b = []`` (one list under two names) and other creations are left alone
 with their reason.
 """
-import linecache
 import os
 import sys
 
 import numpy as np
 import pytest
+
 import torch
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN, SKIPPED
 from scalebox_cst.runtime.fused import available as fused_available
 import scalebox_cst.runtime.vectorized as V
 from scalebox_cst.runtime.vectorized import MIN_STEPS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 from test_corpus import RuntimeTrace, compare  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -45,18 +44,14 @@ def src(create, out="adv", ret="adv", params="rewards, values, dones"):
 
 
 def rewrite(code):
-    result = Pipeline(Config(), backend="cpu").rewrite("m.py", code.encode())
-    sites = [s for s in result.report.sites if s.transform == "vectorize.recurrence"]
+    out, sites = harness.rewrite(code, dedent=False, path="m.py", check=False)  # tests/harness.py
+    sites = [s for s in sites if s.transform == "vectorize.recurrence"]
     assert len(sites) == 1
-    return sites[0], result.output.decode()
+    return sites[0], out
 
 
 def _exec(code, tag):
-    filename = f"<list outputs {tag}>"
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    ns = {"__name__": "lo"}
-    exec(compile(code, filename, "exec"), ns)
-    return ns["gae_of"]
+    return harness.load(code, "gae_of", f"<list outputs {tag}>", module="lo", cache_lines=True)  # tests/harness.py
 
 
 def tensors(T, dtype=torch.float32, seed=0):
@@ -95,7 +90,7 @@ def test_array_output_rewritten_and_vectorized_bitwise(make, T):
     code = src(create)
     site, out = rewrite(code)
     assert site.action == REWRITTEN and site.exactness == "exact"
-    assert "a Python list output takes the loop" in site.reason
+    assert "a Python list output takes the loop" in " ".join(site.details["contracts"]["recurrence_ok"]["checks"])
     args = tensors(T, seed=T) if make == "tensor" else arrays(T, seed=T)
     want = _exec(code, "orig")(*args)
     with RuntimeTrace() as trace:

@@ -16,11 +16,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import vectorized as vectorized_mod
 from scalebox_cst.transforms.vectorize.recurrence import VectorizeRecurrence
+import harness
 
 ID = "vectorize.recurrence"
 HYP = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,12 +39,7 @@ def teardown_module(module):
 
 
 def rewrite(src: str, **options):
-    cfg = Config(transforms=[ID])
-    for key, value in options.items():
-        cfg.set_option(ID, key, value)
-    res = Pipeline(cfg, backend="cpu").rewrite("t.py", src.encode())
-    assert res.report.error is None, res.report.error
-    return res.output.decode(), res.report.sites
+    return harness.rewrite(src, ID, dedent=False, options={ID: options})  # the shared harness (tests/harness.py)
 
 
 _CACHE: dict = {}

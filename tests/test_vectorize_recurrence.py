@@ -25,6 +25,7 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import vectorized as vectorized_mod
 from scalebox_cst.runtime.vectorized import recurrence_guard
 from scalebox_cst.transforms.vectorize.recurrence import VectorizeRecurrence
+import harness
 
 ID = "vectorize.recurrence"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,12 +48,7 @@ def teardown_module(module):
 
 
 def rewrite(src: str, **options):
-    cfg = Config(transforms=[ID])
-    for key, value in options.items():
-        cfg.set_option(ID, key, value)
-    res = Pipeline(cfg, backend="cpu").rewrite("t.py", src.encode())
-    assert res.report.error is None, res.report.error
-    return res.output.decode(), res.report.sites
+    return harness.rewrite(src, ID, dedent=False, options={ID: options})  # the shared harness (tests/harness.py)
 
 
 def rewritten(src: str, exactness: Optional[str] = EXACT, **options) -> str:

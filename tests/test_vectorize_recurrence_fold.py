@@ -14,10 +14,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
-from scalebox_cst.report import EXACT, REWRITTEN
+from scalebox_cst.report import EXACT
 from scalebox_cst.runtime import vectorized as vectorized_mod
+import harness
 
 ID = "vectorize.recurrence"
 HYP = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -35,9 +34,8 @@ def teardown_module(module):
 
 
 def rewrite(src: str):
-    res = Pipeline(Config(transforms=[ID]), backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
-    assert res.report.error is None, res.report.error
-    return res.output.decode(), [s for s in res.report.sites if s.action == REWRITTEN]
+    out, sites = harness.rewrite(src, ID)  # the shared differential harness (tests/harness.py)
+    return out, harness.rewritten_sites(sites)
 
 
 _CACHE: dict = {}
@@ -48,10 +46,8 @@ def functions(src: str, name: str = "f"):
     if src not in _CACHE:
         new, done = rewrite(src)
         assert done and all(s.exactness == EXACT for s in done), done
-        ns1, ns2 = {}, {}
-        exec(compile(textwrap.dedent(src), "orig", "exec"), ns1)
-        exec(compile(new, "new", "exec"), ns2)
-        _CACHE[src] = (ns1[name], ns2[name], new, done)
+        original = harness.load(textwrap.dedent(src), name, filename="orig")
+        _CACHE[src] = (original, harness.load(new, name, filename="new"), new, done)
     return _CACHE[src]
 
 

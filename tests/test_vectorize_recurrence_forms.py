@@ -363,10 +363,10 @@ def test_unswitched_numpy_helper(T, N, dtype, seed, kind, use_gae):
 def test_unswitched_site_names_both_versions():
     out, done, skipped = sites_of(UNSWITCH_NUMPY)
     assert len(done) == 1 and not skipped, [s.describe() for s in done + skipped]
-    reason = done[0].reason
-    assert reason.startswith("loop-invariant condition `not use_gae` unswitched")
-    assert "when true, backward linear recurrence `ret = " in reason
-    assert "(coefficients regrouped)" in reason.split("; otherwise,")[1]
+    reason, branches = done[0].reason, done[0].details["branches"]
+    assert reason.startswith("`not use_gae` unswitched (reassociated): one loop per branch, when true vectorized")
+    assert branches["when true"].startswith("backward linear recurrence `ret = ")
+    assert "(coefficients regrouped)" in branches["otherwise"]
     assert done[0].exactness == REASSOCIATED
     assert "if _sbx.steps(len(rews)) <= 0 or (not use_gae):" in out
 
@@ -481,7 +481,10 @@ res = f(rewards, values, 0.99, 0.95, mode, out)
 def test_unswitched_elif_chain(mode, T):
     out, done, skipped = sites_of(UNSWITCH_ELIF)
     assert len(done) == 1 and not skipped
-    assert "left as written: the carried value `g` appears non-affinely" in done[0].reason
+    assert "`mode == \"gae\"` unswitched" in done[0].reason  # each branch's own reason: the details
+    inner = done[0].details["branches"]["otherwise"]  # the elif: unswitched again, its branches nested
+    assert "otherwise left as written" in inner["reason"]
+    assert "left as written: the carried value `g` appears non-affinely" in inner["branches"]["otherwise"]
     env = dict(rewards=torch.randn(T, dtype=torch.float64) / 4, values=torch.randn(T + 1, dtype=torch.float64),
                out=torch.zeros(T, dtype=torch.float64), mode=mode)
     ns1, ns2 = run_both(UNSWITCH_ELIF, env, vectorized=T >= 2 and mode != "other")

@@ -225,7 +225,7 @@ def test_zip_of_a_call_chain_bitwise(T, seed, dtype, mixed):
 def test_zip_of_a_call_chain_site():
     out, sites = rewrite(ZIPPED)
     assert [(s.line, s.action, s.exactness) for s in sites] == [(loop_line(ZIPPED), REWRITTEN, EXACT)]
-    assert "zip's arguments evaluated once before the guard" in sites[0].reason
+    assert "zip's arguments evaluated once before the guard" in sites[0].details["contracts"]["hoisted"]["checks"][0]
     assert "`x.cpu().flatten().numpy()` into `zipped`" in sites[0].reason
     lines = out.splitlines()
     at = lines.index("zipped = x.cpu().flatten().numpy()")

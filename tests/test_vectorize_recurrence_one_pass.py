@@ -14,23 +14,21 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
-from scalebox_cst.report import EXACT, REWRITTEN
+from scalebox_cst.report import EXACT
 from scalebox_cst.runtime import fused as fused_mod
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_vectorize_recurrence import SB3 as SB3_BUFFER  # noqa: E402
+import harness
 
 pytestmark = pytest.mark.skipif(not fused_mod.available(), reason="the _fused_c extension is not built")
 HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def rewrite(src: str):
-    res = Pipeline(Config(transforms=["vectorize.recurrence"]), backend="cpu").rewrite("m.py", src.encode())
-    done = [s for s in res.report.sites if s.transform == "vectorize.recurrence" and s.action == REWRITTEN]
-    return res.output.decode(), done
+    out, sites = harness.rewrite(src, "vectorize.recurrence", dedent=False, path="m.py", check=False)
+    return out, harness.rewritten_sites(sites, "vectorize.recurrence")  # the shared harness (tests/harness.py)
 
 
 _REWRITES: dict = {}
@@ -40,10 +38,7 @@ def functions(src: str, name: str = "f"):
     if src not in _REWRITES:  # one rewrite per snippet (hypothesis calls this per example)
         _REWRITES[src] = rewrite(src)
     new, done = _REWRITES[src]
-    ns1, ns2 = {}, {}
-    exec(compile(src, "orig", "exec"), ns1)
-    exec(compile(new, "new", "exec"), ns2)
-    return ns1[name], ns2[name], new, done
+    return harness.load(src, name, filename="orig"), harness.load(new, name, filename="new"), new, done
 
 
 def same(a, b, where="result"):
@@ -134,7 +129,8 @@ def f(rewards, values, dones, next_value, next_done, gamma=0.99, gae_lambda=0.95
 def test_cleanrl_program_and_reason():
     f, g, new, done = functions(CLEANRL)
     assert len(done) == 1 and done[0].exactness == EXACT
-    assert "every step in one call of runtime.fused_linear" in done[0].reason
+    assert "fused_linear, else" in done[0].reason
+    assert "bitwise the loop" in " ".join(done[0].details["contracts"]["fused_linear"]["checks"])
     assert ("'dones[T] = next_done; values[T] = next_value; nextnonterminal = 1.0 - dones[t + 1]; "
             "nextvalues = values[t + 1]; delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]; "
             "advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam; "

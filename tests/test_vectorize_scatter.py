@@ -19,24 +19,19 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import scatter
 from scalebox_cst.transforms.vectorize.scatter_examples import EXAMPLES, LEFT_ALONE_EXAMPLES
 from scalebox_cst.transforms.vectorize.elementwise import ID, VectorizeElementwise
+import harness
+from harness import rewriter
 
 
-def rewrite(src, backend="cpu"):
-    src = textwrap.dedent(src)
-    result = Pipeline(Config(transforms=[ID]), backend=backend).rewrite("t.py", src.encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+rewrite = rewriter(ID)  # the shared differential harness (tests/harness.py)
 
 
 def load(code, name):
-    ns = {}
-    exec(compile(code, "<t>", "exec"), ns)
+    ns = harness.load(code)
     return ns[name], ns
 
 

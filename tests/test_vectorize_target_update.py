@@ -24,22 +24,17 @@ from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import target_update as tu
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.vectorize.target_update import ID, VectorizeTargetUpdate
+import harness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def rewrite(src, backend="cpu", **options):
-    cfg = Config(transforms=[ID])
-    for key, value in options.items():
-        cfg.set_option(ID, key, value)
-    result = Pipeline(cfg, backend=backend).rewrite("t.py", textwrap.dedent(src).encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+    return harness.rewrite(src, ID, backend, options={ID: options})  # the shared harness (tests/harness.py)
 
 
 def load(code):
-    ns = {}
-    exec(compile(code, "<rewritten>", "exec"), ns)
+    ns = harness.load(code, filename="<rewritten>")
     funcs = [v for k, v in ns.items() if callable(v) and getattr(v, "__module__", None) is None and not k.startswith("_")]
     return ns, funcs
 

@@ -24,7 +24,7 @@ assignment before the ``if`` too) hold a frame, so callees (``linear_recurrence`
 site. ``time_s`` is that estimate (host time; device work queued asynchronously shows where the
 host waits for it), ``samples`` how many looks it rests on: few samples, a rough figure.
 
-sites.json (RUN_LAYOUT.md) is rewritten atomically at each metrics flush: per site the user's
+sites.json (docs/runs.md) is rewritten atomically at each metrics flush: per site the user's
 file (project-relative) and line span and the transform (from the stored report, through the
 loader's origin of the rewritten file; without one, the line that ran and the helper's transform).
 """

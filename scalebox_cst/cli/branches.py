@@ -60,9 +60,11 @@ def _source_diff(store, old, new, stat: bool, color: bool) -> str:
 @click.argument("branch", required=False)
 @click.argument("other", required=False)
 @click.option("--stat", is_flag=True, help="Per-file summary instead of the diff.")
+@click.option("--details", is_flag=True, help="Under each site, its details (JSON): the run-time guards' contracts.")
 @click.option("--color/--no-color", default=None, help="Colour (default: only on a terminal).")
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
-def diff(branch: Optional[str], other: Optional[str], stat: bool, color: Optional[bool], project_dir: Optional[str]) -> None:
+def diff(branch: Optional[str], other: Optional[str], stat: bool, details: bool, color: Optional[bool],
+         project_dir: Optional[str]) -> None:
     """Show BRANCH as original -> rewrite, hunks labelled with transform and reason;
     `diff A B`: the source change (what was edited) from branch A to branch B.
 
@@ -111,7 +113,7 @@ def diff(branch: Optional[str], other: Optional[str], stat: bool, color: Optiona
         click.echo(diffview.render_stat(report, read_old, read_new), nl=False)
         return
     use_color = sys.stdout.isatty() if color is None else color
-    click.echo(diffview.render(report, read_old, read_new, color=use_color), nl=False, color=use_color)
+    click.echo(diffview.render(report, read_old, read_new, color=use_color, details=details), nl=False, color=use_color)
 
 
 

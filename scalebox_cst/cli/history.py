@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 
 import click
 
+from scalebox_cst import headlines
 from scalebox_cst.cli._common import _config_changed, _fail, _open_project, _tree_changes, cli
 from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
@@ -84,7 +85,7 @@ def _run_line(entry: dict) -> str:
     if head.get("episodic_return_final") is not None:
         facts.append(f"return {head['episodic_return_final']:.4g} (best {head['episodic_return_best']:.4g}, {head.get('episodes', 0)} ep)")
     if head.get("sps") is not None:
-        facts.append(f"{head['sps']:.0f} steps/s")
+        facts.append(headlines.shown("sps", head["sps"]))
     if head.get("guard_pass_rate") is not None:
         facts.append(f"guards {head['guard_pass_rate'] * 100:.0f}%")
     if head.get("site_time_s") is not None:

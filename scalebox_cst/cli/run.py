@@ -11,6 +11,7 @@ from typing import List, Optional, Tuple
 
 import click
 
+from scalebox_cst import headlines
 from scalebox_cst.cli._common import _FAST_HELP, _config_changed, _fail, _fast, _load_config, _open_project, _tree_changes, _warn_skipped, cli
 from scalebox_cst.store import StoreError
 
@@ -51,7 +52,7 @@ def _describe_end(record) -> str:
     if head.get("episodic_return_final") is not None:
         parts.append(f"return {head['episodic_return_final']:.4g} (best {head['episodic_return_best']:.4g})")
     if head.get("sps") is not None:
-        parts.append(f"{head['sps']:.0f} steps/s")
+        parts.append(headlines.shown("sps", head["sps"]))
     if head.get("guard_pass_rate") is not None:
         parts.append(f"guards {head['guard_pass_rate'] * 100:.0f}%")
     return ", ".join(parts)

@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from scalebox_cst import diffview, fallbacks, profile, runs
+from scalebox_cst import diffview, fallbacks, headlines, profile, runs
 from scalebox_cst.monitor.files import EventsFile, MetricsFile
 from scalebox_cst.monitor.series import Series, json_number
 from scalebox_cst.report import REWRITTEN, RunReport
@@ -201,7 +201,7 @@ class Monitor:
         for name in runs.SPS_NAMES:
             s = mf.series.get(name)
             if s is not None and s.tail:
-                out["sps"] = s.tail[-1]
+                out["sps"] = headlines.BY_KEY["sps"].reduce(list(s.tail))  # as a finished run's, over the tail
                 break
         legacy = runs.is_legacy(mf.series, run.record)
         for name in runs.GRAD_NORM_NAMES + ((runs.LEGACY_GRAD_NORM,) if legacy else ()):

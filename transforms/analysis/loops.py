@@ -13,11 +13,9 @@ from .purity import is_pure, is_simple_ref
 from .scopes import rebound_reason
 
 
-#: What the run-time guard of a batched loop (runtime.loop_batch) needs, for the site report.
-BATCH_GUARD_NOTE = ("guarded by batch_zip/batch_range: tensors or lists of equally shaped tensors, exactly "
-                    "torch.Tensor or nn.Parameter, one float dtype and device; invariants Python numbers or "
-                    "tensors of that dtype; tensor accumulators of that dtype; no output sharing memory with "
-                    "an input; else the loop runs as written")
+#: The run-time guard of a batched loop (runtime.loop_batch), for the site report: what it accepts
+#: is its contract (transforms/contracts.py), the site's details.
+BATCH_GUARD_NOTE = "guarded by batch_zip/batch_range, else the loop as written"
 
 
 class LoopHeader:

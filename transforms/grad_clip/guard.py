@@ -64,12 +64,12 @@ def guard_lines(ctx: FileContext, opts: Options, aliases: Aliases, step: Event, 
             amp += ", sync=True"  # decide on the host: a true skip for any optimizer on any backend
         if clips:
             texts.append(f"{alias}({step.opt_text}, site={where!r}{amp}, spike=False)")
-            reason = (f"guard {step.opt_text}'s step {between}, after the code's own clip (line {clipped_at}): "
-                      "records the grad norm and skips the step if a gradient is non-finite; otherwise changes nothing")
+            reason = (f"guard {step.opt_text}'s step {between}, after the code's own clip (line {clipped_at}), with "
+                      "stabilize: skips a non-finite step (no spike clip)")
         else:
             texts.append(f"{alias}({step.opt_text}, site={where!r}{amp}{opts.guard_args})")
-            reason = (f"guard {step.opt_text}'s step {between}: records the grad norm; skips the step if a gradient "
-                      "is non-finite, clips a norm far above its history; otherwise changes nothing")
+            # what stabilize does and when: its contract (transforms/contracts.py, the site's details)
+            reason = f"guard {step.opt_text}'s step {between} with stabilize: skips a non-finite step, clips a spike"
         if scaler is not None:
             reason += "; GradScaler skips non-finite steps itself"
         if opts.skip_nonfinite:
@@ -92,5 +92,5 @@ def guard_lines(ctx: FileContext, opts: Options, aliases: Aliases, step: Event, 
         reason = f"clip grad norm of {step.opt_text}'s params to max_norm={opts.max_norm} {between}"
         exactness = CHANGES_SEMANTICS
     if len(texts) == 2:
-        reason += f"; {texts[0]} inserted first (AMP gradients are scaled; scaler.step would unscale the same way)"
+        reason += f"; {texts[0]} inserted first (AMP gradients are scaled)"
     return texts, reason, exactness

@@ -5,20 +5,21 @@
 from __future__ import annotations
 
 import dataclasses
-import math
+
+from scalebox_cst.options import checked, default
 
 from ..base import FileContext
 
 #: the transform's id, and its section of the config
 ID = "grad_clip"
 MODES = ("guard", "fixed")
-#: guard options written into the call only when they differ from the runtime's defaults
-GUARD_DEFAULTS = {"z": 10.0, "ratio": 100.0, "warmup": 25}
+#: guard options written into the call only when they differ from the runtime's defaults (which
+#: are the schema's: scalebox_cst.options)
+GUARD_DEFAULTS = {key: default(ID, key) for key in ("z", "ratio", "warmup")}
 
 
 def number_text(value, key: str = "max_norm") -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"grad_clip.{key} must be a positive number, got {value!r}")
+    checked(ID, key, value)
     return repr(value)
 
 
@@ -31,18 +32,14 @@ class Options:
 
     @classmethod
     def read(cls, ctx: FileContext) -> "Options":
-        mode = ctx.option(ID, "mode", "guard")
-        if mode not in MODES:
-            raise ValueError(f"grad_clip.mode must be one of {', '.join(MODES)}, got {mode!r}")
-        skip = ctx.option(ID, "skip_nonfinite", False)
-        if not isinstance(skip, bool):
-            raise ValueError(f"grad_clip.skip_nonfinite must be true or false, got {skip!r}")
+        """The options, each checked by the schema's one check (a bad value: one ValueError line)."""
+        mode = checked(ID, "mode", ctx.option(ID, "mode", default(ID, "mode")))
+        skip = checked(ID, "skip_nonfinite", ctx.option(ID, "skip_nonfinite", default(ID, "skip_nonfinite")))
+        max_norm = ctx.option(ID, "max_norm", default(ID, "max_norm"))
         args = []
-        for key, default in GUARD_DEFAULTS.items():
-            value = ctx.option(ID, key, default)
+        for key, d in GUARD_DEFAULTS.items():
+            value = ctx.option(ID, key, d)
             text = number_text(value, key)
-            if key == "warmup" and (isinstance(value, float) or value < 1):
-                raise ValueError(f"grad_clip.warmup must be a positive integer, got {value!r}")
-            if value != default:
+            if value != d:
                 args.append(f", {key}={text}")
-        return cls(mode, number_text(ctx.option(ID, "max_norm", 1.0)), skip, "".join(args))
+        return cls(mode, number_text(max_norm), skip, "".join(args))

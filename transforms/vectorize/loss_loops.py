@@ -30,9 +30,7 @@ from .loss_expr import BATCH, LossExpr, Refused, Value, marker
 from .reduction_forms import _Acc, _accumulation, _sanitize
 
 RUNTIME = "scalebox_cst.runtime.vectorized"
-GUARD_NOTE = ("guarded by loss_zip/loss_range: what batch_zip/batch_range check (tensors or lists of equally "
-              "shaped tensors, exactly torch.Tensor or nn.Parameter, one float dtype and device, invariants "
-              "Python numbers or tensors of that dtype, equal lengths, at least one sample)")
+GUARD_NOTE = "guarded by loss_zip/loss_range (contract: the site's details)"
 
 
 def empty_list_init(stmt: cst.BaseStatement, name: str) -> Optional[str]:

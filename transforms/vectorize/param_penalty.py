@@ -125,8 +125,7 @@ def try_penalty(rw, loop: cst.For, idx: int, out: list, acc) -> Optional[bool]:
     rw.sites.append(rw.make_site(
         loop, REWRITTEN,
         f"penalty summed over `{code(module)}.parameters()` → one sum over the parameters laid end to end "
-        "(float sums agree to rounding); guarded by flat_params (plain float32/float64 tensors of one dtype "
-        "and device, an accumulator that is a number or a tensor sharing no memory with them), else the loop",
+        "(float sums agree to rounding); guarded by flat_params, else the loop",
         REASSOCIATED,
     ))
     return True

@@ -430,17 +430,14 @@ def _verdict(ctx: FileContext, plan: _Plan) -> Tuple[str, str]:
         what += ", in the loop's order"
     if casts:
         what += ", index rows cast as a batch (" + ", ".join(f"`.{c}()`" for c in casts) + ")"
-    what += " (guarded: tensors, dtypes, shapes, indices in range"
-    if casts:
-        what += " (float indices: finite, truncating into range)"
-    what += ", no aliasing, no grad on the output; else the loop runs)"
+    what += "; guarded by the scatter guard"  # what it checks: its contract (transforms/contracts.py)
     if ctx.backend == "cpu":
         order = "in index order, call by call," if n > 1 else "in index order,"
         return f"{what}; on CPU each target adds its own row's values {order} as the loop does", EXACT
     if ctx.backend == "cuda":
         return (
-            f"{what}; on CUDA index_add_ and scatter_add_ both accumulate with atomics, so the order of "
-            "additions per target is unspecified (floats may differ in the last bits; integers are exact)",
+            f"{what}; on CUDA both ops add with atomics: the order per target is unspecified (floats may "
+            "differ in the last bits)",
             REASSOCIATED,
         )
     return f"{what}; the order of additions per target on {ctx.backend} is not known to match the loop's", REASSOCIATED

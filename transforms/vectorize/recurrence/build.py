@@ -122,37 +122,23 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
         shape += "episode resets as op stretches, "
     if exact and planner.cpu:
         # gradients: see runtime.vectorized.recurrence_ok (the guard cannot see uses outside the
-        # loop, so the claim for them is conditional; values are exact whatever requires grad)
-        exactness = ("bitwise exact on CPU; gradients through it bitwise too where no value they flow "
-                     "through has more than two uses, in the loop and outside it, else reassociated "
-                     "(autograd sums three or more contributions in another order)")
+        # loop, so the claim for them is conditional; values are exact whatever requires grad):
+        # spelled out in the linear_recurrence contract (transforms/contracts.py)
+        exactness = "bitwise exact on CPU"
     elif exact:
         exact = False
-        exactness = (f"reassociated on {ctx.backend}: the op runs a parallel scan there, equal to the "
-                     "loop up to rounding (about 1e-6 relative in float32)")
+        exactness = f"reassociated on {ctx.backend} (a parallel scan)"
     else:
-        exactness = "reassociated: equal up to rounding (about 1e-6 relative in float32, 1e-15 in float64)"
+        exactness = "reassociated: equal up to rounding"
     kinds, along = describe(kinds, planner.views)  # x_t[i] is x[:, i] in the user's text
     shape += along
-    needs = ("per-step inputs all tensors (or nn.Parameter), all numpy arrays, all lists of tensors or of "
-             "numpy rows, or lists of Python floats only where the loop inserts at the front of a list "
-             "(elsewhere the loop over floats is faster), exact types, one float dtype, device and row shape; "
-             "lists of Python/numpy int or bool flags only with float64 maths")
-    if outs:  # what recurrence_ok takes as an array written at [t]
-        needs += ("; outputs written at [t] tensors where the inputs are tensors (or lists of them), numpy "
-                  "arrays otherwise, long enough, sharing no memory with an input (a Python list output "
-                  "takes the loop)")
-    carried = "; the carried value after the first step of that kind and dtype (carry_ok), " \
-        "else the other steps run as written" if planner.carry_check("_") else ""
-    steps = ("first step runs as written, the others by linear_recurrence (the last step folded in: "
-             "the temporaries it would leave are read nowhere after the loop)") if folded else \
-        "first and last step run as written, steps in between by linear_recurrence"
+    # what recurrence_ok, carry_ok and fused_linear accept: their contracts (the site's details)
+    carried = " and carry_ok" if planner.carry_check("_") else ""
+    steps = "linear_recurrence after the first step (the last step folded in)" if folded else \
+        "linear_recurrence between the first and last step"
     if fused is not None:
-        steps = ("every step in one call of runtime.fused_linear (the loop body as written, compiled for its C "
-                 "kernel, bitwise the loop; the last-step case as boundary rows) where it takes the values (CPU "
-                 "float32/float64 contiguous tensors, Python-number constants), else: " + steps)
-    reason = (f"backward linear recurrence {kinds} ({shape}{exactness}): {steps}; guarded by recurrence_ok "
-              f"({needs}{carried}), original loop kept in the else branch")
+        steps = "fused_linear, else " + steps
+    reason = f"backward linear recurrence {kinds} ({shape}{exactness}): {steps}; guarded by recurrence_ok{carried}"
     return new, exact, reason
 
 

@@ -311,6 +311,5 @@ def hoist_zip(node: cst.For, shadowed: Set[str], imports, fresh) -> Optional[Hoi
         args.append(a.with_changes(value=new_v))
     if not lines:
         return None
-    note = ("zip's arguments evaluated once before the guard, as the loop evaluates them (pure calls: "
-            f"{', '.join(hoisted)}), both branches reading them")
+    note = f"hoisted {', '.join(hoisted)}"  # when and why: the "hoisted" contract (the site's details)
     return Hoist(node.with_changes(iter=it.with_changes(args=args)), lines, note)

@@ -34,7 +34,7 @@ _WRITES = {"append": "-1", "insert": "0", "appendleft": "0"}
 def _index_text(node: cst.Subscript) -> Optional[str]:
     if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
         return None
-    return re.sub(r"\s+", "", _code(node.slice[0].slice.value))
+    return _norm(node.slice[0].slice.value)
 
 
 def list_readback_candidate(node: cst.For) -> bool:

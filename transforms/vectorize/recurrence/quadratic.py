@@ -584,10 +584,8 @@ def rewrite_loop(ctx: FileContext, node: cst.For, shadowed: Set[str], reassociat
         form = "undiscounted"
     c = f"c = `{_one_line(shape.c)}`" if shape.c is not None else "c = 1"
     power = f"c^({shape.k}-{shape.t}+1)" if shape.offset else f"c^({shape.k}-{shape.t})"
+    # the whole error bound (TOLERANCE) goes to the site's details
     reason = (f"quadratic loop: `{shape.acc}` = sum over {shape.k} >= {shape.t} of {power}·E({shape.k}), {c} "
-              f"({form}), computed as the backward recurrence s = {'c·E' if shape.offset else 'E'} + c·s by "
-              f"linear_recurrence ({TOLERANCE}); the last outer step runs as written; guarded by "
-              "quadratic_ok (per-step inputs all tensors, all numpy arrays or all lists of Python floats, "
-              "exact types (nn.Parameter too), one float dtype and device; masks 0/1; Python-int "
-              "coefficients -1, 0 or 1), original loop kept in the else branch")
+              f"({form}) as s = {'c·E' if shape.offset else 'E'} + c·s by linear_recurrence (reassociated, "
+              "|difference| <= (4n+2)·u·Σ_j |c^j·E(t+j)|); last outer step as written; guarded by quadratic_ok")
     return new, reason

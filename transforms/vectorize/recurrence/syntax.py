@@ -5,13 +5,13 @@ candidate is reported. Names read and bound, and the fast walk, come from the sh
 """
 from __future__ import annotations
 
-import re
 from typing import Optional, Sequence
 
 import libcst as cst
 
 from ...analysis.cstwalk import walk as _walk  # noqa: F401 - used across the family
 from ...analysis.reads import bound_names as _bound_names, names_read as _names_read  # noqa: F401
+from ...analysis.shape import structure_key
 from ...names import dotted
 
 
@@ -41,20 +41,9 @@ def _one_line(node: cst.CSTNode) -> str:
 
 
 def _norm(node: cst.CSTNode) -> str:
-    text = re.sub(r"\s+", "", _code(node))
-    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
-        text = text[1:-1]
-    return text
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for ch in text:
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth < 0:
-            return False
-    return depth == 0
+    """The family's key of an expression: structural, layout and outer parentheses aside
+    (:func:`~scalebox_cst.transforms.analysis.shape.structure_key`), never whitespace-stripped text."""
+    return structure_key(node)
 
 
 def _is_call(node: cst.CSTNode, name: str, nargs: Optional[int] = None) -> bool:

@@ -100,8 +100,8 @@ class VectorizeRecurrence(Transform):
             if node in ours:
                 continue
 
-            def site(action: str, reason: str, exactness: Optional[str] = None) -> Site:
-                return Site(ID, span[0], span[1], action, reason, exactness)
+            def site(action: str, reason: str, exactness: Optional[str] = None, details=None) -> Site:
+                return Site(ID, span[0], span[1], action, reason, exactness, details=details)
 
             if i in quad:
                 try:
@@ -113,7 +113,7 @@ class VectorizeRecurrence(Transform):
                 except Exception as exc:  # an analysis bug must not cost the user the other rewrites
                     sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
                 else:
-                    sites.append(site(REWRITTEN, reason, REASSOCIATED))
+                    sites.append(site(REWRITTEN, reason, REASSOCIATED, {"exactness": quadratic.TOLERANCE}))
                 continue
             header = _backward_header(node, shadowed) or _named_range_header(node, cst_before.get(id(node)), shadowed)
             original, hoist = node, None
@@ -142,10 +142,10 @@ class VectorizeRecurrence(Transform):
                 sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
                 continue
             if switched is not None:
-                replace[original], exact, reason = switched
+                replace[original], exact, reason, branches = switched
                 if hoist is not None:
                     replace[original], reason = hoist.wrap(replace[original]), f"{reason}; {hoist.note}"
-                sites.append(site(REWRITTEN, reason, EXACT if exact else REASSOCIATED))
+                sites.append(site(REWRITTEN, reason, EXACT if exact else REASSOCIATED, {"branches": branches}))
                 continue
             try:
                 viewed = _time_views(ctx, node, header)

@@ -16,7 +16,7 @@ statements before it may have run.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
@@ -118,10 +118,11 @@ MAX_DEPTH = 2
 
 
 def unswitch(ctx: FileContext, node: cst.For, header: Header, reassociate: bool, build, depth: int = 0
-             ) -> Optional[Tuple[cst.If, bool, str]]:
+             ) -> Optional[Tuple[cst.If, bool, str, Dict[str, object]]]:
     """``if steps(T) <= 0 or (test): <then-version> else: <else-version>``, each version planned on
     its own (rewritten, unswitched again, or kept as written with its reason); None when the body has
-    no switch; Skip when no version is rewritten."""
+    no switch; Skip when no version is rewritten. The last item is each branch's own reason (the
+    site's details: the reason names only what became of each)."""
     if depth >= MAX_DEPTH:
         return None
     found = switch_of(ctx, node, header)
@@ -134,14 +135,17 @@ def unswitch(ctx: FileContext, node: cst.For, header: Header, reassociate: bool,
     elif isinstance(st.orelse, cst.If):  # elif: the else-version keeps the rest of the chain
         other = st.orelse.with_changes(leading_lines=())
     outcomes = []
+    said: List[object] = []  # each branch's reason; an unswitched branch's with its own branches
     for loop in (version(node, pos, st.body), version(node, pos, other)):
         try:
             inner = unswitch(ctx, loop, header, reassociate, build, depth + 1)
-            new, exact, reason = inner if inner is not None else plan_loop(ctx, loop, header, reassociate, build)
+            new, exact, reason = inner[:3] if inner is not None else plan_loop(ctx, loop, header, reassociate, build)
         except Skip as exc:
             outcomes.append((loop, None, f"left as written: {exc}"))
+            said.append(outcomes[-1][2])
         else:
             outcomes.append((new, exact, reason))
+            said.append(reason if inner is None else {"reason": reason, "branches": inner[3]})
     test = _one_line(st.test)
     if all(e is None for _, e, _ in outcomes):
         raise Skip(f"unswitched on the loop-invariant `{test}`, no loop is vectorized: when true, "
@@ -155,11 +159,11 @@ def unswitch(ctx: FileContext, node: cst.For, header: Header, reassociate: bool,
         leading_lines=node.leading_lines,
     )
     exact = all(e is not False for _, e, _ in outcomes)
-    reason = (f"loop-invariant condition `{test}` unswitched (evaluated once before the first step, "
-              "not at every step, and not at all when there is none: it reads names and attributes "
-              "the loop neither binds nor writes, attribute reads taken as plain reads, and the body "
-              f"calls nothing but dtype casts): when true, {outcomes[0][2]}; otherwise, {outcomes[1][2]}")
-    return new_if, exact, reason
+    # when the condition is evaluated and why it may be: the "unswitched" contract (the site's details)
+    state = ["vectorized" if e is not None else "left as written" for _, e, _ in outcomes]
+    reason = (f"`{test}` unswitched ({'exact' if exact else 'reassociated'}): one loop per branch, when true {state[0]}, otherwise "
+              f"{state[1]}; each branch's reason in the details")
+    return new_if, exact, reason, {"when true": said[0], "otherwise": said[1]}
 
 
 __all__ = ["plan_loop", "switch_of", "unswitch", "version"]

@@ -1,0 +1,72 @@
+"""The headline metrics of a run, once: key, label, format, and how the value is computed.
+
+Why one table: runs (``scalebox log``), compare, the CLI's run lines and the monitor each named
+these numbers and said how to compute them, and they disagreed: the monitor showed a live run's
+steps/s as its last point while a finished run's was the median of the second half of its points,
+so the number jumped when the run ended. Every reader now takes the key, label, format and
+reducer from here; a live value is the same reducer over the points the reader holds (the monitor
+keeps the newest :data:`scalebox_cst.monitor.series.TAIL` finite points of a series), a final value
+the same reducer over all of them.
+
+The values (see :func:`scalebox_cst.runs.headline`):
+
+- ``episodic_return_final``: mean of the last ``RETURN_WINDOW`` (10) finite episode returns.
+- ``episodic_return_best``: the best mean of ``RETURN_WINDOW`` consecutive returns.
+- ``sps``: steps per second, the median of the later half of the SPS points (the warm-up left out;
+  one point is its own median).
+- ``site_time_s``: sampled time in rewritten sites; ``guard_pass_rate``: vectorized / (vectorized
+  + fallback) over every site; ``wall_time``; ``cpu_time_s``: user + system of the run's process
+  and reaped children (its last point, written at exit).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+
+def median(values: Sequence[float]) -> Optional[float]:
+    if not values:
+        return None
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def later_half_median(values: Sequence[float]) -> Optional[float]:
+    """The median of the later half of ``values`` (the warm-up left out): steps/s, live and final."""
+    values = list(values)
+    return median(values[len(values) // 2:]) if values else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Headline:
+    key: str  # the key in a run's headline (runs.headline, the monitor's JSON)
+    label: str  # what compare and the docs call it
+    fmt: str  # how the CLI prints it: a format string of one value
+    higher_is_better: Optional[bool]  # compare's direction (None: neither)
+    how: str  # how the value is computed, for the docs
+    #: the reducer over a series' finite values, where the value comes from one series
+    reduce: Optional[Callable[[Sequence[float]], Optional[float]]] = None
+
+
+HEADLINES: Tuple[Headline, ...] = (
+    Headline("episodic_return_final", "episodic return (final)", "return {:.4g}", True,
+             "mean of the last 10 finite episode returns"),
+    Headline("episodic_return_best", "episodic return (best)", "best {:.4g}", True,
+             "best mean of 10 consecutive episode returns"),
+    Headline("sps", "steps/s", "{:.0f} steps/s", True,
+             "median of the later half of the SPS points, live and final", later_half_median),
+    Headline("site_time_s", "time in rewritten sites (s)", "sites {:.3g}s", False,
+             "sampled time in the rewritten sites"),
+    Headline("guard_pass_rate", "guard pass rate", "guards {:.0%}", None,
+             "vectorized / (vectorized + fallback) over every site"),
+    Headline("wall_time", "wall time (s)", "{:.1f}s", False, "the run's wall-clock time"),
+    Headline("cpu_time_s", "CPU time, children included (s)", "cpu {:.3g}s", False,
+             "user + system time of the run's process and reaped children"),
+)
+BY_KEY: Dict[str, Headline] = {h.key: h for h in HEADLINES}
+
+
+def shown(key: str, value: float) -> str:
+    """``value`` as the CLI prints headline ``key`` (``1234 steps/s``)."""
+    return BY_KEY[key].fmt.format(value)

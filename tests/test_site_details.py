@@ -1,0 +1,102 @@
+"""Site reasons of one breath; the run-time guards' contracts in ``details`` (transforms/contracts.py).
+
+A reason says what was done and how exact in at most ``REASON_LIMIT`` characters. What the guard
+that protects a rewrite accepts lives once, in the contracts table, and reaches the report as the
+site's ``details`` (JSON), shown by ``scalebox diff --details``. Before, a recurrence site's reason
+was up to 3,500 characters, a copy of the guard's contract in prose.
+"""
+import functools
+import glob
+import json
+import os
+
+import pytest
+
+from conftest import ROOT, scalebox
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import REWRITTEN, Site
+from scalebox_cst.transforms import all_transforms, contracts
+from scalebox_cst.transforms.contracts import CONTRACTS, REASON_LIMIT
+
+INPUTS = sorted(glob.glob(os.path.join(ROOT, "tests", "corpus", "*.py"))
+                + glob.glob(os.path.join(ROOT, "examples", "**", "*.py"), recursive=True))
+GAE = (
+    "import torch\n"
+    "def gae(rewards, values, dones, next_value, gamma, lam, T):\n"
+    "    adv = torch.zeros_like(rewards)\n"
+    "    last = 0\n"
+    "    for t in reversed(range(T)):\n"
+    "        nv = next_value if t == T - 1 else values[t + 1]\n"
+    "        delta = rewards[t] + gamma * nv * (1.0 - dones[t]) - values[t]\n"
+    "        adv[t] = last = delta + gamma * lam * (1.0 - dones[t]) * last\n"
+    "    return adv\n"
+)
+
+
+def _sites(path, data, backend="cpu"):
+    return Pipeline(Config(), backend=backend).rewrite(path, data).report.sites
+
+
+@functools.lru_cache(maxsize=None)
+def _every_site():
+    out = []
+    for path in INPUTS:
+        with open(path, "rb") as f:
+            out.append((os.path.relpath(path, ROOT), _sites(os.path.basename(path), f.read())))
+    for t in all_transforms():
+        for i, ex in enumerate(t.EXAMPLES):
+            out.append((f"{t.id} example {i}", _sites("example.py", ex.code.encode(), ex.backend)))
+    return out
+
+
+def test_every_reason_of_the_corpus_and_examples_is_one_breath():
+    long = [(where, len(s.reason), s.reason) for where, sites in _every_site() for s in sites
+            if len(s.reason) > REASON_LIMIT]
+    assert not long, long[:3]
+
+
+def test_no_reason_repeats_a_contract():
+    """The guards' contracts are said once, in the details: no reason spells out a clause."""
+    clauses = [c for checks, _ in CONTRACTS.values() for c in checks if len(c) > 40]
+    copies = [(where, s.reason) for where, sites in _every_site() for s in sites
+              for c in clauses if c in s.reason]
+    assert not copies, copies[:3]
+
+
+def test_a_recurrence_site_names_its_guards_and_details_hold_their_contracts():
+    (site,) = [s for s in _sites("gae.py", GAE.encode()) if s.action == REWRITTEN]
+    assert "recurrence_ok" in site.reason and len(site.reason) <= REASON_LIMIT
+    assert not site.reason.endswith("(more: details)")  # composed short, not cut
+    got = site.details["contracts"]
+    assert got["recurrence_ok"] == contracts.contract("recurrence_ok")
+    assert "exact types, one float dtype, device and row shape" in got["recurrence_ok"]["checks"]
+    assert json.loads(json.dumps(site.to_json()))["details"] == site.details
+    assert Site.from_json(site.to_json()).details == site.details
+
+
+def test_a_long_reason_is_cut_at_a_clause_and_kept_whole_in_the_details():
+    whole = "; ".join(f"clause {i} " + "x" * 40 for i in range(12))
+    short, details = contracts.site_details(whole)
+    assert len(short) <= REASON_LIMIT and short.endswith("(more: details)")
+    assert whole.startswith(short[: -len(" (more: details)")]) and short.count("; ") >= 1
+    assert details == {"reason": whole}
+    assert contracts.site_details("fits") == ("fits", None)
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACTS))
+def test_contract_names_are_found_as_words_only(name):
+    assert contracts.details_for(f"guarded by {name}")["contracts"] == {name: contracts.contract(name)}
+    assert contracts.details_for(f"_scalebox_{name}x") is None
+
+
+def test_diff_details_shows_the_contracts(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "gae.py").write_text(GAE)
+    scalebox("init", ".", cwd=root)
+    scalebox("rewrite", ".", "--transform", "vectorize.recurrence", "--backend", "cpu", cwd=root)
+    plain = scalebox("diff", "--no-color", cwd=root).stdout
+    shown = scalebox("diff", "--details", "--no-color", cwd=root).stdout
+    assert "recurrence_ok" in plain and '"contracts"' not in plain
+    assert '#      "contracts": {' in shown and "exact types, one float dtype, device and row shape" in shown

@@ -1,0 +1,150 @@
+"""What each run-time guard and rewrite form promises, written once: the ``details`` of a site.
+
+A site's ``reason`` says what was done and how exact, in one breath (at most
+:data:`REASON_LIMIT` characters). The full contract of the run-time check that protects a rewrite
+(what ``recurrence_ok`` or ``batch_zip`` accepts, what runs when it declines) used to be spelled
+out in prose inside every reason, a second copy of the guard's docstring that could drift and made
+reasons up to 3,500 characters long. It lives here instead, one entry per guard or form, and the
+pipeline attaches the entries a reason names to the site as JSON (``scalebox diff --details``).
+The runtime's docstrings describe the arguments; this table is the promise the report makes.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+#: the longest reason a site may carry (a test holds every reason of the corpus and examples to it)
+REASON_LIMIT = 300
+
+#: name -> (what it accepts, clause by clause; what happens otherwise)
+CONTRACTS: Dict[str, Tuple[Tuple[str, ...], str]] = {
+    "recurrence_ok": ((
+        "per-step inputs all tensors (or nn.Parameter), all numpy arrays, all lists of tensors or of numpy "
+        "rows, or lists of Python floats only where the loop inserts at the front of a list (elsewhere the "
+        "loop over floats is faster)",
+        "exact types, one float dtype, device and row shape",
+        "lists of Python/numpy int or bool flags only with float64 maths",
+        "outputs written at [t] tensors where the inputs are tensors (or lists of them), numpy arrays "
+        "otherwise, long enough, sharing no memory with an input (a Python list output takes the loop)",
+    ), "the original loop runs (kept in the else branch)"),
+    "carry_ok": ((
+        "the carried value after the first step of the kind and dtype the vectorized steps compute with",
+    ), "the other steps run as written"),
+    "linear_recurrence": ((
+        "values bitwise the loop's on CPU; gradients through it bitwise too where no value they flow through "
+        "has more than two uses, in the loop and outside it, else reassociated (autograd sums three or more "
+        "contributions in another order)",
+        "on other backends a parallel scan, equal to the loop up to rounding (about 1e-6 relative in float32)",
+        "folded: the last step computed by the vectorized steps where the temporaries it would leave are "
+        "read nowhere after the loop",
+    ), "the loop runs as written"),
+    "fused_linear": ((
+        "CPU float32/float64 contiguous tensors, Python-number constants",
+        "the loop body as written, compiled for its C kernel, bitwise the loop; the last-step case as "
+        "boundary rows",
+    ), "the steps run by linear_recurrence"),
+    "quadratic_ok": ((
+        "per-step inputs all tensors, all numpy arrays or all lists of Python floats",
+        "exact types (nn.Parameter too), one float dtype and device",
+        "masks 0/1",
+        "Python-int coefficients -1, 0 or 1",
+    ), "the original loop runs (kept in the else branch)"),
+    "batch_zip": ((
+        "tensors or lists of equally shaped tensors, exactly torch.Tensor or nn.Parameter, one float dtype "
+        "and device",
+        "invariants Python numbers or tensors of that dtype",
+        "tensor accumulators of that dtype",
+        "no output sharing memory with an input",
+    ), "the loop runs as written"),
+    "loss_zip": ((
+        "what batch_zip/batch_range check (tensors or lists of equally shaped tensors, exactly torch.Tensor "
+        "or nn.Parameter, one float dtype and device, invariants Python numbers or tensors of that dtype)",
+        "equal lengths, at least one sample",
+    ), "the loop runs as written"),
+    "flat_params": ((
+        "plain float32/float64 tensors of one dtype and device",
+        "an accumulator that is a number or a tensor sharing no memory with them",
+    ), "the loop runs as written"),
+    "scatter guard": ((
+        "tensors, dtypes, shapes",
+        "indices in range (float indices: finite, truncating into range)",
+        "no aliasing, no grad on the output",
+    ), "the loop runs as written"),
+    "stabilize": ((
+        "records the gradient norm of the optimizer's parameters every step",
+        "skips the step if a gradient is non-finite",
+        "clips a norm far above its history (the spike test)",
+        "a GradScaler skips non-finite steps itself; scaler.step would unscale as the inserted "
+        "scaler.unscale_ does",
+    ), "changes nothing: the step runs as written (bitwise), each intervention recorded as a run event"),
+    "hoisted": ((
+        "zip's arguments evaluated once before the guard, as the loop evaluates them (pure calls only)",
+        "both branches (the vectorized one and the loop kept as written) read the hoisted names",
+    ), "nothing is hoisted and the loop is not vectorized"),
+    "unswitched": ((
+        "the condition is evaluated once before the first step, not at every step, and not at all when "
+        "there is none",
+        "it reads names and attributes the loop neither binds nor writes (attribute reads taken as plain "
+        "reads), and the body calls nothing but dtype casts",
+    ), "each branch's loop is planned on its own; a branch not vectorized runs as written"),
+}
+#: names a reason may use for an entry (``batch_range`` is checked as ``batch_zip`` is)
+ALIASES = {"batch_range": "batch_zip", "loss_range": "loss_zip"}
+
+_NAMES = re.compile(r"\b(" + "|".join(sorted({*CONTRACTS, *ALIASES}, key=len, reverse=True)) + r")\b")
+
+
+def contract(name: str) -> Dict[str, Any]:
+    """One entry as JSON: ``{"checks": [...], "otherwise": "..."}``."""
+    checks, otherwise = CONTRACTS[ALIASES.get(name, name)]
+    return {"checks": list(checks), "otherwise": otherwise}
+
+
+def details_for(reason: str) -> Optional[Dict[str, Any]]:
+    """The contracts of every guard and form ``reason`` names, in order of first mention (None: none)."""
+    found: Dict[str, Dict[str, Any]] = {}
+    for m in _NAMES.finditer(reason):
+        name = ALIASES.get(m.group(1), m.group(1))
+        if name not in found:
+            found[name] = contract(name)
+    return {"contracts": found} if found else None
+
+
+_MORE = " (more: details)"
+
+
+def shorten(reason: str) -> Tuple[str, Optional[str]]:
+    """``(reason, None)`` when it fits :data:`REASON_LIMIT`, else its longest head that ends at a
+    clause (``; `` then ``, ``) and fits with a pointer to the details, and the whole text (kept in
+    the site's details: nothing a transform says is lost, the reason stays one breath)."""
+    if len(reason) <= REASON_LIMIT:
+        return reason, None
+    room = REASON_LIMIT - len(_MORE)
+    for sep in ("; ", ": ", ", ", " "):
+        cut = reason.rfind(sep, 0, room)
+        if cut > room // 3:
+            return reason[:cut] + _MORE, reason
+    return reason[:room] + _MORE, reason
+
+
+def _strings(value: Any) -> List[str]:
+    """Every string in nested dicts and lists (what a transform's own details say)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def site_details(reason: str, given: Optional[Dict[str, Any]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """A site's (reason, details): the reason cut to :data:`REASON_LIMIT` (the whole text in
+    ``details["reason"]``), the contracts of every guard and form it or ``given`` names, and
+    ``given`` (what a transform says beyond its reason) as they are."""
+    short, whole = shorten(reason)
+    found = details_for(" ".join([reason, *_strings(given)])) or {}
+    out: Dict[str, Any] = {**(given or {}), **found}
+    if whole is not None:
+        out["reason"] = whole
+    return short, (out or None)
