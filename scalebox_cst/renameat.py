@@ -26,7 +26,7 @@ def _load() -> Optional[object]:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.renameat2
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no libc (Windows), no renameat2 (macOS, old glibc)
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     fn.restype = ctypes.c_int
