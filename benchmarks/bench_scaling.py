@@ -11,7 +11,7 @@ recurrence/function_facts.py 5k took 194.8 CPU s. Then (issue 19 item 13, same m
 before -> after): fresh names no longer retry every earlier suffix (``unique_name`` was quadratic
 in sites), generated code is parsed once per shape and copied (analysis/cstclone.py), the loop
 map walks statements only, hot.no_grad's callees gather a scope's assignments in one walk:
-loops 5k 22.2 -> 13.8, mixed 5k 4.4 -> 3.4, 20k 19.0 -> 15.0, 50k 43 -> 37.8, sparse 50k
+loops 5k 22.2 -> 13.8, 20k 82.5 -> 57.3, 50k 253 -> 146, mixed 5k 4.4 -> 3.4, 20k 19.0 -> 15.0, 50k 43 -> 37.8, sparse 50k
 14.1 -> 11.8. What is left is per site (~20 ms per GAE loop: its analysis, code generation and
 the copies of its body) and per file version (``one`` at 50k: 6.8 s, most of it libcst's parse). Each (shape, size) runs
 ``Pipeline.rewrite`` in a fresh process, so peak RSS is that rewrite's. Wall and CPU seconds are
