@@ -7,8 +7,13 @@ gradient-clip sites and elementwise loops, in turn) and ``loops`` (one function 
 but GAE-style backward loops, one per 9 lines: per-loop checks that walked the whole function
 made it quadratic, issue 19 item 13). ``loops`` on the loaded 2-core machine (CPU s, lines/s,
 peak MB): 5k 17.0 (294/s, 330), 20k 82.5 (242/s, 1213), 50k 253 (198/s, 2934); before
-recurrence/function_facts.py 5k took 194.8 CPU s. What is left is per loop (~30 ms: the guarded
-rewrite's code is generated, parsed and cloned per site), not per function. Each (shape, size) runs
+recurrence/function_facts.py 5k took 194.8 CPU s. Then (issue 19 item 13, same machine, CPU s
+before -> after): fresh names no longer retry every earlier suffix (``unique_name`` was quadratic
+in sites), generated code is parsed once per shape and copied (analysis/cstclone.py), the loop
+map walks statements only, hot.no_grad's callees gather a scope's assignments in one walk:
+loops 5k 22.2 -> 13.8, 20k 82.5 -> 57.3, 50k 253 -> 146, mixed 5k 4.4 -> 3.4, 20k 19.0 -> 15.0, 50k 43 -> 37.8, sparse 50k
+14.1 -> 11.8. What is left is per site (~20 ms per GAE loop: its analysis, code generation and
+the copies of its body) and per file version (``one`` at 50k: 6.8 s, most of it libcst's parse). Each (shape, size) runs
 ``Pipeline.rewrite`` in a fresh process, so peak RSS is that rewrite's. Wall and CPU seconds are
 printed; the growth exponent is the slope of log(CPU time) against log(lines) between
 consecutive sizes (1.0 is linear; CPU time, because on a shared machine wall time measures the

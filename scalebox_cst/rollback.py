@@ -8,7 +8,9 @@ the only code that writes the user's tree, so it must never destroy an edit: the
 another scalebox process) may save a file at any moment of it. Just before each file is replaced
 (and after a file to be removed is moved aside) its content is compared with what the snapshot
 holds; a file saved since the snapshot stops the rollback with one line and the files already
-replaced are put back (nothing replaced, the edit kept). A rollback killed while renaming is
+replaced are put back (nothing replaced, the edit kept). On Linux the comparison has no window:
+the new file and the current one are swapped atomically (``renameat2``, :mod:`.renameat`) and
+the file swapped out is compared (and swapped back if saved since). A rollback killed while renaming is
 finished by the next command; a file edited after the kill is snapshotted again first, so the
 edit is in the store's history before the rollback's file replaces it.
 """
@@ -21,7 +23,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
-from scalebox_cst import tmpnames
+from scalebox_cst import renameat, tmpnames
 from scalebox_cst.store import Store, StoreError
 from scalebox_cst.store.refs import _FileLock
 
@@ -231,9 +233,7 @@ class Replacer:
             for rel, tmp in journal["write"]:
                 if self.unsafe(rel) is not None:
                     raise StoreError(f"{rel} changed into a link or folder during the rollback")
-                if read_or_none(self._abs(rel)) != current.get(rel):
-                    raise _Edited(rel)
-                os.replace(self._abs(tmp), self._abs(rel))
+                self._into_place(rel, tmp, current.get(rel))
                 done.append(("write", rel, tmp))
         except BaseException as exc:
             failed = self._put_back(done, journal, current, target)
@@ -254,6 +254,33 @@ class Replacer:
             ) from None
         for rel, tmp in journal["remove"]:
             remove_quietly(self._abs(tmp))
+
+    def _into_place(self, rel: str, tmp: str, before: Optional[bytes]) -> None:
+        """Rename the new file ``tmp`` over ``rel``, unless ``rel`` no longer holds ``before`` (its
+        content in the snapshot; None: no file): then :class:`_Edited`, ``rel`` untouched. Where
+        ``renameat2`` works the check has no window: the files are swapped in one step and the
+        one swapped out is compared (swapped back if it was saved since); a file the rollback
+        creates is renamed in only if none appeared. Elsewhere: compare, then ``os.replace``."""
+        path, aside = self._abs(rel), self._abs(tmp)
+        try:
+            swapped = before is not None and renameat.exchange(aside, path)
+        except FileNotFoundError:
+            raise _Edited(rel) from None  # removed since the snapshot: an edit too
+        if swapped:
+            if read_or_none(aside) != before:
+                renameat.exchange(aside, path)  # the saved file back in place, ours aside again
+                raise _Edited(rel)
+            remove_quietly(aside)  # the replaced file: its content is in the backup snapshot
+            return
+        if before is None:
+            try:
+                if renameat.noreplace(aside, path):
+                    return
+            except FileExistsError:
+                raise _Edited(rel) from None
+        if read_or_none(path) != before:
+            raise _Edited(rel)
+        os.replace(aside, path)
 
     def _put_back(self, done: List[Tuple[str, str, str]], journal: dict, current: Dict[str, bytes], target: Dict[str, bytes]) -> List[str]:
         """Undo the renames of a failed rollback; returns the paths that could not be put back.
@@ -328,18 +355,26 @@ class Replacer:
             elif read_or_none(aside) == old.get(rel):
                 remove_quietly(aside)
         for rel, tmp in writes:
-            if os.path.lexists(self._abs(tmp)):
+            if self._swapped_out(rel, tmp, old):
+                remove_quietly(self._abs(tmp))  # killed just after the swap: replaced already
+            elif os.path.lexists(self._abs(tmp)):
                 os.replace(self._abs(tmp), self._abs(rel))  # written in full and synced before "replace"
                 pending += 1
         self._record(label, str(journal["source"]), str(journal["backup"]), list(journal.get("created", [])), self.project.scan())
         kept = f"; files saved since it began were snapshotted first as {again[:10]}" if again else ""
         return f"finished an interrupted rollback to {label} ({pending} of {len(writes)} file(s) were still to be replaced{kept})"
 
+    def _swapped_out(self, rel: str, tmp: str, old: Dict[str, bytes]) -> bool:
+        """Whether ``tmp`` is the file a swap (:meth:`_into_place`) took out of ``rel``: it holds
+        the snapshot's content, which the new file written there never does (only changed
+        files are replaced)."""
+        return rel in old and os.path.lexists(self._abs(tmp)) and read_or_none(self._abs(tmp)) == old[rel]
+
     def _snapshot_edits(self, journal: dict, old: Dict[str, bytes], writes: List[Tuple[str, str]]) -> Optional[str]:
         """Before a killed rollback is finished: when a file it is still to replace was saved
         after its snapshot (``old``), snapshot the current files again (the id), so finishing
         it destroys no edit the store does not hold."""
-        pending = [rel for rel, tmp in writes if os.path.lexists(self._abs(tmp))]
+        pending = [rel for rel, tmp in writes if os.path.lexists(self._abs(tmp)) and not self._swapped_out(rel, tmp, old)]
         if all(read_or_none(self._abs(rel)) == old.get(rel) for rel in pending):
             return None
         commit, _ = self.store.snapshot(self.project.scan(), f"saved during the interrupted rollback to {journal['label']}")

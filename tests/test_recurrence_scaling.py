@@ -90,3 +90,101 @@ def test_a_long_rewrite_says_how_far_it_is_from_inside_the_transform(monkeypatch
     assert [line.split("vectorize.recurrence: ")[1].split(" after")[0] for line in inside] == [
         f"{k}/6 backward loops" for k in range(6)]
     assert all(line.startswith("scalebox: gen.py: ") and "\n" not in line for line in lines)
+
+
+class _CountingSet(set):
+    """A set that counts membership tests (the probes of a name search)."""
+
+    probes = 0
+
+    def __contains__(self, item):
+        _CountingSet.probes += 1
+        return super().__contains__(item)
+
+
+def test_fresh_names_cost_the_same_for_every_site():
+    """Each site asks for the same bases (``x_v``, ``last_fused``...): the search for a free
+    suffix goes on from the last one, so the k-th name costs what the first did (it tried
+    ``x_2`` .. ``x_k`` again: sites x sites probes on a file with thousands of loops)."""
+    from scalebox_cst.transforms.names import ImportMap
+
+    imports = ImportMap("x = 1\nx_2 = 2\nx_4 = 4\n")
+    imports.names = _CountingSet(imports.names)
+    got = [imports.unique_name("x") for _ in range(400)]
+    assert got[:3] == ["x_3", "x_5", "x_6"] and len(set(got)) == 400 and not {"x", "x_2", "x_4"} & set(got)
+    assert _CountingSet.probes < 2 * 400 + 10, _CountingSet.probes
+    imports.names.add("x_403")  # a name taken since is still skipped
+    assert imports.unique_name("x") == "x_404" and imports.unique_name("y") == "y"
+
+
+def test_parses_and_module_walks_per_site_are_constant(monkeypatch):
+    """Per rewritten loop, a constant number of libcst parses of generated code and no walk of
+    the whole module or function: the parses and the statements the one-per-module loop map
+    visits grow by the same amount from 20 to 40 loops as from 10 to 20."""
+    import libcst as cst
+
+    from scalebox_cst.transforms.hot import callees
+    from scalebox_cst.transforms.vectorize.recurrence import fold
+
+    parses, places, tables = [0], [0], [0]
+    real_parse, real_places, real_table = cst.parse_module, fold._loop_places, callees._scope_table
+
+    def parse(*a, **k):
+        parses[0] += 1
+        return real_parse(*a, **k)
+
+    def loop_places(module):
+        places[0] += 1
+        return real_places(module)
+
+    def scope_table(scope):
+        tables[0] += 1
+        return real_table(scope)
+
+    monkeypatch.setattr(cst, "parse_module", parse)
+    monkeypatch.setattr(fold, "_loop_places", loop_places)
+    monkeypatch.setattr(callees, "_scope_table", scope_table)
+    pipeline = Pipeline(Config(), "cpu")
+    counts = {}
+    for loops in (10, 20, 40):
+        parses[0] = places[0] = tables[0] = 0
+        result = pipeline.rewrite("gen.py", one_function(loops))
+        assert sum(s.action == "rewritten" for s in result.report.sites) == loops
+        counts[loops] = (parses[0], places[0], tables[0])
+    (p10, m10, t10), (p20, m20, t20), (p40, m40, t40) = counts[10], counts[20], counts[40]
+    assert p40 - p20 == 2 * (p20 - p10), counts  # the same parses for each loop
+    assert m10 == m20 == m40 == 1, counts  # the loop map: once per module, not per loop
+    assert t10 == t20 == t40, counts  # a function's assigned names: once per scope, not per name
+
+
+def test_the_loop_map_skips_expressions_and_finds_every_loop():
+    """:func:`fold._loop_places` walks statements only; it finds the loops a full walk finds,
+    with the same innermost function and nesting (classes and nested functions included)."""
+    import libcst as cst
+
+    from scalebox_cst.transforms.vectorize.recurrence import fold
+
+    module = cst.parse_module(
+        "for a in b:\n    pass\n"
+        "def f(x):\n"
+        "    for t in x:\n"
+        "        while t > 0:\n"
+        "            t -= 1\n"
+        "    try:\n        pass\n    except E:\n        for u in x: pass\n    finally:\n        for v in x: pass\n"
+        "    with m:\n        if x:\n            pass\n        else:\n            for w in x: pass\n"
+        "    match x:\n        case 1:\n            for y in x: pass\n"
+        "    class C:\n        for z in x: pass\n"
+        "    def g():\n        for q in x: pass\n"
+        "    return [i for i in x]\n"
+    )
+    places = fold._loop_places(module)
+    loops = [n for n in cstwalk.walk(module) if isinstance(n, (cst.For, cst.While))]
+    assert len(loops) == 9 and set(places) == {id(n) for n in loops}
+    func = module.body[1]
+    g = [s for s in func.body.body if isinstance(s, cst.FunctionDef)][0]
+    by_target = {cst.Module([]).code_for_node(n.target if isinstance(n, cst.For) else n.test): places[id(n)] for n in loops}
+    assert by_target["a"] is None and by_target["z"] is None  # module level, class body
+    assert by_target["t"] == (func, False)
+    assert by_target["t > 0"] == (func, True)  # the while inside the for
+    assert [by_target[k] for k in ("u", "v", "w", "y")] == [(func, False)] * 4
+    assert by_target["q"] == (g, False)

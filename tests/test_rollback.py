@@ -8,6 +8,7 @@ import os
 import pytest
 
 from scalebox_cst import project as project_module
+from scalebox_cst import renameat
 from scalebox_cst.project import JOURNAL_FILE, Project
 from scalebox_cst.rollback import tmp_name
 from scalebox_cst.store import StoreError
@@ -25,6 +26,23 @@ def _tree(root):
             rel = os.path.relpath(path, root)
             out[rel] = ("link", os.readlink(path)) if os.path.islink(path) else open(path, "rb").read()
     return out
+
+
+def hook_renames_into_place(monkeypatch, before):
+    """Call ``before(src, dst)`` ahead of each rename of a rollback's new file into place,
+    whichever primitive does it (``os.replace``, or a ``renameat2`` swap / no-replace rename)."""
+
+    def hooked(real):
+        def rename(src, dst):
+            if str(src).endswith(".scalebox-tmp") and not str(dst).endswith(".scalebox-tmp") and JOURNAL_FILE not in str(dst):
+                before(src, dst)
+            return real(src, dst)
+
+        return rename
+
+    monkeypatch.setattr(os, "replace", hooked(os.replace))
+    monkeypatch.setattr(renameat, "exchange", hooked(renameat.exchange))
+    monkeypatch.setattr(renameat, "noreplace", hooked(renameat.noreplace))
 
 
 def _two_states(tmp_path, n=12):
@@ -136,17 +154,14 @@ def test_disk_full_while_writing_leaves_the_tree_fully_old(tmp_path, monkeypatch
 @pytest.mark.parametrize("fail_at", [0, 3, 11])
 def test_a_failing_rename_puts_back_what_was_replaced(tmp_path, monkeypatch, fail_at):
     root, proj, a, b, state_a, state_b = _two_states(tmp_path)
-    real_replace = os.replace
     calls = {"n": 0}
 
-    def replace(src, dst):  # the rename of new file number fail_at fails, once
-        if str(src).endswith(".scalebox-tmp") and not str(dst).endswith(".scalebox-tmp") and JOURNAL_FILE not in str(dst):
-            calls["n"] += 1
-            if calls["n"] == fail_at + 1:
-                raise OSError(errno.EIO, "Input/output error", dst)
-        return real_replace(src, dst)
+    def fail(src, dst):  # the rename of new file number fail_at fails, once
+        calls["n"] += 1
+        if calls["n"] == fail_at + 1:
+            raise OSError(errno.EIO, "Input/output error", dst)
 
-    monkeypatch.setattr(project_module.os, "replace", replace)
+    hook_renames_into_place(monkeypatch, fail)
     with pytest.raises(StoreError) as info:
         Project(str(root)).rollback(a)
     assert f"the {fail_at} file(s) already replaced were put back" in str(info.value)

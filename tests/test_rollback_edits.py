@@ -8,11 +8,12 @@ import os
 
 import pytest
 
+from scalebox_cst import renameat
 from scalebox_cst.project import JOURNAL_FILE, Project
 from scalebox_cst.rollback import Replacer, tmp_name
 from scalebox_cst.store import StoreError
 
-from test_rollback import _debris, _tree, _two_states
+from test_rollback import _debris, _tree, _two_states, hook_renames_into_place
 
 EDIT = b"saved = 'during the rollback'\n"
 
@@ -31,6 +32,16 @@ def in_source_history(proj, rel, data):
             return True
         stack.extend(str(p) for p in repo[commit].parent_ids)
     return False
+
+
+@pytest.fixture(autouse=True, params=["renameat2", "os.replace"])
+def rename_primitive(request, monkeypatch):
+    """Each test runs with the atomic swap and with the fallback of systems without it."""
+    if request.param == "os.replace":
+        monkeypatch.setattr(renameat, "_renameat2", None)
+    elif renameat._renameat2 is None:
+        pytest.skip("renameat2 is not available here")
+    return request.param
 
 
 def _edit_when_journal(monkeypatch, phase, rel, root, data=EDIT):
@@ -93,21 +104,18 @@ def test_a_save_between_two_renames_stops_and_puts_back(tmp_path, monkeypatch, a
     replaced yet): the ``at + 1`` files replaced are put back. A second save, into a file
     already replaced, is the newest content: it stays."""
     root, proj, a, b, state_a, state_b = _two_states(tmp_path)
-    real_replace = os.replace
     calls = {"n": 0}
     order = sorted(f"pkg/m{i}.py" for i in range(12))  # the order files are renamed in
     pending = order[at + 1]
 
-    def replace(src, dst):
-        if str(src).endswith(".scalebox-tmp") and not str(dst).endswith(".scalebox-tmp") and JOURNAL_FILE not in str(dst):
-            if calls["n"] == at:
-                (root / pending).write_bytes(EDIT)
-                if at:
-                    (root / order[0]).write_bytes(b"newest = 1\n")
-            calls["n"] += 1
-        return real_replace(src, dst)
+    def save(src, dst):
+        if calls["n"] == at:
+            (root / pending).write_bytes(EDIT)
+            if at:
+                (root / order[0]).write_bytes(b"newest = 1\n")
+        calls["n"] += 1
 
-    monkeypatch.setattr(os, "replace", replace)
+    hook_renames_into_place(monkeypatch, save)
     with pytest.raises(StoreError) as info:
         Project(str(root)).rollback(a)
     assert f"{pending} was saved after the rollback snapshotted it" in str(info.value)
@@ -151,4 +159,48 @@ def test_putting_back_after_a_kill_keeps_a_file_saved_since(tmp_path):
     (root / writes[5][0]).write_bytes(EDIT)  # and one never replaced
     assert "was reverted" in Project(str(root)).recover()
     assert _tree(root) == {**state_b, writes[1][0]: EDIT, writes[5][0]: EDIT}
+    assert not _debris(root)
+
+
+@pytest.mark.parametrize("rel", ["pkg/m5.py", "only_a.py"])
+def test_a_save_between_the_check_and_the_rename_is_kept(tmp_path, monkeypatch, rel, rename_primitive):
+    """The save lands in the last instant: after the file was compared with the snapshot, just
+    before the new file is renamed over it (or, for a file the rollback creates, into its
+    place). With renameat2 the swap makes the comparison and the replacement one step."""
+    if rename_primitive == "os.replace":
+        pytest.skip("without renameat2 this window remains (compare, then os.replace)")
+    root, proj, a, b, state_a, state_b = _two_states(tmp_path)
+    if rel == "only_a.py":
+        a, _ = proj.store.snapshot({**proj.scan(), rel: b"a = 0\n"}, "has only_a")
+    made = []
+
+    def save(src, dst):
+        if str(dst).endswith(rel.replace("/", os.sep)) and not made:
+            (root / rel).write_bytes(EDIT)
+            made.append(rel)
+
+    hook_renames_into_place(monkeypatch, save)
+    with pytest.raises(StoreError) as info:
+        Project(str(root)).rollback(a)
+    assert made == [rel]
+    assert f"{rel} was saved after the rollback snapshotted it" in str(info.value)
+    assert _tree(root) == {**state_b, rel: EDIT}  # nothing replaced, the edit kept
+    assert not _debris(root)
+
+
+def test_a_rollback_killed_just_after_a_swap_is_finished_forward(tmp_path, rename_primitive):
+    """A kill between the swap and the removal of the file swapped out leaves the replaced
+    file (the snapshot's content) at the temporary name: recovery removes it, it does not put
+    it back over the new file, and takes no edit snapshot (nothing was saved)."""
+    root, proj, a, b, state_a, state_b = _two_states(tmp_path)
+    writes = _killed_in_phase(root, proj, a, "replace")
+    rel, tmp = writes[2]
+    before = (root / rel).read_bytes()
+    os.replace(root / rel, root / "swap")  # the swap, by hand: new file in place, old one aside
+    os.replace(root / tmp, root / rel)
+    os.replace(root / "swap", root / tmp)
+    assert (root / tmp).read_bytes() == before
+    done = Project(str(root)).recover()
+    assert done.startswith(f"finished an interrupted rollback to {a}") and "snapshotted first" not in done
+    assert {k: v for k, v in _tree(root).items() if k != "only_b.py"} == state_a
     assert not _debris(root)

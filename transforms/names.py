@@ -152,6 +152,7 @@ class ImportMap:
         self.imported = frozenset(aliases)
         self.aliases = {k: v for k, v in aliases.items() if k not in assigned}
         self.names = names | set(aliases)
+        self._cursor: Dict[str, int] = {}  # base -> the suffix unique_name tries first
 
     def qualify(self, expr: Union[cst.BaseExpression, ast.AST]) -> Optional[str]:
         """The qualified name of a Name/Attribute chain rooted at an imported name, else None."""
@@ -175,11 +176,17 @@ class ImportMap:
         return best
 
     def unique_name(self, base: str) -> str:
-        """``base``, or ``base_2``... so it cannot clash with any name the module uses."""
-        name, n = base, 1
+        """``base``, or ``base_2``... so it cannot clash with any name the module uses.
+
+        The search for a base goes on from where its last one stopped (names are only ever
+        added, so every earlier candidate is still taken): asking for ``x`` once per site made
+        a file with thousands of sites quadratic (``x_2`` .. ``x_5555`` tried again each time)."""
+        n = self._cursor.get(base, 1)
+        name = base if n == 1 else f"{base}_{n}"
         while name in self.names:
             n += 1
             name = f"{base}_{n}"
+        self._cursor[base] = n
         self.names.add(name)
         return name
 

@@ -357,8 +357,20 @@ def names_read(node: cst.CSTNode) -> Set[str]:
     return found
 
 
+#: the node :func:`bound_names` last answered for, and its answer: the checks of one loop each
+#: ask about the same body in turn (four walks of it per rewritten loop); the node is held, so
+#: its id stays its own
+_BOUND_LAST: List[object] = [None, frozenset()]
+
+
 def bound_names(node: cst.CSTNode) -> Set[str]:
     """Names bound anywhere under ``node`` (assignments, loop targets, defs, imports, walrus)."""
+    if _BOUND_LAST[0] is not node:
+        _BOUND_LAST[:] = [node, frozenset(_bound_names(node))]
+    return set(_BOUND_LAST[1])  # type: ignore[arg-type]
+
+
+def _bound_names(node: cst.CSTNode) -> Set[str]:
     found: Set[str] = set()
 
     def targets(t: cst.CSTNode) -> None:

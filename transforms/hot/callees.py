@@ -49,7 +49,8 @@ class Files:
     def __init__(self, tree: ast.Module, imports) -> None:
         self.imports = imports
         self.tree = tree
-        self._scoped: Dict[Tuple[int, str], Optional[List[ast.expr]]] = {}
+        #: id(scope) -> (scope, its _scope_table): one walk per scope, whatever the names asked
+        self._scoped: Dict[int, Tuple[ast.AST, Tuple[Dict[str, List[ast.expr]], Set[str]]]] = {}
         self.classes: Dict[str, ast.ClassDef] = {}
         self.functions: Dict[str, ast.FunctionDef] = {}
         for st in tree.body:
@@ -95,10 +96,11 @@ class Files:
         return found or None
 
     def _assigned(self, scope: ast.AST, name: str) -> Optional[List[ast.expr]]:
-        key = (id(scope), name)
-        if key not in self._scoped:
-            self._scoped[key] = _scope_values(scope, name)
-        return self._scoped[key]
+        table = self._scoped.get(id(scope))
+        if table is None or table[0] is not scope:
+            table = self._scoped[id(scope)] = (scope, _scope_table(scope))
+        values, unknown = table[1]
+        return None if name in unknown else list(values.get(name, ()))
 
     def kinds_of(self, key: str, cls: Optional[str] = None, scope: Optional[ast.AST] = None) -> Optional[List[Tuple[str, Optional[ast.ClassDef]]]]:
         """What ``key`` (a name, or ``self.attr`` inside ``cls``) may hold: ("torch", None) or
@@ -312,16 +314,19 @@ def _aliases(fn: ast.AST, local: Set[str]) -> Set[str]:
     return out
 
 
-def _scope_values(scope: ast.AST, name: str) -> Optional[List[ast.expr]]:
-    """Values assigned to ``name`` directly in ``scope`` (not in nested functions or classes):
-    [] if none, None if it is also bound some other way there."""
-    out: List[ast.expr] = []
+def _scope_table(scope: ast.AST) -> Tuple[Dict[str, List[ast.expr]], Set[str]]:
+    """What names are assigned directly in ``scope`` (not in nested functions or classes): (name
+    -> the values assigned to it, in walk order; the names also bound some other way there,
+    whose values are unknown). One walk for every name: a walk per name asked about walked a
+    whole function once per name its calls use."""
+    values: Dict[str, List[ast.expr]] = {}
+    unknown: Set[str] = set()
     todo = list(ast.iter_child_nodes(scope))
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            if getattr(node, "name", None) == name:
-                return None
+            if isinstance(getattr(node, "name", None), str):
+                unknown.add(node.name)
             continue
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -331,19 +336,18 @@ def _scope_values(scope: ast.AST, name: str) -> Optional[List[ast.expr]]:
                         and len(t.elts) == len(node.value.elts):
                     pairs = list(zip(t.elts, node.value.elts))
                 for tt, value in pairs:
-                    if isinstance(tt, ast.Name) and tt.id == name:
-                        out.append(value)
-                    elif any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(tt)):
-                        return None  # unpacked from something not paired
-        elif isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
-            parent_ok = False  # bound by for / with / augmented assignment / walrus / del
-            return None if not parent_ok else out
-        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name).split(".")[0] == name for a in node.names):
-            return None
-        elif isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
-            return None
+                    if isinstance(tt, ast.Name):
+                        values.setdefault(tt.id, []).append(value)
+                    else:  # unpacked from something not paired
+                        unknown.update(n.id for n in ast.walk(tt) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            unknown.add(node.id)  # bound by for / with / augmented assignment / walrus / del
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            unknown.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            unknown.update(node.names)
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             todo.extend(n for n in ast.iter_child_nodes(node) if n is node.value)  # targets handled above
         else:
             todo.extend(ast.iter_child_nodes(node))
-    return out
+    return values, unknown

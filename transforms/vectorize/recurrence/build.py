@@ -10,6 +10,7 @@ from typing import List, Tuple
 import libcst as cst
 
 from ...base import FileContext
+from ...analysis.cstclone import clone, parse_statements
 from .syntax import Skip, _bound_names, _code, _names_read, _one_line, _stmts
 from .list_outputs import list_output_reason
 from .body import _flatten
@@ -78,7 +79,7 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
     # one parse for all the generated code: `if <guard>: pass`, then the chunks, `pass` between
     text = f"if {sub(guard)}:\n    pass\n" + "pass\n".join(
         "\n".join(sub(x) for x in chunk) + "\n" for chunk in chunks)
-    parsed = list(cst.parse_module(text).body)
+    parsed = parse_statements(text)
     head_if = parsed[0]
     parts: List[List[cst.BaseStatement]] = [[]]
     for st in parsed[1:]:
@@ -87,7 +88,7 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
             continue
         parts[-1].append(st)
     first, middle, last = parts
-    rest: List[cst.BaseStatement] = middle + last + ([] if folded else [s.deep_clone() for s in body])
+    rest: List[cst.BaseStatement] = middle + last + ([] if folded else [clone(s) for s in body])
     check = planner.carry_check("__SBX__")
     if check is not None:
         check = sub(check)
@@ -95,16 +96,16 @@ def build(ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bo
         # they are not what the vectorized steps compute with, the other steps run as written
         i = h.index if h.kind == "index" else planner.fresh("i")
         loop_text = f"for {i} in range({T} - 2, -1, -1):\n" + ("" if h.kind == "index" and not h.elements else f"    {bind(i)}\n") + "    pass\n"
-        parsed_rest = cst.parse_module(f"if {check}:\n    pass\nelse:\n" + "".join(
-            "    " + ln + "\n" for ln in loop_text.splitlines())).body[0]
+        parsed_rest = parse_statements(f"if {check}:\n    pass\nelse:\n" + "".join(
+            "    " + ln + "\n" for ln in loop_text.splitlines()))[0]
         inner = parsed_rest.orelse.body.body[0]
         kept = [st for st in inner.body.body if not (isinstance(st, cst.SimpleStatementLine)
                                                      and isinstance(st.body[0], cst.Pass))]
-        inner = inner.with_changes(body=inner.body.with_changes(body=kept + [s.deep_clone() for s in body]))
+        inner = inner.with_changes(body=inner.body.with_changes(body=kept + [clone(s) for s in body]))
         rest = [parsed_rest.with_changes(
             body=cst.IndentedBlock(body=rest),
             orelse=cst.Else(body=cst.IndentedBlock(body=[inner])))]
-    stmts: List[cst.BaseStatement] = first + [s.deep_clone() for s in body] + rest
+    stmts: List[cst.BaseStatement] = first + [clone(s) for s in body] + rest
     test = head_if.test
     loop = node.with_changes(leading_lines=())
     new = cst.If(
@@ -178,11 +179,11 @@ def _one_pass_first(planner: Planner, fused, sub, bind, new: cst.If, body: List[
     else:
         lines += ["        # step t = 0, as written", f"        {bind('0')}", "        pass"]
     lines += ["    else:", "        pass"]
-    top = cst.parse_module("\n".join(lines) + "\n").body[0]
+    top = parse_statements("\n".join(lines) + "\n")[0]
     inner = top.body.body[0]
     if not folded:  # the trailing `pass` is the body of step 0
         kept = list(inner.body.body[:-1])
-        inner = inner.with_changes(body=inner.body.with_changes(body=kept + [s.deep_clone() for s in body]))
+        inner = inner.with_changes(body=inner.body.with_changes(body=kept + [clone(s) for s in body]))
     inner = inner.with_changes(orelse=inner.orelse.with_changes(body=new.body))
     return top.with_changes(body=top.body.with_changes(body=[inner]), orelse=new.orelse,
                             leading_lines=new.leading_lines)

@@ -35,8 +35,8 @@ _LOOPS_OF: List[object] = [None, {}]
 
 def _loop_places(module: cst.Module) -> dict:
     """id(loop) -> (innermost function containing it, whether a loop in that function encloses
-    it), or None where that innermost scope is a lambda or a class body; one walk per module
-    (a walk per rewritten loop made files with many sites quadratic)."""
+    it), or None where that innermost scope is a class body; one walk per module, of its
+    statements only (a walk per rewritten loop made files with many sites quadratic)."""
     places: dict = {}
     stack = [(module, None, False, False)]  # node, innermost function, usable, a loop between
     while stack:
@@ -45,16 +45,20 @@ def _loop_places(module: cst.Module) -> dict:
             places[id(n)] = (func, nested) if func is not None and usable else None
         if isinstance(n, cst.FunctionDef):
             inner = (n, True, False)
-        elif isinstance(n, cst.Lambda):
-            inner = (None, False, False)
         elif isinstance(n, cst.ClassDef):
             inner = (func, False, nested)
         elif isinstance(n, (cst.For, cst.While)):
             inner = (func, usable, True)
         else:
             inner = (func, usable, nested)
-        stack.extend((c,) + inner for c in children(n))
+        stack.extend((c,) + inner for c in children(n) if isinstance(c, _HOLDS_STATEMENTS))
     return places
+
+
+#: the nodes a ``for``/``while`` statement can be under: only these are walked (expressions and
+#: simple statements hold no statement; walking them was most of a module walk's cost)
+_HOLDS_STATEMENTS = (cst.BaseCompoundStatement, cst.IndentedBlock, cst.Else, cst.ExceptHandler,
+                     cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
 
 
 def _enclosing(module: cst.Module, node: cst.CSTNode):

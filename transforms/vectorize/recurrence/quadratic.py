@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...base import FileContext
+from ...analysis.cstclone import clone, parse_statements
 from .syntax import (
     Skip,
     _bound_names,
@@ -567,9 +568,9 @@ def rewrite_loop(ctx: FileContext, node: cst.For, shadowed: Set[str], reassociat
     text += f"# {shape.t} = 0 .. {T} - 2: the sums over {shape.k} >= {shape.t} as one backward recurrence\n"
     text += "".join(sub(x) + "\n" for x in lines)
     text += f"# {shape.t} = {T} - 1, as written\n{shape.t} = {T} - 1\n"
-    parsed = list(cst.parse_module(text).body)
+    parsed = parse_statements(text)
     head_if = parsed[0]
-    stmts = parsed[1:] + [s.deep_clone() for s in _stmts(node.body)]
+    stmts = parsed[1:] + [clone(s) for s in _stmts(node.body)]
     new = cst.If(
         test=head_if.test,
         body=cst.IndentedBlock(body=stmts),
