@@ -1,7 +1,8 @@
 """Transform families, in the fixed order the pipeline runs them.
 
 Loops are vectorized first (they read the user's original code), then distributions and tensors
-from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays), then clipping is
+from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays, then hot.fresh_on_device on what
+those leave), then clipping is
 inserted, then acting forwards are put under no_grad (hot.no_grad), then device ops are swapped (they may also touch what
 earlier transforms emitted).
 """
@@ -19,6 +20,7 @@ from .vectorize.reduction import VectorizeReduction
 from .vectorize.target_update import VectorizeTargetUpdate
 from .hot.distributions import HotDistributionArgs
 from .hot.arrays import HotTensorFromArrays
+from .hot.fresh_device import HotFreshOnDevice
 
 #: every transform class, in pipeline order
 REGISTRY: List[Type[Transform]] = [
@@ -28,6 +30,7 @@ REGISTRY: List[Type[Transform]] = [
     VectorizeElementwise,
     HotDistributionArgs,
     HotTensorFromArrays,
+    HotFreshOnDevice,
     GradClip,
     HotNoGrad,
     *DEVICE_TRANSFORMS,
