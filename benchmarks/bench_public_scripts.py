@@ -19,7 +19,8 @@ into ``DIR/OWNER/NAME`` from GitHub (``git clone --filter=blob:none``). An entry
 The older form ``{"folder": DIR, "scripts": [{"script": "x.py", "args": [], "env": {}}]}`` (a
 folder of your own scripts) is read too. Each script is copied to ``project/NAME/``; the project
 is rewritten with ``scalebox rewrite --out`` (variants: ``rewrite`` = default transforms,
-``no-hot`` = default less ``hot.*``, ``hot-only``, ``fast`` = ``--fast``). Each script then runs in
+``no-hot`` = default less ``hot.*``, ``hot-only``, ``fast`` = ``--fast``, ``without:ID`` = default
+less one transform). Each script then runs in
 each folder, interleaved (the order rotates every round), ``repeats`` times, under
 ``_public_harness.py`` (seeds random/numpy/torch and the first ``reset()`` of every environment;
 ``OMP_NUM_THREADS=1``). Figures are the CPU time (user + system) of the whole process, medians;
@@ -165,7 +166,8 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated script names")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--json", dest="json_out", help="write the figures here as JSON")
-    ap.add_argument("--variants", default="original,rewrite,fast", help=f"original and any of {', '.join(FLAGS)}")
+    ap.add_argument("--variants", default="original,rewrite,fast",
+                    help=f"original and any of {', '.join(FLAGS)}, without:TRANSFORM_ID")
     opts = ap.parse_args()
     manifest = load_manifest(opts.manifest)
     if opts.only:
@@ -173,6 +175,9 @@ def main() -> None:
         manifest["scripts"] = [s for s in manifest["scripts"] if s.get("name", s.get("script")) in wanted]
     repeats = opts.repeats or int(manifest.get("repeats", 3))
     variants = [v.strip() for v in opts.variants.split(",") if v.strip()]
+    for v in variants:  # without:ID = the default rewrite less one transform (what that transform adds)
+        if v.startswith("without:"):
+            FLAGS[v] = ["--no-transform", v[len("without:"):]]
     unknown = [v for v in variants if v != "original" and v not in FLAGS]
     if unknown or "original" not in variants:
         raise SystemExit(f"--variants: needs original and any of {', '.join(FLAGS)}; got {opts.variants}")
