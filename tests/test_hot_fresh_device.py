@@ -151,8 +151,8 @@ def test_fast_path_taken_only_where_it_is_the_same(monkeypatch):
 
 
 def test_rewritten_source_keeps_evaluation_order_and_arguments():
-    out, _ = rewrite("import torch\ndef g(s, dev):\n    return torch.tensor(s, dtype=torch.float32).to(dev)\n")
-    assert "_sb_tensor_on(torch.tensor, s, dev, dtype=torch.float32)" in out
+    out, _ = rewrite("import torch\ndef g(s, dev):\n    return torch.FloatTensor(s.reshape(1, -1)).to(self.dev)\n")
+    assert "_sb_tensor_on(torch.FloatTensor, s.reshape(1, -1), self.dev)" in out
 
 
 def test_non_torch_to_calls_are_not_sites():

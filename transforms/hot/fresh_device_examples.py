@@ -39,14 +39,15 @@ EXAMPLES = [
             "def f(x, device):\n"
             "    return th.tensor(x).to(device).view(-1), th.tensor(x, dtype=th.float32).to(device)\n"
         ),
-        rewritten=True,
-        note="CleanRL: torch.tensor(reward).to(device).view(-1)",
+        rewritten=False,
+        reason="measured 0.98x",
+        note="CleanRL: torch.tensor(reward).to(device): no gain through the guard",
     ),
     Example(
         code=(
             "import torch\n"
             "def f(x, device):\n"
-            "    return torch.tensor(x, requires_grad=True).to(device)\n"
+            "    return torch.FloatTensor(x, requires_grad=True).to(device)\n"
         ),
         rewritten=False,
         reason="requires_grad",
@@ -56,7 +57,7 @@ EXAMPLES = [
         code=(
             "import torch\n"
             "def f(x, device):\n"
-            "    return torch.tensor(x).to(device, non_blocking=True)\n"
+            "    return torch.FloatTensor(x).to(device, non_blocking=True)\n"
         ),
         rewritten=False,
         reason="keywords",
@@ -66,7 +67,7 @@ EXAMPLES = [
         code=(
             "import torch\n"
             "def f(x, device):\n"
-            "    return torch.tensor(x).to(torch.float16)\n"
+            "    return torch.Tensor(x).to(torch.float16)\n"
         ),
         rewritten=False,
         reason="not a plain device",
@@ -76,7 +77,7 @@ EXAMPLES = [
         code=(
             "import torch\n"
             "def f(x, device):\n"
-            "    return torch.tensor(x).to(pick(device))\n"
+            "    return torch.FloatTensor(x).to(pick(device))\n"
             "def pick(d):\n"
             "    return d\n"
         ),
