@@ -215,7 +215,9 @@ def main() -> None:
                     if rc != 0:
                         raise SystemExit(f"{item['name']} ({variant}) exited {rc}: {err.strip()[-800:]}")
                     results.setdefault((item["name"], variant), []).append((cpu, digest))
-                print(f"round {rnd + 1}/{repeats}: {item['name']} done", file=sys.stderr)
+                cpus = {v: results[(item["name"], v)][-1][0] for v in variants}
+                print(f"round {rnd + 1}/{repeats}: {item['name']} "
+                      + " ".join(f"{v} {c:.2f}s" for v, c in cpus.items()), file=sys.stderr)
         rows = []
         for item in items:
             name = item["name"]
