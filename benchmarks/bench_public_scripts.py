@@ -139,8 +139,11 @@ def has_fast() -> bool:
     return "--fast" in proc.stdout
 
 
-def sites_of(report: dict, script: str) -> list:
-    return sorted({s["transform"] for f in report["files"] if f["path"] == script for s in f["sites"]
+def sites_of(report: dict, item: dict) -> list:
+    """Transforms with a rewritten site in the script (repository entries: any file of its folder)."""
+    def ours(path):
+        return path.startswith(item["name"] + "/") if "repo" in item else path == item["rel"]
+    return sorted({s["transform"] for f in report["files"] if ours(f["path"]) for s in f["sites"]
                    if s["action"] == "rewritten"})
 
 
@@ -228,7 +231,7 @@ def main() -> None:
                    "runs_s": {v: [round(c, 3) for c, _ in results[(name, v)]] for v in variants},
                    "ratio": {v: round(med["original"] / med[v], 3) for v in variants if v != "original"},
                    "identical": {v: all(d == first for _, d in results[(name, v)]) for v in variants},
-                   "sites": {v: sites_of(reports[v], item["rel"]) for v in reports}}
+                   "sites": {v: sites_of(reports[v], item) for v in reports}}
             row["profile"] = {} if opts.no_profile else profile_of(project, item, env_of(item))
             rows.append(row)
     others = [v for v in variants if v != "original"]
