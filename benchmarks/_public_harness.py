@@ -7,7 +7,10 @@ installed: minimalRL's scripts use gym>=0.26's API, which gymnasium keeps) or ``
 ``gym`` whose ``reset()`` returns the observation and ``step()`` four values, with ``env.seed``:
 spinningup's and sfujim/TD3's scripts); ``SB_BENCH_MAX_STEPS`` ends the run (``SystemExit(0)``)
 at that many environment steps over all environments, for scripts with no step argument.
-Seeds ``random``/numpy/torch and the first ``reset()`` of every environment made. Kept out of the
+Seeds ``random``/numpy/torch and the first ``reset()`` of every environment made. Imported as ``sitecustomize`` (a folder holding it under that name on ``PYTHONPATH``) it does the
+same before the script runs as the main program: the profiled run (``scalebox run``) needs the
+script itself as its entry, or the analyzer sees the harness's ``runpy`` line as the user's code.
+Kept out of the
 rewritten folders' sources (it is copied in after the rewrite): it is no part of what is measured
 beyond its own small, equal cost.
 """
@@ -95,9 +98,10 @@ try:
 except ImportError:
     pass
 
-script = sys.argv[1]
-sys.argv = sys.argv[1:]
-folder = os.path.dirname(os.path.abspath(script))
-os.chdir(folder)
-sys.path.insert(0, folder)
-runpy.run_path(os.path.basename(script), run_name="__main__")
+if __name__ == "__main__":
+    script = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    folder = os.path.dirname(os.path.abspath(script))
+    os.chdir(folder)
+    sys.path.insert(0, folder)
+    runpy.run_path(os.path.basename(script), run_name="__main__")

@@ -148,7 +148,13 @@ def sites_of(report: dict, item: dict) -> list:
 
 
 def profile_of(project: str, item: dict, env) -> dict:
-    run = subprocess.run([*SCALEBOX, "run", "--original", HARNESS_NAME, "--", item["rel"], *item.get("args", [])],
+    """The analyzer's category shares of one ``scalebox run --original`` of the script itself (the
+    harness comes in as ``sitecustomize``, so the script is the run's entry and its lines are the user's)."""
+    site = os.path.join(os.path.dirname(project), "site")
+    os.makedirs(site, exist_ok=True)
+    shutil.copy2(HARNESS, os.path.join(site, "sitecustomize.py"))
+    env = dict(env, PYTHONPATH=os.pathsep.join([site, env.get("PYTHONPATH", "")]))
+    run = subprocess.run([*SCALEBOX, "run", "--original", item["rel"], "--", *item.get("args", [])],
                          cwd=project, env=env, capture_output=True, text=True)
     if run.returncode != 0:
         return {"error": f"profiled run failed: {(run.stderr.strip().splitlines() or [str(run.returncode)])[-1]}"}
@@ -168,6 +174,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int)
     ap.add_argument("--only", help="comma-separated script names")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--profile-only", action="store_true", help="only the analyzer's shares (no timed runs)")
     ap.add_argument("--json", dest="json_out", help="write the figures here as JSON")
     ap.add_argument("--variants", default="original,rewrite,fast",
                     help=f"original and any of {', '.join(FLAGS)}, without:TRANSFORM_ID")
@@ -209,6 +216,10 @@ def main() -> None:
             return env
 
         results = {}
+        if opts.profile_only:
+            for item in items:
+                print(item["name"], json.dumps(profile_of(project, item, env_of(item))), flush=True)
+            return
         for rnd in range(repeats):
             for item in items:
                 order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
