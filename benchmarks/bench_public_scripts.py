@@ -251,7 +251,7 @@ def main() -> None:
     for row in rows:
         prof = row["profile"]
         shares = prof.get("error") or ", ".join(f"{k} {v * 100:.0f}%" for k, v in sorted(prof.items(), key=lambda kv: -kv[1])[:4] if v >= 0.02)
-        env = prof.get("environment step")
+        env = prof.get("env", prof.get("environment step", 0.0 if prof and "error" not in prof else None))
         print(f"{row['script']:<18} {row['repo']:<22} {row['cpu_s']['original']:>7.2f} "
               + " ".join(f"{row['ratio'][v]:>9.3f}x {'yes' if row['identical'][v] else 'NO':>5}" for v in others)
               + f" {'yes' if row['identical']['original'] else 'NO':>9} {'' if env is None else f'{env * 100:.0f}':>6}  {shares}")
