@@ -1,9 +1,9 @@
 """Transform families, in the fixed order the pipeline runs them.
 
 Loops are vectorized first (they read the user's original code), then distributions and tensors
-from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays), then clipping is
-inserted, then acting forwards are put under no_grad (hot.no_grad), then (opt in, level
-"reassociated") module methods are compiled (accelerate.compile), then device ops are swapped (they may also touch what
+from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays, then hot.fresh_on_device on what
+those leave), then clipping is inserted, then acting forwards are put under no_grad (hot.no_grad),
+then (opt in, level "reassociated") module methods are compiled (accelerate.compile), then device ops are swapped (they may also touch what
 earlier transforms emitted).
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .vectorize.reduction import VectorizeReduction
 from .vectorize.target_update import VectorizeTargetUpdate
 from .hot.distributions import HotDistributionArgs
 from .hot.arrays import HotTensorFromArrays
+from .hot.fresh_device import HotFreshOnDevice
 
 #: every transform class, in pipeline order
 REGISTRY: List[Type[Transform]] = [
@@ -31,6 +32,7 @@ REGISTRY: List[Type[Transform]] = [
     VectorizeElementwise,
     HotDistributionArgs,
     HotTensorFromArrays,
+    HotFreshOnDevice,
     GradClip,
     HotNoGrad,
     AutocastTransform,  # off by default (not in DEFAULT_TRANSFORMS): --transform or [precision] mode

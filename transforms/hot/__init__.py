@@ -4,5 +4,6 @@
 Each is ``exact``: :mod:`.no_grad` (acting and logging forwards run under ``torch.no_grad()``),
 :mod:`.distributions` (distributions built every step without argument validation where the
 arguments are valid by construction) and :mod:`.arrays` (tensors from lists of numpy arrays built
-from one ``np.array`` copy, guarded at run time).
+from one ``np.array`` copy, guarded at run time) and :mod:`.fresh_device` (``make(x).to(device)`` of a
+fresh tensor made on the device in one call, guarded at run time).
 """

@@ -1,0 +1,161 @@
+"""hot.fresh_on_device: which ``make(x).to(device)`` calls are rewritten, and that original and
+rewrite give the same tensor, bitwise (dtype, device, values, requires_grad), or raise the same
+exception type, on the same inputs; the runtime helper against the written form on arrays of
+every dtype, with NaN payloads, infinities, subnormals and large integers.
+"""
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
+from scalebox_cst.runtime import hot_device
+from scalebox_cst.runtime.hot_device import tensor_on
+from scalebox_cst.transforms import REGISTRY
+from scalebox_cst.transforms.hot import fresh_device
+
+
+def rewrite(src):
+    result = Pipeline(Config(transforms=[fresh_device.ID]), backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
+    assert result.report.error is None, result.report.error
+    return result.output.decode(), result.report.sites
+
+
+def load(code):
+    ns = {}
+    exec(compile(code, "<hot>", "exec"), ns)
+    return ns["f"]
+
+
+def same(a, b):
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if not torch.is_tensor(a):
+        return a == b
+    if a.dtype != b.dtype or a.shape != b.shape or a.device != b.device or a.requires_grad != b.requires_grad \
+            or a.is_leaf != b.is_leaf:
+        return False
+    if a.dtype == torch.bool:
+        return torch.equal(a, b)
+    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+
+
+def outcome(fn, *args):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args)
+    except Exception as exc:
+        return type(exc)
+
+
+def arrays(seed):
+    """Arrays of every dtype, with the hard float values (NaN payloads, inf, -0.0, subnormals)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    bits = rng.integers(0, 2**63, size=64, dtype=np.int64).view(np.float64)  # arbitrary doubles, NaN payloads
+    hard = np.array([np.nan, -np.nan, np.inf, -np.inf, -0.0, 5e-324, 1e-310, 3.4028235e38, 3.4028236e38, 1e-45])
+    out.append(np.concatenate([bits, hard]).reshape(2, -1))
+    with np.errstate(over="ignore"):
+        out.append(np.concatenate([bits, hard]).astype(np.float32))
+    out.append(rng.standard_normal((3, 4)).astype(np.float16))
+    for dt in (np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32, np.int64, np.uint64):
+        info = np.iinfo(dt)
+        out.append(rng.integers(info.min, info.max, size=7, dtype=dt, endpoint=True))
+    out.append(np.array([2**53 + 1, 2**62 + 2**39 + 1], dtype=np.int64))
+    out.append(rng.integers(0, 2, size=5).astype(bool))
+    out.append(np.array(3.25))  # 0-d
+    out.append(np.arange(12.0).reshape(3, 4)[:, ::-1])  # negative strides: both raise
+    out.append(np.arange(12.0).reshape(3, 4)[::2, 1:3])  # non-contiguous
+    out.append(np.arange(4.0).astype(">f8"))  # non-native byte order
+    return out
+
+
+DEVICES = [torch.device("cpu"), "cpu", torch.float16, torch.zeros(1, dtype=torch.float64)]
+
+
+def test_registered_after_tensor_from_arrays():
+    ids = [cls.id for cls in REGISTRY]
+    assert ids.index(fresh_device.ID) == ids.index("hot.tensor_from_arrays") + 1
+
+
+@pytest.mark.parametrize("example", fresh_device.EXAMPLES, ids=lambda e: e.note[:40])
+def test_examples(example):
+    out, sites = rewrite(example.code)
+    if not example.rewritten:
+        assert out == example.code
+        if example.reason:
+            assert any(example.reason in s.reason for s in sites if s.action == SKIPPED), sites
+        return
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert done and all(s.exactness == EXACT for s in done)
+    assert "_sb_tensor_on" in out
+    orig, new = load(example.code), load(out)
+    inputs = arrays(0) + [[1.0, 2.0], [[1, 2], [3, 4]], 2.5]
+    for x in inputs:
+        for device in DEVICES:
+            a, b = outcome(orig, x, device), outcome(new, x, device)
+            assert same(a, b), (x, device, a, b)
+    # an int is a size to the legacy constructors (uninitialised memory): same shapes and dtypes
+    a, b = outcome(orig, 7, "cpu"), outcome(new, 7, "cpu")
+    def kinds(r):
+        return r if isinstance(r, type) else [(t.dtype, t.shape) for t in (r if isinstance(r, tuple) else (r,))]
+    assert kinds(a) == kinds(b)
+
+
+@pytest.mark.parametrize("make", [torch.FloatTensor, torch.DoubleTensor, torch.Tensor, torch.tensor])
+@pytest.mark.parametrize("seed", range(3))
+def test_runtime_matches_written_form(make, seed):
+    for x in arrays(seed) + [[1.5, 2.5], 2.5]:
+        for device in DEVICES:
+            kwargs_list = [{}] + ([{"dtype": d} for d in (torch.float32, torch.float64, torch.float16, torch.int32)]
+                                  if make is torch.tensor else [])
+            for kw in kwargs_list:
+                a = outcome(lambda: make(x, **kw).to(device))
+                b = outcome(lambda: tensor_on(make, x, device, **kw))
+                assert same(a, b), (make, x, device, kw, a, b)
+
+
+def test_runtime_follows_the_default_dtype():
+    x = np.linspace(0, 1, 7)
+    old = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        assert same(tensor_on(torch.Tensor, x, "cpu"), torch.Tensor(x).to("cpu"))
+        assert tensor_on(torch.Tensor, x, "cpu").dtype == torch.float64
+    finally:
+        torch.set_default_dtype(old)
+
+
+def test_fast_path_taken_only_where_it_is_the_same(monkeypatch):
+    """The one-call path runs for arrays of the exact dtypes and device targets, never for the rest."""
+    calls = []
+    real = torch.tensor
+
+    def spy(*a, **k):
+        calls.append(k.get("device"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(hot_device.torch, "tensor", spy)
+    tensor_on(torch.FloatTensor, np.zeros(3), torch.device("cpu"))
+    assert calls == [torch.device("cpu")]
+    calls.clear()
+    for x, device in [(np.zeros(3, dtype=np.int64), "cpu"), (np.zeros(3, dtype=np.float16), "cpu"),
+                      ([0.0, 1.0], "cpu"), (np.zeros(3), torch.float64)]:
+        tensor_on(torch.FloatTensor, x, device)
+    assert calls == []
+
+
+def test_rewritten_source_keeps_evaluation_order_and_arguments():
+    out, _ = rewrite("import torch\ndef g(s, dev):\n    return torch.FloatTensor(s.reshape(1, -1)).to(self.dev)\n")
+    assert "_sb_tensor_on(torch.FloatTensor, s.reshape(1, -1), self.dev)" in out
+
+
+def test_non_torch_to_calls_are_not_sites():
+    src = "import torch\ndef g(m, x, dev):\n    return m(x).to(dev), x.float().to(dev), torch.zeros(3).to(dev)\n"
+    out, sites = rewrite(src)
+    assert out == src and not sites
