@@ -77,7 +77,7 @@ def render_groups(table: Optional[Dict[str, Any]]) -> str:
 
 def mark_profile(profile: Optional[Dict[str, Any]], rows: Optional[Iterable[Dict[str, Any]]]) -> None:
     """Each hot line of ``profile`` that ran a fallback gets ``fallbacks: [{op, count}]``."""
-    by_line: Dict[Tuple[str, int], List[Dict[str, Any]]] = {}
+    by_line: Dict[Tuple[Optional[str], Optional[int]], List[Dict[str, Any]]] = {}
     for row in rows or ():
         by_line.setdefault((row.get("file"), row.get("line")), []).append({"op": row["op"], "count": row["count"]})
     for hot in (profile or {}).get("lines", ()):
@@ -91,7 +91,7 @@ def equivalent(op: str) -> Optional[Tuple[str, str]]:
     swap_id = EQUIVALENTS.get(op.split(".")[0])
     if swap_id is None:
         return None
-    from scalebox_cst.transforms.device_table import TABLE
+    from scalebox_cst.transforms.device.table import TABLE
 
     entry = next((e for e in TABLE if e.id == swap_id), None)
     if entry is None:
@@ -118,9 +118,10 @@ def annotate(project_root: str, results: Dict[str, Any]) -> int:
 
     told = 0
     for row in newest(project_root):
-        result = results.get(row.get("file"))
+        file = row.get("file")
+        result = results.get(file) if file is not None else None
         known = equivalent(row["op"]) if result is not None else None
-        if known is None:
+        if result is None or known is None:
             continue
         swap_id, what = known
         note = f"; last run: {row['op']} fell back to the CPU {row['count']}x on line {row['line']}, the device table's {swap_id} ({what}) is its NPU kernel"

@@ -67,6 +67,14 @@ HEADLINES: Tuple[Headline, ...] = (
 BY_KEY: Dict[str, Headline] = {h.key: h for h in HEADLINES}
 
 
+def reduced(key: str, values: Sequence[float]) -> Optional[float]:
+    """Headline ``key`` over one series' finite values (the same reducer live and final)."""
+    reduce = BY_KEY[key].reduce
+    if reduce is None:
+        raise ValueError(f"headline {key} does not come from one series")
+    return reduce(values)
+
+
 def shown(key: str, value: float) -> str:
     """``value`` as the CLI prints headline ``key`` (``1234 steps/s``)."""
     return BY_KEY[key].fmt.format(value)

@@ -31,7 +31,7 @@ import math
 import os
 import shutil
 import subprocess
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from scalebox_cst import options
 
@@ -113,7 +113,7 @@ class Limits:
         return out
 
 
-def resolve(project_dir: str, env: Optional[Dict[str, str]] = None) -> Limits:
+def resolve(project_dir: str, env: Optional[Mapping[str, str]] = None) -> Limits:
     """``[run]`` of the project's config, overridden by the CLI's :data:`ENV` in ``env``."""
     from scalebox_cst.config import Config, ConfigError
 
@@ -402,7 +402,7 @@ class Enforcement:
                 pass
 
 
-def plan(project_dir: str, env: Dict[str, str], name: str) -> Enforcement:
+def plan(project_dir: str, env: Mapping[str, str], name: str) -> Enforcement:
     """The run's enforcement (LimitError: one line, nothing started)."""
     return Enforcement(resolve(project_dir, env), name)
 

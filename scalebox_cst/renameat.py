@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1
@@ -22,7 +22,7 @@ RENAME_EXCHANGE = 2
 _UNSUPPORTED = {errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, getattr(errno, "EOPNOTSUPP", errno.ENOTSUP)}
 
 
-def _load() -> Optional[object]:
+def _load() -> Optional[Callable[..., int]]:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.renameat2

@@ -19,7 +19,7 @@ import math
 import os
 import socket
 import time
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from scalebox_cst import headlines, tmpnames
 
@@ -315,14 +315,14 @@ def list_runs(project_root: str, branch: Optional[str] = None) -> List[RunInfo]:
 
 
 # ------------------------------------------------------------------------------------ headline
-def first_series(series: Dict[str, Sequence[Point]], names: Iterable[str]) -> Optional[Tuple[str, Sequence[Point]]]:
+def first_series(series: Mapping[str, Sequence[Point]], names: Iterable[str]) -> Optional[Tuple[str, Sequence[Point]]]:
     for name in names:
         if series.get(name):
             return name, series[name]
     return None
 
 
-def worker_series(series: Dict[str, Sequence[Point]], name: str) -> List[Point]:
+def worker_series(series: Mapping[str, Sequence[Point]], name: str) -> List[Point]:
     """The points of engine series ``name`` over every worker process (``scalebox/workers/<id>/
     name``), in time order: the run's episodes when its envs are stepped in child processes."""
     suffix = "/" + name
@@ -332,7 +332,7 @@ def worker_series(series: Dict[str, Sequence[Point]], name: str) -> List[Point]:
     return found
 
 
-def engine_name(series: Dict[str, Sequence[Point]], name: str) -> str:
+def engine_name(series: Mapping[str, Sequence[Point]], name: str) -> str:
     """The series a reader means by ``name``: itself where the run has it, else the engine's
     ``scalebox/name`` (``--metric losses/backward``), else ``name``."""
     if name in series or name.startswith(ENGINE) or ENGINE + name not in series:
@@ -350,7 +350,7 @@ def is_grad_norm(name: str) -> bool:
     return False
 
 
-def is_legacy(series: Dict[str, Sequence[Point]], record: Optional[Dict[str, Any]] = None) -> bool:
+def is_legacy(series: Mapping[str, Sequence[Point]], record: Optional[Dict[str, Any]] = None) -> bool:
     """A record written before the engine's namespace: its record.json has no ``engine_prefix``
     and it has no ``scalebox/`` series at all (a run of today with telemetry off and no guard
     is not one: its bare ``grad_norm`` is the script's)."""
@@ -387,7 +387,7 @@ def best_window_mean(values: Sequence[float], window: int = RETURN_WINDOW) -> Op
 _median = headlines.median
 
 
-def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: Optional[Sequence[Dict[str, Any]]] = None) -> Dict[str, Any]:
+def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], sites: Optional[Sequence[Dict[str, Any]]] = None) -> Dict[str, Any]:
     """The numbers ``scalebox log`` shows per run (None where a run has no such data):
 
     episodic_return_final / _best: mean of the last / best window of RETURN_WINDOW episodes;
@@ -411,7 +411,7 @@ def headline(record: Dict[str, Any], series: Dict[str, Sequence[Point]], sites: 
         out.update(metric_return=found[0], episodic_return_final=tail_mean(values), episodic_return_best=best_window_mean(values), episodes=len(found[1]))
     sps = first_series(series, SPS_NAMES)
     values = finite(sps[1]) if sps else []
-    out["sps"] = headlines.BY_KEY["sps"].reduce(values)  # the monitor's live value is the same reducer
+    out["sps"] = headlines.reduced("sps", values)  # the monitor's live value is the same reducer
     out["metric_sps"] = sps[0] if sps else None  # the engine's scalebox/SPS, else the script's own
     sites = list(sites or [])
     passed = sum(int(s.get("vectorized", 0) or 0) for s in sites)

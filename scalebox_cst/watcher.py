@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from typing import Callable, List, Optional, Sequence, Set
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Set
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
@@ -19,6 +19,9 @@ from watchdog.observers.polling import PollingObserver
 from scalebox_cst.project import ChangeResult, Project
 from scalebox_cst.report import RunReport
 from scalebox_cst.runtime import threads
+
+if TYPE_CHECKING:
+    from scalebox_cst.hotfix import WatchHealer
 
 # Events that never mean "content may have changed".
 _IGNORED_EVENTS = {"opened", "closed_no_write"}
@@ -79,7 +82,7 @@ class Watcher:
         self.polling = polling
         self.events: "queue.Queue[str]" = queue.Queue()
         self._supervisor = None  # made on the first start (a project without a store yet has no runs)
-        self._healer = None
+        self._healer: Optional[WatchHealer] = None
         self.branches: List[str] = []
         self.blocked = 0
         self.started_once = False

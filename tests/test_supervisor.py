@@ -125,3 +125,43 @@ def test_follow_stops_the_run_on_an_interrupt_and_says_which(project, monkeypatc
     with pytest.raises(KeyboardInterrupt):
         sup.follow(held, interrupted="{signal} to the trial")
     assert held.stopped == "SIGHUP to the trial" and sup.active == []
+
+
+@pytest.mark.parametrize("options", [
+    {"nproc": 2, "tensorboard": False},  # the supervisor's own option: two values for it at start
+    {"nproc": 2, "env": {"A": "1"}},  # a run's option (RunSpec.env), not torchrun's
+    {"nprocs": 2},  # a misspelt one
+])
+def test_torchrun_options_that_are_not_torchrun_s_fail_when_the_supervisor_is_made(project, options):
+    # they used to pass here and fail only at start(), as a TypeError from the Execution call
+    with pytest.raises(ValueError, match="torchrun: unknown option"):
+        RunSupervisor.for_project(project, notice=lambda _: None, torchrun=options)
+
+
+def test_the_torchrun_option_names_are_torchrun_execution_s_own_keywords():
+    import inspect
+
+    from scalebox_cst.runner import torchrun
+
+    params = inspect.signature(torchrun.TorchrunExecution.__init__).parameters.values()
+    own = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY} - {"env"}
+    assert set(torchrun.OPTIONS) == own
+
+
+def test_a_torchrun_start_passes_its_options_and_the_run_s_options_once_each(project, monkeypatch):
+    from scalebox_cst.runner import torchrun
+
+    made = []
+
+    class Recorder:
+        def __init__(self, *where, **kwargs):
+            made.append((where, kwargs))
+
+    monkeypatch.setattr(torchrun, "TorchrunExecution", Recorder)
+    sup = RunSupervisor.for_project(project, notice=lambda _: None, tensorboard=False,
+                                    torchrun={"nproc": 2, "max_restarts": 1})
+    sup._execution(sup.spec("run/0001", "trial.py", ["--steps", "1"], env={"TRIAL_SCALE": "1"}))
+    (where, kwargs), = made
+    assert where[3:] == ("run/0001", project.store.resolve("run/0001").commit, "trial.py", ["--steps", "1"])
+    assert kwargs["nproc"] == 2 and kwargs["max_restarts"] == 1 and kwargs["tensorboard"] is False
+    assert kwargs["env"]["TRIAL_SCALE"] == "1"

@@ -177,5 +177,5 @@ class Transform(abc.ABC):
         return not self.triggers or any(t in ctx.code for t in self.triggers)
 
     @abc.abstractmethod
-    def rewrite(self, ctx: FileContext) -> Tuple[cst.Module, List[Site]]:
-        """Return the new module (``ctx.module`` if nothing changed) and the sites."""
+    def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        """Return the new module (``ctx.module`` or None if nothing changed) and the sites."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import List, Optional, Sequence
+from typing import List, NoReturn, Optional, Sequence
 
 import click
 
@@ -13,7 +13,7 @@ from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     click.echo(f"scalebox: {message}", err=True)
     sys.exit(code)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from typing import Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
@@ -306,7 +306,7 @@ def status(project_dir: Optional[str], as_json: bool) -> None:
     except StoreError as exc:
         _fail(str(exc))
     config_changed = info is not None and _config_changed(project, info)
-    running = [
+    running: List[Dict[str, Any]] = [
         {"run": r.id, "pid": r.record.get("pid"), "variant": r.variant, "script": r.record.get("script"), "started": r.record.get("started")}
         for r in runs.list_runs(project.root) if r.status == "running"
     ]

@@ -118,6 +118,7 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
             click.echo(f.error, err=True)
         for site in f.sites:
             click.echo(site.describe(f.path))
+    assert report.commit is not None  # commit_change without block_on_bad_input always commits
     click.echo(f"{report.branch} {report.commit[:10]}: {report.summary()} (backend {report.backend})")
     if out:
         click.echo(f"rewritten files written to {out}")

@@ -22,7 +22,9 @@ _SEED_OPTION = re.compile(r"""["']--seed["']|\bseed\s*:\s*int\b""")
 def _takes_seed_option(source: Optional[bytes]) -> bool:
     """A script takes ``--seed N`` if it declares the option (argparse, click: the literal
     "--seed"; tyro/simple-parsing dataclasses: a ``seed: int`` field, as CleanRL's Args)."""
-    return bool(source) and bool(_SEED_OPTION.search(source.decode("utf-8", "replace")))
+    if not source:
+        return False
+    return bool(_SEED_OPTION.search(source.decode("utf-8", "replace")))
 
 
 def _parse_seeds(text: Optional[str]) -> List[Optional[int]]:

@@ -95,7 +95,9 @@ def commit_values(project, assignments: Sequence[Tuple[Place, Any]], label: str,
 
 def takes_seed_option(source: Optional[bytes]) -> bool:
     """As ``scalebox run --seeds``: argparse/click ``"--seed"`` or a ``seed: int`` config field."""
-    return bool(source) and bool(_SEED_OPTION.search(source.decode("utf-8", "replace")))
+    if not source:
+        return False
+    return bool(_SEED_OPTION.search(source.decode("utf-8", "replace")))
 
 
 def start_run(project, branch: str, commit: str, source_commit: Optional[str], script: str, args: Sequence[str],

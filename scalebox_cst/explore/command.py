@@ -7,13 +7,13 @@ import json
 import os
 import signal
 import sys
-from typing import Any, List, Optional
+from typing import Any, Dict, List, NoReturn, Optional, Tuple
 
 import click
 
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     click.echo(f"scalebox: {message}", err=True)
     sys.exit(code)
 
@@ -185,7 +185,7 @@ def apply_tuned(project, path: str):
     files = project.scan()
     edits = _assignments(data, files, name)
     tuned = dict(files)
-    by_path = {}
+    by_path: Dict[str, List[Tuple[Any, Any]]] = {}
     for place, value in edits:
         by_path.setdefault(place.path, []).append((place, value))
     for p, e in by_path.items():

@@ -140,9 +140,10 @@ class _Finder(cst.CSTVisitor):
         name = node.target.value
         value_node = node.value
         if self._in_config_body() and isinstance(value_node, cst.Call) and _dotted(value_node.func) in ("field", "dataclasses.field", "attrs.field", "attr.ib"):
-            value_node = next((a.value for a in value_node.args if a.keyword and a.keyword.value == "default"), None)
-            if value_node is None:
+            default = next((a.value for a in value_node.args if a.keyword and a.keyword.value == "default"), None)
+            if default is None:
                 return
+            value_node = default
         ok, value = literal_value(value_node)
         if not ok or value is None:
             return

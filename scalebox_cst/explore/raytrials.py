@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any, Dict
 
 from scalebox_cst import runs
 from scalebox_cst.explore import branches
@@ -26,7 +27,7 @@ def run_seed_on_ray(study, trial, branch, commit, source_commit, seed, tags, fee
             args += ["--seed", str(seed)]
     job = raylaunch.RayJob(branch, commit, config.script, args, source_commit=source_commit, seed=seed, seed_via=via)
     stop = threading.Event()
-    out = {}
+    out: Dict[str, Any] = {}
 
     def go():
         try:

@@ -35,6 +35,7 @@ def _importance(study, complete: List[Any]) -> Dict[str, Any]:
         return {}
     import optuna
 
+    evaluator: optuna.importance.BaseImportanceEvaluator
     try:
         import sklearn  # noqa: F401 - fANOVA's forest
         method, evaluator = "fANOVA", optuna.importance.FanovaImportanceEvaluator(seed=0)
@@ -117,12 +118,13 @@ def write(study, directory: str) -> Dict[str, Optional[str]]:
     """Write report.html and optimal_params.json (when a trial completed) into ``directory``."""
     os.makedirs(directory, exist_ok=True)
     data = study_data(study)
-    out: Dict[str, Optional[str]] = {"report": os.path.join(directory, REPORT), "optimal": None}
-    _atomic(out["report"], page(data))
+    report_path = os.path.join(directory, REPORT)
+    out: Dict[str, Optional[str]] = {"report": report_path, "optimal": None}
+    _atomic(report_path, page(data))
     best = optimal(study)
     if best is not None:
-        out["optimal"] = os.path.join(directory, OPTIMAL)
-        _atomic(out["optimal"], json.dumps(best, indent=2) + "\n")
+        out["optimal"] = optimal_path = os.path.join(directory, OPTIMAL)
+        _atomic(optimal_path, json.dumps(best, indent=2) + "\n")
     return out
 
 

@@ -294,7 +294,9 @@ class Study:
                     raise ExploreError(f"metric {config.metric!r}: {branch}#{record['run']} recorded no such metric"
                                        f" (it recorded: {', '.join(names) if names else 'nothing'}); stopping after the first trial")
                 raise _TrialFailed(f"{branch}#{record['run']} recorded no {config.metric!r}", [])
-            finals.append(runs.tail_mean(points))
+            final = runs.tail_mean(points)
+            assert final is not None  # points is not empty
+            finals.append(final)
         self.metric_seen = True
         trial.set_user_attr("finals", finals)
         return sum(finals) / len(finals)

@@ -201,7 +201,7 @@ class Monitor:
         for name in runs.SPS_NAMES:
             s = mf.series.get(name)
             if s is not None and s.tail:
-                out["sps"] = headlines.BY_KEY["sps"].reduce(list(s.tail))  # as a finished run's, over the tail
+                out["sps"] = headlines.reduced("sps", list(s.tail))  # as a finished run's, over the tail
                 break
         legacy = runs.is_legacy(mf.series, run.record)
         for name in runs.GRAD_NORM_NAMES + ((runs.LEGACY_GRAD_NORM,) if legacy else ()):

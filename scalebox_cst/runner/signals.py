@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Callable, Dict, Iterator, Optional, Sequence
+from types import FrameType
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 #: the signals that stop supervised runs
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -64,12 +65,16 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+#: what signal.signal installs and returns (None: a handler not installed from Python)
+_Handler = Union[Callable[[int, Optional[FrameType]], Any], int, signal.Handlers, None]
+
+
 @contextlib.contextmanager
 def _installed(handler, signums: Sequence[int]) -> Iterator[None]:
     if not _main_thread():
         yield
         return
-    previous: Dict[int, object] = {}
+    previous: Dict[int, _Handler] = {}
     try:
         for s in signums:
             previous[s] = signal.signal(s, handler)

@@ -93,6 +93,12 @@ class RunSupervisor:
         self.grace = grace
         self.label_output = label_output
         self.tensorboard = tensorboard
+        if torchrun is not None:
+            from scalebox_cst.runner.torchrun import OPTIONS
+
+            unknown = sorted(set(torchrun) - set(OPTIONS))
+            if unknown:
+                raise ValueError(f"torchrun: unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
         self.torchrun = dict(torchrun) if torchrun is not None else None
         self.project = None
         self.active: List[Any] = []  # started, not yet stopped or reaped; oldest first
@@ -135,7 +141,7 @@ class RunSupervisor:
         if self.torchrun is not None:
             from scalebox_cst.runner.torchrun import TorchrunExecution
 
-            return TorchrunExecution(*where, **self.torchrun, **kwargs)
+            return TorchrunExecution(*where, **{**self.torchrun, **kwargs})
         return execution.Execution(*where, **kwargs)
 
     # ------------------------------------------------------------------ stopping and ending

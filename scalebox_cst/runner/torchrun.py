@@ -26,7 +26,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, TypedDict
 
 from scalebox_cst import runs
 from scalebox_cst.runner import execution as executor
@@ -40,6 +40,24 @@ PREFIX_TEMPLATE = "[rank${rank}]:"
 _PREFIXED = re.compile(r"^\[rank(\d+)\]:(.*)$", re.S)
 #: what torch.distributed's excepthook puts before each traceback line of a rank
 _TRACEBACK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+
+
+#: the keyword options of :class:`TorchrunExecution` that are torchrun's (a supervisor's
+#: ``torchrun=`` holds only these; the rest of a run's options are the supervisor's)
+OPTIONS = ("nproc", "nnodes", "rdzv_endpoint", "rdzv_backend", "rdzv_id", "node_rank", "max_restarts", "torchrun_args")
+
+
+class _Options(TypedDict):
+    """:func:`torchrun_command`'s options, as a run holds them."""
+
+    nproc: int
+    nnodes: str
+    rdzv_endpoint: Optional[str]
+    rdzv_backend: str
+    rdzv_id: Optional[str]
+    node_rank: Optional[int]
+    max_restarts: int
+    extra: List[str]
 
 
 def split_prefixed(line: str):
@@ -127,7 +145,7 @@ class TorchrunExecution(executor.Execution):
         env: Optional[Dict[str, str]] = None,
         **kwargs: Any,
     ) -> None:
-        self._options = dict(
+        self._options = _Options(
             nproc=int(nproc), nnodes=str(nnodes), rdzv_endpoint=rdzv_endpoint, rdzv_backend=rdzv_backend,
             rdzv_id=rdzv_id, node_rank=node_rank, max_restarts=int(max_restarts), extra=list(torchrun_args),
         )

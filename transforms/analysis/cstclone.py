@@ -18,11 +18,12 @@ from __future__ import annotations
 import io
 import keyword
 import tokenize
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, TypeVar
 
 import libcst as cst
 
 _FIELDS: Dict[type, Tuple[str, ...]] = {}
+_Node = TypeVar("_Node", bound=cst.CSTNode)
 
 
 def _fields(cls: type) -> Tuple[str, ...]:
@@ -36,7 +37,7 @@ def _fields(cls: type) -> Tuple[str, ...]:
 _NAMED = (cst.Name, cst.Comment, cst.SimpleString)
 
 
-def clone(node: cst.CSTNode, names: Optional[Dict[str, str]] = None) -> cst.CSTNode:
+def clone(node: _Node, names: Optional[Dict[str, str]] = None) -> _Node:
     """What ``node.deep_clone()`` returns (a new node for every node, sequences as tuples), the
     value of each name, comment and plain string found in ``names`` replaced by its entry."""
     kwargs = {}
@@ -119,4 +120,4 @@ def parse_statements(text: str) -> List[cst.BaseStatement]:
         if len(_SHAPES) >= _MAX_SHAPES:
             _SHAPES.clear()
         module = _SHAPES[key] = cst.parse_module(key)
-    return [clone(st, names) for st in module.body]  # type: ignore[misc]
+    return [clone(st, names) for st in module.body]

@@ -3,7 +3,7 @@ elsewhere in its scope), the loops enclosing a statement, the names an expressio
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -360,14 +360,14 @@ def names_read(node: cst.CSTNode) -> Set[str]:
 #: the node :func:`bound_names` last answered for, and its answer: the checks of one loop each
 #: ask about the same body in turn (four walks of it per rewritten loop); the node is held, so
 #: its id stays its own
-_BOUND_LAST: List[object] = [None, frozenset()]
+_BOUND_LAST: List[Tuple[Optional[cst.CSTNode], FrozenSet[str]]] = [(None, frozenset())]
 
 
 def bound_names(node: cst.CSTNode) -> Set[str]:
     """Names bound anywhere under ``node`` (assignments, loop targets, defs, imports, walrus)."""
-    if _BOUND_LAST[0] is not node:
-        _BOUND_LAST[:] = [node, frozenset(_bound_names(node))]
-    return set(_BOUND_LAST[1])  # type: ignore[arg-type]
+    if _BOUND_LAST[0][0] is not node:
+        _BOUND_LAST[0] = (node, frozenset(_bound_names(node)))
+    return set(_BOUND_LAST[0][1])
 
 
 def _bound_names(node: cst.CSTNode) -> Set[str]:

@@ -42,7 +42,7 @@ DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 AMP_NAMES = ("autocast", "GradScaler")
 
 
-def _ast_of(stmt: cst.CSTNode) -> Optional[ast.stmt]:
+def _ast_of(stmt: cst.SimpleStatementLine) -> Optional[ast.stmt]:
     try:
         body = ast.parse(cst.Module(body=[stmt]).code.strip("\n")).body
     except SyntaxError:
@@ -89,20 +89,23 @@ def _backward_name(node: Optional[ast.stmt]) -> Optional[str]:
 def region(nodes: Sequence[Optional[ast.stmt]], backward: int, loss: str) -> Optional[Tuple[int, int]]:
     """(first, last) statement indices computing ``loss`` before ``nodes[backward]``, or None."""
     last = next((i for i in range(backward - 1, -1, -1)
-                 if nodes[i] is not None and loss in (_targets(nodes[i]) or set())), None)
+                 if (node := nodes[i]) is not None and loss in (_targets(node) or set())), None)
     if last is None:
         return None
-    needed = _reads(nodes[last])
+    last_node = nodes[last]
+    assert last_node is not None  # chosen above for binding the loss
+    needed = _reads(last_node)
     first = last
     for i in range(last - 1, -1, -1):
-        bound = _targets(nodes[i]) if nodes[i] is not None else None
-        if not bound or not bound & needed:
+        node = nodes[i]
+        bound = _targets(node) if node is not None else None
+        if node is None or not bound or not bound & needed:
             break
-        needed |= _reads(nodes[i])
+        needed |= _reads(node)
         first = i
     # the loss must not be read between its assignment and the backward in a way that could
     # depend on dtype outside: it is, by design (loss.backward) - nothing more to check there
-    if not any(isinstance(n, ast.Call) for k in range(first, last + 1) for n in ast.walk(nodes[k])):
+    if not any(isinstance(n, ast.Call) for node in nodes[first:last + 1] if node is not None for n in ast.walk(node)):
         return None  # no forward pass in the chain
     return first, last
 
@@ -111,7 +114,7 @@ def region(nodes: Sequence[Optional[ast.stmt]], backward: int, loss: str) -> Opt
 LOSS_USES = ("backward", "item", "detach")
 
 
-def _escapes(nodes, found: Tuple[int, int], loss: str, rest: Sequence[cst.CSTNode]) -> Optional[str]:
+def _escapes(nodes, found: Tuple[int, int], loss: str, rest: Sequence[cst.BaseStatement]) -> Optional[str]:
     """A name the chain binds that the rest of the block reads (it would be bf16 there), else None;
     the loss may be read only as ``loss.backward()``, ``loss.item()``, ``loss.detach()``."""
     bound: Set[str] = set()
@@ -119,7 +122,7 @@ def _escapes(nodes, found: Tuple[int, int], loss: str, rest: Sequence[cst.CSTNod
         bound |= _targets(nodes[k]) or set()
     for stmt in rest:
         try:
-            tree = ast.parse(cst.Module(body=[stmt]).code.strip("\n"))
+            tree = ast.parse(cst.Module(body=[]).code_for_node(stmt).strip("\n"))
         except SyntaxError:
             return "a later statement"
         allowed = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in LOSS_USES}
@@ -193,8 +196,10 @@ class _Wrap(cst.CSTTransformer):
         for j in range(k + 1, m):  # grad_clip's guard: told the scaler skips non-finite steps itself
             stmt = body[j]
             expr = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 else None
-            call = expr.value if isinstance(expr, cst.Expr) and isinstance(expr.value, cst.Call) else None
-            if (call is not None and isinstance(call.func, cst.Name) and call.func.value == GUARD
+            if not isinstance(expr, cst.Expr) or not isinstance(expr.value, cst.Call):
+                continue
+            call = expr.value
+            if (isinstance(call.func, cst.Name) and call.func.value == GUARD
                     and not any(a.keyword is not None and a.keyword.value == "scaler" for a in call.args)):
                 arg = cst.Arg(keyword=cst.Name("scaler"), value=cst.Name(SCALER),
                               equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
@@ -212,7 +217,7 @@ class _Wrap(cst.CSTTransformer):
     def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
         nodes = [_ast_of(s) if isinstance(s, cst.SimpleStatementLine) else None for s in updated.body]
         body = list(updated.body)
-        spans = []
+        spans: List[Tuple[int, int, int, Optional[int]]] = []
         for k, node in enumerate(nodes):
             loss = _backward_name(node)
             if loss is None:
@@ -248,9 +253,11 @@ class _Wrap(cst.CSTTransformer):
             if step is not None:
                 self._scale(body, k, step)
             call = cst.parse_expression(f"{self.torch}.autocast(device_type={self.device_type!r}, dtype={self.torch}.{self.dtype})")
-            inner = [body[first].with_changes(leading_lines=()), *body[first + 1:last + 1]]
+            head = body[first]
+            assert isinstance(head, cst.SimpleStatementLine)  # a chain is simple statements (nodes)
+            inner = [head.with_changes(leading_lines=()), *body[first + 1:last + 1]]
             body[first:last + 1] = [cst.With(items=[cst.WithItem(call)], body=cst.IndentedBlock(body=inner),
-                                             leading_lines=body[first].leading_lines)]
+                                             leading_lines=head.leading_lines)]
             scaler = "; GradScaler: scale, unscale_, step, update" if step is not None else ""
             if self.kept.get((first, last)):
                 scaler += f"; kept fp32 by calibration: {self.kept[(first, last)]}"
@@ -292,7 +299,7 @@ class AutocastTransform(Transform):
         if torch_name is None:
             return ctx.module, []
         wrap = _Wrap(ctx, torch_name, device_type, DTYPES[mode], mode)
-        ctx.positions  # resolved on the module the visit starts from (its nodes key the positions)
+        _ = ctx.positions  # resolved on the module the visit starts from (its nodes key the positions)
         module = ctx.module.visit(wrap)
         if wrap.scaled:
             module = _add_scaler(module, f"{SCALER} = {torch_name}.amp.GradScaler({device_type!r})\n")

@@ -570,6 +570,7 @@ def rewrite_loop(ctx: FileContext, node: cst.For, shadowed: Set[str], reassociat
     text += f"# {shape.t} = {T} - 1, as written\n{shape.t} = {T} - 1\n"
     parsed = parse_statements(text)
     head_if = parsed[0]
+    assert isinstance(head_if, cst.If)  # the text starts with `if ...:`
     stmts = parsed[1:] + [clone(s) for s in _stmts(node.body)]
     new = cst.If(
         test=head_if.test,
