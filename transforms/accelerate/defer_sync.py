@@ -21,8 +21,9 @@ reads the number or the sink:
   readers (``len``, ``np.mean``, ``print``, ...) outside the loop; no ``globals()``/``eval``;
 * the loop has no ``else``, ``return``, ``yield`` or ``await`` (a reader could run before the
   flush; ``break`` and exceptions go through the ``finally``); it is nested in another loop or
-  in a function called in a loop (the run's outermost loop is never deferred: logs would wait
-  for the end of the run, and its numbers would pile up);
+  in a function called in a loop, and steps no environment (``envs.step``): the run's outermost
+  loop and a rollout/training loop are never deferred (logs would wait for the end of the run
+  or a whole phase, and the kept numbers would pile up): the update's loops are;
 * a logged tensor changed in place later in the loop (``optimizer.step()`` on a parameter,
   ``loss.mul_()``) keeps its logged value: the runtime keeps a copy made where the ``.item()``
   stood (in stream order, no sync), so no alias analysis is needed.
@@ -233,6 +234,9 @@ def _loop_problem(loop: ast.AST, index: _Index) -> Optional[str]:
     for n in ast.walk(loop):
         if isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await)) and index.scope[n] is index.scope[loop]:
             return f"the loop can {type(n).__name__.lower()} at line {n.lineno} before the flush"
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("step", "reset") \
+                and "env" in ast.unparse(n.func.value).lower():
+            return f"the loop steps the environment at line {n.lineno} (a training loop's logs stay live)"
     scope = index.scope[loop]
     if index.loops(loop):
         return None
@@ -339,7 +343,9 @@ class AccelerateDeferSync(Transform):
             for st in logged:
                 if any(_sync_kind(h) == "float" for h in st.placeholders):
                     st.problem = "calls float(), which the file rebinds"
-        if any(isinstance(n, ast.Name) and n.id in _INTROSPECTION for n in ast.walk(tree)):
+        if any(isinstance(n, ast.Name) and n.id in _INTROSPECTION and not (
+                n.id == "vars" and isinstance(index.parent.get(n), ast.Call) and index.parent[n].args)
+               for n in ast.walk(tree)):  # vars(args) reads args' attributes, not a scope
             return None, sites + [Site(ID, s.node.lineno, s.node.end_lineno or s.node.lineno, SKIPPED,
                                        "the file uses globals()/locals()/vars()/eval/exec: a sink could be read unseen")
                                   for s in logged]

@@ -77,6 +77,20 @@ for global_step in range(4):
         writer.add_scalar(tag="losses/bias", scalar_value=q.bias.item(), global_step=global_step)
     print("step", global_step)
 """, True, note="several gradient steps per env step: add_scalars dict and keywords"),
+    Example(_HEAD + """\
+def train_epoch(w, n):
+    losses = []
+    i = 0
+    while i < n:
+        losses.append((w * i).sum().item())
+        w = w + 0.5
+        i += 1
+    return losses
+
+
+for epoch in range(3):
+    print(train_epoch(torch.randn(3), 4))
+""", True, note="a while loop in a function called in a loop"),
     # look-alikes: the number is read in the loop
     Example(_HEAD + """\
 losses = []
@@ -192,4 +206,18 @@ for it in range(3):
         writer.add_scalar("a", (w * step).sum().item(), step)
         writer.add_histogram("w", w, step)
 """, False, reason="writer is read inside the loop", note="another writer call keeps its order"),
+    Example(_HEAD + """\
+class Envs:
+    def step(self, action):
+        return torch.full((3,), float(action))
+
+
+envs = Envs()
+writer = SummaryWriter("runs/ppg")
+w = torch.randn(3)
+for phase in range(2):
+    for update in range(3):
+        obs = envs.step(update)
+        writer.add_scalar("loss", (w * obs).sum().item(), update)
+""", False, reason="steps the environment", note="a rollout loop (PPG's policy phase): logs stay live"),
 ]
