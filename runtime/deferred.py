@@ -17,8 +17,8 @@ when the loop ends (``try``/``finally``: break, exceptions and KeyboardInterrupt
   makes CPU tensors deferred too (the tests and the benchmark use it).
 * :meth:`Deferred.call` with nothing pending and no deferred number calls the sink at once (the
   original's timing). An argument that is not an immutable value (a list a name holds, an
-  array, a tensor) could change before the flush: the pending calls are flushed and this one
-  runs at once. Order of the calls on each sink is kept; what changes is when they happen
+  array, a tensor) could change before the flush: the pending calls and this one run at once,
+  in order. Order of the calls on each sink is kept; what changes is when they happen
   (the ``reassociated`` tier: logs are written at the end of the loop, after later prints).
 """
 from __future__ import annotations
@@ -100,16 +100,13 @@ class Deferred:
 
     def call(self, fn, *args, **kwargs) -> None:
         """``fn(*args, **kwargs)`` now when nothing waits, else after the pending calls."""
-        values = (*args, *kwargs.values())
-        if not all(_safe(v) for v in values):
-            self.flush()
-            STATS["eager_calls"] += 1
-            fn(*args, **kwargs)
-            return
-        if not self.calls and not any(isinstance(v, _Item) or _display(v) for v in values):
-            fn(*args, **kwargs)
+        if not self.calls and not self.items:
+            fn(*args, **kwargs)  # no number kept, nothing pending: the original's timing
             return
         self.calls.append((fn, args, kwargs))
+        if not all(_safe(v) for v in (*args, *kwargs.values())):
+            STATS["eager_calls"] += 1
+            self.flush()  # an argument could change before the flush: this call runs now, in order
 
     def flush(self) -> None:
         """Read every deferred number (one ``tolist`` per dtype and device), then run the calls in order."""

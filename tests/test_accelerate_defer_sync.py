@@ -194,6 +194,8 @@ def test_runtime_mutable_argument_flushes_and_calls_at_once(monkeypatch):
     assert got == [1.5, [0]]
     d.flush()
     assert got == [1.5, [0], 2.0, {"a": True, "b": 3}] and type(got[2]) is float
+    d.call(lambda x, h: got.append((x, h)), d.item(torch.tensor(0.5)), holder)  # kept number and a mutable list
+    assert got[-1] == (0.5, [0]) and not d.calls
     with pytest.raises(RuntimeError):
         d.item(torch.zeros(2))  # .item() of two elements raises where the original did
 

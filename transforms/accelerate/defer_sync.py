@@ -17,8 +17,10 @@ reads the number or the sink:
   arithmetic on the number: left alone, and the whole sink with it);
 * inside the loop every use of the sink's name is such a statement (all calls on it are
   deferred together, so their order is kept); the name is used by no other scope (a function
-  that logs to a global writer could interleave), never aliased or passed on except to known
-  readers (``len``, ``np.mean``, ``print``, ...) outside the loop; no ``globals()``/``eval``;
+  that logs to a global writer could interleave; a module's writer used by one function only
+  is that function's sink: the module's code waits while the function runs), never aliased
+  or passed on except to known readers (``len``, ``np.mean``, ``print``, ...) outside the
+  loop; no ``globals()``/``eval``;
 * the loop has no ``else``, ``return``, ``yield`` or ``await`` (a reader could run before the
   flush; ``break`` and exceptions go through the ``finally``); it is nested in another loop or
   in a function called in a loop, and steps no environment (``envs.step``): the run's outermost
@@ -177,10 +179,12 @@ class _Sinks:
             if name in self.declared:
                 continue
             scopes = {index.scope[u] for u in uses}
-            if len(scopes) != 1:
+            stores = [u for u in uses if isinstance(u.ctx, ast.Store)]
+            if len(scopes) == 2 and tree in scopes and {index.scope[u] for u in stores} == {tree}:
+                scopes.discard(tree)  # a module's writer used by one function: that function's sink
+            if len(scopes) != 1 or not isinstance(next(iter(scopes)), (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             scope = scopes.pop()
-            stores = [u for u in uses if isinstance(u.ctx, ast.Store)]
             kinds = {self._binding(index.parent[u], u, imports) for u in stores}
             if kinds == {"writer"}:
                 self.writers.setdefault(scope, set()).add(name)

@@ -91,6 +91,22 @@ def train_epoch(w, n):
 for epoch in range(3):
     print(train_epoch(torch.randn(3), 4))
 """, True, note="a while loop in a function called in a loop"),
+    Example(_HEAD + """\
+writer = SummaryWriter("runs/update")
+
+
+def update(w, step):
+    for epoch in range(3):
+        loss = (w * epoch).pow(2).sum()
+        writer.add_scalar("losses/loss", loss.item(), step * 3 + epoch)
+        w = w - 0.1
+
+
+for step in range(3):
+    update(torch.randn(4), step)
+    print("step", step)
+writer.close()
+""", True, note="a module's writer used by one update function"),
     # look-alikes: the number is read in the loop
     Example(_HEAD + """\
 losses = []
