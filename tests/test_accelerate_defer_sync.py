@@ -200,6 +200,16 @@ def test_runtime_mutable_argument_flushes_and_calls_at_once(monkeypatch):
         d.item(torch.zeros(2))  # .item() of two elements raises where the original did
 
 
+def test_left_alone_for_cpu_with_the_measured_reason():
+    example = AccelerateDeferSync.EXAMPLES[0]
+    out, sites = rewrite(example.code, backend="cpu")
+    assert out == example.code and not [s for s in sites if s.action == REWRITTEN]
+    skipped = [s for s in sites if "would be read after the loop" in s.reason]
+    assert len(skipped) == 2 and all("no device sync" in s.reason and len(s.reason) <= 300 for s in skipped)
+    out, sites = rewrite(example.code, backend="npu")
+    assert out != example.code and len([s for s in sites if s.action == REWRITTEN]) == 2
+
+
 def test_cpu_tensors_are_read_at_once_by_default():
     got = []
     d = rd.Deferred("t")
