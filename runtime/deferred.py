@@ -24,6 +24,7 @@ when the loop ends (``try``/``finally``: break, exceptions and KeyboardInterrupt
 from __future__ import annotations
 
 import numbers
+import time
 from typing import Any, Dict, List, Tuple
 
 import torch
@@ -85,6 +86,11 @@ class Deferred:
         self.items += 1
         STATS["deferred"] += 1
         return _Item(x.detach().reshape(()).clone(), convert)
+
+    @staticmethod
+    def now() -> float:
+        """``time.time()`` where a deferred writer call stood (its event's ``walltime``)."""
+        return time.time()
 
     def item(self, x: Any):
         """``x.item()``, read at the flush when ``x`` is a one-element device tensor."""

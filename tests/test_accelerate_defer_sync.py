@@ -12,6 +12,7 @@ loop still writes what was logged before it; a mutable argument flushes and call
 import contextlib
 import io
 import sys
+import time
 import types
 
 import pytest
@@ -36,17 +37,24 @@ def rewrite(code, level="reassociated", backend="cuda"):
     return result.output.decode(), result.report.sites
 
 
+def _walltime(kwargs):
+    """The rewrite passes the step's wall time (taken where the call stood, before this call runs)."""
+    walltime = kwargs.pop("walltime", None)
+    assert walltime is None or (isinstance(walltime, float) and walltime <= time.time())
+    return kwargs
+
+
 class _Writer:
-    """Records each call with the number of host reads of tensors made so far (when it was written)."""
+    """Records each call (the arguments' repr: floats bitwise)."""
 
     def __init__(self, log, *args, **kwargs):
         self.log = log
 
     def add_scalar(self, *args, **kwargs):
-        self.log.append(("add_scalar", repr(args), repr(sorted(kwargs.items()))))
+        self.log.append(("add_scalar", repr(args), repr(sorted(_walltime(kwargs).items()))))
 
     def add_scalars(self, *args, **kwargs):
-        self.log.append(("add_scalars", repr(args), repr(sorted(kwargs.items()))))
+        self.log.append(("add_scalars", repr(args), repr(sorted(_walltime(kwargs).items()))))
 
     def add_histogram(self, *args, **kwargs):
         self.log.append(("add_histogram", args[0]))
@@ -117,7 +125,8 @@ for it in range(2):
 """
     out, sites = rewrite(code)
     assert [s.action for s in sites] == [REWRITTEN]
-    monkeypatch.setattr(_Writer, "add_scalar", lambda self, *a: print("logged", *a))
+    monkeypatch.setattr(_Writer, "add_scalar", lambda self, *a, **k: print("logged", *a))
+    assert "walltime=_sbx_defer.now()" in out
     _, original = run(code, monkeypatch)
     _, rewritten = run(out, monkeypatch)
     assert original.splitlines()[:2] == ["logged w 0.0 0", "minibatch 0"]

@@ -26,6 +26,8 @@ reads the number or the sink:
   in a function called in a loop, and steps no environment (``envs.step``): the run's outermost
   loop and a rollout/training loop are never deferred (logs would wait for the end of the run
   or a whole phase, and the kept numbers would pile up): the update's loops are;
+* a writer call without ``walltime`` gets ``walltime=d.now()`` (``time.time()`` where the call
+  stood): the event keeps the step's wall time, not the flush's;
 * a logged tensor changed in place later in the loop (``optimizer.step()`` on a parameter,
   ``loss.mul_()``) keeps its logged value: the runtime keeps a copy made where the ``.item()``
   stood (in stream order, no sync), so no alias analysis is needed.
@@ -55,7 +57,8 @@ WRITERS = {"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.wri
            "tensorboardX.SummaryWriter", "tensorboardX.writer.SummaryWriter"}
 WRITER_METHODS = {"add_scalar", "add_scalars"}
 LIST_METHODS = {"append", "extend"}
-_READERS = {"len", "sum", "min", "max", "sorted", "list", "tuple", "print", "str", "repr", "any", "all", "enumerate"}
+#: readers that finish with the object (a lazy one, enumerate/zip/iter, could be kept and read in the loop)
+_READERS = {"len", "sum", "min", "max", "sorted", "list", "tuple", "print", "str", "repr", "any", "all"}
 _READER_MODULES = ("numpy.", "statistics.", "math.")
 _INTROSPECTION = {"globals", "locals", "vars", "eval", "exec"}
 #: why nothing is deferred for --backend cpu (measured: benchmarks/bench_defer_sync.py)
@@ -295,7 +298,12 @@ class _Rewrite(cst.CSTTransformer):
         hit = self.stmts.get(self._key(original))
         if not hit:
             return updated
-        return self._call(hit[0], updated.value.func, list(updated.value.args))
+        args = list(updated.value.args)
+        if hit[2]:  # the event keeps the wall time of the step, not of the flush
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args.append(cst.Arg(cst.parse_expression(f"{hit[0]}.now()"), keyword=cst.Name("walltime"),
+                                equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
+        return self._call(hit[0], updated.value.func, args)
 
     def leave_AugAssign(self, original, updated):
         hit = self.stmts.get(self._key(original))
@@ -389,7 +397,10 @@ class AccelerateDeferSync(Transform):
             if loop not in loop_vars:
                 continue
             var = loop_vars[loop]
-            plan_stmts[(node.lineno, node.col_offset)] = (var, st.func_text)
+            call = node.value if isinstance(node, ast.Expr) else None
+            walltime = call is not None and call.func.attr in WRITER_METHODS and len(call.args) < 4 \
+                and not any(k.arg == "walltime" for k in call.keywords)
+            plan_stmts[(node.lineno, node.col_offset)] = (var, st.func_text, walltime)
             for hole in st.placeholders:
                 holes[(hole.lineno, hole.col_offset, _sync_kind(hole))] = var
             if st.placeholders:

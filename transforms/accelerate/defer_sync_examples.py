@@ -236,4 +236,13 @@ for phase in range(2):
         obs = envs.step(update)
         writer.add_scalar("loss", (w * obs).sum().item(), update)
 """, False, reason="steps the environment", note="a rollout loop (PPG's policy phase): logs stay live"),
+    Example(_HEAD + """\
+losses = []
+seen = enumerate(losses)
+w = torch.randn(3)
+for it in range(3):
+    for step in range(5):
+        losses.append((w * step).sum().item())
+    print(next(seen, None))
+""", False, reason="passed on at line 6", note="a lazy reader kept across the loop"),
 ]
