@@ -18,7 +18,8 @@ reads the number or the sink:
 * inside the loop every use of the sink's name is such a statement (all calls on it are
   deferred together, so their order is kept); the name is used by no other scope (a function
   that logs to a global writer could interleave; a module's writer used by one function only
-  is that function's sink: the module's code waits while the function runs), never aliased
+  is that function's sink, unless its loop may call it again: the module's code waits while
+  the function runs), never aliased
   or passed on except to known readers (``len``, ``np.mean``, ``print``, ...) outside the
   loop; no ``globals()``/``eval``;
 * the loop has no ``else``, ``return``, ``yield`` or ``await`` (a reader could run before the
@@ -97,6 +98,10 @@ class _Index:
             for child in ast.iter_child_nodes(node):
                 self.parent[child] = node
                 stack.append((child, inner))
+        self.functions: Dict[str, List[ast.AST]] = {}
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions.setdefault(n.name, []).append(n)
         self.loop_calls: Set[str] = set()
         for loop in (n for n in ast.walk(tree) if isinstance(n, _LOOPS)):
             for stmt in loop.body:
@@ -180,6 +185,7 @@ class _Sinks:
                 self.uses.setdefault(n.id, []).append(n)
             elif isinstance(n, ast.arg):
                 self.declared.add(n.arg)
+        self.borrowed: Set[str] = set()
         self.writers: Dict[ast.AST, Set[str]] = {}
         self.lists: Dict[ast.AST, Set[str]] = {}
         for name, uses in self.uses.items():
@@ -189,6 +195,7 @@ class _Sinks:
             stores = [u for u in uses if isinstance(u.ctx, ast.Store)]
             if len(scopes) == 2 and tree in scopes and {index.scope[u] for u in stores} == {tree}:
                 scopes.discard(tree)  # a module's writer used by one function: that function's sink
+                self.borrowed.add(name)
             if len(scopes) != 1 or not isinstance(next(iter(scopes)), (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             scope = scopes.pop()
@@ -256,9 +263,29 @@ def _loop_problem(loop: ast.AST, index: _Index) -> Optional[str]:
     return "the loop is its scope's outermost (logs would wait for the end of the run)"
 
 
+def _reenters(loop: ast.AST, index: _Index) -> bool:
+    """Whether a call in ``loop`` may reach its own function again (by name, through the file's functions)."""
+    target = index.scope[loop].name
+    todo = [n for n in ast.walk(loop) if isinstance(n, ast.Call)]
+    seen: Set[str] = set()
+    while todo:
+        f = todo.pop().func
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+        if name == target:
+            return True
+        if name is None or name in seen:
+            continue
+        seen.add(name)
+        for fn in index.functions.get(name, ()):
+            todo.extend(n for n in ast.walk(fn) if isinstance(n, ast.Call))
+    return False
+
+
 def _sink_problem(name: str, loop: ast.AST, sinks: _Sinks, stmts: Dict[ast.AST, _Stmt], escapes) -> Optional[str]:
     if escapes.get(name):
         return escapes[name]
+    if name in sinks.borrowed and _reenters(loop, sinks.index):
+        return f"the loop may call {sinks.index.scope[loop].name} again (a nested call would flush first)"
     for u in sinks.uses[name]:
         if not sinks.index.inside(u, loop) or isinstance(u.ctx, ast.Store):
             continue

@@ -245,4 +245,22 @@ for it in range(3):
         losses.append((w * step).sum().item())
     print(next(seen, None))
 """, False, reason="passed on at line 6", note="a lazy reader kept across the loop"),
+    Example(_HEAD + """\
+writer = SummaryWriter("runs/x")
+
+
+def helper(w, depth):
+    if depth > 0:
+        update(w, depth - 1)
+
+
+def update(w, depth):
+    for epoch in range(2):
+        writer.add_scalar("loss", (w * epoch).sum().item(), depth)
+        helper(w, depth)
+
+
+for it in range(2):
+    update(torch.randn(3), 2)
+""", False, reason="may call update again", note="a module's writer and a loop that reenters its function"),
 ]
