@@ -425,7 +425,7 @@ class AccelerateDeferSync(Transform):
                 continue
             var = loop_vars[loop]
             call = node.value if isinstance(node, ast.Expr) else None
-            walltime = call is not None and call.func.attr in WRITER_METHODS and len(call.args) < 4 \
+            walltime = call is not None and call.func.attr in WRITER_METHODS and 0 < len(call.args) < 4 \
                 and not any(k.arg == "walltime" for k in call.keywords)
             plan_stmts[(node.lineno, node.col_offset)] = (var, st.func_text, walltime)
             for hole in st.placeholders:
