@@ -326,7 +326,7 @@ class _Rewrite(cst.CSTTransformer):
         if not hit:
             return updated
         args = list(updated.value.args)
-        if hit[2]:  # the event keeps the wall time of the step, not of the flush
+        if hit[2] and args:  # the event keeps the wall time of the step, not of the flush
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
             args.append(cst.Arg(cst.parse_expression(f"{hit[0]}.now()"), keyword=cst.Name("walltime"),
                                 equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace(""))))
@@ -425,7 +425,7 @@ class AccelerateDeferSync(Transform):
                 continue
             var = loop_vars[loop]
             call = node.value if isinstance(node, ast.Expr) else None
-            walltime = call is not None and call.func.attr in WRITER_METHODS and 0 < len(call.args) < 4 \
+            walltime = call is not None and call.func.attr in WRITER_METHODS and len(call.args) < 4 \
                 and not any(k.arg == "walltime" for k in call.keywords)
             plan_stmts[(node.lineno, node.col_offset)] = (var, st.func_text, walltime)
             for hole in st.placeholders:
