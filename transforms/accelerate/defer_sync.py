@@ -63,8 +63,8 @@ _READERS = {"len", "sum", "min", "max", "sorted", "list", "tuple", "print", "str
 _READER_MODULES = ("numpy.", "statistics.", "math.")
 _INTROSPECTION = {"globals", "locals", "vars", "eval", "exec"}
 #: why nothing is deferred for --backend cpu (measured: benchmarks/bench_defer_sync.py)
-_CPU = ("on CPU .item() is no device sync (measured: +1.9 us per number through the runtime, "
-        "+13 us deferred; a PPO update 0.96-1.01x)")
+_CPU = ("on CPU .item() is no device sync (measured: +1.7 us per number through the runtime, "
+        "+12 us deferred; a PPO update 0.98-1.00x)")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
