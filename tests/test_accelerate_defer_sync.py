@@ -232,3 +232,26 @@ def test_fast_turns_it_on(tmp_path):
     fast = scalebox("rewrite", "train.py", "--fast", "--backend", "cuda", "--out", "fast", cwd=tmp_path)
     assert f"{ID} rewritten [reassociated]" in fast.stdout, fast.stdout
     assert "_sbx_defer.item(loss)" in (tmp_path / "fast" / "train.py").read_text()
+
+
+def test_cleanrl_ppo_update_from_the_corpus_bitwise(monkeypatch):
+    """CleanRL's update as the corpus keeps it: clipfracs per minibatch read once per epoch,
+    `return clipfracs, v_loss.item(), ...` after the loop; same list, losses and parameters."""
+    import os
+
+    from conftest import ROOT
+
+    path = os.path.join(ROOT, "tests", "corpus", "cleanrl_ppo_update.py")
+    code = open(path).read()
+    out, sites = rewrite(code)
+    assert [s.line for s in sites if s.action == REWRITTEN] == [32]
+    monkeypatch.setattr(rd, "DEFER_ON_CPU", True)
+    results = []
+    for src in (code, out):
+        ns = {"__name__": "corpus"}
+        exec(compile(src, path, "exec"), ns)
+        before = rd.STATS["deferred"]
+        (fracs, v_loss, pg_loss), params = ns["run"](ns, 3, 0)
+        results.append((repr(fracs), repr(v_loss), repr(pg_loss), [p.tolist() for p in params], rd.STATS["deferred"] - before))
+    assert results[0][:4] == results[1][:4] and len(eval(results[0][0])) == 12
+    assert results[0][4] == 0 and results[1][4] == 12

@@ -231,7 +231,8 @@ class _Sinks:
                     continue
             if isinstance(up, ast.AugAssign) and up in stmts:
                 continue
-            if isinstance(up, ast.Return) and isinstance(self.index.scope[u], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            ret = self.index.parent.get(up) if isinstance(up, ast.Tuple) else up  # return xs, loss.item()
+            if isinstance(ret, ast.Return) and isinstance(self.index.scope[u], (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue  # after the loop (a return inside it is refused); the frame ends there
             if isinstance(up, ast.Subscript) and up.value is u:
                 continue
