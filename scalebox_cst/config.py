@@ -84,7 +84,8 @@ skip_nonfinite = {skip_nonfinite}
 [accelerate]
 # "exact": only rewrites whose results are bitwise the original's. "reassociated" (also
 # `scalebox rewrite --fast`): accelerate.* too, e.g. torch.compile of module methods (results
-# differ in the last bits; compare learning curves over seeds with `scalebox compare`).
+# differ in the last bits; compare learning curves over seeds with `scalebox compare`) and
+# logged .item() numbers read when their loop ends (same values, logs written later).
 level = "exact"
 
 [hotfix]

@@ -3,7 +3,8 @@
 Loops are vectorized first (they read the user's original code), then distributions and tensors
 from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays, then hot.fresh_on_device on what
 those leave), then clipping is inserted, then acting forwards are put under no_grad (hot.no_grad),
-then (opt in, level "reassociated") module methods are compiled (accelerate.compile), then device ops are swapped (they may also touch what
+then (opt in, level "reassociated") module methods are compiled (accelerate.compile) and logged numbers are
+read after their loop (accelerate.defer_sync), then device ops are swapped (they may also touch what
 earlier transforms emitted).
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .grad_clip import GradClip
 from .hot.no_grad import HotNoGrad
 from .precision import AutocastTransform
 from .accelerate.compile import AccelerateCompile
+from .accelerate.defer_sync import AccelerateDeferSync
 from .device import DEVICE_TRANSFORMS
 from .vectorize.recurrence import VectorizeRecurrence
 from .vectorize.elementwise import VectorizeElementwise
@@ -37,6 +39,7 @@ REGISTRY: List[Type[Transform]] = [
     HotNoGrad,
     AutocastTransform,  # off by default (not in DEFAULT_TRANSFORMS): --transform or [precision] mode
     AccelerateCompile,
+    AccelerateDeferSync,
     *DEVICE_TRANSFORMS,
 ]
 

@@ -100,14 +100,15 @@ def _load_config(project_dir: Optional[str]) -> Config:
         raise  # unreachable
 
 
-_FAST_HELP = 'The opt-in reassociated tier ([accelerate] level = "reassociated"): guarded torch.compile of module methods.'
+_FAST_HELP = 'The opt-in reassociated tier ([accelerate] level = "reassociated"): guarded torch.compile of module methods; logged .item() numbers read after their loop.'
 
 
 def _fast(config: Config, fast: bool) -> Config:
     """``--fast``: the level that also runs accelerate.* (and the transform, if the list left it out)."""
     if fast:
         config.set_option("accelerate", "level", "reassociated")
-        if not config.transform_enabled("accelerate.compile"):
-            config.transforms = [*config.transforms, "accelerate.compile"]
-            config.disabled = [d for d in config.disabled if d not in ("accelerate.*", "accelerate.compile", "accelerate")]
+        for tid in ("accelerate.compile", "accelerate.defer_sync"):
+            if not config.transform_enabled(tid):
+                config.transforms = [*config.transforms, tid]
+                config.disabled = [d for d in config.disabled if d not in ("accelerate.*", tid, "accelerate")]
     return config
