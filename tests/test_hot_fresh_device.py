@@ -159,3 +159,14 @@ def test_non_torch_to_calls_are_not_sites():
     src = "import torch\ndef g(m, x, dev):\n    return m(x).to(dev), x.float().to(dev), torch.zeros(3).to(dev)\n"
     out, sites = rewrite(src)
     assert out == src and not sites
+
+
+def test_signed_literal_sizes_are_not_data():
+    # a unary sign on a literal size (``-3``, ``+2``) is still a size: left alone, and it must not fail the
+    # whole file (the old code read ``UnaryOperation.operand``, which libcst does not have)
+    src = ("import torch\ndef g(s, dev):\n    a = torch.FloatTensor(-3).to(dev)\n    b = torch.Tensor(+2).to(dev)\n"
+           "    return a, b, torch.FloatTensor(s).to(dev)\n")
+    out, sites = rewrite(src)
+    assert "torch.FloatTensor(-3).to(dev)" in out and "torch.Tensor(+2).to(dev)" in out
+    assert "_sb_tensor_on(torch.FloatTensor, s, dev)" in out
+    assert [s.action for s in sites] == [REWRITTEN]

@@ -59,7 +59,7 @@ def _plain_device(expr: cst.BaseExpression) -> bool:
 def _not_data(expr: cst.BaseExpression) -> bool:
     """A literal size, display or comprehension: not an array the legacy constructors read as data."""
     if isinstance(expr, cst.UnaryOperation):
-        return _not_data(expr.operand)
+        return _not_data(expr.expression)
     return isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.List, cst.Tuple, cst.ListComp,
                              cst.GeneratorExp, cst.Dict, cst.Set))
 
@@ -107,7 +107,10 @@ class _Rewriter(cst.CSTTransformer):
             return updated
         if self.alias is None:
             self.alias = self.ctx.runtime_name(RUNTIME, "_sb_tensor_on")
-        inner_updated = updated.func.value  # type: ignore[union-attr]
+        moved = updated.func
+        if not (isinstance(moved, cst.Attribute) and isinstance(moved.value, cst.Call)):
+            return updated  # same shape as ``original``: the transformer changes no inner ``maker(...)``
+        inner_updated = moved.value
         data = inner_updated.args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         move = updated.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         rest = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in inner_updated.args[1:]]
