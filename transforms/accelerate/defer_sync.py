@@ -43,7 +43,7 @@ measured cost, left as they are (a CPU tensor in a device rewrite is read at onc
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -67,6 +67,7 @@ _CPU = ("on CPU .item() is no device sync (measured: +1.7 us per number through 
         "+12 us deferred; a PPO update 0.98-1.00x)")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_Loop = Union[ast.For, ast.AsyncFor, ast.While]
 
 
 def _sync_kind(node: ast.AST) -> Optional[str]:
@@ -82,6 +83,13 @@ def _sync_kind(node: ast.AST) -> Optional[str]:
 
 def _has_sync(node: ast.AST) -> bool:
     return any(_sync_kind(n) for n in ast.walk(node))
+
+
+def _operand(call: ast.Call) -> ast.expr:
+    """The tensor a sync call reads: ``x`` of ``x.item()`` / ``float(x)``."""
+    if isinstance(call.func, ast.Attribute) and not call.args:
+        return call.func.value
+    return call.args[0]
 
 
 class _Index:
@@ -110,9 +118,10 @@ class _Index:
                         f = n.func
                         self.loop_calls.add(f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else "")
 
-    def loops(self, node: ast.AST) -> List[ast.AST]:
+    def loops(self, node: ast.AST) -> List[_Loop]:
         """Loops of ``node``'s scope whose body holds it, outermost first."""
-        out, child, scope = [], node, self.scope[node]
+        out: List[_Loop] = []
+        child, scope = node, self.scope[node]
         while child in self.parent and child is not scope:
             up = self.parent[child]
             if isinstance(up, _LOOPS) and child in up.body and self.scope[up] is scope:
@@ -130,10 +139,18 @@ class _Index:
         return False
 
 
+def _introspects(n: ast.AST, index: _Index) -> bool:
+    """``globals``/``locals``/``vars``/``eval``/``exec`` by name; ``vars(args)`` reads args' attributes, not a scope."""
+    if not (isinstance(n, ast.Name) and n.id in _INTROSPECTION):
+        return False
+    up = index.parent.get(n)
+    return not (n.id == "vars" and isinstance(up, ast.Call) and bool(up.args))
+
+
 class _Stmt:
     """A logging statement on a sink: ``placeholders`` are the sync calls that become ``d.item``."""
 
-    def __init__(self, node: ast.AST, sink: str, func_text: str, args: List[ast.expr]) -> None:
+    def __init__(self, node: ast.stmt, sink: str, func_text: str, args: List[ast.expr]) -> None:
         self.node, self.sink, self.func_text, self.args = node, sink, func_text, args
         self.placeholders: List[ast.Call] = []
         self.problem: Optional[str] = None
@@ -143,8 +160,8 @@ class _Stmt:
             if isinstance(arg, ast.Dict) and any(k is None or _has_sync(k) for k in arg.keys):
                 self.problem = f"computes with the number ({ast.unparse(arg)})"
             for slot in slots:
-                if _sync_kind(slot):
-                    if _has_sync(slot.args[0] if slot.args else slot.func.value):
+                if isinstance(slot, ast.Call) and _sync_kind(slot):
+                    if _has_sync(_operand(slot)):
                         self.problem = f"computes with the number ({ast.unparse(slot)})"
                     self.placeholders.append(slot)
                 elif isinstance(slot, ast.Starred) or _has_sync(slot):
@@ -218,7 +235,7 @@ class _Sinks:
             return "augment"
         return None
 
-    def escape(self, name: str, stmts: Dict[ast.AST, _Stmt], imports) -> Optional[str]:
+    def escape(self, name: str, stmts: Dict[ast.stmt, _Stmt], imports) -> Optional[str]:
         """Where ``name`` is aliased or handed to unknown code, or None."""
         for u in self.uses[name]:
             if isinstance(u.ctx, ast.Store):
@@ -247,7 +264,7 @@ class _Sinks:
         return None
 
 
-def _loop_problem(loop: ast.AST, index: _Index) -> Optional[str]:
+def _loop_problem(loop: _Loop, index: _Index) -> Optional[str]:
     if loop.orelse:
         return "the loop has an else clause"
     for n in ast.walk(loop):
@@ -264,29 +281,33 @@ def _loop_problem(loop: ast.AST, index: _Index) -> Optional[str]:
     return "the loop is its scope's outermost (logs would wait for the end of the run)"
 
 
-def _reenters(loop: ast.AST, index: _Index) -> bool:
-    """Whether a call in ``loop`` may reach its own function again (by name, through the file's functions)."""
-    target = index.scope[loop].name
+def _reenters(loop: _Loop, index: _Index) -> Optional[str]:
+    """The name of ``loop``'s function if a call in the loop may reach it again (by name, through the file's
+    functions), else None (module code runs once)."""
+    scope = index.scope[loop]
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    target = scope.name
     todo = [n for n in ast.walk(loop) if isinstance(n, ast.Call)]
     seen: Set[str] = set()
     while todo:
         f = todo.pop().func
         name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
         if name == target:
-            return True
+            return target
         if name is None or name in seen:
             continue
         seen.add(name)
         for fn in index.functions.get(name, ()):
             todo.extend(n for n in ast.walk(fn) if isinstance(n, ast.Call))
-    return False
+    return None
 
 
-def _sink_problem(name: str, loop: ast.AST, sinks: _Sinks, stmts: Dict[ast.AST, _Stmt], escapes) -> Optional[str]:
+def _sink_problem(name: str, loop: _Loop, sinks: _Sinks, stmts: Dict[ast.stmt, _Stmt], escapes) -> Optional[str]:
     if escapes.get(name):
         return escapes[name]
-    if name in sinks.borrowed and _reenters(loop, sinks.index):
-        return f"the loop may call {sinks.index.scope[loop].name} again (a nested call would flush first)"
+    if name in sinks.borrowed and (again := _reenters(loop, sinks.index)):
+        return f"the loop may call {again} again (a nested call would flush first)"
     for u in sinks.uses[name]:
         if not sinks.index.inside(u, loop) or isinstance(u.ctx, ast.Store):
             continue
@@ -301,7 +322,7 @@ def _sink_problem(name: str, loop: ast.AST, sinks: _Sinks, stmts: Dict[ast.AST, 
 
 class _Rewrite(cst.CSTTransformer):
     def __init__(self, positions, loops: Dict[Tuple[int, int], Tuple[str, str]],
-                 stmts: Dict[Tuple[int, int], Tuple[str, str]], holes: Dict[Tuple[int, int, str], str]) -> None:
+                 stmts: Dict[Tuple[int, int], Tuple[str, str, bool]], holes: Dict[Tuple[int, int, str], str]) -> None:
         self.positions, self.loops, self.stmts, self.holes = positions, loops, stmts, holes
 
     def _key(self, node):
@@ -312,8 +333,8 @@ class _Rewrite(cst.CSTTransformer):
         f = original.func
         kind = "item" if isinstance(f, cst.Attribute) and f.attr.value == "item" else \
             "float" if isinstance(f, cst.Name) and f.value == "float" else None
-        var = kind and self.holes.get((*self._key(original), kind))
-        if not var:
+        var = self.holes.get((*self._key(original), kind)) if kind else None
+        if not kind or not var:
             return updated
         inner = updated.func.value if kind == "item" else updated.args[0].value
         return cst.Call(func=cst.Attribute(cst.Name(var), cst.Name(kind)), args=[cst.Arg(inner)])
@@ -367,13 +388,13 @@ class AccelerateDeferSync(Transform):
         tree, imports = ctx.tree, ctx.imports
         index = _Index(tree)
         sinks = _Sinks(tree, index, imports)
-        stmts: Dict[ast.AST, _Stmt] = {}
+        stmts: Dict[ast.stmt, _Stmt] = {}
         sites: List[Site] = []
         for node in ast.walk(tree):
             scope = index.scope.get(node, tree)
             st = _statement(node, sinks.writers.get(scope, set()), sinks.lists.get(scope, set()))
             if st is not None and index.loops(node):
-                stmts[node] = st
+                stmts[st.node] = st
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print" \
                     and any(_sync_kind(a) for a in node.args) and index.loops(node):
                 sites.append(Site(ID, node.lineno, node.end_lineno or node.lineno, SKIPPED,
@@ -387,14 +408,12 @@ class AccelerateDeferSync(Transform):
             for st in logged:
                 if any(_sync_kind(h) == "float" for h in st.placeholders):
                     st.problem = "calls float(), which the file rebinds"
-        if any(isinstance(n, ast.Name) and n.id in _INTROSPECTION and not (
-                n.id == "vars" and isinstance(index.parent.get(n), ast.Call) and index.parent[n].args)
-               for n in ast.walk(tree)):  # vars(args) reads args' attributes, not a scope
+        if any(_introspects(n, index) for n in ast.walk(tree)):
             return None, sites + [Site(ID, s.node.lineno, s.node.end_lineno or s.node.lineno, SKIPPED,
                                        "the file uses globals()/locals()/vars()/eval/exec: a sink could be read unseen")
                                   for s in logged]
         escapes = {name: sinks.escape(name, stmts, imports) for name in {s.sink for s in stmts.values()}}
-        chosen: Dict[ast.AST, ast.AST] = {}
+        chosen: Dict[ast.stmt, _Loop] = {}
         for node, st in stmts.items():
             problem = None
             for loop in index.loops(node):
@@ -413,28 +432,33 @@ class AccelerateDeferSync(Transform):
                 f"{st.func_text}: would be read after the loop, but {_CPU}; left as is")) for n, st in stmts.items()
                 if n in chosen and st.placeholders]
         alias = ctx.runtime_name(RUNTIME, "_sbx_Deferred")
-        loop_vars: Dict[ast.AST, str] = {}
+        loop_vars: Dict[_Loop, str] = {}
         for loop in sorted(wrapped, key=lambda n: (n.lineno, n.col_offset)):
             loop_vars[loop] = imports.unique_name("_sbx_defer")
-        plan_loops, plan_stmts, holes = {}, {}, {}
+        plan_loops: Dict[Tuple[int, int], Tuple[str, str]] = {}
+        plan_stmts: Dict[Tuple[int, int], Tuple[str, str, bool]] = {}
+        holes: Dict[Tuple[int, int, str], str] = {}
         for loop, var in loop_vars.items():
             where = f"{ctx.path}:{ctx.original_line(loop.lineno)}"
             plan_loops[(loop.lineno, loop.col_offset)] = (var, f"{alias}({where!r})")
         for node, st in stmts.items():
-            loop = chosen.get(node)
-            if loop not in loop_vars:
+            owner = chosen.get(node)
+            if owner is None or owner not in loop_vars:
                 continue
-            var = loop_vars[loop]
-            call = node.value if isinstance(node, ast.Expr) else None
-            walltime = call is not None and call.func.attr in WRITER_METHODS and len(call.args) < 4 \
+            var = loop_vars[owner]
+            call = node.value if isinstance(node, ast.Expr) else None  # a W.method(...) / L.method(...) statement
+            walltime = isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
+                and call.func.attr in WRITER_METHODS and len(call.args) < 4 \
                 and not any(k.arg == "walltime" for k in call.keywords)
             plan_stmts[(node.lineno, node.col_offset)] = (var, st.func_text, walltime)
             for hole in st.placeholders:
-                holes[(hole.lineno, hole.col_offset, _sync_kind(hole))] = var
+                kind = _sync_kind(hole)  # never None: placeholders are sync calls
+                if kind is not None:
+                    holes[(hole.lineno, hole.col_offset, kind)] = var
             if st.placeholders:
                 what = ", ".join(ast.unparse(h) for h in st.placeholders)[:80]
                 sites.append(Site(ID, node.lineno, node.end_lineno or node.lineno, REWRITTEN, (
-                    f"{what} only logged ({st.func_text}): read when the loop at line {ctx.original_line(loop.lineno)} "
+                    f"{what} only logged ({st.func_text}): read when the loop at line {ctx.original_line(owner.lineno)} "
                     "ends, one sync instead of one per step; same values (a copy kept), written after the loop's "
                     "other output"), REASSOCIATED))
         out = ctx.module.visit(_Rewrite(ctx.positions, plan_loops, plan_stmts, holes))
