@@ -111,3 +111,37 @@ def test_a_builtin_rebound_under_a_non_ascii_spelling_is_still_seen():
         sites = [s for s in result.report.sites if s.transform == "vectorize.recurrence"]
         assert sites and all(s.action == "skipped" for s in sites), (spelled, sites)
         assert not result.changed or "linear_recurrence" not in result.output.decode(), spelled
+
+
+_LINES = [
+    "import torch\n", "from m import *\n", "from torch import *\n", "from .rel import *\n", "range = 3\n",
+    "def f(len):\n    return len\n", "for zip in y:\n    pass\n", "class C:\n    sorted = 1\n",
+    "import reversed.sub\n", "from a import b as list\n", "\uff52eversed = None\n", "x = [int for int in y]\n",
+    "try:\n    pass\nexcept E as tuple:\n    pass\n", "with a as (enumerate, b):\n    pass\n",
+    "lambda range: range\n", "print(reversed, range, len)\n", "s = 'range = 1'  # zip\n", "del sorted\n",
+]
+
+
+def test_scans_of_the_statements_that_spell_a_name_answer_as_whole_module_scans():
+    """On a registered version (only the statements that spell the name are scanned) the
+    checker's reasons and the bound builtins are what a walk of the whole tree finds."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from scalebox_cst.transforms import statement_memo
+    from scalebox_cst.transforms.vectorize.recurrence import quadratic
+    from scalebox_cst.transforms.vectorize.recurrence.syntax import _BUILTINS
+
+    names = (*_BUILTINS, *quadratic.BUILTINS, "float", "sum")
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.sampled_from(_LINES), min_size=1, max_size=8))
+    def check(lines):
+        code = "".join(lines)
+        with statement_memo.active(statement_memo.StatementMemo()) as memo:
+            tree = ast.parse(code)
+            memo.register(tree, code)
+            shared, plain = scopes.builtin_checker(tree), scopes.builtin_checker(ast.parse(code))
+            assert [shared.reason(n) for n in names] == [plain.reason(n) for n in names], code
+            assert loops._ast_bound_of(tree, names) == loops._ast_bound(ast.parse(code)) & set(names), code
+
+    check()
