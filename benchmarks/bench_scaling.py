@@ -20,7 +20,7 @@ rebinding scans walk only the top-level statements that spell the names asked ab
 block fields only, each live ``ast`` version is frozen out of the between-transform collections,
 node kinds are cached per type: one 20k 2.56 -> 2.28 (paired runs: 2.00 -> 1.89), 50k 5.87 -> 5.39,
 sparse 20k 4.02 -> 4.07 (paired: 3.83 -> 3.60), 50k 10.66 -> 10.28, mixed 20k 13.88 -> 13.68, 50k 39.4 -> 35.6, loops 20k
-60.4 -> 53.9; none 50k 1.45 -> 1.24. In ``one`` at 20k (1.9 s) libcst's parse of the whole file is
+60.4 -> 53.9, 50k 146 (round 1; timed out at 600 s wall in the back-to-back run) -> 130; none 50k 1.45 -> 1.24. In ``one`` at 20k (1.9 s) libcst's parse of the whole file is
 1.1 s, its two ``ast`` parses 0.2 s: what is left needs the libcst tree of only the statements a
 transform edits. Each (shape, size) runs
 ``Pipeline.rewrite`` in a fresh process, so peak RSS is that rewrite's. Wall and CPU seconds are
