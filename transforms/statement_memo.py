@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scalebox_cst.textlines import physical_lines
 
@@ -27,11 +27,15 @@ class StatementMemo:
     def __init__(self) -> None:
         self._results: Dict[str, Dict[_Key, Any]] = {}
         self._trees: Dict[int, Tuple[ast.Module, List[_Key]]] = {}
+        self._partial: Dict[str, Dict[_Key, Any]] = {}  # per scan name, for :meth:`mentioning`
 
     def register(self, tree: ast.Module, code: str) -> None:
         """``tree`` (parsed from ``code``) is the current version: the previous one is dropped."""
         keys = _keys(tree, code)
         self._trees = {id(tree): (tree, keys)} if keys is not None else {}
+        live = set(keys or ())
+        for name, done in self._partial.items():  # drop the results of statements no longer there
+            self._partial[name] = {k: v for k, v in done.items() if k in live}
 
     def per_statement(self, tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any]) -> Optional[List[Any]]:
         entry = self._trees.get(id(tree))
@@ -46,6 +50,25 @@ class StatementMemo:
             now[key] = result
             out.append(result)
         self._results[name] = now
+        return out
+
+    def mentioning(
+        self, tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any], words: Sequence[str]
+    ) -> Optional[List[Any]]:
+        """``scan(s)`` for the top-level statements whose source holds one of ``words`` (or any
+        character that is not ASCII: an identifier spelled with one may normalise to a word),
+        reusing results across versions; None if ``tree`` is not registered."""
+        entry = self._trees.get(id(tree))
+        if entry is None or entry[0] is not tree:
+            return None
+        done = self._partial.setdefault(name, {})
+        out: List[Any] = []
+        for stmt, key in zip(tree.body, entry[1]):
+            text = key[0]
+            if not text.isascii() or any(w in text for w in words):
+                if key not in done:
+                    done[key] = scan(stmt)
+                out.append(done[key])
         return out
 
 
@@ -79,6 +102,16 @@ def per_statement(tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any]) -> 
     if memo is None or not isinstance(tree, ast.Module):
         return None
     return memo.per_statement(tree, name, scan)
+
+
+def mentioning(tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any], words: Sequence[str]) -> Optional[List[Any]]:
+    """:meth:`StatementMemo.mentioning` of the active memo: the scans of only the top-level
+    statements whose text can hold one of ``words`` (a name can only be bound where it is
+    written); None where ``tree`` is not a registered module version."""
+    memo: Optional[StatementMemo] = getattr(_active, "memo", None)
+    if memo is None or not isinstance(tree, ast.Module):
+        return None
+    return memo.mentioning(tree, name, scan, words)
 
 
 def _keys(tree: ast.Module, code: str) -> Optional[List[_Key]]:

@@ -22,6 +22,8 @@ from typing import Dict, List, Optional, Tuple, TypeVar
 
 import libcst as cst
 
+from .cstwalk import NODE, SEQUENCE, kind
+
 _FIELDS: Dict[type, Tuple[str, ...]] = {}
 _Node = TypeVar("_Node", bound=cst.CSTNode)
 
@@ -43,10 +45,11 @@ def clone(node: _Node, names: Optional[Dict[str, str]] = None) -> _Node:
     kwargs = {}
     for field in _fields(type(node)):
         v = getattr(node, field)
-        if isinstance(v, cst.CSTNode):
+        k = kind(v)
+        if k == NODE:
             v = clone(v, names)
-        elif isinstance(v, (list, tuple)):
-            v = tuple(clone(x, names) if isinstance(x, cst.CSTNode) else x for x in v)
+        elif k == SEQUENCE:
+            v = tuple(clone(x, names) if kind(x) == NODE else x for x in v)
         kwargs[field] = v
     if names is not None and type(node) in _NAMED:
         kwargs["value"] = names.get(kwargs["value"], kwargs["value"])

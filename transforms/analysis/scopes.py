@@ -18,7 +18,7 @@ import ast
 import builtins
 import functools
 import importlib
-from typing import Callable, Iterable, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -221,6 +221,8 @@ class BuiltinChecker:
     def __init__(self, tree: ast.AST) -> None:
         self.tree = tree
         self._cache: Optional[Tuple[Set[str], Tuple[str, ...]]] = None
+        self._stars: Optional[Tuple[str, ...]] = None
+        self._rebound: Dict[str, bool] = {}
 
     def _scan(self) -> Tuple[Set[str], Tuple[str, ...]]:
         if self._cache is None:
@@ -228,9 +230,26 @@ class BuiltinChecker:
             self._cache = (names, star_imports(self.tree) if star else ())
         return self._cache
 
+    def _is_rebound(self, name: str) -> Tuple[bool, Tuple[str, ...]]:
+        """Whether ``name`` is bound in the module, and its star imports: on a registered module
+        version only the statements that spell ``name`` (or ``import``) are scanned (a whole-module
+        walk was a second per 50k lines for the few builtins a transform asks about)."""
+        if self._cache is None and name not in self._rebound:
+            parts = statement_memo.mentioning(self.tree, "rebound", _ast_rebound_walk, (name,))
+            if parts is None:
+                self._scan()
+            else:
+                self._rebound[name] = any(name in p[0] for p in parts)
+                if self._stars is None:
+                    star = any(p[1] for p in statement_memo.mentioning(self.tree, "rebound", _ast_rebound_walk, ("import",)) or ())
+                    self._stars = star_imports(self.tree) if star else ()
+        if self._cache is not None:
+            return name in self._cache[0], self._cache[1]
+        return self._rebound[name], self._stars or ()
+
     def reason(self, name: str) -> Optional[str]:
-        names, stars = self._scan()
-        if name in names:
+        rebound, stars = self._is_rebound(name)
+        if rebound:
             return f"{name} is rebound in this module"
         return star_reason(stars, name)
 

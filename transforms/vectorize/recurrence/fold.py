@@ -20,6 +20,8 @@ its kernel reads the boundary rows in place and its wrapper checks the start val
 """
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -51,8 +53,27 @@ def _loop_places(module: cst.Module) -> dict:
             inner = (func, usable, True)
         else:
             inner = (func, usable, nested)
-        stack.extend((c,) + inner for c in children(n) if isinstance(c, _HOLDS_STATEMENTS))
+        stack.extend((c,) + inner for c in _statement_children(n) if isinstance(c, _HOLDS_STATEMENTS))
     return places
+
+
+#: the fields where a statement (or a block of them) can be; the others hold expressions only
+_BLOCK_FIELDS = frozenset(("body", "orelse", "handlers", "finalbody", "cases"))
+_FIELDS_OF: dict = {}
+
+
+def _statement_children(n: cst.CSTNode):
+    """The children of ``n`` that ``children`` yields from its block fields, in the same order:
+    reading decorators, parameters and tests too was most of the module walk's cost."""
+    names = _FIELDS_OF.get(type(n))
+    if names is None:
+        names = _FIELDS_OF[type(n)] = tuple(f.name for f in dataclasses.fields(n) if f.name in _BLOCK_FIELDS)
+    for name in names:
+        v = getattr(n, name)
+        if isinstance(v, cst.CSTNode):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from v
 
 
 #: the nodes a ``for``/``while`` statement can be under: only these are walked (expressions and

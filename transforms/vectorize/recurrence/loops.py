@@ -4,9 +4,11 @@ module binds, loops kept by an earlier rewrite.
 from __future__ import annotations
 
 import ast
-from typing import Dict, Optional, Set
+from typing import Dict, Optional, Sequence, Set
 
 import libcst as cst
+
+from ... import statement_memo
 
 from .syntax import _code, _stmts
 
@@ -48,7 +50,15 @@ def _statement_fors(stmts, lib, before: Optional[dict] = None):
                     yield from _statement_fors(block, lib, before)
 
 
-def _ast_bound(tree: ast.Module) -> Set[str]:
+def _ast_bound_of(tree: ast.Module, names: Sequence[str]) -> Set[str]:
+    """Those of ``names`` the module binds anywhere: on a registered module version, only the
+    top-level statements that spell one of them are walked (statement_memo.mentioning)."""
+    parts = statement_memo.mentioning(tree, "bound", _ast_bound, names)
+    found = set().union(*parts) if parts is not None else _ast_bound(tree)
+    return found & set(names)
+
+
+def _ast_bound(tree: ast.AST) -> Set[str]:
     """Names the module binds anywhere (to tell a shadowed ``reversed`` from the builtin)."""
     out: Set[str] = set()
     for n in ast.walk(tree):

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from scalebox_cst.textlines import physical_lines
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ...base import FileContext, Transform
@@ -19,7 +20,7 @@ from .headers import _backward_header, _named_range_ast, _named_range_header, _w
 from .views import _time_views, spelled
 from .candidates import _forward_memory, _loose_candidate
 from . import backward as bw
-from .loops import _GUARD_CALLS, _ast_bound, _kept_loops, _replace_statements, _statement_fors
+from .loops import _GUARD_CALLS, _ast_bound_of, _kept_loops, _replace_statements, _statement_fors
 from .plan import Planner
 from .build import build, HELPERS_QUALNAME, OP_QUALNAME
 from .unswitch import unswitch
@@ -59,9 +60,17 @@ class VectorizeRecurrence(Transform):
         sites: List[Site] = []
         backward: List[int] = []
         quad: Set[int] = set()
+        lines = physical_lines(ctx.code) if ast_loops else []
+
+        def may_nest(n: ast.AST) -> bool:
+            """Text pre-filter for quadratic.candidate (a walk of each loop): an inner ``for`` over
+            ``range`` is spelled in the loop's lines (non-ASCII ones may normalise to it)."""
+            text = "".join(lines[n.lineno - 1 : n.end_lineno or n.lineno])
+            return not text.isascii() or (text.count("for") >= 2 and "range" in text)
+
         for i, n in enumerate(ast_loops):
             span = (n.lineno, n.end_lineno or n.lineno)
-            if quadratic.candidate(n):
+            if may_nest(n) and quadratic.candidate(n):
                 quad.add(i)
                 backward.append(i)
                 continue
@@ -86,8 +95,9 @@ class VectorizeRecurrence(Transform):
             return None, sites
         # builtins the module rebinds, or a star import binds or may (scopes.BuiltinChecker)
         checker = builtin_checker(ctx.tree)
-        bound = _ast_bound(ctx.tree)
-        bound |= {b for b in (*_BUILTINS, *quadratic.BUILTINS) if b not in bound and not checker(b)}
+        wanted = (*_BUILTINS, *quadratic.BUILTINS)  # only these of the bound names are used below
+        bound = _ast_bound_of(ctx.tree, wanted)
+        bound |= {b for b in wanted if b not in bound and not checker(b)}
         shadowed = bound & set(_BUILTINS)
         # kept loops sit under a guard whose test names one of these (its code is part of the
         # module's): without one in the text, the walk (a codegen per ``if`` test) finds none
