@@ -27,7 +27,6 @@ from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from ...analysis.cstwalk import children
 from . import function_facts
 
 #: the last module :func:`_enclosing` mapped and its map (one file is rewritten at a time; the

@@ -6,7 +6,7 @@ why one that is no candidate is left alone), ``while`` loops counting down inclu
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -62,7 +62,7 @@ class VectorizeRecurrence(Transform):
         quad: Set[int] = set()
         lines = physical_lines(ctx.code) if ast_loops else []
 
-        def may_nest(n: ast.AST) -> bool:
+        def may_nest(n: Union[ast.For, ast.AsyncFor]) -> bool:
             """Text pre-filter for quadratic.candidate (a walk of each loop): an inner ``for`` over
             ``range`` is spelled in the loop's lines (non-ASCII ones may normalise to it)."""
             text = "".join(lines[n.lineno - 1 : n.end_lineno or n.lineno])
