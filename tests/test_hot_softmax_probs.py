@@ -31,6 +31,14 @@ class Net(nn.Module):
         return self.sm(self.fc(x))
     def forward(self, x):
         return self.fc(x).softmax(dim=-1)
+    def both(self, x):
+        action_prob = F.softmax(self.fc(x), dim=-1)
+        value = x.sum()
+        return action_prob, value
+    def redo(self, x):
+        x = self.fc(x)
+        x = F.softmax(x, dim=0)
+        return x
 '''
 
 #: (body of f(net, s), note): each builds the distribution as public scripts do
@@ -40,6 +48,8 @@ REWRITTEN_CASES = [
     ("m = Categorical(net(s))", "forward returning .softmax(dim=-1)"),
     ("probs = torch.softmax(net.fc(s), -1)\n    m = Categorical(probs)", "torch.softmax bound once"),
     ("m = Categorical(F.softmax(net.fc(s), dim=1))", "pytorch/examples: dim=1 literal"),
+    ("probs, v = net.both(s)\n    m = Categorical(probs)", "pytorch/examples actor-critic: a tuple's [0]"),
+    ("prob = net.redo(s)\n    m = Categorical(prob)\n    keep = [prob[0]]", "minimalRL REINFORCE: x rebound, kept after"),
 ]
 
 
@@ -114,6 +124,15 @@ LOOKALIKES = [
     ("m = Categorical(deco(s))", "a decorated function"),
     ("m = Categorical(F.softmax(s, dim=-1) + 0.0)", "softmax then modified"),
     ("m = Categorical(s.softmax(-1) ** 2)", "softmax squared"),
+    ("prob = F.softmax(s, dim=-1)\n    q = prob\n    q[0] = 0.9\n    m = Categorical(prob)", "edited via an alias"),
+    ("prob = F.softmax(s, dim=-1)\n    v = prob[0:1]\n    v.zero_()\n    m = Categorical(prob)", "edited via a view"),
+    ("prob = F.softmax(s, dim=-1)\n    if s.sum() > 0:\n        prob = s\n    m = Categorical(prob)", "rebound on a branch"),
+    ("prob, v = pair(s)\n    m = Categorical(prob)", "a tuple whose [0] is no softmax"),
+    ("m = Categorical(stored(s))", "a function that keeps its softmax"),
+    ("m = Categorical(edits(s))", "a function that edits its softmax"),
+    ("m = Categorical(F.softmax(s))", "implicit dim (statically unknown): rewritten"),
+    ("def g():\n        prob.zero_()\n    prob = F.softmax(s, dim=-1)\n    g()\n    m = Categorical(prob)",
+     "edited by a closure"),
 ]
 HELPERS = '''
 def tweak(p):
@@ -125,6 +144,17 @@ def maybe(x):
 def falls(x):
     if x.sum() > 0:
         return F.softmax(x, dim=-1)
+def pair(x):
+    return x, F.softmax(x, dim=-1)
+KEPT = []
+def stored(x):
+    p = F.softmax(x, dim=-1)
+    KEPT.append(p)
+    return p
+def edits(x):
+    p = F.softmax(x, dim=-1)
+    p[0] = 1.0
+    return p
 def memo(fn):
     return fn
 @memo
@@ -137,6 +167,9 @@ def deco(x):
 def test_lookalikes_left_alone(body, note):
     src = HEAD + HELPERS + f"\ndef f(s):\n    {body}\n    return m\n"
     out, sites = rewrite(src)
+    if note.endswith("rewritten"):  # the guard decides at run time (1-D only)
+        assert out != src and any(s.action == REWRITTEN for s in sites)
+        return
     assert out == src, note
     assert any(s.action == SKIPPED for s in sites)
 

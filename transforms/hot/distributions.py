@@ -32,9 +32,18 @@ that calls ``set_default_validate_args`` or sets ``_validate_args`` (validation 
 purpose), are left alone. Not seen: such a call in *another* file of the program (transforms see
 one file; at run time the default set to True cannot be told from the default left at True) --
 there, pass ``validate_args=True`` at the call or disable ``hot.distribution_args``.
-``probs=`` (and positional probs, ``Categorical(p)``) is left alone: the simplex constraint
-(non-negative, rows summing to 1 within 1e-6) is not provable from the code, and a net's output
-that breaks it is exactly what validation reports.
+``Categorical(probs)`` (keyword or positional) is rewritten only where the probs are provably an
+unmodified softmax (:mod:`.softmax_probs`: directly, a name whose binding is the nearest statement
+before the call that mentions it, or a function/method of this file all of whose returns are
+one), to ``categorical_probs(Categorical, p, dim)`` (runtime/hot_distributions.py). The simplex
+check (non-negative, rows of ``p / p.sum(-1)`` summing to 1 within 1e-6) then cannot fail on
+finite logits where the row length is within a worst-case rounding bound of the dtype and the
+softmax is over the last dim; the helper reads shape and dtype (no sync) and otherwise builds the
+distribution as written. Same contract as above (contract ``softmax_probs``): NaN/inf logits and
+an out-of-support ``log_prob`` value no longer raise; an action from ``.sample()`` of the same
+distribution, or a stored one, is always in the support, so for the scripts' own actions nothing
+changes. Other probs (normalised by hand, a list, a softmax edited afterwards) are left alone:
+a net's output that breaks the constraint is exactly what validation reports.
 """
 from __future__ import annotations
 

@@ -167,7 +167,7 @@ class SoftmaxProbs:
         the block that mentions ``name`` binds it (``name = f(...)`` / ``a, name = f(...)``) and
         ``st`` mentions it once. Every path from that binding to the call then runs only statements
         that never mention ``name``, so nothing can change the fresh softmax in between."""
-        if sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(st)) != 1:
+        if sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(st)) != 1 or _closed_over(scope, name):
             return None
         for prev in reversed(block[:block.index(st)]):
             if not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(prev)):
@@ -241,11 +241,21 @@ def _unpacked(scope: ast.AST, name: str):
     return None, None
 
 
+def _closed_over(scope: ast.AST, name: str) -> bool:
+    """Whether a function or class nested in ``scope`` mentions ``name`` (a call of it, which
+    need not mention the name, could change the value)."""
+    for node in ast.walk(scope):
+        if node is not scope and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
+                return True
+    return False
+
+
 def _last_binding(fn: ast.FunctionDef, value: Optional[ast.expr]) -> Optional[ast.expr]:
     """For ``return x`` as the last statement of ``fn``: the value of the last top-level ``x = ...``
     before it, where nothing after that assignment mentions ``x`` (``x = F.relu(..); x =
     F.softmax(..); return x``); None otherwise."""
-    if not isinstance(value, ast.Name):
+    if not isinstance(value, ast.Name) or _closed_over(fn, value.id):
         return None
     name = value.id
     for st in reversed(fn.body[:-1]):
