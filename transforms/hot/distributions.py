@@ -132,6 +132,7 @@ class _Rewriter(ScopedRewriter):
                                             "softmax here (the simplex check is what reports other probs)"))
             return updated
         how, dim = found
+        how = how if len(how) <= 80 else how[:77] + "..."
         alias = self.ctx.runtime_name(RUNTIME, "_sb_categorical_probs")
         arg = updated.args[0].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT,
                                            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
@@ -139,7 +140,7 @@ class _Rewriter(ScopedRewriter):
         new = cst.Call(func=cst.Name(alias), args=[
             cst.Arg(updated.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
             arg, cst.Arg(dim_expr)])
-        reason = (f"Categorical(probs): probs are {how} (dim {dim}): no validation where rows are at most the dtype's "
+        reason = (f"Categorical(probs): probs are {how} (dim {dim if dim is not None else 'not a literal'}): no validation where rows are at most the dtype's "
                   f"bound (float32: 8) over the last dim, else as written (softmax_probs); NaN/inf logits, an "
                   f"out-of-support log_prob value no longer raise")
         self.sites.append(self.ctx.site(ID, original, REWRITTEN, reason, EXACT))
