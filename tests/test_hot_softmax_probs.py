@@ -241,3 +241,24 @@ def test_guard_cases():
         categorical_probs(Categorical, torch.tensor(1.0), None)  # 0-d: raises as the original does
     with pytest.raises(AttributeError):
         categorical_probs(Categorical, [0.5, 0.5], None)  # not a tensor: exactly the original call (which fails)
+
+
+def test_no_grad_still_sees_the_action_selection():
+    """hot.distribution_args runs before hot.no_grad: the helper call in place of Categorical(prob)
+    must not hide minimalRL's action selection from no_grad (it did before callees.ENGINE_PURE)."""
+    from scalebox_cst.transforms.hot import no_grad
+    src = MODEL + textwrap.dedent('''
+    def rollout(env_s):
+        model = Net(2)
+        total = 0
+        for t in range(3):
+            prob = model.pi(torch.as_tensor(env_s))
+            m = Categorical(prob)
+            a = m.sample().item()
+            total += a
+        return total
+    ''')
+    first, _ = rewrite(src)
+    assert "_sb_categorical_probs(" in first
+    _, sites = harness.rewrite(first, no_grad.ID)
+    assert any(s.action == REWRITTEN for s in sites), [s.reason for s in sites]
