@@ -174,6 +174,18 @@ def test_lookalikes_left_alone(body, note):
     assert any(s.action == SKIPPED for s in sites)
 
 
+def test_subclass_override_and_softmax_dim_change_refused():
+    base = HEAD + "class Base(nn.Module):\n    def pi(self, x):\n        return F.softmax(x, dim=-1)\n" \
+        "    def act(self, s):\n        prob = self.pi(s)\n        return Categorical(prob)\n"
+    assert rewrite(base)[0] != base  # Base alone: rewritten
+    over = base + "class Sub(Base):\n    def pi(self, x):\n        return x\n"
+    assert rewrite(over)[0] == over  # a subclass's pi may run instead
+    dim = MODEL + "net = Net(2)\nnet.sm.dim = 0\nm = Categorical(net.pi_sm(torch.ones(2, 4)))\n"
+    assert rewrite(dim)[0] == dim
+    glob = HEAD + "def f(s):\n    global prob\n    prob = F.softmax(s, dim=-1)\n    g()\n    return Categorical(prob)\n"
+    assert rewrite(glob)[0] == glob
+
+
 def test_forward_hook_in_file_refuses_module_output():
     src = MODEL + "net = Net(2)\nnet.register_forward_hook(lambda m, i, o: o * 2)\nm = Categorical(net(torch.ones(4)))\n"
     out, _ = rewrite(src)

@@ -58,6 +58,9 @@ class SoftmaxProbs:
         self.imports = files.imports
         self.hooks = any(isinstance(n, ast.Attribute) and n.attr.startswith("register_forward")
                          for n in ast.walk(files.tree))
+        #: ``m.dim = ...`` somewhere: an nn.Softmax's dim may not be the one it was built with
+        self.dim_set = any(isinstance(n, ast.Attribute) and n.attr == "dim" and isinstance(n.ctx, ast.Store)
+                           for n in ast.walk(files.tree))
 
     def of(self, expr: ast.expr, cls: Optional[str], scope: ast.AST, depth: int = 0,
            index: Optional[int] = None) -> Found:
@@ -103,6 +106,9 @@ class SoftmaxProbs:
         bodies = self.files.resolve(func, cls, scope)
         if not bodies:
             return None
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
+                and cls is not None and self._overridden(cls, func.attr):
+            return None  # `self.pi(x)` may run a subclass's pi
         found: Found = None
         for body, owner in bodies:
             if body is None or body.decorator_list:
@@ -115,6 +121,11 @@ class SoftmaxProbs:
             found = got if found is None else (got[0], got[1] if got[1] == found[1] else UNKNOWN)
         what = "a softmax" if index is None else f"a softmax at [{index}]"
         return (f"{ast.unparse(func)}(...) returns {what}", found[1]) if found else None
+
+    def _overridden(self, cls: str, method: str) -> bool:
+        return any(name != cls and cls in self.files.lineage(name)
+                   and any(isinstance(st, ast.FunctionDef) and st.name == method for st in klass.body)
+                   for name, klass in self.files.classes.items())
 
     def _returns(self, fn: ast.FunctionDef, owner: Optional[str], depth: int, index: Optional[int]) -> Found:
         rets, found = [], None
@@ -151,8 +162,8 @@ class SoftmaxProbs:
             values = self.files.name_values(func.id, scope)
         else:
             return None
-        if not values or not all(isinstance(v, ast.Call) and self.imports.qualify(v.func) in _MODULES
-                                 for v in values):
+        if not values or self.dim_set or not all(isinstance(v, ast.Call) and self.imports.qualify(v.func) in _MODULES
+                                                 for v in values):
             return None
         dims = set()
         for v in values:
@@ -167,7 +178,8 @@ class SoftmaxProbs:
         the block that mentions ``name`` binds it (``name = f(...)`` / ``a, name = f(...)``) and
         ``st`` mentions it once. Every path from that binding to the call then runs only statements
         that never mention ``name``, so nothing can change the fresh softmax in between."""
-        if sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(st)) != 1 or _closed_over(scope, name):
+        if sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(st)) != 1 or _closed_over(scope, name) \
+                or any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(scope)):
             return None
         for prev in reversed(block[:block.index(st)]):
             if not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(prev)):
