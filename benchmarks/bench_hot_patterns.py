@@ -4,7 +4,9 @@
 
 * distributions: ``Categorical(logits=x).log_prob(a)`` / ``.entropy()`` for one step's logits
   (1x2, CartPole) and a batch (64x6), and ``Normal(mu, exp(log_std)).log_prob(a).sum(-1)``,
-  default validation vs ``validate_args=False`` (hot.distribution_args);
+  default validation vs ``validate_args=False`` (hot.distribution_args); ``Categorical(probs)``
+  from a softmax, construction + ``sample()`` + ``log_prob``, vs ``categorical_probs`` (within its
+  bound: 2, 1x4; beyond it, 18 actions: the original path plus the guard's cost);
 * tensors from arrays: ``torch.tensor(list of float64 obs, dtype=torch.float)`` and
   ``torch.FloatTensor(list)`` for one observation ``[obs]`` (1 x 4: below MIN_ELEMENTS, the guard's
   cost only) and replay-buffer batches (8 x 4, 32 x obs 4, 64 x obs 17, 256 x obs 84),
@@ -24,6 +26,7 @@ from torch.distributions import Categorical, Normal
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import median_time  # noqa: E402
 
+from scalebox_cst.runtime.hot_distributions import categorical_probs  # noqa: E402
 from scalebox_cst.runtime.hot_tensors import tensor_from_arrays  # noqa: E402
 
 
@@ -47,6 +50,18 @@ def main() -> None:
         t0 = median_time(lambda: Categorical(logits=x).entropy(), number, repeat)
         t1 = median_time(lambda: Categorical(logits=x, validate_args=False).entropy(), number, repeat)
         row(f"Categorical(logits {shape[0]}x{shape[1]}).entropy", t0, t1)
+    for shape, dim in (((2,), 0), ((1, 4), 1), ((18,), -1)):
+        p = torch.softmax(torch.randn(*shape, generator=g), dim)
+
+        def orig():
+            m = Categorical(p)
+            return m.log_prob(m.sample())
+
+        def new():
+            m = categorical_probs(Categorical, p, dim)
+            return m.log_prob(m.sample())
+        t0, t1 = median_time(orig, number, repeat), median_time(new, number, repeat)
+        row(f"Categorical(softmax {'x'.join(map(str, shape))}) + sample + log_prob", t0, t1)
     for shape in ((1, 1), (64, 6)):
         mu = torch.randn(*shape, generator=g)
         log_std = torch.zeros(shape[1]) - 0.5

@@ -41,6 +41,8 @@ VARIABLES: List[EnvVar] = [
            "0 compiles accelerate.compile sites without CUDA graphs on CUDA"),
     EnvVar("SCALEBOX_FALLBACK_COUNT", "user", "1", "runtime.telemetry.fallbacks",
            "0 counts NPU CPU-fallback operators by their warnings only (no dispatch mode counting every call)"),
+    EnvVar("SCALEBOX_BENCH_CACHE", "user", "", "benchmarks/bench_public_scripts.py",
+           "where the public scripts' repositories are read from (bare mirrors or clones; --cache)"),
     EnvVar("SCALEBOX_CACHE_DIR", "user", "$XDG_CACHE_HOME/scalebox_cst", "runtime.backend",
            "the per-user cache of the engine (compiled kernels)"),
     EnvVar("SCALEBOX_BENCH_MANIFEST", "user", "", "benchmarks/bench_public_scripts.py",

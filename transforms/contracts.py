@@ -87,6 +87,19 @@ CONTRACTS: Dict[str, Tuple[Tuple[str, ...], str]] = {
         "it reads names and attributes the loop neither binds nor writes (attribute reads taken as plain "
         "reads), and the body calls nothing but dtype casts",
     ), "each branch's loop is planned on its own; a branch not vectorized runs as written"),
+    "softmax_probs": ((
+        "probs statically the unmodified output of a softmax (torch/F.softmax, nn.Softmax, .softmax, a name "
+        "bound once to one, or a function/method of this file all of whose returns are one)",
+        "at run time: a tensor of at least one dim whose softmax was over its last dim (a literal dim of -1 or "
+        "ndim - 1, or a 1-D tensor), with 1 <= rows' length <= the dtype's bound: float32 8, float64 2^20, "
+        "float16/bfloat16 1 (worst-case rounding (2n-1)u of torch's renormalise-and-sum below 1e-6)",
+        "finite logits: NaN/inf give NaN probs, which the original reports with ValueError in __init__ and "
+        "the rewrite does not (the contract of Normal with an exp scale)",
+        "log_prob without its support check: a value that is not an integer in [0, n) no longer raises "
+        "ValueError (a fractional one is truncated, one out of range still raises from gather); actions from "
+        ".sample() of the same distribution, or a buffer of them, are always in the support",
+        "sample, log_prob, entropy and probs bitwise the original's (validation computes nothing they use)",
+    ), "Categorical(probs=p) is built as written, with validation as configured"),
 }
 #: names a reason may use for an entry (``batch_range`` is checked as ``batch_zip`` is)
 ALIASES = {"batch_range": "batch_zip", "loss_range": "loss_zip"}

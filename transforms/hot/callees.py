@@ -40,6 +40,9 @@ TENSOR_METHODS = frozenset("""
     sample rsample log_prob entropy cdf icdf chunk split unbind mul add sub div matmul mm bmm neg round
     floor ceil sign all any eq ne gt lt ge le astype copy square prod cumsum norm narrow select roll flip
     """.split())
+#: the engine's own run-time helpers that other hot.* rewrites put in place of a torch call (they
+#: build what the torch call built and keep nothing): taken as that torch call
+ENGINE_PURE = frozenset({"scalebox_cst.runtime.hot_distributions.categorical_probs"})
 PLAIN_MODULES = ("torch", "numpy", "math", "random", "gym", "gymnasium", "collections", "functools", "itertools", "typing")
 
 
@@ -265,7 +268,7 @@ class Files:
         func = node.func
         qual = self.imports.qualify(func)
         if qual is not None:
-            if qual.split(".")[0] in PLAIN_MODULES:
+            if qual.split(".")[0] in PLAIN_MODULES or qual in ENGINE_PURE:
                 return None
             return f"{where} calls {qual}, whose effects are unknown"
         if isinstance(func, ast.Attribute):

@@ -32,9 +32,18 @@ that calls ``set_default_validate_args`` or sets ``_validate_args`` (validation 
 purpose), are left alone. Not seen: such a call in *another* file of the program (transforms see
 one file; at run time the default set to True cannot be told from the default left at True) --
 there, pass ``validate_args=True`` at the call or disable ``hot.distribution_args``.
-``probs=`` (and positional probs, ``Categorical(p)``) is left alone: the simplex constraint
-(non-negative, rows summing to 1 within 1e-6) is not provable from the code, and a net's output
-that breaks it is exactly what validation reports.
+``Categorical(probs)`` (keyword or positional) is rewritten only where the probs are provably an
+unmodified softmax (:mod:`.softmax_probs`: directly, a name whose binding is the nearest statement
+before the call that mentions it, or a function/method of this file all of whose returns are
+one), to ``categorical_probs(Categorical, p, dim)`` (runtime/hot_distributions.py). The simplex
+check (non-negative, rows of ``p / p.sum(-1)`` summing to 1 within 1e-6) then cannot fail on
+finite logits where the row length is within a worst-case rounding bound of the dtype and the
+softmax is over the last dim; the helper reads shape and dtype (no sync) and otherwise builds the
+distribution as written. Same contract as above (contract ``softmax_probs``): NaN/inf logits and
+an out-of-support ``log_prob`` value no longer raise; an action from ``.sample()`` of the same
+distribution, or a stored one, is always in the support, so for the scripts' own actions nothing
+changes. Other probs (normalised by hand, a list, a softmax edited afterwards) are left alone:
+a net's output that breaks the constraint is exactly what validation reports.
 """
 from __future__ import annotations
 
@@ -49,6 +58,7 @@ from .bindings import ScopedRewriter, only_value
 from .distributions_examples import EXAMPLES
 
 ID = "hot.distribution_args"
+RUNTIME = "scalebox_cst.runtime.hot_distributions.categorical_probs"
 
 #: class name -> the torch.distributions submodule defining it, and its kind
 _CLASSES = {
@@ -77,6 +87,7 @@ def _positive_literal(expr: cst.BaseExpression) -> bool:
 class _Rewriter(ScopedRewriter):
     def __init__(self, ctx: FileContext, sites: List[Site], user_default: bool) -> None:
         super().__init__()
+        self.softmax = _softmax_calls(ctx)
         self.ctx = ctx
         self.sites = sites
         self.user_default = user_default
@@ -112,6 +123,29 @@ class _Rewriter(ScopedRewriter):
                     return f"`{expr.value}` = {how}"
         return None
 
+    def softmax_probs(self, original: cst.Call, updated: cst.Call, probs: cst.BaseExpression) -> cst.BaseExpression:
+        """``Categorical(p)`` with ``p`` a softmax (:mod:`.softmax_probs`) -> the run-time helper."""
+        pos = self.ctx.positions[original].start
+        found = self.softmax.get((pos.line, pos.column))
+        if found is None:
+            self.sites.append(self.ctx.site(ID, original, SKIPPED, "Categorical(probs): probs not provably an unmodified "
+                                            "softmax here (the simplex check is what reports other probs)"))
+            return updated
+        how, dim = found
+        how = how if len(how) <= 80 else how[:77] + "..."
+        alias = self.ctx.runtime_name(RUNTIME, "_sb_categorical_probs")
+        arg = updated.args[0].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT,
+                                           comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        dim_expr = cst.parse_expression(repr(dim))
+        new = cst.Call(func=cst.Name(alias), args=[
+            cst.Arg(updated.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            arg, cst.Arg(dim_expr)])
+        reason = (f"Categorical(probs): probs are {how} (dim {dim if dim is not None else 'not a literal'}): no validation where rows are at most the dtype's "
+                  f"bound (float32: 8) over the last dim, else as written (softmax_probs); NaN/inf logits, an "
+                  f"out-of-support log_prob value no longer raise")
+        self.sites.append(self.ctx.site(ID, original, REWRITTEN, reason, EXACT))
+        return new
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         cls = _QUALNAMES.get(self.ctx.imports.qualify(original.func) or "")
         if cls is None:
@@ -132,6 +166,9 @@ class _Rewriter(ScopedRewriter):
         if self.user_default:
             return skip("the file calls set_default_validate_args (argument validation chosen on purpose): kept")
         if kind == "logits":
+            probs = positional[0] if len(positional) == 1 and not keywords else keywords.get("probs")
+            if cls == "Categorical" and probs is not None and len(args) == 1:
+                return self.softmax_probs(original, updated, probs)
             if positional or "probs" in keywords or set(keywords) != {"logits"}:
                 return skip("probs: the simplex constraint (non-negative, rows summing to 1) is not provable "
                             "from the code, and validation is what reports a net's output that breaks it")
@@ -161,6 +198,48 @@ class _Rewriter(ScopedRewriter):
                   f"(a reduction and a host sync each); " + NO_RAISE.format(extra=extra))
         self.sites.append(self.ctx.site(ID, original, REWRITTEN, reason, EXACT))
         return updated.with_changes(args=new_args)
+
+
+def _softmax_calls(ctx: FileContext) -> Dict[Tuple[int, int], Tuple[str, Optional[int]]]:
+    """(line, column) of each ``Categorical(p)`` call whose ``p`` is provably a softmax -> (how, its dim)."""
+    import ast
+
+    from .callees import Files
+    from .softmax_probs import SoftmaxProbs
+
+    files = Files(ctx.tree, ctx.imports)
+    probe = SoftmaxProbs(files)
+    lines = ctx.code.splitlines()
+    out: Dict[Tuple[int, int], Tuple[str, Optional[int]]] = {}
+
+    def walk(node: ast.AST, cls: Optional[str], scope: ast.AST, block=None, stmt=None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                block = next((b for b in (getattr(node, f, None) for f in ("body", "orelse", "finalbody"))
+                              if isinstance(b, list) and child in b), None)
+                stmt = child
+            if isinstance(child, ast.ClassDef):
+                walk(child, child.name, scope)
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                walk(child, cls if isinstance(node, ast.ClassDef) else None, child)
+                continue
+            if isinstance(child, ast.Call) and _QUALNAMES.get(ctx.imports.qualify(child.func) or "") == "Categorical":
+                given = child.args[0] if len(child.args) == 1 and not child.keywords else \
+                    child.keywords[0].value if not child.args and len(child.keywords) == 1 \
+                    and child.keywords[0].arg == "probs" else None
+                found = None
+                if isinstance(given, ast.Name) and block is not None:
+                    found = probe.at_site(given.id, block, stmt, cls, scope)
+                if found is None and given is not None:
+                    found = probe.of(given, cls, scope)
+                if found is not None:
+                    col = len(lines[child.lineno - 1].encode()[:child.col_offset].decode(errors="replace"))
+                    out[(child.lineno, col)] = found
+            walk(child, cls, scope, block, stmt)
+
+    walk(ctx.tree, None, ctx.tree)
+    return out
 
 
 def _sets_default(ctx: FileContext) -> bool:

@@ -62,9 +62,20 @@ EXAMPLES = [
             "def f(x, a):\n"
             "    return Categorical(x.softmax(-1)).log_prob(a)\n"
         ),
+        rewritten=True,
+        note="minimalRL / pytorch examples: positional probs from a softmax (runtime bound)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "from torch.distributions import Categorical\n"
+            "def f(x, a):\n"
+            "    p = x.exp()\n"
+            "    return Categorical(p / p.sum(-1, keepdim=True)).log_prob(a)\n"
+        ),
         rewritten=False,
-        reason="simplex constraint",
-        note="minimalRL / pytorch examples: positional probs",
+        reason="not provably an unmodified softmax",
+        note="probs normalised by hand",
     ),
     Example(
         code=(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set, Tuple
 
-from .callees import GRAD_ATTRS
+from .callees import ENGINE_PURE, GRAD_ATTRS
 
 #: methods whose result never carries a gradient
 ENDS = frozenset({"item", "tolist", "detach", "numpy", "argmax", "argmin", "argsort", "multinomial",
@@ -221,7 +221,7 @@ class Flow:
             top = qual.split(".")[0]
             if top in ("numpy", "math", "logging", "wandb") or qual in TORCH_ENDS:
                 return None
-            if top == "torch":
+            if top == "torch" or qual in ENGINE_PURE:
                 return "through"
             return f"is passed to {qual}(...), whose effects are unknown"
         if isinstance(func, ast.Attribute):
