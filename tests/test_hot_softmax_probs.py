@@ -274,3 +274,13 @@ def test_no_grad_still_sees_the_action_selection():
     assert "_sb_categorical_probs(" in first
     _, sites = harness.rewrite(first, no_grad.ID)
     assert any(s.action == REWRITTEN for s in sites), [s.reason for s in sites]
+
+
+def test_annotation_without_value_binds_nothing():
+    # ``x: T`` (no value) in a function whose returned name is checked for changes: it neither aliases
+    # the softmax nor fails the file (the old check walked the missing value: AttributeError)
+    for ann in ("note: int", "p: torch.Tensor"):
+        src = HEAD + f"def g(s):\n    {ann}\n    p = F.softmax(s, dim=-1)\n    if s.dim() > 1:\n        return p\n" \
+            "    return p\ndef f(s):\n    m = Categorical(g(s))\n    return m\n"
+        out, sites = rewrite(src)
+        assert "_sb_categorical_probs(Categorical" in out and [s.action for s in sites] == [REWRITTEN], ann

@@ -17,7 +17,7 @@ run-time helper needs the softmax to be over the last dim (see runtime/hot_distr
 from __future__ import annotations
 
 import ast
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 from .callees import Files
 
@@ -128,8 +128,9 @@ class SoftmaxProbs:
                    for name, klass in self.files.classes.items())
 
     def _returns(self, fn: ast.FunctionDef, owner: Optional[str], depth: int, index: Optional[int]) -> Found:
-        rets, found = [], None
-        todo = list(fn.body)
+        rets: List[ast.expr] = []
+        found: Found = None
+        todo: List[ast.AST] = list(fn.body)
         while todo:
             node = todo.pop()
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
@@ -137,9 +138,11 @@ class SoftmaxProbs:
             if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
                 return None
             if isinstance(node, ast.Return):
+                if node.value is None:
+                    return None  # a bare return: None
                 rets.append(node.value)
             todo.extend(ast.iter_child_nodes(node))
-        if not rets or any(r is None for r in rets) or _falls_through(fn.body):
+        if not rets or _falls_through(fn.body):
             return None
         for r in rets:
             last = _last_binding(fn, r) if isinstance(fn.body[-1], ast.Return) and r is fn.body[-1].value else None
@@ -162,11 +165,13 @@ class SoftmaxProbs:
             values = self.files.name_values(func.id, scope)
         else:
             return None
-        if not values or self.dim_set or not all(isinstance(v, ast.Call) and self.imports.qualify(v.func) in _MODULES
-                                                 for v in values):
+        if not values or self.dim_set:
+            return None
+        calls = [v for v in values if isinstance(v, ast.Call) and self.imports.qualify(v.func) in _MODULES]
+        if len(calls) != len(values):
             return None
         dims = set()
-        for v in values:
+        for v in calls:
             dim = _dim_of(v, 0)
             if dim is False:
                 return None
@@ -189,9 +194,10 @@ class SoftmaxProbs:
                 return None
             target, index = prev.targets[0], None
             if isinstance(target, ast.Tuple):
-                if not all(isinstance(e, ast.Name) for e in target.elts):
+                names = [e.id for e in target.elts if isinstance(e, ast.Name)]
+                if len(names) != len(target.elts):
                     return None
-                index = [e.id for e in target.elts].index(name)
+                index = names.index(name)
             elif not isinstance(target, ast.Name):
                 return None
             got = self.of(prev.value, cls, scope, 1, index)
@@ -308,9 +314,12 @@ def _changed(scope: ast.AST, name: str, files: Files) -> bool:
             continue
         todo.extend(ast.iter_child_nodes(node))
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.Tuple, ast.List, ast.Set, ast.Dict)) \
-                and id(node) not in args and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and id(n) not in args
-                        for n in ast.walk(node if not hasattr(node, "value") else node.value)):
-            return True  # an alias or a container holding it (or a view of it): changed through that, maybe
+                and id(node) not in args:
+            # a binding's value, a display itself (``x: T`` with no value binds nothing)
+            held = node.value if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) else node
+            if held is not None and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                                        and id(n) not in args for n in ast.walk(held)):
+                return True  # an alias or a container holding it (or a view of it): changed through that, maybe
         if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)):
             root = node.value
             while isinstance(root, (ast.Subscript, ast.Attribute)):
