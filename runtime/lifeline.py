@@ -78,6 +78,10 @@ def preexec_for(parent: int) -> Optional[Callable[[], None]]:
     args = (ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
 
     def preexec() -> None:
+        # a child inherits the signal mask of the thread that forks it: a run started from a
+        # thread that blocks SIGINT/SIGTERM (runtime.threads) would never see a graceful stop
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
         # SIGINT ignored until hold() handles it: a stop in the interpreter's start-up would
         # otherwise print a KeyboardInterrupt traceback from whatever it was importing
         signal.signal(signal.SIGINT, signal.SIG_IGN)

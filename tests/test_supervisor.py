@@ -165,3 +165,26 @@ def test_a_torchrun_start_passes_its_options_and_the_run_s_options_once_each(pro
     assert where[3:] == ("run/0001", project.store.resolve("run/0001").commit, "trial.py", ["--steps", "1"])
     assert kwargs["nproc"] == 2 and kwargs["max_restarts"] == 1 and kwargs["tensorboard"] is False
     assert kwargs["env"]["TRIAL_SCALE"] == "1"
+
+
+def test_a_run_started_from_a_thread_that_blocks_stop_signals_still_stops_on_sigint(project):
+    """A child inherits the signal mask of the thread that forks it: a run started from a thread
+    made by runtime.threads (SIGINT/SIGTERM blocked there) used to ignore the graceful stop and
+    end only at SIGKILL, past the grace. The child now starts with an empty mask. (The thread
+    lives until the run ends: the death signal the child asks for follows the forking thread.)"""
+    import threading
+
+    from scalebox_cst.runtime import threads
+
+    sup = RunSupervisor.for_project(project, notice=lambda _: None, tensorboard=False, grace=2.0)
+    records = []
+
+    def start_and_stop():
+        run = sup.start(sup.spec("run/0001", "trial.py", env={"TRIAL_SCALE": "1", "OMP_NUM_THREADS": "1"}))
+        while not runs.read_series(run.dir).get("value") and run.poll() is None:  # the script is in its loop
+            pass
+        records.append(sup.stop(run, reason="test stop"))
+
+    threads.start(threading.Thread(target=start_and_stop)).join()
+    (record,) = records
+    assert record.status == "stopped" and record.stop_signals == ["SIGINT"], record.stop_signals
