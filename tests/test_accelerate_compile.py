@@ -7,11 +7,11 @@ kept); the run-time guard runs a site eager on a compile failure, a graph break 
 storm, each reported as an event; ``[accelerate] level`` is validated; ``scalebox rewrite --fast``
 decorates. torch.compile on CPU takes seconds per graph: the compiling tests are few.
 """
+import harness
 import pytest
 import torch
 
 from scalebox_cst.config import Config, ConfigError
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import compiled as rc
 from scalebox_cst.runtime.guard_events import events
@@ -24,12 +24,7 @@ from conftest import scalebox
 def rewrite(code, level="reassociated", backend="cuda"):
     """The rewrite made for CUDA (where the transform compiles); the tests run it on CPU, where
     the run-time wrapper compiles for CPU."""
-    cfg = Config(transforms=[ID])
-    if level:
-        cfg.set_option("accelerate", "level", level)
-    result = Pipeline(cfg, backend=backend).rewrite("t.py", code.encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+    return harness.rewrite(code, ID, backend, dedent=False, options={"accelerate": {"level": level}} if level else None)
 
 
 def load(code):

@@ -15,11 +15,11 @@ import sys
 import time
 import types
 
+import harness
 import pytest
 import torch
 
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import deferred as rd
 from scalebox_cst.transforms import REGISTRY
@@ -29,12 +29,7 @@ from conftest import scalebox
 
 
 def rewrite(code, level="reassociated", backend="cuda"):
-    cfg = Config(transforms=[ID])
-    if level:
-        cfg.set_option("accelerate", "level", level)
-    result = Pipeline(cfg, backend=backend).rewrite("t.py", code.encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+    return harness.rewrite(code, ID, backend, dedent=False, options={"accelerate": {"level": level}} if level else None)
 
 
 def _walltime(kwargs):
