@@ -25,7 +25,6 @@ def _open_project(project_dir: Optional[str], start: str = ".", config: Optional
         done = project.recover()  # a rollback killed half-way is finished before anything else
     except (ConfigError, StoreError) as exc:
         _fail(str(exc))
-        raise  # unreachable
     if done:
         click.echo(f"scalebox: {done}", err=True)
     return project

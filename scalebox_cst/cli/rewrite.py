@@ -8,8 +8,8 @@ from typing import List
 
 import click
 
-from scalebox_cst.cli._common import _FAST_HELP, _fail, _fast, _open_project, _parse_set, _warn_skipped, cli
-from scalebox_cst.config import BACKENDS, Config, ConfigError, find_project_root
+from scalebox_cst.cli._common import _FAST_HELP, _fail, _fast, _load_config, _open_project, _parse_set, _warn_skipped, cli
+from scalebox_cst.config import BACKENDS, ConfigError, find_project_root
 from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
 
@@ -58,10 +58,7 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
     if not paths:
         _fail("missing PATHS (or --tuned-config FILE)", 2)
     root = project_dir or find_project_root(paths[0])
-    try:
-        config = Config.load(root)
-    except ConfigError as exc:
-        _fail(str(exc))
+    config = _load_config(root)
     from scalebox_cst.config import transform_pattern_error
     from scalebox_cst.transforms import transform_ids
 
