@@ -3,7 +3,7 @@
 Why one list: the variables were named in a dozen modules (the launcher, the import hook, the
 telemetry, the stabilizer, the C-extension switches) and nowhere together, so a user could not find
 the switch that turns the profiler off and a newcomer could not tell which ones the engine sets for
-itself. tests/test_environment.py checks that every ``SCALEBOX_`` name in the code is listed here
+itself. tests/scalebox_cst/test_environment.py checks that every ``SCALEBOX_`` name in the code is listed here
 and that ``docs/environment.md`` shows this table. Pure data: the runtime may import it.
 """
 from __future__ import annotations

@@ -37,7 +37,7 @@ _HOTFIX_DEFAULTS = {
     "healthy_points": 10,  # grad-norm points needed before divergence is judged
 }
 
-#: section -> key -> :class:`Option`. tests/test_config.py checks that every option a transform
+#: section -> key -> :class:`Option`. tests/scalebox_cst/test_config.py checks that every option a transform
 #: (or the hot-fix policy) reads is listed.
 OPTIONS: Dict[str, Dict[str, Option]] = {
     "grad_clip": {

@@ -7,6 +7,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+TESTS = HERE  # tests moved into folders that mirror the package find their data here
 
 TRAIN_PY = textwrap.dedent(
     """\

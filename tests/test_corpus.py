@@ -249,7 +249,7 @@ def test_no_other_sites(name):
     accounted = {(t, c.anchor_line(a)) for a, (t, _, _) in c.expect.items()}
     # EXPECT annotates the loop families and the guard; the hot.* rewrites (no_grad around acting
     # forwards, distributions, tensors from lists) are whole-script sites with their own examples
-    # and differential tests (tests/test_hot_*.py), and the differential tests here run them too
+    # and differential tests (tests/transforms/hot/test_hot_*.py), and the differential tests here run them too
     loop_sites = [s for s in c.sites if not s.transform.startswith("hot.")]
     harness = [s for s in loop_sites if s.line >= c.harness_line]
     assert not harness, f"the test harness itself was rewritten or reported: {harness}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -385,3 +386,59 @@ def test_runs_are_started_and_signals_handled_in_one_place():
         if name not in ("scalebox_cst.runner.signals", "scalebox_cst.cli.monitor") and _calls(path, {"signal"}):
             handled[name] = _calls(path, {"signal"})
     assert built == {} and handled == {}, (built, handled)
+
+
+# ---------------------------------------------------------------- tests mirror the package layout
+#: tests that span the whole engine stay at the top of tests/ (faults, docs, layout, corpus, examples, public code)
+CROSS_CUTTING = {
+    "test_audit_public.py", "test_bench_public.py", "test_corpus.py", "test_docs.py", "test_examples.py",
+    "test_faults.py", "test_faults_inputs.py", "test_layout.py", "test_sweep_regressions.py",
+}
+#: where a test folder's subject lives: tests/transforms/... -> transforms/..., tests/scalebox_cst/... -> scalebox_cst/...
+TEST_ROOTS = ("transforms", "runtime", "scalebox_cst")
+
+
+def _test_files(tests=HERE):
+    for folder, dirs, files in os.walk(tests):
+        dirs[:] = [d for d in dirs if d not in ("corpus", "fake_torch_npu", "__pycache__")]
+        for name in files:
+            if name.startswith("test_") and name.endswith(".py"):
+                yield os.path.relpath(os.path.join(folder, name), tests)
+
+
+def layout_problems(tests=HERE, root=ROOT):
+    """Test files that a newcomer would not find where the code they test lives."""
+    problems, seen = [], {}
+    for rel in sorted(_test_files(tests)):
+        folder, name = os.path.split(rel)
+        if re.search(r"issue_?\d|_\d+\.py$", name):
+            problems.append(f"{rel}: named by an issue number, not by its subject")
+        if name in seen:  # one basename per test: pytest imports them as top-level modules
+            problems.append(f"{rel}: same name as {seen[name]}")
+        seen[name] = rel
+        if not folder:
+            if name not in CROSS_CUTTING:
+                problems.append(f"{rel}: at the top of tests/, but it tests one part: move it beside that part's path")
+        elif folder.split(os.sep)[0] not in TEST_ROOTS or not os.path.isdir(os.path.join(root, folder)):
+            problems.append(f"{rel}: tests/{folder} mirrors no folder of the package")
+    return problems
+
+
+def test_tests_mirror_the_package_layout():
+    assert layout_problems() == []
+
+
+def test_layout_check_finds_misplaced_tests(tmp_path):
+    tests, root = tmp_path / "tests", tmp_path
+    (root / "transforms" / "hot").mkdir(parents=True)
+    for rel in ("transforms/hot/test_no_grad.py", "transforms/cold/test_x.py", "test_hot.py",
+                "transforms/hot/test_issue_21.py", "test_layout.py", "runtime/test_no_grad.py"):
+        (tests / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tests / rel).write_text("")
+    found = "\n".join(layout_problems(str(tests), str(root)))
+    assert "transforms/cold/test_x.py: tests/transforms/cold mirrors no folder" in found
+    assert "test_hot.py: at the top of tests/" in found
+    assert "test_issue_21.py: named by an issue number" in found
+    assert "transforms/hot/test_no_grad.py: same name as runtime/test_no_grad.py" in found
+    assert "runtime/test_no_grad.py: tests/runtime mirrors no folder" in found
+    assert "test_layout.py" not in found

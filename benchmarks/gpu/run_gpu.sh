@@ -28,7 +28,7 @@ run leanrl leanrl_sac 150 leanrl_sac_compile_cudagraphs $S0+100 150 python3 sac_
 export PYTHONPATH=/tmp/engine:/tmp/site:$G/stubs
 say "runs done after $(( $(date +%s) - T0 ))s"
 if [ $(left) -gt 70 ]; then
-  cd $R; timeout $(( $(left) - 40 )) python3 -m pytest -q -p no:cacheprovider -n 0 -k "cuda or CUDA or gpu or device_memory" tests/test_runtime_recurrence.py tests/test_stabilizer.py tests/test_vectorize_recurrence.py tests/test_accelerate_compile.py tests/test_limits.py > $OUT/cuda_tests.log 2>&1; say "cuda tests rc=$? $(tail -1 $OUT/cuda_tests.log)"
+  cd $R; timeout $(( $(left) - 40 )) python3 -m pytest -q -p no:cacheprovider -n 0 -k "cuda or CUDA or gpu or device_memory" tests/runtime/test_runtime_recurrence.py tests/runtime/test_stabilizer.py tests/transforms/vectorize/recurrence/test_vectorize_recurrence.py tests/transforms/accelerate/test_accelerate_compile.py tests/scalebox_cst/test_limits.py > $OUT/cuda_tests.log 2>&1; say "cuda tests rc=$? $(tail -1 $OUT/cuda_tests.log)"
 fi
 [ $(left) -gt 30 ] && (cd $R; timeout $(( $(left) - 5 )) python3 benchmarks/bench_precision.py --device cuda 2>&1 | tail -12 | tee -a $log)
 say "end after $(( $(date +%s) - T0 ))s"

@@ -8,7 +8,7 @@ read from the module itself (:data:`STAR_STDLIB`: importing them runs no user co
 nothing, they are loaded in every interpreter or nearly). ``numpy`` and ``torch`` are not imported
 by the engine (about a second for torch); :data:`STAR_BUILTINS` lists the builtins their star
 import binds (``from torch import *`` rebinds ``range``, ``sum``, ``max``...), taken from numpy
-2.x and torch 2.x and checked against the installed versions by tests/test_reasons.py. The
+2.x and torch 2.x and checked against the installed versions by tests/transforms/test_reasons.py. The
 assumption is that later versions add no builtin-named export; other names they bind are not
 resolved (a call through one stays unknown).
 """

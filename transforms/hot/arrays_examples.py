@@ -1,4 +1,4 @@
-"""Documented examples of hot.tensor_from_arrays (rewritten and left alone), run by tests/test_hot_patterns.py.
+"""Documented examples of hot.tensor_from_arrays (rewritten and left alone), run by tests/transforms/hot/test_hot_patterns.py.
 
 Each rewritten example defines ``f(batch)`` (batch: a list of (obs ndarray, action int, reward
 float) tuples); the tests run original and rewrite on the same seeded batches and compare bitwise.

@@ -1,4 +1,4 @@
-"""Documented examples of hot.distribution_args (rewritten and left alone), run by tests/test_hot_patterns.py.
+"""Documented examples of hot.distribution_args (rewritten and left alone), run by tests/transforms/hot/test_hot_patterns.py.
 
 Each rewritten example defines ``f(x, a)`` (x: a float tensor of shape (4, 3), a: actions in
 range); the tests run original and rewrite on the same seeded inputs and compare bitwise.

@@ -1,5 +1,5 @@
 """Documented examples of hot.fresh_on_device (rewritten and left alone), run by
-tests/test_hot_fresh_device.py.
+tests/transforms/hot/test_hot_fresh_device.py.
 
 Each rewritten example defines ``f(x, device)`` (x: a numpy array, list or number; device: a
 ``torch.device``, a string, or a dtype); the tests run original and rewrite on the same inputs and

@@ -143,5 +143,5 @@ EXAMPLES = [
 ]
 
 #: the look-alikes, also listed in VectorizeElementwise.EXAMPLES (whose tests run every leave-alone
-#: example generically; the rewritten ones need the inputs given in tests/test_vectorize_scatter.py)
+#: example generically; the rewritten ones need the inputs given in tests/transforms/vectorize/test_vectorize_scatter.py)
 LEFT_ALONE_EXAMPLES = [e for e in EXAMPLES if not e.rewritten]

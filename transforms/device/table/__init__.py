@@ -1,7 +1,7 @@
 """The accelerator swap table: every device rewrite is one entry of data, with its golden example.
 
 A new swap is one :class:`Swap` here (plus, when it emits a new torch_npu function, that function
-in the test stand-in ``tests/fake_torch_npu``); ``tests/test_device_table.py`` runs each entry's
+in the test stand-in ``tests/fake_torch_npu``); ``tests/transforms/device/test_device_table.py`` runs each entry's
 ``before`` through the pipeline and compares with its ``after``. The engine that interprets the
 ``kind`` of an entry is :mod:`scalebox_cst.transforms.device`; the table holds no logic. One file
 per transform family; :mod:`.swap` says what an entry is.

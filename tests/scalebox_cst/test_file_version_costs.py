@@ -1,0 +1,148 @@
+"""Whole-file work is done once per file (or per module version), never per plain statement:
+the libcst parse, the ``ast`` parses, and the builtin-rebinding scans, which walk only the
+top-level statements that spell the names asked about (issue 19 item 13). Counted, not timed;
+speed is in benchmarks/bench_scaling.py (shapes ``one`` and ``sparse``)."""
+from conftest import TESTS  # tests/: the corpus, fake_torch_npu and the repository root beside it
+import ast
+import importlib.util
+import os
+
+import libcst as cst
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.transforms.analysis import scopes
+from scalebox_cst.transforms.vectorize.recurrence import loops
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "bench_scaling", os.path.join(os.path.dirname(TESTS), "benchmarks", "bench_scaling.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = _bench()
+
+
+def _count_whole_file_parses(monkeypatch, source: str):
+    """(libcst parses, ast parses) of text at least half the file's size: not snippets."""
+    counts = {"cst": 0, "ast": 0}
+    real_cst, real_ast = cst.parse_module, ast.parse
+
+    def cst_parse(code, *a, **k):
+        counts["cst"] += len(code) * 2 >= len(source)
+        return real_cst(code, *a, **k)
+
+    def ast_parse(code, *a, **k):
+        counts["ast"] += isinstance(code, str) and len(code) * 2 >= len(source)
+        return real_ast(code, *a, **k)
+
+    monkeypatch.setattr(cst, "parse_module", cst_parse)
+    monkeypatch.setattr(ast, "parse", ast_parse)
+    result = Pipeline(Config(), "cpu").rewrite("gen.py", source.encode())
+    monkeypatch.undo()
+    return counts, result
+
+
+def test_the_whole_file_is_parsed_by_libcst_once_and_by_ast_once_per_version(monkeypatch):
+    for shape in ("one", "sparse"):
+        seen = []
+        for lines in (600, 2400):
+            counts, result = _count_whole_file_parses(monkeypatch, BENCH.make_source(lines, shape))
+            assert result.changed, shape
+            assert counts["cst"] == 1, (shape, lines, counts)  # shared by every transform
+            editing = {s.transform for s in result.report.sites if s.action == "rewritten"}
+            # one ast parse of the input, one per version a transform made (no re-validation)
+            assert 2 <= counts["ast"] <= 1 + len(editing) + 1, (shape, lines, counts, editing)
+            seen.append(counts["ast"])
+        if shape == "one":
+            assert seen[0] == seen[1], seen  # the same versions, whatever the file's length
+
+
+def test_builtin_rebinding_scans_walk_only_statements_that_spell_the_name(monkeypatch):
+    """A file of plain functions and one GAE loop: the scans that tell a rebound ``reversed``
+    or ``range`` from the builtin visit the same statements at 600 as at 2400 lines (they once
+    walked the whole module), and never the module as a whole."""
+    calls = []
+    real_rebound, real_bound = scopes._ast_rebound_walk, loops._ast_bound
+
+    def rebound(node):
+        calls.append(node)
+        return real_rebound(node)
+
+    def bound(node):
+        calls.append(node)
+        return real_bound(node)
+
+    monkeypatch.setattr(scopes, "_ast_rebound_walk", rebound)
+    monkeypatch.setattr(loops, "_ast_bound", bound)
+    per_size = []
+    for lines in (600, 2400):
+        del calls[:]
+        result = Pipeline(Config(), "cpu").rewrite("gen.py", BENCH.make_source(lines, "one").encode())
+        assert any(s.action == "rewritten" for s in result.report.sites)
+        assert not any(isinstance(n, ast.Module) for n in calls)
+        per_size.append(len(calls))
+    assert per_size[0] == per_size[1], per_size
+
+
+GAE = '''import torch
+
+
+def gae(rewards, values, gamma, T):
+    adv = torch.zeros_like(rewards)
+    last = 0
+    for t in reversed(range(T)):
+        delta = rewards[t] + gamma * values[t + 1] - values[t]
+        adv[t] = last = delta + gamma * last
+    return adv
+'''
+
+
+def test_a_builtin_rebound_under_a_non_ascii_spelling_is_still_seen():
+    """``ｒeversed`` (a fullwidth r) is the name ``reversed`` to Python (NFKC): the statements the
+    scans skip by their text must not hide it."""
+    plain = Pipeline(Config(), "cpu").rewrite("gae.py", GAE.encode())
+    assert [s.action for s in plain.report.sites if s.transform == "vectorize.recurrence"] == ["rewritten"]
+    for spelled in ("reversed", "\uff52eversed"):
+        source = GAE + f"\n\ndef {spelled}(xs):\n    return list(xs)[::-1]\n"
+        result = Pipeline(Config(), "cpu").rewrite("gae.py", source.encode())
+        sites = [s for s in result.report.sites if s.transform == "vectorize.recurrence"]
+        assert sites and all(s.action == "skipped" for s in sites), (spelled, sites)
+        assert not result.changed or "linear_recurrence" not in result.output.decode(), spelled
+
+
+_LINES = [
+    "import torch\n", "from m import *\n", "from torch import *\n", "from .rel import *\n", "range = 3\n",
+    "def f(len):\n    return len\n", "for zip in y:\n    pass\n", "class C:\n    sorted = 1\n",
+    "import reversed.sub\n", "from a import b as list\n", "\uff52eversed = None\n", "x = [int for int in y]\n",
+    "try:\n    pass\nexcept E as tuple:\n    pass\n", "with a as (enumerate, b):\n    pass\n",
+    "lambda range: range\n", "print(reversed, range, len)\n", "s = 'range = 1'  # zip\n", "del sorted\n",
+]
+
+
+def test_scans_of_the_statements_that_spell_a_name_answer_as_whole_module_scans():
+    """On a registered version (only the statements that spell the name are scanned) the
+    checker's reasons and the bound builtins are what a walk of the whole tree finds."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from scalebox_cst.transforms import statement_memo
+    from scalebox_cst.transforms.vectorize.recurrence import quadratic
+    from scalebox_cst.transforms.vectorize.recurrence.syntax import _BUILTINS
+
+    names = (*_BUILTINS, *quadratic.BUILTINS, "float", "sum")
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.sampled_from(_LINES), min_size=1, max_size=8))
+    def check(lines):
+        code = "".join(lines)
+        with statement_memo.active(statement_memo.StatementMemo()) as memo:
+            tree = ast.parse(code)
+            memo.register(tree, code)
+            shared, plain = scopes.builtin_checker(tree), scopes.builtin_checker(ast.parse(code))
+            assert [shared.reason(n) for n in names] == [plain.reason(n) for n in names], code
+            assert loops._ast_bound_of(tree, names) == loops._ast_bound(ast.parse(code)) & set(names), code
+
+    check()
