@@ -85,3 +85,10 @@ def pairer(transforms: Transforms = None, backend: str = "cpu") -> Callable[...,
         kwargs.setdefault("backend", backend)
         return pair(src, name, transforms, **kwargs)
     return bound
+
+
+def rewrite_example(case: Any) -> Tuple[str, List[Site]]:
+    """``(output, sites)`` of a documented example (a :class:`scalebox_cst.transforms.examples.Case`):
+    its code byte for byte, through its transform alone, on its backend with its options."""
+    example = case.example
+    return rewrite(example.code, case.transform.id, example.backend, dedent=False, options=case.option_tables())

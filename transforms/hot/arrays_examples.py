@@ -21,6 +21,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="minimalRL ReplayBuffer.sample: lists appended to",
+        expected="minimalrl_replaybuffer_sample",
     ),
     Example(
         code=(
@@ -31,6 +32,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="zip(*batch) unpacked into tuples of arrays, legacy FloatTensor",
+        expected="zip",
     ),
     Example(
         code=(
@@ -40,6 +42,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="comprehension and list display of arrays",
+        expected="comprehension_and_list_display_of_arrays",
     ),
     Example(
         code=(

@@ -18,6 +18,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL PPO: Categorical(logits=...)",
+        expected="cleanrl_ppo",
     ),
     Example(
         code=(
@@ -31,6 +32,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL continuous PPO: std bound once to torch.exp",
+        expected="cleanrl_continuous_ppo",
     ),
     Example(
         code=(
@@ -44,6 +46,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="softplus + eps scale, Bernoulli logits, module alias",
+        expected="softplus_eps_scale",
     ),
     Example(
         code=(
@@ -54,6 +57,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="positive constant scale",
+        expected="positive_constant_scale",
     ),
     Example(
         code=(
@@ -64,6 +68,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="minimalRL / pytorch examples: positional probs from a softmax (runtime bound)",
+        expected="minimalrl_pytorch_examples",
     ),
     Example(
         code=(

@@ -18,6 +18,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="sfujim/TD3 select_action: FloatTensor(state).to(device)",
+        expected="sfujim_td3_select_action",
     ),
     Example(
         code=(
@@ -32,6 +33,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="replay sample: DoubleTensor / Tensor(...).to(self.device)",
+        expected="replay_sample",
     ),
     Example(
         code=(

@@ -38,6 +38,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="minimalRL: Categorical(policy(s)).sample().item()",
+        expected="minimalrl",
     ),
     Example(
         code=_NET + (
@@ -56,6 +57,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="DQN: argmax().item(), .detach().cpu().numpy(), logging",
+        expected="dqn",
     ),
     Example(
         code=_NET + (
@@ -70,6 +72,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="minimalRL DQN: a method returning .argmax().item()",
+        expected="minimalrl_dqn",
     ),
     Example(
         code=_NET + (
@@ -86,6 +89,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL DQN: torch.argmax(q_network(obs), dim=1).cpu().numpy()",
+        expected="cleanrl_dqn",
     ),
     Example(
         code=_NET + (

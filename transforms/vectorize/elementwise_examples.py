@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..base import Example
-from .scatter_examples import LEFT_ALONE_EXAMPLES
+from .scatter_examples import EXAMPLES as SCATTER_EXAMPLES
 
 
 EXAMPLES = [
@@ -17,6 +17,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="indexed loop into a preallocated buffer",
+        expected="indexed_loop_into_a_preallocated_buffer",
     ),
     Example(
         code=(
@@ -29,6 +30,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="clamp into a fresh tensor",
+        expected="clamp_into_a_fresh_tensor",
     ),
     Example(
         code=(
@@ -38,6 +40,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="stack of a comprehension (tanh: reassociated)",
+        expected="stack_of_a_comprehension",
     ),
     Example(
         code=(
@@ -47,6 +50,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="cat of a zipped comprehension",
+        expected="cat_of_a_zipped_comprehension",
     ),
     Example(
         code=(
@@ -106,4 +110,4 @@ EXAMPLES = [
         reason="may be read outside the loop",
         note="index used after the loop",
     ),
-] + LEFT_ALONE_EXAMPLES  # per-row index_add_ look-alikes (scatter_examples.py)
+] + SCATTER_EXAMPLES  # per-row index_add_ into scatter_add_, and its look-alikes (scatter_examples.py)

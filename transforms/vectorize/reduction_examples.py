@@ -18,6 +18,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="PyTorch REINFORCE example",
+        expected="pytorch_reinforce_example",
     ),
     Example(
         code=(
@@ -30,6 +31,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="stack().mean() over an indexed loop",
+        expected="stack_mean_over_an_indexed_loop",
     ),
     Example(
         code=(
@@ -42,6 +44,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="scalar accumulator over range(n)",
+        expected="scalar_accumulator_over_range",
     ),
     Example(
         code=(
@@ -54,6 +57,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="acc = acc - f(x) with a torch function",
+        expected="acc_minus_a_torch_function",
     ),
     Example(
         code=(
@@ -66,6 +70,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="stack of element-wise results (exact)",
+        expected="stack_of_element_wise_results",
     ),
     Example(
         code=(
@@ -82,6 +87,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="pytorch/examples actor-critic: a temporary from .item(), a per-sample smooth_l1_loss",
+        expected="pytorch_examples_actor_critic",
     ),
     Example(
         code=(
@@ -94,6 +100,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="TD errors as a temporary over an index",
+        expected="td_errors_as_a_temporary_over_an_index",
     ),
     Example(
         code=(
@@ -107,6 +114,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="a temporary and a loop variable read after the loop: bound as the last iteration binds them",
+        expected="a_temporary_and_a_loop_variable_read",
     ),
     Example(
         code=(
@@ -201,6 +209,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="the list's length is read too: the batched branch fills the list",
+        expected="the_list_s_length_is_read_too",
     ),
     Example(
         code=(
@@ -242,6 +251,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="loop variable used after the loop (bound to the last item)",
+        expected="loop_variable_used_after_the_loop",
     ),
     Example(
         code=(

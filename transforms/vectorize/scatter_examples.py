@@ -1,5 +1,5 @@
 """Documented examples of the per-row ``index_add_`` rewrite (vectorize.elementwise): rewritten
-and left alone; the look-alikes are also listed in VectorizeElementwise.EXAMPLES.
+and left alone; all are listed in VectorizeElementwise.EXAMPLES (the transform that rewrites them).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="per-row segment sum (index_add_ → scatter_add_)",
+        expected="per_row_segment_sum",
     ),
     Example(
         code=(
@@ -29,6 +30,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="message passing per graph, keyword arguments",
+        expected="message_passing_per_graph",
     ),
     Example(
         code=(
@@ -40,6 +42,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="per-row index_add_ with alpha (flattened index_add_)",
+        expected="per_row_index_add_with_alpha",
     ),
     Example(
         code=(
@@ -51,6 +54,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="zip over rows, negative dim",
+        expected="zip_over_rows",
     ),
     Example(
         code=(
@@ -63,6 +67,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL C51 projection: two calls per row, float index rows cast with .long()",
+        expected="cleanrl_c51_projection",
     ),
     Example(
         code=(
@@ -141,7 +146,3 @@ EXAMPLES = [
         note="per-row index_add_ with an early exit",
     ),
 ]
-
-#: the look-alikes, also listed in VectorizeElementwise.EXAMPLES (whose tests run every leave-alone
-#: example generically; the rewritten ones need the inputs given in tests/test_vectorize_scatter.py)
-LEFT_ALONE_EXAMPLES = [e for e in EXAMPLES if not e.rewritten]

@@ -15,6 +15,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="TD3 author code / CleanRL soft update",
+        expected="td3_author_code_cleanrl_soft_update",
     ),
     Example(
         code=(
@@ -27,6 +28,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL DQN: target first in zip",
+        expected="cleanrl_dqn",
     ),
     Example(
         code=(
@@ -39,6 +41,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="spinningup polyak update",
+        expected="spinningup_polyak_update",
     ),
     Example(
         code=(
@@ -49,6 +52,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="chained mul_().add_()",
+        expected="chained_mul",
     ),
     Example(
         code=(
@@ -60,6 +64,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="direct in-place update with alpha under no_grad",
+        expected="direct_in_place_update_with_alpha_under",
     ),
     Example(
         code=(
@@ -71,6 +76,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="lerp_",
+        expected="lerp",
     ),
     Example(
         code=(
@@ -81,6 +87,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="augmented assignments *= then += on .data",
+        expected="augmented_assignments_then_on_data",
     ),
     Example(
         code=(
@@ -91,6 +98,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="the new value in a temporary first",
+        expected="the_new_value_in_a_temporary_first",
     ),
     Example(
         code=(
@@ -100,6 +108,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="hard copy",
+        expected="hard_copy",
     ),
     Example(
         code=(
@@ -110,6 +119,7 @@ EXAMPLES = [
         rewritten=True,
         note="allow_lerp: lerp_ instead of the exact form",
         options=(("allow_lerp", True),),
+        expected="allow_lerp",
     ),
     Example(
         code=(
@@ -140,6 +150,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note=".data assignment of a soft update (stores new tensors, as the loop does)",
+        expected="data_assignment_of_a_soft_update",
     ),
     Example(
         code=(

@@ -25,6 +25,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL GAE: bitwise exact (the coefficient is the left-associated prefix of the product)",
+        expected="cleanrl_gae",
     ),
     Example(
         code=(
@@ -38,6 +39,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="REINFORCE returns over a list of floats",
+        expected="reinforce_returns_over_a_list_of_floats",
     ),
     Example(
         code=(
@@ -52,6 +54,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="pytorch/examples reinforce.py: deque.appendleft (the guard checks it is a deque)",
+        expected="pytorch_examples_reinforce_py",
     ),
     Example(
         code=(
@@ -67,6 +70,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="PPO-PyTorch: episode resets become stretches of the op, exact",
+        expected="ppo_pytorch",
     ),
     Example(
         code=(
@@ -84,6 +88,7 @@ EXAMPLES = [
         rewritten=True,
         note="per-token GAE (LLM fine-tuning code): the last-step case as a conditional expression; the "
              "peeled first step runs it as written, the other steps take `values[t + 1]`",
+        expected="per_token_gae",
     ),
     Example(
         code=(
@@ -94,6 +99,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="carried through the output's next row, nothing added at the end: exact",
+        expected="carried_through_the_output_s_next_row",
     ),
     Example(
         code=(
@@ -140,6 +146,7 @@ EXAMPLES = [
         rewritten=True,
         note="a loop-invariant flag unswitched: one loop per branch, each vectorized on its own (the "
              "flag asked once, before the first step, and not at all without steps)",
+        expected="a_loop_invariant_flag_unswitched",
     ),
     Example(
         code=(
@@ -176,6 +183,7 @@ EXAMPLES = [
         rewritten=True,
         note="an episode end stores the constants instead of updating (if/else), two outputs: "
              "switch_linear_recurrence, exact",
+        expected="an_episode_end_stores_the_constants",
     ),
     Example(
         code=(
@@ -192,6 +200,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="Karpathy's Pong discount: a non-zero reward ends a game (`r[t] != 0`, the truth of a number)",
+        expected="karpathy_s_pong_discount",
     ),
     Example(
         code=(
@@ -242,6 +251,7 @@ EXAMPLES = [
         rewritten=True,
         note="ikostrikov storage: carried through returns[step + 1]; the mask is regrouped into the "
              "coefficient (reassociated)",
+        expected="ikostrikov_storage",
     ),
     Example(
         code=(
@@ -270,6 +280,7 @@ EXAMPLES = [
         rewritten=True,
         note="Phil Tabor's quadratic GAE: one backward recurrence, reassociated; the discount still "
              "runs across episode ends, as in the original",
+        expected="phil_tabor_s_quadratic_gae",
     ),
     Example(
         code=(
@@ -284,6 +295,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="quadratic discounted returns with a power discount, appended",
+        expected="quadratic_discounted_returns_with_a",
     ),
     Example(
         code=(
@@ -333,6 +345,7 @@ EXAMPLES = [
         rewritten=True,
         note="torchrl GAE over [*B, T, F]: time at dimension -2, read through time-major views "
              "(dim_view(x, -2, 2)); the mask is regrouped into the coefficient (reassociated)",
+        expected="torchrl_gae_over_b",
     ),
     Example(
         code=(
@@ -346,6 +359,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="time at dimension 2 of [B, C, T] arrays: bitwise exact",
+        expected="time_at_dimension_2_of_b",
     ),
     Example(
         code=(
@@ -356,6 +370,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="rewards[..., t] next to ret[:, t]: each container gets its own view (time at -1 and at 1)",
+        expected="rewards_and_ret_containers",
     ),
     Example(
         code=(
@@ -382,6 +397,7 @@ EXAMPLES = [
         rewritten=True,
         note="GAE seeded with the last delta, the previous output read back as advantages[-1]: the list's "
              "last element is the carried value (bitwise exact)",
+        expected="gae_seeded_with_the_last_delta",
     ),
     Example(
         code=(
@@ -393,6 +409,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="returns[0] read back after insert(0, ...); the mask is regrouped into the coefficient (reassociated)",
+        expected="returns_0_read_back_after_insert",
     ),
     Example(
         code=(
@@ -427,6 +444,7 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="DI-engine GAE: the output accumulated in place, `adv[1:T - 1] += G` in the middle steps (each row read once)",
+        expected="di_engine_gae",
     ),
     Example(
         code=(

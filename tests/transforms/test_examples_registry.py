@@ -1,0 +1,75 @@
+"""Every documented example of every transform, checked the one way (Fixit's rule examples,
+libcst's ``assertCodemod``): listed by ``scalebox_cst.transforms.examples.all_examples``.
+
+A rewritten example's output is its golden file byte for byte and a rewritten site is reported;
+a left-alone example comes back byte for byte with its reason among the skips; where the example
+gives ``inputs``, original and rewrite are called on equal arguments and compared (bitwise where
+every rewritten site says ``exact``). When a transform's output changes on purpose, run
+``.venv/bin/python tests/update_examples.py`` and read the diff it prints; this test never writes.
+Family tests keep what is special to a family (its exactness tier, spies on the fast path, inputs
+too many to name, whole scripts).
+"""
+import difflib
+import os
+
+import pytest
+
+from example_inputs import compare_calls
+from harness import load, rewrite_example
+from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, WARNING
+from scalebox_cst.transforms import REGISTRY
+from scalebox_cst.transforms.examples import all_examples, check_names, orphans
+
+CASES = all_examples()
+#: lines of a drifted output shown in the failure (the updater prints the whole diff)
+DIFF_LINES = 30
+
+
+def short_diff(expected: str, got: str, name: str) -> str:
+    """The first :data:`DIFF_LINES` lines of the unified diff, and how to update."""
+    lines = list(difflib.unified_diff(expected.splitlines(True), got.splitlines(True),
+                                      f"{name} (expected)", f"{name} (now)", n=2))
+    shown = "".join(lines[:DIFF_LINES]) + (f"... {len(lines) - DIFF_LINES} more lines\n" if len(lines) > DIFF_LINES else "")
+    return f"output drifted from {name}:\n{shown}(intended? .venv/bin/python tests/update_examples.py and read the diff)"
+
+
+def test_every_transform_has_examples_and_every_golden_file_is_named():
+    assert check_names(CASES) == []
+    assert orphans(CASES) == [], "golden files no example names: tests/update_examples.py --prune"
+    assert {case.transform for case in CASES} == set(REGISTRY)
+    assert any(c.example.rewritten for c in CASES) and any(not c.example.rewritten for c in CASES)
+
+
+def test_a_drifted_output_fails_with_a_short_diff():
+    expected = "".join(f"x{i} = {i}\n" for i in range(200))
+    got = expected.replace("x100 = 100", "x100 = 101")
+    message = short_diff(expected, got, "g.expected")
+    assert "-x100 = 100" in message and "+x100 = 101" in message and "x10 = 10\n" not in message
+    assert len(message.splitlines()) < DIFF_LINES + 3
+    assert short_diff(expected, expected, "g.expected").count("\n") == 1  # nothing between the header and the hint
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_example(case):
+    example, tid = case.example, case.transform.id
+    out, sites = rewrite_example(case)
+    rewritten = [s for s in sites if s.action == REWRITTEN and s.transform == tid]
+    if not example.rewritten:
+        assert out == example.code, short_diff(example.code, out, "the example's code")
+        assert not rewritten, [s.describe() for s in rewritten]
+        if example.reason:
+            reasons = [s.reason for s in sites if s.action in (SKIPPED, WARNING)]
+            assert any(example.reason in r for r in reasons), reasons
+        return
+    assert rewritten, [s.describe() for s in sites]
+    assert case.golden and os.path.exists(case.golden), f"no {case.golden}: run tests/update_examples.py"
+    expected = case.expected_output()
+    assert out.encode() == expected, short_diff(expected.decode(), out, os.path.basename(case.golden))
+    if example.inputs is not None:
+        exact = all(s.exactness == EXACT for s in rewritten)
+        call = example.inputs.call
+        original = load(example.code, call, filename=f"<{case.id}>", module="sbexample")
+        new = load(out, call, filename=f"<{case.id} rewritten>", module="sbexample")
+        for seed in example.inputs.seeds:
+            compare_calls(original, new, example.inputs.args, seed, exact)
+
