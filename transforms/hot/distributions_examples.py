@@ -5,7 +5,11 @@ range); the tests run original and rewrite on the same seeded inputs and compare
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
+
+#: every rewritten example is called as f(x, a): logits or means of shape (4, 3), in-range actions
+_XA = Inputs("f", "torch.randn(4, 3, dtype=torch.float64 if seed % 2 else torch.float32), torch.randint(0, 3, (4,))",
+             seeds=(0, 1, 2, 3, 4))
 
 EXAMPLES = [
     Example(
@@ -19,6 +23,7 @@ EXAMPLES = [
         rewritten=True,
         note="CleanRL PPO: Categorical(logits=...)",
         expected="cleanrl_ppo",
+        inputs=_XA,
     ),
     Example(
         code=(
@@ -33,6 +38,7 @@ EXAMPLES = [
         rewritten=True,
         note="CleanRL continuous PPO: std bound once to torch.exp",
         expected="cleanrl_continuous_ppo",
+        inputs=_XA,
     ),
     Example(
         code=(
@@ -47,6 +53,7 @@ EXAMPLES = [
         rewritten=True,
         note="softplus + eps scale, Bernoulli logits, module alias",
         expected="softplus_eps_scale",
+        inputs=_XA,
     ),
     Example(
         code=(
@@ -58,6 +65,7 @@ EXAMPLES = [
         rewritten=True,
         note="positive constant scale",
         expected="positive_constant_scale",
+        inputs=_XA,
     ),
     Example(
         code=(
@@ -69,6 +77,7 @@ EXAMPLES = [
         rewritten=True,
         note="minimalRL / pytorch examples: positional probs from a softmax (runtime bound)",
         expected="minimalrl_pytorch_examples",
+        inputs=_XA,
     ),
     Example(
         code=(

@@ -2,7 +2,7 @@
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
 from .scatter_examples import EXAMPLES as SCATTER_EXAMPLES
 
 
@@ -18,6 +18,7 @@ EXAMPLES = [
         rewritten=True,
         note="indexed loop into a preallocated buffer",
         expected="indexed_loop_into_a_preallocated_buffer",
+        inputs=Inputs("scale", "torch.randn(5), torch.randn(5), torch.zeros(5), 0.99"),
     ),
     Example(
         code=(
@@ -31,6 +32,7 @@ EXAMPLES = [
         rewritten=True,
         note="clamp into a fresh tensor",
         expected="clamp_into_a_fresh_tensor",
+        inputs=Inputs("clip", "torch.rand(6) * 2, 0.2, 6"),
     ),
     Example(
         code=(
@@ -41,6 +43,7 @@ EXAMPLES = [
         rewritten=True,
         note="stack of a comprehension (tanh: reassociated)",
         expected="stack_of_a_comprehension",
+        inputs=Inputs("feats", "[torch.randn(3) for _ in range(4)], torch.randn(3)"),
     ),
     Example(
         code=(
@@ -51,6 +54,7 @@ EXAMPLES = [
         rewritten=True,
         note="cat of a zipped comprehension",
         expected="cat_of_a_zipped_comprehension",
+        inputs=Inputs("adv", "torch.randn(4, 2), torch.randn(4, 2)"),
     ),
     Example(
         code=(

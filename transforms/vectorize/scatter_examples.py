@@ -3,7 +3,7 @@ and left alone; all are listed in VectorizeElementwise.EXAMPLES (the transform t
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
 
 
 EXAMPLES = [
@@ -19,6 +19,7 @@ EXAMPLES = [
         rewritten=True,
         note="per-row segment sum (index_add_ → scatter_add_)",
         expected="per_row_segment_sum",
+        inputs=Inputs("segment_sum", "torch.randn(5, 9, dtype=torch.float64), torch.randint(0, 4, (5, 9)), 4"),
     ),
     Example(
         code=(
@@ -31,6 +32,7 @@ EXAMPLES = [
         rewritten=True,
         note="message passing per graph, keyword arguments",
         expected="message_passing_per_graph",
+        inputs=Inputs("aggregate", "torch.randn(3, 11, 8), torch.randint(0, 6, (3, 11)), torch.zeros(3, 6, 8)"),
     ),
     Example(
         code=(
@@ -43,6 +45,7 @@ EXAMPLES = [
         rewritten=True,
         note="per-row index_add_ with alpha (flattened index_add_)",
         expected="per_row_index_add_with_alpha",
+        inputs=Inputs("scaled", "torch.randn(4, 5, 3, dtype=torch.float64), torch.randint(0, 5, (4, 12)), torch.randn(4, 12, 3, dtype=torch.float64), 0.3"),
     ),
     Example(
         code=(
@@ -55,6 +58,7 @@ EXAMPLES = [
         rewritten=True,
         note="zip over rows, negative dim",
         expected="zip_over_rows",
+        inputs=Inputs("last_dim", "torch.randn(4, 2, 6), torch.randint(0, 6, (4, 7)), torch.randn(4, 2, 7)"),
     ),
     Example(
         code=(
@@ -68,6 +72,7 @@ EXAMPLES = [
         rewritten=True,
         note="CleanRL C51 projection: two calls per row, float index rows cast with .long()",
         expected="cleanrl_c51_projection",
+        inputs=Inputs("project", "torch.zeros(4, 11), torch.rand(4, 11).mul(10).floor(), torch.rand(4, 11).mul(10).ceil(), torch.rand(4, 11), torch.rand(4, 11)"),
     ),
     Example(
         code=(
