@@ -60,6 +60,7 @@ def main(argv=None) -> int:
         print(f"{'removed' if args.prune and not args.check else 'named by no example'}: {os.path.relpath(path)}")
         if args.prune and not args.check:
             os.remove(path)
+    sys.stdout.flush()
     print(f"{changed} expected output(s) {'would change' if args.check else 'written'}", file=sys.stderr)
     return 1 if args.check and changed else 0
 

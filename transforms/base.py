@@ -11,11 +11,12 @@ example of every transform, listed by :func:`scalebox_cst.transforms.examples.al
 Where an expected output lives (one rule, no judgement per example): a rewritten example's output
 is always a golden file, ``expected/<transform id>/<Example.expected>.expected`` in the folder of
 the module that defines the transform class (e.g.
-``transforms/vectorize/recurrence/expected/vectorize.recurrence/cleanrl_gae.expected``), byte for
-byte what the transform alone makes of ``code`` with the example's backend and options. A left-
-alone example has no file: its output is its input. Outputs run from 5 to 200 lines (recurrence
-emits guarded blocks), so none is inlined; ``python tests/update_examples.py`` rewrites the files
-after an intended change and prints the diff (never run by CI: the test fails with a short diff).
+``transforms/vectorize/recurrence/expected/vectorize.recurrence/cleanrl_gae.expected``): byte for
+byte what the transform alone makes of ``code``, as file ``example.py``, on the example's backend
+with its options. A left-alone example has no file: its output is its input. Outputs run from 2 to
+over 90 lines (recurrence emits guarded blocks), so none is inlined: each sits beside its family,
+named in its example. ``.venv/bin/python tests/update_examples.py`` rewrites the files after an
+intended change and prints the diff; the test never writes them and fails with a short diff.
 """
 from __future__ import annotations
 

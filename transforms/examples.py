@@ -71,7 +71,8 @@ def check_names(cases: List[Case]) -> List[str]:
     """What is wrong with the examples' golden names: a rewritten example without one, a
     left-alone example with one, two examples of a transform sharing one, or one that is not a
     plain file name."""
-    problems, seen = [], set()
+    problems: List[str] = []
+    seen = set()
     for case in cases:
         name, where = case.example.expected, f"{case.transform.id} example {case.index}"
         if case.example.rewritten and not name:
@@ -89,7 +90,7 @@ def check_names(cases: List[Case]) -> List[str]:
 def orphans(cases: List[Case]) -> List[str]:
     """Golden files that no example names (left behind by a renamed or removed example)."""
     named = {case.golden for case in cases if case.golden}
-    out = []
+    out: List[str] = []
     for cls in {case.transform for case in cases}:
         folder = golden_dir(cls)
         if os.path.isdir(folder):

@@ -49,13 +49,39 @@ def test_a_drifted_output_fails_with_a_short_diff():
     assert short_diff(expected, expected, "g.expected").count("\n") == 1  # nothing between the header and the hint
 
 
+def test_the_differential_sees_a_last_bit_an_in_place_write_and_a_gradient():
+    def scaled(x, out):
+        out[0] = 1.0
+        return x * 0.1 * 3.0
+
+    def reassociated(x, out):
+        out[0] = 1.0
+        return x * (0.1 * 3.0)
+
+    def writes_more(x, out):
+        out[:] = 1.0
+        return x * 0.1 * 3.0
+
+    def other_gradient(x, out):
+        out[0] = 1.0
+        return (x * 0.1 * 3.0).detach() + x.detach() * 0 + 0 * x  # same values, gradient 0
+
+    args = "torch.randn(64, dtype=torch.float64, requires_grad=True), torch.zeros(3)"
+    compare_calls(scaled, scaled, args, 0, exact=True)
+    compare_calls(scaled, reassociated, args, 0, exact=False)
+    for other, exact in ((reassociated, True), (writes_more, False), (other_gradient, False)):
+        with pytest.raises(AssertionError):
+            compare_calls(scaled, other, args, 0, exact=exact)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_example(case):
     example, tid = case.example, case.transform.id
     out, sites = rewrite_example(case)
     rewritten = [s for s in sites if s.action == REWRITTEN and s.transform == tid]
     if not example.rewritten:
-        assert out == example.code, short_diff(example.code, out, "the example's code")
+        if out != example.code:
+            pytest.fail(short_diff(example.code, out, "the example's code"), pytrace=False)
         assert not rewritten, [s.describe() for s in rewritten]
         if example.reason:
             reasons = [s.reason for s in sites if s.action in (SKIPPED, WARNING)]
@@ -64,7 +90,8 @@ def test_example(case):
     assert rewritten, [s.describe() for s in sites]
     assert case.golden and os.path.exists(case.golden), f"no {case.golden}: run tests/update_examples.py"
     expected = case.expected_output()
-    assert out.encode() == expected, short_diff(expected.decode(), out, os.path.basename(case.golden))
+    if out.encode() != expected:
+        pytest.fail(short_diff(expected.decode(), out, os.path.relpath(case.golden)), pytrace=False)
     if example.inputs is not None:
         exact = all(s.exactness == EXACT for s in rewritten)
         call = example.inputs.call

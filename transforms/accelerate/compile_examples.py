@@ -2,7 +2,7 @@
 
 Each example's code defines ``make()`` -> (module, inputs) for the differential test (original vs
 rewrite on the same seed: close, not bitwise) where it is rewritten. Each runs as
-rewritten for CUDA at ``[accelerate] level = "reassociated"`` (``_FAST``, set on all of them below).
+rewritten for CUDA at ``[accelerate] level = "reassociated"`` (set on all of them below).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import dataclasses
 from ..base import Example
 
 #: the backend and level every example is rewritten at (it compiles only for CUDA, at "reassociated")
-_FAST = dict(backend="cuda", options=(("level", "reassociated"),))
+_BACKEND, _OPTIONS = "cuda", (("level", "reassociated"),)
 
 _HEAD = """\
 import torch
@@ -21,7 +21,7 @@ from torch.distributions.categorical import Categorical
 
 """
 
-EXAMPLES = [dataclasses.replace(e, **_FAST) for e in [
+EXAMPLES = [dataclasses.replace(e, backend=_BACKEND, options=_OPTIONS) for e in [
     Example(_HEAD + """\
 class Agent(nn.Module):
     def __init__(self):

@@ -4,7 +4,7 @@ Each example is a whole script logging through ``tensorboardX.SummaryWriter`` (t
 recording fake in its place) and printing what it kept; the differential test runs original and
 rewrite on the same seed and compares the writer's calls (values bitwise, same order) and stdout.
 Each runs as rewritten for CUDA at
-``[accelerate] level = "reassociated"`` (``_FAST``, set on all of them below).
+``[accelerate] level = "reassociated"`` (set on all of them below).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import dataclasses
 from ..base import Example
 
 #: the backend and level every example is rewritten at (below "reassociated" the transform does nothing)
-_FAST = dict(backend="cuda", options=(("level", "reassociated"),))
+_BACKEND, _OPTIONS = "cuda", (("level", "reassociated"),)
 
 _HEAD = """\
 import torch
@@ -22,7 +22,7 @@ from tensorboardX import SummaryWriter
 torch.manual_seed(0)
 """
 
-EXAMPLES = [dataclasses.replace(e, **_FAST) for e in [
+EXAMPLES = [dataclasses.replace(e, backend=_BACKEND, options=_OPTIONS) for e in [
     Example(_HEAD + """\
 writer = SummaryWriter("runs/ppo")
 w = torch.randn(4, requires_grad=True)
