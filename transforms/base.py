@@ -45,7 +45,9 @@ class Inputs:
     scope: ``torch``, ``nn``, ``np``, ``seed``, ``rng`` (``np.random.default_rng(seed)``) and the
     named recipes of tests/example_inputs.py (e.g. ``mlp_pair()``: a network and its target).
     The test compares what ``call`` returns (or raises) and the arguments after the call, bitwise
-    where every rewritten site says ``exact``, within float tolerance otherwise.
+    where every rewritten site says ``exact``, within float tolerance otherwise. Size the arguments
+    so the run-time guard takes the fast path (recurrence: ``MIN_STEPS`` of its guard), else the
+    rewrite runs the original loop and the comparison shows nothing.
     """
 
     call: str
