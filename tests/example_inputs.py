@@ -9,6 +9,8 @@ writes on one side never reach the other.
 from __future__ import annotations
 
 import copy
+import inspect
+import sys
 import math
 from collections import deque
 from typing import Any, Dict, List, Tuple
@@ -152,3 +154,29 @@ def compare_calls(original, rewritten, args: str, seed: int, exact: bool) -> Non
             assert (x is None) == (y is None), f"gradient {i}"
             if x is not None:
                 same(x, y, exact, f"gradient {i}")
+
+
+def lines_run(fn, args: tuple) -> int:
+    """How many lines of ``fn``'s own file (its module, comprehensions included) one call runs.
+
+    A vectorized loop runs a few lines where the loop ran its body once per step, and its fallback
+    runs the guard and then the whole loop: fewer lines than the original means the fast path ran."""
+    filename = inspect.unwrap(fn).__code__.co_filename  # through decorators (@torch.no_grad())
+    count = 0
+
+    def local(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code.co_filename == filename else None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        outcome(fn, args)
+    finally:
+        sys.settrace(previous)
+    return count

@@ -4,7 +4,8 @@ libcst's ``assertCodemod``): listed by ``scalebox_cst.transforms.examples.all_ex
 A rewritten example's output is its golden file byte for byte and a rewritten site is reported;
 a left-alone example comes back byte for byte with its reason among the skips; where the example
 gives ``inputs``, original and rewrite are called on equal arguments and compared (bitwise where
-every rewritten site says ``exact``). When a transform's output changes on purpose, run
+every rewritten site says ``exact``), and for a loop-vectorizing transform the rewrite must run
+fewer lines than the loop (else its guard declined and the comparison showed nothing). When a transform's output changes on purpose, run
 ``.venv/bin/python tests/update_examples.py`` and read the diff it prints; this test never writes.
 Family tests keep what is special to a family (its exactness tier, spies on the fast path, inputs
 too many to name, whole scripts).
@@ -14,13 +15,15 @@ import os
 
 import pytest
 
-from example_inputs import compare_calls
+from example_inputs import arguments, compare_calls, lines_run
 from harness import load, rewrite_example
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, WARNING
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.examples import all_examples, check_names, orphans
 
 CASES = all_examples()
+#: transforms that replace a loop: on an example's inputs their rewrite runs fewer lines than the loop
+VECTORIZING = "vectorize."
 #: lines of a drifted output shown in the failure (the updater prints the whole diff)
 DIFF_LINES = 30
 
@@ -99,4 +102,8 @@ def test_example(case):
         new = load(out, call, filename=f"<{case.id} rewritten>", module="sbexample")
         for seed in example.inputs.seeds:
             compare_calls(original, new, example.inputs.args, seed, exact)
+            if tid.startswith(VECTORIZING):
+                ran, looped = lines_run(new, arguments(example.inputs.args, seed)), lines_run(original, arguments(example.inputs.args, seed))
+                assert ran < looped, (f"seed {seed}: the rewrite ran {ran} lines, the loop {looped}: the guard declined "
+                                      "these inputs (size them for the fast path) and the comparison showed nothing")
 
