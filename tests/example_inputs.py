@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import inspect
 import sys
+import types
 import math
 from collections import deque
 from typing import Any, Dict, List, Tuple
@@ -52,7 +53,12 @@ def transitions(seed: int, n: int = 8) -> list:
             for _ in range(n)]
 
 
-RECIPES: Dict[str, Any] = {"mlp": mlp, "mlp_pair": mlp_pair, "transitions": transitions}
+def attrs(**values: Any) -> types.SimpleNamespace:
+    """An object with these attributes (a method's ``self`` reading ``self.gamma``)."""
+    return types.SimpleNamespace(**values)
+
+
+RECIPES: Dict[str, Any] = {"mlp": mlp, "mlp_pair": mlp_pair, "transitions": transitions, "attrs": attrs}
 
 
 def arguments(args: str, seed: int) -> tuple:

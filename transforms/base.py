@@ -43,7 +43,8 @@ class Inputs:
     torch.zeros(5), 0.99"``). For each seed it is evaluated twice, once per side, each time after
     ``torch.manual_seed(seed)``, so both sides get equal arguments they may change in place. In
     scope: ``torch``, ``nn``, ``np``, ``seed``, ``rng`` (``np.random.default_rng(seed)``) and the
-    named recipes of tests/example_inputs.py (e.g. ``mlp_pair()``: a network and its target).
+    named recipes of tests/example_inputs.py (e.g. ``mlp_pair()``: a network and its target,
+    ``attrs(gamma=0.99)``: a ``self`` with attributes).
     The test compares what ``call`` returns (or raises) and the arguments after the call, bitwise
     where every rewritten site says ``exact``, within float tolerance otherwise. Size the arguments
     so the run-time guard takes the fast path (recurrence: ``MIN_STEPS`` of its guard), else the

@@ -291,6 +291,8 @@ EXAMPLES = [
         note="Phil Tabor's quadratic GAE: one backward recurrence, reassociated; the discount still "
              "runs across episode ends, as in the original",
         expected="phil_tabor_s_quadratic_gae",
+        inputs=Inputs("advantages", "attrs(gamma=0.99, gae_lambda=0.95), rng.standard_normal(40), rng.standard_normal(40), "
+                      "rng.random(40) < 0.1"),
     ),
     Example(
         code=(
