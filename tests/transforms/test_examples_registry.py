@@ -5,8 +5,9 @@ A rewritten example's output is its golden file byte for byte and a rewritten si
 a left-alone example comes back byte for byte with its reason among the skips; where the example
 gives ``inputs``, original and rewrite are called on equal arguments and compared (bitwise where
 every rewritten site says ``exact``), and for a loop-vectorizing transform the rewrite must run
-fewer lines than the loop (else its guard declined and the comparison showed nothing). When a transform's output changes on purpose, run
-``.venv/bin/python tests/update_examples.py`` and read the diff it prints; this test never writes.
+fewer lines than the loop (else its guard declined and the comparison showed nothing). When a
+transform's output changes on purpose, run ``.venv/bin/python tests/update_examples.py`` and read
+the diff it prints; this test never writes.
 Family tests keep what is special to a family (its exactness tier, spies on the fast path, inputs
 too many to name, whole scripts).
 """
