@@ -22,6 +22,8 @@ from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import Site
 
 Transforms = Union[None, str, Sequence[str]]
+#: the file name a documented example is rewritten as (site labels in its golden output show it)
+EXAMPLE_PATH = "example.py"
 
 
 def config(transforms: Transforms = None, options: Optional[Dict[str, Dict[str, Any]]] = None) -> Config:
@@ -85,3 +87,12 @@ def pairer(transforms: Transforms = None, backend: str = "cpu") -> Callable[...,
         kwargs.setdefault("backend", backend)
         return pair(src, name, transforms, **kwargs)
     return bound
+
+
+def rewrite_example(case: Any) -> Tuple[str, List[Site]]:
+    """``(output, sites)`` of a documented example (a :class:`scalebox_cst.transforms.examples.Case`):
+    its code byte for byte, as file ``example.py``, through its transform alone, on its backend
+    with its options."""
+    example = case.example
+    return rewrite(example.code, case.transform.id, example.backend, dedent=False, options=case.option_tables(),
+                   path=EXAMPLE_PATH)

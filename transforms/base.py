@@ -3,7 +3,20 @@
 A transform receives a :class:`FileContext` (the parsed module plus lazily resolved metadata)
 and returns the new module and its :class:`~scalebox_cst.report.Site` list. Each transform class
 carries its own ``EXAMPLES`` (code it rewrites and look-alikes it must leave alone), in the
-manner of Fixit's VALID/INVALID rule examples; the tests read them.
+manner of Fixit's ``Valid``/``Invalid(expected_replacement=...)`` and libcst's
+``assertCodemod(before, after)``: an :class:`Example` holds its input, its exact output and how
+the differential test calls it. One test (tests/transforms/test_examples_registry.py) runs every
+example of every transform, listed by :func:`scalebox_cst.transforms.examples.all_examples`.
+
+Where an expected output lives (one rule, no judgement per example): a rewritten example's output
+is always a golden file, ``expected/<transform id>/<Example.expected>.expected`` in the folder of
+the module that defines the transform class (e.g.
+``transforms/vectorize/recurrence/expected/vectorize.recurrence/cleanrl_gae.expected``): byte for
+byte what the transform alone makes of ``code``, as file ``example.py``, on the example's backend
+with its options. A left-alone example has no file: its output is its input. Outputs run from 2 to
+over 90 lines (recurrence emits guarded blocks), so none is inlined: each sits beside its family,
+named in its example. ``.venv/bin/python tests/update_examples.py`` rewrites the files after an
+intended change and prints the diff; the test never writes them and fails with a short diff.
 """
 from __future__ import annotations
 
@@ -23,12 +36,38 @@ from .names import ImportMap, add_imports
 
 
 @dataclasses.dataclass(frozen=True)
+class Inputs:
+    """How the differential test calls a rewritten example: ``call(*args)``, original and rewrite.
+
+    ``args`` is Python source for the argument tuple, read as written (``"torch.randn(5),
+    torch.zeros(5), 0.99"``). For each seed it is evaluated twice, once per side, each time after
+    ``torch.manual_seed(seed)``, so both sides get equal arguments they may change in place. In
+    scope: ``torch``, ``nn``, ``np``, ``seed``, ``rng`` (``np.random.default_rng(seed)``) and the
+    named recipes of tests/example_inputs.py (e.g. ``mlp_pair()``: a network and its target,
+    ``attrs(gamma=0.99)``: a ``self`` with attributes).
+    The test compares what ``call`` returns (or raises) and the arguments after the call, bitwise
+    where every rewritten site says ``exact``, within float tolerance otherwise. Size the arguments
+    so the run-time guard takes the fast path (recurrence: ``MIN_STEPS`` of its guard), else the
+    rewrite runs the original loop and the comparison shows nothing: for the ``vectorize.*``
+    transforms the test checks it (the rewrite runs fewer lines than the loop on each seed).
+    """
+
+    call: str
+    args: str
+    seeds: Tuple[int, ...] = (0,)
+
+
+@dataclasses.dataclass(frozen=True)
 class Example:
     """A piece of code and what the transform must do with it.
 
-    ``rewritten=True``: at least one site is rewritten (and, where ``check`` code is given, the
-    tests run original and rewrite on the same inputs and compare). ``rewritten=False``: the code
-    comes back byte for byte, and ``reason`` (a substring) appears among the reported skips.
+    ``rewritten=True``: the transform reports a rewritten site and its output is byte for byte the
+    golden file named by ``expected`` (see the module docstring for where it lives); ``inputs``,
+    where given, says how original and rewrite are run side by side. ``rewritten=False``: the code
+    comes back byte for byte, no site is rewritten and ``reason`` (a substring, where given)
+    appears among the reported skips and warnings. The example runs through its transform alone, on
+    ``backend``, with ``options`` set in the transform's option section
+    (:attr:`Transform.options_section`).
     """
 
     code: str
@@ -37,6 +76,9 @@ class Example:
     note: str = ""
     backend: str = "cpu"
     options: Tuple[Tuple[str, Any], ...] = ()
+    #: the golden file's name (without ``.expected``): set on every rewritten example
+    expected: str = ""
+    inputs: Optional[Inputs] = None
 
 
 class FileContext:
@@ -170,6 +212,8 @@ class Transform(abc.ABC):
     backends: ClassVar[Optional[Sequence[str]]] = None
     description: ClassVar[str] = ""
     EXAMPLES: ClassVar[Sequence[Example]] = ()
+    #: the ``[section]`` an example's ``options`` are set in ("": the transform's id)
+    options_section: ClassVar[str] = ""
 
     def applies(self, ctx: FileContext) -> bool:
         if self.backends is not None and ctx.backend not in self.backends:

@@ -16,7 +16,8 @@ from conftest import ROOT, scalebox
 from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN, Site
-from scalebox_cst.transforms import all_transforms, contracts
+from scalebox_cst.transforms import contracts
+from scalebox_cst.transforms.examples import all_examples
 from scalebox_cst.transforms.contracts import CONTRACTS, REASON_LIMIT
 
 INPUTS = sorted(glob.glob(os.path.join(ROOT, "tests", "corpus", "*.py"))
@@ -44,9 +45,8 @@ def _every_site():
     for path in INPUTS:
         with open(path, "rb") as f:
             out.append((os.path.relpath(path, ROOT), _sites(os.path.basename(path), f.read())))
-    for t in all_transforms():
-        for i, ex in enumerate(t.EXAMPLES):
-            out.append((f"{t.id} example {i}", _sites("example.py", ex.code.encode(), ex.backend)))
+    for case in all_examples():
+        out.append((case.id, _sites("example.py", case.example.code.encode(), case.example.backend)))
     return out
 
 

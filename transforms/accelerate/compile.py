@@ -175,6 +175,7 @@ class AccelerateCompile(Transform):
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 
     EXAMPLES = EXAMPLES
+    options_section = "accelerate"
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         if ctx.option("accelerate", "level", "exact") != "reassociated":

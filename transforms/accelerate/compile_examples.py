@@ -1,12 +1,17 @@
 """``accelerate.compile``'s examples: methods it compiles and look-alikes it must leave eager.
 
 Each example's code defines ``make()`` -> (module, inputs) for the differential test (original vs
-rewrite on the same seed: close, not bitwise) where it is rewritten. The tests set
-``[accelerate] level = "reassociated"``.
+rewrite on the same seed: close, not bitwise) where it is rewritten. Each runs as
+rewritten for CUDA at ``[accelerate] level = "reassociated"`` (set on all of them below).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..base import Example
+
+#: the backend and level every example is rewritten at (it compiles only for CUDA, at "reassociated")
+_BACKEND, _OPTIONS = "cuda", (("level", "reassociated"),)
 
 _HEAD = """\
 import torch
@@ -16,7 +21,7 @@ from torch.distributions.categorical import Categorical
 
 """
 
-EXAMPLES = [
+EXAMPLES = [dataclasses.replace(e, backend=_BACKEND, options=_OPTIONS) for e in [
     Example(_HEAD + """\
 class Agent(nn.Module):
     def __init__(self):
@@ -53,7 +58,7 @@ def rollout(agent, inputs):
         (logp.sum() + v.sum()).backward()
     out.append([p.grad for p in agent.parameters()])
     return out
-""", True, note="CleanRL PPO continuous: get_action_and_value and get_value, sampling kept"),
+""", True, note="CleanRL PPO continuous: get_action_and_value and get_value, sampling kept", expected="cleanrl_ppo_continuous"),
     Example(_HEAD + """\
 class QNetwork(nn.Module):
     def __init__(self):
@@ -70,7 +75,7 @@ def make():
 
 def rollout(q, inputs):
     return [q(x) for x in inputs]
-""", True, note="CleanRL DQN: a Q-network's forward"),
+""", True, note="CleanRL DQN: a Q-network's forward", expected="cleanrl_dqn"),
     Example(_HEAD + """\
 class Actor(nn.Module):
     def __init__(self):
@@ -105,7 +110,7 @@ def rollout(actor, inputs):
     a, logp, _ = actor.get_action(inputs[0])
     (a.sum() + logp.sum()).backward()
     return out + [a, logp, [p.grad for p in actor.parameters()]]
-""", True, note="CleanRL SAC: get_action calls the compiled forward (inlined, no recompiles)"),
+""", True, note="CleanRL SAC: get_action calls the compiled forward (inlined, no recompiles)", expected="cleanrl_sac"),
     Example(_HEAD + """\
 class Agent(nn.Module):
     def __init__(self):
@@ -222,5 +227,5 @@ def make():
 net = Net()
 for step in range(10):
     y = net(torch.randn(4)) + make()(torch.randn(4))
-""", True, note="a same-named class inside a function is not the module's class"),
-]
+""", True, note="a same-named class inside a function is not the module's class", expected="a_same_named_class_inside_a_function_is"),
+]]

@@ -381,6 +381,7 @@ class AccelerateDeferSync(Transform):
     description = "opt-in (level reassociated): .item() numbers a loop only logs are read when the loop ends"
 
     EXAMPLES = EXAMPLES
+    options_section = "accelerate"
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         if ctx.option("accelerate", "level", "exact") != "reassociated":

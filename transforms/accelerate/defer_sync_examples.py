@@ -3,11 +3,17 @@
 Each example is a whole script logging through ``tensorboardX.SummaryWriter`` (the tests put a
 recording fake in its place) and printing what it kept; the differential test runs original and
 rewrite on the same seed and compares the writer's calls (values bitwise, same order) and stdout.
-The tests set ``[accelerate] level = "reassociated"``.
+Each runs as rewritten for CUDA at
+``[accelerate] level = "reassociated"`` (set on all of them below).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..base import Example
+
+#: the backend and level every example is rewritten at (below "reassociated" the transform does nothing)
+_BACKEND, _OPTIONS = "cuda", (("level", "reassociated"),)
 
 _HEAD = """\
 import torch
@@ -16,7 +22,7 @@ from tensorboardX import SummaryWriter
 torch.manual_seed(0)
 """
 
-EXAMPLES = [
+EXAMPLES = [dataclasses.replace(e, backend=_BACKEND, options=_OPTIONS) for e in [
     Example(_HEAD + """\
 writer = SummaryWriter("runs/ppo")
 w = torch.randn(4, requires_grad=True)
@@ -41,7 +47,7 @@ for iteration in range(3):
     writer.add_scalar("losses/clipfrac", sum(clipfracs) / len(clipfracs), global_step)
     print("iteration", iteration, len(clipfracs), clipfracs[-1])
 writer.close()
-""", True, note="CleanRL PPO update: clipfracs and add_scalar per minibatch, break on kl"),
+""", True, note="CleanRL PPO update: clipfracs and add_scalar per minibatch, break on kl", expected="cleanrl_ppo_update"),
     Example(_HEAD + """\
 def update(w, optimizer, data):
     stats = []
@@ -61,7 +67,7 @@ w = torch.randn(3, requires_grad=True)
 optimizer = torch.optim.SGD([w], lr=0.1)
 for iteration in range(3):
     print(update(w, optimizer, [torch.randn(2, 3) for _ in range(4)]))
-""", True, note="an update function: logged parameters changed in place after (a copy is kept)"),
+""", True, note="an update function: logged parameters changed in place after (a copy is kept)", expected="an_update_function"),
     Example(_HEAD + """\
 writer = SummaryWriter("runs/sac")
 q = torch.nn.Linear(3, 1)
@@ -76,7 +82,7 @@ for global_step in range(4):
         writer.add_scalars("losses", {"qf_loss": loss.item(), "qf_values": qf.mean().item()}, global_step)
         writer.add_scalar(tag="losses/bias", scalar_value=q.bias.item(), global_step=global_step)
     print("step", global_step)
-""", True, note="several gradient steps per env step: add_scalars dict and keywords"),
+""", True, note="several gradient steps per env step: add_scalars dict and keywords", expected="several_gradient_steps_per_env_step"),
     Example(_HEAD + """\
 def train_epoch(w, n):
     losses = []
@@ -90,7 +96,7 @@ def train_epoch(w, n):
 
 for epoch in range(3):
     print(train_epoch(torch.randn(3), 4))
-""", True, note="a while loop in a function called in a loop"),
+""", True, note="a while loop in a function called in a loop", expected="a_while_loop_in_a_function_called_in_a"),
     Example(_HEAD + """\
 writer = SummaryWriter("runs/update")
 
@@ -106,7 +112,7 @@ for step in range(3):
     update(torch.randn(4), step)
     print("step", step)
 writer.close()
-""", True, note="a module's writer used by one update function"),
+""", True, note="a module's writer used by one update function", expected="a_module_s_writer_used_by_one_update"),
     # look-alikes: the number is read in the loop
     Example(_HEAD + """\
 losses = []
@@ -263,4 +269,4 @@ def update(w, depth):
 for it in range(2):
     update(torch.randn(3), 2)
 """, False, reason="may call update again", note="a module's writer and a loop that reenters its function"),
-]
+]]

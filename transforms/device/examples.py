@@ -1,5 +1,6 @@
-"""Each device transform's examples: every table entry's golden ``before``/``after`` that changes
-something, and the hand-written look-alikes that must stay untouched."""
+"""Each device transform's examples: every table entry's golden ``before`` (rewritten where its
+``after`` differs, its output the golden file named by the entry's id; else left alone with the
+entry's reason reported), and the hand-written look-alikes that must stay untouched."""
 from __future__ import annotations
 
 from typing import Dict, Tuple
@@ -46,9 +47,13 @@ _LOOKALIKES: Dict[str, Tuple[Example, ...]] = {
 
 
 def examples(transform_id: str) -> Tuple[Example, ...]:
-    """The table's golden rewrites for ``transform_id``, then its look-alikes."""
+    """The table's golden examples for ``transform_id``, then its look-alikes."""
     out = []
     for e in T.entries_for(transform_id):
         if e.before and e.after != e.before:
-            out.append(Example(e.before, True, note=e.id, backend=e.golden_backend, options=e.example_options))
+            out.append(Example(e.before, True, note=e.id, backend=e.golden_backend, options=e.example_options,
+                               expected=e.id))
+        elif e.before:  # reported (a warning), changed nothing
+            out.append(Example(e.before, False, reason=e.reason, note=e.id, backend=e.golden_backend,
+                               options=e.example_options))
     return tuple(out) + _LOOKALIKES.get(transform_id, ())

@@ -17,6 +17,8 @@ from .examples import examples
 class _DeviceTransform(Transform):
     """One transform id; its entries are the table's entries for that id."""
 
+    options_section = T.SECTION
+
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         analyzer = _Analyzer(ctx, self.id, _ENTRIES[self.id])
         if not analyzer.entries:  # nothing in the module can match: no libcst parse at all

@@ -34,6 +34,7 @@ EXAMPLES = [
         _SGD_STEP,
         True,
         note="plain backward/step at module level",
+        expected="plain_backward_step_at_module_level",
     ),
     Example(
         "def train(self, loss_q, loss_pi):\n"
@@ -45,6 +46,7 @@ EXAMPLES = [
         "    self.actor_optimizer.step()\n",
         True,
         note="separate actor and critic pairs (TD3/DDPG style)",
+        expected="separate_actor_and_critic_pairs",
     ),
     Example(
         "loss.backward()\n"
@@ -52,6 +54,7 @@ EXAMPLES = [
         "head_opt.step()\n",
         True,
         note="two optimizers stepped after one backward",
+        expected="two_optimizers_stepped_after_one",
     ),
     Example(
         "for i, batch in enumerate(loader):\n"
@@ -61,6 +64,7 @@ EXAMPLES = [
         "        optimizer.zero_grad()\n",
         True,
         note="gradient accumulation: the clip goes inside the if",
+        expected="gradient_accumulation",
     ),
     Example(
         "from torch.cuda.amp import GradScaler\n"
@@ -70,6 +74,7 @@ EXAMPLES = [
         "scaler.update()\n",
         True,
         note="AMP: scaler.unscale_ is inserted before the clip",
+        expected="amp",
     ),
     Example(
         "import torch\n"
@@ -79,6 +84,7 @@ EXAMPLES = [
         "optimizer.step()\n",
         True,
         note="clip before backward() has no effect: warned, and a working clip is inserted",
+        expected="clip_before_backward",
     ),
     Example(
         _SB3_CLIPPED,
@@ -91,18 +97,21 @@ EXAMPLES = [
         _SB3_CLIPPED,
         True,
         note="guard mode after the code's own clip: measures and skips non-finite steps only",
+        expected="guard_mode_after_the_code_s_own_clip",
     ),
     Example(
         _SGD_STEP,
         True,
         note="fixed mode: clip_grad_norm_ to max_norm",
         options=(("mode", "fixed"), ("max_norm", 0.5)),
+        expected="fixed_mode",
     ),
     Example(
         _SGD_STEP,
         True,
         note="hot-fix: fixed clip that also skips non-finite steps",
         options=(("mode", "fixed"), ("max_norm", 0.5), ("skip_nonfinite", True)),
+        expected="hot_fix",
     ),
     Example(
         "from torch.nn.utils import clip_grad_norm_ as cg\n"

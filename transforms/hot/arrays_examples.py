@@ -5,7 +5,11 @@ float) tuples); the tests run original and rewrite on the same seeded batches an
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
+
+#: every rewritten example is called as f(batch): 8 (observation array, action, reward) tuples whose
+#: observation dtype cycles with the seed (tests/example_inputs.py: transitions)
+_BATCH = Inputs("f", "transitions(seed)", seeds=tuple(range(8)))
 
 EXAMPLES = [
     Example(
@@ -21,6 +25,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="minimalRL ReplayBuffer.sample: lists appended to",
+        expected="minimalrl_replaybuffer_sample",
+        inputs=_BATCH,
     ),
     Example(
         code=(
@@ -31,6 +37,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="zip(*batch) unpacked into tuples of arrays, legacy FloatTensor",
+        expected="zip",
+        inputs=_BATCH,
     ),
     Example(
         code=(
@@ -40,6 +48,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="comprehension and list display of arrays",
+        expected="comprehension_and_list_display_of_arrays",
+        inputs=_BATCH,
     ),
     Example(
         code=(

@@ -5,7 +5,11 @@ range); the tests run original and rewrite on the same seeded inputs and compare
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
+
+#: every rewritten example is called as f(x, a): logits or means of shape (4, 3), in-range actions
+_XA = Inputs("f", "torch.randn(4, 3, dtype=torch.float64 if seed % 2 else torch.float32), torch.randint(0, 3, (4,))",
+             seeds=(0, 1, 2, 3, 4))
 
 EXAMPLES = [
     Example(
@@ -18,6 +22,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL PPO: Categorical(logits=...)",
+        expected="cleanrl_ppo",
+        inputs=_XA,
     ),
     Example(
         code=(
@@ -31,6 +37,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL continuous PPO: std bound once to torch.exp",
+        expected="cleanrl_continuous_ppo",
+        inputs=_XA,
     ),
     Example(
         code=(
@@ -44,6 +52,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="softplus + eps scale, Bernoulli logits, module alias",
+        expected="softplus_eps_scale",
+        inputs=_XA,
     ),
     Example(
         code=(
@@ -54,6 +64,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="positive constant scale",
+        expected="positive_constant_scale",
+        inputs=_XA,
     ),
     Example(
         code=(
@@ -64,6 +76,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="minimalRL / pytorch examples: positional probs from a softmax (runtime bound)",
+        expected="minimalrl_pytorch_examples",
+        inputs=_XA,
     ),
     Example(
         code=(

@@ -7,7 +7,10 @@ compare the results bitwise (dtype, device, values, requires_grad) or the except
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
+
+#: one seeded float64 state and the CPU; the family test sweeps every dtype, layout and device form
+_STATE = Inputs("f", "rng.standard_normal((3, 4)), torch.device(\"cpu\")", seeds=(0, 1))
 
 EXAMPLES = [
     Example(
@@ -18,6 +21,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="sfujim/TD3 select_action: FloatTensor(state).to(device)",
+        expected="sfujim_td3_select_action",
+        inputs=_STATE,
     ),
     Example(
         code=(
@@ -32,6 +37,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="replay sample: DoubleTensor / Tensor(...).to(self.device)",
+        expected="replay_sample",
+        inputs=_STATE,
     ),
     Example(
         code=(

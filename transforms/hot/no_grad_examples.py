@@ -5,7 +5,7 @@ the original and the rewrite on the same seed and compare bit for bit.
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
 
 _NET = (
     "import numpy as np\n"
@@ -19,6 +19,9 @@ _NET = (
     "    def forward(self, x):\n"
     "        return torch.softmax(self.fc(x), dim=-1)\n"
 )
+
+#: every rewritten example defines run(seed), the rollout it makes from that seed
+_RUN = Inputs("run", "seed", seeds=(0, 1, 2))
 
 EXAMPLES = [
     Example(
@@ -38,6 +41,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="minimalRL: Categorical(policy(s)).sample().item()",
+        expected="minimalrl",
+        inputs=_RUN,
     ),
     Example(
         code=_NET + (
@@ -56,6 +61,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="DQN: argmax().item(), .detach().cpu().numpy(), logging",
+        expected="dqn",
+        inputs=_RUN,
     ),
     Example(
         code=_NET + (
@@ -70,6 +77,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="minimalRL DQN: a method returning .argmax().item()",
+        expected="minimalrl_dqn",
+        inputs=_RUN,
     ),
     Example(
         code=_NET + (
@@ -86,6 +95,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL DQN: torch.argmax(q_network(obs), dim=1).cpu().numpy()",
+        expected="cleanrl_dqn",
+        inputs=_RUN,
     ),
     Example(
         code=_NET + (

@@ -319,6 +319,8 @@ class AutocastTransform(Transform):
                 "    opt.step()\n"
             ),
             rewritten=True,
+            note="critic loss chain under bf16 autocast, the no_grad target outside",
+            expected="critic_loss_chain",
         ),
         Example(
             code=(

@@ -2,8 +2,8 @@
 """
 from __future__ import annotations
 
-from ..base import Example
-from .scatter_examples import LEFT_ALONE_EXAMPLES
+from ..base import Example, Inputs
+from .scatter_examples import EXAMPLES as SCATTER_EXAMPLES
 
 
 EXAMPLES = [
@@ -17,6 +17,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="indexed loop into a preallocated buffer",
+        expected="indexed_loop_into_a_preallocated_buffer",
+        inputs=Inputs("scale", "torch.randn(5), torch.randn(5), torch.zeros(5), 0.99"),
     ),
     Example(
         code=(
@@ -29,6 +31,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="clamp into a fresh tensor",
+        expected="clamp_into_a_fresh_tensor",
+        inputs=Inputs("clip", "torch.rand(6) * 2, 0.2, 6"),
     ),
     Example(
         code=(
@@ -38,6 +42,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="stack of a comprehension (tanh: reassociated)",
+        expected="stack_of_a_comprehension",
+        inputs=Inputs("feats", "[torch.randn(3) for _ in range(4)], torch.randn(3)"),
     ),
     Example(
         code=(
@@ -47,6 +53,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="cat of a zipped comprehension",
+        expected="cat_of_a_zipped_comprehension",
+        inputs=Inputs("adv", "torch.randn(4, 2), torch.randn(4, 2)"),
     ),
     Example(
         code=(
@@ -106,4 +114,4 @@ EXAMPLES = [
         reason="may be read outside the loop",
         note="index used after the loop",
     ),
-] + LEFT_ALONE_EXAMPLES  # per-row index_add_ look-alikes (scatter_examples.py)
+] + SCATTER_EXAMPLES  # per-row index_add_ into scatter_add_, and its look-alikes (scatter_examples.py)

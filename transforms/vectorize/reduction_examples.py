@@ -2,7 +2,7 @@
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
 
 
 EXAMPLES = [
@@ -18,6 +18,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="PyTorch REINFORCE example",
+        expected="pytorch_reinforce_example",
+        inputs=Inputs("finish_episode", "[torch.randn(1, requires_grad=True) for _ in range(5)], torch.randn(5)"),
     ),
     Example(
         code=(
@@ -30,6 +32,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="stack().mean() over an indexed loop",
+        expected="stack_mean_over_an_indexed_loop",
+        inputs=Inputs("loss", "torch.randn(6, requires_grad=True), torch.randn(6)"),
     ),
     Example(
         code=(
@@ -42,6 +46,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="scalar accumulator over range(n)",
+        expected="scalar_accumulator_over_range",
+        inputs=Inputs("sq_error", "torch.randn(7, 3, requires_grad=True), torch.randn(7, 3), 5"),
     ),
     Example(
         code=(
@@ -54,6 +60,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="acc = acc - f(x) with a torch function",
+        expected="acc_minus_a_torch_function",
+        inputs=Inputs("entropy_bonus", "torch.rand(4, 3).add(0.1).requires_grad_(), 0.01"),
     ),
     Example(
         code=(
@@ -66,6 +74,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="stack of element-wise results (exact)",
+        expected="stack_of_element_wise_results",
+        inputs=Inputs("values", "[torch.randn(3, requires_grad=True) for _ in range(4)], torch.randn(3)"),
     ),
     Example(
         code=(
@@ -82,6 +92,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="pytorch/examples actor-critic: a temporary from .item(), a per-sample smooth_l1_loss",
+        expected="pytorch_examples_actor_critic",
+        inputs=Inputs("finish_episode", "[(torch.randn(()), torch.randn(1)) for _ in range(6)], torch.randn(6)"),
     ),
     Example(
         code=(
@@ -94,6 +106,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="TD errors as a temporary over an index",
+        expected="td_errors_as_a_temporary_over_an_index",
+        inputs=Inputs("critic_loss", "torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)"),
     ),
     Example(
         code=(
@@ -107,6 +121,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="a temporary and a loop variable read after the loop: bound as the last iteration binds them",
+        expected="a_temporary_and_a_loop_variable_read",
+        inputs=Inputs("f", "torch.randn(6, requires_grad=True), torch.randn(6)"),
     ),
     Example(
         code=(
@@ -201,6 +217,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="the list's length is read too: the batched branch fills the list",
+        expected="the_list_s_length_is_read_too",
+        inputs=Inputs("f", "torch.randn(6, 3, requires_grad=True)"),
     ),
     Example(
         code=(
@@ -242,6 +260,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="loop variable used after the loop (bound to the last item)",
+        expected="loop_variable_used_after_the_loop",
+        inputs=Inputs("f", "torch.randn(5, 2, requires_grad=True)"),
     ),
     Example(
         code=(

@@ -1,9 +1,9 @@
 """Documented examples of the per-row ``index_add_`` rewrite (vectorize.elementwise): rewritten
-and left alone; the look-alikes are also listed in VectorizeElementwise.EXAMPLES.
+and left alone; all are listed in VectorizeElementwise.EXAMPLES (the transform that rewrites them).
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
 
 
 EXAMPLES = [
@@ -18,6 +18,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="per-row segment sum (index_add_ → scatter_add_)",
+        expected="per_row_segment_sum",
+        inputs=Inputs("segment_sum", "torch.randn(5, 9, dtype=torch.float64), torch.randint(0, 4, (5, 9)), 4"),
     ),
     Example(
         code=(
@@ -29,6 +31,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="message passing per graph, keyword arguments",
+        expected="message_passing_per_graph",
+        inputs=Inputs("aggregate", "torch.randn(3, 11, 8), torch.randint(0, 6, (3, 11)), torch.zeros(3, 6, 8)"),
     ),
     Example(
         code=(
@@ -40,6 +44,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="per-row index_add_ with alpha (flattened index_add_)",
+        expected="per_row_index_add_with_alpha",
+        inputs=Inputs("scaled", "torch.randn(4, 5, 3, dtype=torch.float64), torch.randint(0, 5, (4, 12)), torch.randn(4, 12, 3, dtype=torch.float64), 0.3"),
     ),
     Example(
         code=(
@@ -51,6 +57,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="zip over rows, negative dim",
+        expected="zip_over_rows",
+        inputs=Inputs("last_dim", "torch.randn(4, 2, 6), torch.randint(0, 6, (4, 7)), torch.randn(4, 2, 7)"),
     ),
     Example(
         code=(
@@ -63,6 +71,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL C51 projection: two calls per row, float index rows cast with .long()",
+        expected="cleanrl_c51_projection",
+        inputs=Inputs("project", "torch.zeros(4, 11), torch.rand(4, 11).mul(10).floor(), torch.rand(4, 11).mul(10).ceil(), torch.rand(4, 11), torch.rand(4, 11)"),
     ),
     Example(
         code=(
@@ -141,7 +151,3 @@ EXAMPLES = [
         note="per-row index_add_ with an early exit",
     ),
 ]
-
-#: the look-alikes, also listed in VectorizeElementwise.EXAMPLES (whose tests run every leave-alone
-#: example generically; the rewritten ones need the inputs given in tests/transforms/vectorize/test_vectorize_scatter.py)
-LEFT_ALONE_EXAMPLES = [e for e in EXAMPLES if not e.rewritten]

@@ -2,7 +2,17 @@
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
+
+
+def _soft(call: str) -> Inputs:
+    """call(net, target, 0.005): an MLP and its perturbed target, float32 then float64 (tests/example_inputs.py)."""
+    return Inputs(call, "*mlp_pair(torch.float64 if seed % 2 else torch.float32), 0.005", seeds=(0, 1))
+
+
+def _hard(call: str) -> Inputs:
+    """call(net, target)."""
+    return Inputs(call, "*mlp_pair(torch.float64 if seed % 2 else torch.float32)", seeds=(0, 1))
 
 
 EXAMPLES = [
@@ -15,6 +25,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="TD3 author code / CleanRL soft update",
+        expected="td3_author_code_cleanrl_soft_update",
+        inputs=_soft("soft_update"),
     ),
     Example(
         code=(
@@ -27,6 +39,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL DQN: target first in zip",
+        expected="cleanrl_dqn",
+        inputs=_soft("sync"),
     ),
     Example(
         code=(
@@ -39,6 +53,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="spinningup polyak update",
+        expected="spinningup_polyak_update",
+        inputs=_soft("update"),
     ),
     Example(
         code=(
@@ -49,6 +65,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="chained mul_().add_()",
+        expected="chained_mul",
+        inputs=_soft("update"),
     ),
     Example(
         code=(
@@ -60,6 +78,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="direct in-place update with alpha under no_grad",
+        expected="direct_in_place_update_with_alpha_under",
+        inputs=_soft("update"),
     ),
     Example(
         code=(
@@ -71,6 +91,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="lerp_",
+        expected="lerp",
+        inputs=_soft("update"),
     ),
     Example(
         code=(
@@ -81,6 +103,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="augmented assignments *= then += on .data",
+        expected="augmented_assignments_then_on_data",
+        inputs=_soft("soft_update"),
     ),
     Example(
         code=(
@@ -91,6 +115,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="the new value in a temporary first",
+        expected="the_new_value_in_a_temporary_first",
+        inputs=_soft("update"),
     ),
     Example(
         code=(
@@ -100,6 +126,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="hard copy",
+        expected="hard_copy",
+        inputs=_hard("hard_update"),
     ),
     Example(
         code=(
@@ -110,6 +138,8 @@ EXAMPLES = [
         rewritten=True,
         note="allow_lerp: lerp_ instead of the exact form",
         options=(("allow_lerp", True),),
+        expected="allow_lerp",
+        inputs=_soft("soft"),
     ),
     Example(
         code=(
@@ -140,6 +170,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note=".data assignment of a soft update (stores new tensors, as the loop does)",
+        expected="data_assignment_of_a_soft_update",
+        inputs=_soft("soft"),
     ),
     Example(
         code=(

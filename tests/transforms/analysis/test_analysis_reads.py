@@ -9,7 +9,7 @@ import os
 import libcst as cst
 import pytest
 
-from scalebox_cst.transforms import REGISTRY
+from scalebox_cst.transforms.examples import all_examples
 from scalebox_cst.transforms.analysis.cstwalk import walk
 from scalebox_cst.transforms.analysis.reads import bound_names, names_read
 
@@ -41,9 +41,8 @@ def _sources():
         if name.endswith(".py"):
             with open(os.path.join(CORPUS, name), encoding="utf-8") as fh:
                 yield name, fh.read()
-    for cls in REGISTRY:
-        for i, ex in enumerate(getattr(cls, "EXAMPLES", [])):
-            yield f"{cls.id}#{i}", ex.code
+    for case in all_examples():
+        yield case.id, case.example.code
 
 
 @pytest.mark.parametrize("name,code", list(_sources()), ids=lambda v: v if isinstance(v, str) and "\n" not in v else "")

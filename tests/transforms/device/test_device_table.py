@@ -108,22 +108,6 @@ def test_device_transforms_are_registered_last_and_start_with_device():
     assert [cls for cls in REGISTRY if cls in DEVICE_TRANSFORMS] == list(DEVICE_TRANSFORMS)
 
 
-@pytest.mark.parametrize("cls", DEVICE_TRANSFORMS, ids=lambda c: c.id)
-def test_examples(cls):
-    for example in cls.EXAMPLES:
-        cfg = Config(transforms=[cls.id])
-        for key, value in example.options:
-            cfg.set_option(T.SECTION, key, value)
-        result = Pipeline(cfg, backend=example.backend).rewrite("ex.py", example.code.encode())
-        assert result.report.error is None
-        if example.rewritten:
-            assert result.changed, example.note
-            assert any(s.action == REWRITTEN for s in result.report.sites)
-        else:
-            assert result.output == example.code.encode(), example.note
-            assert any(example.reason in s.reason for s in result.report.sites if s.action == SKIPPED), example.note
-
-
 def test_every_emitted_npu_name_exists_in_the_stand_in():
     """Twins (torch.npu.*), torch_npu kernels behind the helpers, torch_npu.optim classes."""
     twins = sorted({e.replacement.split(".", 2)[2] for e in T.TABLE if e.replacement.startswith("torch.npu.")})

@@ -52,23 +52,16 @@ def test_registered():
 # ------------------------------------------------------------------ EXAMPLES
 
 
-@pytest.mark.parametrize("example", GradClip.EXAMPLES, ids=lambda e: (e.note or e.reason)[:40])
-def test_examples(example):
+# Outputs, reasons: tests/transforms/test_examples_registry.py. Here: the tier each mode claims.
+@pytest.mark.parametrize("example", [e for e in GradClip.EXAMPLES if e.rewritten], ids=lambda e: e.note[:40])
+def test_examples_claim_the_modes_tier(example):
     cfg = Config(transforms=["grad_clip"])
     for key, value in example.options:
         cfg.set_option("grad_clip", key, value)
     result = Pipeline(cfg, backend=example.backend).rewrite("ex.py", example.code.encode())
-    assert result.report.error is None
-    if example.rewritten:
-        assert result.output != example.code.encode()
-        compile(result.output.decode(), "ex.py", "exec")
-        rewritten = kinds(result.report.sites, REWRITTEN)
-        fixed = dict(example.options).get("mode", "guard") == "fixed"
-        assert rewritten and all(s.exactness == (CHANGES_SEMANTICS if fixed else EXACT_UNTIL_INTERVENTION) for s in rewritten)
-    else:
-        assert result.output == example.code.encode()
-        reasons = [s.reason for s in kinds(result.report.sites, SKIPPED)]
-        assert any(example.reason in r for r in reasons), reasons
+    rewritten = kinds(result.report.sites, REWRITTEN)
+    fixed = dict(example.options).get("mode", "guard") == "fixed"
+    assert rewritten and all(s.exactness == (CHANGES_SEMANTICS if fixed else EXACT_UNTIL_INTERVENTION) for s in rewritten)
 
 
 # ------------------------------------------------------------------ where the clip lands

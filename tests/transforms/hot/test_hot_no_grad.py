@@ -40,21 +40,12 @@ def test_registered_and_on_by_default():
     assert Config().transform_enabled(ID)
 
 
-@pytest.mark.parametrize("example", HotNoGrad.EXAMPLES, ids=lambda e: e.note[:40])
-def test_examples(example):
-    out, sites = rewrite(example.code)
-    if not example.rewritten:
-        assert out == example.code
-        assert not [s for s in sites if s.action == REWRITTEN]
-        if example.reason:
-            reasons = [s.reason for s in sites if s.action == SKIPPED]
-            assert any(example.reason in r for r in reasons), reasons
-        return
+@pytest.mark.parametrize("example", [e for e in HotNoGrad.EXAMPLES if e.rewritten], ids=lambda e: e.note[:40])
+def test_examples_are_exact(example):
+    """Outputs, reasons and run(seed) side by side: tests/transforms/test_examples_registry.py."""
+    _, sites = rewrite(example.code)
     done = [s for s in sites if s.action == REWRITTEN]
     assert done and all(s.exactness == EXACT for s in done)
-    assert "with torch.no_grad():" in out
-    for seed in (0, 1, 2):
-        assert same(load(example.code)["run"](seed), load(out)["run"](seed))
 
 
 TRAIN = '''

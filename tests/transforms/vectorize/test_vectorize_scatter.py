@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import scatter
-from scalebox_cst.transforms.vectorize.scatter_examples import EXAMPLES, LEFT_ALONE_EXAMPLES
+from scalebox_cst.transforms.vectorize.scatter_examples import EXAMPLES
 from scalebox_cst.transforms.vectorize.elementwise import ID, VectorizeElementwise
 import harness
 from harness import rewriter
+from example_inputs import arguments
 
 
 rewrite = rewriter(ID)  # the shared differential harness (tests/harness.py)
@@ -95,50 +96,26 @@ def _rows(b, m, k, rest=(), dtype=torch.float64, seed=0):
     return out, idx, src
 
 
-EXAMPLE_INPUTS = {
-    "per-row segment sum (index_add_ → scatter_add_)": lambda: (
-        torch.randn(5, 9, dtype=torch.float64), torch.randint(0, 4, (5, 9)), 4),
-    "message passing per graph, keyword arguments": lambda: (
-        torch.randn(3, 11, 8), torch.randint(0, 6, (3, 11)), torch.zeros(3, 6, 8)),
-    "per-row index_add_ with alpha (flattened index_add_)": lambda: _rows(4, 5, 12, (3,)) + (0.3,),
-    "zip over rows, negative dim": lambda: (
-        torch.randn(4, 2, 6), torch.randint(0, 6, (4, 7)), torch.randn(4, 2, 7)),
-    "CleanRL C51 projection: two calls per row, float index rows cast with .long()": lambda: (
-        torch.zeros(4, 11), torch.rand(4, 11).mul(10).floor(), torch.rand(4, 11).mul(10).ceil(),
-        torch.rand(4, 11), torch.rand(4, 11)),
-}
-
-
-def test_examples_cover_both_kinds():
+def test_every_example_is_the_transforms():
+    """The rewrite's examples (and look-alikes) are vectorize.elementwise's: the example test
+    (tests/transforms/test_examples_registry.py) checks their outputs, reasons and inputs."""
     assert any(e.rewritten for e in EXAMPLES) and any(not e.rewritten for e in EXAMPLES)
-    assert set(EXAMPLE_INPUTS) == {e.note for e in EXAMPLES if e.rewritten}
-
-
-def test_left_alone_examples_are_the_transforms():
-    for e in LEFT_ALONE_EXAMPLES:
+    for e in EXAMPLES:
         assert e in VectorizeElementwise.EXAMPLES
+        assert e.inputs is not None or not e.rewritten
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.note[:40])
-def test_examples(example):
-    out, sites = rewrite(example.code)
-    if not example.rewritten:
-        assert out == example.code
-        reasons = [s.reason for s in sites if s.action == SKIPPED]
-        assert any(example.reason in r for r in reasons), reasons
-        return
+@pytest.mark.parametrize("example", [e for e in EXAMPLES if e.rewritten], ids=lambda e: e.note[:40])
+def test_examples_take_the_fast_path_exactly(example):
+    """On the example's own inputs the guard answers once, with the fast path, and the site is exact."""
+    out, sites = rewrite(example.code, dedent=False)
     done = [s for s in sites if s.action == REWRITTEN]
     assert len(done) == 1 and done[0].exactness == EXACT
-    name = example.code.split("def ")[1].split("(")[0]
-    orig, _ = load(example.code, name)
-    new, ns = load(out, name)
-    args = EXAMPLE_INPUTS[example.note]()
+    new, ns = load(out, example.inputs.call)
     helper = next(k for k in ns if k in HELPERS)
     spy = ns[helper] = Spy(ns[helper])
-    a, b = [clone(x) for x in args], [clone(x) for x in args]
-    ra, rb = orig(*a), new(*b)
+    new(*arguments(example.inputs.args, example.inputs.seeds[0]))
     assert spy.fast == 1
-    assert torch.equal(ra, rb)
 
 
 def test_golden():

@@ -7,7 +7,6 @@ the original loop then runs; cache tests change the modules between calls.
 """
 from conftest import TESTS  # tests/: the corpus, fake_torch_npu and the repository root beside it
 import copy
-import inspect
 import os
 import subprocess
 import sys
@@ -92,25 +91,12 @@ def test_registered_before_grad_clip():
 # ------------------------------------------------------------------ EXAMPLES
 
 
-@pytest.mark.parametrize("example", VectorizeTargetUpdate.EXAMPLES, ids=lambda e: e.note[:40])
-def test_examples(example):
-    out, sites = rewrite(example.code, backend=example.backend, **dict(example.options))
-    if not example.rewritten:
-        assert out == example.code
-        reasons = [s.reason for s in sites if s.action == SKIPPED]
-        assert any(example.reason in r for r in reasons), reasons
-        return
+@pytest.mark.parametrize("example", [e for e in VectorizeTargetUpdate.EXAMPLES if e.rewritten], ids=lambda e: e.note[:40])
+def test_examples_claim_exact_or_reassociated(example):
+    """Outputs, reasons and the networks side by side: tests/transforms/test_examples_registry.py."""
+    _, sites = rewrite(example.code, backend=example.backend, **dict(example.options))
     done = [s for s in sites if s.action == REWRITTEN]
     assert done and all(s.exactness in (EXACT, REASSOCIATED) for s in done)
-    # Execute both on the same networks; ``exact`` sites must agree bitwise.
-    _, (orig,) = load(example.code)
-    _, (new,) = load(out)
-    nargs = len(inspect.signature(orig).parameters)
-    for dtype in (torch.float32, torch.float64):
-        net, target = pair(dtype=dtype)
-        extra = (0.005,) if nargs == 3 else ()
-        a, b = run_both(orig, new, net, target, *extra)
-        assert_same(a, b, exact=all(s.exactness == EXACT for s in done))
 
 
 # ------------------------------------------------------------------ golden output

@@ -2,7 +2,7 @@
 """
 from __future__ import annotations
 
-from ...base import Example
+from ...base import Example, Inputs
 
 
 EXAMPLES = [
@@ -25,6 +25,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="CleanRL GAE: bitwise exact (the coefficient is the left-associated prefix of the product)",
+        expected="cleanrl_gae",
+        inputs=Inputs("gae", "torch.randn(16, 4), torch.randn(16, 4), (torch.rand(16, 4) < 0.1).float(), torch.randn(4), (torch.rand(4) < 0.1).float(), 0.99, 0.95, 16", seeds=(0, 1)),
     ),
     Example(
         code=(
@@ -38,6 +40,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="REINFORCE returns over a list of floats",
+        expected="reinforce_returns_over_a_list_of_floats",
+        inputs=Inputs("discounted", "torch.randn(20, dtype=torch.float64), 0.99", seeds=(0, 1)),
     ),
     Example(
         code=(
@@ -52,6 +56,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="pytorch/examples reinforce.py: deque.appendleft (the guard checks it is a deque)",
+        expected="pytorch_examples_reinforce_py",
+        inputs=Inputs("finish_episode", "rng.standard_normal(1100).tolist(), 0.99"),
     ),
     Example(
         code=(
@@ -67,6 +73,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="PPO-PyTorch: episode resets become stretches of the op, exact",
+        expected="ppo_pytorch",
+        inputs=Inputs("returns_of", "torch.randn(20), (torch.rand(20) < 0.2).tolist(), 0.99", seeds=(0, 1)),
     ),
     Example(
         code=(
@@ -84,6 +92,8 @@ EXAMPLES = [
         rewritten=True,
         note="per-token GAE (LLM fine-tuning code): the last-step case as a conditional expression; the "
              "peeled first step runs it as written, the other steps take `values[t + 1]`",
+        expected="per_token_gae",
+        inputs=Inputs("gae_advantages", "torch.randn(12), torch.randn(12), 0.95, 1.0"),
     ),
     Example(
         code=(
@@ -94,6 +104,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="carried through the output's next row, nothing added at the end: exact",
+        expected="carried_through_the_output_s_next_row",
+        inputs=Inputs("returns_of", "torch.zeros(10), torch.randn(10), 0.99"),
     ),
     Example(
         code=(
@@ -140,6 +152,8 @@ EXAMPLES = [
         rewritten=True,
         note="a loop-invariant flag unswitched: one loop per branch, each vectorized on its own (the "
              "flag asked once, before the first step, and not at all without steps)",
+        expected="a_loop_invariant_flag_unswitched",
+        inputs=Inputs("returns_advs", "rng.standard_normal((16, 3)), rng.standard_normal((17, 3)), (rng.random((16, 3)) > 0.1).astype(np.float64), rng.standard_normal(3), 0.99, seed % 2 == 0, 0.95, np.zeros((16, 3)), np.zeros((16, 3))", seeds=(0, 1)),
     ),
     Example(
         code=(
@@ -176,6 +190,8 @@ EXAMPLES = [
         rewritten=True,
         note="an episode end stores the constants instead of updating (if/else), two outputs: "
              "switch_linear_recurrence, exact",
+        expected="an_episode_end_stores_the_constants",
+        inputs=Inputs("gae_and_returns", "torch.randn(10), torch.randn(11), torch.rand(10) < 0.2, 0.99, 0.95, torch.zeros(10), torch.zeros(10)"),
     ),
     Example(
         code=(
@@ -192,6 +208,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="Karpathy's Pong discount: a non-zero reward ends a game (`r[t] != 0`, the truth of a number)",
+        expected="karpathy_s_pong_discount",
+        inputs=Inputs("discount_rewards", "rng.standard_normal(40) * (rng.random(40) < 0.3), 0.99"),
     ),
     Example(
         code=(
@@ -242,6 +260,8 @@ EXAMPLES = [
         rewritten=True,
         note="ikostrikov storage: carried through returns[step + 1]; the mask is regrouped into the "
              "coefficient (reassociated)",
+        expected="ikostrikov_storage",
+        inputs=Inputs("returns_of", "torch.zeros(11, 2, 1), torch.randn(10, 2, 1), (torch.rand(11, 2, 1) > 0.1).float(), 0.99"),
     ),
     Example(
         code=(
@@ -270,6 +290,9 @@ EXAMPLES = [
         rewritten=True,
         note="Phil Tabor's quadratic GAE: one backward recurrence, reassociated; the discount still "
              "runs across episode ends, as in the original",
+        expected="phil_tabor_s_quadratic_gae",
+        inputs=Inputs("advantages", "attrs(gamma=0.99, gae_lambda=0.95), rng.standard_normal(40), rng.standard_normal(40), "
+                      "rng.random(40) < 0.1"),
     ),
     Example(
         code=(
@@ -284,6 +307,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="quadratic discounted returns with a power discount, appended",
+        expected="quadratic_discounted_returns_with_a",
+        inputs=Inputs("returns_of", "rng.standard_normal(60).tolist(), 0.99"),
     ),
     Example(
         code=(
@@ -333,6 +358,8 @@ EXAMPLES = [
         rewritten=True,
         note="torchrl GAE over [*B, T, F]: time at dimension -2, read through time-major views "
              "(dim_view(x, -2, 2)); the mask is regrouped into the coefficient (reassociated)",
+        expected="torchrl_gae_over_b",
+        inputs=Inputs("generalized_advantage_estimate", "0.99, 0.95, torch.randn(3, 10, 1), torch.randn(3, 10, 1), torch.randn(3, 10, 1), torch.rand(3, 10, 1) < 0.1"),
     ),
     Example(
         code=(
@@ -346,6 +373,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="time at dimension 2 of [B, C, T] arrays: bitwise exact",
+        expected="time_at_dimension_2_of_b",
+        inputs=Inputs("returns_of", "torch.randn(2, 3, 10), (torch.rand(2, 3, 10) < 0.1).float(), 0.99"),
     ),
     Example(
         code=(
@@ -356,6 +385,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="rewards[..., t] next to ret[:, t]: each container gets its own view (time at -1 and at 1)",
+        expected="rewards_and_ret_containers",
+        inputs=Inputs("f", "torch.randn(3, 10), torch.randn(3, 10), 0.99"),
     ),
     Example(
         code=(
@@ -382,6 +413,8 @@ EXAMPLES = [
         rewritten=True,
         note="GAE seeded with the last delta, the previous output read back as advantages[-1]: the list's "
              "last element is the carried value (bitwise exact)",
+        expected="gae_seeded_with_the_last_delta",
+        inputs=Inputs("calculate_advantages", "rng.standard_normal(60), rng.standard_normal(60)"),
     ),
     Example(
         code=(
@@ -393,6 +426,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="returns[0] read back after insert(0, ...); the mask is regrouped into the coefficient (reassociated)",
+        expected="returns_0_read_back_after_insert",
+        inputs=Inputs("compute_returns", "torch.randn(2), [torch.randn(2) for _ in range(8)], [(torch.rand(2) > 0.1).float() for _ in range(8)]"),
     ),
     Example(
         code=(
@@ -427,6 +462,8 @@ EXAMPLES = [
         ),
         rewritten=True,
         note="DI-engine GAE: the output accumulated in place, `adv[1:T - 1] += G` in the middle steps (each row read once)",
+        expected="di_engine_gae",
+        inputs=Inputs("gae", "torch.randn(10, 2), torch.rand(10, 2), torch.randn(10, 2), torch.zeros(2)"),
     ),
     Example(
         code=(

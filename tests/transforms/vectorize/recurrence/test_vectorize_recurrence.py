@@ -25,7 +25,6 @@ from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import vectorized as vectorized_mod
 from scalebox_cst.runtime.vectorized import recurrence_guard
-from scalebox_cst.transforms.vectorize.recurrence import VectorizeRecurrence
 import harness
 
 ID = "vectorize.recurrence"
@@ -1850,17 +1849,6 @@ def test_names_do_not_clash_with_the_users():
     exec(src, ns1)
     exec(out, ns2)
     same_namespaces(ns1, ns2)
-
-
-def test_examples():
-    for ex in VectorizeRecurrence.EXAMPLES:
-        out, sites = rewrite(ex.code)
-        if ex.rewritten:
-            assert any(s.action == REWRITTEN for s in sites), (ex.code, [s.describe() for s in sites])
-            compile(out, "ex", "exec")
-        else:
-            assert out == ex.code
-            assert any(s.action == SKIPPED and ex.reason in s.reason for s in sites), [s.describe() for s in sites]
 
 
 # ------------------------------------------------------------------ the bundled examples
