@@ -72,3 +72,19 @@ def scalebox(*args, cwd=None, check=True, env=None, timeout=120):
     if check and proc.returncode != 0:
         raise AssertionError(f"scalebox {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture(autouse=True)
+def _distribution_validation_restored():
+    """Each test starts with torch.distributions' default validation as it found it.
+
+    torch.compile's first use calls ``Distribution.set_default_validate_args(False)`` for the
+    whole process (torch/_dynamo/eval_frame.py, TorchPatcher.patch): a compiled example earlier
+    in the same worker made the distribution tests see validation off.
+    """
+    dist = sys.modules.get("torch.distributions")
+    before = dist.Distribution._validate_args if dist is not None else None
+    yield
+    dist = sys.modules.get("torch.distributions")
+    if dist is not None:
+        dist.Distribution.set_default_validate_args(__debug__ if before is None else before)
