@@ -5,6 +5,7 @@ candidate is reported. Names read and bound, and the fast walk, come from the sh
 """
 from __future__ import annotations
 
+import re
 from typing import Optional, Sequence
 
 import libcst as cst
@@ -90,6 +91,13 @@ def _subst(node: cst.BaseExpression, match, repl: cst.BaseExpression) -> cst.Bas
             return updated.with_changes(keyword=original.keyword)
 
     return node.visit(T())  # type: ignore[return-value]
+
+
+def fresh(imports, base: str) -> str:
+    """A name free in the module for ``base`` (reserved in ``imports``, so two sites never share
+    one); every stage that names an array or a carried value asks here, in the order it emits."""
+    base = re.sub(r"\W", "_", base) or "v"
+    return imports.unique_name(base)
 
 
 def _stmts(block: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
