@@ -89,14 +89,14 @@ def affine(r: Renderer, e: cst.BaseExpression, s: str, env: Dict[str, str]) -> T
                     raise Skip(f"the carried value `{s}` appears non-affinely in `{_code(e).strip()}`")
                 r.divides = True
                 a1, b1 = affine(r, e.left, s, env)
-                r = r.render(e.right, env)
-                return (None if a1 is None else f"{par(a1)} / {par(r)}",
-                        None if b1 is None else f"{par(b1)} / {par(r)}")
+                rt = r.render(e.right, env)
+                return (None if a1 is None else f"{par(a1)} / {par(rt)}",
+                        None if b1 is None else f"{par(b1)} / {par(rt)}")
             if ls:
                 a1, b1 = affine(r, e.left, s, env)
-                r = r.render(e.right, env)
-                return (None if a1 is None else (r if a1 == "1" else f"{par(a1)} * {par(r)}"),
-                        None if b1 is None else f"{par(b1)} * {par(r)}")
+                rt = r.render(e.right, env)
+                return (None if a1 is None else (rt if a1 == "1" else f"{par(a1)} * {par(rt)}"),
+                        None if b1 is None else f"{par(b1)} * {par(rt)}")
             a1, b1 = affine(r, e.right, s, env)
             lft = r.render(e.left, env)
             return (None if a1 is None else (lft if a1 == "1" else f"{par(lft)} * {par(a1)}"),

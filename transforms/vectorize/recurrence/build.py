@@ -68,9 +68,9 @@ def build(ctx: FileContext, node: cst.For, a: Analysis, reassociate: bool = True
         last_lines.append(f"if {T} > 2:")  # step when T > 2), read back from what it stored
         last_lines.append("    " + bind("1"))
         for var, it in a.flow.shift.items():
-            last_lines.append(f"    {var} = {_code(it.value).strip()}")  # type: ignore[arg-type]
+            last_lines.append(f"    {var} = {_code(it.value).strip()}")
         for it in a.readbacks:
-            last_lines.append(f"    {_one_line(it.node)}")  # type: ignore[arg-type]
+            last_lines.append(f"    {_one_line(it.node)}")
     if folded:
         chunks = [
             [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],

@@ -49,11 +49,11 @@ def carried_copies(items: List[Item], middle: List[Item]) -> List[Item]:
         if src is None:
             continue
         up = middle[src]
-        if up.kind != "assign" or L not in _names_read(up.value) or up.first or up.guarded \
-                or id(up) not in top:
+        if up.kind != "assign" or up.value is None or L not in _names_read(up.value) or up.first \
+                or up.guarded or id(up) not in top:
             continue
         between = middle[src + 1:k]
-        if any(x.var in (L, X) or L in _names_read(x.value if x.value is not None else x.cond)
+        if any(x.var in (L, X) or L in _names_read(x.value if x.value is not None else x.cond)  # type: ignore[arg-type]
                for x in between):
             continue
         i = out.index(up)
@@ -93,9 +93,9 @@ def dataflow(items: List[Item], middle: List[Item], grammar: Grammar, all_items:
             if it.var in defined:
                 raise Skip(f"`{it.var}` is reset after it was assigned in the same step")
             resets[it.var] = it  # type: ignore[index]
-            reads = _names_read(it.cond) & body_assigned
+            reads = _names_read(it.cond) & body_assigned  # type: ignore[arg-type]
         else:
-            reads = _names_read(it.value) & body_assigned
+            reads = _names_read(it.value) & body_assigned  # type: ignore[arg-type]
         for n in reads:
             if n not in defined:
                 pre_reads.setdefault(n, []).append(it)

@@ -147,7 +147,7 @@ def _carry_through(items: List[Item], w: Item, key: str, reads, everything: List
                        f"and `{spelled}` reads it back")
         other = next((o for o, _ in reads if o is not w), None)
         if other is not None:
-            raise Skip(f"reads `{spelled}` in `{_one_line(other.node)}` and writes `{write}`: the value read "  # type: ignore[arg-type]
+            raise Skip(f"reads `{spelled}` in `{_one_line(other.node)}` and writes `{write}`: the value read "
                        f"back reaches the write through a temporary (understood: `{L}.{w.kind}(f({spelled}))`, "
                        f"`v = f({spelled})` then `{L}.{w.kind}(v)`)")
         name = fresh(f"{key.split('.')[-1]}_last")

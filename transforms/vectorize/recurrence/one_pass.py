@@ -199,7 +199,7 @@ class _Builder:
         p = self.p
         if not any(isinstance(n, cst.Name) for n in _walk(e)):
             return False  # a number (`else 0.0`): the loop's Python arithmetic, not a boundary row
-        forbidden = set(p.body_assigned) | set(p.reads.elements) | {p.header.index, self.S}
+        forbidden = set(p.body_assigned) | set(p.reads.elements) | {p.header.index or "", self.S}
         if not is_pure(e, forbidden, self.ctx.imports):
             return False
         return not any(isinstance(n, (cst.Name, cst.Attribute)) and _norm(n) in p.reads.written for n in _walk(e))

@@ -234,7 +234,7 @@ def _guard(a: Analysis, t: Tables, T: str, helpers: str, cpu: bool, weak_ok: boo
     h = a.header
     if h.named is not None:  # the list the loop walks, checked to be T - 1, ..., 0
         head = f"({T} := {helpers}.backward_steps({h.named.value})) >= 2"
-        if _names_read(h.T) & _names_read(a.node.body):
+        if _names_read(h.T) & _names_read(a.node.body):  # type: ignore[arg-type]
             head += f" and {helpers}.steps({_code(h.T).strip()}) == {T}"  # type: ignore[arg-type]
     elif h.kind == "index":
         head = f"({T} := {helpers}.steps({_code(h.T).strip()})) >= 2"  # type: ignore[arg-type]
@@ -258,9 +258,9 @@ def _guard(a: Analysis, t: Tables, T: str, helpers: str, cpu: bool, weak_ok: boo
         args.append(f"consts=({', '.join(consts)},)")
     if t.scalars:
         args.append(f"scalars=({', '.join(t.scalars)},)")
-    outs = []
-    lists_ = []
-    deques = []
+    outs: List[str] = []
+    lists_: List[str] = []
+    deques: List[str] = []
     for it in a.middle:
         for o in it.outs:
             outs.append(_code(o).strip())
