@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from .syntax import _code, _names_read, _one_line, Skip
-from .body import Item
+from .body import AnyItem
 from .render import Renderer
 from .analysis import Analysis
 
@@ -19,11 +19,11 @@ from .analysis import Analysis
 @dataclasses.dataclass(frozen=True)
 class Recurrence:
     var: str
-    item: Item
+    item: AnyItem
     exact: bool
     a: str
     b: str
-    reset: Optional[Item] = None
+    reset: Optional[AnyItem] = None
     pattern: str = ""
 
 
@@ -108,7 +108,7 @@ def affine(r: Renderer, e: cst.BaseExpression, s: str, env: Dict[str, str]) -> T
         return affine(r, e.expression, s, env)
     raise Skip(f"the carried value `{s}` appears non-affinely in `{_code(e).strip()}`")
 
-def recurrence(r: Renderer, a_: Analysis, it: Item, env: Dict[str, str], reassociate: bool) -> Recurrence:
+def recurrence(r: Renderer, a_: Analysis, it: AnyItem, env: Dict[str, str], reassociate: bool) -> Recurrence:
     """The carried update ``it`` as ``s = b + a * s`` over the middle steps (exact, or regrouped
     when ``reassociate``), with the site's pattern text; Skip where it is not affine in ``s``."""
     s = it.var

@@ -33,7 +33,7 @@ from .syntax import (
     fresh,
 )
 from .headers import Header
-from .body import BodyParser, _flatten, Item
+from .body import AnyItem, BodyParser, FrozenItem, Item, _flatten, freeze
 from .reads import Reads
 from .grammar import Grammar
 from .dataflow import Dataflow, carried_copies, dataflow
@@ -54,14 +54,14 @@ class Analysis:
     header: Header
     views: tuple
     reads: Reads
-    items: Tuple[Item, ...]
-    middle: Tuple[Item, ...]
+    items: Tuple[FrozenItem, ...]
+    middle: Tuple[FrozenItem, ...]
     body_assigned: frozenset
     memo: Mapping[str, cst.BaseExpression]
     memo_src: Mapping[str, str]
     lists: ListCarry
-    dropped: Tuple[Item, ...]
-    readbacks: Tuple[Item, ...]
+    dropped: Tuple[FrozenItem, ...]
+    readbacks: Tuple[FrozenItem, ...]
     cells: Tuple[cst.BaseExpression, ...]
     forwarded: Mapping[int, Tuple[str, Tuple[str, ...]]]
     flow: Dataflow
@@ -158,12 +158,22 @@ class _Analyser:
         middle = carried_copies(self.items, middle)  # gae = f(last); ...; last = gae
         self.forward_reads(middle)
         flow = dataflow(self.items, middle, self.grammar(), _all_items(self.items))
+        # what leaves the stage is frozen: each working item once (shared items stay shared)
+        done: Dict[int, FrozenItem] = {}
+
+        def frozen(items) -> Tuple[FrozenItem, ...]:
+            return tuple(freeze(it, done) for it in items)
+
+        def table(d: Mapping[str, AnyItem]) -> Mapping[str, FrozenItem]:
+            return types.MappingProxyType({k: freeze(v, done) for k, v in d.items()})
+
         return Analysis(
-            node=node, header=h, views=self.views, reads=self.reads, items=tuple(self.items),
-            middle=tuple(middle), body_assigned=frozenset(self.body_assigned),
+            node=node, header=h, views=self.views, reads=self.reads, items=frozen(self.items),
+            middle=frozen(middle), body_assigned=frozenset(self.body_assigned),
             memo=types.MappingProxyType(self.memo), memo_src=types.MappingProxyType(self.memo_src),
-            lists=lists, dropped=tuple(self.dropped.values()), readbacks=tuple(self.readback_items),
-            cells=tuple(self.cells), forwarded=types.MappingProxyType(self.forwarded), flow=flow)
+            lists=lists, dropped=frozen(self.dropped.values()), readbacks=frozen(self.readback_items),
+            cells=tuple(self.cells), forwarded=types.MappingProxyType(self.forwarded),
+            flow=Dataflow(table(flow.assign_of), flow.rec_vars, table(flow.shift), table(flow.resets)))
 
     def accumulations(self) -> None:
         """``out[t] += v``: the step reads row t of ``out`` and writes it back, so the rows stay

@@ -11,7 +11,7 @@ import libcst as cst
 
 from ...base import FileContext
 from ...analysis.cstclone import clone, parse_statements
-from .syntax import Skip, _bound_names, _code, _names_read, _one_line, _stmts, fresh
+from .syntax import Skip, _bound_names, _code, _code_line, _names_read, _stmts, fresh
 from .list_outputs import list_output_reason
 from .body import _flatten
 from .analysis import Analysis
@@ -70,7 +70,7 @@ def build(ctx: FileContext, node: cst.For, a: Analysis, reassociate: bool = True
         for var, it in a.flow.shift.items():
             last_lines.append(f"    {var} = {_code(it.value).strip()}")
         for it in a.readbacks:
-            last_lines.append(f"    {_one_line(it.node)}")
+            last_lines.append(f"    {_code_line(it.node)}")  # type: ignore[arg-type]
     if folded:
         chunks = [
             [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],
@@ -163,7 +163,7 @@ def _foldable(ctx: FileContext, node: cst.For, a: Analysis) -> bool:
     kept = {h.index} | {n for n, _ in h.elements} | set(a.flow.rec_vars)
     names = _bound_names(node.body) - kept
     first_step = [(set().union(*(_names_read(e) for e in _exprs(it))), it.var)
-                  for it in _flatten(list(a.items), False)]
+                  for it in _flatten(a.items, False)]
     return fold.dead_after(ctx.module, node, names, first_step)
 
 

@@ -12,7 +12,7 @@ from typing import Dict, List, Mapping, Set, Tuple
 import libcst as cst
 
 from .syntax import _code, _names_read, _norm, Skip
-from .body import _flatten, Item
+from .body import AnyItem, _flatten, Item
 from .grammar import Grammar
 
 
@@ -22,10 +22,10 @@ class Dataflow:
     order the step reads them; ``shift`` the per-step values the next step reads (name -> its
     assignment); ``resets`` the episode resets (name -> the reset item); ``assign_of`` every
     name's one assignment in a step."""
-    assign_of: Mapping[str, Item]
+    assign_of: Mapping[str, AnyItem]
     rec_vars: Tuple[str, ...]
-    shift: Mapping[str, Item]
-    resets: Mapping[str, Item]
+    shift: Mapping[str, AnyItem]
+    resets: Mapping[str, AnyItem]
 
 
 def carried_copies(items: List[Item], middle: List[Item]) -> List[Item]:

@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from ...analysis.purity import pure_call
-from .syntax import _code, _is_call, _is_int, _norm, _pure_container
+from .syntax import _code, _code_line, _is_call, _is_int, _norm, _pure_container
 
 #: the builtins every recognised header may call (``enumerate``: its own form only)
 _CORE = ("reversed", "range", "zip", "list", "tuple")  # and "sorted": its own form only
@@ -304,8 +304,8 @@ def hoist_zip(node: cst.For, shadowed: Set[str], imports, fresh) -> Optional[Hoi
         if not _pure_chain(base, imports):
             return None
         name = fresh("zipped")
-        lines.append(cst.parse_statement(f"{name} = {' '.join(_code(base).split())}"))  # type: ignore[arg-type]
-        hoisted.append(f"`{' '.join(_code(base).split())}` into `{name}`")
+        lines.append(cst.parse_statement(f"{name} = {_code_line(base)}"))  # type: ignore[arg-type]
+        hoisted.append(f"`{_code_line(base)}` into `{name}`")
         new_v = v.with_changes(args=[v.args[0].with_changes(value=cst.Name(name))]) if isinstance(v, cst.Call) \
             else v.with_changes(value=cst.Name(name))
         args.append(a.with_changes(value=new_v))

@@ -23,12 +23,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import types
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from .syntax import _code, _norm, _one_line, _pure_container, _subst, _walk, Skip
-from .body import Item, _flatten
+from .body import AnyItem, Item, ItemT, _flatten
 
 
 _WRITES = {"append": "-1", "insert": "0", "appendleft": "0"}
@@ -63,8 +63,9 @@ class ListCarry:
     srcs: Mapping[str, str]
 
 
-def _all_items(items: List[Item]) -> List[Item]:
-    out: List[Item] = []
+def _all_items(items: Sequence[ItemT]) -> List[ItemT]:
+    """Every item but the splits, both cases of each (the splits' branches in place)."""
+    out: List[ItemT] = []
     for it in items:
         if it.kind == "split":
             out.extend(_all_items(it.then))
@@ -74,7 +75,7 @@ def _all_items(items: List[Item]) -> List[Item]:
     return out
 
 
-def _exprs(it: Item) -> List[cst.BaseExpression]:
+def _exprs(it: AnyItem) -> List[cst.BaseExpression]:
     """The expressions an item evaluates (a reset's condition without its ``not``)."""
     exprs = [e for e in (it.value,) if e is not None]
     if it.cond is not None:

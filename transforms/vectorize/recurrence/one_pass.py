@@ -75,8 +75,8 @@ def site(ctx, node: cst.For, a: Analysis, plan: Plan) -> Optional[Tuple[str, Lis
         return None
     # the body as written (not the planner's regrouped middle steps: the program is the loop itself,
     # and the runtime's grammar decides what it takes, `s = f(s); s = g(s)` included)
-    mid = _flatten(list(a.items), True)
-    first = _flatten(list(a.items), False)
+    mid = _flatten(a.items, True)
+    first = _flatten(a.items, False)
     if any(it.accum for it in mid + first):  # out[t] += v: not in the program's grammar
         return None
     try:

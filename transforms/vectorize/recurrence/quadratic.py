@@ -25,6 +25,7 @@ from .syntax import (
     Skip,
     _bound_names,
     _code,
+    _code_line,
     _is_call,
     _is_int,
     _names_read,
@@ -516,7 +517,7 @@ def plan(ctx: FileContext, shape: Shape, inner: cst.For, helpers: str, op: str) 
     binds += [f"{p.mask_names[key]} = {helpers}.int_of({_code(p.seq_nodes[key]).strip()}, {first})"
               for key in p.mask_names]
     # the guard
-    B, C = _one_line(shape.B), _one_line(shape.C)
+    B, C = _code_line(shape.B), _code_line(shape.C)  # code: string literals as written
     head = f"({T} := {helpers}.steps({B})) >= 2"
     if _norm(shape.B) != _norm(shape.C):
         head += f" and {helpers}.steps({C}) == {T}"

@@ -15,7 +15,7 @@ from typing import Callable, Dict, Mapping, Set, Tuple
 import libcst as cst
 
 from .syntax import _code, _names_read, _norm, _OP_TEXT, Skip
-from .body import Item
+from .body import AnyItem
 from .reads import Reads, seq_label
 from . import conds
 
@@ -46,7 +46,7 @@ class Renderer:
     window = 1
 
     def __init__(self, reads: Reads, fresh: Callable[[str], str], T: str, *, body_assigned: frozenset,
-                 shift: Mapping[str, Item] = types.MappingProxyType({}),
+                 shift: Mapping[str, AnyItem] = types.MappingProxyType({}),
                  forwarded: Mapping[int, Tuple[str, Tuple[str, ...]]] = types.MappingProxyType({})) -> None:
         self.reads, self.fresh, self.T = reads, fresh, T
         self.body_assigned, self.shift, self.forwarded = body_assigned, shift, forwarded

@@ -41,6 +41,24 @@ def _one_line(node: cst.CSTNode) -> str:
     return " ".join(_code(node).replace("\\\n", " ").split())
 
 
+class _OneLine(cst.CSTTransformer):
+    """Every run of layout whitespace (line breaks in brackets, continuations, indentation,
+    comments) as one space; tokens, string literals included, as written."""
+
+    def leave_ParenthesizedWhitespace(self, original, updated):
+        return cst.SimpleWhitespace(" ")
+
+    def leave_SimpleWhitespace(self, original, updated):
+        return updated.with_changes(value=" ") if updated.value else updated
+
+
+def _code_line(node: cst.CSTNode) -> str:
+    """``node``'s code on one line, for code the rewrite emits: the layout between tokens made
+    one space (as :func:`_one_line` does for reasons) but string literals kept as written --
+    collapsing the text would turn ``x["a  b"]`` into ``x["a b"]``, another key."""
+    return _code(node.visit(_OneLine())).strip()
+
+
 def _norm(node: cst.CSTNode) -> str:
     """The family's key of an expression: structural, layout and outer parentheses aside
     (:func:`~scalebox_cst.transforms.analysis.shape.structure_key`), never whitespace-stripped text."""
