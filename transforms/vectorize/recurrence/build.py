@@ -70,7 +70,7 @@ def build(ctx: FileContext, node: cst.For, a: Analysis, reassociate: bool = True
         for var, it in a.flow.shift.items():
             last_lines.append(f"    {var} = {_code(it.value).strip()}")
         for it in a.readbacks:
-            last_lines.append(f"    {_code_line(it.node)}")  # type: ignore[arg-type]
+            last_lines.append(f"    {_code_line(it.node)}")
     if folded:
         chunks = [
             [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],

@@ -116,8 +116,8 @@ def _carry_through(items: List[Item], w: Item, key: str, reads, everything: List
     for _, n in reads:
         got = _index_text(n)
         if got != want:
-            other = "appends to it" if want == "-1" else "inserts at its front"
-            raise Skip(f"reads `{_code(n).strip()}` of the list `{L}` while it {other}: only the element "
+            doing = "appends to it" if want == "-1" else "inserts at its front"
+            raise Skip(f"reads `{_code(n).strip()}` of the list `{L}` while it {doing}: only the element "
                        f"written last (`{spelled}`) is the previous step's value")
     if w not in items:
         raise Skip(f"`{write}` is inside the last-step special case and `{spelled}` reads it back")

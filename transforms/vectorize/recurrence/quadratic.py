@@ -556,7 +556,7 @@ def rewrite_loop(ctx: FileContext, node: cst.For, shadowed: Set[str], reassociat
     inner = next(st for st in _stmts(node.body) if isinstance(st, cst.For))
     try:
         guard, lines = plan(ctx, shape, inner, "__SBX__", "__SBX_OP__")
-    except Skip as exc:  # the Planner's own reasons
+    except Skip as exc:  # the recurrence grammar's own reasons
         text = str(exc).replace("in the loop body", "in the inner loop")
         raise Skip(text if text.startswith("quadratic loop") else "quadratic loop: " + text) from None
     helpers = ctx.runtime_name(helpers_qualname, "_sbx")

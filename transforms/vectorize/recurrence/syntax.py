@@ -19,7 +19,7 @@ from ...names import dotted
 #: methods that are pure elementwise casts on the arrays the guard admits
 _CAST_METHODS = frozenset({"astype", "float", "double"})
 _BUILTINS = ("reversed", "range", "zip", "list", "tuple", "enumerate", "sorted")  # headers: enumerate, sorted only in their own forms
-#: the operators ``Planner.check`` admits, as rendered
+#: the operators ``grammar.Grammar.check`` admits, as rendered
 _OP_TEXT = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.Divide: "/", cst.Minus: "-", cst.Plus: "+"}
 
 

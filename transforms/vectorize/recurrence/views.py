@@ -16,7 +16,7 @@ along time against the loop's as for any per-step input.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -119,7 +119,7 @@ class View:
         return f"{helpers}.dim_view({self.code}, {self.dim}, {self.ndim}{ints})"
 
 
-def spelled(text: str, views: List[View]) -> str:
+def spelled(text: str, views: Sequence[View]) -> str:
     """``text`` (a pattern or a skip reason) with the views' subscripts in the user's spelling:
     the views' names are the engine's own, not in the user's code."""
     import re
@@ -134,7 +134,7 @@ def spelled(text: str, views: List[View]) -> str:
     return text
 
 
-def describe(kinds: str, views: List[View]) -> Tuple[str, str]:
+def describe(kinds: str, views: Sequence[View]) -> Tuple[str, str]:
     """The site's pattern text with the views' subscripts in the user's spelling, and the shape
     note (``time along dimension 1, ``)."""
     kinds = spelled(kinds, views)
