@@ -169,3 +169,26 @@ def test_the_analysis_stage_says_why_on_its_own():
     a = analyse(ctx, loop, header)  # the analysis takes it; the plan says the update is not affine
     with pytest.raises(Skip, match="non-affinely"):
         plan(ctx, a, fold_last=False, reassociate=True, cpu=True, helpers="H", op="OP")
+
+
+def test_header_and_views_are_frozen():
+    """The first stage's results: the header and the time-major views (``x[:, t]``) the analysis reads."""
+    from scalebox_cst.transforms.vectorize.recurrence.views import _time_views
+
+    src = ("def f(r, out, g):\n    s = 0.0\n    for t in reversed(range(r.shape[1])):\n"
+           "        s = r[:, t] + g * s\n        out[:, t] = s\n")
+    ctx, loop, header = parsed(src)
+    viewed = _time_views(ctx, loop, header)
+    assert viewed is not None
+    node, views = viewed
+    by_code = {v.code: v for v in views}
+    assert sorted(by_code) == ["out", "r"] and dict(by_code["r"].texts) == {f"{by_code['r'].name}[t]": "r[:, t]"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        header.index = "u"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        views[0].name = "v"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        views[0].texts["x"] = "y"  # type: ignore[index]
+    assert isinstance(header.elements, tuple)
+    a = analyse(ctx, node, header, views)
+    assert a.views == tuple(views) and a.flow.rec_vars == ("s",)
