@@ -111,7 +111,7 @@ def test_no_module_imports_in_a_cycle():
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     cycle = _cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(c or "transforms" for c in cycle)
-    assert "vectorize.recurrence.plan" in graph["vectorize.recurrence.quadratic"]
+    assert "vectorize.recurrence.render" in graph["vectorize.recurrence.quadratic"]
     assert "vectorize.recurrence.transform" not in graph["vectorize.recurrence.quadratic"]
 
 

@@ -32,6 +32,7 @@ from ..analysis.scopes import declares_global
 from ..analysis.loops import BATCH_GUARD_NOTE, is_runtime_guard, LoopHeader, parse_header, parse_iteration
 from ..analysis.statements import ast_guarded, ast_is_flat, ast_statements, CstStatements
 from ..analysis.elementwise import ElementwiseExpr
+from ..analysis.shape import structure_key
 from ..analysis.rewriting import replace_nodes, ScopedRewriter
 from .elementwise_examples import EXAMPLES
 
@@ -284,17 +285,18 @@ class _Rewriter(ScopedRewriter):
         if not all(is_simple_ref(o) for o in outs):
             self._site(original, SKIPPED, "an output is not a plain name/attribute")
             return updated
-        out_codes = [_code(o) for o in outs]
-        if len(set(out_codes)) != len(out_codes):
+        # outputs, elements and invariants compared as code, layout aside (``s . a`` is ``s.a``)
+        out_keys = [structure_key(o) for o in outs]
+        if len(set(out_keys)) != len(out_keys):
             self._site(original, SKIPPED, "the body writes the same output twice")
             return updated
         analyses: List[ElementwiseExpr] = []
-        for out, (_, expr) in zip(out_codes, pairs):  # type: ignore[misc]
+        for _, expr in pairs:  # type: ignore[misc]
             analysis = ElementwiseExpr(self.ctx.imports, header.element, set(header.names))
             reason = analysis.check(expr)
-            if reason is None and set(analysis.keys) & set(out_codes):
+            if reason is None and {structure_key(header.sources[k]) for k in analysis.keys} & set(out_keys):
                 reason = "the body reads an output it writes (possible loop-carried dependence)"
-            if reason is None and any(_code(inv) in out_codes for inv in analysis.invariants):
+            if reason is None and any(structure_key(inv) in out_keys for inv in analysis.invariants):
                 reason = "the body reads an output it writes (possible loop-carried dependence)"
             if reason:
                 self._site(original, SKIPPED, reason)

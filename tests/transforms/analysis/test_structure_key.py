@@ -113,3 +113,85 @@ def test_last_step_look_alike_is_left_alone():
     sites, out = _rewritten(src)
     assert not sites
     assert "for t in reversed(range(notn))" in out
+
+
+# ---------------------------------------------------------------- code emitted or compared as text
+# The same defect in two more forms: code the rewrite emits was the source with its whitespace
+# collapsed (string literals included: ``sizes["n  steps"]`` became ``sizes["n steps"]``, another
+# key; a comment swallowed the rest of the line), and outputs were compared with reads by their
+# text (``s . a`` was not ``s.a``). Each test fails on the old code.
+
+QUAD_BOUND = '''
+def f(sizes, rewards, out):
+    for t in range(sizes["n  steps"]):
+        total = 0
+        for k in range(t, sizes["n  steps"]):
+            total = total + rewards[k]
+        out[t] = total
+'''
+
+
+@pytest.mark.parametrize("keys", [{"n  steps": 6}, {"n  steps": 6, "n steps": 3}])
+def test_quadratic_guard_reads_the_bound_as_written(keys):
+    import numpy as np
+
+    from scalebox_cst.runtime import vectorized
+
+    original, rewritten, out, sites = harness.pair(QUAD_BOUND, "f", "vectorize.recurrence", dedent=False)
+    assert [s.action for s in sites] == ["rewritten"]
+    assert '_sbx.steps(sizes["n  steps"])' in out  # was: sizes["n steps"]
+    rewards = np.arange(1.0, 7.0)
+    saved = dict(vectorized.QUAD_MIN_STEPS)
+    vectorized.QUAD_MIN_STEPS.update({k: 2 for k in saved})  # vectorized from 2 steps on
+    try:
+        a, b = np.zeros(6), np.zeros(6)
+        original(dict(keys), rewards, a)
+        rewritten(dict(keys), rewards, b)  # raised KeyError, or summed over the other key's 3 steps
+    finally:
+        vectorized.QUAD_MIN_STEPS.update(saved)
+    np.testing.assert_allclose(b, a, rtol=1e-12)
+
+
+def test_hoisted_chain_keeps_its_string_literals():
+    src = ('adv = []\na = 0.0\nfor delta, done in zip(deltas[::-1], x.astype("float  64")[::-1]):\n'
+           '    a = delta + gamma * (1.0 - done) * a\n    adv.append(a)\n')
+    out, sites = harness.rewrite(src, "vectorize.recurrence", dedent=False)
+    assert [s.action for s in sites] == ["rewritten"]
+    assert 'zipped = x.astype("float  64")\n' in out and "`x.astype(\"float  64\")` into `zipped`" in sites[0].reason
+
+
+def test_read_back_with_a_comment_inside_is_emitted_as_code():
+    """``prev_return = returns[i,  # ...\\n 0]`` re-run at t = 1: its one-line text was
+    ``returns[i, # ... 0]``, a comment eating the index (the rewrite failed: not analysed)."""
+    import torch
+
+    src = '''
+def f(rewards, masks, gamma, returns):
+    prev_return = 0
+    for i in reversed(range(rewards.size(0))):
+        returns[i] = rewards[i] + gamma * masks[i] * prev_return
+        prev_return = returns[i,  # the first column
+                              0]
+    return returns, prev_return
+'''
+    original, rewritten, out, sites = harness.pair(src, "f", "vectorize.recurrence", dedent=False)
+    assert [(s.action, s.exactness) for s in sites] == [("rewritten", "exact")], [s.reason for s in sites]
+    assert "            prev_return = returns[i, 0]\n" in out
+    g = torch.Generator().manual_seed(0)
+    for T in (1, 2, 3, 7):
+        r, m = torch.randn(T, generator=g), (torch.rand(T, generator=g) > 0.2).float()
+        want, got = original(r, m, 0.9, torch.zeros(T, 1)), rewritten(r, m, 0.9, torch.zeros(T, 1))
+        assert torch.equal(want[0], got[0]) and float(want[1]) == float(got[1])
+
+
+@pytest.mark.parametrize("body, reason", [
+    ("s.a[i] = x[i] * 2.0\n        b[i] = s . a[i] + 1.0", "the body reads an output it writes"),
+    ("s.a[i] = x[i] * 2.0\n        s . a[i] = x[i] * 3.0", "the body writes the same output twice"),
+])
+def test_elementwise_outputs_compared_by_structure(body, reason):
+    """Spelled ``s . a`` the read of an output was taken for another array: the loop was rewritten
+    (its guard then ran the loop, which is why no value was wrong), its plain spelling skipped."""
+    for spelled in (body, body.replace("s . a", "s.a")):
+        src = f"def f(x, s, b, n):\n    for i in range(n):\n        {spelled}\n"
+        out, sites = harness.rewrite(src, "vectorize.elementwise", dedent=False)
+        assert [(s.action, s.reason.startswith(reason)) for s in sites] == [("skipped", True)], spelled

@@ -17,11 +17,15 @@ advantage summed over k >= t) are recognised in :mod:`.quadratic`.
 Where each part lives: :mod:`.headers` recognises backward loop headers, :mod:`.body` parses the
 body into updates, :mod:`.candidates` decides which loops are planned, :mod:`.views` reads time
 indexed in the middle (``x[..., t, :]``) through time-major views and :mod:`.unpack` splits tuple
-assignments for the analysis, :mod:`.plan` (with its mixins :mod:`.checks`, :mod:`.render`,
-:mod:`.affine`, :mod:`.lists` for ``adv.append(f(adv[-1]))``, :mod:`.emit`) plans the rewrite,
-:mod:`.build` emits the guarded statement, :mod:`.quadratic` handles double loops, :mod:`.transform`
-ties them together, :mod:`.examples` holds the documented examples. Dependencies point one way:
-syntax <- headers <- body <- plan <- build/quadratic <- transform.
+assignments for the analysis. Then three stages, each a function whose result is frozen: a
+:class:`~.headers.Header` and its loop -> :func:`.analysis.analyse` (with :mod:`.reads` the
+per-step reads, :mod:`.grammar` the expressions understood, :mod:`.dataflow` what flows between
+steps, :mod:`.lists` ``adv.append(f(adv[-1]))``) -> an ``Analysis`` -> :func:`.plan.plan` (with
+:mod:`.render` the array expressions, :mod:`.affine` the carried update's algebra) -> a ``Plan``
+-> :func:`.build.build`, the guarded statement. :mod:`.quadratic` handles double loops (the same
+grammar and rendering), :mod:`.transform` ties them together, :mod:`.examples` holds the
+documented examples. Dependencies point one way: syntax <- headers <- body <- reads <- grammar
+<- analysis <- render <- plan <- build/quadratic <- transform.
 """
 from __future__ import annotations
 

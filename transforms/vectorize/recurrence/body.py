@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import libcst as cst
 
@@ -38,6 +38,49 @@ class Item:
     guarded: bool = False
     #: ``out[t] += v`` / ``out[t] -= v``: the operator ("+=" / "-=") of an accumulating write of ``outs[0]``
     accum: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenItem:
+    """An :class:`Item` as the analysis stage hands it on (:mod:`.analysis`): the same fields,
+    lists as tuples, nothing assignable. The analysis rewrites its working items in place (a
+    read-back becomes a carried name); the plan and the emitted code read only these."""
+    kind: str
+    node: Optional[cst.CSTNode] = None
+    var: Optional[str] = None
+    outs: Tuple[cst.BaseExpression, ...] = ()
+    value: Optional[cst.BaseExpression] = None
+    container: Optional[cst.BaseExpression] = None
+    cond: Optional[cst.BaseExpression] = None
+    const: Optional[str] = None
+    then: Tuple["FrozenItem", ...] = ()
+    other: Tuple["FrozenItem", ...] = ()
+    m_is_then: bool = False
+    wrap: bool = False
+    first: Tuple[cst.BaseExpression, ...] = ()
+    shown: Optional[cst.BaseExpression] = None
+    switch: bool = False
+    guarded: bool = False
+    accum: Optional[str] = None
+
+
+#: an item either way: the analysis's working one or the frozen one it hands on
+AnyItem = Union[Item, FrozenItem]
+
+
+def freeze(it: AnyItem, done: Dict[int, FrozenItem]) -> FrozenItem:
+    """``it`` frozen; ``done`` maps each item already frozen (by id) to its frozen copy, so an
+    item reached twice (the top level and a flattened case, the middle steps and a reset table)
+    is one object afterwards, as it was before."""
+    if isinstance(it, FrozenItem):
+        return it
+    got = done.get(id(it))
+    if got is None:
+        fields = {f.name: getattr(it, f.name) for f in dataclasses.fields(Item)}
+        fields.update(outs=tuple(it.outs), first=tuple(it.first), then=tuple(freeze(x, done) for x in it.then),
+                      other=tuple(freeze(x, done) for x in it.other))
+        got = done[id(it)] = FrozenItem(**fields)
+    return got
 
 
 _ACCUMULATE = {cst.AddAssign: "+=", cst.SubtractAssign: "-="}
@@ -309,9 +352,12 @@ def _callee(call: cst.Call) -> str:
     return text or _code(call.func).strip()
 
 
-def _flatten(items: List[Item], m_case: bool) -> List[Item]:
+ItemT = TypeVar("ItemT", Item, FrozenItem)
+
+
+def _flatten(items: Sequence[ItemT], m_case: bool) -> List[ItemT]:
     """The straight-line body for the middle steps (m_case) or the last step."""
-    out: List[Item] = []
+    out: List[ItemT] = []
     for it in items:
         if it.kind == "split":
             branch = it.then if it.m_is_then == m_case else it.other

@@ -12,23 +12,26 @@ from typing import List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from ...analysis.purity import pure_call
-from .syntax import _code, _is_call, _is_int, _norm, _pure_container
+from .syntax import _code, _code_line, _is_call, _is_int, _norm, _pure_container
 
 #: the builtins every recognised header may call (``enumerate``: its own form only)
 _CORE = ("reversed", "range", "zip", "list", "tuple")  # and "sorted": its own form only
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Header:
     kind: str  # "index": for t in reversed(range(T)); "elements": for r in reversed(x)
     index: Optional[str] = None
     T: Optional[cst.BaseExpression] = None
-    elements: List[Tuple[str, cst.BaseExpression]] = dataclasses.field(default_factory=list)
+    elements: Sequence[Tuple[str, cst.BaseExpression]] = ()
     target: Optional[cst.BaseExpression] = None
     sliced: bool = False  # walks x[::-1]
     unpacked: bool = False  # for a, b in x[::-1]: analysed for a reason only, never rewritten
     named: Optional[cst.Name] = None  # for t in steps, steps a materialised backward range
     counter: Optional[str] = None  # for i, x in enumerate(reversed(xs)): i = 0 .. T-1 while x walks back
+
+    def __post_init__(self) -> None:  # the first stage's result is frozen: its elements too
+        object.__setattr__(self, "elements", tuple(self.elements))
 
 
 def _minus_one_slice(node: cst.CSTNode) -> Optional[cst.BaseExpression]:
@@ -304,8 +307,8 @@ def hoist_zip(node: cst.For, shadowed: Set[str], imports, fresh) -> Optional[Hoi
         if not _pure_chain(base, imports):
             return None
         name = fresh("zipped")
-        lines.append(cst.parse_statement(f"{name} = {' '.join(_code(base).split())}"))  # type: ignore[arg-type]
-        hoisted.append(f"`{' '.join(_code(base).split())}` into `{name}`")
+        lines.append(cst.parse_statement(f"{name} = {_code_line(base)}"))  # type: ignore[arg-type]
+        hoisted.append(f"`{_code_line(base)}` into `{name}`")
         new_v = v.with_changes(args=[v.args[0].with_changes(value=cst.Name(name))]) if isinstance(v, cst.Call) \
             else v.with_changes(value=cst.Name(name))
         args.append(a.with_changes(value=new_v))

@@ -28,6 +28,8 @@ from .body import _flatten
 from .syntax import _code, _norm, _pure_container, _walk
 from ...analysis.purity import is_pure
 from . import fold, function_facts
+from .analysis import Analysis
+from .plan import Plan
 
 _BIN = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.Divide: "/"}
 _UN = {cst.Minus: "-", cst.Plus: "+"}
@@ -56,36 +58,39 @@ class _Names:
         return self.of[code]
 
 
-def site(ctx, node: cst.For, planner) -> Optional[Tuple[str, List[str], bool, bool]]:
+def site(ctx, node: cst.For, a: Analysis, plan: Plan) -> Optional[Tuple[str, List[str], bool, bool]]:
     """(program, the argument expressions in parameter order, whether the carried value is needed
     after the program, whether the program runs the last step t = 0 too), or None where the site
     has no one-pass tier. Where the temporaries the loop leaves are live (module-level code, a
     temporary read after the loop), the program stops at t = 1 and the last step runs as written."""
-    h = planner.h
-    if not planner.cpu:  # (a regrouped update, not `exact` for the vectorized steps, runs as written here)
+    h = a.header
+    if not plan.cpu:  # (a regrouped update, not `exact` for the vectorized steps, runs as written here)
         return None
     if h.kind != "index" or h.named is not None or h.counter is not None or h.sliced or h.elements:
         return None
-    if len(planner.rec_vars) != 1 or len(planner.memo) > 1 or planner.resets or planner.views or planner.cells \
-            or planner.fwd_reads or planner.shift or planner.readback_items or planner.forwarded \
-            or planner.conds or planner.columns or planner.dropped or getattr(planner, "list_carried", None):
+    # (no elements, so no column of one: reads.element_column has nothing to read)
+    if len(a.flow.rec_vars) != 1 or len(a.memo) > 1 or a.flow.resets or a.views or a.cells \
+            or plan.tables.fwd_reads or a.flow.shift or a.readbacks or a.forwarded \
+            or plan.tables.conds or a.dropped or a.lists.carried:
         return None
     # the body as written (not the planner's regrouped middle steps: the program is the loop itself,
     # and the runtime's grammar decides what it takes, `s = f(s); s = g(s)` included)
-    mid = _flatten(planner.items, True)
-    first = _flatten(planner.items, False)
+    mid = _flatten(a.items, True)
+    first = _flatten(a.items, False)
     if any(it.accum for it in mid + first):  # out[t] += v: not in the program's grammar
         return None
     try:
-        return _Builder(ctx, node, planner).build(mid, first)
+        return _Builder(ctx, node, a, plan.folded).build(mid, first)
     except _No:
         return None
 
 
 class _Builder:
-    def __init__(self, ctx, node: cst.For, planner) -> None:
-        self.ctx, self.node, self.p = ctx, node, planner
-        self.S = planner.rec_vars[0]
+    """The program of one site: ``a`` its analysis, ``folded`` whether the plan runs the last step."""
+
+    def __init__(self, ctx, node: cst.For, a: Analysis, folded: bool) -> None:
+        self.ctx, self.node, self.p, self.folded = ctx, node, a, folded
+        self.S = a.flow.rec_vars[0]
         self.names = _Names()
         self.tails: Dict[str, str] = {}  # container code -> tail name (user code)
         self.memo_out: Optional[str] = None  # the output that carries the value, while its update renders
@@ -121,7 +126,7 @@ class _Builder:
                 raise _No()
             lines.append(" = ".join(targets + [value]))
         tails = [f"{self.names.get(c)}[T] = {self.names.get(n)}" for c, n in self.tails.items()]
-        folded = bool(getattr(p, "folded", False))
+        folded = self.folded
         live = not p.memo and (not folded or not _dead_after(self.ctx.module, self.node, self.S))
         dead = [] if live or p.memo else [f"del {self.names.get(self.S)}"]
         text = "; ".join(tails + lines + dead)
@@ -143,7 +148,7 @@ class _Builder:
 
     def step_read(self, e: cst.BaseExpression) -> Optional[Tuple[str, int]]:
         """(container code, k) for a per-step read ``x[t + k]`` of a named container."""
-        ref = self.p.per_step(e)
+        ref = self.p.reads.per_step(e)
         if ref is None:
             return None
         cont, k = ref
@@ -155,20 +160,20 @@ class _Builder:
         p = self.p
         if isinstance(e, cst.Name):
             v = e.value
-            if v == p.h.index:
+            if v == p.header.index:
                 raise _No()
             if v == self.S:
                 return self.names.get(v)
             if v in self.assigned:
                 return self.names.get(v)
-            if v in p.body_assigned or v in p.elements:
+            if v in p.body_assigned or v in p.reads.elements:
                 raise _No()
             return self.names.get(v)
         if isinstance(e, (cst.Integer, cst.Float)):
             return e.value
         if isinstance(e, cst.Subscript) and self.memo_out is not None and _pure_container(e.value) \
                 and _norm(e.value) == self.memo_out:  # the carried value, read from the output
-            if p.parser.ref_offset(e) != 1:
+            if p.reads.parser.ref_offset(e) != 1:
                 raise _No()
             return f"{self.names.get(_code(e.value).strip())}[t + 1]"
         if isinstance(e, cst.Subscript):
@@ -178,7 +183,7 @@ class _Builder:
             name = self.names.get(ref[0])
             return f"{name}[t + {ref[1]}]" if ref[1] else f"{name}[t]"
         if isinstance(e, cst.Attribute) and _pure_container(e):
-            if any(_norm(e) == w or w.startswith(_norm(e) + ".") for w in p.written):
+            if any(_norm(e) == w or w.startswith(_norm(e) + ".") for w in p.reads.written):
                 raise _No()
             return self.names.get(_code(e).strip())
         if isinstance(e, cst.BinaryOperation) and type(e.operator) in _BIN:
@@ -194,10 +199,10 @@ class _Builder:
         p = self.p
         if not any(isinstance(n, cst.Name) for n in _walk(e)):
             return False  # a number (`else 0.0`): the loop's Python arithmetic, not a boundary row
-        forbidden = set(p.body_assigned) | set(p.elements) | {p.h.index, self.S}
+        forbidden = set(p.body_assigned) | set(p.reads.elements) | {p.header.index or "", self.S}
         if not is_pure(e, forbidden, self.ctx.imports):
             return False
-        return not any(isinstance(n, (cst.Name, cst.Attribute)) and _norm(n) in p.written for n in _walk(e))
+        return not any(isinstance(n, (cst.Name, cst.Attribute)) and _norm(n) in p.reads.written for n in _walk(e))
 
     # ---- the last-step case as tails
     def match(self, m: cst.BaseExpression, f: cst.BaseExpression) -> bool:
@@ -208,8 +213,8 @@ class _Builder:
         p = self.p
         if isinstance(f, cst.Name) and isinstance(m, cst.Subscript):
             ref = self.step_read(m)
-            if ref is None or ref[1] != 1 or f.value in p.body_assigned or f.value == p.h.index \
-                    or f.value == self.S or f.value in p.elements:
+            if ref is None or ref[1] != 1 or f.value in p.body_assigned or f.value == p.header.index \
+                    or f.value == self.S or f.value in p.reads.elements:
                 return False
             prev = self.tails.setdefault(ref[0], f.value)
             return prev == f.value
@@ -232,9 +237,9 @@ class _Builder:
         return False
 
 
-def _first_value(planner, it) -> cst.BaseExpression:
+def _first_value(a: Analysis, it) -> cst.BaseExpression:
     """The first step's value of an item with last-step conditional expressions."""
-    return planner.parser.resolve_last_step(it.shown, True)
+    return a.reads.parser.resolve_last_step(it.shown, True)
 
 
 def _dead_after(module: cst.Module, node: cst.For, name: str) -> bool:

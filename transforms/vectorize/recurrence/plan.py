@@ -1,376 +1,293 @@
-"""The Planner: analyses one candidate loop (raising Skip with the reason) and renders its
-vectorized branch. Split by concern: the body's grammar and dataflow (:mod:`.checks`), per-step
-reads and their rendering as arrays (:mod:`.render`), the affine algebra of the carried update
-(:mod:`.affine`), the guard and the emitted lines (:mod:`.emit`); this module holds the analysis
-that ties them together (read-backs, forward reads, recurrences through memory).
+"""The plan stage: a frozen :class:`~.analysis.Analysis` in, a frozen :class:`Plan` out -- the
+middle steps' lines and the run-time guard (``recurrence_ok``, ``carry_ok``) that selects them,
+as text with placeholder names for the runtime (:mod:`.build` parses them into the rewritten
+statement). Or Skip, where an update is not affine in its carried value.
+
+Why a stage: the rendering accumulates what it used (per-step inputs, invariants, flags) while it
+writes the lines, and the guard must check exactly those; building both here, in one pass over
+the middle steps, and handing on only the frozen result keeps the guard and the lines in step.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from ...base import FileContext
-from .syntax import (
-    Skip,
-    _bound_names,
-    _code,
-    _head,
-    _names_read,
-    _norm,
-    _one_line,
-    _paren,
-    _pure_container,
-    _stmts,
-    _subst,
-    _walk,
-)
-from .headers import Header
-from .body import BodyParser, _flatten, Item
-from .checks import BodyChecks
-from .render import Render
-from .affine import Affine
-from .emit import Emit
-from .lists import ListCarry
-from . import conds
+from .syntax import _code, _names_read, _norm, fresh
+from .analysis import Analysis
+from .affine import recurrence
+from .render import Renderer, Tables
+from . import conds, fold, lists
+
+#: the first row the outputs of the vectorized steps are stored from: 1, or 0 where the last step
+#: is folded in (filled in once the emitted slices are known to allow it)
+_LO = "__SBX_LO__"
 
 
-class Planner(BodyChecks, Render, Affine, ListCarry, Emit):
-    """Analyses one candidate loop (raising Skip) and renders its vectorized branch."""
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The vectorized branch of one loop. ``guard`` is the whole test (``guard_head``, the trip
+    count and views, ``and`` ``guard_ok``, the ``recurrence_ok`` call, and any further clause),
+    ``lines`` the middle steps (bindings first), ``carry`` the ``carry_ok`` check of the carried
+    values after the first step (None where every carried value lives in memory), ``notes`` each
+    recurrence's pattern for the reason; ``folded``: the last step runs vectorized too."""
+    T: str
+    guard: str
+    guard_head: str
+    guard_ok: str
+    lines: Tuple[str, ...]
+    exact: bool
+    notes: Tuple[str, ...]
+    folded: bool
+    carry: Optional[str]
+    cpu: bool
+    tables: Tables
 
-    def __init__(self, ctx: FileContext, node: cst.For, header: Header, reassociate: bool, cpu: bool = True) -> None:
-        self.ctx = ctx
-        self.cpu = cpu  # CPU backend: the guard keeps tensors on CPU, where the op is bitwise exact
-        self.node = node
-        self.h = header
-        self.reassociate = reassociate
-        self.parser = BodyParser(header)
-        self.elements = {name: cont for name, cont in header.elements}
-        self.seqs: Dict[str, int] = {}  # container code -> max offset read in the middle steps
-        self.seq_nodes: Dict[str, cst.BaseExpression] = {}
-        self.conds: Dict[str, int] = {}
-        self.consts: Dict[str, None] = {}
-        self.scalars: Dict[str, None] = {}
-        self.vec_names: Dict[str, str] = {}  # container code -> its array name
-        self.cond_names: Dict[str, str] = {}
-        self.cond_tests: Dict[str, str] = {}  # cond key -> truth_of's extra arguments (see conds)
-        self.seq_labels: Dict[str, str] = {}  # container code -> the base of its array names
-        self.columns: Dict[str, cst.BaseExpression] = {}  # x_t[i] -> the column node
-        self.dropped: Set[int] = set()  # ids of `tmp = out[t + 1]` items the middle steps do without
-        self.readback_items: List[Item] = []  # `s = out[t, 0]`: re-run at t = 1 for the last step
-        self.read_back_by: Dict[int, List[Item]] = {}  # id of the update -> its read-back items
-        self.cells: List[cst.BaseExpression] = []  # outs whose rows must hold one element
-        self.forwarded: Dict[int, Tuple[str, Tuple[str, ...]]] = {}  # out[t] read after this step's write
-        self.fwd_reads: Dict[str, int] = {}  # out code -> number of column indices of its reads
-        self.views: list = []  # views.View: x_t = x.movedim(d, 0), bound by the guard
-        self.divides = False
-        self.weak_ok = True  # lists of Python numbers next to arrays may be vectorized (see emit)
-        self.step_names: Set[str] = set()  # arrays over the middle steps (temporaries, results)
-        self.T = ""
 
-    # ---- names
-    def fresh(self, base: str) -> str:
-        base = re.sub(r"\W", "_", base) or "v"
-        return self.ctx.imports.unique_name(base)
+def plan(ctx: FileContext, a: Analysis, *, fold_last: bool, reassociate: bool, cpu: bool,
+         helpers: str, op: str) -> Plan:
+    """The stage's entry point (see module docstring); ``fold_last``: the last step may run
+    vectorized (:mod:`.fold`), ``cpu``: the guard keeps tensors on CPU, where the op is bitwise
+    exact. Fresh names (``T``, the arrays) are reserved in ``ctx`` in the order they are emitted."""
+    T = fresh(ctx.imports, "T")
+    r = Renderer(a.reads, lambda base: fresh(ctx.imports, base), T, body_assigned=a.body_assigned,
+                 shift=a.flow.shift, forwarded=a.forwarded)
+    mid, exact, notes, weak_ok = _middle(ctx, a, r, helpers, op, reassociate)
+    # bindings of the per-step containers, first (several: rows aligned to one rank, see seqs_of)
+    if len(r.vec_names) > 1:
+        binds = [f"{', '.join(r.vec_names.values())} = {helpers}.seqs_of("
+                 f"{', '.join(_code(r.seq_nodes[k]).strip() for k in r.vec_names)})"]
+    else:
+        binds = [f"{r.vec_names[k]} = {helpers}.seq_of({_code(r.seq_nodes[k]).strip()})" for k in r.vec_names]
+    binds += [f"{r.cond_names[k]} = {helpers}.truth_of({_code(r.seq_nodes[k]).strip()}{r.cond_tests.get(k, '')})"
+              for k in r.cond_names]
+    mid = binds + mid
+    # the last step t = 0 folded in (build asks, see fold): every slice starts one row earlier
+    wide = fold.widen(mid, list(r.vec_names.values()) + list(r.cond_names.values())) if fold_last else None
+    folded = wide is not None
+    mid = [x.replace(_LO, "0" if folded else "1") for x in (wide if folded else mid)]  # type: ignore[union-attr]
+    tables = r.tables()
+    head, ok = _guard(a, tables, T, helpers, cpu, weak_ok)
+    # the list read-backs' part: bind fresh carried values, keep written containers apart
+    guard = f"{head} and {ok}" + lists.written_apart(
+        helpers, _written_codes(a), lists.invariant_containers(tables.consts, tables.scalars))
+    return Plan(T=T, guard=guard, guard_head=head, guard_ok=ok,
+                lines=tuple(lists.bind_lines(a.lists, a.flow.rec_vars) + mid), exact=exact,
+                notes=tuple(lists.noted(notes, a.lists)), folded=folded,
+                carry=lists.carry_text(_carry_check(a, tables, helpers), a.lists), cpu=cpu, tables=tables)
 
-    # ---- analysis
-    def analyse(self) -> None:
-        node = self.node
-        if node.orelse is not None:
-            raise Skip("the loop has an `else:` clause")
-        if node.asynchronous is not None:
-            raise Skip("`async for` loop")
-        self.items = self.parser.block(_stmts(node.body))
-        if self.h.unpacked:
-            names = ", ".join(n for n, _ in self.h.elements)
-            raise Skip(f"unpacks each element of `{_code(self.node.iter).strip()}` into `{names}` "
-                       "(per-step tuples are not vectorized)")
-        self.body_assigned = _bound_names(node.body)
-        h = self.h
-        if h.index in self.body_assigned or any(n in self.body_assigned for n in self.elements):
-            raise Skip("the loop assigns its own loop variable")
-        if h.counter is not None and (h.counter in self.body_assigned or h.counter in _names_read(node.body)):
-            raise Skip(f"reads the enumerate counter `{h.counter}`, which counts up while the sequences walk "
-                       "backward (only a counter the body does not use is understood)")
-        bound_by = _names_read(h.T) if h.T is not None else set()
-        if h.named is not None:
-            bound_by.add(h.named.value)
-        for _, cont in h.elements:
-            bound_by |= _names_read(cont)
-        if bound_by & self.body_assigned:
-            raise Skip("the loop bound / sequence is reassigned in the body")
-        # containers written by the loop (out[t] = ..., lst.append / insert)
-        self.written: Set[str] = set()
-        for it in _flatten(self.items, True) + _flatten(self.items, False):
-            for o in it.outs:
-                self.written.add(_norm(o))
-            if it.container is not None:
-                self.written.add(_norm(it.container))
-        for name, cont in h.elements:
-            if _norm(cont) in self.written:
-                raise Skip(f"writes `{_code(cont)}`, which it iterates over")
-        self.accumulations()
-        self.memo: Dict[str, cst.BaseExpression] = {}  # carried value kept in out[t+1]: its name -> out
-        self.memo_src: Dict[str, str] = {}
-        self.list_readbacks()  # adv.append(f(adv[-1])): the list's last element is the carried value
-        self.readbacks()
-        self.memory_recurrences()
-        # every expression in the body, both cases: allowed grammar only
-        for it in self._all_items(self.items):
-            if id(it) in self.dropped:
-                continue
-            if it.kind == "reset":  # the per-step read under a comparison / .item() (see conds)
-                for expr in self._exprs(it):
-                    base = conds.split_cond(expr)[0]
-                    if not isinstance(base, (cst.Comparison, cst.Call, cst.BooleanOperation)):
-                        self.check(base)  # else check_cond says what is understood
-                self.check_cond(it.cond)  # type: ignore[arg-type]
-                continue
-            for expr in self._exprs(it):
-                self.check(expr)
-        self.middle = self.merge_chained([it for it in _flatten(self.items, True) if id(it) not in self.dropped])
-        self.middle = self.carried_copies(self.middle)  # gae = f(last); ...; last = gae
-        self.forward_reads()
-        self.has_split = any(it.kind == "split" for it in self.items)
-        self.dataflow()
 
-    def accumulations(self) -> None:
-        """``out[t] += v``: the step reads row t of ``out`` and writes it back, so the rows stay
-        independent -- and ``out[1:T - 1] += V`` does the same per element -- only where nothing else
-        in the body touches ``out``: written by that statement alone (one per step, in each branch
-        of a last-step case), read nowhere else (not at [t + 1], not through another name's chain)."""
-        acc = [it for it in self._all_items(self.items) if it.accum]
-        if not acc:
-            return
-        for X in {_norm(it.outs[0]) for it in acc}:
-            mine = [it for it in acc if _norm(it.outs[0]) == X]
-            spelled = _code(mine[0].node).strip()  # type: ignore[arg-type]
-            for case in (True, False):
-                writers = [it for it in _flatten(self.items, case) if any(_norm(o) == X for o in it.outs)]
-                if len(writers) != 1 or not writers[0].accum:
-                    raise Skip(f"`{spelled}` and another write of `{_code(mine[0].outs[0]).strip()}` in one step")
-            uses = sum(1 for n in _walk(self.node.body) if isinstance(n, (cst.Name, cst.Attribute)) and _norm(n) == X)
-            if uses != len(mine):
-                raise Skip(f"`{spelled}` updates `{_code(mine[0].outs[0]).strip()}` in place and the loop also reads it "
-                           "(understood: an output the loop reads only through its own `out[t] += v`)")
+def _middle(ctx: FileContext, a: Analysis, r: Renderer, helpers: str, op: str,
+            reassociate: bool) -> Tuple[List[str], bool, List[str], bool]:
+    """(middle lines, exact, notes, weak_ok): each item of the middle steps over all of them.
+    ``weak_ok``: lists of Python numbers next to arrays may be vectorized (no list item is made of
+    per-step values alone)."""
+    T = r.T
+    flow = a.flow
+    env: Dict[str, str] = {}
+    needed = _needed(a)
+    mid: List[str] = []
+    exact = True
+    weak_ok = True
+    notes: List[str] = []
+    done_vars: Set[str] = set()
+    derived: Set[str] = set()  # arrays computed from a carried value (their items follow its type)
 
-    def readbacks(self) -> None:
-        """``out[t] = f(s)`` then, later in the step, ``s = out[t, 0]`` (or ``s = out[t]``), with
-        ``s`` read by that update alone (Khrylx's ``prev_return = returns[i, 0]``): in the middle
-        steps ``s`` is what the previous step stored, ``out[t + 1]``; with one element per row
-        (``cells``, checked at run time) the row and its element give the same stored values, so
-        the update becomes ``out[t] = f(out[t + 1])``, a recurrence through memory. The read-back
-        statement leaves the middle steps and runs once at t = 1 for the last step."""
-        top = [it for it in self.items if it.kind == "assign"]
-        everything = self._all_items(self.items)
-        middle = _flatten(self.items, True)
-        pos = {id(x): i for i, x in enumerate(middle)}
-        t = self.h.index
-        for r in top:
-            v = r.value
-            s = r.var
-            if s is None or r.outs or not isinstance(v, cst.Subscript) or not _pure_container(v.value):
-                continue
-            if s == self.h.index or s in self.elements or s == _head(v.value):
-                continue
-            X = _norm(v.value)
-            col = self.index_column(v)
-            if self.parser.ref_offset(v) == 0:
-                cells = False
-            elif col is not None and col[1] == 0 and all(i in ("0", "-1") for i in col[2]):
-                cells = True
+    def from_carried(text: str) -> bool:
+        return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in derived)
+
+    for it in a.middle:
+        if it.kind == "reset":
+            continue
+        if it.kind == "assign" and it.var in flow.rec_vars:
+            rec = recurrence(r, a, it, env, reassociate)
+            exact = exact and rec.exact
+            notes.append(rec.pattern)
+            s = rec.var
+            seq, last = r.fresh(f"{s}_seq"), r.fresh(f"{s}_last")
+            b = rec.b
+            if not re.fullmatch(r"[A-Za-z_]\w*", b):
+                bname = r.fresh(f"{s}_b")
+                mid.append(f"{bname} = {b}")
+                b = bname
+            if s in a.memo:  # the value the previous step stored, read back as the loop does
+                mid.append(f"{s} = {_code(a.memo[s]).strip()}[{T} - 1]")
+            init = f"{helpers}.as_row({s}, {b})"
+            if rec.reset is not None:
+                cond = rec.reset.cond
+                neg = isinstance(cond, cst.UnaryOperation) and isinstance(cond.operator, cst.Not)
+                base, test, number = conds.split_cond(cond.expression if neg else cond)  # type: ignore[union-attr, arg-type]
+                ref = a.reads.per_step(base)
+                assert ref is not None
+                mask = r.use_cond(ref[0], ref[1], test, number)
+                if neg:
+                    mask = f"~{mask}"
+                r.consts[s] = None  # the value before the loop meets the same dtype rules
+                kind = "switch" if rec.reset.switch else "reset"  # if done: s = 0 else: s = f(s)
+                mid.append(f"{seq}, {last} = {helpers}.{kind}_linear_recurrence("
+                           f"{rec.a}, {b}, {mask}, {rec.reset.const}, init={init}, return_last=True)")
             else:
-                continue
-            writers = [o for o in everything if any(_norm(x) == X for x in o.outs)]
-            if len(writers) != 1:
-                continue
-            w = writers[0]
-            if w not in top or w.var is not None or len(w.outs) != 1 or pos[id(w)] > pos[id(r)]:
-                continue
-            if any(x is not r and x.var == s for x in everything):
-                continue  # assigned elsewhere (also in the first step's branch): not always out[t + 1]
-            if s not in _names_read(w.value) or any(  # type: ignore[arg-type]
-                    x is not w and x is not r and any(s in _names_read(e) for e in self._exprs(x)) for x in middle):
-                continue
-            nxt = cst.parse_expression(f"{_code(v.value).strip()}[{t} + 1]")
-            w.value = _subst(w.value, lambda e, s=s: isinstance(e, cst.Name) and e.value == s, nxt)  # type: ignore[arg-type]
-            self.dropped.add(id(r))
-            self.readback_items.append(r)
-            self.read_back_by.setdefault(id(w), []).append(r)
-            if cells:
-                self.cells.append(w.outs[0])
-
-    def forward_reads(self) -> None:
-        """Reads of ``out[t]`` / ``out[t, i]`` after this step's write of ``out[t]`` (Khrylx's
-        ``deltas[i]``) are reads of what the vectorized write stored: ``out[1:T - 1]``. Any other
-        read of a written container at [t] in the middle steps is refused."""
-        done: Set[str] = set()
-        for it in self.middle:
-            for e in self._exprs(it):
-                for n in _walk(e):
-                    if not isinstance(n, cst.Subscript) or not _pure_container(n.value):
-                        continue
-                    X = _norm(n.value)
-                    if X not in self.written:
-                        continue
-                    col = self.index_column(n)
-                    if self.parser.ref_offset(n) == 0:
-                        idx: Tuple[str, ...] = ()
-                    elif col is not None and col[1] == 0:
-                        idx = col[2]
-                    else:
-                        continue  # reported by check_subscript / handled as memory
-                    writers = [o for o in self._all_items(self.items) if any(_norm(x) == X for x in o.outs)]
-                    if X not in done or len(writers) != 1:
-                        raise Skip(f"reads `{_code(n).strip()}`, which the loop writes")
-                    code = _code(n.value).strip()
-                    self.forwarded[id(n)] = (code, idx)
-            for o in it.outs:
-                done.add(_norm(o))
-
-    def memory_recurrences(self) -> None:
-        """``out[t] = f(out[t + 1])``: the value carried through ``out`` becomes a named carried
-        value (``out[t + 1]`` is what the previous step stored). The read may also reach the
-        update through a temporary assigned in the middle steps, ``tmp = out[t + 1]`` (CleanRL's
-        ``next_return = returns[t + 1]`` in the else branch of the last-step split): when the
-        update is the only reader of ``tmp`` there, ``tmp`` is the carried value too, and the
-        middle steps do without its assignment (the first and last steps run it as written)."""
-        top = [it for it in self.items if it.kind == "assign"]
-        everything = [x for x in self._all_items(self.items) if id(x) not in self.dropped]
-        middle = [x for x in _flatten(self.items, True) if id(x) not in self.dropped]
-        pos = {id(x): i for i, x in enumerate(middle)}
-        for it in top:
-            if it.var is not None or len(it.outs) != 1:
-                continue
-            X = _norm(it.outs[0])
-            refs: List[Tuple[Item, int]] = []
-            for other in everything:
-                for e in self._exprs(other):
-                    refs.extend((other, k) for k in self._reads_of(e, X))
-            aliases = [o for o, k in refs if o is not it and k == 1 and self._alias_of(o, X, it, middle)]
-            # this step's stored value read after the write: forwarded (see forward_reads)
-            later = [o for o, k in refs if k == 0 and id(o) in pos and pos[id(o)] > pos[id(it)]]
-            if not any(o is it and k == 1 for o, k in refs) and not aliases:
-                continue  # not carried through memory
-            if any((o is not it or k != 1) and o not in aliases and o not in later for o, k in refs):
-                continue  # reads the check below reports
-            writers = [o for o in everything if any(_norm(x) == X for x in o.outs)]
-            if writers != [it]:
-                continue
-            name = self.fresh(f"{X.split('.')[-1]}_next")
-            self.memo_src[name] = _one_line(it.node) + "".join(  # type: ignore[arg-type]
-                f" (`{_one_line(o.node)}`)" for o in aliases + self.read_back_by.get(id(it), []))  # type: ignore[arg-type]
-            value = _subst(it.value, lambda e: self._is_ref(e, X, 1), cst.Name(name))  # type: ignore[arg-type]
-            for o in aliases:
-                tmp = o.var
-                value = _subst(value, lambda e, tmp=tmp: isinstance(e, cst.Name) and e.value == tmp, cst.Name(name))
-                self.dropped.add(id(o))
-            it.value = value
-            it.var = name
-            self.memo[name] = it.outs[0]
-            self.body_assigned.add(name)
-
-    def _alias_of(self, o: Item, X: str, it: Item, middle: List[Item]) -> bool:
-        """``o`` is ``tmp = X[t + 1]`` in the middle steps, before the update ``it``, and ``it`` is
-        the only middle-step reader of ``tmp`` (nothing else assigns it there)."""
-        if o.kind != "assign" or o.var is None or o.outs or not self._is_ref(o.value, X, 1):  # type: ignore[arg-type]
-            return False
-        tmp = o.var
-        if tmp == _head(o.value.value) or tmp == self.h.index or tmp in self.elements:  # type: ignore[union-attr]
-            return False
-        pos = {id(x): i for i, x in enumerate(middle)}
-        if id(o) not in pos or id(it) not in pos or pos[id(o)] > pos[id(it)]:
-            return False
-        for x in middle:
-            if x is o:
-                continue
-            if x.var == tmp:
-                return False
-            if x is not it and any(tmp in _names_read(e) for e in self._exprs(x)):
-                return False
-        return True
-
-    def _is_ref(self, e: cst.CSTNode, X: str, k: int) -> bool:
-        return isinstance(e, cst.Subscript) and _pure_container(e.value) and _norm(e.value) == X \
-            and self.parser.ref_offset(e) == k
-
-    def _reads_of(self, e: cst.CSTNode, X: str) -> List[int]:
-        """Offsets k of every read of ``X[...]`` under ``e`` (-1: not a per-step read)."""
-        found: List[int] = []
-        for n in _walk(e):
-            if isinstance(n, cst.Subscript) and _pure_container(n.value) and _norm(n.value) == X:
-                k = self.parser.ref_offset(n)
-                found.append(-1 if k is None else k)
-        return found
-
-    def merge_chained(self, middle: List[Item]) -> List[Item]:
-        """``s = f(s); s = g(s)`` in one step is the update ``s = g(f(s))`` (affine if both are)."""
-        out: List[Item] = []
-        for it in middle:
-            prev = next((p for p in reversed(out) if p.kind == "assign" and p.var == it.var), None) \
-                if it.kind == "assign" and it.var is not None else None
-            if prev is None:
-                out.append(it)
-                continue
-            s = it.var
-            between = out[out.index(prev) + 1:]
-            if s not in _names_read(it.value) or prev.outs or any(  # type: ignore[arg-type]
-                    s in _names_read(b.value if b.value is not None else b.cond) for b in between):  # type: ignore[arg-type]
-                out = self.rename_version(out, prev, it)
-                continue
-            value = _subst(it.value, lambda e: isinstance(e, cst.Name) and e.value == s,  # type: ignore[arg-type]
-                           _paren(prev.value))  # type: ignore[arg-type]
-            # nothing in between reads s, so the merged update can sit where the last one was
-            out.remove(prev)
-            out.append(Item("assign", node=it.node, var=s, outs=it.outs, value=value))
-        return out
-
-    def rename_version(self, out: List[Item], prev: Item, it: Item) -> List[Item]:
-        """``s = f(...); ...; s = g(...)`` in one step where the two do not merge (``g`` does not
-        read ``s``, or a statement between reads the first value; a GAE's ``last_value =
-        last_value * mask; delta = ... last_value ...; last_value = values[t]``): in the middle
-        steps the first value gets a name of its own, read by the statements between and by
-        ``g``; the last value keeps ``s``, which is what later steps and the code after the loop
-        see. The peeled steps run as written (the items are copies: theirs are unchanged). Refused (Skip) where something between writes ``s``
-        otherwise (a reset) or a last-step conditional expression is involved."""
-        s = it.var
-        assert s is not None
-        start = out.index(prev)
-        between = out[start + 1:]
-        if prev.first or it.first or prev.kind != "assign" or any(
-                b.var == s or b.first or b.kind == "split" for b in between):
-            raise Skip(f"`{s}` is assigned twice in one step")
-        fresh = self.fresh(f"{s}_0")
-        self.body_assigned.add(fresh)
-
-        def rename(e):
-            if e is None:
-                return None
-            return _subst(e, lambda n: isinstance(n, cst.Name) and n.value == s, cst.Name(fresh))
-
-        renamed = [dataclasses.replace(prev, var=fresh)]
-        for b in between:
-            renamed.append(dataclasses.replace(b, value=rename(b.value), cond=rename(b.cond)))
-        renamed.append(dataclasses.replace(it, value=rename(it.value)))
-        return out[:start] + renamed
-
-    def _all_items(self, items: List[Item]) -> List[Item]:
-        out: List[Item] = []
-        for it in items:
-            if it.kind == "split":
-                out.extend(self._all_items(it.then))
-                out.extend(self._all_items(it.other))
+                mid.append(f"{seq}, {last} = {op}({rec.a}, {b}, init={init}, return_last=True)")
+            if s not in a.memo:
+                mid.append(f"{s} = {helpers}.restore({last}, {s})")
+            env[s] = seq
+            r.step_names.add(seq)
+            done_vars.add(s)
+            derived.add(seq)
+            value_vec: Optional[str] = seq
+        elif it.kind == "assign" and it.var in flow.shift:
+            value_vec = None
+        elif it.kind == "assign" and it.var is not None:
+            if it.var in needed or it.outs:
+                vname = r.fresh(f"{it.var}_v")
+                text = r.render(it.value, env)  # type: ignore[arg-type]
+                mid.append(f"{vname} = {text}")
+                env[it.var] = vname
+                if r.has_step(text):
+                    r.step_names.add(vname)
+                if from_carried(text):
+                    derived.add(vname)
+                value_vec = vname
             else:
-                out.append(it)
-        return out
+                value_vec = None
+        else:
+            value_vec = None
+        if it.kind == "assign":
+            for o in it.outs:
+                vec = value_vec if value_vec is not None else r.render(it.value, env)  # type: ignore[arg-type]
+                oc = _code(o).strip()
+                if r.has_step(vec):  # time-first: rows aligned to out's rows
+                    vec = f"{helpers}.to_rank({vec}, {oc})"
+                mid.append(f"{oc}[{_LO}:{T} - 1] {it.accum or '='} {vec}")
+        elif it.kind in ("append", "insert", "appendleft"):
+            vec = r.render(it.value, env)  # type: ignore[arg-type]
+            if not from_carried(vec):  # an item made of per-step values alone: Python numbers in
+                weak_ok = False  # the loop when those are, array items once they are arrays
+            like = vec if (isinstance(it.value, cst.Name) and it.value.value in done_vars) else None
+            src = _src_container(a, r)
+            srcs = ""
+            if len(r.vec_names) > 1:  # one of them may be a list of done flags next to arrays
+                srcs = f", srcs=({', '.join(_code(r.seq_nodes[k]).strip() for k in r.vec_names)},)"
+            items = f"{helpers}.items_of({vec}, {src}" + (f", like={it.value.value}" if like else "") + srcs + ")"  # type: ignore[union-attr]
+            if it.wrap:
+                items = f"{helpers}.wrapped({items})"
+            cont = _code(it.container).strip()  # type: ignore[arg-type]
+            if it.kind == "append":
+                mid.append(f"{cont}.extend({items}[::-1])")
+            elif it.kind == "appendleft":  # a series of appendleft, last step's value leftmost
+                mid.append(f"{cont}.extendleft({items}[::-1])")
+            else:
+                mid.append(f"{cont}[0:0] = {items}")
+    return mid, exact, notes, weak_ok
 
-    def _exprs(self, it: Item) -> List[cst.BaseExpression]:
-        exprs = [e for e in (it.value,) if e is not None]
-        if it.cond is not None:
-            c = it.cond
-            if isinstance(c, cst.UnaryOperation) and isinstance(c.operator, cst.Not):
-                c = c.expression
-            exprs.append(c)
-        return exprs
+
+def _src_container(a: Analysis, r: Renderer) -> str:
+    """A per-step container the loop reads (tells the helpers lists of floats from arrays)."""
+    h = a.header
+    key = next(iter(r.vec_names)) if r.vec_names else _norm(h.elements[0][1]) if h.elements else None
+    if key is None:  # pragma: no cover - a recurrence always reads a per-step value
+        return "None"
+    node = r.seq_nodes.get(key)
+    return _code(node).strip() if node is not None else key
+
+
+def _needed(a: Analysis) -> Set[str]:
+    """Temporaries the middle steps must compute (read by an update, an output or another)."""
+    need: Set[str] = set()
+    for it in reversed(a.middle):
+        if it.kind == "reset":
+            continue
+        if it.kind == "assign" and it.var is not None and it.var not in a.flow.rec_vars \
+                and it.var not in need and not it.outs:
+            continue
+        need |= _names_read(it.value) & a.body_assigned  # type: ignore[arg-type]
+    return need
+
+
+def _carry_check(a: Analysis, tables: Tables, helpers: str) -> Optional[str]:
+    """The check of the carried values after the first step (see runtime carry_ok), None when
+    every carried value lives in memory (checked by the guard as ``memo``)."""
+    carried = [s for s in a.flow.rec_vars if s not in a.memo]
+    if not carried:
+        return None
+    seqs = ", ".join(_code(tables.seq_nodes[k]).strip() for k in tables.seqs)
+    return f"{helpers}.carry_ok(({', '.join(carried)},), ({seqs},))"
+
+
+def _written_codes(a: Analysis) -> List[str]:
+    out: Dict[str, None] = {}
+    for it in a.middle:
+        for o in it.outs:
+            out[_code(o).strip()] = None
+        if it.container is not None:
+            out[_code(it.container).strip()] = None
+    for m in a.memo.values():
+        out[_code(m).strip()] = None
+    return list(out)
+
+
+def _guard(a: Analysis, t: Tables, T: str, helpers: str, cpu: bool, weak_ok: bool) -> Tuple[str, str]:
+    """(head, ok): the trip count and the views bound, and the ``recurrence_ok`` call."""
+    h = a.header
+    if h.named is not None:  # the list the loop walks, checked to be T - 1, ..., 0
+        head = f"({T} := {helpers}.backward_steps({h.named.value})) >= 2"
+        if _names_read(h.T) & _names_read(a.node.body):  # type: ignore[arg-type]
+            head += f" and {helpers}.steps({_code(h.T).strip()}) == {T}"  # type: ignore[arg-type]
+    elif h.kind == "index":
+        head = f"({T} := {helpers}.steps({_code(h.T).strip()})) >= 2"  # type: ignore[arg-type]
+    else:
+        conts = ", ".join(_code(c).strip() for _, c in h.elements)
+        head = f"({T} := {helpers}.length({conts})) >= 2"
+    for view in a.views:  # time indexed in the middle: time-major views, None if none (views.View)
+        head += f" and ({view.name} := {view.call(helpers)}) is not None"
+    args: List[str] = [T]
+
+    def pairs(d) -> str:
+        inner = ", ".join(f"({_code(t.seq_nodes[k]).strip()}, {max(0, v - 1)})" for k, v in d.items())
+        return f"({inner},)" if inner else "()"
+
+    if t.seqs:
+        args.append(f"seqs={pairs(t.seqs)}")
+    if t.conds:
+        args.append(f"conds={pairs(t.conds)}")
+    consts = [c for c in t.consts if c not in t.scalars]
+    if consts:
+        args.append(f"consts=({', '.join(consts)},)")
+    if t.scalars:
+        args.append(f"scalars=({', '.join(t.scalars)},)")
+    outs: List[str] = []
+    lists_: List[str] = []
+    deques: List[str] = []
+    for it in a.middle:
+        for o in it.outs:
+            outs.append(_code(o).strip())
+        if it.container is not None:
+            (deques if it.kind == "appendleft" else lists_).append(_code(it.container).strip())
+    memo = [_code(x).strip() for x in a.memo.values()]
+    outs = [o for o in outs if o not in memo]
+    if outs:
+        args.append(f"outs=({', '.join(dict.fromkeys(outs))},)")
+    if memo:
+        args.append(f"memo=({', '.join(memo)},)")
+    if t.fwd_reads:
+        args.append(f"reads=({', '.join(f'({k}, {v})' for k, v in t.fwd_reads.items())},)")
+    if a.cells:
+        args.append(f"cells=({', '.join(dict.fromkeys(_code(c).strip() for c in a.cells))},)")
+    if len(t.vec_names) > 1:
+        args.append("aligned=True")
+    if lists_:
+        args.append(f"lists=({', '.join(dict.fromkeys(lists_))},)")
+    if deques:
+        args.append(f"deques=({', '.join(dict.fromkeys(deques))},)")
+    if h.sliced:
+        args.append("sliced=True")
+    if t.divides:
+        args.append("divides=True")
+    if cpu:
+        args.append("cpu=True")
+    if not weak_ok:
+        args.append("weak=False")
+    return head, f"{helpers}.recurrence_ok({', '.join(args)})"

@@ -25,6 +25,7 @@ from .syntax import (
     Skip,
     _bound_names,
     _code,
+    _code_line,
     _is_call,
     _is_int,
     _names_read,
@@ -33,10 +34,13 @@ from .syntax import (
     _pure_container,
     _stmts,
     _walk,
+    fresh,
 )
 from .headers import Header
-from .body import _FORBIDDEN_SMALL
-from .plan import Planner
+from .body import _FORBIDDEN_SMALL, BodyParser
+from .grammar import Grammar
+from .reads import Reads
+from .render import Renderer
 
 
 #: builtins the pattern relies on (a module that rebinds one is left alone)
@@ -394,29 +398,39 @@ def _store(st: cst.CSTNode, t: str, acc: str) -> Tuple[cst.BaseExpression, str]:
 # --------------------------------------------------------------------------- vectorizing E(k)
 
 
-class SumPlanner(Planner):
-    """The Planner's expression machinery (per-step reads as slices with the same operation
-    grouping, invariants and their guard lists) over the whole inner range k = 0 .. T-1."""
+class SumGrammar(Grammar):
+    """The recurrence grammar over the inner loop's body, widened by ``int(x[k])`` (a per-step
+    mask) and without last-step conditional expressions."""
 
-    def __init__(self, ctx: FileContext, shape: Shape, inner: cst.For) -> None:
-        header = Header("index", index=shape.k, T=shape.C, target=inner.target)
-        super().__init__(ctx, inner, header, reassociate=True, cpu=False)
-        self.body_assigned = set(shape.assigned)
-        self.written = {_norm(shape.out)}
-        self.shift = {}
+    def check(self, e: cst.BaseExpression) -> None:
+        if _is_call(e, "int", 1):
+            arg = e.args[0].value  # type: ignore[attr-defined]
+            if not isinstance(arg, cst.Subscript) or self.reads.per_step(arg) is None:
+                raise Skip(f"quadratic loop: `{_one_line(e)}` (int() only of a per-step read x[k])")
+            self.check_subscript(arg)
+            return
+        if isinstance(e, cst.IfExp):
+            raise Skip(f"quadratic loop: conditional expression `{_one_line(e)}`")
+        super().check(e)
+
+
+class SumRenderer(Renderer):
+    """The recurrence's rendering (per-step reads as slices with the same operation grouping,
+    invariants and their guard lists) over the whole inner range k = 0 .. T-1, with ``int(x[k])``
+    as a mask array."""
+
+    window = 0
+
+    def __init__(self, reads: Reads, fresh, T: str, body_assigned: frozenset) -> None:
+        super().__init__(reads, fresh, T, body_assigned=body_assigned)
         self.masks: Dict[str, int] = {}
         self.mask_names: Dict[str, str] = {}
 
+    def label(self, cont: cst.BaseExpression) -> str:
+        return _norm(cont).split(".")[-1]
+
     def stop(self, k: int) -> str:
         return self.T if k == 0 else f"{self.T} + {k}"
-
-    def use_seq(self, cont: cst.BaseExpression, k: int) -> str:
-        key = _norm(cont)
-        if key not in self.vec_names:
-            self.vec_names[key] = self.fresh(f"{key.split('.')[-1]}_v")
-            self.seq_nodes[key] = cont
-        self.seqs[key] = max(self.seqs.get(key, 0), k)
-        return f"{self.vec_names[key]}[{k}:{self.stop(k)}]"
 
     def use_mask(self, cont: cst.BaseExpression, k: int) -> str:
         key = _norm(cont)
@@ -426,58 +440,46 @@ class SumPlanner(Planner):
         self.masks[key] = max(self.masks.get(key, 0), k)
         return f"{self.mask_names[key]}[{k}:{self.stop(k)}]"
 
-    def _int_ref(self, e: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, int]]:
-        if _is_call(e, "int", 1):
-            return self.per_step(e.args[0].value)  # type: ignore[attr-defined]
-        return None
-
-    def check(self, e: cst.BaseExpression) -> None:
-        if _is_call(e, "int", 1):
-            arg = e.args[0].value  # type: ignore[attr-defined]
-            if not isinstance(arg, cst.Subscript) or self.per_step(arg) is None:
-                raise Skip(f"quadratic loop: `{_one_line(e)}` (int() only of a per-step read x[k])")
-            self.check_subscript(arg)
-            return
-        if isinstance(e, cst.IfExp):
-            raise Skip(f"quadratic loop: conditional expression `{_one_line(e)}`")
-        super().check(e)
-
     def render(self, e: cst.BaseExpression, env: Dict[str, str], shift: int = 0) -> str:
-        ref = self._int_ref(e)
+        ref = self.reads.per_step(e.args[0].value) if _is_call(e, "int", 1) else None  # type: ignore[attr-defined]
         if ref is not None:
             lp, rp = "(" * len(e.lpar), ")" * len(e.rpar)
             return lp + self.use_mask(ref[0], ref[1]) + rp
         return super().render(e, env, shift)
 
-    def scalar_names(self, e: cst.BaseExpression) -> List[str]:
-        """The invariants a coefficient reads (Python numbers or 0-d arrays, says the guard)."""
-        out: List[str] = []
-        stack = [e]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, cst.Name):
-                out.append(x.value)
-            elif isinstance(x, (cst.Attribute, cst.Subscript)):
-                out.append(_code(x).strip())
-            elif isinstance(x, cst.BinaryOperation):
-                stack += [x.right, x.left]
-            elif isinstance(x, cst.UnaryOperation):
-                stack.append(x.expression)
-        return list(dict.fromkeys(out))
+
+def _scalar_names(e: cst.BaseExpression) -> List[str]:
+    """The invariants a coefficient reads (Python numbers or 0-d arrays, says the guard)."""
+    out: List[str] = []
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, cst.Name):
+            out.append(x.value)
+        elif isinstance(x, (cst.Attribute, cst.Subscript)):
+            out.append(_code(x).strip())
+        elif isinstance(x, cst.BinaryOperation):
+            stack += [x.right, x.left]
+        elif isinstance(x, cst.UnaryOperation):
+            stack.append(x.expression)
+    return list(dict.fromkeys(out))
 
 
 def plan(ctx: FileContext, shape: Shape, inner: cst.For, helpers: str, op: str) -> Tuple[str, List[str]]:
     """(guard, vectorized lines) for the outer steps t = 0 .. T-2."""
-    p = SumPlanner(ctx, shape, inner)
+    header = Header("index", index=shape.k, T=shape.C, target=inner.target)
+    reads = Reads(header, BodyParser(header), {}, frozenset({_norm(shape.out)}))
+    assigned = frozenset(shape.assigned)
+    g = SumGrammar(ctx, header, reads, assigned)
     for _, value in shape.temps:
-        p.check(value)
-    p.check(shape.term)
+        g.check(value)
+    g.check(shape.term)
+    p = SumRenderer(reads, lambda base: fresh(ctx.imports, base), "", assigned)
     if shape.c is not None:
-        p.check(shape.c)
+        g.check(shape.c)
         if not p.invariant(shape.c, {}):
             raise Skip(f"quadratic loop: the discount factor `{_one_line(shape.c)}` is not loop-invariant")
-    p.T = p.fresh("T")
-    T = p.T
+    p.T = T = fresh(ctx.imports, "T")
     env: Dict[str, str] = {}
     lines: List[str] = []
     needed = _names_read(shape.term)
@@ -496,7 +498,7 @@ def plan(ctx: FileContext, shape: Shape, inner: cst.For, helpers: str, op: str) 
         a = "1"
     else:
         a = f"({p.render(shape.c, {})})"
-        for name in p.scalar_names(shape.c):
+        for name in _scalar_names(shape.c):
             p.scalars[name] = None
     if shape.offset:
         b = f"{a} * ({b})"
@@ -515,7 +517,7 @@ def plan(ctx: FileContext, shape: Shape, inner: cst.For, helpers: str, op: str) 
     binds += [f"{p.mask_names[key]} = {helpers}.int_of({_code(p.seq_nodes[key]).strip()}, {first})"
               for key in p.mask_names]
     # the guard
-    B, C = _one_line(shape.B), _one_line(shape.C)
+    B, C = _code_line(shape.B), _code_line(shape.C)  # code: string literals as written
     head = f"({T} := {helpers}.steps({B})) >= 2"
     if _norm(shape.B) != _norm(shape.C):
         head += f" and {helpers}.steps({C}) == {T}"
@@ -554,7 +556,7 @@ def rewrite_loop(ctx: FileContext, node: cst.For, shadowed: Set[str], reassociat
     inner = next(st for st in _stmts(node.body) if isinstance(st, cst.For))
     try:
         guard, lines = plan(ctx, shape, inner, "__SBX__", "__SBX_OP__")
-    except Skip as exc:  # the Planner's own reasons
+    except Skip as exc:  # the recurrence grammar's own reasons
         text = str(exc).replace("in the loop body", "in the inner loop")
         raise Skip(text if text.startswith("quadratic loop") else "quadratic loop: " + text) from None
     helpers = ctx.runtime_name(helpers_qualname, "_sbx")

@@ -1,71 +1,80 @@
-"""Per-step reads (``x[t + k]``, columns ``x[t, j]``) and their rendering as array expressions over
-the middle steps t = T-2 .. 1, with the body's operation grouping (a Planner mixin).
+"""Rendering the body's expressions as array expressions over the vectorized steps, with the
+body's operation grouping. The plan's builder: each rendering records the per-step inputs,
+invariants and flags it used, and :meth:`Renderer.tables` hands them on frozen for the guard.
+The recurrence renders the middle steps t = T-2 .. 1 (rows ``[1 + k : T - 1 + k]``); the
+quadratic family renders the whole inner range (``window`` 0) and widens :meth:`render` for
+``int(x[k])``.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+import dataclasses
+import re
+import types
+from typing import Callable, Dict, Mapping, Set, Tuple
 
 import libcst as cst
 
-from .syntax import _code, _names_read, _norm, _OP_TEXT, _pure_container, Skip
-from .body import _int_indices
+from .syntax import _code, _names_read, _norm, _OP_TEXT, Skip
+from .body import AnyItem
+from .reads import Reads, seq_label
 from . import conds
 
 
-class Render:
-    """Per-step reads and their rendering as arrays."""
+@dataclasses.dataclass(frozen=True)
+class Tables:
+    """What the rendering used, for the guard and the bindings: per-step inputs (container key ->
+    the largest offset read), their array names and nodes, the episode flags (``conds``, with
+    ``cond_tests`` the extra arguments of ``truth_of``), loop invariants (``consts``; ``scalars``
+    those that must be Python numbers or 0-d arrays), forwarded reads (output code -> number of
+    column indices) and whether anything divides."""
+    seqs: Mapping[str, int]
+    seq_nodes: Mapping[str, cst.BaseExpression]
+    vec_names: Mapping[str, str]
+    conds: Mapping[str, int]
+    cond_names: Mapping[str, str]
+    cond_tests: Mapping[str, str]
+    consts: Tuple[str, ...]
+    scalars: Tuple[str, ...]
+    fwd_reads: Mapping[str, int]
+    divides: bool
 
-    def per_step(self, e: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, int]]:
-        """(container, k) when ``e`` reads x[t + k] (an element of an iterated sequence: k = 0)."""
-        if isinstance(e, cst.Name) and e.value in self.elements:
-            return self.elements[e.value], 0
-        col = self.element_column(e)
-        if col is not None:
-            return col, 0
-        if isinstance(e, cst.Subscript) and _pure_container(e.value):
-            if _norm(e.value) in getattr(self, "written", ()):
-                return None  # this step's own output (forwarded) or memory: not an input
-            k = self.parser.ref_offset(e)
-            if k is not None:
-                return e.value, k
-            icol = self.index_column(e)
-            if icol is not None:
-                return self._column_node(e.value, icol[2]), icol[1]
-        return None
 
-    def element_column(self, e: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-        """For ``x_t[i]`` / ``x_t[i, j]`` (``x_t`` an element of an iterated array, integer
-        literal indices), the per-step container ``column(x, (i, j))``, i.e. ``x[:, i, j]``: the
-        runtime gives None for what it cannot index that way, which the guard declines."""
-        if not (isinstance(e, cst.Subscript) and isinstance(e.value, cst.Name) and e.value.value in self.elements):
-            return None
-        key = _norm(e)
-        if key in self.columns:
-            return self.columns[key]
-        idx = _int_indices(e.slice)
-        if idx is None:
-            return None
-        node = self._column_node(self.elements[e.value.value], idx)
-        self.columns[key] = node
-        return node
+class Renderer:
+    """Renders one loop's expressions over its vectorized steps (see module docstring)."""
 
-    def index_column(self, e: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, int, Tuple[str, ...]]]:
-        """(x, k, (i, ...)) for ``x[t + k, i, ...]`` (integer literal indices after the first)."""
-        if self.h.kind != "index" or not isinstance(e, cst.Subscript) or len(e.slice) < 2 \
-                or not _pure_container(e.value):
-            return None
-        k = self.parser.ref_offset(e.with_changes(slice=[e.slice[0]]))
-        idx = _int_indices(e.slice[1:])
-        if k is None or idx is None:
-            return None
-        return e.value, k, idx
+    #: the first row of a read at offset k is ``k + window``; the slices hold T - 2 rows (window 1)
+    window = 1
 
-    def _column_node(self, cont: cst.BaseExpression, idx: Tuple[str, ...]) -> cst.BaseExpression:
-        node = cst.parse_expression(f"__SBX__.column({_code(cont).strip()}, ({', '.join(idx)},))")
-        self.seq_labels[_norm(node)] = f"{_norm(cont).split('.')[-1]}_" + "_".join(i.replace("-", "m") for i in idx)
-        return node
+    def __init__(self, reads: Reads, fresh: Callable[[str], str], T: str, *, body_assigned: frozenset,
+                 shift: Mapping[str, AnyItem] = types.MappingProxyType({}),
+                 forwarded: Mapping[int, Tuple[str, Tuple[str, ...]]] = types.MappingProxyType({})) -> None:
+        self.reads, self.fresh, self.T = reads, fresh, T
+        self.body_assigned, self.shift, self.forwarded = body_assigned, shift, forwarded
+        self.seqs: Dict[str, int] = {}  # container key -> max offset read
+        self.seq_nodes: Dict[str, cst.BaseExpression] = {}
+        self.vec_names: Dict[str, str] = {}  # container key -> its array name
+        self.conds: Dict[str, int] = {}
+        self.cond_names: Dict[str, str] = {}
+        self.cond_tests: Dict[str, str] = {}  # cond key -> truth_of's extra arguments (see conds)
+        self.consts: Dict[str, None] = {}
+        self.scalars: Dict[str, None] = {}
+        self.fwd_reads: Dict[str, int] = {}  # out code -> number of column indices of its reads
+        self.step_names: Set[str] = set()  # arrays over the vectorized steps (temporaries, results)
+        self.divides = False
 
-    # ---- rendering of the middle steps t = T-2 .. 1
+    def tables(self) -> Tables:
+        return Tables(
+            seqs=types.MappingProxyType(dict(self.seqs)), seq_nodes=types.MappingProxyType(dict(self.seq_nodes)),
+            vec_names=types.MappingProxyType(dict(self.vec_names)), conds=types.MappingProxyType(dict(self.conds)),
+            cond_names=types.MappingProxyType(dict(self.cond_names)),
+            cond_tests=types.MappingProxyType(dict(self.cond_tests)), consts=tuple(self.consts),
+            scalars=tuple(self.scalars), fwd_reads=types.MappingProxyType(dict(self.fwd_reads)),
+            divides=self.divides)
+
+    def label(self, cont: cst.BaseExpression) -> str:
+        """The base of the array names of a per-step container."""
+        return seq_label(cont)
+
     def stop(self, k: int) -> str:
         T = self.T
         return f"{T} - 1" if k == 0 else (T if k == 1 else f"{T} + {k - 1}")
@@ -73,21 +82,21 @@ class Render:
     def use_seq(self, cont: cst.BaseExpression, k: int) -> str:
         key = _norm(cont)
         if key not in self.vec_names:
-            self.vec_names[key] = self.fresh(f"{self.seq_labels.get(key, key.split('.')[-1])}_v")
+            self.vec_names[key] = self.fresh(f"{self.label(cont)}_v")
             self.seq_nodes[key] = cont
         self.seqs[key] = max(self.seqs.get(key, 0), k)
-        return f"{self.vec_names[key]}[{1 + k}:{self.stop(k)}]"
+        return f"{self.vec_names[key]}[{self.window + k}:{self.stop(k)}]"
 
     def use_cond(self, cont: cst.BaseExpression, k: int, test: str = "", number: str = "") -> str:
         """The truth values of ``cont``'s steps (``test``: see :mod:`.conds`) over the middle steps."""
         base = _norm(cont)
         key = base + (f"|{conds.cond_key(test, number)}" if test else "")
         if key not in self.cond_names:
-            self.cond_names[key] = self.fresh(f"{self.seq_labels.get(base, base.split('.')[-1])}_c")
+            self.cond_names[key] = self.fresh(f"{seq_label(cont)}_c")
             self.seq_nodes.setdefault(key, conds.node_for(test, cont) or cont)
             self.cond_tests[key] = conds.truth_args(test, number)
         self.conds[key] = max(self.conds.get(key, 0), k)
-        return f"{self.cond_names[key]}[{1 + k}:{self.stop(k)}]"
+        return f"{self.cond_names[key]}[{self.window + k}:{self.stop(k)}]"
 
     def render(self, e: cst.BaseExpression, env: Dict[str, str], shift: int = 0) -> str:
         """``e`` over the middle steps: per-step reads become slices, temporaries their arrays."""
@@ -98,20 +107,21 @@ class Render:
             code, idx = self.forwarded[id(e)]
             self.fwd_reads[code] = len(idx)
             return lp + f"{code}[1:{self.T} - 1" + "".join(f", {i}" for i in idx) + "]" + rp
-        ref = self.per_step(e)
+        ref = self.reads.per_step(e)
         if ref is not None:
             return lp + self.use_seq(ref[0], ref[1] + shift) + rp
         if isinstance(e, cst.Name):
             if e.value in env:
                 return lp + env[e.value] + rp
             if e.value in self.shift:
-                return lp + "(" + self.render(self.shift[e.value].value, {}, shift + 1) + ")" + rp
+                return lp + "(" + self.render(self.shift[e.value].value, {}, shift + 1) + ")" + rp  # type: ignore[arg-type]
             if e.value in self.body_assigned:  # pragma: no cover - excluded by the dataflow
                 raise Skip(f"`{e.value}` is used before it is computed")
             self.consts[e.value] = None
             return _code(e)
         if isinstance(e, (cst.Attribute, cst.Subscript)):
-            if self.h.index is not None and self.h.index in _names_read(e):  # pragma: no cover - a safety net
+            index = self.reads.header.index
+            if index is not None and index in _names_read(e):  # pragma: no cover - a safety net
                 raise Skip(f"reads `{_code(e).strip()}`, which the loop writes")
             self.consts[_code(e).strip()] = None
             return _code(e)
@@ -126,7 +136,7 @@ class Render:
             op = _OP_TEXT[type(e.operator)]
             return f"{lp}{op}{self.render(e.expression, env, shift)}{rp}"
         if isinstance(e, cst.IfExp):
-            m_then = self.parser.lsplit(e.test)
+            m_then = self.reads.parser.lsplit(e.test)
             branch = e.body if m_then else e.orelse
             return f"{lp}({self.render(branch, env, shift)}){rp}"
         if isinstance(e, cst.Call):
@@ -138,7 +148,7 @@ class Render:
 
     def invariant(self, e: cst.BaseExpression, env: Dict[str, str]) -> bool:
         """No per-step read, temporary or carried value under ``e``."""
-        if self.per_step(e) is not None or self._reads_written(e):
+        if self.reads.per_step(e) is not None or self.reads.reads_written(e):
             return False
         if isinstance(e, cst.Name):
             return e.value not in env and e.value not in self.body_assigned
@@ -147,7 +157,15 @@ class Render:
         if isinstance(e, cst.UnaryOperation):
             return self.invariant(e.expression, env)
         if isinstance(e, cst.Call):
-            return self.invariant(e.func.value, env)
+            return self.invariant(e.func.value, env)  # type: ignore[attr-defined]
         if isinstance(e, cst.IfExp):
             return False
         return True
+
+    def has_step(self, text: str) -> bool:
+        """Whether rendered ``text`` varies over the steps (reads an array of the steps)."""
+        names = set(self.vec_names.values()) | set(self.cond_names.values())
+        names |= self.step_names
+        if any(re.search(rf"(?<![\w.]){re.escape(n)}\[1:{re.escape(self.T)} - 1\b", text) for n in self.fwd_reads):
+            return True
+        return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in names)

@@ -5,6 +5,7 @@ candidate is reported. Names read and bound, and the fast walk, come from the sh
 """
 from __future__ import annotations
 
+import re
 from typing import Optional, Sequence
 
 import libcst as cst
@@ -18,7 +19,7 @@ from ...names import dotted
 #: methods that are pure elementwise casts on the arrays the guard admits
 _CAST_METHODS = frozenset({"astype", "float", "double"})
 _BUILTINS = ("reversed", "range", "zip", "list", "tuple", "enumerate", "sorted")  # headers: enumerate, sorted only in their own forms
-#: the operators ``Planner.check`` admits, as rendered
+#: the operators ``grammar.Grammar.check`` admits, as rendered
 _OP_TEXT = {cst.Add: "+", cst.Subtract: "-", cst.Multiply: "*", cst.Divide: "/", cst.Minus: "-", cst.Plus: "+"}
 
 
@@ -38,6 +39,24 @@ def _code(node: cst.CSTNode) -> str:
 
 def _one_line(node: cst.CSTNode) -> str:
     return " ".join(_code(node).replace("\\\n", " ").split())
+
+
+class _OneLine(cst.CSTTransformer):
+    """Every run of layout whitespace (line breaks in brackets, continuations, indentation,
+    comments) as one space; tokens, string literals included, as written."""
+
+    def leave_ParenthesizedWhitespace(self, original, updated):
+        return cst.SimpleWhitespace(" ")
+
+    def leave_SimpleWhitespace(self, original, updated):
+        return updated.with_changes(value=" ") if updated.value else updated
+
+
+def _code_line(node: cst.CSTNode) -> str:
+    """``node``'s code on one line, for code the rewrite emits: the layout between tokens made
+    one space (as :func:`_one_line` does for reasons) but string literals kept as written --
+    collapsing the text would turn ``x["a  b"]`` into ``x["a b"]``, another key."""
+    return _code(node.visit(_OneLine())).strip()
 
 
 def _norm(node: cst.CSTNode) -> str:
@@ -90,6 +109,13 @@ def _subst(node: cst.BaseExpression, match, repl: cst.BaseExpression) -> cst.Bas
             return updated.with_changes(keyword=original.keyword)
 
     return node.visit(T())  # type: ignore[return-value]
+
+
+def fresh(imports, base: str) -> str:
+    """A name free in the module for ``base`` (reserved in ``imports``, so two sites never share
+    one); every stage that names an array or a carried value asks here, in the order it emits."""
+    base = re.sub(r"\W", "_", base) or "v"
+    return imports.unique_name(base)
 
 
 def _stmts(block: cst.BaseSuite) -> Sequence[cst.BaseStatement]:

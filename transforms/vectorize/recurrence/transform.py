@@ -21,7 +21,7 @@ from .views import _time_views, spelled
 from .candidates import _forward_memory, _loose_candidate
 from . import backward as bw
 from .loops import _GUARD_CALLS, _ast_bound_of, _kept_loops, _replace_statements, _statement_fors
-from .plan import Planner
+from .analysis import Analysis, analyse
 from .build import build, HELPERS_QUALNAME, OP_QUALNAME
 from .unswitch import unswitch
 from . import quadratic
@@ -162,13 +162,12 @@ class VectorizeRecurrence(Transform):
             except Skip as exc:
                 sites.append(site(SKIPPED, str(exc)))
                 continue
-            planner = Planner(ctx, viewed[0] if viewed else node, header, reassociate, cpu=ctx.backend == "cpu")
-            planner.views = viewed[1] if viewed else []
-            try:
-                planner.analyse()
-                new, exact, reason = self.build(ctx, node, planner)
+            views = viewed[1] if viewed else []
+            try:  # the stages: header (above) -> analysis -> plan -> the rewritten statement
+                analysis = analyse(ctx, viewed[0] if viewed else node, header, views)
+                new, exact, reason = self.build(ctx, node, analysis, reassociate)
             except Skip as exc:
-                sites.append(site(SKIPPED, spelled(str(exc), planner.views)))
+                sites.append(site(SKIPPED, spelled(str(exc), views)))
                 continue
             except Exception as exc:  # an analysis bug must not cost the user the other rewrites
                 sites.append(site(SKIPPED, f"not analysed ({type(exc).__name__}: {exc})"))
@@ -182,5 +181,5 @@ class VectorizeRecurrence(Transform):
 
         return _replace_statements(module, replace), sites
 
-    def build(self, ctx: FileContext, node: cst.For, planner: Planner) -> Tuple[cst.If, bool, str]:
-        return build(ctx, node, planner)
+    def build(self, ctx: FileContext, node: cst.For, analysis: Analysis, reassociate: bool) -> Tuple[cst.If, bool, str]:
+        return build(ctx, node, analysis, reassociate)

@@ -27,7 +27,7 @@ from .headers import Header
 from .body import _callee, BodyParser
 from .candidates import _loose_candidate
 from .views import _time_views, spelled
-from .plan import Planner
+from .analysis import analyse
 from .build import HELPERS_QUALNAME
 
 _COMPARISONS = (cst.Equal, cst.NotEqual, cst.LessThan, cst.LessThanEqual, cst.GreaterThan,
@@ -104,13 +104,11 @@ def plan_loop(ctx: FileContext, loop: cst.For, header: Header, reassociate: bool
     if not _loose_candidate(loop, header):
         raise Skip("no value flows from one step to the next")
     viewed = _time_views(ctx, loop, header)
-    planner = Planner(ctx, viewed[0] if viewed else loop, header, reassociate, cpu=ctx.backend == "cpu")
-    planner.views = viewed[1] if viewed else []
+    views = viewed[1] if viewed else []
     try:
-        planner.analyse()
-        return build(ctx, loop, planner)
+        return build(ctx, loop, analyse(ctx, viewed[0] if viewed else loop, header, views), reassociate)
     except Skip as exc:
-        raise Skip(spelled(str(exc), planner.views)) from None
+        raise Skip(spelled(str(exc), views)) from None
 
 
 #: switches unswitched one inside the other at most (``if a: ... elif b: ... else: ...`` is two)

@@ -16,7 +16,8 @@ along time against the loop's as for any per-step input.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+import types
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -98,7 +99,7 @@ def _layout(node: cst.Subscript, t: str) -> Optional[Layout]:
     return Layout(dim, ndim, k, tuple(ints), plain)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class View:
     """A time-major view the guard binds: ``name = dim_view(code, dim, ndim, ints)``."""
     name: str
@@ -107,7 +108,7 @@ class View:
     ndim: int
     plain: bool  # every subscript was ``x[:, t]``: bound by ``dim1`` (the form's first output)
     ints: Tuple[int, ...] = ()
-    texts: Dict[str, str] = dataclasses.field(default_factory=dict)  # view text -> the user's text
+    texts: Mapping[str, str] = dataclasses.field(default_factory=dict)  # view text -> the user's text
 
     def __iter__(self):  # (name, code), as the views were first described
         return iter((self.name, self.code))
@@ -119,7 +120,7 @@ class View:
         return f"{helpers}.dim_view({self.code}, {self.dim}, {self.ndim}{ints})"
 
 
-def spelled(text: str, views: List[View]) -> str:
+def spelled(text: str, views: Sequence[View]) -> str:
     """``text`` (a pattern or a skip reason) with the views' subscripts in the user's spelling:
     the views' names are the engine's own, not in the user's code."""
     import re
@@ -134,7 +135,7 @@ def spelled(text: str, views: List[View]) -> str:
     return text
 
 
-def describe(kinds: str, views: List[View]) -> Tuple[str, str]:
+def describe(kinds: str, views: Sequence[View]) -> Tuple[str, str]:
     """The site's pattern text with the views' subscripts in the user's spelling, and the shape
     note (``time along dimension 1, ``)."""
     kinds = spelled(kinds, views)
@@ -191,6 +192,8 @@ def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tup
         views[(key, ints)] = View(ctx.imports.unique_name(label), _code(found[key]).strip(), dims[key], nd,
                                   plain[(key, ints)], ints)
 
+    texts: Dict[str, Dict[str, str]] = {v.name: {} for v in views.values()}  # filled as the subscripts are rewritten
+
     class Sub(cst.CSTTransformer):
         def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
             if not _pure_container(updated.value) or _norm(updated.value) not in found:
@@ -201,7 +204,7 @@ def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tup
             view = views[(_norm(updated.value), lay.ints)]
             rest = [updated.slice[lay.time].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
             new = cst.Subscript(value=cst.Name(view.name), slice=rest, lpar=updated.lpar, rpar=updated.rpar)
-            view.texts[_one_line(new)] = _one_line(original)
+            texts[view.name][_one_line(new)] = _one_line(original)
             return new
 
     new = node.with_changes(body=node.body.visit(Sub()))
@@ -211,4 +214,5 @@ def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tup
         if (key in left) if isinstance(cont, cst.Name) else (key in chains):
             where = f"dimension {dims[key]}" + (" (counted from the end)" if dims[key] < 0 else "")
             raise Skip(f"`{_code(cont).strip()}` is indexed along {where} and also otherwise")
-    return new, list(views.values())
+    # handed on frozen: each view with its texts read-only
+    return new, [dataclasses.replace(v, texts=types.MappingProxyType(texts[v.name])) for v in views.values()]
