@@ -61,6 +61,7 @@ def recurrence_ok(
     cells: Sequence[Any] = (),
     aligned: bool = False,
     sliced: bool = False,
+    front: bool = False,
     divides: bool = False,
     cpu: bool = False,
     weak: bool = True,
@@ -92,7 +93,9 @@ def recurrence_ok(
     outputs whose rows hold exactly one element (the loop reads ``out[t, 0]`` back as the carried
     value where the rewrite carries the row). ``memo``: arrays
     written at ``[t]`` and read back at ``[t + 1]`` (they carry the recurrence).
-    ``sliced``: the loop walks ``x[::-1]`` (tensors do not support that). ``divides``: the maths
+    ``sliced``: the loop walks ``x[::-1]`` (tensors do not support that). ``front``: the loop
+    writes its outputs at a list's front (``insert(0, v)``, ``appendleft``): only then do lists of
+    Python floats pay (see MIN_STEPS). ``divides``: the maths
     divides (Python floats raise on zero where arrays give inf: lists of floats are refused).
     ``cpu``: tensors must be on the CPU (where the op is bitwise exact; elsewhere it reassociates).
     ``weak=False``: the loop appends items made of per-step values alone (no carried value), which
@@ -140,7 +143,7 @@ def recurrence_ok(
     """
     try:
         devices = _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides,
-                                 deques=deques, rows=True, aligned=aligned, reads=reads, cells=cells,
+                                 deques=deques, front=front, rows=True, aligned=aligned, reads=reads, cells=cells,
                                  allow_grad=True, weak_ok=weak)
     except Exception:
         return False
@@ -149,7 +152,7 @@ def recurrence_ok(
     return not cpu or all(d.type == "cpu" for d in devices)
 
 
-def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides, min_steps=None, deques=(),
+def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides, min_steps=None, deques=(), front=False,
                    rows=False, aligned=False, reads=(), cells=(), allow_grad=False, weak_ok=True):
     """False, or the set of devices of the tensors involved (empty when there are none).
     ``rows``: also admit lists of numpy rows, lists of Python / numpy scalars (see
@@ -173,7 +176,7 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     minimum = MIN_STEPS if min_steps is None else min_steps
     if T < minimum.get(mode, 2):
         return False
-    if mode == "float" and not sliced and T < minimum.get("float_appended", 2):
+    if mode == "float" and not front and T < minimum.get("float_appended", 2):
         return False  # the loop is faster (see MIN_STEPS)
     if sliced and mode in ("torch",):
         return False

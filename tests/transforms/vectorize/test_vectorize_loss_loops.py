@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 import scalebox_cst.runtime.vectorized as V
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.transforms.vectorize.reduction import ID
-from test_vectorize_reduction import load, pair, rewrite  # the same helpers, one copy
+from harness import load, pairer, rewriter  # the shared differential harness
+
+rewrite = rewriter(ID)
+pair = pairer(ID)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

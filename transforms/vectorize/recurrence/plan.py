@@ -284,6 +284,8 @@ def _guard(a: Analysis, t: Tables, T: str, helpers: str, cpu: bool, weak_ok: boo
         args.append(f"deques=({', '.join(dict.fromkeys(deques))},)")
     if h.sliced:
         args.append("sliced=True")
+    if any(it.kind in ("insert", "appendleft") for it in a.middle):
+        args.append("front=True")  # lists of floats pay only here: the loop's insert(0) is quadratic
     if t.divides:
         args.append("divides=True")
     if cpu:

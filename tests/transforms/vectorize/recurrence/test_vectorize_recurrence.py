@@ -580,8 +580,8 @@ def test_short_sequences_stay_on_the_loop_by_default(monkeypatch):
     assert not vectorized_mod.recurrence_ok(100, seqs=((floats, 0),), scalars=(0.9,))
     # lists of Python floats: only where the loop inserts at the front (quadratic), from 1024 steps;
     # appended or stored by index the loop is faster at every length measured
-    assert not vectorized_mod.recurrence_ok(600, seqs=(([1.0] * 600, 0),), scalars=(0.9,), sliced=True)
-    assert vectorized_mod.recurrence_ok(1024, seqs=(([1.0] * 1024, 0),), scalars=(0.9,), sliced=True)
+    assert not vectorized_mod.recurrence_ok(600, seqs=(([1.0] * 600, 0),), scalars=(0.9,), front=True)
+    assert vectorized_mod.recurrence_ok(1024, seqs=(([1.0] * 1024, 0),), scalars=(0.9,), front=True)
     assert not vectorized_mod.recurrence_ok(100000, seqs=(([1.0] * 100000, 0),), scalars=(0.9,))
     assert not vectorized_mod.recurrence_ok(3, seqs=((torch.zeros(3), 0),))
     assert vectorized_mod.recurrence_ok(64, seqs=((torch.zeros(64), 0),))
