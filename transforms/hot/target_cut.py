@@ -369,8 +369,8 @@ class HotTargetGraphCut(Transform):
                     done += 1
                     sites.append(Site(ID, call.lineno, call.end_lineno or call.lineno, REWRITTEN, (
                         f"forward of `{ast.unparse(call.func)}` (built once in {scope.name}(), used only for forwards): "
-                        "output cut from its graph where the object is the one built there and no input requires grad: "
-                        "no backward through a network whose gradients nobody reads; values and others' gradients bitwise"),
+                        "output cut from its graph where the object is the one built there and no input requires grad "
+                        "(graph_cut): no backward through a network whose gradients nobody reads; values bitwise"),
                         EXACT))
                 if done:
                     marks.add(id(st.value))
@@ -380,10 +380,10 @@ class HotTargetGraphCut(Transform):
                                       EXACT))
         if not forwards:
             return None, sites
-        nodes = {id(n): n for n in ast.walk(ctx.tree)}
+        nodes = {id(n): n for n in ast.walk(ctx.tree) if isinstance(n, ast.expr)}
         lines = ctx.code.splitlines()
 
-        def key(node: ast.AST) -> Tuple[int, int, int, int]:
+        def key(node: ast.expr) -> Tuple[int, int, int, int]:
             def col(line: int, offset: int) -> int:
                 return len(lines[line - 1].encode()[:offset].decode(errors="replace"))
             end = node.end_lineno or node.lineno
