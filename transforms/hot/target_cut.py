@@ -215,12 +215,15 @@ class _Proof:
         seen.add((id(scope), name))
         if depth > _MAX_DEPTH:
             return "passed too deep to follow"
+        problem: Optional[str] = None  # scope-wide; the loads below are still visited (their forwards)
         for node in ast.walk(scope):
+            if isinstance(node, ast.Name) and node.id in ("locals", "vars", "eval", "exec", "globals"):
+                problem = problem or f"{scope.name}() calls {node.id}(), which can reach `{name}`"
             if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
-                return f"`{name}` is declared {type(node).__name__.lower()}"
+                problem = problem or f"`{name}` is declared {type(node).__name__.lower()}"
             if node is not scope and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)) \
                     and _reads_free(node, name):
-                return f"`{name}` is read by a nested {type(node).__name__}"
+                problem = problem or f"`{name}` is read by a nested {type(node).__name__}"
         problems: List[str] = []  # every load is visited: the forwards are gathered even when refused
         for node in _own_nodes(scope):
             if not (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)):
@@ -228,7 +231,7 @@ class _Proof:
             why = self._use(name, node, scope, calls, depth, seen)
             if why:
                 problems.append(why)
-        return min(problems, key=len) if problems else None
+        return problem or (min(problems, key=len) if problems else None)
 
     def _use(self, name: str, node: ast.Name, scope: ast.FunctionDef, calls: List[Tuple[ast.Call, ast.FunctionDef]],
              depth: int, seen: Set[Tuple[int, str]]) -> Optional[str]:

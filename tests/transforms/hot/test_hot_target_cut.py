@@ -216,6 +216,13 @@ def make():
     y = q_target(torch.randn(2, 4))
     return q_target
 ''', "is passed to a Return"),
+    "reachable through locals()": (_NET + '''
+def run(q, s2):
+    q_target = Qnet()
+    loss = (q(s2) - q_target(s2)).pow(2).mean()
+    loss.backward()
+    return locals()
+''', "calls locals()"),
     "bound twice": (_NET + '''
 def run(q, s2):
     q_target = Qnet()
