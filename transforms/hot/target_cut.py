@@ -25,9 +25,10 @@ network built right there:
   ``__init__`` only calls ``super().__init__()`` and sets ``self.x`` to fresh layers or constants,
   whose methods set nothing on ``self`` afterwards, read no module-level name but imports and
   constants (a shared encoder held in a global would lose its gradient) and register no hook;
-* every use of ``N`` is a forward call, ``N.load_state_dict(...)`` / ``N.eval()`` / ``N.train()``
-  as a statement, ``N.state_dict()``, or an argument of a function of this file whose parameter is
-  used the same way (followed there). ``N.parameters()``, any other attribute, storing ``N`` or
+* every use of ``N`` is a forward call, ``N.load_state_dict(...)`` / ``N.eval()`` / ``N.train()`` /
+  ``N.to(device)`` (and ``cpu``/``cuda``/``float``/``double``: the same object) as a statement,
+  ``N.state_dict()``, or an argument of a function of this file whose parameter is used the same
+  way (followed there). ``N.parameters()``, any other attribute, storing ``N`` or
   passing it to other code, and reads of it from nested functions are refused: its parameters,
   and so their gradients, are reachable through nothing else;
 * each forward's output is followed (:class:`.flow.Flow`, ``backward()`` allowed): refused where
@@ -68,7 +69,7 @@ LEAF_LAYERS = frozenset("""
     """.split())
 CONTAINERS = frozenset({"Sequential", "ModuleList"})
 #: methods of the network allowed as statements (they read no gradient and hand out no parameter)
-STATEMENT_METHODS = frozenset({"load_state_dict", "eval", "train"})
+STATEMENT_METHODS = frozenset({"load_state_dict", "eval", "train", "to", "cpu", "cuda", "float", "double"})
 _GRAD_MODES = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"})
 _BUILTINS = frozenset(dir(builtins))
 _MAX_DEPTH = 4
@@ -356,7 +357,7 @@ class HotTargetGraphCut(Transform):
                 if not live:
                     continue
                 if why:
-                    if not _trained(scope, name, ctx.imports):
+                    if not _trained(scope, name):
                         sites.append(Site(ID, st.lineno, st.end_lineno or st.lineno, SKIPPED,
                                           f"network `{name}`: {why}"))
                     continue
@@ -418,15 +419,11 @@ class HotTargetGraphCut(Transform):
         return stmt is not None and ast_guarded(stmt, stmt_parents, ctx.imports)
 
 
-def _trained(scope: ast.FunctionDef, name: str, imports) -> bool:
-    """Whether ``scope`` gives ``name``'s parameters to a torch optimizer (a trained network: no report)."""
-    for call in ast.walk(scope):
-        if isinstance(call, ast.Call) and (imports.qualify(call.func) or "").startswith("torch.optim."):
-            for n in ast.walk(call):
-                if isinstance(n, ast.Attribute) and n.attr in ("parameters", "named_parameters") \
-                        and isinstance(n.value, ast.Name) and n.value.id == name:
-                    return True
-    return False
+def _trained(scope: ast.FunctionDef, name: str) -> bool:
+    """Whether ``scope`` hands out ``name``'s parameters (a trained or inspected network, not a
+    target: refused without a report, or every model of every file would carry one)."""
+    return any(isinstance(n, ast.Attribute) and n.attr in ("parameters", "named_parameters")
+               and isinstance(n.value, ast.Name) and n.value.id == name for n in ast.walk(scope))
 
 
 class _Editor(cst.CSTTransformer):

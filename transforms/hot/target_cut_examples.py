@@ -91,8 +91,7 @@ EXAMPLES = [
             "    return train(q, q_target, optimizer, batches(3))\n"
         ),
         rewritten=False,
-        reason="`q_target.parameters` is read",
-        note="parameters handed out (frozen by hand here; could go to an optimizer): left alone",
+        note="parameters handed out (frozen by hand here; could go to an optimizer): left alone, unreported",
     ),
     Example(
         code=_NET + _TRAIN + (

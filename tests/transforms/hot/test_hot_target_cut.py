@@ -261,3 +261,41 @@ def run(q, s, s2):
 '''
     out, sites = rewrite(code)
     assert out == code and not [s for s in sites if s.transform == ID]
+
+
+def test_network_whose_parameters_are_read_is_not_reported():
+    """A trained or inspected network (its parameters handed out) is no target: no site at all
+    (every model of every file would otherwise carry a skip)."""
+    code = _NET + '''
+def run(x):
+    net = Qnet()
+    loss = net(x).sum()
+    return torch.autograd.grad(loss, list(net.parameters()))
+'''
+    out, sites = rewrite(code)
+    assert out == code and not [s for s in sites if s.transform == ID]
+
+
+def test_moved_to_a_device_as_a_statement_still_proven():
+    code = _NET + '''
+def run(q, s, s2, device):
+    q_target = Qnet()
+    q_target.to(device)
+    q_target.eval()
+    loss = (q(s) - q_target(s2)).pow(2).mean()
+    loss.backward()
+    return loss.item()
+'''
+    out, sites = rewrite(code)
+    assert "_sb_target_forward(q_target, s2)" in out
+    a, b = load(code), load(out)
+    torch.manual_seed(0)
+    q = a["Qnet"]()
+    s, s2 = torch.randn(3, 4), torch.randn(3, 4)
+    torch.manual_seed(1)
+    la = a["run"](q, s, s2, "cpu")
+    ga = [p.grad.clone() for p in q.parameters()]
+    q.zero_grad(set_to_none=True)
+    torch.manual_seed(1)
+    lb = b["run"](q, s, s2, "cpu")
+    assert la == lb and same(ga, [p.grad for p in q.parameters()])
