@@ -11,7 +11,11 @@
   ``torch.FloatTensor(list)`` for one observation ``[obs]`` (1 x 4: below MIN_ELEMENTS, the guard's
   cost only) and replay-buffer batches (8 x 4, 32 x obs 4, 64 x obs 17, 256 x obs 84),
   vs ``tensor_from_arrays`` (hot.tensor_from_arrays), and the guard's cost on a list of Python
-  lists (the fallback: the original call plus the check).
+  lists (the fallback: the original call plus the check);
+* target networks: one minimalRL DQN update (batch 32, 4-128-128-2 MLPs, smooth L1 to
+  ``r + gamma * q_target(s2).max(1)[0]``, Adam step) with the target's forward as written vs through
+  ``target_forward`` of a marked network (hot.target_graph_cut), and the forward alone of an
+  unmarked network through it (the fallback: the guard's cost).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import median_time  # noqa: E402
 
 from scalebox_cst.runtime.hot_distributions import categorical_probs  # noqa: E402
+from scalebox_cst.runtime.hot_target import grads_unread, target_forward  # noqa: E402
 from scalebox_cst.runtime.hot_tensors import tensor_from_arrays  # noqa: E402
 
 
@@ -82,6 +87,37 @@ def main() -> None:
     t0 = median_time(lambda: torch.tensor(lists), number, repeat)
     t1 = median_time(lambda: tensor_from_arrays(torch.tensor, lists), number, repeat)
     row("torch.tensor(32 Python lists) (fallback: guard cost)", t0, t1)
+    target_pattern(number, repeat)
+
+
+def target_pattern(number: int, repeat: int) -> None:
+    import torch.nn.functional as F
+
+    def qnet():
+        return torch.nn.Sequential(torch.nn.Linear(4, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128),
+                                   torch.nn.ReLU(), torch.nn.Linear(128, 2))
+
+    torch.manual_seed(0)
+    q, q_target, plain = qnet(), grads_unread(qnet()), qnet()
+    opt = torch.optim.Adam(q.parameters(), lr=1e-4)
+    s, s2, r, done = torch.randn(32, 4), torch.randn(32, 4), torch.randn(32, 1), torch.ones(32, 1)
+    a = torch.randint(0, 2, (32, 1))
+
+    def update(forward):
+        q_a = q(s).gather(1, a)
+        target = r + 0.98 * forward(q_target, s2).max(1)[0].unsqueeze(1) * done
+        loss = F.smooth_l1_loss(q_a, target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    n = max(number // 5, 20)
+    t0 = median_time(lambda: update(lambda net, x: net(x)), n, repeat)
+    t1 = median_time(lambda: update(target_forward), n, repeat)
+    row("DQN update, target forward (32 x 4-128-128-2)", t0, t1)
+    t0 = median_time(lambda: plain(s2), number, repeat)
+    t1 = median_time(lambda: target_forward(plain, s2), number, repeat)
+    row("unmarked network through target_forward (guard cost)", t0, t1)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 Loops are vectorized first (they read the user's original code), then distributions and tensors
 from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays, then hot.fresh_on_device on what
-those leave), then clipping is inserted, then acting forwards are put under no_grad (hot.no_grad),
-then (opt in, level "reassociated") module methods are compiled (accelerate.compile) and logged numbers are
+those leave), then clipping is inserted, then acting forwards are put under no_grad (hot.no_grad) and target
+networks' graphs are cut (hot.target_graph_cut), then (opt in, level "reassociated") module methods are compiled (accelerate.compile) and logged numbers are
 read after their loop (accelerate.defer_sync), then device ops are swapped (they may also touch what
 earlier transforms emitted).
 """
@@ -14,6 +14,7 @@ from typing import Dict, List, Type
 from .base import Example, FileContext, Transform
 from .grad_clip import GradClip
 from .hot.no_grad import HotNoGrad
+from .hot.target_cut import HotTargetGraphCut
 from .precision import AutocastTransform
 from .accelerate.compile import AccelerateCompile
 from .accelerate.defer_sync import AccelerateDeferSync
@@ -37,6 +38,7 @@ REGISTRY: List[Type[Transform]] = [
     HotFreshOnDevice,
     GradClip,
     HotNoGrad,
+    HotTargetGraphCut,
     AutocastTransform,  # off by default (not in DEFAULT_TRANSFORMS): --transform or [precision] mode
     AccelerateCompile,
     AccelerateDeferSync,

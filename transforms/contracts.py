@@ -100,6 +100,20 @@ CONTRACTS: Dict[str, Tuple[Tuple[str, ...], str]] = {
         ".sample() of the same distribution, or a buffer of them, are always in the support",
         "sample, log_prob, entropy and probs bitwise the original's (validation computes nothing they use)",
     ), "Categorical(probs=p) is built as written, with validation as configured"),
+    "graph_cut": ((
+        "statically: the network is bound once in a function to a fresh module (torch.nn layers, or a class of "
+        "this file deriving from nn.Module alone, building only layers and constants, reading no module-level "
+        "name but imports and constants, registering no hook, setting nothing on self after __init__) and is "
+        "used only for forwards, load_state_dict/eval/train statements, state_dict() and as an argument of "
+        "this file's functions that use it so: its parameters' gradients are read nowhere",
+        "statically: the forward's output is not changed in place, stored, returned or passed to unknown code, "
+        "and no autograd state of it is read (backward() is allowed)",
+        "at run time: the module object is the one marked where it was built, the output is a plain tensor "
+        "that requires grad, every argument is a tensor that does not require grad or a Python scalar/None/str, "
+        "and no global module forward or backward hook is registered",
+        "the output comes back as out.detach().requires_grad_(): same values, requires_grad kept, every other "
+        "tensor's gradient bitwise the same (the cut branch reached only the target's parameters)",
+    ), "the forward's output is returned as written (graph kept)"),
 }
 #: names a reason may use for an entry (``batch_range`` is checked as ``batch_zip`` is)
 ALIASES = {"batch_range": "batch_zip", "loss_range": "loss_zip"}

@@ -36,8 +36,12 @@ LOG_RECEIVERS = ("writer", "logger", "wandb", "logging", "tb", "summary", "log")
 class Flow:
     """Follows values of one scope. ``scope`` is a FunctionDef or the Module."""
 
-    def __init__(self, scope: ast.AST, tree: ast.Module, imports, user_samples: bool, is_forward=None) -> None:
+    def __init__(self, scope: ast.AST, tree: ast.Module, imports, user_samples: bool, is_forward=None,
+                 allow: frozenset = frozenset()) -> None:
         self.scope = scope
+        #: autograd attributes a value may reach (hot.target_graph_cut: ``backward``, since its
+        #: rewrite keeps ``requires_grad``; hot.no_grad: none)
+        self.allow = allow
         self.is_forward = is_forward or (lambda call: False)  # a module call: its result holds the value
         self.imports = imports
         self.user_samples = user_samples  # a class of this file defines sample(): not grad-free
@@ -123,7 +127,7 @@ class Flow:
             p = self.parents.get(node)
             if isinstance(p, ast.Attribute):
                 attr = p.attr
-                if attr in GRAD_ATTRS:
+                if attr in GRAD_ATTRS and attr not in self.allow:
                     return f"reads .{attr}"
                 call = self.parents.get(p)
                 if isinstance(call, ast.Call) and call.func is p:
