@@ -6,7 +6,10 @@ compare bit for bit.
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, Inputs
+
+#: each rewritten example defines run(seed); both sides run on seeds 0 and 1 and compare bitwise
+_RUN = Inputs("run", "seed", seeds=(0, 1))
 
 _NET = (
     "import copy\n"
@@ -56,6 +59,8 @@ EXAMPLES = [
             "    return losses, [p.detach() for p in q.parameters()]\n"
         ),
         rewritten=True,
+        expected="minimalrl_dqn_target",
+        inputs=_RUN,
         note="minimalRL DQN: the target net passed to train() and used for the TD target",
     ),
     Example(
@@ -77,6 +82,8 @@ EXAMPLES = [
             "    return out, [p.detach() for p in v.parameters()]\n"
         ),
         rewritten=True,
+        expected="sequential_target",
+        inputs=_RUN,
         note="a local nn.Sequential target value network inside one expression",
     ),
     Example(
