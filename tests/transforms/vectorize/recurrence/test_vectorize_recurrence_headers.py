@@ -6,8 +6,6 @@ reason, the file untouched); look-alikes that walk forward or by another stride 
 from __future__ import annotations
 
 import ast
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +18,8 @@ from scalebox_cst.runtime import vectorized as vectorized_mod
 from scalebox_cst.transforms.vectorize.recurrence import backward
 from scalebox_cst.transforms.vectorize.recurrence.candidates import _coefficient
 
-from test_vectorize_recurrence import HYP, dtypes, rewrite, run_both, same_namespaces, tensor  # noqa: E402
+from differential import HYP, dtypes, same_namespaces, tensor
+from recurrence_harness import rewrite, run_both
 
 _MIN_STEPS = dict(vectorized_mod.MIN_STEPS)
 

@@ -4,9 +4,7 @@ original loop vs the rewrite with the tier, and vs the rewrite with the tier tur
 vectorized steps behind it), bitwise; look-alikes that must not get the tier."""
 from __future__ import annotations
 
-import os
 import struct
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ from scalebox_cst.report import EXACT
 from scalebox_cst.runtime import fused as fused_mod
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
-from test_vectorize_recurrence import SB3 as SB3_BUFFER  # noqa: E402
+from recurrence_harness import SB3 as SB3_BUFFER
 import harness
 
 pytestmark = pytest.mark.skipif(not fused_mod.available(), reason="the _fused_c extension is not built")
