@@ -20,7 +20,9 @@ module itself. Comparing values (bitwise, namespaces) is in ``differential.py``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import linecache
+import sys
 import textwrap
 import types
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
@@ -96,6 +98,19 @@ def load(code: Code, name: Optional[str] = None, filename: str = "<t>", module: 
     return ns if name is None else ns[name]
 
 
+def load_path(path: str, module: str, register: bool = False) -> types.ModuleType:
+    """The file at ``path`` (a benchmark, a kernel table) imported as module ``module`` without
+    its folder on ``sys.path``; ``register``: in ``sys.modules`` first (dataclasses look their
+    module up there), an already registered one is run again."""
+    spec = importlib.util.spec_from_file_location(module, path)
+    assert spec is not None and spec.loader is not None, path
+    loaded = importlib.util.module_from_spec(spec)
+    if register:
+        loaded = sys.modules.setdefault(module, loaded)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
 def outcome(code: Code, namespace: Dict[str, Any], filename: str = "<t>") -> Optional[type]:
     """Run ``code`` in ``namespace``: None, or the type of the exception it raised (a rewrite must
     fail the way the original does)."""
@@ -145,7 +160,7 @@ def pair(src: str, name: str, transforms: Transforms = None, backend: str = "cpu
     """``(original name, rewritten name, rewritten text, sites)``: the objects to call side by side."""
     out, sites = rewrite(src, transforms, backend, dedent=dedent, options=options)
     original = textwrap.dedent(src) if dedent else src
-    return load(original, name), load(out, name), out, sites
+    return load(original, name, filename="orig"), load(out, name, filename="new"), out, sites
 
 
 def rewritten_sites(sites: Iterable[Site], transform: Optional[str] = None) -> List[Site]:
