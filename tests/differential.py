@@ -17,6 +17,8 @@ import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+import harness
+
 #: hypothesis settings of the differential tests (each example rewrites nothing: the rewrite is cached)
 HYP = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -114,3 +116,29 @@ def arrays(kind: str, seed: int, shape, dtype, what: str = "normal"):
     """A tensor (``kind`` "torch") or numpy array of ``dtype`` (a torch dtype)."""
     t = tensor(seed, shape, dtype, what)
     return t if kind == "torch" else t.numpy()
+
+
+# ------------------------------------------------------------------ snippets several files run
+
+#: PyTorch's actor-critic example's loss loop over saved (log_prob, value) pairs (vectorize.reduction)
+LOSS_LOOP = """\
+from collections import namedtuple
+import torch
+import torch.nn.functional as F
+SavedAction = namedtuple('SavedAction', ['log_prob', 'value'])
+def f(saved_actions, returns):
+    policy_losses = []
+    value_losses = []
+    for (log_prob, value), R in zip(saved_actions, returns):
+        advantage = R - value.item()
+        policy_losses.append(-log_prob * advantage)
+        value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))
+    return torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
+"""
+
+
+def loss_spy(monkeypatch):
+    """What the loss-loop guards returned (None: the loop ran) while the test ran."""
+    from scalebox_cst.runtime import vectorized
+
+    return harness.GuardSpy(monkeypatch, vectorized, ("loss_zip", "loss_range"))

@@ -20,6 +20,7 @@ module itself. Comparing values (bitwise, namespaces) is in ``differential.py``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import linecache
 import sys
@@ -155,12 +156,54 @@ def spy(owner: Any, attr: str) -> Iterator[List[Any]]:
         setattr(owner, attr, real)
 
 
+_REWRITES: Dict[Tuple[Any, ...], Tuple[str, List[Site]]] = {}
+
+
 def pair(src: str, name: str, transforms: Transforms = None, backend: str = "cpu", *, dedent: bool = True,
-         options: Optional[Dict[str, Dict[str, Any]]] = None) -> Tuple[Any, Any, str, List[Site]]:
-    """``(original name, rewritten name, rewritten text, sites)``: the objects to call side by side."""
-    out, sites = rewrite(src, transforms, backend, dedent=dedent, options=options)
+         options: Optional[Dict[str, Dict[str, Any]]] = None, cached: bool = False) -> Tuple[Any, Any, str, List[Site]]:
+    """``(original name, rewritten name, rewritten text, sites)``: the objects to call side by side,
+    each from a fresh module (a test may patch one's globals). ``cached``: rewrite each snippet once
+    per session (hypothesis pairs it per example; a transform patched by the test is not seen)."""
+    key = (src, repr(transforms), backend, dedent, repr(options))
+    if cached and key in _REWRITES:
+        out, sites = _REWRITES[key]
+    else:
+        out, sites = rewrite(src, transforms, backend, dedent=dedent, options=options)
+        if cached:
+            _REWRITES[key] = (out, sites)
+    sites = list(sites)
     original = textwrap.dedent(src) if dedent else src
     return load(original, name, filename="orig"), load(out, name, filename="new"), out, sites
+
+
+def call_both(original: Callable[..., Any], rewritten: Callable[..., Any], *args: Any,
+              clone: Callable[[Any], Any] = copy.deepcopy) -> Tuple[List[Any], List[Any], Any, Any]:
+    """Call both sides on clones of ``args``: ``(original's args after, rewrite's args after,
+    original's result, rewrite's result)``; in-place writes show in the args."""
+    a, b = [clone(x) for x in args], [clone(x) for x in args]
+    return a, b, original(*a), rewritten(*b)
+
+
+class GuardSpy:
+    """Records what the run-time guards ``names`` of ``owner`` returned while a test runs (None:
+    the loop ran), patched through pytest's ``monkeypatch`` (undone after the test)."""
+
+    def __init__(self, monkeypatch: Any, owner: Any, names: Sequence[str]) -> None:
+        self.results: List[Any] = []
+        for name in names:
+            real = getattr(owner, name)
+
+            def wrapped(*args: Any, _real: Callable[..., Any] = real, **kwargs: Any) -> Any:
+                result = _real(*args, **kwargs)
+                self.results.append(result)
+                return result
+
+            monkeypatch.setattr(owner, name, wrapped)
+
+    @property
+    def fast(self) -> bool:
+        """Some guard let the vectorized branch run."""
+        return any(r is not None for r in self.results)
 
 
 def rewritten_sites(sites: Iterable[Site], transform: Optional[str] = None) -> List[Site]:

@@ -22,7 +22,7 @@ from scalebox_cst.report import SKIPPED
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_corpus import RuntimeTrace, compare, corpus  # noqa: E402
+from corpus_harness import RuntimeTrace, compare, corpus  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -3,7 +3,6 @@ commit, none of them this repository's test corpus; the harness serves both gym 
 run at its step budget; a manifest entry with a missing repository fails with one line.
 """
 import harness
-import json
 import os
 import re
 import subprocess

@@ -7,7 +7,6 @@ original and rewritten on the same random inputs: bitwise equal where the site c
 and the vectorized branch must have run (its runtime guard is traced).
 """
 import os
-import sys
 
 import pytest
 import torch
