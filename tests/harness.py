@@ -80,8 +80,9 @@ def rewrite(src: str, transforms: Transforms = None, backend: str = "cpu", *, de
 
 
 def compiled(code: Code, filename: str = "<t>") -> types.CodeType:
-    """``code`` (text, bytes or an already compiled module) as a module's code object."""
-    return code if isinstance(code, types.CodeType) else compile(code, filename, "exec")
+    """``code`` (text, bytes or an already compiled module) as a module's code object, compiled as
+    its own module would be (no ``__future__`` flags inherited from the harness)."""
+    return code if isinstance(code, types.CodeType) else compile(code, filename, "exec", dont_inherit=True)
 
 
 def load(code: Code, name: Optional[str] = None, filename: str = "<t>", module: Optional[str] = None,
