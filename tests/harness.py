@@ -14,8 +14,14 @@ file binds them to its transform::
 Running both sides at module level on copies of the same inputs is :func:`run_pair`; a test that
 wants the whole :class:`FileResult` (report, error, output bytes) asks :func:`rewrite_result`, and one
 that rewrites several files through one pipeline (caches, timings) asks :func:`pipeline`.
-``tests/test_layout.py`` checks that no other test file builds a ``Pipeline`` or execs code as a
-module itself. Comparing values (bitwise, namespaces) is in ``differential.py``.
+Calling two functions on clones of the same arguments is :func:`call_both`; recording what a run-time
+guard answered is :func:`spy` (a context) or :class:`GuardSpy` (pytest's monkeypatch); a benchmark
+or kernel file is imported by :func:`load_path`. ``tests/test_layout.py`` checks that no other test
+file builds a ``Pipeline``, execs or compiles code as a module, or imports another test file.
+
+Siblings, one concept each: ``differential.py`` compares values (bitwise, namespaces) and draws
+inputs; ``recurrence_harness.py`` runs ``vectorize.recurrence`` snippets with the guard's branch
+checked; ``corpus_harness.py`` reads the public-code corpus and compares its runs.
 """
 from __future__ import annotations
 
