@@ -446,7 +446,7 @@ def test_layout_check_finds_misplaced_tests(tmp_path):
 
 # ---------------------------------------------------------------- one differential harness
 #: the shared harness: the only test-side modules that build a Pipeline or run code as a module
-HARNESS = {"harness.py", "differential.py", "recurrence_harness.py", "corpus_harness.py"}
+HARNESS = {"harness.py", "differential.py", "recurrence_harness.py", "corpus_harness.py", "importhook_project.py"}
 #: test files whose subject is the pipeline or the loading itself, each with why
 OWN_MECHANICS_ALLOWED = {
     "scalebox_cst/test_pipeline.py": "its subject is the pipeline (transform instances, reuse, failures)",
@@ -455,9 +455,9 @@ OWN_MECHANICS_ALLOWED = {
 }
 #: test files that import another test file's fixtures (not differential helpers), each with why
 TEST_IMPORTS_ALLOWED = {
-    "scalebox_cst/test_tmpnames.py": "the import hook's and the rollback's fixtures",
-    "scalebox_cst/test_rollback_edits.py": "the rollback's fixtures",
-    "scalebox_cst/monitor/test_monitor_browser.py": "the monitor API's fixtures",
+    "scalebox_cst/test_tmpnames.py": "the rollback's fixtures (same folder)",
+    "scalebox_cst/test_rollback_edits.py": "the rollback's fixtures (same folder)",
+    "scalebox_cst/monitor/test_monitor_browser.py": "the monitor API's fixtures (same folder)",
 }
 
 
