@@ -10,30 +10,68 @@ file binds them to its transform::
 
     rewrite = rewriter("vectorize.reduction")          # (output text, sites)
     pair = pairer("vectorize.reduction")               # (original fn, rewritten fn, text, sites)
+
+Running both sides at module level on copies of the same inputs is :func:`run_pair`; a test that
+wants the whole :class:`FileResult` (report, error, output bytes) asks :func:`rewrite_result`, and one
+that rewrites several files through one pipeline (caches, timings) asks :func:`pipeline`.
+Calling two functions on clones of the same arguments is :func:`call_both`; recording what a run-time
+guard answered is :func:`spy` (a context) or :class:`GuardSpy` (pytest's monkeypatch); a benchmark
+or kernel file is imported by :func:`load_path`. ``tests/test_layout.py`` checks that no other test
+file builds a ``Pipeline``, execs or compiles code as a module, or imports another test file.
+
+Siblings, one concept each: ``differential.py`` compares values (bitwise, namespaces) and draws
+inputs; ``recurrence_harness.py`` runs ``vectorize.recurrence`` snippets with the guard's branch
+checked; ``corpus_harness.py`` reads the public-code corpus and compares its runs.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
+import importlib.util
 import linecache
+import sys
 import textwrap
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+import types
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.pipeline import FileResult, Pipeline
 from scalebox_cst.report import Site
 
-Transforms = Union[None, str, Sequence[str]]
+Transforms = Union[None, str, Sequence[str], Config]
+Code = Union[str, bytes, types.CodeType]
 #: the file name a documented example is rewritten as (site labels in its golden output show it)
 EXAMPLE_PATH = "example.py"
 
 
 def config(transforms: Transforms = None, options: Optional[Dict[str, Dict[str, Any]]] = None) -> Config:
-    """A config running ``transforms`` (an id or glob, a list of them, or None: the defaults) with
-    ``options`` (``{section: {key: value}}``) set."""
-    cfg = Config() if transforms is None else Config(transforms=[transforms] if isinstance(transforms, str) else list(transforms))
+    """A config running ``transforms`` (an id or glob, a list of them, None: the defaults, or a
+    ready :class:`Config`) with ``options`` (``{section: {key: value}}``) set."""
+    if isinstance(transforms, Config):
+        cfg = transforms
+    else:
+        cfg = Config() if transforms is None else Config(transforms=[transforms] if isinstance(transforms, str) else list(transforms))
     for section, table in (options or {}).items():
         for key, value in table.items():
             cfg.set_option(section, key, value)
     return cfg
+
+
+def pipeline(transforms: Transforms = None, backend: str = "cpu", *,
+             options: Optional[Dict[str, Dict[str, Any]]] = None, **kwargs: Any) -> Pipeline:
+    """The pipeline :func:`rewrite` uses, for a test that rewrites several files through one
+    (its caches, its timings); ``kwargs`` go to :class:`Pipeline` (``transforms=[...]`` instances)."""
+    return Pipeline(config(transforms, options), backend=backend, **kwargs)
+
+
+def rewrite_result(src: Union[str, bytes], transforms: Transforms = None, backend: str = "cpu", *,
+                   dedent: bool = False, options: Optional[Dict[str, Dict[str, Any]]] = None,
+                   path: str = "t.py") -> FileResult:
+    """The pipeline's whole :class:`FileResult` for ``src`` (text or bytes, as given unless
+    ``dedent``), rewritten as file ``path``: report, error and output bytes."""
+    if isinstance(src, str):
+        src = (textwrap.dedent(src) if dedent else src).encode()
+    return pipeline(transforms, backend, options=options).rewrite(path, src)
 
 
 def rewrite(src: str, transforms: Transforms = None, backend: str = "cpu", *, dedent: bool = True,
@@ -41,31 +79,138 @@ def rewrite(src: str, transforms: Transforms = None, backend: str = "cpu", *, de
             check: bool = True) -> Tuple[str, List[Site]]:
     """``(rewritten text, sites)`` of ``src`` through the pipeline; ``check``: the file's report
     has no error (a transform that failed would leave the file unchanged and look like a skip)."""
-    text = textwrap.dedent(src) if dedent else src
-    result = Pipeline(config(transforms, options), backend=backend).rewrite(path, text.encode())
+    result = rewrite_result(src, transforms, backend, dedent=dedent, options=options, path=path)
     if check:
         assert result.report.error is None, result.report.error
     return result.output.decode(), list(result.report.sites)
 
 
-def load(code: str, name: Optional[str] = None, filename: str = "<t>", module: Optional[str] = None,
-         cache_lines: bool = False) -> Any:
-    """Execute ``code`` as a fresh module: its namespace, or the object ``name`` in it.
-    ``cache_lines``: its lines go to ``linecache`` under ``filename`` (tracebacks and ``inspect``
-    show them)."""
+def compiled(code: Code, filename: str = "<t>") -> types.CodeType:
+    """``code`` (text, bytes or an already compiled module) as a module's code object, compiled as
+    its own module would be (no ``__future__`` flags inherited from the harness)."""
+    return code if isinstance(code, types.CodeType) else compile(code, filename, "exec", dont_inherit=True)
+
+
+def load(code: Code, name: Optional[str] = None, filename: str = "<t>", module: Optional[str] = None,
+         cache_lines: bool = False, namespace: Optional[Dict[str, Any]] = None) -> Any:
+    """Execute ``code`` as a module: its namespace, or the object ``name`` in it. The namespace is
+    fresh (``__name__`` = ``module`` if given) unless ``namespace`` is given (the globals the code
+    runs in: a test's inputs). ``cache_lines``: its lines go to ``linecache`` under ``filename``
+    (tracebacks and ``inspect`` show them)."""
     if cache_lines:
-        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    ns: Dict[str, Any] = {} if module is None else {"__name__": module}
-    exec(compile(code, filename, "exec"), ns)
+        text = code.decode() if isinstance(code, bytes) else code
+        assert isinstance(text, str), "cache_lines needs the source text"
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    ns: Dict[str, Any] = namespace if namespace is not None else {} if module is None else {"__name__": module}
+    exec(compiled(code, filename), ns)
     return ns if name is None else ns[name]
 
 
+def load_path(path: str, module: str, register: bool = False) -> types.ModuleType:
+    """The file at ``path`` (a benchmark, a kernel table) imported as module ``module`` without
+    its folder on ``sys.path``; ``register``: in ``sys.modules`` first (dataclasses look their
+    module up there), an already registered one is run again."""
+    spec = importlib.util.spec_from_file_location(module, path)
+    assert spec is not None and spec.loader is not None, path
+    loaded = importlib.util.module_from_spec(spec)
+    if register:
+        loaded = sys.modules.setdefault(module, loaded)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def outcome(code: Code, namespace: Dict[str, Any], filename: str = "<t>") -> Optional[type]:
+    """Run ``code`` in ``namespace``: None, or the type of the exception it raised (a rewrite must
+    fail the way the original does)."""
+    try:
+        load(code, filename=filename, namespace=namespace)
+    except Exception as exc:
+        return type(exc)
+    return None
+
+
+def run_pair(original: Code, rewritten: Code, env: Dict[str, Any], *,
+             clone: Callable[[Dict[str, Any]], Dict[str, Any]] = dict,
+             around_rewrite: Callable[[], Any] = contextlib.nullcontext,
+             around_original: Callable[[], Any] = contextlib.nullcontext) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Run ``original`` and ``rewritten`` at module level, each in ``clone(env)``, the rewrite
+    inside the context ``around_rewrite()`` returns (spies, a profiler, an alarm); both must
+    raise the same exception type or none. ``(original namespace, rewritten namespace)``."""
+    ns1, ns2 = clone(env), clone(env)
+    with around_original():
+        err1 = outcome(original, ns1, "orig")
+    with around_rewrite():
+        err2 = outcome(rewritten, ns2, "new")
+    assert err1 is err2, (err1, err2)
+    return ns1, ns2
+
+
+@contextlib.contextmanager
+def spy(owner: Any, attr: str) -> Iterator[List[Any]]:
+    """Replace ``owner.attr`` (a run-time guard, a kernel) by a wrapper that records what each call
+    returns, in the list this yields; restored on exit."""
+    real = getattr(owner, attr)
+    answers: List[Any] = []
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        answers.append(real(*args, **kwargs))
+        return answers[-1]
+
+    setattr(owner, attr, spying)
+    try:
+        yield answers
+    finally:
+        setattr(owner, attr, real)
+
+
+_REWRITES: Dict[Tuple[Any, ...], Tuple[str, List[Site]]] = {}
+
+
 def pair(src: str, name: str, transforms: Transforms = None, backend: str = "cpu", *, dedent: bool = True,
-         options: Optional[Dict[str, Dict[str, Any]]] = None) -> Tuple[Any, Any, str, List[Site]]:
-    """``(original name, rewritten name, rewritten text, sites)``: the objects to call side by side."""
-    out, sites = rewrite(src, transforms, backend, dedent=dedent, options=options)
+         options: Optional[Dict[str, Dict[str, Any]]] = None, cached: bool = False) -> Tuple[Any, Any, str, List[Site]]:
+    """``(original name, rewritten name, rewritten text, sites)``: the objects to call side by side,
+    each from a fresh module (a test may patch one's globals). ``cached``: rewrite each snippet once
+    per session (hypothesis pairs it per example; a transform patched by the test is not seen)."""
+    key = (src, repr(transforms), backend, dedent, repr(options))
+    if cached and key in _REWRITES:
+        out, sites = _REWRITES[key]
+    else:
+        out, sites = rewrite(src, transforms, backend, dedent=dedent, options=options)
+        if cached:
+            _REWRITES[key] = (out, sites)
+    sites = list(sites)
     original = textwrap.dedent(src) if dedent else src
-    return load(original, name), load(out, name), out, sites
+    return load(original, name, filename="orig"), load(out, name, filename="new"), out, sites
+
+
+def call_both(original: Callable[..., Any], rewritten: Callable[..., Any], *args: Any,
+              clone: Callable[[Any], Any] = copy.deepcopy) -> Tuple[List[Any], List[Any], Any, Any]:
+    """Call both sides on clones of ``args``: ``(original's args after, rewrite's args after,
+    original's result, rewrite's result)``; in-place writes show in the args."""
+    a, b = [clone(x) for x in args], [clone(x) for x in args]
+    return a, b, original(*a), rewritten(*b)
+
+
+class GuardSpy:
+    """Records what the run-time guards ``names`` of ``owner`` returned while a test runs (None:
+    the loop ran), patched through pytest's ``monkeypatch`` (undone after the test)."""
+
+    def __init__(self, monkeypatch: Any, owner: Any, names: Sequence[str]) -> None:
+        self.results: List[Any] = []
+        for name in names:
+            real = getattr(owner, name)
+
+            def wrapped(*args: Any, _real: Callable[..., Any] = real, **kwargs: Any) -> Any:
+                result = _real(*args, **kwargs)
+                self.results.append(result)
+                return result
+
+            monkeypatch.setattr(owner, name, wrapped)
+
+    @property
+    def fast(self) -> bool:
+        """Some guard let the vectorized branch run."""
+        return any(r is not None for r in self.results)
 
 
 def rewritten_sites(sites: Iterable[Site], transform: Optional[str] = None) -> List[Site]:

@@ -17,18 +17,17 @@ import pytest
 import torch
 
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import SKIPPED
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_corpus import RuntimeTrace, compare, corpus  # noqa: E402
+from corpus_harness import RuntimeTrace, compare, corpus  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 def _exec(code, tag):
-    return harness.load(code, None, f"<audit {tag}>", module="audit", cache_lines=True)  # tests/harness.py
+    return harness.load(code, None, f"<audit {tag}>", module="audit", cache_lines=True)
 
 
 def both(name):
@@ -209,7 +208,7 @@ def compute_gae(rewards, values, dones, last_value, gamma=0.99, lam=0.95):
 
 
 def _dongparoo():
-    result = Pipeline(Config(), backend="cpu").rewrite("dongparoo.py", DONGPAROO.encode())
+    result = harness.rewrite_result(DONGPAROO, path="dongparoo.py")
     sites = [s for s in result.report.sites if s.transform == "vectorize.recurrence"]
     return sites, _exec(DONGPAROO, "dongparoo original"), _exec(result.output.decode(), "dongparoo rewritten")
 
@@ -232,7 +231,7 @@ def test_list_output_gae_left_alone_with_its_reason():
     # the loop families leave the file as written (hot.tensor_from_arrays may still guard its
     # final torch.tensor(list) calls: a whole-script rewrite with its own tests)
     loops_only = Config(transforms=[t for t in Config().transforms if not t.startswith("hot.")])
-    result = Pipeline(loops_only, backend="cpu").rewrite("dongparoo.py", DONGPAROO.encode())
+    result = harness.rewrite_result(DONGPAROO, loops_only, path="dongparoo.py")
     assert result.output.decode() == DONGPAROO
 
 
@@ -266,7 +265,7 @@ def compute_returns(
 
 
 def test_backward_walk_by_computed_index_gets_a_site():
-    result = Pipeline(Config(), backend="cpu").rewrite("returns.py", COMPUTED_INDEX.encode())
+    result = harness.rewrite_result(COMPUTED_INDEX, path="returns.py")
     loop_line = next(i + 1 for i, l in enumerate(COMPUTED_INDEX.splitlines()) if l.strip().startswith("for i in"))
     sites = [s for s in result.report.sites if s.transform == "vectorize.recurrence" and s.line == loop_line]
     assert [s.action for s in sites] == ["skipped"]
@@ -274,5 +273,5 @@ def test_backward_walk_by_computed_index_gets_a_site():
 
 
 def test_backward_walk_by_computed_index_is_left_unchanged():
-    result = Pipeline(Config(), backend="cpu").rewrite("returns.py", COMPUTED_INDEX.encode())
+    result = harness.rewrite_result(COMPUTED_INDEX, path="returns.py")
     assert result.output.decode() == COMPUTED_INDEX

@@ -2,8 +2,7 @@
 commit, none of them this repository's test corpus; the harness serves both gym APIs and ends a
 run at its step budget; a manifest entry with a missing repository fails with one line.
 """
-import importlib.util
-import json
+import harness
 import os
 import re
 import subprocess
@@ -17,10 +16,7 @@ BENCH = os.path.join(ROOT, "benchmarks")
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_public_scripts", os.path.join(BENCH, "bench_public_scripts.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return harness.load_path(os.path.join(BENCH, "bench_public_scripts.py"), "bench_public_scripts")
 
 
 def test_manifest_names_public_scripts_by_commit():

@@ -442,3 +442,78 @@ def test_layout_check_finds_misplaced_tests(tmp_path):
     assert "transforms/hot/test_no_grad.py: same name as runtime/test_no_grad.py" in found
     assert "runtime/test_no_grad.py: tests/runtime mirrors no folder" in found
     assert "test_layout.py" not in found
+
+
+# ---------------------------------------------------------------- one differential harness
+#: the shared harness: the only test-side modules that build a Pipeline or run code as a module
+HARNESS = {"harness.py", "differential.py", "recurrence_harness.py", "corpus_harness.py", "importhook_project.py"}
+#: test files whose subject is the pipeline or the loading itself, each with why
+OWN_MECHANICS_ALLOWED = {
+    "scalebox_cst/test_pipeline.py": "its subject is the pipeline (transform instances, reuse, failures)",
+    "scalebox_cst/test_config.py": "checks that building a Pipeline refuses a bad config",
+    "scalebox_cst/importhook/test_importhook.py": "its subject is module loading (a finder of its own)",
+}
+#: test files that import another test file's fixtures (not differential helpers), each with why
+TEST_IMPORTS_ALLOWED = {
+    "scalebox_cst/test_tmpnames.py": "the rollback's fixtures (same folder)",
+    "scalebox_cst/test_rollback_edits.py": "the rollback's fixtures (same folder)",
+    "scalebox_cst/monitor/test_monitor_browser.py": "the monitor API's fixtures (same folder)",
+}
+
+
+def _call_name(node):
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
+def harness_copies(tests=HERE):
+    """Test files that keep their own copy of the harness's mechanics: a ``Pipeline`` built,
+    code run with ``exec`` / compiled as a module / a file loaded as one, or another test file
+    imported (what broke when the tests moved folders)."""
+    problems = []
+    for rel in sorted(_test_files(tests)):
+        if os.path.basename(rel) in HARNESS:
+            continue
+        with open(os.path.join(tests, rel), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name = _call_name(node)
+                if name == "Pipeline":
+                    found.add("builds its own Pipeline (harness.rewrite / rewrite_result / pipeline)")
+                elif name == "exec" and isinstance(node.func, ast.Name):
+                    found.add("runs code with exec (harness.load / run_pair)")
+                elif name == "compile" and isinstance(node.func, ast.Name) and any(
+                        isinstance(a, ast.Constant) and a.value == "exec" for a in node.args[2:3] + [k.value for k in node.keywords if k.arg == "mode"]):
+                    found.add("compiles code as a module (harness.compiled / load)")
+                elif name in ("spec_from_file_location", "exec_module"):
+                    found.add("loads a file as a module (harness.load_path)")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                if any(n.split(".")[0].startswith("test_") for n in names) and rel not in TEST_IMPORTS_ALLOWED:
+                    found.add("imports another test file (shared helpers go to tests/harness.py and its siblings)")
+        if rel in OWN_MECHANICS_ALLOWED:
+            found = {p for p in found if p.startswith("imports")}
+        problems += [f"{rel}: {p}" for p in sorted(found)]
+    return problems
+
+
+def test_no_test_file_keeps_its_own_harness():
+    assert harness_copies() == []
+
+
+def test_harness_check_finds_a_planted_copy(tmp_path):
+    (tmp_path / "transforms").mkdir()
+    (tmp_path / "transforms" / "test_planted.py").write_text(
+        "from scalebox_cst.pipeline import Pipeline\nfrom test_other import rewrite\n\n"
+        "def load(code):\n    ns = {}\n    exec(compile(code, '<t>', mode='exec'), ns)\n    return ns\n\n"
+        "def run(src):\n    return Pipeline(None, 'cpu').rewrite('t.py', src)\n")
+    (tmp_path / "transforms" / "test_clean.py").write_text("import harness\nx = compile('1', '<t>', 'eval')\n")
+    (tmp_path / "harness.py").write_text("exec('1')\n")
+    found = harness_copies(str(tmp_path))
+    assert found == [f"transforms/test_planted.py: {p}" for p in (
+        "builds its own Pipeline (harness.rewrite / rewrite_result / pipeline)",
+        "compiles code as a module (harness.compiled / load)",
+        "imports another test file (shared helpers go to tests/harness.py and its siblings)",
+        "runs code with exec (harness.load / run_pair)")], found

@@ -7,7 +7,6 @@ original and rewritten on the same random inputs: bitwise equal where the site c
 and the vectorized branch must have run (its runtime guard is traced).
 """
 import os
-import sys
 
 import pytest
 import torch
@@ -289,13 +288,8 @@ def test_tab_crlf_file_inserted_clipping_matches_a_manual_clip():
 
 
 def _sweep_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sweep_real_code", os.path.join(ROOT, "benchmarks", "sweep_real_code.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("sweep_real_code", mod)  # dataclasses look their module up
-    spec.loader.exec_module(sys.modules["sweep_real_code"])
-    return sys.modules["sweep_real_code"]
+    # registered: dataclasses look their module up
+    return harness.load_path(os.path.join(ROOT, "benchmarks", "sweep_real_code.py"), "sweep_real_code", register=True)
 
 
 def test_sweep_tool_runs_clean_on_clean_files(tmp_path, capsys):

@@ -9,7 +9,7 @@ branch, which must be the user's call, bitwise).
 from __future__ import annotations
 
 from conftest import TESTS  # tests/: the corpus, fake_torch_npu and the repository root beside it
-import importlib.util
+import harness
 import os
 import sys
 import types
@@ -28,10 +28,7 @@ KERNELS = os.path.join(HERE, "fake_torch_npu", "torch_npu", "_kernels.py")
 
 
 def _load_kernels():
-    spec = importlib.util.spec_from_file_location("scalebox_test_fake_npu_kernels", KERNELS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return harness.load_path(KERNELS, "scalebox_test_fake_npu_kernels")
 
 
 K = _load_kernels()

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from scalebox_cst.runtime.fused import available, fused_linear, params_of
+import harness
 
 HAS_KERNEL = available()
 needs_kernel = pytest.mark.skipif(
@@ -143,7 +144,7 @@ def reference(program, T, values, stop=0):
     carried, _ = _assigned(program)
     ns = {name: _clone(v) for name, v in zip(names, values)}
     ns["T"] = T
-    exec(compile(loop_source(program, stop), "<loop>", "exec"), ns)
+    harness.load(loop_source(program, stop), filename="<loop>", namespace=ns)
     return ns.get(carried), ns  # None: no value handed back (``del S``, a recurrence through memory)
 
 
@@ -507,7 +508,7 @@ def test_outputs_written_count_as_in_place_writes_for_autograd():
         env = dict(adv=adv, s=0.0, r=_rand(T, seed=49))
         if run == "loop":
             ns = dict(env, T=T)
-            exec(compile(loop_source(prog), "<loop>", "exec"), ns)
+            harness.load(loop_source(prog), filename="<loop>", namespace=ns)
         else:
             assert fused_linear(prog, T, *_ordered(prog, env)) is not None
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):

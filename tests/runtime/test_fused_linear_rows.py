@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from scalebox_cst.runtime.fused import available, fused_linear, params_of
 from scalebox_cst.fused_program import LOADS, program as compiled
+import harness
 
 needs_kernel = pytest.mark.skipif(not available(), reason="scalebox_cst.runtime._fused_c not built")
 INF, NAN = math.inf, math.nan
@@ -89,7 +90,7 @@ def reference(program, T, env, stop=0):
     """(the loop's carried value, or True in memo mode; the namespace after the loop), on clones."""
     ns = {n: _clone(v) for n, v in env.items()}
     ns["T"] = T
-    exec(compile(loop_source(program, stop), "<loop>", "exec"), ns)
+    harness.load(loop_source(program, stop), filename="<loop>", namespace=ns)
     S = carried_name(program)
     return (ns[S] if S is not None else True), ns
 
@@ -643,7 +644,7 @@ def test_numpy_arrays_are_the_numpy_loop(program, row, dtype):
         values = [env[n] for n in names]
         loop_env = _np_copy(env)
         loop_env["T"] = T
-        exec(compile(loop_source(program, stop), "<loop>", "exec"), loop_env)
+        harness.load(loop_source(program, stop), filename="<loop>", namespace=loop_env)
         want = loop_env[S] if S is not None else True
         before = _np_copy(env)
         got = fused_linear(program, T, *values, stop=stop)

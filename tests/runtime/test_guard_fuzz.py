@@ -21,36 +21,27 @@ target-update ops, flat_params): a fuzz that only ever took the fallback would p
 """
 import functools
 import inspect
-import math
 import os
 import random
 import signal
 import sys
 import types
 import warnings
-from collections import deque
 
 import numpy as np
 import pytest
 import torch
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REWRITTEN
-from scalebox_cst import runtime as runtime_pkg
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
-from test_corpus import NAMES, corpus  # noqa: E402
+from corpus_harness import NAMES, Sub, Trace, corpus, same
+import harness
 
-RUNTIME_DIR = os.path.dirname(runtime_pkg.__file__)  # where the guards run from (runtime/ and its packages)
 
 TRIALS = int(os.environ.get("SCALEBOX_FUZZ_TRIALS", "24"))
 LENGTHS = (2, 3, 5, 17, 33)
 pytestmark = pytest.mark.filterwarnings("ignore")
-
-
-class Sub(torch.Tensor):
-    """A tensor subclass (no overrides): guards must not take it for a tensor."""
 
 
 # --------------------------------------------------------------------------- variants
@@ -246,76 +237,7 @@ def wrap_namespace(ns, filename, trial, log):
 # --------------------------------------------------------------------------- comparison
 
 
-def same(a, b, exact, path="out"):
-    assert type(a) is type(b), f"{path}: {type(b).__name__} instead of {type(a).__name__}"
-    if isinstance(a, torch.Tensor):
-        assert (a.dtype, tuple(a.shape), a.device) == (b.dtype, tuple(b.shape), b.device), (
-            f"{path}: {b.dtype}{tuple(b.shape)} instead of {a.dtype}{tuple(a.shape)}")
-        x, y = a.detach(), b.detach()
-        if exact or not (x.is_floating_point() or x.is_complex()):
-            ok = torch.equal(x, y) or (x.is_floating_point() and torch.equal(x.isnan(), y.isnan())
-                                       and torch.equal(x.nan_to_num(), y.nan_to_num()))
-            assert ok, f"{path}: not bitwise equal (max diff {(x.double() - y.double()).abs().nan_to_num().max().item() if x.numel() else 0})"
-        else:
-            torch.testing.assert_close(x, y, equal_nan=True, msg=lambda m: f"{path}: {m}")
-    elif isinstance(a, np.ndarray):
-        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{path}: {b.dtype}{b.shape} instead of {a.dtype}{a.shape}"
-        if isinstance(a, np.ma.MaskedArray):
-            assert np.array_equal(np.ma.getmaskarray(a), np.ma.getmaskarray(b)), f"{path}: masks differ"
-        same(torch.from_numpy(np.array(np.asarray(a), copy=True)), torch.from_numpy(np.array(np.asarray(b), copy=True)),
-             exact, path)
-    elif isinstance(a, (list, tuple, deque)):
-        assert len(a) == len(b), f"{path}: {len(b)} items instead of {len(a)}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, exact, f"{path}[{i}]")
-    elif isinstance(a, dict):
-        assert list(a) == list(b), f"{path}: keys differ"
-        for k in a:
-            same(a[k], b[k], exact, f"{path}[{k!r}]")
-    elif isinstance(a, types.SimpleNamespace):
-        same(vars(a), vars(b), exact, path)
-    elif isinstance(a, (float, np.floating)):
-        if math.isnan(a):
-            assert math.isnan(b), f"{path}: {b} instead of nan"
-        elif exact:
-            assert a == b, f"{path}: {b!r} instead of {a!r}"
-        else:
-            assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6), f"{path}: {b!r} instead of {a!r}"
-    elif isinstance(a, (int, bool, str, bytes, np.generic, type(None))):
-        assert a == b, f"{path}: {b!r} instead of {a!r}"
-    elif isinstance(a, torch.nn.Module):
-        same(list(a.state_dict().values()), list(b.state_dict().values()), exact, path + ".state")
-
-
 # --------------------------------------------------------------------------- running
-
-#: runtime functions whose answer means a vectorized branch ran
-FAST = {
-    "recurrence_ok": lambda r: r is True, "quadratic_ok": lambda r: r is True, "carry_ok": lambda r: r is True,
-    "batch_zip": lambda r: r is not None, "batch_range": lambda r: r is not None,
-    "flat_params": lambda r: r is not None,  # a penalty over parameters (vectorize.param_penalty)
-    "soft_update": lambda r: r is True, "scale_add": lambda r: r is True, "scale_add_alpha": lambda r: r is True,
-    "lerp_update": lambda r: r is True, "hard_update": lambda r: r is True,
-    "fused_linear": lambda r: r is not None,  # the one-pass tier in front of recurrence_ok
-}
-
-
-class Trace:
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, frame, event, arg):
-        if event == "return" and frame.f_code.co_name in FAST and frame.f_code.co_filename.startswith(RUNTIME_DIR):
-            self.calls.append((frame.f_code.co_name, FAST[frame.f_code.co_name](arg)))
-
-    def vectorized(self):
-        """A guard passed (and, for recurrences, the carried values after the first step too)."""
-        names = {n for n, ok in self.calls if ok}
-        if "recurrence_ok" in names:
-            carried = [ok for n, ok in self.calls if n == "carry_ok"]
-            return not carried or any(carried)
-        return bool(names)
-
 
 class Timeout(Exception):
     pass
@@ -328,8 +250,7 @@ def _alarm(signum, frame):
 @functools.lru_cache(maxsize=None)
 def fuzz_rewrite(name):
     c = corpus(name)
-    cfg = Config(transforms=["vectorize.*"])
-    res = Pipeline(cfg, backend="cpu").rewrite(name + ".py", c.source)
+    res = harness.rewrite_result(c.source, "vectorize.*", path=name + ".py")
     assert res.report.error is None, res.report.error
     sites = [s for s in res.report.sites if s.action == REWRITTEN]
     return res.output.decode(), all(s.exactness == EXACT for s in sites), bool(sites)
@@ -337,11 +258,7 @@ def fuzz_rewrite(name):
 
 def run_once(c, code, tag, T, trial, log, trace=None):
     filename = f"<fuzz {c.name} {tag}>"
-    import linecache
-
-    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-    ns = {"__name__": "fuzz_" + c.name}
-    exec(compile(code, filename, "exec"), ns)
+    ns = harness.load(code, filename=filename, module="fuzz_" + c.name, cache_lines=True)
     wrap_namespace(ns, filename, trial, log)
     random.seed(trial)
     np.random.seed(trial % 2**32)

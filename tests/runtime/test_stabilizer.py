@@ -16,8 +16,6 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import CHANGES_SEMANTICS, EXACT_UNTIL_INTERVENTION, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import metrics, stabilizer
 import harness
@@ -688,7 +686,7 @@ def test_cuda_sync_debug_mode_raises_nothing():
 
 
 def rewrite(src, **options):
-    return harness.rewrite(src, "grad_clip", options={"grad_clip": options})  # the shared harness (tests/harness.py)
+    return harness.rewrite(src, "grad_clip", options={"grad_clip": options})
 
 
 def test_guard_is_the_default_and_says_what_it_changes():
@@ -749,11 +747,8 @@ def test_guard_options_and_fixed_and_hotfix_modes():
 @pytest.mark.parametrize("options, message", [({"mode": "adaptive"}, "grad_clip.mode"), ({"z": -1}, "grad_clip.z"),
                                               ({"warmup": 2.5}, "grad_clip.warmup"), ({"skip_nonfinite": "yes"}, "skip_nonfinite")])
 def test_bad_options_are_one_line_errors(options, message):
-    cfg = Config(transforms=["grad_clip"])
-    for k, v in options.items():
-        cfg.set_option("grad_clip", k, v)
     src = b"loss.backward()\nopt.step()\n"
-    result = Pipeline(cfg, backend="cpu").rewrite("t.py", src)
+    result = harness.rewrite_result(src, "grad_clip", options={"grad_clip": options})
     assert result.output == src and message in result.report.error
 
 
@@ -780,9 +775,7 @@ def test_rewritten_code_runs_and_equals_the_original():
     out, sites = rewrite(src)
     assert sum(s.action == REWRITTEN for s in sites) == 2
     spaces = []
-    for code in (src, out):
-        ns = {}
-        exec(compile(code, "t.py", "exec"), ns)
+    for ns in harness.run_pair(src, out, {}):
         spaces.append([p.detach().clone() for m in (ns["actor"], ns["critic"]) for p in m.parameters()])
     assert same(*spaces)
 

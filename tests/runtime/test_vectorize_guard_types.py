@@ -9,8 +9,8 @@ loop gives, value and type, for every input it accepts, and accepts the common o
 - Python ``bool`` / ``int`` / ``np.bool_`` flags and lists of numpy scalars are vectorized where
   the result stays exact (float64 maths), and fall back where it would not.
 """
+import contextlib
 import copy
-import os
 import signal
 import sys
 import types
@@ -23,7 +23,7 @@ from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import loop_batch, target_update
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
-from test_guard_fuzz import Sub, Trace, same  # noqa: E402
+from corpus_harness import Sub, Trace, same
 import harness
 
 _MIN = dict(vectorized_mod.MIN_STEPS)
@@ -38,7 +38,7 @@ def teardown_module(module):
 
 
 def rewrite(src, transform="vectorize.recurrence"):
-    return harness.rewrite(src, transform, dedent=False)  # the shared differential harness (tests/harness.py)
+    return harness.rewrite(src, transform, dedent=False)
 
 
 def _alarm(signum, frame):
@@ -60,28 +60,21 @@ def run_both(src, env, transform="vectorize.recurrence", exact=True):
     """Exec the original and the rewrite on deep copies of ``env``: (original ns, rewritten ns, trace)."""
     new, sites = rewrite(src, transform)
     assert any(s.action == REWRITTEN for s in sites), [s.describe() for s in sites]
-    ns1, ns2 = clone(env), clone(env)
-    err1 = err2 = None
-    try:
-        exec(compile(src, "orig", "exec"), ns1)
-    except Exception as exc:
-        err1 = type(exc)
     trace = Trace()
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(20)
-    try:
+
+    @contextlib.contextmanager
+    def traced_with_a_deadline():
+        old = signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(20)
         sys.setprofile(trace)
         try:
-            exec(compile(new, "new", "exec"), ns2)
-        except TimeoutError:
-            raise
-        except Exception as exc:
-            err2 = type(exc)
-    finally:
-        sys.setprofile(None)
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    assert err1 is err2, (err1, err2)
+            yield
+        finally:
+            sys.setprofile(None)
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+
+    ns1, ns2 = harness.run_pair(src, new, env, clone=clone, around_rewrite=traced_with_a_deadline)
     for k in env:
         if not k.startswith("__"):
             same(ns1[k], ns2[k], exact, k)

@@ -4,23 +4,17 @@ top-level statements that spell the names asked about (issue 19 item 13). Counte
 speed is in benchmarks/bench_scaling.py (shapes ``one`` and ``sparse``)."""
 from conftest import TESTS  # tests/: the corpus, fake_torch_npu and the repository root beside it
 import ast
-import importlib.util
+import harness
 import os
 
 import libcst as cst
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.transforms.analysis import scopes
 from scalebox_cst.transforms.vectorize.recurrence import loops
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_scaling", os.path.join(os.path.dirname(TESTS), "benchmarks", "bench_scaling.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return harness.load_path(os.path.join(os.path.dirname(TESTS), "benchmarks", "bench_scaling.py"), "bench_scaling")
 
 
 BENCH = _bench()
@@ -41,7 +35,7 @@ def _count_whole_file_parses(monkeypatch, source: str):
 
     monkeypatch.setattr(cst, "parse_module", cst_parse)
     monkeypatch.setattr(ast, "parse", ast_parse)
-    result = Pipeline(Config(), "cpu").rewrite("gen.py", source.encode())
+    result = harness.rewrite_result(source, path="gen.py")
     monkeypatch.undo()
     return counts, result
 
@@ -81,7 +75,7 @@ def test_builtin_rebinding_scans_walk_only_statements_that_spell_the_name(monkey
     per_size = []
     for lines in (600, 2400):
         del calls[:]
-        result = Pipeline(Config(), "cpu").rewrite("gen.py", BENCH.make_source(lines, "one").encode())
+        result = harness.rewrite_result(BENCH.make_source(lines, "one"), path="gen.py")
         assert any(s.action == "rewritten" for s in result.report.sites)
         assert not any(isinstance(n, ast.Module) for n in calls)
         per_size.append(len(calls))
@@ -104,11 +98,11 @@ def gae(rewards, values, gamma, T):
 def test_a_builtin_rebound_under_a_non_ascii_spelling_is_still_seen():
     """``ｒeversed`` (a fullwidth r) is the name ``reversed`` to Python (NFKC): the statements the
     scans skip by their text must not hide it."""
-    plain = Pipeline(Config(), "cpu").rewrite("gae.py", GAE.encode())
+    plain = harness.rewrite_result(GAE, path="gae.py")
     assert [s.action for s in plain.report.sites if s.transform == "vectorize.recurrence"] == ["rewritten"]
     for spelled in ("reversed", "\uff52eversed"):
         source = GAE + f"\n\ndef {spelled}(xs):\n    return list(xs)[::-1]\n"
-        result = Pipeline(Config(), "cpu").rewrite("gae.py", source.encode())
+        result = harness.rewrite_result(source, path="gae.py")
         sites = [s for s in result.report.sites if s.transform == "vectorize.recurrence"]
         assert sites and all(s.action == "skipped" for s in sites), (spelled, sites)
         assert not result.changed or "linear_recurrence" not in result.output.decode(), spelled

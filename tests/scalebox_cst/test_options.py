@@ -12,9 +12,9 @@ else:  # pragma: no cover
 
 from scalebox_cst import config, hotfix, options
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.runtime import stabilizer
 from scalebox_cst.transforms import grad_clip
+import harness
 
 
 def test_the_template_writes_the_schema_defaults():
@@ -49,6 +49,6 @@ def test_one_check_one_message(section, key, value):
             hotfix.settings(cfg)
         assert str(policy.value) == expected
     else:  # the transform reads its options through the same check: the file's one error line
-        result = Pipeline(Config(transforms=["grad_clip"], options={section: {key: value}}), backend="cpu").rewrite(
-            "t.py", b"loss.backward()\nopt.step()\n")
+        result = harness.rewrite_result(b"loss.backward()\nopt.step()\n",
+                                        Config(transforms=["grad_clip"], options={section: {key: value}}))
         assert expected in result.report.error

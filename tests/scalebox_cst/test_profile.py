@@ -19,6 +19,7 @@ from scalebox_cst import compare as compare_mod
 from scalebox_cst import profile as prof
 from scalebox_cst import runs
 from scalebox_cst.runtime.telemetry import profile as rp
+import harness
 from conftest import scalebox
 
 SITE = "/venv/lib/python3.11/site-packages/"
@@ -28,7 +29,7 @@ RUNTIME = os.path.dirname(os.path.dirname(os.path.abspath(rp.__file__)))  # scal
 
 def code_of(filename, source, name):
     """The code object called ``name`` (a qualname) in ``source`` compiled as ``filename``."""
-    todo = [compile(textwrap.dedent(source), filename, "exec")]
+    todo = [harness.compiled(textwrap.dedent(source), filename)]
     while todo:
         c = todo.pop()
         if c.co_qualname == name or (name == "<module>" and c.co_name == "<module>"):

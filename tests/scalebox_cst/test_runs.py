@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import scalebox
+import harness
 from scalebox_cst import compare as stats
 from scalebox_cst import runs
 
@@ -623,7 +624,7 @@ def test_traceback_origin_maps_lines_quotes_and_marks(tmp_path):
     loader.register_origin(filename, lambda: loader.Origin(original, rewritten, [(3, 4, "vectorize.reduction")], "run/0007"))
     namespace = {"helper": type("H", (), {"fast_sum": staticmethod(lambda xs: 1 / 0)})}
     try:
-        exec(compile(rewritten.replace("import helper\n", "\n"), filename, "exec"), namespace)
+        harness.load(rewritten.replace("import helper\n", "\n"), filename=filename, namespace=namespace)
     except ZeroDivisionError:
         text = loader.format_exception(*sys.exc_info())
     assert f'File "{filename}", line 7, in <module>\n    f([1])\n' in text

@@ -11,7 +11,7 @@ from scalebox_cst import tmpnames
 from scalebox_cst.project import Project
 from scalebox_cst.rollback import TMP_TAG, tmp_name
 
-from test_importhook import _fresh_import, proj  # noqa: F401 - the fixture
+from importhook_project import _fresh_import, proj  # noqa: F401 - the fixture
 from test_rollback import _debris, _tree
 
 ASCII_LONG = "a" * 248 + ".py"  # 251 bytes

@@ -37,9 +37,7 @@ def rewrite(src, *transforms):
 
 
 def run(code, name, *args):
-    ns = {"__name__": "t_reasons"}
-    exec(compile(code, "<t_reasons>", "exec"), ns)
-    return ns[name](*args)
+    return harness.load(code, name, filename="<t_reasons>", module="t_reasons")(*args)
 
 
 # --------------------------------------------------------------------------- the pure-call table

@@ -13,12 +13,11 @@ import os
 import pytest
 
 from conftest import ROOT, scalebox
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN, Site
 from scalebox_cst.transforms import contracts
 from scalebox_cst.transforms.examples import all_examples
 from scalebox_cst.transforms.contracts import CONTRACTS, REASON_LIMIT
+import harness
 
 INPUTS = sorted(glob.glob(os.path.join(ROOT, "tests", "corpus", "*.py"))
                 + glob.glob(os.path.join(ROOT, "examples", "**", "*.py"), recursive=True))
@@ -36,7 +35,7 @@ GAE = (
 
 
 def _sites(path, data, backend="cpu"):
-    return Pipeline(Config(), backend=backend).rewrite(path, data).report.sites
+    return harness.rewrite_result(data, None, backend, path=path).report.sites
 
 
 @functools.lru_cache(maxsize=None)

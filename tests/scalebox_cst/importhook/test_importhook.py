@@ -13,7 +13,6 @@ import sys
 import textwrap
 import threading
 import traceback
-import uuid
 import warnings
 
 import pytest
@@ -26,32 +25,9 @@ from scalebox_cst.importhook import session as hook_session
 from scalebox_cst.importhook import ENV_MAIN, ENV_SESSION, ScaleboxImportWarning, install_import_hook
 
 from conftest import ROOT
+from importhook_project import CONFIG, PPO, _fresh_import, proj  # noqa: F401 (proj: the fixture)
 
 CLIP = "_scalebox_clip_grad_norm"
-
-PPO = textwrap.dedent(
-    '''\
-    """A training step as RL code writes it: no clipping."""
-    import torch
-
-
-    def train_step(model, optimizer, x):
-        loss = model(x).pow(2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss
-
-
-    def fail(n):
-        value = n + 1
-        raise ValueError(f"boom {value}")
-    '''
-)
-
-PLAIN = "def double(x):\n    return 2 * x\n"
-
-CONFIG = 'backend = "cpu"\ntransforms = ["grad_clip"]\n\n[grad_clip]\nmode = "fixed"\nmax_norm = {max_norm}\n'
 
 
 def git(root, *args) -> str:
@@ -76,31 +52,6 @@ def run_py(cwd, *args, env=None, timeout=120):
         [sys.executable, *args], cwd=cwd, env=env or child_env(), capture_output=True, text=True, timeout=timeout
     )
     return proc
-
-
-@pytest.fixture
-def proj(tmp_path):
-    """A project with a package holding a training step (rewritten) and a plain module (not)."""
-    pkg = f"agents_{uuid.uuid4().hex[:8]}"
-    root = tmp_path / "proj"
-    (root / pkg).mkdir(parents=True)
-    (root / "scalebox.toml").write_text(CONFIG.format(max_norm=1.0))
-    (root / pkg / "__init__.py").write_text("")
-    (root / pkg / "ppo.py").write_text(PPO)
-    (root / pkg / "plain.py").write_text(PLAIN)
-    sys.path.insert(0, str(root))
-    hooks_before = list(sys.meta_path)
-    yield root, pkg
-    sys.path.remove(str(root))
-    for finder in list(sys.meta_path):
-        if finder not in hooks_before and isinstance(finder, importhook.ImportHook):
-            finder.uninstall()
-    for name in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
-        del sys.modules[name]
-    # a fresh session for the next test (one per process otherwise), and no session in our env
-    hook_session._SESSION = None
-    hook_session._ROOTS.clear()
-    os.environ.pop(ENV_SESSION, None)
 
 
 def tiny_model():
@@ -485,16 +436,6 @@ def test_warm_import_loads_cached_bytecode_and_is_committed_at_exit(proj):
     assert changed.returncode == 0, changed.stderr
     got = _parse(changed.stdout)
     assert got["max_norm"] == "True" and got["libcst"].startswith("True")
-
-
-def _fresh_import(root, pkg, name="ppo", **options):
-    """Import ``pkg.name`` as a new process would: no module, no hook state, a new hook."""
-    for mod in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
-        del sys.modules[mod]
-    hook_session._ROOTS.clear()
-    hook_session._SEEN.clear()
-    with install_import_hook([pkg], project=str(root), **options) as hook:
-        return importlib.import_module(f"{pkg}.{name}"), hook
 
 
 def test_cache_is_not_trusted_without_its_commit_and_write_errors_are_not_fatal(proj, caplog):

@@ -28,9 +28,7 @@ def rewrite(code, level="reassociated", backend="cuda"):
 
 
 def load(code):
-    ns = {"__name__": "sbtest"}
-    exec(compile(code, "<code>", "exec"), ns)
-    return ns
+    return harness.load(code, filename="<code>", module="sbtest")
 
 
 def test_registered_and_off_at_the_default_level():

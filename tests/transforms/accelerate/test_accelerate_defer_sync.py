@@ -67,7 +67,7 @@ def run(code, monkeypatch):
     monkeypatch.setattr(rd, "DEFER_ON_CPU", True)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "<script>", "exec"), {"__name__": "__main__"})
+        harness.load(code, filename="<script>", module="__main__")
     return log, out.getvalue()
 
 
@@ -177,7 +177,7 @@ for it in range(1):
         monkeypatch.setitem(sys.modules, "tensorboardX", fake)
         monkeypatch.setattr(rd, "DEFER_ON_CPU", True)
         with pytest.raises(ValueError):
-            exec(compile(src, "<s>", "exec"), {})
+            harness.load(src, filename="<s>")
         assert log == [("add_scalar", repr(("w", float(i), i)), "[]") for i in range(3)]
 
 
@@ -239,8 +239,7 @@ def test_cleanrl_ppo_update_from_the_corpus_bitwise(monkeypatch):
     monkeypatch.setattr(rd, "DEFER_ON_CPU", True)
     results = []
     for src in (code, out):
-        ns = {"__name__": "corpus"}
-        exec(compile(src, path, "exec"), ns)
+        ns = harness.load(src, filename=path, module="corpus")
         before = rd.STATS["deferred"]
         (fracs, v_loss, pg_loss), params = ns["run"](ns, 3, 0)
         results.append((repr(fracs), repr(v_loss), repr(pg_loss), [p.tolist() for p in params], rd.STATS["deferred"] - before))

@@ -18,8 +18,8 @@ import sys
 import pytest
 
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN, WARNING
+import harness
 
 HERE = TESTS
 ROOT = os.path.dirname(HERE)
@@ -32,7 +32,7 @@ STEPS = "1200"
 def migrate(src, backend, disabled=()):
     cfg = Config(transforms=["device.*"], disabled=list(disabled))
     with open(src, "rb") as fh:
-        result = Pipeline(cfg, backend=backend).rewrite(src, fh.read())
+        result = harness.rewrite_result(fh.read(), cfg, backend, path=src)
     assert result.report.error is None
     return result.output.decode(), result.report.sites
 

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.transforms import FileContext
 from scalebox_cst.transforms import device as D
 from scalebox_cst.transforms import device_table as T
+import harness
 
 HERE = TESTS
 ROOT = os.path.dirname(HERE)
@@ -96,10 +96,7 @@ HEADERS = textwrap.dedent(
 
 
 def rewrite(src, backend, options=(), transforms=("device.*",)):
-    cfg = Config(transforms=list(transforms))
-    for key, value in dict(options).items():
-        cfg.set_option(T.SECTION, key, value)
-    return Pipeline(cfg, backend=backend).rewrite("t.py", src.encode())
+    return harness.rewrite_result(src, list(transforms), backend, options={T.SECTION: dict(options)})
 
 
 def forced_whole_module(monkeypatch):
@@ -235,7 +232,7 @@ def test_headers_rewrite_on_npu():
     assert 'parser.add_argument("--device", default="npu", choices=["cpu", "npu"])' in out
     assert '    lr=1e-3,\n    fused=scalebox_npu.fused_ok("adam"),\n); sgd' in out
     assert 'device=\\\n    "npu")' in out
-    compile(out, "t.py", "exec")
+    harness.compiled(out, "t.py")
 
 
 def test_columns_crlf_tabs_and_non_ascii():
@@ -336,4 +333,4 @@ def test_random_modules_local_and_whole_module_search_agree(monkeypatch, src, ba
         forced_whole_module(m)
         slow = rewrite(src, backend, options)
     same(fast, slow)
-    compile(fast.output.decode(), "t.py", "exec")
+    harness.compiled(fast.output, "t.py")

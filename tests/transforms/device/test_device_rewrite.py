@@ -13,21 +13,15 @@ import textwrap
 import pytest
 import torch
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import CHANGES_SEMANTICS, EXACT, REWRITTEN, SKIPPED, WARNING
+import harness
 
 NPU = "from scalebox_cst.runtime.npu import torch_npu\n"
 HELPERS = "from scalebox_cst.runtime import npu as scalebox_npu\n"
 
 
 def rw(src, backend="npu", transforms=("device.*",), **options):
-    cfg = Config(transforms=list(transforms))
-    for key, value in options.items():
-        cfg.set_option("device", key, value)
-    result = Pipeline(cfg, backend=backend).rewrite("t.py", textwrap.dedent(src).encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+    return harness.rewrite(src, list(transforms), backend, options={"device": options})
 
 
 def unchanged(src, **kw):
@@ -335,7 +329,7 @@ def test_cudnn_flags_in_blocks_and_one_line_suites():
     assert "if fast: pass\n" in out
     assert "x = 1; y = 2\n" in out
     assert sum(s.action == REWRITTEN for s in sites) == 3
-    compile(out, "t.py", "exec")
+    harness.compiled(out, "t.py")
 
 
 def test_autocast_forms():
@@ -573,9 +567,7 @@ def test_cpu_foreach_rewrite_runs_bitwise_like_the_original():
     )
     out, sites = rw(src, backend="cpu")
     assert "foreach=True" in out and sites[0].exactness == EXACT
-    a, b = {}, {}
-    exec(compile(src, "orig.py", "exec"), a)
-    exec(compile(out, "new.py", "exec"), b)
+    a, b = harness.run_pair(src, out, {})
     for p, q in zip(a["model"].parameters(), b["model"].parameters()):
         assert torch.equal(p, q)
 
@@ -602,8 +594,7 @@ def test_float64_in_dtype_tests_is_neither_renamed_nor_reported():
             expected = expected.replace("torch.zeros(3, dtype=torch.float64)", "torch.zeros(3, dtype=torch.float32)")
         assert out == expected
         assert [(s.line, s.action) for s in sites] == [(7, REWRITTEN if allow else WARNING)]
-    ns = {}
-    exec(compile(out, "t", "exec"), ns)
+    ns = harness.load(out, filename="t")
     x, y, ok, same = ns["f"](torch.ones(2), torch.ones(1, dtype=torch.float16))
     assert ok and not same and y.dtype == torch.float32
 

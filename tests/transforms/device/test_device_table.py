@@ -15,22 +15,18 @@ import sys
 
 import pytest
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN, SKIPPED, WARNING
 from scalebox_cst.transforms import REGISTRY, transform_ids
 from scalebox_cst.transforms import device_table as T
 from scalebox_cst.transforms.device import DEVICE_TRANSFORMS
+import harness
 
 HERE = TESTS
 FAKE = os.path.join(HERE, "fake_torch_npu")
 
 
 def run(src, transform_ids_, backend, options=()):
-    cfg = Config(transforms=list(transform_ids_))
-    for key, value in options:
-        cfg.set_option(T.SECTION, key, value)
-    return Pipeline(cfg, backend=backend).rewrite("t.py", src.encode())
+    return harness.rewrite_result(src, list(transform_ids_), backend, options={T.SECTION: dict(options)})
 
 
 @pytest.mark.parametrize("entry", T.TABLE, ids=lambda e: e.id)

@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import CHANGES_SEMANTICS, EXACT_UNTIL_INTERVENTION, REWRITTEN, SKIPPED, WARNING
 from scalebox_cst.runtime import clip as runtime_clip
 from scalebox_cst.runtime import metrics
@@ -55,10 +54,8 @@ def test_registered():
 # Outputs, reasons: tests/transforms/test_examples_registry.py. Here: the tier each mode claims.
 @pytest.mark.parametrize("example", [e for e in GradClip.EXAMPLES if e.rewritten], ids=lambda e: e.note[:40])
 def test_examples_claim_the_modes_tier(example):
-    cfg = Config(transforms=["grad_clip"])
-    for key, value in example.options:
-        cfg.set_option("grad_clip", key, value)
-    result = Pipeline(cfg, backend=example.backend).rewrite("ex.py", example.code.encode())
+    result = harness.rewrite_result(example.code, "grad_clip", example.backend, options={"grad_clip": dict(example.options)},
+                                    path="ex.py")
     rewritten = kinds(result.report.sites, REWRITTEN)
     fixed = dict(example.options).get("mode", "guard") == "fixed"
     assert rewritten and all(s.exactness == (CHANGES_SEMANTICS if fixed else EXACT_UNTIL_INTERVENTION) for s in rewritten)
@@ -355,11 +352,8 @@ def test_max_norm_option():
 
 
 def test_invalid_max_norm_is_an_error_not_a_rewrite():
-    cfg = Config(transforms=["grad_clip"])
-    cfg.set_option("grad_clip", "max_norm", -1)
-    cfg.set_option("grad_clip", "mode", "fixed")
     src = b"loss.backward()\nopt.step()\n"
-    result = Pipeline(cfg, backend="cpu").rewrite("t.py", src)
+    result = harness.rewrite_result(src, "grad_clip", options={"grad_clip": {"max_norm": -1, "mode": "fixed"}})
     assert result.output == src and "max_norm" in result.report.error
 
 
@@ -504,7 +498,7 @@ def test_alias_avoids_user_name():
     out, _ = rewrite("_scalebox_clip_grad_norm = None\nloss.backward()\nopt.step()\n")
     assert "from scalebox_cst.runtime.clip import clip_grad_norm as _scalebox_clip_grad_norm_2\n" in out
     assert "_scalebox_clip_grad_norm_2(opt, max_norm=1.0)\nopt.step()" in out
-    compile(out, "t.py", "exec")
+    harness.compiled(out, "t.py")
 
 
 REALISTIC = '''\
@@ -799,8 +793,7 @@ def test_exec_amp_call_order_with_mock_scaler(monkeypatch):
         "scaler.update()\n"
     )
     out, _ = rewrite(src, dedent=False)
-    ns = {"make_scaler": Scaler}
-    exec(compile(out, "train.py", "exec"), ns)
+    harness.load(out, filename="train.py", namespace={"make_scaler": Scaler})
     assert calls == ["scale", "unscale_", "clip", "step", "update"]
 
 

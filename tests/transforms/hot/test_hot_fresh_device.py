@@ -3,32 +3,25 @@ rewrite give the same tensor, bitwise (dtype, device, values, requires_grad), or
 exception type, on the same inputs; the runtime helper against the written form on arrays of
 every dtype, with NaN payloads, infinities, subnormals and large integers.
 """
-import textwrap
 import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REWRITTEN
 from scalebox_cst.runtime import hot_device
 from scalebox_cst.runtime.hot_device import tensor_on
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.hot import fresh_device
+import harness
 
 
-def rewrite(src):
-    result = Pipeline(Config(transforms=[fresh_device.ID]), backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
-    assert result.report.error is None, result.report.error
-    return result.output.decode(), result.report.sites
+rewrite = harness.rewriter(fresh_device.ID)
 
 
 def load(code):
-    ns = {}
-    exec(compile(code, "<hot>", "exec"), ns)
-    return ns["f"]
+    return harness.load(code, "f", filename="<hot>")
 
 
 def same(a, b):

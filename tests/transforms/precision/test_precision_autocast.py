@@ -10,9 +10,9 @@ import libcst as cst
 import pytest
 
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.precision import AutocastTransform
+import harness
 
 torch = pytest.importorskip("torch")
 
@@ -42,8 +42,8 @@ def _rewrite(code, transforms=(ID,), options=None, backend="cpu"):
     cfg.transforms = list(transforms)
     for (section, key), value in (options or {}).items():
         cfg.set_option(section, key, value)
-    result = Pipeline(cfg, backend).rewrite("train.py", code.encode())
-    return result.output.decode(), [s for s in result.report.sites if s.transform == ID]
+    out, sites = harness.rewrite(code, cfg, backend, dedent=False, path="train.py", check=False)
+    return out, [s for s in sites if s.transform == ID]
 
 
 def _with_blocks(code):
@@ -114,8 +114,7 @@ def test_fp16_threads_a_grad_scaler_through_backward_clip_and_step():
     # runs (CPU fp16 autocast): finite losses close to fp32's, weights fp32
     runs = []
     for code in (FP16_STEP, out):
-        ns = {}
-        exec(compile(code, "train.py", "exec"), ns)
+        ns = harness.load(code, filename="train.py")
         torch.manual_seed(0)
         m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
         opt = torch.optim.SGD(m.parameters(), lr=0.01)
@@ -162,8 +161,7 @@ def _sac_nets(seed=0):
 
 
 def _run(code, steps=20):
-    namespace = {}
-    exec(compile(code, "train.py", "exec"), namespace)
+    namespace = harness.load(code, filename="train.py")
     actor, critic, opt = _sac_nets()
     g = torch.Generator().manual_seed(1)
     losses, dtypes = [], set()
@@ -245,8 +243,7 @@ def test_calibration_records_module_ranges_per_user_line(tmp_path, monkeypatch):
         "    b = small(x)\n"
         "    return a, b\n"
     )
-    ns = {}
-    exec(compile(script.read_text(), str(script), "exec"), ns)
+    ns = harness.load(script.read_text(), filename=str(script))
     precision.ranges.clear()
     precision.install(2)
     try:

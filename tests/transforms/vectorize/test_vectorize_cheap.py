@@ -16,10 +16,10 @@ import libcst as cst
 import pytest
 
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import REWRITTEN
 from scalebox_cst.transforms import REGISTRY, FileContext
 from scalebox_cst.transforms.analysis import reads, scopes, statements
+import harness
 from scalebox_cst.transforms.vectorize.elementwise import VectorizeElementwise, _joiner_lines
 from scalebox_cst.transforms.vectorize.reduction import VectorizeReduction
 from scalebox_cst.transforms.vectorize.target_update import VectorizeTargetUpdate
@@ -88,7 +88,7 @@ def _programs():
                 continue
             extra = BODIES[(k * 7 + j) % len(BODIES)]
             src = HEADERS[(k + j) % len(HEADERS)] + context(body) + "\n" + CONTEXTS[(j + 1) % len(CONTEXTS)](extra)
-            compile(src, "t.py", "exec", dont_inherit=True)
+            harness.compiled(src, "t.py")  # it parses
             out.append(src)
     return out
 
@@ -97,7 +97,7 @@ PROGRAMS = _programs()
 
 
 def _run(ids, src):
-    result = Pipeline(Config(transforms=list(ids)), backend="cpu").rewrite("t.py", src.encode())
+    result = harness.rewrite_result(src, list(ids))
     assert result.report.error is None, result.report.error
     return result.output, [dataclasses.astuple(s) for s in result.report.sites]
 

@@ -12,12 +12,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import loop_batch
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.vectorize.elementwise import ID, VectorizeElementwise
+import harness
 from harness import pairer, rewriter
 
 
@@ -362,13 +361,11 @@ def test_all_three_families_compose():
             return total, out
         """
     )
-    result = Pipeline(Config(transforms=["vectorize.*"]), backend="cpu").rewrite("t.py", src.encode())
+    result = harness.rewrite_result(src, "vectorize.*")
     assert result.report.error is None
     done = sorted((s.transform, s.line) for s in result.report.sites if s.action == REWRITTEN)
     assert done == [("vectorize.elementwise", 10), ("vectorize.reduction", 8), ("vectorize.target_update", 5)]
-    ns1, ns2 = {}, {}
-    exec(src, ns1)
-    exec(result.output.decode(), ns2)
+    ns1, ns2 = harness.run_pair(src, result.output, {})
     torch.manual_seed(0)
     net, target = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
     a = torch.randn(5)
@@ -421,10 +418,9 @@ def test_cuda_forms(form, dtype, capsys):
 )
 def test_rewriting_rewritten_code_changes_nothing(src):
     """Loops kept verbatim under a guard are not rewritten again (idempotent pipeline)."""
-    cfg = Config(transforms=["vectorize.*"])
-    once = Pipeline(cfg, backend="cpu").rewrite("t.py", textwrap.dedent(src).encode())
+    once = harness.rewrite_result(src, "vectorize.*", dedent=True)
     assert sum(s.action == REWRITTEN for s in once.report.sites) == 4
-    twice = Pipeline(cfg, backend="cpu").rewrite("t.py", once.output)
+    twice = harness.rewrite_result(once.output, "vectorize.*")
     assert twice.output == once.output
     assert all(s.action != REWRITTEN for s in twice.report.sites)
 

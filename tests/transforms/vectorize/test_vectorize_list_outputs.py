@@ -11,8 +11,6 @@ Loss loops whose accumulators are created by one tuple assignment (SB3-style ``a
 (loss and gradients); ``a = b = []`` (one list under two names) and other creations are left alone
 with their reason.
 """
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -25,7 +23,7 @@ import scalebox_cst.runtime.vectorized as V
 from scalebox_cst.runtime.vectorized import MIN_STEPS
 
 import harness  # noqa: E402
-from test_corpus import RuntimeTrace, compare  # noqa: E402
+from corpus_harness import RuntimeTrace, compare  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -153,7 +151,12 @@ def test_sum_with_a_possible_array_is_not_taken_for_a_list():
 
 # ------------------------------------------------------------------ loss-loop accumulators
 
-from test_vectorize_loss_loops import LOSS_LOOP, Spy, load, pair, rewrite as rewrite_reduction  # noqa: E402
+from differential import LOSS_LOOP, loss_spy as Spy  # noqa: E402
+from scalebox_cst.transforms.vectorize.reduction import ID as REDUCTION  # noqa: E402
+
+load = harness.load
+pair = harness.pairer(REDUCTION)
+rewrite_reduction = harness.rewriter(REDUCTION)
 
 SPLIT = "    policy_losses = []\n    value_losses = []\n"
 

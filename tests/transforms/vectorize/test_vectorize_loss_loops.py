@@ -8,7 +8,6 @@ guard tests check that the loop runs where the batched form would compute someth
 look-alikes come back byte for byte with their reason.
 """
 import textwrap
-import warnings
 
 import pytest
 import torch
@@ -18,32 +17,13 @@ from hypothesis import strategies as st
 import scalebox_cst.runtime.vectorized as V
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.transforms.vectorize.reduction import ID
-from harness import load, pairer, rewriter  # the shared differential harness
+from differential import LOSS_LOOP, loss_spy as Spy
+from harness import load, pairer, rewriter
 
 rewrite = rewriter(ID)
 pair = pairer(ID)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-
-class Spy:
-    """Records what the loss guards returned (None: the loop ran)."""
-
-    def __init__(self, monkeypatch):
-        self.results = []
-        for fn in ("loss_zip", "loss_range"):
-            real = getattr(V, fn)
-
-            def wrapped(*a, _real=real, **k):
-                r = _real(*a, **k)
-                self.results.append(r)
-                return r
-
-            monkeypatch.setattr(V, fn, wrapped)
-
-    @property
-    def fast(self):
-        return any(r is not None for r in self.results)
 
 
 def clone(x):
@@ -155,20 +135,6 @@ def test_actor_critic_verbatim(T, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(g1, g2))
 
 
-LOSS_LOOP = """\
-from collections import namedtuple
-import torch
-import torch.nn.functional as F
-SavedAction = namedtuple('SavedAction', ['log_prob', 'value'])
-def f(saved_actions, returns):
-    policy_losses = []
-    value_losses = []
-    for (log_prob, value), R in zip(saved_actions, returns):
-        advantage = R - value.item()
-        policy_losses.append(-log_prob * advantage)
-        value_losses.append(F.smooth_l1_loss(value, torch.tensor([R])))
-    return torch.stack(policy_losses).sum() + torch.stack(value_losses).sum()
-"""
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

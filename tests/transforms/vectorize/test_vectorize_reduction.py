@@ -13,12 +13,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import loop_batch
 from scalebox_cst.transforms import REGISTRY
 from scalebox_cst.transforms.vectorize.reduction import ID, VectorizeReduction
+import harness
 from harness import pairer, rewriter
 
 
@@ -443,7 +442,7 @@ def test_cuda_reinforce_example_left_alone():
 
     path = os.path.join(os.path.dirname(TESTS), "examples", "cuda_reinforce", "train.py")
     src = open(path, encoding="utf-8").read()
-    result = Pipeline(Config(transforms=[ID]), backend="cpu").rewrite(path, src.encode())
+    result = harness.rewrite_result(src, ID, path=path)
     assert result.report.error is None
     # its loops step the environment or run a recurrence: nothing here is a reduction
     assert all(s.action != REWRITTEN for s in result.report.sites)

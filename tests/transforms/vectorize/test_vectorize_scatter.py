@@ -11,7 +11,6 @@ tests for the look-alikes; the EXAMPLES. Several calls per row: CleanRL C51's pr
 (float, narrow integers), a stress test of the batched calls against the loop (duplicates, calls
 hitting the same targets, 1 and 2 threads), and fallbacks where only a later call is bad.
 """
-import functools
 import textwrap
 
 import pytest
@@ -31,11 +30,6 @@ from example_inputs import arguments
 rewrite = rewriter(ID)  # the shared differential harness (tests/harness.py)
 
 
-def load(code, name):
-    ns = harness.load(code)
-    return ns[name], ns
-
-
 class Spy:
     """Wraps a guard helper in the rewritten module: counts calls and fast-path answers."""
 
@@ -52,23 +46,15 @@ class Spy:
 HELPERS = ("_sb_scatter_add_rows", "_sb_index_add_rows", "_sb_scatter_add_calls", "_sb_index_add_calls")
 
 
-@functools.lru_cache(maxsize=None)
-def _pair_cached(src, name):
-    out, sites = rewrite(src)
-    return out, tuple(sites)
-
-
 def pair(src, name):
     """(original fn, rewritten fn, spy on its guard, rewritten code, sites)."""
-    src = textwrap.dedent(src)
-    out, sites = _pair_cached(src, name)
-    orig, _ = load(src, name)
-    new, ns = load(out, name)
+    orig, new, out, sites = harness.pair(src, name, ID, cached=True)
+    ns = new.__globals__
     helper = next((k for k in ns if k in HELPERS), None)
     spy = None
     if helper:
         spy = ns[helper] = Spy(ns[helper])
-    return orig, new, spy, out, list(sites)
+    return orig, new, spy, out, sites
 
 
 def clone(x):
@@ -78,11 +64,8 @@ def clone(x):
 
 
 def run_both(orig, new, *args):
-    """Run both on clones of ``args``; return (original's args after, rewrite's args after, results)."""
-    a, b = [clone(x) for x in args], [clone(x) for x in args]
-    orig(*a)
-    new(*b)
-    return a, b
+    """Run both on clones of ``args``: (original's args after, rewrite's args after)."""
+    return harness.call_both(orig, new, *args, clone=clone)[:2]
 
 
 # ------------------------------------------------------------------ EXAMPLES
@@ -111,7 +94,8 @@ def test_examples_take_the_fast_path_exactly(example):
     out, sites = rewrite(example.code, dedent=False)
     done = [s for s in sites if s.action == REWRITTEN]
     assert len(done) == 1 and done[0].exactness == EXACT
-    new, ns = load(out, example.inputs.call)
+    ns = harness.load(out)
+    new = ns[example.inputs.call]
     helper = next(k for k in ns if k in HELPERS)
     spy = ns[helper] = Spy(ns[helper])
     new(*arguments(example.inputs.args, example.inputs.seeds[0]))

@@ -18,8 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import target_update as tu
 from scalebox_cst.transforms import REGISTRY
@@ -49,7 +47,7 @@ def mlp(sizes, dtype=torch.float32, seed=0):
     return nn.Sequential(*layers).to(dtype)
 
 
-def pair(sizes=(3, 16, 16, 1), dtype=torch.float32, seed=0):
+def nets(sizes=(3, 16, 16, 1), dtype=torch.float32, seed=0):
     net = mlp(sizes, dtype, seed)
     target = copy.deepcopy(net)
     with torch.no_grad():
@@ -73,10 +71,7 @@ def assert_same(a, b, exact):
 
 def run_both(original_fn, rewritten_fn, net, target, *args):
     """Call both functions on clones; return the targets' parameters and the sources'."""
-    n1, t1 = copy.deepcopy(net), copy.deepcopy(target)
-    n2, t2 = copy.deepcopy(net), copy.deepcopy(target)
-    original_fn(n1, t1, *args)
-    rewritten_fn(n2, t2, *args)
+    (n1, t1, *_), (n2, t2, *_), _, _ = harness.call_both(original_fn, rewritten_fn, net, target, *args)
     assert_same(params(n1), params(n2), exact=True)  # the source is never written
     return params(t1), params(t2)
 
@@ -145,15 +140,13 @@ def test_golden_td3():
 
 def test_td3_class_differential():
     out, _ = rewrite(TD3)
-    ns_o, ns_r = {}, {}
-    exec(TD3, ns_o)
-    exec(out, ns_r)
+    ns_o, ns_r = harness.run_pair(TD3, out, {})
     agents = []
     for ns in (ns_o, ns_r):
         agent = ns["Agent"]()
         torch.manual_seed(1)
-        agent.critic, agent.critic_target = pair((4, 32, 32, 1), seed=1)
-        agent.actor, agent.actor_target = pair((3, 32, 1), seed=2)
+        agent.critic, agent.critic_target = nets((4, 32, 32, 1), seed=1)
+        agent.actor, agent.actor_target = nets((3, 32, 1), seed=2)
         agent.tau = 0.005
         for _ in range(3):
             agent.soft_update()
@@ -265,7 +258,7 @@ def test_forms_differential(form, sizes, dtype, tau, allow_lerp, calls):
     assert exact or (allow_lerp and form in ("copy", "copy_swapped", "mul_add", "chain", "direct"))
     _, (orig,) = load(src)
     _, (new,) = load(out)
-    net, target = pair(tuple(sizes) if len(sizes) > 1 else (2, 3), dtype=dtype)
+    net, target = nets(tuple(sizes) if len(sizes) > 1 else (2, 3), dtype=dtype)
     t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
     for _ in range(calls):
         orig(net, t1, tau)
@@ -280,7 +273,7 @@ def test_forms_differential(form, sizes, dtype, tau, allow_lerp, calls):
 
 
 def test_helper_actually_runs_for_standard_modules():
-    net, target = pair()
+    net, target = nets()
     assert tu.soft_update(net, target, 0.1, 0.9) is True
     assert tu.soft_update(net, target, 0.1, 0.9, data=False) is False  # grad mode on
     with torch.no_grad():
@@ -305,7 +298,7 @@ def fns():
 
 def test_guard_mismatched_lengths_keeps_zip_truncation(fns):
     orig, new = fns
-    net, _ = pair((3, 8, 8, 1))
+    net, _ = nets((3, 8, 8, 1))
     target = mlp((3, 8, 8), seed=5)  # 4 parameters against 6: zip truncates
     assert tu.soft_update(net, target, 0.5, 0.5) is False
     a, b = run_both(orig, new, net, target, 0.5)
@@ -326,7 +319,7 @@ def test_guard_shape_mismatch_raises_like_the_loop(fns):
 @pytest.mark.parametrize("tau", [torch.tensor(0.25), True, 0.25 + 0j])
 def test_guard_unusual_coefficients(fns, tau):
     orig, new = fns
-    net, target = pair()
+    net, target = nets()
     assert tu.soft_update(net, target, tau, 1 - tau) is False
     try:
         a, b = run_both(orig, new, net, target, tau)
@@ -347,7 +340,7 @@ def test_guard_not_modules(fns):
         def parameters(self):
             return iter(self.ps)
 
-    net, target = pair()
+    net, target = nets()
     h1, h2 = Holder(list(net.parameters())), Holder([p.clone() for p in target.parameters()])
     h3 = Holder([p.clone() for p in target.parameters()])
     assert tu.soft_update(h1, h2, 0.5, 0.5) is False
@@ -401,14 +394,14 @@ def test_direct_form_outside_no_grad_raises_like_the_loop():
     src = form_source(FORMS["direct"], no_grad=False)
     out, _ = rewrite(src)
     new = load(out)[1][0]
-    net, target = pair()
+    net, target = nets()
     with pytest.raises(RuntimeError, match="leaf Variable"):
         new(net, target, 0.1)
 
 
 def test_data_form_does_not_bump_version_counters(fns):
     _, new = fns
-    net, target = pair()
+    net, target = nets()
     before = [p._version for p in target.parameters()]
     new(net, target, 0.1)
     assert [p._version for p in target.parameters()] == before
@@ -425,7 +418,7 @@ def test_empty_modules(fns):
 
 def test_cache_follows_module_changes(fns):
     orig, new = fns
-    net, target = pair((3, 8, 8, 1))
+    net, target = nets((3, 8, 8, 1))
     n1, t1 = copy.deepcopy(net), copy.deepcopy(target)
     n2, t2 = net, target
 
@@ -461,7 +454,7 @@ def test_cache_follows_module_changes(fns):
 
 def test_cache_entry_dies_with_modules():
     tu.clear_cache()
-    net, target = pair()
+    net, target = nets()
     assert tu.soft_update(net, target, 0.1, 0.9)
     assert len(tu._CACHE) == 1
     del net, target
@@ -501,7 +494,7 @@ def test_cache_does_not_keep_cyclic_networks_alive():
     import weakref
 
     tu.clear_cache()
-    net, target = pair()
+    net, target = nets()
     target[0].owner = [target]  # a cycle through a child (not a submodule: a plain attribute)
     assert tu.soft_update(net, target, 0.1, 0.9)
     ref = weakref.ref(target)
@@ -511,7 +504,7 @@ def test_cache_does_not_keep_cyclic_networks_alive():
 
 
 def test_none_submodule_and_parameter_entries():
-    net, target = pair((3, 4, 2))
+    net, target = nets((3, 4, 2))
     for m in (net, target):
         m.add_module("missing", None)
         m[0].register_parameter("unused", None)
@@ -534,7 +527,7 @@ def test_cuda_forms(form, dtype, capsys):
     exact = sites[0].exactness == EXACT
     _, (orig,) = load(src)
     _, (new,) = load(out)
-    net, target = pair((17, 300, 129, 3), dtype=dtype)
+    net, target = nets((17, 300, 129, 3), dtype=dtype)
     net, target = net.cuda(), target.cuda()
     t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
     for tau in (0.005, 0.3, 0.995):
@@ -616,7 +609,7 @@ def test_numba_pass_is_bitwise_the_loop(numba_now, form, dtype):
     out, sites = rewrite(src)
     assert sites[0].exactness == EXACT
     orig, new = load(src)[1][0], load(out)[1][0]
-    net, target = pair((7, 33, 65, 3), dtype=dtype)
+    net, target = nets((7, 33, 65, 3), dtype=dtype)
     t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
     for tau in (0.005, 0.5, 1, 0, 1e-30, 0.999999):
         orig(net, t1, tau)
@@ -629,7 +622,7 @@ def test_numba_pass_waits_for_enough_calls(monkeypatch):
     pytest.importorskip("numba")
     monkeypatch.setattr(tu, "NUMBA_AFTER", 3)
     tu.clear_cache()
-    net, target = pair()
+    net, target = nets()
     for _ in range(3):
         tu.soft_update(net, target, 0.1, 0.9)
     assert tu._plan(net, target).kernel is None
@@ -640,7 +633,7 @@ def test_numba_pass_waits_for_enough_calls(monkeypatch):
 
 def test_numba_pass_follows_module_changes(numba_now):
     orig, new = load(LOOP)[1][0], load(rewrite(LOOP)[0])[1][0]
-    net, target = pair((3, 8, 8, 1))
+    net, target = nets((3, 8, 8, 1))
     t1, t2 = copy.deepcopy(target), target
     orig(net, t1, 0.2)
     new(net, t2, 0.2)
@@ -653,10 +646,10 @@ def test_numba_pass_follows_module_changes(numba_now):
 
 
 def test_numba_pass_skips_half_and_noncontiguous(numba_now):
-    net, target = pair(dtype=torch.float16)
+    net, target = nets(dtype=torch.float16)
     assert tu.soft_update(net, target, 0.1, 0.9)
     assert not tu._plan(net, target).kernel
-    net, target = pair()
+    net, target = nets()
     with torch.no_grad():
         w = target[0].weight
         w.data = w.data.t().contiguous().t()  # same values, transposed strides
@@ -698,7 +691,7 @@ def test_augmented_assignment_form_is_bitwise_the_loop(dtype):
     ns_old, _ = load(AUG)
     ns_new, _ = load(out)
     for name in ("soft_update", "soft_update_direct"):
-        net, target = pair(dtype=dtype)
+        net, target = nets(dtype=dtype)
         t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
         ns_old[name](net, t1, 0.995)
         ns_new[name](net, t2, 0.995)
@@ -740,7 +733,7 @@ def test_temporary_is_inlined_and_bitwise_the_loop():
     assert "new_val" not in out.split("if not")[1].split(":")[0]  # the guard call does not use it
     _, (orig,) = load(TEMP)
     _, (new,) = load(out)
-    a, b = run_both(orig, new, *pair(), 0.995)
+    a, b = run_both(orig, new, *nets(), 0.995)
     assert_same(a, b, exact=True)
 
 
@@ -769,8 +762,6 @@ def test_temporary_and_global_look_alikes_are_skipped(src):
 def test_update_shaped_loops_over_other_iterables_are_reported():
     """SB3's polyak_update (``mul_`` then ``th.add(..., out=...)`` over parameter iterables the
     caller passes, often generators): left alone, with a site saying why, never silently."""
-    from scalebox_cst.config import Config
-    from scalebox_cst.pipeline import Pipeline
     from scalebox_cst.report import SKIPPED
 
     src = (
@@ -784,7 +775,7 @@ def test_update_shaped_loops_over_other_iterables_are_reported():
         "    for x, y in zip(xs, ys):\n"
         "        print(x, y)\n"
     )
-    res = Pipeline(Config(transforms=["vectorize.target_update"]), backend="cpu").rewrite("u.py", src.encode())
+    res = harness.rewrite_result(src, ID, path="u.py")
     assert res.output.decode() == src
     sites = [(s.line, s.action, s.reason) for s in res.report.sites]
     assert sites == [(4, SKIPPED, "iterates `params`, not the .parameters() of two modules")], sites
@@ -820,7 +811,7 @@ def test_data_assignment_form_is_bitwise_the_loop(sizes, dtype, tau, calls):
     old, _ = load(DATA_ASSIGN)
     new, _ = load(out)
     for name, (first, second) in (("update_target", (0, 1)), ("soft_update", (1, 0))):
-        net, target = pair(tuple(sizes), dtype=dtype)
+        net, target = nets(tuple(sizes), dtype=dtype)
         t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
         objects = [id(p) for p in t2.parameters()]
         views = [(p.data.view(-1), p.detach().clone()) for p in t2.parameters()]
@@ -839,7 +830,7 @@ def test_data_assignment_after_declined_calls_and_same_module():
     out, _ = rewrite(DATA_ASSIGN)
     old, _ = load(DATA_ASSIGN)
     new, _ = load(out)
-    net, target = pair()
+    net, target = nets()
     t1, t2 = copy.deepcopy(target), copy.deepcopy(target)
     for tau in (0.5, torch.tensor(0.25), 0.75):  # the tensor coefficient is declined
         old["update_target"](net, t1, tau)
@@ -856,7 +847,7 @@ def test_data_assignment_then_compiled_copy_form_writes_the_new_storage(numba_no
     them, the copy_ form of the same pair must write the parameters' new storage."""
     replace_fn = load(rewrite(DATA_ASSIGN)[0])[0]["update_target"]
     copy_fn = load(rewrite(LOOP)[0])[1][0]
-    net, target = pair((5, 17, 3))
+    net, target = nets((5, 17, 3))
     t1 = copy.deepcopy(target)
     copy_fn(net, target, 0.1)
     assert tu._plan(net, target).kernel

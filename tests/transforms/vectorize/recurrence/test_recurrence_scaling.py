@@ -3,22 +3,16 @@ loop's checks of what its function does outside it once walked the whole functio
 thousands of GAE loops gave no result). Counted in tree nodes visited, not timed; speed is in
 benchmarks/bench_scaling.py (shape ``loops``)."""
 from conftest import TESTS  # tests/: the corpus, fake_torch_npu and the repository root beside it
-import importlib.util
 import os
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
+import harness
 from scalebox_cst.transforms.analysis import cstwalk
 from scalebox_cst.transforms.vectorize.recurrence import function_facts
 
 
 def _bench_loop() -> str:
     """The ``loops`` shape's GAE loop, from the benchmark that times it (one text for both)."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_scaling", os.path.join(os.path.dirname(TESTS), "benchmarks", "bench_scaling.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.LOOP
+    return harness.load_path(os.path.join(os.path.dirname(TESTS), "benchmarks", "bench_scaling.py"), "bench_scaling").LOOP
 
 
 LOOP = _bench_loop()
@@ -38,7 +32,7 @@ def test_nodes_visited_grow_linearly_with_the_loops_of_one_function(monkeypatch)
         return real(n)
 
     monkeypatch.setattr(cstwalk, "children", counting)
-    pipeline = Pipeline(Config(), "cpu")
+    pipeline = harness.pipeline()
     counts = {}
     for loops in (10, 20, 40):
         visited[0] = 0
@@ -83,7 +77,7 @@ def test_a_long_rewrite_says_how_far_it_is_from_inside_the_transform(monkeypatch
 
     monkeypatch.setattr(pipeline_module, "PROGRESS_AFTER", 0.0)
     monkeypatch.setattr(pipeline_module, "PROGRESS_EVERY", 0.0)  # every step (normally: every 5 s)
-    pipeline = Pipeline(Config(), "cpu")
+    pipeline = harness.pipeline()
     lines = []
     pipeline.progress = lines.append
     pipeline.rewrite("gen.py", one_function(6))
@@ -145,7 +139,7 @@ def test_parses_and_module_walks_per_site_are_constant(monkeypatch):
     monkeypatch.setattr(cst, "parse_module", parse)
     monkeypatch.setattr(fold, "_loop_places", loop_places)
     monkeypatch.setattr(callees, "_scope_table", scope_table)
-    pipeline = Pipeline(Config(), "cpu")
+    pipeline = harness.pipeline()
     counts = {}
     for loops in (10, 20, 40):
         parses[0] = places[0] = tables[0] = 0

@@ -51,7 +51,7 @@ def compiled(src: str):
         out, sites = rewrite(src)
         assert [(s.action, s.exactness) for s in sites] == [(REWRITTEN, REASSOCIATED)], [s.describe() for s in sites]
         assert "quadratic loop" in sites[0].reason and "(4n+2)" in sites[0].reason
-        _CACHE[src] = (compile(src, "orig", "exec"), compile(out, "new", "exec"))
+        _CACHE[src] = (harness.compiled(src, "orig"), harness.compiled(out, "new"))
     return _CACHE[src]
 
 
@@ -69,21 +69,8 @@ def run_both(src: str, env: dict, vectorized: bool):
     """Exec original and rewrite on copies of ``env``; ``vectorized``: whether the guard must pick
     the vectorized branch."""
     orig, new = compiled(src)
-    ns1 = {k: clone(v) for k, v in env.items()}
-    ns2 = {k: clone(v) for k, v in env.items()}
-    errors = []
-    for code, ns in ((orig, ns1), (new, ns2)):
-        answers = []
-        real = vectorized_mod.quadratic_ok
-        vectorized_mod.quadratic_ok = lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
-        try:
-            exec(code, ns)
-            errors.append(None)
-        except Exception as exc:  # the rewrite must fail the same way
-            errors.append(type(exc))
-        finally:
-            vectorized_mod.quadratic_ok = real
-    assert errors[0] == errors[1], errors
+    with harness.spy(vectorized_mod, "quadratic_ok") as answers:  # the rewrite must fail as the loop does
+        ns1, ns2 = harness.run_pair(orig, new, env, clone=lambda env: {k: clone(v) for k, v in env.items()})
     if vectorized:
         assert answers == [True], answers
     else:  # refused by the guard (or by its cheap head, which then never asks quadratic_ok)
@@ -353,14 +340,8 @@ def test_output_aliasing_an_input_runs_the_loop():
     for code in compiled(TABOR):
         e = {k: clone(v) for k, v in env.items()}
         e["advantage"] = e["values"]  # the loop writes what it reads
-        answers = []
-        real = vectorized_mod.quadratic_ok
-        vectorized_mod.quadratic_ok = lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
-        try:
-            exec(code, e)
-        finally:
-            vectorized_mod.quadratic_ok = real
-        ns.append(e)
+        with harness.spy(vectorized_mod, "quadratic_ok") as answers:
+            ns.append(harness.load(code, namespace=e))
     assert answers == [False]
     bits(ns[0]["advantage"], ns[1]["advantage"], "advantage")
     assert not np.array_equal(ns[0]["advantage"], values)
@@ -499,19 +480,13 @@ def test_phil_tabor_ppo_verbatim():
                  float(rng.normal()), bool(rng.random() < 0.05)) for _ in range(T)]
         seen = []
         for code in (PPO, out):
-            ns: dict = {}
-            exec(code, ns)
+            ns = harness.load(code)
             agent = ns["Agent"](types.SimpleNamespace(device="cpu"))
             for row in rows:
                 agent.memory.store_memory(*row)
             np.random.seed(0)
-            answers = []
-            real = vectorized_mod.quadratic_ok
-            vectorized_mod.quadratic_ok = lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
-            try:
+            with harness.spy(vectorized_mod, "quadratic_ok") as answers:
                 agent.learn()
-            finally:
-                vectorized_mod.quadratic_ok = real
             seen.append((agent.seen, answers))
     finally:
         vectorized_mod.QUAD_MIN_STEPS.update(saved)
@@ -553,7 +528,7 @@ REWRITTEN_FORMS = [
 def test_matching_forms_are_rewritten(src):
     out, sites = rewrite(src)
     assert [(s.action, s.exactness) for s in sites] == [(REWRITTEN, REASSOCIATED)], [s.describe() for s in sites]
-    compile(out, "new", "exec")
+    harness.compiled(out, "new")
     again, sites2 = rewrite(out)  # the loop kept in the else branch is not rewritten again
     assert again == out and not any(s.action == REWRITTEN for s in sites2)
 

@@ -3,10 +3,8 @@ where the site says exact), the guard's fallback, and look-alike loops that must
 from __future__ import annotations
 
 from conftest import TESTS  # tests/: the corpus, fake_torch_npu and the repository root beside it
-import math
 import os
 import re
-import struct
 import subprocess
 import sys
 import textwrap
@@ -17,19 +15,17 @@ from typing import Optional
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
 from scalebox_cst.runtime import vectorized as vectorized_mod
 from scalebox_cst.runtime.vectorized import recurrence_guard
 import harness
+from differential import HYP, clone, dtypes, lengths, same, same_namespaces, tensor
+from recurrence_harness import ID, SB3, rewrite, rewritten, run_both
 
-ID = "vectorize.recurrence"
 ROOT = os.path.dirname(TESTS)
-HYP = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # ------------------------------------------------------------------ harness
@@ -45,157 +41,6 @@ def setup_module(module):
 def teardown_module(module):
     vectorized_mod.MIN_STEPS.update(_MIN_STEPS)
 
-
-
-def rewrite(src: str, **options):
-    return harness.rewrite(src, ID, dedent=False, options={ID: options})  # the shared harness (tests/harness.py)
-
-
-def rewritten(src: str, exactness: Optional[str] = EXACT, **options) -> str:
-    """The rewrite of ``src``; every site rewritten with ``exactness`` (None: any)."""
-    out, sites = rewrite(src, **options)
-    done = [s for s in sites if s.action == REWRITTEN]
-    assert done, [s.describe() for s in sites]
-    assert exactness is None or all(s.exactness == exactness for s in done), [s.describe() for s in done]
-    return out
-
-
-_CACHE: dict = {}
-
-
-def compiled(src: str, exactness: str = EXACT):
-    """(original code object, rewritten code object), rewriting each snippet once."""
-    key = (src, exactness)
-    if key not in _CACHE:
-        new = rewritten(src, exactness)
-        _CACHE[key] = (compile(src, "orig", "exec"), compile(new, "new", "exec"))
-    return _CACHE[key]
-
-
-def run_both(src: str, env: dict, exactness: str = EXACT, vectorized: bool = True):
-    """Exec original and rewrite at module level on deep copies of ``env``; both namespaces.
-    ``vectorized``: the guard must have chosen the vectorized branch (else: the loop)."""
-    orig, new = compiled(src, exactness)
-    ns1, ns2 = clone(env), clone(env)
-    err1 = err2 = None
-    try:
-        exec(orig, ns1)
-    except Exception as exc:  # the rewrite must fail the same way
-        err1 = type(exc)
-    answers, fused = [], []
-    real, real_fused = vectorized_mod.recurrence_ok, vectorized_mod.fused_linear
-
-    def spy(*args, **kwargs):
-        answers.append(real(*args, **kwargs))
-        return answers[-1]
-
-    def spy_fused(*args, **kwargs):
-        fused.append(real_fused(*args, **kwargs))
-        return fused[-1]
-
-    vectorized_mod.recurrence_ok, vectorized_mod.fused_linear = spy, spy_fused
-    try:
-        exec(new, ns2)
-    except Exception as exc:
-        err2 = type(exc)
-    finally:
-        vectorized_mod.recurrence_ok, vectorized_mod.fused_linear = real, real_fused
-    assert err1 == err2, (err1, err2)
-    one_pass = any(x is not None for x in fused)
-    assert (True in answers or one_pass) == vectorized, (answers, fused)
-    if one_pass:  # the one-pass tier ran: the vectorized steps it stands in front of must agree too
-        ns3 = clone(env)
-        vectorized_mod.fused_linear = lambda *args, **kwargs: None
-        try:
-            exec(new, ns3)
-        finally:
-            vectorized_mod.fused_linear = real_fused
-        same_namespaces({k: ns2[k] for k in ns1 if k in ns2}, ns3)
-    return ns1, ns2
-
-
-def clone(env: dict) -> dict:
-    out = {}
-    for k, v in env.items():
-        if isinstance(v, (torch.Tensor, np.ndarray)):
-            out[k] = v.copy() if isinstance(v, np.ndarray) else v.clone()
-        elif isinstance(v, (list, deque)):
-            items = [e.clone() if isinstance(e, torch.Tensor) else e for e in v]
-            out[k] = items if isinstance(v, list) else deque(items, v.maxlen)
-        else:
-            out[k] = v
-    return out
-
-
-def _bits_equal_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.dtype in (torch.float32, torch.float64):
-        view = torch.int32 if a.dtype == torch.float32 else torch.int64
-        return torch.equal(a.contiguous().reshape(-1).view(view), b.contiguous().reshape(-1).view(view))
-    return torch.equal(a, b)
-
-
-def same(a, b, exact: bool = True, where: str = "") -> None:
-    """Same type, dtype, shape and value (bitwise when ``exact``)."""
-    if type(a).__module__ == "builtins" and type(a).__qualname__ in ("function", "type", "module"):
-        return
-    if not isinstance(a, (torch.Tensor, np.ndarray, np.generic, float, int, bool, str, list, tuple, deque,
-                          type(None))) and hasattr(a, "__dict__"):
-        # an object of a class the snippet defines (each run defines its own class)
-        assert type(a).__qualname__ == type(b).__qualname__, where
-        for k, v in vars(a).items():
-            same(v, vars(b)[k], exact, f"{where}.{k}")
-        return
-    assert type(a) is type(b), f"{where}: {type(a)} != {type(b)}"
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device, f"{where}: {a!r} vs {b!r}"
-        if exact:
-            assert _bits_equal_tensor(a, b), f"{where}: {a} != {b}"
-        else:
-            # reassociated: within a bound relative to the largest value (cancellation can leave an
-            # element far smaller than the terms it sums)
-            scale = max(1.0, float(a.abs().max())) if a.numel() and a.is_floating_point() else 1.0
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * scale, equal_nan=True, msg=where)
-    elif isinstance(a, np.ndarray) or isinstance(a, np.generic):
-        assert a.dtype == b.dtype and np.shape(a) == np.shape(b), f"{where}: {a!r} vs {b!r}"
-        if exact:
-            assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes(), f"{where}: {a} != {b}"
-        else:
-            scale = max(1.0, float(np.abs(a).max())) if np.size(a) and np.issubdtype(np.asarray(a).dtype, np.floating) else 1.0
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * scale, err_msg=where)
-    elif isinstance(a, float):
-        if exact:
-            assert struct.pack("d", a) == struct.pack("d", b), f"{where}: {a!r} != {b!r}"
-        else:
-            assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), f"{where}: {a} != {b}"
-    elif isinstance(a, (list, tuple, deque)):
-        assert len(a) == len(b), f"{where}: lengths {len(a)} != {len(b)}"
-        assert getattr(a, "maxlen", None) == getattr(b, "maxlen", None), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            same(x, y, exact, f"{where}[{i}]")
-    elif isinstance(a, (int, bool, str, type(None))):
-        assert a == b, f"{where}: {a!r} != {b!r}"
-
-
-def same_namespaces(ns1: dict, ns2: dict, exact: bool = True) -> None:
-    """Every variable of the original run has the same value after the rewritten run."""
-    for key, value in ns1.items():
-        if key.startswith("__"):
-            continue
-        assert key in ns2, f"{key} missing after the rewrite"
-        same(value, ns2[key], exact, key)
-
-
-# ------------------------------------------------------------------ strategies
-
-lengths = st.integers(min_value=0, max_value=64)
-dtypes = st.sampled_from([torch.float32, torch.float64])
-
-
-def tensor(draw_seed: int, shape, dtype, kind: str = "normal"):
-    g = torch.Generator().manual_seed(draw_seed)
-    if kind == "dones":
-        return (torch.rand(shape, generator=g) < 0.15).to(dtype)
-    return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
 
 
 # ------------------------------------------------------------------ CleanRL GAE
@@ -285,36 +130,6 @@ def test_gae_1d_tensors_in_a_function(T, dtype, seed, nv):
 
 # ------------------------------------------------------------------ SB3 (numpy, self attributes)
 
-SB3 = """\
-import numpy as np
-
-
-class RolloutBuffer:
-    def __init__(self, rewards, values, episode_starts, gamma=0.99, gae_lambda=0.95):
-        self.buffer_size = len(rewards)
-        self.rewards, self.values, self.episode_starts = rewards, values, episode_starts
-        self.advantages = np.zeros_like(rewards)
-        self.gamma, self.gae_lambda = gamma, gae_lambda
-
-    def compute_returns_and_advantage(self, last_values, dones):
-        last_gae_lam = 0
-        for step in reversed(range(self.buffer_size)):
-            if step == self.buffer_size - 1:
-                next_non_terminal = 1.0 - dones.astype(np.float32)
-                next_values = last_values
-            else:
-                next_non_terminal = 1.0 - self.episode_starts[step + 1]
-                next_values = self.values[step + 1]
-            delta = self.rewards[step] + self.gamma * next_values * next_non_terminal - self.values[step]
-            last_gae_lam = delta + self.gamma * self.gae_lambda * next_non_terminal * last_gae_lam
-            self.advantages[step] = last_gae_lam
-        self.returns = self.advantages + self.values
-
-
-buf = RolloutBuffer(rewards, values, episode_starts)
-buf.compute_returns_and_advantage(last_values, dones)
-advantages, returns_ = buf.advantages, buf.returns
-"""
 
 
 @HYP
@@ -565,9 +380,8 @@ def test_two_recurrences_in_one_loop(T, N, dtype, seed):
 
 
 def test_other_backends_report_reassociated():
-    cfg = Config(transforms=[ID])
     for backend in ("cuda", "npu"):
-        res = Pipeline(cfg, backend=backend).rewrite("t.py", CLEANRL.encode())
+        res = harness.rewrite_result(CLEANRL, ID, backend)
         (site,) = res.report.sites
         assert site.action == REWRITTEN and site.exactness == REASSOCIATED, site.describe()
         assert "cpu=True" not in res.output.decode()
@@ -592,8 +406,7 @@ def test_short_sequences_stay_on_the_loop_by_default(monkeypatch):
 def test_cleanrl_gae_on_cuda(dtype):
     """On the cuda backend the op may run a parallel scan: reassociated, within tolerance, and the
     vectorized branch is taken for CUDA tensors."""
-    cfg = Config(transforms=[ID])
-    res = Pipeline(cfg, backend="cuda").rewrite("t.py", CLEANRL.encode())
+    res = harness.rewrite_result(CLEANRL, ID, "cuda")
     assert [s.exactness for s in res.report.sites] == [REASSOCIATED]
     T, N = 512, 8
     env = dict(
@@ -606,15 +419,8 @@ def test_cleanrl_gae_on_cuda(dtype):
         dones=tensor(2, (T, N), dtype, "dones").cuda(),
         next_done=tensor(5, (N,), dtype, "dones").cuda(),
     )
-    ns1, ns2 = clone(env), clone(env)
-    exec(compile(CLEANRL, "orig", "exec"), ns1)
-    answers = []
-    real = vectorized_mod.recurrence_ok
-    vectorized_mod.recurrence_ok = lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
-    try:
-        exec(compile(res.output.decode(), "new", "exec"), ns2)
-    finally:
-        vectorized_mod.recurrence_ok = real
+    with harness.spy(vectorized_mod, "recurrence_ok") as answers:
+        ns1, ns2 = harness.run_pair(CLEANRL, res.output, env, clone=clone)
     assert answers == [True]
     for key in ("advantages", "returns", "lastgaelam", "delta"):
         torch.testing.assert_close(ns1[key], ns2[key], rtol=1e-5, atol=1e-5)
@@ -718,20 +524,8 @@ def run_falling_back(src: str, env: dict):
     copies of ``env``; both must raise the same exception type or none. Both namespaces and
     that type (None)."""
     new = _rewritten_forbidding_op(src)
-    ns1, ns2 = clone(env), clone(env)
-    err1 = err2 = None
-    try:
-        exec(compile(src, "orig", "exec"), ns1)
-    except Exception as exc:
-        err1 = type(exc)
-    try:
-        exec(compile(new, "new", "exec"), ns2)
-    except AssertionError:
-        raise
-    except Exception as exc:
-        err2 = type(exc)
-    assert err1 == err2
-    return ns1, ns2, err1
+    ns1, ns2 = harness.run_pair(src, new, env, clone=clone)
+    return ns1, ns2, harness.outcome(src, clone(env), "orig")
 
 
 @pytest.mark.parametrize(
@@ -779,10 +573,7 @@ def f(rewards, gamma, out):
 
 
 def test_guard_refuses_an_output_that_aliases_an_input():
-    new = _rewritten_forbidding_op(ALIAS)
-    g1, g2 = {}, {}
-    exec(compile(ALIAS, "orig", "exec"), g1)
-    exec(compile(new, "new", "exec"), g2)
+    g1, g2 = harness.run_pair(ALIAS, _rewritten_forbidding_op(ALIAS), {})
     r1, r2 = torch.arange(6.0), torch.arange(6.0)
     same(g1["f"](r1, 0.5, r1), g2["f"](r2, 0.5, r2))  # in place over its own input: the loop runs
     b1, b2 = torch.arange(7.0), torch.arange(7.0)
@@ -793,10 +584,7 @@ def test_guard_refuses_an_output_that_aliases_an_input():
 def test_requires_grad_output_leaf_takes_the_loop():
     """Inputs that require grad are vectorized (tests/transforms/vectorize/recurrence/test_vectorize_recurrence_grad.py); an output
     that is a leaf requiring grad is not: ``out[t] = R`` raises there in the loop, and still does."""
-    new = _rewritten_forbidding_op(ALIAS)
-    g1, g2 = {}, {}
-    exec(compile(ALIAS, "orig", "exec"), g1)
-    exec(compile(new, "new", "exec"), g2)
+    g1, g2 = harness.run_pair(ALIAS, _rewritten_forbidding_op(ALIAS), {})
     r = torch.arange(6.0, requires_grad=True)
     for g in (g1, g2):
         with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
@@ -954,15 +742,8 @@ def test_quadratic_loop_keeps_its_behaviour():
     dones = rng.random(n) < 0.2
     env = dict(rewards=rng.normal(size=n), values=rng.normal(size=n), dones=dones)
     new = rewritten(QUADRATIC, REASSOCIATED)
-    ns1, ns2 = clone(env), clone(env)
-    exec(QUADRATIC, ns1)
-    answers = []
-    real = vectorized_mod.quadratic_ok
-    vectorized_mod.quadratic_ok = lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
-    try:
-        exec(new, ns2)
-    finally:
-        vectorized_mod.quadratic_ok = real
+    with harness.spy(vectorized_mod, "quadratic_ok") as answers:
+        ns1, ns2 = harness.run_pair(QUADRATIC, new, env, clone=clone)
     assert answers == [True]
     np.testing.assert_allclose(ns2["out"], ns1["out"], rtol=1e-6, atol=1e-6)
     # the sums cross episode ends: a per-episode (reset at dones) GAE differs
@@ -1133,9 +914,9 @@ def test_appendleft_on_a_list_takes_the_loop(returns):
     new = _rewritten_forbidding_op(APPENDLEFT)
     env = dict(rewards=[1.0, 2.0, 3.0, 4.0], gamma=0.5, returns=returns)
     with pytest.raises(AttributeError):
-        exec(compile(APPENDLEFT, "orig", "exec"), clone(env))
+        harness.load(APPENDLEFT, filename="orig", namespace=clone(env))
     with pytest.raises(AttributeError):
-        exec(compile(new, "new", "exec"), clone(env))
+        harness.load(new, filename="new", namespace=clone(env))
 
 
 # minimalRL a2c.py compute_target: lists of per-env numpy rows, int64 masks (1 - done of bools)
@@ -1425,9 +1206,7 @@ def test_read_back_guard_wants_one_element_rows():
     T = 7
     env = dict(rewards=tensor(0, (T, 2), torch.float64), masks=tensor(1, (T,), torch.float64),
                values=tensor(2, (T, 2), torch.float64), tensor_type=lambda *s: torch.zeros(s[0], 2, dtype=torch.float64))
-    ns1, ns2 = clone(env), clone(env)
-    exec(compile(KHRYLX, "orig", "exec"), ns1)
-    exec(compile(new, "new", "exec"), ns2)
+    ns1, ns2 = harness.run_pair(KHRYLX, new, env, clone=clone)
     same_namespaces(ns1, ns2)
     assert not vectorized_mod.recurrence_ok(4, seqs=((torch.zeros(4, 2), 0),), memo=(torch.zeros(4, 2),),
                                             cells=(torch.zeros(4, 2),))
@@ -1626,7 +1405,7 @@ def test_dimension_1_guard_declines_what_has_no_dimension_1():
                mask=torch.ones(6, dtype=torch.float64), target_qs=tensor(1, (2, 7, 1), torch.float64))
     new = _rewritten_forbidding_op(PYMARL)
     with pytest.raises(IndexError):  # mask[:, t] of a 1-D mask: the loop raises as written
-        exec(compile(new, "new", "exec"), clone(env))
+        harness.load(new, filename="new", namespace=clone(env))
 
 
 CORPUS_NEGATIVE = [
@@ -1845,9 +1624,7 @@ def test_names_do_not_clash_with_the_users():
     src = "T = 3\nrewards_v = 1\n" + REINFORCE_INSERT
     out = rewritten(src)
     assert "T_2 :=" in out and "rewards_v_2 = " in out
-    ns1, ns2 = {"rewards": [1.0, 2.0, 3.0], "gamma": 0.9}, {"rewards": [1.0, 2.0, 3.0], "gamma": 0.9}
-    exec(src, ns1)
-    exec(out, ns2)
+    ns1, ns2 = harness.run_pair(src, out, {"rewards": [1.0, 2.0, 3.0], "gamma": 0.9}, clone=clone)
     same_namespaces(ns1, ns2)
 
 

@@ -34,7 +34,7 @@ def teardown_module(module):
 
 
 def rewrite(src: str):
-    out, sites = harness.rewrite(src, ID)  # the shared differential harness (tests/harness.py)
+    out, sites = harness.rewrite(src, ID)
     return out, harness.rewritten_sites(sites)
 
 
@@ -44,10 +44,10 @@ _CACHE: dict = {}
 def functions(src: str, name: str = "f"):
     """(original function, rewritten function, rewritten text); every site exact."""
     if src not in _CACHE:
-        new, done = rewrite(src)
+        original, rewritten, new, sites = harness.pair(src, name, ID)
+        done = harness.rewritten_sites(sites)
         assert done and all(s.exactness == EXACT for s in done), done
-        original = harness.load(textwrap.dedent(src), name, filename="orig")
-        _CACHE[src] = (original, harness.load(new, name, filename="new"), new, done)
+        _CACHE[src] = (original, rewritten, new, done)
     return _CACHE[src]
 
 

@@ -4,8 +4,6 @@ Differential tests (original vs rewritten code on the same random inputs, bitwis
 says exact) and look-alikes that must stay as written, with their reasons."""
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -13,11 +11,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED
+from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN
 from scalebox_cst.runtime import vectorized as vectorized_mod
 from scalebox_cst.runtime.vectorized import conversions as vectorized_conversions
 
-from test_vectorize_recurrence import HYP, dtypes, lengths, rewrite, run_both, same_namespaces, tensor  # noqa: E402
+from differential import HYP, arrays, dtypes, kinds, lengths, same_namespaces, tensor
+from recurrence_harness import left_alone, rewrite, run_both, sites_of
 
 _MIN_STEPS = dict(vectorized_mod.MIN_STEPS)
 
@@ -29,27 +28,6 @@ def setup_module(module):
 
 def teardown_module(module):
     vectorized_mod.MIN_STEPS.update(_MIN_STEPS)
-
-
-def sites_of(src: str):
-    out, sites = rewrite(src)
-    return out, [s for s in sites if s.action == REWRITTEN], [s for s in sites if s.action == SKIPPED]
-
-
-def left_alone(src: str, reason: str) -> None:
-    out, done, skipped = sites_of(src)
-    assert out == src, out  # byte for byte
-    assert not done, [s.describe() for s in done]
-    assert any(reason in s.reason for s in skipped), [s.describe() for s in skipped]
-
-
-def arrays(kind: str, seed: int, shape, dtype, what: str = "normal"):
-    """A tensor (``kind`` "torch") or numpy array of ``dtype`` (a torch dtype)."""
-    t = tensor(seed, shape, dtype, what)
-    return t if kind == "torch" else t.numpy()
-
-
-kinds = st.sampled_from(["torch", "numpy"])
 
 
 # ------------------------------------------------------------------ 1. last step as a conditional expression

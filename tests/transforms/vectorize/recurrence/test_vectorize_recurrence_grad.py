@@ -13,10 +13,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import EXACT, REWRITTEN
 from scalebox_cst.runtime import vectorized as vectorized_mod
+import harness
 
 HERE = TESTS
 with open(os.path.join(HERE, "corpus", "dreamerv2_lambda_return.py")) as _f:
@@ -91,17 +90,14 @@ def functions(src, name):
     """(original, rewritten) function; the rewrite is checked to claim exact with the gradient
     condition in its details (the linear_recurrence contract)."""
     if src not in _CACHE:
-        res = Pipeline(Config(transforms=["vectorize.recurrence"]), backend="cpu").rewrite("t.py", src.encode())
-        sites = [s for s in res.report.sites if s.action == REWRITTEN]
-        assert len(sites) == 1, [s.describe() for s in res.report.sites]
+        f1, f2, _, all_sites = harness.pair(src, name, "vectorize.recurrence", dedent=False)
+        sites = [s for s in all_sites if s.action == REWRITTEN]
+        assert len(sites) == 1, [s.describe() for s in all_sites]
         assert sites[0].exactness == EXACT
         gradients = " ".join(sites[0].details["contracts"]["linear_recurrence"]["checks"])
         assert "gradients through it bitwise too where no value they flow through has more than two uses" in gradients
         assert "else reassociated" in gradients
-        g1, g2 = {}, {}
-        exec(compile(src, "orig", "exec"), g1)
-        exec(compile(res.output.decode(), "new", "exec"), g2)
-        _CACHE[src] = (g1[name], g2[name])
+        _CACHE[src] = (f1, f2)
     return _CACHE[src]
 
 

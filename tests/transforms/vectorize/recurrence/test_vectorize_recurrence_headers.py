@@ -6,8 +6,6 @@ reason, the file untouched); look-alikes that walk forward or by another stride 
 from __future__ import annotations
 
 import ast
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +18,9 @@ from scalebox_cst.runtime import vectorized as vectorized_mod
 from scalebox_cst.transforms.vectorize.recurrence import backward
 from scalebox_cst.transforms.vectorize.recurrence.candidates import _coefficient
 
-from test_vectorize_recurrence import HYP, dtypes, rewrite, run_both, same_namespaces, tensor  # noqa: E402
+import harness
+from differential import HYP, dtypes, same_namespaces, tensor
+from recurrence_harness import rewrite, run_both
 
 _MIN_STEPS = dict(vectorized_mod.MIN_STEPS)
 
@@ -265,15 +265,8 @@ def test_zip_arguments_evaluated_once_in_order(case):
     for code in (ZIPPED, out):
         log: list = []
         ns = {"deltas": deltas, "gamma": 0.9, "x": Tracked(log, dones)}
-        real, answers = vectorized_mod.recurrence_ok, []
-        vectorized_mod.recurrence_ok = lambda *a, **k: answers.append(real(*a, **k)) or answers[-1]
-        try:
-            exec(compile(code, "snippet", "exec"), ns)
-            err = None
-        except TypeError as exc:
-            err = type(exc)
-        finally:
-            vectorized_mod.recurrence_ok = real
+        with harness.spy(vectorized_mod, "recurrence_ok") as answers:
+            err = harness.outcome(code, ns, "snippet")
         runs.append((log, err, ns.get("adv")))
     assert (True in answers) == (case == "vectorized"), answers  # the rewrite's run
     (log1, err1, adv1), (log2, err2, adv2) = runs

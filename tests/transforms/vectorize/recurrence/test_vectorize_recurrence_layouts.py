@@ -6,8 +6,6 @@ says exact, within rounding where it says reassociated), the guard's refusals (t
 errors included), and look-alikes that must stay as written, with their reasons."""
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -18,8 +16,8 @@ from hypothesis import strategies as st
 from scalebox_cst.report import EXACT, REASSOCIATED
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
-from test_vectorize_recurrence import HYP, dtypes, lengths, run_both, same_namespaces, tensor  # noqa: E402
-from test_vectorize_recurrence_forms import arrays, kinds, left_alone, sites_of  # noqa: E402
+from differential import HYP, arrays, dtypes, kinds, lengths, same_namespaces, tensor
+from recurrence_harness import left_alone, run_both, sites_of
 
 _MIN_STEPS = dict(vectorized_mod.MIN_STEPS)
 

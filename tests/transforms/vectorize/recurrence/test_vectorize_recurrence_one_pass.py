@@ -4,9 +4,7 @@ original loop vs the rewrite with the tier, and vs the rewrite with the tier tur
 vectorized steps behind it), bitwise; look-alikes that must not get the tier."""
 from __future__ import annotations
 
-import os
 import struct
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +16,7 @@ from scalebox_cst.report import EXACT
 from scalebox_cst.runtime import fused as fused_mod
 from scalebox_cst.runtime import vectorized as vectorized_mod
 
-from test_vectorize_recurrence import SB3 as SB3_BUFFER  # noqa: E402
+from recurrence_harness import SB3 as SB3_BUFFER
 import harness
 
 pytestmark = pytest.mark.skipif(not fused_mod.available(), reason="the _fused_c extension is not built")
@@ -135,7 +133,7 @@ def test_cleanrl_program_and_reason():
             "advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam; "
             "del lastgaelam'") in new
     assert "is not None or _sbx.recurrence_ok(" in new  # both tiers on the guard's line
-    compile(new, "new", "exec")
+    harness.compiled(new, "new")
 
 
 #: a temporary read after the loop: the program stops at t = 1, the last step runs as written
@@ -463,7 +461,7 @@ def test_row_by_row_updates_match_the_loop(program, loop, dtype):
                gamma=0.97, s=torch.randn(N, generator=gen, dtype=dtype))
     ret1, ret2 = torch.zeros(T, N, dtype=dtype), torch.zeros(T, N, dtype=dtype)
     ns = dict(env, ret=ret1, s=env["s"].clone())
-    exec(f"for t in range({T} - 1, -1, -1):\n    " + program.replace("; ", "\n    "), ns)
+    harness.load(f"for t in range({T} - 1, -1, -1):\n    " + program.replace("; ", "\n    "), namespace=ns)
     vals = dict(env, ret=ret2, s=env["s"].clone())
     last = fused_linear(program, T, *[vals[n] for n in params_of(program)])
     assert last is not None
