@@ -243,13 +243,36 @@ def read_sites(directory: str) -> List[Dict[str, Any]]:
     return [s for s in sites or [] if isinstance(s, dict)]
 
 
-def _pid_runs_launch(pid: int) -> bool:
+def _stat(pid: int) -> Optional[Tuple[bytes, int]]:
+    """``(state, start)`` of ``pid`` from ``/proc/<pid>/stat`` (fields 3 and 22; start in clock
+    ticks since boot), or None where there is no /proc or no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (comm) ": field 3 is [0]
+        return fields[0], int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_start(pid: int) -> Optional[int]:
+    """When ``pid`` started (clock ticks since boot), or None. A pid and its start name one
+    process for good: a reused pid starts later."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def _pid_runs_launch(pid: int, start: Optional[int] = None) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True  # someone else's process with that pid: cannot tell, keep "running"
+    if start is not None:
+        stat = _stat(pid)
+        if stat is not None:  # the same process, not a zombie (exited, not yet reaped)
+            return stat[1] == start and stat[0] != b"Z"
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             cmdline = fh.read()
@@ -257,7 +280,9 @@ def _pid_runs_launch(pid: int) -> bool:
         return True  # no /proc (macOS): the pid exists
     if not cmdline:
         return False  # a zombie: exited, not yet reaped
-    return b"scalebox_cst" in cmdline  # a reused pid running something else is not our run
+    # records written before ``pid_start``: the child's argv names the engine's launcher module
+    # (a word of its own, not a path that happens to hold "scalebox_cst")
+    return any(arg.startswith(b"scalebox_cst.") for arg in cmdline.split(b"\0"))
 
 
 def is_alive(record: Dict[str, Any]) -> bool:
@@ -269,7 +294,8 @@ def is_alive(record: Dict[str, Any]) -> bool:
         return True  # written before the child started: a moment, not a state
     if record.get("host") not in (None, socket.gethostname()):
         return True
-    return _pid_runs_launch(pid)
+    start = record.get("pid_start")
+    return _pid_runs_launch(pid, start if isinstance(start, int) else None)
 
 
 def load_record(directory: str) -> Optional[Dict[str, Any]]:

@@ -177,6 +177,7 @@ class Execution:
         )
         self.limits.started(self.proc.pid)
         self.record.pid = self.record.pgid = self.proc.pid
+        self.record.pid_start = runs.process_start(self.proc.pid)
         self._write_record()
         runs.append_event(self.events_file, "started", f"{self.record.id} {variant} {script} {' '.join(args)}".rstrip(), pid=self.proc.pid)
         tb_dir = runs.tensorboard_dir(self.project_dir, branch, self.run, commit, variant)

@@ -26,6 +26,7 @@ class RunRecord:
     seed_via: Optional[str] = None  # "option" (--seed N appended) or "env" (launcher seeds RNGs)
     pid: Optional[int] = None
     pgid: Optional[int] = None
+    pid_start: Optional[int] = None  # the child's start in clock ticks since boot: a reused pid is not this run
     host: str = dataclasses.field(default_factory=socket.gethostname)
     ended: Optional[float] = None
     wall_time: Optional[float] = None

@@ -837,3 +837,33 @@ def test_event_extras_may_use_any_key_the_writers_name_their_own_arguments(tmp_p
     assert (first["kind"], first["path"]) == ("save_blocked", "t.py")
     (second,), _ = runs.read_events(runs.project_events_path(str(tmp_path)))
     assert (second["project_root"], second["path"]) == ("x", "t.py")
+
+
+def test_a_live_pid_is_our_run_only_if_it_started_when_the_run_did(tmp_path):
+    """A pid is reused: liveness compares the process's start (recorded at launch), not whether
+    its command line happens to hold "scalebox_cst" (a path such as tests/scalebox_cst/ does)."""
+    me = os.getpid()
+    start = runs.process_start(me)
+    if start is None:
+        pytest.skip("no /proc here")
+    _record(tmp_path, "run/0001", 1, pid=me, pid_start=start, host=os.uname().nodename)
+    _record(tmp_path, "run/0001", 2, pid=me, pid_start=start - 1, host=os.uname().nodename)  # an earlier process
+    with_path = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "/x/scalebox_cst/y"])
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "scalebox_cst.runtime.launch"])
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.time() + 30
+        while runs._stat(zombie.pid) is not None and runs._stat(zombie.pid)[0] != b"Z" and time.time() < deadline:
+            time.sleep(0.05)
+        _record(tmp_path, "run/0001", 3, pid=with_path.pid, host=os.uname().nodename)  # old record, no start
+        _record(tmp_path, "run/0001", 4, pid=launcher.pid, host=os.uname().nodename)
+        _record(tmp_path, "run/0001", 5, pid=zombie.pid, pid_start=runs.process_start(zombie.pid), host=os.uname().nodename)
+        found = {r.id: r.status for r in runs.list_runs(str(tmp_path))}
+        assert found == {"run/0001#1": "running", "run/0001#2": "lost", "run/0001#3": "lost",
+                         "run/0001#4": "running", "run/0001#5": "lost"}
+    finally:
+        for p in (with_path, launcher):
+            p.kill()
+            p.wait()
+        zombie.wait()
+

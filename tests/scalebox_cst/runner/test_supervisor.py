@@ -50,6 +50,8 @@ def test_a_trial_runs_a_commit_with_its_args_and_env_and_ends_in_its_record(proj
     values = [(p.step, p.value) for p in runs.read_series(run.dir)["value"]]
     assert values == [(0, 0.0), (1, 2.5), (2, 5.0)]  # the arguments and the environment reached the script
     assert sup.active == [] and runs.load_record(run.dir)["status"] == "ok"
+    if os.path.exists(f"/proc/{os.getpid()}/stat"):  # its process is named by pid and start: a reused pid is not this run
+        assert isinstance(record.pid_start, int) and record.pid_start > 0
 
 
 def test_a_trial_stopped_early_is_recorded_with_the_reason(project):
