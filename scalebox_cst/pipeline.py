@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import gc
 import io
 import threading
@@ -29,6 +30,7 @@ from scalebox_cst.report import FileReport, Site
 from scalebox_cst.textlines import physical_lines
 from scalebox_cst.transforms import FileContext, Transform, all_transforms, transform_ids
 from scalebox_cst.transforms import contracts, statement_memo
+from scalebox_cst.transforms import partial as partial_module
 
 
 
@@ -127,6 +129,7 @@ class Pipeline:
         codegen = _Codegen()
         memo = statement_memo.per_file()
         memo.register(tree, code)
+        carried: Optional[partial_module.Partial] = None  # the version's module, where it is partial
         started = time.perf_counter()
         lines = text.count("\n") + 1
         shown = [started]  # when the last progress line was printed
@@ -136,18 +139,30 @@ class Pipeline:
                 if elapsed >= PROGRESS_AFTER:
                     done = self.transforms[number - 2].id
                     self.progress(f"scalebox: {path}: {lines} lines, {done} done after {elapsed:.1f}s ({number - 1}/{len(self.transforms)} transforms)")
-            ctx = FileContext(
-                path, module, self.config, self.backend, code=code, tree=tree, imports=imports, line_maps=tuple(line_maps)
+            make = functools.partial(
+                FileContext, path, config=self.config, backend=self.backend, code=code, tree=tree, imports=imports,
+                line_maps=tuple(line_maps),
             )
+            ctx = make(None, partial=carried) if carried is not None else make(module)
             if self.progress is not None:
                 ctx.on_step = _stepper(self.progress, f"scalebox: {path}: {lines} lines, {transform.id}", started, shown)
             if not transform.applies(ctx):
                 continue
             try:
                 new_module, found = transform.rewrite(ctx)
-                module = ctx.__dict__.get("module", module)
+                module, part = ctx.__dict__.get("module", module), ctx.partial
                 new_module = ctx.finish(new_module) if new_module is not None else None
-                new_code = code if new_module is None or new_module is module else codegen.code(new_module, module, code, tree)
+                seed = part.texts if part is not None else None
+                new_code = code if new_module is None or new_module is module else codegen.code(new_module, module, code, tree, seed)
+                if seed is not None and partial_module.MARK in new_code:
+                    # the transform changed or copied a filler: redone on the whole module
+                    ctx, on_step = make(None, imports=None), ctx.on_step
+                    ctx.whole, ctx.on_step = True, on_step
+                    new_module, found = transform.rewrite(ctx)
+                    module, part = ctx.module, None
+                    new_module = ctx.finish(new_module) if new_module is not None else None
+                    new_code = code if new_module is None or new_module is module else codegen.code(new_module)
+                carried = part
                 if new_code != code:
                     if lines >= COLLECT_LINES:
                         ctx.__dict__.clear()  # this version's module is held by new_module
@@ -223,11 +238,17 @@ class _Codegen:
         previous: Optional[cst.Module] = None,
         previous_code: Optional[str] = None,
         previous_tree: Optional[ast.Module] = None,
+        seed: Optional[Dict[int, Tuple[cst.CSTNode, str]]] = None,
     ) -> str:
         """``module.code``; given the version it was made from (with its code and ast), by
-        splicing: only the statements that changed are generated (see ``_splice``)."""
+        splicing: only the statements that changed are generated (see ``_splice``). ``seed``:
+        the text to write for some nodes (a partial module's fillers: transforms/partial.py)."""
+        style = (module.default_indent, module.default_newline)
+        if seed:
+            if style != self._style:
+                self._style, self._done = style, {}
+            self._done.update(seed)
         if previous is not None and previous_code is not None and previous_tree is not None:
-            style = (module.default_indent, module.default_newline)
             if style != self._style:
                 self._style, self._done = style, {}
             spliced = self._splice(module, previous, previous_code, previous_tree)
