@@ -82,6 +82,15 @@ def chunks(code: str, tree: ast.Module) -> Optional[Chunks]:
         firsts.append(first)
         ends.append(end)
         tops.append([st])
+    for g in range(len(ends) - 1):
+        # libcst gives an indented block the comment lines after it up to the last one indented
+        # (at least) to the block: they end its chunk (build checks that they do not end up in
+        # the chunk's module footer, which would mean the whole parse puts them elsewhere)
+        for number in range(firsts[g + 1] - 1, ends[g], -1):
+            line = lines[number - 1]
+            if line[:1] in (" ", "\t") and line.lstrip(" \t").startswith("#"):
+                ends[g] = number
+                break
     ends[-1] = len(lines)
     starts = [1, *(e + 1 for e in ends[:-1])]
     if any(s > f for s, f in zip(starts, firsts)):  # pragma: no cover - ast's lines are monotonic
@@ -221,6 +230,14 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
         header, footer = carried.module.header, carried.module.footer
     module = cst.Module(body=body, header=header, footer=footer)
     return Partial(module, ch, real, texts)
+
+
+def lost(old: cst.Module, new: cst.Module, new_code: str, texts: Dict[int, Tuple[cst.CSTNode, str]]) -> bool:
+    """Whether an edit of the partial module ``old`` into ``new`` (whose code, fillers written as
+    ``texts``, is ``new_code``) changed, moved or dropped a filler: each must still be a
+    top-level statement of ``new``, and no filler's string be written as code."""
+    present = {id(n) for n in new.body}
+    return MARK in new_code or any(id(n) not in present for n in old.body if id(n) in texts)
 
 
 def _reusable(carried: Optional[Partial], ch: Chunks) -> Optional[List[Tuple[cst.BaseStatement, bool]]]:
