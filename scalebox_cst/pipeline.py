@@ -154,7 +154,7 @@ class Pipeline:
                 new_module = ctx.finish(new_module) if new_module is not None else None
                 seed = part.texts if part is not None else None
                 new_code = code if new_module is None or new_module is module else codegen.code(new_module, module, code, tree, seed)
-                if seed is not None and new_module is not None and partial_module.lost(module, new_module, new_code, seed):
+                if seed is not None and module is not None and new_module is not None and partial_module.lost(module, new_module, new_code, seed):
                     # the transform changed, moved or dropped a filler: redone on the whole module
                     ctx, on_step = make(None, imports=None), ctx.on_step
                     ctx.whole, ctx.on_step = True, on_step

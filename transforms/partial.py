@@ -26,7 +26,7 @@ import bisect
 import dataclasses
 import io
 import tokenize
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -141,6 +141,9 @@ def elided_width(node: cst.CSTNode) -> Optional[int]:
     return numbers[1] if numbers is not None else None
 
 
+#: what a module's body holds
+_Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]
+
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -148,7 +151,8 @@ def in_scope(node: ast.AST, tops: Sequence[ast.stmt]) -> bool:
     """Whether ``node`` lies in the body of a function or class inside ``tops`` (its top-level
     statements): what a transform finds out about its names there (read elsewhere, declared
     global) is then found in that statement. A node whose scope is the module is not."""
-    first, last = getattr(node, "lineno", 0), getattr(node, "end_lineno", None) or getattr(node, "lineno", 0)
+    first: int = getattr(node, "lineno", 0)
+    last: int = getattr(node, "end_lineno", None) or first
     stack: List[ast.stmt] = list(tops)
     while stack:
         st = stack.pop()
@@ -191,7 +195,7 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
     if first_indent(ch.code) != INDENT:
         return None
     wanted = {0, *groups}
-    body: List[cst.BaseStatement] = []
+    body: List[_Statement] = []
     texts: Dict[int, Tuple[cst.CSTNode, str]] = {}
     real: Set[int] = set()
     old = _reusable(carried, ch)
@@ -199,7 +203,7 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
     footer: Sequence[cst.EmptyLine] = ()
     last = len(ch.tops) - 1
     for g in range(len(ch.tops)):
-        node: Optional[cst.BaseStatement] = None
+        node: Optional[_Statement] = None
         parsed = False
         if old is not None:
             kept, parsed = old[g]
@@ -240,12 +244,12 @@ def lost(old: cst.Module, new: cst.Module, new_code: str, texts: Dict[int, Tuple
     return MARK in new_code or any(id(n) not in present for n in old.body if id(n) in texts)
 
 
-def _reusable(carried: Optional[Partial], ch: Chunks) -> Optional[List[Tuple[cst.BaseStatement, bool]]]:
+def _reusable(carried: Optional[Partial], ch: Chunks) -> Optional[List[Tuple[_Statement, bool]]]:
     """The carried module's statements, each with whether it is parsed, where they line up with
     this version's chunks (each filler's text is still its chunk's); else None."""
     if carried is None or len(carried.module.body) != len(ch.tops):
         return None
-    out: List[Tuple[cst.BaseStatement, bool]] = []
+    out: List[Tuple[_Statement, bool]] = []
     for g, node in enumerate(carried.module.body):
         seen = carried.texts.get(id(node))
         if elided_count(node) is not None:
