@@ -32,6 +32,8 @@ import libcst as cst
 
 from scalebox_cst.textlines import physical_lines
 
+from .analysis.bodies import _BLOCK_FIELDS
+
 #: the start of every filler's string: a file that spells it anywhere is never split
 MARK = "scalebox:elided:"
 #: the indent and newline a chunk must be parsed with (libcst's defaults; see module docstring)
@@ -190,8 +192,6 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
     elsewhere; None where the file cannot be split. ``carried``: a partial module of this version
     or of the one before an edit: its statements are kept where each filler's text is still its
     chunk's (parsed statements are kept as they are)."""
-    from .analysis.statements import ast_statements  # it imports this module
-
     if first_indent(ch.code) != INDENT:
         return None
     wanted = {0, *groups}
@@ -224,7 +224,7 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
             elif piece.footer:  # pragma: no cover - a chunk ends at its statement's last line
                 return None
         elif node is None:
-            node = filler(ch.ends[g] - ch.starts[g] + 1, len(ast_statements(ch.tops[g])[0]), len(ch.tops[g]))
+            node = filler(ch.ends[g] - ch.starts[g] + 1, _count(ch.tops[g]), len(ch.tops[g]))
         if parsed:
             real.add(g)
         else:
@@ -234,6 +234,24 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
         header, footer = carried.module.header, carried.module.footer
     module = cst.Module(body=body, header=header, footer=footer)
     return Partial(module, ch, real, texts)
+
+
+def _count(stmts: Sequence[ast.stmt]) -> int:
+    """How many statements analysis.statements.ast_statements lists under ``stmts`` (it imports
+    this module: the same walk, counted)."""
+    count = 0
+    for st in stmts:
+        count += 1
+        for field in _BLOCK_FIELDS:
+            block = getattr(st, field, None)
+            if not block:
+                continue
+            if field in ("handlers", "cases"):
+                for h in block:
+                    count += _count(h.body)
+            else:
+                count += _count(block)
+    return count
 
 
 def lost(old: cst.Module, new: cst.Module, new_code: str, texts: Dict[int, Tuple[cst.CSTNode, str]]) -> bool:

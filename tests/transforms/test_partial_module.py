@@ -15,6 +15,7 @@ from scalebox_cst.config import Config
 from scalebox_cst.pipeline import Pipeline, _Codegen
 from scalebox_cst.report import Site
 from scalebox_cst.transforms import FileContext, Transform, partial
+from scalebox_cst.transforms.analysis.statements import ast_statements
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
 import bench_scaling  # noqa: E402
@@ -110,6 +111,8 @@ def test_partial_modules_write_back_the_file_and_keep_its_positions():
     whole_pos = MetadataWrapper(whole, unsafe_skip_copy=True).resolve(PositionProvider)
     ch = partial.chunks(code, tree)
     assert ch is not None and len(ch.tops) == len(whole.body)
+    for tops in ch.tops:  # what a filler stands for, as CstStatements and grad_clip count
+        assert partial._count(tops) == len(ast_statements(tops)[0])
     for size in range(len(ch.tops) + 1):
         for groups in itertools.combinations(range(len(ch.tops)), size):
             built = partial.build(ch, groups)
