@@ -162,7 +162,8 @@ class Pipeline:
                     module, part = ctx.module, None
                     new_module = ctx.finish(new_module) if new_module is not None else None
                     new_code = code if new_module is None or new_module is module else codegen.code(new_module)
-                carried = part
+                # the next transform's partial module keeps this one's statements (parsed or fillers)
+                carried = part if part is None or new_module is None else dataclasses.replace(part, module=new_module)
                 if new_code != code:
                     if lines >= COLLECT_LINES:
                         ctx.__dict__.clear()  # this version's module is held by new_module

@@ -64,7 +64,21 @@ class Chunks:
 
 
 def chunks(code: str, tree: ast.Module) -> Optional[Chunks]:
-    """The chunks of ``code`` (whose ast is ``tree``), or None where the file is not split."""
+    """The chunks of ``code`` (whose ast is ``tree``), or None where the file is not split
+    (the last version's are kept: every transform that sees it asks)."""
+    last = _LAST[0]
+    if last is not None and last[0] is code and last[1] is tree:
+        return last[2]
+    found = _chunks(code, tree)
+    _LAST[0] = (code, tree, found)
+    return found
+
+
+#: (code, tree, their chunks) of the last version asked about
+_LAST: List[Optional[Tuple[str, ast.Module, Optional[Chunks]]]] = [None]
+
+
+def _chunks(code: str, tree: ast.Module) -> Optional[Chunks]:
     if not tree.body or MARK in code or "\r" in code or not code.endswith("\n") or code.endswith("\\\n"):
         return None
     lines = physical_lines(code)
