@@ -1,4 +1,8 @@
-"""source bytes → parse once (libcst) → enabled transforms in fixed order → new bytes + sites.
+"""source bytes → parse (ast) → enabled transforms in fixed order → new bytes + sites.
+
+libcst parses a version at most once, and only where a transform edits: of a long file, only the
+top-level statements it asks for (FileContext.module_for, transforms/partial.py); the others are
+fillers, written back as the file's text by the codegen (``seed``).
 
 The pipeline is pure: no files, no store. Bytes are read as Python reads them (BOM, PEP 263
 coding comment: ``sourcefile``) and written back in the same encoding. It never loses input:
@@ -159,7 +163,7 @@ class Pipeline:
                     ctx, on_step = make(None, imports=None), ctx.on_step
                     ctx.whole, ctx.on_step = True, on_step
                     new_module, found = transform.rewrite(ctx)
-                    module, part = ctx.module, None
+                    module, part = ctx.__dict__.get("module"), None
                     new_module = ctx.finish(new_module) if new_module is not None else None
                     new_code = code if new_module is None or new_module is module else codegen.code(new_module)
                 # the next transform's partial module keeps this one's statements (parsed or fillers)

@@ -54,6 +54,7 @@ class Chunks:
     starts: List[int]  # first line of each chunk
     ends: List[int]  # last line of each chunk
     tops: List[List[ast.stmt]]  # each group's ast statements
+    imports: List[int]  # the groups that are top-level imports only
 
     def text(self, g: int) -> str:
         return self.code[self.offsets[self.starts[g] - 1] : self.offsets[self.ends[g]]]
@@ -111,7 +112,8 @@ def _chunks(code: str, tree: ast.Module) -> Optional[Chunks]:
     starts = [1, *(e + 1 for e in ends[:-1])]
     if any(s > f for s, f in zip(starts, firsts)):  # pragma: no cover - ast's lines are monotonic
         return None
-    return Chunks(code, lines, offsets, firsts, starts, ends, tops)
+    imports = [g for g, group in enumerate(tops) if all(isinstance(st, (ast.Import, ast.ImportFrom)) for st in group)]
+    return Chunks(code, lines, offsets, firsts, starts, ends, tops, imports)
 
 
 def first_indent(code: str) -> str:
@@ -202,13 +204,15 @@ class Partial:
 
 
 def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) -> Optional[Partial]:
-    """The module of ``ch.code`` with ``groups`` (and the first statement) parsed, fillers
+    """The module of ``ch.code`` with ``groups`` (and the first statement, and imports) parsed, fillers
     elsewhere; None where the file cannot be split. ``carried``: a partial module of this version
     or of the one before an edit: its statements are kept where each filler's text is still its
     chunk's (parsed statements are kept as they are)."""
     if first_indent(ch.code) != INDENT:
         return None
-    wanted = {0, *groups}
+    # the first statement (the module's header lines) and every import: FileContext.finish adds
+    # an import only where the module's top-level imports do not spell it already
+    wanted = {0, *groups, *ch.imports}
     body: List[_Statement] = []
     texts: Dict[int, Tuple[cst.CSTNode, str]] = {}
     real: Set[int] = set()

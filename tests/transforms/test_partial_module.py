@@ -57,7 +57,7 @@ def test_one_site_in_5k_lines_parses_only_its_function(parses):
     source = bench_scaling.make_source(5000, "one")
     result = _rewrite(source)
     assert any(s.action == "rewritten" for s in result.report.sites)
-    # the docstring's chunk (always parsed: the module header) and the GAE function's; nothing else
+    # the docstring's chunk (the module header), the import and the GAE function; nothing else
     assert max(len(s) for s in parses) < 2000, [len(s) for s in parses]
     assert sum("def gae_0(" in s for s in parses) == 1
     assert sum("def helper_" in s for s in parses) == 0
@@ -111,12 +111,13 @@ def test_partial_modules_write_back_the_file_and_keep_its_positions():
     whole_pos = MetadataWrapper(whole, unsafe_skip_copy=True).resolve(PositionProvider)
     ch = partial.chunks(code, tree)
     assert ch is not None and len(ch.tops) == len(whole.body)
+    assert ch.imports == [1]  # always parsed: FileContext.finish adds only the imports not there
     for tops in ch.tops:  # what a filler stands for, as CstStatements and grad_clip count
         assert partial._count(tops) == len(ast_statements(tops)[0])
     for size in range(len(ch.tops) + 1):
         for groups in itertools.combinations(range(len(ch.tops)), size):
             built = partial.build(ch, groups)
-            assert built is not None and built.real == {0, *groups}
+            assert built is not None and built.real == {0, *groups, *ch.imports}
             module = built.module
             assert len(module.body) == len(whole.body)
             assert _Codegen().code(module, seed=built.texts) == code
