@@ -55,6 +55,7 @@ class Chunks:
     ends: List[int]  # last line of each chunk
     tops: List[List[ast.stmt]]  # each group's ast statements
     imports: List[int]  # the groups that are top-level imports only
+    indent: Optional[str] = None  # libcst's default indent for the whole file (first_indent)
 
     def text(self, g: int) -> str:
         return self.code[self.offsets[self.starts[g] - 1] : self.offsets[self.ends[g]]]
@@ -208,7 +209,9 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
     elsewhere; None where the file cannot be split. ``carried``: a partial module of this version
     or of the one before an edit: its statements are kept where each filler's text is still its
     chunk's (parsed statements are kept as they are)."""
-    if first_indent(ch.code) != INDENT:
+    if ch.indent is None:
+        ch.indent = first_indent(ch.code)
+    if ch.indent != INDENT:
         return None
     # the first statement (the module's header lines) and every import: FileContext.finish adds
     # an import only where the module's top-level imports do not spell it already
