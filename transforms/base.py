@@ -24,7 +24,7 @@ import abc
 import ast
 import dataclasses
 import functools
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -32,7 +32,9 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from scalebox_cst.config import Config
 from scalebox_cst.report import Site
 
+from . import partial as partial_module
 from .names import ImportMap, add_imports
+from .partial import Partial
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +89,9 @@ class FileContext:
     Analysis is cheapest on Python's ``ast`` (``ctx.tree``: parsed once per module version and
     shared by every transform that sees that version); libcst is for editing. A full libcst
     visit of a 300-line file costs ~15 ms, so a transform with nothing to do should return
-    ``ctx.module`` without touching it: then the file is never parsed by libcst at all.
+    ``ctx.module`` without touching it: then the file is never parsed by libcst at all. One that
+    edits a few statements of a long file asks for ``ctx.module_for(their ast nodes)``: libcst then
+    parses only the top-level statements holding them (a 50k-line file: ~4 s for the whole).
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class FileContext:
         tree: Optional[ast.Module] = None,
         imports: Optional[ImportMap] = None,
         line_maps: Sequence[Dict[int, int]] = (),
+        partial: Optional[Partial] = None,
     ) -> None:
         if module is None and code is None:
             raise ValueError("FileContext needs a module or its code")
@@ -110,6 +115,11 @@ class FileContext:
         self._line_maps = line_maps
         #: set by the pipeline: called as (done, total, what) by :meth:`step`
         self.on_step: Optional[Callable[[int, int, str], None]] = None
+        #: the partial module ``ctx.module`` is (see :meth:`module_for`), or one carried from the
+        #: previous transform; None once ``ctx.module`` is the whole module
+        self.partial = partial
+        #: set by the pipeline when a transform is redone: :meth:`module_for` gives the whole module
+        self.whole = False
         if module is not None:
             self.__dict__["module"] = module
         if code is not None:
@@ -122,7 +132,44 @@ class FileContext:
     @functools.cached_property
     def module(self) -> cst.Module:
         """The libcst tree, parsed on first use (a transform that only reads ``tree`` never pays)."""
+        self.partial = None
         return cst.parse_module(self.code)
+
+    def module_for(self, nodes: Iterable[ast.AST]) -> cst.Module:
+        """``ctx.module`` with only the top-level statements holding ``nodes`` (of ``ctx.tree``)
+        parsed, the others fillers of the same lines (transforms/partial.py): positions are the
+        file's, edits are spliced into its text. Call it once, before anything reads
+        ``ctx.module`` (which then is this module); walk only statements :meth:`parsed` says are
+        and take module-level facts from ``ctx.tree``. The whole module where one is at hand
+        already, where a node's scope is the module (what is read or bound in it may be anywhere
+        in the file), or where the file cannot be split."""
+        if "module" in self.__dict__ or self.whole:
+            return self.module
+        ch = partial_module.chunks(self.code, self.tree)
+        if ch is not None:
+            groups = set()
+            for n in nodes:
+                g = ch.group_of(getattr(n, "lineno", 1))
+                if not partial_module.in_scope(n, ch.tops[g]):
+                    return self.module
+                groups.add(g)
+            built = partial_module.build(ch, groups, self.partial)
+            if built is not None:
+                self.partial = built
+                self.__dict__["module"] = built.module
+                return built.module
+        return self.module
+
+    def whole_module(self) -> cst.Module:
+        """The whole libcst module, even after :meth:`module_for` (a transform's fallback)."""
+        if self.partial is not None:
+            self.__dict__.pop("module", None)
+        return self.module
+
+    def parsed(self, node: ast.AST) -> bool:
+        """Whether the top-level statement holding ``node`` (of ``ctx.tree``) is parsed in
+        ``ctx.module`` (always, for the whole module)."""
+        return self.partial is None or "module" not in self.__dict__ or self.partial.holds(node)
 
     @functools.cached_property
     def code(self) -> str:

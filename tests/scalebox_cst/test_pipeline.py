@@ -593,6 +593,40 @@ def test_a_long_rewrite_reports_progress(monkeypatch):
     assert lines == []  # quick rewrites are silent
 
 
+class Sleeping(Transform):
+    """Test transform: a second of work that reports no step (set-up, a long codegen)."""
+
+    id = "test.sleep"
+
+    def rewrite(self, ctx):
+        import time
+
+        time.sleep(1.0)
+        return None, []
+
+
+def test_a_transform_silent_for_long_still_shows_progress(monkeypatch):
+    """Between a transform's step lines there can be tens of seconds (issue 19 item 13: a
+    function of 2,500 loops was silent 9 s before its first loop, 18 s after its last): a timer
+    says which transform is running, at most once per PROGRESS_EVERY, and stops with the rewrite."""
+    import time
+
+    import scalebox_cst.pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(pipeline_module, "PROGRESS_EVERY", 0.25)
+    pipeline = Pipeline(Config(transforms=["test.*"]), "cpu", transforms=[Sleeping()])
+    lines = []
+    pipeline.progress = lines.append
+    pipeline.rewrite("t.py", b"x = 1\n")
+    beats = [line for line in lines if "test.sleep running after" in line]
+    assert 2 <= len(beats) <= 5, lines  # about one per 0.25 s of the second, never more
+    assert beats[0].startswith("scalebox: t.py: 2 lines, test.sleep running after ")
+    count = len(lines)
+    time.sleep(0.6)
+    assert len(lines) == count  # stopped with the rewrite
+
+
 _IMPORT_LINES = st.sampled_from([
     "import torch\n", "import torch as th\n", "import numpy as th\n", "from torch import nn as th\n",
     "import a.b, c as th\n", "import b as x, a as x\n", "from m import *\n", "th = None\n",

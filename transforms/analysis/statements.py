@@ -10,6 +10,7 @@ import libcst as cst
 
 from .bodies import _BLOCK_FIELDS
 from .loops import is_runtime_guard
+from ..partial import elided_count
 
 
 # Deciding on Python's ``ast`` (parsed once, shared by all transforms) that a file holds no
@@ -67,7 +68,10 @@ class CstStatements:
     def _body(self, stmts: Sequence[cst.BaseStatement], up: cst.CSTNode) -> None:
         for st in stmts:
             self.parent[st] = up
-            if isinstance(st, cst.SimpleStatementLine):
+            elided = elided_count(st) if up is self.module else None
+            if elided is not None:  # a partial module's filler: as many entries as it stands for
+                self.stmts.extend([st] * elided)
+            elif isinstance(st, cst.SimpleStatementLine):
                 for small in st.body:
                     self.parent[small] = st
                     self.stmts.append(small)
@@ -109,6 +113,8 @@ class CstStatements:
         if len(ast_stmts) != len(self.stmts):
             return False
         for a, c in zip(ast_stmts, self.stmts):
+            if type(c) is cst.SimpleStatementLine:  # a filler's (no other entry is a whole line)
+                continue
             name = type(a).__name__
             if _AST_TO_CST.get(name, name) != type(c).__name__:
                 return False

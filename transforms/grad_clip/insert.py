@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ..partial import elided_width
 from .events import Loc
 
 
@@ -51,7 +52,8 @@ def cst_line(module: cst.Module, loc: Loc, stmt: ast.stmt, path: Optional[Set[in
         offset = 0
         for element in cst_field(node, field):
             simple = isinstance(element, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
-            width = len(element.body) if simple else 1
+            # a partial module's filler stands for as many statements (transforms/partial.py)
+            width = (elided_width(element) if depth == 0 else None) or (len(element.body) if simple else 1)
             if k < offset + width:
                 break
             offset += width

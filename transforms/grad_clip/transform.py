@@ -39,6 +39,8 @@ class _Pass:
     path: Set[int] = dataclasses.field(default_factory=set)
     #: ids of the misplaced clips already warned about
     warned: Set[int] = dataclasses.field(default_factory=set)
+    #: (step, the lines to insert before it), in the order decided
+    planned: List[Tuple[Event, List[str]]] = dataclasses.field(default_factory=list)
 
 
 class GradClip(Transform):
@@ -59,9 +61,14 @@ class GradClip(Transform):
                     describe_step(ctx.code, run.mod, ev)
             for s, step in enumerate(events):
                 self._decide(run, events, s, step)
-        if not run.plans:
+        if not run.planned:
             return None, run.sites  # nothing to insert: libcst is not needed (no parse)
-        return ctx.module.visit(InsertBefore(run.plans, run.path)), run.sites
+        # only the top-level statements holding a planned line are parsed (ctx.module_for)
+        module = ctx.module_for([step.stmt for step, _ in run.planned])
+        for step, texts in run.planned:
+            line, index = cst_line(module, step.loc, step.stmt, run.path)
+            run.plans.setdefault(line, {}).setdefault(index, []).extend(texts)
+        return module.visit(InsertBefore(run.plans, run.path)), run.sites
 
     @staticmethod
     def _decide(run: _Pass, events: List[Event], s: int, step: Event) -> None:
@@ -84,6 +91,5 @@ class GradClip(Transform):
             site(stmt, SKIPPED, window)
             return
         texts, reason, exactness = guard_lines(ctx, run.opts, run.aliases, step, found, window)
-        line, index = cst_line(ctx.module, step.loc, step.stmt, run.path)
-        run.plans.setdefault(line, {}).setdefault(index, []).extend(texts)
+        run.planned.append((step, texts))
         site(stmt, REWRITTEN, reason, exactness)

@@ -180,7 +180,7 @@ class HotNoGrad(Transform):
         chosen = [c.stmt for c in found if c.ok]
         if not chosen:
             return None, sites
-        statements = CstStatements(ctx.module)
+        statements = CstStatements(ctx.module_for(chosen))  # only their top-level statements parsed
         if not statements.matches(astmts):
             return None, [s for s in sites if s.action == SKIPPED] + [
                 Site(ID, st.lineno, st.end_lineno or st.lineno, SKIPPED, "the module's trees do not pair up") for st in chosen]

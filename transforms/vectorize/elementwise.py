@@ -437,12 +437,12 @@ class VectorizeElementwise(Transform):
         calls = _ast_joiner_calls(astmts, _joiner_lines(ctx.code), ctx)
         if not loops and not calls:
             return None, []
-        module = ctx.module
+        module = ctx.module_for([astmts[i] for i in (*loops, *calls)])  # only their top-level statements parsed
         sites: List[Site] = []
         statements = CstStatements(module)
         work = self._pair(ctx, astmts, statements, loops, calls)
         if work is None:  # the trees do not pair up (never seen): the full pass
-            return module.visit(_Rewriter(ctx, sites)), sites
+            return ctx.whole_module().visit(_Rewriter(ctx, sites)), sites
         spans = {node: (a.lineno, a.end_lineno or a.lineno) for _, a, node, _ in work}
         rewriter = _Rewriter(ctx, sites, spans)
         replacements: Dict[cst.CSTNode, Union[cst.CSTNode, cst.FlattenSentinel]] = {}

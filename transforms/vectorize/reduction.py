@@ -437,11 +437,11 @@ class VectorizeReduction(Transform):
         ]
         if not candidates:
             return None, []
-        module = ctx.module
+        module = ctx.module_for([astmts[i] for i in candidates])  # only their top-level statements parsed
         sites: List[Site] = []
         statements = CstStatements(module)
         if not statements.matches(astmts):  # the trees do not pair up (never seen): the full pass
-            return module.visit(_Rewriter(ctx, sites)), sites
+            return ctx.whole_module().visit(_Rewriter(ctx, sites)), sites
         spans = {
             statements.stmts[i]: (st.lineno, st.end_lineno or st.lineno)
             for i, st in enumerate(astmts)

@@ -485,11 +485,11 @@ class VectorizeTargetUpdate(Transform):
         loops = [i for i, st in enumerate(astmts) if _ast_candidate(st) and not ast_guarded(st, parents, ctx.imports)]
         if not loops:
             return None, []
-        module = ctx.module
+        module = ctx.module_for([astmts[i] for i in loops])  # only their top-level statements parsed
         sites: List[Site] = []
         statements = CstStatements(module)
         if not statements.matches(astmts):  # the trees do not pair up (never seen): the full pass
-            return module.visit(_Rewriter(ctx, sites)), sites
+            return ctx.whole_module().visit(_Rewriter(ctx, sites)), sites
         spans = {statements.stmts[i]: (astmts[i].lineno, astmts[i].end_lineno or astmts[i].lineno) for i in loops}
         rewriter = _Rewriter(ctx, sites, spans)
         replacements: Dict[cst.CSTNode, cst.CSTNode] = {}

@@ -88,11 +88,15 @@ class VectorizeRecurrence(Transform):
                 backward.append(i)
         if not backward:
             return None, sites
-        module = ctx.module
+        # libcst parses only the top-level statements holding a backward loop (ctx.module_for:
+        # the whole module where a loop's scope is the module's)
+        module = ctx.module_for([ast_loops[i] for i in backward])
         cst_before: dict = {}
         cst_loops = list(_statement_fors(module.body, cst, cst_before))
-        if len(cst_loops) != len(ast_loops):  # pragma: no cover - the two parsers agree on statements
+        held = [i for i, n in enumerate(ast_loops) if ctx.parsed(n)]
+        if len(cst_loops) != len(held):  # pragma: no cover - the two parsers agree on statements
             return None, sites
+        cst_of = dict(zip(held, cst_loops))
         # builtins the module rebinds, or a star import binds or may (scopes.BuiltinChecker)
         checker = builtin_checker(ctx.tree)
         wanted = (*_BUILTINS, *quadratic.BUILTINS)  # only these of the bound names are used below
@@ -106,7 +110,7 @@ class VectorizeRecurrence(Transform):
         replace: Dict[cst.For, cst.CSTNode] = {}
         for done, i in enumerate(backward):
             ctx.step(done, len(backward), "backward loops")  # a progress line on long files
-            node, span = cst_loops[i], (ast_loops[i].lineno, ast_loops[i].end_lineno or ast_loops[i].lineno)
+            node, span = cst_of[i], (ast_loops[i].lineno, ast_loops[i].end_lineno or ast_loops[i].lineno)
             if node in ours:
                 continue
 
