@@ -58,9 +58,13 @@ def config(transforms: Transforms = None, options: Optional[Dict[str, Dict[str, 
 
 
 def pipeline(transforms: Transforms = None, backend: str = "cpu", *,
-             options: Optional[Dict[str, Dict[str, Any]]] = None, **kwargs: Any) -> Pipeline:
+             options: Optional[Dict[str, Dict[str, Any]]] = None, instances: Optional[Sequence[Any]] = None,
+             **kwargs: Any) -> Pipeline:
     """The pipeline :func:`rewrite` uses, for a test that rewrites several files through one
-    (its caches, its timings); ``kwargs`` go to :class:`Pipeline` (``transforms=[...]`` instances)."""
+    (its caches, its timings); ``instances``: transform objects to run instead of the registry's;
+    ``kwargs`` go to :class:`Pipeline`."""
+    if instances is not None:
+        kwargs["transforms"] = list(instances)
     return Pipeline(config(transforms, options), backend=backend, **kwargs)
 
 

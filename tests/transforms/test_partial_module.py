@@ -12,7 +12,8 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline, _Codegen
+import harness
+from scalebox_cst.pipeline import _Codegen
 from scalebox_cst.report import Site
 from scalebox_cst.transforms import FileContext, Transform, partial
 from scalebox_cst.transforms.analysis.statements import ast_statements
@@ -37,8 +38,7 @@ def parses(monkeypatch):
 
 def _rewrite(source: str, whole: bool = False, transforms=None):
     """The pipeline's result; ``whole``: as before partial modules (no file is ever split)."""
-    config = Config(transforms=[t.id for t in transforms]) if transforms else Config()
-    pipeline = Pipeline(config, "cpu", transforms=transforms)
+    pipeline = harness.pipeline([t.id for t in transforms] if transforms else None, "cpu", instances=transforms)
     if not whole:
         return pipeline.rewrite("gen.py", source.encode())
     real = partial.chunks
