@@ -4,7 +4,8 @@ Loops are vectorized first (they read the user's original code), then distributi
 from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays, then hot.fresh_on_device on what
 those leave), then clipping is inserted, then acting forwards are put under no_grad (hot.no_grad),
 then (opt in, level "reassociated") module methods are compiled (accelerate.compile) and logged numbers are
-read after their loop (accelerate.defer_sync), then device ops are swapped (they may also touch what
+read after their loop (accelerate.defer_sync) and Adam is built fused on CPU (accelerate.fused_optim),
+then device ops are swapped (they may also touch what
 earlier transforms emitted).
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .hot.no_grad import HotNoGrad
 from .precision import AutocastTransform
 from .accelerate.compile import AccelerateCompile
 from .accelerate.defer_sync import AccelerateDeferSync
+from .accelerate.fused_optim import AccelerateFusedOptim
 from .device import DEVICE_TRANSFORMS
 from .vectorize.recurrence import VectorizeRecurrence
 from .vectorize.elementwise import VectorizeElementwise
@@ -40,6 +42,7 @@ REGISTRY: List[Type[Transform]] = [
     AutocastTransform,  # off by default (not in DEFAULT_TRANSFORMS): --transform or [precision] mode
     AccelerateCompile,
     AccelerateDeferSync,
+    AccelerateFusedOptim,
     *DEVICE_TRANSFORMS,
 ]
 
