@@ -4,7 +4,8 @@ Loops are vectorized first (they read the user's original code), then distributi
 from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays, then hot.fresh_on_device on what
 those leave), then clipping is inserted, then acting forwards are put under no_grad (hot.no_grad),
 then (opt in, level "reassociated") module methods are compiled (accelerate.compile) and logged numbers are
-read after their loop (accelerate.defer_sync) and Adam is built fused on CPU (accelerate.fused_optim),
+read after their loop (accelerate.defer_sync) Adam is built fused and Categorical as a leaner subclass on CPU
+(accelerate.fused_optim, accelerate.fast_categorical),
 then device ops are swapped (they may also touch what
 earlier transforms emitted).
 """
@@ -19,6 +20,7 @@ from .precision import AutocastTransform
 from .accelerate.compile import AccelerateCompile
 from .accelerate.defer_sync import AccelerateDeferSync
 from .accelerate.fused_optim import AccelerateFusedOptim
+from .accelerate.fast_categorical import AccelerateFastCategorical
 from .device import DEVICE_TRANSFORMS
 from .vectorize.recurrence import VectorizeRecurrence
 from .vectorize.elementwise import VectorizeElementwise
@@ -43,6 +45,7 @@ REGISTRY: List[Type[Transform]] = [
     AccelerateCompile,
     AccelerateDeferSync,
     AccelerateFusedOptim,
+    AccelerateFastCategorical,
     *DEVICE_TRANSFORMS,
 ]
 
