@@ -26,14 +26,14 @@ from typing import Any, Dict
 import torch
 from torch.distributions import Categorical as _TorchCategorical
 
-_Size = torch.Size
+_EMPTY = torch.Size()
 _FINFO_MIN: Dict[torch.dtype, float] = {}
 
 
 class Categorical(_TorchCategorical):
     """``torch.distributions.Categorical`` with shortcuts for the acting and minibatch shapes."""
 
-    def sample(self, sample_shape: Any = _Size()) -> torch.Tensor:
+    def sample(self, sample_shape: Any = _EMPTY) -> torch.Tensor:
         if not sample_shape:
             probs = self.__dict__.get("probs")  # lazy_property caches it in the instance
             if probs is None:
