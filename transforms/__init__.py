@@ -4,9 +4,9 @@ Loops are vectorized first (they read the user's original code), then distributi
 from lists are rewritten (hot.distribution_args, hot.tensor_from_arrays, then hot.fresh_on_device on what
 those leave), then clipping is inserted, then acting forwards are put under no_grad (hot.no_grad),
 then (opt in, level "reassociated") module methods are compiled (accelerate.compile) and logged numbers are
-read after their loop (accelerate.defer_sync) Adam is built fused and Categorical as a leaner subclass on CPU
-(accelerate.fused_optim, accelerate.fast_categorical),
-then device ops are swapped (they may also touch what
+read after their loop (accelerate.defer_sync); on CPU Adam is built fused, Categorical as a leaner
+subclass and small nets get one intra-op thread (accelerate.fused_optim, accelerate.fast_categorical,
+accelerate.threads); then device ops are swapped (they may also touch what
 earlier transforms emitted).
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from .accelerate.compile import AccelerateCompile
 from .accelerate.defer_sync import AccelerateDeferSync
 from .accelerate.fused_optim import AccelerateFusedOptim
 from .accelerate.fast_categorical import AccelerateFastCategorical
+from .accelerate.threads import AccelerateThreads
 from .device import DEVICE_TRANSFORMS
 from .vectorize.recurrence import VectorizeRecurrence
 from .vectorize.elementwise import VectorizeElementwise
@@ -46,6 +47,7 @@ REGISTRY: List[Type[Transform]] = [
     AccelerateDeferSync,
     AccelerateFusedOptim,
     AccelerateFastCategorical,
+    AccelerateThreads,
     *DEVICE_TRANSFORMS,
 ]
 
