@@ -125,3 +125,24 @@ def test_fast_turns_it_on(tmp_path):
     cfg.disabled = ["accelerate.*"]
     _fast(cfg, True)
     assert cfg.transform_enabled(ID) and cfg.option("accelerate", "level") == "reassociated"
+
+
+def test_the_whole_fast_pipeline_composes_on_cpu():
+    """Default transforms plus the CPU tier: the optimizer is built fused inside the thread cap
+    (device.optimizer's foreach swap no longer sees a bare Adam call: no fused+foreach clash),
+    Categorical is the subclass, and the script runs."""
+    code = (
+        "import torch\nimport torch.nn as nn\nimport torch.optim as optim\n"
+        "from torch.distributions.categorical import Categorical\n\n"
+        "torch.manual_seed(0)\nnet = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))\n"
+        "optimizer = optim.Adam(net.parameters(), lr=1e-3, eps=1e-5)\n"
+        "for _ in range(3):\n"
+        "    d = Categorical(logits=net(torch.randn(5, 4)))\n"
+        "    loss = -(d.log_prob(d.sample()) + d.entropy()).mean()\n"
+        "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n"
+    )
+    out, sites = harness.rewrite(code, None, "cpu", dedent=False, options=FAST)
+    assert "_sbx_one_thread(_sbx_fused_optimizer(optim.Adam, net.parameters(), lr=1e-3, eps=1e-5))" in out
+    assert "foreach" not in out and "_sbx_Categorical(logits=" in out
+    ns = harness.load(out)
+    assert all(g["fused"] for g in ns["optimizer"].param_groups)
