@@ -4,8 +4,8 @@ With ``OMP_NUM_THREADS`` unset, torch runs every op on as many threads as the ma
 cores. A 64-unit MLP's ops are microseconds long: the threads mostly spin at barriers, which
 is CPU time (and, on a shared machine, wall time) for nothing. Measured on this project's
 2-core machine (shared, loaded): CleanRL's update 1.4 ms CPU with one thread against 45 ms with
-two; minimalRL's ``dqn.py``, 8000 steps, 9 s CPU / 40 s wall with ``OMP_NUM_THREADS=1`` against
-101 s CPU / 326 s wall unset (benchmarks/bench_fast_cpu.py; docs/accelerate.md).
+two; minimalRL's ``dqn.py``, 8000 steps, ``OMP_NUM_THREADS`` unset: 96.6 s CPU / 101.6 s wall
+as written, 6.5 s / 6.7 s rewritten with ``--fast`` (benchmarks/bench_fast_cpu.py; docs/accelerate.md).
 
 :func:`one_thread_for_small_nets` is called with each optimizer as it is built (the transform
 wraps the constructor call) and returns it unchanged. The first time, if neither
