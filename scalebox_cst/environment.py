@@ -39,6 +39,8 @@ VARIABLES: List[EnvVar] = [
     EnvVar("SCALEBOX_COMPILE", "user", "1", "runtime.compiled", "0 runs accelerate.compile sites eager (--fast rewrites)"),
     EnvVar("SCALEBOX_COMPILE_CUDAGRAPHS", "user", "1", "runtime.compiled",
            "0 compiles accelerate.compile sites without CUDA graphs on CUDA"),
+    EnvVar("SCALEBOX_THREADS", "user", "", "runtime.intra_op",
+           "keep: accelerate.threads keeps torch's intra-op threads for small networks (--fast rewrites)"),
     EnvVar("SCALEBOX_FALLBACK_COUNT", "user", "1", "runtime.telemetry.fallbacks",
            "0 counts NPU CPU-fallback operators by their warnings only (no dispatch mode counting every call)"),
     EnvVar("SCALEBOX_BENCH_CACHE", "user", "", "benchmarks/bench_public_scripts.py",

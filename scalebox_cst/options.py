@@ -50,7 +50,7 @@ OPTIONS: Dict[str, Dict[str, Option]] = {
         "warmup": Option("positive_int", 25),
     },
     "vectorize.recurrence": {"reassociate": Option("bool", True)},
-    "accelerate": {"level": Option(("exact", "reassociated"), "exact")},  # reassociated: --fast (accelerate.compile, accelerate.defer_sync)
+    "accelerate": {"level": Option(("exact", "reassociated"), "exact")},  # reassociated: --fast (accelerate.compile, accelerate.defer_sync, accelerate.fused_optim, accelerate.fast_categorical, accelerate.threads)
     "vectorize.target_update": {"allow_lerp": Option("bool", False)},
     "device": {
         "allow_precision_change": Option("bool", False),

@@ -99,14 +99,15 @@ def _load_config(project_dir: Optional[str]) -> Config:
         raise  # unreachable
 
 
-_FAST_HELP = 'The opt-in reassociated tier ([accelerate] level = "reassociated"): guarded torch.compile of module methods; logged .item() numbers read after their loop.'
+_FAST_HELP = 'The opt-in reassociated tier ([accelerate] level = "reassociated"): guarded torch.compile of module methods; logged .item() numbers read after their loop; on CPU, Adam built fused and Categorical as a leaner subclass, small nets on one intra-op thread.'
 
 
 def _fast(config: Config, fast: bool) -> Config:
     """``--fast``: the level that also runs accelerate.* (and the transform, if the list left it out)."""
     if fast:
         config.set_option("accelerate", "level", "reassociated")
-        for tid in ("accelerate.compile", "accelerate.defer_sync"):
+        for tid in ("accelerate.compile", "accelerate.defer_sync", "accelerate.fused_optim",
+                    "accelerate.fast_categorical", "accelerate.threads"):
             if not config.transform_enabled(tid):
                 config.transforms = [*config.transforms, tid]
                 config.disabled = [d for d in config.disabled if d not in ("accelerate.*", tid, "accelerate")]
