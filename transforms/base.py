@@ -83,6 +83,21 @@ class Example:
     inputs: Optional[Inputs] = None
 
 
+
+def at_options(examples: Iterable[Example], options: Tuple[Tuple[str, Any], ...], backend: str = "cpu") -> List[Example]:
+    """``examples`` run with ``options`` on ``backend``; a rewritten one without a golden name is
+    named after its note (``"CleanRL: optim.Adam"`` -> ``cleanrl_optim_adam``; a repeat gets ``_2``)."""
+    out: List[Example] = []
+    taken: Dict[str, int] = {}
+    for e in examples:
+        name = e.expected
+        if e.rewritten and not name:
+            base = "_".join("".join(c if c.isalnum() else " " for c in e.note.lower()).split())[:48] or "example"
+            taken[base] = taken.get(base, 0) + 1
+            name = base if taken[base] == 1 else f"{base}_{taken[base]}"
+        out.append(dataclasses.replace(e, options=options, backend=backend, expected=name))
+    return out
+
 class FileContext:
     """One module being rewritten, with metadata resolved on first use only.
 

@@ -90,6 +90,7 @@ class AccelerateFastCategorical(Transform):
     description = "opt-in (level reassociated, CPU): Categorical built as a subclass with shortcut sample/log_prob/entropy (bitwise)"
 
     EXAMPLES = EXAMPLES
+    options_section = "accelerate"
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         if ctx.option("accelerate", "level", "exact") != "reassociated":

@@ -6,7 +6,7 @@ The tests set ``[accelerate] level = "reassociated"``.
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, at_options
 
 _ACT = """
 
@@ -20,7 +20,7 @@ def act(x, actions):
     return sample, logp, ent, x.grad
 """
 
-EXAMPLES = [
+EXAMPLES = at_options([  # rewritten at [accelerate] level = "reassociated", CPU
     Example("""\
 import torch
 from torch.distributions.categorical import Categorical
@@ -110,4 +110,4 @@ class Categorical:
 def dist(x):
     return Categorical(logits=x)
 """, False, "", note="a class of the file named Categorical: not torch's (no site)"),
-]
+], (('level', 'reassociated'),))

@@ -106,6 +106,7 @@ class AccelerateFusedOptim(Transform):
     description = "opt-in (level reassociated): Adam/AdamW built with torch's fused kernel where it takes every parameter"
 
     EXAMPLES = EXAMPLES
+    options_section = "accelerate"
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         if ctx.option("accelerate", "level", "exact") != "reassociated":

@@ -6,7 +6,7 @@ level = "reassociated"``.
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, at_options
 
 _NET = """\
 import torch
@@ -33,7 +33,7 @@ def _ex(imports: str, body: str, rewritten: bool, reason: str = "", note: str = 
     return Example(_NET.format(imports=imports, body=body), rewritten, reason, note=note)
 
 
-EXAMPLES = [
+EXAMPLES = at_options([  # rewritten at [accelerate] level = "reassociated", CPU
     _ex("import torch.optim as optim", "    model = net()\n    optimizer = optim.Adam(model.parameters(), lr=1e-3, eps=1e-5)",
         True, note="CleanRL: optim.Adam(agent.parameters(), lr=..., eps=1e-5)"),
     _ex("from torch.optim import Adam", "    model = net()\n    optimizer = Adam(model.parameters(), 1e-2)",
@@ -60,4 +60,4 @@ EXAMPLES = [
         "        def zero_grad(self):\n            pass\n        def step(self):\n            pass\n"
         "    optimizer = Adam(model.parameters(), lr=1e-3)",
         False, "", note="a local class named Adam: not torch's (no site)"),
-]
+], (('level', 'reassociated'),))

@@ -90,6 +90,7 @@ class AccelerateThreads(Transform):
     description = "opt-in (level reassociated, CPU): one intra-op thread where the trained networks are small and no thread count is set"
 
     EXAMPLES = EXAMPLES
+    options_section = "accelerate"
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         if ctx.option("accelerate", "level", "exact") != "reassociated":

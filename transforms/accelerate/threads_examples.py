@@ -4,11 +4,11 @@ The tests set ``[accelerate] level = "reassociated"``.
 """
 from __future__ import annotations
 
-from ..base import Example
+from ..base import Example, at_options
 
 _HEAD = "import torch\nimport torch.nn as nn\nimport torch.optim as optim\n\nmodel = nn.Linear(4, 2)\n"
 
-EXAMPLES = [
+EXAMPLES = at_options([  # rewritten at [accelerate] level = "reassociated", CPU
     Example(_HEAD + "optimizer = optim.Adam(model.parameters(), lr=1e-3)\n", True, note="CleanRL/minimalRL: optim.Adam"),
     Example(_HEAD + "from torch.optim import RMSprop\nopt = RMSprop(model.parameters())\n", True, note="any torch.optim class"),
     Example(_HEAD + "from scalebox_cst.runtime.fused_optimizer import fused_optimizer as _sbx_fused_optimizer\n"
@@ -22,4 +22,4 @@ EXAMPLES = [
             note="only the optimizer inside a scheduler call is wrapped"),
     Example(_HEAD + "class Optim:\n    def __init__(self, p):\n        self.p = p\n\nopt = Optim(model.parameters())\n",
             False, "", note="a class of the file: not torch.optim (no site)"),
-]
+], (('level', 'reassociated'),))
