@@ -375,11 +375,11 @@ def _process_table() -> Dict[int, tuple]:
     for name in names:
         if not name.isdigit():
             continue
+        fields = runs.stat_fields(int(name))
         try:
-            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            table[int(name)] = (int(fields[1]), fields[19])
-        except (OSError, IndexError, ValueError):
+            if fields is not None:
+                table[int(name)] = (int(fields[1]), fields[19].decode())
+        except ValueError:
             continue
     return table
 

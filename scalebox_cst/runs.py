@@ -243,15 +243,24 @@ def read_sites(directory: str) -> List[Dict[str, Any]]:
     return [s for s in sites or [] if isinstance(s, dict)]
 
 
-def _stat(pid: int) -> Optional[Tuple[bytes, int]]:
-    """``(state, start)`` of ``pid`` from ``/proc/<pid>/stat`` (fields 3 and 22; start in clock
-    ticks since boot), or None where there is no /proc or no such process."""
+def stat_fields(pid: int) -> Optional[List[bytes]]:
+    """The fields of ``/proc/<pid>/stat`` after ``pid (comm)`` (state is ``[0]``, parent ``[1]``,
+    start in clock ticks since boot ``[19]``), or None where there is no /proc or no such
+    process. The one reader of that file in the engine core (the run records, Ray's reaper)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (comm) ": field 3 is [0]
-        return fields[0], int(fields[19])
-    except (OSError, ValueError, IndexError):
+            fields = fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields if len(fields) > 19 else None
+
+
+def _stat(pid: int) -> Optional[Tuple[bytes, int]]:
+    """``(state, start)`` of ``pid``, or None (see :func:`stat_fields`)."""
+    fields = stat_fields(pid)
+    try:
+        return None if fields is None else (fields[0], int(fields[19]))
+    except ValueError:
         return None
 
 
