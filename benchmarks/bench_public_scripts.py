@@ -23,13 +23,15 @@ is rewritten with ``scalebox rewrite --out`` (variants: ``rewrite`` = default tr
 less one transform). Each script then runs in
 each folder, interleaved (the order rotates every round), ``repeats`` times, under
 ``_public_harness.py`` (seeds random/numpy/torch and the first ``reset()`` of every environment;
-``OMP_NUM_THREADS=1``). Figures are the CPU time (user + system) of the whole process, medians;
+``OMP_NUM_THREADS=1``, or, with ``--threads as-is``, the thread settings of the calling shell, as
+users run: torch then uses one intra-op thread per core, which ``accelerate.threads`` acts on). Figures are the CPU time (user + system) of the whole process, medians;
 ``ratio`` is original / variant (above 1: faster). ``identical`` says whether every run of the
 variant printed the bytes of the first original run. Last, the original runs once under
 ``scalebox run`` and ``scalebox profile --json`` gives the analyzer's category shares.
 
     python benchmarks/bench_public_scripts.py [MANIFEST] --cache DIR [--fetch] [--repeats N]
         [--variants original,rewrite,fast] [--only NAME,...] [--no-profile] [--json OUT]
+        [--threads one|as-is]
 """
 from __future__ import annotations
 
@@ -178,6 +180,8 @@ def main() -> None:
     ap.add_argument("--json", dest="json_out", help="write the figures here as JSON")
     ap.add_argument("--variants", default="original,rewrite,fast",
                     help=f"original and any of {', '.join(FLAGS)}, without:TRANSFORM_ID")
+    ap.add_argument("--threads", choices=("one", "as-is"), default="one",
+                    help="one: OMP/MKL_NUM_THREADS=1 (steadier figures); as-is: this shell's settings, as users run")
     opts = ap.parse_args()
     manifest = load_manifest(opts.manifest)
     if opts.only:
@@ -195,7 +199,9 @@ def main() -> None:
     if "fast" in variants and not has_fast():
         variants.remove("fast")
         notes.append("fast: skipped, `scalebox rewrite --fast` does not exist in this engine yet")
-    base_env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
+    base_env = dict(os.environ, PYTHONHASHSEED="0")
+    if opts.threads == "one":
+        base_env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     base_env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, base_env.get("PYTHONPATH")) if p)
     base_env.pop("SCALEBOX_RUN", None)
     with tempfile.TemporaryDirectory(prefix="sb_public_") as work:
