@@ -70,13 +70,15 @@ disabled = []
 backend = "auto"
 
 [grad_clip]
-# "guard": before each optimizer step, skip it if a gradient is non-finite, clip a grad norm far
-# above its own history (max(mean + z*std, ratio*mean) after `warmup` steps), change nothing
-# otherwise (healthy runs stay bitwise identical). "fixed": clip_grad_norm_(max_norm) every step.
+# "guard": before each optimizer step, skip it if a gradient is non-finite, report a grad norm far
+# above its own history (max(mean + z*std, ratio*mean) after `warmup` steps; spikes = "clip": clip
+# it to that), change nothing otherwise (runs stay bitwise identical until a non-finite gradient).
+# "fixed": clip_grad_norm_(max_norm) every step.
 mode = {mode}
 z = {z}
 ratio = {ratio}
 warmup = {warmup}
+spikes = {spikes}
 max_norm = {max_norm}
 # true: decide on the host every step (a true skip on any optimizer and device; hot-fixes set it).
 skip_nonfinite = {skip_nonfinite}
@@ -92,7 +94,7 @@ level = "exact"
 # `scalebox run --heal` / `scalebox-watch --run`: hot-fix branches per source snapshot, at most.
 max_per_source = {max_per_source}
 """.format(
-    **{k: _toml(v) for k, v in {**{k: _default("grad_clip", k) for k in ("mode", "z", "ratio", "warmup", "max_norm", "skip_nonfinite")},
+    **{k: _toml(v) for k, v in {**{k: _default("grad_clip", k) for k in ("mode", "z", "ratio", "warmup", "spikes", "max_norm", "skip_nonfinite")},
                                "max_per_source": _default("hotfix", "max_per_source")}.items()})
 
 

@@ -6,8 +6,9 @@ The policy reads the run's ``metrics.jsonl`` and ``events.jsonl`` through :mod:`
 
 - ``nonfinite-unskipped``: the guard saw a non-finite gradient it could not skip (device path,
   optimizer without ``found_inf``): the weights are probably non-finite already;
-- ``repeated-interventions``: ``max_interventions`` guard interventions (skipped or spike-clipped
-  steps) at one site within ``window`` steps: one bad batch is the guard's job, a pattern is not;
+- ``repeated-interventions``: ``max_interventions`` guard interventions or spikes (skipped steps,
+  spikes reported or clipped) at one site within ``window`` steps: one bad batch is the guard's
+  job (a reported spike runs as written), a pattern is not;
 - ``nonfinite-loss``: a loss metric (a name holding "loss") non-finite ``max_nonfinite_loss`` times;
 - ``grad-norm-divergence``: a finite grad norm ``divergence`` times the median of the run's first
   healthy points (catches sites whose spikes the guard does not clip: the code's own clip);
@@ -127,14 +128,14 @@ class RunWatch:
         if kind == "guard_intervened" and event.get("skipped") is False:
             self._trouble(step)
             return Signal("nonfinite-unskipped", step, message, site)
-        if kind in ("step_skipped", "spike_clipped") and site is not None:
+        if kind in ("step_skipped", "spike_clipped", "spike_seen") and site is not None:
             self._trouble(step)
             steps = self._interventions.setdefault(site, [])
             steps.append(step if step is not None else (steps[-1] + 1 if steps else 0))
             recent = [s for s in steps if s > steps[-1] - self.opts["window"]]
             if len(recent) >= self.opts["max_interventions"]:
                 return Signal("repeated-interventions", steps[-1],
-                              f"{len(recent)} guard interventions at {site} within {self.opts['window']} steps "
+                              f"{len(recent)} guard interventions or spikes at {site} within {self.opts['window']} steps "
                               f"(last: {message})", site)
         return None
 

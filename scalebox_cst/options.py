@@ -48,6 +48,9 @@ OPTIONS: Dict[str, Dict[str, Option]] = {
         "z": Option("positive", 10.0),
         "ratio": Option("positive", 100.0),  # healthy CartPole PPO reaches 19x its EW mean (z 22) in 20k steps
         "warmup": Option("positive_int", 25),
+        # what the guard does with a spike: report it (an event the hot-fix policy counts; the
+        # step runs as written, so a healthy run stays bitwise the original) or clip it
+        "spikes": Option(("report", "clip"), "report"),
     },
     "vectorize.recurrence": {"reassociate": Option("bool", True)},
     "accelerate": {"level": Option(("exact", "reassociated"), "exact")},  # reassociated: --fast (accelerate.compile, accelerate.defer_sync, accelerate.fused_optim, accelerate.fast_categorical, accelerate.threads)

@@ -1,5 +1,6 @@
-"""The default gradient guard: bitwise the original on healthy steps, a true skip on non-finite
-ones, a clip to the history's threshold on spikes, no host sync on the device path.
+"""The default gradient guard: bitwise the original on healthy steps and on spikes (reported),
+a true skip on non-finite ones, a clip to the history's threshold on spikes with ``spike="clip"``,
+no host sync on the device path.
 
 Differential: every test trains the same seeded model twice (original step vs guarded step)
 and compares parameters and optimizer state with ``torch.equal``. The device path (CUDA/NPU) is
@@ -76,8 +77,11 @@ OPTIMIZERS = {
 }
 
 
-def train(guard, opt_name="adam", steps=60, poison=(), spike=(), accumulate=1, two_opts=False, **kw):
-    """A seeded regression run; ``poison``: steps whose loss is NaN; ``spike``: steps whose loss is x1e4."""
+def train(guard, opt_name="adam", steps=60, poison=(), spike=(), accumulate=1, two_opts=False, spike_mode=None, **kw):
+    """A seeded regression run; ``poison``: steps whose loss is NaN; ``spike``: steps whose loss is
+    x1e4; ``spike_mode``: the guard's ``spike=`` (None: its default)."""
+    if spike_mode is not None:
+        kw["spike"] = spike_mode
     torch.manual_seed(0)
     body = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh())
     head = torch.nn.Linear(16, 2)
@@ -206,9 +210,34 @@ def test_run_with_nan_losses_finishes_finite_and_keeps_training():
 
 
 @pytest.mark.parametrize("path", ["host-c", "host-torch", "device"])
+def test_a_spike_is_reported_and_the_step_runs_as_written_by_default(path, request):
+    """The default: a spike is an event (with its threshold on the host), never a change; the run
+    is bitwise the unguarded one, parameters and optimizer state, spike included."""
+    use_path(path, request)
+    ref, ref_state, _ = train(False, "adam", steps=70, spike=(50, 60))
+    got, state, norms = train(True, "adam", steps=70, spike=(50, 60))
+    stabilizer.flush()
+    assert same(ref, got) and same_state(ref_state, state)
+    seen = [e for e in stabilizer.events.memory if e["kind"] == "spike_seen"]
+    assert [e["step"] for e in seen] == [50, 60] and "spike_clipped" not in kinds()
+    assert all(e["value"] > 1000 * float(norms[40]) for e in seen)
+    if path != "device":
+        assert all(float(norms[40]) < e["threshold"] < e["value"] for e in seen)
+    # the second spike (10 steps on) is seen only because the history was fed the threshold: fed
+    # the first spike, the mean would have grown ~300x and the second would sit under 100x of it
+
+
+def test_a_bad_spike_mode_is_one_error_line():
+    a = torch.nn.Parameter(torch.randn(3))
+    give_grads([a])
+    with pytest.raises(ValueError, match="spike='clipp'"):
+        stabilizer.stabilize(torch.optim.SGD([a], lr=0.1), site="bad", spike="clipp")
+
+
+@pytest.mark.parametrize("path", ["host-c", "host-torch", "device"])
 def test_spike_is_clipped_to_the_history_threshold(path, request):
     use_path(path, request)
-    _, _, norms = train(True, "sgd", steps=60, spike=(50,))
+    _, _, norms = train(True, "sgd", steps=60, spike=(50,), spike_mode="clip")
     stabilizer.flush()
     spikes = [e for e in stabilizer.events.memory if e["kind"] == "spike_clipped"]
     assert [e["step"] for e in spikes] == [50]
@@ -221,7 +250,7 @@ def test_spike_is_clipped_to_the_history_threshold(path, request):
     ref, _, _ = train(False, "sgd", steps=49)
     got, _, _ = train(False, "sgd", steps=50, spike=(50,))
     stabilizer.reset()
-    clipped, _, _ = train(True, "sgd", steps=50, spike=(50,))
+    clipped, _, _ = train(True, "sgd", steps=50, spike=(50,), spike_mode=True)  # True: the older spelling of "clip"
     jump = max((a - b).abs().max().item() for a, b in zip(got, ref))
     moved = max((a - b).abs().max().item() for a, b in zip(clipped, ref))
     assert moved < jump * 2 * stabilizer.RATIO / 1e4  # clipped to ~RATIO x the history, not 1e4 x
@@ -507,7 +536,7 @@ def test_spike_and_nonfinite_on_the_c_path_match_the_torch_path(monkeypatch):
                 m.setattr(stabilizer, "_c_sumsq", None)
                 m.setattr(stabilizer, "_c_step", None)
                 m.setattr(stabilizer, "_fast", None)
-            params, _, _ = train(True, "adam", steps=70, poison=(33,), spike=(50, 51))
+            params, _, _ = train(True, "adam", steps=70, poison=(33,), spike=(50, 51), spike_mode="clip")
         events[path] = [(e["kind"], e["step"]) for e in stabilizer.events.memory]
         assert all(torch.isfinite(p).all() for p in params)
     assert events["c"] == events["torch"]
@@ -575,13 +604,16 @@ def run(guard, poison=(), spike=()):
         opt.zero_grad()
         loss.backward()
         if guard:
-            stabilizer.stabilize(opt, site="noc.py:1")
+            stabilizer.stabilize(opt, site="noc.py:1", spike=guard)
         opt.step()
     return [p.detach().clone() for p in model.parameters()]
 
-assert all(torch.equal(a, b) for a, b in zip(run(False), run(True)))
+assert all(torch.equal(a, b) for a, b in zip(run(False), run("clip")))
 stabilizer.reset()
-got = run(True, poison=(30,), spike=(45,))
+assert all(torch.equal(a, b) for a, b in zip(run(False, spike=(45,)), run("report", spike=(45,))))
+assert [e["kind"] for e in stabilizer.events.memory] == ["spike_seen"], stabilizer.events.memory
+stabilizer.reset()
+got = run("clip", poison=(30,), spike=(45,))
 assert all(torch.isfinite(p).all() for p in got)
 assert [e["kind"] for e in stabilizer.events.memory] == ["nonfinite", "step_skipped", "spike_clipped"], stabilizer.events.memory
 print("ok")
@@ -590,7 +622,7 @@ print("ok")
 
 def test_without_the_c_helper_the_guard_is_the_same(tmp_path):
     """A process where the C helper cannot be imported: _Guard is a plain class, torch measures,
-    and healthy runs are still bitwise the original, NaN steps skipped, spikes clipped."""
+    and healthy runs are still bitwise the original, NaN steps skipped, spikes reported or clipped."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop(metrics.ENV_FILE, None)
     env.pop(stabilizer.EVENTS_ENV, None)

@@ -109,6 +109,13 @@ EXAMPLES = [
     Example(
         _SGD_STEP,
         True,
+        note="guard that clips spikes instead of reporting them (spikes = clip)",
+        options=(("spikes", "clip"),),
+        expected="spikes_clipped",
+    ),
+    Example(
+        _SGD_STEP,
+        True,
         note="hot-fix: fixed clip that also skips non-finite steps",
         options=(("mode", "fixed"), ("max_norm", 0.5), ("skip_nonfinite", True)),
         expected="hot_fix",

@@ -2,8 +2,8 @@
 for, and the reason and exactness the site reports.
 
 - ``guard`` (default): ``runtime.stabilizer.stabilize`` records the total norm, skips a step whose
-  gradients are non-finite and clips a spike far above the norm's own history; otherwise it writes
-  nothing (``exact-until-intervention``). After the code's own clip it measures and skips only.
+  gradients are non-finite and reports a spike far above the norm's own history (``spikes =
+  "clip"``: clips it); otherwise it writes nothing (``exact-until-intervention``). After the code's own clip it measures and skips only.
 - ``fixed``: ``clip_grad_norm_(max_norm)`` on every step (``changes-semantics``); with
   ``skip_nonfinite`` the clip comes from the guard, which also skips.
 - ``skip_nonfinite`` decides on the host (``sync=True``), so a non-finite step is skipped for any
@@ -69,7 +69,8 @@ def guard_lines(ctx: FileContext, opts: Options, aliases: Aliases, step: Event, 
         else:
             texts.append(f"{alias}({step.opt_text}, site={where!r}{amp}{opts.guard_args})")
             # what stabilize does and when: its contract (transforms/contracts.py, the site's details)
-            reason = f"guard {step.opt_text}'s step {between} with stabilize: skips a non-finite step, clips a spike"
+            spikes = "clips a spike" if opts.spikes == "clip" else "reports a spike"
+            reason = f"guard {step.opt_text}'s step {between} with stabilize: skips a non-finite step, {spikes}"
         if scaler is not None:
             reason += "; GradScaler skips non-finite steps itself"
         if opts.skip_nonfinite:

@@ -1,6 +1,6 @@
 """The ``[grad_clip]`` options, read and checked once per module: ``mode`` (``guard`` or ``fixed``),
-``max_norm``, ``skip_nonfinite`` (what hot-fix branches set) and the guard's ``z``, ``ratio`` and
-``warmup``. A bad value is one ``ValueError`` line naming the option.
+``max_norm``, ``skip_nonfinite`` (what hot-fix branches set) and the guard's ``z``, ``ratio``,
+``warmup`` and ``spikes`` (``report``, the default, or ``clip``). A bad value is one ``ValueError`` line naming the option.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ class Options:
     max_norm: str
     skip_nonfinite: bool
     guard_args: str  # ", z=4.0" etc.: non-default guard options, in a fixed order
+    spikes: str = "report"  # what the guard does with a spike: report or clip
 
     @classmethod
     def read(cls, ctx: FileContext) -> "Options":
@@ -42,4 +43,7 @@ class Options:
             text = number_text(value, key)
             if value != d:
                 args.append(f", {key}={text}")
-        return cls(mode, number_text(max_norm), skip, "".join(args))
+        spikes = checked(ID, "spikes", ctx.option(ID, "spikes", default(ID, "spikes")))
+        if spikes != default(ID, "spikes"):
+            args.append(f", spike={spikes!r}")
+        return cls(mode, number_text(max_norm), skip, "".join(args), spikes)
