@@ -447,9 +447,10 @@ def _device_step(optimizer, guard, grads, norm, scaler, spike, max_norm, z, rati
         dev["wmax"].fill_(-math.inf)
         guard.wn = 0
     finite = torch.isfinite(x)
+    coef: Optional[torch.Tensor]
     if max_norm is not None:
-        coef: Optional[torch.Tensor] = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-        code = torch.where(finite, (coef < 1.0).float() * _CLIPPED, torch.full_like(x, _SKIPPED))
+        clip = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        coef, code = clip, torch.where(finite, (clip < 1.0).float() * _CLIPPED, torch.full_like(x, _SKIPPED))
     else:
         mean, var, count = dev["mean"], dev["var"], dev["count"]
         thr = torch.maximum(mean + z * var.clamp(min=0).sqrt(), ratio * mean)
