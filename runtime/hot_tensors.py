@@ -16,7 +16,9 @@ dtype on both paths (float64 arrays give float64, whatever the default dtype), a
 (small lists, ragged lists, mixed dtypes, nested lists, numpy scalars, ndarray subclasses, extra
 arguments to a legacy constructor) calls the original constructor with the original arguments,
 so it behaves (and raises) exactly as before.
-The only observable difference: torch's "extremely slow" UserWarning is not emitted.
+The only observable difference: torch's "extremely slow" UserWarning is not emitted on the fast
+path. The fallback calls the constructor from the caller's line (:mod:`.at_caller`), so whatever
+it warns is reported at the user's line, as before the rewrite.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from scalebox_cst.runtime.at_caller import call_at_caller
 
 _KINDS = frozenset("biuf")
 _SEQUENCES = (list, tuple)
@@ -85,4 +89,4 @@ def tensor_from_arrays(make: Any, data: Any, *args: Any, **kwargs: Any) -> torch
         dtype = _LEGACY.get(make)
         if dtype is not None and not kwargs:
             return torch.tensor(np.array(data), dtype=dtype, device="cpu")
-    return make(data, *args, **kwargs)
+    return call_at_caller(make, (data, *args), kwargs)

@@ -136,7 +136,7 @@ class _Rewriter(ScopedRewriter):
         func_arg = cst.Arg(updated.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         reason = (f"{name}(...) of {how}: one np.array copy when the elements are ndarrays of one shape and "
                   "dtype (same dtype and values), else the original call (ragged lists still raise); torch's "
-                  "'extremely slow' warning is no longer emitted")
+                  "'extremely slow' warning only where it falls back")
         self.sites.append(self.ctx.site(ID, original, REWRITTEN, reason, EXACT))
         return updated.with_changes(func=cst.Name(self.alias), args=[func_arg, *updated.args])
 
