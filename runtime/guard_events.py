@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from scalebox_cst.runtime import metrics
+from scalebox_cst.runtime.grad_norms import stored_values
 
 EVENTS_ENV = "SCALEBOX_EVENTS_FILE"
 MAX_EVENTS = 1000  # per kind and run: a run that intervenes every step must not fill the disk
@@ -74,3 +75,17 @@ def parameter_names(params: List[torch.Tensor]) -> List[str]:
             if i is not None and names[i] is None:
                 names[i] = f"{type(root).__name__}.{name}"
     return [n or f"param[{tuple(p.shape)}]" for n, p in zip(names, params)]
+
+
+def report_nonfinite(guard: Any, step: int, value: float, params: List[torch.Tensor]) -> None:
+    """The first non-finite gradient of ``guard``'s optimizer: one stderr line and a ``nonfinite``
+    event naming the parameters whose gradients hold it (once per guard)."""
+    if guard.reported_nonfinite:
+        return
+    guard.reported_nonfinite = True
+    bad = [i for i, p in enumerate(params) if p.grad is not None and not bool(torch.isfinite(stored_values(p.grad)).all())]
+    names = parameter_names([params[i] for i in bad])
+    where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    msg = f"first non-finite gradient at {guard.site} step {step}: {where or 'norm overflow'}"
+    print(f"scalebox: {msg}", file=sys.stderr)
+    events.emit("nonfinite", msg, site=guard.site, step=step, value=str(value), what="grad", params=names)

@@ -12,13 +12,10 @@ and, only when the step is unhealthy, intervenes:
   ``nonfinite`` naming the parameters);
 - a spike, a norm above ``max(mean + z * std, ratio * mean)`` of its own history (an
   exponentially weighted mean and variance, ZClip's estimator; OLMo-core's skip-step optimizer uses
-  the same 6-sigma rule): by default (``spike="report"``) the step runs as written and the spike
-  is an event (``spike_seen``), which the hot-fix policy counts; with ``spike="clip"`` (``[grad_clip]
-  spikes = "clip"``) the gradients are scaled down to that threshold (event ``spike_clipped``). Either
-  way the history is fed the threshold, not the spike. Report is the default because healthy RL
-  gradients are heavy-tailed: no threshold kept every healthy run untouched (the bundled CartPole
-  PPO reaches 19x its mean, minimalRL's ``ppo.py`` 103x at step 451 of 10k steps, and one clip
-  from 6.1 to 5.9 changed every later score it printed).
+  the same 6-sigma rule): by default (``spike="report"``) an event (``spike_seen``) the hot-fix
+  policy counts, the step runs as written (healthy RL gradients are heavy-tailed: see
+  docs/stabilization.md); with ``spike="clip"`` the gradients are scaled down to that threshold
+  (``spike_clipped``). Either way the history is fed the threshold, not the spike.
 
 Otherwise nothing is written: the gradients, the optimizer and its state are the code's own,
 so a run with no non-finite value (and, with ``spike="clip"``, no spike) is bitwise identical to the unguarded one
@@ -62,8 +59,8 @@ import torch
 
 from scalebox_cst.options import default as _default
 from scalebox_cst.runtime import metrics
-from scalebox_cst.runtime.grad_norms import host_norm, stored_values, total_norm
-from scalebox_cst.runtime.guard_events import EVENTS_ENV, MAX_EVENTS, events, parameter_names  # noqa: F401 (stabilizer.events, .EVENTS_ENV)
+from scalebox_cst.runtime.grad_norms import host_norm, total_norm
+from scalebox_cst.runtime.guard_events import EVENTS_ENV, MAX_EVENTS, events, parameter_names, report_nonfinite  # noqa: F401 (stabilizer.events, .EVENTS_ENV)
 
 METRIC = "grad_norm"
 #: the guard's series after the code's own clip (``spike=False``): the norm of clipped gradients
@@ -411,7 +408,7 @@ def _host_step(optimizer, guard, params, grads, norm, value, scaler, spike, max_
     if not math.isfinite(value):
         if scaler is not None:
             return  # GradScaler skips this step itself and lowers its scale: AMP's normal overflow
-        _nonfinite(guard, step, value, [p for p in params if p.grad is not None], optimizer)
+        report_nonfinite(guard, step, value, [p for p in params if p.grad is not None])
         _skip(optimizer, guard, params)
         return
     if max_norm is not None:  # clip_grad_norm_'s arithmetic, bit for bit
@@ -568,18 +565,6 @@ def _skip(optimizer: Any, guard: _Guard, params: List[torch.Tensor]) -> None:
     guard.interventions += 1
     events.emit("step_skipped", f"optimizer step skipped at {guard.site} step {guard.calls} (non-finite gradient)",
                 site=guard.site, step=guard.calls, skipped=True)
-
-
-def _nonfinite(guard: _Guard, step: int, value: float, params: List[torch.Tensor], optimizer: Any) -> None:
-    if guard.reported_nonfinite:
-        return
-    guard.reported_nonfinite = True
-    bad = [i for i, p in enumerate(params) if not bool(torch.isfinite(stored_values(p.grad)).all())]
-    names = parameter_names([params[i] for i in bad])
-    where = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    msg = f"first non-finite gradient at {guard.site} step {step}: {where or 'norm overflow'}"
-    print(f"scalebox: {msg}", file=sys.stderr)
-    events.emit("nonfinite", msg, site=guard.site, step=step, value=str(value), what="grad", params=names)
 
 
 def reset() -> None:
