@@ -72,7 +72,7 @@ def _resolve_origins(repo, commit_id: str, blobs, project_dir: str) -> None:
         info = {}
     if info.get("variant", "rewrite") != "rewrite":
         return
-    from scalebox_cst.runtime.loader import Origin, add_origin_resolver
+    from scalebox_cst.runtime.loader import Origin, add_origin_resolver, served
 
     state = {}
 
@@ -97,6 +97,8 @@ def _resolve_origins(repo, commit_id: str, blobs, project_dir: str) -> None:
         return repo[source].peel(pygit2.Tree), sites
 
     def resolve(filename):
+        if not served(filename):  # run by path from the working tree: the user's own lines
+            return None
         if "tree" not in state:
             state["tree"] = setup()
         if state["tree"] is None:

@@ -19,6 +19,17 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from scalebox_cst.textlines import physical_lines  # the one rule for line numbers, shared with the engine
 
 
+#: files whose code was compiled from served (possibly rewritten) source: only their lines map
+#: back through an Origin; a project file run by path (``runpy.run_path``, ``exec(open(...))``)
+#: ran from disk, and its line numbers are already the user's
+_served: set = set()
+
+
+def served(filename: str) -> bool:
+    """Whether ``filename``'s code came from :func:`register_source` (served, not read from disk)."""
+    return filename in _served
+
+
 def register_source(filename: str, source: str) -> None:
     """Make ``linecache`` (tracebacks, inspect) return ``source`` for ``filename``.
 
@@ -27,6 +38,7 @@ def register_source(filename: str, source: str) -> None:
     would also end them at a form feed, and every later line would be quoted off by one).
     """
     linecache.cache[filename] = (len(source), None, physical_lines(source), filename)
+    _served.add(filename)
 
 
 class Origin:

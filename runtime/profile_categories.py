@@ -21,5 +21,6 @@ CATEGORIES: Dict[str, str] = {
     "sync": "host-device syncs",
     "logging": "logging",
     "engine": "engine sites",
+    "imports": "start-up (imports)",
     "other": "other",
 }

@@ -219,6 +219,9 @@ def build(directory: str, record: Optional[Dict[str, Any]] = None, store_path: O
             row["coverage"] = {"covered": False, "reason": "code the rewrite added (support imports, helpers), not a line of yours"}
             continue
         row["code"] = store.line(row["path"], row["line"])
+        if row.get("category") == "imports":
+            row["coverage"] = {"covered": False, "reason": "start-up: modules imported once per process; no rewrite removes that"}
+            continue
         row["coverage"] = coverage(row["path"], row["line"], sites, report)
     return out
 

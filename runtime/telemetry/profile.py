@@ -15,8 +15,10 @@ thread's CPU time since the previous look (its own CPU clock, ``pthread_getcpucl
   ``print`` (logging); then the first frame with a rule: gymnasium/gym (and telemetry's env
   step wrappers) environment step, ``torch.distributions``, ``torch.optim``, autograd's
   backward, tensorboard/tensorboardX/wandb/``logging``, replay buffers and data loaders (also a
-  project method like ``ReplayBuffer.sample``), the engine's runtime helpers, a module's top
-  level (an import: other), and ``nn.Module.__call__`` / ``torch.nn.functional``: action
+  project method like ``ReplayBuffer.sample``), the engine's runtime helpers, a library module's
+  top level or the import machinery (start-up: ``import torch`` alone is ~1.5 s of CPU, and torch
+  imports ``torch._dynamo`` when the first optimizer steps; paid once per process, so a short run
+  is told apart from a slow step), and ``nn.Module.__call__`` / ``torch.nn.functional``: action
   selection when the main thread's grad mode is off, loss forward when it is on. Grad mode is
   thread-local inside torch, so the grad-mode context managers are patched (class level) to
   note the main thread's mode after they switch it.
@@ -214,10 +216,14 @@ class Classifier:
         return self._project
 
     def file_kind(self, filename: str) -> Tuple[int, Optional[str]]:
-        """(USER / LIB / PASS, category rule or None) of a file."""
+        """(USER / LIB / PASS, category rule or None) of a file (a relative name, as
+        ``runpy.run_path("train.py")`` gives its code, is taken from the working directory)."""
         found = self.files.get(filename)
         if found is not None:
             return found
+        key = filename
+        if filename and not filename.startswith("<") and not os.path.isabs(filename):
+            filename = os.path.abspath(filename)
         path = filename.replace(os.sep, "/")
         kind, rule = LIB, None
         if filename.startswith(_TELEMETRY):
@@ -233,7 +239,7 @@ class Classifier:
         else:  # the standard library (logging), or a file outside the project
             tail = path.rsplit("/lib/python", 1)[-1].split("/", 1)[-1] if "/lib/python" in path else ""
             rule = next((r for prefix, r in _LIBRARY_RULES if tail.startswith(prefix)), None)
-        self.files[filename] = (kind, rule)
+        self.files[key] = (kind, rule)
         return kind, rule
 
     def code_kind(self, code) -> Tuple[int, Optional[str]]:
@@ -243,7 +249,7 @@ class Classifier:
         kind, rule = self.file_kind(code.co_filename)
         name = code.co_name
         if kind == LIB and (name == "<module>" or code.co_filename.startswith("<frozen importlib")):
-            rule = "other"  # a module being imported (its top level runs): start-up, not the category
+            rule = "imports"  # a module being imported (its top level runs): start-up, whatever the package
         elif kind == LIB and "torch/" in code.co_filename.replace(os.sep, "/"):
             path = code.co_filename.replace(os.sep, "/")
             if name in _BACKWARD_NAMES and ("/torch/autograd/" in path or path.endswith("/torch/_tensor.py")):
@@ -274,14 +280,14 @@ class Classifier:
             elif called in LOG_CALLS:
                 category = "logging"
         f = frame
-        while f is not None:
+        while f is not None:  # the whole stack: an import anywhere outside makes it start-up
             kind, rule = self.code_kind(f.f_code)
             if kind == USER and user is None:
                 user = f
-            if category is None and rule is not None:
+            if rule == "imports":
                 category = rule
-            if user is not None and category is not None:
-                break
+            elif category is None and rule is not None:
+                category = rule
             f = f.f_back
         if category == _MODULE:
             category = "forward" if _Grad.enabled else "action"
@@ -355,6 +361,8 @@ def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, An
     """Project-relative path and the user's own line number (rewritten files map back)."""
     if not filename:
         return "", 0
+    if not filename.startswith("<") and not os.path.isabs(filename):  # runpy.run_path("train.py")
+        filename = os.path.abspath(filename)
     if filename not in cache:
         try:
             from scalebox_cst.runtime.loader import origin_of

@@ -127,7 +127,11 @@ def test_replay_sampling_engine_sites_imports_and_no_project_frame(classifier):
     assert (user.f_code, category) == (LOOP, "engine")
     # a module imported from a user line runs its top level: start-up, whatever the package
     imported = code_of(SITE + "torch/distributions/__init__.py", "x = 1\n", "<module>")
-    assert classifier.classify(stack(LAUNCH, LOOP, imported))[1] == "other"
+    assert classifier.classify(stack(LAUNCH, LOOP, imported))[1] == "imports"
+    # torch importing torch._dynamo when the first optimizer steps: start-up, not "optimizer"
+    step = lib("torch/optim/optimizer.py", "def _use_grad(x):\n    return x\n", "_use_grad")
+    dynamo = code_of(SITE + "torch/_dynamo/__init__.py", "x = 1\n", "<module>")
+    assert classifier.classify(stack(LAUNCH, LOOP, step, dynamo, lib("numpy/core/fromnumeric.py")))[1] == "imports"
     assert classifier.classify(stack(LAUNCH)) == (None, "other")
 
 
@@ -137,7 +141,7 @@ def test_the_user_lines_wrappers_are_plumbing_not_engine_sites(classifier):
     wrapper = code_of(os.path.join(RUNTIME, "user_lines.py"), FN, "f")
     imported = code_of(SITE + "torch/_sources.py", "x = 1\n", "<module>")
     inspect_code = code_of("/usr/lib/python3.11/inspect.py", FN, "f")
-    assert classifier.classify(stack(LAUNCH, LOOP, imported, wrapper, inspect_code))[1] == "other"
+    assert classifier.classify(stack(LAUNCH, LOOP, imported, wrapper, inspect_code))[1] == "imports"
     user, category = classifier.classify(stack(LAUNCH, LOOP, wrapper, inspect_code))
     assert (user.f_code, category) == (LOOP, "other")
 
@@ -387,3 +391,15 @@ def test_a_subscript_store_on_a_user_line_is_a_tensor_copy(classifier):
     assert classifier.classify(frame) == (frame, "tensors")
     frame.f_lasti = 0  # elsewhere on the line: nothing says what it is
     assert classifier.classify(frame) == (frame, "other")
+
+
+def test_a_relative_file_name_is_the_working_directorys(tmp_path, monkeypatch):
+    """``runpy.run_path("train.py")`` compiles with the relative name: it was a library frame,
+    and every sample of that script fell on the line that called run_path."""
+    monkeypatch.chdir(tmp_path)
+    classifier = rp.Classifier(project=os.path.join(str(tmp_path), ""))
+    runner = code_of(str(tmp_path / "run.py"), "def main():\n    pass\n", "main")
+    script = code_of("train.py", "def loop(torch, x):\n    return x\n", "loop")
+    optim = lib("torch/optim/adam.py", "def step(x):\n    return x\n", "step")
+    user, category = classifier.classify(stack(runner, script, optim))
+    assert (user.f_code, category) == (script, "optimizer")

@@ -103,6 +103,21 @@ def test_run_traceback_shows_rewritten_lines(project):
     assert "raise RuntimeError('boom')" in proc.stderr and "Traceback" not in proc.stdout
 
 
+def test_a_project_file_run_by_path_keeps_its_own_line_numbers(project):
+    """``runpy.run_path`` of a project file reads it from the working tree (the original), not
+    the served rewrite: its traceback lines were mapped through the rewrite's line map anyway
+    (line 18 for the user's 20) and the profile put its samples on the wrong lines."""
+    (project / "train.py").write_text((project / "train.py").read_text() + "raise RuntimeError('boom')\n")
+    (project / "by_path.py").write_text(
+        "import os, runpy\n"
+        "runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'train.py'), run_name='__main__')\n")
+    scalebox("rewrite", str(project), "--backend", "cpu")
+    proc = scalebox("run", "run/0001", "by_path.py", cwd=project, check=False)
+    assert proc.returncode != 0
+    assert f'File "{os.path.realpath(project / "train.py")}", line 20, in <module>\n' in proc.stderr, proc.stderr
+    assert "raise RuntimeError('boom')" in proc.stderr
+
+
 def test_run_traceback_and_diff_count_lines_as_python_does_with_form_feeds(project):
     """Page breaks (\\f) do not end lines: tracebacks quote, and diffs number, the lines that ran."""
     source = (project / "train.py").read_text()
