@@ -16,7 +16,7 @@ thread's CPU time since the previous look (its own CPU clock, ``pthread_getcpucl
   step wrappers) environment step, ``torch.distributions``, ``torch.optim``, autograd's
   backward, tensorboard/tensorboardX/wandb/``logging``, replay buffers and data loaders (also a
   project method like ``ReplayBuffer.sample``), the engine's runtime helpers, a library module's
-  top level or the import machinery (start-up: ``import torch`` alone is ~1.5 s of CPU, and torch
+  top level run by the import machinery (start-up: ``import torch`` alone is ~1.5 s of CPU, and torch
   imports ``torch._dynamo`` when the first optimizer steps; paid once per process, so a short run
   is told apart from a slow step), and ``nn.Module.__call__`` / ``torch.nn.functional``: action
   selection when the main thread's grad mode is off, loss forward when it is on. Grad mode is
@@ -248,8 +248,10 @@ class Classifier:
             return found[0], found[1]
         kind, rule = self.file_kind(code.co_filename)
         name = code.co_name
-        if kind == LIB and (name == "<module>" or code.co_filename.startswith("<frozen importlib")):
-            rule = "imports"  # a module being imported (its top level runs): start-up, whatever the package
+        if kind == LIB and code.co_filename.startswith("<frozen importlib"):
+            rule = "imports"  # the import machinery anywhere outside: start-up, whatever runs inside
+        elif kind == LIB and name == "<module>":
+            rule = "other"  # a module's top level outside an import (exec of a string, runpy): not a category
         elif kind == LIB and "torch/" in code.co_filename.replace(os.sep, "/"):
             path = code.co_filename.replace(os.sep, "/")
             if name in _BACKWARD_NAMES and ("/torch/autograd/" in path or path.endswith("/torch/_tensor.py")):

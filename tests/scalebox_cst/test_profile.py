@@ -57,6 +57,7 @@ def stack(*codes, leaf_call=False):
 
 FN = "def f(x):\n    return x\n"
 LAUNCH = code_of(os.path.join(RUNTIME, "launch.py"), "def main():\n    pass\n", "main")
+IMPORTING = code_of("<frozen importlib._bootstrap>", "def _call_with_frames_removed(f):\n    return f()\n", "_call_with_frames_removed")
 LOOP = code_of(PROJECT + "train.py", "def loop(env, t, torch, x):\n    return env.step(x)\n", "loop")
 
 
@@ -125,13 +126,19 @@ def test_replay_sampling_engine_sites_imports_and_no_project_frame(classifier):
     engine = code_of(os.path.join(RUNTIME, "vectorized", "recurrence_guard.py"), FN, "f")
     user, category = classifier.classify(stack(LAUNCH, LOOP, engine, lib("torch/functional.py")))
     assert (user.f_code, category) == (LOOP, "engine")
-    # a module imported from a user line runs its top level: start-up, whatever the package
+    # a module imported from a user line runs its top level under the import machinery: start-up,
+    # whatever the package and whatever its top level calls
     imported = code_of(SITE + "torch/distributions/__init__.py", "x = 1\n", "<module>")
-    assert classifier.classify(stack(LAUNCH, LOOP, imported))[1] == "imports"
+    assert classifier.classify(stack(LAUNCH, LOOP, IMPORTING, imported))[1] == "imports"
+    register = lib("gymnasium/envs/registration.py", "def register(x):\n    return x\n", "register")
+    assert classifier.classify(stack(LAUNCH, LOOP, IMPORTING, imported, register))[1] == "imports"
     # torch importing torch._dynamo when the first optimizer steps: start-up, not "optimizer"
     step = lib("torch/optim/optimizer.py", "def _use_grad(x):\n    return x\n", "_use_grad")
     dynamo = code_of(SITE + "torch/_dynamo/__init__.py", "x = 1\n", "<module>")
-    assert classifier.classify(stack(LAUNCH, LOOP, step, dynamo, lib("numpy/core/fromnumeric.py")))[1] == "imports"
+    assert classifier.classify(stack(LAUNCH, LOOP, step, IMPORTING, dynamo, lib("numpy/core/fromnumeric.py")))[1] == "imports"
+    # a library's top level run outside an import (exec of a string, runpy of a file outside the
+    # project): no start-up claim
+    assert classifier.classify(stack(LAUNCH, LOOP, imported))[1] == "other"
     assert classifier.classify(stack(LAUNCH)) == (None, "other")
 
 
@@ -141,7 +148,7 @@ def test_the_user_lines_wrappers_are_plumbing_not_engine_sites(classifier):
     wrapper = code_of(os.path.join(RUNTIME, "user_lines.py"), FN, "f")
     imported = code_of(SITE + "torch/_sources.py", "x = 1\n", "<module>")
     inspect_code = code_of("/usr/lib/python3.11/inspect.py", FN, "f")
-    assert classifier.classify(stack(LAUNCH, LOOP, imported, wrapper, inspect_code))[1] == "imports"
+    assert classifier.classify(stack(LAUNCH, LOOP, IMPORTING, imported, wrapper, inspect_code))[1] == "imports"
     user, category = classifier.classify(stack(LAUNCH, LOOP, wrapper, inspect_code))
     assert (user.f_code, category) == (LOOP, "other")
 
