@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from scalebox_cst.runtime.at_caller import call_at_caller
+
 #: array dtypes a legacy float constructor and torch.tensor(..., dtype=) convert alike
 _EXACT = frozenset(np.dtype(t) for t in (np.bool_, np.float32, np.float64, np.int8, np.int16, np.int32,
                                          np.uint8, np.uint16, np.uint32))
@@ -43,4 +45,4 @@ def tensor_on(make: Any, data: Any, device: Any, **kwargs: Any) -> torch.Tensor:
                 dtype = torch.get_default_dtype()
             if dtype is not None:
                 return torch.tensor(data, dtype=dtype, device=device)
-    return make(data, **kwargs).to(device)
+    return call_at_caller(make, (data,), kwargs).to(device)  # its warnings at the user's line

@@ -40,6 +40,17 @@ def test_torch_warning_of_a_fallback_is_at_the_users_line(tmp_path):
     assert err2[1].strip() == "x = tensor_from_arrays(torch.tensor, rows)"
 
 
+def test_fresh_device_fallback_warns_at_the_users_line(tmp_path):
+    """``torch.FloatTensor(list of arrays).to(device)`` through tensor_on (a list: the fallback)."""
+    out, err = run(tmp_path, "torch.FloatTensor(rows).to('cpu')")
+    prelude = "from scalebox_cst.runtime.hot_device import tensor_on\n"
+    out2, err2 = run(tmp_path, "tensor_on(torch.FloatTensor, rows, 'cpu')", prelude)
+    assert out == out2 and out.startswith("torch.float32 120.0")
+    path = str(tmp_path / "user.py")
+    assert err[0].startswith(f"{path}:3: UserWarning: Creating a tensor from a list of numpy.ndarrays"), err
+    assert err2[0].startswith(f"{path}:4: UserWarning: Creating a tensor from a list of numpy.ndarrays"), err2
+
+
 def test_python_warnings_module_and_registry_are_the_callers(tmp_path):
     """A ``warnings.warn`` at stacklevel 1 inside the call: the caller's module name and registry,
     so a second call from the same line is silenced under the default filter, as in the original."""
