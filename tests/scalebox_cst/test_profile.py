@@ -322,7 +322,7 @@ def test_a_run_records_where_its_time_went_per_line_and_category(tmp_path):
     loop_lines = [r for r in p["lines"] if r["category"] not in ("other", "imports")]  # not start-up
     # the optimizer's construction imports torch._dynamo (torch 2.13): start-up, said so
     assert "imports" in share
-    assert all(r["coverage"]["reason"].startswith("start-up") for r in p["lines"] if r["category"] == "imports" and r["path"] == "train.py")
+    assert all(r["coverage"]["reason"].startswith("start-up") for r in p["lines"] if r["category"] == "imports" and r["path"] == "train.py" and r["line"]), p["lines"]
     top = loop_lines[0]
     assert (top["path"], top["line"], top["category"]) == ("train.py", line["BUSY"], "env")
     assert top["code"] == "while time.perf_counter() - start < 0.05:  # BUSY" and top["calls"] >= 5
