@@ -40,9 +40,29 @@ TENSOR_METHODS = frozenset("""
     sample rsample log_prob entropy cdf icdf chunk split unbind mul add sub div matmul mm bmm neg round
     floor ceil sign all any eq ne gt lt ge le astype copy square prod cumsum norm narrow select roll flip
     """.split())
-#: the engine's own run-time helpers that other hot.* rewrites put in place of a torch call (they
-#: build what the torch call built and keep nothing): taken as that torch call
-ENGINE_PURE = frozenset({"scalebox_cst.runtime.hot_distributions.categorical_probs"})
+# The engine's own run-time helpers that the transforms before hot.no_grad put in the code (hot.*,
+# vectorize.*, grad_clip): the analysis sees the rewritten version, so each is read as the user's
+# code it stands for, never as "unknown" code the user did not write. Every helper those
+# transforms' examples call must be in one of the two tables (tests/transforms/hot/test_engine_helpers.py).
+_RT = "scalebox_cst.runtime."
+#: helpers that build a value from their arguments and keep or change nothing else (a tensor from
+#: arrays, a recurrence, the checks and views around it): taken as the torch calls they replace
+ENGINE_PURE = frozenset(_RT + name for name in (
+    "hot_distributions.categorical_probs", "hot_tensors.tensor_from_arrays", "hot_device.tensor_on",
+    "recurrence.linear_recurrence", "loop_batch.batch_range", "loop_batch.batch_zip",
+    "scatter.scatter_add_rows", "scatter.index_add_rows", "scatter.scatter_add_calls", "scatter.index_add_calls",
+    *("vectorized." + f for f in (
+        "as_row", "carry_ok", "dim1", "dim_view", "fused_linear", "int_of", "items_of", "length", "loss_range",
+        "loss_zip", "quadratic_ok", "recurrence_ok", "reset_linear_recurrence", "restore", "seq_of", "seqs_of",
+        "steps", "switch_linear_recurrence", "to_rank", "truth_of")),
+))
+#: helpers that change state in place, with what the user's code there does (quoted in a reason)
+ENGINE_EFFECTS = {
+    **{_RT + "target_update." + f: "updates target-network parameters in place"
+       for f in ("soft_update", "hard_update", "lerp_update", "scale_add", "scale_add_alpha")},
+    _RT + "stabilizer.stabilize": "checks and may skip an optimizer step (the gradient guard)",
+    _RT + "clip.clip_grad_norm": "clips gradients in place",
+}
 PLAIN_MODULES = ("torch", "numpy", "math", "random", "gym", "gymnasium", "collections", "functools", "itertools", "typing")
 
 
@@ -270,6 +290,8 @@ class Files:
         if qual is not None:
             if qual.split(".")[0] in PLAIN_MODULES or qual in ENGINE_PURE:
                 return None
+            if qual in ENGINE_EFFECTS:
+                return f"{where} {ENGINE_EFFECTS[qual]}"
             return f"{where} calls {qual}, whose effects are unknown"
         if isinstance(func, ast.Attribute):
             root = _root(func.value)
