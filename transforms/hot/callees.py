@@ -44,24 +44,36 @@ TENSOR_METHODS = frozenset("""
 # vectorize.*, grad_clip): the analysis sees the rewritten version, so each is read as the user's
 # code it stands for, never as "unknown" code the user did not write. Every helper those
 # transforms' examples call must be in one of the two tables (tests/transforms/hot/test_engine_helpers.py).
-_RT = "scalebox_cst.runtime."
 #: helpers that build a value from their arguments and keep or change nothing else (a tensor from
 #: arrays, a recurrence, the checks and views around it): taken as the torch calls they replace
-ENGINE_PURE = frozenset(_RT + name for name in (
-    "hot_distributions.categorical_probs", "hot_tensors.tensor_from_arrays", "hot_device.tensor_on",
-    "recurrence.linear_recurrence", "loop_batch.batch_range", "loop_batch.batch_zip",
-    "scatter.scatter_add_rows", "scatter.index_add_rows", "scatter.scatter_add_calls", "scatter.index_add_calls",
-    *("vectorized." + f for f in (
-        "as_row", "carry_ok", "dim1", "dim_view", "fused_linear", "int_of", "items_of", "length", "loss_range",
-        "loss_zip", "quadratic_ok", "recurrence_ok", "reset_linear_recurrence", "restore", "seq_of", "seqs_of",
-        "steps", "switch_linear_recurrence", "to_rank", "truth_of")),
-))
+ENGINE_PURE = frozenset({
+    "scalebox_cst.runtime.hot_distributions.categorical_probs",
+    "scalebox_cst.runtime.hot_tensors.tensor_from_arrays", "scalebox_cst.runtime.hot_device.tensor_on",
+    "scalebox_cst.runtime.recurrence.linear_recurrence", "scalebox_cst.runtime.loop_batch.batch_range",
+    "scalebox_cst.runtime.loop_batch.batch_zip", "scalebox_cst.runtime.scatter.scatter_add_rows",
+    "scalebox_cst.runtime.scatter.index_add_rows", "scalebox_cst.runtime.scatter.scatter_add_calls",
+    "scalebox_cst.runtime.scatter.index_add_calls", "scalebox_cst.runtime.vectorized.as_row",
+    "scalebox_cst.runtime.vectorized.carry_ok", "scalebox_cst.runtime.vectorized.dim1",
+    "scalebox_cst.runtime.vectorized.dim_view", "scalebox_cst.runtime.vectorized.fused_linear",
+    "scalebox_cst.runtime.vectorized.int_of", "scalebox_cst.runtime.vectorized.items_of",
+    "scalebox_cst.runtime.vectorized.length", "scalebox_cst.runtime.vectorized.loss_range",
+    "scalebox_cst.runtime.vectorized.loss_zip", "scalebox_cst.runtime.vectorized.quadratic_ok",
+    "scalebox_cst.runtime.vectorized.recurrence_ok", "scalebox_cst.runtime.vectorized.reset_linear_recurrence",
+    "scalebox_cst.runtime.vectorized.restore", "scalebox_cst.runtime.vectorized.seq_of",
+    "scalebox_cst.runtime.vectorized.seqs_of", "scalebox_cst.runtime.vectorized.steps",
+    "scalebox_cst.runtime.vectorized.switch_linear_recurrence", "scalebox_cst.runtime.vectorized.to_rank",
+    "scalebox_cst.runtime.vectorized.truth_of",
+})
+_TARGET_UPDATE = "updates target-network parameters in place"
 #: helpers that change state in place, with what the user's code there does (quoted in a reason)
 ENGINE_EFFECTS = {
-    **{_RT + "target_update." + f: "updates target-network parameters in place"
-       for f in ("soft_update", "hard_update", "lerp_update", "scale_add", "scale_add_alpha")},
-    _RT + "stabilizer.stabilize": "checks and may skip an optimizer step (the gradient guard)",
-    _RT + "clip.clip_grad_norm": "clips gradients in place",
+    "scalebox_cst.runtime.target_update.soft_update": _TARGET_UPDATE,
+    "scalebox_cst.runtime.target_update.hard_update": _TARGET_UPDATE,
+    "scalebox_cst.runtime.target_update.lerp_update": _TARGET_UPDATE,
+    "scalebox_cst.runtime.target_update.scale_add": _TARGET_UPDATE,
+    "scalebox_cst.runtime.target_update.scale_add_alpha": _TARGET_UPDATE,
+    "scalebox_cst.runtime.stabilizer.stabilize": "checks and may skip an optimizer step (the gradient guard)",
+    "scalebox_cst.runtime.clip.clip_grad_norm": "clips gradients in place",
 }
 PLAIN_MODULES = ("torch", "numpy", "math", "random", "gym", "gymnasium", "collections", "functools", "itertools", "typing")
 

@@ -10,9 +10,8 @@ import ast
 import textwrap
 
 import pytest
-from harness import config, rewrite
+from harness import pipeline, rewrite
 
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.report import SKIPPED
 from scalebox_cst.transforms.examples import all_examples
 from scalebox_cst.transforms.hot import callees
@@ -25,7 +24,7 @@ HOT = ("hot.no_grad", "hot.target_graph_cut")
 def _helpers_called_before(transform_id):
     """{qualified helper: transform ids} for the runtime helpers that the golden outputs of the
     transforms running before ``transform_id`` (in the pipeline's order) call."""
-    order = [t.id for t in Pipeline(config("*"), "cpu").transforms]
+    order = [t.id for t in pipeline("*").transforms]
     before = set(order[: order.index(transform_id)])
     found = {}
     for case in all_examples():
