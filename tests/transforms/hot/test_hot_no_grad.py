@@ -324,3 +324,66 @@ def test_a_function_reading_the_name_as_a_global_is_refused_but_a_local_namesake
     assert any("read in report" in s.reason for s in sites if s.action == SKIPPED), sites
     out, sites = rewrite(src.replace("        return prob.sum()\n", "        return 0\n"))
     assert [s.action for s in sites] == [REWRITTEN], sites
+
+
+# A method that acts and returns numpy (Lizhi-sjtu/DRL-code-pytorch's choose_action) called from
+# the rollout, its value stored in a buffer: the skip said the value "may keep the value where a
+# later loss reads it", untrue of a numpy value; it now says why the call site is left alone.
+AGENT = '''import numpy as np
+import torch
+import torch.nn as nn
+
+
+class Agent:
+    def __init__(self):
+        self.net = nn.Linear(4, 2)
+        self.buf = []
+
+    def choose_action(self, s, greedy):
+        s = torch.as_tensor(s, dtype=torch.float32).unsqueeze(0)
+        prob = torch.softmax(self.net(s), 1).detach().numpy().flatten()
+        if greedy:
+            a = np.argmax(prob)
+        else:
+            a = np.random.choice(2, p=prob)
+        return a
+
+    def store(self, *t):
+        self.buf.append(t)
+
+
+agent = Agent()
+s = np.zeros(4, dtype=np.float32)
+for _ in range(3):
+    a = agent.choose_action(s, False)
+    agent.store(s, a)
+'''
+
+
+def _call_site(src):
+    line = src.splitlines().index("    a = agent.choose_action(s, False)") + 1
+    out, sites = rewrite(src)
+    [site] = [s for s in sites if s.line == line]
+    return out, site
+
+
+def test_a_call_returning_numpy_is_skipped_for_what_it_returns():
+    out, site = _call_site(AGENT)
+    assert site.action == SKIPPED
+    line = AGENT.splitlines().index("    def choose_action(self, s, greedy):") + 1
+    assert site.reason.endswith(f"`choose_action` (line {line}) returns no tensor (numpy or Python values); "
+                                "its forwards are decided inside it"), site.reason
+    assert "        with torch.no_grad():\n            prob = torch.softmax" in out  # decided inside
+
+
+@pytest.mark.parametrize("ret", [
+    "return torch.as_tensor(a)",                  # a tensor
+    "return prob, self.net(s)",                   # one entry is a forward's output
+    "return a if greedy else s",                  # s: a tensor on one branch
+    "for a in prob:\n            pass\n        return a",  # `a` bound by a loop too
+])
+def test_a_call_that_may_return_a_tensor_keeps_the_reason_about_its_use(ret):
+    src = AGENT.replace("        return a\n", f"        {ret}\n")
+    _, site = _call_site(src)
+    assert site.action == SKIPPED
+    assert "returns no tensor" not in site.reason and "is passed to `agent.store(...)`" in site.reason, site.reason
