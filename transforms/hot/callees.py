@@ -106,6 +106,15 @@ class Files:
     # ---------------------------------------------------------------- what a value is
 
     def is_torch_module_ctor(self, call: ast.expr) -> bool:
+        """Whether ``call`` builds a ``torch.nn`` module (or a function of this file returning one),
+        or picks one of several so built: ``[nn.ReLU(), nn.Tanh()][args.use_tanh]`` (an
+        activation chosen by a flag, as Lizhi-sjtu/DRL-code-pytorch's PPO nets do),
+        ``nn.Tanh() if tanh else nn.ReLU()``: calling the result runs one of their forwards."""
+        if isinstance(call, ast.Subscript) and isinstance(call.value, (ast.List, ast.Tuple)) and call.value.elts \
+                and not isinstance(call.slice, ast.Slice):
+            return all(self.is_torch_module_ctor(e) for e in call.value.elts)
+        if isinstance(call, ast.IfExp):
+            return self.is_torch_module_ctor(call.body) and self.is_torch_module_ctor(call.orelse)
         if not isinstance(call, ast.Call):
             return False
         qual = self.imports.qualify(call.func) or ""

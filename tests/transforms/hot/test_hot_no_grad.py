@@ -387,3 +387,44 @@ def test_a_call_that_may_return_a_tensor_keeps_the_reason_about_its_use(ret):
     _, site = _call_site(src)
     assert site.action == SKIPPED
     assert "returns no tensor" not in site.reason and "is passed to `agent.store(...)`" in site.reason, site.reason
+
+
+# An activation picked by a flag among torch.nn modules (Lizhi-sjtu/DRL-code-pytorch's PPO nets:
+# `self.activate_func = [nn.ReLU(), nn.Tanh()][args.use_tanh]`): calling it runs a torch.nn
+# forward. It was "code not in this file", so every forward of those nets was skipped.
+PICKED = TRAIN.replace(
+    "        self.body = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))\n",
+    "        self.fc1 = nn.Linear(4, 16)\n"
+    "        self.fc2 = nn.Linear(16, 2)\n"
+    "        self.act = [nn.ReLU(), nn.Tanh()][USE_TANH]\n"
+    "        self.out = nn.Identity() if USE_TANH else nn.Tanh()\n",
+).replace(
+    "        return torch.softmax(self.body(x), dim=-1)\n",
+    "        return torch.softmax(self.out(self.fc2(self.act(self.fc1(x)))), dim=-1)\n",
+).replace("class Policy(nn.Module):", "USE_TANH = 1\n\n\nclass Policy(nn.Module):")
+
+
+def _acting_line(src):
+    return src.splitlines().index("            probs = policy(torch.as_tensor(s))") + 1
+
+
+def test_a_module_picked_among_torch_modules_is_a_torch_forward():
+    out, sites = rewrite(PICKED)
+    [acting] = [s for s in sites if s.line == _acting_line(PICKED)]
+    assert acting.action == REWRITTEN, acting.reason
+    for seed in (0, 3):
+        assert same(load(PICKED)["train"](seed), load(out)["train"](seed))
+
+
+@pytest.mark.parametrize("pick", [
+    "[nn.ReLU(), make_act()][USE_TANH]",          # one choice is code this file does not show
+    "nn.Tanh() if USE_TANH else make_act()",
+    "[nn.ReLU(), nn.Tanh()][0:USE_TANH + 1]",     # a slice: a list, not a module
+    "{0: nn.ReLU(), 1: nn.Tanh()}[USE_TANH]",     # not a list or tuple display
+])
+def test_a_pick_that_may_not_be_a_torch_module_stays_unknown(pick):
+    src = PICKED.replace("[nn.ReLU(), nn.Tanh()][USE_TANH]", pick).replace(
+        "import numpy as np\n", "import numpy as np\nfrom acts import make_act\n")
+    out, sites = rewrite(src)
+    [acting] = [s for s in sites if s.line == _acting_line(src)]
+    assert acting.action == SKIPPED and "self.act" in acting.reason, acting.reason
