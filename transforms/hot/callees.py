@@ -78,6 +78,24 @@ ENGINE_EFFECTS = {
 PLAIN_MODULES = ("torch", "numpy", "math", "random", "gym", "gymnasium", "collections", "functools", "itertools", "typing")
 
 
+def _pairs(targets: List[ast.expr], value: ast.expr) -> List[Tuple[ast.expr, ast.expr]]:
+    """(target, the value it gets) of an assignment; ``self.a, self.b = A(), B()`` pairs each
+    entry of a tuple target with its entry of an equally long tuple display. The entries of any
+    other tuple target (``self.a, self.b = make()``) get an unknown value (a bare ``...``), so
+    that :meth:`Files.kinds_of` calls them unknown rather than miss the binding."""
+    out: List[Tuple[ast.expr, ast.expr]] = []
+    for t in targets:
+        if not isinstance(t, (ast.Tuple, ast.List)):
+            out.append((t, value))
+        elif isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(t.elts) \
+                and not any(isinstance(e, ast.Starred) for e in [*t.elts, *value.elts]):
+            for e, v in zip(t.elts, value.elts):
+                out.extend(_pairs([e], v))
+        else:
+            out.extend((e, ast.Constant(...)) for e in ast.walk(t) if isinstance(e, ast.Attribute) and isinstance(e.ctx, ast.Store))
+    return out
+
+
 class Files:
     """The classes and functions of one module, and what names and ``self.x`` attributes hold."""
 
@@ -99,9 +117,9 @@ class Files:
             if isinstance(node, ast.ClassDef):
                 for sub in ast.walk(node):
                     if isinstance(sub, ast.Assign):
-                        for t in sub.targets:
+                        for t, value in _pairs(sub.targets, sub.value):
                             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                                self.values.setdefault(f"{node.name}.self.{t.attr}", []).append(sub.value)
+                                self.values.setdefault(f"{node.name}.self.{t.attr}", []).append(value)
 
     # ---------------------------------------------------------------- what a value is
 

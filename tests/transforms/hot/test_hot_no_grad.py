@@ -428,3 +428,36 @@ def test_a_pick_that_may_not_be_a_torch_module_stays_unknown(pick):
     out, sites = rewrite(src)
     [acting] = [s for s in sites if s.line == _acting_line(src)]
     assert acting.action == SKIPPED and "self.act" in acting.reason, acting.reason
+
+
+# Layers bound by a tuple assignment. `self.fc1, self.fc2 = nn.Linear(..), nn.Linear(..)` was no
+# binding at all: the forward was "code not in this file"; and where the same attribute was also
+# assigned plainly, a tuple rebinding it to something unknown was missed (taken as the plain one).
+TUPLED = PICKED.replace(
+    "        self.fc1 = nn.Linear(4, 16)\n        self.fc2 = nn.Linear(16, 2)\n",
+    "        self.fc1, self.fc2 = nn.Linear(4, 16), nn.Linear(16, 2)\n")
+
+
+def test_layers_bound_by_a_tuple_display_are_torch_modules():
+    assert "self.fc1, self.fc2 = nn.Linear(4, 16), nn.Linear(16, 2)" in TUPLED
+    out, sites = rewrite(TUPLED)
+    [acting] = [s for s in sites if s.line == _acting_line(TUPLED)]
+    assert acting.action == REWRITTEN, acting.reason
+    for seed in (0, 3):
+        assert same(load(TUPLED)["train"](seed), load(out)["train"](seed))
+
+
+@pytest.mark.parametrize("rebind", [
+    "self.fc2, self.extra = make_head(), 1",   # a tuple display with an unknown entry
+    "self.fc2, self.extra = make_heads()",      # a tuple target from one unknown value
+    "(self.fc2, self.extra), n = make_heads(), 2",
+])
+def test_a_tuple_rebinding_a_layer_to_unknown_code_makes_it_unknown(rebind):
+    src = PICKED.replace(
+        "    def forward(self, x):\n",
+        f"    def swap_head(self):\n        {rebind}\n\n    def forward(self, x):\n").replace(
+        "import numpy as np\n", "import numpy as np\nfrom heads import make_head, make_heads\n")
+    assert rebind in src
+    _, sites = rewrite(src)
+    [acting] = [s for s in sites if s.line == _acting_line(src)]
+    assert acting.action == SKIPPED and "self.fc2" in acting.reason, acting.reason
