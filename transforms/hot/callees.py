@@ -117,9 +117,17 @@ class Files:
             if isinstance(node, ast.ClassDef):
                 for sub in ast.walk(node):
                     if isinstance(sub, ast.Assign):
-                        for t, value in _pairs(sub.targets, sub.value):
-                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                                self.values.setdefault(f"{node.name}.self.{t.attr}", []).append(value)
+                        bound = _pairs(sub.targets, sub.value)
+                    elif isinstance(sub, ast.AnnAssign) and sub.value is not None:
+                        bound = [(sub.target, sub.value)]
+                    elif isinstance(sub, (ast.AugAssign, ast.For, ast.AsyncFor, ast.withitem, ast.comprehension)):
+                        target = sub.optional_vars if isinstance(sub, ast.withitem) else sub.target
+                        bound = _pairs([target], ast.Constant(...)) if target is not None else []  # unknown
+                    else:
+                        continue
+                    for t, value in bound:
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                            self.values.setdefault(f"{node.name}.self.{t.attr}", []).append(value)
 
     # ---------------------------------------------------------------- what a value is
 

@@ -432,7 +432,7 @@ def test_a_pick_that_may_not_be_a_torch_module_stays_unknown(pick):
 
 # Layers bound by a tuple assignment. `self.fc1, self.fc2 = nn.Linear(..), nn.Linear(..)` was no
 # binding at all: the forward was "code not in this file"; and where the same attribute was also
-# assigned plainly, a tuple rebinding it to something unknown was missed (taken as the plain one).
+# assigned plainly, a tuple, annotated, loop or with binding of it was missed (taken as the plain one).
 TUPLED = PICKED.replace(
     "        self.fc1 = nn.Linear(4, 16)\n        self.fc2 = nn.Linear(16, 2)\n",
     "        self.fc1, self.fc2 = nn.Linear(4, 16), nn.Linear(16, 2)\n")
@@ -451,8 +451,11 @@ def test_layers_bound_by_a_tuple_display_are_torch_modules():
     "self.fc2, self.extra = make_head(), 1",   # a tuple display with an unknown entry
     "self.fc2, self.extra = make_heads()",      # a tuple target from one unknown value
     "(self.fc2, self.extra), n = make_heads(), 2",
+    "self.fc2: nn.Module = make_head()",        # an annotated assignment
+    "for self.fc2 in make_heads():\n            pass",
+    "with make_head() as self.fc2:\n            pass",
 ])
-def test_a_tuple_rebinding_a_layer_to_unknown_code_makes_it_unknown(rebind):
+def test_a_layer_rebound_elsewhere_to_unknown_code_is_unknown(rebind):
     src = PICKED.replace(
         "    def forward(self, x):\n",
         f"    def swap_head(self):\n        {rebind}\n\n    def forward(self, x):\n").replace(
