@@ -560,7 +560,9 @@ def _map_quoted(site: Site, line_maps: List[Dict[int, int]]) -> Site:
         end = f"-{back(m.group(3))}" if m.group(3) else ""
         return f"{m.group(1)} {back(m.group(2))}{end}"
 
-    reason = _QUOTED_LINE.sub(sub, site.reason)
+    # code quoted between backticks (`print("line 3")`) is the user's text: left as it is
+    parts = site.reason.split("`")
+    reason = "`".join(_QUOTED_LINE.sub(sub, part) if i % 2 == 0 else part for i, part in enumerate(parts))
     return site if reason == site.reason else dataclasses.replace(site, reason=reason)
 
 
