@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import gc
 import io
+import re
 import threading
 import time
 import tokenize
@@ -191,7 +192,7 @@ class Pipeline:
             except Exception as exc:  # a transform bug must never break the user's run
                 msg = f"{path}:1: transform {transform.id} failed ({type(exc).__name__}: {exc}); file left unchanged"
                 return _error(path, data, msg)
-            sites.extend(_map_back(_with_details(site), line_maps) for site in found)
+            sites.extend(_map_back(_with_details(_map_quoted(site, line_maps)), line_maps) for site in found)
             if new_code != code:
                 line_maps.append(_line_map(code, new_code))
                 module, code, tree, imports = new_module, new_code, new_tree, None
@@ -534,6 +535,35 @@ def _with_details(site: Site) -> Site:
     if (reason, details) == (site.reason, site.details):
         return site
     return dataclasses.replace(site, reason=reason, details=details)
+
+
+#: a line number quoted in a reason: "line 63", "lines 51-53"
+_QUOTED_LINE = re.compile(r"\b(lines?) (\d+)(?:-(\d+))?\b")
+
+
+def _map_quoted(site: Site, line_maps: List[Dict[int, int]]) -> Site:
+    """The site with the line numbers its reason quotes mapped back to the user's file.
+
+    A transform sees the version the transforms before it made and quotes that version's lines
+    (``node.lineno``); where those inserted lines, the numbers would name the wrong line of the
+    user's file. Mapping them here, like the site's own span, holds for every transform."""
+    if not line_maps or "line" not in site.reason:
+        return site
+
+    def back(n: str) -> str:
+        line = int(n)
+        for mapping in reversed(line_maps):
+            line = mapping.get(line, line)
+        return str(line)
+
+    def sub(m: "re.Match[str]") -> str:
+        end = f"-{back(m.group(3))}" if m.group(3) else ""
+        return f"{m.group(1)} {back(m.group(2))}{end}"
+
+    # code quoted between backticks (`print("line 3")`) is the user's text: left as it is
+    parts = site.reason.split("`")
+    reason = "`".join(_QUOTED_LINE.sub(sub, part) if i % 2 == 0 else part for i, part in enumerate(parts))
+    return site if reason == site.reason else dataclasses.replace(site, reason=reason)
 
 
 def _map_back(site: Site, line_maps: List[Dict[int, int]]) -> Site:

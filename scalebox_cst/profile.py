@@ -23,6 +23,24 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scalebox_cst import runs
 from scalebox_cst.runtime.profile_categories import CATEGORIES  # the one table, shared with the sampler
+from scalebox_cst.runtime.telemetry.sites import GUARDS
+
+
+def _counted() -> frozenset:
+    """The transforms whose guards count passes and fallbacks per site (sites.json): their
+    labels in :data:`GUARDS` (``vectorize.reduction/elementwise`` names two)."""
+    out = set()
+    for helpers in GUARDS.values():
+        for _, label in helpers.values():
+            first, *more = label.split("/")
+            family = first.rpartition(".")[0]
+            out.update([first, *(f"{family}.{m}" for m in more)])
+    return frozenset(out)
+
+
+#: a site of another transform has no counts to show, whether or not its code ran (grad_clip's
+#: guard reports its interventions as events, not as passes)
+COUNTED = _counted()
 
 #: the line profile.jsonl gives code a rewrite added outside any site (runtime.telemetry.profile.ADDED)
 ADDED = 0
@@ -237,8 +255,12 @@ def shares(profile: Optional[Dict[str, Any]]) -> Dict[str, float]:
 def _coverage_text(cov: Dict[str, Any]) -> str:
     if cov.get("covered"):
         rate = cov.get("pass_rate")
-        guard = (f"guard passed {rate:.0%} ({cov['vectorized']}/{cov['vectorized'] + cov['fallback']})" if rate is not None
-                 else "no guard counts (a site without a guard, or its guard did not run)")
+        if rate is not None:
+            guard = f"guard passed {rate:.0%} ({cov['vectorized']}/{cov['vectorized'] + cov['fallback']})"
+        elif cov.get("transform") in COUNTED:
+            guard = "its guard did not run (no pass/fallback counts)"
+        else:
+            guard = "no pass/fallback counts for this transform"
         return f"{cov.get('transform')} site {cov.get('site')}, {guard}"
     return (f"{cov['transform']}: " if cov.get("transform") else "") + str(cov.get("reason"))
 

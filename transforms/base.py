@@ -230,7 +230,9 @@ class FileContext:
     def original_line(self, line: int) -> int:
         """The user's line number for ``line`` of this (possibly already rewritten) version.
 
-        Site spans are mapped back by the pipeline; use this for line numbers quoted in texts.
+        For line numbers written into code or keys (``site='train.py:64'``, calibration). Site
+        spans and the line numbers a reason quotes ("line N", "lines N-M") are mapped back by the
+        pipeline: a reason quotes this version's lines (``node.lineno``) as they are.
         """
         for mapping in reversed(self._line_maps):
             line = mapping.get(line, line)

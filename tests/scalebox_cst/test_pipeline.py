@@ -188,19 +188,23 @@ def test_trivial_files(other):
 
 
 class QuotesLine(Transform):
-    """Test transform: reports a site whose reason quotes a line number of the version it sees."""
+    """Test transform: reports a site whose reason quotes line numbers of the version it sees."""
 
     id = "test.quote"
     triggers = ("old(",)
 
     def rewrite(self, ctx):
         lines = sorted(n.lineno for n in ast.walk(ctx.tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "old")
-        return None, [Site(self.id, n, n, "skipped", f"see line {ctx.original_line(n)}") for n in lines]
+        return None, [Site(self.id, n, n, "skipped", f"see line {n}; lines {n - 1}-{n}; 2 lines; `old('line 7')`")
+                      for n in lines]
 
 
 def test_line_numbers_quoted_in_reasons_refer_to_the_users_file():
+    """Quoted as the transform sees them (after earlier transforms inserted lines), mapped back
+    like the spans; code quoted between backticks is left as written."""
     result = run(SRC, AddLineAfterImports(), QuotesLine())
-    assert [(s.line, s.reason) for s in result.report.sites] == [(5, "see line 5"), (9, "see line 9")]
+    assert [(s.line, s.reason) for s in result.report.sites] == [
+        (5, "see line 5; lines 4-5; 2 lines; `old('line 7')`"), (9, "see line 9; lines 8-9; 2 lines; `old('line 7')`")]
 
 
 # ---------------------------------------------------------------------------- bytes outside sites

@@ -413,3 +413,20 @@ def test_a_relative_file_name_is_the_working_directorys(tmp_path, monkeypatch):
     optim = lib("torch/optim/adam.py", "def step(x):\n    return x\n", "step")
     user, category = classifier.classify(stack(runner, script, optim))
     assert (user.f_code, category) == (script, "optimizer")
+
+
+def test_a_site_without_counts_says_whether_its_transform_counts_at_all():
+    """grad_clip's guard ran on every step of xj DQN's profiled run, yet its hot line read "no
+    guard counts (a site without a guard, or its guard did not run)": only the vectorize.*
+    guards count passes (runtime/telemetry/sites.py), so the text now says which case it is."""
+    report = {"train.py": [
+        {"transform": "grad_clip", "line": 40, "end_line": 40, "action": "rewritten", "reason": "guard"},
+        {"transform": "vectorize.target_update", "line": 50, "end_line": 51, "action": "rewritten", "reason": "foreach"},
+        {"transform": "vectorize.elementwise", "line": 60, "end_line": 62, "action": "rewritten", "reason": "scatter"},
+    ]}
+    text = {line: prof._coverage_text(prof.coverage("train.py", line, [], report)) for line in (40, 50, 61)}
+    assert text[40] == "grad_clip site train.py:40-40, no pass/fallback counts for this transform"
+    assert text[50] == "vectorize.target_update site train.py:50-51, its guard did not run (no pass/fallback counts)"
+    assert text[61].endswith("its guard did not run (no pass/fallback counts)")
+    counted = [{"path": "train.py", "line": 50, "end_line": 51, "transform": "vectorize.target_update", "vectorized": 3, "fallback": 1}]
+    assert prof._coverage_text(prof.coverage("train.py", 50, counted, report)).endswith("guard passed 75% (3/4)")

@@ -459,7 +459,7 @@ class AccelerateDeferSync(Transform):
             if st.placeholders:
                 what = ", ".join(ast.unparse(h) for h in st.placeholders)[:80]
                 sites.append(Site(ID, node.lineno, node.end_lineno or node.lineno, REWRITTEN, (
-                    f"{what} only logged ({st.func_text}): read when the loop at line {ctx.original_line(owner.lineno)} "
+                    f"{what} only logged ({st.func_text}): read when the loop at line {owner.lineno} "
                     "ends, one sync instead of one per step; same values (a copy kept), written after the loop's "
                     "other output"), REASSOCIATED))
         out = ctx.module.visit(_Rewrite(ctx.positions, plan_loops, plan_stmts, holes))

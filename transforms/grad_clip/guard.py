@@ -56,7 +56,7 @@ def guard_lines(ctx: FileContext, opts: Options, aliases: Aliases, step: Event, 
     if step.role == "scaler" and not win.unscales:
         texts.append(f"{scaler}.unscale_({step.opt_text})")
     where = f"{ctx.path}:{ctx.original_line(step.call.lineno)}"
-    between = f"between backward() (line {ctx.original_line(pairing.backward_line)}) and step()"
+    between = f"between backward() (line {pairing.backward_line}) and step()"
     amp = f", scaler={scaler}" if scaler is not None else ""
     if opts.mode == "guard":
         alias = aliases.guard()

@@ -20,7 +20,7 @@ from .recognise import plain_text, scaler_of
 @dataclasses.dataclass
 class Window:
     clips: List[Event]  # the code's own clips between backward() and step()
-    clipped_at: Optional[int]  # the first one's line in the user's file
+    clipped_at: Optional[int]  # the first one's line (quoted in reasons: the pipeline maps it back)
     scaler: Optional[str]  # the GradScaler that scales these gradients
     unscales: List[Event]  # its unscale_(optimizer) calls before the step
 
@@ -34,9 +34,9 @@ def clip_warnings(ctx: FileContext, pairing: Pairing, step: Event, opts: Options
             warned.add(id(e.call))
             out.append((e.stmt if e.loc is not None else e.call,
                         f"clip before backward() has no effect (backward() at line "
-                        f"{ctx.original_line(pairing.backward_line)} recomputes the gradients); a "
+                        f"{pairing.backward_line} recomputes the gradients); a "
                         f"{'guard' if opts.mode == 'guard' else 'clip'} is inserted before step() at line "
-                        f"{ctx.original_line(step.call.lineno)}"))
+                        f"{step.call.lineno}"))
     return out
 
 
@@ -45,12 +45,12 @@ def read_window(ctx: FileContext, mod: ModuleScan, pairing: Pairing, step: Event
     window = pairing.window()
     guards = [e for e in window if e.kind == "guard"]
     if guards:
-        return f"already guarded (line {ctx.original_line(guards[0].call.lineno)}) before step()"
+        return f"already guarded (line {guards[0].call.lineno}) before step()"
     clips = [e for e in window if e.kind == "clip"]
-    clipped_at = ctx.original_line(clips[0].call.lineno) if clips else None
+    clipped_at = clips[0].call.lineno if clips else None
     if clips and opts.mode == "fixed" and not opts.skip_nonfinite:
         return (f"already clipped (line {clipped_at}) between backward() "
-                f"(line {ctx.original_line(pairing.first_line)}) and step()")
+                f"(line {pairing.first_line}) and step()")
     for e in pairing.group:
         recv = e.call.func.value if isinstance(e.call.func, ast.Attribute) else None
         text = ast_dotted(recv) if recv is not None else None

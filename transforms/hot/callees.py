@@ -40,10 +40,60 @@ TENSOR_METHODS = frozenset("""
     sample rsample log_prob entropy cdf icdf chunk split unbind mul add sub div matmul mm bmm neg round
     floor ceil sign all any eq ne gt lt ge le astype copy square prod cumsum norm narrow select roll flip
     """.split())
-#: the engine's own run-time helpers that other hot.* rewrites put in place of a torch call (they
-#: build what the torch call built and keep nothing): taken as that torch call
-ENGINE_PURE = frozenset({"scalebox_cst.runtime.hot_distributions.categorical_probs"})
+# The engine's own run-time helpers that the transforms before hot.no_grad put in the code (hot.*,
+# vectorize.*, grad_clip): the analysis sees the rewritten version, so each is read as the user's
+# code it stands for, never as "unknown" code the user did not write. Every helper those
+# transforms' examples call must be in one of the two tables (tests/transforms/hot/test_engine_helpers.py).
+#: helpers that build a value from their arguments and keep or change nothing else (a tensor from
+#: arrays, a recurrence, the checks and views around it): taken as the torch calls they replace
+ENGINE_PURE = frozenset({
+    "scalebox_cst.runtime.hot_distributions.categorical_probs",
+    "scalebox_cst.runtime.hot_tensors.tensor_from_arrays", "scalebox_cst.runtime.hot_device.tensor_on",
+    "scalebox_cst.runtime.recurrence.linear_recurrence", "scalebox_cst.runtime.loop_batch.batch_range",
+    "scalebox_cst.runtime.loop_batch.batch_zip", "scalebox_cst.runtime.scatter.scatter_add_rows",
+    "scalebox_cst.runtime.scatter.index_add_rows", "scalebox_cst.runtime.scatter.scatter_add_calls",
+    "scalebox_cst.runtime.scatter.index_add_calls", "scalebox_cst.runtime.vectorized.as_row",
+    "scalebox_cst.runtime.vectorized.carry_ok", "scalebox_cst.runtime.vectorized.dim1",
+    "scalebox_cst.runtime.vectorized.dim_view", "scalebox_cst.runtime.vectorized.fused_linear",
+    "scalebox_cst.runtime.vectorized.int_of", "scalebox_cst.runtime.vectorized.items_of",
+    "scalebox_cst.runtime.vectorized.length", "scalebox_cst.runtime.vectorized.loss_range",
+    "scalebox_cst.runtime.vectorized.loss_zip", "scalebox_cst.runtime.vectorized.quadratic_ok",
+    "scalebox_cst.runtime.vectorized.recurrence_ok", "scalebox_cst.runtime.vectorized.reset_linear_recurrence",
+    "scalebox_cst.runtime.vectorized.restore", "scalebox_cst.runtime.vectorized.seq_of",
+    "scalebox_cst.runtime.vectorized.seqs_of", "scalebox_cst.runtime.vectorized.steps",
+    "scalebox_cst.runtime.vectorized.switch_linear_recurrence", "scalebox_cst.runtime.vectorized.to_rank",
+    "scalebox_cst.runtime.vectorized.truth_of",
+})
+_TARGET_UPDATE = "updates target-network parameters in place"
+#: helpers that change state in place, with what the user's code there does (quoted in a reason)
+ENGINE_EFFECTS = {
+    "scalebox_cst.runtime.target_update.soft_update": _TARGET_UPDATE,
+    "scalebox_cst.runtime.target_update.hard_update": _TARGET_UPDATE,
+    "scalebox_cst.runtime.target_update.lerp_update": _TARGET_UPDATE,
+    "scalebox_cst.runtime.target_update.scale_add": _TARGET_UPDATE,
+    "scalebox_cst.runtime.target_update.scale_add_alpha": _TARGET_UPDATE,
+    "scalebox_cst.runtime.stabilizer.stabilize": "checks and may skip an optimizer step (the gradient guard)",
+    "scalebox_cst.runtime.clip.clip_grad_norm": "clips gradients in place",
+}
 PLAIN_MODULES = ("torch", "numpy", "math", "random", "gym", "gymnasium", "collections", "functools", "itertools", "typing")
+
+
+def _pairs(targets: List[ast.expr], value: ast.expr) -> List[Tuple[ast.expr, ast.expr]]:
+    """(target, the value it gets) of an assignment; ``self.a, self.b = A(), B()`` pairs each
+    entry of a tuple target with its entry of an equally long tuple display. The entries of any
+    other tuple target (``self.a, self.b = make()``) get an unknown value (a bare ``...``), so
+    that :meth:`Files.kinds_of` calls them unknown rather than miss the binding."""
+    out: List[Tuple[ast.expr, ast.expr]] = []
+    for t in targets:
+        if not isinstance(t, (ast.Tuple, ast.List)):
+            out.append((t, value))
+        elif isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(t.elts) \
+                and not any(isinstance(e, ast.Starred) for e in [*t.elts, *value.elts]):
+            for e, v in zip(t.elts, value.elts):
+                out.extend(_pairs([e], v))
+        else:
+            out.extend((e, ast.Constant(...)) for e in ast.walk(t) if isinstance(e, ast.Attribute) and isinstance(e.ctx, ast.Store))
+    return out
 
 
 class Files:
@@ -67,13 +117,30 @@ class Files:
             if isinstance(node, ast.ClassDef):
                 for sub in ast.walk(node):
                     if isinstance(sub, ast.Assign):
-                        for t in sub.targets:
-                            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                                self.values.setdefault(f"{node.name}.self.{t.attr}", []).append(sub.value)
+                        bound = _pairs(sub.targets, sub.value)
+                    elif isinstance(sub, ast.AnnAssign) and sub.value is not None:
+                        bound = [(sub.target, sub.value)]
+                    elif isinstance(sub, (ast.AugAssign, ast.For, ast.AsyncFor, ast.withitem, ast.comprehension)):
+                        target = sub.optional_vars if isinstance(sub, ast.withitem) else sub.target
+                        bound = _pairs([target], ast.Constant(...)) if target is not None else []  # unknown
+                    else:
+                        continue
+                    for t, value in bound:
+                        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                            self.values.setdefault(f"{node.name}.self.{t.attr}", []).append(value)
 
     # ---------------------------------------------------------------- what a value is
 
     def is_torch_module_ctor(self, call: ast.expr) -> bool:
+        """Whether ``call`` builds a ``torch.nn`` module (or a function of this file returning one),
+        or picks one of several so built: ``[nn.ReLU(), nn.Tanh()][args.use_tanh]`` (an
+        activation chosen by a flag, as Lizhi-sjtu/DRL-code-pytorch's PPO nets do),
+        ``nn.Tanh() if tanh else nn.ReLU()``: calling the result runs one of their forwards."""
+        if isinstance(call, ast.Subscript) and isinstance(call.value, (ast.List, ast.Tuple)) and call.value.elts \
+                and not isinstance(call.slice, ast.Slice):
+            return all(self.is_torch_module_ctor(e) for e in call.value.elts)
+        if isinstance(call, ast.IfExp):
+            return self.is_torch_module_ctor(call.body) and self.is_torch_module_ctor(call.orelse)
         if not isinstance(call, ast.Call):
             return False
         qual = self.imports.qualify(call.func) or ""
@@ -270,6 +337,8 @@ class Files:
         if qual is not None:
             if qual.split(".")[0] in PLAIN_MODULES or qual in ENGINE_PURE:
                 return None
+            if qual in ENGINE_EFFECTS:
+                return f"{where} {ENGINE_EFFECTS[qual]}"
             return f"{where} calls {qual}, whose effects are unknown"
         if isinstance(func, ast.Attribute):
             root = _root(func.value)

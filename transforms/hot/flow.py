@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set, Tuple
 
-from .callees import ENGINE_PURE, GRAD_ATTRS
+from .callees import ENGINE_EFFECTS, ENGINE_PURE, GRAD_ATTRS
 
 #: methods whose result never carries a gradient
 ENDS = frozenset({"item", "tolist", "detach", "numpy", "argmax", "argmin", "argsort", "multinomial",
@@ -227,6 +227,8 @@ class Flow:
                 return None
             if top == "torch" or qual in ENGINE_PURE:
                 return "through"
+            if qual in ENGINE_EFFECTS:
+                return f"is passed to code that {ENGINE_EFFECTS[qual]}"
             return f"is passed to {qual}(...), whose effects are unknown"
         if isinstance(func, ast.Attribute):
             receiver = (ast.unparse(func.value) or "").lower()

@@ -14,6 +14,9 @@ inputs, bit for bit), so the rewrite is ``exact`` wherever nothing could tell th
   environment or logging, and none is stored, appended, returned, read elsewhere or asked for
   ``.requires_grad``/``.grad_fn``.
 
+A call of a function of this file that returns only numpy or Python values (``choose_action``
+ending in ``.numpy()``) is left alone with that reason: its forwards are decided inside it.
+
 Adjacent statements that qualify share one ``with`` block. Statements already under
 ``no_grad``/``inference_mode`` (or in a function decorated so) are not candidates.
 """
@@ -47,6 +50,60 @@ def _grad_mode(expr: ast.expr, imports) -> Optional[str]:
     target = expr.func if isinstance(expr, ast.Call) else expr
     qual = imports.qualify(target) or ""
     return qual if qual in _GRAD_MODES else None
+
+
+_PLAIN_METHODS = frozenset({"numpy", "item", "tolist"})  # a tensor's way out to numpy / Python values
+_PLAIN_CASTS = frozenset({"int", "float", "bool", "len", "str", "round"})
+
+
+def _own(fn: ast.AST):
+    """The nodes of ``fn``'s body, not those of functions, lambdas or classes defined inside it."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _plain_returns(fn: ast.FunctionDef, imports) -> bool:
+    """Whether every value ``fn`` returns is a numpy or Python value (never a tensor)."""
+    nodes = list(_own(fn))
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in nodes):
+        return False
+    params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+    return all(r.value is None or _plain(r.value, nodes, params, imports, 0) for r in nodes if isinstance(r, ast.Return))
+
+
+def _plain(expr: ast.expr, nodes: List[ast.AST], params: Set[str], imports, depth: int) -> bool:
+    """Whether ``expr`` can only be a numpy or Python value: a constant, ``.numpy()`` /
+    ``.item()`` / ``.tolist()`` and any method of such a value, a ``numpy`` function's result, a
+    Python cast, a tuple of these, or a local name every assignment of which is one."""
+    if isinstance(expr, ast.Constant):
+        return True
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return all(_plain(e, nodes, params, imports, depth) for e in expr.elts)
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        qual = imports.qualify(func)
+        if qual is not None:
+            return qual.split(".")[0] == "numpy"
+        if isinstance(func, ast.Name):
+            return func.id in _PLAIN_CASTS and func.id not in params and \
+                not any(isinstance(n, ast.Name) and n.id == func.id and isinstance(n.ctx, ast.Store) for n in nodes)
+        if isinstance(func, ast.Attribute):
+            return func.attr in _PLAIN_METHODS or _plain(func.value, nodes, params, imports, depth)
+        return False
+    if isinstance(expr, ast.Name) and expr.id not in params and depth < 4:
+        name = expr.id
+        assigns = [n for n in nodes if isinstance(n, ast.Assign) and len(n.targets) == 1
+                   and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name]
+        simple = {id(a.targets[0]) for a in assigns}
+        if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, (ast.Store, ast.Del)) and id(n) not in simple
+               or isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in nodes):
+            return False  # bound another way too (a loop, a tuple, a walrus, a global)
+        return bool(assigns) and all(_plain(a.value, nodes, params, imports, depth + 1) for a in assigns)
+    return False
 
 
 class _Scanner:
@@ -148,11 +205,28 @@ class _Scanner:
             if problem:
                 if problem.startswith("is returned") or " is returned " in problem:
                     return None  # a helper returning its forward: the caller is where to act
+                plain = self._returns_no_tensor(forwards, cls, scope)
+                if plain is not None:  # where the output goes cannot matter: say why instead
+                    return self._skip(st, f"forward of {names}: {plain}")
                 return self._skip(st, f"forward of {names}: its output {problem}")
         ends = ", ".join(sorted(flow.ends)) or "nothing"
         self.found.append(_Candidate(st, (
             f"forward of {names} runs under torch.no_grad(): its outputs end in {ends} and reach no "
             "gradient (no graph recorded; same values bit for bit)"), True))
+
+    def _returns_no_tensor(self, forwards: List[ast.Call], cls: Optional[str], scope: ast.AST) -> Optional[str]:
+        """Why the statement's calls can hand back no tensor, when each runs functions of this file
+        that return only numpy or Python values (``choose_action`` ending in ``.numpy()``): then
+        no graph leaves the call, whatever the caller does with the value (its forwards are
+        decided inside it), and a reason about that use would mislead. None otherwise."""
+        named: List[str] = []
+        for call in forwards:
+            bodies = self.files.resolve(call.func, cls, scope) or [(None, None)]
+            for fn, _ in bodies:
+                if fn is None or not _plain_returns(fn, self.imports):
+                    return None
+                named.append(f"`{fn.name}` (line {fn.lineno})")
+        return f"{', '.join(dict.fromkeys(named))} returns no tensor (numpy or Python values); its forwards are decided inside it"
 
     def _skip(self, st: ast.stmt, reason: str) -> None:
         self.found.append(_Candidate(st, reason, False))

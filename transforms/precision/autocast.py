@@ -179,7 +179,7 @@ class _Wrap(cst.CSTTransformer):
                 user = self.ctx.original_line(line)
                 rng = self.calibration.get(f"{self.ctx.path}:{user}")
                 if rng and (rng[0] is not None and float(rng[0]) > FP16_MAX or rng[1] is not None and float(rng[1]) < FP16_TINY):
-                    flagged.append((i, f"line {user} (|x| {_range_text(rng)})"))
+                    flagged.append((i, f"line {line} (|x| {_range_text(rng)})"))
         if not flagged:
             return found, ""
         what = ", ".join(text for _, text in flagged[:3]) + (f" (+{len(flagged) - 3})" if len(flagged) > 3 else "")

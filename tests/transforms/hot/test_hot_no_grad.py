@@ -324,3 +324,143 @@ def test_a_function_reading_the_name_as_a_global_is_refused_but_a_local_namesake
     assert any("read in report" in s.reason for s in sites if s.action == SKIPPED), sites
     out, sites = rewrite(src.replace("        return prob.sum()\n", "        return 0\n"))
     assert [s.action for s in sites] == [REWRITTEN], sites
+
+
+# A method that acts and returns numpy (Lizhi-sjtu/DRL-code-pytorch's choose_action) called from
+# the rollout, its value stored in a buffer: the skip said the value "may keep the value where a
+# later loss reads it", untrue of a numpy value; it now says why the call site is left alone.
+AGENT = '''import numpy as np
+import torch
+import torch.nn as nn
+
+
+class Agent:
+    def __init__(self):
+        self.net = nn.Linear(4, 2)
+        self.buf = []
+
+    def choose_action(self, s, greedy):
+        s = torch.as_tensor(s, dtype=torch.float32).unsqueeze(0)
+        prob = torch.softmax(self.net(s), 1).detach().numpy().flatten()
+        if greedy:
+            a = np.argmax(prob)
+        else:
+            a = np.random.choice(2, p=prob)
+        return a
+
+    def store(self, *t):
+        self.buf.append(t)
+
+
+agent = Agent()
+s = np.zeros(4, dtype=np.float32)
+for _ in range(3):
+    a = agent.choose_action(s, False)
+    agent.store(s, a)
+'''
+
+
+def _call_site(src):
+    line = src.splitlines().index("    a = agent.choose_action(s, False)") + 1
+    out, sites = rewrite(src)
+    [site] = [s for s in sites if s.line == line]
+    return out, site
+
+
+def test_a_call_returning_numpy_is_skipped_for_what_it_returns():
+    out, site = _call_site(AGENT)
+    assert site.action == SKIPPED
+    line = AGENT.splitlines().index("    def choose_action(self, s, greedy):") + 1
+    assert site.reason.endswith(f"`choose_action` (line {line}) returns no tensor (numpy or Python values); "
+                                "its forwards are decided inside it"), site.reason
+    assert "        with torch.no_grad():\n            prob = torch.softmax" in out  # decided inside
+
+
+@pytest.mark.parametrize("ret", [
+    "return torch.as_tensor(a)",                  # a tensor
+    "return prob, self.net(s)",                   # one entry is a forward's output
+    "return a if greedy else s",                  # s: a tensor on one branch
+    "for a in prob:\n            pass\n        return a",  # `a` bound by a loop too
+])
+def test_a_call_that_may_return_a_tensor_keeps_the_reason_about_its_use(ret):
+    src = AGENT.replace("        return a\n", f"        {ret}\n")
+    _, site = _call_site(src)
+    assert site.action == SKIPPED
+    assert "returns no tensor" not in site.reason and "is passed to `agent.store(...)`" in site.reason, site.reason
+
+
+# An activation picked by a flag among torch.nn modules (Lizhi-sjtu/DRL-code-pytorch's PPO nets:
+# `self.activate_func = [nn.ReLU(), nn.Tanh()][args.use_tanh]`): calling it runs a torch.nn
+# forward. It was "code not in this file", so every forward of those nets was skipped.
+PICKED = TRAIN.replace(
+    "        self.body = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))\n",
+    "        self.fc1 = nn.Linear(4, 16)\n"
+    "        self.fc2 = nn.Linear(16, 2)\n"
+    "        self.act = [nn.ReLU(), nn.Tanh()][USE_TANH]\n"
+    "        self.out = nn.Identity() if USE_TANH else nn.Tanh()\n",
+).replace(
+    "        return torch.softmax(self.body(x), dim=-1)\n",
+    "        return torch.softmax(self.out(self.fc2(self.act(self.fc1(x)))), dim=-1)\n",
+).replace("class Policy(nn.Module):", "USE_TANH = 1\n\n\nclass Policy(nn.Module):")
+
+
+def _acting_line(src):
+    return src.splitlines().index("            probs = policy(torch.as_tensor(s))") + 1
+
+
+def test_a_module_picked_among_torch_modules_is_a_torch_forward():
+    out, sites = rewrite(PICKED)
+    [acting] = [s for s in sites if s.line == _acting_line(PICKED)]
+    assert acting.action == REWRITTEN, acting.reason
+    for seed in (0, 3):
+        assert same(load(PICKED)["train"](seed), load(out)["train"](seed))
+
+
+@pytest.mark.parametrize("pick", [
+    "[nn.ReLU(), make_act()][USE_TANH]",          # one choice is code this file does not show
+    "nn.Tanh() if USE_TANH else make_act()",
+    "[nn.ReLU(), nn.Tanh()][0:USE_TANH + 1]",     # a slice: a list, not a module
+    "{0: nn.ReLU(), 1: nn.Tanh()}[USE_TANH]",     # not a list or tuple display
+])
+def test_a_pick_that_may_not_be_a_torch_module_stays_unknown(pick):
+    src = PICKED.replace("[nn.ReLU(), nn.Tanh()][USE_TANH]", pick).replace(
+        "import numpy as np\n", "import numpy as np\nfrom acts import make_act\n")
+    out, sites = rewrite(src)
+    [acting] = [s for s in sites if s.line == _acting_line(src)]
+    assert acting.action == SKIPPED and "self.act" in acting.reason, acting.reason
+
+
+# Layers bound by a tuple assignment. `self.fc1, self.fc2 = nn.Linear(..), nn.Linear(..)` was no
+# binding at all: the forward was "code not in this file"; and where the same attribute was also
+# assigned plainly, a tuple, annotated, loop or with binding of it was missed (taken as the plain one).
+TUPLED = PICKED.replace(
+    "        self.fc1 = nn.Linear(4, 16)\n        self.fc2 = nn.Linear(16, 2)\n",
+    "        self.fc1, self.fc2 = nn.Linear(4, 16), nn.Linear(16, 2)\n")
+
+
+def test_layers_bound_by_a_tuple_display_are_torch_modules():
+    assert "self.fc1, self.fc2 = nn.Linear(4, 16), nn.Linear(16, 2)" in TUPLED
+    out, sites = rewrite(TUPLED)
+    [acting] = [s for s in sites if s.line == _acting_line(TUPLED)]
+    assert acting.action == REWRITTEN, acting.reason
+    for seed in (0, 3):
+        assert same(load(TUPLED)["train"](seed), load(out)["train"](seed))
+
+
+@pytest.mark.parametrize("rebind", [
+    "self.fc2, self.extra = make_head(), 1",   # a tuple display with an unknown entry
+    "self.fc2, self.extra = make_heads()",      # a tuple target from one unknown value
+    "(self.fc2, self.extra), n = make_heads(), 2",
+    "self.fc2: nn.Module = make_head()",        # an annotated assignment
+    "for self.fc2 in make_heads():\n            pass",
+    "with make_head() as self.fc2:\n            pass",
+])
+def test_a_layer_rebound_elsewhere_to_unknown_code_is_unknown(rebind):
+    src = PICKED.replace(
+        "    def forward(self, x):\n",
+        f"    def swap_head(self):\n        {rebind}\n\n    def forward(self, x):\n").replace(
+        "import numpy as np\n", "import numpy as np\nfrom heads import make_head, make_heads\n")
+    assert rebind in src
+    _, sites = rewrite(src)
+    [acting] = [s for s in sites if s.line == _acting_line(src)]
+    assert acting.action == SKIPPED and "self.fc2" in acting.reason, acting.reason

@@ -84,7 +84,7 @@ class Legacy:
                 call = parent.get(use)
                 if not (isinstance(call, ast.Call) and call.func is use and _plain_call(call)):
                     return entry, "", (f"the alias `{name}` is used other than called with plain arguments "
-                                       f"(line {self.ctx.original_line(use.lineno)}): a function cannot stand in for the type there"), node
+                                       f"(line {use.lineno}): a function cannot stand in for the type there"), node
             return entry, "alias", None, node
         return entry, "", "referenced outside a call (isinstance, a comparison, an argument...): no npu tensor type stands in", node
 
@@ -114,7 +114,7 @@ class Legacy:
                 continue
             for test in tests:
                 self.kept_guards.setdefault(test, (
-                    f"kept: the branch it opens (line {self.ctx.original_line(node.lineno)}) keeps {why}; migrating "
+                    f"kept: the branch it opens (line {node.lineno}) keeps {why}; migrating "
                     "the test alone would change which branch an NPU host takes from the one the original takes "
                     "without CUDA"))
 
@@ -127,7 +127,7 @@ class Legacy:
         for stmt in body:
             for n in ast.walk(stmt):
                 if n in self.legacy and self.legacy[n][2] is not None:
-                    return f"`{ast.unparse(n)}` (line {self.ctx.original_line(n.lineno)}: {self.legacy[n][2]})"
+                    return f"`{ast.unparse(n)}` (line {n.lineno}: {self.legacy[n][2]})"
                 if not isinstance(n, (ast.Name, ast.Attribute)) or not isinstance(n.ctx, ast.Load):
                     continue
                 up = parent.get(n)
@@ -135,7 +135,7 @@ class Legacy:
                     continue  # only whole dotted chains
                 qual = self.imports.qualify(n)
                 if qual and qual.startswith("torch.cuda.") and not any(qual == q or qual.startswith(q + ".") for q in _OWNED):
-                    return f"`{qual}` (line {self.ctx.original_line(n.lineno)}), which has no NPU twin"
+                    return f"`{qual}` (line {n.lineno}), which has no NPU twin"
         return None
 
     # ------------------------------------------------------------------ during the walk

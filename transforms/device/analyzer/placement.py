@@ -267,7 +267,7 @@ class Placement:
             read = next((n for q, n in self._flag_reads(entry.pattern) if q in quals), None)
             if read is not None:
                 self.warn(entry, node, f"{entry.id}: kept, the module reads this flag (line "
-                          f"{self.ctx.original_line(read.lineno)}): dropping the assignment could change what "
+                          f"{read.lineno}): dropping the assignment could change what "
                           "it sees; the setting has no effect on NPU")
                 continue
             line = self.lines[-1] if self.lines else None
