@@ -173,10 +173,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.timeout = self.server.request_timeout  # (``setup`` puts it on the socket: writes)
         super().setup()
         self.rfile = _RequestReader(self.connection)  # type: ignore[assignment]
+        self._first = True  # the accepting thread marked the first request waiting, in accept order
 
     def handle_one_request(self) -> None:
         self.rfile.deadline = time.monotonic() + self.server.request_timeout  # type: ignore[attr-defined]
-        self.server.waiting(self.connection, True)
+        if self._first:
+            self._first = False
+        else:  # a keep-alive connection's next request
+            self.server.waiting(self.connection, True)
         try:
             super().handle_one_request()
         finally:
@@ -301,9 +305,14 @@ class MonitorServer(http.server.ThreadingHTTPServer):
         if not self._slots.acquire(blocking=False):
             if not (self._evict() and self._slots.acquire(timeout=1.0)):
                 return self._refuse(request)
+        # waiting from here, in the order connections were accepted: marked by its own thread, a
+        # connection could queue behind a later one (threads start in any order under load), and
+        # the later one was evicted first
+        self.waiting(request, True)
         try:
             super().process_request(request, client_address)
         except BaseException:  # no thread started: its slot is free again
+            self.waiting(request, False)
             self._slots.release()
             self.shutdown_request(request)
             raise
