@@ -6,7 +6,7 @@ candidate is reported. Names read and bound, and the fast walk, come from the sh
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -61,8 +61,23 @@ def _code_line(node: cst.CSTNode) -> str:
 
 def _norm(node: cst.CSTNode) -> str:
     """The family's key of an expression: structural, layout and outer parentheses aside
-    (:func:`~scalebox_cst.transforms.analysis.shape.structure_key`), never whitespace-stripped text."""
-    return structure_key(node)
+    (:func:`~scalebox_cst.transforms.analysis.shape.structure_key`), never whitespace-stripped text.
+
+    Kept per node (nodes are immutable, and held here so their ids stay theirs): the stages of
+    one loop ask about the same expressions ~3.5 times each, a codegen each time."""
+    hit = _NORMS.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    key = structure_key(node)
+    if len(_NORMS) >= _MAX_NORMS:
+        _NORMS.clear()
+    _NORMS[id(node)] = (node, key)
+    return key
+
+
+#: id(node) -> (node, its key), for :func:`_norm` (bounded: cleared when full)
+_NORMS: Dict[int, Tuple[cst.CSTNode, str]] = {}
+_MAX_NORMS = 4096
 
 
 def _is_call(node: cst.CSTNode, name: str, nargs: Optional[int] = None) -> bool:
