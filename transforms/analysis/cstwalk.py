@@ -64,6 +64,24 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     return iter(nodes)
 
 
+def instances(node: cst.CSTNode, classes: Tuple[type, ...]) -> Iterator[cst.CSTNode]:
+    """The nodes of :func:`walk` (same order) that are instances of ``classes``; the answer is
+    kept per node type (``isinstance`` against libcst's ABC-derived classes goes through
+    ``ABCMeta`` on every miss: most of a walk asking about a few kinds of node)."""
+    known = _INSTANCES.get(classes)
+    if known is None:
+        known = _INSTANCES[classes] = {}
+    for n in walk(node):
+        hit = known.get(type(n))
+        if hit is None:
+            hit = known[type(n)] = isinstance(n, classes)
+        if hit:
+            yield n
+
+
+_INSTANCES: Dict[Tuple[type, ...], Dict[type, bool]] = {}
+
+
 def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     stack = [node]
     while stack:
