@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set, Tuple
 
+from ..analysis.astwalk import children as ast_children
 from ..names import ast_dotted
 
 #: autograd state a body must not read or change (its meaning differs under no_grad)
@@ -324,7 +325,7 @@ def _scope_table(scope: ast.AST) -> Tuple[Dict[str, List[ast.expr]], Set[str]]:
     whole function once per name its calls use."""
     values: Dict[str, List[ast.expr]] = {}
     unknown: Set[str] = set()
-    todo = list(ast.iter_child_nodes(scope))
+    todo = ast_children(scope)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
@@ -350,7 +351,7 @@ def _scope_table(scope: ast.AST) -> Tuple[Dict[str, List[ast.expr]], Set[str]]:
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             unknown.update(node.names)
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            todo.extend(n for n in ast.iter_child_nodes(node) if n is node.value)  # targets handled above
+            todo.extend(n for n in ast_children(node) if n is node.value)  # targets handled above
         else:
-            todo.extend(ast.iter_child_nodes(node))
+            todo.extend(ast_children(node))
     return values, unknown
