@@ -47,6 +47,29 @@ ENGINE_PURE = frozenset({"scalebox_cst.runtime.hot_distributions.categorical_pro
 PLAIN_MODULES = ("torch", "numpy", "math", "random", "gym", "gymnasium", "collections", "functools", "itertools", "typing")
 
 
+def may_hold_network(code: str, tree: ast.Module) -> bool:
+    """False where no call of the module can run a network (then hot.no_grad and
+    hot.target_graph_cut have no candidate, and skip their scans and the module's imports: a file
+    of thousands of GAE loops holds none). A network is what a ``torch.nn`` constructor builds
+    (directly, or through functions of this file that return one) or an instance of a class of
+    this file; a name qualifies to ``torch.nn.`` only through an import or a ``torch.nn`` chain,
+    and either spells ``nn`` in the text (in ASCII text: identifiers elsewhere normalise NFKC)."""
+    if not code.isascii() or "nn" in code:
+        return True
+    todo: List[ast.stmt] = list(tree.body)
+    while todo:  # statement lists only: a class is a statement
+        st = todo.pop()
+        if isinstance(st, ast.ClassDef):
+            return True
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(st, field, None)
+            if isinstance(block, list):
+                todo.extend(block)
+        for part in (*getattr(st, "handlers", ()), *getattr(st, "cases", ())):
+            todo.extend(part.body)
+    return False
+
+
 class Files:
     """The classes and functions of one module, and what names and ``self.x`` attributes hold."""
 

@@ -29,7 +29,7 @@ from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 from ..base import FileContext, Transform
 from ..analysis.rewriting import replace_nodes
 from ..analysis.statements import CstStatements, ast_guarded, ast_statements
-from .callees import GRAD_ATTRS, Files
+from .callees import GRAD_ATTRS, Files, may_hold_network
 from .flow import Flow
 from .no_grad_examples import EXAMPLES
 
@@ -158,18 +158,6 @@ class _Scanner:
         self.found.append(_Candidate(st, reason, False))
 
 
-def _may_hold_network(code: str, statements: List[ast.stmt]) -> bool:
-    """False where no call can be a forward (then the scan, a walk of every statement and of
-    every scope, is skipped: a file of thousands of GAE loops holds no network). A forward is a
-    call of a class of this file or of what a ``torch.nn`` constructor builds (directly, or
-    through functions of this file that return one: :meth:`Files.is_torch_module_ctor`); a name
-    qualifies to ``torch.nn.`` only through an import or a ``torch.nn`` chain, and either spells
-    ``nn`` in the text (ASCII text: identifiers elsewhere normalise NFKC)."""
-    if not code.isascii() or "nn" in code:
-        return True
-    return any(isinstance(st, ast.ClassDef) for st in statements)
-
-
 class HotNoGrad(Transform):
     id = ID
     version = "1"
@@ -179,11 +167,11 @@ class HotNoGrad(Transform):
     EXAMPLES = EXAMPLES
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        if not may_hold_network(ctx.code, ctx.tree):
+            return None, []  # no call can be a forward
         if "torch" not in ctx.imports.names and not any(v.startswith("torch") for v in ctx.imports.aliases.values()):
             return None, []
         astmts, parents = ast_statements(ctx.tree.body)
-        if not _may_hold_network(ctx.code, astmts):
-            return None, []
         found = [c for c in _Scanner(ctx).scan() if not ast_guarded(c.stmt, parents, ctx.imports)]
         if not found:
             return None, []

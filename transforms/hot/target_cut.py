@@ -54,6 +54,7 @@ from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
 from ..analysis.statements import ast_guarded, ast_statements
+from .callees import may_hold_network
 from .flow import Flow, _reads_free
 from .target_cut_examples import EXAMPLES
 
@@ -359,6 +360,8 @@ class HotTargetGraphCut(Transform):
     EXAMPLES = EXAMPLES
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        if not may_hold_network(ctx.code, ctx.tree):
+            return None, []  # no network is built here
         if "torch" not in ctx.imports.names and not any(v.startswith("torch") for v in ctx.imports.aliases.values()):
             return None, []
         classes = {st.name for st in ctx.tree.body if isinstance(st, ast.ClassDef)}
