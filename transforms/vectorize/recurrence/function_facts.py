@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from .list_bindings import binding_events
+from ...analysis.cstwalk import children
 from .syntax import _code, _walk
 
 #: calls that read a function's local variables by name (or hand its frame to a debugger)
@@ -33,6 +34,7 @@ def reads_frame(n: cst.CSTNode) -> bool:
 
 
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Global, cst.Nonlocal)
+_IS_SCOPE: Dict[type, bool] = {}
 
 
 #: node type -> what :class:`Counts` counts of it: a name, an assignment, a possible frame
@@ -79,20 +81,29 @@ class FunctionFacts:
 
     def __init__(self, func: cst.FunctionDef) -> None:
         self.func = func
-        self.counts = Counts(func)
+        self.counts = counts = Counts()
         #: name -> [(binding node, the statement when it makes a new list, else None)], walk order
         self.bindings: Dict[str, List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]]] = collections.defaultdict(list)
         #: name -> how many of its bindings are not known to make a new list
         self.unknown: Dict[str, int] = collections.Counter()
         #: nested scopes and ``global``/``nonlocal`` declarations with their code
         self.scopes: List[Tuple[cst.CSTNode, str]] = []
-        for n in _walk(func.body):
-            if isinstance(n, _SCOPES):
+        for n in _walk(func.body):  # the counts of the body, with its bindings: one walk
+            counts.add(n)
+            scope = _IS_SCOPE.get(type(n))
+            if scope is None:
+                scope = _IS_SCOPE[type(n)] = isinstance(n, _SCOPES)
+            if scope:
                 self.scopes.append((n, _code(n)))
             for name, made in binding_events(n):
                 self.bindings[name].append((n, made))
                 if made is None:
                     self.unknown[name] += 1
+        counts.add(func)  # then the rest of the ``def``: its name, parameters, decorators...
+        for child in children(func):
+            if child is not func.body:
+                for n in _walk(child):
+                    counts.add(n)
         self._outside: Optional[Outside] = None
 
     def outside(self, loop: cst.CSTNode) -> "Outside":
