@@ -70,16 +70,27 @@ def _copier(cls: type) -> Callable[[Any, Optional[Dict[str, str]]], Any]:
             "    if k is None:",
             "        k = kind(v)",
             "    if k == NODE:",
-            "        v = clone(v, names)",
+            "        c = copiers.get(type(v))",
+            "        v = (c if c is not None else make(type(v)))(v, names)",
+            "    elif k == SEQUENCE and v:",
+            "        out = []",
+            "        for x in v:",
+            "            c = copiers.get(type(x))",
+            "            if c is not None:",
+            "                x = c(x, names)",
+            "            elif kind(x) == NODE:",
+            "                x = make(type(x))(x, names)",
+            "            out.append(x)",
+            "        v = tuple(out)",
             "    elif k == SEQUENCE:",
-            "        v = tuple([clone(x, names) if kind(x) == NODE else x for x in v])",
+            "        v = ()",
             f"    set_field(new, {field!r}, v)",
         ]
     if cls in _NAMED:
         lines += ["    if names is not None:", "        v = node.value", "        set_field(new, 'value', names.get(v, v))"]
     lines.append("    return new")
     scope = {"new_node": object.__new__, "cls": cls, "kinds": _KINDS, "kind": kind, "NODE": NODE,
-             "SEQUENCE": SEQUENCE, "clone": clone, "set_field": _set}
+             "SEQUENCE": SEQUENCE, "copiers": _COPIERS, "make": _copier, "set_field": _set}
     exec("\n".join(lines), scope)  # noqa: S102 - field names of a dataclass: identifiers
     copy = _COPIERS[cls] = scope["copy"]
     return copy
