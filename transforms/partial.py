@@ -257,6 +257,7 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
             sources[id(node)] = carried.sources[id(node)]
         elif node is None:
             node = filler(ch.ends[g] - ch.starts[g] + 1, _count(ch.tops[g]), len(ch.tops[g]))
+        assert node is not None
         if parsed:
             real.add(g)
         else:

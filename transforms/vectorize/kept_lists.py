@@ -12,7 +12,7 @@ tensors: :func:`read_only_uses` accepts ``len(L)``, ``torch.stack(L, ...)``,
 """
 from __future__ import annotations
 
-from typing import List
+from typing import Iterator, List, cast
 
 import libcst as cst
 
@@ -29,7 +29,7 @@ def read_only_uses(scope: cst.CSTNode, name: str, imports, builtin_ok) -> List[c
     def is_list(arg: cst.Arg) -> bool:
         return arg.keyword is None and not arg.star and isinstance(arg.value, cst.Name) and arg.value.value == name
 
-    for node in instances(scope, (cst.Call,)):  # every call, in no promised order (read as a set)
+    for node in cast(Iterator[cst.Call], instances(scope, (cst.Call,))):  # every call, in no promised order (read as a set)
         if not node.args or not is_list(node.args[0]):
             continue
         if isinstance(node.func, cst.Name) and node.func.value in ("len", "sum") and len(node.args) == 1 \

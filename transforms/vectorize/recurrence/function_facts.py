@@ -128,7 +128,8 @@ class Outside:
         """The loop's :class:`Counts`, the ids of its nodes and its bindings not known to make a
         new list, in one walk."""
         if self._scanned is None:
-            inner, ids, unknown = Counts(), set(), collections.Counter()
+            inner, ids = Counts(), set()
+            unknown: Dict[str, int] = collections.Counter()
             for n in _walk(self.loop):
                 ids.add(id(n))
                 inner.add(n)
