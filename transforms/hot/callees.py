@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set, Tuple
 
-from ..analysis.astwalk import children as ast_children
+from ..analysis.astwalk import children as ast_children, push_children
 from ..names import ast_dotted
 
 #: autograd state a body must not read or change (its meaning differs under no_grad)
@@ -378,5 +378,5 @@ def _scope_table(scope: ast.AST) -> Tuple[Dict[str, List[ast.expr]], Set[str]]:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             todo.extend(n for n in ast_children(node) if n is node.value)  # targets handled above
         else:
-            todo.extend(ast_children(node))
+            push_children(node, todo)
     return values, unknown

@@ -18,6 +18,10 @@ def test_walk_and_children_match_the_ast_module(path):
         tree = ast.parse(fh.read())
     assert [id(n) for n in astwalk.walk(tree)] == [id(n) for n in ast.walk(tree)]
     for node in ast.walk(tree):
+        out = []
+        astwalk.push_children(node, out)
+        assert [id(c) for c in out] == [id(c) for c in ast.iter_child_nodes(node)]
+    for node in ast.walk(tree):
         assert [id(c) for c in astwalk.children(node)] == [id(c) for c in ast.iter_child_nodes(node)]
 
 
