@@ -109,21 +109,28 @@ def _subst(node: cst.BaseExpression, match, repl: cst.BaseExpression) -> cst.Bas
     """``node`` with every sub-expression for which ``match(expr)`` holds replaced by ``repl``
     (attribute and keyword names are never touched)."""
 
-    class T(cst.CSTTransformer):
-        def on_leave(self, original, updated):
-            if isinstance(original, cst.BaseExpression) and match(original):
-                return repl
-            return updated
+    return node.visit(_Subst(match, repl))  # type: ignore[return-value]
 
-        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
-            if match(original):
-                return repl
-            return updated.with_changes(attr=original.attr)
 
-        def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
-            return updated.with_changes(keyword=original.keyword)
+class _Subst(cst.CSTTransformer):
+    """:func:`_subst`'s pass (at module level: see body._Resolve)."""
 
-    return node.visit(T())  # type: ignore[return-value]
+    def __init__(self, match, repl: cst.BaseExpression) -> None:
+        super().__init__()
+        self.match, self.repl = match, repl
+
+    def on_leave(self, original, updated):
+        if isinstance(original, cst.BaseExpression) and self.match(original):
+            return self.repl
+        return updated
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        if self.match(original):
+            return self.repl
+        return updated.with_changes(attr=original.attr)
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)
 
 
 def fresh(imports, base: str) -> str:
