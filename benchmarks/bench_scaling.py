@@ -42,6 +42,34 @@ on stderr at least every ~8 s (steps, and a timer between them). Each (shape, si
 printed; the growth exponent is the slope of log(CPU time) against log(lines) between
 consecutive sizes (1.0 is linear; CPU time, because on a shared machine wall time measures the
 load).
+Round 4 (files dense in sites, issue 19 item 13; CPU s, 627abd6 -> after, each pair run one after
+the other on the loaded machine, load 4-6; peak MB unchanged): mixed 5k 2.98 -> 1.87, 20k 12.1 ->
+8.6, 50k 35.0 -> 18.5 (705 -> 692 MB); loops 5k 14.8 -> 6.6, 20k 57.9 -> 27.8 (growth exponent
+1.0); sparse 50k 7.2 -> 4.6; one 50k 2.7 -> 1.3; none 50k 2.2 -> 0.45. Output identical after
+every step (``--identity eea1613 --identity-sizes 1000,5000``: 0 differ). Two costs grew faster than
+the sites: grad_clip placed each site by counting the module's statements from the top
+(``insert.cst_line``: the running widths are now kept per module), and libcst's
+``isinstance(visitor, CSTVisitor)`` on a transformer class it has not seen walks every visitor
+class alive -- classes made per call, never collected while gc is off for the rewrite (the five
+per-call transformers are module-level classes now). The rest is per site and per version:
+hot.no_grad and hot.target_graph_cut leave a file that builds no network (no class statement, no
+``nn`` in its ASCII text) before any scan or import resolution; generated code is copied by a
+copier per node type and shaped by CPython 3.11's C tokenizer (~9x the tokenize module); libcst
+and ast walks read fields through a reader per node type (cstwalk, astwalk), the last walks of
+loop bodies are kept (a body was walked ~5x per site), node kinds asked about per node are cached
+per type (``isinstance`` through ``ABCMeta`` otherwise), structure keys are kept per node, the
+function facts walk each loop and each function once; read_elsewhere, early_exit_reason and the
+reducing-call finders skip their libcst visits where a field walk finds nothing they count; the
+pipeline's splice takes a parsed statement's code as its chunk's text (``Partial.sources``,
+libcst's round trip) instead of generating the old statement again (a quarter of the codegen).
+The 10 s goal for ``mixed`` at 50k is not reached (18.5 s): what the pipeline does per module
+version alone is ~9.6 s there (ast.parse of the whole file after each of the five transforms
+that edit, 4.1; codegen of the rewritten functions, 2.3; libcst parses of the functions
+transforms edit, 2.3; line maps and collections, 1.0); then per site recurrence ~9 ms per GAE
+loop (its plan, analysis, three parses of generated text from cached shapes and their copies,
+~1 ms each), reduction and elementwise ~3.5 ms, target_update ~2 ms, grad_clip's whole-module
+scan 1.2 s. ``loops`` at 20k (27.8 s): recurrence ~8 ms per loop, the codegen of the one
+function after it (~2 s per 5k input lines, the function grows ~6x) and the ast parse of it.
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB. Measured on the loaded
 2-core machine (CPU s / peak MB, 50k lines; old = before the statement memo, spliced codegen,
 grad_clip's path-only insertion pass and recurrence's kept-loop pre-filter, run back to back):

@@ -165,7 +165,8 @@ class Pipeline:
                 module, part = ctx.__dict__.get("module", module), ctx.partial
                 new_module = ctx.finish(new_module) if new_module is not None else None
                 seed = part.texts if part is not None else None
-                new_code = code if new_module is None or new_module is module else codegen.code(new_module, module, code, tree, seed)
+                known = {**part.sources, **part.texts} if part is not None else None  # (partial.Partial.sources)
+                new_code = code if new_module is None or new_module is module else codegen.code(new_module, module, code, tree, known)
                 if seed is not None and module is not None and new_module is not None and partial_module.lost(module, new_module, new_code, seed):
                     # the transform changed, moved or dropped a filler: redone on the whole module
                     ctx, on_step = make(None, imports=None), ctx.on_step

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 import libcst as cst
 
 from . import statement_memo
+from .analysis.astwalk import push_children
 from .analysis.scopes import star_names
 
 
@@ -66,7 +67,7 @@ def _scan_imports(tree: ast.AST):
     while level:
         below: List[ast.AST] = []
         for node in level:
-            below.extend(ast.iter_child_nodes(node))
+            push_children(node, below)
             if isinstance(node, ast.Name):
                 names.add(node.id)
                 if isinstance(node.ctx, (ast.Store, ast.Del)):

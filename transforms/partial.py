@@ -195,6 +195,12 @@ class Partial:
     real: Set[int]  # the groups parsed
     #: id(filler) -> (filler, its chunk's text): the codegen writes these for the fillers
     texts: Dict[int, Tuple[cst.CSTNode, str]]
+    #: id(parsed statement) -> (statement, its code): the chunk it was parsed from, where that is
+    #: all of the chunk's module but the statement (libcst's round trip: ``parse_module(t).code
+    #: == t``, and a module's code is its header's, statements' and footer's in turn). The
+    #: pipeline's codegen takes them as already generated: checking where an edited statement
+    #: stood generated the old statement's code only to find the chunk's text again.
+    sources: Dict[int, Tuple[cst.CSTNode, str]] = dataclasses.field(default_factory=dict)
 
     def covers(self, groups: Iterable[int]) -> bool:
         return all(g in self.real for g in groups)
@@ -218,6 +224,7 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
     wanted = {0, *groups, *ch.imports}
     body: List[_Statement] = []
     texts: Dict[int, Tuple[cst.CSTNode, str]] = {}
+    sources: Dict[int, Tuple[cst.CSTNode, str]] = {}
     real: Set[int] = set()
     old = _reusable(carried, ch)
     header: Sequence[cst.EmptyLine] = ()
@@ -244,8 +251,13 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
                 footer = piece.footer
             elif piece.footer:  # pragma: no cover - a chunk ends at its statement's last line
                 return None
+            if piece.has_trailing_newline and (g != 0 or not piece.header) and (g != last or not piece.footer):
+                sources[id(node)] = (node, ch.text(g))  # the chunk's module is the statement alone
+        elif parsed and carried is not None and id(node) in carried.sources:
+            sources[id(node)] = carried.sources[id(node)]
         elif node is None:
             node = filler(ch.ends[g] - ch.starts[g] + 1, _count(ch.tops[g]), len(ch.tops[g]))
+        assert node is not None
         if parsed:
             real.add(g)
         else:
@@ -254,7 +266,7 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
     if old is not None and carried is not None:
         header, footer = carried.module.header, carried.module.footer
     module = cst.Module(body=body, header=header, footer=footer)
-    return Partial(module, ch, real, texts)
+    return Partial(module, ch, real, texts, sources)
 
 
 def _count(stmts: Sequence[ast.stmt]) -> int:

@@ -126,6 +126,28 @@ def test_partial_modules_write_back_the_file_and_keep_its_positions():
             for g in built.real:
                 assert pos[module.body[g]] == whole_pos[whole.body[g]], g
                 assert module.code_for_node(module.body[g]) == whole.code_for_node(whole.body[g])
+            for node, text in built.sources.values():  # what the codegen takes as already generated
+                assert module.code_for_node(node) == text
+            assert {id(n) for n, _ in built.sources.values()} <= {id(module.body[g]) for g in built.real}
+
+
+@pytest.mark.parametrize("path", sorted(__import__("glob").glob(os.path.join(os.path.dirname(__file__), "..", "corpus", "*.py"))))
+def test_a_parsed_statement_is_known_to_print_its_chunk(path):
+    """Partial.sources: the code of each parsed statement it holds is its chunk's text (the
+    codegen takes it without generating it); the first and last statement hold it only where the
+    chunk's module has no header or footer lines besides the statement."""
+    with open(path, encoding="utf-8") as fh:
+        code = fh.read()
+    ch = partial.chunks(code, ast.parse(code))
+    built = partial.build(ch, range(len(ch.tops))) if ch is not None else None
+    if built is None:
+        pytest.skip("not split")
+    assert len(built.sources) >= len(ch.tops) - 2
+    for node, text in built.sources.values():
+        assert built.module.code_for_node(node) == text
+    # carried into the next build: the same statements keep their texts
+    again = partial.build(ch, [], carried=built)
+    assert again is not None and {k: v[1] for k, v in again.sources.items()} == {k: v[1] for k, v in built.sources.items()}
 
 
 @pytest.mark.parametrize("code", [

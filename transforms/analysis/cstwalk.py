@@ -5,7 +5,7 @@ analysis asks about; these read the fields instead (same nodes, any order)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Iterator, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple, cast
 
 import libcst as cst
 
@@ -32,6 +32,40 @@ def children(n: cst.CSTNode) -> Iterator[cst.CSTNode]:
                     yield x
 
 
+def push_children(n: cst.CSTNode, out: List[cst.CSTNode]) -> None:
+    """``out.extend(children(n))``, by a function per node type reading its fields in
+    straight-line code (no generator: walks are ~1.6x faster)."""
+    push = _PUSHERS.get(type(n))
+    if push is None:
+        push = _pusher(type(n))
+    push(n, out)
+
+
+_PUSHERS: Dict[type, Callable[[cst.CSTNode, List[cst.CSTNode]], None]] = {}
+
+
+def _pusher(cls: type) -> Callable[[cst.CSTNode, List[cst.CSTNode]], None]:
+    lines = ["def push(n, out):", "    pass"]
+    for name in tuple(f.name for f in dataclasses.fields(cls)):
+        lines += [
+            f"    v = n.{name}",
+            "    k = kinds.get(type(v))",
+            "    if k is None:",
+            "        k = kind(v)",
+            "    if k == NODE:",
+            "        out.append(v)",
+            "    elif k == SEQUENCE:",
+            "        for x in v:",
+            "            kx = kinds.get(type(x))",
+            "            if (kx if kx is not None else kind(x)) == NODE:",
+            "                out.append(x)",
+        ]
+    scope = {"kinds": _KINDS, "kind": kind, "NODE": NODE, "SEQUENCE": SEQUENCE}
+    exec("\n".join(lines), scope)  # noqa: S102 - field names of a dataclass: identifiers
+    push = _PUSHERS[cls] = cast(Callable[[cst.CSTNode, List[cst.CSTNode]], None], scope["push"])
+    return push
+
+
 #: what :func:`kind` says of a value of each type (``isinstance`` against libcst's abstract
 #: ``CSTNode`` goes through ``ABCMeta.__instancecheck__``: 3x a dict look-up, on every field)
 NODE, SEQUENCE, OTHER = 1, 2, 0
@@ -47,9 +81,50 @@ def kind(v: object) -> int:
 
 
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """``node`` and every node below it (depth first, no order promised)."""
+    """``node`` and every node below it (depth first, no order promised).
+
+    The nodes under a block or a loop are listed once and kept (the last few, held so their
+    ids stay theirs; nodes are immutable): the checks of one rewritten loop walk its body ~5
+    times, and a file of thousands of loops spent a tenth of its time walking them again."""
+    hit = _WALKED.get(id(node))
+    if hit is not None and hit[0] is node:
+        return iter(hit[1])
+    if type(node) not in _KEPT:
+        return _walk(node)
+    nodes = list(_walk(node))
+    if len(_WALKED) >= _MAX_WALKED:
+        del _WALKED[next(iter(_WALKED))]  # the oldest
+    _WALKED[id(node)] = (node, nodes)
+    return iter(nodes)
+
+
+def instances(node: cst.CSTNode, classes: Tuple[type, ...]) -> Iterator[cst.CSTNode]:
+    """The nodes of :func:`walk` (same order) that are instances of ``classes``; the answer is
+    kept per node type (``isinstance`` against libcst's ABC-derived classes goes through
+    ``ABCMeta`` on every miss: most of a walk asking about a few kinds of node)."""
+    known = _INSTANCES.get(classes)
+    if known is None:
+        known = _INSTANCES[classes] = {}
+    for n in walk(node):
+        hit = known.get(type(n))
+        if hit is None:
+            hit = known[type(n)] = isinstance(n, classes)
+        if hit:
+            yield n
+
+
+_INSTANCES: Dict[Tuple[type, ...], Dict[type, bool]] = {}
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     stack = [node]
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(children(n))
+        push_children(n, stack)
+
+
+#: the node types whose walks :func:`walk` keeps, and how many it keeps
+_KEPT = frozenset({cst.IndentedBlock, cst.For, cst.While})
+_MAX_WALKED = 16
+_WALKED: Dict[int, Tuple[cst.CSTNode, List[cst.CSTNode]]] = {}

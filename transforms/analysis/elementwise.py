@@ -163,18 +163,27 @@ class ElementwiseExpr:
 
     def batched(self, expr: cst.BaseExpression, names: Dict[str, str]) -> cst.BaseExpression:
         """``expr`` with every loop element replaced by the name of its batched tensor."""
-        outer = self
+        return expr.visit(_Batched(self, names))
 
-        class _T(cst.CSTTransformer):
-            def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
-                if isinstance(original, cst.BaseExpression):
-                    key = outer.element(original)
-                    if key is not None:
-                        new = cst.parse_expression(names[key])  # a name, or e.g. ``_sb_batch[0]``
-                        return new.with_changes(lpar=original.lpar, rpar=original.rpar) if original.lpar else new
-                return updated
 
-        return expr.visit(_T())
+class _Batched(cst.CSTTransformer):
+    """:meth:`ElementwiseExpr.batched`'s pass.
+    (A class at module level: libcst's ``isinstance(visitor, CSTVisitor)`` on a transformer
+    class it has not seen walks every CSTVisitor subclass alive, and with the collector off
+    during a rewrite a class made per call stays alive: a file of thousands of sites was
+    quadratic.)"""
+
+    def __init__(self, outer: "ElementwiseExpr", names: Dict[str, str]) -> None:
+        super().__init__()
+        self.outer, self.names = outer, names
+
+    def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):
+        if isinstance(original, cst.BaseExpression):
+            key = self.outer.element(original)
+            if key is not None:
+                new = cst.parse_expression(self.names[key])  # a name, or e.g. ``_sb_batch[0]``
+                return new.with_changes(lpar=original.lpar, rpar=original.rpar) if original.lpar else new
+        return updated
 
 
 def _slice_exprs(sub: cst.Subscript) -> List[cst.BaseExpression]:

@@ -23,6 +23,7 @@ from typing import Callable, Dict, Iterable, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from .. import statement_memo
+from .astwalk import walk as ast_walk
 from .reads import _skeleton, _store_names
 
 
@@ -112,7 +113,7 @@ def ast_rebound(tree: ast.AST) -> Tuple[Set[str], bool]:
 def _ast_rebound_walk(tree: ast.AST) -> Tuple[Set[str], bool]:
     names: Set[str] = set()
     star = False
-    for n in ast.walk(tree):
+    for n in ast_walk(tree):
         if isinstance(n, ast.Assign):
             for t in n.targets:
                 _ast_store_names(t, names)

@@ -12,6 +12,7 @@ import ast
 import dataclasses
 from typing import Dict, List, Optional, Set, Tuple
 
+from ..analysis.astwalk import push_children
 from ..analysis.statements import _AST_COMPOUND
 from ..names import ImportMap, ast_dotted
 from .recognise import (
@@ -82,7 +83,7 @@ def calls_in(node: ast.AST) -> List[ast.Call]:
             continue
         if isinstance(n, ast.Call):
             found.append(n)
-        stack.extend(ast.iter_child_nodes(n))
+        push_children(n, stack)
     found.sort(key=lambda c: (c.lineno, c.col_offset, -(c.end_lineno or 0), -(c.end_col_offset or 0)))
     return found
 

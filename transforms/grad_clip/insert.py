@@ -6,6 +6,7 @@ pipeline reuses the code generated for every untouched subtree.
 from __future__ import annotations
 
 import ast
+import bisect
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
@@ -49,16 +50,23 @@ def cst_line(module: cst.Module, loc: Loc, stmt: ast.stmt, path: Optional[Set[in
     for depth, (field, k) in enumerate(loc):
         if path is not None:
             path.add(id(node))
-        offset = 0
-        for element in cst_field(node, field):
+        if depth == 0:  # the module's statements: their running widths, once per module
+            elements, ends = _top_ends(module, node, field)
+            i = bisect.bisect_right(ends, k)
+            if i == len(elements):
+                raise StructureMismatch(f"no statement {k} in {field} at depth {depth}")
+            element, offset = elements[i], ends[i - 1] if i else 0
             simple = isinstance(element, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
-            # a partial module's filler stands for as many statements (transforms/partial.py)
-            width = (elided_width(element) if depth == 0 else None) or (len(element.body) if simple else 1)
-            if k < offset + width:
-                break
-            offset += width
         else:
-            raise StructureMismatch(f"no statement {k} in {field} at depth {depth}")
+            offset = 0
+            for element in cst_field(node, field):
+                simple = isinstance(element, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+                width = len(element.body) if simple else 1
+                if k < offset + width:
+                    break
+                offset += width
+            else:
+                raise StructureMismatch(f"no statement {k} in {field} at depth {depth}")
         if depth == len(loc) - 1:
             if not simple:
                 raise StructureMismatch("expected a simple statement")
@@ -71,6 +79,29 @@ def cst_line(module: cst.Module, loc: Loc, stmt: ast.stmt, path: Optional[Set[in
             raise StructureMismatch("expected a compound statement")
         node = element
     raise StructureMismatch("empty location")
+
+
+def _top_ends(module: cst.Module, node: cst.CSTNode, field: str) -> Tuple[Sequence[cst.CSTNode], List[int]]:
+    """The top-level elements of ``field`` under ``node`` (the module) and, for each, the number
+    of ast statements up to and including it: a statement each, the small statements of a line,
+    as many as a partial module's filler stands for (transforms/partial.py). Kept for the last
+    module (held): counted per site, a file of thousands of sites was quadratic."""
+    last = _TOP[0]
+    if last is not None and last[0] is module and last[1] == field:
+        return last[2], last[3]
+    elements = cst_field(node, field)
+    ends: List[int] = []
+    offset = 0
+    for element in elements:
+        simple = isinstance(element, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+        offset += elided_width(element) or (len(element.body) if simple else 1)
+        ends.append(offset)
+    _TOP[0] = (module, field, elements, ends)
+    return elements, ends
+
+
+#: (module, field, its elements, their running widths) of the last module :func:`cst_line` read
+_TOP: List[Optional[Tuple[cst.Module, str, Sequence[cst.CSTNode], List[int]]]] = [None]
 
 
 class InsertBefore(cst.CSTTransformer):

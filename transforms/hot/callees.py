@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set, Tuple
 
+from ..analysis.astwalk import children as ast_children, push_children
 from ..names import ast_dotted
 
 #: autograd state a body must not read or change (its meaning differs under no_grad)
@@ -94,6 +95,31 @@ def _pairs(targets: List[ast.expr], value: ast.expr) -> List[Tuple[ast.expr, ast
         else:
             out.extend((e, ast.Constant(...)) for e in ast.walk(t) if isinstance(e, ast.Attribute) and isinstance(e.ctx, ast.Store))
     return out
+
+
+def may_hold_network(code: str, tree: ast.Module) -> bool:
+    """False where no call of the module can run a network (then hot.no_grad and
+    hot.target_graph_cut have no candidate, and skip their scans and the module's imports: a file
+    of thousands of GAE loops holds none). A network is what a ``torch.nn`` constructor builds
+    (directly, or through functions of this file that return one) or an instance of a class of
+    this file; a name qualifies to ``torch.nn.`` only through an import or a ``torch.nn`` chain,
+    and either spells ``nn`` in the text (in ASCII text: identifiers elsewhere normalise NFKC)."""
+    if not code.isascii() or "nn" in code:
+        return True
+    if "class" not in code:  # a class statement spells its keyword
+        return False
+    todo: List[ast.stmt] = list(tree.body)
+    while todo:  # statement lists only: a class is a statement
+        st = todo.pop()
+        if isinstance(st, ast.ClassDef):
+            return True
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(st, field, None)
+            if isinstance(block, list):
+                todo.extend(block)
+        for part in (*getattr(st, "handlers", ()), *getattr(st, "cases", ())):
+            todo.extend(part.body)
+    return False
 
 
 class Files:
@@ -393,7 +419,7 @@ def _scope_table(scope: ast.AST) -> Tuple[Dict[str, List[ast.expr]], Set[str]]:
     whole function once per name its calls use."""
     values: Dict[str, List[ast.expr]] = {}
     unknown: Set[str] = set()
-    todo = list(ast.iter_child_nodes(scope))
+    todo = ast_children(scope)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
@@ -419,7 +445,7 @@ def _scope_table(scope: ast.AST) -> Tuple[Dict[str, List[ast.expr]], Set[str]]:
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             unknown.update(node.names)
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            todo.extend(n for n in ast.iter_child_nodes(node) if n is node.value)  # targets handled above
+            todo.extend(n for n in ast_children(node) if n is node.value)  # targets handled above
         else:
-            todo.extend(ast.iter_child_nodes(node))
+            push_children(node, todo)
     return values, unknown

@@ -32,7 +32,7 @@ from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 from ..base import FileContext, Transform
 from ..analysis.rewriting import replace_nodes
 from ..analysis.statements import CstStatements, ast_guarded, ast_statements
-from .callees import GRAD_ATTRS, Files
+from .callees import GRAD_ATTRS, Files, may_hold_network
 from .flow import Flow
 from .no_grad_examples import EXAMPLES
 
@@ -241,6 +241,8 @@ class HotNoGrad(Transform):
     EXAMPLES = EXAMPLES
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        if not may_hold_network(ctx.code, ctx.tree):
+            return None, []  # no call can be a forward
         if "torch" not in ctx.imports.names and not any(v.startswith("torch") for v in ctx.imports.aliases.values()):
             return None, []
         astmts, parents = ast_statements(ctx.tree.body)

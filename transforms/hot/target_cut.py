@@ -54,6 +54,7 @@ from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
 from ..analysis.statements import ast_guarded, ast_statements
+from .callees import may_hold_network
 from .flow import Flow, _reads_free
 from .target_cut_examples import EXAMPLES
 
@@ -109,10 +110,7 @@ class _Proof:
 
     def network_ctor(self, value: ast.Call) -> bool:
         """Whether ``value`` builds a module (a torch.nn class or a class of this file)."""
-        qual = self.imports.qualify(value.func) or ""
-        if qual.startswith("torch.nn.") and not qual.startswith(("torch.nn.functional", "torch.nn.utils", "torch.nn.init")):
-            return True
-        return isinstance(value.func, ast.Name) and value.func.id in self.classes
+        return _network_ctor(value, self.imports, self.classes)
 
     def fresh(self, value: ast.expr) -> Optional[str]:
         """Why the network ``value`` builds may share parameters with another, or None (fresh)."""
@@ -262,6 +260,34 @@ class _Proof:
         return f"`{name}` is passed to {what}, which could reach its parameters"
 
 
+def _network_ctor(value: ast.Call, imports, classes) -> bool:
+    """Whether ``value`` builds a module (a torch.nn class or a class of this file: ``classes``,
+    the names of its top-level classes)."""
+    qual = imports.qualify(value.func) or ""
+    if qual.startswith("torch.nn.") and not qual.startswith(("torch.nn.functional", "torch.nn.utils", "torch.nn.init")):
+        return True
+    return isinstance(value.func, ast.Name) and value.func.id in classes
+
+
+def _assigned_calls(body: List[ast.stmt]):
+    """The call of each ``name = call(...)`` statement at any depth (every scope: a superset of
+    the candidates ``rewrite`` looks at), walking statement lists only: a file building no
+    network is done without the proof's whole-module walks (a file of thousands of sites)."""
+    todo = list(body)
+    while todo:
+        st = todo.pop()
+        if isinstance(st, ast.Assign):
+            if len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and isinstance(st.value, ast.Call):
+                yield st.value
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(st, field, None)
+            if isinstance(block, list):
+                todo.extend(block)
+        for part in (*getattr(st, "handlers", ()), *getattr(st, "cases", ())):
+            todo.extend(part.body)
+
+
 def _constant(value: ast.expr) -> bool:
     if isinstance(value, ast.Constant):
         return True
@@ -334,8 +360,13 @@ class HotTargetGraphCut(Transform):
     EXAMPLES = EXAMPLES
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
+        if not may_hold_network(ctx.code, ctx.tree):
+            return None, []  # no network is built here
         if "torch" not in ctx.imports.names and not any(v.startswith("torch") for v in ctx.imports.aliases.values()):
             return None, []
+        classes = {st.name for st in ctx.tree.body if isinstance(st, ast.ClassDef)}
+        if not any(_network_ctor(v, ctx.imports, classes) for v in _assigned_calls(ctx.tree.body)):
+            return None, []  # no statement builds a network: no candidate (and no proof to build)
         proof = _Proof(ctx)
         _, stmt_parents = ast_statements(ctx.tree.body)
         sites: List[Site] = []

@@ -12,31 +12,31 @@ tensors: :func:`read_only_uses` accepts ``len(L)``, ``torch.stack(L, ...)``,
 """
 from __future__ import annotations
 
-from typing import List
+from typing import Iterator, List, cast
 
 import libcst as cst
+
+from ..analysis.cstwalk import instances
 
 _READERS = ("torch.stack", "torch.cat", "torch.concat", "torch.concatenate")
 
 
 def read_only_uses(scope: cst.CSTNode, name: str, imports, builtin_ok) -> List[cst.Call]:
-    """The calls under ``scope`` that read the list ``name`` only (see the module docstring)."""
+    """The calls under ``scope`` that read the list ``name`` only (see the module docstring), in
+    no promised order: callers take them as a set."""
     found: List[cst.Call] = []
 
     def is_list(arg: cst.Arg) -> bool:
         return arg.keyword is None and not arg.star and isinstance(arg.value, cst.Name) and arg.value.value == name
 
-    class _V(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            if not node.args or not is_list(node.args[0]):
-                return
-            if isinstance(node.func, cst.Name) and node.func.value in ("len", "sum") and len(node.args) == 1 \
-                    and builtin_ok(node.func.value):
-                found.append(node)
-            elif imports.qualify(node.func) in _READERS and not any(a.star for a in node.args):
-                found.append(node)
-
-    scope.visit(_V())
+    for node in cast(Iterator[cst.Call], instances(scope, (cst.Call,))):  # every call, in no promised order (read as a set)
+        if not node.args or not is_list(node.args[0]):
+            continue
+        if isinstance(node.func, cst.Name) and node.func.value in ("len", "sum") and len(node.args) == 1 \
+                and builtin_ok(node.func.value):
+            found.append(node)
+        elif imports.qualify(node.func) in _READERS and not any(a.star for a in node.args):
+            found.append(node)
     return found
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Optional, Set
+from typing import Iterator, Optional, Set, cast
 
 import libcst as cst
 
 from ..analysis.bodies import target_names
+from ..analysis.cstwalk import instances
 from ..analysis.reads import names_read
 from ..analysis.elementwise import ElementwiseExpr
 
@@ -154,22 +155,19 @@ def _cst_reduced_lists(scope: cst.CSTNode, imports, builtin_ok) -> Set[str]:
     """:func:`_ast_reduced_lists` on libcst nodes."""
     out: Set[str] = set()
 
-    class _V(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            args = node.args
-            if args and args[0].keyword is None and not args[0].star and isinstance(args[0].value, cst.Name):
-                func, rest = node.func, args[1:]
-                qual = imports.qualify(func)
-                if qual in _JOINERS:  # along dim 0 only: what the rewrite consumes
-                    if len(rest) > 1 or (rest and (rest[0].star or (rest[0].keyword is not None and rest[0].keyword.value != "dim"))):
-                        return
-                    if rest and not (isinstance(rest[0].value, cst.Integer) and rest[0].value.value == "0"):
-                        return
-                    out.add(args[0].value.value)
-                elif qual in _REDUCERS or (isinstance(func, cst.Name) and func.value == "sum" and builtin_ok("sum")):
-                    out.add(args[0].value.value)
-
-    scope.visit(_V())
+    for node in cast(Iterator[cst.Call], instances(scope, (cst.Call,))):  # every call (a field walk: ~20x cheaper than a visit)
+        args = node.args
+        if args and args[0].keyword is None and not args[0].star and isinstance(args[0].value, cst.Name):
+            func, rest = node.func, args[1:]
+            qual = imports.qualify(func)
+            if qual in _JOINERS:  # along dim 0 only: what the rewrite consumes
+                if len(rest) > 1 or (rest and (rest[0].star or (rest[0].keyword is not None and rest[0].keyword.value != "dim"))):
+                    continue
+                if rest and not (isinstance(rest[0].value, cst.Integer) and rest[0].value.value == "0"):
+                    continue
+                out.add(args[0].value.value)
+            elif qual in _REDUCERS or (isinstance(func, cst.Name) and func.value == "sum" and builtin_ok("sum")):
+                out.add(args[0].value.value)
     return out
 
 

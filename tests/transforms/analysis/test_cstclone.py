@@ -75,3 +75,35 @@ def test_texts_not_sure_to_parse_alike_are_parsed_as_they_are(monkeypatch):
     a, b = "v = f'{x}'\n", "v = f'{y}'\n"
     assert cst.Module(cstclone.parse_statements(a)).code == a and cst.Module(cstclone.parse_statements(b)).code == b
     assert len(cstclone._SHAPES) == 2
+
+
+def _sources():
+    """The corpus and example files, whole and cut into top-level stretches, and TEXTS."""
+    paths = sorted(glob.glob(os.path.join(HERE, "corpus", "*.py")))
+    paths += sorted(glob.glob(os.path.join(os.path.dirname(HERE), "examples", "**", "*.py"), recursive=True))
+    out = list(TEXTS)
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        out.append(text)
+        out.extend(part + "\n" for part in text.split("\n\n\n") if part.strip())
+    return out
+
+
+@pytest.mark.skipif(cstclone._TokenizerIter is None or __import__("sys").version_info[:2] != (3, 11),
+                    reason="the C tokenizer path is taken on CPython 3.11 only")
+def test_the_c_tokenizer_finds_the_spans_the_tokenize_module_finds():
+    used = 0
+    for text in _sources():
+        fast = cstclone._fast_spans(text)
+        if fast is not None:
+            assert fast == cstclone._spans(text), text[:200]
+            used += 1
+    assert used > 100  # the fast path is taken on most of them (ASCII, valid Python)
+    # comments anywhere between tokens, continuations, strings spanning lines, comment-only lines
+    text = "x = (a +  # one\n     b)  # two\n# three\ny = '''s\n#t''' \\\n    + c\n\n  # four\nz = 1\n"
+    assert cstclone._fast_spans(text) == cstclone._spans(text)
+    assert [s[1] for s in cstclone._fast_spans(text) if s[0] == "#{}"] == ["# one", "# two", "# three", "# four"]
+    # not taken: non-ASCII text, form feeds, carriage returns (the tokenize module decides)
+    for text in ("é = 1\n", "x = 1\f\ny = 2\n", "x = 1\r\ny = 2\r\n"):
+        assert cstclone._fast_spans(text) is None

@@ -464,3 +464,30 @@ def test_a_layer_rebound_elsewhere_to_unknown_code_is_unknown(rebind):
     _, sites = rewrite(src)
     [acting] = [s for s in sites if s.line == _acting_line(src)]
     assert acting.action == SKIPPED and "self.fc2" in acting.reason, acting.reason
+
+
+NETWORK_SPELLINGS = [
+    "import torch\npolicy = torch.nn.Linear(4, 2)\n",
+    "from torch import nn as N\npolicy = N.Linear(4, 2)\n",
+    "import torch.nn as T\npolicy = T.Linear(4, 2)\n",
+    "from torch.nn import Linear as L\npolicy = L(4, 2)\n",
+    "import torch\nclass Policy:\n    def __call__(self, x):\n        return x\n",
+    "import torch\ndef f():\n    if True:\n        class Policy(object):\n            pass\n",
+    "import torch\npolicy = torch.ｎｎ.Linear(4, 2)\n",  # NFKC: the same name as nn
+]
+
+
+@pytest.mark.parametrize("src", NETWORK_SPELLINGS)
+def test_every_way_to_reach_a_network_is_seen_by_the_early_exit(src):
+    import ast
+    from scalebox_cst.transforms.hot.callees import may_hold_network
+    assert may_hold_network(src, ast.parse(src))
+
+
+def test_a_file_with_no_network_is_left_before_any_scan():
+    import ast
+    from scalebox_cst.transforms.hot.callees import may_hold_network
+    src = "import torch\ndef gae(r, v):\n    out = torch.zeros_like(r)\n    for t in reversed(range(len(r))):\n        out[t] = r[t] + v[t]\n    return out\n"
+    assert not may_hold_network(src, ast.parse(src))
+    out, sites = rewrite(src)
+    assert out == src and sites == []

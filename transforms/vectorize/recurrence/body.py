@@ -146,23 +146,9 @@ class BodyParser:
         """``e`` with each conditional expression that selects the last step replaced, in
         parentheses, by the branch the first step t = T-1 (``first_step``) or the other steps take;
         ``others`` collects the branches left out."""
-        parser = self
-
-        class Resolve(cst.CSTTransformer):
-            def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
-                m_then = parser.lsplit(original.test)
-                if m_then is None:
-                    return updated
-                keep = updated.body if m_then != first_step else updated.orelse
-                if others is not None:
-                    others.append(original.orelse if m_then != first_step else original.body)
-                outer = list(original.lpar) or [cst.LeftParen()]
-                close = list(original.rpar) or [cst.RightParen()]
-                return keep.with_changes(lpar=outer + list(keep.lpar), rpar=list(keep.rpar) + close)
-
         if not any(isinstance(n, cst.IfExp) for n in _walk(e)):
             return e
-        return e.visit(Resolve())  # type: ignore[return-value]
+        return e.visit(_Resolve(self, first_step, others))  # type: ignore[return-value]
 
     def block(self, stmts: Sequence[cst.BaseStatement]) -> List[Item]:
         items: List[Item] = []
@@ -302,6 +288,28 @@ class BodyParser:
         if m:
             return int(m.group(1) or m.group(2))
         return None
+
+
+class _Resolve(cst.CSTTransformer):
+    """:meth:`BodyParser.resolve_last_step`'s pass. (A class at module level: libcst's
+    ``isinstance(visitor, CSTVisitor)`` on a transformer class it has not seen walks every
+    CSTVisitor subclass alive, and with the collector off during a rewrite a class made per call
+    stays alive: a file of thousands of sites was quadratic.)"""
+
+    def __init__(self, parser: "BodyParser", first_step: bool, others: Optional[List[cst.BaseExpression]]) -> None:
+        super().__init__()
+        self.parser, self.first_step, self.others = parser, first_step, others
+
+    def leave_IfExp(self, original: cst.IfExp, updated: cst.IfExp) -> cst.BaseExpression:
+        m_then = self.parser.lsplit(original.test)
+        if m_then is None:
+            return updated
+        keep = updated.body if m_then != self.first_step else updated.orelse
+        if self.others is not None:
+            self.others.append(original.orelse if m_then != self.first_step else original.body)
+        outer = list(original.lpar) or [cst.LeftParen()]
+        close = list(original.rpar) or [cst.RightParen()]
+        return keep.with_changes(lpar=outer + list(keep.lpar), rpar=list(keep.rpar) + close)
 
 
 def _int_indices(slices: Sequence[cst.SubscriptElement]) -> Optional[Tuple[str, ...]]:

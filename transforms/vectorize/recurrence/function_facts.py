@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from .list_bindings import binding_events
+from ...analysis.cstwalk import children
 from .syntax import _code, _walk
 
 #: calls that read a function's local variables by name (or hand its frame to a debugger)
@@ -33,24 +34,46 @@ def reads_frame(n: cst.CSTNode) -> bool:
 
 
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.Global, cst.Nonlocal)
+_IS_SCOPE: Dict[type, bool] = {}
+
+
+#: node type -> what :class:`Counts` counts of it: a name, an assignment, a possible frame
+#: reader (a call or an attribute), else nothing (``isinstance`` per node went through ``ABCMeta``)
+_NAME, _ASSIGN, _MAYBE_FRAME, _NOTHING = 1, 2, 3, 0
+_COUNTED: Dict[type, int] = {}
+
+
+def _counted(t: type) -> int:
+    c = _NAME if issubclass(t, cst.Name) else _ASSIGN if issubclass(t, cst.Assign) else \
+        _MAYBE_FRAME if issubclass(t, (cst.Call, cst.Attribute)) else _NOTHING
+    _COUNTED[t] = c
+    return c
 
 
 class Counts:
     """Counts over one subtree: names, ``name = ...`` targets, frame-reading nodes."""
 
-    def __init__(self, node: cst.CSTNode) -> None:
+    def __init__(self, node: Optional[cst.CSTNode] = None) -> None:
         self.names: Dict[str, int] = collections.Counter()
         self.stores: Dict[str, int] = collections.Counter()
         self.frame = 0
-        for n in _walk(node):
-            if isinstance(n, cst.Name):
-                self.names[n.value] += 1
-            elif isinstance(n, cst.Assign):
-                for t in n.targets:
-                    if isinstance(t.target, cst.Name):
-                        self.stores[t.target.value] += 1
-            elif reads_frame(n):
-                self.frame += 1
+        if node is not None:
+            for n in _walk(node):
+                self.add(n)
+
+    def add(self, n: cst.CSTNode) -> None:
+        """Count ``n`` (not its children)."""
+        c = _COUNTED.get(type(n))
+        if c is None:
+            c = _counted(type(n))
+        if c == _NAME:
+            self.names[n.value] += 1  # type: ignore[attr-defined]
+        elif c == _ASSIGN:
+            for t in n.targets:  # type: ignore[attr-defined]
+                if isinstance(t.target, cst.Name):
+                    self.stores[t.target.value] += 1
+        elif c == _MAYBE_FRAME and reads_frame(n):
+            self.frame += 1
 
 
 class FunctionFacts:
@@ -58,46 +81,71 @@ class FunctionFacts:
 
     def __init__(self, func: cst.FunctionDef) -> None:
         self.func = func
-        self.counts = Counts(func)
+        self.counts = counts = Counts()
         #: name -> [(binding node, the statement when it makes a new list, else None)], walk order
         self.bindings: Dict[str, List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]]] = collections.defaultdict(list)
         #: name -> how many of its bindings are not known to make a new list
         self.unknown: Dict[str, int] = collections.Counter()
         #: nested scopes and ``global``/``nonlocal`` declarations with their code
         self.scopes: List[Tuple[cst.CSTNode, str]] = []
-        for n in _walk(func.body):
-            if isinstance(n, _SCOPES):
+        for n in _walk(func.body):  # the counts of the body, with its bindings: one walk
+            counts.add(n)
+            scope = _IS_SCOPE.get(type(n))
+            if scope is None:
+                scope = _IS_SCOPE[type(n)] = isinstance(n, _SCOPES)
+            if scope:
                 self.scopes.append((n, _code(n)))
             for name, made in binding_events(n):
                 self.bindings[name].append((n, made))
                 if made is None:
                     self.unknown[name] += 1
+        counts.add(func)  # then the rest of the ``def``: its name, parameters, decorators...
+        for child in children(func):
+            if child is not func.body:
+                for n in _walk(child):
+                    counts.add(n)
+        self._outside: Optional[Outside] = None
 
     def outside(self, loop: cst.CSTNode) -> "Outside":
-        return Outside(self, loop)
+        """The questions about ``loop`` (the last loop asked about is kept: each check of one
+        loop asks, and the answers need one walk of it)."""
+        last = self._outside
+        if last is None or last.loop is not loop:
+            last = self._outside = Outside(self, loop)
+        return last
 
 
 class Outside:
-    """Questions about a function outside one loop of it (each walks the loop once, at most)."""
+    """Questions about a function outside one loop of it (the loop is walked once, when first
+    asked about)."""
 
     def __init__(self, facts: FunctionFacts, loop: cst.CSTNode) -> None:
         self.facts = facts
         self.loop = loop
-        self._inner: Optional[Counts] = None
-        self._ids: Optional[set] = None
-        self._unknown: Optional[Dict[str, int]] = None
+        self._scanned: Optional[Tuple[Counts, set, Dict[str, int]]] = None
+
+    def _scan(self) -> Tuple[Counts, set, Dict[str, int]]:
+        """The loop's :class:`Counts`, the ids of its nodes and its bindings not known to make a
+        new list, in one walk."""
+        if self._scanned is None:
+            inner, ids = Counts(), set()
+            unknown: Dict[str, int] = collections.Counter()
+            for n in _walk(self.loop):
+                ids.add(id(n))
+                inner.add(n)
+                for bound, made in binding_events(n):
+                    if made is None:
+                        unknown[bound] += 1
+            self._scanned = (inner, ids, unknown)
+        return self._scanned
 
     @property
     def inner(self) -> Counts:
-        if self._inner is None:
-            self._inner = Counts(self.loop)
-        return self._inner
+        return self._scan()[0]
 
     def contains(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` is inside the loop (by identity)."""
-        if self._ids is None:
-            self._ids = {id(n) for n in _walk(self.loop)}
-        return id(node) in self._ids
+        return id(node) in self._scan()[1]
 
     def names(self, name: str) -> int:
         """How many times ``name`` appears outside the loop."""
@@ -112,10 +160,7 @@ class Outside:
 
     def unknown_bindings(self, name: str) -> int:
         """Bindings of ``name`` outside the loop not known to make a new list."""
-        if self._unknown is None:
-                self._unknown = collections.Counter(
-                bound for n in _walk(self.loop) for bound, made in binding_events(n) if made is None)
-        return self.facts.unknown[name] - self._unknown[name]
+        return self.facts.unknown[name] - self._scan()[2][name]
 
     def first_binding(self, name: str) -> Optional[cst.CSTNode]:
         """The first (in walk order) list-making statement binding ``name`` outside the loop."""

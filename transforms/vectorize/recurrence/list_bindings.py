@@ -6,7 +6,7 @@ list-output analysis (:mod:`.list_outputs`); it is pure syntax and imports neith
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import libcst as cst
 
@@ -71,9 +71,24 @@ def _bound_names(n: cst.CSTNode) -> List[str]:
     return []
 
 
-def binding_events(n: cst.CSTNode) -> Iterator[Tuple[str, Optional[cst.CSTNode]]]:
+#: the nodes that can bind a name (the rest make no binding event)
+_BINDERS = (cst.Assign, cst.AnnAssign, cst.For, cst.CompFor, cst.WithItem, cst.NamedExpr, cst.Del,
+            cst.ImportAlias, cst.ExceptHandler, cst.MatchAs, cst.MatchStar)
+#: node type -> whether it is one of _BINDERS (asked of every node of a function: ``isinstance``
+#: against libcst's ABC-derived classes is ~10 checks through ``ABCMeta`` per node otherwise)
+_BINDS: Dict[type, bool] = {}
+
+
+def binding_events(n: cst.CSTNode) -> Iterable[Tuple[str, Optional[cst.CSTNode]]]:
     """(name, the statement when it binds a new list to it, else None) for each binding ``n``
     makes; an augmented assignment makes none (``x += [...]`` keeps a list a list)."""
+    binds = _BINDS.get(type(n))
+    if binds is None:
+        binds = _BINDS[type(n)] = isinstance(n, _BINDERS)
+    return _events(n) if binds else ()
+
+
+def _events(n: cst.CSTNode) -> Iterator[Tuple[str, Optional[cst.CSTNode]]]:
     if isinstance(n, cst.Assign):
         for t in n.targets:
             for name, v in _bindings(t.target, n.value):

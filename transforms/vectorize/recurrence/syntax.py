@@ -6,7 +6,7 @@ candidate is reported. Names read and bound, and the fast walk, come from the sh
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -61,8 +61,23 @@ def _code_line(node: cst.CSTNode) -> str:
 
 def _norm(node: cst.CSTNode) -> str:
     """The family's key of an expression: structural, layout and outer parentheses aside
-    (:func:`~scalebox_cst.transforms.analysis.shape.structure_key`), never whitespace-stripped text."""
-    return structure_key(node)
+    (:func:`~scalebox_cst.transforms.analysis.shape.structure_key`), never whitespace-stripped text.
+
+    Kept per node (nodes are immutable, and held here so their ids stay theirs): the stages of
+    one loop ask about the same expressions ~3.5 times each, a codegen each time."""
+    hit = _NORMS.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    key = structure_key(node)
+    if len(_NORMS) >= _MAX_NORMS:
+        _NORMS.clear()
+    _NORMS[id(node)] = (node, key)
+    return key
+
+
+#: id(node) -> (node, its key), for :func:`_norm` (bounded: cleared when full)
+_NORMS: Dict[int, Tuple[cst.CSTNode, str]] = {}
+_MAX_NORMS = 4096
 
 
 def _is_call(node: cst.CSTNode, name: str, nargs: Optional[int] = None) -> bool:
@@ -94,21 +109,28 @@ def _subst(node: cst.BaseExpression, match, repl: cst.BaseExpression) -> cst.Bas
     """``node`` with every sub-expression for which ``match(expr)`` holds replaced by ``repl``
     (attribute and keyword names are never touched)."""
 
-    class T(cst.CSTTransformer):
-        def on_leave(self, original, updated):
-            if isinstance(original, cst.BaseExpression) and match(original):
-                return repl
-            return updated
+    return node.visit(_Subst(match, repl))  # type: ignore[return-value]
 
-        def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
-            if match(original):
-                return repl
-            return updated.with_changes(attr=original.attr)
 
-        def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
-            return updated.with_changes(keyword=original.keyword)
+class _Subst(cst.CSTTransformer):
+    """:func:`_subst`'s pass (at module level: see body._Resolve)."""
 
-    return node.visit(T())  # type: ignore[return-value]
+    def __init__(self, match, repl: cst.BaseExpression) -> None:
+        super().__init__()
+        self.match, self.repl = match, repl
+
+    def on_leave(self, original, updated):
+        if isinstance(original, cst.BaseExpression) and self.match(original):
+            return self.repl
+        return updated
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute) -> cst.BaseExpression:
+        if self.match(original):
+            return self.repl
+        return updated.with_changes(attr=original.attr)
+
+    def leave_Arg(self, original: cst.Arg, updated: cst.Arg) -> cst.Arg:
+        return updated.with_changes(keyword=original.keyword)
 
 
 def fresh(imports, base: str) -> str:

@@ -37,39 +37,42 @@ def _split(small: cst.BaseSmallStatement) -> Optional[List[cst.Assign]]:
             for n, el in zip(names, value.elements)]
 
 
+class _Split(cst.CSTTransformer):
+    """:func:`split_unpacking`'s pass (at module level: see body._Resolve)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = False
+
+    def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine,
+                                  updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+        body: List[cst.BaseSmallStatement] = []
+        for small in updated.body:
+            parts = _split(small)
+            if parts is None:
+                body.append(small)
+            else:
+                body.extend(parts)
+                self.changed = True
+        if len(body) == len(updated.body):
+            return updated
+        body = [b.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for b in body]
+        return updated.with_changes(body=body)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:  # a definition is reported as such
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+
 def split_unpacking(node: cst.For) -> cst.For:
     """``node`` with each ``a, b = e1, e2`` statement of its body (at any depth of ``if``
     blocks) as ``a = e1; b = e2`` where that binds the same values; ``node`` itself when none is."""
 
-    class Split(cst.CSTTransformer):
-        def __init__(self) -> None:
-            super().__init__()
-            self.changed = False
-
-        def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine,
-                                      updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-            body: List[cst.BaseSmallStatement] = []
-            for small in updated.body:
-                parts = _split(small)
-                if parts is None:
-                    body.append(small)
-                else:
-                    body.extend(parts)
-                    self.changed = True
-            if len(body) == len(updated.body):
-                return updated
-            body = [b.with_changes(semicolon=cst.MaybeSentinel.DEFAULT) for b in body]
-            return updated.with_changes(body=body)
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:  # a definition is reported as such
-            return False
-
-        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-            return False
-
     if not any(isinstance(n, cst.Assign) and isinstance(n.targets[0].target, (cst.Tuple, cst.List))
                for n in _walk(node.body)):  # the common case, without a transformer pass
         return node
-    tr = Split()
+    tr = _Split()
     body = node.body.visit(tr)
     return node.with_changes(body=body) if tr.changed else node

@@ -194,20 +194,7 @@ def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tup
 
     texts: Dict[str, Dict[str, str]] = {v.name: {} for v in views.values()}  # filled as the subscripts are rewritten
 
-    class Sub(cst.CSTTransformer):
-        def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
-            if not _pure_container(updated.value) or _norm(updated.value) not in found:
-                return updated
-            lay = _layout(updated, t)  # type: ignore[arg-type]
-            if lay is None:
-                return updated
-            view = views[(_norm(updated.value), lay.ints)]
-            rest = [updated.slice[lay.time].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
-            new = cst.Subscript(value=cst.Name(view.name), slice=rest, lpar=updated.lpar, rpar=updated.rpar)
-            texts[view.name][_one_line(new)] = _one_line(original)
-            return new
-
-    new = node.with_changes(body=node.body.visit(Sub()))
+    new = node.with_changes(body=node.body.visit(_Sub(found, t, views, texts)))
     left = _names_read(new.body)
     chains = {dotted(n) for n in _walk(new.body) if isinstance(n, cst.Attribute)}
     for key, cont in found.items():
@@ -216,3 +203,24 @@ def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tup
             raise Skip(f"`{_code(cont).strip()}` is indexed along {where} and also otherwise")
     # handed on frozen: each view with its texts read-only
     return new, [dataclasses.replace(v, texts=types.MappingProxyType(texts[v.name])) for v in views.values()]
+
+
+class _Sub(cst.CSTTransformer):
+    """:func:`_time_views`' pass: each time-indexed subscript read through its view (at module
+    level: see body._Resolve)."""
+
+    def __init__(self, found, t, views, texts) -> None:
+        super().__init__()
+        self.found, self.t, self.views, self.texts = found, t, views, texts
+
+    def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+        if not _pure_container(updated.value) or _norm(updated.value) not in self.found:
+            return updated
+        lay = _layout(updated, self.t)
+        if lay is None:
+            return updated
+        view = self.views[(_norm(updated.value), lay.ints)]
+        rest = [updated.slice[lay.time].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+        new = cst.Subscript(value=cst.Name(view.name), slice=rest, lpar=updated.lpar, rpar=updated.rpar)
+        self.texts[view.name][_one_line(new)] = _one_line(original)
+        return new

@@ -25,13 +25,19 @@ def one_function(loops: int) -> bytes:
 
 def test_nodes_visited_grow_linearly_with_the_loops_of_one_function(monkeypatch):
     visited = [0]
-    real = cstwalk.children
+    real, real_push = cstwalk.children, cstwalk.push_children
 
     def counting(n):
         visited[0] += 1
         return real(n)
 
+    def counting_push(n, out):  # what cstwalk.walk expands each node with
+        visited[0] += 1
+        real_push(n, out)
+
     monkeypatch.setattr(cstwalk, "children", counting)
+    monkeypatch.setattr(cstwalk, "push_children", counting_push)
+    monkeypatch.setattr(cstwalk, "_KEPT", frozenset())  # every walk walks (a kept walk hides its repeats)
     pipeline = harness.pipeline()
     counts = {}
     for loops in (10, 20, 40):
