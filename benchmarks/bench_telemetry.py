@@ -132,7 +132,7 @@ def analyzer_section(args, tmp: str) -> None:
                              os.path.join(folder, "metrics.jsonl"), tmp, profile=on)
             walls[on].append(float(found["bench_wall"]))
             cpus[on].append(float(found["bench_cpu"]))
-            own = [p.value for p in read_metrics(os.path.join(folder, "metrics.jsonl"))[0] if p.name == "telemetry_cpu_s"]
+            own = [p.value for p in read_metrics(os.path.join(folder, "metrics.jsonl"))[0] if p.name == "scalebox/telemetry_cpu_s"]
             thread[on].append(own[-1] if own else float("nan"))
             if on and not os.path.exists(os.path.join(folder, "profile.jsonl")):
                 raise RuntimeError("the analyzer wrote no profile.jsonl")
