@@ -17,18 +17,24 @@ launcher) is a line of its own, ``(outside the project)``.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scalebox_cst import runs
 from scalebox_cst.runtime.profile_categories import CATEGORIES  # the one table, shared with the sampler
-from scalebox_cst.runtime.telemetry.sites import GUARDS
 
 
-def _counted() -> frozenset:
+@functools.lru_cache(maxsize=None)
+def counted() -> frozenset:
     """The transforms whose guards count passes and fallbacks per site (sites.json): their
-    labels in :data:`GUARDS` (``vectorize.reduction/elementwise`` names two)."""
+    labels in ``runtime.telemetry.sites.GUARDS`` (``vectorize.reduction/elementwise`` names two).
+    A site of another transform has no counts to show, whether or not its code ran (grad_clip's
+    guard reports its interventions as events, not as passes). Read on first use: the host
+    imports the telemetry package only for a line that needs it."""
+    from scalebox_cst.runtime.telemetry.sites import GUARDS
+
     out = set()
     for helpers in GUARDS.values():
         for _, label in helpers.values():
@@ -37,10 +43,6 @@ def _counted() -> frozenset:
             out.update([first, *(f"{family}.{m}" for m in more)])
     return frozenset(out)
 
-
-#: a site of another transform has no counts to show, whether or not its code ran (grad_clip's
-#: guard reports its interventions as events, not as passes)
-COUNTED = _counted()
 
 #: the line profile.jsonl gives code a rewrite added outside any site (runtime.telemetry.profile.ADDED)
 ADDED = 0
@@ -257,7 +259,7 @@ def _coverage_text(cov: Dict[str, Any]) -> str:
         rate = cov.get("pass_rate")
         if rate is not None:
             guard = f"guard passed {rate:.0%} ({cov['vectorized']}/{cov['vectorized'] + cov['fallback']})"
-        elif cov.get("transform") in COUNTED:
+        elif cov.get("transform") in counted():
             guard = "its guard did not run (no pass/fallback counts)"
         else:
             guard = "no pass/fallback counts for this transform"

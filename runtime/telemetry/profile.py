@@ -221,9 +221,7 @@ class Classifier:
         found = self.files.get(filename)
         if found is not None:
             return found
-        key = filename
-        if filename and not filename.startswith("<") and not os.path.isabs(filename):
-            filename = os.path.abspath(filename)
+        key, filename = filename, _absolute(filename)
         path = filename.replace(os.sep, "/")
         kind, rule = LIB, None
         if filename.startswith(_TELEMETRY):
@@ -359,12 +357,19 @@ class Profiler:
         return rows
 
 
+def _absolute(filename: str) -> str:
+    """A code object's file name as a path from the root: ``runpy.run_path("train.py")`` compiles
+    with the relative name, which is the working directory's (``<string>``-style names stay)."""
+    if filename and not filename.startswith("<") and not os.path.isabs(filename):
+        return os.path.abspath(filename)
+    return filename
+
+
 def _where(filename: str, line: int, project: Optional[str], cache: Dict[str, Any]) -> Tuple[str, int]:
     """Project-relative path and the user's own line number (rewritten files map back)."""
     if not filename:
         return "", 0
-    if not filename.startswith("<") and not os.path.isabs(filename):  # runpy.run_path("train.py")
-        filename = os.path.abspath(filename)
+    filename = _absolute(filename)
     if filename not in cache:
         try:
             from scalebox_cst.runtime.loader import origin_of
