@@ -50,6 +50,21 @@ def children(node: ast.AST) -> List[ast.AST]:
     return out
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of ``scope``'s body, not descending into the functions, lambdas or classes
+    defined inside it (they are yielded, their bodies are not): what a name or a ``return`` of
+    ``scope`` itself can be. Depth first, children in reverse field order."""
+    todo = children(scope)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, _SCOPES):
+            push_children(node, todo)
+
+
 def walk(node: ast.AST) -> Iterator[ast.AST]:
     """``ast.walk(node)``: the node and every node below it, in the same order."""
     todo = deque([node])

@@ -30,6 +30,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
+from ..analysis.astwalk import own_nodes
 from ..analysis.rewriting import replace_nodes
 from ..analysis.statements import CstStatements, ast_guarded, ast_statements
 from .callees import GRAD_ATTRS, Files, may_hold_network
@@ -56,19 +57,9 @@ _PLAIN_METHODS = frozenset({"numpy", "item", "tolist"})  # a tensor's way out to
 _PLAIN_CASTS = frozenset({"int", "float", "bool", "len", "str", "round"})
 
 
-def _own(fn: ast.AST):
-    """The nodes of ``fn``'s body, not those of functions, lambdas or classes defined inside it."""
-    stack = list(ast.iter_child_nodes(fn))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            stack.extend(ast.iter_child_nodes(node))
-
-
 def _plain_returns(fn: ast.FunctionDef, imports) -> bool:
     """Whether every value ``fn`` returns is a numpy or Python value (never a tensor)."""
-    nodes = list(_own(fn))
+    nodes = list(own_nodes(fn))
     if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in nodes):
         return False
     params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}

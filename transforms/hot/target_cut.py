@@ -53,6 +53,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
+from ..analysis.astwalk import own_nodes
 from ..analysis.statements import ast_guarded, ast_statements
 from .callees import may_hold_network
 from .flow import Flow, _reads_free
@@ -226,7 +227,7 @@ class _Proof:
                     and _reads_free(node, name):
                 problem = problem or f"`{name}` is read by a nested {type(node).__name__}"
         problems: List[str] = []  # every load is visited: the forwards are gathered even when refused
-        for node in _own_nodes(scope):
+        for node in own_nodes(scope):
             if not (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)):
                 continue
             why = self._use(name, node, scope, calls, depth, seen)
@@ -316,16 +317,6 @@ def _rooted_at_self(target: ast.expr) -> bool:
     return isinstance(target, ast.Name) and target.id == "self"
 
 
-def _own_nodes(scope: ast.AST):
-    """The nodes of ``scope``'s body, not descending into nested functions, lambdas or classes."""
-    todo = list(ast.iter_child_nodes(scope))
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
-
-
 def _parameter(fn: ast.FunctionDef, call: ast.Call, arg: ast.expr) -> Optional[str]:
     """The parameter of ``fn`` that ``call`` binds ``arg`` to (None where unclear or rebound there)."""
     if fn.decorator_list or any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
@@ -340,7 +331,7 @@ def _parameter(fn: ast.FunctionDef, call: ast.Call, arg: ast.expr) -> Optional[s
             name = k.arg if k.arg in {a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]} else None
     if name is None:
         return None
-    stored = any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, (ast.Store, ast.Del)) for n in _own_nodes(fn))
+    stored = any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, (ast.Store, ast.Del)) for n in own_nodes(fn))
     return None if stored else name
 
 
@@ -348,7 +339,7 @@ def _bound_once(scope: ast.FunctionDef, name: str) -> bool:
     if any(a.arg == name for a in ast.walk(scope.args) if isinstance(a, ast.arg)):
         return False
     return sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, (ast.Store, ast.Del))
-               for n in _own_nodes(scope)) == 1
+               for n in own_nodes(scope)) == 1
 
 
 class HotTargetGraphCut(Transform):
@@ -374,7 +365,7 @@ class HotTargetGraphCut(Transform):
         forwards: Dict[int, str] = {}
         flows: Dict[int, Flow] = {}
         for scope in [n for n in ast.walk(ctx.tree) if isinstance(n, ast.FunctionDef)]:
-            for st in _own_nodes(scope):
+            for st in own_nodes(scope):
                 if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
                         and isinstance(st.value, ast.Call)):
                     continue

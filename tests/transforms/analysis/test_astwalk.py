@@ -31,3 +31,18 @@ def test_fields_not_set_and_lists_of_plain_values_are_skipped():
     partial = ast.BinOp(left=ast.Name("x", ast.Load()))  # op and right never set
     assert astwalk.children(partial) == list(ast.iter_child_nodes(partial))
     assert len(astwalk.children(partial)) == 1
+
+
+def test_own_nodes_stop_at_nested_scopes():
+    fn = ast.parse(
+        "def f(x):\n"
+        "    y = x + 1\n"
+        "    def g(z):\n        return z * 2\n"
+        "    h = lambda w: w - 3\n"
+        "    class C:\n        k = 4\n"
+        "    return y\n").body[0]
+    own = [n for n in astwalk.own_nodes(fn) if not isinstance(n, ast.expr_context)]  # shared singletons
+    inner = {id(n) for s in fn.body if isinstance(s, (ast.FunctionDef, ast.ClassDef)) for n in ast.walk(s) if n is not s}
+    inner |= {id(n) for n in ast.walk(fn.body[2].value) if n is not fn.body[2].value}
+    assert {id(n) for n in own} == {id(n) for n in ast.walk(fn) if n is not fn and not isinstance(n, ast.expr_context)} - inner
+    assert sum(isinstance(n, ast.Return) for n in own) == 1  # g's return is not f's
