@@ -16,6 +16,7 @@ import ast
 from typing import Dict, List, Optional, Set, Tuple
 
 from ..analysis.astwalk import children as ast_children, push_children
+from ..analysis.statements import ast_statements
 from ..names import ast_dotted
 
 #: autograd state a body must not read or change (its meaning differs under no_grad)
@@ -108,18 +109,7 @@ def may_hold_network(code: str, tree: ast.Module) -> bool:
         return True
     if "class" not in code:  # a class statement spells its keyword
         return False
-    todo: List[ast.stmt] = list(tree.body)
-    while todo:  # statement lists only: a class is a statement
-        st = todo.pop()
-        if isinstance(st, ast.ClassDef):
-            return True
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(st, field, None)
-            if isinstance(block, list):
-                todo.extend(block)
-        for part in (*getattr(st, "handlers", ()), *getattr(st, "cases", ())):
-            todo.extend(part.body)
-    return False
+    return any(isinstance(st, ast.ClassDef) for st in ast_statements(tree.body)[0])  # a class is a statement
 
 
 class Files:

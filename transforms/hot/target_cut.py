@@ -270,23 +270,13 @@ def _network_ctor(value: ast.Call, imports, classes) -> bool:
     return isinstance(value.func, ast.Name) and value.func.id in classes
 
 
-def _assigned_calls(body: List[ast.stmt]):
-    """The call of each ``name = call(...)`` statement at any depth (every scope: a superset of
-    the candidates ``rewrite`` looks at), walking statement lists only: a file building no
-    network is done without the proof's whole-module walks (a file of thousands of sites)."""
-    todo = list(body)
-    while todo:
-        st = todo.pop()
-        if isinstance(st, ast.Assign):
-            if len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) and isinstance(st.value, ast.Call):
-                yield st.value
-            continue
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(st, field, None)
-            if isinstance(block, list):
-                todo.extend(block)
-        for part in (*getattr(st, "handlers", ()), *getattr(st, "cases", ())):
-            todo.extend(part.body)
+def _named_call(st: ast.AST) -> Optional[Tuple[str, ast.Call]]:
+    """(name, call) of a ``name = call(...)`` statement: where the proof takes a network's
+    construction from; None for any other statement."""
+    if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+            and isinstance(st.value, ast.Call):
+        return st.targets[0].id, st.value
+    return None
 
 
 def _constant(value: ast.expr) -> bool:
@@ -355,26 +345,26 @@ class HotTargetGraphCut(Transform):
             return None, []  # no network is built here
         if "torch" not in ctx.imports.names and not any(v.startswith("torch") for v in ctx.imports.aliases.values()):
             return None, []
+        statements, stmt_parents = ast_statements(ctx.tree.body)
         classes = {st.name for st in ctx.tree.body if isinstance(st, ast.ClassDef)}
-        if not any(_network_ctor(v, ctx.imports, classes) for v in _assigned_calls(ctx.tree.body)):
+        built = (_named_call(st) for st in statements)
+        if not any(_network_ctor(b[1], ctx.imports, classes) for b in built if b is not None):
             return None, []  # no statement builds a network: no candidate (and no proof to build)
         proof = _Proof(ctx)
-        _, stmt_parents = ast_statements(ctx.tree.body)
         sites: List[Site] = []
         marks: Set[int] = set()
         forwards: Dict[int, str] = {}
         flows: Dict[int, Flow] = {}
         for scope in [n for n in ast.walk(ctx.tree) if isinstance(n, ast.FunctionDef)]:
             for st in own_nodes(scope):
-                if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-                        and isinstance(st.value, ast.Call)):
+                if not isinstance(st, ast.Assign) or (named := _named_call(st)) is None:
                     continue
-                name = st.targets[0].id
-                if not proof.network_ctor(st.value):
+                name, value = named
+                if not proof.network_ctor(value):
                     continue  # not a network built here: not a candidate at all
                 calls: List[Tuple[ast.Call, ast.FunctionDef]] = []
                 used = proof.uses(name, scope, calls)  # also gathers the forwards (reported either way)
-                why = (proof.fresh(st.value) or used) if _bound_once(scope, name) else f"`{name}` is bound more than once"
+                why = (proof.fresh(value) or used) if _bound_once(scope, name) else f"`{name}` is bound more than once"
                 live = [(c, fn) for c, fn in calls if not self._quiet(c, fn, proof, stmt_parents, ctx)]
                 if not live:
                     continue
@@ -401,7 +391,7 @@ class HotTargetGraphCut(Transform):
                         "(graph_cut): no backward through a network whose gradients nobody reads; values bitwise"),
                         EXACT))
                 if done:
-                    marks.add(id(st.value))
+                    marks.add(id(value))
                     sites.append(Site(ID, st.lineno, st.end_lineno or st.lineno, REWRITTEN,
                                       f"network `{name}` marked where built: fresh, and used only for forwards, "
                                       "load_state_dict/state_dict/eval/train (its parameters' gradients are read nowhere)",
