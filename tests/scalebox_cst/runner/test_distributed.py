@@ -6,9 +6,11 @@ saw its own data), each rank's output and metrics must land in the run folder by
 rank must fail the run with its own traceback, and a run stopped or killed mid-way must leave no
 process behind.
 """
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -219,20 +221,68 @@ def test_a_run_killed_mid_way_leaves_no_process_behind(ddp_project, how):
             driver.kill()
 
 
-def _free_port():
-    import socket
-
+@contextlib.contextmanager
+def _reserved_port():
+    """A loopback port no other process gets while the test runs: the socket holding it is bound
+    with SO_REUSEADDR and never listens, so the rendezvous store (which binds with SO_REUSEADDR too)
+    can still listen on it. A port merely found free and closed could be handed to a socket of a
+    test running beside this one before the first node binds it (both nodes would then dial a
+    stranger)."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        yield sock.getsockname()[1]
 
 
-def test_two_nodes_meet_at_a_rendezvous_endpoint(ddp_project):
+def _descendants(pid):
+    """``pid`` and every process below it (torchrun's workers start their own sessions, so a
+    process group does not reach them)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        out.append(todo.pop())
+        todo.extend(children.get(out[-1], ()))
+    return out
+
+
+def _wait_or_explain(nodes, timeout):
+    """The nodes' records; on a hang, every process of every node prints its Python stacks
+    (faulthandler on SIGABRT) and the test fails with each node's output and stacks."""
+    deadline = time.monotonic() + timeout
+    try:
+        return [node.wait(timeout=max(1.0, deadline - time.monotonic())) for node in nodes]
+    except subprocess.TimeoutExpired:
+        for node in nodes:
+            for pid in _descendants(node.proc.pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGABRT)
+        time.sleep(3)
+        report = []
+        for node in nodes:
+            with contextlib.suppress(Exception):
+                node.stop(grace=1.0)
+            for name in ("log.txt", "stderr.txt"):
+                with contextlib.suppress(OSError), open(os.path.join(node.dir, name), encoding="utf-8", errors="replace") as fh:
+                    report.append(f"--- {node.dir}/{name}\n{fh.read()[-12000:]}")
+        pytest.fail(f"the nodes did not end in {timeout} s:\n" + "\n".join(report), pytrace=False)
+
+
+def test_two_nodes_meet_at_a_rendezvous_endpoint(ddp_project, monkeypatch):
     """Two `scalebox run --nproc 1 --nnodes 2 --rdzv-endpoint` (two "nodes" on one machine): one
     group of two ranks, each node recording its own rank as its own run."""
-    endpoint = f"127.0.0.1:{_free_port()}"
-    nodes = [_execution(ddp_project, ["--steps", "3"], nproc=1, nnodes="2", rdzv_endpoint=endpoint, rdzv_id="t") for _ in range(2)]
-    records = [node.wait(timeout=240) for node in nodes]
+    monkeypatch.setenv("PYTHONFAULTHANDLER", "1")  # stacks on SIGABRT if it ever hangs
+    with _reserved_port() as port:
+        endpoint = f"127.0.0.1:{port}"
+        nodes = [_execution(ddp_project, ["--steps", "3"], nproc=1, nnodes="2", rdzv_endpoint=endpoint, rdzv_id="t") for _ in range(2)]
+        records = _wait_or_explain(nodes, 240)
     assert [r.status for r in records] == ["ok", "ok"], [open(os.path.join(n.dir, "log.txt")).read() for n in nodes]
     ranks = sorted(r["rank"] for n in nodes for r in runs.load_record(n.dir)["ranks"])
     assert ranks == [0, 1]
