@@ -146,6 +146,8 @@ def run_pair(original: Code, rewritten: Code, env: Dict[str, Any], *,
     with around_rewrite():
         err2 = outcome(rewritten, ns2, "new")
     assert err1 is err2, (err1, err2)
+    # a name the test's environment lacks fails both alike: a test that checks nothing
+    assert err1 is not NameError, "the original raised NameError: the test's env lacks a name the code reads"
     return ns1, ns2
 
 

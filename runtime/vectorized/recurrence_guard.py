@@ -78,7 +78,8 @@ def recurrence_ok(
     with float32 maths a flag meeting a Python float first would round once in the loop and twice
     in the rewrite), lists of numpy int / bool scalars likewise next to tensors (torch treats them
     as Python numbers), and lists of numpy scalars of one type next to numpy arrays or alone
-    (NEP 50: they promote as arrays of their dtype do). The carried value is checked after the
+    (NEP 50: they promote as arrays of their dtype do), and bool tensors (skrl's
+    ``terminated.logical_not()``) next to tensors of the default dtype. The carried value is checked after the
     first step by :func:`carry_ok`. ``conds``: ``(container, extra)`` read per step only for their truth value (1-D).
     ``consts``: loop-invariant operands (Python numbers, or arrays of that dtype whose shape
     broadcasts into the row shape). ``scalars``: invariants that form a per-step-constant
@@ -189,6 +190,7 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     row: Optional[Tuple[int, ...]] = None
     ints = False  # integer / bool numpy inputs (``1 - done`` of a bool array)
     weak = False  # per-step Python ints / bools (or numpy ones next to tensors, which torch treats alike)
+    masks = False  # bool tensors (``terminated.logical_not()``, skrl's GAE)
     for (x, extra), kind in zip(seqs, kinds):
         if len(x) < T + extra:
             return False
@@ -242,6 +244,9 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
         if rows and mode in ("numpy", "nlist") and dt is not None and dt.kind in "biu":
             ints = True
             dt = None  # the float inputs set the dtype
+        elif rows and mode == "torch" and dt == torch.bool:
+            masks = True
+            dt = None  # the float inputs set the dtype (checked below)
         if row is None:
             row = shape
         elif shape != row:
@@ -264,6 +269,11 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     if mode in ("numpy", "nlist", "float") and dtype not in _FLOATS_N:
         return False
     if ints and dtype != np.float64:  # float32 with int8 stays float32, with int32 does not
+        return False
+    # A bool tensor promotes to the float operand's dtype, 0-d (a step in the loop) or not (the
+    # slices), and to the default dtype against a Python float (``gamma * mask[t]``): the same
+    # values in both forms only where that default is the float inputs' dtype.
+    if masks and dtype != torch.get_default_dtype():
         return False
     if weak and dtype not in (torch.float64, np.float64):  # a Python int meets a Python float in the loop
         return False  # (float64) and the float32 arrays in the rewrite: only float64 is both

@@ -409,3 +409,62 @@ for t in reversed(range(len(rewards))):
     ns1, ns2, trace = run_both(src, env, exact=False)
     assert not trace.vectorized()
     assert all(type(x) is int for x in ns2["flags"])
+
+
+# ------------------------------------------------------------------ bool tensor masks (skrl)
+
+BOOL_MASK_GAE = """\
+advantages = torch.zeros_like(rewards)
+advantage = 0
+for i in reversed(range(T)):
+    nv = values[i + 1] if i < T - 1 else next_values
+    delta = rewards[i] + gamma * nv * not_terminated[i] - values[i]
+    advantage = delta + gamma * lam * not_terminated[i] * advantage
+    advantages[i] = advantage
+"""
+
+
+def _mask_env(dtype, rows):
+    g = torch.Generator().manual_seed(3)
+    shape = (50, *rows)
+    return dict(
+        torch=torch, T=50, gamma=0.99, lam=0.95,
+        rewards=torch.randn(shape, generator=g, dtype=dtype), values=torch.randn(shape, generator=g, dtype=dtype),
+        next_values=torch.randn(rows, generator=g, dtype=dtype) if rows else torch.randn((), generator=g, dtype=dtype),
+        not_terminated=torch.rand(shape, generator=g) > 0.1,  # terminated.logical_not(), as skrl builds it
+    )
+
+
+@pytest.mark.parametrize("rows", [(), (4, 1)])
+def test_bool_tensor_masks_in_the_default_dtype_are_vectorized_bitwise(rows):
+    """``gamma * mask[t]`` of a bool tensor is in the default dtype, 0-d step or slice alike: with
+    float32 data (the default) the vectorized steps give the loop's bits."""
+    ns1, ns2, trace = run_both(BOOL_MASK_GAE, _mask_env(torch.float32, rows))
+    assert trace.vectorized() and ns2["advantages"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("rows", [(), (4, 1)])
+def test_bool_tensor_masks_next_to_another_float_dtype_take_the_loop(rows):
+    ns1, ns2, trace = run_both(BOOL_MASK_GAE, _mask_env(torch.float64, rows))
+    assert not trace.vectorized()  # gamma * mask[t] is float32 in both forms; the loop is kept anyway
+
+
+def test_bool_tensor_masks_follow_the_default_dtype():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        ns1, ns2, trace = run_both(BOOL_MASK_GAE, _mask_env(torch.float64, (4, 1)))
+        assert trace.vectorized()
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_integer_tensor_masks_are_still_refused():
+    """Within the integer kinds a 0-d step and a slice promote differently against a dimensioned
+    operand of another width: only bool (one dtype) is admitted."""
+    env = _mask_env(torch.float32, (4, 1))
+    ok = lambda m: vectorized_mod.recurrence_ok(  # noqa: E731
+        50, seqs=((env["values"], 0), (env["rewards"], 0), (m, 0)), consts=(0.95, 0.99),
+        outs=(torch.zeros(50, 4, 1),), aligned=True, cpu=True)
+    assert ok(env["not_terminated"]) is True
+    assert ok(env["not_terminated"].long()) is False and ok(env["not_terminated"].to(torch.uint8)) is False
