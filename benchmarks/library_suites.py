@@ -51,6 +51,13 @@ LIBRARIES = [
         "package": "skrl",
         "tests": ["tests/agents/torch", "tests/multi_agents/torch", "tests/memories/torch"],
     },
+    {
+        "name": "mushroom",
+        "repo": "MushroomRL/mushroom-rl",
+        "commit": "5c3834d7f06906989c9fe93f1c60974bf5c3fd19",
+        "package": "mushroom_rl",
+        "tests": ["tests/algorithms", "tests/policy", "tests/approximators", "tests/utils", "tests/core"],
+    },
 ]
 
 #: pytest's short summary (``-rA``): "PASSED tests/x.py::test[a b]", "FAILED tests/x.py::t - why"

@@ -56,7 +56,7 @@ def _computed_backward(node: ast.AST, i: str) -> Optional[str]:
         for n in ast.walk(b):
             parts = n.slice.elts if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Tuple) else \
                 [n.slice] if isinstance(n, ast.Subscript) else []
-            coefs = sorted(_coefficient(p, i) if not isinstance(p, ast.Slice) else 0 for p in parts)  # type: ignore[type-var]
+            coefs = [_coefficient(p, i) if not isinstance(p, ast.Slice) else 0 for p in parts]  # None: not affine
             if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and None not in coefs \
                     and coefs.count(-1) == 1 and coefs.count(0) == len(coefs) - 1:
                 return (f"backward walk through a computed index (`{ast.unparse(n)}` written on the forward "

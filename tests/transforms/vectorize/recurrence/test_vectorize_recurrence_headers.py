@@ -172,9 +172,19 @@ def test_inline_computed_backward_index_gets_a_site(store):
     assert sites[0].reason.startswith(f"backward walk through a computed index (`{store}` written"), sites[0].reason
 
 
-@pytest.mark.parametrize("store", ["out[i]", "out[2 * i]", "out[T - 1 - i, i]", "out[f(i) - i]", "out[T - 1 - i:]"])
+@pytest.mark.parametrize("store", ["out[i]", "out[2 * i]", "out[T - 1 - i, i]", "out[f(i) - i]", "out[T - 1 - i:]",
+                                   "out[s[i], a[i]]", "out[s[i], T - 1 - i]", "out[f(i), g(i)]"])
 def test_inline_index_lookalikes_get_no_site(store):
     src = f"def f(r, out, T):\n    for i in range(T):\n        {store} = r[T - 1 - i]\n    return out\n"
+    out, sites = rewrite(src)
+    assert out == src and sites == [], [s.describe() for s in sites]
+
+
+def test_subscripts_by_values_read_per_step_get_no_site():
+    """MushroomRL's Table: ``self[state[i], action[i]]`` indexes by two non-affine parts (the
+    check once sorted their coefficients, None among them, and the transform failed the file)."""
+    src = ("def f(self, state, action, q):\n    for i in range(len(state)):\n        val = self[state[i], action[i]]\n"
+           "        q[i] = val\n    for i in range(len(state)):\n        q[state[i], action[i]] = self[state[i], :]\n")
     out, sites = rewrite(src)
     assert out == src and sites == [], [s.describe() for s in sites]
 
