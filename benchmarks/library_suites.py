@@ -57,6 +57,8 @@ LIBRARIES = [
         "commit": "5c3834d7f06906989c9fe93f1c60974bf5c3fd19",
         "package": "mushroom_rl",
         "tests": ["tests/algorithms", "tests/policy", "tests/approximators", "tests/utils", "tests/core"],
+        # written for gymnasium < 1.0 (``gym.logger.set_level`` at import); the same shim for both trees
+        "shim": "import gymnasium.logger as _l\nif not hasattr(_l, 'set_level'):\n    _l.set_level = lambda level: None\n",
     },
 ]
 
@@ -98,6 +100,8 @@ def rewrite(original: str, lib: dict, out: str) -> str:
 def outcomes(tree: str, tests: List[str], pythonpath: str, timeout: float) -> Tuple[Dict[str, str], str]:
     """test id -> outcome for pytest run in ``tree`` (its package first on the path); the summary."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(p for p in (tree, pythonpath) if p))
+    if os.path.isdir(os.path.join(tree, "..", "shim")):
+        env["PYTHONPATH"] = os.path.join(tree, "..", "shim") + os.pathsep + env["PYTHONPATH"]
     cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
     found: Dict[str, str] = {}
@@ -126,6 +130,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix=f"suite-{lib['name']}-") as tmp:
             original, rewritten = os.path.join(tmp, "original"), os.path.join(tmp, "rewrite")
             checkout(args.cache, lib, original, args.fetch)
+            if lib.get("shim"):  # an environment fix the library needs on today's dependencies
+                os.makedirs(os.path.join(tmp, "shim"))
+                with open(os.path.join(tmp, "shim", "sitecustomize.py"), "w", encoding="utf-8") as fh:
+                    fh.write(lib["shim"])
             summary = rewrite(original, lib, rewritten)
             shutil.rmtree(os.path.join(original, ".scalebox"), ignore_errors=True)
             before, s0 = outcomes(original, lib["tests"], args.pythonpath, args.timeout)
