@@ -74,12 +74,13 @@ def checkout(cache: str, lib: dict, dest: str, fetch: bool) -> None:
     subprocess.run(["tar", "-x", "-C", dest], input=archive.stdout, check=True)
 
 
-def rewrite(original: str, lib: dict, out: str) -> str:
+def rewrite(original: str, lib: dict, out: str, fast: bool = False) -> str:
     """The package's default rewrite under ``out`` (plus the package's non-Python files); the
     summary line of ``scalebox rewrite``."""
     scalebox = [os.path.join(os.path.dirname(sys.executable), "scalebox")]
     subprocess.run([*scalebox, "init"], cwd=original, check=True, capture_output=True)
-    proc = subprocess.run([*scalebox, "rewrite", "--out", out, lib["package"]], cwd=original, capture_output=True, text=True)
+    proc = subprocess.run([*scalebox, "rewrite", *(["--fast"] if fast else []), "--out", out, lib["package"]],
+                          cwd=original, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{lib['name']}: scalebox rewrite failed: {proc.stderr.strip()[-400:]}")
     for folder, _, files in os.walk(os.path.join(original, lib["package"])):
@@ -120,6 +121,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated names")
     ap.add_argument("--pythonpath", default="", help="a folder of the libraries' test dependencies")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per pytest run")
+    ap.add_argument("--fast", action="store_true", help="the --fast tier's rewrite (reassociated: tests that compare values may differ)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     wanted = {n for n in args.only.split(",") if n}
@@ -134,7 +136,7 @@ def main() -> None:
                 os.makedirs(os.path.join(tmp, "shim"))
                 with open(os.path.join(tmp, "shim", "sitecustomize.py"), "w", encoding="utf-8") as fh:
                     fh.write(lib["shim"])
-            summary = rewrite(original, lib, rewritten)
+            summary = rewrite(original, lib, rewritten, args.fast)
             shutil.rmtree(os.path.join(original, ".scalebox"), ignore_errors=True)
             before, s0 = outcomes(original, lib["tests"], args.pythonpath, args.timeout)
             after, s1 = outcomes(rewritten, lib["tests"], args.pythonpath, args.timeout)
