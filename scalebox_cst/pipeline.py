@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from scalebox_cst import linediff, sourcefile
+from scalebox_cst import fastcode, linediff, sourcefile
 from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
 from scalebox_cst.textlines import physical_lines
@@ -306,7 +306,7 @@ class _Codegen:
         hit = self._done.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]
-        text = module.code_for_node(node)
+        text = fastcode.code_for_node(module, node)
         self._done[id(node)] = (node, text)
         return text
 
@@ -384,7 +384,7 @@ class _Codegen:
         texts: List[str] = []
         for node in parts:
             hit = done.get(id(node))
-            text = hit[1] if hit is not None and hit[0] is node else module.code_for_node(node)
+            text = hit[1] if hit is not None and hit[0] is node else fastcode.code_for_node(module, node)
             now[id(node)] = (node, text)  # keeps the node alive, so its id is not reused
             texts.append(text)
         self._style, self._done = style, now

@@ -14,6 +14,7 @@ from ...analysis.cstwalk import walk as _walk  # noqa: F401 - used across the fa
 from ...analysis.reads import bound_names as _bound_names, names_read as _names_read  # noqa: F401
 from ...analysis.shape import structure_key
 from ...names import dotted
+from scalebox_cst import fastcode
 
 
 #: methods that are pure elementwise casts on the arrays the guard admits
@@ -34,7 +35,7 @@ _EMPTY = cst.Module(body=[])
 
 
 def _code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
+    return fastcode.code_for_node(_EMPTY, node)
 
 
 def _one_line(node: cst.CSTNode) -> str:
