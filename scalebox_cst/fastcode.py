@@ -503,14 +503,10 @@ def _table() -> Dict[type, _Emit]:
         cst.FunctionDef: _function_def,
     }
     leaf = _parenthesized(_leaf)
-    for cls in (cst.Name, cst.Integer, cst.Float, cst.SimpleString):
-        table[cls] = leaf
-    for cls in _concrete(_op._BaseOneTokenOp):
-        table[cls] = _one_token_op
-    for cls in _concrete(_op._BaseTwoTokenOp):
-        table[cls] = _two_token_op
-    for cls in _concrete(_op.BaseUnaryOp):
-        table[cls] = _unary_op
+    leaves: List[type] = [cst.Name, cst.Integer, cst.Float, cst.SimpleString]
+    for base, emit in ((None, leaf), (_op._BaseOneTokenOp, _one_token_op), (_op._BaseTwoTokenOp, _two_token_op), (_op.BaseUnaryOp, _unary_op)):
+        for cls in leaves if base is None else _concrete(base):
+            table[cls] = emit
     return table
 
 
