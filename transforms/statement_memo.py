@@ -13,6 +13,8 @@ and scan as before.
 from __future__ import annotations
 
 import ast
+import functools
+import re
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -53,11 +55,13 @@ class StatementMemo:
         return out
 
     def mentioning(
-        self, tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any], words: Sequence[str]
+        self, tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any], words: Sequence[str],
+        only: Optional[Callable[[str], bool]] = None,
     ) -> Optional[List[Any]]:
         """``scan(s)`` for the top-level statements whose source holds one of ``words`` (or any
         character that is not ASCII: an identifier spelled with one may normalise to a word),
-        reusing results across versions; None if ``tree`` is not registered."""
+        and, given ``only``, for which ``only(source)`` holds; reusing results across versions;
+        None if ``tree`` is not registered."""
         entry = self._trees.get(id(tree))
         if entry is None or entry[0] is not tree:
             return None
@@ -65,7 +69,7 @@ class StatementMemo:
         out: List[Any] = []
         for stmt, key in zip(tree.body, entry[1]):
             text = key[0]
-            if not text.isascii() or any(w in text for w in words):
+            if (not text.isascii() or any(w in text for w in words)) and (only is None or only(text)):
                 if key not in done:
                     done[key] = scan(stmt)
                 out.append(done[key])
@@ -104,14 +108,42 @@ def per_statement(tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any]) -> 
     return memo.per_statement(tree, name, scan)
 
 
-def mentioning(tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any], words: Sequence[str]) -> Optional[List[Any]]:
+def mentioning(
+    tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any], words: Sequence[str],
+    only: Optional[Callable[[str], bool]] = None,
+) -> Optional[List[Any]]:
     """:meth:`StatementMemo.mentioning` of the active memo: the scans of only the top-level
     statements whose text can hold one of ``words`` (a name can only be bound where it is
     written); None where ``tree`` is not a registered module version."""
     memo: Optional[StatementMemo] = getattr(_active, "memo", None)
     if memo is None or not isinstance(tree, ast.Module):
         return None
-    return memo.mentioning(tree, name, scan, words)
+    return memo.mentioning(tree, name, scan, words, only)
+
+
+def may_bind(names: Sequence[str]) -> Callable[[str], bool]:
+    """``only`` for :func:`mentioning`: whether a statement's source can bind one of ``names``.
+
+    A name is bound only where it is spelled as a name: an assignment or ``for``/``with``/
+    ``except``/``del`` target, a parameter, an import, a ``def`` or ``class``. A spelling followed
+    by ``(`` (a call) that is not a ``def``/``class`` name, or one after ``.`` (an attribute),
+    binds nothing; a statement whose every spelling is one of those is not walked (``range(n)``
+    in every loop of a file made the builtin checks walk each function that has a loop). Any other
+    spelling, in a string or comment too, and any source that is not ASCII, counts as a binding."""
+    return functools.partial(_may_bind, tuple(names))
+
+
+def _may_bind(names: Tuple[str, ...], text: str) -> bool:
+    if not text.isascii():
+        return True
+    return any(_binding_spelling(name).search(text) is not None for name in names if name in text)
+
+
+@functools.lru_cache(maxsize=256)
+def _binding_spelling(name: str) -> "re.Pattern[str]":
+    word = re.escape(name)
+    # a spelling not after "." nor followed by "(" / a def or class name (a backslash may continue the line)
+    return re.compile(rf"(?<![\w.]){word}(?!\w)(?![ \t]*\()|\b(?:def|class)[\s\\]+{word}(?!\w)")
 
 
 def _keys(tree: ast.Module, code: str) -> Optional[List[_Key]]:

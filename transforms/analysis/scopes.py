@@ -236,7 +236,7 @@ class BuiltinChecker:
         version only the statements that spell ``name`` (or ``import``) are scanned (a whole-module
         walk was a second per 50k lines for the few builtins a transform asks about)."""
         if self._cache is None and name not in self._rebound:
-            parts = statement_memo.mentioning(self.tree, "rebound", _ast_rebound_walk, (name,))
+            parts = statement_memo.mentioning(self.tree, "rebound", _ast_rebound_walk, (name,), statement_memo.may_bind((name,)))
             if parts is None:
                 self._scan()
             else:
