@@ -143,3 +143,26 @@ def fresh(imports, base: str) -> str:
 
 def _stmts(block: cst.BaseSuite) -> Sequence[cst.BaseStatement]:
     return block.body if isinstance(block, cst.IndentedBlock) else [cst.SimpleStatementLine(body=block.body)]
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"  # what ``\w`` matches in a str pattern
+
+
+def spells(text: str, word: str, tail: str = "") -> bool:
+    """``re.search(rf"(?<![\\w.]){re.escape(word)}{re.escape(tail)}\\b", text) is not None``: ``word``
+    (then ``tail``) spelled in ``text``, not after a word character or ``.``, ending at a word
+    boundary. The words are a site's own names (``adv_12``): a pattern per word was compiled anew
+    at each search (re's cache holds 512), a tenth of the time per loop of a dense file."""
+    full = word + tail
+    if not full:
+        return re.search(r"(?<![\w.])\b", text) is not None
+    ends_in_word = _word_char(full[-1])
+    at = text.find(full)
+    while at >= 0:
+        if at == 0 or not (_word_char(text[at - 1]) or text[at - 1] == "."):
+            after = at + len(full)
+            if (after < len(text) and _word_char(text[after])) != ends_in_word:
+                return True
+        at = text.find(full, at + 1)
+    return False
