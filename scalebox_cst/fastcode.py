@@ -8,7 +8,7 @@ function of backward loops becomes ~30,000 lines: 1.5 of 7 CPU s, issue 19 item 
 emitters below write the very tokens libcst's ``_codegen_impl`` of the same type writes, in the
 same order, for the types most code is made of; any other node (and its subtree) is written by
 libcst itself into the same state, so the result is ``code_for_node``'s byte for byte
-(tests/scalebox_cst/fastcode/test_fastcode.py compares them on the corpus and the examples).
+(tests/scalebox_cst/test_fastcode.py compares them on the corpus and the examples).
 
 The emitters are copied from libcst 1.9; under another libcst version every node is left to
 libcst's own codegen (``_COPIED_FROM``), until the copies are checked against it.
