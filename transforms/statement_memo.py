@@ -30,11 +30,13 @@ class StatementMemo:
         self._results: Dict[str, Dict[_Key, Any]] = {}
         self._trees: Dict[int, Tuple[ast.Module, List[_Key]]] = {}
         self._partial: Dict[str, Dict[_Key, Any]] = {}  # per scan name, for :meth:`mentioning`
+        self._versioned: Dict[str, Any] = {}  # per name, for :meth:`per_version` (this version's)
 
     def register(self, tree: ast.Module, code: str) -> None:
         """``tree`` (parsed from ``code``) is the current version: the previous one is dropped."""
         keys = _keys(tree, code)
         self._trees = {id(tree): (tree, keys)} if keys is not None else {}
+        self._versioned = {}
         live = set(keys or ())
         for name, done in self._partial.items():  # drop the results of statements no longer there
             self._partial[name] = {k: v for k, v in done.items() if k in live}
@@ -53,6 +55,15 @@ class StatementMemo:
             out.append(result)
         self._results[name] = now
         return out
+
+    def per_version(self, tree: ast.AST, name: str, make: Callable[[], Any]) -> Any:
+        """``make()``, once per registered version (``tree`` the version's); made anew for others."""
+        entry = self._trees.get(id(tree))
+        if entry is None or entry[0] is not tree:
+            return make()
+        if name not in self._versioned:
+            self._versioned[name] = make()
+        return self._versioned[name]
 
     def mentioning(
         self, tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any], words: Sequence[str],
@@ -106,6 +117,13 @@ def per_statement(tree: ast.AST, name: str, scan: Callable[[ast.stmt], Any]) -> 
     if memo is None or not isinstance(tree, ast.Module):
         return None
     return memo.per_statement(tree, name, scan)
+
+
+def per_version(tree: ast.AST, name: str, make: Callable[[], Any]) -> Any:
+    """:meth:`StatementMemo.per_version` of the active memo (``make()`` where none is active): an
+    object built from the whole version, kept while it is the version the memo holds."""
+    memo: Optional[StatementMemo] = getattr(_active, "memo", None)
+    return make() if memo is None else memo.per_version(tree, name, make)
 
 
 def mentioning(

@@ -87,3 +87,18 @@ def _same_answers(code):
         for name in ("range", "zip"):
             assert scopes.builtin_checker(tree).reason(name) == scopes.builtin_checker(plain).reason(name)
         assert loops._ast_bound_of(tree, ["range", "zip"]) == loops._ast_bound(plain) & {"range", "zip"}
+
+
+def test_one_builtin_checker_per_registered_version():
+    code = LOOP + "range = list\n"
+    memo = statement_memo.StatementMemo()
+    with statement_memo.active(memo):
+        tree = ast.parse(code)
+        memo.register(tree, code)
+        first = scopes.builtin_checker(tree)
+        assert scopes.builtin_checker(tree) is first and not first("range")
+        other = ast.parse(code)  # not registered: a checker of its own each time
+        assert scopes.builtin_checker(other) is not scopes.builtin_checker(other)
+        again = ast.parse(LOOP)
+        memo.register(again, LOOP)  # the next version: the old checker is dropped with its tree
+        assert scopes.builtin_checker(again) is not first and scopes.builtin_checker(again)("range")

@@ -18,7 +18,7 @@ import ast
 import builtins
 import functools
 import importlib
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -259,17 +259,11 @@ class BuiltinChecker:
 
 
 def builtin_checker(tree: ast.AST) -> BuiltinChecker:
-    """A :class:`BuiltinChecker` for the module's tree: the last one made, where it is for the same
-    tree (its answers depend on the tree alone). Checkers were made per loop and per call checked
-    (recurrence's grammar), and each first question scanned the text of every top-level statement."""
-    last = _LAST_CHECKER[0]
-    if last is None or last.tree is not tree:
-        last = _LAST_CHECKER[0] = BuiltinChecker(tree)
-    return last
-
-
-#: the checker :func:`builtin_checker` made last (it holds its tree, so the tree's id stays its own)
-_LAST_CHECKER: List[Optional[BuiltinChecker]] = [None]
+    """A :class:`BuiltinChecker` for the module's tree: one per registered module version
+    (statement_memo.per_version; its answers depend on the tree alone). Checkers were made per
+    loop and per call checked (recurrence's grammar), and each first question scanned the text of
+    every top-level statement."""
+    return statement_memo.per_version(tree, "builtin_checker", lambda: BuiltinChecker(tree))
 
 
 def rebound_reason(builtins_ok: Callable[[str], bool], name: str) -> str:
