@@ -13,6 +13,7 @@ and scan as before.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import re
 import threading
@@ -31,12 +32,13 @@ class StatementMemo:
         self._trees: Dict[int, Tuple[ast.Module, List[_Key]]] = {}
         self._partial: Dict[str, Dict[_Key, Any]] = {}  # per scan name, for :meth:`mentioning`
         self._versioned: Dict[str, Any] = {}  # per name, for :meth:`per_version` (this version's)
+        self._picked: Dict[Tuple[Tuple[str, ...], Any], List[int]] = {}  # for :meth:`mentioning` (this version's)
 
     def register(self, tree: ast.Module, code: str) -> None:
         """``tree`` (parsed from ``code``) is the current version: the previous one is dropped."""
         keys = _keys(tree, code)
         self._trees = {id(tree): (tree, keys)} if keys is not None else {}
-        self._versioned = {}
+        self._versioned, self._picked = {}, {}
         live = set(keys or ())
         for name, done in self._partial.items():  # drop the results of statements no longer there
             self._partial[name] = {k: v for k, v in done.items() if k in live}
@@ -77,13 +79,22 @@ class StatementMemo:
         if entry is None or entry[0] is not tree:
             return None
         done = self._partial.setdefault(name, {})
+        keys = entry[1]
+        # which statements are asked about, kept for the version: the same words are asked about
+        # again and again (each builtin, by each transform), and each time every text was searched
+        picked = self._picked.get((tuple(words), only))
+        if picked is None:
+            picked = self._picked[(tuple(words), only)] = [
+                i for i, key in enumerate(keys)
+                if (not key[0].isascii() or any(w in key[0] for w in words)) and (only is None or only(key[0]))
+            ]
         out: List[Any] = []
-        for stmt, key in zip(tree.body, entry[1]):
-            text = key[0]
-            if (not text.isascii() or any(w in text for w in words)) and (only is None or only(text)):
-                if key not in done:
-                    done[key] = scan(stmt)
-                out.append(done[key])
+        body = tree.body
+        for i in picked:
+            key = keys[i]
+            if key not in done:
+                done[key] = scan(body[i])
+            out.append(done[key])
         return out
 
 
@@ -148,13 +159,20 @@ def may_bind(names: Sequence[str]) -> Callable[[str], bool]:
     binds nothing; a statement whose every spelling is one of those is not walked (``range(n)``
     in every loop of a file made the builtin checks walk each function that has a loop). Any other
     spelling, in a string or comment too, and any source that is not ASCII, counts as a binding."""
-    return functools.partial(_may_bind, tuple(names))
+    return MayBind(tuple(names))
 
 
-def _may_bind(names: Tuple[str, ...], text: str) -> bool:
-    if not text.isascii():
-        return True
-    return any(_binding_spelling(name).search(text) is not None for name in names if name in text)
+@dataclasses.dataclass(frozen=True)
+class MayBind:
+    """:func:`may_bind`'s filter: equal for the same names, so :meth:`StatementMemo.mentioning`
+    keeps the statements it picks for the version."""
+
+    names: Tuple[str, ...]
+
+    def __call__(self, text: str) -> bool:
+        if not text.isascii():
+            return True
+        return any(_binding_spelling(name).search(text) is not None for name in self.names if name in text)
 
 
 @functools.lru_cache(maxsize=256)
