@@ -19,10 +19,9 @@ from __future__ import annotations
 import ast
 import bisect
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, cast
 
 from scalebox_cst.textlines import physical_lines
-from scalebox_cst.transforms.analysis.astwalk import push_children
 
 
 @dataclasses.dataclass
@@ -71,23 +70,42 @@ def _line_starts(code: str) -> List[int]:
     return starts
 
 
-_HAS_LINES: Dict[type, bool] = {}
-
-
 def _shift(node: ast.AST, delta: int) -> None:
     """Add ``delta`` to the line numbers of ``node`` and every node below it (``ast.increment_lineno``
-    in a third of its time: no generator, the attribute check cached per type)."""
+    without its generator: a step per node type made once, which moves the node's own lines and
+    pushes its children; ``ctx``, ``op`` and ``ops`` fields hold singletons without lines, not walked)."""
     todo = [node]
-    has = _HAS_LINES
+    steps = _STEPS
     while todo:
         n = todo.pop()
-        t = type(n)
-        h = has.get(t)
-        if h is None:
-            h = has[t] = "lineno" in t._attributes and "end_lineno" in t._attributes
-        if h:
-            n.lineno += delta  # type: ignore[attr-defined]
-            end = n.end_lineno  # type: ignore[attr-defined]
-            if end is not None:
-                n.end_lineno = end + delta  # type: ignore[attr-defined]
-        push_children(n, todo)
+        step = steps.get(type(n))
+        if step is None:
+            step = _step(type(n))
+        step(n, delta, todo)
+
+
+_Step = Callable[[ast.AST, int, List[ast.AST]], None]
+_STEPS: Dict[type, _Step] = {}
+
+
+def _step(cls: type) -> _Step:
+    lines = ["def step(n, d, todo):"]
+    if "lineno" in cls._attributes and "end_lineno" in cls._attributes:  # type: ignore[attr-defined]
+        lines += ["    n.lineno += d", "    e = n.end_lineno", "    if e is not None:", "        n.end_lineno = e + d"]
+    for name in cls._fields:  # type: ignore[attr-defined]
+        if name in ("ctx", "op", "ops"):  # Load/Store/Del, operators: shared singletons without lines
+            continue
+        lines += [
+            f"    v = getattr(n, {name!r}, None)",
+            "    if isinstance(v, AST):",
+            "        todo.append(v)",
+            "    elif isinstance(v, list):",
+            "        for x in v:",
+            "            if isinstance(x, AST):",
+            "                todo.append(x)",
+        ]
+    lines.append("    return None")
+    scope = {"AST": ast.AST}
+    exec("\n".join(lines), scope)  # noqa: S102 - field names of an ast class: identifiers
+    step = _STEPS[cls] = cast(_Step, scope["step"])
+    return step
