@@ -70,6 +70,28 @@ loop (its plan, analysis, three parses of generated text from cached shapes and 
 ~1 ms each), reduction and elementwise ~3.5 ms, target_update ~2 ms, grad_clip's whole-module
 scan 1.2 s. ``loops`` at 20k (27.8 s): recurrence ~8 ms per loop, the codegen of the one
 function after it (~2 s per 5k input lines, the function grows ~6x) and the ast parse of it.
+Round 5 (issue 19 item 13; CPU s, 1d52881 -> after, each pair old then new in fresh processes
+on the loaded machine, peak MB in brackets): mixed 20k 8.17 -> 4.92 (302 -> 182), 50k 18.4 -> 13.2
+(692 -> 414; bench table after: 13.45, exponent 1.02), loops 5k 7.07 -> 5.58, 20k 28.6 -> 23.2
+(bench table after: 22.9, exponent 1.07; peak unchanged). Output identical after every step
+(``--identity 1d52881 --identity-sizes 1000,5000``: 0 differ). What changed: where the codegen
+spliced a version, its ``ast`` is the last version's kept statements with their lines shifted
+and parses of the generated stretches (scalebox_cst/astsplice.py; ``ast.parse`` of the whole
+file after each of the five editing transforms was ~4 s at mixed 50k, now ~2 s, and the versions
+share their unchanged nodes: the peak drop); the pipeline's codegen and recurrence's ``_code``
+write nodes through scalebox_cst/fastcode.py (one emitter per node type copied from libcst 1.9's
+``_codegen_impl``, without its per-node hooks and generator context managers: 3-4x); the builtin
+checks walk only statements that can bind the name (statement_memo.may_bind: ``range(n)`` binds
+nothing), with one checker per module version and the statements picked for a word kept for the
+version; the one-line statements and expressions every vectorize transform generates per site are
+copied from the parse of their shape (cstclone.parse_statement/parse_expression); recurrence
+finds a site's names in rendered text without compiling a regex per name (syntax.spells);
+grad_clip's scan walks only the statements spelling a word a recognised call must spell; the
+imports scan dispatches on node type. What is left at mixed 50k (~13 s): libcst's parse of the
+functions transforms edit (~2.3 s, a quarter of it libcst's node validation), the spliced ``ast``
+(~2 s, most of it moving kept statements' lines in Python), codegen and line maps (~1.5 s), then
+per site: recurrence ~6 ms per GAE loop (plan, analysis, shapes of generated text and their
+copies, the fused program's compile), reduction and elementwise ~2.5 ms, the others ~2 ms.
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB. Measured on the loaded
 2-core machine (CPU s / peak MB, 50k lines; old = before the statement memo, spliced codegen,
 grad_clip's path-only insertion pass and recurrence's kept-loop pre-filter, run back to back):

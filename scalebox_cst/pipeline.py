@@ -17,6 +17,7 @@ without them and they are put back on the lines they came from (see ``_PageBreak
 from __future__ import annotations
 
 import ast
+import bisect
 import dataclasses
 import functools
 import gc
@@ -29,7 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from scalebox_cst import linediff, sourcefile
+from scalebox_cst import astsplice, fastcode, linediff, sourcefile
 from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
 from scalebox_cst.textlines import physical_lines
@@ -181,7 +182,8 @@ class Pipeline:
                     if lines >= COLLECT_LINES:
                         ctx.__dict__.clear()  # this version's module is held by new_module
                         gc.collect(0)  # this transform's garbage, before the new tree exists
-                    new_tree = ast.parse(new_code, filename=path)
+                    plan = codegen.plan if new_module is not None else None  # (spliced: astsplice)
+                    new_tree = (plan and astsplice.parse(new_code, code, tree, plan, path)) or ast.parse(new_code, filename=path)
                     if lines >= COLLECT_LINES:
                         _freeze()  # the new tree is live: later collections need not walk it
             except cst.ParserSyntaxError as exc:
@@ -286,6 +288,7 @@ class _Codegen:
         """``module.code``; given the version it was made from (with its code and ast), by
         splicing: only the statements that changed are generated (see ``_splice``). ``seed``:
         the text to write for some nodes (a partial module's fillers: transforms/partial.py)."""
+        self.plan: Optional[astsplice.Plan] = None  # what the splice kept and made (astsplice)
         style = (module.default_indent, module.default_newline)
         if seed:
             if style != self._style:
@@ -306,7 +309,7 @@ class _Codegen:
         hit = self._done.get(id(node))
         if hit is not None and hit[0] is node:
             return hit[1]
-        text = module.code_for_node(node)
+        text = fastcode.code_for_node(module, node)
         self._done[id(node)] = (node, text)
         return text
 
@@ -348,6 +351,7 @@ class _Codegen:
 
         pieces: List[str] = []
         done = 0  # old_code is copied up to here
+        plan, copied, at = astsplice.Plan(), [], 0  # copied: (old start, old end, new start) of each copy
         bounds = [(-1, -1), *kept, (len(old.body), len(module.body))]
         for (i0, j0), (i1, j1) in zip(bounds, bounds[1:]):
             if i1 - i0 == 1 and j1 - j0 == 1:
@@ -368,10 +372,16 @@ class _Codegen:
                 begin = end = len(old_code) - len(footer)
                 if begin < done or not old_code.endswith(footer):
                     return None
-            pieces.append(old_code[done:begin])
-            pieces.extend(self._text(module, module.body[j]) for j in range(j0 + 1, j1))
-            done = end
+            made = "".join(self._text(module, module.body[j]) for j in range(j0 + 1, j1))
+            copied.append((done, begin, at))
+            at += begin - done
+            if made:
+                plan.made.append((j0 + 1, at, made))
+            pieces += [old_code[done:begin], made]
+            at, done = at + len(made), end
         pieces.append(old_code[done:])
+        copied.append((done, len(old_code), at))
+        self.plan = _kept(plan, kept, copied, offset) if len(old_tree.body) == len(old.body) else None  # one ast each
         return "".join(pieces)
 
     def _concatenate(self, module: cst.Module) -> str:
@@ -384,11 +394,24 @@ class _Codegen:
         texts: List[str] = []
         for node in parts:
             hit = done.get(id(node))
-            text = hit[1] if hit is not None and hit[0] is node else module.code_for_node(node)
+            text = hit[1] if hit is not None and hit[0] is node else fastcode.code_for_node(module, node)
             now[id(node)] = (node, text)  # keeps the node alive, so its id is not reused
             texts.append(text)
         self._style, self._done = style, now
         return "".join(texts)
+
+
+def _kept(plan: "astsplice.Plan", kept: List[Tuple[int, int]], copied: List[Tuple[int, int, int]], offset: Callable[[int], Optional[int]]) -> Optional["astsplice.Plan"]:
+    """``plan`` with where each kept statement's text went (it lies in one copied stretch)."""
+    starts = [c[0] for c in copied]
+    for i, j in kept:
+        old_at = offset(i)
+        k = bisect.bisect_right(starts, old_at) - 1 if old_at is not None else -1
+        if k < 0 or not copied[k][0] <= old_at < copied[k][1]:  # type: ignore[operator]
+            return None
+        plan.kept.append((i, old_at, copied[k][2] + old_at - copied[k][0]))  # type: ignore[operator]
+        plan.kept_at.append(j)
+    return plan
 
 
 _FROZEN = threading.local()

@@ -56,6 +56,22 @@ def _ast_targets(target: ast.AST, out: Set[str]) -> None:
         _ast_targets(target.value, out)
 
 
+#: what :func:`_scan_imports` does with a node of each type (``isinstance`` chains per node were
+#: most of the scan): nothing but walk below it, or one of the cases below
+_OTHER, _NAME, _IMPORT, _IMPORT_FROM, _DEF, _ARG, _LOOP = range(7)
+_SCAN_KINDS: Dict[type, int] = {}
+
+
+def _scan_kind(t: type) -> int:
+    k = (_NAME if issubclass(t, ast.Name) else _IMPORT if issubclass(t, ast.Import) else
+         _IMPORT_FROM if issubclass(t, ast.ImportFrom) else
+         _DEF if issubclass(t, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else
+         _ARG if issubclass(t, ast.arg) else
+         _LOOP if issubclass(t, (ast.For, ast.AsyncFor, ast.comprehension)) else _OTHER)
+    _SCAN_KINDS[t] = k
+    return k
+
+
 def _scan_imports(tree: ast.AST):
     """What :class:`ImportMap` needs from one subtree: its imports as (depth, BFS order, alias,
     qualified name, in ast.walk's order within the subtree), the names it assigns and the names it uses."""
@@ -64,22 +80,31 @@ def _scan_imports(tree: ast.AST):
     names: Set[str] = set()
     level: List[ast.AST] = [tree]
     depth = 0
+    kinds = _SCAN_KINDS
     while level:
         below: List[ast.AST] = []
         for node in level:
+            k = kinds.get(type(node))
+            if k is None:
+                k = _scan_kind(type(node))
+            if k == _OTHER:
+                push_children(node, below)
+                continue
+            if k == _NAME:  # its one child, the context, is none of the cases: not walked
+                names.add(node.id)  # type: ignore[attr-defined]
+                if isinstance(node.ctx, (ast.Store, ast.Del)):  # type: ignore[attr-defined]
+                    assigned.add(node.id)  # type: ignore[attr-defined]
+                continue
             push_children(node, below)
-            if isinstance(node, ast.Name):
-                names.add(node.id)
-                if isinstance(node.ctx, (ast.Store, ast.Del)):
-                    assigned.add(node.id)
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
+            if k == _IMPORT:
+                for alias in node.names:  # type: ignore[attr-defined]
                     if alias.asname:
                         imports.append((depth, len(imports), alias.asname, alias.name))
                     else:
                         top = alias.name.split(".")[0]
                         imports.append((depth, len(imports), top, top))
-            elif isinstance(node, ast.ImportFrom):
+            elif k == _IMPORT_FROM:
+                assert isinstance(node, ast.ImportFrom)
                 if node.level or not node.module:
                     if any(a.name == "*" for a in node.names):
                         imports.append((depth, len(imports), "*", "*"))  # a star import not resolved
@@ -92,19 +117,19 @@ def _scan_imports(tree: ast.AST):
                     else:  # "*"-prefixed: bound by a star import (dropped if another is not resolved)
                         for name in sorted(star_names(node.module) or ()):
                             imports.append((depth, len(imports), name, "*" + node.module + "." + name))
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                assigned.add(node.name)
-                names.add(node.name)
+            elif k == _DEF:
+                assigned.add(node.name)  # type: ignore[attr-defined]
+                names.add(node.name)  # type: ignore[attr-defined]
                 if not isinstance(node, ast.ClassDef):
-                    a = node.args
+                    a = node.args  # type: ignore[attr-defined]
                     for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
                         if arg is not None:
                             assigned.add(arg.arg)
                             names.add(arg.arg)
-            elif isinstance(node, ast.arg):
-                names.add(node.arg)
-            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                _ast_targets(node.target, assigned)
+            elif k == _ARG:
+                names.add(node.arg)  # type: ignore[attr-defined]
+            else:  # _LOOP
+                _ast_targets(node.target, assigned)  # type: ignore[attr-defined]
         level = below
         depth += 1
     return imports, frozenset(assigned), frozenset(names)

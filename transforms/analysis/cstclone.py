@@ -99,8 +99,8 @@ def _copier(cls: type) -> Callable[[Any, Optional[Dict[str, str]]], Any]:
 #: a placeholder's prefix; text holding it is parsed as it is
 _MARK = "_sbx_shape_"
 _SOFT = frozenset(getattr(keyword, "softkwlist", ())) | {"match", "case", "type", "_", "print", "exec"}
-#: shape text -> its parsed module (bounded: cleared when full)
-_SHAPES: Dict[str, cst.Module] = {}
+#: (how it was parsed, shape text) -> its parse (bounded: cleared when full)
+_SHAPES: Dict[Tuple[str, str], Any] = {}
 _MAX_SHAPES = 512
 
 
@@ -242,13 +242,33 @@ def _comments(text: str, begin: int, end: int, spans: _Spans) -> bool:
 def parse_statements(text: str) -> List[cst.BaseStatement]:
     """``cst.parse_module(text).body``, as fresh nodes; text whose shape was parsed before (the
     same code up to its identifiers) is not parsed again."""
+    module = _parsed("module", text, cst.parse_module)
+    return [clone(st, module[1]) for st in module[0].body] if module[1] is not None else list(module[0].body)
+
+
+def parse_statement(text: str) -> cst.BaseStatement:
+    """``cst.parse_statement(text)``, a fresh tree copied from the parse of its shape (the one-line
+    statements the vectorize transforms generate per site differ only in names)."""
+    node, names = _parsed("statement", text, cst.parse_statement)
+    return clone(node, names) if names is not None else node
+
+
+def parse_expression(text: str) -> cst.BaseExpression:
+    """``cst.parse_expression(text)``, a fresh tree copied from the parse of its shape."""
+    node, names = _parsed("expression", text, cst.parse_expression)
+    return clone(node, names) if names is not None else node
+
+
+def _parsed(how: str, text: str, parse: Callable[[str], Any]) -> Tuple[Any, Optional[Dict[str, str]]]:
+    """(the parse of ``text``'s shape, placeholder -> name) to copy from; (the parse of ``text``
+    itself, None) where it has no shape (it is then used as it is: nothing else holds it)."""
     shaped = _shape(text)
     if shaped is None:
-        return list(cst.parse_module(text).body)
+        return parse(text), None
     key, names = shaped
-    module = _SHAPES.get(key)
-    if module is None:
+    tree = _SHAPES.get((how, key))
+    if tree is None:
         if len(_SHAPES) >= _MAX_SHAPES:
             _SHAPES.clear()
-        module = _SHAPES[key] = cst.parse_module(key)
-    return [clone(st, names) for st in module.body]
+        tree = _SHAPES[(how, key)] = parse(key)
+    return tree, names

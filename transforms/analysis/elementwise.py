@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
+from .cstclone import parse_expression
 from .bodies import _code
 from .purity import ALLOWED_KEYWORDS, EXACT_FUNCS, EXACT_METHODS, INEXACT_FUNCS, INEXACT_METHODS, is_pure, pure_call
 
@@ -181,7 +182,7 @@ class _Batched(cst.CSTTransformer):
         if isinstance(original, cst.BaseExpression):
             key = self.outer.element(original)
             if key is not None:
-                new = cst.parse_expression(self.names[key])  # a name, or e.g. ``_sb_batch[0]``
+                new = parse_expression(self.names[key])  # a name, or e.g. ``_sb_batch[0]``
                 return new.with_changes(lpar=original.lpar, rpar=original.rpar) if original.lpar else new
         return updated
 

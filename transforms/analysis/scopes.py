@@ -236,7 +236,7 @@ class BuiltinChecker:
         version only the statements that spell ``name`` (or ``import``) are scanned (a whole-module
         walk was a second per 50k lines for the few builtins a transform asks about)."""
         if self._cache is None and name not in self._rebound:
-            parts = statement_memo.mentioning(self.tree, "rebound", _ast_rebound_walk, (name,))
+            parts = statement_memo.mentioning(self.tree, "rebound", _ast_rebound_walk, (name,), statement_memo.may_bind((name,)))
             if parts is None:
                 self._scan()
             else:
@@ -259,8 +259,11 @@ class BuiltinChecker:
 
 
 def builtin_checker(tree: ast.AST) -> BuiltinChecker:
-    """A :class:`BuiltinChecker` for the module's tree."""
-    return BuiltinChecker(tree)
+    """A :class:`BuiltinChecker` for the module's tree: one per registered module version
+    (statement_memo.per_version; its answers depend on the tree alone). Checkers were made per
+    loop and per call checked (recurrence's grammar), and each first question scanned the text of
+    every top-level statement."""
+    return statement_memo.per_version(tree, "builtin_checker", lambda: BuiltinChecker(tree))
 
 
 def rebound_reason(builtins_ok: Callable[[str], bool], name: str) -> str:

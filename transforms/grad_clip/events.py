@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from ..analysis.astwalk import push_children
 from ..analysis.statements import _AST_COMPOUND
 from ..names import ImportMap, ast_dotted
+from scalebox_cst.textlines import physical_lines
 from .recognise import (
     ACCELERATORS, CLIP_NAME_PREFIX, CLIP_QUALNAMES, GRAD_SCALERS, GUARD_QUALNAMES, last_name, scaler_of,
 )
@@ -91,8 +92,20 @@ def calls_in(node: ast.AST) -> List[ast.Call]:
 class ModuleScan:
     """One pass over the module's ast: the events of every scope, and what assignments say."""
 
-    def __init__(self, tree: ast.Module, imports: ImportMap) -> None:
+    def __init__(self, tree: ast.Module, imports: ImportMap, code: Optional[str] = None) -> None:
         self.qualify = imports.qualify
+        # Given the code, a simple statement whose lines spell none of the words a call that
+        # :meth:`classify` names must spell is not walked for calls (a whole-module walk of every
+        # call was most of the scan): the last part of each qualified name (called through a
+        # module: ``utils.clip_grad_norm_``), the local names imported for one, the name prefix
+        # and the method names. Lines that are not ASCII are walked (an identifier may normalise).
+        self._lines = physical_lines(code) if code is not None else None
+        named = CLIP_QUALNAMES | GUARD_QUALNAMES | {"torch.autograd.backward"}
+        self._words = tuple(sorted(
+            {CLIP_NAME_PREFIX, "backward", "unscale_", "step"}
+            | {q.rsplit(".", 1)[-1] for q in named}
+            | {local for local, full in imports.aliases.items() if full in named}
+        ))
         self.assigned: Dict[str, Set[str]] = {}  # dotted target -> qualified names of the calls
         self.by_last: Dict[str, Set[str]] = {}  # last attribute -> qualified names
         self.scalers: Set[str] = set()
@@ -144,6 +157,14 @@ class ModuleScan:
             return "step"
         return None
 
+    def _may_call(self, stmt: ast.stmt) -> bool:
+        """Whether ``stmt`` may hold a call :meth:`classify` names (see ``__init__``)."""
+        lines = self._lines
+        if lines is None or stmt.end_lineno is None:
+            return True
+        text = "".join(lines[stmt.lineno - 1 : stmt.end_lineno])
+        return not text.isascii() or any(w in text for w in self._words)
+
     # -------------------------------------------------------------- walking
     def _header(self, node: Optional[ast.AST], stmt: ast.stmt, path: Path, events: List[Event]) -> None:
         if node is None:
@@ -162,10 +183,11 @@ class ModuleScan:
                         self._record(target, stmt.value)
                 elif isinstance(stmt, ast.AnnAssign):
                     self._record(stmt.target, stmt.value)
-                for call in calls_in(stmt):
-                    kind = self.classify(call)
-                    if kind:
-                        events.append(Event(kind, call, stmt, here, path))
+                if self._may_call(stmt):
+                    for call in calls_in(stmt):
+                        kind = self.classify(call)
+                        if kind:
+                            events.append(Event(kind, call, stmt, here, path))
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 todo.append((stmt.body, here))  # a scope of its own
             elif isinstance(stmt, ast.If):

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ..analysis.cstclone import parse_expression
 from ..partial import elided_width
 from .events import Loc
 
@@ -149,7 +150,7 @@ class InsertBefore(cst.CSTTransformer):
                 semi = prev if isinstance(prev, cst.Semicolon) else cst.Semicolon(
                     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(" ")
                 )
-                out.extend(cst.Expr(cst.parse_expression(t), semicolon=semi) for t in plan[i])
+                out.extend(cst.Expr(parse_expression(t), semicolon=semi) for t in plan[i])
             out.append(small)
         return out
 
@@ -161,7 +162,7 @@ class InsertBefore(cst.CSTTransformer):
         updated_node = updated_node.with_changes(body=self._splice(updated_node.body, plan, 1))
         if 0 not in plan:
             return updated_node
-        lines = [cst.SimpleStatementLine(body=[cst.Expr(cst.parse_expression(t))]) for t in plan[0]]
+        lines = [cst.SimpleStatementLine(body=[cst.Expr(parse_expression(t))]) for t in plan[0]]
         # comments and blank lines above the step stay above the inserted lines
         lines[0] = lines[0].with_changes(leading_lines=updated_node.leading_lines)
         return cst.FlattenSentinel([*lines, updated_node.with_changes(leading_lines=())])

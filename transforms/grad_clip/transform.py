@@ -54,7 +54,7 @@ class GradClip(Transform):
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         opts = Options.read(ctx)
-        run = _Pass(ctx, opts, ModuleScan(ctx.tree, ctx.imports), Aliases(ctx))
+        run = _Pass(ctx, opts, ModuleScan(ctx.tree, ctx.imports, ctx.code), Aliases(ctx))
         for events in run.mod.scopes:
             for ev in events:
                 if ev.kind == "step":

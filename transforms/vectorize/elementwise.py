@@ -23,6 +23,7 @@ import libcst as cst
 
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
+from ..analysis.cstclone import parse_expression, parse_statement
 from ..base import FileContext, Transform
 from .scatter import with_index_add_loops
 from ..analysis.bodies import early_exit_reason, flat_body
@@ -331,11 +332,11 @@ class _Rewriter(ScopedRewriter):
             fast.append(f"{_code(out)}[{rows}] = {_code(analysis.batched(expr, names))}")
         exact = all(a.exact for a in analyses)
         if_stmt = cst.If(
-            test=cst.parse_expression(f"{batch} is not None"),
-            body=cst.IndentedBlock(body=[cst.parse_statement(line + "\n") for line in fast]),
+            test=parse_expression(f"{batch} is not None"),
+            body=cst.IndentedBlock(body=[parse_statement(line + "\n") for line in fast]),
             orelse=cst.Else(body=cst.IndentedBlock(body=[updated.with_changes(leading_lines=())])),
         )
-        assign = cst.parse_statement(f"{batch} = {call}\n").with_changes(leading_lines=updated.leading_lines)
+        assign = parse_statement(f"{batch} = {call}\n").with_changes(leading_lines=updated.leading_lines)
         what = ", ".join(f"{_code(o)}[...]" for o in outs)
         if exact:
             self._site(original, REWRITTEN, f"one slice assignment per output ({what}); same ops per element; {BATCH_GUARD_NOTE}", EXACT)
@@ -411,7 +412,7 @@ class _Rewriter(ScopedRewriter):
             self._site(original, REWRITTEN, f"torch.{kind} of an element-wise comprehension → one batched expression; same ops per element; {BATCH_GUARD_NOTE}", EXACT)
         else:
             self._site(original, REWRITTEN, f"torch.{kind} of an element-wise comprehension → one batched expression; {INEXACT_NOTE}; {BATCH_GUARD_NOTE}", REASSOCIATED)
-        return cst.parse_expression(text)
+        return parse_expression(text)
 
 
 class VectorizeElementwise(Transform):

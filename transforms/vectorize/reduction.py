@@ -21,6 +21,7 @@ import libcst as cst
 
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
+from ..analysis.cstclone import parse_expression, parse_statement
 from ..base import FileContext, Transform
 from ..analysis.bodies import early_exit_reason, flat_body
 from ..analysis.reads import names_read, read_elsewhere
@@ -352,17 +353,17 @@ class _Rewriter(ScopedRewriter):
                     fast.append(f"{acc.name} = {total} + {acc.name}")
                 what.append(f"{acc.name} {acc.op}= one sum")
         # Build: batch = helper(...); if batch is not None: fast... else: slow...; original loop
-        assign = cst.parse_statement(f"{batch} = {call}\n")
-        fast_block = [cst.parse_statement(line + "\n") for line in fast]
-        slow_block = [cst.parse_statement(line + "\n") for line in slow] + [out[idx].with_changes(leading_lines=())]
+        assign = parse_statement(f"{batch} = {call}\n")
+        fast_block = [parse_statement(line + "\n") for line in fast]
+        slow_block = [parse_statement(line + "\n") for line in slow] + [out[idx].with_changes(leading_lines=())]
         if_stmt = cst.If(
-            test=cst.parse_expression(f"{batch} is not None"),
+            test=parse_expression(f"{batch} is not None"),
             body=cst.IndentedBlock(body=fast_block),
             orelse=cst.Else(body=cst.IndentedBlock(body=slow_block)),
         )
         out[idx] = cst.FlattenSentinel([assign.with_changes(leading_lines=loop.leading_lines), if_stmt])
         for j, node, text in replacements:
-            out[j] = out[j].deep_replace(self._find_same(out[j], node), cst.parse_expression(text))
+            out[j] = out[j].deep_replace(self._find_same(out[j], node), parse_expression(text))
         detail = "; ".join(what)
         if exactness == EXACT:
             reason = f"one batched element-wise evaluation: {detail}; same ops per element; {BATCH_GUARD_NOTE}"

@@ -27,6 +27,7 @@ import libcst as cst
 
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
+from ..analysis.cstclone import parse_expression, parse_statement
 from ..base import FileContext
 from ..analysis.bodies import early_exit_reason, flat_body, target_names
 from ..analysis.loops import not_a_name
@@ -407,11 +408,11 @@ def _emit(ctx: FileContext, node: cst.For, plan: _Plan) -> cst.FlattenSentinel:
         call = f"{helper}({plan.rows}, {_code(plan.out)}, {_code(plan.dim)}, {', '.join(tuples)})"
         fast = [f"{', '.join(head + unpack)} = {batch}"] + ops
     if_stmt = cst.If(
-        test=cst.parse_expression(f"{batch} is not None"),
-        body=cst.IndentedBlock(body=[cst.parse_statement(line + "\n") for line in fast]),
+        test=parse_expression(f"{batch} is not None"),
+        body=cst.IndentedBlock(body=[parse_statement(line + "\n") for line in fast]),
         orelse=cst.Else(body=cst.IndentedBlock(body=[node.with_changes(leading_lines=())])),
     )
-    assign = cst.parse_statement(f"{batch} = {call}\n").with_changes(leading_lines=node.leading_lines)
+    assign = parse_statement(f"{batch} = {call}\n").with_changes(leading_lines=node.leading_lines)
     return cst.FlattenSentinel([assign, if_stmt])
 
 

@@ -19,6 +19,7 @@ import libcst as cst
 
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
+from ..analysis.cstclone import parse_expression
 from ..base import FileContext, Transform
 from ..analysis.bodies import flat_body, target_names
 from ..analysis.reads import read_elsewhere
@@ -441,7 +442,7 @@ class _Rewriter(ScopedRewriter):
             args.append("data=False")
         if form.replace:
             args.append("replace=True")
-        test = cst.parse_expression(f"not {alias}({', '.join(args)})")
+        test = parse_expression(f"not {alias}({', '.join(args)})")
         self.sites.append(self.make_site(original, REWRITTEN, f"{form.note}: {note}", exactness))
         inner = updated.with_changes(leading_lines=())
         return cst.If(test=test, body=cst.IndentedBlock(body=[inner]), leading_lines=updated.leading_lines)

@@ -107,3 +107,30 @@ def test_the_c_tokenizer_finds_the_spans_the_tokenize_module_finds():
     # not taken: non-ASCII text, form feeds, carriage returns (the tokenize module decides)
     for text in ("é = 1\n", "x = 1\f\ny = 2\n", "x = 1\r\ny = 2\r\n"):
         assert cstclone._fast_spans(text) is None
+
+
+#: one-line statements and expressions as the vectorize transforms generate them per site
+LINES = [
+    ("statement", "_sb_batch_3 = _sb_batch_zip((xs, ys), (), (), (), 1)\n"),
+    ("statement", "out[_sb_idx] = torch.where(mask, a * 2.5 + b, c)\n"),
+    ("statement", "total_2 = total_2 + _sb_batch_1[0].sum(0)  # done\n"),
+    ("statement", "if _sb_batch is not None:\n    y = 'a'\n"),
+    ("expression", "_sb_batch_7 is not None"),
+    ("expression", "not _sb_soft_update(target, source, 0.005)"),
+    ("expression", "((x_1 * 2).contiguous() if (_sb_b := _sb_batch_zip((xs,), (), (), (), 1)) is not None else [x_1 * 2 for x_1 in xs])"),
+]
+
+
+@pytest.mark.parametrize("how,text", LINES)
+def test_one_statement_or_expression_is_the_parsers_own(how, text, monkeypatch):
+    cstclone._SHAPES.clear()
+    real = getattr(cst, f"parse_{how}")
+    mine = getattr(cstclone, f"parse_{how}")
+    calls = []
+    monkeypatch.setattr(cst, f"parse_{how}", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
+    renamed = text.replace("_sb_batch", "_sb_other").replace("x_1", "x_9").replace("'a'", "'zz'").replace("# done", "# fin")
+    for t in (text, renamed, text):
+        got, expected = mine(t), real(t)
+        assert got.deep_equals(expected) and cst.Module([]).code_for_node(got) == cst.Module([]).code_for_node(expected)
+    assert len(calls) == 1  # the shape's parse only: the texts differ in names, strings and comments
+    assert not _ids(mine(text)) & _ids(mine(text))  # fresh nodes each time

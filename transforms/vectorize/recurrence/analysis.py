@@ -16,6 +16,7 @@ from typing import Dict, List, Mapping, Set, Tuple
 
 import libcst as cst
 
+from ...analysis.cstclone import parse_expression
 from ...base import FileContext
 from .syntax import (
     Skip,
@@ -233,7 +234,7 @@ class _Analyser:
             if s not in _names_read(w.value) or any(  # type: ignore[arg-type]
                     x is not w and x is not r and any(s in _names_read(e) for e in _exprs(x)) for x in middle):
                 continue
-            nxt = cst.parse_expression(f"{_code(v.value).strip()}[{t} + 1]")
+            nxt = parse_expression(f"{_code(v.value).strip()}[{t} + 1]")
             w.value = _subst(w.value, lambda e, s=s: isinstance(e, cst.Name) and e.value == s, nxt)  # type: ignore[arg-type]
             self.dropped[id(r)] = r
             self.readback_items.append(r)

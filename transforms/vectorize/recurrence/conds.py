@@ -15,6 +15,7 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
+from ...analysis.cstclone import parse_expression
 from .body import _is_number
 from .syntax import _code
 
@@ -65,5 +66,5 @@ def truth_args(test: str, number: str) -> str:
 def node_for(test: str, cont: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     """The container the guard checks: lists declined for ``.item()``."""
     if test == "item":
-        return cst.parse_expression(f"__SBX__.arrays_only({_code(cont).strip()})")
+        return parse_expression(f"__SBX__.arrays_only({_code(cont).strip()})")
     return None

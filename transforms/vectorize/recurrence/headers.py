@@ -11,6 +11,7 @@ from typing import List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ...analysis.cstclone import parse_expression, parse_statement
 from ...analysis.purity import pure_call
 from .syntax import _code, _code_line, _is_call, _is_int, _norm, _pure_container
 
@@ -109,7 +110,7 @@ def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
                 # for t, r in reversed(list(enumerate(x))): t = n-1 .. 0 and r = x[t]; the guard
                 # takes n from length(x) (-1, declined, where len(x) would raise)
                 x = z.args[0].value
-                return Header("index", index=tuple_tgt[0], T=cst.parse_expression(f"__SBX__.length({_code(x).strip()})"),
+                return Header("index", index=tuple_tgt[0], T=parse_expression(f"__SBX__.length({_code(x).strip()})"),
                               elements=[(tuple_tgt[1], x)], target=tgt)
             return None
         if _pure_container(inner) and name_tgt:
@@ -124,7 +125,7 @@ def _backward_header(node: cst.For, shadowed: Set[str]) -> Optional[Header]:
             if k == 1:
                 return Header("index", index=name_tgt, T=first.left, target=tgt)
             if k >= 2:  # range(X - k, -1, -1): T = X - k + 1 steps (pymarl: the last step set before)
-                return Header("index", index=name_tgt, T=cst.parse_expression(f"{_code(first.left).strip()} - {k - 1}"),
+                return Header("index", index=name_tgt, T=parse_expression(f"{_code(first.left).strip()} - {k - 1}"),
                               target=tgt)
         return None
     # range(T)[::-1] is range(T - 1, -1, -1); sorted(range(T), reverse=True) is its list: both
@@ -307,7 +308,7 @@ def hoist_zip(node: cst.For, shadowed: Set[str], imports, fresh) -> Optional[Hoi
         if not _pure_chain(base, imports):
             return None
         name = fresh("zipped")
-        lines.append(cst.parse_statement(f"{name} = {_code_line(base)}"))  # type: ignore[arg-type]
+        lines.append(parse_statement(f"{name} = {_code_line(base)}"))  # type: ignore[arg-type]
         hoisted.append(f"`{_code_line(base)}` into `{name}`")
         new_v = v.with_changes(args=[v.args[0].with_changes(value=cst.Name(name))]) if isinstance(v, cst.Call) \
             else v.with_changes(value=cst.Name(name))

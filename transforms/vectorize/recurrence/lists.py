@@ -27,6 +27,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 
 import libcst as cst
 
+from ...analysis.cstclone import parse_expression
 from .syntax import _code, _norm, _one_line, _pure_container, _subst, _walk, Skip
 from .body import AnyItem, Item, ItemT, _flatten
 
@@ -207,7 +208,7 @@ def invariant_containers(consts: Iterable[str], scalars: Iterable[str]) -> List[
     out: Dict[str, None] = {}
     for text in list(consts) + list(scalars):
         try:
-            e = cst.parse_expression(text)
+            e = parse_expression(text)
         except Exception:  # pragma: no cover - the codes are expressions the body holds
             continue
         if isinstance(e, cst.Subscript) and _pure_container(e.value):

@@ -54,7 +54,7 @@ def _statement_fors(stmts, lib, before: Optional[dict] = None):
 def _ast_bound_of(tree: ast.Module, names: Sequence[str]) -> Set[str]:
     """Those of ``names`` the module binds anywhere: on a registered module version, only the
     top-level statements that spell one of them are walked (statement_memo.mentioning)."""
-    parts = statement_memo.mentioning(tree, "bound", _ast_bound, names)
+    parts = statement_memo.mentioning(tree, "bound", _ast_bound, names, statement_memo.may_bind(names))
     found = set().union(*parts) if parts is not None else _ast_bound(tree)
     return found & set(names)
 

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from ...base import FileContext
-from .syntax import _code, _names_read, _norm, fresh
+from .syntax import _code, _names_read, _norm, fresh, spells
 from .analysis import Analysis
 from .affine import recurrence
 from .render import Renderer, Tables
@@ -97,7 +97,7 @@ def _middle(ctx: FileContext, a: Analysis, r: Renderer, helpers: str, op: str,
     derived: Set[str] = set()  # arrays computed from a carried value (their items follow its type)
 
     def from_carried(text: str) -> bool:
-        return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in derived)
+        return any(spells(text, n) for n in derived)
 
     for it in a.middle:
         if it.kind == "reset":

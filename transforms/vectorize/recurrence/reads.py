@@ -12,6 +12,7 @@ from typing import Mapping, Optional, Tuple
 
 import libcst as cst
 
+from ...analysis.cstclone import parse_expression
 from .syntax import _code, _norm, _pure_container, _walk
 from .body import BodyParser, _int_indices
 from .headers import Header
@@ -20,7 +21,7 @@ from .headers import Header
 @functools.lru_cache(maxsize=512)
 def _column_text(cont: str, idx: Tuple[str, ...]) -> cst.BaseExpression:
     # libcst nodes are immutable: one parse per text serves every site that reads that column
-    return cst.parse_expression(f"__SBX__.column({cont}, ({', '.join(idx)},))")
+    return parse_expression(f"__SBX__.column({cont}, ({', '.join(idx)},))")
 
 
 def column_node(cont: cst.BaseExpression, idx: Tuple[str, ...]) -> cst.BaseExpression:

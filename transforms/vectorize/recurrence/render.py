@@ -8,13 +8,12 @@ quadratic family renders the whole inner range (``window`` 0) and widens :meth:`
 from __future__ import annotations
 
 import dataclasses
-import re
 import types
 from typing import Callable, Dict, Mapping, Set, Tuple
 
 import libcst as cst
 
-from .syntax import _code, _names_read, _norm, _OP_TEXT, Skip
+from .syntax import _code, _names_read, _norm, _OP_TEXT, Skip, spells
 from .body import AnyItem
 from .reads import Reads, seq_label
 from . import conds
@@ -166,6 +165,6 @@ class Renderer:
         """Whether rendered ``text`` varies over the steps (reads an array of the steps)."""
         names = set(self.vec_names.values()) | set(self.cond_names.values())
         names |= self.step_names
-        if any(re.search(rf"(?<![\w.]){re.escape(n)}\[1:{re.escape(self.T)} - 1\b", text) for n in self.fwd_reads):
+        if any(spells(text, n, f"[1:{self.T} - 1") for n in self.fwd_reads):
             return True
-        return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in names)
+        return any(spells(text, n) for n in names)

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from ...analysis.cstclone import parse_expression
 from ...base import FileContext
 from ...names import dotted
 from .syntax import _CAST_METHODS, _bound_names, _code, _head, _names_read, _one_line, Skip, _stmts, _walk
@@ -151,7 +152,7 @@ def unswitch(ctx: FileContext, node: cst.For, header: Header, reassociate: bool,
     helpers = ctx.runtime_name(HELPERS_QUALNAME, "_sbx")
     head = f"{helpers}.steps({_code(header.T).strip()}) <= 0 or ({_code(st.test).strip()})"
     new_if = cst.If(
-        test=cst.parse_expression(head),
+        test=parse_expression(head),
         body=cst.IndentedBlock(body=[outcomes[0][0]]),
         orelse=cst.Else(body=cst.IndentedBlock(body=[outcomes[1][0]])),
         leading_lines=node.leading_lines,

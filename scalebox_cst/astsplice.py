@@ -1,0 +1,111 @@
+"""The ``ast`` of a module version made from the previous version's, where the codegen spliced it.
+
+After each transform that edits, the pipeline needs the new version's ``ast``; ``ast.parse`` of
+the whole file was a quarter of a dense file's rewrite (six versions of 50k lines: ~4 s, issue 19
+item 13), though most top-level statements are the previous version's, unchanged. Where the
+codegen spliced the new code (``pipeline._Codegen._splice``: the old code with the text of
+replaced statements swapped), it says which statements it kept (same text, perhaps on other
+lines) and which stretches of text it generated. The kept statements' ``ast`` nodes are moved
+into the new tree with their line numbers shifted (columns are unchanged: a top-level statement
+moves by whole lines), and only the generated stretches are parsed, then moved to their lines. The
+result is what ``ast.parse`` of the new code gives (tests/scalebox_cst/test_astsplice.py compares
+``ast.dump(..., include_attributes=True)``); where that cannot be shown cheaply (a ``\\r`` in the
+code, a ``__future__`` import, which can change how code parses) the caller parses the whole file.
+
+The kept nodes are the previous version's, moved: that tree is not used after the new one exists.
+"""
+from __future__ import annotations
+
+import ast
+import bisect
+import dataclasses
+from typing import Callable, Dict, List, Optional, Tuple, cast
+
+from scalebox_cst.textlines import physical_lines
+
+
+@dataclasses.dataclass
+class Plan:
+    """What a splice kept and made, in the new module's statement order."""
+
+    #: (old statement index, its text's offset in the old code, in the new code), in order
+    kept: List[Tuple[int, int, int]] = dataclasses.field(default_factory=list)
+    #: (first new statement index, offset in the new code, generated text), in order
+    made: List[Tuple[int, int, str]] = dataclasses.field(default_factory=list)
+    #: new statement index of each kept statement (parallel to ``kept``)
+    kept_at: List[int] = dataclasses.field(default_factory=list)
+
+
+def parse(new_code: str, old_code: str, old_tree: ast.Module, plan: Plan, filename: str) -> Optional[ast.Module]:
+    """``ast.parse(new_code, filename)`` from ``old_tree`` (of ``old_code``) and ``plan``; None where
+    the caller is to parse the whole code. Raises what ``ast.parse`` of a generated stretch raises."""
+    if "\r" in new_code or "\r" in old_code or "__future__" in new_code:
+        return None
+    new_starts = _line_starts(new_code)
+    old_starts = _line_starts(old_code)
+    pieces: List[Tuple[int, List[ast.stmt]]] = []  # (first new statement index, its ast statements)
+    for j, new_at, text in plan.made:  # first: nothing of the old tree is moved before this succeeds
+        line = bisect.bisect_right(new_starts, new_at)  # 1-based line of the stretch's start
+        if new_starts[line - 1] != new_at:
+            return None  # a stretch starts inside a line: not a run of whole statements
+        body = ast.parse(text, filename=filename).body
+        if line > 1:
+            for stmt in body:
+                _shift(stmt, line - 1)
+        pieces.append((j, body))
+    for (i, old_at, new_at), j in zip(plan.kept, plan.kept_at):
+        delta = bisect.bisect_right(new_starts, new_at) - bisect.bisect_right(old_starts, old_at)
+        stmt = old_tree.body[i]
+        if delta:
+            _shift(stmt, delta)
+        pieces.append((j, [stmt]))
+    pieces.sort(key=lambda p: p[0])
+    return ast.Module(body=[s for _, body in pieces for s in body], type_ignores=[])
+
+
+def _line_starts(code: str) -> List[int]:
+    starts = [0]
+    for line in physical_lines(code):
+        starts.append(starts[-1] + len(line))
+    return starts
+
+
+def _shift(node: ast.AST, delta: int) -> None:
+    """Add ``delta`` to the line numbers of ``node`` and every node below it (``ast.increment_lineno``
+    without its generator: a step per node type made once, which moves the node's own lines and
+    pushes its children; ``ctx``, ``op`` and ``ops`` fields hold singletons without lines, not walked)."""
+    todo = [node]
+    steps = _STEPS
+    while todo:
+        n = todo.pop()
+        step = steps.get(type(n))
+        if step is None:
+            step = _step(type(n))
+        step(n, delta, todo)
+
+
+_Step = Callable[[ast.AST, int, List[ast.AST]], None]
+_STEPS: Dict[type, _Step] = {}
+
+
+def _step(cls: type) -> _Step:
+    lines = ["def step(n, d, todo):"]
+    if "lineno" in cls._attributes and "end_lineno" in cls._attributes:  # type: ignore[attr-defined]
+        lines += ["    n.lineno += d", "    e = n.end_lineno", "    if e is not None:", "        n.end_lineno = e + d"]
+    for name in cls._fields:  # type: ignore[attr-defined]
+        if name in ("ctx", "op", "ops"):  # Load/Store/Del, operators: shared singletons without lines
+            continue
+        lines += [
+            f"    v = getattr(n, {name!r}, None)",
+            "    if isinstance(v, AST):",
+            "        todo.append(v)",
+            "    elif isinstance(v, list):",
+            "        for x in v:",
+            "            if isinstance(x, AST):",
+            "                todo.append(x)",
+        ]
+    lines.append("    return None")
+    scope = {"AST": ast.AST}
+    exec("\n".join(lines), scope)  # noqa: S102 - field names of an ast class: identifiers
+    step = _STEPS[cls] = cast(_Step, scope["step"])
+    return step
