@@ -63,6 +63,24 @@ def parse(new_code: str, old_code: str, old_tree: ast.Module, plan: Plan, filena
     return ast.Module(body=[s for _, body in pieces for s in body], type_ignores=[])
 
 
+def with_kept(plan: Plan, kept: List[Tuple[int, int]], copied: List[Tuple[int, int, int]],
+              offset: Callable[[int], Optional[int]]) -> Optional[Plan]:
+    """``plan`` with where each kept statement's text went (it lies in one copied stretch): ``kept``,
+    (old, new) statement indices; ``copied``, (old start, old end, new start) of the stretches the
+    splice copied; ``offset(i)``, where old statement i's text starts. None where one is not found."""
+    starts = [c[0] for c in copied]
+    for i, j in kept:
+        old_at = offset(i)
+        if old_at is None:
+            return None
+        k = bisect.bisect_right(starts, old_at) - 1
+        if k < 0 or not copied[k][0] <= old_at < copied[k][1]:
+            return None
+        plan.kept.append((i, old_at, copied[k][2] + old_at - copied[k][0]))
+        plan.kept_at.append(j)
+    return plan
+
+
 def _line_starts(code: str) -> List[int]:
     starts = [0]
     for line in physical_lines(code):

@@ -17,7 +17,6 @@ without them and they are put back on the lines they came from (see ``_PageBreak
 from __future__ import annotations
 
 import ast
-import bisect
 import dataclasses
 import functools
 import gc
@@ -381,7 +380,7 @@ class _Codegen:
             at, done = at + len(made), end
         pieces.append(old_code[done:])
         copied.append((done, len(old_code), at))
-        self.plan = _kept(plan, kept, copied, offset) if len(old_tree.body) == len(old.body) else None  # one ast each
+        self.plan = astsplice.with_kept(plan, kept, copied, offset) if len(old_tree.body) == len(old.body) else None  # one ast each
         return "".join(pieces)
 
     def _concatenate(self, module: cst.Module) -> str:
@@ -399,19 +398,6 @@ class _Codegen:
             texts.append(text)
         self._style, self._done = style, now
         return "".join(texts)
-
-
-def _kept(plan: "astsplice.Plan", kept: List[Tuple[int, int]], copied: List[Tuple[int, int, int]], offset: Callable[[int], Optional[int]]) -> Optional["astsplice.Plan"]:
-    """``plan`` with where each kept statement's text went (it lies in one copied stretch)."""
-    starts = [c[0] for c in copied]
-    for i, j in kept:
-        old_at = offset(i)
-        k = bisect.bisect_right(starts, old_at) - 1 if old_at is not None else -1
-        if k < 0 or not copied[k][0] <= old_at < copied[k][1]:  # type: ignore[operator]
-            return None
-        plan.kept.append((i, old_at, copied[k][2] + old_at - copied[k][0]))  # type: ignore[operator]
-        plan.kept_at.append(j)
-    return plan
 
 
 _FROZEN = threading.local()
