@@ -98,11 +98,10 @@ def rewrite(original: str, lib: dict, out: str, fast: bool = False) -> str:
     return next((line for line in proc.stdout.splitlines() if "site(s)" in line), proc.stdout.strip()[-200:])
 
 
-def outcomes(tree: str, tests: List[str], pythonpath: str, timeout: float) -> Tuple[Dict[str, str], str]:
-    """test id -> outcome for pytest run in ``tree`` (its package first on the path); the summary."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(p for p in (tree, pythonpath) if p))
-    if os.path.isdir(os.path.join(tree, "..", "shim")):
-        env["PYTHONPATH"] = os.path.join(tree, "..", "shim") + os.pathsep + env["PYTHONPATH"]
+def outcomes(tree: str, tests: List[str], pythonpath: str, timeout: float, shim: str = "") -> Tuple[Dict[str, str], str]:
+    """test id -> outcome for pytest run in ``tree`` (its package first on the path, after the
+    folder ``shim`` holding a sitecustomize where given); the summary."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(p for p in (shim, tree, pythonpath) if p))
     cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
     found: Dict[str, str] = {}
@@ -132,14 +131,15 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix=f"suite-{lib['name']}-") as tmp:
             original, rewritten = os.path.join(tmp, "original"), os.path.join(tmp, "rewrite")
             checkout(args.cache, lib, original, args.fetch)
-            if lib.get("shim"):  # an environment fix the library needs on today's dependencies
-                os.makedirs(os.path.join(tmp, "shim"))
-                with open(os.path.join(tmp, "shim", "sitecustomize.py"), "w", encoding="utf-8") as fh:
+            shim = os.path.join(tmp, "shim") if lib.get("shim") else ""
+            if shim:  # an environment fix the library needs on today's dependencies
+                os.makedirs(shim)
+                with open(os.path.join(shim, "sitecustomize.py"), "w", encoding="utf-8") as fh:
                     fh.write(lib["shim"])
             summary = rewrite(original, lib, rewritten, args.fast)
             shutil.rmtree(os.path.join(original, ".scalebox"), ignore_errors=True)
-            before, s0 = outcomes(original, lib["tests"], args.pythonpath, args.timeout)
-            after, s1 = outcomes(rewritten, lib["tests"], args.pythonpath, args.timeout)
+            before, s0 = outcomes(original, lib["tests"], args.pythonpath, args.timeout, shim)
+            after, s1 = outcomes(rewritten, lib["tests"], args.pythonpath, args.timeout, shim)
         differ = sorted(t for t in set(before) | set(after) if before.get(t) != after.get(t))
         row = {"name": lib["name"], "rewrite": summary, "original": s0, "rewritten": s1, "tests": len(before),
                "differ": [(t, before.get(t), after.get(t)) for t in differ]}

@@ -22,6 +22,7 @@ import dataclasses
 from typing import Callable, Dict, List, Optional, Tuple, cast
 
 from scalebox_cst.textlines import physical_lines
+from scalebox_cst.transforms.analysis import astwalk
 
 
 @dataclasses.dataclass
@@ -110,18 +111,8 @@ def _step(cls: type) -> _Step:
     lines = ["def step(n, d, todo):"]
     if "lineno" in cls._attributes and "end_lineno" in cls._attributes:  # type: ignore[attr-defined]
         lines += ["    n.lineno += d", "    e = n.end_lineno", "    if e is not None:", "        n.end_lineno = e + d"]
-    for name in cls._fields:  # type: ignore[attr-defined]
-        if name in ("ctx", "op", "ops"):  # Load/Store/Del, operators: shared singletons without lines
-            continue
-        lines += [
-            f"    v = getattr(n, {name!r}, None)",
-            "    if isinstance(v, AST):",
-            "        todo.append(v)",
-            "    elif isinstance(v, list):",
-            "        for x in v:",
-            "            if isinstance(x, AST):",
-            "                todo.append(x)",
-        ]
+    # Load/Store/Del and operators: shared singletons without lines, not walked
+    lines += astwalk.push_lines(cls, "n", "todo", skip=("ctx", "op", "ops"))
     lines.append("    return None")
     scope = {"AST": ast.AST}
     exec("\n".join(lines), scope)  # noqa: S102 - field names of an ast class: identifiers

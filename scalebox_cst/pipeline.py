@@ -560,15 +560,9 @@ def _map_quoted(site: Site, line_maps: List[Dict[int, int]]) -> Site:
     if not line_maps or "line" not in site.reason:
         return site
 
-    def back(n: str) -> str:
-        line = int(n)
-        for mapping in reversed(line_maps):
-            line = mapping.get(line, line)
-        return str(line)
-
     def sub(m: "re.Match[str]") -> str:
-        end = f"-{back(m.group(3))}" if m.group(3) else ""
-        return f"{m.group(1)} {back(m.group(2))}{end}"
+        end = f"-{_user_line(int(m.group(3)), line_maps)}" if m.group(3) else ""
+        return f"{m.group(1)} {_user_line(int(m.group(2)), line_maps)}{end}"
 
     # code quoted between backticks (`print("line 3")`) is the user's text: left as it is
     parts = site.reason.split("`")
@@ -576,10 +570,15 @@ def _map_quoted(site: Site, line_maps: List[Dict[int, int]]) -> Site:
     return site if reason == site.reason else dataclasses.replace(site, reason=reason)
 
 
-def _map_back(site: Site, line_maps: List[Dict[int, int]]) -> Site:
-    line, end = site.line, site.end_line
+def _user_line(line: int, line_maps: List[Dict[int, int]]) -> int:
+    """A line of the last version, as the line of the user's file it came from."""
     for mapping in reversed(line_maps):
-        line, end = mapping.get(line, line), mapping.get(end, end)
+        line = mapping.get(line, line)
+    return line
+
+
+def _map_back(site: Site, line_maps: List[Dict[int, int]]) -> Site:
+    line, end = _user_line(site.line, line_maps), _user_line(site.end_line, line_maps)
     if (line, end) == (site.line, site.end_line):
         return site
     return dataclasses.replace(site, line=line, end_line=max(line, end))

@@ -25,18 +25,28 @@ def push_children(node: ast.AST, out: List[ast.AST]) -> None:
     push(node, out)
 
 
-def _pusher(cls: type) -> _Pusher:
-    lines = ["def push(node, out):", "    pass"]
+def push_lines(cls: type, node: str, out: str, skip: tuple = ()) -> List[str]:
+    """Source lines (indented one level) that append the children of ``node``, an instance of the
+    ast class ``cls``, to the list ``out``, in field order, leaving out the fields in ``skip``: the
+    body of :func:`push_children`'s per-type function, for other per-type walks to build on."""
+    lines: List[str] = []
     for name in cls._fields:  # type: ignore[attr-defined]
+        if name in skip:
+            continue
         lines += [
-            f"    v = getattr(node, {name!r}, None)",  # iter_fields skips a field that is not set
+            f"    v = getattr({node}, {name!r}, None)",  # iter_fields skips a field that is not set
             "    if isinstance(v, AST):",
-            "        out.append(v)",
+            f"        {out}.append(v)",
             "    elif isinstance(v, list):",
             "        for x in v:",
             "            if isinstance(x, AST):",
-            "                out.append(x)",
+            f"                {out}.append(x)",
         ]
+    return lines
+
+
+def _pusher(cls: type) -> _Pusher:
+    lines = ["def push(node, out):", "    pass", *push_lines(cls, "node", "out")]
     scope = {"AST": _AST}
     exec("\n".join(lines), scope)  # noqa: S102 - field names of an ast class: identifiers
     push = _PUSHERS[cls] = cast(_Pusher, scope["push"])
