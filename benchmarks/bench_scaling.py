@@ -107,7 +107,7 @@ Speed-ups must not change what is written: ``--identity OLD`` (a git ref, or a d
 and generated files of each shape (``--identity-sizes``) with the old code and with this tree's,
 each in its own process, and reports every file whose output bytes (or site list) differ.
 
-    python benchmarks/bench_scaling.py --identity HEAD~3
+    python benchmarks/bench_scaling.py --identity HEAD~3 [--identity-extra DIR]
 """
 from __future__ import annotations
 
@@ -291,9 +291,15 @@ def measure(lines: int, shape: str, backend: str, timeout: float) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def identity_inputs(root: str, sizes) -> dict:
-    """name -> source bytes: the corpus, the examples and generated files of every shape."""
+def identity_inputs(root: str, sizes, extra=()) -> dict:
+    """name -> source bytes: the corpus, the examples, generated files of every shape and the
+    ``.py`` files under each folder of ``extra`` (public code fetched for the check)."""
     files = {}
+    for folder in extra:
+        for path in sorted(glob.glob(os.path.join(folder, "**", "*.py"), recursive=True)):
+            if os.path.isfile(path) and not os.path.islink(path):
+                with open(path, "rb") as f:
+                    files[os.path.join("extra", os.path.relpath(path, folder))] = f.read()
     for pattern in ("tests/corpus/*.py", "examples/**/*.py"):
         for path in sorted(glob.glob(os.path.join(root, pattern), recursive=True)):
             with open(path, "rb") as f:
@@ -359,11 +365,11 @@ def _digests_under(code_root: str, inputs_json: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def identity(old: str, sizes) -> int:
+def identity(old: str, sizes, extra=()) -> int:
     """Rewrite the same inputs with ``old`` and this tree's code; print the files that differ."""
     repo = os.path.dirname(HERE)
     with tempfile.TemporaryDirectory(prefix="scalebox-identity-") as work:
-        inputs = identity_inputs(repo, sizes)
+        inputs = identity_inputs(repo, sizes, extra)
         inputs_json = os.path.join(work, "inputs.json")
         with open(inputs_json, "w") as f:
             json.dump({k: v.decode("latin-1") for k, v in inputs.items()}, f)
@@ -387,9 +393,11 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per rewrite before giving up")
     ap.add_argument("--identity", metavar="OLD", help="compare outputs with OLD (git ref or code directory) instead of timing")
     ap.add_argument("--identity-sizes", default="300,1000,3000", help="sizes of the generated files --identity rewrites")
+    ap.add_argument("--identity-extra", metavar="DIR", action="append", default=[],
+                    help="also compare the .py files under DIR (repeatable: public code fetched for the check)")
     args = ap.parse_args()
     if args.identity:
-        return identity(args.identity, [int(s) for s in args.identity_sizes.split(",")])
+        return identity(args.identity, [int(s) for s in args.identity_sizes.split(",")], args.identity_extra)
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"{'shape':6} {'lines':>7} {'seconds':>9} {'cpu s':>8} {'lines/s':>8} {'peak MB':>8} {'sites':>6} {'rewritten':>9} {'exponent':>8}")
     worst = 0.0

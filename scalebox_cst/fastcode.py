@@ -23,6 +23,8 @@ from libcst._nodes import op as _op
 from libcst._nodes.internal import CodegenState
 from libcst._version import version_tuple as _libcst_version
 
+from scalebox_cst.emitted import Emitted
+
 _Emit = Callable[[Any, CodegenState], None]
 _EMIT: Dict[type, _Emit] = {}
 
@@ -446,6 +448,22 @@ def _function_def(node: Any, state: CodegenState) -> None:
     _gen(node.body, state)
 
 
+def _emitted(node: Any, state: CodegenState) -> None:  # scalebox_cst.emitted.Emitted._codegen_impl
+    for line in node.leading_lines:
+        _gen(line, state)
+    unit = state.default_indent
+    tokens, indent = state.tokens, state.indent_tokens
+    for depth, row in node.rows:
+        if type(row) is str:
+            tokens.extend(indent)
+            tokens.append(unit * depth + row)
+            tokens.append(state.default_newline)
+        else:
+            indent.extend([unit] * depth)
+            _gen(row, state)
+            del indent[len(indent) - depth:]
+
+
 # -- registration --------------------------------------------------------------------------
 
 #: the libcst version (major, minor) whose ``_codegen_impl`` methods the emitters copy
@@ -511,3 +529,4 @@ def _table() -> Dict[type, _Emit]:
 
 
 _EMIT.update(_table())
+_EMIT[Emitted] = _emitted  # ours: written the same under every libcst version

@@ -25,7 +25,7 @@ import re
 import threading
 import time
 import tokenize
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -175,8 +175,10 @@ class Pipeline:
                     module, part = ctx.__dict__.get("module"), None
                     new_module = ctx.finish(new_module) if new_module is not None else None
                     new_code = code if new_module is None or new_module is module else codegen.code(new_module)
-                # the next transform's partial module keeps this one's statements (parsed or fillers)
-                carried = part if part is None or new_module is None else dataclasses.replace(part, module=new_module)
+                # the next transform's partial module keeps this one's statements (parsed or fillers),
+                # but not those holding generated text (scalebox_cst.emitted): parsed again if wanted
+                stale = _stale(ctx, module, new_module)
+                carried = part if part is None or new_module is None else dataclasses.replace(part, module=new_module, stale=stale)
                 if new_code != code:
                     if lines >= COLLECT_LINES:
                         ctx.__dict__.clear()  # this version's module is held by new_module
@@ -197,7 +199,8 @@ class Pipeline:
             sites.extend(_map_back(_with_details(_map_quoted(site, line_maps)), line_maps) for site in found)
             if new_code != code:
                 line_maps.append(_line_map(code, new_code))
-                module, code, tree, imports = new_module, new_code, new_tree, None
+                # a whole module holding generated text is parsed again by the next one that asks
+                module, code, tree, imports = None if stale and carried is None else new_module, new_code, new_tree, None
                 memo.register(tree, code)
             else:
                 imports = ctx.__dict__.get("imports", imports)
@@ -217,6 +220,15 @@ class Pipeline:
         sites.sort(key=lambda s: (s.line, s.end_line, s.transform))
         status = "rewritten" if output != data else "unchanged"
         return FileResult(path, data, output, FileReport(path, status, None, sites))
+
+
+def _stale(ctx: FileContext, old: Optional[cst.Module], new: Optional[cst.Module]) -> FrozenSet[int]:
+    """Ids of ``new``'s top-level statements that may hold generated text: those the transform
+    changed, where it says it wrote some (``FileContext.wrote_text``)."""
+    if not ctx.wrote_text or new is None:
+        return frozenset()
+    before = {id(n) for n in old.body} if old is not None else set()
+    return frozenset(id(n) for n in new.body if id(n) not in before)
 
 
 def _stepper(progress: Callable[[str], None], head: str, started: float, shown: List[float]) -> Callable[[int, int, str], None]:

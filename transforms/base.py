@@ -135,6 +135,9 @@ class FileContext:
         self.partial = partial
         #: set by the pipeline when a transform is redone: :meth:`module_for` gives the whole module
         self.whole = False
+        #: set by a transform whose new statements hold generated text (scalebox_cst.emitted):
+        #: the pipeline parses them again before a later transform reads them
+        self.wrote_text = False
         if module is not None:
             self.__dict__["module"] = module
         if code is not None:

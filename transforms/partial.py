@@ -26,7 +26,7 @@ import bisect
 import dataclasses
 import io
 import tokenize
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -201,6 +201,9 @@ class Partial:
     #: pipeline's codegen takes them as already generated: checking where an edited statement
     #: stood generated the old statement's code only to find the chunk's text again.
     sources: Dict[int, Tuple[cst.CSTNode, str]] = dataclasses.field(default_factory=dict)
+    #: ids of statements holding generated text (scalebox_cst.emitted), which no transform may
+    #: read: the next version parses them again where it wants them, else fills them
+    stale: FrozenSet[int] = frozenset()
 
     def covers(self, groups: Iterable[int]) -> bool:
         return all(g in self.real for g in groups)
@@ -235,7 +238,7 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
         parsed = False
         if old is not None:
             kept, parsed = old[g]
-            if parsed or g not in wanted:
+            if kept is not None and (parsed or g not in wanted):
                 node = kept
         if node is None and g in wanted:
             PARSED[0] += 1
@@ -295,13 +298,17 @@ def lost(old: cst.Module, new: cst.Module, new_code: str, texts: Dict[int, Tuple
     return MARK in new_code or any(id(n) not in present for n in old.body if id(n) in texts)
 
 
-def _reusable(carried: Optional[Partial], ch: Chunks) -> Optional[List[Tuple[_Statement, bool]]]:
+def _reusable(carried: Optional[Partial], ch: Chunks) -> Optional[List[Tuple[Optional[_Statement], bool]]]:
     """The carried module's statements, each with whether it is parsed, where they line up with
-    this version's chunks (each filler's text is still its chunk's); else None."""
+    this version's chunks (each filler's text is still its chunk's); else None. A stale statement
+    is (None, False): parsed again if wanted, else filled."""
     if carried is None or len(carried.module.body) != len(ch.tops):
         return None
-    out: List[Tuple[_Statement, bool]] = []
+    out: List[Tuple[Optional[_Statement], bool]] = []
     for g, node in enumerate(carried.module.body):
+        if id(node) in carried.stale:
+            out.append((None, False))
+            continue
         seen = carried.texts.get(id(node))
         if elided_count(node) is not None:
             if seen is None or seen[0] is not node or seen[1] != ch.text(g):

@@ -5,9 +5,12 @@ reason reported for the site.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import libcst as cst
+
+from scalebox_cst import emitted
+from scalebox_cst.emitted import Emitted, Row
 
 from ...base import FileContext
 from ...analysis.cstclone import clone, parse_statements
@@ -27,7 +30,7 @@ HELPERS_QUALNAME = "scalebox_cst.runtime.vectorized"
 
 
 def build(ctx: FileContext, node: cst.For, a: Analysis, reassociate: bool = True,
-          cpu: Optional[bool] = None) -> Tuple[cst.If, bool, str]:
+          cpu: Optional[bool] = None) -> Tuple[cst.BaseStatement, bool, str]:
     """The emission stage: the rewritten loop (``node`` as written; ``a`` its analysis) as
     ``if <guard>:`` first step, vectorized middle steps, last step ``else:`` the original loop;
     with its exactness and the reported reason. It asks the plan stage for the guard and the
@@ -83,47 +86,28 @@ def build(ctx: FileContext, node: cst.For, a: Analysis, reassociate: bool = True
             [f"# steps t = {T} - 2 .. 1, vectorized"] + mid,
             ["# step t = 0, as written"] + last_lines + [bind("0")],
         ]
-    # one parse for all the generated code: `if <guard>: pass`, then the chunks, `pass` between
-    text = f"if {sub(guard)}:\n    pass\n" + "pass\n".join(
-        "\n".join(sub(x) for x in chunk) + "\n" for chunk in chunks)
-    parsed = parse_statements(text)
-    head_if = parsed[0]
-    parts: List[List[cst.BaseStatement]] = [[]]
-    for st in parsed[1:]:
-        if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 and isinstance(st.body[0], cst.Pass):
-            parts.append([])
-            continue
-        parts[-1].append(st)
-    first, middle, last = parts
-    rest: List[cst.BaseStatement] = middle + last + ([] if folded else [clone(s) for s in body])
+    chunks = [[sub(x) for x in chunk] for chunk in chunks]
     check = p.carry
+    carry: Optional[_Carry] = None
     if check is not None:
-        check = sub(check)
         # the carried values after the first step decide the arithmetic of the others: when
         # they are not what the vectorized steps compute with, the other steps run as written
         i = h.index if h.kind == "index" else fresh(ctx.imports, "i")
-        loop_text = f"for {i} in range({T} - 2, -1, -1):\n" + ("" if h.kind == "index" and not h.elements else f"    {bind(i)}\n") + "    pass\n"
-        parsed_rest = parse_statements(f"if {check}:\n    pass\nelse:\n" + "".join(
-            "    " + ln + "\n" for ln in loop_text.splitlines()))[0]
-        inner = parsed_rest.orelse.body.body[0]
-        kept = [st for st in inner.body.body if not (isinstance(st, cst.SimpleStatementLine)
-                                                     and isinstance(st.body[0], cst.Pass))]
-        inner = inner.with_changes(body=inner.body.with_changes(body=kept + [clone(s) for s in body]))
-        rest = [parsed_rest.with_changes(
-            body=cst.IndentedBlock(body=rest),
-            orelse=cst.Else(body=cst.IndentedBlock(body=[inner])))]
-    stmts: List[cst.BaseStatement] = first + [clone(s) for s in body] + rest
-    test = head_if.test
-    loop = node.with_changes(leading_lines=())
-    new = cst.If(
-        test=test,
-        body=cst.IndentedBlock(body=stmts),
-        orelse=cst.Else(body=cst.IndentedBlock(body=[loop])),
-        leading_lines=node.leading_lines,
-    )
+        carry = (sub(check), f"for {i} in range({T} - 2, -1, -1):",
+                 None if h.kind == "index" and not h.elements else bind(i))
     fused = one_pass.site(ctx, node, a, p)
-    if fused is not None:  # every step in one call where its kernel takes the values (see one_pass)
-        new = _one_pass_first(ctx, a, p, fused, sub, bind, new, body)
+    # every step in one call where its kernel takes the values (see one_pass)
+    one = None if fused is None else _one_pass_lines(ctx, a, p, fused, sub, bind)
+    guard = sub(guard)
+    loop = node.with_changes(leading_lines=())
+    written = _rows(guard, chunks, body, folded, carry, one, loop)
+    if written is not None:  # as text (scalebox_cst.emitted): what the tree below writes
+        new: cst.BaseStatement = Emitted(rows=written, leading_lines=node.leading_lines)
+        ctx.wrote_text = True
+    else:
+        new = _tree(guard, chunks, body, folded, carry, loop, node.leading_lines)
+        if one is not None:
+            new = _one_pass_first(one, new, body)
     kinds = ", ".join(n for n in notes)
     shape = "last step special-cased, " if a.has_split else ""
     if a.flow.resets:
@@ -167,12 +151,86 @@ def _foldable(ctx: FileContext, node: cst.For, a: Analysis) -> bool:
     return fold.dead_after(ctx.module, node, names, first_step)
 
 
-def _one_pass_first(ctx: FileContext, a: Analysis, p: Plan, fused, sub, bind, new: cst.If,
-                    body: List[cst.BaseStatement]) -> cst.If:
-    """``new`` with the one-pass tier in front: ``if <head> and ((last := fused_linear(...)) is not
-    None or recurrence_ok(...)): if last is not None: <bind> else: <vectorized steps>``. One test
-    line holds both deciding helpers, so the run's telemetry counts the site's passes together.
-    Where the program stops at t = 1 (``stop=1``), the last step follows as written."""
+#: (test, loop header, the loop's first line or None) of the steps after the first when a
+#: run-time check on the carried values picks them (``if carry_ok(...): ... else: for ...``)
+_Carry = Tuple[str, str, Optional[str]]
+#: the one-pass tier's lines down to step 0 as written, and whether the last step is folded in
+_OnePass = Tuple[List[str], bool]
+
+
+def _rows(guard: str, chunks: List[List[str]], body: List[cst.BaseStatement], folded: bool,
+          carry: Optional[_Carry], one: Optional[_OnePass], loop: cst.For) -> Optional[List[Row]]:
+    """The rewritten statement as rows of text and the user's statements (scalebox_cst.emitted),
+    written as :func:`_tree` and :func:`_one_pass_first` write it; None where a line of it is not
+    sure to be written alike (the tree is built then)."""
+    if guard != guard.strip():  # the tree writes the test between `if ` and `:` as it is
+        return None
+    parts = [emitted.rows(chunk, 1) for chunk in chunks]
+    head = emitted.rows([f"if {guard}:"], 0)
+    if head is None or parts[0] is None or parts[1] is None or parts[2] is None:
+        return None
+    def copy(depth: int) -> List[Row]:  # the body as written, at a depth
+        return [(depth, s) for s in body]
+
+    rest = parts[1] + parts[2] + ([] if folded else copy(1))
+    if carry is not None:
+        test, loop_head, first = carry
+        check = emitted.rows([f"if {test}:"], 1)
+        steps = emitted.rows([loop_head] + ([] if first is None else ["    " + first]), 2)
+        if test != test.strip() or check is None or steps is None:
+            return None
+        rest = check + emitted.shifted(rest, 1) + [(1, "else:")] + steps + copy(3)
+    then = parts[0] + copy(1) + rest
+    if one is None:
+        return head + then + [(0, "else:"), (1, loop)]
+    lines, one_folded = one
+    top = emitted.rows(lines, 0)
+    if top is None:
+        return None
+    return top + ([] if one_folded else copy(2)) + [(1, "else:")] + emitted.shifted(then, 1) + [(0, "else:"), (1, loop)]
+
+
+def _tree(guard: str, chunks: List[List[str]], body: List[cst.BaseStatement], folded: bool,
+          carry: Optional[_Carry], loop: cst.For, leading: Sequence[cst.EmptyLine]) -> cst.If:
+    """The rewritten statement as a libcst tree: the generated lines parsed (one parse for all,
+    ``pass`` between the stretches), the body copied for each place it is written."""
+    text = f"if {guard}:\n    pass\n" + "pass\n".join("\n".join(chunk) + "\n" for chunk in chunks)
+    parsed = parse_statements(text)
+    head_if = parsed[0]
+    parts: List[List[cst.BaseStatement]] = [[]]
+    for st in parsed[1:]:
+        if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 and isinstance(st.body[0], cst.Pass):
+            parts.append([])
+            continue
+        parts[-1].append(st)
+    first, middle, last = parts
+    rest: List[cst.BaseStatement] = middle + last + ([] if folded else [clone(s) for s in body])
+    if carry is not None:
+        test, loop_head, first_line = carry
+        loop_text = loop_head + "\n" + ("" if first_line is None else f"    {first_line}\n") + "    pass\n"
+        parsed_rest = parse_statements(f"if {test}:\n    pass\nelse:\n" + "".join(
+            "    " + ln + "\n" for ln in loop_text.splitlines()))[0]
+        inner = parsed_rest.orelse.body.body[0]
+        kept = [st for st in inner.body.body if not (isinstance(st, cst.SimpleStatementLine)
+                                                     and isinstance(st.body[0], cst.Pass))]
+        inner = inner.with_changes(body=inner.body.with_changes(body=kept + [clone(s) for s in body]))
+        rest = [parsed_rest.with_changes(
+            body=cst.IndentedBlock(body=rest),
+            orelse=cst.Else(body=cst.IndentedBlock(body=[inner])))]
+    stmts: List[cst.BaseStatement] = first + [clone(s) for s in body] + rest
+    return cst.If(
+        test=head_if.test,
+        body=cst.IndentedBlock(body=stmts),
+        orelse=cst.Else(body=cst.IndentedBlock(body=[loop])),
+        leading_lines=leading,
+    )
+
+
+def _one_pass_lines(ctx: FileContext, a: Analysis, p: Plan, fused, sub, bind) -> _OnePass:
+    """The one-pass tier's lines: ``if <head> and ((last := fused_linear(...)) is not None or
+    recurrence_ok(...)): if last is not None: <bind>``, then step 0 as written where the program
+    stops at t = 1 (``stop=1``: its body follows). One test line holds both deciding helpers, so
+    the run's telemetry counts the site's passes together."""
     program, args, live, folded = fused
     T, S = p.T, a.flow.rec_vars[0]
     last = fresh(ctx.imports, f"{S}_fused")
@@ -185,8 +243,14 @@ def _one_pass_first(ctx: FileContext, a: Analysis, p: Plan, fused, sub, bind, ne
     if folded:
         lines += [f"        {bind('0')}"]
     else:
-        lines += ["        # step t = 0, as written", f"        {bind('0')}", "        pass"]
-    lines += ["    else:", "        pass"]
+        lines += ["        # step t = 0, as written", f"        {bind('0')}"]
+    return lines, folded
+
+
+def _one_pass_first(one: _OnePass, new: cst.If, body: List[cst.BaseStatement]) -> cst.If:
+    """``new`` (a tree) with the one-pass tier in front: ``<one's lines> else: <new's body>``."""
+    lines, folded = one
+    lines = lines + ([] if folded else ["        pass"]) + ["    else:", "        pass"]
     top = parse_statements("\n".join(lines) + "\n")[0]
     inner = top.body.body[0]
     if not folded:  # the trailing `pass` is the body of step 0

@@ -185,5 +185,5 @@ class VectorizeRecurrence(Transform):
 
         return _replace_statements(module, replace), sites
 
-    def build(self, ctx: FileContext, node: cst.For, analysis: Analysis, reassociate: bool) -> Tuple[cst.If, bool, str]:
+    def build(self, ctx: FileContext, node: cst.For, analysis: Analysis, reassociate: bool) -> Tuple[cst.BaseStatement, bool, str]:
         return build(ctx, node, analysis, reassociate)

@@ -104,11 +104,14 @@ def test_each_stage_runs_on_its_own():
     # the emission stage, on a fresh parse (the plan above reserved its names in that ctx)
     ctx, loop, header = parsed(GAE)
     new, exact, reason = build(ctx, loop, analyse(ctx, loop, header))
-    assert isinstance(new, cst.If) and exact and reason.startswith("backward linear recurrence `last = ")
+    assert exact and reason.startswith("backward linear recurrence `last = ")
+    # the statement it writes (rows of text: scalebox_cst.emitted) is an `if`
+    written = cst.parse_statement(cst.Module(body=[new]).code)
+    assert isinstance(written, cst.If)
     # the stages are what the transform runs: its rewrite of the file holds this statement
     out, sites = harness.rewrite(GAE, "vectorize.recurrence", dedent=False)
     assert [s.action for s in sites] == [REWRITTEN] and sites[0].reason == reason
-    assert any(n.deep_equals(new) for n in _walk(cst.parse_module(out)) if isinstance(n, cst.If))
+    assert any(n.deep_equals(written) for n in _walk(cst.parse_module(out)) if isinstance(n, cst.If))
 
 
 @pytest.mark.parametrize("src", [GAE, MEMORY, LIST, RESET])

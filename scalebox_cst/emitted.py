@@ -1,0 +1,96 @@
+"""A statement written as rows of generated text: code the rewrite emits and nobody walks again.
+
+vectorize.recurrence writes each rewritten loop as about six times its lines (the first step,
+the vectorized steps, the last step, the original loop as the fallback, each body as written).
+It built them as libcst trees: the generated text parsed (from a cached parse of its shape) and
+the loop body copied node by node for each place, then the pipeline turned the trees back into
+text. On a file of thousands of loops that round trip was a fifth of the rewrite (issue 19
+item 13). An :class:`Emitted` node keeps the generated lines as text and the user's statements
+as the nodes they are; its code is what the round trip wrote, byte for byte:
+
+* a text row is one logical line of code or one comment, written at the row's depth below the
+  statement's own indentation with the module's indent unit (what a parsed block of generated
+  four-space text gets: ``IndentedBlock.indent`` None);
+* a node row is written by its own codegen, that many indent units deeper.
+
+:func:`rows` turns generated lines into text rows and refuses what the parse would have written
+otherwise (a line spanning lines, a blank line, a comment no statement follows in its stretch):
+the caller then builds the tree as before.
+
+Nothing analyses an ``Emitted`` node: the pipeline parses a top-level statement that holds one
+again before a later transform reads it (``pipeline._Codegen.opaque``, ``partial.build``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+from libcst._add_slots import add_slots
+from libcst._nodes.internal import CodegenState, visit_sequence
+from libcst._visitors import CSTVisitorT
+
+#: (depth, one line of generated code or comment) or (depth, a statement written by codegen)
+Row = Tuple[int, Union[str, cst.BaseStatement]]
+
+
+@add_slots
+@dataclasses.dataclass(frozen=True)
+class Emitted(cst.BaseStatement):
+    """One statement (perhaps compound) written from :data:`Row` s."""
+
+    rows: Sequence[Row]
+    leading_lines: Sequence[cst.EmptyLine] = ()
+
+    def _visit_and_replace_children(self, visitor: CSTVisitorT) -> "Emitted":
+        out: List[Row] = []
+        for depth, row in self.rows:
+            if not isinstance(row, str):
+                new = row.visit(visitor)
+                if not isinstance(new, cst.BaseStatement):  # removed or flattened: not one row
+                    raise TypeError("a statement of an Emitted node must stay one statement")
+                row = new
+            out.append((depth, row))
+        return Emitted(rows=tuple(out), leading_lines=visit_sequence(self, "leading_lines", self.leading_lines, visitor))
+
+    def _codegen_impl(self, state: CodegenState) -> None:
+        for line in self.leading_lines:
+            line._codegen(state)
+        unit = state.default_indent
+        for depth, row in self.rows:
+            if isinstance(row, str):
+                state.add_indent_tokens()
+                state.add_token(unit * depth + row)
+                state.add_token(state.default_newline)
+            else:
+                for _ in range(depth):
+                    state.increase_indent(unit)
+                row._codegen(state)
+                for _ in range(depth):
+                    state.decrease_indent()
+
+
+def rows(lines: Sequence[str], depth: int) -> Optional[List[Row]]:
+    """Text rows of ``lines`` (generated code indented by four spaces per level) at ``depth``; None
+    where a parse of them, as one stretch, would not give back each line at its level: a line
+    holding a line break, blank, indented by other than whole levels, ending in a backslash, or a
+    comment that no statement follows within the stretch (the parse hangs it on what comes next)."""
+    out: List[Row] = []
+    pending_comment = False
+    for line in lines:
+        text = line.lstrip(" ")
+        indent = len(line) - len(text)
+        if not text or indent % 4 or "\n" in line or "\r" in line or "\t" in line or "\f" in line \
+                or text != text.rstrip() or text.endswith("\\"):
+            return None
+        pending_comment = text.startswith("#")
+        out.append((depth + indent // 4, text))
+    return None if pending_comment else out
+
+
+def shifted(found: Sequence[Row], by: int) -> List[Row]:
+    """``found`` ``by`` levels deeper."""
+    return [(depth + by, row) for depth, row in found]
+
+
+__all__ = ["Emitted", "Row", "rows", "shifted"]
