@@ -17,13 +17,14 @@ as the nodes they are; its code is what the round trip wrote, byte for byte:
 otherwise (a line spanning lines, a blank line, a comment no statement follows in its stretch):
 the caller then builds the tree as before.
 
-Nothing analyses an ``Emitted`` node: the pipeline parses a top-level statement that holds one
-again before a later transform reads it (``pipeline._Codegen.opaque``, ``partial.build``).
+Nothing analyses an ``Emitted`` node: before a later transform reads a statement holding one, the
+pipeline replaces each by the tree of its code (:func:`realized`; ``partial.build`` for a partial
+module, where only the statements a transform asks for are realized).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, FrozenSet, List, Optional, Sequence, Tuple, Union, cast
 
 import libcst as cst
 from libcst._add_slots import add_slots
@@ -70,6 +71,58 @@ class Emitted(cst.BaseStatement):
                     state.decrease_indent()
 
 
+def realized(stmt: cst.BaseStatement) -> cst.BaseStatement:
+    """``stmt`` with each :class:`Emitted` statement in it (at any depth of its blocks) replaced by
+    the libcst tree of its code, for a transform that reads the statement: its code is the same
+    (the rows parse back to what they write: the round trip of :func:`rows`), its nodes are real."""
+    if isinstance(stmt, Emitted):
+        return _tree_of(stmt)
+    changes = {}
+    for field in _BLOCKS:
+        value = getattr(stmt, field, None)
+        if value is None:
+            continue
+        new = _in_block(value)
+        if new is not value:
+            changes[field] = new
+    return stmt.with_changes(**changes) if changes else stmt
+
+
+def realized_module(module: cst.Module, ids: FrozenSet[int]) -> cst.Module:
+    """``module`` with its top-level statements whose ids are in ``ids`` :func:`realized`."""
+    body = [realized(s) if id(s) in ids else s for s in module.body]
+    return module.with_changes(body=body) if any(a is not b for a, b in zip(body, module.body)) else module
+
+
+#: the fields of compound statements (and of their clauses) that hold statements
+_BLOCKS = ("body", "orelse", "handlers", "finalbody", "cases")
+
+
+def _in_block(value: object) -> object:
+    """A block field's value with the Emitted statements in it realized (rebuilt only on the way)."""
+    if isinstance(value, (list, tuple)):
+        out = [_in_block(v) for v in value]
+        return value if all(a is b for a, b in zip(out, value)) else type(value)(out)
+    if isinstance(value, cst.IndentedBlock):
+        body = [realized(s) for s in value.body]
+        return value if all(a is b for a, b in zip(body, value.body)) else value.with_changes(body=body)
+    if isinstance(value, cst.BaseStatement):  # an `elif` (If as orelse)
+        return realized(value)
+    if isinstance(value, cst.CSTNode) and any(hasattr(value, f) for f in _BLOCKS):  # Else, ExceptHandler, ...
+        return realized(value)  # type: ignore[arg-type]
+    return value
+
+
+def _tree_of(node: Emitted) -> cst.BaseStatement:
+    from scalebox_cst.transforms.analysis.cstclone import parse_statements  # (imports libcst's parser)
+
+    code = cst.Module(body=[cast(Any, node.with_changes(leading_lines=()))]).code  # four spaces a level
+    parsed = parse_statements(code)
+    if len(parsed) != 1:  # pragma: no cover - rows write one statement
+        raise ValueError("an Emitted node wrote more than one statement")
+    return parsed[0].with_changes(leading_lines=node.leading_lines)
+
+
 def rows(lines: Sequence[str], depth: int) -> Optional[List[Row]]:
     """Text rows of ``lines`` (generated code indented by four spaces per level) at ``depth``; None
     where a parse of them, as one stretch, would not give back each line at its level: a line
@@ -93,4 +146,4 @@ def shifted(found: Sequence[Row], by: int) -> List[Row]:
     return [(depth + by, row) for depth, row in found]
 
 
-__all__ = ["Emitted", "Row", "rows", "shifted"]
+__all__ = ["Emitted", "Row", "realized", "realized_module", "rows", "shifted"]

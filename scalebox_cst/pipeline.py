@@ -29,7 +29,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from scalebox_cst import astsplice, fastcode, linediff, sourcefile
+from scalebox_cst import astsplice, emitted, fastcode, linediff, sourcefile
 from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
 from scalebox_cst.textlines import physical_lines
@@ -175,8 +175,8 @@ class Pipeline:
                     module, part = ctx.__dict__.get("module"), None
                     new_module = ctx.finish(new_module) if new_module is not None else None
                     new_code = code if new_module is None or new_module is module else codegen.code(new_module)
-                # the next transform's partial module keeps this one's statements (parsed or fillers),
-                # but not those holding generated text (scalebox_cst.emitted): parsed again if wanted
+                # the next transform's partial module keeps this one's statements (parsed or fillers);
+                # those holding generated text (scalebox_cst.emitted) become trees where it wants them
                 stale = _stale(ctx, module, new_module)
                 carried = part if part is None or new_module is None else dataclasses.replace(part, module=new_module, stale=stale)
                 if new_code != code:
@@ -199,8 +199,9 @@ class Pipeline:
             sites.extend(_map_back(_with_details(_map_quoted(site, line_maps)), line_maps) for site in found)
             if new_code != code:
                 line_maps.append(_line_map(code, new_code))
-                # a whole module holding generated text is parsed again by the next one that asks
-                module, code, tree, imports = None if stale and carried is None else new_module, new_code, new_tree, None
+                if stale and carried is None and new_module is not None:  # a whole module: the next one reads trees
+                    new_module = emitted.realized_module(new_module, stale)
+                module, code, tree, imports = new_module, new_code, new_tree, None
                 memo.register(tree, code)
             else:
                 imports = ctx.__dict__.get("imports", imports)

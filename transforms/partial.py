@@ -26,10 +26,11 @@ import bisect
 import dataclasses
 import io
 import tokenize
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Union, cast
 
 import libcst as cst
 
+from scalebox_cst import emitted
 from scalebox_cst.textlines import physical_lines
 
 from .analysis.bodies import _BLOCK_FIELDS
@@ -202,7 +203,7 @@ class Partial:
     #: stood generated the old statement's code only to find the chunk's text again.
     sources: Dict[int, Tuple[cst.CSTNode, str]] = dataclasses.field(default_factory=dict)
     #: ids of statements holding generated text (scalebox_cst.emitted), which no transform may
-    #: read: the next version parses them again where it wants them, else fills them
+    #: read: the next version realizes them where it wants them (emitted.realized), else fills them
     stale: FrozenSet[int] = frozenset()
 
     def covers(self, groups: Iterable[int]) -> bool:
@@ -230,6 +231,7 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
     sources: Dict[int, Tuple[cst.CSTNode, str]] = {}
     real: Set[int] = set()
     old = _reusable(carried, ch)
+    stale = carried.stale if carried is not None else frozenset()
     header: Sequence[cst.EmptyLine] = ()
     footer: Sequence[cst.EmptyLine] = ()
     last = len(ch.tops) - 1
@@ -238,7 +240,11 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
         parsed = False
         if old is not None:
             kept, parsed = old[g]
-            if kept is not None and (parsed or g not in wanted):
+            if id(kept) in stale:  # generated text in it: its tree if wanted, else a filler
+                parsed = g in wanted
+                if parsed:
+                    node = cast(_Statement, emitted.realized(kept))
+            elif parsed or g not in wanted:
                 node = kept
         if node is None and g in wanted:
             PARSED[0] += 1
@@ -298,17 +304,13 @@ def lost(old: cst.Module, new: cst.Module, new_code: str, texts: Dict[int, Tuple
     return MARK in new_code or any(id(n) not in present for n in old.body if id(n) in texts)
 
 
-def _reusable(carried: Optional[Partial], ch: Chunks) -> Optional[List[Tuple[Optional[_Statement], bool]]]:
+def _reusable(carried: Optional[Partial], ch: Chunks) -> Optional[List[Tuple[_Statement, bool]]]:
     """The carried module's statements, each with whether it is parsed, where they line up with
-    this version's chunks (each filler's text is still its chunk's); else None. A stale statement
-    is (None, False): parsed again if wanted, else filled."""
+    this version's chunks (each filler's text is still its chunk's); else None."""
     if carried is None or len(carried.module.body) != len(ch.tops):
         return None
-    out: List[Tuple[Optional[_Statement], bool]] = []
+    out: List[Tuple[_Statement, bool]] = []
     for g, node in enumerate(carried.module.body):
-        if id(node) in carried.stale:
-            out.append((None, False))
-            continue
         seen = carried.texts.get(id(node))
         if elided_count(node) is not None:
             if seen is None or seen[0] is not node or seen[1] != ch.text(g):

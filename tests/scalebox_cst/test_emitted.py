@@ -210,3 +210,38 @@ def test_libcst_and_fastcode_write_an_emitted_node_alike(unit):
                     f"{unit}{unit}{unit}a = (1 +\n{unit}{unit}{unit}     2)\n{unit}else:\n{unit}{unit}pass\n{unit}return a\n")
     ast.parse(code)
     assert new.visit(cst.CSTTransformer()).code == code  # a visit goes through it
+
+
+def _emitted_in(node: cst.CSTNode) -> int:
+    found = [0]
+
+    class Count(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            found[0] += isinstance(n, Emitted)
+            return True
+
+    node.visit(Count())
+    return found[0]
+
+
+@pytest.mark.parametrize("unit", ["    ", "  ", "\t"])
+@pytest.mark.parametrize("src", [GAE, SHARED, MODULE_LEVEL], ids=["functions", "shared", "module_level"])
+def test_realized_statements_are_trees_of_the_same_code(src, unit):
+    """What a later transform reads in place of rows: the parse of their code, written alike."""
+    from scalebox_cst.config import Config
+    from scalebox_cst.transforms import FileContext
+    from scalebox_cst.transforms.vectorize.recurrence.transform import VectorizeRecurrence
+
+    text = _indented(textwrap.dedent(src), unit)
+    ctx = FileContext("t.py", None, Config(), "cpu", code=text, tree=ast.parse(text))
+    new, sites = VectorizeRecurrence().rewrite(ctx)
+    assert new is not None and ctx.wrote_text and _emitted_in(new) > 0
+    every = frozenset(id(s) for s in new.body)
+    real = emitted.realized_module(new, every)
+    assert _emitted_in(real) == 0
+    assert real.code == new.code
+    # each realized statement is what a parse of the code gives (structure and layout alike)
+    reparsed = cst.parse_module(new.code)
+    for mine, theirs in zip(real.body, reparsed.body):
+        assert mine.deep_equals(theirs)
+    assert emitted.realized_module(reparsed, frozenset(id(s) for s in reparsed.body)) is reparsed  # nothing to do
