@@ -92,6 +92,14 @@ functions transforms edit (~2.3 s, a quarter of it libcst's node validation), th
 (~2 s, most of it moving kept statements' lines in Python), codegen and line maps (~1.5 s), then
 per site: recurrence ~6 ms per GAE loop (plan, analysis, shapes of generated text and their
 copies, the fused program's compile), reduction and elementwise ~2.5 ms, the others ~2 ms.
+Round 6 (issue 19 item 13; CPU s of the whole process, 17d5522 -> after, farm-bench -n 3, pairs
+run in turn): a rewritten recurrence loop is written as rows of text (scalebox_cst/emitted.py)
+instead of a libcst tree made by parsing its generated text and copying its body for each place
+(the pipeline then wrote the tree back as text); a later transform that reads such a statement
+gets the parse of its code (``emitted.realized``). mixed 50k 17.3 -> 14.6 (0.84x), loops 20k
+22.9 -> 16.4 (0.70x; in-process 25.5 -> 15.7), loops 50k 61.5 -> 40.2 (peak 2.8 -> 2.3 GB); real
+scripts unchanged (30 CleanRL/LeanRL files: 0.96-1.01x). Output identical (``--identity 17d5522
+--identity-extra`` 1,324 public files: 0 of 1,395 differ).
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB. Measured on the loaded
 2-core machine (CPU s / peak MB, 50k lines; old = before the statement memo, spliced codegen,
 grad_clip's path-only insertion pass and recurrence's kept-loop pre-filter, run back to back):
