@@ -121,10 +121,14 @@ def widen(mid: List[str], arrays: Iterable[str]) -> Optional[List[str]]:
     """The vectorized lines over t = T-2 .. 0 instead of T-2 .. 1: every slice of a per-step array
     (``x_v[1 + k:stop]``, read at offset ``k``) starts one row earlier; None when some read has
     a negative offset (its slice would start at -1)."""
-    names = sorted(set(arrays), key=len, reverse=True)
+    names = set(arrays)  # fresh identifiers, one per site: a pattern of their own was compiled per site
     if not names:
         return None
-    pat = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, names)) + r")\[(\d+):")
-    if any(int(m.group(2)) < 1 for line in mid for m in pat.finditer(line)):
+    if any(int(m.group(2)) < 1 for line in mid for m in _SLICE_START.finditer(line) if m.group(1) in names):
         return None
-    return [pat.sub(lambda m: f"{m.group(1)}[{int(m.group(2)) - 1}:", line) for line in mid]
+    return [_SLICE_START.sub(lambda m: f"{m.group(1)}[{int(m.group(2)) - 1}:" if m.group(1) in names else m.group(0), line)
+            for line in mid]
+
+
+#: ``word[k:`` where ``word`` is a whole identifier (not after a word character or ``.``)
+_SLICE_START = re.compile(r"(?<![\w.])(\w+)\[(\d+):")

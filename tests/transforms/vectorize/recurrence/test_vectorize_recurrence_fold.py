@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scalebox_cst.report import EXACT
+from scalebox_cst.transforms.vectorize.recurrence import fold
 from scalebox_cst.runtime import vectorized as vectorized_mod
 import harness
 
@@ -361,3 +362,25 @@ def test_first_step_reading_what_the_previous_run_left_keeps_the_last_step():
     src = NESTED.replace("    delta = torch.zeros_like(next_value)\n", "")
     new, done = rewrite(src)
     assert not FOLDED.search(new)  # without that name outside: the first-step read alone keeps it
+
+
+_WIDEN_TOKENS = ["x_v", "xx_v", "x_v2", "a.x_v", "y", "é_v", "x_v[", "[1:", "[0:", "[2:T]", "[12:", " ", "+", "(",
+                 ")", "x_v[3:", "yx_v[2:", "_x_v[1:", "x_v [1:"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    mid=st.lists(st.lists(st.sampled_from(_WIDEN_TOKENS), max_size=12).map("".join), max_size=3),
+    arrays=st.lists(st.sampled_from(["x_v", "xx_v", "x_v2", "é_v", "y", "_x_v"]), max_size=3),
+)
+def test_widen_moves_exactly_the_slices_of_the_arrays_named(mid, arrays):
+    """fold.widen against the pattern it had (an alternation of the escaped names, compiled per
+    site): the same lines, or None, for names that prefix one another, follow a dot or a word."""
+    names = sorted(set(arrays), key=len, reverse=True)
+    if not names:
+        expected = None
+    else:
+        pat = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, names)) + r")\[(\d+):")
+        expected = None if any(int(m.group(2)) < 1 for line in mid for m in pat.finditer(line)) else \
+            [pat.sub(lambda m: f"{m.group(1)}[{int(m.group(2)) - 1}:", line) for line in mid]
+    assert fold.widen(mid, arrays) == expected
