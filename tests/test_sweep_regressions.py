@@ -349,3 +349,70 @@ def test_sweep_tool_reports_emitted_code_that_warns(tmp_path, monkeypatch, capsy
     (tmp_path / "a.py").write_text('import torch\nx = "' + chr(92) + 'd"\ndef f(opt, loss):\n    loss.backward()\n    opt.step()\n')  # its own warning
     monkeypatch.setattr(GradClip, "rewrite", lambda self, ctx: (None, []))
     assert sweep.main([str(tmp_path), "--backends", "cpu"]) == 0
+
+
+# ------------------------------------------------------------------ spans that reach every changed line
+# Found by the sweep on public scripts: a loop whose block ends in a blank line holding spaces (or
+# an indented comment) keeps it in libcst's footer, which the rewrite writes after the loop it keeps
+# as the fallback; a reduction rewrites the statement that consumes its list after the loop. Each
+# site's span must reach those lines (the review diff and the site list say what changed where).
+
+FOOTER_LOOPS = """\
+import torch
+
+
+def returns(buffer, gamma):
+    rewards = []
+    R = 0
+    for r, done in zip(reversed(buffer.rewards), reversed(buffer.dones)):
+        if done:
+            R = 0
+        R = r + gamma * R
+        rewards.insert(0, R)
+        \n    # normalised next
+    return torch.tensor(rewards)
+
+
+def soft(net, target, tau):
+    for tp, p in zip(target.parameters(), net.parameters()):
+        tp.data.copy_(tau * p.data + (1 - tau) * tp.data)
+        # indented comment ending the loop's block
+    return target
+"""
+
+CONSUMED = """\
+import torch
+
+
+def finish(saved, returns, opt):
+    policy_loss = []
+    for log_prob, R in zip(saved, returns):
+        policy_loss.append(-log_prob * R)
+    opt.zero_grad()
+    policy_loss = torch.cat(policy_loss).sum()
+    return policy_loss
+"""
+
+
+@pytest.mark.parametrize("src", [FOOTER_LOOPS, CONSUMED], ids=["block_footers", "consumer_after_loop"])
+def test_rewritten_spans_reach_every_changed_line(src):
+    sweep = _sweep_module()
+    result = harness.rewrite_result(src)
+    assert result.report.error is None
+    out = result.output.decode()
+    rewritten = [s for s in result.report.sites if s.action == REWRITTEN]
+    assert rewritten and out != src
+    assert sweep.changed_outside(src, out, result.report.sites) == []
+
+
+def test_trailing_lines_count_the_footers_a_statement_ends_with():
+    import libcst as cst
+    from scalebox_cst.transforms.analysis.bodies import trailing_lines
+
+    module = cst.parse_module(
+        "for t in x:\n    if a:\n        y = 1\n        # inner\n    elif b:\n        y = 2\n\n        # end of elif\n"
+        "    # end of loop\nz = 1\nwhile c: pass\nwith m:\n    w = 1\n")
+    loop, _, one_line, with_ = module.body
+    assert trailing_lines(loop) == 3  # the elif's blank and comment lines, then the loop's comment
+    assert trailing_lines(one_line) == 0 and trailing_lines(with_) == 0
+    assert trailing_lines(loop.body.body[0]) == 2  # the if/elif chain alone

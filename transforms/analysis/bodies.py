@@ -110,3 +110,22 @@ _EXITS = (cst.Break, cst.Continue, cst.Return, cst.Raise, cst.Yield, cst.Await, 
 
 def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
+
+
+def trailing_lines(stmt: cst.CSTNode) -> int:
+    """How many blank and comment lines end ``stmt`` after the last line of its last statement:
+    libcst keeps them in the footer of the last block (and of the blocks that block ends with),
+    where ``ast`` and libcst's positions end the statement before them. A rewrite that keeps the
+    statement as its fallback writes them after it, so a site's span reaches them."""
+    total = 0
+    node: Optional[cst.CSTNode] = stmt
+    while node is not None and not isinstance(node, (cst.Try, cst.TryStar, cst.Match)):
+        orelse = getattr(node, "orelse", None)
+        while isinstance(orelse, cst.If):  # an elif chain: its last branch
+            node, orelse = orelse, orelse.orelse
+        block = orelse.body if orelse is not None else getattr(node, "body", None)
+        if not isinstance(block, cst.IndentedBlock):
+            break
+        total += len(block.footer)
+        node = block.body[-1] if block.body else None
+    return total

@@ -3,13 +3,14 @@ scope-aware transformer the loop rewrites build on.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from scalebox_cst.report import Site
 
 from .scopes import builtin_checker
+from .bodies import trailing_lines
 from .loops import is_runtime_guard
 
 
@@ -57,11 +58,28 @@ class ScopedRewriter(cst.CSTTransformer):
         self.guards: List[bool] = []
         self.builtin_ok = builtin_checker(ctx.tree)
 
-    def make_site(self, node: cst.CSTNode, action: str, reason: str, exactness: Optional[str] = None) -> Site:
-        if self.spans is None:
-            return self.ctx.site(self.transform_id, node, action, reason, exactness)
-        line, end = self.spans[node]
+    def make_site(self, node: cst.CSTNode, action: str, reason: str, exactness: Optional[str] = None,
+                  also: Sequence[cst.CSTNode] = ()) -> Site:
+        """The site of ``node`` (with the blank and comment lines ending its blocks); its span
+        reaches the statements in ``also`` too (others the rewrite changed, after it in its block)."""
+        line, end = self.span_of(node)
+        end += trailing_lines(node)
+        for other in also:
+            end = max(end, self.span_of(other)[1] + trailing_lines(other))
         return Site(self.transform_id, line, end, action, reason, exactness)
+
+    def span_of(self, node: cst.CSTNode) -> Tuple[int, int]:
+        """``node``'s first and last line: from ``spans`` (the ``ast``'s, which pairs each small
+        statement of a line with a statement of its own), else from libcst's positions."""
+        spans = self.spans
+        if spans is not None:
+            if node in spans:
+                return spans[node]
+            if isinstance(node, cst.SimpleStatementLine):
+                found = [spans[s] for s in node.body if s in spans]
+                if found:
+                    return min(a for a, _ in found), max(b for _, b in found)
+        return self.ctx.span(node)
 
     def visit_Module(self, node: cst.Module) -> None:
         self.scopes.append(node)

@@ -333,7 +333,8 @@ def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: Li
     detail = "; ".join(what + notes)
     tol = "" if exactness == EXACT else " (float sums agree to rounding (relative ≈ n·eps))"
     reason = f"one batched evaluation of the loop body: {detail}{tol}; {GUARD_NOTE}; else the loop runs as written"
-    rw.sites.append(rw.make_site(loop, REWRITTEN, reason, exactness))
+    touched = [a.consumer_stmt for a in accs if a.consumer_stmt is not None and a.consumer_index in {j for j, _, _ in replacements}]
+    rw.sites.append(rw.make_site(loop, REWRITTEN, reason, exactness, also=touched))
     return True
 
 

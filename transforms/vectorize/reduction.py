@@ -214,7 +214,7 @@ class _Rewriter(ScopedRewriter):
                 return (f"`{name}` is used elsewhere besides its one reduction (understood besides it: "
                         f"len({name}), torch.stack/cat({name}), sum({name}))")
             acc.keep_list = True  # the batched branch fills it too (see kept_lists)
-        acc.consumer, acc.consumer_kind, acc.consumer_index = call, kind, after
+        acc.consumer, acc.consumer_kind, acc.consumer_index, acc.consumer_stmt = call, kind, after, stmt
         return None
 
     def _find_consumer(self, stmt: cst.SimpleStatementLine, name: str) -> Optional[Tuple[cst.Call, str]]:
@@ -369,7 +369,8 @@ class _Rewriter(ScopedRewriter):
             reason = f"one batched element-wise evaluation: {detail}; same ops per element; {BATCH_GUARD_NOTE}"
         else:
             reason = f"one batched element-wise evaluation: {detail} ({TOLERANCE}); {BATCH_GUARD_NOTE}"
-        self.sites.append(self.make_site(loop, REWRITTEN, reason, exactness))
+        touched = [a.consumer_stmt for a in accs if a.consumer_stmt is not None and a.consumer_index in {j for j, _, _ in replacements}]
+        self.sites.append(self.make_site(loop, REWRITTEN, reason, exactness, also=touched))
         return True
 
     @staticmethod
@@ -443,10 +444,8 @@ class VectorizeReduction(Transform):
         statements = CstStatements(module)
         if not statements.matches(astmts):  # the trees do not pair up (never seen): the full pass
             return ctx.whole_module().visit(_Rewriter(ctx, sites)), sites
-        spans = {
-            statements.stmts[i]: (st.lineno, st.end_lineno or st.lineno)
-            for i, st in enumerate(astmts)
-            if isinstance(st, (ast.For, ast.AsyncFor))
+        spans = {  # the loops', and the statements after them whose reductions a rewrite changes
+            statements.stmts[i]: (st.lineno, st.end_lineno or st.lineno) for i, st in enumerate(astmts)
         }
         blocks = {statements.parent[statements.stmts[i]] for i in candidates}
         rewriter = _Rewriter(ctx, sites, spans)

@@ -31,6 +31,7 @@ class _Acc:
         self.consumer: Optional[cst.Call] = None
         self.consumer_kind = ""
         self.consumer_index = -1
+        self.consumer_stmt: Optional[cst.BaseStatement] = None  # as written: the site's span reaches it
         self.keep_list = False  # the list is read besides its reduction: the batched branch fills it
 
 

@@ -14,6 +14,7 @@ from scalebox_cst.textlines import physical_lines
 from scalebox_cst.report import EXACT, REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ...base import FileContext, Transform
+from ...analysis.bodies import trailing_lines
 from ...analysis.scopes import builtin_checker
 from .syntax import _BUILTINS, Skip
 from .headers import _backward_header, _named_range_ast, _named_range_header, _walks_backward, hoist_zip
@@ -110,7 +111,10 @@ class VectorizeRecurrence(Transform):
         replace: Dict[cst.For, cst.CSTNode] = {}
         for done, i in enumerate(backward):
             ctx.step(done, len(backward), "backward loops")  # a progress line on long files
-            node, span = cst_of[i], (ast_loops[i].lineno, ast_loops[i].end_lineno or ast_loops[i].lineno)
+            node = cst_of[i]
+            # the loop's lines, with the blank and comment lines libcst keeps at the end of its last
+            # block (a rewrite writes them after the loop it keeps as the fallback: they move)
+            span = (ast_loops[i].lineno, (ast_loops[i].end_lineno or ast_loops[i].lineno) + trailing_lines(node))
             if node in ours:
                 continue
 
@@ -187,3 +191,4 @@ class VectorizeRecurrence(Transform):
 
     def build(self, ctx: FileContext, node: cst.For, analysis: Analysis, reassociate: bool) -> Tuple[cst.BaseStatement, bool, str]:
         return build(ctx, node, analysis, reassociate)
+
