@@ -99,7 +99,13 @@ instead of a libcst tree made by parsing its generated text and copying its body
 gets the parse of its code (``emitted.realized``). mixed 50k 17.3 -> 14.6 (0.84x), loops 20k
 22.9 -> 16.4 (0.70x; in-process 25.5 -> 15.7), loops 50k 61.5 -> 40.2 (peak 2.8 -> 2.3 GB); real
 scripts unchanged (30 CleanRL/LeanRL files: 0.96-1.01x). Output identical (``--identity 17d5522
---identity-extra`` 1,324 public files: 0 of 1,395 differ).
+--identity-extra`` 1,324 public files: 0 of 1,395 differ). The table after it, on a quieter
+minute (CPU s, in-process): none 50k 0.46, one 50k 1.02, sparse 50k 3.28, mixed 20k 4.47, 50k
+11.29, loops 20k 14.3, 50k 38.4 (exponents 0.84-1.08). What bounds ``loops`` now: libcst's parse
+of the one 50k-line function (~7 s alone), the ``ast`` of its ~300k-line rewrite, then ~3 ms of
+analysis and planning per loop; ``mixed``: libcst's parse of the 2,525 edited functions (~2.7 s),
+the spliced ``ast`` of five versions (~2.4 s, most of it moving kept statements' lines), then
+2-6 ms per site.
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB. Measured on the loaded
 2-core machine (CPU s / peak MB, 50k lines; old = before the statement memo, spliced codegen,
 grad_clip's path-only insertion pass and recurrence's kept-loop pre-filter, run back to back):
