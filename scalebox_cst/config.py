@@ -245,6 +245,12 @@ class Config:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
+#: the engine core's modules that decide a rewrite's bytes: every top-level module the pipeline
+#: imports (tests/scalebox_cst/test_config.py checks that none is missing) but ``_version``, whose
+#: value the fingerprint holds
+PIPELINE_MODULES = ("pipeline.py", "astsplice.py", "config.py", "emitted.py", "fastcode.py", "fused_program.py",
+                    "linediff.py", "options.py", "report.py", "sourcefile.py", "textlines.py")
+
 #: packages whose code decides a rewrite's bytes, with the prefix their files are named by: the
 #: transforms, and the runtime modules the pipeline and transforms read (``physical_lines``,
 #: the fused programs of ``one_pass``)
@@ -257,7 +263,7 @@ def engine_files() -> Tuple[List[str], List[Tuple[str, str]]]:
     walked to find it (their mtimes change when a module is added or removed). One list for the
     fingerprint's digest and for the import hook's memo of it, so the two never disagree."""
     here = os.path.dirname(os.path.abspath(__file__))
-    files = [(os.path.join(here, n), n) for n in ("pipeline.py", "linediff.py", "sourcefile.py", "fused_program.py", "textlines.py")]
+    files = [(os.path.join(here, n), n) for n in PIPELINE_MODULES]
     folders: List[str] = []
     for package, prefix in _ENGINE_PACKAGES:
         module = sys.modules.get(package)

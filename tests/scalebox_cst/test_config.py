@@ -227,3 +227,22 @@ def test_a_set_value_nested_too_deeply_for_json_is_a_one_line_error(tmp_path):
     result = CliRunner().invoke(cli, ["rewrite", str(tmp_path), "--project", str(tmp_path), "--set", f"grad_clip.mode={deep}"])
     assert result.exit_code == 2, result.exception
     assert result.output.strip().splitlines() == [f"scalebox: --set grad_clip.mode={deep}: grad_clip.mode must be one of guard, fixed, got '[[[[[[[[[[[[[[[[[[[[[[[[[[[...]]]]]]]]]]]]]]]]]]]]]]]]]]]]'"]
+
+
+def test_the_fingerprint_reads_every_core_module_the_pipeline_imports():
+    """The rewrite cache and the import hook key rewrites by a digest of the code that makes them:
+    a core module the pipeline imports but the digest does not read (the codegen, the spliced
+    ast, the emitted rows were all missing once) would serve rewrites its old version made."""
+    import subprocess
+    import sys
+
+    from scalebox_cst.config import PIPELINE_MODULES, engine_files
+
+    code = ("import sys; before = set(sys.modules); import scalebox_cst.pipeline; "
+            "print(' '.join(sorted(m for m in sys.modules if m not in before and m.count('.') == 1 "
+            "and m.startswith('scalebox_cst.'))))")
+    imported = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    modules = {m.split(".", 1)[1] + ".py" for m in imported} - {"_version.py", "transforms.py", "runtime.py"}
+    assert modules and modules <= set(PIPELINE_MODULES), sorted(modules - set(PIPELINE_MODULES))
+    _, files = engine_files()
+    assert set(PIPELINE_MODULES) <= {name for _, name in files}
