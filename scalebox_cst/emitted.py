@@ -24,7 +24,7 @@ module, where only the statements a transform asks for are realized).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, FrozenSet, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, FrozenSet, List, Optional, Sequence, Tuple, Union, cast
 
 import libcst as cst
 from libcst._add_slots import add_slots
@@ -55,10 +55,15 @@ class Emitted(cst.BaseStatement):
         return Emitted(rows=tuple(out), leading_lines=visit_sequence(self, "leading_lines", self.leading_lines, visitor))
 
     def _codegen_impl(self, state: CodegenState) -> None:
+        self.write(state, lambda node, st: node._codegen(st))
+
+    def write(self, state: CodegenState, gen: Callable[[cst.CSTNode, CodegenState], None]) -> None:
+        """The rows into ``state``, each node (leading line or statement row) written by ``gen``:
+        libcst's own codegen here, ``scalebox_cst.fastcode``'s where it writes the statement."""
         for line in self.leading_lines:
-            line._codegen(state)
+            gen(line, state)
         unit = state.default_indent
-        for depth, row in self.rows:
+        for depth, row in self.rows:  # (through the state's methods: a position-tracking state counts)
             if isinstance(row, str):
                 state.add_indent_tokens()
                 state.add_token(unit * depth + row)
@@ -66,7 +71,7 @@ class Emitted(cst.BaseStatement):
             else:
                 for _ in range(depth):
                     state.increase_indent(unit)
-                row._codegen(state)
+                gen(row, state)
                 for _ in range(depth):
                     state.decrease_indent()
 
@@ -99,18 +104,12 @@ _BLOCKS = ("body", "orelse", "handlers", "finalbody", "cases")
 
 
 def _in_block(value: object) -> object:
-    """A block field's value with the Emitted statements in it realized (rebuilt only on the way)."""
+    """A block field's value (a block, a clause, an ``elif``, a list of them) with the Emitted
+    statements in it realized, rebuilt only on the way to them."""
     if isinstance(value, (list, tuple)):
         out = [_in_block(v) for v in value]
         return value if all(a is b for a, b in zip(out, value)) else type(value)(out)
-    if isinstance(value, cst.IndentedBlock):
-        body = [realized(s) for s in value.body]
-        return value if all(a is b for a, b in zip(body, value.body)) else value.with_changes(body=body)
-    if isinstance(value, cst.BaseStatement):  # an `elif` (If as orelse)
-        return realized(value)
-    if isinstance(value, cst.CSTNode) and any(hasattr(value, f) for f in _BLOCKS):  # Else, ExceptHandler, ...
-        return realized(value)  # type: ignore[arg-type]
-    return value
+    return realized(value) if isinstance(value, cst.CSTNode) else value  # type: ignore[arg-type]
 
 
 def _tree_of(node: Emitted) -> cst.BaseStatement:

@@ -448,22 +448,6 @@ def _function_def(node: Any, state: CodegenState) -> None:
     _gen(node.body, state)
 
 
-def _emitted(node: Any, state: CodegenState) -> None:  # scalebox_cst.emitted.Emitted._codegen_impl
-    for line in node.leading_lines:
-        _gen(line, state)
-    unit = state.default_indent
-    tokens, indent = state.tokens, state.indent_tokens
-    for depth, row in node.rows:
-        if type(row) is str:
-            tokens.extend(indent)
-            tokens.append(unit * depth + row)
-            tokens.append(state.default_newline)
-        else:
-            indent.extend([unit] * depth)
-            _gen(row, state)
-            del indent[len(indent) - depth:]
-
-
 # -- registration --------------------------------------------------------------------------
 
 #: the libcst version (major, minor) whose ``_codegen_impl`` methods the emitters copy
@@ -529,4 +513,4 @@ def _table() -> Dict[type, _Emit]:
 
 
 _EMIT.update(_table())
-_EMIT[Emitted] = _emitted  # ours: written the same under every libcst version
+_EMIT[Emitted] = lambda node, state: node.write(state, _gen)  # ours: the same under every libcst version

@@ -27,7 +27,7 @@ from ..analysis.purity import is_simple_ref
 from ..analysis.reads import names_read, read_elsewhere
 from ..analysis.scopes import declares_global
 from .loss_expr import BATCH, LossExpr, Refused, Value, marker
-from .reduction_forms import _Acc, _accumulation, _sanitize
+from .reduction_forms import _Acc, _accumulation, _sanitize, consumer_statements
 
 RUNTIME = "scalebox_cst.runtime.vectorized"
 GUARD_NOTE = "guarded by loss_zip/loss_range (contract: the site's details)"
@@ -333,8 +333,7 @@ def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: Li
     detail = "; ".join(what + notes)
     tol = "" if exactness == EXACT else " (float sums agree to rounding (relative ≈ n·eps))"
     reason = f"one batched evaluation of the loop body: {detail}{tol}; {GUARD_NOTE}; else the loop runs as written"
-    touched = [a.consumer_stmt for a in accs if a.consumer_stmt is not None and a.consumer_index in {j for j, _, _ in replacements}]
-    rw.sites.append(rw.make_site(loop, REWRITTEN, reason, exactness, also=touched))
+    rw.sites.append(rw.make_site(loop, REWRITTEN, reason, exactness, also=consumer_statements(accs)))
     return True
 
 

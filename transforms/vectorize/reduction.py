@@ -36,6 +36,7 @@ from .kept_lists import read_only_uses, reads_outside
 from .reduction_examples import EXAMPLES
 from .reduction_forms import (
     _Acc,
+    consumer_statements,
     _accumulation,
     _ast_accumulation,
     _ast_reduced_lists,
@@ -369,8 +370,7 @@ class _Rewriter(ScopedRewriter):
             reason = f"one batched element-wise evaluation: {detail}; same ops per element; {BATCH_GUARD_NOTE}"
         else:
             reason = f"one batched element-wise evaluation: {detail} ({TOLERANCE}); {BATCH_GUARD_NOTE}"
-        touched = [a.consumer_stmt for a in accs if a.consumer_stmt is not None and a.consumer_index in {j for j, _, _ in replacements}]
-        self.sites.append(self.make_site(loop, REWRITTEN, reason, exactness, also=touched))
+        self.sites.append(self.make_site(loop, REWRITTEN, reason, exactness, also=consumer_statements(accs)))
         return True
 
     @staticmethod

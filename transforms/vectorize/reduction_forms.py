@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator, Optional, Set, cast
+from typing import Iterator, List, Optional, Sequence, Set, cast
 
 import libcst as cst
 
@@ -33,6 +33,12 @@ class _Acc:
         self.consumer_index = -1
         self.consumer_stmt: Optional[cst.BaseStatement] = None  # as written: the site's span reaches it
         self.keep_list = False  # the list is read besides its reduction: the batched branch fills it
+
+
+def consumer_statements(accs: Sequence[_Acc]) -> List[cst.BaseStatement]:
+    """The statements after the loop whose reductions of the accumulated lists a rewrite changes
+    (as written: a site's span reaches them)."""
+    return [a.consumer_stmt for a in accs if a.consumer_stmt is not None]
 
 
 def _accumulation(stmt: cst.BaseSmallStatement) -> Optional[_Acc]:
