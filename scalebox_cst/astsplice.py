@@ -7,7 +7,7 @@ codegen spliced the new code (``pipeline._Codegen._splice``: the old code with t
 replaced statements swapped), it says which statements it kept (same text, perhaps on other
 lines) and which stretches of text it generated. The kept statements' ``ast`` nodes are moved
 into the new tree with their line numbers shifted (columns are unchanged: a top-level statement
-moves by whole lines), and only the generated stretches are parsed, then moved to their lines. The
+moves by whole lines), and only the generated stretches are parsed, at their lines. The
 result is what ``ast.parse`` of the new code gives (tests/scalebox_cst/test_astsplice.py compares
 ``ast.dump(..., include_attributes=True)``); where that cannot be shown cheaply (a ``\\r`` in the
 code, a ``__future__`` import, which can change how code parses) the caller parses the whole file.
@@ -37,31 +37,97 @@ class Plan:
     kept_at: List[int] = dataclasses.field(default_factory=list)
 
 
-def parse(new_code: str, old_code: str, old_tree: ast.Module, plan: Plan, filename: str) -> Optional[ast.Module]:
+class Memo:
+    """What one file's splices keep from version to version: each kept statement's nodes that
+    carry lines, gathered once (a dense file moves most statements in every one of its versions:
+    the walk per move was most of the splice), and the last code's line starts."""
+
+    def __init__(self) -> None:
+        #: id of a top-level statement -> (the statement, its nodes with line numbers)
+        self.lined: Dict[int, Tuple[ast.stmt, List[ast.AST]]] = {}
+        self._starts: Tuple[Optional[str], List[int]] = (None, [])
+
+    def starts(self, code: str) -> List[int]:
+        """Where each line of ``code`` starts (kept for the code of the last version spliced)."""
+        if self._starts[0] is not code:
+            self._starts = (code, _line_starts(code))
+        return self._starts[1]
+
+    def shift(self, stmt: ast.stmt, delta: int) -> None:
+        """Add ``delta`` to the line numbers of ``stmt`` and every node below it (``ast.increment_lineno``)."""
+        held = self.lined.get(id(stmt))
+        if held is None or held[0] is not stmt:
+            held = self.lined[id(stmt)] = (stmt, _lined(stmt))
+        for n in held[1]:
+            n.lineno += delta  # type: ignore[attr-defined]
+            e = n.end_lineno  # type: ignore[attr-defined]
+            if e is not None:
+                n.end_lineno = e + delta  # type: ignore[attr-defined]
+
+    def keep_only(self, stmts: List[ast.stmt]) -> None:
+        """Forget every statement but ``stmts`` (those of the newest version that were moved)."""
+        ids = {id(s) for s in stmts}
+        self.lined = {k: v for k, v in self.lined.items() if k in ids}
+
+
+def parse(new_code: str, old_code: str, old_tree: ast.Module, plan: Plan, filename: str,
+          memo: Optional[Memo] = None) -> Optional[ast.Module]:
     """``ast.parse(new_code, filename)`` from ``old_tree`` (of ``old_code``) and ``plan``; None where
-    the caller is to parse the whole code. Raises what ``ast.parse`` of a generated stretch raises."""
+    the caller is to parse the whole code. Raises what ``ast.parse`` of the generated stretches
+    raises (its line numbers are the new code's). ``memo``: kept from one version of a file to the
+    next (:class:`Memo`)."""
     if "\r" in new_code or "\r" in old_code or "__future__" in new_code:
         return None
-    new_starts = _line_starts(new_code)
-    old_starts = _line_starts(old_code)
+    memo = memo if memo is not None else Memo()
+    old_starts = memo.starts(old_code)
+    new_starts = memo.starts(new_code)
     pieces: List[Tuple[int, List[ast.stmt]]] = []  # (first new statement index, its ast statements)
-    for j, new_at, text in plan.made:  # first: nothing of the old tree is moved before this succeeds
-        line = bisect.bisect_right(new_starts, new_at)  # 1-based line of the stretch's start
-        if new_starts[line - 1] != new_at:
-            return None  # a stretch starts inside a line: not a run of whole statements
-        body = ast.parse(text, filename=filename).body
-        if line > 1:
-            for stmt in body:
-                _shift(stmt, line - 1)
-        pieces.append((j, body))
+    if plan.made:  # first: nothing of the old tree is moved before this succeeds
+        made = _parse_made(new_starts, plan.made, filename)
+        if made is None:
+            return None
+        pieces += made
     for (i, old_at, new_at), j in zip(plan.kept, plan.kept_at):
         delta = bisect.bisect_right(new_starts, new_at) - bisect.bisect_right(old_starts, old_at)
         stmt = old_tree.body[i]
         if delta:
-            _shift(stmt, delta)
+            memo.shift(stmt, delta)
         pieces.append((j, [stmt]))
+    memo.keep_only([old_tree.body[i] for i, _, _ in plan.kept])
     pieces.sort(key=lambda p: p[0])
     return ast.Module(body=[s for _, body in pieces for s in body], type_ignores=[])
+
+
+def _parse_made(new_starts: List[int], made: List[Tuple[int, int, str]], filename: str) -> Optional[List[Tuple[int, List[ast.stmt]]]]:
+    """The ``ast`` statements of each generated stretch, at their lines in the new code: one
+    ``ast.parse`` of a text holding every stretch at its lines and blank lines between (a parse
+    per stretch, then moving its lines, cost twice as much where stretches are many and short).
+    A stretch is a run of whole top-level statements, so the text parses as they do apart.
+    None where a stretch does not start a line."""
+    parts: List[str] = []
+    spans: List[Tuple[int, int]] = []  # (first new statement index, last line of the stretch)
+    next_line = 1
+    for j, new_at, text in made:
+        line = bisect.bisect_right(new_starts, new_at)  # 1-based line of the stretch's start
+        if new_starts[line - 1] != new_at or line < next_line:
+            return None  # a stretch starts inside a line: not a run of whole statements
+        parts.append("\n" * (line - next_line))
+        parts.append(text)
+        count = text.count("\n")
+        if not text.endswith("\n"):
+            parts.append("\n")
+            count += 1
+        next_line = line + count
+        spans.append((j, next_line - 1))
+    body = ast.parse("".join(parts), filename=filename).body
+    out: List[Tuple[int, List[ast.stmt]]] = []
+    k = 0
+    for j, last in spans:
+        first = k
+        while k < len(body) and body[k].lineno <= last:
+            k += 1
+        out.append((j, body[first:k]))
+    return out
 
 
 def with_kept(plan: Plan, kept: List[Tuple[int, int]], copied: List[Tuple[int, int, int]],
@@ -89,10 +155,11 @@ def _line_starts(code: str) -> List[int]:
     return starts
 
 
-def _shift(node: ast.AST, delta: int) -> None:
-    """Add ``delta`` to the line numbers of ``node`` and every node below it (``ast.increment_lineno``
-    without its generator: a step per node type made once, which moves the node's own lines and
-    pushes its children; ``ctx``, ``op`` and ``ops`` fields hold singletons without lines, not walked)."""
+def _lined(node: ast.AST) -> List[ast.AST]:
+    """``node`` and the nodes below it that carry line numbers (a step per node type made once,
+    which takes the node if it has lines and pushes its children; ``ctx``, ``op`` and ``ops``
+    fields hold singletons without lines, not walked)."""
+    out: List[ast.AST] = []
     todo = [node]
     steps = _STEPS
     while todo:
@@ -100,17 +167,18 @@ def _shift(node: ast.AST, delta: int) -> None:
         step = steps.get(type(n))
         if step is None:
             step = _step(type(n))
-        step(n, delta, todo)
+        step(n, out, todo)
+    return out
 
 
-_Step = Callable[[ast.AST, int, List[ast.AST]], None]
+_Step = Callable[[ast.AST, List[ast.AST], List[ast.AST]], None]
 _STEPS: Dict[type, _Step] = {}
 
 
 def _step(cls: type) -> _Step:
-    lines = ["def step(n, d, todo):"]
+    lines = ["def step(n, out, todo):"]
     if "lineno" in cls._attributes and "end_lineno" in cls._attributes:  # type: ignore[attr-defined]
-        lines += ["    n.lineno += d", "    e = n.end_lineno", "    if e is not None:", "        n.end_lineno = e + d"]
+        lines += ["    out.append(n)"]
     # Load/Store/Del and operators: shared singletons without lines, not walked
     lines += astwalk.push_lines(cls, "n", "todo", skip=("ctx", "op", "ops"))
     lines.append("    return None")

@@ -34,7 +34,7 @@ from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
 from scalebox_cst.textlines import physical_lines
 from scalebox_cst.transforms import FileContext, Transform, all_transforms, transform_ids
-from scalebox_cst.transforms import contracts, statement_memo
+from scalebox_cst.transforms import contracts, rewrite_caches, statement_memo
 from scalebox_cst.transforms import partial as partial_module
 
 
@@ -95,6 +95,7 @@ class Pipeline:
         finally:
             if beat is not None:
                 beat.stop()
+            rewrite_caches.empty()  # they hold this file's trees (a watcher keeps running)
             if _FROZEN.__dict__.pop("frozen", False):
                 gc.unfreeze()
             if enabled:
@@ -137,6 +138,7 @@ class Pipeline:
         codegen = _Codegen()
         memo = statement_memo.per_file()
         memo.register(tree, code)
+        moved = astsplice.Memo()  # what each version's splice keeps for the next
         carried: Optional[partial_module.Partial] = None  # the version's module, where it is partial
         started = time.perf_counter() if beat is None else beat.started
         lines = text.count("\n") + 1
@@ -184,7 +186,7 @@ class Pipeline:
                         ctx.__dict__.clear()  # this version's module is held by new_module
                         gc.collect(0)  # this transform's garbage, before the new tree exists
                     plan = codegen.plan if new_module is not None else None  # (spliced: astsplice)
-                    new_tree = (plan and astsplice.parse(new_code, code, tree, plan, path)) or ast.parse(new_code, filename=path)
+                    new_tree = (plan and astsplice.parse(new_code, code, tree, plan, path, moved)) or ast.parse(new_code, filename=path)
                     if lines >= COLLECT_LINES:
                         _freeze()  # the new tree is live: later collections need not walk it
             except cst.ParserSyntaxError as exc:

@@ -33,6 +33,7 @@ from scalebox_cst.config import Config
 from scalebox_cst.report import Site
 
 from . import partial as partial_module
+from .analysis import cstparse
 from .names import ImportMap, add_imports
 from .partial import Partial
 
@@ -151,7 +152,7 @@ class FileContext:
     def module(self) -> cst.Module:
         """The libcst tree, parsed on first use (a transform that only reads ``tree`` never pays)."""
         self.partial = None
-        return cst.parse_module(self.code)
+        return cstparse.parse_module(self.code)
 
     def module_for(self, nodes: Iterable[ast.AST]) -> cst.Module:
         """``ctx.module`` with only the top-level statements holding ``nodes`` (of ``ctx.tree``)

@@ -33,6 +33,8 @@ import libcst as cst
 from scalebox_cst import emitted
 from scalebox_cst.textlines import physical_lines
 
+from . import rewrite_caches
+from .analysis import cstparse
 from .analysis.bodies import _BLOCK_FIELDS
 
 #: the start of every filler's string: a file that spells it anywhere is never split
@@ -78,7 +80,7 @@ def chunks(code: str, tree: ast.Module) -> Optional[Chunks]:
 
 
 #: (code, tree, their chunks) of the last version asked about
-_LAST: List[Optional[Tuple[str, ast.Module, Optional[Chunks]]]] = [None]
+_LAST: List[Optional[Tuple[str, ast.Module, Optional[Chunks]]]] = rewrite_caches.held(None)
 
 
 def _chunks(code: str, tree: ast.Module) -> Optional[Chunks]:
@@ -248,7 +250,7 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
                 node = kept
         if node is None and g in wanted:
             PARSED[0] += 1
-            piece = cst.parse_module(ch.text(g))
+            piece = cstparse.parse_module(ch.text(g))
             if len(piece.body) != 1 or piece.default_indent != INDENT or piece.default_newline != NEWLINE:
                 return None
             node, parsed = piece.body[0], True

@@ -27,8 +27,8 @@ def checked(monkeypatch):
     real = astsplice.parse
     counts = {"spliced": 0, "whole": 0}
 
-    def parse(new_code, old_code, old_tree, plan, filename):
-        got = real(new_code, old_code, old_tree, plan, filename)
+    def parse(new_code, old_code, old_tree, plan, filename, memo=None):
+        got = real(new_code, old_code, old_tree, plan, filename, memo)
         if got is None:
             counts["whole"] += 1
             return None

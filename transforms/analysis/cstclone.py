@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, cast
 
 import libcst as cst
 
+from . import cstparse
 from .cstwalk import _KINDS, NODE, SEQUENCE, kind
 
 _FIELDS: Dict[type, Tuple[str, ...]] = {}
@@ -242,20 +243,20 @@ def _comments(text: str, begin: int, end: int, spans: _Spans) -> bool:
 def parse_statements(text: str) -> List[cst.BaseStatement]:
     """``cst.parse_module(text).body``, as fresh nodes; text whose shape was parsed before (the
     same code up to its identifiers) is not parsed again."""
-    module = _parsed("module", text, cst.parse_module)
+    module = _parsed("module", text, cstparse.parse_module)
     return [clone(st, module[1]) for st in module[0].body] if module[1] is not None else list(module[0].body)
 
 
 def parse_statement(text: str) -> cst.BaseStatement:
     """``cst.parse_statement(text)``, a fresh tree copied from the parse of its shape (the one-line
     statements the vectorize transforms generate per site differ only in names)."""
-    node, names = _parsed("statement", text, cst.parse_statement)
+    node, names = _parsed("statement", text, cstparse.parse_statement)
     return clone(node, names) if names is not None else node
 
 
 def parse_expression(text: str) -> cst.BaseExpression:
     """``cst.parse_expression(text)``, a fresh tree copied from the parse of its shape."""
-    node, names = _parsed("expression", text, cst.parse_expression)
+    node, names = _parsed("expression", text, cstparse.parse_expression)
     return clone(node, names) if names is not None else node
 
 

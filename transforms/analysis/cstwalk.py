@@ -9,6 +9,8 @@ from typing import Callable, Dict, Iterator, List, Tuple, cast
 
 import libcst as cst
 
+from .. import rewrite_caches
+
 _FIELDS: Dict[type, Tuple[str, ...]] = {}
 
 
@@ -127,4 +129,4 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 #: the node types whose walks :func:`walk` keeps, and how many it keeps
 _KEPT = frozenset({cst.IndentedBlock, cst.For, cst.While})
 _MAX_WALKED = 16
-_WALKED: Dict[int, Tuple[cst.CSTNode, List[cst.CSTNode]]] = {}
+_WALKED: Dict[int, Tuple[cst.CSTNode, List[cst.CSTNode]]] = rewrite_caches.mapping()

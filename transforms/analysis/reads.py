@@ -7,6 +7,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tup
 
 import libcst as cst
 
+from .. import rewrite_caches
 from .bodies import _BLOCK_FIELDS, _code, target_names
 from .cstwalk import push_children, walk
 
@@ -389,7 +390,7 @@ _READ_KINDS: Dict[type, int] = {}
 #: the node :func:`bound_names` last answered for, and its answer: the checks of one loop each
 #: ask about the same body in turn (four walks of it per rewritten loop); the node is held, so
 #: its id stays its own
-_BOUND_LAST: List[Tuple[Optional[cst.CSTNode], FrozenSet[str]]] = [(None, frozenset())]
+_BOUND_LAST: List[Tuple[Optional[cst.CSTNode], FrozenSet[str]]] = rewrite_caches.held((None, frozenset()))
 
 
 def bound_names(node: cst.CSTNode) -> Set[str]:

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from .. import rewrite_caches
 from ..analysis.cstclone import parse_expression
 from ..partial import elided_width
 from .events import Loc
@@ -102,7 +103,7 @@ def _top_ends(module: cst.Module, node: cst.CSTNode, field: str) -> Tuple[Sequen
 
 
 #: (module, field, its elements, their running widths) of the last module :func:`cst_line` read
-_TOP: List[Optional[Tuple[cst.Module, str, Sequence[cst.CSTNode], List[int]]]] = [None]
+_TOP: List[Optional[Tuple[cst.Module, str, Sequence[cst.CSTNode], List[int]]]] = rewrite_caches.held(None)
 
 
 class InsertBefore(cst.CSTTransformer):

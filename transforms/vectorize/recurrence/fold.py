@@ -27,11 +27,12 @@ from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from ... import rewrite_caches
 from . import function_facts
 
 #: the last module :func:`_enclosing` mapped and its map (one file is rewritten at a time; the
 #: module is held so that the ids stay its nodes')
-_LOOPS_OF: List[object] = [None, {}]
+_LOOPS_OF: List[object] = rewrite_caches.held(None, {})
 
 
 def _loop_places(module: cst.Module) -> dict:

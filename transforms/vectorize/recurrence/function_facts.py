@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from ... import rewrite_caches
 from .list_bindings import binding_events
 from ...analysis.cstwalk import children
 from .syntax import _code, _walk
@@ -172,7 +173,7 @@ class Outside:
 
 #: the last function :func:`facts` gathered (loops are asked about function by function; the
 #: function is held, so its node ids stay its own)
-_LAST: List[Optional[FunctionFacts]] = [None]
+_LAST: List[Optional[FunctionFacts]] = rewrite_caches.held(None)
 
 
 def facts(func: cst.FunctionDef) -> FunctionFacts:

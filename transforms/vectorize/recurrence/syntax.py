@@ -10,6 +10,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import libcst as cst
 
+from ... import rewrite_caches
 from ...analysis.cstwalk import walk as _walk  # noqa: F401 - used across the family
 from ...analysis.reads import bound_names as _bound_names, names_read as _names_read  # noqa: F401
 from ...analysis.shape import structure_key
@@ -77,7 +78,7 @@ def _norm(node: cst.CSTNode) -> str:
 
 
 #: id(node) -> (node, its key), for :func:`_norm` (bounded: cleared when full)
-_NORMS: Dict[int, Tuple[cst.CSTNode, str]] = {}
+_NORMS: Dict[int, Tuple[cst.CSTNode, str]] = rewrite_caches.mapping()
 _MAX_NORMS = 4096
 
 
