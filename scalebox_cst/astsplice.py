@@ -21,7 +21,7 @@ import bisect
 import dataclasses
 from typing import Callable, Dict, List, Optional, Tuple, cast
 
-from scalebox_cst.textlines import physical_lines
+from scalebox_cst.textlines import line_starts
 from scalebox_cst.transforms.analysis import astwalk
 
 
@@ -45,13 +45,16 @@ class Memo:
     def __init__(self) -> None:
         #: id of a top-level statement -> (the statement, its nodes with line numbers)
         self.lined: Dict[int, Tuple[ast.stmt, List[ast.AST]]] = {}
-        self._starts: Tuple[Optional[str], List[int]] = (None, [])
+        self._starts: List[Tuple[str, List[int]]] = []  # of the last two codes asked about
 
     def starts(self, code: str) -> List[int]:
-        """Where each line of ``code`` starts (kept for the code of the last version spliced)."""
-        if self._starts[0] is not code:
-            self._starts = (code, _line_starts(code))
-        return self._starts[1]
+        """Where each line of ``code`` starts (kept for the last two codes: a version and the next)."""
+        for held, starts in self._starts:
+            if held is code:
+                return starts
+        starts = line_starts(code)
+        self._starts = [*self._starts[-1:], (code, starts)]
+        return starts
 
     def shift(self, stmt: ast.stmt, delta: int) -> None:
         """Add ``delta`` to the line numbers of ``stmt`` and every node below it (``ast.increment_lineno``)."""
@@ -146,13 +149,6 @@ def with_kept(plan: Plan, kept: List[Tuple[int, int]], copied: List[Tuple[int, i
         plan.kept.append((i, old_at, copied[k][2] + old_at - copied[k][0]))
         plan.kept_at.append(j)
     return plan
-
-
-def _line_starts(code: str) -> List[int]:
-    starts = [0]
-    for line in physical_lines(code):
-        starts.append(starts[-1] + len(line))
-    return starts
 
 
 def _lined(node: ast.AST) -> List[ast.AST]:

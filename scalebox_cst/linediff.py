@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import bisect
 import difflib
-from typing import Dict, Hashable, List, Sequence, Tuple
+from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+
+from scalebox_cst.textlines import line_starts, physical_lines
 
 Opcode = Tuple[str, int, int, int, int]
 
@@ -148,3 +150,86 @@ def _to_opcodes(blocks: List[Tuple[int, int, int]], la: int, lb: int) -> List[Op
         if size:
             codes.append(("equal", ai, i, bj, j))
     return codes
+
+
+
+class LineMap:
+    """Each line of a new version -> the line of the old one it comes from (inserted lines: the
+    next old line), kept as the diff's stretches rather than one entry per line: five versions
+    of a 50k-line file were half a million entries, written and split line by line."""
+
+    def __init__(self) -> None:
+        self._firsts: List[int] = []  # first new line (0-based) of each stretch
+        self._stretches: List[Tuple[bool, int, int, int, int]] = []  # (equal, i1, i2, j1, j2), 0-based
+
+    def add(self, equal: bool, i1: int, i2: int, j1: int, j2: int) -> None:
+        """New lines ``j1..j2-1`` from old lines ``i1..i2-1`` (0-based; in order of ``j1``)."""
+        if j2 > j1:
+            self._firsts.append(j1)
+            self._stretches.append((equal, i1, i2, j1, j2))
+
+    def get(self, line: int, default: int) -> int:
+        """The old line (1-based) that new ``line`` comes from; ``default`` outside the new version."""
+        got = self._find(line)
+        return default if got is None else got
+
+    def __getitem__(self, line: int) -> int:
+        got = self._find(line)
+        if got is None:
+            raise KeyError(line)
+        return got
+
+    def _find(self, line: int) -> Optional[int]:
+        k = bisect.bisect_right(self._firsts, line - 1) - 1
+        if k < 0:
+            return None
+        equal, i1, i2, j1, j2 = self._stretches[k]
+        if line - 1 >= j2:
+            return None
+        if equal:
+            return i1 + line - 1 - j1 + 1
+        return min(i1 + line - 1 - j1, max(i2 - 1, i1)) + 1
+
+
+def line_map(old: str, new: str) -> LineMap:
+    """The :class:`LineMap` of ``new`` made from ``old`` (a diff of their lines)."""
+    a = [line.rstrip("\r\n") for line in physical_lines(old)]
+    b = [line.rstrip("\r\n") for line in physical_lines(new)]
+    mapping = LineMap()
+    for tag, i1, i2, j1, j2 in opcodes(a, b):
+        mapping.add(tag == "equal", i1, i2, j1, j2)
+    return mapping
+
+
+def spliced_line_map(old: str, new: str, copied: Sequence[Tuple[int, int, int]],
+                     starts: Callable[[str], List[int]] = line_starts) -> Optional[LineMap]:
+    """:func:`line_map` of a splice: ``new`` is ``old`` with stretches copied as they are
+    (``copied``: old start, old end, new start, in order) and text made between them. Copied
+    lines map one to one; only the text between copies is diffed, against the old text it
+    replaced (so a made line never maps to an unrelated statement far away, as a whole-file diff
+    may match it). ``starts``: :func:`line_starts`, perhaps kept. None where a copy does not
+    start and end at line starts (the caller diffs the whole files)."""
+    old_starts, new_starts = starts(old), starts(new)
+
+    def line_at(at: int, starts: List[int]) -> Optional[int]:  # the line starting at offset ``at``
+        k = bisect.bisect_left(starts, at)
+        return k if k < len(starts) and starts[k] == at else None
+
+    mapping = LineMap()
+    a_at = b_at = 0  # line indices where the text before the next copy starts
+    c_at = d_at = 0  # and its offsets
+    for o0, o1, n0 in [*copied, (len(old), len(old), len(new))]:
+        a0, a1 = line_at(o0, old_starts), line_at(o1, old_starts)
+        b0, b1 = line_at(n0, new_starts), line_at(n0 + o1 - o0, new_starts)
+        if a0 is None or a1 is None or b0 is None or b1 is None or a0 < a_at or b0 < b_at:
+            return None
+        if b0 > b_at:  # text made between two copies: diffed against the text it replaced
+            a = [line.rstrip("\r\n") for line in physical_lines(old[c_at:o0])]
+            b = [line.rstrip("\r\n") for line in physical_lines(new[d_at:n0])]
+            if len(a) != a0 - a_at or len(b) != b0 - b_at:
+                return None
+            for tag, i1, i2, j1, j2 in opcodes(a, b):
+                mapping.add(tag == "equal", i1 + a_at, i2 + a_at, j1 + b_at, j2 + b_at)
+        mapping.add(True, a0, a1, b0, b1)
+        a_at, b_at, c_at, d_at = a1, b1, o1, n0 + o1 - o0
+    return mapping if a_at == len(old_starts) - 1 and b_at == len(new_starts) - 1 else None

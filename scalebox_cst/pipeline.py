@@ -129,7 +129,7 @@ class Pipeline:
         if text.count("\n") + 1 >= COLLECT_LINES:
             _freeze()  # the tree of the input: live until the file is done
         sites: List[Site] = []
-        line_maps: List[Dict[int, int]] = []  # for each version after the first: new line -> old line
+        line_maps: List[linediff.LineMap] = []  # for each version after the first: new line -> old line
         code = text if breaks is None else breaks.stripped
         # The libcst tree is parsed at most once per version, and only when a transform edits:
         # most transforms decide on the ast that nothing applies.
@@ -200,7 +200,8 @@ class Pipeline:
                 return _error(path, data, msg)
             sites.extend(_map_back(_with_details(_map_quoted(site, line_maps)), line_maps) for site in found)
             if new_code != code:
-                line_maps.append(_line_map(code, new_code))
+                spliced = codegen.copied and linediff.spliced_line_map(code, new_code, codegen.copied, moved.starts)
+                line_maps.append(spliced or linediff.line_map(code, new_code))
                 if stale and carried is None and new_module is not None:  # a whole module: the next one reads trees
                     new_module = emitted.realized_module(new_module, stale)
                 module, code, tree, imports = new_module, new_code, new_tree, None
@@ -303,6 +304,7 @@ class _Codegen:
         splicing: only the statements that changed are generated (see ``_splice``). ``seed``:
         the text to write for some nodes (a partial module's fillers: transforms/partial.py)."""
         self.plan: Optional[astsplice.Plan] = None  # what the splice kept and made (astsplice)
+        self.copied: List[Tuple[int, int, int]] = []  # (old start, old end, new start) of each stretch it copied
         style = (module.default_indent, module.default_newline)
         if seed:
             if style != self._style:
@@ -395,6 +397,7 @@ class _Codegen:
             at, done = at + len(made), end
         pieces.append(old_code[done:])
         copied.append((done, len(old_code), at))
+        self.copied = copied
         self.plan = astsplice.with_kept(plan, kept, copied, offset) if len(old_tree.body) == len(old.body) else None  # one ast each
         return "".join(pieces)
 
@@ -539,20 +542,6 @@ def _logical_line_starts(text: str) -> List[int]:
     return starts
 
 
-def _line_map(old: str, new: str) -> Dict[int, int]:
-    """Map each line of ``new`` to the line of ``old`` it comes from (inserted lines: the next old line)."""
-    a = [line.rstrip("\r\n") for line in physical_lines(old)]
-    b = [line.rstrip("\r\n") for line in physical_lines(new)]
-    mapping: Dict[int, int] = {}
-    for tag, i1, i2, j1, j2 in linediff.opcodes(a, b):
-        for k in range(j2 - j1):
-            if tag == "equal":
-                mapping[j1 + k + 1] = i1 + k + 1
-            else:
-                mapping[j1 + k + 1] = min(i1 + k, max(i2 - 1, i1)) + 1
-    return mapping
-
-
 def _with_details(site: Site) -> Site:
     """The site with a reason of one breath and, as its details, the contracts it names
     (transforms/contracts.py) and whatever did not fit the reason."""
@@ -566,7 +555,7 @@ def _with_details(site: Site) -> Site:
 _QUOTED_LINE = re.compile(r"\b(lines?) (\d+)(?:-(\d+))?\b")
 
 
-def _map_quoted(site: Site, line_maps: List[Dict[int, int]]) -> Site:
+def _map_quoted(site: Site, line_maps: List[linediff.LineMap]) -> Site:
     """The site with the line numbers its reason quotes mapped back to the user's file.
 
     A transform sees the version the transforms before it made and quotes that version's lines
@@ -585,14 +574,14 @@ def _map_quoted(site: Site, line_maps: List[Dict[int, int]]) -> Site:
     return site if reason == site.reason else dataclasses.replace(site, reason=reason)
 
 
-def _user_line(line: int, line_maps: List[Dict[int, int]]) -> int:
+def _user_line(line: int, line_maps: List[linediff.LineMap]) -> int:
     """A line of the last version, as the line of the user's file it came from."""
     for mapping in reversed(line_maps):
         line = mapping.get(line, line)
     return line
 
 
-def _map_back(site: Site, line_maps: List[Dict[int, int]]) -> Site:
+def _map_back(site: Site, line_maps: List[linediff.LineMap]) -> Site:
     line, end = _user_line(site.line, line_maps), _user_line(site.end_line, line_maps)
     if (line, end) == (site.line, site.end_line):
         return site

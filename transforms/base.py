@@ -30,6 +30,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from scalebox_cst.config import Config
+from scalebox_cst.linediff import LineMap
 from scalebox_cst.report import Site
 
 from . import partial as partial_module
@@ -119,7 +120,7 @@ class FileContext:
         code: Optional[str] = None,
         tree: Optional[ast.Module] = None,
         imports: Optional[ImportMap] = None,
-        line_maps: Sequence[Dict[int, int]] = (),
+        line_maps: Sequence[LineMap] = (),
         partial: Optional[Partial] = None,
     ) -> None:
         if module is None and code is None:

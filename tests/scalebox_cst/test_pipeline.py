@@ -533,7 +533,7 @@ def test_line_map_of_a_large_file_with_many_edits_is_linear():
     number of edits); the anchored diff takes well under a second. Lines map back exactly."""
     import time
 
-    from scalebox_cst.pipeline import _line_map
+    from scalebox_cst.linediff import line_map as _line_map
 
     old_lines = [f"x_{i} = f({i})\n" for i in range(100_000)]
     new_lines = []
