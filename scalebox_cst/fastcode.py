@@ -513,4 +513,40 @@ def _table() -> Dict[type, _Emit]:
 
 
 _EMIT.update(_table())
-_EMIT[Emitted] = lambda node, state: node.write(state, _gen)  # ours: the same under every libcst version
+
+#: where a statement generated once for an Emitted node takes its indentation (no token of
+#: Python source holds a NUL: the pipeline refuses such files)
+_BASE = "\0scalebox-indent\0"
+
+
+def _emitted(node: Emitted, state: CodegenState) -> None:
+    """``node.write(state, _gen)`` (ours: the same under every libcst version), each statement row
+    generated once: a rewritten loop holds the user's statements at up to five depths (steps as
+    written, the loops kept as the fallback), and writing each again was most of its codegen. A
+    statement is written into a state whose indentation is one marker token, then placed at each
+    depth with the marker replaced by that depth's indentation: the codegen puts indentation
+    only through the indent tokens (``add_indent_tokens``), so the text is what writing it there
+    gives (tests/scalebox_cst/test_fastcode.py)."""
+    for line in node.leading_lines:
+        _gen(line, state)
+    unit, newline = state.default_indent, state.default_newline
+    outer = "".join(state.indent_tokens)
+    tokens = state.tokens
+    written: Dict[int, List[str]] = {}
+    for depth, row in node.rows:
+        if isinstance(row, str):
+            tokens.append(outer)
+            tokens.append(unit * depth + row)
+            tokens.append(newline)
+            continue
+        done = written.get(id(row))
+        if done is None:
+            alone = CodegenState(default_indent=unit, default_newline=newline)
+            alone.indent_tokens.append(_BASE)
+            _gen(row, alone)
+            done = written[id(row)] = alone.tokens
+        base = outer + unit * depth
+        tokens.extend([base if t is _BASE else t for t in done])
+
+
+_EMIT[Emitted] = _emitted

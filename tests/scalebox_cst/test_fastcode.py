@@ -87,3 +87,39 @@ def test_built_nodes_take_libcst_defaults():
 def test_other_node_types_are_left_to_libcst():
     module = cst.parse_module("class C:\n    x: int = 1\n    def g(self, *a, **k):\n        return {k: v for k, v in a if (w := k)}\n")
     assert fastcode.code_for_node(module, module.body[0]) == module.code
+
+
+_ROW_STATEMENTS = '''\
+if t == T - 1:  # the last step
+    nv = next_value
+else:
+    nv = (values[t + 1]
+          * masks[t])  # a bracket over two lines keeps its own whitespace
+    s = """a string
+over two lines"""
+delta = rewards[t] + gamma * nv - values[t]
+for k in range(3):
+
+    # a comment line in the block
+    x[k] = k
+'''
+
+
+@pytest.mark.parametrize("outer", [0, 1, 2])
+def test_emitted_rows_are_written_as_each_statement_written_at_its_depth(outer):
+    """An Emitted node writes each of its statements once and places it at every depth it stands
+    at: the text is libcst's writing of the same rows (Emitted.write with libcst's codegen)."""
+    from scalebox_cst.emitted import Emitted
+
+    stmts = cst.parse_module(_ROW_STATEMENTS).body
+    rows = [(0, "if ok:")] + [(1, s) for s in stmts] + [(0, "else:"), (1, "for t in range(T):")] + \
+        [(2, s) for s in stmts] + [(0, "t = 0")] + [(3, stmts[0])]
+    node = Emitted(rows=tuple(rows))
+    module = cst.Module(body=[node])
+    for _ in range(outer):  # inside blocks: the enclosing indentation comes first
+        module = cst.Module(body=[cst.FunctionDef(name=cst.Name("f"), params=cst.Parameters(),
+                                                  body=cst.IndentedBlock(body=list(module.body)))])
+    want = module.code
+    got = "".join(fastcode.code_for_node(module, n) for n in module.body)
+    assert got == want
+    assert got.count("nv = next_value") == 3
