@@ -106,6 +106,23 @@ of the one 50k-line function (~7 s alone), the ``ast`` of its ~300k-line rewrite
 analysis and planning per loop; ``mixed``: libcst's parse of the 2,525 edited functions (~2.7 s),
 the spliced ``ast`` of five versions (~2.4 s, most of it moving kept statements' lines), then
 2-6 ms per site.
+Round 7 (issue 19 item 13; 8134796 -> after): libcst parses without re-validating the nodes its
+parser built (transforms/analysis/cstparse.py: a fifth of a parse); a version's generated
+stretches are parsed in one ``ast.parse`` at their lines, and kept statements move through their
+lined nodes gathered once per file (astsplice.Memo); line maps are the diff's stretches, and a
+splice's map diffs only the made text (linediff.LineMap, spliced_line_map: 0.55 -> 0.10 s at mixed
+50k); fastcode writes each statement of a rewritten loop once for its five depths; and the
+analyses' caches of the file's trees are emptied as the rewrite ends (transforms/rewrite_caches.py):
+they held ~650k objects, which interpreter exit took ~4 s to tear down. Whole process (farm-bench
+-n 3, pairs in turn): mixed 50k 17.9 -> 15.5 (0.87x, before the cache fix), loops 20k 20.8 -> 17.4
+(0.85x); ``scalebox rewrite`` of mixed 50k 15.5 -> 12.3 s wall. The table after it (CPU s,
+in-process, quiet minute): none 50k 0.71, one 50k 1.10, sparse 50k 3.34, mixed 20k 4.48, 50k
+10.69, loops 20k 13.9, 50k 36.2 (exponents <= 1.12). Output identical (``--identity 8134796
+--identity-extra`` 1,324 public files: 0 of 1,395 differ). What bounds the dense shapes is now
+the design, not a hot spot: each site's function is a libcst tree (its parse: 1.8 s at mixed 50k,
+~6 s for the one 50k-line function of ``loops``), each rewritten loop is ~6x its lines (their
+``ast``: ~1 s at mixed 50k, ~4 s at loops 50k), and each site's analysis is 2-5 ms spread over
+dozens of checks (no function above ~8% of a profile).
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB. Measured on the loaded
 2-core machine (CPU s / peak MB, 50k lines; old = before the statement memo, spliced codegen,
 grad_clip's path-only insertion pass and recurrence's kept-loop pre-filter, run back to back):

@@ -17,17 +17,15 @@ statements but for such reads. Offered only where the temporaries the loop leave
 """
 from __future__ import annotations
 
-import ast
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from scalebox_cst import fused_program
 from .body import _flatten
 from .syntax import _code, _norm, _pure_container, _walk
 from ...analysis.purity import is_pure
-from . import fold, function_facts
+from . import fold, function_facts, program_shapes
 from .analysis import Analysis
 from .plan import Plan
 
@@ -130,15 +128,12 @@ class _Builder:
         live = not p.memo and (not folded or not _dead_after(self.ctx.module, self.node, self.S))
         dead = [] if live or p.memo else [f"del {self.names.get(self.S)}"]
         text = "; ".join(tails + lines + dead)
-        try:  # the same tree with no more parentheses than it needs (it is shown in the diff)
-            text = "; ".join(ast.unparse(st) for st in ast.parse(text).body)
-        except SyntaxError:
-            raise _No()
-        prog = fused_program.program(text)
-        if prog is None:
+        # the same tree with no more parentheses than it needs (it is shown in the diff), compiled
+        normal = program_shapes.normal_program(text)
+        if normal is None:
             raise _No()
         back = {v: k for k, v in self.names.of.items()}
-        return text, [back[n] for n in prog.params], live, folded
+        return normal[0], [back[n] for n in normal[1]], live, folded
 
     # ---- names and per-step reads
     def container(self, node: cst.BaseExpression) -> str:
