@@ -111,13 +111,14 @@ parser built (transforms/analysis/cstparse.py: a fifth of a parse); a version's 
 stretches are parsed in one ``ast.parse`` at their lines, and kept statements move through their
 lined nodes gathered once per file (astsplice.Memo); line maps are the diff's stretches, and a
 splice's map diffs only the made text (linediff.LineMap, spliced_line_map: 0.55 -> 0.10 s at mixed
-50k); fastcode writes each statement of a rewritten loop once for its five depths; and the
+50k); fastcode writes each statement of a rewritten loop once for its five depths; recurrence
+works out a fused program's normal text and parameters once per shape of program
+(recurrence/program_shapes.py: a parse, an unparse and a compile per loop were ~0.5 ms); and the
 analyses' caches of the file's trees are emptied as the rewrite ends (transforms/rewrite_caches.py):
 they held ~650k objects, which interpreter exit took ~4 s to tear down. Whole process (farm-bench
--n 3, pairs in turn): mixed 50k 17.9 -> 15.5 (0.87x, before the cache fix), loops 20k 20.8 -> 17.4
-(0.85x); ``scalebox rewrite`` of mixed 50k 15.5 -> 12.3 s wall. The table after it (CPU s,
-in-process, quiet minute): none 50k 0.71, one 50k 1.10, sparse 50k 3.34, mixed 20k 4.48, 50k
-10.69, loops 20k 13.9, 50k 36.2 (exponents <= 1.12). Output identical (``--identity 8134796
+-n 3, pairs in turn): mixed 50k 17.9 -> 15.5 (0.87x, before the cache fix), loops 20k 20.8 -> 15.7
+(0.76x); ``scalebox rewrite`` of mixed 50k 15.5 -> 12.3-12.9 s wall. The table after it (CPU s,
+in-process, quiet minute): TABLE7. Output identical (``--identity 8134796
 --identity-extra`` 1,324 public files: 0 of 1,395 differ). What bounds the dense shapes is now
 the design, not a hot spot: each site's function is a libcst tree (its parse: 1.8 s at mixed 50k,
 ~6 s for the one 50k-line function of ``loops``), each rewritten loop is ~6x its lines (their
