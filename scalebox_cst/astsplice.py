@@ -40,7 +40,7 @@ class Plan:
 class Memo:
     """What one file's splices keep from version to version: each kept statement's nodes that
     carry lines, gathered once (a dense file moves most statements in every one of its versions:
-    the walk per move was most of the splice), and the last code's line starts."""
+    the walk per move was most of the splice), and the line starts of the last two codes."""
 
     def __init__(self) -> None:
         #: id of a top-level statement -> (the statement, its nodes with line numbers)

@@ -73,3 +73,34 @@ def test_statements_sharing_a_line_are_parsed_whole(checked):
     result = harness.pipeline().rewrite("gen.py", ("a = 1; b = 2\n" + GAE).encode())
     assert result.report.error is None and result.changed
     assert checked["spliced"] == 0  # one libcst statement, two ast statements: no plan is made
+
+
+def test_a_generated_stretch_that_does_not_parse_raises_with_the_new_codes_line():
+    """The stretches are parsed at their lines: the error names the line of the new code."""
+    old_code = "a = 1\nb = 2\nc = 3\n"
+    new_code = "a = 1\nb = (\nc = 3\n"
+    old_tree = ast.parse(old_code)
+    plan = astsplice.Plan(kept=[(0, 0, 0), (2, 12, 12)], made=[(1, 6, "b = (\n")], kept_at=[0, 2])
+    with pytest.raises(SyntaxError) as info:
+        astsplice.parse(new_code, old_code, old_tree, plan, "x.py")
+    assert info.value.lineno == 2
+    assert [s.lineno for s in old_tree.body] == [1, 2, 3]  # nothing moved before the parse failed
+
+
+def test_many_short_stretches_between_kept_statements():
+    old_code = "".join(f"x{i} = {i}\n" for i in range(40))
+    lines = old_code.splitlines(keepends=True)
+    new_lines, plan, at = [], astsplice.Plan(), 0
+    for i, line in enumerate(lines):
+        if i % 3 == 0:  # replaced by two statements over three lines
+            text = f"if x{i}:\n    y{i} = {i}\nz{i} = 0\n"
+            plan.made.append((len(new_lines), at, text))
+            new_lines.append(text)
+        else:
+            plan.kept.append((i, sum(map(len, lines[:i])), at))
+            plan.kept_at.append(len(new_lines))
+            new_lines.append(line)
+        at += len(new_lines[-1])
+    new_code = "".join(new_lines)
+    got = astsplice.parse(new_code, old_code, ast.parse(old_code), plan, "x.py")
+    assert ast.dump(got, include_attributes=True) == ast.dump(ast.parse(new_code), include_attributes=True)
