@@ -118,7 +118,8 @@ analyses' caches of the file's trees are emptied as the rewrite ends (transforms
 they held ~650k objects, which interpreter exit took ~4 s to tear down. Whole process (farm-bench
 -n 3, pairs in turn): mixed 50k 17.9 -> 15.5 (0.87x, before the cache fix), loops 20k 20.8 -> 15.7
 (0.76x); ``scalebox rewrite`` of mixed 50k 15.5 -> 12.3-12.9 s wall. The table after it (CPU s,
-in-process, quiet minute): TABLE7. Output identical (``--identity 8134796
+in-process, quiet minute): none 50k 0.47, one 50k 1.05, sparse 50k 2.89, mixed 20k 4.20, 50k
+10.70, loops 5k 2.81, 20k 11.46, 50k 30.2 (peak 2.3 GB; exponents <= 1.06). Output identical (``--identity 8134796
 --identity-extra`` 1,324 public files: 0 of 1,395 differ). What bounds the dense shapes is now
 the design, not a hot spot: each site's function is a libcst tree (its parse: 1.8 s at mixed 50k,
 ~6 s for the one 50k-line function of ``loops``), each rewritten loop is ~6x its lines (their
