@@ -18,7 +18,7 @@ import click
 
 from scalebox_cst import linediff, sourcefile
 from scalebox_cst.report import ACTIONS, REWRITTEN, FileReport, RunReport, Site
-from scalebox_cst.textlines import physical_lines
+from scalebox_cst.textlines import stripped_lines
 
 STYLES = {
     "header": dict(bold=True),
@@ -38,7 +38,7 @@ def _lines(data: Optional[bytes]) -> List[str]:
     if data is None:
         return []
     # Lines as Python numbers them: str.splitlines would also split at form feeds.
-    return [line.rstrip("\r\n") for line in physical_lines(sourcefile.decode_for_display(data))]
+    return stripped_lines(sourcefile.decode_for_display(data))
 
 
 def _labels(sites: List[Site], lo: int, hi: int) -> List[Site]:

@@ -13,7 +13,7 @@ import bisect
 import difflib
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
-from scalebox_cst.textlines import line_starts, physical_lines
+from scalebox_cst.textlines import line_starts, stripped_lines
 
 Opcode = Tuple[str, int, int, int, int]
 
@@ -152,7 +152,6 @@ def _to_opcodes(blocks: List[Tuple[int, int, int]], la: int, lb: int) -> List[Op
     return codes
 
 
-
 class LineMap:
     """Each line of a new version -> the line of the old one it comes from (inserted lines: the
     next old line), kept as the diff's stretches rather than one entry per line: five versions
@@ -193,10 +192,8 @@ class LineMap:
 
 def line_map(old: str, new: str) -> LineMap:
     """The :class:`LineMap` of ``new`` made from ``old`` (a diff of their lines)."""
-    a = [line.rstrip("\r\n") for line in physical_lines(old)]
-    b = [line.rstrip("\r\n") for line in physical_lines(new)]
     mapping = LineMap()
-    for tag, i1, i2, j1, j2 in opcodes(a, b):
+    for tag, i1, i2, j1, j2 in opcodes(stripped_lines(old), stripped_lines(new)):
         mapping.add(tag == "equal", i1, i2, j1, j2)
     return mapping
 
@@ -224,8 +221,7 @@ def spliced_line_map(old: str, new: str, copied: Sequence[Tuple[int, int, int]],
         if a0 is None or a1 is None or b0 is None or b1 is None or a0 < a_at or b0 < b_at:
             return None
         if b0 > b_at:  # text made between two copies: diffed against the text it replaced
-            a = [line.rstrip("\r\n") for line in physical_lines(old[c_at:o0])]
-            b = [line.rstrip("\r\n") for line in physical_lines(new[d_at:n0])]
+            a, b = stripped_lines(old[c_at:o0]), stripped_lines(new[d_at:n0])
             if len(a) != a0 - a_at or len(b) != b0 - b_at:
                 return None
             for tag, i1, i2, j1, j2 in opcodes(a, b):

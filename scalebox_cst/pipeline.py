@@ -32,7 +32,7 @@ import libcst as cst
 from scalebox_cst import astsplice, emitted, fastcode, linediff, sourcefile
 from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
-from scalebox_cst.textlines import physical_lines
+from scalebox_cst.textlines import line_starts, physical_lines
 from scalebox_cst.transforms import FileContext, Transform, all_transforms, transform_ids
 from scalebox_cst.transforms import contracts, rewrite_caches, statement_memo
 from scalebox_cst.transforms import partial as partial_module
@@ -135,10 +135,10 @@ class Pipeline:
         # most transforms decide on the ast that nothing applies.
         module: Optional[cst.Module] = None
         imports = None  # shared by the transforms that see the same module version
-        codegen = _Codegen()
+        moved = astsplice.Memo()  # what each version's splice keeps for the next
+        codegen = _Codegen(moved.starts)
         memo = statement_memo.per_file()
         memo.register(tree, code)
-        moved = astsplice.Memo()  # what each version's splice keeps for the next
         carried: Optional[partial_module.Partial] = None  # the version's module, where it is partial
         started = time.perf_counter() if beat is None else beat.started
         lines = text.count("\n") + 1
@@ -288,7 +288,8 @@ class _Codegen:
     then drops the last token) or with nothing in them take ``module.code``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, starts: Callable[[str], List[int]] = line_starts) -> None:
+        self._starts = starts  # textlines.line_starts, perhaps kept (astsplice.Memo.starts)
         self._style: Tuple[str, str] = ("", "")
         self._done: Dict[int, Tuple[cst.CSTNode, str]] = {}  # id(node) -> (node, its code)
 
@@ -356,14 +357,11 @@ class _Codegen:
                 if kept and i <= kept[-1][0]:
                     return None
                 kept.append((i, j))
-        lines = physical_lines(old_code)
-        starts = [0]
-        for line in lines:
-            starts.append(starts[-1] + len(line))
+        starts = self._starts(old_code)  # (the splice of the version before kept them)
 
         def offset(i: int) -> Optional[int]:
             line = firsts[i] - len(old.body[i].leading_lines)
-            return starts[line - 1] if 1 <= line <= len(lines) else None
+            return starts[line - 1] if 1 <= line < len(starts) else None
 
         pieces: List[str] = []
         done = 0  # old_code is copied up to here

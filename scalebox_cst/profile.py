@@ -173,11 +173,11 @@ class _Store:
             if self.repo is not None and commit:
                 import pygit2
 
-                from scalebox_cst.textlines import physical_lines  # Python's line numbers
+                from scalebox_cst.textlines import stripped_lines  # Python's line numbers
 
                 try:
                     blob = self.repo[commit].peel(pygit2.Tree)[path]
-                    self.texts[path] = [l.rstrip("\r\n") for l in physical_lines(blob.data.decode("utf-8", "replace"))]
+                    self.texts[path] = stripped_lines(blob.data.decode("utf-8", "replace"))
                 except (KeyError, ValueError, AttributeError, pygit2.GitError):
                     pass
         text = self.texts[path]

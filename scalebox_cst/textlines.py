@@ -31,3 +31,8 @@ def line_starts(text: str) -> List[int]:
     for line in physical_lines(text):
         starts.append(starts[-1] + len(line))
     return starts
+
+
+def stripped_lines(text: str) -> List[str]:
+    """:func:`physical_lines` without their line ends (what diffs and line maps compare)."""
+    return [line.rstrip("\r\n") for line in physical_lines(text)]
