@@ -116,9 +116,8 @@ def _open_dir(root_fd: int, parts: Sequence[str]) -> int:
     fd = os.dup(root_fd)
     try:
         for part in parts:
-            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
+            fd, parent = os.open(part, _DIR_FLAGS, dir_fd=fd), fd
+            os.close(parent)  # (held by ``fd`` no more: an interrupt here never closes it twice)
     except BaseException:
         os.close(fd)
         raise

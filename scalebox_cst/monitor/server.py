@@ -311,11 +311,15 @@ class MonitorServer(http.server.ThreadingHTTPServer):
         self.waiting(request, True)
         try:
             super().process_request(request, client_address)
-        except BaseException:  # no thread started: its slot is free again
+        except Exception:  # no thread started (it could not be made): its slot is free again
             self.waiting(request, False)
             self._slots.release()
             self.shutdown_request(request)
             raise
+        # A KeyboardInterrupt (the monitor's SIGTERM) raised in ``Thread.start`` while it waits for
+        # the new thread is not undone here: that thread may have served the request and freed its
+        # slot already, and a second release raised ValueError in place of the interrupt, which
+        # socketserver reports and serves on (a SIGTERM lost: the monitor ran until the next one).
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
