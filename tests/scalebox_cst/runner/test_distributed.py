@@ -253,6 +253,25 @@ def _descendants(pid):
     return out
 
 
+def _node_report(nodes):
+    """Each node's record (status, exit, signal, error tail) and its files: the console
+    (``log.txt``), torchrun's own messages (``stderr.txt``, where an agent's failure is told) and
+    every rank's log, so that a failure names its cause."""
+    report = []
+    for node in nodes:
+        with contextlib.suppress(Exception):
+            rec = runs.load_record(node.dir)
+            report.append(f"--- {node.dir}: status={rec.get('status')} exit={rec.get('exit_status')} "
+                          f"signal={rec.get('signal')} error_tail={rec.get('error_tail')}")
+        names = ["log.txt", "stderr.txt"]
+        for root, _, files in os.walk(os.path.join(node.dir, "ranks")):
+            names += [os.path.relpath(os.path.join(root, f), node.dir) for f in files if f in ("log.txt", "failure.json")]
+        for name in names:
+            with contextlib.suppress(OSError), open(os.path.join(node.dir, name), encoding="utf-8", errors="replace") as fh:
+                report.append(f"--- {node.dir}/{name}\n{fh.read()[-12000:]}")
+    return "\n".join(report)
+
+
 def _wait_or_explain(nodes, timeout):
     """The nodes' records; on a hang, every process of every node prints its Python stacks
     (faulthandler on SIGABRT) and the test fails with each node's output and stacks."""
@@ -265,14 +284,10 @@ def _wait_or_explain(nodes, timeout):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGABRT)
         time.sleep(3)
-        report = []
         for node in nodes:
             with contextlib.suppress(Exception):
                 node.stop(grace=1.0)
-            for name in ("log.txt", "stderr.txt"):
-                with contextlib.suppress(OSError), open(os.path.join(node.dir, name), encoding="utf-8", errors="replace") as fh:
-                    report.append(f"--- {node.dir}/{name}\n{fh.read()[-12000:]}")
-        pytest.fail(f"the nodes did not end in {timeout} s:\n" + "\n".join(report), pytrace=False)
+        pytest.fail(f"the nodes did not end in {timeout} s:\n" + _node_report(nodes), pytrace=False)
 
 
 def test_two_nodes_meet_at_a_rendezvous_endpoint(ddp_project, monkeypatch):
@@ -283,7 +298,8 @@ def test_two_nodes_meet_at_a_rendezvous_endpoint(ddp_project, monkeypatch):
         endpoint = f"127.0.0.1:{port}"
         nodes = [_execution(ddp_project, ["--steps", "3"], nproc=1, nnodes="2", rdzv_endpoint=endpoint, rdzv_id="t") for _ in range(2)]
         records = _wait_or_explain(nodes, 240)
-    assert [r.status for r in records] == ["ok", "ok"], [open(os.path.join(n.dir, "log.txt")).read() for n in nodes]
+    if [r.status for r in records] != ["ok", "ok"]:
+        pytest.fail("a node failed:\n" + _node_report(nodes), pytrace=False)
     ranks = sorted(r["rank"] for n in nodes for r in runs.load_record(n.dir)["ranks"])
     assert ranks == [0, 1]
     assert sorted(runs.load_record(n.dir)["primary"] for n in nodes) == [False, True]  # rank 0's node holds the run
