@@ -32,6 +32,7 @@ import libcst as cst
 from scalebox_cst import astsplice, emitted, fastcode, linediff, sourcefile
 from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
+from scalebox_cst.runtime import threads
 from scalebox_cst.textlines import line_starts, physical_lines
 from scalebox_cst.transforms import FileContext, Transform, all_transforms, transform_ids
 from scalebox_cst.transforms import contracts, rewrite_caches, statement_memo
@@ -86,8 +87,9 @@ class Pipeline:
         # mid-rewrite costs 4-8 ms on a 300-line file and frees nothing (they are all live).
         enabled = gc.isenabled()
         gc.disable()
-        beat = _Heartbeat(self.progress, path) if self.progress is not None else None
-        try:
+        beat = None
+        try:  # from here on: an interrupt (even while the progress thread starts) enables gc again
+            beat = _Heartbeat(self.progress, path) if self.progress is not None else None
             with statement_memo.active(statement_memo.StatementMemo()):
                 return self._rewrite(path, data, beat)
         except Exception as exc:  # noqa: BLE001 - one file's failure never stops the others
@@ -261,8 +263,15 @@ class _Heartbeat:
         self.phase = "parsing"
         self.lines = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="scalebox-progress", daemon=True)
-        self._thread.start()
+        self._thread: Optional[threading.Thread] = threading.Thread(target=self._run, name="scalebox-progress", daemon=True)
+        try:  # signals blocked in it: they go to the thread doing the rewrite (runtime.threads)
+            threads.start(self._thread)
+        except Exception:  # no thread to be had: the rewrite goes on without progress lines
+            self._stop.set()
+            self._thread = None
+        except BaseException:  # an interrupt while it starts: it must not print on for good
+            self._stop.set()
+            raise
 
     def _run(self) -> None:
         while not self._stop.wait(max(0.05, min(PROGRESS_EVERY, 0.5))):
@@ -274,7 +283,8 @@ class _Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
 
 class _Codegen:

@@ -631,6 +631,43 @@ def test_a_transform_silent_for_long_still_shows_progress(monkeypatch):
     assert len(lines) == count  # stopped with the rewrite
 
 
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, RuntimeError])
+def test_a_progress_thread_that_fails_to_start_leaves_nothing_behind(monkeypatch, failure):
+    """An interrupt (SIGINT, or the SIGTERM a watcher turns into one) can arrive inside
+    ``Thread.start`` after the new thread runs: the rewrite then ends with the interrupt, the
+    progress thread stops (it printed a line every few seconds for good) and gc, disabled for the
+    rewrite, is enabled again (it stayed off for the rest of the process). A thread that cannot
+    be started at all (RuntimeError) costs only the progress lines: the rewrite is done."""
+    import gc
+    import threading
+
+    import scalebox_cst.pipeline as pipeline_module
+
+    started = []
+    plain_start = threading.Thread.start
+
+    def start_then_fail(thread):
+        plain_start(thread)
+        started.append(thread)
+        raise failure("while the progress thread started")
+
+    # the start the pipeline makes, whichever way it calls it
+    monkeypatch.setattr(threading.Thread, "start", lambda self: start_then_fail(self) if self.name == "scalebox-progress" else plain_start(self))
+    monkeypatch.setattr(pipeline_module, "PROGRESS_AFTER", 0.0)
+    monkeypatch.setattr(pipeline_module, "PROGRESS_EVERY", 0.05)
+    pipeline = Pipeline(Config(transforms=["test.*"]), "cpu", transforms=[RenameCalls()])
+    pipeline.progress = lambda line: None
+    assert gc.isenabled()
+    if failure is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            pipeline.rewrite("t.py", b"y = old(2)\n")
+    else:
+        assert "new(2)" in pipeline.rewrite("t.py", b"y = old(2)\n").output.decode()
+    assert gc.isenabled()
+    started[0].join(timeout=5.0)
+    assert not started[0].is_alive()
+
+
 _IMPORT_LINES = st.sampled_from([
     "import torch\n", "import torch as th\n", "import numpy as th\n", "from torch import nn as th\n",
     "import a.b, c as th\n", "import b as x, a as x\n", "from m import *\n", "th = None\n",
