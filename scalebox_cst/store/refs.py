@@ -159,13 +159,13 @@ class _Refs:
     def _locked(self) -> Iterator[None]:
         if self._lock_depth == 0:
             self._lock.acquire()
-            self._locked_since_ns = self._lock.stamp()
-            if not self._debris_checked:
-                try:
+            try:  # anything raised (an interrupt too) before the body's try releases the lock here
+                self._locked_since_ns = self._lock.stamp()
+                if not self._debris_checked:
                     self._clear_debris()
-                except BaseException:
-                    self._lock.release()
-                    raise
+            except BaseException:
+                self._lock.release()
+                raise
         self._lock_depth += 1
         try:
             yield
