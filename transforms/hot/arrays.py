@@ -33,7 +33,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
-from .bindings import ScopedRewriter, appended
+from .bindings import ScopedRewriter, appended, visit_calls
 from .arrays_examples import EXAMPLES
 
 ID = "hot.tensor_from_arrays"
@@ -158,5 +158,5 @@ class HotTensorFromArrays(Transform):
         if not calls:
             return None, []
         sites: List[Site] = []
-        new = ctx.module.visit(_Rewriter(ctx, sites))
+        new = visit_calls(ctx, calls, _Rewriter(ctx, sites))
         return new, sites

@@ -54,7 +54,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
-from .bindings import ScopedRewriter, only_value
+from .bindings import ScopedRewriter, only_value, visit_calls
 from .distributions_examples import EXAMPLES
 
 ID = "hot.distribution_args"
@@ -264,8 +264,9 @@ class HotDistributionArgs(Transform):
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         import ast
 
-        if not any(isinstance(n, ast.Call) and ctx.imports.qualify(n.func) in _QUALNAMES for n in ast.walk(ctx.tree)):
+        calls = [n for n in ast.walk(ctx.tree) if isinstance(n, ast.Call) and ctx.imports.qualify(n.func) in _QUALNAMES]
+        if not calls:
             return None, []
         sites: List[Site] = []
-        new = ctx.module.visit(_Rewriter(ctx, sites, _sets_default(ctx)))
+        new = visit_calls(ctx, calls, _Rewriter(ctx, sites, _sets_default(ctx)))
         return new, sites

@@ -41,6 +41,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
+from .bindings import visit_calls
 from .fresh_device_examples import EXAMPLES
 
 ID = "hot.fresh_on_device"
@@ -137,11 +138,12 @@ class HotFreshOnDevice(Transform):
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         import ast
 
-        hit = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to"
-                  and isinstance(n.func.value, ast.Call) and ctx.imports.qualify(n.func.value.func) in _MAKERS
-                  for n in ast.walk(ctx.tree))
-        if not hit:
+        calls = [n for n in ast.walk(ctx.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                 and n.func.attr == "to" and isinstance(n.func.value, ast.Call)
+                 and ctx.imports.qualify(n.func.value.func) in _MAKERS]
+        if not calls:
             return None, []
         sites: List[Site] = []
-        new = ctx.module.visit(_Rewriter(ctx, sites))
+        # each call is decided by itself (no bindings read): only their statements parsed
+        new = visit_calls(ctx, calls, _Rewriter(ctx, sites), scoped=False)
         return new, sites
