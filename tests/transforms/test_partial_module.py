@@ -131,6 +131,39 @@ def test_partial_modules_write_back_the_file_and_keep_its_positions():
             assert {id(n) for n, _ in built.sources.values()} <= {id(module.body[g]) for g in built.real}
 
 
+def _statement_positions_agree(code):
+    """statement_positions of every single statement and of all of them: the whole module's
+    positions of each of their nodes (or None, never a wrong line). Returns how many were placed."""
+    whole = cst.parse_module(code)
+    whole_pos = MetadataWrapper(whole, unsafe_skip_copy=True).resolve(PositionProvider)
+    ch = partial.chunks(code, ast.parse(code))
+    assert ch is not None and len(ch.tops) == len(whole.body)
+    placed = 0
+    for groups in [[g] for g in range(len(ch.tops))] + [list(range(len(ch.tops)))]:
+        found = partial.statement_positions(whole, ch, groups)
+        if found is None:
+            continue
+        placed += 1
+        inside = set()
+        for g in groups:
+            stack = [whole.body[g]]
+            while stack:
+                node = stack.pop()
+                inside.add(node)
+                stack.extend(node.children)
+        assert set(found) == inside & set(whole_pos)
+        for node, where in found.items():
+            assert where == whole_pos[node], (groups, node)
+    return placed
+
+
+def test_statement_positions_are_the_whole_modules():
+    """Decorators, header comments, ``a; b``, indented comments after a body, a last comment:
+    each statement positioned alone and moved to its lines has the whole module's positions."""
+    code = "".join(_PIECES)
+    assert _statement_positions_agree(code) == len(partial.chunks(code, ast.parse(code)).tops) + 1
+
+
 def _split_corpus():
     """The corpus files the partial parser splits into chunks (the others hold one statement)."""
     found = []
@@ -148,6 +181,12 @@ SPLIT_CORPUS = _split_corpus()
 
 def test_most_of_the_corpus_is_split():
     assert len(SPLIT_CORPUS) >= 40
+
+
+@pytest.mark.parametrize("path", SPLIT_CORPUS)
+def test_statement_positions_on_the_corpus(path):
+    with open(path, encoding="utf-8") as fh:
+        assert _statement_positions_agree(fh.read()) > 0
 
 
 @pytest.mark.parametrize("path", SPLIT_CORPUS)

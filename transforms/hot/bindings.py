@@ -216,19 +216,30 @@ def visit_calls(ctx: "FileContext", calls: Sequence[ast.AST], rewriter: cst.CSTT
 
     On a long file the parse, the visit and the positions of the whole module were most of a
     rewrite (1.3 s of a 958-line test file with two distributions). Here only the statements
-    holding the calls are parsed (``ctx.module_for``) and visited; every other statement stays the
-    very node it was (a visit re-creates every node it passes, and a filler re-created is a
+    holding the calls are parsed (``ctx.module_for``), visited and positioned (also in a whole
+    module that an earlier transform parsed: partial.statement_positions); every other statement
+    stays the very node it was (a visit re-creates every node it passes, and a filler re-created is a
     filler lost: the pipeline then redoes the transform on the whole module). A
     :class:`ScopedRewriter` (``scoped``) reads the bindings of a call's scope: a function's lie in
     the statement holding it, the module's (a call at module level or directly in a class body)
     anywhere in the file, so any such call takes the whole module."""
+    from .. import partial
+
     module = ctx.module if scoped and not _in_functions(ctx.tree, calls) else ctx.module_for(calls)
-    part = ctx.partial
-    if part is None or part.module is not module or len(module.body) != len(part.chunks.tops):
+    part = ctx.partial if ctx.partial is not None and ctx.partial.module is module else None
+    ch = part.chunks if part is not None else partial.chunks(ctx.code, ctx.tree)
+    if ch is None or len(module.body) != len(ch.tops):
         return module.visit(rewriter)
-    groups = sorted({part.chunks.group_of(getattr(c, "lineno", 1)) for c in calls})
-    if not part.covers(groups):
+    groups = sorted({ch.group_of(getattr(c, "lineno", 1)) for c in calls})
+    if part is not None and not part.covers(groups):
         return ctx.whole_module().visit(rewriter)
+    held = sum(ch.ends[g] - ch.starts[g] + 1 for g in groups)
+    if part is None and "positions" not in ctx.__dict__ and 2 * held < len(ch.lines):
+        # the whole module: positions of these statements only (each costs two codegens of it,
+        # so only where they are under half the file: a script's `__main__` block is most of it)
+        found = partial.statement_positions(module, ch, groups)
+        if found is not None:
+            ctx.__dict__["positions"] = found
     if isinstance(rewriter, ScopedRewriter):
         rewriter.scopes.append(module)  # as visit_Module would
     body: List[cst.CSTNode] = []

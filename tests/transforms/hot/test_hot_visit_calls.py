@@ -1,0 +1,153 @@
+"""hot.distribution_args, hot.tensor_from_arrays and hot.fresh_on_device visit only the top-level
+statements holding their candidate calls (bindings.visit_calls): the same output and sites as a
+visit of the whole module, the other statements never parsed, and never a lost filler (which
+would make the pipeline redo the transform on the whole module)."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scalebox_cst.config import Config
+from scalebox_cst.pipeline import Pipeline
+from scalebox_cst.transforms import FileContext, partial
+
+HEADER = "import torch\nfrom torch.distributions import Categorical, Normal\n\n\n"
+IN_FUNCTIONS = {
+    "dist": '''def act_{i}(logits, mu, log_std):
+    std = torch.exp(log_std)
+    d = Normal(mu, std)
+    c = Categorical(logits=logits)
+    return d.sample(), c.sample()
+''',
+    "rebound": '''def act2_{i}(mu, log_std):
+    std = torch.exp(log_std)
+    std = std * 0
+    return Normal(mu, std)
+''',
+    "probs": '''def pol_{i}(net, x):
+    probs = torch.softmax(net(x), dim=-1)
+    return Categorical(probs)
+''',
+    "arrays": '''def batch_{i}(buf, idx):
+    s_lst = [buf[j] for j in idx]
+    return torch.tensor(s_lst, dtype=torch.float)
+''',
+    "fresh": '''def move_{i}(x, device):
+    return torch.FloatTensor(x).to(device)
+''',
+    "method": '''class Agent_{i}:
+    def act(self, mu):
+        scale = torch.exp(self.log_std)
+        return Normal(mu, scale)
+''',
+    "plain": '''def plain_{i}(x):
+    y = x + 1
+    return y * 2
+''',
+}
+# a name bound at module level decides a call in the module's scope: the whole module is needed
+IN_MODULE_SCOPE = {
+    "module": "STD_{i} = torch.exp(torch.zeros(2))\nPRIOR_{i} = Normal(torch.zeros(2), STD_{i})\n",
+    "class_body": "SCALE_{i} = torch.exp(torch.zeros(2))\n\n\nclass Prior_{i}:\n    dist = Normal(0.0, SCALE_{i})\n",
+    "module_arrays": "OBS_{i} = [torch.zeros(2) for _ in range(3)]\nBATCH_{i} = torch.tensor(OBS_{i})\n",
+}
+TRANSFORMS = ("hot.distribution_args", "hot.tensor_from_arrays", "hot.fresh_on_device")
+
+
+def _source(kinds):
+    blocks = {**IN_FUNCTIONS, **IN_MODULE_SCOPE}
+    return HEADER + "\n\n".join(blocks[k].format(i=i) for i, k in enumerate(kinds))
+
+
+def _rewrite(monkeypatch, transform, source, whole):
+    """(output, sites, [(redone on the whole module, on a split module)] per run of the
+    transform) with its module split as it chooses, or whole."""
+    calls = []
+    pipeline = Pipeline(Config(transforms=[transform]), "cpu")
+    (t,) = pipeline.transforms
+    original = t.rewrite
+
+    def counted(ctx):
+        out = original(ctx)
+        calls.append((ctx.whole, ctx.partial is not None))  # (redone whole, split module used)
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(t, "rewrite", counted)
+        if whole:
+            m.setattr(FileContext, "module_for", lambda self, nodes: self.module)
+        result = pipeline.rewrite("f.py", source.encode())
+    assert result.report.error is None, result.report.error
+    sites = [(s.transform, s.line, s.end_line, s.action, s.reason, s.exactness) for s in result.report.sites]
+    return result.output, sites, calls
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(sorted({**IN_FUNCTIONS, **IN_MODULE_SCOPE})), min_size=1, max_size=7), st.sampled_from(TRANSFORMS))
+def test_split_visit_equals_the_whole_module_visit(monkeypatch, kinds, transform):
+    source = _source(kinds)
+    split = _rewrite(monkeypatch, transform, source, whole=False)
+    whole = _rewrite(monkeypatch, transform, source, whole=True)
+    assert split[:2] == whole[:2]
+    assert not any(redone for redone, _ in split[2])  # never redone on the whole module (a filler lost)
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+def test_statements_without_candidates_are_not_parsed(monkeypatch, transform):
+    """Fifty plain functions around one candidate of each kind: only a few statements parsed
+    (the candidates', the imports, the first), and sites found where they were."""
+    kinds = ["plain"] * 25 + ["dist", "probs", "arrays", "fresh", "method"] + ["plain"] * 25
+    source = _source(kinds)
+    before = partial.PARSED[0]
+    output, sites, calls = _rewrite(monkeypatch, transform, source, whole=False)
+    parsed = partial.PARSED[0] - before
+    assert calls == [(False, True)] and sites and any(s[3] == "rewritten" for s in sites)
+    assert parsed <= 8, parsed
+    assert output != source.encode()
+
+
+def test_a_call_in_the_module_scope_reads_module_bindings():
+    """``Normal(0.0, SCALE)`` in a class body: SCALE is bound once, at module level, to an exp:
+    rewritten, as with the whole module (a split module would not see that binding)."""
+    source = _source(["plain"] * 5 + ["class_body"] + ["plain"] * 5)
+    result = Pipeline(Config(transforms=["hot.distribution_args"]), "cpu").rewrite("f.py", source.encode())
+    assert [s.action for s in result.report.sites] == ["rewritten"]
+    assert "dist = Normal(0.0, SCALE_5, validate_args=False)" in result.output.decode()
+
+
+def _direct(transform, source, positions_alone):
+    """The transform on a context that holds the whole module already (as after an earlier
+    transform parsed it): (code, sites), the visited statements positioned alone or not."""
+    import libcst as cst
+
+    from scalebox_cst.transforms import all_transforms
+
+    (t,) = [t for t in all_transforms() if t.id == transform]
+    ctx = FileContext("f.py", cst.parse_module(source), Config(), "cpu", code=source)
+    if not positions_alone:
+        ctx.positions  # noqa: B018 - the whole module's, computed before the transform runs
+    new, sites = t.rewrite(ctx)
+    code = ctx.finish(new).code if new is not None else source
+    return code, [(s.line, s.end_line, s.action, s.reason) for s in sites], "positions" in ctx.__dict__
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(sorted({**IN_FUNCTIONS, **IN_MODULE_SCOPE})), min_size=1, max_size=7), st.sampled_from(TRANSFORMS))
+def test_in_a_whole_module_the_visited_statements_positioned_alone_give_the_same_sites(kinds, transform):
+    source = _source(["plain"] * 4 + kinds + ["plain"] * 4)
+    assert _direct(transform, source, True)[:2] == _direct(transform, source, False)[:2]
+
+
+def test_in_a_whole_module_only_the_visited_statements_are_positioned(monkeypatch):
+    placed = []
+    original = partial.statement_positions
+
+    def counted(module, ch, groups):
+        found = original(module, ch, groups)
+        placed.append((list(groups), found is not None))
+        return found
+
+    monkeypatch.setattr(partial, "statement_positions", counted)
+    source = _source(["plain"] * 10 + ["dist"] + ["plain"] * 10)
+    code, sites, _ = _direct("hot.distribution_args", source, True)
+    assert placed == [([12], True)]  # groups 0-1: the two imports, 2-11: the plain functions
+    assert [s[2] for s in sites] == ["rewritten", "rewritten"] and "validate_args=False" in code
