@@ -125,6 +125,15 @@ the design, not a hot spot: each site's function is a libcst tree (its parse: 1.
 ~6 s for the one 50k-line function of ``loops``), each rewritten loop is ~6x its lines (their
 ``ast``: ~1 s at mixed 50k, ~4 s at loops 50k), and each site's analysis is 2-5 ms spread over
 dozens of checks (no function above ~8% of a profile).
+Round 8 (what bounds ``loops`` 50k, measured): libcst's parse of its one 50k-line function alone
+is 7.8 CPU s here (gc off, best of 2; ``ast.parse`` of it: 0.5 s), and in the profile that parse
+runs in libcst's native code (its Python-side node hooks are ~7% of it). Any design that gives the
+function to libcst stays above 10 s for this shape; under it needs recurrence's analysis on
+``ast``, emitting text (libcst only for statements it edits: here, all 5,555 loops). Real files
+(not this benchmark): the hot.* rewriters parse, visit and position only the statements holding
+their calls (transforms/hot/bindings.visit_calls): per-file rewrite CPU time (in-process, best of
+3 over 3 interleaved rounds) tianshou 0.33-0.42x, torchrl 0.64x, LeanRL 0.72-0.75x, CleanRL
+0.74-0.99x, minimalRL 0.89-1.07x (noise), 21 files 9.47 -> 7.27 s.
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB. Measured on the loaded
 2-core machine (CPU s / peak MB, 50k lines; old = before the statement memo, spliced codegen,
 grad_clip's path-only insertion pass and recurrence's kept-loop pre-filter, run back to back):
