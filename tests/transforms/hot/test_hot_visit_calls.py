@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import harness
 from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
 from scalebox_cst.transforms import FileContext, partial
 
 HEADER = "import torch\nfrom torch.distributions import Categorical, Normal\n\n\n"
@@ -62,7 +62,7 @@ def _rewrite(monkeypatch, transform, source, whole):
     """(output, sites, [(redone on the whole module, on a split module)] per run of the
     transform) with its module split as it chooses, or whole."""
     calls = []
-    pipeline = Pipeline(Config(transforms=[transform]), "cpu")
+    pipeline = harness.pipeline([transform])
     (t,) = pipeline.transforms
     original = t.rewrite
 
@@ -109,9 +109,9 @@ def test_a_call_in_the_module_scope_reads_module_bindings():
     """``Normal(0.0, SCALE)`` in a class body: SCALE is bound once, at module level, to an exp:
     rewritten, as with the whole module (a split module would not see that binding)."""
     source = _source(["plain"] * 5 + ["class_body"] + ["plain"] * 5)
-    result = Pipeline(Config(transforms=["hot.distribution_args"]), "cpu").rewrite("f.py", source.encode())
-    assert [s.action for s in result.report.sites] == ["rewritten"]
-    assert "dist = Normal(0.0, SCALE_5, validate_args=False)" in result.output.decode()
+    code, sites = harness.rewrite(source, "hot.distribution_args", dedent=False)
+    assert [s.action for s in sites] == ["rewritten"]
+    assert "dist = Normal(0.0, SCALE_5, validate_args=False)" in code
 
 
 def _direct(transform, source, positions_alone):
