@@ -242,9 +242,10 @@ def visit_calls(ctx: "FileContext", calls: Sequence[ast.AST], rewriter: cst.CSTT
             ctx.__dict__["positions"] = found
     if isinstance(rewriter, ScopedRewriter):
         rewriter.scopes.append(module)  # as visit_Module would
+    visited = set(groups)
     body: List[cst.CSTNode] = []
     for g, statement in enumerate(module.body):
-        if g not in groups:
+        if g not in visited:
             body.append(statement)
             continue
         new = statement.visit(rewriter)
