@@ -193,7 +193,7 @@ class TorchrunExecution(executor.Execution):
         ]
         if rec.status == "failed" and failed is not None:
             lines = rank_log_lines(self.dir, failed)
-            rec.error_tail = [f"rank {failed['rank']} failed first: {failed['failure'].get('error')}", *error_tail(lines)]
+            rec.error_tail = [failed_first_line(failed, self._options["nnodes"]), *error_tail(lines)]
         self._write_record()
         return rec
 
@@ -228,6 +228,13 @@ def first_failure(ranks: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """The rank that failed first (the others often fail because it did: a peer closed)."""
     failed = [r for r in ranks if r.get("failure")]
     return min(failed, key=lambda r: r["failure"].get("time", 0.0)) if failed else None
+
+
+def failed_first_line(failed: Dict[str, Any], nnodes: str) -> str:
+    """The error tail's first line. Across nodes, a node sees only its own ranks: a rank on another
+    node may have failed earlier (that node's record says so), so the line says "on this node"."""
+    where = "" if str(nnodes) in ("1", "1:1") else " on this node"
+    return f"rank {failed['rank']} failed first{where}: {(failed.get('failure') or {}).get('error')}"
 
 
 def rank_log_lines(run_dir: str, rank: Dict[str, Any]) -> List[str]:

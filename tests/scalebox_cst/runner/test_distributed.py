@@ -20,7 +20,7 @@ import pytest
 
 from scalebox_cst import runs
 from scalebox_cst.project import Project
-from scalebox_cst.runner.torchrun import TorchrunExecution, split_prefixed, torchrun_command
+from scalebox_cst.runner.torchrun import TorchrunExecution, failed_first_line, first_failure, split_prefixed, torchrun_command
 
 from conftest import scalebox
 
@@ -169,6 +169,23 @@ def test_a_failing_rank_fails_the_run_with_its_traceback(ddp_project):
     saved = runs.load_record(execution.dir)
     assert saved["status"] == "failed" and saved["error_tail"] == tail
     assert [r["rank"] for r in saved["ranks"] if r["error"] and r["error"].startswith("ValueError")] == [1]
+
+
+def test_the_first_failure_is_named_per_node_across_nodes():
+    """One node sees only its ranks: across nodes its record says which rank failed first *on this
+    node* (a rank on another node may have failed earlier); on one node, first of the run."""
+    ranks = [
+        {"rank": 2, "failure": {"error": "RuntimeError: peer closed", "time": 12.5}},
+        {"rank": 3, "failure": {"error": "ValueError: bad batch", "time": 11.0}},
+        {"rank": 4, "failure": None},
+    ]
+    failed = first_failure(ranks)
+    assert failed is not None and failed["rank"] == 3
+    assert failed_first_line(failed, "1") == "rank 3 failed first: ValueError: bad batch"
+    assert failed_first_line(failed, "1:1") == "rank 3 failed first: ValueError: bad batch"
+    for nnodes in ("2", "1:4"):
+        assert failed_first_line(failed, nnodes) == "rank 3 failed first on this node: ValueError: bad batch"
+    assert first_failure([{"rank": 0, "failure": None}]) is None
 
 
 def _pids(run_dir, nproc):
