@@ -9,10 +9,8 @@ coding comment: ``sourcefile``) and written back in the same encoding. It never 
 bytes that cannot be decoded or do not parse, and any transform that raises, leave the file
 exactly as it was, with a one-line ``path:line: message`` error in its report.
 
-Form feeds in the indentation of a line of code (GNU-style page breaks: ``\f`` before a ``def``)
-are lost by libcst 1.9, or copied onto every line of a block when its first statement has one.
-Python ignores them (a form feed resets the indentation count), so the transforms see the code
-without them and they are put back on the lines they came from (see ``_PageBreaks``).
+The transforms see the file's text in the shape libcst handles best (``textshape``): without
+form feeds in indentation, with a final newline; the output gets the user's shape back.
 """
 from __future__ import annotations
 
@@ -29,7 +27,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from scalebox_cst import astsplice, emitted, fastcode, linediff, sourcefile
+from scalebox_cst import astsplice, emitted, fastcode, linediff, sourcefile, textshape
 from scalebox_cst.config import Config
 from scalebox_cst.report import FileReport, Site
 from scalebox_cst.runtime import threads
@@ -112,11 +110,9 @@ class Pipeline:
         if "\0" in text:  # Python refuses these anywhere; its own message names no line
             line = len(physical_lines(text[: text.index("\0") + 1]))
             return _error(path, data, f"{path}:{line}: SyntaxError: source code cannot contain null bytes", bad_input=True)
-        breaks = _PageBreaks.strip(text)
+        shaped = textshape.Shaped(text)
         try:
-            tree = ast.parse(text, filename=path)
-            if breaks is not None:
-                tree = ast.parse(breaks.stripped, filename=path)  # same lines; columns moved
+            tree = _parse(shaped, path)
         except SyntaxError as exc:
             msg = f"{path}:{exc.lineno or 1}: {type(exc).__name__}: {exc.msg}"
             return _error(path, data, msg, bad_input=True)
@@ -132,7 +128,7 @@ class Pipeline:
             _freeze()  # the tree of the input: live until the file is done
         sites: List[Site] = []
         line_maps: List[linediff.LineMap] = []  # for each version after the first: new line -> old line
-        code = text if breaks is None else breaks.stripped
+        code = shaped.code
         # The libcst tree is parsed at most once per version, and only when a transform edits:
         # most transforms decide on the ast that nothing applies.
         module: Optional[cst.Module] = None
@@ -218,7 +214,7 @@ class Pipeline:
                 ctx.__dict__.clear()
                 gc.collect(0)  # only what this transform made (the rest was collected before)
 
-        out_text = code if breaks is None else breaks.restore(code, text)
+        out_text = shaped.restore(code)
         try:
             output = data if out_text == text else sourcefile.encode(out_text, decoded)
         except sourcefile.SourceError as exc:
@@ -226,6 +222,17 @@ class Pipeline:
         sites.sort(key=lambda s: (s.line, s.end_line, s.transform))
         status = "rewritten" if output != data else "unchanged"
         return FileResult(path, data, output, FileReport(path, status, None, sites))
+
+
+def _parse(shaped: textshape.Shaped, path: str) -> ast.Module:
+    """The ``ast`` of the code the transforms see (the same lines as the file's); where it does not
+    parse, the error of the user's own text, as Python gives it."""
+    try:
+        return ast.parse(shaped.code, filename=path)
+    except SyntaxError:
+        if shaped.code != shaped.text:
+            ast.parse(shaped.text, filename=path)
+        raise
 
 
 def _stale(ctx: FileContext, old: Optional[cst.Module], new: Optional[cst.Module]) -> FrozenSet[int]:
@@ -476,78 +483,6 @@ def _deep_statement_line(text: str) -> int:
 
 def _error(path: str, data: bytes, message: str, bad_input: bool = False) -> FileResult:
     return FileResult(path, data, data, FileReport(path, "error", message, []), bad_input=bad_input)
-
-
-class _PageBreaks:
-    """Form feeds in the indentation of lines that start a logical line, taken out and put back."""
-
-    def __init__(self, stripped: str, runs: Dict[int, str]) -> None:
-        self.stripped = stripped
-        self.runs = runs  # 1-based line -> the indentation prefix taken out (through its last \f)
-
-    @classmethod
-    def strip(cls, text: str) -> Optional["_PageBreaks"]:
-        if "\f" not in text:
-            return None
-        lines = physical_lines(text)
-        runs: Dict[int, str] = {}
-        for number in _logical_line_starts(text):
-            line = lines[number - 1]
-            indent = line[: len(line) - len(line.lstrip(" \t\f"))]
-            if "\f" in indent:
-                cut = indent.rindex("\f") + 1
-                runs[number] = line[:cut]
-                lines[number - 1] = line[cut:]
-        return cls("".join(lines), runs) if runs else None
-
-    def restore(self, code: str, original: str) -> str:
-        """``code`` (a rewrite of ``stripped``) with the form feeds put back: on every line that is
-        unchanged, and on the code that replaced a line that had one (see below). Checked: the
-        result must strip back to ``code`` (each form feed opens a logical line, where Python
-        ignores it), else only unchanged lines get theirs back."""
-        if code == self.stripped:
-            return original
-        a, b = physical_lines(self.stripped), physical_lines(code)
-        opcodes = linediff.opcodes(a, b)
-        for carry_replaced in (True, False):
-            out = list(b)
-            for tag, i1, i2, j1, j2 in opcodes:
-                if tag == "equal":
-                    for k in range(i2 - i1):
-                        run = self.runs.get(i1 + k + 1)
-                        if run:
-                            out[j1 + k] = run + out[j1 + k]
-                elif tag == "replace" and carry_replaced:
-                    # line for line when the edit kept the line count (in-line rewrites), else
-                    # the first line's, onto the code that replaced it
-                    pairs = range(i2 - i1) if i2 - i1 == j2 - j1 else range(1)
-                    for k in pairs:
-                        run = self.runs.get(i1 + k + 1)
-                        if run:
-                            out[j1 + k] = run + out[j1 + k]
-            result = "".join(out)
-            again = _PageBreaks.strip(result)
-            if again is not None and again.stripped == code:
-                return result
-        return code
-
-
-def _logical_line_starts(text: str) -> List[int]:
-    """Lines (1-based) whose first token starts a logical line (not inside brackets, strings or a
-    continuation, not blank or comment-only): where the tokenizer measures indentation."""
-    starts: List[int] = []
-    fresh = True
-    skip = (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER)
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(text, newline=None).readline):
-            if tok.type == tokenize.NEWLINE:
-                fresh = True
-            elif tok.type not in skip and fresh:
-                starts.append(tok.start[0])
-                fresh = False
-    except (tokenize.TokenError, SyntaxError):
-        return []  # ast accepted the file, so this is rare; libcst then sees the form feeds
-    return starts
 
 
 def _with_details(site: Site) -> Site:

@@ -324,6 +324,8 @@ def layouts(draw):
         for extra, nl in draw(_EXTRA):
             out.append(extra + nl)
         out.append(draw(_FF) + lead + text + draw(_TAIL) + draw(_NL))
+    if draw(st.booleans()):  # a last line without its newline (scalebox_cst/textshape.py)
+        out[-1] = out[-1].rstrip("\r\n")
     return "".join(out).encode()
 
 
