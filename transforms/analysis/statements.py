@@ -4,7 +4,8 @@ rewrite): both parsers nest statements the same way, so a pre-order walk of stat
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Sequence, Tuple
+import bisect
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -57,13 +58,14 @@ class CstStatements:
     ``finally``/``case`` clauses) to the node that holds it, for :func:`replace_nodes`.
     """
 
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, body: Optional[Sequence[cst.BaseStatement]] = None) -> None:
+        """``body``: some of the module's top-level statements (those of a partial visit), else all."""
         self.module = module
         self.stmts: List[cst.CSTNode] = []
         self.parent: Dict[cst.CSTNode, cst.CSTNode] = {}
         #: the module and every indented block, inner blocks first (the order a transformer leaves them)
         self.blocks: List[cst.CSTNode] = []
-        self._body(module.body, module)
+        self._body(module.body if body is None else body, module)
 
     def _body(self, stmts: Sequence[cst.BaseStatement], up: cst.CSTNode) -> None:
         for st in stmts:
@@ -140,6 +142,26 @@ class CstStatements:
         """Whether an enclosing ``if`` is a guard an earlier rewrite emitted (see
         :func:`is_runtime_guard`)."""
         return any(isinstance(up, cst.If) and is_runtime_guard(up.test, imports) for up in self.ancestors(node))
+
+
+def not_holding(module: cst.Module, body: Sequence[cst.BaseStatement], ast_body: Sequence[ast.stmt],
+                lines: Sequence[int]) -> Set[int]:
+    """Ids of the libcst statements under ``body`` (top-level statements of ``module``; their ``ast``
+    is ``ast_body``) that hold none of ``lines``: a transformer that acts only on nodes starting on
+    those lines need not enter them (a visit re-creates every node it passes: the ``__main__``
+    block of a training script is most of the file). Empty where the two walks do not pair."""
+    ast_stmts, _ = ast_statements(ast_body)
+    walk = CstStatements(module, body)
+    if not walk.matches(ast_stmts):
+        return set()
+    wanted = sorted(set(lines))
+    out: Set[int] = set()
+    for a, c in zip(ast_stmts, walk.stmts):
+        first = min([a.lineno, *(d.lineno for d in getattr(a, "decorator_list", ()))])
+        k = bisect.bisect_left(wanted, first)
+        if k == len(wanted) or wanted[k] > (a.end_lineno or a.lineno):
+            out.add(id(c))
+    return out
 
 
 def ast_guarded(node: ast.stmt, parent: Dict[ast.stmt, Optional[ast.stmt]], imports) -> bool:

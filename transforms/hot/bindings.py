@@ -9,14 +9,21 @@ unknown binding too (the name may be bound elsewhere).
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
+import re
+from typing import TYPE_CHECKING, AbstractSet, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import libcst as cst
+
+from libcst.metadata import PositionProvider
+
+from ..analysis import positions
+from ..analysis.statements import not_holding
 
 if TYPE_CHECKING:
     from ..base import FileContext
 
 Scope = Union[cst.Module, cst.FunctionDef]
+CSTNodeT = TypeVar("CSTNodeT", bound=cst.CSTNode)
 
 
 class _Binder(cst.CSTVisitor):
@@ -97,8 +104,10 @@ def _is_zip(value: Optional[cst.BaseExpression]) -> bool:
     return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("zip", "map")
 
 
-def bindings(scope: Scope) -> Dict[str, List[Optional[cst.BaseExpression]]]:
-    """Every binding of every name directly in ``scope`` (see the module docstring)."""
+def bindings(scope: Scope, declarations: bool = True) -> Dict[str, List[Optional[cst.BaseExpression]]]:
+    """Every binding of every name directly in ``scope`` (see the module docstring).
+    ``declarations``: False where the file holds no ``global`` or ``nonlocal`` statement (then
+    the walk of the whole scope looking for them is saved: :func:`may_declare`)."""
     binder = _Binder()
     if isinstance(scope, cst.FunctionDef):
         params = scope.params
@@ -112,9 +121,19 @@ def bindings(scope: Scope) -> Dict[str, List[Optional[cst.BaseExpression]]]:
         for stmt in scope.body:
             stmt.visit(binder)
     # a nested function's ``global x`` / ``nonlocal x`` may rebind x here
-    for name in _declared_below(scope):
+    for name in _declared_below(scope) if declarations else ():
         binder.found.setdefault(name, []).append(None)
     return binder.found
+
+
+#: a ``global`` or ``nonlocal`` keyword (ASCII: Python matches keywords before normalising names)
+_DECLARATION = re.compile(r"\b(?:global|nonlocal)\b")
+
+
+def may_declare(code: str) -> bool:
+    """Whether ``code`` may hold a ``global`` or ``nonlocal`` statement (its text spells one as a
+    word: ``global_step`` does not)."""
+    return _DECLARATION.search(code) is not None
 
 
 def _declared_below(scope: Scope) -> List[str]:
@@ -167,10 +186,31 @@ def appended(scope: Scope) -> Dict[str, List[cst.BaseExpression]]:
     return visitor.found
 
 
-class ScopedRewriter(cst.CSTTransformer):
+class PrunedTransformer(cst.CSTTransformer):
+    """A transformer that does not enter the nodes whose ids are in :attr:`skip` (set by
+    :func:`visit_calls`: statements holding none of the calls it decides). A skipped node is
+    neither visited nor left: it stays the very node it was."""
+
+    skip: AbstractSet[int] = frozenset()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if id(node) in self.skip:
+            return False
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: CSTNodeT, updated_node: CSTNodeT) -> Union[CSTNodeT, cst.RemovalSentinel, cst.FlattenSentinel[CSTNodeT]]:
+        if id(original_node) in self.skip:
+            return updated_node
+        return super().on_leave(original_node, updated_node)
+
+
+class ScopedRewriter(PrunedTransformer):
     """A transformer that knows the scope (module or function body) it is in and what each
     name is bound to there (:func:`bindings`, computed once per scope), for the hot.* rewrites
     that decide a call by how its arguments were made."""
+
+    #: whether the file visited may hold ``global``/``nonlocal`` (set by :func:`visit_calls`)
+    declarations = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -190,7 +230,7 @@ class ScopedRewriter(cst.CSTTransformer):
     def _found(self) -> Dict[str, List[Optional[cst.BaseExpression]]]:
         scope = self.scopes[-1]
         if scope not in self._bindings:
-            self._bindings[scope] = bindings(scope)
+            self._bindings[scope] = bindings(scope, self.declarations)
         return self._bindings[scope]
 
 
@@ -225,15 +265,25 @@ def visit_calls(ctx: "FileContext", calls: Sequence[ast.AST], rewriter: cst.CSTT
     anywhere in the file, so any such call takes the whole module."""
     from .. import partial
 
+    lines = [getattr(c, "lineno", 1) for c in calls]
+    if isinstance(rewriter, ScopedRewriter):
+        rewriter.declarations = may_declare(ctx.code)
     module = ctx.module if scoped and not _in_functions(ctx.tree, calls) else ctx.module_for(calls)
     part = ctx.partial if ctx.partial is not None and ctx.partial.module is module else None
     ch = part.chunks if part is not None else partial.chunks(ctx.code, ctx.tree)
     if ch is None or len(module.body) != len(ch.tops):
-        return module.visit(rewriter)
-    groups = sorted({ch.group_of(getattr(c, "lineno", 1)) for c in calls})
+        return _pruned(rewriter, module, module.body, ctx.tree.body, lines).visit(rewriter)
+    groups = sorted({ch.group_of(line) for line in lines})
     if part is not None and not part.covers(groups):
-        return ctx.whole_module().visit(rewriter)
+        whole = ctx.whole_module()
+        return _pruned(rewriter, whole, whole.body, ctx.tree.body, lines).visit(rewriter)
     held = sum(ch.ends[g] - ch.starts[g] + 1 for g in groups)
+    tops = [st for g in groups for st in ch.tops[g]]
+    if "positions" not in ctx.__dict__:  # the innermost statements holding the calls, alone
+        units = positions.innermost(module, [module.body[g] for g in groups], tops, lines)
+        found = positions.alone(module, units, ch.lines) if units is not None else None
+        if found is not None:
+            ctx.__dict__["positions"] = positions.Positions(found, lambda: ctx.wrapper.resolve(PositionProvider))
     if part is None and "positions" not in ctx.__dict__ and 2 * held < len(ch.lines):
         # the whole module: positions of these statements only (each costs two codegens of it,
         # so only where they are under half the file: a script's `__main__` block is most of it)
@@ -242,6 +292,7 @@ def visit_calls(ctx: "FileContext", calls: Sequence[ast.AST], rewriter: cst.CSTT
             ctx.__dict__["positions"] = found
     if isinstance(rewriter, ScopedRewriter):
         rewriter.scopes.append(module)  # as visit_Module would
+    _pruned(rewriter, module, [module.body[g] for g in groups], tops, lines)
     visited = set(groups)
     body: List[cst.CSTNode] = []
     for g, statement in enumerate(module.body):
@@ -254,3 +305,13 @@ def visit_calls(ctx: "FileContext", calls: Sequence[ast.AST], rewriter: cst.CSTT
         elif not isinstance(new, cst.RemovalSentinel):
             body.append(new)
     return module.with_changes(body=body)
+
+
+def _pruned(rewriter: cst.CSTTransformer, module: cst.Module, body: Sequence[cst.BaseStatement],
+            ast_body: Sequence[ast.stmt], lines: Sequence[int]) -> cst.Module:
+    """``module``, after telling a :class:`PrunedTransformer` which statements under ``body`` hold
+    none of ``lines`` (it skips them)."""
+    if isinstance(rewriter, PrunedTransformer):
+        rewriter.skip = not_holding(module, body, ast_body, lines)
+    return module
+

@@ -41,7 +41,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
-from .bindings import visit_calls
+from .bindings import PrunedTransformer, visit_calls
 from .fresh_device_examples import EXAMPLES
 
 ID = "hot.fresh_on_device"
@@ -65,7 +65,7 @@ def _not_data(expr: cst.BaseExpression) -> bool:
                              cst.GeneratorExp, cst.Dict, cst.Set))
 
 
-class _Rewriter(cst.CSTTransformer):
+class _Rewriter(PrunedTransformer):
     def __init__(self, ctx: FileContext, sites: List[Site]) -> None:
         super().__init__()
         self.ctx = ctx

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import harness
 from scalebox_cst.config import Config
 from scalebox_cst.transforms import FileContext, partial
+from scalebox_cst.transforms.analysis import positions
 
 HEADER = "import torch\nfrom torch.distributions import Categorical, Normal\n\n\n"
 IN_FUNCTIONS = {
@@ -42,6 +43,30 @@ IN_FUNCTIONS = {
     "plain": '''def plain_{i}(x):
     y = x + 1
     return y * 2
+''',
+    # nested blocks, continuation lines, a multi-line string, one-line suites, ``a; b``, an elif
+    # test, a decorator and comments at odd indentation around the calls (positions alone)
+    "nested": '''@torch.no_grad()
+def nested_{i}(xs, mu, log_std, device, flag):
+    out = []
+    for x in xs:
+        if flag:
+            doc = """a string
+of two lines"""
+            d = Normal(mu,
+                       torch.exp(log_std))  # a continuation line
+        elif Normal(mu, torch.exp(log_std)).sample().sum() > 0:
+            pass
+# a comment at column 0 inside the block
+        else:
+            with torch.no_grad(): out.append(torch.FloatTensor(x).to(device))
+        y = 1; z = torch.FloatTensor(x).to(device)
+        try:
+            s_lst = [x for _ in range(2)]
+            out.append(torch.tensor(s_lst, dtype=torch.float))
+        except ValueError:
+            out.append(Categorical(logits=torch.zeros(2)))
+    return out
 ''',
 }
 # a name bound at module level decides a call in the module's scope: the whole module is needed
@@ -137,17 +162,48 @@ def test_in_a_whole_module_the_visited_statements_positioned_alone_give_the_same
     assert _direct(transform, source, True)[:2] == _direct(transform, source, False)[:2]
 
 
-def test_in_a_whole_module_only_the_visited_statements_are_positioned(monkeypatch):
+def test_in_a_whole_module_only_the_statements_holding_the_calls_are_positioned(monkeypatch):
+    """Each innermost statement holding a call is positioned alone (transforms/analysis/positions.py),
+    not the function around it, nor the whole module."""
     placed = []
-    original = partial.statement_positions
+    original = positions.alone
 
-    def counted(module, ch, groups):
-        found = original(module, ch, groups)
-        placed.append((list(groups), found is not None))
+    def counted(module, units, lines):
+        found = original(module, units, lines)
+        placed.append(([a.lineno for _, a in units], found is not None))
         return found
 
-    monkeypatch.setattr(partial, "statement_positions", counted)
+    monkeypatch.setattr(positions, "alone", counted)
+    monkeypatch.setattr(partial, "statement_positions", lambda *a: pytest.fail("the whole statement positioned"))
     source = _source(["plain"] * 10 + ["dist"] + ["plain"] * 10)
     code, sites, _ = _direct("hot.distribution_args", source, True)
-    assert placed == [([12], True)]  # groups 0-1: the two imports, 2-11: the plain functions
+    lines = source.splitlines()
+    calls = [n for n, line in enumerate(lines, 1) if "Normal(mu" in line or "Categorical(logits" in line]
+    assert placed == [(calls, True)]
     assert [s[2] for s in sites] == ["rewritten", "rewritten"] and "validate_args=False" in code
+
+
+def test_statements_holding_no_call_are_not_entered(monkeypatch):
+    """The visit skips the statements that hold none of the calls: they stay the very nodes they
+    were (a visit re-creates every node it passes), and no call in them is decided."""
+    import libcst as cst
+
+    from scalebox_cst.transforms.hot import bindings
+
+    entered = []
+    original = bindings.PrunedTransformer.on_visit
+
+    def on_visit(self, node):
+        enters = original(self, node)
+        if enters and isinstance(node, (cst.BaseCompoundStatement, cst.BaseSmallStatement)):
+            entered.append(type(node).__name__)
+        return enters
+
+    monkeypatch.setattr(bindings.PrunedTransformer, "on_visit", on_visit)
+    source = _source(["nested"])
+    code, sites, _ = _direct("hot.fresh_on_device", source, True)
+    assert sum(1 for s in sites if s[2] == "rewritten") == 2
+    # the def, the for, the if and its elif (whose else holds the with), the with and its call, the line of
+    # ``y = 1; z = ...``: never the try (no fresh tensor moved there), the other statements of the
+    # branches, nor the other small statements of the function
+    assert entered == ["FunctionDef", "For", "If", "If", "With", "Expr", "Assign", "Assign"], entered
