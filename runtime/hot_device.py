@@ -20,6 +20,11 @@ or anything ``.to`` reads otherwise):
   (a double rounding through float64 could differ), as are float16 arrays and anything else
   (lists: ``hot.tensor_from_arrays``'s; ints: sizes). 0-d arrays give a 0-d tensor on both
   paths, negative strides raise the same ValueError on both.
+* except an array already of the tensor's dtype made for the CPU: the legacy constructor then
+  shares the array's memory (``torch.FloatTensor(a_f32)``: a later ``a[0] = 7`` shows in the
+  tensor, and writes to the tensor show in ``a``), and ``.to`` the CPU returns that tensor, where
+  ``torch.tensor`` copies. That is the original call (found by trying the engine on sample-factory
+  and DI-engine; on an accelerator both paths copy).
 """
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ from scalebox_cst.runtime.at_caller import call_at_caller
 _EXACT = frozenset(np.dtype(t) for t in (np.bool_, np.float32, np.float64, np.int8, np.int16, np.int32,
                                          np.uint8, np.uint16, np.uint32))
 _LEGACY = {torch.FloatTensor: torch.float32, torch.DoubleTensor: torch.float64}
+#: the array dtype a legacy constructor of each tensor dtype reads without a copy (on the CPU)
+_NUMPY = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+          torch.float16: np.dtype(np.float16), torch.bfloat16: None}
 
 
 def tensor_on(make: Any, data: Any, device: Any, **kwargs: Any) -> torch.Tensor:
@@ -43,6 +51,15 @@ def tensor_on(make: Any, data: Any, device: Any, **kwargs: Any) -> torch.Tensor:
             dtype = _LEGACY.get(make)
             if dtype is None and make is torch.Tensor:
                 dtype = torch.get_default_dtype()
-            if dtype is not None:
+            if dtype is not None and not (data.dtype == _NUMPY.get(dtype) and _on_cpu(device)):
                 return torch.tensor(data, dtype=dtype, device=device)
     return call_at_caller(make, (data,), kwargs).to(device)  # its warnings at the user's line
+
+
+def _on_cpu(device: Any) -> bool:
+    """Whether ``device`` (a ``torch.device`` or a ``str``) is the CPU; True where it does not
+    parse (the original call then raises what it raises)."""
+    try:
+        return (device if type(device) is torch.device else torch.device(device)).type == "cpu"
+    except (RuntimeError, ValueError, TypeError):
+        return True

@@ -7,8 +7,10 @@ with a legacy constructor, then move it. The call becomes ``tensor_on(make, x, d
 dtype=..., device=device)`` where that is provably the same tensor and otherwise calls
 ``make(x).to(device)`` as written (``exact``). Per call on CPU (CPU time, one thread):
 ``FloatTensor`` of a 3-float64 observation 9.7 -> 5.3 us (1.83x), of a 256x17 batch 10.5 -> 6.3 us
-(1.66x), ``torch.Tensor`` of a 4x4 float32 array 7.7 -> 5.7 us (1.36x): the legacy constructors'
-argument parsing is what it saves. ``torch.tensor(x).to(device)`` (CleanRL's rewards) is reported
+(1.66x): the legacy constructors' argument parsing is what it saves. An array already of the
+tensor's dtype made for the CPU (``torch.Tensor`` of a float32 observation, CleanRL's) takes the
+original call: the legacy constructor shares the array's memory there, and ``torch.tensor`` would
+copy it (the guard then costs a type and dtype check). ``torch.tensor(x).to(device)`` (CleanRL's rewards) is reported
 and left alone: through the guard it measured 0.98x (4.80 vs 4.88 us). On whole runs these calls
 are a small share (TD3: ~6 calls a step; see ``benchmarks/bench_public_scripts.py``).
 

@@ -37,6 +37,17 @@ def same(a, b):
     return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
+def aliases(result, x):
+    """Whether ``result`` (a CPU tensor) shares memory with the array ``x``: what a later write to
+    either shows in the other."""
+    if not (torch.is_tensor(result) and isinstance(x, np.ndarray) and result.device.type == "cpu"):
+        return False
+    try:
+        return bool(np.shares_memory(result.detach().numpy(), x))
+    except (TypeError, RuntimeError):
+        return False
+
+
 def outcome(fn, *args):
     try:
         with warnings.catch_warnings():
@@ -89,6 +100,8 @@ def test_examples_on_every_dtype_and_device_form(example):
         for device in DEVICES:
             a, b = outcome(orig, x, device), outcome(new, x, device)
             assert same(a, b), (x, device, a, b)
+            for r, q in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+                assert aliases(r, x) == aliases(q, x), (x, device)
     # an int is a size to the legacy constructors (uninitialised memory): same shapes and dtypes
     a, b = outcome(orig, 7, "cpu"), outcome(new, 7, "cpu")
     def kinds(r):
@@ -107,6 +120,7 @@ def test_runtime_matches_written_form(make, seed):
                 a = outcome(lambda: make(x, **kw).to(device))
                 b = outcome(lambda: tensor_on(make, x, device, **kw))
                 assert same(a, b), (make, x, device, kw, a, b)
+                assert aliases(a, x) == aliases(b, x), (make, x.dtype if hasattr(x, "dtype") else x, device, kw)
 
 
 def test_runtime_follows_the_default_dtype():
@@ -137,6 +151,28 @@ def test_fast_path_taken_only_where_it_is_the_same(monkeypatch):
                       ([0.0, 1.0], "cpu"), (np.zeros(3), torch.float64)]:
         tensor_on(torch.FloatTensor, x, device)
     assert calls == []
+
+
+def test_an_array_of_the_tensors_dtype_made_for_the_cpu_stays_shared():
+    """Found on sample-factory / DI-engine code: ``torch.FloatTensor(a_f32).to("cpu")`` shares the
+    array's memory (a later ``a[0] = 7`` shows in the tensor); the rewrite keeps that."""
+    for make, dt in [(torch.FloatTensor, np.float32), (torch.DoubleTensor, np.float64), (torch.Tensor, np.float32)]:
+        for device in ("cpu", torch.device("cpu")):
+            a = np.zeros(3, dtype=dt)
+            t = tensor_on(make, a, device)
+            a[0] = 7
+            assert t[0].item() == 7.0, (make, device)
+            t[1] = 5
+            assert a[1] == 5
+        for device in ("cpu:0", torch.device("cpu", 0)):  # ``.to`` an indexed CPU device copies: both copy
+            a, b = np.zeros(3, dtype=dt), np.zeros(3, dtype=dt)
+            t, u = make(a).to(device), tensor_on(make, b, device)
+            a[0] = b[0] = 7
+            assert t[0].item() == u[0].item()
+    b = np.zeros(3, dtype=np.float64)  # a cast copies on both paths: the one-call path stays
+    t = tensor_on(torch.FloatTensor, b, "cpu")
+    b[0] = 7
+    assert t[0].item() == 0.0 and t.dtype == torch.float32
 
 
 def test_rewritten_source_keeps_evaluation_order_and_arguments():
