@@ -281,7 +281,12 @@ class Files:
             out = []
             for kind, klass in kinds:
                 if kind == "torch":
-                    out.append((None, None))  # a torch.nn module's or parameter's own method
+                    # a torch.nn module's forward; any other method of one (``apply(init)``,
+                    # ``add_module``, ``to``) or of a parameter (``size``) is no forward, and what
+                    # it does is not known here (found on garage, DI-engine, sample-factory)
+                    if rest not in ("forward", "__call__"):
+                        return None
+                    out.append((None, None))
                     continue
                 fn = self.method(klass, rest) if "." not in rest else None
                 if fn is None:

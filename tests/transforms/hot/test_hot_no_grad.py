@@ -491,3 +491,39 @@ def test_a_file_with_no_network_is_left_before_any_scan():
     assert not may_hold_network(src, ast.parse(src))
     out, sites = rewrite(src)
     assert out == src and sites == []
+
+
+def test_methods_of_a_torch_module_other_than_its_forward_are_no_forwards():
+    """Found on garage, DI-engine and sample-factory: ``self.fc.apply(init)``, ``add_module``,
+    ``.to(device)`` (and a parameter's ``size``) were taken for a torch module's forward and put
+    under no_grad, ``apply`` running a function whose code may not be in the file. Only calling
+    the module (or its ``forward``) is a forward."""
+    code = textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+
+
+        def weight_init(m):
+            if isinstance(m, nn.Linear):
+                nn.init.orthogonal_(m.weight)
+
+
+        class Net(nn.Module):
+            def __init__(self, device):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+                self.fc.apply(weight_init)
+                self.fc.add_module("extra", nn.ReLU())
+                self.fc.to(device)
+                n = self.fc.weight.size(1)
+
+            def forward(self, x):
+                return self.fc(x)
+
+            def act(self, obs):
+                return self.fc.forward(torch.as_tensor(obs)).argmax().item()
+        ''')
+    out, sites = rewrite(code)
+    done = [(s.line, s.action) for s in sites if s.action == REWRITTEN]
+    assert all(line > 22 for line, _ in done), sites  # only act's forward, none of __init__'s calls
+    assert "apply" not in "".join(s.reason for s in sites if s.action == REWRITTEN)
