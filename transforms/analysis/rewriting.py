@@ -104,3 +104,12 @@ class ScopedRewriter(cst.CSTTransformer):
     def leave_ClassDef(self, original, updated):
         self.scopes.pop()
         return updated
+
+
+def plain_whitespace(ws: cst.BaseParenthesizableWhitespace) -> bool:
+    """Whitespace with no comment in it: moving or dropping it (the newline an argument had
+    before ``)``) takes no comment away from its code."""
+    if isinstance(ws, cst.SimpleWhitespace):
+        return True
+    return isinstance(ws, cst.ParenthesizedWhitespace) and ws.first_line.comment is None \
+        and all(e.comment is None for e in ws.empty_lines)

@@ -31,10 +31,11 @@ def _append_args(call: cst.Call, new: Sequence[cst.Arg]) -> cst.Call:
         between = args[-2].comma if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma) else _SPACE_COMMA
         args[-1] = last.with_changes(comma=between)
         new = [a.with_changes(comma=between) for a in new[:-1]] + [new[-1].with_changes(comma=last.comma)]
-    else:
-        args[-1] = last.with_changes(comma=_SPACE_COMMA)
-        new = [a.with_changes(comma=_SPACE_COMMA) for a in new[:-1]] + new[-1:]
+    else:  # what stood before ``)`` (a comment, a newline and the indent of ``)``) stays before it
+        args[-1] = last.with_changes(comma=_SPACE_COMMA, whitespace_after_arg=cst.SimpleWhitespace(""))
+        new = [a.with_changes(comma=_SPACE_COMMA) for a in new[:-1]] + [new[-1].with_changes(whitespace_after_arg=last.whitespace_after_arg)]
     return call.with_changes(args=args + new)
+
 
 
 def _keep_parens(old: cst.BaseExpression, new: cst.BaseExpression) -> cst.BaseExpression:
@@ -65,7 +66,7 @@ def _drop_statements(block, drops: Set[int]):
         kept.append(stmt)
     if not kept and isinstance(block, cst.IndentedBlock):
         kept = [cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=carry)]
-    elif carry and isinstance(block, cst.Module):
+    elif carry:  # the last statement dropped: its leading lines stay where they were, at the end
         block = block.with_changes(footer=[*carry, *block.footer])
     return block.with_changes(body=kept)
 

@@ -43,6 +43,7 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
+from ..analysis.rewriting import plain_whitespace
 from .bindings import PrunedTransformer, visit_calls
 from .fresh_device_examples import EXAMPLES
 
@@ -115,6 +116,8 @@ class _Rewriter(PrunedTransformer):
             return updated  # same shape as ``original``: the transformer changes no inner ``maker(...)``
         inner_updated = moved.value
         data = inner_updated.args[0].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        if plain_whitespace(data.whitespace_after_arg):  # a newline before the inner ``)``: not mid-call
+            data = data.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""))
         move = updated.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         rest = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in inner_updated.args[1:]]
         args = [cst.Arg(inner_updated.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), data,

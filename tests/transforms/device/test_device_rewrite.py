@@ -217,6 +217,44 @@ def test_cudnn_flag_read_back_is_kept_and_warned():
     assert "reads this flag (line 6)" in sites[0].reason
 
 
+def test_an_argument_appended_before_a_closing_parenthesis_on_its_own_line():
+    """Found on salina: ``0.5, \\n    foreach=True)`` (a comma and a space before the newline that
+    stood before ``)``); the new argument follows the last one, ``)`` keeps its line, and a comment
+    there stays on the argument's line."""
+    src = "import torch\ntorch.nn.utils.clip_grad_norm_(\n    m.parameters(), 0.5\n)\n"
+    out, _ = rw(src, backend="cuda", transforms=("device.*",))
+    assert "    m.parameters(), 0.5, foreach=True\n)\n" in out and " \n" not in out
+    src = "import torch\ntorch.nn.utils.clip_grad_norm_(\n    m.parameters(), 0.5  # max norm\n)\n"
+    out, _ = rw(src, backend="cuda", transforms=("device.*",))
+    assert "    m.parameters(), 0.5, foreach=True  # max norm\n)\n" in out
+    harness.compiled(out, "t.py")
+
+
+def test_a_dropped_last_statement_of_a_block_keeps_the_lines_above_it():
+    """Found on SLM-Lab (perf.py): the cuDNN flag last in a ``try`` body took the blank line above
+    it along (a line outside the site changed). Only the flag's own line goes."""
+    src = (
+        "import torch\n"
+        "def f():\n"
+        "    try:\n"
+        "        x = 1\n"
+        "\n"
+        "        # tune it\n"
+        "        torch.backends.cudnn.benchmark = True\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "    if x:\n"
+        "        x += 1\n"
+        "\n"
+        "    torch.backends.cudnn.deterministic = True\n"
+    )
+    out, sites = rw(src, transforms=("device.placement",))
+    assert [(s.line, s.action) for s in sites] == [(7, REWRITTEN), (13, REWRITTEN)]
+    assert out == src.replace("        torch.backends.cudnn.benchmark = True\n", "").replace(
+        "    torch.backends.cudnn.deterministic = True\n", "")
+    harness.compiled(out, "t.py")
+
+
 # ------------------------------------------------------------------ by meaning
 
 

@@ -180,6 +180,13 @@ def test_rewritten_source_keeps_evaluation_order_and_arguments():
     assert "_sb_tensor_on(torch.FloatTensor, s.reshape(1, -1), self.dev)" in out
 
 
+def test_a_newline_before_the_inner_parenthesis_leaves_no_trailing_blank():
+    """Found on DI-engine: ``_sb_tensor_on(torch.Tensor, x, \\n device)`` (a comma and a space
+    before the newline that stood before the constructor's ``)``)."""
+    out, _ = rewrite("import torch\ndef g(x, dev):\n    return torch.Tensor(x\n                        ).to(dev)\n")
+    assert "_sb_tensor_on(torch.Tensor, x, dev)" in out and " \n" not in out
+
+
 def test_non_torch_to_calls_are_not_sites():
     src = "import torch\ndef g(m, x, dev):\n    return m(x).to(dev), x.float().to(dev), torch.zeros(3).to(dev)\n"
     out, sites = rewrite(src)
