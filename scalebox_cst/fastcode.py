@@ -448,6 +448,42 @@ def _function_def(node: Any, state: CodegenState) -> None:
     _gen(node.body, state)
 
 
+def _class_def(node: Any, state: CodegenState) -> None:
+    """A class (a method rewritten in a class that is most of the file: the sweep's DI-engine
+    policies paid libcst's codegen of the whole class for each version)."""
+    for line in node.leading_lines:
+        _gen(line, state)
+    for decorator in node.decorators:
+        _gen(decorator, state)
+    for line in node.lines_after_decorators:
+        _gen(line, state)
+    state.tokens.extend(state.indent_tokens)
+    state.tokens.append("class")
+    _gen(node.whitespace_after_class, state)
+    _gen(node.name, state)
+    _gen(node.whitespace_after_name, state)
+    if node.type_parameters is not None:
+        _gen(node.type_parameters, state)
+    _gen(node.whitespace_after_type_parameters, state)
+    args = [*node.bases, *node.keywords]
+    if isinstance(node.lpar, MaybeSentinel):
+        if args:
+            state.tokens.append("(")
+    else:
+        _gen(node.lpar, state)
+    last = len(args) - 1
+    for i, arg in enumerate(args):
+        arg._codegen(state, default_comma=(i != last))
+    if isinstance(node.rpar, MaybeSentinel):
+        if args:
+            state.tokens.append(")")
+    else:
+        _gen(node.rpar, state)
+    _gen(node.whitespace_before_colon, state)
+    state.tokens.append(":")
+    _gen(node.body, state)
+
+
 # -- registration --------------------------------------------------------------------------
 
 #: the libcst version (major, minor) whose ``_codegen_impl`` methods the emitters copy
@@ -503,6 +539,7 @@ def _table() -> Dict[type, _Emit]:
         cst.For: _for,
         cst.While: _while,
         cst.FunctionDef: _function_def,
+        cst.ClassDef: _class_def,
     }
     leaf = _parenthesized(_leaf)
     leaves: List[type] = [cst.Name, cst.Integer, cst.Float, cst.SimpleString]

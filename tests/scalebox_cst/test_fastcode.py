@@ -84,6 +84,23 @@ def test_built_nodes_take_libcst_defaults():
     assert _same_for_every_node(module) > 20
 
 
+def test_built_classes_take_libcst_defaults():
+    """Class statements made node by node: bases and keywords with default parentheses and
+    commas, none at all, a decorator (the classes of a file are written by fastcode too)."""
+    name = cst.Name
+    body = cst.IndentedBlock([cst.SimpleStatementLine([cst.Pass()])])
+    classes = [
+        cst.ClassDef(name("A"), body, bases=[cst.Arg(name("nn_Module")), cst.Arg(name("Mixin"))],
+                     keywords=[cst.Arg(name("Meta"), keyword=name("metaclass"))]),
+        cst.ClassDef(name("B"), body),
+        cst.ClassDef(name("C"), body, decorators=[cst.Decorator(name("dataclass"))], bases=[cst.Arg(name("A"))]),
+    ]
+    module = cst.Module(classes)
+    for node in classes:
+        assert fastcode.code_for_node(module, node) == module.code_for_node(node)
+    assert "class A(nn_Module, Mixin, metaclass = Meta):" in module.code
+
+
 def test_other_node_types_are_left_to_libcst():
     module = cst.parse_module("class C:\n    x: int = 1\n    def g(self, *a, **k):\n        return {k: v for k, v in a if (w := k)}\n")
     assert fastcode.code_for_node(module, module.body[0]) == module.code
