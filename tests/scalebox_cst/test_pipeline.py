@@ -578,7 +578,7 @@ def test_rewrite_time_grows_linearly_with_sites():
     # CPU seconds measured here: 800 lines 0.82, 3200 lines 3.37 (4.1x); with the whole-file
     # difflib line map 0.66 and 10.2 (15.4x)
     small, small_sites = best(800, 2)
-    large, large_sites = best(3200, 1)
+    large, large_sites = best(3200, 2)  # one sample: a CI run under load once measured 6.4x
     assert large_sites >= 3.5 * small_sites
     assert large < 6.0 * small, (small, large)
 

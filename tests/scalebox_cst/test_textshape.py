@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from scalebox_cst.config import Config
-from scalebox_cst.pipeline import Pipeline
+import harness
 from scalebox_cst.textshape import Shaped
 from scalebox_cst.transforms import partial
 
@@ -17,7 +16,7 @@ CORPUS = sorted(glob.glob(os.path.join(TESTS, "corpus", "*.py")))
 
 def _rewritten_corpus():
     """Corpus files the default rewrite edits (a site or more, output not the input)."""
-    pipeline = Pipeline(Config(), "cpu")
+    pipeline = harness.pipeline()
     out = []
     for path in CORPUS:
         with open(path, "rb") as fh:
@@ -34,7 +33,7 @@ def test_a_file_without_its_last_newline_is_rewritten_as_with_it_less_that_newli
     module without a trailing newline never could."""
     with open(path, "rb") as fh:
         data = fh.read()
-    pipeline = Pipeline(Config(), "cpu")
+    pipeline = harness.pipeline()
     before = partial.PARSED[0]
     whole = pipeline.rewrite(path, data)
     parsed_whole, before = partial.PARSED[0] - before, partial.PARSED[0]
@@ -49,7 +48,7 @@ def test_a_file_without_its_last_newline_is_rewritten_as_with_it_less_that_newli
 def test_a_site_in_a_function_of_a_file_without_its_last_newline_parses_only_its_chunk():
     src = (b"import torch\n\n\ndef helper(xs):\n    return [x + 1 for x in xs]\n\n\n"
            b"def train(model, optimizer, loss):\n    loss.backward()\n    optimizer.step()\n\n\nx = 1")
-    pipeline = Pipeline(Config(transforms=["grad_clip"], options={"grad_clip": {"mode": "fixed"}}), "cpu")
+    pipeline = harness.pipeline(["grad_clip"], options={"grad_clip": {"mode": "fixed"}})
     before = partial.PARSED[0]
     result = pipeline.rewrite("t.py", src)
     assert [s.line for s in result.report.sites] == [10] and result.output.endswith(b"\nx = 1")
@@ -80,12 +79,12 @@ def test_restore_undoes_the_shape(text):
     (b"def f(:", "t.py:1: SyntaxError: invalid syntax"),
 ])
 def test_a_file_that_does_not_parse_gets_pythons_error_for_its_own_text(data, message):
-    result = Pipeline(Config(), "cpu").rewrite("t.py", data)
+    result = harness.pipeline().rewrite("t.py", data)
     assert result.report.error == message
     assert result.output == data
 
 
 @pytest.mark.parametrize("data", [b"import torch\nx = 1", b"# only a comment", b"x = 1;", b"\n\n  "])
 def test_a_file_with_no_site_is_left_byte_for_byte(data):
-    result = Pipeline(Config(), "cpu").rewrite("t.py", data)
+    result = harness.pipeline().rewrite("t.py", data)
     assert result.output == data and result.report.status == "unchanged"

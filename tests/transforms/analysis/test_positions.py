@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+import harness
 from scalebox_cst.textlines import physical_lines
 from scalebox_cst.transforms.analysis import positions
 from scalebox_cst.transforms.analysis.statements import ast_statements
@@ -69,7 +70,7 @@ _PIECES = [
 def test_statements_alone_have_the_whole_modules_positions_in_odd_layouts(pieces):
     code = "".join(pieces)
     try:
-        compile(code, "t.py", "exec")
+        harness.compiled(code, "t.py")
     except SyntaxError:  # tabs and spaces mixed across pieces
         return
     _agree(code)
