@@ -217,6 +217,30 @@ def test_cudnn_flag_read_back_is_kept_and_warned():
     assert "reads this flag (line 6)" in sites[0].reason
 
 
+def test_foreach_is_not_added_where_the_learning_rate_may_be_a_tensor():
+    """Found by a differential review of LeanRL and torchrl: ``Adam(..., lr=torch.tensor(lr))``
+    with ``foreach=True`` raises ValueError at construction (the original builds). The rewrite
+    keeps such calls, and the optimizers it does rewrite build and step."""
+    src = textwrap.dedent("""\
+        import torch
+        m = torch.nn.Linear(2, 1)
+        a = torch.optim.Adam(m.parameters(), lr=torch.tensor(0.01), eps=1e-5)
+        lr = torch.tensor(0.1)
+        b = torch.optim.AdamW(m.parameters(), lr)
+        c = torch.optim.Adam(m.parameters(), lr=float(0.001))
+        d = torch.optim.Adam(m.parameters(), lr=1e-3, capturable=False)
+        """)
+    out, sites = rw(src, backend="cpu", transforms=("device.*",))
+    kinds = [(s.line, s.action) for s in sites]
+    assert kinds == [(3, SKIPPED), (5, SKIPPED), (6, REWRITTEN), (7, SKIPPED)], [(s.line, s.action, s.reason) for s in sites]
+    assert "torch refuses a tensor lr" in sites[0].reason and "line 4" in sites[1].reason
+    namespace = harness.load(out, filename="t.py")  # every optimizer builds
+    m = namespace["m"]
+    m(torch.ones(2)).sum().backward()
+    for name in "abcd":
+        namespace[name].step()
+
+
 def test_an_argument_appended_before_a_closing_parenthesis_on_its_own_line():
     """Found on salina: ``0.5, \\n    foreach=True)`` (a comma and a space before the newline that
     stood before ``)``); the new argument follows the last one, ``)`` keeps its line, and a comment

@@ -98,6 +98,11 @@ class Calls:
         if "no-star-kwargs" in entry.conditions and has_star_args(node):
             self.skip(entry, node, f"*args/**kwargs may already hold {entry.keyword}=")
             return
+        if "number-lr" in entry.conditions:
+            why = _tensor_lr(node, self.ctx.tree)
+            if why:
+                self.skip(entry, node, f"{why}: torch refuses a tensor lr with {entry.keyword}={entry.value}, left as written")
+                return
         installed = _installed_torch()
         if entry.min_torch and installed is not None and installed < _version_tuple(entry.min_torch):
             self.skip(entry, node, f"{entry.keyword}={entry.value} needs torch >= {entry.min_torch} here; "
@@ -109,3 +114,42 @@ class Calls:
             value_text = value_text.format(npu=self.helper_alias())
         keyword = entry.keyword
         self.edit(entry, _Target(node), lambda u: _append_args(u, [_new_arg(keyword, cst.parse_expression(value_text))]))
+
+
+#: calls that make a number of a number (a learning rate passed through them stays a number)
+_NUMBER_CALLS = frozenset({"float", "int", "round", "abs", "min", "max"})
+
+
+def _tensor_lr(node: ast.Call, tree: ast.Module) -> Optional[str]:
+    """Why the learning rate of the optimizer call ``node`` may be a tensor, or None where it is
+    absent, a number, or names and attributes no statement of the module binds to a call's result
+    (LeanRL and torchrl build ``Adam(..., lr=torch.tensor(lr, device=device))``, which
+    ``foreach=True`` makes raise). A tensor handed in as a parameter is not seen: the constructor
+    then raises at once (found by the differential review of 9 real files)."""
+    lr = next((k.value for k in node.keywords if k.arg == "lr"), None)
+    if lr is None:
+        pos = positional_args(node)
+        lr = pos[1] if len(pos) > 1 else None
+    if lr is None:
+        return None
+    if _makes_tensor(lr):
+        return f"lr={ast.unparse(lr)} is computed by a call"
+    spelled = {ast_dotted(n) for n in ast.walk(lr) if isinstance(n, (ast.Name, ast.Attribute))} - {None}
+    for stmt in ast.walk(tree):
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and stmt.value is not None and _makes_tensor(stmt.value):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    name = ast_dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+                    if name is not None and name in spelled:
+                        return f"`{name}` is bound to a call's result (line {stmt.lineno})"
+    return None
+
+
+def _makes_tensor(expr: ast.expr) -> bool:
+    """Whether ``expr`` calls anything but a number builtin (its result may be a tensor)."""
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and n.func.id in _NUMBER_CALLS):
+            return True
+    return False
+

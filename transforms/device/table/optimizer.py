@@ -56,8 +56,8 @@ def _foreach_cpu(cls: str, op: str) -> Swap:
         exactness=EXACT,
         keyword="foreach",
         value="True",
-        absent=("fused", "foreach", "differentiable"),
-        conditions=("no-star-kwargs",),
+        absent=("fused", "foreach", "differentiable", "capturable"),
+        conditions=("no-star-kwargs", "number-lr"),
         reason=f"torch.optim.{cls}(foreach=True): torch defaults to the per-parameter loop for CPU "
         "tensors; the foreach path does the same operations per tensor (bitwise identical, checked "
         "in tests) with fewer Python dispatches (about 7% faster per step on a small MLP)",
