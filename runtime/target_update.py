@@ -182,6 +182,11 @@ def _build(src: Any, tgt: Any) -> Optional[_Plan]:
     # when no tensor of one pair is (or starts at the memory of) a tensor of another pair.
     where: Dict[Any, int] = {}
     for i, (a, b) in enumerate(zip(pd, td)):
+        # a pair that shares its memory (a layer shared by the online and the target network, or
+        # one module as both): the loop reads p after scaling t, the fused paths before
+        if ps[i] is ts[i] or (a.numel() and b.numel() and a.device == b.device
+                              and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()):
+            return None
         keys: Tuple[Any, ...] = (("obj", id(ps[i])), ("obj", id(ts[i])))
         if a.numel():  # empty tensors touch no memory
             keys += (("mem", a.device, a.data_ptr()), ("mem", b.device, b.data_ptr()))

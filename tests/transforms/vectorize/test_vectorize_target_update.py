@@ -381,6 +381,28 @@ def test_guard_cross_index_aliasing(fns):
     assert_same(params(n1[1]), params(n2[1]), exact=True)
 
 
+@pytest.mark.parametrize("form", sorted(set(FORMS) - {"direct"}))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_a_layer_shared_at_the_same_index_updates_as_the_loop(monkeypatch, form, dtype):
+    """Found by a differential review: ``target[1] = net[1]`` (the pair's p is its tp) gave other
+    values once the compiled kernel took over, and always in half precision: the loop reads p
+    after scaling tp, the fused paths before. Such a pair takes the loop."""
+    monkeypatch.setattr(tu, "NUMBA_AFTER", 0)  # the compiled kernel from the first call
+    src = form_source(FORMS[form], no_grad=False)
+    out, sites = rewrite(src)
+    assert sites[0].action == REWRITTEN
+    _, (orig,) = load(src)
+    _, (new,) = load(out)
+    net, target = nets((3, 5, 2), dtype=dtype)
+    target[2] = net[2]  # the last Linear is one module in both
+    n1, n2 = copy.deepcopy((net, target)), copy.deepcopy((net, target))
+    for _ in range(3):
+        orig(*n1, 0.3)
+        new(*n2, 0.3)
+    assert_same(params(n1[1]), params(n2[1]), exact=True)
+    assert_same(params(n1[0]), params(n2[0]), exact=True)
+
+
 def test_same_module_both_sides(fns):
     orig, new = fns
     net = mlp((3, 5, 2))
