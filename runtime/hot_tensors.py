@@ -52,6 +52,8 @@ def _stackable(data: Any) -> bool:
     dtype, shape = first.dtype, first.shape
     if dtype.kind not in _KINDS or not dtype.isnative or dtype.kind == "f" and dtype.itemsize < 4:
         return False
+    if dtype.kind == "u" and dtype.itemsize == 8:  # the list path raises on uint64 items
+        return False
     for a in data:
         if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
             return False
@@ -84,9 +86,12 @@ def tensor_from_arrays(make: Any, data: Any, *args: Any, **kwargs: Any) -> torch
     # the first tests inline: a list of Python numbers/lists (the fallback) pays only these
     if (type(data) in _SEQUENCES and data and type(data[0]) is np.ndarray and not args
             and len(data) * data[0].size >= MIN_ELEMENTS and _stackable(data)):
-        if make is torch.tensor and _same_cast(data[0].dtype, kwargs):
+        # int64 items to float32: the list path rounds through float64 (twice), a cast of the
+        # stack rounds once (they differ above 2**53 + ...): left to the list path
+        wide = data[0].dtype.kind == "i" and data[0].dtype.itemsize == 8
+        if make is torch.tensor and _same_cast(data[0].dtype, kwargs) and not (wide and kwargs.get("dtype") is torch.float32):
             return torch.tensor(np.array(data), **kwargs)
         dtype = _LEGACY.get(make)
-        if dtype is not None and not kwargs:
+        if dtype is not None and not kwargs and not (wide and dtype is torch.float32):
             return torch.tensor(np.array(data), dtype=dtype, device="cpu")
     return call_at_caller(make, (data, *args), kwargs)

@@ -121,6 +121,19 @@ def test_runtime_matches_constructor(make, src, dtype):
             assert same(outcome(make, shaped, **kwargs), outcome(tensor_from_arrays, make, shaped, **kwargs))
 
 
+@pytest.mark.parametrize("make,dtype", CONSTRUCTORS)
+@pytest.mark.parametrize("src", [np.int64, np.uint64])
+def test_runtime_matches_constructor_on_wide_integers(make, src, dtype):
+    """Found by a differential review: int64 items above 2**53 made float32 (the list path rounds
+    through float64, a cast of the stack once) and uint64 items (the list path raises TypeError)."""
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    info = np.iinfo(src)
+    rows = np.array([[2**60 + 2**36 + 1, 1, 2, 3], [2**53 + 1, 2**62 + 2**39 + 1, 0, 7],
+                     [info.max, info.max - 1, 5, 9], [2**40 + 3, 2**55 + 5, 11, 13]] * 3, dtype=src)
+    data = list(rows)
+    assert same(outcome(make, data, **kwargs), outcome(tensor_from_arrays, make, data, **kwargs))
+
+
 @pytest.mark.parametrize("data", [
     [np.zeros(3), np.zeros(4)],  # ragged: raises as before
     [np.zeros(3), np.zeros(3, np.float32)],  # mixed dtypes
