@@ -9,7 +9,8 @@ rewrites such calls to :func:`tensor_from_arrays`, which builds the same tensor 
 only when, ``data`` is a non-empty list or tuple of at least ``MIN_ELEMENTS`` numbers in all
 whose elements are all plain ``np.ndarray`` of one shape and one native-byte-order
 bool/int/uint/float32/float64 dtype (float16 sources are left to the list path: it converts NaNs
-through float64, which changes their payload bits). Then the dtype torch infers is the arrays'
+through float64, which changes their payload bits; so are uint64 items, on which it raises, and
+int64 items made float32, which it rounds through float64: twice). Then the dtype torch infers is the arrays'
 dtype on both paths (float64 arrays give float64, whatever the default dtype), an explicit
 ``dtype=`` casts the same values the same way (IEEE round to nearest), and ``torch.FloatTensor``
 / ``torch.DoubleTensor`` become a float32 / float64 CPU tensor as they do on lists. Anything else
