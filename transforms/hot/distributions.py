@@ -47,6 +47,7 @@ a net's output that breaks the constraint is exactly what validation reports.
 """
 from __future__ import annotations
 
+import ast
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
@@ -55,6 +56,7 @@ from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
 from .bindings import ScopedRewriter, only_value, visit_calls
+from .softmax_probs import changed
 from .distributions_examples import EXAMPLES
 
 ID = "hot.distribution_args"
@@ -88,9 +90,20 @@ class _Rewriter(ScopedRewriter):
     def __init__(self, ctx: FileContext, sites: List[Site], user_default: bool) -> None:
         super().__init__()
         self.softmax = _softmax_calls(ctx)
+        self._asts: Dict[cst.CSTNode, ast.AST] = {}
         self.ctx = ctx
         self.sites = sites
         self.user_default = user_default
+
+    def _scope_ast(self) -> ast.AST:
+        """The ``ast`` of the scope being visited (the module's, or its function's code parsed)."""
+        scope = self.scopes[-1]
+        if isinstance(scope, cst.Module):
+            return self.ctx.tree
+        found = self._asts.get(scope)
+        if found is None:
+            found = self._asts[scope] = ast.parse(self.ctx.module.code_for_node(scope)).body[0]
+        return found
 
     def positive(self, expr: cst.BaseExpression, depth: int = 0) -> Optional[str]:
         """How ``expr`` is positive (a short text), or None if that is not provable here."""
@@ -117,6 +130,8 @@ class _Rewriter(ScopedRewriter):
                     return how + " + a positive constant"
         if isinstance(expr, cst.Name) and depth == 0:
             value = only_value(self._found(), expr.value)
+            if value is not None and changed(self._scope_ast(), expr.value, self.ctx.imports):
+                value = None  # ``std[mask] = -1``, ``std.sub_(2)``, ``torch.add(std, -5, out=std)``: no longer its value
             if value is not None:
                 how = self.positive(value, depth + 1)
                 if how is not None:

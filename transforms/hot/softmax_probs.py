@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 from typing import List, Optional, Tuple, Union
 
+from ..names import ImportMap
 from .callees import Files
 
 _FUNCS = ("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax")
@@ -210,7 +211,7 @@ class SoftmaxProbs:
                 return None
         elif any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(scope)):
             return None
-        if _changed(scope, name, self.files):
+        if changed(scope, name, self.files.imports):
             return None
         values = self.files._assigned(scope, name)
         index = None
@@ -297,7 +298,7 @@ def _falls_through(body) -> bool:
     return True
 
 
-def _changed(scope: ast.AST, name: str, files: Files) -> bool:
+def changed(scope: ast.AST, name: str, imports: ImportMap) -> bool:
     """Whether ``name`` may be changed in place in ``scope``: an item or attribute store through
     it, an in-place method, an ``out=`` argument, or passing it to code that is not torch's."""
     args = {id(a) for n in ast.walk(scope) if isinstance(n, ast.Call)
@@ -308,10 +309,10 @@ def _changed(scope: ast.AST, name: str, files: Files) -> bool:
     todo = list(ast.iter_child_nodes(scope))
     while todo:
         node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             if name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}:
-                return True  # read by a nested function: it may change it
-            continue
+                return True  # read by a nested function: it may change it, whenever it runs
+            continue  # (a class body runs where it stands: walked as the scope's own statements)
         todo.extend(ast.iter_child_nodes(node))
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.Tuple, ast.List, ast.Set, ast.Dict)) \
                 and id(node) not in args:
@@ -320,25 +321,35 @@ def _changed(scope: ast.AST, name: str, files: Files) -> bool:
             if held is not None and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
                                         and id(n) not in args for n in ast.walk(held)):
                 return True  # an alias or a container holding it (or a view of it): changed through that, maybe
-        if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            root = node.value
-            while isinstance(root, (ast.Subscript, ast.Attribute)):
-                root = root.value
-            if isinstance(root, ast.Name) and root.id == name:
-                return True
+        if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                and _root_name(node.value) == name:
+            return True  # ``p[0] = x``, ``p.data[...] = x``, ``p.view(-1)[0] = x``
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == name \
-                and func.attr.endswith("_") and not func.attr.endswith("__"):
-            return True
+        if isinstance(func, ast.Attribute) and _in_place(func.attr) and _root_name(func.value) == name:
+            return True  # ``p.sub_()``, and through an item, ``.data`` or a view: ``p[0].zero_()``, ``p.view(-1).sub_()``
         passed = [a.value if isinstance(a, ast.Starred) else a for a in node.args] + [k.value for k in node.keywords]
-        if not any(isinstance(a, ast.Name) and a.id == name for a in passed):
+        if not any(_root_name(a, through_calls=False) == name for a in passed):  # ``f(p)``, ``f(p[0])``, ``f(p.data)``
             continue
-        qual = files.imports.qualify(func) or ""
+        qual = imports.qualify(func) or ""
         if qual.startswith("torch.distributions"):
             continue  # the distribution under decision or another: they do not write their arguments
-        if not qual.startswith("torch.") or qual.startswith("torch.nn.init") \
+        if not qual.startswith("torch.") or qual.startswith("torch.nn.init") or _in_place(qual.rpartition(".")[2]) \
                 or any(k.arg in ("out", "inplace") for k in node.keywords):
-            return True
+            return True  # ``torch.clamp_(p)``, ``torch.Tensor.sub_(p, 1)``, ``torch.add(p, 1, out=p)``
     return False
+
+
+def _in_place(method: str) -> bool:
+    """An in-place tensor method or torch function by its name (``sub_``, ``clamp_``; not ``__x__``)."""
+    return method.endswith("_") and not method.endswith("__")
+
+
+def _root_name(expr: ast.AST, through_calls: bool = True) -> Optional[str]:
+    """The name an item, attribute or (``through_calls``) method-call chain starts at (``p`` of
+    ``p.view(-1)[0].data``)."""
+    kinds = (ast.Attribute, ast.Subscript, ast.Call) if through_calls else (ast.Attribute, ast.Subscript)
+    while isinstance(expr, kinds):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return expr.id if isinstance(expr, ast.Name) else None

@@ -79,6 +79,30 @@ def test_distribution_multiline_call_keeps_trailing_comma():
     assert same(load(src)(x, a), load(out)(x, a))
 
 
+@pytest.mark.parametrize("change", [
+    "std[mask] = -1.0", "std.sub_(2.0)", "torch.add(std, -5, out=std)", "std.data.mul_(-1)",
+    "std.view(-1)[0] = -1.0", "torch.Tensor.sub_(std, 5.0)", "torch.clamp_(std, max=-1.0)", "helper(std)",
+])
+def test_a_scale_changed_after_its_binding_is_not_provably_positive(change):
+    """Found by a differential review: ``std = log_std.exp(); std[mask] = -1.0`` then
+    ``Normal(mu, std, validate_args=False)`` returned NaN log-probs where the original raised."""
+    src = (f"import torch\nfrom torch.distributions import Normal\n\ndef act(mu, log_std, mask, helper):\n"
+           f"    std = log_std.exp()\n    {change}\n    return Normal(mu, std)\n")
+    out, sites = rewrite(src, distributions.ID)
+    assert [s.action for s in sites] == [SKIPPED] and "validate_args" not in out, (change, sites)
+
+
+@pytest.mark.parametrize("change", [
+    "p[0].zero_()", "p.data.sub_(0.25)", "p.view(-1).sub_(0.25)", "torch.Tensor.sub_(p, 0.25)",
+    "torch.clamp_(p, min=-1.0, max=0.0)",
+])
+def test_probs_changed_through_a_view_or_a_torch_function_are_not_a_softmax(change):
+    src = (f"import torch\nfrom torch.distributions import Categorical\n\ndef act(logits):\n"
+           f"    p = torch.softmax(logits, -1)\n    {change}\n    return Categorical(p)\n")
+    out, sites = rewrite(src, distributions.ID)
+    assert [s.action for s in sites] == [SKIPPED], (change, sites)
+
+
 def test_user_distribution_class_is_not_a_site():
     src = "class Categorical:\n    def __init__(self, logits): pass\ndef f(x, a):\n    return Categorical(logits=x)\n"
     out, sites = rewrite(src, distributions.ID)
