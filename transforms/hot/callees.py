@@ -112,6 +112,11 @@ def may_hold_network(code: str, tree: ast.Module) -> bool:
     return any(isinstance(st, ast.ClassDef) for st in ast_statements(tree.body)[0])  # a class is a statement
 
 
+
+#: torch.nn modules that run the modules they are given (their forward is those modules')
+_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict",
+                         "torch.nn.DataParallel", "torch.nn.modules.container.Sequential"})
+
 class Files:
     """The classes and functions of one module, and what names and ``self.x`` attributes hold."""
 
@@ -160,6 +165,11 @@ class Files:
         if not isinstance(call, ast.Call):
             return False
         qual = self.imports.qualify(call.func) or ""
+        if qual in _CONTAINERS or qual.startswith(("torch.nn.parallel.", "torch.nn.utils.")):
+            # a container or wrapper runs the modules it holds: known only where each of them is
+            # (``nn.Sequential(Memo(), nn.Tanh())`` runs Memo's forward, which may keep a value)
+            held = [*call.args, *(k.value for k in call.keywords if k.arg in (None, "module", "modules"))]
+            return bool(held) and all(self._holds_torch_modules(a) for a in held)
         if qual.startswith("torch.nn.") and not qual.startswith("torch.nn.functional"):
             return True
         if isinstance(call.func, ast.Name) and call.func.id in self.functions:
@@ -167,6 +177,15 @@ class Files:
             rets = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return)]
             return bool(rets) and all(r is not None and self.is_torch_module_ctor(r) for r in rets)
         return False
+
+    def _holds_torch_modules(self, arg: ast.expr) -> bool:
+        """Whether ``arg`` (given to a container) is torch.nn modules only: a module built here, or
+        a list, tuple or dict display of them (a starred list, a name, a comprehension: unknown)."""
+        if isinstance(arg, (ast.List, ast.Tuple)):
+            return all(self._holds_torch_modules(e) for e in arg.elts)
+        if isinstance(arg, ast.Dict):
+            return all(self._holds_torch_modules(v) for v in arg.values)
+        return self.is_torch_module_ctor(arg)
 
     def name_values(self, name: str, scope: Optional[ast.AST]) -> Optional[List[ast.expr]]:
         """What ``name`` is assigned as seen from ``scope`` (a function: its own assignments, else

@@ -527,3 +527,40 @@ def test_methods_of_a_torch_module_other_than_its_forward_are_no_forwards():
     done = [(s.line, s.action) for s in sites if s.action == REWRITTEN]
     assert all(line > 22 for line, _ in done), sites  # only act's forward, none of __init__'s calls
     assert "apply" not in "".join(s.reason for s in sites if s.action == REWRITTEN)
+
+
+def test_a_container_of_a_module_that_keeps_a_value_is_not_known_code():
+    """Found by a differential review: ``nn.Sequential(Memo(), nn.Tanh())`` counted as torch's
+    code, so a forward of it went under no_grad although Memo's forward keeps ``self.last`` (a
+    later loss on it then raised). A container is known only where what it holds is."""
+    code = textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+        from mylib import Encoder
+
+
+        class Memo(nn.Module):
+            def forward(self, x):
+                y = x * 2
+                self.last = y
+                return y
+
+
+        def main(env, o, layers):
+            net = nn.Sequential(Memo(), nn.Tanh())
+            a = net(torch.as_tensor(o)).detach().numpy()
+            env.step(a)
+            wrapped = nn.DataParallel(Encoder())
+            b = wrapped(torch.as_tensor(o)).detach().numpy()
+            env.step(b)
+            built = nn.Sequential(*layers)
+            c = built(torch.as_tensor(o)).detach().numpy()
+            env.step(c)
+            plain = nn.Sequential(nn.Linear(2, 2), nn.ModuleList([nn.Tanh()]))
+            d = plain(torch.as_tensor(o)).detach().numpy()
+            env.step(d)
+        ''')
+    out, sites = rewrite(code)
+    done = [s.line for s in sites if s.action == REWRITTEN]
+    plain = code.splitlines().index("    d = plain(torch.as_tensor(o)).detach().numpy()") + 1
+    assert done == [plain], [(s.line, s.action, s.reason) for s in sites]  # only the plain torch container
