@@ -96,10 +96,11 @@ def items_of(seq: Any, src: Any, like: Any = None, srcs: Sequence[Any] = ()) -> 
     """Per-step values of a vectorized result as list items, in index order: Python floats when
     the loop read lists of floats (``src``, or every container of ``srcs`` when given, is a list
     of Python numbers), numpy scalars / rows, row tensors otherwise (shaped like ``like``).
-    Rows that carry autograd history are cloned: each keeps its own history (its gradient flows
-    back through the clone, an identity, and the op) and, like the loop's items, is a tensor of
-    its own, not one of several views of one result (which autograd forbids modifying in place)
-    sharing one version counter."""
+    Rows are copied: like the loop's items, each is a tensor or array of its own, not one of
+    several views of one result, which would share its storage (``torch.save`` of one item wrote
+    them all: found by a differential review on torchrl) and, with autograd history, one version
+    counter (autograd forbids modifying such views in place); a cloned row keeps its own history
+    (its gradient flows back through the clone, an identity, and the op)."""
     if isinstance(seq, np.ndarray):
         if all(type(x) in (list, tuple) and _checked_kind(x) in ("float", "flags") for x in (srcs or (src,))):
             return seq.tolist()
@@ -108,8 +109,10 @@ def items_of(seq: Any, src: Any, like: Any = None, srcs: Sequence[Any] = ()) -> 
         rows = list(seq.unbind(0))
     if like is not None and hasattr(like, "shape") and rows and tuple(np.shape(rows[0])) != tuple(like.shape):
         rows = [r.reshape(like.shape) for r in rows]
-    if isinstance(seq, torch.Tensor) and seq.requires_grad and torch.is_grad_enabled():
+    if isinstance(seq, torch.Tensor):
         rows = [r.clone() for r in rows]
+    elif seq.ndim > 1:
+        rows = [r.copy() for r in rows]
     return rows
 
 

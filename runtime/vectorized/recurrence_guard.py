@@ -306,6 +306,12 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
             return False
         if isinstance(c, (torch.Tensor, np.ndarray)):
             arrays.append(c)
+    if mode == "float" and not any(type(c) is float or isinstance(c, np.floating) for c in scalars) \
+            and not any(type(x) in (list, tuple) and all(type(e) is float for e in x) for x, _ in seqs):
+        # no float coefficient and no list of floats only: the loop's values stay Python ints at
+        # the steps whose inputs are (PPO-PyTorch with gamma = 1 and integer rewards), the
+        # vectorized ones are floats
+        return False
     for c in scalars:  # a coefficient constant in time: 0-d, and (torch promotes a 0-d operand
         # differently against a 0-d step value than against the vector) of the common dtype
         if type(c) in _PY_SCALARS:

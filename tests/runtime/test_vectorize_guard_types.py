@@ -11,6 +11,7 @@ loop gives, value and type, for every input it accepts, and accepts the common o
 """
 import contextlib
 import copy
+import random
 import signal
 import sys
 import types
@@ -294,6 +295,35 @@ def test_python_flags_over_python_floats_are_vectorized(kind):
     ns1, ns2, trace = run_both(RETURNS_DONE, env)
     assert trace.vectorized()
     assert all(type(x) is float for x in ns2["returns"])
+
+
+# PPO-PyTorch's (nikhilbarhate99) returns: a reset to the int 0, inserted at the front
+RETURNS_INT_START = """\
+discounted_reward = 0
+returns = []
+for reward, is_terminal in zip(reversed(rewards), reversed(dones)):
+    if is_terminal:
+        discounted_reward = 0
+    discounted_reward = reward + (gamma * discounted_reward)
+    returns.insert(0, discounted_reward)
+R = discounted_reward
+"""
+
+
+@pytest.mark.parametrize("flags", ["npbool", "first"])
+@pytest.mark.parametrize("gamma", [1, 0.9])
+def test_python_ints_throughout_stay_ints(gamma, flags):
+    """Found by a differential review (PPO-PyTorch, gamma = 1, rewards some of them ints): the
+    loop keeps a Python int where every input of a step is one (after a reset to 0); the
+    vectorized path gave floats. With no float coefficient and no list of floats only, the loop
+    runs. The review's own inputs: T = 1030, rewards 0 / 1 / -1 or a float, 5% resets."""
+    rng = random.Random(1030)
+    rewards = [rng.choice([0, 1, -1, rng.gauss(0, 1)]) for _ in range(1030)]
+    resets = [rng.random() < 0.05 for _ in range(1030)]
+    dones = [np.bool_(t) for t in resets] if flags == "npbool" else [True] + [False] * 1029
+    ns1, ns2, trace = run_both(RETURNS_INT_START, dict(rewards=rewards, dones=dones, gamma=gamma))
+    assert [type(x) for x in ns1["returns"]] == [type(x) for x in ns2["returns"]]
+    assert ns1["returns"] == ns2["returns"] and type(ns1["R"]) is type(ns2["R"])
 
 
 @pytest.mark.parametrize("kind", ["bool", "int", "np_bool"])
