@@ -175,8 +175,23 @@ class Files:
         if isinstance(call.func, ast.Name) and call.func.id in self.functions:
             fn = self.functions[call.func.id]
             rets = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return)]
-            return bool(rets) and all(r is not None and self.is_torch_module_ctor(r) for r in rets)
+            return bool(rets) and all(r is not None and (self.is_torch_module_ctor(r) or self._passes_through(fn, r, call))
+                                      for r in rets)
         return False
+
+    def _passes_through(self, fn: ast.FunctionDef, ret: ast.expr, call: ast.Call) -> bool:
+        """Whether ``ret`` (returned by ``fn``) is the module ``call`` passed in, built here:
+        CleanRL's ``layer_init(nn.Linear(...))`` initialises its argument's weights and returns it."""
+        if not isinstance(ret, ast.Name):
+            return False
+        names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if ret.id not in names or any(isinstance(n, ast.Name) and n.id == ret.id and isinstance(n.ctx, ast.Store)
+                                      for n in ast.walk(fn)):
+            return False
+        at = names.index(ret.id)
+        given = call.args[at] if at < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: at + 1]) \
+            else next((k.value for k in call.keywords if k.arg == ret.id), None)
+        return given is not None and self.is_torch_module_ctor(given)
 
     def _holds_torch_modules(self, arg: ast.expr) -> bool:
         """Whether ``arg`` (given to a container) is torch.nn modules only: a module built here, or

@@ -532,7 +532,8 @@ def test_methods_of_a_torch_module_other_than_its_forward_are_no_forwards():
 def test_a_container_of_a_module_that_keeps_a_value_is_not_known_code():
     """Found by a differential review: ``nn.Sequential(Memo(), nn.Tanh())`` counted as torch's
     code, so a forward of it went under no_grad although Memo's forward keeps ``self.last`` (a
-    later loss on it then raised). A container is known only where what it holds is."""
+    later loss on it then raised). A container is known only where what it holds is (CleanRL's
+    ``layer_init(nn.Linear(...))`` returns the torch module it is given)."""
     code = textwrap.dedent('''
         import torch
         import torch.nn as nn
@@ -546,6 +547,11 @@ def test_a_container_of_a_module_that_keeps_a_value_is_not_known_code():
                 return y
 
 
+        def layer_init(layer, std=1.0):  # CleanRL's: initialises its argument and returns it
+            torch.nn.init.orthogonal_(layer.weight, std)
+            return layer
+
+
         def main(env, o, layers):
             net = nn.Sequential(Memo(), nn.Tanh())
             a = net(torch.as_tensor(o)).detach().numpy()
@@ -556,7 +562,7 @@ def test_a_container_of_a_module_that_keeps_a_value_is_not_known_code():
             built = nn.Sequential(*layers)
             c = built(torch.as_tensor(o)).detach().numpy()
             env.step(c)
-            plain = nn.Sequential(nn.Linear(2, 2), nn.ModuleList([nn.Tanh()]))
+            plain = nn.Sequential(layer_init(nn.Linear(2, 2)), nn.ModuleList([nn.Tanh()]))
             d = plain(torch.as_tensor(o)).detach().numpy()
             env.step(d)
         ''')
