@@ -134,7 +134,10 @@ def _tensor_lr(node: ast.Call, tree: ast.Module) -> Optional[str]:
         return None
     if _makes_tensor(lr):
         return f"lr={ast.unparse(lr)} is computed by a call"
-    spelled = {ast_dotted(n) for n in ast.walk(lr) if isinstance(n, (ast.Name, ast.Attribute))} - {None}
+    # the whole names and attribute chains it reads (``args.lr``, not the ``args`` of
+    # ``args = parser.parse_args()``)
+    inner = {id(n.value) for n in ast.walk(lr) if isinstance(n, ast.Attribute)}
+    spelled = {ast_dotted(n) for n in ast.walk(lr) if isinstance(n, (ast.Name, ast.Attribute)) and id(n) not in inner} - {None}
     for stmt in ast.walk(tree):
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and stmt.value is not None and _makes_tensor(stmt.value):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]

@@ -56,7 +56,7 @@ def _foreach_cpu(cls: str, op: str) -> Swap:
         exactness=EXACT,
         keyword="foreach",
         value="True",
-        absent=("fused", "foreach", "differentiable", "capturable"),
+        absent=("fused", "foreach", "differentiable"),
         conditions=("no-star-kwargs", "number-lr"),
         reason=f"torch.optim.{cls}(foreach=True): torch defaults to the per-parameter loop for CPU "
         "tensors; the foreach path does the same operations per tensor (bitwise identical, checked "
