@@ -420,7 +420,8 @@ def _while(node: Any, state: CodegenState) -> None:
         _gen(node.orelse, state)
 
 
-def _function_def(node: Any, state: CodegenState) -> None:
+def _decorated(node: Any, state: CodegenState) -> None:
+    """What a ``def`` or a ``class`` writes before its keyword: comments, decorators, indent."""
     for line in node.leading_lines:
         _gen(line, state)
     for decorator in node.decorators:
@@ -428,15 +429,24 @@ def _function_def(node: Any, state: CodegenState) -> None:
     for line in node.lines_after_decorators:
         _gen(line, state)
     state.tokens.extend(state.indent_tokens)
-    if node.asynchronous is not None:
-        _gen(node.asynchronous, state)
-    state.tokens.append("def")
-    _gen(node.whitespace_after_def, state)
+
+
+def _named(node: Any, keyword: str, after: Any, state: CodegenState) -> None:
+    """``def name[T]`` / ``class name[T]``: the keyword, its name and type parameters."""
+    state.tokens.append(keyword)
+    _gen(after, state)
     _gen(node.name, state)
     _gen(node.whitespace_after_name, state)
     if node.type_parameters is not None:
         _gen(node.type_parameters, state)
     _gen(node.whitespace_after_type_parameters, state)
+
+
+def _function_def(node: Any, state: CodegenState) -> None:
+    _decorated(node, state)
+    if node.asynchronous is not None:
+        _gen(node.asynchronous, state)
+    _named(node, "def", node.whitespace_after_def, state)
     state.tokens.append("(")
     _gen(node.whitespace_before_params, state)
     _gen(node.params, state)
@@ -451,20 +461,8 @@ def _function_def(node: Any, state: CodegenState) -> None:
 def _class_def(node: Any, state: CodegenState) -> None:
     """A class (a method rewritten in a class that is most of the file: the sweep's DI-engine
     policies paid libcst's codegen of the whole class for each version)."""
-    for line in node.leading_lines:
-        _gen(line, state)
-    for decorator in node.decorators:
-        _gen(decorator, state)
-    for line in node.lines_after_decorators:
-        _gen(line, state)
-    state.tokens.extend(state.indent_tokens)
-    state.tokens.append("class")
-    _gen(node.whitespace_after_class, state)
-    _gen(node.name, state)
-    _gen(node.whitespace_after_name, state)
-    if node.type_parameters is not None:
-        _gen(node.type_parameters, state)
-    _gen(node.whitespace_after_type_parameters, state)
+    _decorated(node, state)
+    _named(node, "class", node.whitespace_after_class, state)
     args = [*node.bases, *node.keywords]
     if isinstance(node.lpar, MaybeSentinel):
         if args:
