@@ -32,7 +32,7 @@ def _fused(cls: str, op: str, backend: str) -> Swap:
         keyword="fused",
         value=value,
         absent=("fused", "foreach", "differentiable"),
-        conditions=("no-star-kwargs",),
+        conditions=("no-star-kwargs", "dense-grads") if cls == "SGD" else ("no-star-kwargs",),
         reason=f"torch.optim.{cls}(fused=True): one fused kernel per step; not bitwise identical to "
         "torch's default path (fp32 tolerance 1e-5 relative; measured on CPU against the for-loop: "
         f"max |diff| about 1e-7 after 50 steps){guard}",
