@@ -137,6 +137,17 @@ def live_pid():
     import sys
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "scalebox_cst.runtime.launch"])
+    # until the child has exec'd, its cmdline is this process's (a fork): read then, the run
+    # looked lost (a CI run under load did)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{proc.pid}/cmdline", "rb") as fh:
+                if b"scalebox_cst.runtime.launch" in fh.read():
+                    break
+        except OSError:  # no /proc: runs.is_alive trusts the pid there
+            break
+        time.sleep(0.01)
     yield proc.pid
     proc.kill()
     proc.wait()
