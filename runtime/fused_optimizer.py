@@ -91,6 +91,9 @@ def fused_optimizer(cls: Any, *args: Any, **kwargs: Any) -> Any:
         if got is None:
             return cls(params, *rest, **kwargs)
         found.extend(got)
-    if found and fusable(found) and not kwargs.get("differentiable") and _torch_has_cpu_fused():
+    # capturable (given, or in a parameter group) on CPU parameters raises at step() on the
+    # for-loop path; the fused one would step: the user's error is kept (a differential review)
+    capturable = kwargs.get("capturable") or any(isinstance(g, dict) and g.get("capturable") for g in params)
+    if found and fusable(found) and not kwargs.get("differentiable") and not capturable and _torch_has_cpu_fused():
         kwargs["fused"] = True
     return cls(params, *rest, **kwargs)

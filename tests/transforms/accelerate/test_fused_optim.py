@@ -100,6 +100,29 @@ def test_helper_keeps_the_users_choice_and_the_optimizers_errors():
         fused_optimizer(torch.optim.Adam, [{"params": set(_params())}])
 
 
+@pytest.mark.parametrize("where", ["keyword", "group"])
+def test_capturable_on_cpu_parameters_still_raises_at_step(where):
+    """Found by a differential review: ``capturable=True`` with CPU parameters raises at
+    ``step()`` on the for-loop path; with fused=True added the step succeeded."""
+    params = _params()
+    opt = fused_optimizer(torch.optim.Adam, params, capturable=True) if where == "keyword" \
+        else fused_optimizer(torch.optim.Adam, [{"params": params, "capturable": True}])
+    assert opt.param_groups[0]["fused"] is None
+    for p in params:
+        p.grad = torch.ones_like(p)
+    with pytest.raises(Exception) as raised:
+        opt.step()
+    with pytest.raises(type(raised.value)):
+        torch.optim.Adam(_params_with_grads(), capturable=True).step()
+
+
+def _params_with_grads():
+    out = _params()
+    for p in out:
+        p.grad = torch.ones_like(p)
+    return out
+
+
 def test_fused_state_matches_the_loop_within_float_noise():
     """The formula is the same: 50 steps of the fused kernel stay within 1e-5 relative of the loop."""
     torch.manual_seed(0)
