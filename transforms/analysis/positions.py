@@ -13,7 +13,6 @@ whole module, as before.
 from __future__ import annotations
 
 import ast
-import bisect
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
@@ -21,7 +20,7 @@ from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionPr
 
 from scalebox_cst.textlines import physical_lines
 
-from .statements import CstStatements, ast_statements
+from .statements import CstStatements, Holding, first_line
 
 
 class Positions(Dict[cst.CSTNode, CodeRange]):
@@ -45,28 +44,21 @@ class Positions(Dict[cst.CSTNode, CodeRange]):
 _LAYOUT = (cst.EmptyLine, cst.Comment, cst.Newline, cst.TrailingWhitespace, cst.BaseParenthesizableWhitespace)
 
 
-def innermost(module: cst.Module, body: Sequence[cst.BaseStatement], ast_body: Sequence[ast.stmt],
-              lines: Sequence[int]) -> Optional[List[Tuple[cst.BaseStatement, ast.stmt]]]:
-    """For each of ``lines``, the innermost statement under ``body`` (top-level statements of
-    ``module``, whose ``ast`` is ``ast_body``) that holds it: a libcst statement (a simple
-    statement's whole line; a one-line suite's compound statement) with the ``ast`` of its first
-    statement there. None where the two walks do not pair or a line lies in no statement."""
-    ast_stmts, _ = ast_statements(ast_body)
-    walk = CstStatements(module, body)
-    if not walk.matches(ast_stmts):
-        return None
-    wanted = sorted(set(lines))
+def innermost(held: Holding) -> Optional[List[Tuple[cst.BaseStatement, ast.stmt]]]:
+    """For each wanted line of ``held`` (:func:`.statements.holding`), the innermost statement that
+    holds it: a libcst statement (a simple statement's whole line; a one-line suite's compound
+    statement) with the ``ast`` of its first statement there. None where a line lies in no
+    statement."""
+    walk = held.walk
     best: Dict[int, Tuple[cst.CSTNode, ast.stmt]] = {}
-    for a, c in zip(ast_stmts, walk.stmts):  # pre-order: a statement after those that hold it
-        k = bisect.bisect_left(wanted, _first_line(a))
-        while k < len(wanted) and wanted[k] <= (a.end_lineno or a.lineno):
-            held = best.get(wanted[k])
-            if held is None or _unit(walk, held[0]) is not _unit(walk, c):  # ``a; b``: the line's first
-                best[wanted[k]] = (c, a)
-            k += 1
+    for a, c, lines in held.pairs:  # pre-order: a statement after those that hold it
+        for line in lines:
+            kept = best.get(line)
+            if kept is None or _unit(walk, kept[0]) is not _unit(walk, c):  # ``a; b``: the line's first
+                best[line] = (c, a)
     out: List[Tuple[cst.BaseStatement, ast.stmt]] = []
     seen = set()
-    for line in wanted:
+    for line in held.lines:
         if line not in best:
             return None
         c, a = best[line]
@@ -86,10 +78,6 @@ def _unit(walk: CstStatements, node: cst.CSTNode) -> Optional[cst.BaseStatement]
     while up is not None and not isinstance(up, cst.BaseStatement):
         up = walk.parent.get(up)
     return up
-
-
-def _first_line(a: ast.stmt) -> int:
-    return min([a.lineno, *(d.lineno for d in getattr(a, "decorator_list", ()))])
 
 
 def alone(module: cst.Module, units: Sequence[Tuple[cst.BaseStatement, ast.stmt]],
@@ -113,7 +101,7 @@ def alone(module: cst.Module, units: Sequence[Tuple[cst.BaseStatement, ast.stmt]
         found = MetadataWrapper(single, unsafe_skip_copy=True).resolve(PositionProvider)
         where = found[statement]  # libcst's range of a decorated def starts at ``def``, as ast's lineno
         shift = a.lineno - where.start.line
-        top = where.start.line - (a.lineno - _first_line(a))  # its decorators' lines too
+        top = where.start.line - (a.lineno - first_line(a))  # its decorators' lines too
         printed = physical_lines(single.code)
         if shift < 0 or top < 1 or where.end.line > len(printed) or where.end.line + shift > len(file_lines):
             return None

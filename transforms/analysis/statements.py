@@ -144,24 +144,45 @@ class CstStatements:
         return any(isinstance(up, cst.If) and is_runtime_guard(up.test, imports) for up in self.ancestors(node))
 
 
-def not_holding(module: cst.Module, body: Sequence[cst.BaseStatement], ast_body: Sequence[ast.stmt],
-                lines: Sequence[int]) -> Set[int]:
-    """Ids of the libcst statements under ``body`` (top-level statements of ``module``; their ``ast``
-    is ``ast_body``) that hold none of ``lines``: a transformer that acts only on nodes starting on
-    those lines need not enter them (a visit re-creates every node it passes: the ``__main__``
-    block of a training script is most of the file). Empty where the two walks do not pair."""
+class Holding:
+    """The statements under some top-level statements of a module, paired between ``ast`` and
+    libcst (:class:`CstStatements`, in pre-order), each with those of ``lines`` it holds: what a
+    visit need not enter (:meth:`not_holding`) and where calls on those lines sit
+    (``positions.innermost``), from one walk of each tree."""
+
+    def __init__(self, walk: CstStatements, lines: List[int], pairs: List[Tuple[ast.stmt, cst.CSTNode, List[int]]]) -> None:
+        self.walk = walk
+        self.lines = lines  # the wanted lines, sorted
+        #: (ast statement, its libcst entry, the wanted lines it holds), in pre-order
+        self.pairs = pairs
+
+    def not_holding(self) -> Set[int]:
+        """Ids of the libcst statements that hold none of the lines: a transformer that acts only on
+        nodes starting on them need not enter these (a visit re-creates every node it passes: the
+        ``__main__`` block of a training script is most of the file)."""
+        return {id(c) for _, c, held in self.pairs if not held}
+
+
+def holding(module: cst.Module, body: Sequence[cst.BaseStatement], ast_body: Sequence[ast.stmt],
+            lines: Sequence[int]) -> Optional[Holding]:
+    """:class:`Holding` of the statements under ``body`` (top-level statements of ``module``, whose
+    ``ast`` is ``ast_body``) for ``lines``; None where the two walks do not pair."""
     ast_stmts, _ = ast_statements(ast_body)
     walk = CstStatements(module, body)
     if not walk.matches(ast_stmts):
-        return set()
+        return None
     wanted = sorted(set(lines))
-    out: Set[int] = set()
+    pairs: List[Tuple[ast.stmt, cst.CSTNode, List[int]]] = []
     for a, c in zip(ast_stmts, walk.stmts):
-        first = min([a.lineno, *(d.lineno for d in getattr(a, "decorator_list", ()))])
-        k = bisect.bisect_left(wanted, first)
-        if k == len(wanted) or wanted[k] > (a.end_lineno or a.lineno):
-            out.add(id(c))
-    return out
+        lo = bisect.bisect_left(wanted, first_line(a))
+        hi = bisect.bisect_right(wanted, a.end_lineno or a.lineno)
+        pairs.append((a, c, wanted[lo:hi]))
+    return Holding(walk, wanted, pairs)
+
+
+def first_line(a: ast.stmt) -> int:
+    """A statement's first line, its decorators' included."""
+    return min([a.lineno, *(d.lineno for d in getattr(a, "decorator_list", ()))])
 
 
 def ast_guarded(node: ast.stmt, parent: Dict[ast.stmt, Optional[ast.stmt]], imports) -> bool:

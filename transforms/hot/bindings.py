@@ -17,7 +17,7 @@ import libcst as cst
 from libcst.metadata import PositionProvider
 
 from ..analysis import positions
-from ..analysis.statements import not_holding
+from ..analysis.statements import Holding, holding
 
 if TYPE_CHECKING:
     from ..base import FileContext
@@ -272,19 +272,20 @@ def visit_calls(ctx: "FileContext", calls: Sequence[ast.AST], rewriter: cst.CSTT
     part = ctx.partial if ctx.partial is not None and ctx.partial.module is module else None
     ch = part.chunks if part is not None else partial.chunks(ctx.code, ctx.tree)
     if ch is None or len(module.body) != len(ch.tops):
-        return _pruned(rewriter, module, module.body, ctx.tree.body, lines).visit(rewriter)
+        _pruned(rewriter, holding(module, module.body, ctx.tree.body, lines))
+        return module.visit(rewriter)
     groups = sorted({ch.group_of(line) for line in lines})
     if part is not None and not part.covers(groups):
         whole = ctx.whole_module()
-        return _pruned(rewriter, whole, whole.body, ctx.tree.body, lines).visit(rewriter)
-    held = sum(ch.ends[g] - ch.starts[g] + 1 for g in groups)
-    tops = [st for g in groups for st in ch.tops[g]]
-    if "positions" not in ctx.__dict__:  # the innermost statements holding the calls, alone
-        units = positions.innermost(module, [module.body[g] for g in groups], tops, lines)
+        _pruned(rewriter, holding(whole, whole.body, ctx.tree.body, lines))
+        return whole.visit(rewriter)
+    held = holding(module, [module.body[g] for g in groups], [st for g in groups for st in ch.tops[g]], lines)
+    if "positions" not in ctx.__dict__ and held is not None:  # the innermost statements holding the calls, alone
+        units = positions.innermost(held)
         found = positions.alone(module, units, ch.lines) if units is not None else None
         if found is not None:
             ctx.__dict__["positions"] = positions.Positions(found, lambda: ctx.wrapper.resolve(PositionProvider))
-    if part is None and "positions" not in ctx.__dict__ and 2 * held < len(ch.lines):
+    if part is None and "positions" not in ctx.__dict__ and 2 * sum(ch.ends[g] - ch.starts[g] + 1 for g in groups) < len(ch.lines):
         # the whole module: positions of these statements only (each costs two codegens of it,
         # so only where they are under half the file: a script's `__main__` block is most of it)
         found = partial.statement_positions(module, ch, groups)
@@ -292,7 +293,7 @@ def visit_calls(ctx: "FileContext", calls: Sequence[ast.AST], rewriter: cst.CSTT
             ctx.__dict__["positions"] = found
     if isinstance(rewriter, ScopedRewriter):
         rewriter.scopes.append(module)  # as visit_Module would
-    _pruned(rewriter, module, [module.body[g] for g in groups], tops, lines)
+    _pruned(rewriter, held)
     visited = set(groups)
     body: List[cst.CSTNode] = []
     for g, statement in enumerate(module.body):
@@ -307,11 +308,8 @@ def visit_calls(ctx: "FileContext", calls: Sequence[ast.AST], rewriter: cst.CSTT
     return module.with_changes(body=body)
 
 
-def _pruned(rewriter: cst.CSTTransformer, module: cst.Module, body: Sequence[cst.BaseStatement],
-            ast_body: Sequence[ast.stmt], lines: Sequence[int]) -> cst.Module:
-    """``module``, after telling a :class:`PrunedTransformer` which statements under ``body`` hold
-    none of ``lines`` (it skips them)."""
+def _pruned(rewriter: cst.CSTTransformer, held: Optional[Holding]) -> None:
+    """Tell a :class:`PrunedTransformer` which statements hold none of the calls (it skips them);
+    nothing where the two trees did not pair."""
     if isinstance(rewriter, PrunedTransformer):
-        rewriter.skip = not_holding(module, body, ast_body, lines)
-    return module
-
+        rewriter.skip = held.not_holding() if held is not None else set()

@@ -16,7 +16,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 import harness
 from scalebox_cst.textlines import physical_lines
 from scalebox_cst.transforms.analysis import positions
-from scalebox_cst.transforms.analysis.statements import ast_statements
+from scalebox_cst.transforms.analysis.statements import ast_statements, holding
 
 CORPUS = sorted(glob.glob(os.path.join(TESTS, "corpus", "*.py")))
 
@@ -31,7 +31,7 @@ def _agree(code):
     stmts, _ = ast_statements(tree.body)
     placed = refused = 0
     for wanted in [[a.lineno] for a in stmts] + [[a.lineno for a in stmts]]:
-        units = positions.innermost(whole, whole.body, tree.body, wanted)
+        units = positions.innermost(holding(whole, whole.body, tree.body, wanted))
         assert units is not None, wanted  # every statement's own line lies in a statement
         found = positions.alone(whole, units, lines)
         if found is None:
@@ -80,7 +80,7 @@ def test_a_node_outside_the_placed_statements_positions_the_whole_module():
     code = "def f():\n    a = 1\n    b = g(a)\n    return b\n"
     whole = cst.parse_module(code)
     tree = ast.parse(code)
-    units = positions.innermost(whole, whole.body, tree.body, [3])
+    units = positions.innermost(holding(whole, whole.body, tree.body, [3]))
     assert [a.lineno for _, a in units] == [3]
     calls = []
     found = positions.Positions(positions.alone(whole, units, physical_lines(code)),
