@@ -40,8 +40,7 @@ _EXACT = frozenset(np.dtype(t) for t in (np.bool_, np.float32, np.float64, np.in
                                          np.uint8, np.uint16, np.uint32))
 _LEGACY = {torch.FloatTensor: torch.float32, torch.DoubleTensor: torch.float64}
 #: the array dtype a legacy constructor of each tensor dtype reads without a copy (on the CPU)
-_NUMPY = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
-          torch.float16: np.dtype(np.float16), torch.bfloat16: None}
+_NUMPY = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
 
 
 def tensor_on(make: Any, data: Any, device: Any, **kwargs: Any) -> torch.Tensor:

@@ -112,10 +112,10 @@ def may_hold_network(code: str, tree: ast.Module) -> bool:
     return any(isinstance(st, ast.ClassDef) for st in ast_statements(tree.body)[0])  # a class is a statement
 
 
-
 #: torch.nn modules that run the modules they are given (their forward is those modules')
 _CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict",
                          "torch.nn.DataParallel", "torch.nn.modules.container.Sequential"})
+
 
 class Files:
     """The classes and functions of one module, and what names and ``self.x`` attributes hold."""
