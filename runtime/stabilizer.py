@@ -368,7 +368,7 @@ def _general(optimizer, site, scaler, spike, max_norm, sync, z, ratio, warmup) -
         value = _host_value(guard, params, grads) if guard.on_cpu else host_norm(grads, guard.uniform)
         norm: Any = value
     else:
-        norm = total_norm(grads, guard.uniform)
+        norm = total_norm(grads, guard.uniform, wide=max_norm is None)  # a decision: see its ``wide``
         value = norm.item() if guard.on_cpu or sync else None
     if value is not None:
         _host_step(optimizer, guard, params, grads, norm, value, scaler, spike, max_norm, z, ratio, warmup)

@@ -190,6 +190,36 @@ def test_nonfinite_step_is_skipped_exactly(opt_name, path, request):
     assert event["step"] == 20 and "Sequential.0.weight" in event["params"]
 
 
+@pytest.mark.parametrize("dtype, value, paths", [
+    (torch.float16, 3000.0, ("host-c", "host-torch", "device")),  # norm ~3e5: inf in float16
+    (torch.bfloat16, 1e20, ("host-c", "host-torch")),  # norm ~1e22: inf in float32 (the device decision)
+])
+@pytest.mark.parametrize("path", ["host-c", "host-torch", "device"])
+def test_a_large_norm_of_finite_16_bit_gradients_is_no_skip(dtype, value, paths, path, request):
+    """Every gradient is finite, only their norm overflows the gradients' own type: the step runs
+    as written (bitwise the unguarded one), and no non-finite gradient is reported."""
+    if path not in paths:
+        pytest.skip("the device decision measures 16-bit gradients in float32, which this norm overflows")
+    use_path(path, request)
+
+    def run(guarded):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(100, 100).to(dtype)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
+        for p in model.parameters():
+            p.grad = torch.full_like(p, value)
+        if guarded:
+            stabilizer.stabilize(opt, site="big")
+        opt.step()
+        return [p.detach().clone() for p in model.parameters()], [dict(s) for s in opt.state.values()]
+
+    ref, ref_state = run(False)
+    got, state = run(True)
+    stabilizer.flush()
+    assert same(ref, got) and same_state(ref_state, state)
+    assert "nonfinite" not in kinds() and "step_skipped" not in kinds()
+
+
 def test_skipped_step_gives_the_gradients_back_after_step():
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.Adam(model.parameters())
