@@ -35,7 +35,7 @@ from scalebox_cst import emitted
 from scalebox_cst.textlines import physical_lines
 
 from . import rewrite_caches
-from .analysis import cstparse
+from .analysis import cstpieces
 from .analysis.bodies import _BLOCK_FIELDS
 
 #: the start of every filler's string: a file that spells it anywhere is never split
@@ -251,7 +251,7 @@ def build(ch: Chunks, groups: Iterable[int], carried: Optional[Partial] = None) 
                 node = kept
         if node is None and g in wanted:
             PARSED[0] += 1
-            piece = cstparse.parse_module(ch.text(g))
+            piece = cstpieces.parse_chunk(ch.text(g), ch.starts[g], ch.tops[g])
             if len(piece.body) != 1 or piece.default_indent != INDENT or piece.default_newline != NEWLINE:
                 return None
             node, parsed = piece.body[0], True
