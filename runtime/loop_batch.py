@@ -24,6 +24,7 @@ __all__ = ["batch_zip", "batch_range", "flat_params"]
 
 _Tensor = torch.Tensor
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_HALF = (torch.float16, torch.bfloat16)
 _NUMBER = (int, float)
 _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
 
@@ -61,18 +62,34 @@ def _storage(t: _Tensor) -> Tuple[Any, int]:
     return (t.device, t.untyped_storage().data_ptr())
 
 
+def _disjoint(t: _Tensor) -> bool:
+    """Whether no two elements of ``t`` share memory (proved from sizes and strides: each
+    dimension, by increasing stride, steps past everything the smaller ones span)."""
+    span = 1
+    for stride, size in sorted((abs(st), sz) for st, sz in zip(t.stride(), t.shape) if sz > 1):
+        if stride < span:
+            return False
+        span += stride * (size - 1)
+    return True
+
+
 def _finish(
     batches: List[_Tensor],
     invariants: Sequence[Any],
     accs: Sequence[Any],
     outs: Sequence[Any],
     min_ndim: int,
+    running: bool,
 ) -> Optional[Tuple[_Tensor, ...]]:
     n = batches[0].shape[0]
     if n == 0:
         return None
     dtype, device = batches[0].dtype, batches[0].device
     if dtype not in _FLOATS:
+        return None
+    if (accs or running) and dtype in _HALF:
+        # the loop's running sum rounds to 8-11 bits at every step (float16 ones stop growing at
+        # 2048); one batched sum accumulates in float32: far outside reassociation's bound
         return None
     ndim = 0
     for b in batches:
@@ -103,7 +120,15 @@ def _finish(
         if type(out) not in _PLAIN or out.layout is not torch.strided or out.dim() - 1 < ndim:
             # ``out[i] = v`` drops leading 1-sized dims of ``v``; one batched assignment cannot
             return None
+        if out.dim() - 1 != outs[0].dim() - 1 or not _disjoint(out):
+            # rows of several ranks cannot share one alignment; an output whose elements share
+            # memory (``expand``) takes each loop write, but not one batched write
+            return None
         written.append(out)
+    if outs:
+        # ``out[i] = v`` broadcasts ``v`` into the row ``out[i]``: aligned to the row's rank, the
+        # batch's first dimension meets the output's first, not a row dimension
+        ndim = outs[0].dim() - 1
     if written:
         read_mem = {_storage(t) for t in reads if t.numel()}
         if any(t.numel() and _storage(t) in read_mem for t in written):
@@ -124,10 +149,13 @@ def batch_zip(
     accs: Sequence[Any] = (),
     outs: Sequence[Any] = (),
     min_ndim: int = 0,
+    running: bool = False,
 ) -> Optional[Tuple[_Tensor, ...]]:
     """Operands of ``for a, b in zip(A, B)`` (or ``for a in A``) as aligned batches, or None.
 
     All sequences must have the same length (``zip`` would truncate; the loop then runs as is).
+    ``running``: the code sums the values one by one (builtin ``sum`` of the list), as ``accs``
+    do: 16-bit values are declined.
     """
     batches = []
     for seq in seqs:
@@ -137,7 +165,7 @@ def batch_zip(
         batches.append(b)
     if len({b.shape[0] for b in batches}) != 1:
         return None
-    return _finish(batches, invariants, accs, outs, min_ndim)
+    return _finish(batches, invariants, accs, outs, min_ndim, running)
 
 
 def batch_range(
@@ -148,11 +176,13 @@ def batch_range(
     outs: Sequence[Any] = (),
     min_ndim: int = 0,
     with_slice: bool = False,
+    running: bool = False,
 ) -> Optional[Tuple[Any, ...]]:
     """``X[i]`` for ``i`` in ``r`` (a ``range``) as aligned batches ``X[r.start:r.stop:r.step]``.
 
     Declines negative or out-of-range indices (the loop would wrap around or raise part-way) and
     outputs shorter than the range. ``with_slice``: the slice of ``r`` comes last (for outputs).
+    ``running``: as :func:`batch_zip`'s.
     """
     if type(r) is not range or r.step <= 0 or r.start < 0 or len(r) == 0:
         return None
@@ -175,7 +205,7 @@ def batch_range(
     for out in outs:
         if type(out) not in _PLAIN or out.dim() == 0 or last >= out.shape[0]:
             return None
-    done = _finish(batches, invariants, accs, outs, min_ndim)
+    done = _finish(batches, invariants, accs, outs, min_ndim, running)
     if done is None or not with_slice:
         return done
     return done + (slice(r.start, r.stop, r.step),)

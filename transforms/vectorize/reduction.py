@@ -301,16 +301,18 @@ class _Rewriter(ScopedRewriter):
         acc_args = [a.name for a in accs if a.kind != "append"]
         # torch.cat of 0-d elements raises: the guard then declines so that the loop raises too
         min_ndim = 1 if any(a.kind == "append" and "cat" in a.consumer_kind for a in accs) else 0
+        # builtin sum() adds the values one by one, as an accumulator does (16-bit: declined)
+        running = ", running=True" if any(a.kind == "append" and a.consumer_kind == "builtin_sum" for a in accs) else ""
 
         def tup(items: List[str]) -> str:
             return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")" if items else "()"
 
         if header.mode == "range":
             helper = ctx.runtime_name(f"{RUNTIME}.batch_range", "_sb_batch_range")
-            call = f"{helper}({code(header.range_call)}, {tup(seqs)}, {tup([code(i) for i in invariants])}, {tup(acc_args)}, (), {min_ndim})"
+            call = f"{helper}({code(header.range_call)}, {tup(seqs)}, {tup([code(i) for i in invariants])}, {tup(acc_args)}, (), {min_ndim}{running})"
         else:
             helper = ctx.runtime_name(f"{RUNTIME}.batch_zip", "_sb_batch_zip")
-            call = f"{helper}({tup(seqs)}, {tup([code(i) for i in invariants])}, {tup(acc_args)}, (), {min_ndim})"
+            call = f"{helper}({tup(seqs)}, {tup([code(i) for i in invariants])}, {tup(acc_args)}, (), {min_ndim}{running})"
         fast: List[str] = [f"{', '.join(names[k] for k in keys)}{',' if len(keys) == 1 else ''} = {batch}"]
         slow: List[str] = []
         replacements: List[Tuple[int, cst.Call, str]] = []

@@ -5,6 +5,7 @@ Differential tests exec original and rewrite on the same inputs (hypothesis: len
 where the site says ``exact``, plus equal gradients; guard tests check the original loop runs for
 what the runtime declines (aliasing outputs, lists, out-of-range indices, mixed dtypes).
 """
+import itertools
 import textwrap
 
 import pytest
@@ -249,6 +250,53 @@ def test_guard_output_dropping_leading_ones():
     a = torch.randn(4, 1, 3)  # each a[i] is [1, 3]; out[i] is [3]: the copy drops the leading 1
     r1, r2 = orig(a, torch.zeros(4, 3)), new(a, torch.zeros(4, 3))
     assert torch.equal(r1, r2)
+
+
+_ROW_SHAPES = [(), (1,), (3,), (4,), (2, 3), (1, 3), (3, 1), (4, 1)]
+
+
+def _result(f, *args):
+    """What ``f(*args)`` returns, or the type of what it raises."""
+    try:
+        return f(*args)
+    except Exception as e:  # noqa: BLE001 - compared by type
+        return type(e)
+
+
+def test_each_value_broadcasts_into_its_row_for_every_shape(monkeypatch):
+    """``out[i] = v`` broadcasts ``v`` into the row ``out[i]``: a value of lower rank than the row
+    (a number into a ``[N, 1]`` buffer, a ``[3]`` value into ``[N, 2, 3]``) fills its own row, never
+    the others (the batch's first dimension once met a row dimension: wrong rows, or an error)."""
+    src = """\
+    def f(a, b, out):
+        for i in range(len(a)):
+            out[i] = a[i] * 0.5 + b[i]
+        return out
+    """
+    spy = harness.GuardSpy(monkeypatch, loop_batch, ["batch_range"])
+    orig, new, _, _ = pair(src, "f")
+    fast = 0
+    for ea, eb, row in itertools.product(_ROW_SHAPES, _ROW_SHAPES, _ROW_SHAPES):
+        a, b, out = torch.randn(4, *ea), torch.randn(4, *eb), torch.zeros(4, *row)
+        spy.results.clear()
+        r1, r2 = _result(orig, a, b, out.clone()), _result(new, a, b, out.clone())
+        assert (r1 is r2) if isinstance(r1, type) else torch.equal(r1, r2), (ea, eb, row)
+        fast += spy.fast
+    assert fast >= 100  # most shapes still take the batched write
+
+
+def test_guard_output_whose_elements_share_memory():
+    src = """\
+    def f(a, out):
+        for i in range(len(a)):
+            out[i] = a[i] * 2
+        return out
+    """
+    orig, new, _, _ = pair(src, "f")
+    a = torch.arange(8.0)
+    assert torch.equal(orig(a, torch.zeros(1).expand(8)), new(a, torch.zeros(1).expand(8)))
+    assert loop_batch.batch_range(range(8), (a,), (), (), (torch.zeros(1).expand(8),)) is None
+    assert loop_batch.batch_range(range(4), (a,), (), (), (torch.zeros(4, 6)[:, ::2],)) is not None
 
 
 def test_guard_mixed_dtypes():

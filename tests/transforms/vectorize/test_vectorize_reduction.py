@@ -256,6 +256,32 @@ def test_guard_python_floats():
     assert orig(xs, ys) == new(xs, ys)
 
 
+SUM_OF_LIST = """\
+def f(xs):
+    terms = []
+    for x in xs:
+        terms.append(x * 1.0)
+    return sum(terms)
+"""
+
+
+@pytest.mark.parametrize("src", [ACC.replace("x * y", "x * 1.0"), SUM_OF_LIST])
+@pytest.mark.parametrize("dtype, n", [(torch.float16, 4096), (torch.bfloat16, 1024)])
+def test_guard_16_bit_running_sums_run_the_loop(src, dtype, n):
+    """A running sum of 16-bit values rounds at every step (float16 ones stop growing at 2048);
+    one batched sum does not: far outside reassociation's bound, so the loop runs."""
+    orig, new, _, _ = pair(src, "f")
+    args = (torch.ones(n, dtype=dtype),) + ((torch.ones(n, dtype=dtype),) if "ys" in src else ())
+    want, got = orig(*args), new(*args)
+    assert torch.equal(torch.as_tensor(want), torch.as_tensor(got)) and float(got) < n
+    spiky = torch.tensor([6e4, 6e4, -6e4, -5e4, 1, 1], dtype=torch.float16)
+    assert torch.equal(torch.as_tensor(orig(*(spiky,) * len(args))), torch.as_tensor(new(*(spiky,) * len(args))))
+    f32 = torch.ones(8)
+    assert loop_batch.batch_zip((f32,), (), (0,)) is not None  # float32 still batched
+    assert loop_batch.batch_zip((f32.to(dtype),), (), ()) is not None  # no running sum: batched
+    assert loop_batch.batch_zip((f32.to(dtype),), (), (), running=True) is None
+
+
 def test_guard_zip_truncation():
     orig, new, _, _ = pair(ACC, "f")
     xs, ys = torch.randn(5), torch.randn(3)
