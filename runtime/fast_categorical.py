@@ -27,6 +27,7 @@ import torch
 from torch.distributions import Categorical as _TorchCategorical
 
 _EMPTY = torch.Size()
+_SHAPES = (torch.Size, tuple, list)
 _FINFO_MIN: Dict[torch.dtype, float] = {}
 
 
@@ -34,7 +35,7 @@ class Categorical(_TorchCategorical):
     """``torch.distributions.Categorical`` with shortcuts for the acting and minibatch shapes."""
 
     def sample(self, sample_shape: Any = _EMPTY) -> torch.Tensor:
-        if not sample_shape:
+        if type(sample_shape) in _SHAPES and not sample_shape:  # None, 0: torch's TypeError below
             probs = self.__dict__.get("probs")  # lazy_property caches it in the instance
             if probs is None:
                 probs = self.probs

@@ -81,6 +81,20 @@ def test_subclass_equals_torch_on_every_path(shape, kind, sample_shape):
     assert repr(Categorical(logits=base)) == repr(TorchCategorical(logits=base))
 
 
+@pytest.mark.parametrize("sample_shape", [None, 0, [], ()])
+def test_sample_shapes_torch_refuses_are_refused_alike(sample_shape):
+    """``sample(None)`` and ``sample(0)`` raise TypeError in torch: the shortcut for the empty
+    shape must not take them for one."""
+    outs = []
+    for cls in (TorchCategorical, Categorical):
+        torch.manual_seed(3)
+        try:
+            outs.append(cls(logits=torch.zeros(2, 3)).sample(sample_shape))
+        except TypeError as e:
+            outs.append(type(e))
+    assert outs[0] is outs[1] if isinstance(outs[0], type) else _same(*outs)
+
+
 def test_validation_and_expand_stay_torchs():
     with pytest.raises(ValueError):
         Categorical(probs=torch.tensor([[0.5, -0.5]]), validate_args=True)
