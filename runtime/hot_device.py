@@ -18,8 +18,10 @@ or anything ``.to`` reads otherwise):
   ``torch.tensor(data, dtype=...)`` does: bool and integers of at most 4 bytes convert exactly to
   float64 and are rounded once to float32 on both paths; 8-byte integers are left to the original
   (a double rounding through float64 could differ), as are float16 arrays and anything else
-  (lists: ``hot.tensor_from_arrays``'s; ints: sizes). 0-d arrays give a 0-d tensor on both
-  paths, negative strides raise the same ValueError on both.
+  (lists: ``hot.tensor_from_arrays``'s; ints: sizes). 0-d float and bool arrays give a 0-d
+  tensor on both paths; a 0-d integer array is a size to the legacy constructor
+  (``torch.FloatTensor(np.array(3))`` has 3 uninitialised elements, ``np.array(-1)`` raises), so
+  it takes the original call. Negative strides raise the same ValueError on both.
 * except an array already of the tensor's dtype made for the CPU: the legacy constructor then
   shares the array's memory (``torch.FloatTensor(a_f32)``: a later ``a[0] = 7`` shows in the
   tensor, and writes to the tensor show in ``a``), and ``.to`` the CPU returns that tensor, where
@@ -46,7 +48,7 @@ _NUMPY = {torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float6
 def tensor_on(make: Any, data: Any, device: Any, **kwargs: Any) -> torch.Tensor:
     """``make(data, **kwargs).to(device)``, made on ``device`` directly where that is the same tensor."""
     if type(device) is torch.device or type(device) is str:
-        if not kwargs and type(data) is np.ndarray and data.dtype in _EXACT:
+        if not kwargs and type(data) is np.ndarray and data.dtype in _EXACT and (data.ndim or data.dtype.kind in "fb"):
             dtype = _LEGACY.get(make)
             if dtype is None and make is torch.Tensor:
                 dtype = torch.get_default_dtype()

@@ -123,6 +123,22 @@ def test_runtime_matches_written_form(make, seed):
                 assert aliases(a, x) == aliases(b, x), (make, x.dtype if hasattr(x, "dtype") else x, device, kw)
 
 
+@pytest.mark.parametrize("make", [torch.FloatTensor, torch.DoubleTensor, torch.Tensor])
+@pytest.mark.parametrize("dt", [np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32, np.bool_, np.float32, np.float64])
+def test_a_0d_integer_array_is_a_size_as_in_the_original(make, dt):
+    """To a legacy constructor a 0-d integer array is a size (uninitialised elements; -1 raises),
+    a 0-d float or bool array a value: the same shapes, dtypes and errors on both paths."""
+    for v in (3, 0, -1) if np.dtype(dt).kind == "i" else (3, 0):
+        x = np.array(v, dtype=dt)
+        a, b = outcome(lambda: make(x).to("cpu")), outcome(lambda: tensor_on(make, x, "cpu"))
+        if isinstance(a, type) or isinstance(b, type):
+            assert a is b, (make, dt, v)
+        else:
+            assert (a.shape, a.dtype) == (b.shape, b.dtype), (make, dt, v)
+            if np.dtype(dt).kind in "fb":
+                assert same(a, b)
+
+
 def test_runtime_follows_the_default_dtype():
     x = np.linspace(0, 1, 7)
     old = torch.get_default_dtype()
