@@ -51,6 +51,8 @@ def _stackable(data: Any) -> bool:
     if type(first) is not np.ndarray:
         return False
     dtype, shape = first.dtype, first.shape
+    if not shape:  # 0-d items: torch 2.13's list path raises TypeError (len() of unsized object)
+        return False
     if dtype.kind not in _KINDS or not dtype.isnative or dtype.kind == "f" and dtype.itemsize < 4:
         return False
     if dtype.kind == "u" and dtype.itemsize == 8:  # the list path raises on uint64 items

@@ -165,6 +165,7 @@ def test_runtime_matches_constructor_on_wide_integers(make, src, dtype):
     [np.float64(1.0), np.float64(2.0)],  # numpy scalars
     [np.zeros(3).astype(">f8")] * 2,  # non-native byte order
     [np.ma.masked_array(np.zeros(3))] * 2,  # ndarray subclass
+    [np.array(1.5)] * 40, [np.array(2, np.int32)] * 40,  # 0-d items: torch 2.13 raises TypeError
     [], [[1.0, 2.0]], 0.99,
 ])
 def test_runtime_falls_back_to_the_original(data):
