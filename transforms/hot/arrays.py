@@ -18,8 +18,9 @@ positional argument that is a list display holding something other than constant
 comprehension, ``list(...)``, or a name the scope binds to one of these, to ``[]`` (appended to
 later, unless everything appended is a list/tuple display or a constant, as minimalRL's
 ``a_lst.append([a])``) or by unpacking ``zip(...)`` / ``map(...)``. Any other argument
-(``torch.tensor(obs)``, ``torch.tensor(0.99)``, ``torch.tensor([1.0, 2.0])``) is not a site: it is
-not a list of arrays or not known to be one, and the guard would only add its (small) cost.
+(``torch.tensor(obs)``, ``torch.tensor(0.99)``, ``torch.tensor([1.0, 2.0])``, ``torch.tensor([])``,
+a comprehension of numbers ``[int(i) for i in s]``) is not a site: it is not a list of arrays or
+not known to be one, and the guard would only add its (small) cost.
 A one-element display ``torch.tensor([obs], ...)`` (a batch dimension for one observation, every
 step) is reported and left alone: for small observations the list path is as fast and the
 check measured ~10% of that call.
@@ -59,6 +60,18 @@ def _constant(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.List, cst.Tuple)):
         return all(_constant(e.value) for e in expr.elements)
     return False
+
+
+#: builtins whose result is a number (never an ndarray): a comprehension of them holds no array
+_NUMBER_CALLS = frozenset({"int", "float", "bool", "complex", "len", "round", "abs"})
+
+
+def _numbers(expr: cst.BaseExpression) -> bool:
+    """Whether ``expr`` is a constant or a call of a builtin that returns a number (not rewriting
+    is always safe, so a rebound ``int`` needs no check)."""
+    if _constant(expr):
+        return True
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in _NUMBER_CALLS
 
 
 def _listy(expr: Optional[cst.BaseExpression]) -> Optional[str]:
@@ -106,6 +119,10 @@ class _Rewriter(ScopedRewriter):
                 if how is not None:
                     return f"`{arg.value}` is {how}"
             return None
+        if isinstance(arg, (cst.List, cst.Tuple)) and not arg.elements:
+            return None  # torch.tensor([]): nothing to stack, ever
+        if isinstance(arg, cst.ListComp) and _numbers(arg.elt):
+            return None  # [int(i) for i in s]: numbers, never arrays
         how = _listy(arg)
         return None if how is not None and how.startswith("unpacked") else how
 

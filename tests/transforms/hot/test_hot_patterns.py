@@ -188,6 +188,18 @@ def test_plain_tensor_calls_are_not_sites():
     assert out == src and not sites
 
 
+
+def test_empty_displays_and_comprehensions_of_numbers_are_not_sites():
+    """Found on unseen code (ElegantRL): ``torch.tensor([])`` was rewritten as "a list appended
+    to", a comprehension of ``int(...)`` as one that may hold arrays: the guard only cost."""
+    src = ("import torch as th\ndef f(s, device):\n    a = th.tensor([])\n"
+           "    b = th.tensor((), dtype=th.long, device=device)\n"
+           "    c = th.tensor([int(i) for i in s], dtype=th.bool)\n    d = th.tensor([len(x) for x in s])\n"
+           "    return a, b, c, d, th.tensor([x for x in s])\n")
+    out, sites = rewrite(src, arrays.ID)
+    assert [s.line for s in sites if s.action == REWRITTEN] == [7]  # only the comprehension of names
+
+
 def test_lists_of_displays_are_not_sites():
     """minimalRL's ``a_lst.append([a])``: no arrays in the list, the guard would only cost."""
     src = ("import torch\ndef f(batch):\n    a_lst, s_lst = [], []\n    for s, a in batch:\n"
