@@ -245,6 +245,39 @@ def test_foreach_is_not_added_where_the_learning_rate_may_be_a_tensor():
         namespace[name].step()
 
 
+def test_foreach_is_not_added_where_a_parameter_groups_lr_may_be_a_tensor():
+    """Found on unseen code: a tensor lr in a parameter group (a dict display, ``dict(lr=...)``,
+    ``add_param_group``) made the first ``step()`` raise with ``foreach=True``. Number lrs in
+    groups, and ``X.parameters()`` where no group is ever added, keep the rewrite."""
+    src = textwrap.dedent("""\
+        import torch
+        m = torch.nn.Linear(2, 1)
+        a = torch.optim.Adam([{"params": m.parameters(), "lr": torch.tensor(1e-3)}], lr=1e-3)
+        b = torch.optim.Adam(m.parameters(), lr=1e-3)
+        groups = [dict(params=m.parameters(), lr=torch.tensor(0.1))]
+        c = torch.optim.AdamW(groups)
+        """)
+    out, sites = rw(src, backend="cpu", transforms=("device.optimizer",))
+    assert [(s.line, s.action) for s in sites] == [(3, SKIPPED), (4, REWRITTEN), (6, SKIPPED)], sites
+    assert "parameter group's lr (line 3)" in sites[0].reason and "(line 5)" in sites[2].reason
+    later = textwrap.dedent("""\
+        import torch
+        m, n = torch.nn.Linear(2, 1), torch.nn.Linear(1, 1)
+        a = torch.optim.Adam(m.parameters(), lr=1e-3)
+        a.add_param_group({"params": n.parameters(), "lr": torch.tensor(0.1)})
+        b = torch.optim.Adam([{"params": n.parameters(), "lr": 0.01}], lr=1e-3)
+        """)
+    out2, sites2 = rw(later, backend="cpu", transforms=("device.optimizer",))
+    assert [(s.line, s.action) for s in sites2] == [(3, SKIPPED), (5, SKIPPED)], sites2
+    for code, names in ((out, "abc"), (out2, "ab")):
+        namespace = harness.load(code, filename="t.py")  # every optimizer builds and steps
+        for layer in ("m", "n"):
+            if layer in namespace:
+                namespace[layer](torch.ones(namespace[layer].in_features)).sum().backward()
+        for name in names:
+            namespace[name].step()
+
+
 @pytest.mark.parametrize("backend", ["cuda", "npu"])
 def test_fused_sgd_is_not_added_where_the_module_asks_for_sparse_gradients(backend):
     """Found by a differential review (read; confirmed on CPU): ``SGD(fused=True)`` raises

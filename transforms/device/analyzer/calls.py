@@ -138,8 +138,34 @@ def _tensor_lr(node: ast.Call, tree: ast.Module) -> Optional[str]:
     if lr is None:
         pos = positional_args(node)
         lr = pos[1] if len(pos) > 1 else None
-    if lr is None:
+    if lr is not None:
+        why = _maybe_tensor(lr, tree)
+        if why:
+            return why
+    # a parameter group's own lr (``[{"params": ..., "lr": torch.tensor(...)}]``, ``dict(lr=...)``,
+    # ``add_param_group``): any such group the module spells, wherever it flows, unless the call
+    # is given ``X.parameters()`` and nothing adds a group later
+    pos = positional_args(node)
+    first = pos[0] if pos else next((k.value for k in node.keywords if k.arg == "params"), None)
+    if isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "parameters" \
+            and not any(isinstance(n, ast.Attribute) and n.attr == "add_param_group" for n in ast.walk(tree)):
         return None
+    for n in [*(ast.walk(first) if first is not None else ()), *ast.walk(tree)]:  # its own groups first
+        if isinstance(n, ast.Dict):
+            values = [v for k, v in zip(n.keys, n.values) if isinstance(k, ast.Constant) and k.value == "lr"]
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "dict":
+            values = [k.value for k in n.keywords if k.arg == "lr"]
+        else:
+            continue
+        for v in values:
+            why = _maybe_tensor(v, tree)
+            if why:
+                return f"a parameter group's lr (line {n.lineno}): {why}"
+    return None
+
+
+def _maybe_tensor(lr: ast.expr, tree: ast.Module) -> Optional[str]:
+    """Why the learning-rate expression ``lr`` may be a tensor, or None."""
     if _makes_tensor(lr):
         return f"lr={ast.unparse(lr)} is computed by a call"
     # the whole names and attribute chains it reads (``args.lr``, not the ``args`` of
