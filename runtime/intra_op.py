@@ -13,7 +13,9 @@ wraps the constructor call) and returns it unchanged. The first time, if neither
 optimizer holds at most :data:`SMALL` parameters, it calls ``torch.set_num_threads(1)`` and
 reports it (one ``intra_op_threads`` event). Results: the same ops; reductions split over one
 thread instead of several may round differently (``reassociated``). ``SCALEBOX_THREADS=keep``
-turns it off.
+turns it off. A count the process chose itself is kept: torch's count is not its default (its
+physical cores within the affinity mask), or ``torch.set_num_threads`` was called after this
+module was imported (it is watched from then on).
 """
 from __future__ import annotations
 
@@ -26,6 +28,44 @@ from typing import Any
 SMALL = 1_000_000
 
 _decided = [False]
+#: whether code called torch.set_num_threads after this module was imported
+_set_by_code = [False]
+
+
+def _torch_default() -> int:
+    """The intra-op thread count torch starts with where no variable sets it: its physical cores
+    among those this process may run on (torch's cpuinfo count, within the affinity mask)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+    cores = set()
+    for cpu in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/core_id") as f1, \
+                    open(f"/sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id") as f2:
+                cores.add((f2.read().strip(), f1.read().strip()))
+        except OSError:
+            cores.add(("", str(cpu)))
+    return max(1, len(cores))
+
+
+def _watch_set_num_threads() -> None:
+    """Note a later ``torch.set_num_threads`` by the code (torch's own function, wrapped once)."""
+    import torch
+
+    real = torch.set_num_threads
+    if getattr(real, "_scalebox_watched", False):
+        return
+
+    def set_num_threads(nthreads: int) -> None:
+        _set_by_code[0] = True
+        real(nthreads)
+
+    set_num_threads._scalebox_watched = True  # type: ignore[attr-defined]
+    set_num_threads.__wrapped__ = real  # type: ignore[attr-defined]
+    set_num_threads.__doc__ = real.__doc__
+    torch.set_num_threads = set_num_threads
 
 
 def _event(message: str, **fields: Any) -> None:
@@ -49,13 +89,20 @@ def one_thread_for_small_nets(optimizer: Any) -> Any:
     threads = torch.get_num_threads()
     if threads <= 1:
         return optimizer
+    if _set_by_code[0] or threads != _torch_default():
+        # the process chose its count (torch.set_num_threads in another file, before or after
+        # this module was imported): not the default this cap is for
+        return optimizer
     try:
         count = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
     except (AttributeError, KeyError, TypeError):  # not a torch optimizer after all
         return optimizer
     if count > SMALL:
         return optimizer
-    torch.set_num_threads(1)
+    getattr(torch.set_num_threads, "__wrapped__", torch.set_num_threads)(1)
     _event(f"{count} parameters: intra-op threads {threads} -> 1 (small networks; OMP_NUM_THREADS unset)",
            parameters=count, threads=threads)
     return optimizer
+
+
+_watch_set_num_threads()

@@ -53,28 +53,41 @@ def test_examples(example):
 
 _CHILD = """
 import torch, torch.nn as nn
-from scalebox_cst.runtime.intra_op import one_thread_for_small_nets
-torch.set_num_threads(2)
+torch.set_num_threads(2)  # before the import: stands for torch's start on a machine of two cores
+from scalebox_cst.runtime import intra_op
+intra_op._torch_default = lambda: {default}
+{after_import}
 net = nn.Linear({n}, {n})
 opt = torch.optim.Adam(net.parameters())
-assert one_thread_for_small_nets(opt) is opt
+assert intra_op.one_thread_for_small_nets(opt) is opt
 first = torch.get_num_threads()
 torch.set_num_threads(3)
-one_thread_for_small_nets(torch.optim.Adam(nn.Linear(2, 2).parameters()))
+intra_op.one_thread_for_small_nets(torch.optim.Adam(nn.Linear(2, 2).parameters()))
 print(first, torch.get_num_threads())
 """
 
 
-@pytest.mark.parametrize("n,env,expect", [
-    (8, {}, "1 3"),                                   # small, nothing set: capped once, never again
-    (1100, {}, "2 3"),                                # 1.2e6 parameters: torch's threads kept
-    (8, {"OMP_NUM_THREADS": "2"}, "2 3"),            # the user set the variable
-    (8, {"MKL_NUM_THREADS": "2"}, "2 3"),
-    (8, {"SCALEBOX_THREADS": "keep"}, "2 3"),
+@pytest.mark.parametrize("n,env,default,after_import,expect", [
+    (8, {}, 2, "", "1 3"),                                    # small, nothing set: capped once, never again
+    (1100, {}, 2, "", "2 3"),                                 # 1.2e6 parameters: torch's threads kept
+    (8, {"OMP_NUM_THREADS": "2"}, 2, "", "2 3"),             # the user set the variable
+    (8, {"MKL_NUM_THREADS": "2"}, 2, "", "2 3"),
+    (8, {"SCALEBOX_THREADS": "keep"}, 2, "", "2 3"),
+    (8, {}, 4, "", "2 3"),                                    # a count other than torch's default: chosen
+    (8, {}, 2, "torch.set_num_threads(2)", "2 3"),            # set by the code after the import
 ])
-def test_helper_caps_only_small_nets_with_nothing_set(n, env, expect):
+def test_helper_caps_only_small_nets_with_nothing_set(n, env, default, after_import, expect):
     child_env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "SCALEBOX_THREADS")}
     child_env.update(env, PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-c", _CHILD.format(n=n)], env=child_env, capture_output=True, text=True, timeout=120)
+    code = _CHILD.format(n=n, default=default, after_import=after_import)
+    out = subprocess.run([sys.executable, "-c", code], env=child_env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == expect.split()
+
+
+def test_torchs_default_is_what_a_fresh_process_starts_with():
+    code = "import torch\nfrom scalebox_cst.runtime import intra_op\nprint(torch.get_num_threads(), intra_op._torch_default())"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=120)
+    got, default = out.stdout.split()
+    assert got == default
