@@ -21,8 +21,9 @@ A PROBLEM is any of:
                         inserted line must be an import line or sit next to such a span;
   (f) ``slow``          a rewrite slower than ``--slow-ms`` (200 ms) for a file under 1000 lines.
 
-Input that is not the engine's to fix (not UTF-8, a SyntaxError for this Python) is listed as a
-note, not a problem. Files are not changed. Exit status 1 if any problem, else 0.
+Input that is not the engine's to fix (not UTF-8, a SyntaxError for this Python, code ``ast``
+parses but CPython's compiler refuses, as ``x = 1`` before ``global x``) is listed as a note,
+not a problem. Files are not changed. Exit status 1 if any problem, else 0.
 
     OMP_NUM_THREADS=1 python benchmarks/sweep_real_code.py FOLDER [--backends cpu cuda npu]
         [--sites] [--skipped] [--json OUT.json] [--slow-ms 200] [--option device.allow_precision_change=True]
@@ -161,7 +162,12 @@ def check_file(path: str, pipelines: Dict[str, Pipeline], slow_ms: float):
             if site.reason.startswith("not analysed"):
                 problem("not-analysed", site.describe())
         try:
-            new_warnings = compile_warnings(result.output, name) - compile_warnings(data, name)
+            old_warnings = compile_warnings(data, name)
+        except (SyntaxError, ValueError) as exc:  # ast took it, CPython's compiler does not
+            outcome.note = f"the input does not compile: {type(exc).__name__}: {exc}"
+            continue
+        try:
+            new_warnings = compile_warnings(result.output, name) - old_warnings
         except (SyntaxError, ValueError) as exc:
             problem("no-compile", f"{type(exc).__name__}: {exc}")
             continue

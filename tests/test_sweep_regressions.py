@@ -297,10 +297,13 @@ def test_sweep_tool_runs_clean_on_clean_files(tmp_path, capsys):
     (tmp_path / "rnd.py").write_text(RND_GAE)
     (tmp_path / "td3.py").write_bytes(TD3_TABS.encode())
     (tmp_path / "py2.py").write_text("print 'hello'\n")  # not the engine's to fix: a note
+    # ast parses it, CPython's compiler refuses it (rlpyt's example_6a.py): a note too
+    (tmp_path / "late_global.py").write_text("import torch\ndef build():\n    config = 1\n    global config\n")
     # the tool's 200 ms "slow" check is for a quiet machine; under a parallel test run it measures the load
     assert sweep.main([str(tmp_path), "--backends", "cpu", "npu", "--slow-ms", "5000"]) == 0
     text = capsys.readouterr().out
     assert "PROBLEMS: none" in text and "inputs left alone" in text
+    assert "the input does not compile: SyntaxError: name 'config' is assigned to before global" in text
     assert "vectorize.recurrence:rewritten" in text and "vectorize.target_update:rewritten" in text
 
 
