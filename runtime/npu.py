@@ -170,10 +170,34 @@ def fused_ok(op: str) -> Optional[bool]:
         return None
 
 
+class _PickledAsTorchs:
+    """A module class pickled as the torch class it derives from: a model saved whole
+    (``torch.save(model)``) after the rewrite loads where scalebox_cst is not installed, as the
+    torch module the code wrote (whose forward is the same function, unfused). A copy in this
+    process (``copy.deepcopy(actor)`` for a target network) keeps this class."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        import copyreg
+
+        rv = super().__reduce_ex__(protocol)
+        torchs = next(c for c in type(self).__mro__ if c.__module__.startswith("torch."))
+        # pickle's own rebuilder of protocols 0-1 (``object.__new__(torchs)``, then the state)
+        rebuild = vars(copyreg)["_reconstructor"]
+        return (rebuild, (torchs, object, None), *rv[2:])
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        import copy
+
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return new
+
+
 def _make_gelu() -> type:
     import torch.nn as nn
 
-    class GELU(nn.GELU):
+    class GELU(_PickledAsTorchs, nn.GELU):
         """``nn.GELU`` whose forward is :func:`gelu` (same arguments, parameters, state_dict)."""
 
         def forward(self, input: Any) -> Any:
@@ -185,7 +209,7 @@ def _make_gelu() -> type:
 def _make_rms_norm() -> type:
     import torch.nn as nn
 
-    class RMSNorm(nn.RMSNorm):
+    class RMSNorm(_PickledAsTorchs, nn.RMSNorm):
         """``nn.RMSNorm`` whose forward is :func:`rms_norm` (same arguments, parameters, state_dict)."""
 
         def forward(self, x: Any) -> Any:

@@ -172,6 +172,39 @@ def test_gelu_and_rmsnorm_modules_are_drop_in(npu):
     assert rt.GELU is rt.GELU  # one class, so pickled modules load back
 
 
+_LOAD_WITHOUT_SCALEBOX = """
+import sys
+class _Blocked:
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "scalebox_cst":
+            raise ImportError("scalebox_cst is not installed here")
+sys.meta_path.insert(0, _Blocked())
+import torch
+m = torch.load(sys.argv[1], weights_only=False)
+print(type(m[1]).__module__, type(m[2]).__module__, m[1].approximate, m[2].eps)
+"""
+
+
+def test_a_model_saved_whole_loads_where_scalebox_is_not_installed(npu, tmp_path):
+    """Found on unseen code: ``torch.save(model)`` after an NPU rewrite pickled
+    ``scalebox_cst.runtime.npu.GELU``, so the checkpoint needed scalebox_cst to load. The modules
+    pickle as torch's own classes; a deepcopy in the process keeps the NPU forward."""
+    import copy
+    import subprocess
+
+    model = nn.Sequential(nn.Linear(6, 8), rt.GELU(approximate="tanh"), rt.RMSNorm(8, eps=1e-6))
+    twin = copy.deepcopy(model)
+    assert type(twin[1]) is rt.GELU and type(twin[2]) is rt.RMSNorm and twin[1].approximate == "tanh"
+    path = tmp_path / "model.pt"
+    torch.save(model, path)
+    out = subprocess.run([sys.executable, "-c", _LOAD_WITHOUT_SCALEBOX, str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["torch.nn.modules.activation", "torch.nn.modules.normalization", "tanh", "1e-06"]
+    loaded = torch.load(path, weights_only=False)
+    x = torch.randn(3, 6)
+    torch.testing.assert_close(loaded(x), model(x), rtol=1e-6, atol=1e-7)
+
+
 def test_fused_ok_asks_torch_for_the_kernel(npu):
     want = True if npu == "cpu" else None  # CPU has the fused kernels; no PrivateUse1 backend here
     assert [rt.fused_ok(op) for op in ("adam", "adamw", "sgd")] == [want] * 3
