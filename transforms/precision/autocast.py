@@ -12,15 +12,23 @@ block, which ends the chain.
 
 Safety: ``with`` makes no scope, so every name keeps its binding; a statement is kept only if it is
 a plain assignment to names (no ``return``/``yield``/``await``/``del``/``global`` can be moved), so
-control flow is unchanged; a chain whose names are read after the step (or before it, by the
-loop's next round) is left fp32, as they would be half precision there. What changes is precision
+control flow is unchanged; a chain whose names may be read after it anywhere in its scope (after
+the step, after the loop, in the loop's next round or an enclosing loop's, by a closure or
+``locals()``: :mod:`.reads_after`) is left fp32, as they would be half precision there; the reason
+names the name and the line. A second ``backward()`` through the same graph after a step (or any
+statement but a backward or ``zero_grad``) leaves the chain fp32: the original raises on the
+weights the step changed in place, and autocast's cast copies of them would hide that. What changes is precision
 (bf16 matmuls and convolutions, autocast's own fp32 list for losses and reductions): exactness
 ``changes-semantics``, always reported. A file that already uses AMP (``autocast``,
 ``GradScaler``) is left alone and its AMP reported.
 
 fp16 (``mode = "fp16"``): one module-level ``GradScaler`` threaded through each backward/step pair
 of the block: ``scale(loss).backward()``, ``unscale_(opt)`` right after it (clips and grad_clip's
-guard, told ``scaler=``, then see true gradients), ``step(opt)``, ``update()``. With the ranges of a
+guard, told ``scaler=``, then see true gradients), ``step(opt)``, ``update()``. Only where no other
+backward adds to the same gradients without a ``zero_grad`` between (:mod:`.accumulation`: two
+losses before one step, a loop with no ``zero_grad``): ``unscale_`` would divide the unscaled
+share by the scale, so such backwards are all left fp32, each reason naming the other's line (bf16
+has no scaler: it wraps each of them). With the ranges of a
 calibration run (``[precision] calibration``, set by scalebox_cst.calibration), a statement whose
 line overflowed fp16 or underflowed its normal range, and the chain before it (its inputs), stay
 outside autocast; the site reason lists them.
@@ -36,6 +44,8 @@ from scalebox_cst.report import CHANGES_SEMANTICS, REWRITTEN, SKIPPED, WARNING, 
 
 from ..base import Example, FileContext, Transform
 from ..grad_clip.guard import GUARD_ALIAS
+from .accumulation import shared_gradients
+from .reads_after import read_after_chain
 
 DEVICE_TYPES = {"cpu": "cpu", "cuda": "cuda", "npu": "npu"}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
@@ -110,28 +120,6 @@ def region(nodes: Sequence[Optional[ast.stmt]], backward: int, loss: str) -> Opt
     return first, last
 
 
-#: what may be done with the loss after its forward (a half-precision loss is fine for these)
-LOSS_USES = ("backward", "item", "detach")
-
-
-def _escapes(nodes, found: Tuple[int, int], loss: str, rest: Sequence[cst.BaseStatement]) -> Optional[str]:
-    """A name the chain binds that the rest of the block reads (it would be bf16 there), else None;
-    the loss may be read only as ``loss.backward()``, ``loss.item()``, ``loss.detach()``."""
-    bound: Set[str] = set()
-    for k in range(found[0], found[1] + 1):
-        bound |= _targets(nodes[k]) or set()
-    for stmt in rest:
-        try:
-            tree = ast.parse(cst.Module(body=[]).code_for_node(stmt).strip("\n"))
-        except SyntaxError:
-            return "a later statement"
-        allowed = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in LOSS_USES}
-        for n in ast.walk(tree):
-            if isinstance(n, ast.Name) and n.id in bound and (n.id != loss or id(n) not in allowed):
-                return n.id
-    return None
-
-
 def _step_after(nodes: Sequence[Optional[ast.stmt]], k: int) -> Optional[int]:
     """Index of the ``OPT.step()`` that follows the backward at ``k`` in the block (no other
     backward, no compound statement between), else None."""
@@ -143,6 +131,22 @@ def _step_after(nodes: Sequence[Optional[ast.stmt]], k: int) -> Optional[int]:
                 and not node.value.keywords and isinstance(node.value.func, ast.Attribute)
                 and node.value.func.attr == "step" and isinstance(node.value.func.value, (ast.Name, ast.Attribute))):
             return m
+    return None
+
+
+def _reused_after_update(nodes: Sequence[Optional[ast.stmt]], before: int, k: int) -> Optional[int]:
+    """Index of the first statement between two backwards through one graph that is neither a
+    backward nor a ``zero_grad()`` (an optimizer step, say), else None. The original raises if such
+    a statement updated a weight the graph saved; under autocast the graph saved a cast copy of it,
+    and the second backward would run silently on the old weights."""
+    for m in range(before + 1, k):
+        node = nodes[m]
+        if _backward_name(node) is not None:
+            continue
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "zero_grad"):
+            continue
+        return m
     return None
 
 
@@ -166,6 +170,55 @@ class _Wrap(cst.CSTTransformer):
         self.scaled = 0  # fp16 sites that use the module's GradScaler
         self.calibration = ctx.option("precision", "calibration") or {}
         self.kept: dict = {}  # (first, last) -> what calibration kept fp32
+        self.scopes: List[cst.CSTNode] = []  # the module, functions and classes around the visit
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.scopes.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self.scopes.pop()
+        return updated
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.scopes.append(node)
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        self.scopes.pop()
+        return updated
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.ctx.span(node)[0]
+
+    def _escaped(self, block: cst.IndentedBlock, nodes, found: Tuple[int, int], loss: str) -> Optional[str]:
+        """Why the chain's names cannot be half precision: one is read after the chain somewhere
+        in its scope (the reason names it and the line), else None."""
+        bound: Set[str] = set()
+        for k in range(found[0], found[1] + 1):
+            bound |= _targets(nodes[k]) or set()
+        hit = read_after_chain(self.scopes[-1], block.body[found[0]:found[1] + 1], bound, loss)
+        if hit is None:
+            return None
+        name, node, how = hit
+        if how == "read":
+            return f"{name} is read after the step (line {self._line(node)}), where it would be half precision: left fp32"
+        return f"{name} {how} (line {self._line(node)}) after the step, where it would be half precision: left fp32"
+
+    def _shared(self, block: cst.IndentedBlock, k: int, loss: str) -> Optional[str]:
+        """fp16: why the backward at ``k`` gets no GradScaler: another backward adds to the same
+        gradients with no zero_grad between (:mod:`.accumulation`), else None."""
+        scope = self.scopes[-1]
+        other = shared_gradients(scope.body if isinstance(scope, (cst.FunctionDef, cst.ClassDef)) else scope, block.body[k])
+        if other is None:
+            return None
+        line, at = self._line(other), self._line(block.body[k])
+        if line == at:
+            return (f"fp16: {loss}.backward() (line {at}) adds to its previous round's gradients (no zero_grad between); "
+                    "a GradScaler would shrink them: left fp32")
+        return (f"fp16: backwards at line {min(line, at)} and line {max(line, at)} add to the same gradients with no zero_grad "
+                "between; a GradScaler would mis-scale one: both left fp32")
 
     def _calibrated(self, stmts, nodes, found):
         """fp16 with calibration: the chain from after its last statement whose line overflowed fp16
@@ -227,12 +280,24 @@ class _Wrap(cst.CSTTransformer):
                 self.sites.append(self.ctx.site(AutocastTransform.id, original.body[k], SKIPPED,
                                                 f"{loss}.backward(): no forward chain computing {loss} right before it in this block"))
                 continue
-            if spans and found[0] <= spans[-1][2]:
-                continue  # overlaps the previous step's chain
-            escaped = _escapes(nodes, found, loss, [*original.body[:found[0]], *original.body[found[1] + 1:]])  # a loop reads it next time round too
+            if spans and found[0] <= spans[-1][2]:  # a second backward through the previous one's graph
+                reused = _reused_after_update(nodes, spans[-1][2], k)
+                if reused is None:
+                    continue
+                prev = spans.pop()
+                self.sites.append(self.ctx.site(AutocastTransform.id, original.body[k], SKIPPED,
+                                                f"{loss}.backward() at line {self._line(original.body[k])} reruns line "
+                                                f"{self._line(original.body[prev[2]])}'s graph after line "
+                                                f"{self._line(original.body[reused])}: left fp32 (autocast's weight "
+                                                "copies would hide an in-place update)"))
+                continue
+            escaped = self._escaped(original, nodes, found, loss)
             if escaped:
-                self.sites.append(self.ctx.site(AutocastTransform.id, original.body[found[0]], SKIPPED,
-                                                f"{escaped} is read after the step, where it would be half precision: left fp32"))
+                self.sites.append(self.ctx.site(AutocastTransform.id, original.body[found[0]], SKIPPED, escaped))
+                continue
+            shared = self._shared(original, k, loss) if self.mode == "fp16" else None
+            if shared:
+                self.sites.append(self.ctx.site(AutocastTransform.id, original.body[k], SKIPPED, shared))
                 continue
             step = _step_after(nodes, k) if self.mode == "fp16" else None
             if self.mode == "fp16" and step is None:
