@@ -26,10 +26,13 @@ and ``out`` itself otherwise:
 
 The leaf keeps ``requires_grad`` as it was, so everything downstream records the same graph up to
 the cut, computes the same values and gradients for every other tensor (autograd sums the same
-contributions in the same order: the cut branch contributed only to the target's parameters), and
-``backward()`` raises or not as before. What differs, and is refused statically along the value's
-flow: ``.grad_fn``/``.is_leaf`` of the output, its ``.grad`` (the leaf's is filled), in-place
-changes of it (refused on a leaf that requires grad), and the target's parameters' ``.grad``.
+contributions in the same order: the cut branch contributed only to the target's parameters). What
+differs, and is refused statically along the value's flow: ``.grad_fn``/``.is_leaf`` of the
+output, its ``.grad`` (the leaf's is filled), in-place changes of it or of an alias or view (they
+raise on a leaf that requires grad: ``_`` methods and torch functions, ``x += ...``, ``inplace=``,
+``out=``), a second backward through it (the original raises, its graph freed; the leaf has none
+to free: refused where the output reaches two backward calls, or one in a loop the forward is
+outside), and the target's parameters' ``.grad``.
 """
 from __future__ import annotations
 

@@ -4,13 +4,19 @@ Starting from a forward call inside a statement, each use of the value is follow
 expression tree and through the names it is bound to (in the statement's scope, every binding
 of those names, flow-insensitively: a name reused for a graph-carrying value elsewhere is
 refused rather than told apart). A use ends safely where the value stops carrying autograd
-state: ``.item()``/``.tolist()``/``.detach()``/``.numpy()``, ``int()``/``float()``/``bool()``,
-numpy and math functions, integer results (``argmax``, comparisons, ``Distribution.sample()``),
-``env.step(...)`` and friends, printing and logging, a shape or dtype read. Anything that could
-keep the value where a later loss reads it is refused: appended or put into a container, stored
-into an attribute or a subscript, returned or yielded, read by another function or a closure,
-passed to an unknown call; so is anything that reads autograd state (``.requires_grad``,
-``.grad_fn``, ``.backward()``) or changes the value in place.
+state: ``.item()``/``.tolist()``/``.detach()``/``.data``, ``int()``/``float()``/``bool()``,
+math functions, integer results (``argmax``, ``max(dim)[1]``, comparisons,
+``Distribution.sample()``), printing and logging, a shape or dtype read (``env.step(...)`` takes
+only what these give: given the tensor, an environment converts it to numpy, raising where it
+requires grad, or keeps it). Anything that could keep the value where a later loss reads it is refused: appended or put
+into a container, stored into an attribute or a subscript, returned or yielded, read by another
+function or a closure, bound to a name declared ``global``/``nonlocal`` or in a scope that calls
+``locals()``/``eval``, passed to an unknown call; so is anything that reads autograd state
+(``.requires_grad``, ``.grad_fn``, ``.backward()``) or changes the value in place (a ``_`` method
+or ``torch`` function, ``x += 1`` through any name bound to it, ``inplace=True``, ``out=``: on a
+leaf that requires grad, what ``hot.target_graph_cut`` makes, these raise). ``.numpy()`` and
+numpy functions raise on a tensor that requires grad, and do not under ``no_grad``: they end a use
+only after ``.detach()``/``.data`` or an integer result (or as ``.numpy(force=True)``).
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from .callees import ENGINE_EFFECTS, ENGINE_PURE, GRAD_ATTRS
 
 #: methods whose result never carries a gradient
-ENDS = frozenset({"item", "tolist", "detach", "numpy", "argmax", "argmin", "argsort", "multinomial",
+ENDS = frozenset({"item", "tolist", "detach", "argmax", "argmin", "argsort", "multinomial",
                   "size", "dim", "numel", "eq", "ne", "gt", "lt", "ge", "le", "bool", "long", "int"})
 #: attribute reads that carry no gradient
 META = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout"})
@@ -31,6 +37,18 @@ PASS_THROUGH = frozenset({"list", "tuple", "max", "min", "sum", "abs", "zip", "e
 TORCH_ENDS = frozenset({"torch.argmax", "torch.argmin", "torch.argsort", "torch.multinomial", "torch.eq", "torch.isfinite", "torch.isnan"})
 LOG_METHODS = frozenset({"add_scalar", "add_scalars", "add_histogram", "log", "info", "debug", "warning", "write"})
 LOG_RECEIVERS = ("writer", "logger", "wandb", "logging", "tb", "summary", "log")
+#: methods (and torch functions) returning (values, indices) where given a dim: ``[1]`` holds no grad
+INDEXED = frozenset({"max", "min", "median", "mode", "kthvalue", "sort", "topk"})
+#: torch.nn.functional functions taking ``inplace``, by its position (a test checks it against torch)
+INPLACE_AT = {"alpha_dropout": 3, "celu": 2, "dropout": 3, "dropout1d": 3, "dropout2d": 3, "dropout3d": 3, "elu": 2,
+              "feature_alpha_dropout": 3, "hardsigmoid": 1, "hardswish": 1, "hardtanh": 3, "leaky_relu": 2, "mish": 1,
+              "relu": 1, "relu6": 1, "rrelu": 4, "selu": 1, "silu": 1, "threshold": 3}
+#: in-place operator methods spelled out (``x.__iadd__(1)``, ``x.__setitem__(i, v)``)
+INPLACE_DUNDERS = frozenset(f"__i{op}__" for op in (
+    "add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and", "xor", "or")) | {
+    "__setitem__", "__delitem__", "__setattr__", "__delattr__", "__setstate__"}
+#: calls that can read a scope's local names without naming them
+DYNAMIC = frozenset({"locals", "vars", "eval", "exec", "globals"})
 
 
 class Flow:
@@ -39,6 +57,7 @@ class Flow:
     def __init__(self, scope: ast.AST, tree: ast.Module, imports, user_samples: bool, is_forward=None,
                  allow: frozenset = frozenset()) -> None:
         self.scope = scope
+        self.tree = tree
         #: autograd attributes a value may reach (hot.target_graph_cut: ``backward``, since its
         #: rewrite keeps ``requires_grad``; hot.no_grad: none)
         self.allow = allow
@@ -50,6 +69,11 @@ class Flow:
         self.nested: List[ast.AST] = []
         #: where followed values ended (for the site's reason)
         self.ends: Set[str] = set()
+        #: the calls of an allowed autograd attribute (``backward``) the followed values reached
+        self.reached: List[ast.Call] = []
+        self.declared: Dict[str, str] = {}  # name -> "global"/"nonlocal" (this scope's own declarations)
+        self.augmented: Dict[str, List[ast.AugAssign]] = {}
+        self._dynamic: Optional[List[ast.Call]] = None  # calls reading names by their text (locals(), eval)
         body = scope.body
         for st in body:
             self._index(st, scope)
@@ -65,6 +89,11 @@ class Flow:
             return
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             self.loads.setdefault(node.id, []).append(node)
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                self.declared[name] = type(node).__name__.lower()
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            self.augmented.setdefault(node.target.id, []).append(node)
         for child in ast.iter_child_nodes(node):
             self._index(child, node)
 
@@ -80,6 +109,11 @@ class Flow:
             if (name, id(binding)) in seen:
                 continue
             seen.add((name, id(binding)))
+            outside = self._read_outside(name)
+            if outside:
+                return outside
+            for aug in self.augmented.get(name, ()):
+                return f"`{name}` is updated in place (line {aug.lineno}: `{ast.unparse(aug)}`)"
             for other in self.outside:
                 if _reads_free(other, name):
                     what = getattr(other, "name", "a lambda")
@@ -88,6 +122,22 @@ class Flow:
                 reason = self._follow(load, names)
                 if reason:
                     return f"`{name}` (line {load.lineno}) {reason}"
+        return None
+
+    def _read_outside(self, name: str) -> Optional[str]:
+        """Why ``name`` may be read where its uses are not followed (beyond the functions and
+        closures :meth:`problem` checks), or None: declared ``global``/``nonlocal`` here (another
+        function or the enclosing one reads it), or a scope that reads names by their text."""
+        if name in self.declared and self.scope is not self.tree:
+            return f"`{name}` is declared {self.declared[name]} (read outside this function, where its use is not followed)"
+        if self._dynamic is None:  # globals: any function of the file may call globals()/eval
+            nodes = ast.walk(self.tree) if self.scope is self.tree else iter(self.parents)
+            self._dynamic = [n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                             and n.func.id in DYNAMIC and not (n.func.id == "vars" and n.args)
+                             and (self.scope is self.tree or n.func.id != "globals")]
+        if self._dynamic:
+            call = self._dynamic[0]
+            return f"`{name}` can be read through {call.func.id}() (line {call.lineno}), where its use is not followed"
         return None
 
     def _live(self, name: str, binding: Optional[ast.stmt]) -> List[ast.Name]:
@@ -134,12 +184,22 @@ class Flow:
                     if attr in ENDS or (attr == "sample" and not self.user_samples):
                         self.ends.add(f".{attr}()")
                         return None
-                    if attr.endswith("_") and not attr.endswith("__"):
+                    if attr == "numpy":
+                        if any(k.arg == "force" and _true(k.value) for k in call.keywords):
+                            self.ends.add(".numpy(force=True)")
+                            return None
+                        return "calls .numpy() before .detach() (it raises where the value requires grad)"
+                    if attr.endswith("_") and not attr.endswith("__") or attr in INPLACE_DUNDERS:
                         return f"is changed in place (.{attr})"
+                    if attr in self.allow and all(r is not call for r in self.reached):
+                        self.reached.append(call)
                     node = call
                     continue
                 if attr in META:
                     return None
+                if attr in ("data", "indices") and isinstance(p.ctx, ast.Load):
+                    self.ends.add(f".{attr}")
+                    return None  # no graph: .data of any tensor, the indices of max(dim)/sort/topk
                 if isinstance(p.ctx, ast.Load):
                     node = p
                     continue
@@ -149,6 +209,9 @@ class Flow:
                     return None  # used as an index: the result holds none of its graph
                 if not isinstance(p.ctx, ast.Load):
                     return "is written into by a subscript store"
+                if _indices(node, p, self.imports):
+                    self.ends.add("indices ([1] of a reduction over a dim)")
+                    return None
                 node = p
                 continue
             if isinstance(p, (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Starred, ast.Tuple, ast.List, ast.Set, ast.Dict)):
@@ -166,6 +229,8 @@ class Flow:
                                "Expr": "discarded"}.get(type(p).__name__, "a test"))
                 return None
             if isinstance(p, ast.keyword):
+                if p.arg == "out":
+                    return "is written into (out=)"
                 node = p  # the call is its parent
                 p = self.parents.get(p)
                 if not isinstance(p, ast.Call):
@@ -173,6 +238,9 @@ class Flow:
             if isinstance(p, ast.Call):
                 if p.func is node:
                     return "is called"
+                inplace = self._inplace(p)
+                if inplace:
+                    return inplace
                 verdict = self._argument(p)
                 if verdict is None:
                     self.ends.add(f"{ast.unparse(p.func)}(...)")
@@ -209,6 +277,21 @@ class Flow:
                 return "is returned to a caller this file does not show"
             return f"is used in a {type(p).__name__} (not followed)"
 
+    def _inplace(self, call: ast.Call) -> Optional[str]:
+        """Why ``call`` may change its tensor arguments in place, or None: a ``torch`` function
+        ending in ``_`` (``torch.relu_``, ``torch.Tensor.add_``, ``nn.init.zeros_``), ``inplace=``
+        not spelled False, a torch.nn.functional function given ``inplace`` by position."""
+        qual = self.imports.qualify(call.func) or ""
+        last = qual.rsplit(".", 1)[-1]
+        if qual.startswith("torch.") and last.endswith("_") and not last.endswith("__"):
+            return f"is changed in place ({qual})"
+        for k in call.keywords:
+            if k.arg == "inplace" and not (isinstance(k.value, ast.Constant) and k.value.value is False):
+                return f"may be changed in place (inplace={ast.unparse(k.value)})"
+        if qual.startswith("torch.nn.functional.") and last in INPLACE_AT and len(call.args) > INPLACE_AT[last]:
+            return f"may be changed in place (the inplace argument of {qual} given by position)"
+        return None
+
     def _argument(self, call: ast.Call) -> Optional[str]:
         """What passing the value to ``call`` does: None (safe), "through" (the result holds it)
         or why it is refused."""
@@ -223,7 +306,12 @@ class Flow:
         qual = self.imports.qualify(func)
         if qual is not None:
             top = qual.split(".")[0]
-            if top in ("numpy", "math", "logging", "wandb") or qual in TORCH_ENDS:
+            if top == "numpy":
+                return f"is passed to {qual}(...) before .detach() (it raises where the value requires grad)"
+            if qual in ("torch.autograd.backward", "torch.autograd.grad") and "backward" in self.allow \
+                    and all(r is not call for r in self.reached):
+                self.reached.append(call)
+            if top in ("math", "logging", "wandb") or qual in TORCH_ENDS:
                 return None
             if top == "torch" or qual in ENGINE_PURE:
                 return "through"
@@ -232,8 +320,8 @@ class Flow:
             return f"is passed to {qual}(...), whose effects are unknown"
         if isinstance(func, ast.Attribute):
             receiver = (ast.unparse(func.value) or "").lower()
-            if "env" in receiver:
-                return None  # the environment: converted to numpy on its side
+            if "env" in receiver:  # it converts to numpy (raising where the value requires grad) or keeps it
+                return f"is passed to `{ast.unparse(func)}(...)` before .detach()/.item()/.numpy()"
             if func.attr in LOG_METHODS and any(r in receiver for r in LOG_RECEIVERS):
                 return None
             return (f"is passed to `{ast.unparse(func)}(...)` without .detach()/.item(): it may keep the "
@@ -253,6 +341,33 @@ def _names(target: ast.expr) -> Optional[List[str]]:
             out.extend(sub)
         return out
     return None
+
+
+def _true(value: ast.expr) -> bool:
+    return isinstance(value, ast.Constant) and value.value is True
+
+
+def _indices(node: ast.expr, sub: ast.Subscript, imports) -> bool:
+    """Whether ``sub`` is ``node[1]`` with ``node`` a call returning (values, indices):
+    ``q.max(1)[1]``, ``torch.max(q, dim=1)[1]``, ``q.topk(k)[1]`` (a dim given as an integer: with a
+    tensor there, ``max``/``min`` are elementwise and ``[1]`` is a row of values)."""
+    if not (isinstance(node, ast.Call) and isinstance(sub.slice, ast.Constant) and sub.slice.value == 1):
+        return False
+    qual = imports.qualify(node.func)
+    if qual is not None:  # torch.max(q, 1): the tensor is the first argument
+        name, args = (qual[len("torch."):] if qual.startswith("torch.") else ""), node.args[1:]
+    elif isinstance(node.func, ast.Attribute):  # q.max(1)
+        name, args = node.func.attr, node.args
+    else:
+        return False  # the builtin max(q)[1] is a row of q
+    if name not in INDEXED:
+        return False
+    if name not in ("max", "min", "median"):
+        return True  # always a (values, indices) pair
+    dim = next((k.value for k in node.keywords if k.arg == "dim"), args[0] if args else None)
+    if isinstance(dim, ast.UnaryOp) and isinstance(dim.op, ast.USub):
+        dim = dim.operand
+    return isinstance(dim, ast.Constant) and type(dim.value) is int
 
 
 def _jumps(st: ast.stmt) -> bool:

@@ -176,4 +176,28 @@ EXAMPLES = [
         reason="",
         note="a module imported from elsewhere: not recognised as a forward (left alone, no site)",
     ),
+    Example(
+        code=_NET + (
+            "def run(seed):\n"
+            "    policy = Policy()\n"
+            "    for t in range(3):\n"
+            "        out = policy(torch.randn(4))\n"
+            "        print(out.cpu().numpy())\n"
+        ),
+        rewritten=False,
+        reason="calls .numpy() before .detach()",
+        note=".numpy() without .detach(): it raises in the original, not under no_grad (refused)",
+    ),
+    Example(
+        code=_NET + (
+            "policy, last = Policy(), None\n"
+            "def act(obs):\n"
+            "    global last\n"
+            "    last = policy(obs)\n"
+            "    return last.argmax().item()\n"
+        ),
+        rewritten=False,
+        reason="is declared global",
+        note="output bound to a global another function may differentiate (refused)",
+    ),
 ]

@@ -32,9 +32,11 @@ network built right there:
   passing it to other code, and reads of it from nested functions are refused: its parameters,
   and so their gradients, are reachable through nothing else;
 * each forward's output is followed (:class:`.flow.Flow`, ``backward()`` allowed): refused where
-  it is changed in place (a leaf that requires grad raises there), where ``.grad``/``.grad_fn``/
-  ``.is_leaf`` and other autograd state is read, or where it is stored, returned or passed to
-  code whose effects are unknown.
+  it or an alias or view of it is changed in place (a leaf that requires grad raises there:
+  ``x *= d``, ``torch.relu_(x)``, ``inplace=True``, ``out=x``), where ``.grad``/``.grad_fn``/
+  ``.is_leaf`` and other autograd state is read, where it is stored, returned or passed to code
+  whose effects are unknown, or where it reaches a backward that may run twice through it (the
+  original raises "backward through the graph a second time", the cut leaf does not).
 
 A function reached through an argument can be called by another file with another network: the
 mark is checked at run time, so only the object built at the proven site has its graph cut.
@@ -378,7 +380,8 @@ class HotTargetGraphCut(Transform):
                     flow = flows.get(id(fn))
                     if flow is None:
                         flow = flows[id(fn)] = Flow(fn, ctx.tree, ctx.imports, True, allow=frozenset({"backward"}))
-                    problem = flow.problem(call)
+                    flow.reached = []
+                    problem = flow.problem(call) or _backwards_problem(call, flow.reached, fn, proof.parents)
                     if problem:
                         sites.append(Site(ID, call.lineno, call.end_lineno or call.lineno, SKIPPED,
                                           f"forward of `{ast.unparse(call.func)}`: its output {problem}"))
@@ -429,6 +432,33 @@ class HotTargetGraphCut(Transform):
                 stmt = node
             node = proof.parents.get(node)
         return stmt is not None and ast_guarded(stmt, stmt_parents, ctx.imports)
+
+
+def _loops(node: ast.AST, fn: ast.FunctionDef, parents: Dict[ast.AST, ast.AST]) -> Set[int]:
+    """The loops of ``fn`` whose body or test holds ``node``."""
+    found: Set[int] = set()
+    at: Optional[ast.AST] = node
+    while at is not fn and at is not None:
+        up = parents.get(at)
+        if isinstance(up, (ast.For, ast.AsyncFor, ast.While)) and at not in up.orelse and at is not getattr(up, "iter", None):
+            found.add(id(up))
+        at = up
+    return found
+
+
+def _backwards_problem(call: ast.Call, reached: List[ast.Call], fn: ast.FunctionDef,
+                       parents: Dict[ast.AST, ast.AST]) -> Optional[str]:
+    """Why a backward the output reaches may run twice through its graph, or None. The original
+    then raises ('backward through the graph a second time': the target's saved tensors are
+    freed), the cut output does not: refused unless the output reaches one backward call, run at
+    most once per forward (in no loop the forward is outside)."""
+    if len(reached) > 1:
+        lines = ", ".join(str(r.lineno) for r in reached)
+        return f"reaches more than one backward (lines {lines}): a second one through it raises, not once cut"
+    if reached and not _loops(reached[0], fn, parents) <= _loops(call, fn, parents):
+        return (f"reaches a backward (line {reached[0].lineno}) in a loop the forward is outside: "
+                "a second one through it raises, not once cut")
+    return None
 
 
 def _trained(scope: ast.FunctionDef, name: str) -> bool:

@@ -197,4 +197,20 @@ EXAMPLES = [
         rewritten=False,
         note="already under no_grad (and saved by torch.save): nothing to do",
     ),
+    Example(
+        code=_NET + _TRAIN.replace(
+            "        max_q_prime = q_target(s2).max(1)[0].unsqueeze(1)\n",
+            "        q_next = q_target(s2)\n        q_next *= 0.5\n        max_q_prime = q_next.max(1)[0].unsqueeze(1)\n",
+        ) + (
+            "def run(seed):\n"
+            "    torch.manual_seed(seed)\n"
+            "    q = Qnet()\n"
+            "    q_target = Qnet()\n"
+            "    optimizer = torch.optim.Adam(q.parameters(), lr=1e-2)\n"
+            "    return train(q, q_target, optimizer, batches(3))\n"
+        ),
+        rewritten=False,
+        reason="is updated in place",
+        note="the target's output changed in place (`q_next *= 0.5`: it raises on the cut leaf)",
+    ),
 ]

@@ -299,3 +299,104 @@ def run(q, s, s2, device):
     torch.manual_seed(1)
     lb = b["run"](q, s, s2, "cpu")
     assert la == lb and same(ga, [p.grad for p in q.parameters()])
+
+
+# In-place ops on the target's output (or an alias, a view) raise on the leaf the cut returns
+# ("a leaf Variable that requires grad is being used in an in-place operation") where the
+# original trained; a second backward through the target raises in the original only.
+STEP = _NET + '''
+def step(seed):
+    torch.manual_seed(seed)
+    q = Qnet()
+    q_target = Qnet()
+    q_target.load_state_dict(q.state_dict())
+    s, s2, done = torch.randn(5, 4), torch.randn(5, 4), torch.ones(5, 1)
+    BODY
+    loss = (q(s) - nq).pow(2).mean()
+    loss.backward()
+    return loss.item(), [p.grad for p in q.parameters()]
+'''
+
+
+@pytest.mark.parametrize("body", [
+    "nq = q_target(s2)\n    nq *= done",
+    "nq = q_target(s2)\n    nq += 1.0",
+    "nq = q_target(s2)\n    torch.relu_(nq)",
+    "nq = q_target(s2)\n    torch.clamp_(nq, min=0.0)",
+    "nq = F.relu(q_target(s2), inplace=True)",
+    "nq = q_target(s2)\n    F.relu(nq, inplace=True)",
+    "nq = q_target(s2)\n    F.relu(nq, True)",
+    "nq = q_target(s2)\n    nq2 = nq\n    nq2 += 1.0",
+    "nq = q_target(s2)\n    row = nq[0]\n    row -= 1.0",
+    "nq = q_target(s2)\n    torch.mul(nq, 2, out=nq)",
+    "nq = q_target(s2)\n    torch.Tensor.add_(nq, 1)",
+    "nq = q_target(s2)\n    nq.__imul__(2)",
+    "nq = q_target(s2)\n    (nq.sum() * 0).backward()",
+    "nq = q_target(s2)\n    for _ in range(2):\n        (nq.sum() * 0).backward()",
+])
+def test_in_place_or_second_backward_on_the_output_is_refused(body):
+    original, rewritten, out, sites = harness.pair(STEP.replace("BODY", body), "step", ID)
+    assert not [s for s in sites if s.action == REWRITTEN], out
+    assert any("in place" in s.reason or "written into" in s.reason or "backward" in s.reason
+               for s in sites if s.action == SKIPPED), sites
+    results = []
+    for fn in (original, rewritten):
+        try:
+            results.append(fn(0))
+        except RuntimeError as exc:
+            results.append(type(exc))
+    assert same(results[0], results[1]), results
+
+
+@pytest.mark.parametrize("body", [
+    "nq = q_target(s2)",
+    "nq = F.relu(q_target(s2), inplace=False)",
+    "nq = torch.relu(q_target(s2)) * done",
+    "nq = q_target(s2).max(1)[0].unsqueeze(1) * done",
+    "a = q_target(s2).max(1)[1].numpy()\n    nq = q_target(s2)",
+])
+def test_out_of_place_uses_stay_cut(body):
+    original, rewritten, out, sites = harness.pair(STEP.replace("BODY", body), "step", ID)
+    assert "_sb_target_forward(q_target, s2)" in out and not [s for s in sites if s.action == SKIPPED], sites
+    for seed in (0, 1):
+        assert same(original(seed), rewritten(seed))
+
+
+def test_a_backward_in_a_loop_the_forward_is_outside_is_refused():
+    code = STEP.replace("BODY", "nq = q_target(s2)").replace(
+        "    loss = (q(s) - nq).pow(2).mean()\n    loss.backward()\n",
+        "    for _ in range(2):\n        loss = (q(s) - nq).pow(2).mean()\n        loss.backward()\n")
+    original, rewritten, out, sites = harness.pair(code, "step", ID)
+    assert any("in a loop the forward is outside" in s.reason for s in sites if s.action == SKIPPED), sites
+    with pytest.raises(RuntimeError):
+        original(0)
+    with pytest.raises(RuntimeError):
+        rewritten(0)
+
+
+def test_inplace_positions_match_torch():
+    import inspect
+    import torch.nn.functional as F
+    from scalebox_cst.transforms.hot.flow import INPLACE_AT
+    found = {}
+    for name in dir(F):
+        fn = getattr(F, name)
+        if name.startswith("_") or not callable(fn):
+            continue
+        try:
+            params = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            continue
+        if "inplace" in params:
+            found[name] = params.index("inplace")
+    assert found == INPLACE_AT
+
+
+def test_one_backward_reached_along_two_paths_is_one_backward():
+    code = STEP.replace("BODY", "nq = q_target(s2)").replace(
+        "    loss = (q(s) - nq).pow(2).mean()\n    loss.backward()\n",
+        "    loss = ((q(s) - nq) * (q(s) - nq)).mean()\n    ((q(s) - nq) * (q(s) - nq)).mean().backward()\n")
+    original, rewritten, out, sites = harness.pair(code, "step", ID)
+    assert "_sb_target_forward(q_target, s2)" in out, sites
+    for seed in (0, 1):
+        assert same(original(seed), rewritten(seed))

@@ -1,0 +1,171 @@
+"""hot.no_grad: values that leave the flow the analysis follows, and ends that depend on grad.
+
+A forward's output bound to a name declared ``global``/``nonlocal`` (or readable through
+``locals()``/``eval``) is read where its use is not followed; ``.numpy()`` and numpy functions
+raise on a tensor that requires grad and do not under ``no_grad``. Each case runs the original
+and the rewrite on the same inputs: same values, or the same exception.
+"""
+import pytest
+import torch
+
+from scalebox_cst.report import REWRITTEN, SKIPPED
+from scalebox_cst.transforms.hot.no_grad import ID
+import harness
+from harness import rewriter
+
+rewrite = rewriter(ID)
+
+
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if hasattr(a, "tobytes"):
+        return a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    return a == b
+
+
+# A forward's output bound to a name declared global (or nonlocal): another function reads it
+# with its graph. The flow followed the name only in the function, so `last = net(x)` went under
+# no_grad and learn()'s backward then raised "element 0 of tensors does not require grad".
+DECLARED = '''
+import torch, torch.nn as nn
+torch.manual_seed(0)
+net = nn.Linear(3, 1); last = None
+def act(x):
+    global last
+    last = net(x)
+    return last.sum().item()
+def learn():
+    last.sum().backward(); return net.weight.grad
+def run(x):
+    return act(x), learn()
+def outer(x):
+    kept = None
+    def step(x):
+        nonlocal kept
+        kept = net(x)
+        return kept.sum().item()
+    for _ in range(2):
+        step(x)
+    kept.sum().backward()
+    return net.weight.grad
+'''
+
+
+@pytest.mark.parametrize("name, reason", [("run", "`last` is declared global"), ("outer", "`kept` is declared nonlocal")])
+def test_a_name_declared_global_or_nonlocal_is_refused(name, reason):
+    original, rewritten, out, sites = harness.pair(DECLARED, name, ID)
+    assert any(reason in s.reason for s in sites if s.action == SKIPPED), sites
+    assert not [s for s in sites if s.action == REWRITTEN], out
+    x = torch.ones(2, 3)
+    assert same(original(x), rewritten(x))
+
+
+@pytest.mark.parametrize("read", ["print(locals())", "eval('None')", "exec('pass')", "print(vars())"])
+def test_a_scope_reading_names_by_their_text_is_refused(read):
+    src = f"import torch\nimport torch.nn as nn\nnet = nn.Linear(3, 2)\ndef f(x):\n    out = net(x)\n    a = out.argmax().item()\n    {read}\n    return a\n"
+    out, sites = rewrite(src, dedent=False)
+    assert out == src
+    assert any("can be read through" in s.reason for s in sites if s.action == SKIPPED), sites
+
+
+def test_other_declarations_and_vars_of_an_object_keep_the_rewrite():
+    """CleanRL: `global_step` declared global, `vars(args)` at module level; the acting forward's
+    output is a local (or a module-level name no function reads)."""
+    src = '''
+    import argparse
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    args = argparse.Namespace(seed=0)
+    print("|".join(f"{k}={v}" for k, v in vars(args).items()))
+    q_network = nn.Linear(4, 2)
+    steps = 0
+    def act(obs):
+        global steps
+        steps += 1
+        q_values = q_network(torch.Tensor(obs))
+        return torch.argmax(q_values, dim=1).cpu().numpy()
+    obs = np.ones((3, 4), dtype=np.float32)
+    for global_step in range(3):
+        q_values = q_network(torch.Tensor(obs))
+        actions = torch.argmax(q_values, dim=1).cpu().numpy()
+    '''
+    out, sites = rewrite(src)
+    assert len([s for s in sites if s.action == REWRITTEN]) == 2, sites
+
+
+# `.numpy()` (and numpy functions, which call it) raise on a tensor that requires grad, and do
+# not under no_grad: taking them for an end turned an error into success
+# (`out = self._mlp(torch.tensor(x)); return out[0].cpu().numpy()`).
+NUMPY = '''
+import numpy as np
+import torch
+import torch.nn as nn
+class Agent:
+    def __init__(self):
+        torch.manual_seed(0)
+        self._mlp = nn.Linear(3, 4)
+    def predict(self, x):
+        out = self._mlp(torch.tensor(x))
+        return END
+def run(x):
+    return Agent().predict(x)
+'''
+
+
+@pytest.mark.parametrize("end, rewritten", [
+    ("out[0].cpu().numpy()", False),
+    ("np.asarray(out)", False),
+    ("np.array(out[0])", False),
+    ("out.max(0)[0].numpy()", False),              # the values of a max: they require grad
+    ("torch.max(out, torch.zeros(4))[1].numpy()", False),  # elementwise: [1] is a row of values
+    ("out.detach().cpu().numpy()", True),
+    ("out.cpu().data.numpy()", True),
+    ("out[0].numpy(force=True)", True),
+    ("out.argmax().item()", True),
+    ("out.argmax(-1).numpy()", True),
+    ("out.max(-1)[1].numpy()", True),               # the indices of a max over a dim
+    ("torch.max(out, dim=1)[1].numpy()", True),
+    ("out.topk(2)[1].numpy()", True),
+    ("out.tolist()", True),                         # tolist works on a tensor that requires grad
+    ("out[0, 0].item()", True),
+])
+def test_numpy_of_a_value_that_requires_grad_is_refused(end, rewritten):
+    original, new, out, sites = harness.pair(NUMPY.replace("END", end), "run", ID)
+    assert bool([s for s in sites if s.action == REWRITTEN]) is rewritten, sites
+    if not rewritten:
+        assert any("requires grad" in s.reason for s in sites if s.action == SKIPPED), sites
+    x = [[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]]
+    results = []
+    for fn in (original, new):
+        try:
+            results.append(fn(x))
+        except RuntimeError as exc:
+            results.append(type(exc))
+    assert same(results[0], results[1]), results
+
+
+class _BoxEnv:
+    """Converts its action to numpy, as gym's Box spaces do (np.asarray)."""
+
+    def step(self, a):
+        import numpy as np
+        return float(np.asarray(a, dtype=np.float32).sum())
+
+
+@pytest.mark.parametrize("action, rewritten", [("a", False), ("a.detach().numpy()", True), ("a.argmax().item()", True)])
+def test_a_tensor_given_to_the_environment_as_it_is_is_refused(action, rewritten):
+    src = ("import torch\nimport torch.nn as nn\ntorch.manual_seed(0)\nnet = nn.Linear(3, 2)\n"
+           f"def run(env, x):\n    a = net(x)\n    return env.step({action})\n")
+    original, new, out, sites = harness.pair(src, "run", ID, dedent=False)
+    assert bool([s for s in sites if s.action == REWRITTEN]) is rewritten, sites
+    results = []
+    for fn in (original, new):
+        try:
+            results.append(fn(_BoxEnv(), torch.ones(3)))
+        except RuntimeError as exc:
+            results.append(type(exc))
+    assert same(results[0], results[1]), results
