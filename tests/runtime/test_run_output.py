@@ -7,6 +7,9 @@ import subprocess
 import sys
 import textwrap
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from scalebox_cst import runs
 from scalebox_cst.runtime.output import Console, LineSplitter, Recorder
 
@@ -21,6 +24,55 @@ def test_logical_lines_end_at_newline_crlf_and_a_lone_cr_across_chunks():
     assert split.feed(b"\nbar 1\rbar 2\r") == [("half line", False), ("bar 1", True)]
     assert split.feed(b"x") == [("bar 2", True)]
     assert split.close() == ("x", False) and split.close() is None
+
+
+def _lines_at_once(data: bytes):
+    """The logical lines of the whole stream (the reference: one split, no chunks)."""
+    out, start, i = [], 0, 0
+    while i < len(data):
+        if data[i:i + 2] == b"\r\n":
+            out.append((data[start:i].decode("utf-8", "replace"), False))
+            i += 2
+            start = i
+        elif data[i:i + 1] in (b"\n", b"\r"):
+            out.append((data[start:i].decode("utf-8", "replace"), data[i:i + 1] == b"\r"))
+            i += 1
+            start = i
+        else:
+            i += 1
+    if start < len(data):
+        out.append((data[start:].decode("utf-8", "replace"), False))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\r", b"\r\n", b"\xc3\xa9", b"xyz"]), max_size=40),
+       st.lists(st.integers(1, 7), min_size=1, max_size=40))
+def test_any_chunking_gives_the_lines_of_the_whole_stream(parts, cuts):
+    data = b"".join(parts)
+    splitter, got, i = LineSplitter(), [], 0
+    for k in cuts * (len(data) + 1):
+        if i >= len(data):
+            break
+        got += splitter.feed(data[i:i + k])
+        i += k
+    rest = splitter.close()
+    got += [rest] if rest is not None else []
+    assert [(t, cr) for t, cr in got] == _lines_at_once(data)
+
+
+def test_a_line_without_end_is_handed_on_in_bounded_pieces():
+    """Found by a fault campaign: 60 MiB written without a newline took 36 s under `scalebox run`
+    (the partial line was joined to and searched with every chunk). The partial line stays under
+    MAX_LINE bytes, the pieces hold every byte, the line's end comes last."""
+    splitter, chunk, pieces = LineSplitter(), b"x" * 65536, []
+    for _ in range(int(3.5 * LineSplitter.MAX_LINE) // 65536):
+        pieces += splitter.feed(chunk)
+        assert len(splitter._partial) < LineSplitter.MAX_LINE
+    pieces += splitter.feed(b"end\nnext")
+    assert [len(t) for t, _ in pieces[:3]] == [LineSplitter.MAX_LINE] * 3
+    assert "".join(t for t, _ in pieces) == "x" * (int(3.5 * LineSplitter.MAX_LINE) // 65536 * 65536) + "end"
+    assert splitter.close() == ("next", False)
 
 
 def test_a_line_split_inside_a_multibyte_character_decodes_whole():
