@@ -111,6 +111,7 @@ class _Scanner:
         )
         self.found: List[_Candidate] = []
         self._flows: Dict[int, Flow] = {}
+        self._locals: Dict[int, Set[str]] = {}  # per scope: the names it binds
 
     def scan(self) -> List[_Candidate]:
         self._block(self.tree.body, self.tree, None, loop=False)
@@ -177,9 +178,12 @@ class _Scanner:
                     and not node.func.attr.endswith("__"):
                 return self._skip(st, f"forward of {names}: the statement changes {ast.unparse(node.func.value)} in place "
                                       f"(.{node.func.attr}: on a parameter it raises with grad, not under no_grad)")
-        local = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            local |= {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}
+        local = self._locals.get(id(scope))
+        if local is None:  # once per scope: per forward statement it made a long function quadratic
+            local = {n.id for n in ast.walk(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                local |= {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}
+            self._locals[id(scope)] = local
         seen: Set[str] = set()
         for node in ast.walk(st):
             if isinstance(node, ast.Call):
