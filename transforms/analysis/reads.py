@@ -267,8 +267,13 @@ def read_elsewhere(
     Reads under the nodes in ``also`` are ignored too (e.g. the one statement that consumes a
     list the loop built).
     """
+    from .read_index import index_of  # it walks as _Reads does: imports this module
+
     wanted = set(names)
     body = scope.body if isinstance(scope, (cst.FunctionDef, cst.ClassDef)) else scope
+    found = index_of(body).read_elsewhere(loop, wanted, also)  # one walk per scope, not per loop
+    if found is not None:
+        return found
     if not _may_read(body, wanted | set(_DYNAMIC), {id(loop), *(id(n) for n in also)}):
         return set()  # no name the visit could count is there (a field walk: ~20x cheaper)
     visitor = _Reads(wanted, loop, also)
