@@ -21,7 +21,8 @@ only after ``.detach()``/``.data`` or an integer result (or as ``.numpy(force=Tr
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Set, Tuple
+import bisect
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .callees import ENGINE_EFFECTS, ENGINE_PURE, GRAD_ATTRS
 
@@ -74,6 +75,7 @@ class Flow:
         self.declared: Dict[str, str] = {}  # name -> "global"/"nonlocal" (this scope's own declarations)
         self.augmented: Dict[str, List[ast.AugAssign]] = {}
         self._dynamic: Optional[List[ast.Call]] = None  # calls reading names by their text (locals(), eval)
+        self._blocks: Dict[Tuple[int, str], Any] = {}  # (id(parent), field) -> its block's facts (_place)
         body = scope.body
         for st in body:
             self._index(st, scope)
@@ -149,20 +151,41 @@ class Flow:
         if not isinstance(binding, ast.Assign):
             return loads
         up = self.parents.get(binding)
-        block = next((getattr(up, f) for f in ("body", "orelse", "finalbody")
-                      if any(x is binding for x in getattr(up, f, None) or ())), None)
-        if block is None or self._in_try(binding):
+        found = self._place(up, binding)
+        if found is None or self._in_try(binding):
             return loads
-        i = next(k for k, x in enumerate(block) if x is binding)
-        for k in range(i + 1, len(block)):
-            r = block[k]
-            if isinstance(r, ast.Assign) and all(isinstance(t, ast.Name) for t in r.targets) \
-                    and any(t.id == name for t in r.targets):
-                live = {id(n) for st in block[i + 1:k] for n in ast.walk(st)} | {id(n) for n in ast.walk(r.value)}
-                return [load for load in loads if id(load) in live]
-            if _jumps(r):
-                return loads
-        return loads
+        block, i, (jumps, rebinds) = found
+        # the first later statement that rebinds the name (all targets names) and the first that
+        # jumps: at one statement the rebinding comes first
+        k = next((k for k in rebinds.get(name, ()) if k > i), None)
+        j = jumps[bisect.bisect_right(jumps, i)] if jumps and jumps[-1] > i else None
+        if k is None or (j is not None and j < k):
+            return loads
+        live = {id(n) for st in block[i + 1:k] for n in ast.walk(st)} | {id(n) for n in ast.walk(block[k].value)}
+        return [load for load in loads if id(load) in live]
+
+    def _place(self, up: Optional[ast.AST], st: ast.AST):
+        """``(block, index of st in it, (statements that jump, name -> statements rebinding it))``
+        for the block of ``up`` holding ``st``, or None; each block's facts are gathered once
+        (per binding they were a scan of the rest of the block: quadratic in a long function)."""
+        for f in ("body", "orelse", "finalbody"):
+            block = getattr(up, f, None)
+            if not isinstance(block, list):
+                continue
+            key = (id(up), f)
+            facts = self._blocks.get(key)
+            if facts is None:
+                jumps = [k for k, x in enumerate(block) if _jumps(x)]
+                rebinds: Dict[str, List[int]] = {}
+                for k, x in enumerate(block):
+                    if isinstance(x, ast.Assign) and all(isinstance(t, ast.Name) for t in x.targets):
+                        for t in x.targets:
+                            rebinds.setdefault(t.id, []).append(k)
+                facts = self._blocks[key] = ({id(x): k for k, x in enumerate(block)}, (jumps, rebinds))
+            i = facts[0].get(id(st))
+            if i is not None:
+                return block, i, facts[1]
+        return None
 
     def _in_try(self, node: ast.AST) -> bool:
         up = self.parents.get(node)
