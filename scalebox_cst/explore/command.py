@@ -79,7 +79,7 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
     from scalebox_cst.explore import report
     from scalebox_cst.explore.branches import places_of
     from scalebox_cst.explore.places import PlaceError
-    from scalebox_cst.explore.study import ExploreError, Study, require_optuna
+    from scalebox_cst.explore.study import ExploreError, Study, disk_error, require_optuna
 
     try:
         config = cfg.load(config_path)
@@ -125,8 +125,20 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
         error = str(exc)
     except KeyboardInterrupt:
         error = "interrupted; go on with --resume"
+    except OSError as exc:  # a full disk while the main thread wrote the journal
+        error = disk_error(exc, study.dir)
     finally:
-        written = report.write(study.study, study.dir)
+        written: Optional[Dict[str, Optional[str]]]
+        try:
+            written = report.write(study.study, study.dir)
+        except OSError as exc:
+            written = None
+            click.echo(f"scalebox: report not written: {exc.filename or study.dir}: {exc.strerror or exc}", err=True)
+        except ExploreError as exc:
+            written = None
+            click.echo(f"scalebox: report not written: {exc}", err=True)
+    if written is None:
+        _fail(error or "the report could not be written")
     click.echo(f"report: {written['report']}")
     if written["optimal"]:
         best = json.load(open(written["optimal"], encoding="utf-8"))

@@ -19,8 +19,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from scalebox_cst import runs
-from scalebox_cst.explore import branches
+from scalebox_cst.explore import branches, journal
 from scalebox_cst.explore.config import ExploreConfig, ParamSpec
+from scalebox_cst.store import StoreError
 
 INSTALL_HINT = "scalebox explore needs Optuna: pip install 'scalebox_cst[explore]' (or pip install 'optuna>=3')"
 FAILS_IN_A_ROW = 3
@@ -28,6 +29,12 @@ FAILS_IN_A_ROW = 3
 
 class ExploreError(RuntimeError):
     """Stops the study; the message is one line (a traceback may follow it)."""
+
+
+def disk_error(exc: OSError, where: str) -> str:
+    """One line for an OSError writing the study (ENOSPC above all)."""
+    return (f"{exc.filename or where}: {exc.strerror or exc}; stopping the study "
+            "(the journal keeps every finished trial: make room, then --resume)")
 
 
 class _Pruned(Exception):
@@ -53,29 +60,33 @@ def study_dir(project_root: str, name: str) -> str:
     return os.path.join(project_root, ".scalebox", "explore", name)
 
 
-def storage(directory: str):
-    """Optuna's journal file storage in ``directory`` (Optuna 4's name, else 3's)."""
+def storage(directory: str, repair: bool = False, echo: Optional[Callable[[str], None]] = None):
+    """Optuna's journal file storage in ``directory``, its file checked first (``journal.check``:
+    a damaged last record is cut off when ``repair``, other damage is one ExploreError line)."""
     optuna = require_optuna()
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, "journal.log")
+    path = os.path.join(directory, journal.JOURNAL)
     try:
-        from optuna.storages.journal import JournalFileBackend
-        backend = JournalFileBackend(path)
-    except ImportError:  # optuna 3.x
-        backend = optuna.storages.JournalFileStorage(path)
-    return optuna.storages.JournalStorage(backend)
+        os.makedirs(directory, exist_ok=True)
+        journal.check(path, repair, echo)
+    except journal.JournalError as exc:
+        raise ExploreError(str(exc)) from None
+    except OSError as exc:
+        raise ExploreError(f"{directory}: {exc.strerror or exc}") from None
+    return optuna.storages.JournalStorage(journal.backend(path))
 
 
 def load_study(project_root: str, name: str):
-    """The stored study (for the report and the monitor), or None."""
+    """The stored study (for the report and the monitor; read only), or None."""
     directory = study_dir(project_root, name)
-    if not os.path.exists(os.path.join(directory, "journal.log")):
+    if not os.path.lexists(os.path.join(directory, journal.JOURNAL)):
         return None
     optuna = require_optuna()
     try:
         return optuna.load_study(study_name=name, storage=storage(directory))
     except KeyError:
         return None
+    except (ValueError, TypeError, OSError) as exc:
+        raise ExploreError(f"{directory}: the study cannot be read ({exc})") from None
 
 
 def make_sampler(optuna, config: ExploreConfig, seed: Optional[int]):
@@ -121,22 +132,30 @@ class Study:
         self.echo = echo
         self.dir = study_dir(project.root, config.study)
         optuna = self.optuna
-        store = storage(self.dir)
-        existing = [s.study_name for s in optuna.get_all_study_summaries(store)] if os.path.exists(self.dir) else []
-        if config.study in existing and not resume:
-            raise ExploreError(f"study {config.study} already exists in {os.path.relpath(self.dir, project.root)}: "
-                               "--resume to go on with it, or give another study: name")
-        if resume and config.study not in existing:
-            raise ExploreError(f"--resume: no study {config.study} in {os.path.relpath(self.dir, project.root)} to resume")
-        pruner = (optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=config.prune_warmup_steps)
-                  if config.prune == "median" else optuna.pruners.NopPruner())
-        self.study = optuna.create_study(study_name=config.study, storage=store, direction=config.direction,
-                                         sampler=make_sampler(optuna, config, sampler_seed), pruner=pruner,
-                                         load_if_exists=True)
-        self.study.set_user_attr("config", {"script": config.script, "metric": config.metric, "direction": config.direction,
-                                            "seeds": config.seeds, "trials": config.trials, "sampler": config.sampler,
-                                            "prune": config.prune, "args": config.args})
-        self.study.set_user_attr("places", {k: p.to_json() for k, p in bound.items()})
+        # the journal is written below: a damaged last record (a kill, a full disk) is cut off first
+        store = storage(self.dir, repair=True, echo=echo)
+        try:
+            existing = [s.study_name for s in optuna.get_all_study_summaries(store)] if os.path.exists(self.dir) else []
+            if config.study in existing and not resume:
+                raise ExploreError(f"study {config.study} already exists in {os.path.relpath(self.dir, project.root)}: "
+                                   "--resume to go on with it, or give another study: name")
+            if resume and config.study not in existing:
+                raise ExploreError(f"--resume: no study {config.study} in {os.path.relpath(self.dir, project.root)} to resume")
+            pruner = (optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=config.prune_warmup_steps)
+                      if config.prune == "median" else optuna.pruners.NopPruner())
+            self.study = optuna.create_study(study_name=config.study, storage=store, direction=config.direction,
+                                             sampler=make_sampler(optuna, config, sampler_seed), pruner=pruner,
+                                             load_if_exists=True)
+            self.study.set_user_attr("config", {"script": config.script, "metric": config.metric, "direction": config.direction,
+                                                "seeds": config.seeds, "trials": config.trials, "sampler": config.sampler,
+                                                "prune": config.prune, "args": config.args})
+            self.study.set_user_attr("places", {k: p.to_json() for k, p in bound.items()})
+        except ExploreError:
+            raise
+        except OSError as exc:
+            raise ExploreError(disk_error(exc, self.dir)) from None
+        except (ValueError, TypeError) as exc:
+            raise ExploreError(f"{os.path.join(self.dir, journal.JOURNAL)}: the study cannot be read ({exc})") from None
         self.lock = threading.Lock()
         self.active: Dict[int, Any] = {}  # trial number -> its running Execution
         self.stopping: Optional[str] = None
@@ -178,6 +197,12 @@ class Study:
                             return
                         counter["left"] -= 1
                     self._one()
+            except (OSError, StoreError) as exc:  # a full disk: one line, the study stops
+                with self.lock:
+                    if self.fatal is None:
+                        self.fatal = ExploreError(disk_error(exc, self.dir) if isinstance(exc, OSError)
+                                                  else f"{exc}; stopping the study")
+                    self.stopping = "fatal"
             finally:
                 with self.lock:
                     counter["alive"] -= 1
@@ -249,7 +274,10 @@ class Study:
                 self.stopping = "fatal"
             return
         except BaseException:
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            try:  # a full disk may refuse this record too: the error that stopped the trial is the one to say
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            except Exception:
+                pass
             raise
         self.study.tell(trial, value)
         with self.lock:

@@ -1,0 +1,125 @@
+"""The study's journal file (``.scalebox/explore/<study>/journal.log``): checked before Optuna
+opens it, repaired when only its last record is damaged, and never left ending in a partial
+record by our own writes.
+
+Optuna's ``JournalFileBackend`` skips a last line that is cut short or garbled when it reads,
+but appends the next record right after it: ``...}\\n{"op`` + ``{"op_code": ...}\\n`` is a
+garbled line in the middle, and every later read fails with ``JSONDecodeError``. So: a write
+that fails (ENOSPC) is undone (the file truncated back to where the write began, which needs
+no space), and ``--resume`` cuts a damaged last record off (keeping a copy of the file) before
+the first append. A damaged record anywhere else is one line naming its line number.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import time
+from typing import Callable, Optional
+
+JOURNAL = "journal.log"
+
+
+class JournalError(RuntimeError):
+    """The journal cannot be read or written; the message is one line."""
+
+
+def _rel(path: str) -> str:
+    parts = os.path.normpath(path).split(os.sep)
+    return os.path.join(*parts[-4:]) if len(parts) >= 4 else path
+
+
+def _bad(line: bytes) -> Optional[str]:
+    """Why ``line`` (with its newline, if any) is not a journal record, or None."""
+    if not line.endswith(b"\n"):
+        return "cut short"
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return "not JSON"
+    if not isinstance(record, dict) or "op_code" not in record:
+        return "not a journal record"
+    return None
+
+
+def check(path: str, repair: bool, echo: Optional[Callable[[str], None]] = None) -> None:
+    """Raise JournalError unless ``path`` is absent or a readable journal. A damaged tail (the last
+    record cut short or garbled, or trailing NUL bytes) is cut off when ``repair`` (the original
+    kept beside it as ``journal.log.damaged-<time>``; ``echo`` says so in one line), else left
+    for Optuna's reader, which skips it. A damaged record before the last: JournalError."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise JournalError(f"{_rel(path)}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise JournalError(f"{_rel(path)}: not a regular file; move it away to start the study again")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise JournalError(f"{_rel(path)}: {exc.strerror or exc}") from None
+    lines = data.splitlines(keepends=True)
+    offset = 0
+    for number, line in enumerate(lines, start=1):
+        why = _bad(line)
+        if why is None:
+            offset += len(line)
+            continue
+        rest = lines[number:]
+        if rest and not all(not r.strip(b"\0 \t\r\n") for r in rest):
+            raise JournalError(f"{_rel(path)}: line {number} of {len(lines)} is {why}; the study cannot be read "
+                               "(move the file away, or delete that line to keep the rest)")
+        if repair:
+            _cut(path, data, offset, number, why, echo)
+        return
+
+
+def _cut(path: str, data: bytes, offset: int, number: int, why: str, echo: Optional[Callable[[str], None]]) -> None:
+    copy = f"{path}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        shutil.copyfile(path, copy)
+        os.truncate(path, offset)
+    except OSError as exc:
+        raise JournalError(f"{_rel(path)}: its last record (line {number}) is {why} and could not be repaired: "
+                           f"{exc.strerror or exc}") from None
+    if echo is not None:
+        echo(f"scalebox: {_rel(path)}: its last record (line {number}) was {why}; cut off "
+             f"({len(data) - offset} bytes), the original kept as {os.path.basename(copy)}")
+
+
+def backend(path: str):
+    """Optuna's journal file backend for ``path`` whose failed appends leave the file as it was."""
+    try:
+        from optuna.storages.journal import JournalFileBackend
+        from optuna.storages.journal._file import get_lock_file
+    except ImportError:  # optuna 3.x: its own backend as it is
+        import optuna
+
+        return optuna.storages.JournalFileStorage(path)
+
+    class _Backend(JournalFileBackend):
+        def append_logs(self, logs):  # as Optuna's, plus the undo of a failed write
+            text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
+            data = text.encode("utf-8")
+            with get_lock_file(self._lock):
+                fd = os.open(self._file_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    start = os.fstat(fd).st_size
+                    try:
+                        view = memoryview(data)
+                        while view:  # unbuffered: nothing is left to be written later by a close
+                            view = view[os.write(fd, view):]
+                        os.fsync(fd)
+                    except OSError:
+                        try:
+                            os.ftruncate(fd, start)
+                        except OSError:
+                            pass
+                        raise
+                finally:
+                    os.close(fd)
+
+    return _Backend(path)

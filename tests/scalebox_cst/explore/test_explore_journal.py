@@ -1,0 +1,165 @@
+"""The study's journal under faults: a full disk mid-study (one line, the journal left whole),
+a journal cut short or garbled at its end (``--resume`` repairs it, keeping a copy, in one line),
+damage elsewhere or a folder in its place (one line), and the monitor's /api/study on each."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import scalebox
+
+optuna = pytest.importorskip("optuna")
+
+from scalebox_cst.explore import monitor_api  # noqa: E402
+from scalebox_cst.explore.study import load_study  # noqa: E402
+from scalebox_cst.monitor.api import ApiError  # noqa: E402
+
+SCRIPT = textwrap.dedent(
+    """\
+    LR = 0.9
+    for step in range(3):
+        print(f"step={step} score={-(LR - 0.3) ** 2:.6f}")
+    """
+)
+CONFIG = textwrap.dedent(
+    """\
+    script: train.py
+    metric: score
+    trials: 2
+    seeds: [0]
+    sampler: random
+    params:
+      LR: {uniform: [0.0, 1.0]}
+    """
+)
+ENV = {"SCALEBOX_TELEMETRY": "0", "SCALEBOX_PROFILE": "0"}
+# a disk that fills up: the journal's writes after the first N fail with ENOSPC, half written
+FULL_DISK = textwrap.dedent(
+    """\
+    import errno, os
+    _write, _count = os.write, [0]
+    def _full(fd, data):
+        try:
+            name = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            name = ""
+        if name.endswith("journal.log"):
+            _count[0] += 1
+            if _count[0] > int(os.environ["JOURNAL_WRITES"]):
+                if len(data) > 1:
+                    return _write(fd, bytes(data)[: len(data) // 2])
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return _write(fd, data)
+    os.write = _full
+    from scalebox_cst.cli import main
+    main()
+    """
+)
+
+
+def make(tmp_path, trials=2):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(SCRIPT)
+    (root / "explore.yaml").write_text(CONFIG.replace("trials: 2", f"trials: {trials}"))
+    scalebox("init", ".", cwd=root)
+    return root
+
+
+def explore(root, *args, check=True):
+    return scalebox("explore", "-c", "explore.yaml", *args, cwd=root, check=check, env=ENV, timeout=240)
+
+
+def journal(root):
+    return root / ".scalebox" / "explore" / "explore" / "journal.log"
+
+
+def states(root):
+    return [t.state.name for t in load_study(str(root), "explore").get_trials(deepcopy=False)]
+
+
+def no_traceback(proc):
+    assert "Traceback" not in proc.stderr and "Error:" not in proc.stderr.replace("scalebox:", ""), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    root = make(tmp_path_factory.mktemp("journal"))
+    explore(root, "--sampler-seed", "0")
+    return root, journal(root).read_bytes()
+
+
+def fresh(finished, tmp_path, tail: bytes = b"", cut: int = 0):
+    """A copy of the finished study with its journal cut by ``cut`` bytes and ``tail`` appended."""
+    import shutil
+
+    root = tmp_path / "proj"
+    shutil.copytree(finished[0], root)
+    data = finished[1]
+    journal(root).write_bytes(data[: len(data) - cut] + tail)
+    (root / "explore.yaml").write_text(CONFIG.replace("trials: 2", "trials: 3"))
+    return root
+
+
+@pytest.mark.parametrize("damage", ["cut", "nul", "garbled"])
+def test_resume_repairs_a_damaged_last_record_and_keeps_a_copy(finished, tmp_path, damage):
+    root = {"cut": lambda: fresh(finished, tmp_path, cut=37),
+            "nul": lambda: fresh(finished, tmp_path, tail=b"\0" * 64),
+            "garbled": lambda: fresh(finished, tmp_path, tail=b'{"op_code": 5, "worker\n')}[damage]()
+    damaged = journal(root).read_bytes()
+    # read only (the monitor): the damaged end is skipped, nothing is written
+    assert monitor_api.study(str(root), "explore")["counts"]["complete"] >= 1
+    assert journal(root).read_bytes() == damaged
+    proc = explore(root, "--resume", check=False)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    repaired = [line for line in proc.stderr.splitlines() if "its last record" in line]
+    assert len(repaired) == 1 and "cut off" in repaired[0] and "journal.log.damaged-" in repaired[0], proc.stderr
+    copies = [p for p in journal(root).parent.iterdir() if p.name.startswith("journal.log.damaged-")]
+    assert len(copies) == 1 and copies[0].read_bytes() == damaged
+    assert states(root).count("COMPLETE") == 3
+    assert explore(root, "--resume").returncode == 0  # and it reads again afterwards
+
+
+def test_damage_before_the_last_record_is_one_line(finished, tmp_path):
+    root = fresh(finished, tmp_path)
+    lines = journal(root).read_bytes().splitlines(keepends=True)
+    lines[1] = b'{"op_code": 4, "gar\n'
+    journal(root).write_bytes(b"".join(lines))
+    proc = explore(root, "--resume", check=False)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"journal.log: line 2 of {len(lines)} is not JSON; the study cannot be read" in proc.stderr
+    with pytest.raises(ApiError, match="line 2"):
+        monitor_api.study(str(root), "explore")
+
+
+def test_a_folder_in_place_of_the_journal_is_one_line(finished, tmp_path):
+    root = fresh(finished, tmp_path)
+    journal(root).unlink()
+    journal(root).mkdir()
+    proc = explore(root, "--resume", check=False)
+    assert proc.returncode == 1 and proc.stderr.strip().endswith("journal.log: not a regular file; move it away to start the study again")
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert monitor_api.studies(str(root)) == {"studies": []}
+
+
+@pytest.mark.parametrize("writes", [3, 12])
+def test_a_full_disk_stops_the_study_in_one_line_and_resume_goes_on(tmp_path, writes):
+    root = make(tmp_path, trials=4)
+    (tmp_path / "fulldisk.py").write_text(FULL_DISK)
+    env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1", "JOURNAL_WRITES": str(writes)}
+    proc = subprocess.run([sys.executable, str(tmp_path / "fulldisk.py"), "explore", "-c", "explore.yaml"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=240)
+    no_traceback(proc)
+    assert proc.returncode == 1
+    assert "No space left on device; stopping the study" in proc.stderr, proc.stderr
+    data = journal(root).read_bytes()
+    assert data.endswith(b"\n") and os.path.getsize(journal(root)) == len(data)  # no partial record left
+    again = explore(root, "--resume", check=False)
+    no_traceback(again)
+    assert again.returncode == 0, again.stderr
+    assert states(root).count("COMPLETE") == 4
