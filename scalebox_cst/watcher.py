@@ -8,8 +8,10 @@ changed, so reads, touches and the engine's own state writes (``.scalebox/``) cr
 from __future__ import annotations
 
 import os
+import math
 import queue
 import threading
+import time
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Set
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
 
 # Events that never mean "content may have changed".
 _IGNORED_EVENTS = {"opened", "closed_no_write"}
+#: the longest quiet time that ends a batch (``--debounce``), seconds
+MAX_DEBOUNCE = 300.0
+#: how often a wait for events looks whether the watcher was asked to stop, seconds
+_STOP_CHECK = 0.1
 
 
 def _project_event(project: Project, kind: str, message: str, **extra) -> None:
@@ -72,6 +78,8 @@ class Watcher:
         run_output=None,
         grace: float = 3.0,
     ) -> None:
+        if not (isinstance(debounce, (int, float)) and math.isfinite(debounce) and 0 <= debounce <= MAX_DEBOUNCE):
+            raise ValueError(f"debounce must be a number of seconds from 0 to {MAX_DEBOUNCE:g}, got {debounce!r}")
         self.project = project
         self.script = script
         self.args = list(args)
@@ -129,18 +137,32 @@ class Watcher:
         if self.relevant(path, is_directory):
             self.events.put(path)
 
+    def _get(self, timeout: float) -> Optional[str]:
+        """One event within ``timeout`` seconds, else None; waited in slices, so that a stop
+        (SIGTERM, SIGHUP) is seen within ``_STOP_CHECK`` seconds whatever the debounce."""
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                return self.events.get(timeout=min(left, _STOP_CHECK))
+            except queue.Empty:
+                pass
+        return None
+
     def _next_batch(self, timeout: float) -> Set[str]:
-        """Wait for one event, then gather until ``debounce`` seconds pass with no new event."""
-        try:
-            first = self.events.get(timeout=timeout)
-        except queue.Empty:
+        """Wait for one event, then gather until ``debounce`` seconds pass with no new event.
+        Empty when the watcher was stopped meanwhile: a batch cut short is not committed."""
+        first = self._get(timeout)
+        if first is None:
             return set()
         batch = {first}
         while True:
-            try:
-                batch.add(self.events.get(timeout=self.debounce))
-            except queue.Empty:
-                return batch
+            event = self._get(self.debounce)
+            if event is None:
+                return set() if self._stop.is_set() else batch
+            batch.add(event)
 
     # -------------------------------------------------------------- change handling
     def handle_change(self, force: bool = False) -> ChangeResult:
@@ -237,7 +259,7 @@ class Watcher:
     def process_pending(self, timeout: float = 0.5) -> Optional[ChangeResult]:
         self.reap_run()
         batch = self._next_batch(timeout)
-        if not batch:
+        if not batch or self._stop.is_set():
             return None
         return self.handle_change()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import List, NoReturn, Optional, Sequence
 
@@ -11,6 +12,17 @@ import click
 from scalebox_cst.config import Config, ConfigError, find_project_root
 from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option in a range that refuses nan and inf (click's FloatRange lets them through:
+    every comparison with nan is false, and an open end takes inf)."""
+
+    def convert(self, value, param, ctx):
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:

@@ -8,18 +8,20 @@ from typing import Optional, Tuple
 
 import click
 
-from scalebox_cst.cli._common import _fail, cli
+from scalebox_cst.cli._common import FiniteFloat, _fail, cli
 from scalebox_cst.config import ConfigError
 from scalebox_cst.project import Project
 from scalebox_cst.runner import signals
 from scalebox_cst.store import StoreError
+from scalebox_cst.watcher import MAX_DEBOUNCE
 
 
 # ---------------------------------------------------------------------------- watch
 def _watch_options(func):
     func = click.argument("args", nargs=-1, type=click.UNPROCESSED)(func)
     func = click.option("--polling", is_flag=True, help="Poll the file system instead of OS events.")(func)
-    func = click.option("--debounce", type=float, default=0.03, show_default=True, help="Quiet seconds that end a batch.")(func)
+    func = click.option("--debounce", type=FiniteFloat(min=0, max=MAX_DEBOUNCE), default=0.03, show_default=True,
+                        help=f"Quiet seconds that end a batch (0 to {MAX_DEBOUNCE:g}).")(func)
     func = click.option("--run", "script", help="Script to (re)start from each new branch.")(func)
     func = click.argument("directory", type=click.Path(file_okay=False, exists=True))(func)
     return func

@@ -326,3 +326,30 @@ def test_links_out_of_the_project_and_fifos_are_named_once(started, tmp_path):
     ]
     info = watcher.project.store.resolve("run/0003")
     assert "passwd.py" not in watcher.project.store.tree_paths(info.commit)
+
+
+@pytest.mark.parametrize("value, said", [("nan", "'nan' is not a finite number"), ("inf", "'inf' is not a finite number"),
+                                         ("-1", "-1.0 is not in the range 0<=x<=300"), ("1e9", "1000000000.0 is not in the range 0<=x<=300")])
+def test_a_debounce_that_is_not_a_sane_number_is_refused_when_parsed(project, value, said):
+    from conftest import scalebox
+
+    proc = scalebox("watch", str(project), "--debounce", value, check=False, timeout=30)
+    assert proc.returncode == 2 and f"Invalid value for '--debounce': {said}" in proc.stderr
+    assert not (project / ".scalebox").exists()  # refused before anything was made
+    with pytest.raises(ValueError, match="debounce must be a number of seconds"):
+        make_watcher(project, debounce=float(value))
+
+
+def test_a_stop_while_a_batch_is_gathered_is_prompt_and_commits_nothing(started):
+    """SIGTERM sets stop(): with a 20 s debounce the watcher must not wait out the batch, nor
+    commit it (or start a run) after the stop was asked for."""
+    import threading
+
+    watcher, messages, project = started
+    watcher.debounce = 20.0
+    (project / "train.py").write_text((project / "train.py").read_text() + "# edited\n")
+    threading.Timer(0.5, watcher.stop).start()
+    began = time.monotonic()
+    assert watcher.process_pending(timeout=5.0) is None
+    assert time.monotonic() - began < 2.0
+    assert branches(watcher) == ["run/0001"]
