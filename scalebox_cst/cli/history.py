@@ -65,8 +65,18 @@ def _run_entry(run_info) -> dict:
     return record
 
 
+def _numbers(head: Any) -> Dict[str, Any]:
+    """The headline with values of the wrong type dropped (a damaged record.json): missing, not a crash."""
+    if not isinstance(head, dict):
+        return {}
+    return {k: v for k, v in head.items() if not (k in NUMERIC_HEADLINE and (isinstance(v, bool) or not isinstance(v, (int, float))))}
+
+
+NUMERIC_HEADLINE = ("episodic_return_final", "episodic_return_best", "episodes", "sps", "guard_pass_rate", "site_time_s")
+
+
 def _run_line(entry: dict) -> str:
-    head = entry.get("headline") or {}
+    head = _numbers(entry.get("headline"))
     text = f"  #{entry['run']:<3} {entry.get('status', '?'):<8}"
     text += " original" if entry.get("variant") == "original" else " " * 9
     wall = entry.get("wall_time")
@@ -83,7 +93,9 @@ def _run_line(entry: dict) -> str:
         text += " " + " ".join(entry["args"])
     facts = []
     if head.get("episodic_return_final") is not None:
-        facts.append(f"return {head['episodic_return_final']:.4g} (best {head['episodic_return_best']:.4g}, {head.get('episodes', 0)} ep)")
+        best = head.get("episodic_return_best")
+        facts.append(f"return {head['episodic_return_final']:.4g} (best {'?' if best is None else format(best, '.4g')}, "
+                     f"{head.get('episodes', 0)} ep)")
     if head.get("sps") is not None:
         facts.append(headlines.shown("sps", head["sps"]))
     if head.get("guard_pass_rate") is not None:

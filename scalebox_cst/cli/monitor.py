@@ -6,7 +6,7 @@ from typing import Tuple
 
 import click
 
-from scalebox_cst.cli._common import _fail, cli
+from scalebox_cst.cli._common import FiniteFloat, _fail, cli
 from scalebox_cst.config import find_project_root
 from scalebox_cst.store import StoreError
 
@@ -21,7 +21,7 @@ def _interrupt(*_) -> None:
 @click.option("--web-port", "port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port (0: any free one).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; another than loopback exposes the page (a warning says to whom).")
 @click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME", help="Also answer requests naming NAME in their Host header (repeatable; loopback names and the bound address always are).")
-@click.option("--refresh-interval", type=click.FloatRange(min=0.25), default=2.0, show_default=True, help="Seconds between the page's polls.")
+@click.option("--refresh-interval", type=FiniteFloat(min=0.25, max=3600), default=2.0, show_default=True, help="Seconds between the page's polls.")
 @click.option("--verbose", is_flag=True, help="Log each request to stderr.")
 def monitor(directory: str, port: int, host: str, allow_hosts: Tuple[str, ...], refresh_interval: float, verbose: bool) -> None:
     """Serve a live page of DIRECTORY's branches, curves, diffs and events (read-only)."""

@@ -26,6 +26,7 @@ import hashlib
 import http.server
 import importlib.resources
 import json
+import math
 import select
 import socket
 import sys
@@ -217,7 +218,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             data, status = {"error": str(exc)}, exc.status
         except Exception as exc:  # one bad project file must not take the page down
             data, status = {"error": f"{type(exc).__name__}: {exc}"}, 500
-        body = json.dumps(data, allow_nan=False, separators=(",", ":"), default=str).encode()
+        try:
+            body = json.dumps(data, allow_nan=False, separators=(",", ":"), default=str).encode()
+        except ValueError:  # a nan or inf left in the data (a damaged record, an option): as strings
+            body = json.dumps(finite_json(data), allow_nan=False, separators=(",", ":"), default=str).encode()
         self._send(status, body, "application/json", head, cache="no-cache", etag=_etag(body))
 
     def _send(self, status: int, body: bytes, ctype: str, head: bool, cache: str = "no-store", etag: Optional[str] = None) -> None:
@@ -363,3 +367,15 @@ class MonitorServer(http.server.ThreadingHTTPServer):
         from scalebox_cst.runtime import threads
 
         return threads.start_daemon(self.serve_forever, "scalebox-monitor")
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with every non-finite float as the string ``"nan"``, ``"inf"`` or ``"-inf"`` (the
+    API's documented encoding), so that no answer fails to encode."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value

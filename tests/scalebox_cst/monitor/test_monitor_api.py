@@ -18,6 +18,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+from conftest import scalebox
 from hypothesis import given, settings, strategies as st
 
 from scalebox_cst import diffview, runs
@@ -967,3 +968,51 @@ def test_an_import_hook_session_is_a_branch_with_its_diff(project):
     assert f["path"] == "train.py"
     assert any(s["transform"] == "grad_clip" for h in f["hunks"] for s in h["sites"])
     assert any(op == "+" and "_scalebox_stabilize(optimizer" in line for h in f["hunks"] for op, line in h["lines"])
+
+
+def _strict(body):
+    """JSON as a browser's JSON.parse reads it: NaN and Infinity are not JSON."""
+    def refuse(name):
+        raise AssertionError(f"{name} in an answer")
+    return json.loads(body, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("started", ["NaN", "Infinity", '"x"', "[1]", "true"])
+def test_a_record_with_a_wrong_typed_number_reads_as_missing_everywhere(proj, started):
+    folder = write_run(proj, "run/0003")
+    path = os.path.join(folder, runs.RECORD)
+    text = open(path).read()
+    record = json.loads(text)
+    text = text.replace(json.dumps(record["started"]), started, 1)
+    assert started in text
+    with open(path, "w") as fh:
+        fh.write(text.replace(f'"wall_time": {json.dumps(record["wall_time"])}', '"wall_time": NaN'))
+    assert runs.load_record(folder)["started"] is None and runs.load_record(folder)["wall_time"] is None
+    srv = MonitorServer(Monitor(proj, refresh_interval=0.5, runs_ttl=0), port=0)
+    srv.start_background()
+    try:
+        for route in ("/api/branches", "/api/runs?branch=run/0003"):
+            status, _, body = get(srv, route)
+            assert status == 200, (route, body)
+            _strict(body)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    for args in (("log",), ("profile", "run/0003"), ("log", "--json")):
+        proc = scalebox(*args, cwd=proj, check=False)
+        assert "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert proc.returncode in (0, 1) and len(proc.stderr.strip().splitlines()) <= 1, (args, proc.stderr)
+
+
+def test_non_finite_values_are_strings_in_answers_and_refused_as_options(proj):
+    srv = MonitorServer(Monitor(proj, refresh_interval=float("nan"), runs_ttl=0), port=0)
+    srv.start_background()
+    try:
+        status, _, body = get(srv, "/api/project")
+        assert status == 200 and _strict(body)["refresh_interval"] == "nan"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    for value in ("nan", "inf", "-inf", "1e9"):
+        proc = scalebox("monitor", proj, "--refresh-interval", value, "--web-port", "0", check=False, timeout=20)
+        assert proc.returncode == 2 and "Invalid value for '--refresh-interval'" in proc.stderr, (value, proc.stderr)
