@@ -87,6 +87,12 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
             select.extend(p for p in project.scan() if rel in (".", "") or p.startswith(rel.rstrip("/") + "/"))
         else:
             select.append(rel)
+    if out:
+        from scalebox_cst.outdir import refusal
+
+        problem = refusal(out, project.root, project.state_dir, set(select))
+        if problem:
+            _fail(f"--out {problem}", 2)
     try:
         project.pipeline.progress = lambda line: click.echo(line, err=True)  # checks transform ids too
     except ConfigError as exc:
@@ -99,12 +105,12 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
     report = result.report
     failed = [f for f in report.files if f.status == "error"]
     if out:
+        from scalebox_cst.outdir import OutError, write_tree
+
         try:
-            for rel, data in result.outputs.items():
-                target = os.path.join(out, *rel.split("/"))
-                os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-                with open(target, "wb") as fh:
-                    fh.write(data)
+            write_tree(out, result.outputs)
+        except OutError as exc:
+            _fail(f"--out {exc}; committed as {report.branch}")
         except OSError as exc:
             _fail(f"--out {out}: {exc.strerror or exc} ({exc.filename or out}); committed as {report.branch}")
     if as_json:

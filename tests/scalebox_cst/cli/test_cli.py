@@ -349,3 +349,37 @@ def test_rewrite_out_that_cannot_be_written_is_one_line(project, tmp_path):
     proc = scalebox("rewrite", str(project), "--backend", "cpu", "--out", str(blocker / "sub"), check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("scalebox: --out ") and "committed as run/0001" in proc.stderr
+
+
+def test_rewrite_out_never_writes_through_links_nor_over_the_project(project, tmp_path):
+    """--out refused a link nowhere: a link in DIR (file or folder) was written through, and
+    ``--out .`` replaced the user's train.py with its rewrite."""
+    scalebox("init", str(project))
+    victim, elsewhere = tmp_path / "victim", tmp_path / "elsewhere"
+    victim.write_text("mine\n")
+    elsewhere.mkdir()
+    (project / "pkg").mkdir()
+    (project / "pkg" / "mod.py").write_text("x = 1\n")
+    (project / "pkg" / "train.py").write_text("y = 2\n")  # --out pkg would replace it
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(victim, out / "train.py")
+    od2 = tmp_path / "od2"
+    od2.mkdir()
+    os.symlink(elsewhere, od2 / "pkg")
+    before = (project / "train.py").read_bytes()
+    for where in (out, od2):
+        proc = scalebox("rewrite", str(project), "--backend", "cpu", "--out", str(where), check=False)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("scalebox: --out ") and "symbolic link" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert victim.read_text() == "mine\n" and os.listdir(elsewhere) == []
+    assert os.path.islink(out / "train.py")
+    for where in (project, project / ".scalebox" / "out", tmp_path, project / "pkg"):
+        proc = scalebox("rewrite", str(project), "--backend", "cpu", "--out", str(where), check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith("scalebox: --out "), proc.stderr
+    assert (project / "train.py").read_bytes() == before and (project / "pkg" / "train.py").read_text() == "y = 2\n"
+    assert not (project / ".scalebox" / "out").exists() and not (project / "pkg" / "pkg").exists()
+    good = tmp_path / "good"
+    scalebox("rewrite", str(project), "--backend", "cpu", "--out", str(good))
+    assert sorted(os.listdir(good)) == ["helpers.py", "pkg", "train.py"] and sorted(os.listdir(good / "pkg")) == ["mod.py", "train.py"]
