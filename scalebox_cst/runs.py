@@ -129,9 +129,16 @@ def allocate_in(parent: str) -> Tuple[int, str]:
 def write_record(directory: str, record: Dict[str, Any]) -> None:
     """Replace ``record.json`` atomically (a reader sees the old or the new one, never half)."""
     tmp = tmpnames.sibling(os.path.join(directory, RECORD), tmpnames.writer_id(), hidden=True)
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(json_safe(record), fh, indent=2, default=str, allow_nan=False)
-    os.replace(tmp, os.path.join(directory, RECORD))
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(json_safe(record), fh, indent=2, default=str, allow_nan=False)
+        os.replace(tmp, os.path.join(directory, RECORD))
+    except BaseException:  # a full disk, a read-only folder: no half-written temporary is left
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def append_jsonl(path: str, item: Dict[str, Any]) -> None:

@@ -676,3 +676,30 @@ def test_a_full_disk_under_the_tensorboard_writer_stops_the_recording_and_the_re
     assert "Traceback" not in capfd.readouterr().err
     on_disk = json.loads(open(os.path.join(execution.dir, "record.json")).read())
     assert on_disk["status"] == "ok"
+
+
+@pytest.mark.parametrize("fault", ["runs-is-a-file", "branch-folder-is-a-file", "disk-full"])
+def test_a_run_folder_or_first_record_that_cannot_be_written_is_one_line_and_leaves_nothing(run_project, fault):
+    """The run folder could not be made (``.scalebox/runs`` a file, the branch's folder a file)
+    or its first record not written (a full disk: RLIMIT_FSIZE's EFBIG, as ENOSPC): each was a
+    raw traceback, and the full disk left ``.record.json.NNN.tmp`` and a half run folder."""
+    root, cli = run_project
+    runs_dir = root / ".scalebox" / "runs"
+    shutil.rmtree(runs_dir, ignore_errors=True)
+    preexec = None
+    if fault == "runs-is-a-file":
+        runs_dir.write_text("")
+    elif fault == "branch-folder-is-a-file":
+        (runs_dir / "run").mkdir(parents=True)
+        (runs_dir / "run" / "0001").write_text("")
+    else:
+        preexec = _limit_file_size(0)
+    proc = subprocess.run([*cli, "run", "run/0001", "chatty.py", "--", "3"], cwd=root, env=_env(),
+                          capture_output=True, text=True, timeout=120, preexec_fn=preexec)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    said = [l for l in proc.stderr.splitlines() if l.startswith("scalebox: cannot start")]
+    assert len(said) == 1 and str(root) in said[0], proc.stderr
+    assert proc.stdout == ""  # the script never ran (or was ended before its first line)
+    if fault == "disk-full":
+        assert "File too large" in said[0] and "record.json" in said[0]
+        assert [str(p) for p in runs_dir.rglob("*")] == [str(runs_dir / "run"), str(runs_dir / "run" / "0001")]

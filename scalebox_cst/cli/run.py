@@ -265,6 +265,7 @@ def _run_all(supervisor, specs, parallel: int) -> None:
     """Start ``specs`` (at most ``parallel`` at once), report each end, exit with the status. A
     stop signal stops every run still going (their records say why) and exits 128 + signal."""
     from scalebox_cst.runner import signals
+    from scalebox_cst.runner.execution import RunStartError
 
     pending = list(specs)
     records = []
@@ -277,7 +278,12 @@ def _run_all(supervisor, specs, parallel: int) -> None:
         try:
             while pending or supervisor.active:
                 while pending and len(supervisor.active) < parallel:
-                    run = supervisor.start(pending.pop(0))
+                    try:
+                        run = supervisor.start(pending.pop(0))
+                    except RunStartError as exc:  # its folder or first record cannot be written: one line
+                        with signals.ignored():
+                            supervisor.stop_all("scalebox run: another run could not start", each=ended)
+                        _fail(str(exc))
                     _notice(f"scalebox: {run.record.id} started (pid {run.proc.pid})")
                 if len(supervisor.active) == 1 and not pending:
                     supervisor.wait(supervisor.active[0])

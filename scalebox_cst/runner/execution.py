@@ -22,6 +22,7 @@ import collections
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,6 +91,22 @@ class _TensorBoard:
                 pass
 
 
+class RunStartError(OSError):
+    """A run could not start (its folder or first record not written, its child not started):
+    one line naming what failed and where; nothing of the run is left behind."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "the run could not start"
+
+
+def _why(exc: BaseException, where: str) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename or where}: {exc.strerror}"
+    if isinstance(exc, subprocess.SubprocessError):  # e.g. a limit the kernel refused in the child
+        return f"the child process could not be started ({' '.join(str(exc).split())})"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 class Execution:
     """One subprocess running SCRIPT from a commit as a new run of BRANCH; ``stop()`` and
     ``wait()`` finish its record. ``runs_root`` is ``<project>/.scalebox/runs``. The child's
@@ -124,7 +141,39 @@ class Execution:
         self.project_dir = os.path.realpath(project_dir)
         self.store_path = store_path
         self.limits = run_limits.plan(self.project_dir, os.environ if env is None else env, run_limits.cgroup_name())
-        self.run, self.dir = runs.allocate_in(os.path.join(runs_root, *branch.split("/")))
+        parent = os.path.join(runs_root, *branch.split("/"))
+        try:
+            self.run, self.dir = runs.allocate_in(parent)
+        except OSError as exc:  # a full disk, a read-only project, a file where a folder goes
+            self.limits.close()
+            raise RunStartError(f"cannot start a run of {branch}: its folder cannot be made ({_why(exc, parent)})") from None
+        try:
+            self._start(store_path, project_dir, branch, commit, script, args, echo, python, env, source_commit, variant,
+                        seed, seed_via, hotfix_of, stale, label_output, notice, tensorboard, echo_err, tags)
+        except BaseException as exc:
+            self._undo_start()
+            if isinstance(exc, (OSError, subprocess.SubprocessError)):
+                step, where = getattr(self, "_step", ("preparing it", self.dir))
+                raise RunStartError(f"cannot start {branch}#{self.run}: {step} failed ({_why(exc, where)}); nothing kept") from None
+            raise
+
+    def _undo_start(self) -> None:
+        """A run that could not start leaves nothing: its child ended, its folder removed."""
+        proc = getattr(self, "proc", None)
+        if proc is not None:  # started, but its first record could not be written
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+        recorder = getattr(self, "recorder", None)
+        if recorder is not None:
+            recorder.close()
+        self.limits.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _start(self, store_path, project_dir, branch, commit, script, args, echo, python, env, source_commit, variant,
+               seed, seed_via, hotfix_of, stale, label_output, notice, tensorboard, echo_err, tags) -> None:
         self.metrics_file = os.path.join(self.dir, runs.METRICS)
         self.events_file = os.path.join(self.dir, runs.EVENTS)
         self.echo = echo
@@ -161,9 +210,11 @@ class Execution:
         self.record.limits = self.limits.enforced or None
         if self.limits.note():
             self.notice(f"scalebox: {branch}#{self.run}: {self.limits.note()}")
+        self._step = ("opening its output files", self.dir)
         self.recorder = Recorder(self.dir, f"{branch}#{self.run}", self.notice)
         for name in (runs.LOG, runs.STDERR):
             self.recorder.open(name)
+        self._step = ("starting its process", python)
         self.proc = subprocess.Popen(
             cmd,
             cwd=project_dir,
@@ -178,7 +229,9 @@ class Execution:
         self.limits.started(self.proc.pid)
         self.record.pid = self.record.pgid = self.proc.pid
         self.record.pid_start = runs.process_start(self.proc.pid)
+        self._step = ("writing its record", os.path.join(self.dir, runs.RECORD))
         self._write_record()
+        self._step = ("writing its events", self.events_file)
         runs.append_event(self.events_file, "started", f"{self.record.id} {variant} {script} {' '.join(args)}".rstrip(), pid=self.proc.pid)
         tb_dir = runs.tensorboard_dir(self.project_dir, branch, self.run, commit, variant)
         self._tb = _TensorBoard(tb_dir, self.notice) if tensorboard else None

@@ -867,3 +867,17 @@ def test_a_live_pid_is_our_run_only_if_it_started_when_the_run_did(tmp_path):
             p.wait()
         zombie.wait()
 
+
+
+def test_a_record_write_that_fails_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """A full disk mid-write left ``.record.json.NNN.tmp`` in the run folder for good."""
+    runs.write_record(str(tmp_path), {"status": "running"})
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runs.json, "dump", full)
+    with pytest.raises(OSError):
+        runs.write_record(str(tmp_path), {"status": "ok"})
+    assert os.listdir(tmp_path) == ["record.json"]
+    assert json.loads((tmp_path / "record.json").read_text()) == {"status": "running"}
