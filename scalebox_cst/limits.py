@@ -56,9 +56,11 @@ class LimitError(ValueError):
 
 def parse_size(value: Any) -> int:
     """Bytes of ``4g``, ``300m``, ``512k``, ``1.5G``, ``2GiB`` or a whole number of bytes."""
+    problem = options.size_problem(value)
+    if problem is not None:
+        raise LimitError(f"bad size {options.shown(value)}: {problem}")
     size = options.size_bytes(value)
-    if size is None:
-        raise LimitError(f"bad size {value!r}: expected a number with k, m, g or t, e.g. 4g or 300m")
+    assert size is not None
     return size
 
 

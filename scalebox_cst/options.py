@@ -108,14 +108,41 @@ UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
 
 
+#: the largest size taken (64 PiB): a 64-bit machine's whole user address space (2**56 bytes with
+#: 5-level paging). Larger ones overflowed setrlimit in the run's child (a traceback) or a float.
+MAX_SIZE = 1 << 56
+_BAD_SIZE = "expected a number with k, m, g or t, e.g. 4g or 300m"
+
+
+def size_problem(value: Any) -> Optional[str]:
+    """Why ``value`` is no size this engine takes (one line, without the option's name), or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        match = _SIZE.match(value) if isinstance(value, str) else None
+        if not match:
+            return _BAD_SIZE
+        number = float(match.group(1))  # digits only: inf for a very long one, never nan
+        if not math.isfinite(number) or number * UNITS[match.group(2).lower()] > MAX_SIZE:
+            return f"larger than any machine's address space (at most {MAX_SIZE >> 40}t)"
+        n = int(number * UNITS[match.group(2).lower()])
+    if n < 1:
+        return f"{_BAD_SIZE}, of at least one byte"
+    if n > MAX_SIZE:
+        return f"larger than any machine's address space (at most {MAX_SIZE >> 40}t)"
+    return None
+
+
 def size_bytes(value: Any) -> Optional[int]:
     """Bytes of ``4g``, ``300m``, ``512k``, ``1.5G``, ``2GiB`` or a whole number of bytes; None
-    when ``value`` is no size (the one reading of a size: the check here and scalebox_cst.limits)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    match = _SIZE.match(value) if isinstance(value, str) else None
-    if not match or float(match.group(1)) <= 0:
+    when ``value`` is no size (:func:`size_problem` says why; the one reading of a size: the
+    check here and scalebox_cst.limits)."""
+    if size_problem(value) is not None:
         return None
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(value)
+    assert match is not None
     return int(float(match.group(1)) * UNITS[match.group(2).lower()])
 
 
@@ -141,7 +168,10 @@ def option_error(section: str, key: str, value: Any) -> Optional[str]:
         return f"{section}.{key} must be a positive integer, got {got}"
     if kind == "table" and not isinstance(value, dict):
         return f"{section}.{key} must be a table, got {got}"
-    if kind == "size" and size_bytes(value) is None:
+    problem = size_problem(value) if kind == "size" else None
+    if problem and problem.startswith("larger"):
+        return f"{section}.{key} = {got} is {problem}"
+    if problem:
         return f"{section}.{key} must be a size such as 4g or 300m, got {got}"
     if isinstance(kind, tuple) and not (isinstance(value, str) and value in kind):
         return f"{section}.{key} must be one of {', '.join(kind)}, got {got}"

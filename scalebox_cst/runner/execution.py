@@ -214,7 +214,7 @@ class Execution:
         self.recorder = Recorder(self.dir, f"{branch}#{self.run}", self.notice)
         for name in (runs.LOG, runs.STDERR):
             self.recorder.open(name)
-        self._step = ("starting its process", python)
+        self._step = (f"starting its process (under {self.limits.note()})" if self.limits.note() else "starting its process", python)
         self.proc = subprocess.Popen(
             cmd,
             cwd=project_dir,

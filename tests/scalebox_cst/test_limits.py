@@ -130,6 +130,9 @@ def test_run_table_in_scalebox_toml_is_inherited_and_options_override_it(probe_p
     ('priority = "urgent"', "run.priority must be one of low, normal, high, got 'urgent'"),
     ('network = "no"', "run.network must be true or false, got 'no'"),
     ("memroy = 1", "unknown option run.memroy (did you mean 'memory'?)"),
+    ('memory = "8589934592g"', "run.memory = '8589934592g' is larger than any machine's address space"),
+    ("memory = 9223372036854775807", "run.memory = 9223372036854775807 is larger than any machine's address space"),
+    ('device_memory = "' + "9" * 400 + 'g"', "is larger than any machine's address space"),
 ])
 def test_bad_run_table_is_one_line(tmp_path, table, message):
     (tmp_path / "scalebox.toml").write_text(f"[run]\n{table}\n")
@@ -141,6 +144,10 @@ def test_bad_run_table_is_one_line(tmp_path, table, message):
 @pytest.mark.parametrize("args, message", [
     (["--memory", "lots"], "scalebox: bad size 'lots': expected a number with k, m, g or t, e.g. 4g or 300m"),
     (["--cpus", "-1"], "scalebox: scalebox run: cpus must be a positive number, got -1.0"),
+    # these overflowed setrlimit in the child: "Exception occurred in preexec_fn", a half run folder
+    (["--memory", "99999999999999999999g"], "scalebox: bad size '99999999999999999999g': larger than any machine's address space (at most 65536t)"),
+    (["--memory", "9223372036854775807"], "scalebox: bad size '9223372036854775807': larger than any machine's address space (at most 65536t)"),
+    (["--memory", "0.1b"], "scalebox: bad size '0.1b': expected a number with k, m, g or t, e.g. 4g or 300m, of at least one byte"),
 ])
 def test_bad_options_are_one_line_and_start_nothing(probe_project, args, message):
     proc = scalebox("run", *args, "probe.py", cwd=probe_project, check=False)
@@ -152,7 +159,8 @@ def test_sizes():
     assert limits.parse_size("4g") == 4 << 30 and limits.parse_size("300M") == 300 << 20
     assert limits.parse_size("1.5GiB") == 3 << 29 and limits.parse_size(4096) == 4096
     assert limits.format_size(300 << 20) == "300m" and limits.format_size(3 << 29) == "1.5g"
-    for bad in ("", "-1g", "0", "4 gigs", True, 1.5):
+    assert limits.parse_size("65536t") == 1 << 56
+    for bad in ("", "-1g", "0", "4 gigs", True, 1.5, "65537t", (1 << 56) + 1, "0.5", "9" * 400 + "g"):
         with pytest.raises(limits.LimitError):
             limits.parse_size(bad)
 

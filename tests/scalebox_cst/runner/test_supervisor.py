@@ -190,3 +190,31 @@ def test_a_run_started_from_a_thread_that_blocks_stop_signals_still_stops_on_sig
     threads.start(threading.Thread(target=start_and_stop)).join()
     (record,) = records
     assert record.status == "stopped" and record.stop_signals == ["SIGINT"], record.stop_signals
+
+
+def test_a_limit_the_child_cannot_apply_is_one_line_and_leaves_no_run(project, monkeypatch):
+    """A limit step failing in the child (setrlimit refused a value) raised subprocess's bare
+    "Exception occurred in preexec_fn" and left a half run folder."""
+    from scalebox_cst import limits
+    from scalebox_cst.runner import execution
+
+    real_plan = limits.plan
+
+    def refusing(*args, **kwargs):
+        enforcement = real_plan(*args, **kwargs)
+
+        def step():
+            raise ValueError("not allowed to raise maximum limit")
+
+        enforcement._steps.append(step)
+        enforcement.enforced["memory"] = "4g (RLIMIT_DATA per process)"
+        return enforcement
+
+    monkeypatch.setattr(execution.run_limits, "plan", refusing)
+    sup = _supervisor(project)
+    with pytest.raises(execution.RunStartError) as err:
+        sup.start(sup.spec("run/0001", "trial.py", ["--steps", "1"], env={"TRIAL_SCALE": "1"}))
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("cannot start run/0001#1: starting its process (under limits: memory 4g"), line
+    assert sup.active == [] and runs.list_runs(project.root) == []
+    assert os.listdir(os.path.join(project.root, ".scalebox", "runs", "run", "0001")) == []
