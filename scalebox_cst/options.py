@@ -114,6 +114,15 @@ MAX_SIZE = 1 << 56
 _BAD_SIZE = "expected a number with k, m, g or t, e.g. 4g or 300m"
 
 
+#: seeds are what numpy's ``seed`` takes: 0 <= seed < 2**32 (a larger one failed in the child)
+SEED_LIMIT = 1 << 32
+
+
+def seed_ok(value: Any) -> bool:
+    """Whether ``value`` is a seed every library the launcher seeds takes."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < SEED_LIMIT
+
+
 def size_problem(value: Any) -> Optional[str]:
     """Why ``value`` is no size this engine takes (one line, without the option's name), or None."""
     if isinstance(value, int) and not isinstance(value, bool):

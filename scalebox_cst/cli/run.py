@@ -30,14 +30,22 @@ def _takes_seed_option(source: Optional[bytes]) -> bool:
 def _parse_seeds(text: Optional[str]) -> List[Optional[int]]:
     if not text:
         return [None]
+    from scalebox_cst.options import SEED_LIMIT, seed_ok
+
     seeds: List[Optional[int]] = []
     for part in text.split(","):
         part = part.strip()
         lo, dash, hi = part.partition("-") if not part.startswith("-") else (part, "", "")
         try:
-            seeds.extend(range(int(lo), int(hi) + 1) if dash else [int(part)])
+            ends = [int(lo), int(hi)] if dash else [int(part)]
         except ValueError:
             _fail(f"--seeds expects integers like 0,1,2 or 0-4, got {text!r}", 2)
+        bad = [n for n in ends if not seed_ok(n)]
+        if bad:  # numpy refused it in the child, after the run had started
+            _fail(f"--seeds {part}: a seed is from 0 to {SEED_LIMIT - 1}, got {bad[0]}", 2)
+        if dash and ends[1] < ends[0]:
+            _fail(f"--seeds {part}: an empty range (write the lower seed first)", 2)
+        seeds.extend(range(ends[0], ends[-1] + 1))
     return seeds
 
 
@@ -200,6 +208,7 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     --nproc N runs it under torchrun (N ranks, one run); --launcher ray runs each (branch, seed)
     as a Ray task."""
     launcher = _check_launcher(launcher, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, address, branches)
+    seed_list = _parse_seeds(seeds)  # before anything is committed or started
     project = _open_project(project_dir, config=_fast(_load_config(project_dir), True) if fast else None)
     _set_limits(project, memory, cpus, device_memory, priority, no_network)
     if calibrate_precision:  # scalebox_cst.runtime.precision, in the child
@@ -220,7 +229,6 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
         _fail(f"{info.name} has no source snapshot to run")
     if store.read_file(commit, script_rel) is None:  # before a run record is made for it
         _fail(f"{script_rel} is not in {info.name} (a typo, or a file scalebox.toml leaves out?)", 2)
-    seed_list = _parse_seeds(seeds)
     seed_via = None
     if seeds:
         if any(a == "--seed" or a.startswith("--seed=") for a in args):

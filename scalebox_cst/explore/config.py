@@ -12,6 +12,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Sequence
 
+from scalebox_cst.options import SEED_LIMIT, seed_ok, shown
 from scalebox_cst.explore.places import Place, PlaceError, resolve
 
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp")
@@ -136,6 +137,13 @@ def _spec(name: str, key: str, raw: Any) -> ParamSpec:
 
 def load(path: str) -> ExploreConfig:
     """The validated config at ``path`` (YAML, or TOML by its .toml suffix)."""
+    try:
+        return _load(path)
+    except RecursionError:  # a file nested thousands deep: the parsers recurse per level
+        raise ExploreConfigError(f"{os.path.basename(path)}: values nested too deeply to read") from None
+
+
+def _load(path: str) -> ExploreConfig:
     name = os.path.basename(path)
     data = _read(path)
     unknown = sorted(set(data) - _KEYS)
@@ -147,7 +155,7 @@ def load(path: str) -> ExploreConfig:
 
     def want(key, check, what):
         if key in data and not check(data[key]):
-            raise ExploreConfigError(f"{name}: {key}: expects {what}, got {data[key]!r}")
+            raise ExploreConfigError(f"{name}: {key}: expects {what}, got {shown(data[key])}")
 
     want("script", lambda v: isinstance(v, str) and v.endswith(".py"), "a .py path")
     want("metric", lambda v: isinstance(v, str) and v.strip(), "a metric name")
@@ -155,7 +163,7 @@ def load(path: str) -> ExploreConfig:
     want("direction", lambda v: v in ("maximize", "minimize"), "maximize or minimize")
     want("trials", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1")
     want("parallel", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1")
-    want("seeds", lambda v: isinstance(v, list) and v and all(isinstance(s, int) and not isinstance(s, bool) for s in v), "a non-empty list of integers")
+    want("seeds", lambda v: isinstance(v, list) and v and all(seed_ok(s) for s in v), f"a non-empty list of integers from 0 to {SEED_LIMIT - 1}")
     want("launcher", lambda v: v in ("local", "ray"), "local or ray")
     want("address", lambda v: isinstance(v, str), "a Ray address")
     want("sampler", lambda v: v in SAMPLERS, " or ".join(SAMPLERS))

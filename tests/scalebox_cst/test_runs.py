@@ -881,3 +881,17 @@ def test_a_record_write_that_fails_leaves_no_temporary_file(tmp_path, monkeypatc
         runs.write_record(str(tmp_path), {"status": "ok"})
     assert os.listdir(tmp_path) == ["record.json"]
     assert json.loads((tmp_path / "record.json").read_text()) == {"status": "running"}
+
+
+@pytest.mark.parametrize("seeds, message", [
+    ("-1", "scalebox: --seeds -1: a seed is from 0 to 4294967295, got -1"),
+    ("99999999999999999999", "scalebox: --seeds 99999999999999999999: a seed is from 0 to 4294967295, got 99999999999999999999"),
+    ("0-4294967296", "scalebox: --seeds 0-4294967296: a seed is from 0 to 4294967295, got 4294967296"),
+    ("3-1", "scalebox: --seeds 3-1: an empty range (write the lower seed first)"),
+])
+def test_seeds_out_of_range_are_one_line_and_start_nothing(plain, seeds, message):
+    """numpy refused such a seed in the child ("Seed must be between 0 and 2**32 - 1"), after
+    the run had started; an empty range started nothing and exited 0."""
+    proc = scalebox("run", "--seeds", seeds, "noseed.py", cwd=plain, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip() == message, proc.stderr
+    assert runs.list_runs(str(plain)) == []

@@ -161,6 +161,11 @@ def test_config_reads_yaml_and_toml(tmp_path):
     (GOOD + "direction: up\n", "direction: expects maximize or minimize"),
     (GOOD + "parallel: 0\n", "parallel: expects an integer >= 1"),
     ("script: [", "explore.yaml:1: not valid YAML"),
+    # numpy refused these in every trial's child ("Seed must be between 0 and 2**32 - 1")
+    (GOOD + "seeds: [-1]\n", "seeds: expects a non-empty list of integers from 0 to 4294967295, got [-1]"),
+    (GOOD + "seeds: [4294967296]\n", "seeds: expects a non-empty list of integers from 0 to 4294967295"),
+    # a RecursionError traceback from the YAML parser
+    (GOOD + "files: " + "[" * 10000 + "]" * 10000 + "\n", "explore.yaml: values nested too deeply to read"),
 ])
 def test_config_errors_name_the_key(tmp_path, text, message):
     with pytest.raises(cfg.ExploreConfigError) as exc:
