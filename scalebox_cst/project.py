@@ -23,6 +23,7 @@ from scalebox_cst.rollback import (
     Replacer,
     RollbackResult,
     journal_path,
+    journal_temporaries,
     locked,
     remove_quietly,
     write_new,
@@ -285,7 +286,7 @@ class Project:
     def recover(self) -> Optional[str]:
         """Finish a rollback that was killed while it replaced files (its journal is still under
         ``.scalebox/``), so no tree stays half-restored. Returns what was done, in one line."""
-        if not os.path.exists(journal_path(self)):
+        if not os.path.exists(journal_path(self)) and not journal_temporaries(self):
             return None
         with locked(self):
             return Replacer(self).recover()

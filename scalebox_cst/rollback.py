@@ -68,6 +68,17 @@ def journal_path(project: "Project") -> str:
     return os.path.join(project.state_dir, JOURNAL_FILE)
 
 
+def journal_temporaries(project: "Project") -> List[str]:
+    """Temporary journals (``rollback-journal.json.<pid>.scalebox-tmp``) under ``.scalebox/``.
+    Written only under :func:`locked`: one seen by a holder of that lock is a killed writer's."""
+    prefix = tmpnames.stem(JOURNAL_FILE) + "."
+    try:
+        names = os.listdir(project.state_dir)
+    except OSError:
+        return []
+    return [os.path.join(project.state_dir, n) for n in names if n.startswith(prefix) and n.endswith(TMP_TAG)]
+
+
 @contextlib.contextmanager
 def locked(project: "Project") -> Iterator[None]:
     """Rollbacks, undos and recoveries of one project run one at a time (across processes)."""
@@ -316,6 +327,8 @@ class Replacer:
     # ------------------------------------------------------------------ after a kill
     def recover(self) -> Optional[str]:
         """Finish or revert the rollback a kill interrupted (its journal is still there)."""
+        for tmp in journal_temporaries(self.project):  # killed while writing the journal: never read
+            remove_quietly(tmp)
         path = journal_path(self.project)
         try:
             with open(path, "rb") as fh:

@@ -267,3 +267,16 @@ def test_unknown_rollback_target_is_one_line(tmp_path):
     proc = scalebox("rollback", run_commit[:12], cwd=root, check=False)
     assert proc.returncode == 1 and "unknown branch or snapshot" in proc.stderr
     assert _tree(root) == state_b
+
+
+def test_a_journal_temporary_left_by_a_kill_is_removed_by_the_next_command(tmp_path):
+    """A rollback killed while writing its journal left ``rollback-journal.json.NNN.scalebox-tmp``
+    under .scalebox for good (recovery looked only for the journal itself)."""
+    root, proj, a, b, state_a, state_b = _two_states(tmp_path, n=2)
+    left = root / ".scalebox" / f"{JOURNAL_FILE}.4242424.scalebox-tmp"
+    left.write_text('{"label": "run/0001", "write": [')  # cut short by the kill
+    other = root / ".scalebox" / "unrelated.scalebox-tmp"
+    other.write_text("not ours to remove")
+    proc = scalebox("status", cwd=root)
+    assert "Traceback" not in proc.stderr
+    assert not left.exists() and other.exists() and _tree(root) == state_b
