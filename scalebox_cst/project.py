@@ -58,10 +58,18 @@ class Project:
             raise StoreError(f"{root}: not a directory")
         self.config = config if config is not None else Config.load(self.root)
         self._backend = backend
+        self._given_backend = backend
         self._store: Optional[Store] = None
         self._pipeline: Optional[Pipeline] = None
         #: one line per file the last scan left out (``path: why; not snapshotted``)
         self.skipped: List[str] = []
+
+    def reload(self, config: Config) -> None:
+        """Use ``config`` from now on (scalebox-watch, after its file changed): the pipeline and
+        the backend it names are made again when next asked for."""
+        self.config = config
+        self._backend = self._given_backend
+        self._pipeline = None
 
     # ------------------------------------------------------------------ set-up
     @classmethod

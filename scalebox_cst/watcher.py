@@ -25,6 +25,8 @@ from scalebox_cst.runtime import threads
 if TYPE_CHECKING:
     from scalebox_cst.hotfix import WatchHealer
 
+#: the files a project's config is read from (scalebox_cst.config.Config.load)
+_CONFIG_FILES = ("scalebox.toml", "pyproject.toml")
 # Events that never mean "content may have changed".
 _IGNORED_EVENTS = {"opened", "closed_no_write"}
 #: the longest quiet time that ends a batch (``--debounce``), seconds
@@ -98,6 +100,7 @@ class Watcher:
         self._warned: Set[str] = set()
         self._stop = threading.Event()
         self._observer = None
+        self._config_text = self._config_files()  # what the config said when the project loaded it
 
     @property
     def supervisor(self):
@@ -127,6 +130,8 @@ class Watcher:
                 return False
         if rel.startswith("..") or rel == ".":
             return False
+        if rel in _CONFIG_FILES:
+            return True  # a config edit is a change of its own: the next branch uses it
         if is_directory:
             # A folder moved, created or deleted: its files may have changed.
             parts = rel.split("/")
@@ -165,9 +170,44 @@ class Watcher:
             batch.add(event)
 
     # -------------------------------------------------------------- change handling
+    def _config_files(self) -> List[Optional[bytes]]:
+        """The bytes of each file a config is read from (None where it is absent or unreadable)."""
+        out: List[Optional[bytes]] = []
+        for name in _CONFIG_FILES:
+            try:
+                with open(os.path.join(self.project.root, name), "rb") as fh:
+                    out.append(fh.read(1 << 20))
+            except OSError:
+                out.append(None)
+        return out
+
+    def reload_config(self) -> None:
+        """Read the config again where its file changed since it was read: later branches are
+        rewritten with it (its fingerprint is part of what makes a branch). A config that does
+        not load is one line, and the last good one stays in use until the file is fixed."""
+        text = self._config_files()
+        if text == self._config_text:
+            return
+        self._config_text = text
+        from scalebox_cst.config import Config, ConfigError
+
+        try:
+            config = Config.load(self.project.root)
+        except (ConfigError, OSError, ValueError) as exc:
+            self.echo(f"scalebox: {' '.join(str(exc).split())}; the config loaded before stays in use")
+            return
+        self.project.reload(config)
+        try:
+            self.project.pipeline.progress = self.echo
+        except Exception as exc:  # an unknown transform id, a backend this machine lacks
+            self.echo(f"scalebox: {' '.join(str(exc).split())}; saves are not committed until the config is fixed")
+            return
+        self.echo(f"scalebox: {config.source or 'config'} changed: the next branches use it (backend {self.project.backend})")
+
     def handle_change(self, force: bool = False) -> ChangeResult:
         """One change event. Nothing the store, the file system or a file can do stops the
         watcher: an error is one line (said once while it lasts) and no branch is made."""
+        self.reload_config()
         try:
             result = self.project.commit_change(block_on_bad_input=True, force=force, message="save")
         except Exception as exc:  # StoreError, ConfigError, OSError, ...; the next save retries

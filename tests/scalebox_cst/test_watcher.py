@@ -353,3 +353,31 @@ def test_a_stop_while_a_batch_is_gathered_is_prompt_and_commits_nothing(started)
     assert watcher.process_pending(timeout=5.0) is None
     assert time.monotonic() - began < 2.0
     assert branches(watcher) == ["run/0001"]
+
+
+def test_a_config_edit_is_used_by_the_next_branch_and_a_bad_one_is_one_line(started):
+    """Found by a fault campaign: the watcher kept the config it started with, silently, whatever
+    the file said later (also a config ``scalebox status`` refused)."""
+    watcher, messages, project = started
+    first = watcher.project.store.resolve("run/0001")
+    config = project / "scalebox.toml"
+    text = config.read_text()
+    assert "disabled = []" in text and 'backend = "auto"' in text  # scalebox init's file
+    config.write_text(text.replace("disabled = []", 'disabled = ["grad_clip"]'))
+    assert wait_for(lambda: len(branches(watcher)) == 2, watcher)  # the config edit alone makes one
+    assert any("scalebox.toml changed: the next branches use it" in m for m in messages), messages
+    second = watcher.project.store.resolve("run/0002")
+    assert second.fingerprint != first.fingerprint
+    assert b"_scalebox_stabilize" in watcher.project.store.read_file(first.commit, "train.py")
+    assert b"_scalebox_stabilize" not in watcher.project.store.read_file(second.commit, "train.py")
+    for bad, said in ((text.replace('backend = "auto"', 'backend = "tpu"'), "backend"),
+                      (text.replace("disabled = []", "disabled = 7"), "disabled"), (text + "[oops\n", "scalebox.toml")):
+        messages.clear()
+        config.write_text(bad)
+        assert wait_for(lambda: any("the config loaded before stays in use" in m for m in messages), watcher), messages
+        line = next(m for m in messages if "stays in use" in m)
+        assert said in line and "\n" not in line
+    (project / "train.py").write_text((project / "train.py").read_text() + "# after\n")
+    assert wait_for(lambda: len(branches(watcher)) == 3, watcher)  # still committing, on the last good config
+    third = watcher.project.store.resolve("run/0003")
+    assert third.fingerprint == second.fingerprint
