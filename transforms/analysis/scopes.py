@@ -18,11 +18,11 @@ import ast
 import builtins
 import functools
 import importlib
-from typing import Callable, Dict, Iterable, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from .. import statement_memo
+from .. import rewrite_caches, statement_memo
 from .astwalk import walk as ast_walk
 from .reads import _skeleton, _store_names
 
@@ -80,15 +80,22 @@ def rebinds(module: cst.Module, name: str) -> bool:
 
 def declares_global(scope: cst.CSTNode, names: Iterable[str]) -> Set[str]:
     """Which of ``names`` the scope declares ``global`` or ``nonlocal`` (reads elsewhere unknown)."""
-    wanted = set(names)
-    found: Set[str] = set()
-    todo = [scope]
-    while todo:  # statements only (where global/nonlocal are), nested functions and classes too
-        node = todo.pop()
-        if isinstance(node, (cst.Global, cst.Nonlocal)):
-            found.update(a.name.value for a in node.names if a.name.value in wanted)
-        todo.extend(_skeleton(node))
-    return found
+    known = _DECLARED.get(id(scope))
+    if known is None or known[0] is not scope:  # once per scope: asked once per loop in it
+        found: Set[str] = set()
+        todo = [scope]
+        while todo:  # statements only (where global/nonlocal are), nested functions and classes too
+            node = todo.pop()
+            if isinstance(node, (cst.Global, cst.Nonlocal)):
+                found.update(a.name.value for a in node.names)
+            todo.extend(_skeleton(node))
+        known = _DECLARED[id(scope)] = (scope, frozenset(found))
+    return set(names) & known[1]
+
+
+#: id(scope) -> (scope, every name it or a scope inside it declares global/nonlocal); the scope
+#: is held, so its id stays its own
+_DECLARED: Dict[int, Tuple[cst.CSTNode, FrozenSet[str]]] = rewrite_caches.mapping()
 
 
 def _ast_store_names(target: ast.AST, out: Set[str]) -> None:
