@@ -5,7 +5,9 @@ the top, the rest plain), ``sparse`` (a site every ~220 lines, as in a training 
 ``mixed`` (a site every ~25 lines; the sites are target updates, GAE recurrences, reductions,
 gradient-clip sites and elementwise loops, in turn) and ``loops`` (one function holding nothing
 but GAE-style backward loops, one per 9 lines: per-loop checks that walked the whole function
-made it quadratic, issue 19 item 13). ``loops`` on the loaded 2-core machine (CPU s, lines/s,
+made it quadratic, issue 19 item 13) and ``block`` (one training function of 16-line blocks, each
+with sites of eight transforms, names reused from block to block: per-site checks that walked
+the function made it quadratic too, 100 blocks 57 CPU s before the sixteenth session). ``loops`` on the loaded 2-core machine (CPU s, lines/s,
 peak MB): 5k 17.0 (294/s, 330), 20k 82.5 (242/s, 1213), 50k 253 (198/s, 2934); before
 recurrence/function_facts.py 5k took 194.8 CPU s. Then (issue 19 item 13, same machine, CPU s
 before -> after): fresh names no longer retry every earlier suffix (``unique_name`` was quadratic
@@ -258,7 +260,43 @@ LOOP = '''    adv_{i} = torch.zeros_like(rewards)
         adv_{i}[t] = last = delta + gamma * lam * masks[t] * last
 '''
 
-SHAPES = ("none", "one", "sparse", "mixed", "loops")
+#: the ``block`` shape: one training function of 16-line blocks, each holding sites of eight
+#: transforms (fresh tensors, a tensor of a list, an acting forward, a target network's forward,
+#: distributions, an optimizer step, a reduction and an elementwise loop) and reusing its names
+#: (``k``, ``rewards``) as real training functions do
+BLOCK_HEAD = """import torch
+import torch.nn as nn
+from torch.distributions import Normal
+class Q(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 2)
+    def forward(self, x):
+        return self.l(x)
+def train(env, xs, device, batch, rewards, values, out):
+    q = Q()
+    q_target = Q()
+    q_target.load_state_dict(q.state_dict())
+    opt = torch.optim.Adam(q.parameters(), lr=1e-3)
+"""
+BLOCK = """    s{i} = torch.FloatTensor(xs).to(device)
+    obs{i} = torch.tensor([b[0] for b in batch], dtype=torch.float32)
+    a{i} = q(s{i}).argmax().item()
+    env.step(a{i})
+    nq{i} = q_target(s{i}).max(1)[0]
+    d{i} = Normal(q(s{i}), torch.exp(q(s{i})))
+    loss{i} = (q(s{i}).sum() - nq{i}.sum()) ** 2 + d{i}.log_prob(s{i}[:, :2]).sum()
+    opt.zero_grad()
+    loss{i}.backward()
+    opt.step()
+    acc{i} = 0
+    for k in range(len(rewards)):
+        acc{i} += rewards[k] * values[k]
+    for k in range(len(rewards)):
+        out[k] = rewards[k] + 0.99 * values[k]
+"""
+
+SHAPES = ("none", "one", "sparse", "mixed", "loops", "block")
 #: blocks per site in the ``sparse`` shape (about one site per 200 lines, like a training script)
 SPARSE_EVERY = 20
 
@@ -275,6 +313,15 @@ def make_source(lines: int, shape: str) -> str:
             count += LOOP.count("\n")
             i += 1
         parts.append("    return last\n")
+        return "".join(parts)
+    if shape == "block":
+        parts.append(BLOCK_HEAD)
+        count += BLOCK_HEAD.count("\n")
+        while count + 1 < lines:
+            parts.append(BLOCK.format(i=i))
+            count += BLOCK.count("\n")
+            i += 1
+        parts.append("    return out\n")
         return "".join(parts)
     if shape == "one":
         parts.append(SITES[1].format(i=i))

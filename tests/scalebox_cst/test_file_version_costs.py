@@ -144,41 +144,6 @@ def test_scans_of_the_statements_that_spell_a_name_answer_as_whole_module_scans(
     check()
 
 
-_ONE_FUNCTION_HEAD = '''import torch
-import torch.nn as nn
-from torch.distributions import Normal, Categorical
-class Q(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l = nn.Linear(4, 2)
-    def forward(self, x):
-        return self.l(x)
-def train(env, xs, device, batch, rewards, values, out):
-    q = Q()
-    q_target = Q()
-    q_target.load_state_dict(q.state_dict())
-    opt = torch.optim.Adam(q.parameters(), lr=1e-3)
-'''
-#: one block of sites of most transforms, repeated in one function: its names reused (``k``,
-#: ``rewards``) as real training functions reuse theirs
-_ONE_FUNCTION_BLOCK = '''    s{i} = torch.FloatTensor(xs).to(device)
-    obs{i} = torch.tensor([b[0] for b in batch], dtype=torch.float32)
-    a{i} = q(s{i}).argmax().item()
-    env.step(a{i})
-    nq{i} = q_target(s{i}).max(1)[0]
-    d{i} = Normal(q(s{i}), torch.exp(q(s{i})))
-    loss{i} = (q(s{i}).sum() - nq{i}.sum()) ** 2 + d{i}.log_prob(s{i}[:, :2]).sum()
-    opt.zero_grad()
-    loss{i}.backward()
-    opt.step()
-    acc{i} = 0
-    for k in range(len(rewards)):
-        acc{i} += rewards[k] * values[k]
-    for k in range(len(rewards)):
-        out[k] = rewards[k] + 0.99 * values[k]
-'''
-
-
 def _walk_work(monkeypatch, blocks: int):
     """(libcst node visits + ast child listings, sites rewritten) of rewriting one function of
     ``blocks`` blocks: the walks the analyses make, counted."""
@@ -193,7 +158,8 @@ def _walk_work(monkeypatch, blocks: int):
         count[0] += 1
         return real_children(node)
 
-    source = _ONE_FUNCTION_HEAD + "".join(_ONE_FUNCTION_BLOCK.format(i=i) for i in range(blocks)) + "    return out\n"
+    # bench_scaling's ``block`` shape: one function of blocks of eight transforms' sites
+    source = BENCH.BLOCK_HEAD + "".join(BENCH.BLOCK.format(i=i) for i in range(blocks)) + "    return out\n"
     with monkeypatch.context() as m:
         m.setattr(cst.CSTNode, "visit", visit)
         m.setattr(ast, "iter_child_nodes", children)
