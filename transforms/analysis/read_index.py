@@ -20,29 +20,23 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from .. import rewrite_caches
-from .bodies import target_names
+from .reads import ScopeWalk
 
 #: (rank, names covering it, in a nested function, ids of the loops around it)
 _Read = Tuple[int, Tuple[Set[str], ...], bool, Tuple[int, ...]]
 
 
-class ReadIndex(cst.CSTVisitor):
+class ReadIndex(ScopeWalk):
     """The reads of one scope's body, with the ranks each node spans in the walk."""
 
     def __init__(self) -> None:
-        from .reads import _DYNAMIC
-
-        self._dynamic_names = _DYNAMIC
+        super().__init__()
         self.rank = 0
         self.spans: Dict[int, Tuple[int, int]] = {}  # id(node) -> (first rank, last rank)
         self.loop_ids: List[int] = []  # the loops (for/while), in walk order
         self.reads: Dict[str, List[_Read]] = {}
         self.dynamic: List[_Read] = []  # locals()/vars()/globals() without arguments, eval, exec
-        self._covered: List[Set[str]] = []
-        self._stores: Set[int] = set()
-        self._skip: Set[int] = set()
         self._loops: List[int] = []
-        self._nested = 0
 
     def _here(self) -> _Read:
         return (self.rank, tuple(self._covered), bool(self._nested), tuple(self._loops))
@@ -57,139 +51,18 @@ class ReadIndex(cst.CSTVisitor):
         self.spans[id(original_node)] = (first, self.rank)
         super().on_leave(original_node)
 
-    def visit_While(self, node: cst.While) -> None:
+    def _loop_entered(self, node: cst.CSTNode) -> None:
         self._loops.append(id(node))
         self.loop_ids.append(id(node))
 
-    def leave_While(self, node: cst.While) -> None:
+    def _loop_left(self, node: cst.CSTNode) -> None:
         self._loops.pop()
 
-    # -- positions that are not reads (as reads._Reads)
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self._skip.add(id(node.attr))
+    def _read(self, name: str) -> None:
+        self.reads.setdefault(name, []).append(self._here())
 
-    def visit_Arg(self, node: cst.Arg) -> None:
-        if node.keyword is not None:
-            self._skip.add(id(node.keyword))
-
-    def visit_ImportAlias(self, node: cst.ImportAlias) -> bool:
-        return False
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        from .reads import _store_names
-
-        _store_names(node.target, self._stores)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        from .reads import _store_names
-
-        _store_names(node.target, self._stores)
-
-    def visit_AsName(self, node: cst.AsName) -> None:
-        from .reads import _store_names
-
-        _store_names(node.name, self._stores)
-
-    # -- scopes and rebinding loops (as reads._Reads, the loop asked about aside)
-    def visit_For(self, node: cst.For) -> bool:
-        from .reads import _store_names
-
-        self.loop_ids.append(id(node))
-        self._loops.append(id(node))
-        _store_names(node.target, self._stores)
-        node.target.visit(self)
-        node.iter.visit(self)
-        self._covered.append(set(target_names(node.target) or ()))
-        node.body.visit(self)
-        self._covered.pop()
-        if node.orelse is not None:
-            node.orelse.visit(self)
-        self._loops.pop()
-        return False
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        from .reads import _locals_of
-
-        for deco in node.decorators:
-            deco.visit(self)
-        node.params.visit(self)
-        self._covered.append(_locals_of(node, node.params))
-        self._nested += 1
-        node.body.visit(self)
-        self._nested -= 1
-        self._covered.pop()
-        return False
-
-    def visit_Param(self, node: cst.Param) -> bool:
-        if node.default is not None:
-            node.default.visit(self)
-        if node.annotation is not None:
-            node.annotation.visit(self)
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        from .reads import _param_names
-
-        node.params.visit(self)
-        self._covered.append(_param_names(node.params))
-        self._nested += 1
-        node.body.visit(self)
-        self._nested -= 1
-        self._covered.pop()
-        return False
-
-    def _comp(self, node, elts: Sequence[cst.CSTNode]) -> bool:
-        from .reads import _store_names
-
-        fors: List[cst.CompFor] = []
-        comp: Optional[cst.CompFor] = node.for_in
-        while comp is not None:
-            fors.append(comp)
-            comp = comp.inner_for_in
-        fors[0].iter.visit(self)
-        bound: Set[str] = set()
-        for comp in fors:
-            _store_names(comp.target, self._stores)
-            bound.update(target_names(comp.target) or ())
-        self._covered.append(bound)
-        for i, comp in enumerate(fors):
-            if i:
-                comp.iter.visit(self)
-            for cond in comp.ifs:
-                cond.visit(self)
-        for elt in elts:
-            elt.visit(self)
-        self._covered.pop()
-        return False
-
-    def visit_ListComp(self, node: cst.ListComp) -> bool:
-        return self._comp(node, [node.elt])
-
-    def visit_SetComp(self, node: cst.SetComp) -> bool:
-        return self._comp(node, [node.elt])
-
-    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> bool:
-        return self._comp(node, [node.elt])
-
-    def visit_DictComp(self, node: cst.DictComp) -> bool:
-        return self._comp(node, [node.key, node.value])
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and node.func.value in self._dynamic_names:
-            if node.func.value in ("eval", "exec") or not node.args:
-                self.dynamic.append(self._here())
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if id(node) in self._skip or id(node) in self._stores:
-            return
-        self.reads.setdefault(node.value, []).append(self._here())
-
-    def visit_Del(self, node: cst.Del) -> None:
-        from .reads import _all_names
-
-        here = self._here()
-        for name in _all_names(node.target):
-            self.reads.setdefault(name, []).append(here)
+    def _reads_all(self) -> None:
+        self.dynamic.append(self._here())
 
     # -- the question
     def read_elsewhere(self, loop: cst.CSTNode, names: Set[str], also: Sequence[cst.CSTNode]) -> Optional[Set[str]]:

@@ -85,48 +85,45 @@ def _locals_of(node: cst.CSTNode, params: Optional[cst.Parameters]) -> Set[str]:
 _DYNAMIC = frozenset({"locals", "vars", "eval", "exec", "globals"})
 
 
-class _Reads(cst.CSTVisitor):
-    """Every read of ``names`` under a scope that is not covered by a rebinding.
+class ScopeWalk(cst.CSTVisitor):
+    """The walk of a scope's body that finds variable reads, in source order, with what covers
+    each: the body of another ``for`` loop (or a comprehension) whose target binds the name, a
+    nested function that binds it locally. A subclass says what a read means (:meth:`_read`, and
+    :meth:`_reads_all` for ``locals()``/``vars()``/``globals()`` without arguments and
+    ``eval``/``exec``), what entering and leaving a loop means, and which ``for`` loop it does
+    not enter (:meth:`_stop_at`): :class:`_Reads` answers for one loop, ``read_index.ReadIndex``
+    records every read once for all the loops of the scope."""
 
-    A read is covered when it sits in the body of another ``for`` loop (or comprehension) whose
-    target binds the name, or in a nested function that binds the name locally: such a read can
-    never see what the skipped loop left behind. So is a read that no execution path reaches from
-    the end of ``exclude`` (the loop itself, whose own reads are ignored): one earlier in source
-    order and outside every loop that encloses ``exclude`` (nested functions count wherever they
-    are: they may run later). ``locals()``/``vars()``/``globals()`` without arguments and
-    ``eval``/``exec`` count as reading every name.
-    """
-
-    def __init__(self, names: Set[str], exclude: cst.CSTNode, also: Sequence[cst.CSTNode] = ()) -> None:
-        self.names = names
-        self.exclude = exclude
-        self.also = {id(n) for n in also}
-        self.found: Set[str] = set()
+    def __init__(self) -> None:
         self._covered: List[Set[str]] = []
         self._stores: Set[int] = set()
         self._skip: Set[int] = set()  # Name nodes that are not variable reads
-        self.ancestors: Set[int] = set()  # loops (for/while) that enclose ``exclude``
-        self._after = False  # past the end of ``exclude`` in source order
-        self._loop_depth = 0  # inside loops that enclose ``exclude``
         self._nested = 0  # inside nested functions/lambdas
 
+    # -- what a subclass decides
+    def _read(self, name: str) -> None:
+        raise NotImplementedError
+
+    def _reads_all(self) -> None:
+        raise NotImplementedError
+
+    def _loop_entered(self, node: cst.CSTNode) -> None:
+        pass
+
+    def _loop_left(self, node: cst.CSTNode) -> None:
+        pass
+
+    def _stop_at(self, node: cst.For) -> bool:
+        return False
+
     def _is_covered(self, name: str) -> bool:
-        if not (self._after or self._loop_depth or self._nested):
-            return True  # runs before the loop, and never again after it
         return any(name in c for c in self._covered)
 
     def visit_While(self, node: cst.While) -> None:
-        if id(node) in self.ancestors:
-            self._loop_depth += 1
+        self._loop_entered(node)
 
     def leave_While(self, node: cst.While) -> None:
-        if id(node) in self.ancestors:
-            self._loop_depth -= 1
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if id(node) in self.also:
-            return False
-        return super().on_visit(node)
+        self._loop_left(node)
 
     # -- positions that are not reads
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -150,11 +147,9 @@ class _Reads(cst.CSTVisitor):
 
     # -- scopes and rebinding loops
     def visit_For(self, node: cst.For) -> bool:
-        if node is self.exclude:
-            self._after = True
+        if self._stop_at(node):
             return False
-        ancestor = id(node) in self.ancestors
-        self._loop_depth += ancestor
+        self._loop_entered(node)
         _store_names(node.target, self._stores)
         node.target.visit(self)
         node.iter.visit(self)
@@ -164,7 +159,7 @@ class _Reads(cst.CSTVisitor):
         self._covered.pop()
         if node.orelse is not None:
             node.orelse.visit(self)
-        self._loop_depth -= ancestor
+        self._loop_left(node)
         return False
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
@@ -232,18 +227,68 @@ class _Reads(cst.CSTVisitor):
         # locals()/vars()/globals() without arguments, eval/exec: any name may be read
         if isinstance(node.func, cst.Name) and node.func.value in _DYNAMIC:
             if node.func.value in ("eval", "exec") or not node.args:
-                self.found |= {n for n in self.names if not self._is_covered(n)}
+                self._reads_all()
 
     def visit_Name(self, node: cst.Name) -> None:
         if id(node) in self._skip or id(node) in self._stores:
             return
-        if node.value in self.names and not self._is_covered(node.value):
-            self.found.add(node.value)
+        self._read(node.value)
 
     def visit_Del(self, node: cst.Del) -> None:
         for name in _all_names(node.target):
-            if name in self.names and not self._is_covered(name):
-                self.found.add(name)
+            self._read(name)
+
+
+class _Reads(ScopeWalk):
+    """Every read of ``names`` under a scope that is not covered by a rebinding.
+
+    A read is covered when it sits in the body of another ``for`` loop (or comprehension) whose
+    target binds the name, or in a nested function that binds the name locally: such a read can
+    never see what the skipped loop left behind. So is a read that no execution path reaches from
+    the end of ``exclude`` (the loop itself, whose own reads are ignored): one earlier in source
+    order and outside every loop that encloses ``exclude`` (nested functions count wherever they
+    are: they may run later). ``locals()``/``vars()``/``globals()`` without arguments and
+    ``eval``/``exec`` count as reading every name.
+    """
+
+    def __init__(self, names: Set[str], exclude: cst.CSTNode, also: Sequence[cst.CSTNode] = ()) -> None:
+        super().__init__()
+        self.names = names
+        self.exclude = exclude
+        self.also = {id(n) for n in also}
+        self.found: Set[str] = set()
+        self.ancestors: Set[int] = set()  # loops (for/while) that enclose ``exclude``
+        self._after = False  # past the end of ``exclude`` in source order
+        self._loop_depth = 0  # inside loops that enclose ``exclude``
+
+    def _counts(self, name: str) -> bool:
+        if not (self._after or self._loop_depth or self._nested):
+            return False  # runs before the loop, and never again after it
+        return not self._is_covered(name)
+
+    def _read(self, name: str) -> None:
+        if name in self.names and self._counts(name):
+            self.found.add(name)
+
+    def _reads_all(self) -> None:
+        self.found |= {n for n in self.names if self._counts(n)}
+
+    def _loop_entered(self, node: cst.CSTNode) -> None:
+        self._loop_depth += id(node) in self.ancestors
+
+    def _loop_left(self, node: cst.CSTNode) -> None:
+        self._loop_depth -= id(node) in self.ancestors
+
+    def _stop_at(self, node: cst.For) -> bool:
+        if node is self.exclude:
+            self._after = True
+            return True
+        return False
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if id(node) in self.also:
+            return False
+        return super().on_visit(node)
 
 
 def _all_names(node: cst.CSTNode) -> Set[str]:
@@ -267,7 +312,7 @@ def read_elsewhere(
     Reads under the nodes in ``also`` are ignored too (e.g. the one statement that consumes a
     list the loop built).
     """
-    from .read_index import index_of  # it walks as _Reads does: imports this module
+    from .read_index import index_of  # it subclasses ScopeWalk above: imported here, not at the top
 
     wanted = set(names)
     body = scope.body if isinstance(scope, (cst.FunctionDef, cst.ClassDef)) else scope
