@@ -18,9 +18,8 @@ from typing import AbstractSet, Dict, Optional
 
 from scalebox_cst import tmpnames
 from scalebox_cst.intake import _DIR_FLAGS, _NOFOLLOW
-from scalebox_cst.rollback import TMP_TAG
+from scalebox_cst.rollback import TMP_TAG, remove_quietly, write_new
 
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 class OutError(Exception):
@@ -83,23 +82,11 @@ def _write_at(dir_fd: int, name: str, data: bytes, shown: str) -> None:
         raise OutError(f"{shown} is {what}; not replaced (--out never writes through links)")
     mode = stat.S_IMODE(st.st_mode) if st is not None else None
     tmp = os.path.basename(tmpnames.sibling(name, tmpnames.writer_id(), TMP_TAG, hidden=True))
-    fd = os.open(tmp, _NEW_FILE, 0o666, dir_fd=dir_fd)
+    write_new(tmp, data, mode, dir_fd=dir_fd)
     try:
-        try:
-            if mode is not None:
-                os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except OSError:
-            pass
+        remove_quietly(tmp, dir_fd)
         raise
 
 

@@ -437,10 +437,11 @@ def why(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def write_new(path: str, data: bytes, mode: Optional[int]) -> None:
-    """Write a new file in full and sync it (a partial file is removed). No link is followed."""
+def write_new(path: str, data: bytes, mode: Optional[int], dir_fd: Optional[int] = None) -> None:
+    """Write a new file in full and sync it (a partial file is removed). No link is followed.
+    ``dir_fd``: ``path`` is a name in that open folder (``rewrite --out``: scalebox_cst.outdir)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags, 0o666)
+    fd = os.open(path, flags, 0o666, dir_fd=dir_fd)
     try:
         try:
             if mode is not None:
@@ -452,7 +453,7 @@ def write_new(path: str, data: bytes, mode: Optional[int]) -> None:
         finally:
             os.close(fd)
     except BaseException:
-        remove_quietly(path)
+        remove_quietly(path, dir_fd)
         raise
 
 
@@ -469,8 +470,8 @@ def fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def remove_quietly(path: str) -> None:
+def remove_quietly(path: str, dir_fd: Optional[int] = None) -> None:
     try:
-        os.remove(path)
+        os.remove(path, dir_fd=dir_fd)
     except OSError:
         pass
