@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from .. import rewrite_caches
-from .reads import ScopeWalk
+from .scope_walk import ScopeWalk
 
 #: (rank, names covering it, in a nested function, ids of the loops around it)
 _Read = Tuple[int, Tuple[Set[str], ...], bool, Tuple[int, ...]]
