@@ -88,3 +88,18 @@ def _distribution_validation_restored():
     dist = sys.modules.get("torch.distributions")
     if dist is not None:
         dist.Distribution.set_default_validate_args(__debug__ if before is None else before)
+
+
+_RECURSION_LIMIT = sys.getrecursionlimit()
+
+
+@pytest.fixture(autouse=True)
+def _recursion_limit_restored():
+    """Each test starts with the recursion limit the session started with.
+
+    torch.compile's inductor raises it to 2,000 for the whole process
+    (torch/_inductor/compile_fx.py): a compiled example earlier in the same worker let CPython
+    compile the 5,000 nested ``elif``s the nested-code tests hand the engine as input it cannot.
+    """
+    sys.setrecursionlimit(_RECURSION_LIMIT)
+    yield
