@@ -78,15 +78,22 @@ def read_elsewhere(
     """
     wanted = set(names)
     body = scope.body if isinstance(scope, (cst.FunctionDef, cst.ClassDef)) else scope
-    found = index_of(body).read_elsewhere(loop, wanted, also)  # one walk per scope, not per loop
-    if found is not None:
-        return found
+    if id(body) in _ASKED:  # a second loop of this scope: walk it once for all (read_index)
+        found = index_of(body).read_elsewhere(loop, wanted, also)
+        if found is not None:
+            return found
+    else:  # most scopes hold one loop: the field walk and one visit cost less than an index
+        _ASKED[id(body)] = body
     if not _may_read(body, wanted | set(_DYNAMIC), {id(loop), *(id(n) for n in also)}):
         return set()  # no name the visit could count is there (a field walk: ~20x cheaper)
     visitor = _Reads(wanted, loop, also)
     visitor.ancestors = _enclosing_loops(body, loop)
     body.visit(visitor)
     return visitor.found
+
+
+#: id(scope body) -> the body, for the scopes asked about once: the next question builds the index
+_ASKED: Dict[int, cst.CSTNode] = rewrite_caches.mapping()
 
 
 def _may_read(body: cst.CSTNode, words: Set[str], skip: Set[int]) -> bool:
