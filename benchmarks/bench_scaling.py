@@ -136,6 +136,18 @@ function to libcst stays above 10 s for this shape; under it needs recurrence's 
 their calls (transforms/hot/bindings.visit_calls): per-file rewrite CPU time (in-process, best of
 3 over 3 interleaved rounds) tianshou 0.33-0.42x, torchrl 0.64x, LeanRL 0.72-0.75x, CleanRL
 0.74-0.99x, minimalRL 0.89-1.07x (noise), 21 files 9.47 -> 7.27 s.
+Round 9 (sixteenth session; CPU s of ``Pipeline.rewrite`` in a process of its own per side, 6532695 ->
+after, on a quieter 2-core machine): a ``def``/``class`` of 600+ lines is parsed by libcst in pieces
+of ~150 lines of its body (transforms/analysis/cstpieces.py: libcst costs more per line the
+longer its input, 0.52 ms per 9-line loop in 150-line pieces against 1.06 in one 20k-line
+function), and three per-site walks of the whole function became one walk per function
+(``read_elsewhere``'s reads, analysis/read_index.py; ``declares_global``; hot.no_grad's stores and
+the hot flow's block scans): loops 22.5k (the issue's file: 2,500 loops) 9.64 -> 8.02, loops 50k
+22.5 -> 18.7, mixed 50k 7.83 -> 7.77, block 1k 26.1 -> 3.0, block 2k 103.8 -> 6.3 (the table
+after it: block 2k 6.0, 5k 16.7, 10k 36.0, exponent 1.12); 20 public files (CORL, spinningup,
+rlkit, SB3, Rainbow, with ``bench_rewrite_files.py``) 1.01x. What bounds ``loops`` 50k is still
+round 8's: libcst's parse of the loops (now ~3.5 s), the ``ast`` of the ~6x output and ~1.5 ms of
+analysis per loop; ``block`` is ~6 ms per block of eight sites.
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB. Measured on the loaded
 2-core machine (CPU s / peak MB, 50k lines; old = before the statement memo, spliced codegen,
 grad_clip's path-only insertion pass and recurrence's kept-loop pre-filter, run back to back):
