@@ -15,11 +15,13 @@ evaluation after training that starts with ``out = model(x)``). The loss may be 
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
+from .. import rewrite_caches
 from ..analysis.bodies import target_names
+from ..analysis.cstwalk import walk
 from ..analysis.reads import _DYNAMIC, _enclosing_loops, _may_read, _Reads, _skeleton_path
 
 #: what may be done with the loss after its forward (a half-precision loss is fine for these)
@@ -154,6 +156,10 @@ class _Declared(cst.CSTVisitor):
         return False
 
 
+#: id(scope body) -> (the body, its own global/nonlocal names with their statements)
+_DECLARED: Dict[int, Tuple[cst.CSTNode, List[Tuple[str, cst.CSTNode]]]] = rewrite_caches.mapping()
+
+
 def read_after_chain(scope: cst.CSTNode, chain: Sequence[cst.CSTNode], names: Set[str],
                      loss: str) -> Optional[Tuple[str, cst.CSTNode, str]]:
     """(name, the node, how) for the first of ``names`` (bound by the ``chain`` statements, in
@@ -161,13 +167,18 @@ def read_after_chain(scope: cst.CSTNode, chain: Sequence[cst.CSTNode], names: Se
     it; None where nothing can."""
     body = scope.body if isinstance(scope, (cst.FunctionDef, cst.ClassDef)) else scope
     if not isinstance(scope, cst.Module):
-        declared = _Declared()
-        body.visit(declared)
-        hit = next(((name, node) for name, node in declared.names if name in names), None)
+        known = _DECLARED.get(id(body))
+        if known is None or known[0] is not body:  # once per scope, not per chain
+            declared = _Declared()
+            body.visit(declared)
+            known = _DECLARED[id(body)] = (body, declared.names)
+        hit = next(((name, node) for name, node in known[1] if name in names), None)
         if hit is not None:  # the chain binds a name of another scope: anything may read it
             return hit[0], hit[1], "declared global/nonlocal"
-    if not _may_read(body, names | set(_DYNAMIC), {id(s) for s in chain}):
-        return None
+    uses = {id(n) for n in walk(body) if isinstance(n, cst.Attribute) and n.attr.value in LOSS_USES
+            and isinstance(n.value, cst.Name) and n.value.value == loss}
+    if not _may_read(body, names | set(_DYNAMIC), {id(s) for s in chain} | uses):
+        return None  # nothing but the chain and the loss's own ``.backward()`` spells them (field walks)
     path = _skeleton_path(body, chain[0])
     holding = {id(n) for n in path or ()} | {id(s) for s in chain}
     visitor = _ReadsAfterChain(names, chain, loss, holding)
