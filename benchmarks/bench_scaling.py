@@ -319,22 +319,9 @@ def make_source(lines: int, shape: str) -> str:
     count = HEADER.count("\n")
     i = 0
     if shape == "loops":
-        parts.append("def analyse(rewards, values, masks, next_value, gamma, lam, T):\n")
-        while count + 2 < lines:
-            parts.append(LOOP.format(i=i))
-            count += LOOP.count("\n")
-            i += 1
-        parts.append("    return last\n")
-        return "".join(parts)
+        return _one_function(lines, "def analyse(rewards, values, masks, next_value, gamma, lam, T):\n", LOOP, "    return last\n", 2)
     if shape == "block":
-        parts.append(BLOCK_HEAD)
-        count += BLOCK_HEAD.count("\n")
-        while count + 1 < lines:
-            parts.append(BLOCK.format(i=i))
-            count += BLOCK.count("\n")
-            i += 1
-        parts.append("    return out\n")
-        return "".join(parts)
+        return _one_function(lines, BLOCK_HEAD, BLOCK, "    return out\n", 1)
     if shape == "one":
         parts.append(SITES[1].format(i=i))
         count += SITES[1].count("\n")
@@ -349,6 +336,20 @@ def make_source(lines: int, shape: str) -> str:
         parts.append(block)
         count += block.count("\n")
         i += 1
+    return "".join(parts)
+
+
+def _one_function(lines: int, head: str, block: str, tail: str, reserve: int) -> str:
+    """HEADER, then ``head`` and copies of ``block`` (``{i}``: its number) while fewer than
+    ``lines - reserve`` lines are written, then ``tail``: one function holding every site."""
+    parts = [HEADER, head]
+    count = HEADER.count("\n") + head.count("\n")
+    i = 0
+    while count + reserve < lines:
+        parts.append(block.format(i=i))
+        count += block.count("\n")
+        i += 1
+    parts.append(tail)
     return "".join(parts)
 
 

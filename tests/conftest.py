@@ -103,3 +103,19 @@ def _recursion_limit_restored():
     """
     sys.setrecursionlimit(_RECURSION_LIMIT)
     yield
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """Every source libcst's parse_module is handed during the test."""
+    import libcst as cst
+
+    seen = []
+    real = cst.parse_module
+
+    def counting(source, *args, **kwargs):
+        seen.append(source)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(cst, "parse_module", counting)
+    return seen

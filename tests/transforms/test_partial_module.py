@@ -22,20 +22,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmar
 import bench_scaling  # noqa: E402
 
 
-@pytest.fixture
-def parses(monkeypatch):
-    """Every source libcst's parse_module is handed during the test."""
-    seen: List[str] = []
-    real = cst.parse_module
-
-    def counting(source, *args, **kwargs):
-        seen.append(source)
-        return real(source, *args, **kwargs)
-
-    monkeypatch.setattr(cst, "parse_module", counting)
-    return seen
-
-
 def _rewrite(source: str, whole: bool = False, transforms=None):
     """The pipeline's result; ``whole``: as before partial modules (no file is ever split)."""
     pipeline = harness.pipeline([t.id for t in transforms] if transforms else None, "cpu", instances=transforms)

@@ -239,14 +239,16 @@ def test_guard_output_too_short_raises_like_the_loop():
     assert torch.equal(o1, o2)  # same partial writes before the error
 
 
+DOUBLE_INTO = """\
+def f(a, out):
+    for i in range(len(a)):
+        out[i] = a[i] * 2
+    return out
+"""
+
+
 def test_guard_output_dropping_leading_ones():
-    src = """\
-    def f(a, out):
-        for i in range(len(a)):
-            out[i] = a[i] * 2
-        return out
-    """
-    orig, new, _, _ = pair(src, "f")
+    orig, new, _, _ = pair(DOUBLE_INTO, "f")
     a = torch.randn(4, 1, 3)  # each a[i] is [1, 3]; out[i] is [3]: the copy drops the leading 1
     r1, r2 = orig(a, torch.zeros(4, 3)), new(a, torch.zeros(4, 3))
     assert torch.equal(r1, r2)
@@ -286,13 +288,7 @@ def test_each_value_broadcasts_into_its_row_for_every_shape(monkeypatch):
 
 
 def test_guard_output_whose_elements_share_memory():
-    src = """\
-    def f(a, out):
-        for i in range(len(a)):
-            out[i] = a[i] * 2
-        return out
-    """
-    orig, new, _, _ = pair(src, "f")
+    orig, new, _, _ = pair(DOUBLE_INTO, "f")
     a = torch.arange(8.0)
     assert torch.equal(orig(a, torch.zeros(1).expand(8)), new(a, torch.zeros(1).expand(8)))
     assert loop_batch.batch_range(range(8), (a,), (), (), (torch.zeros(1).expand(8),)) is None
