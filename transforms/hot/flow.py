@@ -6,7 +6,7 @@ of those names, flow-insensitively: a name reused for a graph-carrying value els
 refused rather than told apart). A use ends safely where the value stops carrying autograd
 state: ``.item()``/``.tolist()``/``.detach()``/``.data``, ``int()``/``float()``/``bool()``,
 math functions, integer results (``argmax``, ``max(dim)[1]``, comparisons,
-``Distribution.sample()``), printing and logging, a shape or dtype read (``env.step(...)`` takes
+``Distribution.sample()``), numeric logging (``add_scalar``), a shape or dtype read (``env.step(...)`` takes
 only what these give: given the tensor, an environment converts it to numpy, raising where it
 requires grad, or keeps it). Anything that could keep the value where a later loss reads it is refused: appended or put
 into a container, stored into an attribute or a subscript, returned or yielded, read by another
@@ -16,7 +16,9 @@ function or a closure, bound to a name declared ``global``/``nonlocal`` or in a 
 or ``torch`` function, ``x += 1`` through any name bound to it, ``inplace=True``, ``out=``: on a
 leaf that requires grad, what ``hot.target_graph_cut`` makes, these raise). ``.numpy()`` and
 numpy functions raise on a tensor that requires grad, and do not under ``no_grad``: they end a use
-only after ``.detach()``/``.data`` or an integer result (or as ``.numpy(force=True)``).
+only after ``.detach()``/``.data`` or an integer result (or as ``.numpy(force=True)``). A value
+turned into text (``print``, ``str``, ``repr``, an f-string, ``%``, a logger's message) is refused:
+a tensor's text shows its ``grad_fn``, which the rewrite would take out of the user's output.
 """
 from __future__ import annotations
 
@@ -24,19 +26,27 @@ import ast
 import bisect
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from ..analysis.scopes import builtin_checker
 from .callees import ENGINE_EFFECTS, ENGINE_PURE, GRAD_ATTRS
 
+#: what the reasons for values turned into text add (the text of a tensor shows its grad_fn)
+TEXT_WHY = ": the text shows its grad_fn, which the rewrite would take out of the output"
 #: methods whose result never carries a gradient
 ENDS = frozenset({"item", "tolist", "detach", "argmax", "argmin", "argsort", "multinomial",
                   "size", "dim", "numel", "eq", "ne", "gt", "lt", "ge", "le", "bool", "long", "int"})
 #: attribute reads that carry no gradient
 META = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout"})
 #: builtins whose result is a plain Python value
-PLAIN_RESULT = frozenset({"int", "float", "bool", "str", "repr", "print", "len", "round", "format", "isinstance", "type", "hash"})
-#: builtins whose result may still hold the value
-PASS_THROUGH = frozenset({"list", "tuple", "max", "min", "sum", "abs", "zip", "enumerate", "sorted", "reversed"})
+PLAIN_RESULT = frozenset({"int", "float", "bool", "len", "isinstance", "type", "hash"})
+#: builtins writing a tensor as text: its ``grad_fn=<...>`` is part of that text
+TEXT_RESULT = frozenset({"str", "repr", "print", "format", "ascii"})
+#: builtins whose result may still hold the value (``round`` of a tensor is a tensor)
+PASS_THROUGH = frozenset({"list", "tuple", "max", "min", "sum", "abs", "zip", "enumerate", "sorted", "reversed", "round"})
+BUILTINS = PLAIN_RESULT | TEXT_RESULT | PASS_THROUGH
 TORCH_ENDS = frozenset({"torch.argmax", "torch.argmin", "torch.argsort", "torch.multinomial", "torch.eq", "torch.isfinite", "torch.isnan"})
-LOG_METHODS = frozenset({"add_scalar", "add_scalars", "add_histogram", "log", "info", "debug", "warning", "write"})
+LOG_METHODS = frozenset({"add_scalar", "add_scalars", "add_histogram"})
+#: logger methods writing their arguments as text (``logger.info("q %s", q)``)
+TEXT_LOG_METHODS = frozenset({"log", "info", "debug", "warning", "warn", "error", "critical", "exception", "write"})
 LOG_RECEIVERS = ("writer", "logger", "wandb", "logging", "tb", "summary", "log")
 #: methods (and torch functions) returning (values, indices) where given a dim: ``[1]`` holds no grad
 INDEXED = frozenset({"max", "min", "median", "mode", "kthvalue", "sort", "topk"})
@@ -237,6 +247,10 @@ class Flow:
                     return None
                 node = p
                 continue
+            if isinstance(p, ast.BinOp) and isinstance(p.op, ast.Mod) and p.right is node and _text(p.left):
+                return f"is formatted into text (`{_short(p)}`){TEXT_WHY}"
+            if isinstance(p, ast.FormattedValue) and (p.format_spec is None or p.conversion != -1):
+                return f"is formatted into an f-string (`{{{ast.unparse(node)}}}`){TEXT_WHY}"
             if isinstance(p, (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Starred, ast.Tuple, ast.List, ast.Set, ast.Dict)):
                 if isinstance(getattr(p, "ctx", None), ast.Store):
                     return "is unpacked into a target"
@@ -321,14 +335,17 @@ class Flow:
         func = call.func
         if self.is_forward(call):
             return "through"
-        if isinstance(func, ast.Name) and func.id not in self.imports.names:
+        if isinstance(func, ast.Name) and func.id in BUILTINS and builtin_checker(self.tree)(func.id):
+            if func.id in TEXT_RESULT:
+                return f"is written as text by {func.id}(...){TEXT_WHY}"
             if func.id in PLAIN_RESULT:
                 return None
-            if func.id in PASS_THROUGH:
-                return "through"
+            return "through"
         qual = self.imports.qualify(func)
         if qual is not None:
             top = qual.split(".")[0]
+            if top == "logging" and qual.rsplit(".", 1)[-1] in TEXT_LOG_METHODS:
+                return f"is logged as text by {qual}(...){TEXT_WHY}"
             if top == "numpy":
                 return f"is passed to {qual}(...) before .detach() (it raises where the value requires grad)"
             if qual in ("torch.autograd.backward", "torch.autograd.grad") and "backward" in self.allow \
@@ -345,11 +362,23 @@ class Flow:
             receiver = (ast.unparse(func.value) or "").lower()
             if "env" in receiver:  # it converts to numpy (raising where the value requires grad) or keeps it
                 return f"is passed to `{ast.unparse(func)}(...)` before .detach()/.item()/.numpy()"
-            if func.attr in LOG_METHODS and any(r in receiver for r in LOG_RECEIVERS):
-                return None
+            if func.attr in (LOG_METHODS | TEXT_LOG_METHODS) and any(r in receiver for r in LOG_RECEIVERS):
+                if func.attr in LOG_METHODS or func.attr == "log" and "wandb" in receiver:
+                    return None  # numbers: add_scalar takes .item(), wandb a number or a histogram
+                return f"is logged as text by `{ast.unparse(func)}(...)`{TEXT_WHY}"
             return (f"is passed to `{ast.unparse(func)}(...)` without .detach()/.item(): it may keep the "
                     "value where a later loss reads it")
         return f"is passed to `{ast.unparse(func)}(...)`, whose effects are unknown"
+
+
+def _text(node: ast.expr) -> bool:
+    """Whether ``node`` is spelled as a string (a literal or an f-string)."""
+    return isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _short(node: ast.expr) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _names(target: ast.expr) -> Optional[List[str]]:
