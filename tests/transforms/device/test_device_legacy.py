@@ -233,3 +233,53 @@ def test_a_negated_guard_is_kept_when_its_else_branch_stays():
     assert "if not torch.cuda.is_available():" in out and "x = torch.zeros(2).npu()" in out
     (kept,) = [s for s in sites if s.action == SKIPPED]
     assert kept.line == 2 and "torch.cuda.nvtx.range_push" in kept.reason
+
+
+# rl_games' GAE: `x.is_cuda` picked a Triton kernel; swapped to `x.is_npu` alone, an NPU host
+# launched the CUDA-only kernel (through a flag, and a function of the file reaching it).
+TRITON_GATE = '''import torch
+USE_TRITON = True
+try:
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+if triton is not None:
+    @triton.jit
+    def _kernel(x_ptr, n: tl.constexpr):
+        pass
+def _triton_gae(x):
+    _kernel[(1,)](x, 4)
+    return x
+def _torch_gae(x):
+    return x * 2
+def compute(x):
+    use_triton = USE_TRITON and x.is_cuda
+    if use_triton:
+        return _triton_gae(x)
+    return _torch_gae(x)
+def direct(x):
+    if x.is_cuda:
+        return triton.cdiv(4, 2)
+    return 0
+'''
+
+
+def test_an_is_cuda_test_of_a_cuda_only_library_is_kept():
+    out, sites = rewrite(TRITON_GATE)
+    assert "use_triton = USE_TRITON and x.is_cuda" in out and "    if x.is_cuda:" in out
+    kept = sorted((s.line, s.reason) for s in sites if s.action == SKIPPED and "kept: the branch it opens" in s.reason)
+    assert [line for line, _ in kept] == [18, 23], kept
+    assert "`_triton_gae` (line 20), which reaches the CUDA-only `triton.jit` (line 9)" in kept[0][1]
+    assert "`triton.cdiv` (line 24), CUDA-only" in kept[1][1]
+
+
+@pytest.mark.parametrize("body", [
+    "return torch.nn.utils.clip_grad_norm_(ps, 1.0)",  # pfrl: the fast path runs on an NPU too
+    "return _torch_gae(x)",
+])
+def test_an_is_cuda_test_of_code_that_migrates_is_swapped(body):
+    src = TRITON_GATE.replace("        return triton.cdiv(4, 2)", f"        {body}")
+    out, sites = rewrite(src)
+    assert "    if x.is_npu:" in out
+    assert "use_triton = USE_TRITON and x.is_cuda" in out  # the Triton one stays

@@ -7,9 +7,12 @@ is decided at run time) -> the CPU legacy constructor then ``.npu()``. ``x.type(
 -> ``x.to(device="npu", dtype=...)``; an alias (``FloatTensor = torch.cuda.FloatTensor if cuda
 else torch.FloatTensor``) that the module only ever calls -> a function doing the same.
 
-A guard is not migrated alone: where the branch an ``is_available()`` test opens (directly, or
-through a flag assigned from it) keeps CUDA-only code this engine cannot migrate, the test keeps
-asking CUDA, so on an NPU host the script takes the branch the original takes without CUDA.
+A guard is not migrated alone: where the branch an ``is_available()`` or ``x.is_cuda`` test opens
+(directly, or through a flag assigned from it) keeps CUDA-only code this engine cannot migrate --
+a ``torch.cuda`` name with no NPU twin, a CUDA-only library (Triton, CuPy, PyCUDA, ``numba.cuda``)
+or a function of the file reaching one (rl_games: ``use_triton = USE_TRITON and x.is_cuda``, then
+``_triton_gae(...)`` launching a ``@triton.jit`` kernel) -- the test keeps asking CUDA, so on an
+NPU host the script takes the branch the original takes without CUDA.
 """
 from __future__ import annotations
 
@@ -19,10 +22,34 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from .. import table as T
+from ...names import ast_dotted
 from ..edits import _Target, _append_args, _keep_parens, _new_arg
 
 _OWNED = T.owned_qualnames()
 _IS_AVAILABLE = "torch.cuda.is_available"
+#: libraries whose code runs on CUDA devices only (qualified-name prefixes)
+_CUDA_LIBS = ("triton", "cupy", "pycuda", "numba.cuda")
+
+
+def _cuda_lib(qual: Optional[str]) -> bool:
+    return bool(qual) and any(qual == lib or qual.startswith(lib + ".") for lib in _CUDA_LIBS)  # type: ignore[union-attr]
+
+
+def _cuda_imports(tree: ast.AST) -> Dict[str, str]:
+    """Local names any import in the file binds to a CUDA-only library (``try: import triton /
+    except ImportError: triton = None`` included, which the module's import table leaves out as
+    ambiguous): local name -> qualified name."""
+    out: Dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if _cuda_lib(a.name):
+                    out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level and _cuda_lib(node.module):
+            for a in node.names:
+                if a.name != "*":
+                    out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out
 
 
 def _parents(tree: ast.AST) -> Dict[ast.AST, ast.AST]:
@@ -37,6 +64,16 @@ def _plain_call(call: ast.Call) -> bool:
     return not call.keywords and not any(isinstance(a, ast.Starred) for a in call.args)
 
 
+def _qualified(node: ast.expr, libs: Dict[str, str]) -> Optional[str]:
+    """The CUDA-only library name a Name/Attribute chain reads, or None."""
+    text = ast_dotted(node)
+    if text is None:
+        return None
+    head, _, rest = text.partition(".")
+    full = libs.get(head)
+    return None if full is None else full + ("." + rest if rest else "")
+
+
 class Legacy:
     """Mixin of the analyzer: legacy-tensor entries and the guards of what stays CUDA-only."""
 
@@ -45,7 +82,8 @@ class Legacy:
         self.legacy: Dict[ast.AST, Tuple[T.Swap, str, Optional[str], ast.AST]] = {}
         self.kept_guards: Dict[ast.AST, str] = {}
         entries = {q: e for e, _ in self.by_kind("legacy-tensor") for q in e.qualnames}
-        guards = any(e.pattern == _IS_AVAILABLE for e, m in self.by_kind("rename") if m == "apply")
+        guards = any(e.pattern == _IS_AVAILABLE for e, m in self.by_kind("rename") if m == "apply") or \
+            any(e.pattern == "is_cuda" for e, m in self.by_kind("attribute") if m == "apply")
         if not entries and not guards:
             return
         tree = self.ctx.tree
@@ -119,8 +157,53 @@ class Legacy:
                     "without CUDA"))
 
     def _availability(self, expr: ast.AST) -> List[ast.AST]:
-        return [n.func for n in ast.walk(expr)
-                if isinstance(n, ast.Call) and self.imports.qualify(n.func) == _IS_AVAILABLE]
+        """The CUDA tests in ``expr``: ``torch.cuda.is_available`` of its calls, ``x.is_cuda`` reads."""
+        return [n.func if isinstance(n, ast.Call) else n for n in ast.walk(expr)
+                if isinstance(n, ast.Call) and self.imports.qualify(n.func) == _IS_AVAILABLE
+                or isinstance(n, ast.Attribute) and n.attr == "is_cuda" and isinstance(n.ctx, ast.Load)]
+
+    def _cuda_libs(self) -> Dict[str, str]:
+        known = getattr(self, "_cuda_lib_names", None)
+        if known is None:
+            known = self._cuda_lib_names = _cuda_imports(self.ctx.tree)
+        return known
+
+    def _cuda_functions(self) -> Dict[str, str]:
+        """Functions of the file (at any depth, by name) that reach a CUDA-only library, directly
+        or through another such function: name -> the library name reached and its line (a
+        fixpoint over the names each function reads)."""
+        known = getattr(self, "_cuda_fns", None)
+        if known is not None:
+            return known
+        defs: Dict[str, List[ast.AST]] = {}
+        for node in ast.walk(self.ctx.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs.setdefault(node.name, []).append(node)
+        reads: Dict[str, Tuple[Optional[str], set]] = {}
+        libs = self._cuda_libs()
+        for name, nodes in defs.items():
+            lib, names = None, set()
+            for fn in nodes:
+                for n in ast.walk(fn):
+                    if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load):
+                        qual = _qualified(n, libs)
+                        if lib is None and qual is not None:
+                            lib = f"`{qual}` (line {n.lineno})"
+                        if isinstance(n, ast.Name) and n.id in defs and n.id != name:
+                            names.add(n.id)
+            reads[name] = (lib, names)
+        known = {name: lib for name, (lib, _) in reads.items() if lib is not None}
+        changed = True
+        while changed:
+            changed = False
+            for name, (_, names) in reads.items():
+                if name not in known:
+                    via = next((n for n in sorted(names) if n in known), None)
+                    if via is not None:
+                        known[name] = known[via]
+                        changed = True
+        self._cuda_fns = known
+        return known
 
     def _cuda_only(self, body, parent) -> Optional[str]:
         """What in ``body`` stays CUDA-only after the device transforms, or None."""
@@ -136,6 +219,11 @@ class Legacy:
                 qual = self.imports.qualify(n)
                 if qual and qual.startswith("torch.cuda.") and not any(qual == q or qual.startswith(q + ".") for q in _OWNED):
                     return f"`{qual}` (line {n.lineno}), which has no NPU twin"
+                lib = _qualified(n, self._cuda_libs())
+                if lib is not None:
+                    return f"`{lib}` (line {n.lineno}), CUDA-only"
+                if isinstance(n, ast.Name) and n.id in self._cuda_functions():
+                    return f"`{n.id}` (line {n.lineno}), which reaches the CUDA-only {self._cuda_functions()[n.id]}"
         return None
 
     # ------------------------------------------------------------------ during the walk

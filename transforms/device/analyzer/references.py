@@ -26,6 +26,8 @@ class References:
                 if node.attr == entry.pattern and not self.receiver_is_module(node) and qual is None:
                     if "no-user-member" in entry.conditions and entry.pattern in self.facts.members:
                         self.skip(entry, node, f"a class in this module defines its own `{entry.pattern}`")
+                    elif node in self.kept_guards:  # a test of what stays CUDA-only (see .legacy)
+                        self.skip(entry, node, self.kept_guards[node])
                     elif mode == "apply":
                         self.edit(entry, _Target(node), lambda u, e=entry: u.with_changes(attr=cst.Name(e.replacement)))
         if qual is None or node in self.handled_refs:
