@@ -17,8 +17,10 @@ an ``if`` (or any compound statement) may not run, so only a plain ``X.zero_grad
 stops the search; a ``continue`` or ``break`` before it may jump past it, so it stops nothing
 then. Any ``.backward(...)`` call met first (also inside a compound statement, a helper such as
 ``accelerator.backward(loss)``, ``torch.autograd.backward``) is the answer. What runs outside the
-scope (the caller's ``zero_grad``) is not known and not counted: a function that only computes
-one loss, steps and returns is scaled as before.
+scope is not known: in a function with no plain ``zero_grad`` line before or after the backward
+(:func:`zeroes_gradients`) gradients accumulate over calls unless a caller clears them, and those
+left from an earlier call would be divided by the scale at ``unscale_``, so it is left fp32; a
+function that zeroes before or after its backward is taken to start from cleared gradients.
 """
 from __future__ import annotations
 
@@ -169,3 +171,11 @@ def shared_gradients(root: cst.CSTNode, stmt: cst.CSTNode) -> Optional[cst.Call]
     if levels is None:
         return None
     return _reaching(levels) or _reached(levels)
+
+
+def zeroes_gradients(root: cst.CSTNode, stmt: cst.CSTNode) -> bool:
+    """Whether the function ``root`` (its body) zeroes the gradients ``stmt``'s backward adds to: a
+    plain ``zero_grad`` line before ``stmt`` or after it, in ``stmt``'s block or a block around it.
+    A function with none leaves its gradients to be cleared (or accumulated) by code not seen here."""
+    levels = _levels(root, stmt)
+    return levels is not None and any(_zero_grad(s) for body, index, _ in levels for i, s in enumerate(body) if i != index)

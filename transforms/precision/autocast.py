@@ -44,7 +44,7 @@ from scalebox_cst.report import CHANGES_SEMANTICS, REWRITTEN, SKIPPED, WARNING, 
 
 from ..base import Example, FileContext, Transform
 from ..grad_clip.guard import GUARD_ALIAS
-from .accumulation import shared_gradients
+from .accumulation import shared_gradients, zeroes_gradients
 from .reads_after import read_after_chain
 
 DEVICE_TYPES = {"cpu": "cpu", "cuda": "cuda", "npu": "npu"}
@@ -210,8 +210,12 @@ class _Wrap(cst.CSTTransformer):
         """fp16: why the backward at ``k`` gets no GradScaler: another backward adds to the same
         gradients with no zero_grad between (:mod:`.accumulation`), else None."""
         scope = self.scopes[-1]
-        other = shared_gradients(scope.body if isinstance(scope, (cst.FunctionDef, cst.ClassDef)) else scope, block.body[k])
+        root = scope.body if isinstance(scope, (cst.FunctionDef, cst.ClassDef)) else scope
+        other = shared_gradients(root, block.body[k])
         if other is None:
+            if isinstance(scope, cst.FunctionDef) and not zeroes_gradients(root, block.body[k]):
+                return (f"fp16: this function never calls zero_grad around {loss}.backward() (line "
+                        f"{self._line(block.body[k])}): a GradScaler would shrink gradients left from an earlier call: left fp32")
             return None
         line, at = self._line(other), self._line(block.body[k])
         if line == at:
@@ -295,14 +299,14 @@ class _Wrap(cst.CSTTransformer):
             if escaped:
                 self.sites.append(self.ctx.site(AutocastTransform.id, original.body[found[0]], SKIPPED, escaped))
                 continue
-            shared = self._shared(original, k, loss) if self.mode == "fp16" else None
-            if shared:
-                self.sites.append(self.ctx.site(AutocastTransform.id, original.body[k], SKIPPED, shared))
-                continue
             step = _step_after(nodes, k) if self.mode == "fp16" else None
             if self.mode == "fp16" and step is None:
                 self.sites.append(self.ctx.site(AutocastTransform.id, original.body[k], SKIPPED,
                                                 "fp16: no OPT.step() after this backward in its block for the GradScaler"))
+                continue
+            shared = self._shared(original, k, loss) if self.mode == "fp16" else None
+            if shared:
+                self.sites.append(self.ctx.site(AutocastTransform.id, original.body[k], SKIPPED, shared))
                 continue
             if self.mode == "fp16" and self.calibration:
                 found, kept = self._calibrated(original.body, nodes, found)

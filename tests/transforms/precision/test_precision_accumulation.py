@@ -212,7 +212,7 @@ def test_fp16_one_backward_per_zero_grad_is_still_scaled(code, scaled):
     out, sites = _rewrite(code)
     assert out.count("_scalebox_scaler.scale(") == scaled and out.count("torch.autocast(") == scaled, out
     assert [s.action for s in sites] == ["rewritten"] * scaled
-    _assert_same_training(code, out, atol=2e-2, lr=10)
+    _assert_same_training(code, out, atol=2e-2)
 
 
 def test_bf16_wraps_both_backwards_of_one_step():
@@ -253,3 +253,39 @@ def test_a_second_backward_with_nothing_between_stays_wrapped():
     code = RETAINED_GRAPH.replace("        opt.step()\n        opt.zero_grad()\n", "")
     out, sites = _rewrite(code, mode="bf16")
     assert out.count("torch.autocast(") == 1 and [s.action for s in sites] == ["rewritten"]
+
+
+# A function that steps but never zeroes: each call adds to what the previous call left, unless
+# a caller clears it. Scaled, unscale_ divided the earlier call's (already unscaled) gradients by
+# 65536 again: the weights after three calls differed from the original's.
+NEVER_ZEROED = """\
+import torch
+
+
+def update(model, opt, x, y):
+    loss = ((model(x) - y) ** 2).mean() * 1e-2
+    loss.backward()
+    opt.step()
+
+
+def train(model, opt, data):
+    for x, y in data:
+        update(model, opt, x, y)
+"""
+
+
+def test_fp16_in_a_function_that_never_zeroes_its_gradients_is_left_fp32():
+    out, sites = _rewrite(NEVER_ZEROED)
+    assert out == NEVER_ZEROED
+    (site,) = sites
+    assert site.action == "skipped" and "never calls zero_grad around loss.backward() (line 6)" in site.reason
+    _assert_same_training(NEVER_ZEROED, out, atol=0, lr=10)  # nothing rewritten: the same run
+
+
+@pytest.mark.parametrize("zero", ["    opt.zero_grad()\n    loss = ", "    opt.step()\n    opt.zero_grad()\n"])
+def test_fp16_in_a_function_zeroing_before_or_after_is_scaled(zero):
+    anchor = "    loss = " if zero.endswith("loss = ") else "    opt.step()\n"
+    code = NEVER_ZEROED.replace(anchor, zero, 1)
+    out, sites = _rewrite(code)
+    assert [s.action for s in sites] == ["rewritten"] and "_scalebox_scaler.scale(" in out, sites
+    _assert_same_training(code, out, atol=2e-2, lr=10)

@@ -205,6 +205,7 @@ def step(enc, head, opt, x):
     loss = y.pow(2).mean()
     loss.backward()
     opt.step()
+    opt.zero_grad()
 """
 
 
