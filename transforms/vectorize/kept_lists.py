@@ -9,6 +9,11 @@ unbind). That is only the same program where the other reads cannot tell views f
 tensors: :func:`read_only_uses` accepts ``len(L)``, ``torch.stack(L, ...)``,
 ``torch.cat(L, ...)`` and the builtin ``sum(L)``, which read the elements and write nothing
 (an in-place op on an element would raise on an unbind view where the loop's did not).
+
+Where the list is kept, the batched stand-in for ``torch.stack(L)`` / ``torch.cat(L)`` is a copy
+(:func:`reduced_text`): ``torch.stack`` returns a tensor of its own, and the batched values are
+what the kept list's rows view, so an in-place write to the stacked result (``s.mul_(2)``) would
+otherwise show in the list and in every later reduction of it.
 """
 from __future__ import annotations
 
@@ -19,6 +24,22 @@ import libcst as cst
 from ..analysis.cstwalk import instances
 
 _READERS = ("torch.stack", "torch.cat", "torch.concat", "torch.concatenate")
+
+
+def reduced_text(var: str, kind: str, keep_list: bool) -> str:
+    """What stands for the reduction ``kind`` of a list whose batched values are ``var`` (``[n,
+    ...]``). ``stack`` / ``cat`` give a new tensor in the original: with the list kept (its rows
+    views of ``var``) the batched form is copied too, else ``var`` itself (nothing else reads it)."""
+    own = ".clone()" if keep_list else ""  # clone() of a contiguous tensor is contiguous
+    return {
+        "sum": f"{var}.sum()",
+        "mean": f"{var}.mean()",
+        "sum_cat": f"{var}.sum()",
+        "mean_cat": f"{var}.mean()",
+        "builtin_sum": f"{var}.sum(0)",
+        "stack": f"{var}.contiguous(){own}",
+        "cat": f"{var}.contiguous().flatten(0, 1){own}",
+    }[kind]
 
 
 def read_only_uses(scope: cst.CSTNode, name: str, imports, builtin_ok) -> List[cst.Call]:

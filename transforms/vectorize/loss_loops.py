@@ -26,6 +26,7 @@ from ..analysis.loops import LoopHeader, not_a_name, parse_header
 from ..analysis.purity import is_simple_ref
 from ..analysis.reads import names_read, read_elsewhere
 from ..analysis.scopes import declares_global
+from .kept_lists import reduced_text
 from .loss_expr import BATCH, LossExpr, Refused, Value, marker
 from .reduction_forms import _Acc, _accumulation, _sanitize, consumer_statements
 
@@ -284,9 +285,7 @@ def _emit(rw, loop, idx, header, expr: LossExpr, temps: Dict[str, str], accs: Li
             if acc.keep_list:  # also read by len() / another reduction: filled as the loop fills it
                 fast.append(f"{acc.name}.extend({var}.unbind(0))")
             slow.append(f"{var} = None")
-            reduced = {"sum": f"{var}.sum()", "mean": f"{var}.mean()", "sum_cat": f"{var}.sum()", "mean_cat": f"{var}.mean()",
-                       "builtin_sum": f"{var}.sum(0)", "stack": f"{var}.contiguous()",
-                       "cat": f"{var}.contiguous().flatten(0, 1)"}[acc.consumer_kind]
+            reduced = reduced_text(var, acc.consumer_kind, acc.keep_list)
             replacements.append((acc.consumer_index, acc.consumer, f"({reduced} if {var} is not None else {code(acc.consumer)})"))
             if acc.consumer_kind in ("stack", "cat"):
                 what.append(f"{acc.name} → batched {acc.consumer_kind}")

@@ -32,7 +32,7 @@ from ..analysis.elementwise import ElementwiseExpr
 from ..analysis.rewriting import replace_nodes, ScopedRewriter
 from .loss_loops import empty_list_init, rewrite_loss_loop
 from .param_penalty import try_penalty
-from .kept_lists import read_only_uses, reads_outside
+from .kept_lists import read_only_uses, reads_outside, reduced_text
 from .reduction_examples import EXAMPLES
 from .reduction_forms import (
     _Acc,
@@ -328,15 +328,7 @@ class _Rewriter(ScopedRewriter):
                     fast.append(f"{acc.name}.extend({v}.unbind(0))")
                 slow.append(f"{v} = None")
                 original = code(acc.consumer)
-                reduced = {
-                    "sum": f"{v}.sum()",
-                    "mean": f"{v}.mean()",
-                    "sum_cat": f"{v}.sum()",
-                    "mean_cat": f"{v}.mean()",
-                    "builtin_sum": f"{v}.sum(0)",
-                    "stack": f"{v}.contiguous()",
-                    "cat": f"{v}.contiguous().flatten(0, 1)",
-                }[acc.consumer_kind]
+                reduced = reduced_text(v, acc.consumer_kind, acc.keep_list)
                 replacements.append((acc.consumer_index, acc.consumer, f"({reduced} if {v} is not None else {original})"))
                 if acc.consumer_kind in ("stack", "cat"):
                     if not acc.analysis.exact:
@@ -395,7 +387,7 @@ class _Rewriter(ScopedRewriter):
 
 class VectorizeReduction(Transform):
     id = ID
-    version = "7"  # 7: lists also read by len() / a second reduction kept (kept_lists); 6: penalties summed over m.parameters() (param_penalty); 5: lists created by one tuple assignment / on one line (a, b = [], []); 4: pure calls in range bounds, star imports
+    version = "8"  # 8: a kept list's stack/cat stand-in is a copy (an in-place write to it showed in the list); 7: lists also read by len() / a second reduction kept (kept_lists); 6: penalties summed over m.parameters() (param_penalty); 5: lists created by one tuple assignment / on one line (a, b = [], []); 4: pure calls in range bounds, star imports
     triggers = ("for ",)
     description = "element-wise accumulation loops → one batched reduction (guarded)"
 

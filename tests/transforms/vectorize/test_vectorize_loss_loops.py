@@ -775,6 +775,63 @@ def test_list_kept_for_its_other_reads_differential(T, dtype, seed, src, as_list
     torch.testing.assert_close(a[3][0], b[3][0])
 
 
+KEPT_WRITTEN = {  # the stacked result written in place, then the kept list read again
+    "stack": """\
+import torch
+def f(xs, w):
+    out = []
+    for x in xs:
+        out.append(x * w + 1)
+    s = torch.stack(out)
+    s.mul_(2)
+    return s, torch.stack(out), sum(out), len(out)
+""",
+    "cat-temps": """\
+import torch
+def f(xs, w):
+    out = []
+    for x in xs:
+        y = x * w
+        out.append(y + 1)
+    s = torch.cat(out)
+    s += 1
+    return s, torch.cat(out), len(out)
+""",
+    "stack-not-kept": """\
+import torch
+def f(xs, w):
+    out = []
+    for x in xs:
+        out.append(x * w + 1)
+    s = torch.stack(out)
+    s.mul_(2)
+    return s, xs
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEPT_WRITTEN))
+@pytest.mark.parametrize("as_list", [True, False])
+def test_stack_of_a_kept_list_is_a_tensor_of_its_own(name, as_list):
+    """``torch.stack(L)`` returns a new tensor: the batched stand-in must not be what the kept
+    list's rows view, or an in-place write to it shows in later reductions of the list."""
+    orig, new, out, sites = pair(KEPT_WRITTEN[name], "f")
+    assert [s.action for s in sites] == [REWRITTEN], sites
+    assert (".extend(" in out) is (name != "stack-not-kept")
+    g = torch.Generator().manual_seed(3)
+    xs, w = torch.randn(4, 3, generator=g), torch.randn(3, generator=g)
+    args = (lambda: (list(xs.clone().unbind(0)) if as_list else xs.clone(), w.clone()))
+    a, b = orig(*args()), new(*args())
+    assert len(a) == len(b)
+    for u, v in zip(a, b):
+        if isinstance(u, torch.Tensor):
+            assert torch.equal(u, v)
+        elif isinstance(u, list):
+            assert all(torch.equal(p, q) for p, q in zip(u, v))
+        else:
+            assert u == v
+
+
 @pytest.mark.parametrize("use, reason", [
     ("policy_loss[0].mul_(2)", "used after the loop other than by a stack/cat/sum/mean reduction"),
     ("stats.append(policy_loss)", "used after the loop other than by a stack/cat/sum/mean reduction"),
