@@ -6,8 +6,9 @@ here: the loop operands are tensors (or lists/tuples of equally shaped tensors),
 ``torch.Tensor`` or ``nn.Parameter`` (subclasses may override any op), all of one
 floating dtype and one device, the loop has at least one element, loop-invariant operands are
 plain numbers or tensors of that dtype and device, accumulators are numbers or tensors, and no
-tensor the loop writes shares memory with what it reads. Any doubt returns ``None`` and the
-caller runs its original loop.
+tensor the loop writes shares memory with what it reads (the items of a list operand
+included: its batch is a stacked copy, the loop reads the items themselves). Any doubt
+returns ``None`` and the caller runs its original loop.
 
 Batched operands are aligned for broadcasting: an element of shape ``S`` becomes a view of shape
 ``[n, 1, ..., 1, *S]`` with as many ones as needed to give every operand the same number of
@@ -80,7 +81,11 @@ def _finish(
     outs: Sequence[Any],
     min_ndim: int,
     running: bool,
+    listed: Sequence[Sequence[_Tensor]] = (),
 ) -> Optional[Tuple[_Tensor, ...]]:
+    """The batches aligned, or None. ``listed``: the tensors of the operands given as lists (their
+    batches are stacked copies, so what the loop reads is those tensors: a written accumulator
+    or output must share memory with none of them either)."""
     n = batches[0].shape[0]
     if n == 0:
         return None
@@ -131,6 +136,9 @@ def _finish(
         ndim = outs[0].dim() - 1
     if written:
         read_mem = {_storage(t) for t in reads if t.numel()}
+        for items in listed:  # one dtype and shape each (stacked): all empty or none
+            if items[0].numel():
+                read_mem.update(map(_storage, items))
         if any(t.numel() and _storage(t) in read_mem for t in written):
             return None  # an in-place write could change what a later element reads
         out_mem = [_storage(t) for t in outs if t.numel()]
@@ -165,7 +173,8 @@ def batch_zip(
         batches.append(b)
     if len({b.shape[0] for b in batches}) != 1:
         return None
-    return _finish(batches, invariants, accs, outs, min_ndim, running)
+    listed = [seq for seq in seqs if type(seq) in (list, tuple)]
+    return _finish(batches, invariants, accs, outs, min_ndim, running, listed)
 
 
 def batch_range(
@@ -188,6 +197,7 @@ def batch_range(
         return None
     last = r[-1]
     batches = []
+    listed = []  # the items a list operand is read at (see _finish)
     for seq in seqs:
         if type(seq) in _PLAIN:
             if seq.dim() == 0 or last >= seq.shape[0] or seq.layout is not torch.strided:
@@ -196,16 +206,18 @@ def batch_range(
         elif type(seq) in (list, tuple):
             if last >= len(seq):
                 return None
-            b = _stack(seq[r.start : r.stop : r.step])
+            items = seq[r.start : r.stop : r.step]
+            b = _stack(items)
             if b is None:
                 return None
             batches.append(b)
+            listed.append(items)
         else:
             return None
     for out in outs:
         if type(out) not in _PLAIN or out.dim() == 0 or last >= out.shape[0]:
             return None
-    done = _finish(batches, invariants, accs, outs, min_ndim, running)
+    done = _finish(batches, invariants, accs, outs, min_ndim, running, listed)
     if done is None or not with_slice:
         return done
     return done + (slice(r.start, r.stop, r.step),)

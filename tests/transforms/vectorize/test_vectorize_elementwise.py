@@ -213,6 +213,24 @@ def test_guard_output_aliases_input():
     assert torch.equal(r1, r2) and torch.equal(x1, x2)
 
 
+def test_guard_output_viewed_by_the_items_of_a_list_operand():
+    """A list operand is batched as a stacked copy; the loop reads its items, which here view the
+    output one row behind (each step reads what the last wrote): the guard declines, the loop runs.
+    Items of their own memory still run batched."""
+    orig, new, _, _ = pair(LOOP, "f")
+
+    def shifted():
+        out = torch.arange(5.0)
+        return [out[0]] + list(out.unbind(0))[:-1], out
+
+    (a1, o1), (a2, o2) = shifted(), shifted()
+    assert loop_batch.batch_range(range(5), (a2,), (), (), (o2,)) is None
+    assert torch.equal(orig(a1, o1), new(a2, o2)) and torch.equal(o1, o2)
+    own = [torch.randn(()) for _ in range(5)]
+    assert loop_batch.batch_range(range(5), (own,), (), (), (torch.zeros(5),)) is not None
+    assert loop_batch.batch_range(range(1, 5), (own,), (), (), (own[0].reshape(1).expand(5).clone(),)) is not None
+
+
 def test_guard_output_is_a_list():
     orig, new, _, _ = pair(LOOP, "f")
     a = torch.randn(3)

@@ -325,6 +325,23 @@ def test_guard_accumulator_aliasing_input():
     assert torch.equal(orig(a), new(b)) and torch.equal(a, b)  # the loop feeds its own writes back
 
 
+@pytest.mark.parametrize("loop", ["for x in xs:\n        acc += x * 2", "for i in range(len(xs)):\n        acc += xs[i] * 2"])
+def test_guard_accumulator_aliased_by_the_items_of_a_list(loop):
+    """The items of a list operand are the accumulator itself: the loop adds what it has summed so
+    far (a stacked copy would add the start value): the guard declines, the loop runs. Items of
+    their own memory run batched."""
+    src = f"def f(acc, xs):\n    {loop}\n    return acc\n"
+    orig, new, _, sites = pair(src, "f", dedent=False)
+    assert [s.action for s in sites] == [REWRITTEN], sites
+    a, b = torch.ones(3), torch.ones(3)
+    assert loop_batch.batch_zip(([b, b],), (), (b,)) is None
+    assert loop_batch.batch_range(range(2), ([b, b],), (), (b,)) is None
+    assert torch.equal(orig(a, [a, a, a]), new(b, [b, b, b])) and torch.equal(a, torch.full((3,), 27.0))
+    own = [torch.ones(3), torch.ones(3)]
+    assert loop_batch.batch_zip((own,), (), (torch.ones(3),)) is not None
+    assert loop_batch.batch_range(range(1, 2), ([b, own[1]],), (), (b,)) is not None  # only the items read
+
+
 def test_guard_list_accumulator():
     orig, new, _, _ = pair(ACC.replace("acc = 0", "acc = []"), "f")
     xs, ys = torch.randn(3, 2), torch.randn(3, 2)
