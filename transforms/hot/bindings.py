@@ -104,12 +104,14 @@ def _is_zip(value: Optional[cst.BaseExpression]) -> bool:
     return isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in ("zip", "map")
 
 
-def bindings(scope: Scope, declarations: bool = True) -> Dict[str, List[Optional[cst.BaseExpression]]]:
+def bindings(scope: Union[Scope, cst.ClassDef], declarations: bool = True) -> Dict[str, List[Optional[cst.BaseExpression]]]:
     """Every binding of every name directly in ``scope`` (see the module docstring).
     ``declarations``: False where the file holds no ``global`` or ``nonlocal`` statement (then
     the walk of the whole scope looking for them is saved: :func:`may_declare`)."""
     binder = _Binder()
-    if isinstance(scope, cst.FunctionDef):
+    if isinstance(scope, cst.ClassDef):  # a class body (what it binds; its methods not entered)
+        scope.body.visit(binder)
+    elif isinstance(scope, cst.FunctionDef):
         params = scope.params
         for p in (*params.posonly_params, *params.params, *params.kwonly_params):
             binder.bind(p.name, None)
@@ -136,7 +138,7 @@ def may_declare(code: str) -> bool:
     return _DECLARATION.search(code) is not None
 
 
-def _declared_below(scope: Scope) -> List[str]:
+def _declared_below(scope: Union[Scope, cst.ClassDef]) -> List[str]:
     names: List[str] = []
 
     class _V(cst.CSTVisitor):
@@ -215,7 +217,9 @@ class ScopedRewriter(PrunedTransformer):
     def __init__(self) -> None:
         super().__init__()
         self.scopes: List[Scope] = []
-        self._bindings: Dict[cst.CSTNode, Dict[str, List[Optional[cst.BaseExpression]]]] = {}
+        self._bindings: Dict[object, Dict[str, List[Optional[cst.BaseExpression]]]] = {}
+        #: the class bodies being visited, each with the number of scopes open when it was entered
+        self._classes: List[Tuple[int, cst.ClassDef]] = []
 
     def visit_Module(self, node: cst.Module) -> None:
         self.scopes.append(node)
@@ -227,11 +231,33 @@ class ScopedRewriter(PrunedTransformer):
         self.scopes.pop()
         return updated
 
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._classes.append((len(self.scopes), node))
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        self._classes.pop()
+        return updated
+
     def _found(self) -> Dict[str, List[Optional[cst.BaseExpression]]]:
+        """The bindings of the scope being visited. Directly in a class body, a name the class
+        body binds is the class's where the binding ran first and the enclosing scope's (the
+        module's) before: unknown there (one more binding, None); other names are the enclosing
+        scope's, as Python reads them."""
         scope = self.scopes[-1]
         if scope not in self._bindings:
             self._bindings[scope] = bindings(scope, self.declarations)
-        return self._bindings[scope]
+        found = self._bindings[scope]
+        classes = tuple(c for depth, c in self._classes if depth == len(self.scopes))
+        if not classes:
+            return found
+        key = (scope, classes)
+        if key not in self._bindings:
+            merged = {name: list(values) for name, values in found.items()}
+            for cls in classes:
+                for name in bindings(cls, self.declarations):
+                    merged.setdefault(name, []).append(None)
+            self._bindings[key] = merged
+        return self._bindings[key]
 
 
 def _in_functions(tree: ast.Module, calls: Sequence[ast.AST]) -> bool:

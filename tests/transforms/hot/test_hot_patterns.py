@@ -103,6 +103,38 @@ def test_probs_changed_through_a_view_or_a_torch_function_are_not_a_softmax(chan
     assert [s.action for s in sites] == [SKIPPED], (change, sites)
 
 
+CLASS_BODY = {  # a scale bound once to exp(...) in the enclosing scope, read in a class body
+    "function": ("def f(x):\n    std = torch.exp(x)\n    class A:\n{body}    return A.d.scale\n", "f(torch.zeros(2))"),
+    "module": ("std = torch.exp(torch.zeros(2))\nclass A:\n{body}", "A.d.scale"),
+}
+
+
+@pytest.mark.parametrize("where", sorted(CLASS_BODY))
+@pytest.mark.parametrize("body, rebound", [
+    ("        std = -torch.ones(2)\n        d = Normal(torch.zeros(2), std)\n", True),
+    ("        d = Normal(torch.zeros(2), std)\n        std = -torch.ones(2)\n", True),
+    ("        for std in [-torch.ones(2)]:\n            pass\n        d = Normal(torch.zeros(2), std)\n", True),
+    ("        d = Normal(torch.zeros(2), std)\n        class B:\n            std = 3\n", False),
+    ("        d = Normal(torch.zeros(2), std)\n", False),
+])
+def test_a_class_body_reads_its_own_bindings(where, body, rebound):
+    """Found by a differential review: a class body that binds ``std`` reads its own (here
+    negative) scale, not the enclosing ``std = torch.exp(x)``; the original raised ValueError and
+    the rewrite built the distribution. Names the class body does not bind are the enclosing
+    scope's, as before (a nested class's bindings are its own)."""
+    template, expr = CLASS_BODY[where]
+    if where == "module":
+        body = body.replace("    ", "", 1).replace("\n    ", "\n")
+    src = "import torch\nfrom torch.distributions import Normal\n" + template.format(body=body)
+    out, sites = rewrite(src, distributions.ID)
+    assert [s.action for s in sites] == [SKIPPED if rebound else REWRITTEN], sites
+    ns1, ns2 = {}, {}
+    err1, err2 = harness.outcome(src, ns1), harness.outcome(out, ns2)
+    assert err1 is err2
+    if err1 is None:
+        assert same(outcome(eval, expr, ns1), outcome(eval, expr, ns2))
+
+
 def test_user_distribution_class_is_not_a_site():
     src = "class Categorical:\n    def __init__(self, logits): pass\ndef f(x, a):\n    return Categorical(logits=x)\n"
     out, sites = rewrite(src, distributions.ID)
