@@ -92,8 +92,11 @@ def fused_optimizer(cls: Any, *args: Any, **kwargs: Any) -> Any:
             return cls(params, *rest, **kwargs)
         found.extend(got)
     # capturable (given, or in a parameter group) on CPU parameters raises at step() on the
-    # for-loop path; the fused one would step: the user's error is kept (a differential review)
-    capturable = kwargs.get("capturable") or any(isinstance(g, dict) and g.get("capturable") for g in params)
-    if found and fusable(found) and not kwargs.get("differentiable") and not capturable and _torch_has_cpu_fused():
+    # for-loop path; the fused one would step: the user's error is kept (a differential review).
+    # differentiable (given, or in a group: a group's options override the defaults) excludes
+    # fused: the optimizer would raise at construction where the original builds
+    chosen = [kwargs] + [g for g in params if isinstance(g, dict)]
+    if found and fusable(found) and not any(g.get("capturable") or g.get("differentiable") for g in chosen) \
+            and _torch_has_cpu_fused():
         kwargs["fused"] = True
     return cls(params, *rest, **kwargs)

@@ -116,6 +116,22 @@ def test_capturable_on_cpu_parameters_still_raises_at_step(where):
         torch.optim.Adam(_params_with_grads(), capturable=True).step()
 
 
+@pytest.mark.parametrize("cls", [torch.optim.Adam, torch.optim.AdamW])
+def test_a_differentiable_group_is_built_as_written(cls):
+    """Found by a differential review: a parameter group with ``differentiable: True`` (a group's
+    options override the defaults) made the fused optimizer raise RuntimeError at construction,
+    where the original builds and steps. Groups that leave it off, or set it False, still fuse."""
+    params = _params()
+    opt = fused_optimizer(cls, [{"params": params, "differentiable": True}], lr=1e-3)
+    assert opt.param_groups[0]["fused"] is None and opt.param_groups[0]["differentiable"] is True
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    first, second = _params(), _params()
+    mixed = fused_optimizer(cls, [{"params": first, "differentiable": False}, {"params": second}], lr=1e-3)
+    assert [g["fused"] for g in mixed.param_groups] == [True, True]
+
+
 def _params_with_grads():
     out = _params()
     for p in out:
