@@ -116,12 +116,45 @@ def origin_of(filename: str) -> Optional[Origin]:
     return found or None
 
 
+#: ``(co_filename, co_name)`` of the engine's loaders' ``exec_module`` (:func:`import_machinery`)
+_machinery: set = set()
+
+
+def import_machinery(function):
+    """Mark ``function`` (a loader's ``exec_module``) as import machinery: a traceback through an
+    import the engine served leaves its frame out, with the importlib frames around it, as
+    CPython leaves out its own loaders' frames (``_call_with_frames_removed``)."""
+    code = function.__code__
+    _machinery.add((code.co_filename, code.co_name))
+    return function
+
+
+def _without_import_machinery(stack):
+    """``stack`` less each run of import-machinery frames (importlib's, then the engine loader's)
+    that leads to further frames: what a traceback through a plain import shows."""
+    def machinery(frame):
+        return frame.filename.startswith("<frozen importlib._bootstrap") or (frame.filename, frame.name) in _machinery
+
+    frames, run = [], []
+    for frame in stack:
+        if machinery(frame):
+            run.append(frame)
+            continue
+        if not any((f.filename, f.name) in _machinery for f in run):
+            frames.extend(run)  # importlib's alone (CPython kept them): not ours to drop
+        run = []
+        frames.append(frame)
+    frames.extend(run)  # the exception was raised there: kept
+    return frames
+
+
 def user_frames(stack):
-    """``stack`` (a traceback.StackSummary) in the user's lines; returns (frames, marks)."""
+    """``stack`` (a traceback.StackSummary) in the user's lines, frames of the engine's import
+    machinery left out; returns (frames, marks)."""
     import traceback
 
     frames, marks = [], {}
-    for frame in stack:
+    for frame in _without_import_machinery(stack):
         origin = origin_of(frame.filename)
         if origin is None or frame.lineno is None:
             frames.append(frame)
@@ -258,6 +291,7 @@ class SourceBytesLoader(importlib.abc.InspectLoader):
         with open(path, "rb") as fh:
             return fh.read()
 
+    @import_machinery
     def exec_module(self, module) -> None:
         exec(self.get_code(module.__name__), module.__dict__)
 

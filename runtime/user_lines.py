@@ -26,7 +26,7 @@ import importlib.abc
 import sys
 from typing import Callable, Dict, Optional, Tuple
 
-from scalebox_cst.runtime.loader import format_exception as users_traceback, origin_of
+from scalebox_cst.runtime.loader import format_exception as users_traceback, import_machinery, origin_of
 
 _installed = False
 
@@ -158,6 +158,7 @@ class _OnImport(importlib.abc.MetaPathFinder):
             return spec
         run = spec.loader.exec_module
 
+        @import_machinery
         def exec_module(module):
             run(module)
             try:

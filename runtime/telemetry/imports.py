@@ -13,6 +13,8 @@ import sys
 import threading
 from typing import Callable, Dict, List
 
+from scalebox_cst.runtime.loader import import_machinery
+
 Callback = Callable[[object], None]
 
 _watch: Dict[str, List[Callback]] = {}
@@ -47,6 +49,7 @@ class _Loader(importlib.abc.Loader):
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
+    @import_machinery
     def exec_module(self, module) -> None:
         spec = module.__spec__
         if spec is not None:

@@ -22,6 +22,7 @@ from scalebox_cst.importhook.common import (
 from scalebox_cst.importhook.finder import ImportHook
 from scalebox_cst.importhook.loader import RewritingLoader
 from scalebox_cst.importhook.session import _Options
+from scalebox_cst.runtime.loader import install_excepthook
 
 
 # ---------------------------------------------------------------------------- installing
@@ -138,6 +139,7 @@ def run_script(script: str, args: Sequence[str], packages: Sequence[str] = (), p
         {"script": path, "packages": list(packages), "project": root, "backend": backend, "cache": cache}
     )
     hook = install_import_hook(packages, project=root, backend=backend, cache=cache)
+    install_excepthook()  # the script's tracebacks start at its own frames, rewritten or not
     main = types.ModuleType("__main__")
     # The spec names _spawn_main: multiprocessing's spawn children re-run the script through it.
     main.__dict__.update(

@@ -14,6 +14,7 @@ from scalebox_cst.importhook.session import _Root
 from scalebox_cst.runtime.loader import (
     Origin,
     SourceBytesLoader,
+    import_machinery,
     install_excepthook,
     register_origin,
     register_source,
@@ -86,6 +87,7 @@ class RewritingLoader(SourceBytesLoader):
         _show_user_lines(self.path, self._source, self._text, self.hook.session.id)
         return self._code
 
+    @import_machinery
     def exec_module(self, module) -> None:
         exec(self.get_code(module.__name__), module.__dict__)
 
