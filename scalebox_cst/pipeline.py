@@ -35,6 +35,7 @@ from scalebox_cst.textlines import line_starts, physical_lines
 from scalebox_cst.transforms import FileContext, Transform, all_transforms, transform_ids
 from scalebox_cst.transforms import contracts, rewrite_caches, statement_memo
 from scalebox_cst.transforms import partial as partial_module
+from scalebox_cst.transforms.analysis import foreign
 
 
 
@@ -175,6 +176,8 @@ class Pipeline:
                     module, part = ctx.__dict__.get("module"), None
                     new_module = ctx.finish(new_module) if new_module is not None else None
                     new_code = code if new_module is None or new_module is module else codegen.code(new_module)
+                if new_code != code and (kept := foreign.withdrawn(found, tree, code)) is not None:
+                    new_module, new_code, found = None, code, kept  # a site in a body Python does not run
                 # the next transform's partial module keeps this one's statements (parsed or fillers);
                 # those holding generated text (scalebox_cst.emitted) become trees where it wants them
                 stale = _stale(ctx, module, new_module)
