@@ -178,6 +178,7 @@ class Pipeline:
                     new_code = code if new_module is None or new_module is module else codegen.code(new_module)
                 if new_code != code and (kept := foreign.withdrawn(found, tree, code)) is not None:
                     new_module, new_code, found = None, code, kept  # a site in a body Python does not run
+                    ctx.__dict__["imports"] = None  # it holds the withdrawn edits' helper names: made anew
                 # the next transform's partial module keeps this one's statements (parsed or fillers);
                 # those holding generated text (scalebox_cst.emitted) become trees where it wants them
                 stale = _stale(ctx, module, new_module)

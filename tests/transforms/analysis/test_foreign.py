@@ -111,3 +111,37 @@ def test_a_site_outside_the_compiled_body_is_rewritten():
         """)
     out, sites = harness.rewrite(src, "grad_clip", dedent=False)
     assert [s.action for s in sites] == [REWRITTEN] and "_scalebox_stabilize(opt" in out
+
+
+# reduction's edits in a scripted function are withdrawn; the helper name it had registered
+# (`_sb_batch_range`, shared with elementwise) stayed in the import table the next transform
+# read, so elementwise's rewrite of a plain function called it without its import: NameError.
+SHARED_HELPER = """\
+import torch
+
+
+@torch.jit.script
+def dot(x, w):
+    acc = torch.zeros(())
+    for k in range(x.shape[0]):
+        acc += x[k] * w[k]
+    return acc
+
+
+def scale(rewards, values, out, gamma: float):
+    for k in range(len(rewards)):
+        out[k] = rewards[k] + gamma * values[k]
+    return out
+"""
+
+
+def test_a_withdrawn_transform_leaves_no_helper_name_behind(tmp_path):
+    torch = pytest.importorskip("torch")
+    out, sites = harness.rewrite(SHARED_HELPER, dedent=False)
+    assert [(s.transform, s.action) for s in sites] == [("vectorize.reduction", SKIPPED), ("vectorize.elementwise", REWRITTEN)]
+    path = tmp_path / "shared_helper_mod.py"
+    path.write_text(out)  # TorchScript reads the function's source from its file
+    mod = harness.load_path(str(path), "shared_helper_mod")
+    got = mod.scale(torch.ones(5), torch.arange(5.0), torch.zeros(5), 0.5)
+    assert torch.equal(got, 1 + 0.5 * torch.arange(5.0))
+    assert torch.equal(mod.dot(torch.ones(3), torch.ones(3)), torch.tensor(3.0))
