@@ -178,7 +178,7 @@ class Pipeline:
                     new_code = code if new_module is None or new_module is module else codegen.code(new_module)
                 if new_code != code and (kept := foreign.withdrawn(found, tree, code)) is not None:
                     new_module, new_code, found = None, code, kept  # a site in a body Python does not run
-                    ctx.__dict__["imports"] = None  # it holds the withdrawn edits' helper names: made anew
+                    ctx.__dict__["imports"] = None  # it holds the withdrawn edits' names: made anew
                 # the next transform's partial module keeps this one's statements (parsed or fillers);
                 # those holding generated text (scalebox_cst.emitted) become trees where it wants them
                 stale = _stale(ctx, module, new_module)
@@ -208,8 +208,8 @@ class Pipeline:
                     new_module = emitted.realized_module(new_module, stale)
                 module, code, tree, imports = new_module, new_code, new_tree, None
                 memo.register(tree, code)
-            else:
-                imports = ctx.__dict__.get("imports", imports)
+            else:  # unchanged: its import table is the next one's, unless it holds helpers never imported
+                imports = None if ctx._pending_imports else ctx.__dict__.get("imports", imports)
             if lines >= COLLECT_LINES and new_code == code:
                 # Visitor classes defined inside functions are reference cycles that hold their
                 # closures (nodes, trees, whole modules of earlier versions); with gc off they
