@@ -371,12 +371,15 @@ class Files:
         local = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         local |= {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
         local -= _aliases(fn, local)
+        constant = {id(n) for st in ast.walk(fn) if isinstance(st, ast.Assign) and _constant(st.value)
+                    for t in st.targets for n in ast.walk(t)}
         for node in ast.walk(fn):
             if isinstance(node, (ast.Global, ast.Nonlocal)):
                 return f"{where} declares {', '.join(node.names)} global/nonlocal"
             if isinstance(node, ast.Attribute) and node.attr in GRAD_ATTRS:
                 return f"{where} reads autograd state (.{node.attr})"
-            if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                    and id(node) not in constant:  # ``self.log_std_min = -20``: a constant carries no graph
                 root = _root(node)
                 if root == "self" or root not in local:
                     return f"{where} stores into {ast.unparse(node)} (kept past the call: it could carry grad to a later loss)"
@@ -414,6 +417,15 @@ class Files:
                 if problem:
                     return problem
         return None
+
+
+def _constant(value: ast.expr) -> bool:
+    """A literal number, string, bool or None (a sign before it, or a tuple of them): no graph."""
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.USub, ast.UAdd)):
+        value = value.operand
+    if isinstance(value, ast.Tuple):
+        return all(_constant(e) for e in value.elts)
+    return isinstance(value, ast.Constant)
 
 
 def _root(node: ast.AST) -> Optional[str]:

@@ -1,4 +1,5 @@
-"""hot.no_grad and hot.target_graph_cut: a forward's output written as text stays as written.
+"""hot.no_grad and hot.target_graph_cut: a forward's output written as text stays as written (and a
+constant a forward stores on its module does not stop the rewrite).
 
 A tensor's text shows its autograd state (``tensor([0.35, 0.64], grad_fn=<SoftmaxBackward0>)``):
 under ``no_grad`` (or cut from its graph) the same values print without it, so a rewrite would
@@ -123,3 +124,44 @@ def test_target_network_output_written_as_text(use, rewritten):
     if not rewritten:
         assert any("the text shows its grad_fn" in s.reason for s in sites if s.action == SKIPPED), sites
     assert _printed(original) == _printed(new)
+
+
+# quantumiracle's ac.py: forward() sets `self.log_std_min = -20` before its layers; the callee
+# check refused every acting call of it ("stores into self.log_std_min ... it could carry grad"),
+# a reason that is not true of a constant.
+CONSTANT_STORE = '''
+import torch
+import torch.nn as nn
+class Actor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.calls = 0
+    def forward(self, x):
+        {store}
+        return torch.clamp(self.fc(x), -2.0, 2.0)
+    def act(self, x):
+        a = self.forward(x)
+        return a.detach()
+def run(seed):
+    torch.manual_seed(seed)
+    actor = Actor()
+    return actor.act(torch.ones(4)), actor.fc.weight.grad
+'''
+
+
+@pytest.mark.parametrize("store, rewritten", [
+    ("self.log_std_min = -20", True),
+    ("self.bounds = (-20, 2.5)", True),
+    ("self.name, self.k = 'actor', None", True),
+    ("self.last = x", False),  # the input: a tensor that may carry a graph
+    ("self.calls += 1", False),  # augmented: the old value may be a tensor
+])
+def test_a_constant_stored_on_self_by_a_forward_keeps_the_rewrite(store, rewritten):
+    src = CONSTANT_STORE.replace("{store}", store)
+    original, new, out, sites = harness.pair(src, "run", no_grad.ID, dedent=False)
+    assert ("torch.no_grad()" in out) is rewritten, sites
+    if not rewritten:
+        assert any("stores into" in s.reason for s in sites if s.action == SKIPPED), sites
+    a, b = original(0), new(0)
+    assert torch.equal(a[0], b[0]) and a[1] is None and b[1] is None
