@@ -25,6 +25,10 @@ from . import conds
 _NUMBER_BUILTINS = frozenset({"int", "float", "bool", "abs", "round", "min", "max", "len", "sum", "pow", "divmod"})
 
 
+#: what the operator reasons add: the only arithmetic the vectorized recurrence is built from
+_ONLY = ": the vectorized recurrence is built from + - * / and dtype casts only"
+
+
 @dataclasses.dataclass(frozen=True)
 class Grammar:
     """The grammar's checks for one loop (``body_assigned``: the names its body binds)."""
@@ -50,7 +54,7 @@ class Grammar:
             return
         if isinstance(e, cst.BinaryOperation):
             if not isinstance(e.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)):
-                raise Skip(f"operator `{_code(e.operator).strip()}` in `{_code(e).strip()}`")
+                raise Skip(f"operator `{_code(e.operator).strip()}` in `{_code(e).strip()}`{_ONLY}")
             self.check(e.left)
             self.check(e.right)
             return
@@ -58,10 +62,11 @@ class Grammar:
             if isinstance(e.operator, (cst.Minus, cst.Plus)):
                 self.check(e.expression)
                 return
-            raise Skip(f"operator `{_code(e.operator).strip()}` in `{_code(e).strip()}`")
+            raise Skip(f"operator `{_code(e.operator).strip()}` in `{_code(e).strip()}`{_ONLY}")
         if isinstance(e, cst.IfExp):
             if self.reads.parser.lsplit(e.test) is None:
-                raise Skip(f"conditional expression `{_code(e).strip()}`")
+                raise Skip(f"conditional expression `{_code(e).strip()}`: only one whose test picks out the last "
+                           "step (`t < T - 1`, `t == T - 1`) is vectorized")
             self.check(e.body)
             self.check(e.orelse)
             return
