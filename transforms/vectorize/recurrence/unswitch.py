@@ -74,7 +74,7 @@ def switch_of(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tuple
     heads = {_head(n) for n in _walk(found[1].test) if isinstance(n, (cst.Name, cst.Attribute))} - {None}
     for n in _walk(node.body):
         if isinstance(n, cst.Call) and not (isinstance(n.func, cst.Attribute) and n.func.attr.value in _CAST_METHODS):
-            raise Skip(why + f"the body calls `{_callee(n)}()`, which could change what it reads")
+            raise Skip(why + f"the body calls `{_callee(n)}()`, which could change what the test reads")
         if isinstance(n, (cst.NamedExpr, cst.Global, cst.Nonlocal, cst.Del, cst.Yield, cst.Await,
                           cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             raise Skip(why + f"`{_one_line(n).split(chr(10))[0]}` in the loop body")
@@ -85,7 +85,7 @@ def switch_of(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tuple
             for x in _walk(tg):
                 if (isinstance(x, cst.Attribute) and x is tg) or (
                         isinstance(x, cst.Subscript) and _head(x.value) in heads):
-                    raise Skip(why + f"the body assigns `{_one_line(tg)}`, which could change what it reads")
+                    raise Skip(why + f"the body assigns `{_one_line(tg)}`, which could change what the test reads")
     return found
 
 
