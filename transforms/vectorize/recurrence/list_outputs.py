@@ -28,6 +28,8 @@ def _creation(func: cst.FunctionDef, loop: cst.For, name: str) -> Optional[str]:
     if any(p.name.value == name for p in every):
         return None
     facts = function_facts.facts(func)
+    if all(made is None for _, made in facts.bindings.get(name, ())):
+        return None  # no binding of it makes a list (a tensor output): the loop need not be walked
     outside = facts.outside(loop)
     if any(name in text and not outside.contains(n) for n, text in facts.scopes):
         return None  # a nested scope or a declaration naming it: not decided here
