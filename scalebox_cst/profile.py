@@ -162,7 +162,10 @@ class _Store:
             try:
                 import pygit2
 
+                from scalebox_cst.store import checked
+
                 self.repo = pygit2.Repository(store_path)
+                checked.install(self.repo, store_path)  # a truncated object: no text, not a hang
             except Exception:
                 self.repo = None
 

@@ -138,9 +138,9 @@ def stage(store_path: str, jobs: Sequence[RayJob], dest: str) -> str:
     each commit's exported tree; returns ``dest``."""
     import pygit2
 
-    from scalebox_cst.store import REPORTS_REF
+    from scalebox_cst.store import REPORTS_REF, checked
 
-    src = pygit2.Repository(store_path)
+    checked.install(src := pygit2.Repository(store_path), store_path)  # a cut object: an error, not a hang
     mini = pygit2.init_repository(os.path.join(dest, "store.git"), bare=True)
     seen: set = set()
     sig = pygit2.Signature("scalebox", "scalebox@localhost")

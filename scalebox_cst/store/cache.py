@@ -14,7 +14,6 @@ from typing import (
     Tuple,
 )
 
-import pygit2
 
 from scalebox_cst.store.common import (
     _CACHE_MEM_ENTRIES,
@@ -25,7 +24,6 @@ from scalebox_cst.store.common import (
     Raw,
     StoreError,
     _blob_raw,
-    _signature,
 )
 from scalebox_cst.store.objects import _Objects
 from scalebox_cst.store.refs import _synchronized
@@ -127,7 +125,6 @@ class _Cache(_Objects):
             folder[key[2:]] = out_raw
             folder[key[2:] + b".json"] = rep_raw
             remember.setdefault(fingerprint, {})[source_blob] = (out_raw.hex(), text)
-        sig = _signature()
         for fingerprint, additions in by_fp.items():
             count = sum(len(v) for v in additions.values()) // 2
             message = f"scalebox rewrite cache for pipeline {fingerprint}\n"
@@ -136,7 +133,7 @@ class _Cache(_Objects):
                 tree = self._put_fanout(current, additions)
                 if tree is None:
                     return None
-                return self.repo.create_commit(None, sig, sig, message, pygit2.Oid(raw=tree), []).raw
+                return self._write_commit(message, tree, [])
 
             self._update_ref(self._cache_ref(fingerprint), build, f"cache: {count} entries")
             mem = self._cache_mem.setdefault(fingerprint, {})

@@ -25,6 +25,7 @@ from scalebox_cst.store.common import (
     _tree_bytes,
     _tree_raw,
 )
+from scalebox_cst.store import checked
 from scalebox_cst.store.refs import _Refs
 
 
@@ -87,10 +88,25 @@ class _Objects(_Refs):
             return True
         return False
 
+    def _write_object(self, kind: int, body: bytes) -> Raw:
+        """Write one object through libgit2's plain object database (store.checked.writer)."""
+        if self._writer_odb is None:
+            self._writer_odb = checked.writer(self.path)
+        return self._writer_odb.write(kind, body).raw
+
     def _write_blob(self, data: bytes) -> Raw:
-        raw = self.repo.create_blob(data).raw
+        raw = self._write_object(ObjectType.BLOB, data)
         self._mark_present((raw,))
         return raw
+
+    def _write_commit(self, message: str, tree: Raw, parents: Iterable[Raw]) -> Raw:
+        """A commit as libgit2 encodes it, written without reading its tree or parents back
+        (libgit2's check of them would inflate a damaged object: store.checked)."""
+        sig = _signature()
+        sign = "-" if sig.offset < 0 else "+"
+        who = f"{sig.name} <{sig.email}> {sig.time} {sign}{abs(sig.offset) // 60:02d}{abs(sig.offset) % 60:02d}"
+        head = [f"tree {tree.hex()}"] + [f"parent {p.hex()}" for p in parents] + [f"author {who}", f"committer {who}"]
+        return self._write_object(ObjectType.COMMIT, ("\n".join(head) + "\n\n" + message).encode("utf-8"))
 
     def _write_tree(self, entries: Mapping[str, Tuple[int, Raw]]) -> Raw:
         """Write the nested trees for flat *entries*, skipping every tree already stored."""
@@ -122,9 +138,9 @@ class _Objects(_Refs):
         raw = _tree_raw(body)
         # libgit2 reports the empty tree as present even when it is not stored: write it anyway.
         if not body or not self._has(raw):
-            written = self.repo.write(ObjectType.TREE, body)
-            if written.raw != raw:  # pragma: no cover - would mean our encoding is wrong
-                raise StoreError(f"tree encoding mismatch ({written} != {raw.hex()})")
+            written = self._write_object(ObjectType.TREE, body)
+            if written != raw:  # pragma: no cover - would mean our encoding is wrong
+                raise StoreError(f"tree encoding mismatch ({written.hex()} != {raw.hex()})")
             self._mark_present((raw,))
         return raw
 
@@ -163,13 +179,11 @@ class _Objects(_Refs):
             blob = self._write_blob(message)
             hexid = target.hex().encode()
             additions.setdefault(hexid[:2], {})[hexid[2:]] = blob
-        sig = _signature()
 
         def build(current: Optional[Raw]) -> Optional[Raw]:
             tree = self._put_fanout(current, additions)
             if tree is None:
                 return None
-            parents = [pygit2.Oid(raw=current)] if current else []
-            return self.repo.create_commit(None, sig, sig, "Notes added by scalebox\n", pygit2.Oid(raw=tree), parents).raw
+            return self._write_commit("Notes added by scalebox\n", tree, [current] if current else [])
 
         self._update_ref(notes_ref, build, reflog)

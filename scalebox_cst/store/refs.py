@@ -24,6 +24,7 @@ from typing import (
 import pygit2
 
 from scalebox_cst import tmpnames
+from scalebox_cst.store import checked
 from scalebox_cst.store.common import (
     Raw,
     StoreError,
@@ -125,10 +126,12 @@ def _synchronized(method: Callable) -> Callable:
 
     def wrapper(self: "_Refs", *args: Any, **kwargs: Any) -> Any:
         with self._mutex:
+            checked.forget()
             try:
                 return method(self, *args, **kwargs)
             except (pygit2.GitError, OSError) as exc:
-                raise StoreError(f"store {self.path}: {_one_line(exc)}{_disk_note(self.path, str(exc))}") from None
+                text = checked.explain(exc) if isinstance(exc, pygit2.GitError) else _one_line(exc)
+                raise StoreError(f"store {self.path}: {text}{_disk_note(self.path, str(exc))}") from None
 
     wrapper.__name__ = method.__name__
     wrapper.__qualname__ = method.__qualname__
@@ -152,6 +155,7 @@ class _Refs:
     _cache_mem: Dict[str, Dict[str, Tuple[str, str]]]  # fp -> src -> (out, json)
     _present: Set[Raw]  # object ids known to be stored
     _odb_handle: Optional[pygit2.Odb]
+    _writer_odb: Optional[pygit2.Odb]
     _locked_since_ns: int  # when this object took the write lock (stale-lock test)
     _debris_checked: bool
 

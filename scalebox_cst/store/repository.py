@@ -13,6 +13,7 @@ from typing import (
 import pygit2
 
 from scalebox_cst import tmpnames
+from scalebox_cst.store import checked
 from scalebox_cst.store.cache import _Cache
 from scalebox_cst.store.common import (
     _OPEN_FLAGS,
@@ -47,6 +48,7 @@ class Store(_Snapshots, _Sessions, _Cache):
         if not self.repo.is_bare or os.path.realpath(self.repo.path) != os.path.realpath(self.path):
             raise StoreError(f"no store at {self.path}: run `scalebox init`")
         self.repo.set_ident(SIG_NAME, SIG_EMAIL)
+        checked.install(self.repo, self.path)  # a truncated object is an error, not a hang
         self._lock = _FileLock(os.path.join(self.path, LOCK_NAME))
         self._lock_depth = 0
         self._mutex = threading.RLock()
@@ -56,6 +58,7 @@ class Store(_Snapshots, _Sessions, _Cache):
         self._cache_mem: Dict[str, Dict[str, Tuple[str, str]]] = {}  # fp -> src -> (out, json)
         self._present: Set[Raw] = set()  # object ids known to be stored
         self._odb_handle: Optional[pygit2.Odb] = None
+        self._writer_odb: Optional[pygit2.Odb] = None  # libgit2's plain one, for writes (store.checked)
         self._locked_since_ns = 0  # when this object took the write lock (stale-lock test)
         self._debris_checked = False
 
@@ -117,8 +120,9 @@ class Store(_Snapshots, _Sessions, _Cache):
     def close(self) -> None:
         """Release libgit2's file handles (the object stays usable: it reopens lazily)."""
         with self._mutex:
-            self._odb_handle = None
-            self.repo.free()
+            self._odb_handle = self._writer_odb = None
+            self.repo.free()  # drops its object database too: give it the checked one again
+            checked.install(self.repo, self.path)
 
     # -- hashing -------------------------------------------------------------------------------
 

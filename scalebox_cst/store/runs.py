@@ -33,7 +33,6 @@ from scalebox_cst.store.common import (
     StoreError,
     _blob_raw,
     _check_path,
-    _signature,
     _trailers,
 )
 from scalebox_cst.store.objects import _Objects
@@ -89,8 +88,7 @@ class _Runs(_Objects):
             parts.append(text.rstrip())
         parts.append(f"{TRAILER_SOURCE}: {source.id}\n{TRAILER_PIPELINE}: {fingerprint}")
         message = "\n\n".join(parts) + "\n"
-        sig = _signature()
-        commit = self.repo.create_commit(None, sig, sig, message, pygit2.Oid(raw=tree), [source.id])
+        commit = pygit2.Oid(raw=self._write_commit(message, tree, [source.id.raw]))
         commit_hex = str(commit)
 
         with self._locked():

@@ -28,7 +28,6 @@ from scalebox_cst.store.common import (
     StoreError,
     _blob_raw,
     _check_path,
-    _signature,
     _trailers,
 )
 from scalebox_cst.store.refs import _synchronized
@@ -142,7 +141,6 @@ class _Sessions(_Runs):
         start_raw = self._commit_raw(start)
         self._commit_obj(start_raw)
         text = (message or "commit").rstrip() + "\n"
-        sig = _signature()
 
         def build(current: Optional[Raw]) -> Optional[Raw]:
             parent = current if current is not None else start_raw
@@ -154,7 +152,7 @@ class _Sessions(_Runs):
                 return None
             tree = self._write_tree(entries)
             self._tree_maps.put(tree, entries)
-            return self.repo.create_commit(None, sig, sig, text, pygit2.Oid(raw=tree), [pygit2.Oid(raw=parent)]).raw
+            return self._write_commit(text, tree, [parent])
 
         new, created = self._update_ref(refname, build, f"{branch}: " + text.splitlines()[0])
         return new.hex(), created

@@ -20,7 +20,6 @@ from scalebox_cst.store.common import (
     StoreError,
     _blob_raw,
     _check_path,
-    _signature,
     _trailers,
 )
 from scalebox_cst.store.objects import _Objects
@@ -95,13 +94,11 @@ class _Snapshots(_Objects):
                 self._write_blob(bytes(files[path]))
         tree = self._write_tree(entries)
         message = ((message or "").strip() or "snapshot") + "\n"
-        sig = _signature()
 
         def build(current: Optional[Raw]) -> Optional[Raw]:
             if current is not None and self._commit_obj(current).tree_id.raw == tree:
                 return None
-            parents = [pygit2.Oid(raw=current)] if current else []
-            return self.repo.create_commit(None, sig, sig, message, pygit2.Oid(raw=tree), parents).raw
+            return self._write_commit(message, tree, [current] if current else [])
 
         new, created = self._update_ref(SOURCE_REF, build, "snapshot: " + message.splitlines()[0])
         self._tree_maps.put(tree, entries)
