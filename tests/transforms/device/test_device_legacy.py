@@ -283,3 +283,49 @@ def test_an_is_cuda_test_of_code_that_migrates_is_swapped(body):
     out, sites = rewrite(src)
     assert "    if x.is_npu:" in out
     assert "use_triton = USE_TRITON and x.is_cuda" in out  # the Triton one stays
+
+
+# ------------------------------------------------------------------ text tests of a migrated device string
+
+TEXT_TESTS = '''import json
+import torch
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+idx = "cuda:0" if torch.cuda.is_available() else "cpu"
+x = torch.ones(2, device=dev)
+y = torch.ones(2, device=idx)
+print(json.dumps({"in": "cuda" in dev, "not_in": "cuda" not in idx, "str_in": "cuda" in str(dev),
+                  "prefix": idx.startswith("cuda:"), "prefixes": dev.startswith(("mps", "cuda")),
+                  "sum": (x + y).tolist()}))
+'''
+
+
+def test_substring_and_prefix_tests_of_a_device_string_migrate_with_it(tmp_path):
+    """``"cuda" in device`` and ``device.startswith("cuda")`` (pin_memory / AMP switches) answered
+    True on a CUDA host; with the string migrated and the test not, they answered False on the NPU."""
+    out, sites = rewrite(TEXT_TESTS)
+    assert '"npu" in dev' in out and '"npu" not in idx' in out and '"npu" in str(dev)' in out
+    assert 'idx.startswith("npu:")' in out and 'dev.startswith(("mps", "npu"))' in out
+    original = run(TEXT_TESTS, tmp_path, "original", fake=False)
+    migrated = run(out, tmp_path, "migrated", fake=True)
+    # the NPU host takes the device branch, which the CPU host does not: each test says so
+    assert original == {"in": False, "not_in": True, "str_in": False, "prefix": False, "prefixes": False, "sum": [2.0, 2.0]}
+    assert migrated == {"in": True, "not_in": False, "str_in": True, "prefix": True, "prefixes": True, "sum": [2.0, 2.0]}
+
+
+@pytest.mark.parametrize("line", [
+    'ok = "cuda" in log_line',  # not a device string
+    'ok = name.startswith("cuda")',
+    'ok = dev.endswith("cuda")',  # only prefixes and substrings
+    'ok = "cuda" in dev.split(":")',  # not the text itself
+    'ok = dev.startswith("cpu")',
+])
+def test_text_tests_that_are_not_of_a_device_string_stay(line):
+    src = f'import torch\ndev = "cuda"\nx = torch.ones(1, device=dev)\nname = "cuda_kernels"\n{line}\n'
+    out, _ = rewrite(src)
+    assert line in out and 'dev = "npu"' in out
+
+
+def test_a_rebound_str_is_not_the_builtin():
+    src = 'import torch\nstr = repr\ndev = "cuda"\nx = torch.ones(1, device=dev)\nok = "cuda" in str(dev)\n'
+    out, _ = rewrite(src)
+    assert 'ok = "cuda" in str(dev)' in out

@@ -154,22 +154,58 @@ class Placement:
             if isinstance(op, (ast.Is, ast.IsNot)):
                 continue
             for entry, _ in entries:
-                regex = entry.literal[0]
                 for side, lit in ((left, right), (right, left)):
                     lits = [lit]
                     if isinstance(op, (ast.In, ast.NotIn)) and isinstance(lit, (ast.Tuple, ast.List, ast.Set)) and side is left:
                         lits = [el.value if isinstance(el, ast.Starred) else el for el in lit.elts]
+                    elif isinstance(op, (ast.In, ast.NotIn)) and side is right:
+                        # a substring test of the device text (``"cuda" in args.device``, ``"cuda" in
+                        # str(device)``): true of the migrated text as of the original one
+                        side = self._text_of(side)
                     elif not isinstance(op, (ast.Eq, ast.NotEq)):
                         continue
                     for one in lits:
-                        text = self.src.raw(one)
-                        if text is None or not re.search(regex, text):
-                            continue
-                        if isinstance(side, ast.Attribute) and side.attr == "type" and not self.receiver_is_module(side):
-                            self._plan_literal(entry, _Target(one), regex, entry.literal[1], node.lineno, "", _span(one))
-                        elif isinstance(side, (ast.Name, ast.Attribute)):
-                            assert self.scope is not None
-                            self.compares.append((self.scope, side, one, entry))
+                        self._plan_test(entry, side, one, node.lineno)
+
+    def _text_of(self, expr: ast.expr) -> ast.expr:
+        """The value whose text ``str(value)`` is (the builtin, not rebound in the module), else ``expr``."""
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "str" \
+                and "str" not in self.facts.bound and len(expr.args) == 1 and not expr.keywords \
+                and not isinstance(expr.args[0], ast.Starred):
+            return expr.args[0]
+        return expr
+
+    def _plan_test(self, entry: T.Swap, side: ast.expr, one: ast.expr, line: int) -> None:
+        """The literal ``one`` a device value ``side`` is tested against, when it names CUDA:
+        migrated with the device (now for a device's ``.type``, after the walk for a name or an
+        attribute that a device argument reads)."""
+        text = self.src.raw(one)
+        if text is None or not re.search(entry.literal[0], text):
+            return
+        if isinstance(side, ast.Attribute) and side.attr == "type" and not self.receiver_is_module(side):
+            self._plan_literal(entry, _Target(one), entry.literal[0], entry.literal[1], line, "", _span(one))
+        elif isinstance(side, (ast.Name, ast.Attribute)):
+            assert self.scope is not None
+            self.compares.append((self.scope, side, one, entry))
+
+    def _prefix_test(self, node: ast.Call) -> None:
+        """``device.startswith("cuda")`` (or ``str(device)``'s, or a tuple of prefixes): the prefix
+        is migrated with the device, as a comparison's literal is."""
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "startswith" and node.args
+                and not node.keywords and not any(isinstance(a, ast.Starred) for a in node.args)):
+            return
+        entries = self.by_kind("compare")
+        if not entries or self.receiver_is_module(func):
+            return
+        side = self._text_of(func.value)
+        first = node.args[0]
+        lits = list(first.elts) if isinstance(first, ast.Tuple) else [first]
+        if any(isinstance(el, ast.Starred) for el in lits):
+            return
+        for entry, _ in entries:
+            for one in lits:
+                self._plan_test(entry, side, one, node.lineno)
 
     # ------------------------------------------------------------------ after the walk
     def _finish(self) -> None:

@@ -264,6 +264,7 @@ class Walk:
 
     def _e_call(self, node: ast.Call) -> None:
         self._visit_call(node)
+        self._prefix_test(node)
         self._expr(node.func)
         for value in call_args(node):
             self._expr(value)
