@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..fused import fused_linear  # noqa: F401  (the one-pass tier of rewritten recurrences)
-from .kinds import _array, _checked_kind, _ndarray, _storage, _tensor
+from .kinds import _array, _checked_kind, _ndarray, _shares, _tensor
 
 
 def seq_of(x: Any) -> Any:
@@ -180,7 +180,7 @@ def written_apart(written: Sequence[Any], others: Sequence[Any]) -> bool:
             for o in others:
                 if w is o:
                     return False
-                if _tensor(w) and _tensor(o) and _storage(w) == _storage(o):
+                if _tensor(w) and _tensor(o) and _shares(w, o):
                     return False
                 if _ndarray(w) and _ndarray(o) and np.may_share_memory(w, o):
                     return False

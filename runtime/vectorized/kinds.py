@@ -174,5 +174,13 @@ def _broadcasts_into(shape: Tuple[int, ...], row: Tuple[int, ...]) -> bool:
         return False
 
 
-def _storage(x: torch.Tensor) -> int:
-    return x.untyped_storage().data_ptr()
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors may share memory: one storage, or storages whose byte ranges overlap.
+    Tensors made over the same memory each get a storage of their own (``torch.from_numpy`` of two
+    overlapping views of one array, ``torch.frombuffer``, DLPack): their storages' addresses
+    differ while their elements overlap, so comparing the addresses alone missed them."""
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    pa, pb = sa.data_ptr(), sb.data_ptr()
+    if pa == pb:
+        return True
+    return a.device == b.device and pa < pb + sb.nbytes() and pb < pa + sa.nbytes()

@@ -25,7 +25,7 @@ from .kinds import (
     _ndarray,
     _same_rows,
     _small,
-    _storage,
+    _shares,
     _tensor,
     _weak,
 )
@@ -338,9 +338,9 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
                                         and o.device.type in ("cpu", "cuda")):
                 return False
             devices.add(o.device)
-            if any(isinstance(a, torch.Tensor) and _storage(a) == _storage(o) for a in arrays):
+            if any(isinstance(a, torch.Tensor) and _shares(a, o) for a in arrays):
                 return False
-            if any(_storage(p) == _storage(o) for p in outs[:i]):
+            if any(_shares(p, o) for p in outs[:i]):
                 return False
         else:
             if any(isinstance(a, np.ndarray) and np.may_share_memory(a, o) for a in arrays):
@@ -356,7 +356,7 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
             if m.requires_grad:
                 return False
             devices.add(m.device)
-            if any(isinstance(a, torch.Tensor) and _storage(a) == _storage(m) for a in arrays + list(outs)):
+            if any(isinstance(a, torch.Tensor) and _shares(a, m) for a in arrays + list(outs)):
                 return False
         elif any(isinstance(a, np.ndarray) and np.may_share_memory(a, m) for a in arrays + list(outs)):
             return False

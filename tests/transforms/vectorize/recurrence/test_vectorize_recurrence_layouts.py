@@ -1046,3 +1046,40 @@ def test_integer_index_after_time_in_the_middle_bitwise(T, B, N, kind, dtype, se
     same_namespaces(ns1, ns2)
     out = sites_and_code(INT_AFTER_TIME)
     assert "dim_view(rewards, 1, 3, (0,))" in out and "dim_view(values, -2, 2, (-1,))" in out
+
+
+# ------------------------------------------------------------------ memory shared under two storages
+
+# a GAE whose output and inputs are tensors over one numpy buffer (torch.from_numpy of its views:
+# each tensor gets a storage of its own, at its view's address)
+BUFFER_GAE = """\
+values = torch.from_numpy(buf[lo_v:lo_v + T + 1])
+adv = torch.from_numpy(buf[lo_a:lo_a + T])
+lastgaelam = 0.0
+for t in reversed(range(T)):
+    delta = rewards[t] + 0.99 * values[t + 1] - values[t]
+    lastgaelam = delta + 0.99 * 0.95 * lastgaelam
+    adv[t] = lastgaelam
+"""
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("lo_v, lo_a, overlap", [
+    (1, 0, True),  # adv[t] is values[t - 1]: the loop reads what it wrote a step before
+    (0, 1, True),
+    (0, 0, True),
+    (0, 40, False),  # disjoint parts of one buffer: vectorized
+])
+def test_an_output_over_the_memory_of_an_input_under_another_storage_takes_the_loop(monkeypatch, fused, lo_v, lo_a, overlap):
+    """The guard compared storage addresses: two tensors made over overlapping memory (here
+    ``torch.from_numpy`` of two views of one array) have storages at different addresses, so an
+    output overlapping an input passed and the vectorized steps, reading every input before
+    writing, computed other values than the loop, which reads what it wrote a step before."""
+    if not fused:
+        monkeypatch.setattr(vectorized_mod, "fused_linear", lambda *args, **kwargs: None)
+    T = 12
+    rng = np.random.default_rng(0)
+    env = dict(torch=torch, T=T, lo_v=lo_v, lo_a=lo_a, buf=rng.standard_normal(64).astype(np.float32),
+               rewards=torch.from_numpy(rng.standard_normal(T).astype(np.float32)))
+    ns1, ns2 = run_both(BUFFER_GAE, env, vectorized=not overlap)
+    same_namespaces(ns1, ns2)
