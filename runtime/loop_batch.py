@@ -21,6 +21,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
+from .memory import spans_overlap, storage_span
+
 __all__ = ["batch_zip", "batch_range", "flat_params"]
 
 _Tensor = torch.Tensor
@@ -59,8 +61,11 @@ def _as_batch(seq: Any) -> Optional[_Tensor]:
     return None
 
 
-def _storage(t: _Tensor) -> Tuple[Any, int]:
-    return (t.device, t.untyped_storage().data_ptr())
+def _shared(a: Sequence[_Tensor], b: Sequence[_Tensor]) -> bool:
+    """Whether a tensor of ``a`` may share memory with one of ``b`` (runtime.memory: storages at
+    one address or with overlapping bytes; empty tensors touch none)."""
+    spans = [storage_span(t) for t in b if t.numel()]
+    return any(spans_overlap(storage_span(t), s) for t in a if t.numel() for s in spans)
 
 
 def _disjoint(t: _Tensor) -> bool:
@@ -135,14 +140,10 @@ def _finish(
         # batch's first dimension meets the output's first, not a row dimension
         ndim = outs[0].dim() - 1
     if written:
-        read_mem = {_storage(t) for t in reads if t.numel()}
-        for items in listed:  # one dtype and shape each (stacked): all empty or none
-            if items[0].numel():
-                read_mem.update(map(_storage, items))
-        if any(t.numel() and _storage(t) in read_mem for t in written):
+        read = [*reads, *(t for items in listed for t in items)]
+        if _shared(written, read):
             return None  # an in-place write could change what a later element reads
-        out_mem = [_storage(t) for t in outs if t.numel()]
-        if len(set(out_mem)) != len(out_mem):
+        if any(_shared(outs[i:i + 1], outs[:i]) for i in range(1, len(outs))):
             return None  # two outputs in one storage: the loop interleaves their writes
     aligned = []
     for b in batches:
@@ -249,6 +250,6 @@ def flat_params(params: Any, acc: Any, invariants: Sequence[Any] = ()) -> Option
                 return None
         elif type(v) not in _NUMBER:
             return None
-    if type(acc) in _PLAIN and acc.numel() and _storage(acc) in {_storage(p) for p in params if p.numel()}:
+    if type(acc) in _PLAIN and _shared((acc,), params):
         return None
     return torch.cat([p.reshape(-1) for p in params])

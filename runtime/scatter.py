@@ -28,7 +28,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from .loop_batch import _storage  # (device, storage address): the same aliasing key
+from .memory import may_share  # the guards' aliasing question
 
 __all__ = ["scatter_add_rows", "index_add_rows", "scatter_add_calls", "index_add_calls"]
 
@@ -110,8 +110,7 @@ def _calls_operands(rows: Any, out: Any, dim: Any, calls: Sequence[Tuple[Any, An
         return None
     size = out_b.shape[d + 1]
     if out.numel():
-        mem = _storage(out)
-        if any(t.numel() and _storage(t) == mem for t in tensors[1:]):
+        if any(t.numel() and may_share(t, out) for t in tensors[1:]):
             return None  # out is read back through an index or a source row later in the loop
     if not _no_internal_overlap(out_b):
         return None

@@ -49,6 +49,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from .memory import any_overlap, may_share
+
 __all__ = ["soft_update", "scale_add", "scale_add_alpha", "lerp_update", "hard_update", "clear_cache"]
 
 _log = logging.getLogger(__name__)
@@ -179,13 +181,12 @@ def _build(src: Any, tgt: Any) -> Optional[_Plan]:
         pd.append(a)
         td.append(b)
     # The loop updates pair i before it reads pair i+1; doing all pairs at once is the same only
-    # when no tensor of one pair is (or starts at the memory of) a tensor of another pair.
+    # when no tensor of one pair is (or spans bytes of) a tensor of another pair.
     where: Dict[Any, int] = {}
     for i, (a, b) in enumerate(zip(pd, td)):
         # a pair that shares its memory (a layer shared by the online and the target network, or
         # one module as both): the loop reads p after scaling t, the fused paths before
-        if ps[i] is ts[i] or (a.numel() and b.numel() and a.device == b.device
-                              and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()):
+        if ps[i] is ts[i] or (a.numel() and b.numel() and may_share(a, b)):
             return None
         keys: Tuple[Any, ...] = (("obj", id(ps[i])), ("obj", id(ts[i])))
         if a.numel():  # empty tensors touch no memory
@@ -193,6 +194,8 @@ def _build(src: Any, tgt: Any) -> Optional[_Plan]:
         for key in keys:
             if where.setdefault(key, i) != i:
                 return None
+    if any_overlap(pd + td):  # bytes in common under two storages (from_numpy, frombuffer, DLPack)
+        return None
     fast = all(t.dtype in _FAST for t in td)
     both = ps + ts if tgt is not src else ps + ps
     return _Plan(

@@ -9,6 +9,8 @@ from typing import Any, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from ..memory import may_share as _shares  # noqa: F401  (the guards' aliasing question)
+
 from ..fused import fused_linear  # noqa: F401  (the one-pass tier of rewritten recurrences)
 
 _FLOATS_T = (torch.float32, torch.float64)
@@ -172,15 +174,3 @@ def _broadcasts_into(shape: Tuple[int, ...], row: Tuple[int, ...]) -> bool:
         return tuple(np.broadcast_shapes(tuple(shape), tuple(row))) == tuple(row)
     except ValueError:
         return False
-
-
-def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors may share memory: one storage, or storages whose byte ranges overlap.
-    Tensors made over the same memory each get a storage of their own (``torch.from_numpy`` of two
-    overlapping views of one array, ``torch.frombuffer``, DLPack): their storages' addresses
-    differ while their elements overlap, so comparing the addresses alone missed them."""
-    sa, sb = a.untyped_storage(), b.untyped_storage()
-    pa, pb = sa.data_ptr(), sb.data_ptr()
-    if pa == pb:
-        return True
-    return a.device == b.device and pa < pb + sb.nbytes() and pb < pa + sa.nbytes()
