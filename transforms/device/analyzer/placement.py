@@ -160,20 +160,38 @@ class Placement:
                         lits = [el.value if isinstance(el, ast.Starred) else el for el in lit.elts]
                     elif isinstance(op, (ast.In, ast.NotIn)) and side is right:
                         # a substring test of the device text (``"cuda" in args.device``, ``"cuda" in
-                        # str(device)``): true of the migrated text as of the original one
-                        side = self._text_of(side)
-                    elif not isinstance(op, (ast.Eq, ast.NotEq)):
+                        # str(device)``, ``"cuda" in dev.split(":")``): true of the migrated text as
+                        # of the original one
+                        side = self._text_of(side, parts=True)
+                    elif isinstance(op, (ast.Eq, ast.NotEq)):
+                        side = self._text_of(side)  # ``dev.split(":")[0] == "cuda"``
+                    else:
                         continue
                     for one in lits:
                         self._plan_test(entry, side, one, node.lineno)
 
-    def _text_of(self, expr: ast.expr) -> ast.expr:
-        """The value whose text ``str(value)`` is (the builtin, not rebound in the module), else ``expr``."""
+    def _text_of(self, expr: ast.expr, parts: bool = False) -> ast.expr:
+        """The device value a text test reads: ``X`` of ``str(X)`` (the builtin, not rebound in the
+        module) and of ``X.split(":")[0]`` / ``X.partition(":")[0]`` (its type, the text before the
+        index: ``"cuda"`` of ``"cuda:0"``, ``"npu"`` of ``"npu:0"``), and with ``parts`` (the right
+        of ``in``) of ``X.split(":")``; else ``expr``. A slice by length (``X[:4]``) is not one:
+        ``"npu:0"[:4]`` is no device type."""
         if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "str" \
                 and "str" not in self.facts.bound and len(expr.args) == 1 and not expr.keywords \
                 and not isinstance(expr.args[0], ast.Starred):
-            return expr.args[0]
+            return self._text_of(expr.args[0])
+        if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and expr.slice.value == 0 \
+                and type(expr.slice.value) is int and self._split(expr.value, ("split", "partition")):
+            return self._text_of(expr.value.func.value)  # type: ignore[attr-defined]
+        if parts and self._split(expr, ("split",)):
+            return self._text_of(expr.func.value)  # type: ignore[attr-defined]
         return expr
+
+    def _split(self, expr: ast.expr, methods) -> bool:
+        """``X.split(":")`` (or another of ``methods``) with that one argument, X not a module."""
+        return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in methods
+                and len(expr.args) == 1 and not expr.keywords and isinstance(expr.args[0], ast.Constant)
+                and expr.args[0].value == ":" and not self.receiver_is_module(expr.func))
 
     def _plan_test(self, entry: T.Swap, side: ast.expr, one: ast.expr, line: int) -> None:
         """The literal ``one`` a device value ``side`` is tested against, when it names CUDA:
