@@ -182,9 +182,9 @@ class Placement:
             return self._text_of(expr.args[0])
         if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and expr.slice.value == 0 \
                 and type(expr.slice.value) is int and self._split(expr.value, ("split", "partition")):
-            return self._text_of(expr.value.func.value)  # type: ignore[attr-defined]
+            return self._text_of(expr.value.func.value)
         if parts and self._split(expr, ("split",)):
-            return self._text_of(expr.func.value)  # type: ignore[attr-defined]
+            return self._text_of(expr.func.value)
         return expr
 
     def _split(self, expr: ast.expr, methods) -> bool:
