@@ -17,6 +17,7 @@ import os
 import pytest
 
 from example_inputs import arguments, compare_calls, lines_run
+import harness
 from harness import load, rewrite_example
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, WARNING
 from scalebox_cst.transforms import REGISTRY
@@ -108,3 +109,16 @@ def test_example(case):
                 assert ran < looped, (f"seed {seed}: the rewrite ran {ran} lines, the loop {looped}: the guard declined "
                                       "these inputs (size them for the fast path) and the comparison showed nothing")
 
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.example.rewritten], ids=lambda c: c.id)
+def test_a_rewritten_example_rewritten_again_is_unchanged(case):
+    """The engine's own output is no candidate a second time (benchmarks/sweep_real_code.py's
+    not-idempotent): accelerate.threads wrapped its optimizer again, one_thread(one_thread(...))."""
+    expected = case.expected_output().decode()
+    again = harness.rewrite(expected, case.transform.id, case.example.backend, dedent=False,
+                            options=case.option_tables(), path=harness.EXAMPLE_PATH)
+    out, sites = again
+    assert [s.describe() for s in sites if s.action == REWRITTEN] == []
+    if out != expected:
+        pytest.fail(short_diff(expected, out, "the golden output rewritten again"), pytrace=False)

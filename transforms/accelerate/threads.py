@@ -13,7 +13,8 @@ time only, calls ``torch.set_num_threads(1)`` if ``OMP_NUM_THREADS``/``MKL_NUM_T
 unset, torch runs several threads, and the optimizer holds at most 1e6 parameters (the
 optimizer is where the program says which networks it trains, and how big they are).
 
-Left alone: every call of a file that sets threads itself (``torch.set_num_threads``,
+Left alone: an optimizer already built inside ``one_thread_for_small_nets`` (this transform's own
+output, rewritten again); every call of a file that sets threads itself (``torch.set_num_threads``,
 ``set_num_interop_threads``, ``os.environ[...]`` / ``putenv`` of a thread variable): the user
 chose. Not seen: such a call in another file of the program (the environment variables are
 seen at run time). Exactness: the same ops; a reduction split over one thread instead of
@@ -62,16 +63,20 @@ class _Rewriter(cst.CSTTransformer):
         self.ctx, self.sites, self.blocked = ctx, sites, blocked
         self.alias: Optional[str] = None
         self.inside = 0  # an optimizer call nested in another (fused_optimizer's callee is a Name: none)
+        self.wrapped: List[cst.CSTNode] = []  # calls this transform wrapped before (its output rewritten again)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if _is_optimizer(self.ctx.imports.qualify(node.func) or ""):
+        qual = self.ctx.imports.qualify(node.func) or ""
+        if qual == RUNTIME and len(node.args) == 1:
+            self.wrapped.append(node.args[0].value)
+        if _is_optimizer(qual):
             self.inside += 1
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         if not _is_optimizer(self.ctx.imports.qualify(original.func) or ""):
             return updated
         self.inside -= 1
-        if self.inside:
+        if self.inside or any(original is w for w in self.wrapped):
             return updated
         if self.blocked:
             self.sites.append(self.ctx.site(ID, original, SKIPPED, f"optimizer: {self.blocked}; threads kept"))
@@ -84,7 +89,7 @@ class _Rewriter(cst.CSTTransformer):
 
 class AccelerateThreads(Transform):
     id = ID
-    version = "1"
+    version = "2"  # 2: an optimizer already inside one_thread_for_small_nets is not wrapped again
     triggers = ("optim",)
     backends = ("cpu",)
     description = "opt-in (level reassociated, CPU): one intra-op thread where the trained networks are small and no thread count is set"
