@@ -122,3 +122,18 @@ def test_a_rewritten_example_rewritten_again_is_unchanged(case):
     assert [s.describe() for s in sites if s.action == REWRITTEN] == []
     if out != expected:
         pytest.fail(short_diff(expected, out, "the golden output rewritten again"), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return harness.load_path(os.path.join(root, "benchmarks", "sweep_real_code.py"), "sweep_real_code", register=True)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.example.rewritten], ids=lambda c: c.id)
+def test_every_changed_line_lies_in_a_rewritten_sites_span(case, sweep):
+    """A site's span is what ``scalebox diff`` labels and ``scalebox profile`` credits
+    (benchmarks/sweep_real_code.py's outside-span): accelerate.defer_sync reported the logging
+    statement while it wrapped the whole loop in try/finally."""
+    out, sites = rewrite_example(case)
+    assert sweep.changed_outside(case.example.code, out, sites) == []

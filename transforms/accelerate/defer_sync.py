@@ -376,7 +376,7 @@ class _Rewrite(cst.CSTTransformer):
 
 class AccelerateDeferSync(Transform):
     id = ID
-    version = "1"
+    version = "2"  # 2: a rewritten site spans the loop it wraps (was the logging statement)
     triggers = (".item()", "float(")
     description = "opt-in (level reassociated): .item() numbers a loop only logs are read when the loop ends"
 
@@ -458,8 +458,9 @@ class AccelerateDeferSync(Transform):
                     holes[(hole.lineno, hole.col_offset, kind)] = var
             if st.placeholders:
                 what = ", ".join(ast.unparse(h) for h in st.placeholders)[:80]
-                sites.append(Site(ID, node.lineno, node.end_lineno or node.lineno, REWRITTEN, (
-                    f"{what} only logged ({st.func_text}): read when the loop at line {owner.lineno} "
+                # the span is the loop's: the rewrite wraps the whole loop (try/finally, indented)
+                sites.append(Site(ID, owner.lineno, owner.end_lineno or owner.lineno, REWRITTEN, (
+                    f"{what} (line {node.lineno}) only logged ({st.func_text}): read when the loop at line {owner.lineno} "
                     "ends, one sync instead of one per step; same values (a copy kept), written after the loop's "
                     "other output"), REASSOCIATED))
         out = ctx.module.visit(_Rewrite(ctx.positions, plan_loops, plan_stmts, holes))

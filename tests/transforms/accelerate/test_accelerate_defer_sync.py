@@ -235,7 +235,7 @@ def test_cleanrl_ppo_update_from_the_corpus_bitwise(monkeypatch):
     path = os.path.join(ROOT, "tests", "corpus", "cleanrl_ppo_update.py")
     code = open(path).read()
     out, sites = rewrite(code)
-    assert [s.line for s in sites if s.action == REWRITTEN] == [32]
+    assert [(s.line, s.end_line) for s in sites if s.action == REWRITTEN] == [(20, 64)]  # the minibatch loop it wraps
     monkeypatch.setattr(rd, "DEFER_ON_CPU", True)
     results = []
     for src in (code, out):
