@@ -78,7 +78,7 @@ def _device_type(args: tuple, kwargs: dict) -> str:
         if isinstance(value, torch.Tensor):
             return value.device.type
         if isinstance(value, torch.nn.Module):
-            for p in value.parameters():
+            for p in torch.nn.Module.parameters(value):  # not an override: user code, or a compiled site
                 return p.device.type
     return "cpu"
 

@@ -9,7 +9,9 @@ or a recompile storm runs it eager, reported) when it is provably one static gra
 
 * a method of a class deriving from ``torch.nn.Module``: ``forward`` of a class the file
   builds, or another method called inside a loop (``agent.get_action_and_value(obs)`` in the
-  rollout or the minibatch loop); undecorated, no generator, no nested function or class;
+  rollout or the minibatch loop) that does not override one of nn.Module's own methods
+  (``parameters``, ``state_dict``, ``to``, ``train``...); undecorated, no generator, no nested
+  function or class;
 * no host sync in its body (``.item()``, ``.cpu()``, ``.numpy()``, ``.tolist()``, ``print``,
   ``float()``/``int()``/``bool()`` of a value, numpy calls);
 * no data-dependent control flow: every ``if``/``while``/conditional expression/``assert`` tests
@@ -52,6 +54,19 @@ _SYNC_METHODS = {"item", "cpu", "numpy", "tolist", "backward", "nonzero", "uniqu
                  "argwhere", "unique_consecutive", "repeat_interleave", "data_ptr", "register_hook"}
 _SYNC_BUILTINS = {"print", "float", "int", "bool", "input", "open", "breakpoint"}
 _COMPILERS = ("torch.compile", "torch.jit.script", "torch.jit.trace", "torch.cuda.graphs", "torch.cuda.CUDAGraph")
+#: nn.Module's own public methods but forward (a test checks the list against torch): an override
+#: is bookkeeping that torch, dynamo and the run-time guard call themselves (an overridden
+#: ``parameters()`` compiled recursed through the guard's device probe), and its results are the
+#: module's own tensors, which a CUDA graph's outputs would replace by copies
+MODULE_API = frozenset({
+    "add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval",
+    "extra_repr", "float", "get_buffer", "get_extra_state", "get_parameter", "get_submodule", "half", "ipu",
+    "load_state_dict", "modules", "mtia", "named_buffers", "named_children", "named_modules", "named_parameters",
+    "parameters", "register_backward_hook", "register_buffer", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_full_backward_pre_hook", "register_load_state_dict_post_hook",
+    "register_load_state_dict_pre_hook", "register_module", "register_parameter", "register_state_dict_post_hook",
+    "register_state_dict_pre_hook", "requires_grad_", "set_extra_state", "set_submodule", "share_memory",
+    "state_dict", "to", "to_empty", "train", "type", "xpu", "zero_grad"})
 
 
 #: why no method is compiled on a backend other than CUDA (measured: docs/accelerate.md)
@@ -170,7 +185,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "1"
+    version = "2"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 
@@ -205,6 +220,11 @@ class AccelerateCompile(Transform):
                     what = f"{cname}.forward (a module this file builds)"
                 elif fn.name in looped:
                     what = f"{cname}.{fn.name} (called in a loop)"
+                    if fn.name in MODULE_API:
+                        sites.append(Site(ID, fn.lineno, fn.end_lineno or fn.lineno, SKIPPED,
+                                          f"{what}: overrides nn.Module.{fn.name} (bookkeeping torch and the guard call "
+                                          "themselves; it returns the module's own objects); left eager"))
+                        continue
                 else:
                     continue
                 end = fn.end_lineno or fn.lineno

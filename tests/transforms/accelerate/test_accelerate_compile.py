@@ -168,3 +168,73 @@ def test_cli_fast_decorates_and_bad_level_is_one_line(tmp_path):
     assert bad.returncode != 0
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and "accelerate.level" in lines[0] and "fastest" in lines[0], bad.stderr
+
+
+OVERRIDES = '''
+import torch
+import torch.nn as nn
+
+
+class Agent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x)))
+
+    def parameters(self, recurse=True):
+        return self.head.parameters()
+
+    def state_dict(self):
+        return self.head.state_dict()
+
+
+agent = Agent()
+opt = torch.optim.SGD(agent.parameters(), lr=0.1)
+for step in range(3):
+    loss = agent(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    saved = agent.state_dict()
+    size = sum(p.numel() for p in agent.parameters())
+'''
+
+
+def test_overrides_of_module_methods_called_in_a_loop_stay_eager():
+    """epymarl's critics override parameters()/state_dict(): called in a loop, they were compiled;
+    the guard's device probe called the compiled parameters() again (a RecursionError 500 calls
+    deep, a fallback line printed per level) and a CUDA graph's outputs would be copies of the
+    module's own tensors. forward is still compiled."""
+    out, sites = rewrite(OVERRIDES)
+    done = [s.reason.split(" ")[0] for s in sites if s.action == REWRITTEN]
+    assert done == ["Agent.forward"], [s.describe() for s in sites]
+    kept = {s.reason.split(" ")[0]: s.reason for s in sites if "overrides nn.Module" in s.reason}
+    assert set(kept) == {"Agent.parameters", "Agent.state_dict"}
+    assert "overrides nn.Module.parameters (bookkeeping torch and the guard call themselves" in kept["Agent.parameters"]
+    assert out.count("@_sbx_compiled(") == 1
+
+
+def test_module_api_lists_every_public_method_of_nn_module():
+    from scalebox_cst.transforms.accelerate.compile import MODULE_API
+
+    torch_api = {n for n in dir(torch.nn.Module) if not n.startswith("_") and callable(getattr(torch.nn.Module, n))}
+    assert torch_api - {"forward"} <= MODULE_API and "forward" not in MODULE_API
+
+
+def test_the_device_probe_does_not_call_a_users_parameters_override():
+    calls = []
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 2)
+
+        def parameters(self, recurse=True):
+            calls.append(1)
+            return super().parameters(recurse)
+
+    net = Net()
+    assert rc._device_type((net,), {}) == "cpu" and calls == []
