@@ -41,6 +41,18 @@ class _Objects(_Refs):
             raise StoreError(f"{raw.hex()} is not a commit")
         return obj
 
+    def _ref_commit(self, name: str, raw: Raw) -> pygit2.Commit:
+        """The commit branch ``name`` points to; a missing one is the store's damage, said so
+        with the branch named (not "unknown commit" and a hex id)."""
+        if not self._has(raw):
+            short = name.rsplit("refs/heads/", 1)[-1]
+            fix = ("restore .scalebox/store.git from a backup, or move it away and run `scalebox init`" if short == "source"
+                   else f"drop the branch: git --git-dir .scalebox/store.git branch -D {short}; or restore "
+                   ".scalebox/store.git from a backup")
+            raise StoreError(f"branch {short} points to commit {raw.hex()[:12]}, which is not in the store: "
+                             f"the store is damaged ({fix})")
+        return self._commit_obj(raw)
+
     def _existing_blob(self, value: Union[str, pygit2.Oid], path: str) -> Raw:
         try:
             oid = value if isinstance(value, pygit2.Oid) else pygit2.Oid(hex=str(value))

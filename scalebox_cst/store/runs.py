@@ -224,6 +224,9 @@ class _Runs(_Objects):
         try:
             return self.repo.revparse_single(text).peel(pygit2.Commit).id.raw
         except (KeyError, ValueError, pygit2.GitError):
+            ref = self.repo.references.get(text) or self.repo.references.get("refs/heads/" + text)
+            if ref is not None and isinstance(ref.target, pygit2.Oid):
+                self._ref_commit(text, ref.target.raw)  # raises: the branch's commit is missing
             raise StoreError(f"unknown commit {text}") from None
 
     def _runs(self) -> List[Tuple[int, str, Raw]]:
@@ -249,7 +252,7 @@ class _Runs(_Objects):
     def _info(self, name: str, number: int, raw: Raw) -> BranchInfo:
         parsed = self._branch_info.get(raw)
         if parsed is None:
-            commit = self._commit_obj(raw)
+            commit = self._ref_commit(name, raw)
             trailers = _trailers(commit.message)
             source = str(commit.parent_ids[0]) if commit.parent_ids else trailers.get(TRAILER_SOURCE)
             parsed = (source, commit.message.split("\n", 1)[0], commit.commit_time, trailers.get(TRAILER_PIPELINE))

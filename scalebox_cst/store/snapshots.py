@@ -58,7 +58,7 @@ class _Snapshots(_Objects):
         for _ in range(limit):
             if raw is None:
                 return None
-            commit = self._commit_obj(raw)
+            commit = self._ref_commit("source", raw)
             value = _trailers(commit.message).get(key)
             if value is not None:
                 return raw.hex(), value
@@ -86,7 +86,7 @@ class _Snapshots(_Objects):
             raise StoreError(f"executable path not in the snapshot: {sorted(unknown)[0]}")
 
         tip = self._ref_raw(SOURCE_REF)
-        tip_map = self._tree_map(self._commit_obj(tip).tree_id.raw) if tip else {}
+        tip_map = self._tree_map(self._ref_commit("source", tip).tree_id.raw) if tip else {}
         if tip is not None and tip_map == entries:
             return tip.hex(), False
         for path, (_, raw) in entries.items():

@@ -137,3 +137,20 @@ def test_read_loose_checks_the_whole_stream(tmp_path):
                 checked.read_loose(str(objects), "ab" + name)
     with pytest.raises(KeyError):
         checked.read_loose(str(objects), "ab" + "0" * 38)
+
+
+@pytest.mark.parametrize("ref, command", [("run/0002", ["log"]), ("run/0002", ["rollback", "run/0002"]),
+                                          ("source", ["rewrite", "."])])
+def test_a_branch_pointing_to_a_missing_commit_is_named(two_branches, tmp_path, ref, command):
+    """A ref file whose commit is not in the store said "unknown commit 1234..." and named no
+    branch; the one line now names the branch, says the store is damaged and how to go on."""
+    root = tmp_path / "p"
+    shutil.copytree(two_branches, root, symlinks=True)
+    with open(root / ".scalebox" / "store.git" / "refs" / "heads" / ref, "w") as fh:
+        fh.write("1234567890" * 4 + "\n")
+    files = {n: (root / n).read_bytes() for n in ("train.py", "helpers.py")}
+    proc = _scalebox(root, *command)
+    assert proc is not None and proc.returncode != 0 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert f"branch {ref} points to commit 123456789012, which is not in the store: the store is damaged" in line, line
+    assert files == {n: (root / n).read_bytes() for n in files}
