@@ -185,11 +185,15 @@ class Project:
             hit = store.cache_get(blob, fingerprint)
             if hit is not None:
                 out_blob, report = hit
-                output = data if out_blob == blob else store.read_blob(out_blob)
-                from scalebox_cst.pipeline import FileResult
+                try:
+                    output = data if out_blob == blob else store.read_blob(out_blob)
+                except StoreError:  # a damaged cached output: made again (the cache is only a cache)
+                    output = None
+                if output is not None:
+                    from scalebox_cst.pipeline import FileResult
 
-                results[path] = FileResult(path, data, output, FileReport.from_json({**report, "path": path}))
-                continue
+                    results[path] = FileResult(path, data, output, FileReport.from_json({**report, "path": path}))
+                    continue
             result = self.pipeline.rewrite(path, data)
             results[path] = result
             if not result.bad_input:  # bad input is re-checked on every save: it is being edited

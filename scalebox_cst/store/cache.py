@@ -15,6 +15,8 @@ from typing import (
 )
 
 
+import pygit2
+
 from scalebox_cst.store.common import (
     _CACHE_MEM_ENTRIES,
     _HEX40,
@@ -30,7 +32,10 @@ from scalebox_cst.store.refs import _synchronized
 
 
 class _Cache(_Objects):
-    """Cache reads and writes (one ref update per pipeline per batch)."""
+    """Cache reads and writes (one ref update per pipeline per batch). A damaged cache (a
+    truncated object, a missing tree) reads as empty and is replaced by the next put."""
+
+    cache_damaged: Dict[str, str]  # fingerprint -> what was wrong with its cache (set per store)
 
     @_synchronized
     def cache_get(self, source_blob: str, fingerprint: str) -> Optional[Tuple[str, dict]]:
@@ -62,6 +67,12 @@ class _Cache(_Objects):
         """Many ``(source_blob, fingerprint, output, report)`` at once: one ref update per pipeline."""
         self._cache_put_many(list(entries))
 
+    def _cache_damage(self, fingerprint: str, exc: BaseException) -> None:
+        """A cache whose objects are damaged is dropped, not an error: every entry can be made
+        again, and the next put starts a new cache (``cache_damaged`` says which, for a note)."""
+        self._cache_mem.pop(fingerprint, None)
+        self.cache_damaged.setdefault(fingerprint, " ".join(str(exc).split())[:200])
+
     def _cache_ref(self, fingerprint: str) -> str:
         key = fingerprint if _SAFE_KEY.match(fingerprint) else "h-" + hashlib.sha1(fingerprint.encode()).hexdigest()
         return CACHE_PREFIX + key
@@ -77,7 +88,11 @@ class _Cache(_Objects):
             tree = state[0]
         else:
             tip = self._ref_raw(self._cache_ref(fingerprint))
-            tree = self._commit_obj(tip).tree if tip else None
+            try:
+                tree = self._commit_obj(tip).tree if tip else None
+            except (pygit2.GitError, StoreError) as exc:  # damaged: the cache is rebuilt, never needed
+                self._cache_damage(fingerprint, exc)
+                tree = None
             if state is not None:
                 state.append(tree)
         if tree is None:
@@ -85,9 +100,14 @@ class _Cache(_Objects):
         try:
             out = tree[f"{blob[:2]}/{blob[2:]}"]
             rep = tree[f"{blob[:2]}/{blob[2:]}.json"]
+            hit = (str(out.id), rep.data.decode("utf-8"))
+            if not self._has(out.id.raw):
+                return None  # the rewritten blob itself is gone: rewrite again
         except KeyError:
             return None
-        hit = (str(out.id), rep.data.decode("utf-8"))
+        except (pygit2.GitError, UnicodeDecodeError) as exc:
+            self._cache_damage(fingerprint, exc)
+            return None
         if len(mem) >= _CACHE_MEM_ENTRIES:
             mem.clear()  # the memory layer is only a front for the store: dropping it is safe
         mem[blob] = hit
@@ -129,8 +149,12 @@ class _Cache(_Objects):
             count = sum(len(v) for v in additions.values()) // 2
             message = f"scalebox rewrite cache for pipeline {fingerprint}\n"
 
-            def build(current: Optional[Raw], additions: Mapping = additions) -> Optional[Raw]:
-                tree = self._put_fanout(current, additions)
+            def build(current: Optional[Raw], additions: Mapping = additions, fp: str = fingerprint) -> Optional[Raw]:
+                try:
+                    tree = self._put_fanout(None if fp in self.cache_damaged else current, additions)
+                except (pygit2.GitError, StoreError) as exc:  # its tree is damaged: a new cache
+                    self._cache_damage(fp, exc)
+                    tree = self._put_fanout(None, additions)
                 if tree is None:
                     return None
                 return self._write_commit(message, tree, [])

@@ -8,14 +8,16 @@ object is inflated with Python's zlib, the stream must end and the header's leng
 libgit2 gets the bytes; a short or damaged file is a ``GitError`` naming it (the store's one
 line). Packed objects are still libgit2's. Writes go to libgit2's plain object database
 (:func:`writer`), commits included: the store encodes them itself, so that libgit2 never
-reads a tree or parent back to check it.
+reads a tree or parent back to check it. An object found damaged is not taken as stored: when
+the store has its bytes again (a file rewritten anew), the damaged file is set aside
+(``store.git/damaged/``) and the object written whole (:func:`set_aside`).
 """
 from __future__ import annotations
 
 import os
 import threading
 import zlib
-from typing import Tuple
+from typing import Dict, Set, Tuple
 
 import pygit2
 from pygit2.enums import ObjectType
@@ -45,7 +47,37 @@ def explain(exc: BaseException) -> str:
     return damage or " ".join(str(exc).split())
 
 
+#: objects directory -> ids of the loose objects found damaged there (this process)
+_FOUND: Dict[str, Set[str]] = {}
+
+
+def any_damaged() -> bool:
+    """Whether any object was found damaged (the usual answer, no: a dictionary's truth)."""
+    return bool(_FOUND)
+
+
+def damaged_ids(objects: str) -> Set[str]:
+    """The ids of the loose objects under ``objects`` found damaged so far (read, not cached)."""
+    return _FOUND.get(os.path.realpath(objects), set())
+
+
+def set_aside(objects: str, hexid: str) -> None:
+    """Move a damaged loose object out of the way (to ``damaged/`` beside ``objects``) so that the
+    object can be written again whole: libgit2 only touches an object file that exists."""
+    path = os.path.join(objects, hexid[:2], hexid[2:])
+    keep = os.path.join(os.path.dirname(os.path.abspath(objects)), "damaged")
+    os.makedirs(keep, exist_ok=True)
+    try:
+        os.replace(path, os.path.join(keep, hexid))
+    except FileNotFoundError:
+        pass
+    _FOUND.get(os.path.realpath(objects), set()).discard(hexid)
+
+
 def _damaged(path: str, why: str) -> DamagedObject:
+    folder, name = os.path.split(path)
+    objects, fan = os.path.split(folder)
+    _FOUND.setdefault(os.path.realpath(objects), set()).add(fan + name)
     _last.damage = (
         f"damaged object file {path} ({why}): the store is corrupt; restore .scalebox/store.git"
         " from a backup, or move it away and run `scalebox init`"

@@ -2,6 +2,9 @@
 back as flat path maps, notes in git's fan-out layout."""
 from __future__ import annotations
 
+import hashlib
+import os
+
 from typing import (
     Any,
     Dict,
@@ -92,7 +95,11 @@ class _Objects(_Refs):
         self._present.update(raws)
 
     def _has(self, raw: Raw) -> bool:
-        """Whether an object is stored (``odb.exists``: no read, unlike ``oid in repo``)."""
+        """Whether an object is stored (``odb.exists``: no read, unlike ``oid in repo``); one found
+        damaged is not (store.checked: written again, it is whole)."""
+        if checked.any_damaged() and raw.hex() in checked.damaged_ids(self._objects_dir):
+            self._present.discard(raw)
+            return False
         if raw in self._present:
             return True
         if pygit2.Oid(raw=raw) in self._odb:
@@ -101,10 +108,22 @@ class _Objects(_Refs):
         return False
 
     def _write_object(self, kind: int, body: bytes) -> Raw:
-        """Write one object through libgit2's plain object database (store.checked.writer)."""
+        """Write one object through libgit2's plain object database (store.checked.writer); a
+        damaged file of the same object is set aside first (libgit2 would only touch it)."""
         if self._writer_odb is None:
             self._writer_odb = checked.writer(self.path)
+        damaged = checked.damaged_ids(self._objects_dir)
+        if damaged:
+            names = {int(ObjectType.BLOB): b"blob", int(ObjectType.TREE): b"tree", int(ObjectType.COMMIT): b"commit"}
+            name = names.get(int(kind), b"tag")
+            hexid = hashlib.sha1(b"%s %d\0" % (name, len(body)) + body).hexdigest()
+            if hexid in damaged:
+                checked.set_aside(self._objects_dir, hexid)
         return self._writer_odb.write(kind, body).raw
+
+    @property
+    def _objects_dir(self) -> str:
+        return os.path.join(self.path, "objects")
 
     def _write_blob(self, data: bytes) -> Raw:
         raw = self._write_object(ObjectType.BLOB, data)

@@ -154,3 +154,34 @@ def test_a_branch_pointing_to_a_missing_commit_is_named(two_branches, tmp_path, 
     (line,) = proc.stderr.splitlines()
     assert f"branch {ref} points to commit 123456789012, which is not in the store: the store is damaged" in line, line
     assert files == {n: (root / n).read_bytes() for n in files}
+
+
+def _git(root, *args):
+    return subprocess.run(["git", "--git-dir", os.path.join(root, ".scalebox", "store.git"), *args],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("victim", ["cache tree", "cached output"])
+def test_a_damaged_cache_is_made_again_and_a_damaged_output_healed(two_branches, tmp_path, victim):
+    """The rewrite cache can always be made again: its damage stopped every rewrite with an
+    error. A damaged cache now reads as empty (a new one is written), and an output blob found
+    damaged is written whole again when the file is rewritten (the old file set aside), which
+    also mends the earlier branches that hold it."""
+    root = tmp_path / "p"
+    shutil.copytree(two_branches, root, symlinks=True)
+    cache = next(line.split()[-1] for line in _git(root, "for-each-ref").stdout.splitlines() if "refs/scalebox/cache/" in line)
+    if victim == "cache tree":
+        hexid = _git(root, "rev-parse", cache + "^{tree}").stdout.strip()
+    else:  # train.py's output on the newest branch: differs from its source
+        hexid = _git(root, "rev-parse", "run/0002:train.py").stdout.strip()
+        assert hexid != _git(root, "rev-parse", "source:train.py").stdout.strip()
+    _cut(os.path.join(root, ".scalebox", "store.git", "objects", hexid[:2], hexid[2:]), 20)
+    (root / "helpers.py").write_text(HELPERS_PY + "\nEXTRA = 2\n")
+    proc = _scalebox(root, "rewrite", ".")
+    assert proc is not None and proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    if victim == "cached output":
+        assert (root / ".scalebox" / "store.git" / "damaged" / hexid).exists()
+        fsck = _git(root, "fsck", "--strict")
+        assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+        assert _git(root, "cat-file", "-p", "run/0002:train.py").returncode == 0
+    assert _git(root, "cat-file", "-p", "run/0003:train.py").returncode == 0
