@@ -130,7 +130,7 @@ class Flow:
                 if _reads_free(other, name):
                     what = getattr(other, "name", "a lambda")
                     return f"`{name}` is read in {what} (line {other.lineno}), where its use is not followed"
-            for load in self._live(name, binding):
+            for load in _program_order(self._live(name, binding), binding):
                 reason = self._follow(load, names)
                 if reason:
                     return f"`{name}` (line {load.lineno}) {reason}"
@@ -369,6 +369,18 @@ class Flow:
             return (f"is passed to `{ast.unparse(func)}(...)` without .detach()/.item(): it may keep the "
                     "value where a later loss reads it")
         return f"is passed to `{ast.unparse(func)}(...)`, whose effects are unknown"
+
+
+def _program_order(loads: List[ast.Name], binding: Optional[ast.stmt]) -> List[ast.Name]:
+    """``loads`` with those after ``binding`` first (in source order), then those before it (a
+    loop's next round): the first refused use a reason cites is then one the value reaches
+    next, not an earlier line of the function (the analysis is flow-insensitive; the verdict is
+    the same in any order)."""
+    if binding is None:
+        return loads
+    end = binding.end_lineno or binding.lineno
+    ordered = sorted(loads, key=lambda n: (n.lineno, n.col_offset))
+    return [n for n in ordered if n.lineno > end] + [n for n in ordered if n.lineno <= end]
 
 
 def _text(node: ast.expr) -> bool:

@@ -169,3 +169,37 @@ def test_a_tensor_given_to_the_environment_as_it_is_is_refused(action, rewritten
         except RuntimeError as exc:
             results.append(type(exc))
     assert same(results[0], results[1]), results
+
+
+# phasic-policy-gradient's impala_cnn residual block: the output of bn1 was said to be "passed to
+# `self.conv0(...)`", a use two lines above it (the analysis follows a name flow-insensitively).
+# The reason now cites the first refused use after the binding; the verdict is the same.
+RESIDUAL = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch_utils as tu
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv0, self.conv1 = tu.NormedConv2d(4, 4), tu.NormedConv2d(4, 4)
+        self.bn0, self.bn1 = nn.BatchNorm1d(4), nn.BatchNorm1d(4)
+    def residual(self, x):
+        if getattr(self, "batch_norm", True):
+            x = self.bn0(x)
+        x = F.relu(x, inplace=False)
+        x = self.conv0(x)
+        if getattr(self, "batch_norm", True):
+            x = self.bn1(x)
+        x = F.relu(x, inplace=True)
+        x = self.conv1(x)
+        return x
+'''
+
+
+def test_a_refused_use_is_cited_in_program_order_after_its_binding():
+    out, sites = rewrite(RESIDUAL, dedent=False)
+    assert out == RESIDUAL
+    reasons = {s.line: s.reason for s in sites if s.action == SKIPPED}
+    assert "`x` (line 18) may be changed in place (inplace=True)" in reasons[17], reasons
+    assert "`x` (line 15) is passed to `self.conv0(...)`" in reasons[13], reasons
