@@ -410,6 +410,10 @@ class Files:
         if bodies is None:
             if isinstance(func, ast.Attribute) and func.attr in TENSOR_METHODS:
                 return None  # a method of a value (a tensor, a distribution): `x.view(...)`
+            values = self.name_values(func.id, fn) if isinstance(func, ast.Name) else None
+            if values:  # RL-Adventure's `Variable = lambda *args: ...`: in the file, not followed
+                what = "a lambda" if isinstance(values[0], ast.Lambda) else f"`{_clip(ast.unparse(values[0]))}`"
+                return f"{where} calls {func.id}, bound to {what} (line {values[0].lineno}), which is not followed"
             return f"{where} calls {ast.unparse(func)}, whose code is not in this file"
         for body, owner in bodies:
             if body is not None:
@@ -417,6 +421,10 @@ class Files:
                 if problem:
                     return problem
         return None
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _constant(value: ast.expr) -> bool:

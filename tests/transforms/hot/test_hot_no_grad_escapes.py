@@ -203,3 +203,21 @@ def test_a_refused_use_is_cited_in_program_order_after_its_binding():
     reasons = {s.line: s.reason for s in sites if s.action == SKIPPED}
     assert "`x` (line 18) may be changed in place (inplace=True)" in reasons[17], reasons
     assert "`x` (line 15) is passed to `self.conv0(...)`" in reasons[13], reasons
+
+
+def test_a_callee_bound_in_the_file_is_not_said_to_be_elsewhere():
+    """RL-Adventure: `Variable = lambda *args: autograd.Variable(*args)` at the top; a forward
+    calling it was refused as calling code "not in this file"."""
+    src = (
+        "import torch\nimport torch.nn as nn\n"
+        "Variable = lambda *args: torch.autograd.Variable(*args)\n"
+        "class Q(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 2)\n"
+        "    def forward(self, x):\n        return self.l(Variable(x))\n"
+        "q = Q()\n"
+        "def act(o):\n    return q(o).argmax().item()\n"
+    )
+    out, sites = rewrite(src, dedent=False)
+    assert out == src
+    (site,) = sites
+    assert "`forward` (line 8) calls Variable, bound to a lambda (line 3), which is not followed" in site.reason, site
