@@ -411,7 +411,7 @@ class Files:
             if isinstance(func, ast.Attribute) and func.attr in TENSOR_METHODS:
                 return None  # a method of a value (a tensor, a distribution): `x.view(...)`
             values = self.name_values(func.id, fn) if isinstance(func, ast.Name) else None
-            if values:  # RL-Adventure's `Variable = lambda *args: ...`: in the file, not followed
+            if values and isinstance(func, ast.Name):  # RL-Adventure's `Variable = lambda *args: ...`
                 what = "a lambda" if isinstance(values[0], ast.Lambda) else f"`{_clip(ast.unparse(values[0]))}`"
                 return f"{where} calls {func.id}, bound to {what} (line {values[0].lineno}), which is not followed"
             return f"{where} calls {ast.unparse(func)}, whose code is not in this file"
