@@ -268,7 +268,10 @@ def _network_ctor(value: ast.Call, imports, classes) -> bool:
     the names of its top-level classes)."""
     qual = imports.qualify(value.func) or ""
     if qual.startswith("torch.nn.") and not qual.startswith(("torch.nn.functional", "torch.nn.utils", "torch.nn.init")):
-        return True
+        last = qual.rsplit(".", 1)[1]
+        # a loss (garage's `qf_loss = nn.MSELoss()`) or a parameter is no network to cut: not a
+        # candidate, rather than a refusal in terms of layers
+        return not (last.endswith("Loss") or last in ("Parameter", "ParameterList", "ParameterDict"))
     return isinstance(value.func, ast.Name) and value.func.id in classes
 
 

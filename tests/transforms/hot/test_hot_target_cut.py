@@ -276,6 +276,20 @@ def run(x):
     assert out == code and not [s for s in sites if s.transform == ID]
 
 
+@pytest.mark.parametrize("ctor", ["nn.MSELoss()", "nn.SmoothL1Loss(reduction='none')", "nn.Parameter(torch.zeros(2))"])
+def test_a_loss_or_a_parameter_is_no_network(ctor):
+    """garage's DDPG: `qf_loss = nn.MSELoss()` used as `qf_loss(q, y)` was reported as a network
+    that "is not a layer known to take sizes only"; a loss has no graph of its own to cut."""
+    code = _NET + f'''
+def run(q, s, y):
+    crit = {ctor}
+    loss = crit(q(s), y).mean()
+    loss.backward()
+'''
+    out, sites = rewrite(code)
+    assert out == code and not [s for s in sites if s.transform == ID], sites
+
+
 def test_moved_to_a_device_as_a_statement_still_proven():
     code = _NET + '''
 def run(q, s, s2, device):
