@@ -375,6 +375,8 @@ class _Locator:
                 raise _Miss
             self.parent[part] = found
             return part
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return self._find(node, cst.Integer)  # a slice bound (placement: ``dev[:4] == "cuda"``)
         return self._find(node, _CST_KIND[type(node)])
 
     def line(self, stmt: ast.stmt) -> Tuple[cst.CSTNode, int]:

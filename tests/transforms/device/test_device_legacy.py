@@ -296,7 +296,8 @@ y = torch.ones(2, device=idx)
 print(json.dumps({"in": "cuda" in dev, "not_in": "cuda" not in idx, "str_in": "cuda" in str(dev),
                   "prefix": idx.startswith("cuda:"), "prefixes": dev.startswith(("mps", "cuda")),
                   "type": idx.split(":")[0] == "cuda", "parts": "cuda" in idx.split(":"),
-                  "partition": idx.partition(":")[0] != "cuda", "sum": (x + y).tolist()}))
+                  "partition": idx.partition(":")[0] != "cuda", "slice": idx[:4] == "cuda",
+                  "sum": (x + y).tolist()}))
 '''
 
 
@@ -307,13 +308,14 @@ def test_substring_and_prefix_tests_of_a_device_string_migrate_with_it(tmp_path)
     assert '"npu" in dev' in out and '"npu" not in idx' in out and '"npu" in str(dev)' in out
     assert 'idx.startswith("npu:")' in out and 'dev.startswith(("mps", "npu"))' in out
     assert 'idx.split(":")[0] == "npu"' in out and '"npu" in idx.split(":")' in out and 'idx.partition(":")[0] != "npu"' in out
+    assert 'idx[:3] == "npu"' in out  # the slice's bound follows the literal's length
     original = run(TEXT_TESTS, tmp_path, "original", fake=False)
     migrated = run(out, tmp_path, "migrated", fake=True)
     # the NPU host takes the device branch, which the CPU host does not: each test says so
     assert original == {"in": False, "not_in": True, "str_in": False, "prefix": False, "prefixes": False,
-                        "type": False, "parts": False, "partition": True, "sum": [2.0, 2.0]}
+                        "type": False, "parts": False, "partition": True, "slice": False, "sum": [2.0, 2.0]}
     assert migrated == {"in": True, "not_in": False, "str_in": True, "prefix": True, "prefixes": True,
-                        "type": True, "parts": True, "partition": False, "sum": [2.0, 2.0]}
+                        "type": True, "parts": True, "partition": False, "slice": True, "sum": [2.0, 2.0]}
 
 
 @pytest.mark.parametrize("line", [
@@ -322,6 +324,7 @@ def test_substring_and_prefix_tests_of_a_device_string_migrate_with_it(tmp_path)
     'ok = dev.endswith("cuda")',  # only prefixes and substrings
     'ok = "cuda" in dev.split("/")',  # parts at another separator
     'ok = dev.split(":")[1] == "cuda"',  # not the type
+    'ok = dev[:5] == "cuda"',  # a bound that is not the literal's length
     'ok = dev.startswith("cpu")',
 ])
 def test_text_tests_that_are_not_of_a_device_string_stay(line):

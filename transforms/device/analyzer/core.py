@@ -70,7 +70,8 @@ class Core:
         self.attr_flows: List[Tuple[str, T.Swap, int]] = []
         self.device_names: Set[Tuple[int, str, str]] = set()  # (id(scope), name, literal regex)
         self.device_attrs: Set[Tuple[str, str]] = set()
-        self.compares: List[Tuple[_Scope, ast.expr, ast.expr, T.Swap]] = []
+        #: (scope, device value, literal, entry, the n of a ``value[:n]`` compared, or None)
+        self.compares: List[Tuple[_Scope, ast.expr, ast.expr, T.Swap, Optional[ast.Constant]]] = []
         self.done_literals: Set[ast.AST] = set()
         self.claimed: Set[ast.AST] = set()
         self.handled_refs: Set[ast.AST] = set()

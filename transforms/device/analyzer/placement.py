@@ -33,6 +33,16 @@ def _mod_arguments(right: ast.expr) -> List[ast.expr]:
     return [] if isinstance(right, (ast.Dict, ast.Starred)) else [right]
 
 
+def _prefix_slice(side: ast.expr) -> Tuple[ast.expr, Optional[ast.Constant]]:
+    """``(X, n)`` for ``X[:n]`` (``X[0:n]``) with ``n`` an integer literal, else ``(side, None)``."""
+    if isinstance(side, ast.Subscript) and isinstance(side.slice, ast.Slice) and side.slice.step is None:
+        lower, upper = side.slice.lower, side.slice.upper
+        if (lower is None or isinstance(lower, ast.Constant) and lower.value == 0 and type(lower.value) is int) \
+                and isinstance(upper, ast.Constant) and type(upper.value) is int:
+            return side.value, upper
+    return side, None
+
+
 class Placement:
     """Mixin of the analyzer: device literals and the flows that carry them, cuDNN flags."""
 
@@ -164,7 +174,11 @@ class Placement:
                         # of the original one
                         side = self._text_of(side, parts=True)
                     elif isinstance(op, (ast.Eq, ast.NotEq)):
+                        side, bound = _prefix_slice(side)  # ``dev[:4] == "cuda"``: the bound follows
                         side = self._text_of(side)  # ``dev.split(":")[0] == "cuda"``
+                        for one in lits:
+                            self._plan_test(entry, side, one, node.lineno, bound)
+                        continue
                     else:
                         continue
                     for one in lits:
@@ -193,18 +207,27 @@ class Placement:
                 and len(expr.args) == 1 and not expr.keywords and isinstance(expr.args[0], ast.Constant)
                 and expr.args[0].value == ":" and not self.receiver_is_module(expr.func))
 
-    def _plan_test(self, entry: T.Swap, side: ast.expr, one: ast.expr, line: int) -> None:
+    def _plan_test(self, entry: T.Swap, side: ast.expr, one: ast.expr, line: int,
+                   bound: Optional[ast.Constant] = None) -> None:
         """The literal ``one`` a device value ``side`` is tested against, when it names CUDA:
         migrated with the device (now for a device's ``.type``, after the walk for a name or an
-        attribute that a device argument reads)."""
+        attribute that a device argument reads). ``bound``: the ``n`` of ``side[:n]``, which
+        must be the literal's length (it becomes the migrated literal's)."""
         text = self.src.raw(one)
         if text is None or not re.search(entry.literal[0], text):
+            return
+        if bound is not None:
+            if not (isinstance(one, ast.Constant) and isinstance(one.value, str) and len(one.value) == bound.value
+                    and isinstance(side, (ast.Name, ast.Attribute))):
+                return
+            assert self.scope is not None
+            self.compares.append((self.scope, side, one, entry, bound))
             return
         if isinstance(side, ast.Attribute) and side.attr == "type" and not self.receiver_is_module(side):
             self._plan_literal(entry, _Target(one), entry.literal[0], entry.literal[1], line, "", _span(one))
         elif isinstance(side, (ast.Name, ast.Attribute)):
             assert self.scope is not None
-            self.compares.append((self.scope, side, one, entry))
+            self.compares.append((self.scope, side, one, entry, None))
 
     def _prefix_test(self, node: ast.Call) -> None:
         """``device.startswith("cuda")`` (or ``str(device)``'s, or a tuple of prefixes): the prefix
@@ -254,7 +277,7 @@ class Placement:
                 for value, where in self.attr_bindings.get(text, []):
                     self._flow_value(entry, value, where, line, 1, f"`{text}` holds it")
                 self._argparse_flow(entry, text, line)
-        for scope, side, lit, entry in self.compares:
+        for scope, side, lit, entry, bound in self.compares:
             regex = entry.literal[0]
             if isinstance(side, ast.Name):
                 flowing = (id(scope.resolve(side.id)), side.id, regex) in self.device_names
@@ -262,6 +285,9 @@ class Placement:
                 flowing = (ast_dotted(side) or "", regex) in self.device_attrs
             if flowing:
                 self._plan_literal(entry, _Target(lit), regex, entry.literal[1], lit.lineno, "compared with a device", _span(lit))
+                if bound is not None:  # ``dev[:4] == "cuda"`` -> ``dev[:3] == "npu"``
+                    size = len(re.sub(regex, entry.literal[1], str(lit.value), count=1))
+                    self.edits.append((_Target(bound), lambda u, size=size: u.with_changes(value=str(size))))
         for line, dropped in self.drop_candidates.items():
             if len(dropped) == len(line.stmts) and not line.suite:
                 self.line_drops.append(line.stmts[0])
