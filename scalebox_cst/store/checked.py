@@ -151,6 +151,27 @@ class _CheckedLoose(pygit2.OdbBackend):
     def refresh_cb(self):
         pass
 
+    def __iter__(self):
+        """Every loose object's id (``for oid in repo.odb``): pygit2's own iteration of a Python
+        backend calls back into this one (it recursed until a RecursionError)."""
+        try:
+            fans = sorted(os.listdir(self.objects))
+        except OSError:
+            return
+        for fan in fans:
+            if len(fan) != 2:
+                continue
+            try:
+                names = sorted(os.listdir(os.path.join(self.objects, fan)))
+            except OSError:
+                continue
+            for name in names:
+                if len(name) == 38:
+                    try:
+                        yield pygit2.Oid(hex=fan + name)
+                    except ValueError:
+                        continue
+
     def write_cb(self, oid, data, kind):
         # libgit2 hands a write to the first backend that has one (this one), and its retry of a
         # failed write leaves pygit2 with an error pending: the store writes through writer()

@@ -185,3 +185,13 @@ def test_a_damaged_cache_is_made_again_and_a_damaged_output_healed(two_branches,
         assert fsck.returncode == 0, fsck.stdout + fsck.stderr
         assert _git(root, "cat-file", "-p", "run/0002:train.py").returncode == 0
     assert _git(root, "cat-file", "-p", "run/0003:train.py").returncode == 0
+
+
+def test_the_checked_object_database_lists_every_object(two_branches):
+    """``for oid in repo.odb`` recursed through the checked backend until a RecursionError (pygit2's
+    iteration of a Python backend calls back into it): it lists what git lists."""
+    store = Store.open(str(two_branches))
+    listed = {str(oid) for oid in store.repo.odb}
+    git = subprocess.run(["git", "--git-dir", store.path, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert listed == set(git) and len(listed) > 10
