@@ -33,8 +33,27 @@ COMPILED = {
     "numba.stencil": "Numba",
     "numba.cfunc": "Numba",
 }
-#: what a text must hold for any of these to be present (a cheap test before the walk)
-TRIGGERS = ("jit", "marimo", "numba", "vectorize", "stencil", "cfunc")
+#: what a text must hold for any of these to be present (a cheap test before the walk of the
+#: tree); ``vectorize`` as a word: every recurrence rewrite imports ``runtime.vectorized``, and
+#: a walk of the whole tree per editing transform was ~1 s of a dense 50k-line file
+TRIGGERS = ("jit", "marimo", "numba", "stencil", "cfunc")
+
+
+def _triggered(code: str) -> bool:
+    # substring tests (one alternation regex scanned a 2 MB text at every position: 0.4 s a file)
+    if any(t in code for t in TRIGGERS):
+        return True
+    at = code.find("vectorize")
+    while at != -1:  # the word (numba's), not runtime.vectorized
+        end = at + len("vectorize")
+        if not _word(code, end) and not _word(code, at - 1):
+            return True
+        at = code.find("vectorize", end)
+    return False
+
+
+def _word(code: str, i: int) -> bool:
+    return 0 <= i < len(code) and (code[i].isalnum() or code[i] == "_")
 #: ``app.<attr>`` of a ``marimo.App``: cells, functions and classes the notebook runs itself
 MARIMO_CELLS = frozenset({"cell", "function", "class_definition"})
 
@@ -87,7 +106,7 @@ def withdrawn(found: Sequence[Site], tree: ast.Module, code: str) -> Optional[Li
     """``found`` (one transform's sites in one file) all left alone, each saying why, when one of
     its rewritten sites lies in a foreign body; None when none does (the edits stand)."""
     rewritten = [s for s in found if s.action == REWRITTEN]
-    if not rewritten or not any(t in code for t in TRIGGERS):
+    if not rewritten or not _triggered(code):
         return None
     bodies = foreign_bodies(tree, ImportMap(tree))
     hits = [(s, inside(s.line, s.end_line, bodies)) for s in rewritten]
