@@ -148,6 +148,12 @@ after it: block 2k 6.0, 5k 16.7, 10k 36.0, exponent 1.12); 20 public files (CORL
 rlkit, SB3, Rainbow, with ``bench_rewrite_files.py``) 1.01x. What bounds ``loops`` 50k is still
 round 8's: libcst's parse of the loops (now ~3.5 s), the ``ast`` of the ~6x output and ~1.5 ms of
 analysis per loop; ``block`` is ~6 ms per block of eight sites.
+Round 10 (seventeenth session; CPU s, 4285474 -> after, each side in a process of its own,
+interleaved on the 2-core machine under a helper's load): mixed 50k 8.72/8.77/8.68 -> 8.97/8.88/
+8.48 (the new check for TorchScript/marimo bodies first walked the whole tree after every editing
+transform, its text pre-filter matching ``runtime.vectorized``: 10.7 s until mended), loops 50k
+19.6/19.4 -> 19.2/19.7 (the walk of each loop that list outputs no longer need is still made for
+``fold.dead_after``); loops 22.5k (the issue's file) 8.9, mixed 22.5k 4.5.
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB. Measured on the loaded
 2-core machine (CPU s / peak MB, 50k lines; old = before the statement memo, spliced codegen,
 grad_clip's path-only insertion pass and recurrence's kept-loop pre-filter, run back to back):
