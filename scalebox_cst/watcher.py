@@ -10,17 +10,24 @@ from __future__ import annotations
 import os
 import math
 import queue
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Set
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
-from watchdog.observers.polling import PollingObserver
+from watchdog.observers.polling import PollingObserverVFS
 
 from scalebox_cst.project import ChangeResult, Project
 from scalebox_cst.report import RunReport
 from scalebox_cst.runtime import threads
+from scalebox_cst.store import StoreError
+
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+    fcntl = None
+else:
+    import fcntl
 
 if TYPE_CHECKING:
     from scalebox_cst.hotfix import WatchHealer
@@ -33,6 +40,44 @@ _IGNORED_EVENTS = {"opened", "closed_no_write"}
 MAX_DEBOUNCE = 300.0
 #: how often a wait for events looks whether the watcher was asked to stop, seconds
 _STOP_CHECK = 0.1
+#: under .scalebox/: held (flock) by the one watcher of the project, holds its pid
+WATCH_LOCK = "watch.lock"
+
+
+class AlreadyWatched(StoreError):
+    """Another watcher holds the project's watch lock: two would commit every save twice (and
+    with ``--run`` train twice at once)."""
+
+
+def _watch_lock(project: Project) -> Optional[int]:
+    """Take the project's watch lock (released by the kernel when its holder dies: a killed
+    watcher leaves nothing stale); returns its fd, or None where ``.scalebox/`` cannot be
+    written (then the store refuses each save itself, in one line)."""
+    path = os.path.join(project.state_dir, WATCH_LOCK)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+        except OSError:
+            holder = ""
+        os.close(fd)
+        who = f" (pid {holder})" if holder.isdigit() else ""
+        raise AlreadyWatched(f"{project.root} is already watched by another scalebox watch{who}; "
+                             "stop that one first (one watcher per project)") from None
+    except OSError:
+        os.close(fd)
+        return None  # a file system without locks: watch unguarded, as before
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError:
+        pass  # the lock holds without the pid; the refusal then names no pid
+    return fd
 
 
 def _project_event(project: Project, kind: str, message: str, **extra) -> None:
@@ -43,6 +88,34 @@ def _project_event(project: Project, kind: str, message: str, **extra) -> None:
         append_project_event(project.root, kind, message, **extra)
     except OSError:
         pass  # a full disk must not stop the watcher
+
+
+class _ChangeStat:
+    """A file's ``os.stat`` as the polling observer compares it: its "mtime" is the pair (mtime,
+    ctime). Watchdog's polling sees a file as modified only where its mtime or size changed, so a
+    save of the same size that kept or set back the mtime (``touch -d``, an editor or copy that
+    preserves it, a clock set back, a coarse clock) was never seen; the ctime is the kernel's,
+    set on every write and on every change of the mtime, and cannot be set back by a program."""
+
+    __slots__ = ("_st",)
+
+    def __init__(self, st: os.stat_result) -> None:
+        self._st = st
+
+    def __getattr__(self, name: str):
+        return getattr(self._st, name)
+
+    @property
+    def st_mtime(self):
+        return (self._st.st_mtime_ns, self._st.st_ctime_ns)
+
+
+def _change_stat(path) -> _ChangeStat:
+    return _ChangeStat(os.stat(path))
+
+
+def _polling_observer() -> PollingObserverVFS:
+    return PollingObserverVFS(stat=_change_stat, listdir=os.scandir, polling_interval=0.2)
 
 
 class _Handler(FileSystemEventHandler):
@@ -100,6 +173,7 @@ class Watcher:
         self._warned: Set[str] = set()
         self._stop = threading.Event()
         self._observer = None
+        self._lock_fd: Optional[int] = None
         self._config_text = self._config_files()  # what the config said when the project loaded it
 
     @property
@@ -265,16 +339,25 @@ class Watcher:
 
         In that order: a save made while the initial snapshot is taken is an event the next
         batch handles (the observer's watches are in place once ``start`` returns); observing
-        after the snapshot would miss it until the next save."""
+        after the snapshot would miss it until the next save. A second watcher of the same
+        project raises :class:`AlreadyWatched` before it observes anything."""
+        self.claim()
         try:
             self.project.pipeline.progress = self.echo  # a rewrite of several seconds says so
         except Exception:
             pass  # a bad config: handle_change says what is wrong
-        observer = PollingObserver(timeout=0.2) if self.polling else Observer()
+        observer = _polling_observer() if self.polling else Observer()
         observer.schedule(_Handler(self), self.project.root, recursive=True)
         threads.start(observer)  # its threads leave SIGTERM/SIGINT to the main thread
         self._observer = observer
         self.handle_change()
+        return self
+
+    def claim(self) -> "Watcher":
+        """Become the project's one watcher (:func:`_watch_lock`) or raise :class:`AlreadyWatched`;
+        :meth:`close` lets go."""
+        if fcntl is not None and self._lock_fd is None:
+            self._lock_fd = _watch_lock(self.project)
         return self
 
     def reap_run(self) -> None:
@@ -317,6 +400,9 @@ class Watcher:
             self._observer.join(timeout=5)
             self._observer = None
         self.stop_run()
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # releases the watch lock
 
     def summary(self) -> str:
         made = ", ".join(self.branches) if self.branches else "none"

@@ -36,12 +36,13 @@ def _watch(directory: str, script: Optional[str], debounce: float, polling: bool
     try:
         project, _ = Project.init(directory) if not os.path.isdir(os.path.join(directory, ".scalebox")) else (Project(directory), False)
         project.ensure_store()
+        if script is not None:
+            script = project.relpath(os.path.join(directory, script) if not os.path.isabs(script) else script)
+        watcher = Watcher(project, script, argv, debounce=debounce, polling=polling, echo=click.echo, run_output=sys.stdout)
+        watcher.claim()  # a second watcher of the project stops here, before it says it watches
         click.echo(f"scalebox: watching {project.root} (backend {project.backend}); Ctrl-C to stop")
     except (ConfigError, StoreError) as exc:
         _fail(str(exc))
-    if script is not None:
-        script = project.relpath(os.path.join(directory, script) if not os.path.isabs(script) else script)
-    watcher = Watcher(project, script, argv, debounce=debounce, polling=polling, echo=click.echo, run_output=sys.stdout)
     # a closed terminal or SIGTERM ends the loop (the run is stopped below); Ctrl-C ends it too
     with signals.calling(lambda _signum: watcher.stop(), (signal.SIGTERM, signal.SIGHUP)):
         try:

@@ -1,0 +1,118 @@
+"""Races between scalebox processes on one project and saves the clock does not order, in random
+trials: two watchers at once (the second is refused in one line, and a killed first leaves no
+stale lock); saves of the same size whose mtime was kept, set back, or set far ahead, under the
+polling watcher (each one is a branch). ``SCALEBOX_FAULT_TRIALS`` sets the trials per test (CI: a
+few), as in test_faults.py.
+"""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from scalebox_cst.project import Project
+from scalebox_cst.watcher import Watcher
+
+from conftest import HELPERS_PY, TRAIN_PY, scalebox
+
+TRIALS = int(os.environ.get("SCALEBOX_FAULT_TRIALS", "4"))
+
+
+def _project(root):
+    root.mkdir()
+    (root / "train.py").write_text(TRAIN_PY)
+    (root / "helpers.py").write_text(HELPERS_PY)
+    Project.init(str(root))
+    return root
+
+
+def _watch(root):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-c", "from scalebox_cst.cli import main; main()", "watch", ".", "--debounce", "0.05"],
+                            cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def _wait_line(proc, needle, timeout=60.0):
+    """Read proc's stdout until a line holding ``needle`` (the watcher says it after its first commit)."""
+    deadline = time.time() + timeout
+    seen = []
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return seen
+    raise AssertionError(f"no {needle!r} from the watcher: {seen}")
+
+
+def test_a_second_watcher_of_a_project_is_refused_and_a_killed_one_leaves_no_lock(tmp_path):
+    rng = random.Random(41)
+    failures = []
+    for trial in range(max(1, TRIALS // 2)):
+        root = _project(tmp_path / f"proj{trial}")
+        first = _watch(root)
+        try:
+            _wait_line(first, "run/0001")
+            second = scalebox("watch", ".", cwd=root, check=False, timeout=20)
+            lines = second.stderr.strip().splitlines()
+            if not (second.returncode == 1 and len(lines) == 1 and f"pid {first.pid}" in lines[0]
+                    and "already watched" in lines[0] and "Traceback" not in second.stderr):
+                failures.append((trial, "second", second.returncode, second.stdout[-300:], second.stderr[-300:]))
+            how = rng.choice([signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+            os.killpg(first.pid, how)
+            first.wait(timeout=30)
+            # the lock went with its holder: a new watcher starts, and one save is one branch
+            third = _watch(root)
+            try:
+                _wait_line(third, "watching")
+                time.sleep(0.5)
+                (root / "helpers.py").write_text(HELPERS_PY + f"# save {trial}\n")
+                made = _wait_line(third, "run/0002")
+                time.sleep(1.0)
+                branches = [b.name for b in Project(str(root)).store.branches()]
+                if branches.count("run/0003") or not made:
+                    failures.append((trial, how, "branches", branches))
+            finally:
+                os.killpg(third.pid, signal.SIGTERM)
+                third.communicate(timeout=30)
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGKILL)
+            first.communicate(timeout=30)
+    print(f"\n{max(1, TRIALS // 2)} second watchers: {len(failures)} failure(s)")
+    assert not failures, failures
+
+
+def test_saves_that_keep_or_skew_the_mtime_are_each_a_branch_under_the_polling_watcher(tmp_path):
+    rng = random.Random(43)
+    root = _project(tmp_path / "proj")
+    project = Project(str(root), backend="cpu")
+    watcher = Watcher(project, debounce=0.05, polling=True, echo=lambda line: None)
+    watcher.start()
+    failures = []
+    path = root / "helpers.py"
+    try:
+        for trial in range(TRIALS * 2):
+            before = os.stat(path)
+            marker = f"# save {trial:04d}\n"  # every save the same size
+            path.write_text(HELPERS_PY + marker)
+            how = rng.choice(["kept", "future", "past", "epoch"])
+            if how == "kept":  # an editor or copy that preserves the mtime, or a coarse clock
+                os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+            else:
+                stamp = {"future": time.time() + 86400 * 365, "past": time.time() - 86400 * 3650, "epoch": 0}[how]
+                os.utime(path, (stamp, stamp))
+            deadline = time.time() + 10
+            found = False
+            while time.time() < deadline and not found:
+                watcher.process_pending(timeout=0.1)
+                newest = project.store.newest_branch()
+                found = project.store.read_file(project.store.resolve(newest).commit, "helpers.py") == (HELPERS_PY + marker).encode()
+            if not found:
+                failures.append((trial, how))
+    finally:
+        watcher.close()
+    print(f"\n{TRIALS * 2} mtime-skewed saves under polling: {len(failures)} lost")
+    assert not failures, failures
