@@ -230,7 +230,7 @@ def scan(root: str, config, limit: Optional[int] = None) -> Tuple[Dict[str, byte
                 continue  # removed meanwhile
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):  # replaced by a link or file meanwhile
-                    notes.append(f"{reldir}/: folder cannot be read ({exc.strerror}); its files are not snapshotted")
+                    notes.append(f"{shown_name(reldir)}/: folder cannot be read ({exc.strerror}); its files are not snapshotted")
                 continue
             try:
                 pending.extend(reversed(_scan_folder(root, root_fd, dir_fd, reldir, config, limit, files, notes)))
@@ -266,6 +266,10 @@ def _scan_folder(root, root_fd, dir_fd, reldir, config, limit, files, notes) -> 
             shown = os.fsencode(rel).decode("utf-8", errors="backslashreplace")
             notes.append(f"{shown}: file name is not UTF-8; not snapshotted (rename it to include it)")
             continue
+        odd = _unshowable(rel)
+        if odd:
+            notes.append(f"{shown_name(rel)}: file name holds {odd}; not snapshotted (rename it to include it)")
+            continue
         try:
             try:
                 files[rel] = read_regular(entry.name, dir_fd, limit)
@@ -286,3 +290,34 @@ def _utf8(rel: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+#: characters that reorder the text around them on a terminal (Trojan-Source style bidi controls)
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _odd(c: str) -> bool:
+    o = ord(c)
+    return o < 0x20 or 0x7F <= o < 0xA0 or c in _BIDI or c in "\u2028\u2029"
+
+
+def _unshowable(rel: str) -> Optional[str]:
+    """What in ``rel`` cannot be shown on one line as it is, or None: a control character (a
+    newline splits every line that names the file; an escape sequence rewrites the terminal) or
+    a bidirectional-text control (the name shows as another name). Such a name is never
+    snapshotted, so no line of any command has to show it (as a name that is not UTF-8)."""
+    for c in rel:
+        if _odd(c):
+            kind = "a bidirectional-text control" if c in _BIDI else "a line separator" if c in "\u2028\u2029" else "a control character"
+            return f"{kind} ({_escape(c)})"
+    return None
+
+
+def _escape(c: str) -> str:
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    return named.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def shown_name(rel: str) -> str:
+    """``rel`` on one line: its control and bidi characters escaped (``\\n``, ``\\u202e``)."""
+    return "".join(_escape(c) if _odd(c) else c for c in rel)

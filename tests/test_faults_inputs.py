@@ -20,6 +20,10 @@ from conftest import HELPERS_PY, ROOT, TRAIN_PY, scalebox
 
 TRIALS = int(os.environ.get("SCALEBOX_FAULT_TRIALS", "4"))
 SECRET = b"SECRET-not-in-the-project-51c2"
+ODD_CHARS = [("\n", "a control character"), ("\t", "a control character"), ("\r", "a control character"),
+             ("\x1b", "a control character"), ("\u202e", "a bidirectional-text control"),
+             ("\u2066", "a bidirectional-text control"), ("\u2028", "a line separator")]
+ODD_SHOWN = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\x1b": "\\x1b", "\u202e": "\\u202e", "\u2066": "\\u2066", "\u2028": "\\u2028"}
 
 
 def _deep(rng):
@@ -34,7 +38,7 @@ def _deep(rng):
 def _hostile_tree(root, outside, rng):
     """Write a random mix of hostile entries under ``root``; returns {name: expected stderr line}."""
     expect = {}
-    kinds = rng.sample(["outside", "zero", "fifo", "dangling", "deep", "nul", "name", "big", "folder"], k=rng.randint(3, 9))
+    kinds = rng.sample(["outside", "zero", "fifo", "dangling", "deep", "nul", "name", "big", "folder", "odd"], k=rng.randint(3, 10))
     sub = root / rng.choice(["", "pkg", "pkg/inner"])
     sub.mkdir(parents=True, exist_ok=True)
     rel = os.path.relpath(sub, root).replace(os.sep, "/")
@@ -69,6 +73,12 @@ def _hostile_tree(root, outside, rng):
             (sub / os.fsdecode(raw)).write_text("x = 1\n")
             shown = raw.decode("utf-8", errors="backslashreplace")
             expect[prefix + shown] = f"{prefix}{shown}: file name is not UTF-8; not snapshotted (rename it to include it)"
+        elif kind == "odd":  # a name no line can show as it is: a newline, an escape, a bidi control
+            char, label = rng.choice(ODD_CHARS)
+            odd = name[:-3] + char + rng.choice(["", "x", "yp.evil"]) + ".py"
+            (sub / odd).write_text("x = 1\n")
+            shown = (prefix + odd).replace(char, ODD_SHOWN[char])
+            expect[prefix + odd] = f"{shown}: file name holds {label} ({ODD_SHOWN[char]}); not snapshotted (rename it to include it)"
         elif kind == "big":
             with open(path, "wb") as fh:
                 fh.truncate(intake.MAX_FILE_BYTES + rng.randint(1, 10**6))  # sparse: no disk used
@@ -110,6 +120,10 @@ def test_rewrite_of_hostile_trees_names_every_bad_file_and_rewrites_the_rest(tmp
                 problems.append(f"not said: {line}")
         if SECRET in _store_bytes(root):
             problems.append("the secret reached the store")
+        listed = subprocess.run(["git", "--git-dir", str(root / ".scalebox" / "store.git"), "ls-tree", "-r", "-z", "--name-only", "source"],
+                                capture_output=True, check=True).stdout.decode("utf-8", "replace").split("\0")
+        if any(c in name for name in listed for c in ODD_SHOWN):
+            problems.append(f"a name no line can show reached the store: {listed}")
         project = Project(str(root))
         tip = project.store.resolve(project.store.newest_branch())
         if project.store.read_file(tip.commit, "train.py") == TRAIN_PY.encode():

@@ -9,6 +9,7 @@ from typing import List, NoReturn, Optional, Sequence
 
 import click
 
+from scalebox_cst.intake import shown_name
 from scalebox_cst.config import Config, ConfigError, find_project_root
 from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
@@ -26,7 +27,8 @@ class FiniteFloat(click.FloatRange):
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"scalebox: {message}", err=True)
+    """One line on stderr: a control or bidi character (a path or name the user gave) is escaped."""
+    click.echo(f"scalebox: {shown_name(message)}", err=True)
     sys.exit(code)
 
 
