@@ -1,7 +1,8 @@
-"""Races between scalebox processes on one project and saves the clock does not order, in random
-trials: two watchers at once (the second is refused in one line, and a killed first leaves no
-stale lock); saves of the same size whose mtime was kept, set back, or set far ahead, under the
-polling watcher (each one is a branch). ``SCALEBOX_FAULT_TRIALS`` sets the trials per test (CI: a
+"""Races between scalebox processes on one project, saves the clock does not order, and Ctrl-C
+as a command starts, in random trials: two watchers at once (the second is refused in one line,
+and a killed first leaves no stale lock); saves of the same size whose mtime was kept, set back,
+or set far ahead, under the polling watcher (each one is a branch); SIGINT while the console
+script loads (one line, status 130). ``SCALEBOX_FAULT_TRIALS`` sets the trials per test (CI: a
 few), as in test_faults.py.
 """
 import os
@@ -115,4 +116,34 @@ def test_saves_that_keep_or_skew_the_mtime_are_each_a_branch_under_the_polling_w
     finally:
         watcher.close()
     print(f"\n{TRIALS * 2} mtime-skewed saves under polling: {len(failures)} lost")
+    assert not failures, failures
+
+
+def test_ctrl_c_while_a_command_starts_is_one_line_and_status_130(tmp_path):
+    """SIGINT while the console script loads its modules (click, pygit2, the engine) was a
+    KeyboardInterrupt traceback from inside an import; now one line and 130, or the command's own
+    handling once it runs (0 where it had finished). A SIGINT in the interpreter's own start-up,
+    before the entry module runs (tens of milliseconds), is Python's and not counted."""
+    script = os.path.join(os.path.dirname(sys.executable), "scalebox")
+    if not os.path.exists(script):
+        import pytest
+
+        pytest.skip("no installed scalebox console script beside this python")
+    root = _project(tmp_path / "proj")
+    rng = random.Random(47)
+    failures = []
+    for trial in range(TRIALS * 3):
+        cmd = rng.choice([["log"], ["status"], ["init"], ["diff", "--stat"]])
+        delay = rng.uniform(0.0, 0.3)
+        proc = subprocess.Popen([script, *cmd], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        lines = err.strip().splitlines()
+        if "Traceback" in err and "scalebox_cst" + os.sep not in err:
+            continue  # the interpreter's own start-up, before any module of the package ran
+        if "Traceback" in err or len(lines) > 1 or proc.returncode not in (0, 1, 130, -signal.SIGINT):
+            failures.append((trial, cmd, round(delay, 3), proc.returncode, err[-400:]))
+    print(f"\n{TRIALS * 3} Ctrl-C during start-up: {len(failures)} failure(s)")
     assert not failures, failures
