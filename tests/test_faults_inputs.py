@@ -10,6 +10,7 @@ named in one line (on the right line), the rest of the tree is rewritten, no tra
 import os
 import random
 import subprocess
+import sys
 import time
 
 from scalebox_cst import intake
@@ -208,4 +209,35 @@ def test_saves_landing_while_the_watcher_starts_are_never_lost(tmp_path):
         finally:
             watcher.close()
     print(f"\n{TRIALS} saves during the watcher's start: {len(failures)} lost")
+    assert not failures, failures
+
+
+def test_an_unwritable_import_cache_or_store_is_said_once_however_many_modules_meet_it(tmp_path):
+    """The import hook on a project whose cache folder or store cannot be written (read-only, full,
+    something in the way): each cause is one warning, not one per module, and the script runs."""
+    rng = random.Random(31)
+    failures = []
+    for trial in range(max(2, TRIALS // 2)):
+        root = tmp_path / f"proj{trial}"
+        root.mkdir()
+        count = rng.randint(6, 20)
+        for i in range(count):  # each has a site, so each rewrite is committed and cached
+            (root / f"mod{i}.py").write_text(f"def f{i}(opt, loss):\n    loss.backward()\n    opt.step()\n")
+        (root / "main.py").write_text("".join(f"import mod{i}\n" for i in range(count)) + "print('done')\n")
+        Project.init(str(root))
+        fault = rng.choice(["cache", "store", "both"])
+        if fault in ("cache", "both"):  # a file where the cache folder goes: every cache write fails
+            (root / ".scalebox" / "pycache").write_text("in the way\n")
+        if fault in ("store", "both"):  # a folder where the store's lock file goes: every commit fails
+            lock = root / ".scalebox" / "store.git" / "scalebox.lock"
+            if lock.exists():
+                lock.unlink()
+            lock.mkdir()
+        proc = subprocess.run([sys.executable, "-m", "scalebox_cst", "main.py"], cwd=root, capture_output=True, text=True,
+                              timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        said = [line for line in proc.stderr.splitlines() if "scalebox:" in line]
+        causes = {"cache": 1, "store": 1, "both": 2}[fault]
+        if proc.returncode != 0 or "done" not in proc.stdout or "Traceback" in proc.stderr or len(said) > causes:
+            failures.append((trial, fault, count, proc.returncode, len(said), proc.stderr[-600:]))
+    print(f"\n{max(2, TRIALS // 2)} unwritable caches or stores: {len(failures)} failure(s)")
     assert not failures, failures

@@ -10,7 +10,7 @@ from io import FileIO as _FileIO  # unbuffered: one fstat and one read per file
 from typing import Dict, Optional
 
 from scalebox_cst import tmpnames
-from scalebox_cst.importhook.common import _FORMAT, CACHE_KEY_FILE, _log
+from scalebox_cst.importhook.common import _FORMAT, CACHE_KEY_FILE, say_once
 
 
 def _cache_tag() -> str:
@@ -99,7 +99,8 @@ def _write_entry(path: str, source_hash: bytes, key: Optional[bytes], meta: Dict
             fh.write(payload)
         os.replace(tmp, path)
     except OSError as exc:
-        _log().warning("scalebox: cannot write the import cache file %s (%s); continuing without it", path, exc)
+        say_once(("cache", exc.errno), "scalebox: cannot write the import cache file %s (%s); continuing without it "
+                 "(said once for this cause)", path, exc)
         try:
             os.remove(tmp)
         except OSError:
@@ -163,5 +164,5 @@ def _cache_key(store_dir: str, create: bool) -> Optional[bytes]:
             key = fh.readall()
         return key if len(key) == 32 else None
     except OSError as exc:
-        _log().warning("scalebox: cannot make the import cache key %s (%s); continuing without the cache", path, exc)
+        say_once(("cache key", exc.errno), "scalebox: cannot make the import cache key %s (%s); continuing without the cache", path, exc)
         return None

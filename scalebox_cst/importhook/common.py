@@ -40,6 +40,20 @@ def _log():
 
 
 
+#: causes already said (see :func:`say_once`)
+_SAID: set = set()
+
+
+def say_once(key: object, message: str, *args: object) -> None:
+    """A warning through the hook's logger once per process for ``key``: one cause (a read-only
+    or full cache folder or store) is one line, however many modules meet it after the first.
+    (``set.add`` is atomic: two threads may at worst both say it.)"""
+    if key in _SAID:
+        return
+    _SAID.add(key)
+    _log().warning(message, *args)
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

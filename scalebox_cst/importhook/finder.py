@@ -273,7 +273,9 @@ class ImportHook(importlib.abc.MetaPathFinder):
         try:
             commit = root.commit(rel, data, result, self.session)  # before it runs
         except Exception as exc:  # noqa: BLE001
-            self._warn(filename, f"the rewrite could not be committed ({_one_line(exc)}); the original runs")
+            why = _one_line(exc)  # one cause (a read-only or full store) is said once, not once per module
+            self._warn(filename, f"the rewrite could not be committed ({why}); the original runs, as for every later "
+                                 "module this stops (said once)", once=("commit", why))
             return None
         meta.update(kind=_REWRITTEN, commit=commit, source_blob=_blob_id(data), output_blob=_blob_id(result.output))
         self._cache(root, rel, source_hash, meta, text, code)
@@ -284,9 +286,10 @@ class ImportHook(importlib.abc.MetaPathFinder):
             _write_entry(root.cache_path(rel), source_hash, root.cache_key(create=True), meta, text, code)
 
     # ---------------------------------------------------------------- messages
-    def _warn(self, filename: str, message: str) -> None:
-        """One warning per file and message per process, located at the module's file."""
-        key = (filename, message)
+    def _warn(self, filename: str, message: str, once: Optional[object] = None) -> None:
+        """One warning per file and message per process (per ``once`` key where given: one
+        cause, whatever the file), located at the module's file."""
+        key = once if once is not None else (filename, message)
         with self._warn_lock:
             if key in self._warned:
                 return

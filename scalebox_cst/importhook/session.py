@@ -22,6 +22,7 @@ from scalebox_cst.importhook.common import (
     _blob_id,
     _log,
     _one_line,
+    say_once,
 )
 from scalebox_cst.importhook.fingerprint import _engine_stamps, _stamp
 from scalebox_cst.intake import NotRead, read_regular
@@ -171,7 +172,7 @@ class _Root:
                 os.replace(tmp, memo)
                 _clear_orphans(memo)
             except OSError as exc:
-                _log().warning("scalebox: cannot write %s (%s); continuing without it", memo, exc)
+                say_once(("cache", exc.errno), "scalebox: cannot write %s (%s); continuing without it (said once for this cause)", memo, exc)
                 try:
                     os.remove(tmp)
                 except OSError:
@@ -298,7 +299,8 @@ class _Root:
         try:
             self.flush()
         except Exception as exc:  # noqa: BLE001 - the rewrite is committed; only this record failed
-            _log().warning("scalebox: could not record %s on %s: %s", rel, session.branch, _one_line(exc))
+            why = _one_line(exc)
+            say_once(("record", why), "scalebox: could not record %s on %s: %s (said once for this cause)", rel, session.branch, why)
 
     def flush(self) -> None:
         with self.lock:
