@@ -147,3 +147,40 @@ def test_ctrl_c_while_a_command_starts_is_one_line_and_status_130(tmp_path):
             failures.append((trial, cmd, round(delay, 3), proc.returncode, err[-400:]))
     print(f"\n{TRIALS * 3} Ctrl-C during start-up: {len(failures)} failure(s)")
     assert not failures, failures
+
+
+def test_a_watcher_whose_output_is_closed_stops_with_one_line_and_leaves_no_run(tmp_path):
+    """``scalebox watch . --run x.py | tee log`` and the tee dies: the watcher ended with status 1
+    and not a word (click's EPIPE exit); now one stderr line with the branches made, the run stopped."""
+    root = _project(tmp_path / "proj")
+    (root / "slow.py").write_text("import time\nfor i in range(600):\n    print(f'step={i}', flush=True)\n    time.sleep(0.05)\n")
+    rng = random.Random(53)
+    failures = []
+    for trial in range(max(1, TRIALS // 2)):
+        read, write = os.pipe()
+        proc = subprocess.Popen([sys.executable, "-c", "from scalebox_cst.cli import main; main()", "watch", ".", "--debounce", "0.05",
+                                 *(["--run", "slow.py"] if rng.random() < 0.7 else [])],
+                                cwd=root, stdout=write, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                                start_new_session=True)
+        os.close(write)
+        with os.fdopen(read) as out:
+            out.readline()  # "watching ..."
+        # the reader is gone: the next line the watcher writes meets a closed pipe
+        for i in range(3):
+            (root / "helpers.py").write_text(HELPERS_PY + f"# {trial}.{i}\n")
+            time.sleep(1.0)
+            if proc.poll() is not None:
+                break
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+            failures.append((trial, "still running with no reader"))
+            continue
+        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        lines = [line for line in err.splitlines() if "stopped: its output was closed" in line]
+        if proc.returncode != 1 or len(lines) != 1 or "Traceback" in err or left:
+            failures.append((trial, proc.returncode, err[-400:], left))
+    print(f"\n{max(1, TRIALS // 2)} watchers with a closed output: {len(failures)} failure(s)")
+    assert not failures, failures

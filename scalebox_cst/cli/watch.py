@@ -50,10 +50,21 @@ def _watch(directory: str, script: Optional[str], debounce: float, polling: bool
             watcher.run_forever()
         except KeyboardInterrupt:
             pass
+        except BrokenPipeError:  # whoever read the output went away (`| tee` killed, `| head`)
+            _output_closed(watcher)
         finally:
             with signals.ignored():  # stopping the run takes up to two grace periods: a second Ctrl-C must not orphan it
                 watcher.close()
     click.echo(watcher.summary())
+
+
+def _output_closed(watcher) -> None:
+    """The watcher's output went away: stop (saves from now on are not committed) and say so on
+    stderr in one line, with the branches made, instead of ending without a word."""
+    sys.stdout = open(os.devnull, "w")  # nothing more reaches the closed pipe (nor Python's exit flush)
+    watcher.close()
+    click.echo(f"{watcher.summary()}; stopped: its output was closed (broken pipe)", err=True)
+    sys.exit(1)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
