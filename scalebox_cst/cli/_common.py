@@ -52,13 +52,18 @@ def _warn_skipped(project: Project) -> None:
 
 
 class _OneLineErrors(click.Group):
-    """A store error that escapes a command (disk full, read-only or damaged store) is one line."""
+    """A store error that escapes a command (disk full, read-only or damaged store) is one line;
+    so is Ctrl-C that reaches no handler of the command's own (``rewrite``, ``log``, ``run``
+    before its run starts), with status 130 as for ``run`` and ``watch``, not click's
+    ``Aborted!`` and 1. (Store writes are atomic: an interrupted command left nothing half done.)"""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except StoreError as exc:
             _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
 
 
 def _parse_set(values: Sequence[str], config: Config) -> None:
