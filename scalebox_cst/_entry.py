@@ -1,13 +1,35 @@
 """The console scripts (``scalebox``, ``scalebox-watch``): Ctrl-C while the command's modules
 load (click, pygit2, the engine: the first tenths of a second) ends it with one line and status
-130 (:func:`scalebox_cst.runner.signals.starting`), not a ``KeyboardInterrupt`` traceback from
-inside an import. Once loaded, the commands handle SIGINT themselves."""
-from scalebox_cst.runner import signals
+130, not a ``KeyboardInterrupt`` traceback from inside an import. Once loaded, the commands
+handle SIGINT themselves.
+
+The handler is installed by this module's first statements, with only ``os`` and ``signal``
+(both loaded by the interpreter before any script runs): importing the engine's signal helpers
+first left a window of several milliseconds (``threading``...) in which Ctrl-C was a traceback."""
+import os
+import signal
+
+
+def _quit_while_starting(signum, _frame) -> None:  # pragma: no cover - ends the process
+    try:
+        os.write(2, b"scalebox: interrupted while starting; nothing was done\n")
+    finally:
+        os._exit(128 + signum)
 
 
 def _load():
-    with signals.starting():
+    """``scalebox_cst.cli``, loaded with Ctrl-C ending the process (an ignored SIGINT stays so)."""
+    try:
+        mine = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        if mine:
+            signal.signal(signal.SIGINT, _quit_while_starting)
+    except ValueError:  # not the main thread: nothing to install
+        mine = False
+    try:
         from scalebox_cst import cli
+    finally:
+        if mine:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     return cli
 
 

@@ -12,7 +12,6 @@ thread only (Python's rule); elsewhere these are no-ops, and the caller's own lo
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import threading
 from types import FrameType
@@ -103,23 +102,4 @@ def calling(on_signal: Callable[[int], None], signums: Sequence[int] = STOP_SIGN
 def ignored(signums: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
     """Within the block the stop signals are ignored (runs being stopped finish their records)."""
     with _installed(signal.SIG_IGN, signums):
-        yield
-
-
-def _quit_while_starting(signum: int, _frame: Optional[FrameType]) -> None:  # pragma: no cover - ends the process
-    try:
-        os.write(2, b"scalebox: interrupted while starting; nothing was done\n")
-    finally:
-        os._exit(128 + signum)
-
-
-@contextlib.contextmanager
-def starting() -> Iterator[None]:
-    """While a console script loads its modules (``scalebox_cst._entry``): Ctrl-C ends the
-    process at once with one line and status 130 (nothing was done yet), not a
-    ``KeyboardInterrupt`` traceback from inside an import. An ignored SIGINT stays ignored."""
-    if not _main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-    with _installed(_quit_while_starting, (signal.SIGINT,)):
         yield
