@@ -412,7 +412,7 @@ class Files:
                 return None  # a method of a value (a tensor, a distribution): `x.view(...)`
             values = self.name_values(func.id, fn) if isinstance(func, ast.Name) else None
             if values and isinstance(func, ast.Name):  # RL-Adventure's `Variable = lambda *args: ...`
-                what = "a lambda" if isinstance(values[0], ast.Lambda) else f"`{_clip(ast.unparse(values[0]))}`"
+                what = "a lambda" if isinstance(values[0], ast.Lambda) else f"`{clipped(values[0])}`"
                 return f"{where} calls {func.id}, bound to {what} (line {values[0].lineno}), which is not followed"
             return f"{where} calls {ast.unparse(func)}, whose code is not in this file"
         for body, owner in bodies:
@@ -423,7 +423,9 @@ class Files:
         return None
 
 
-def _clip(text: str) -> str:
+def clipped(node: ast.expr) -> str:
+    """``node``'s code for a reason, at most 40 characters (flow's reasons use it too)."""
+    text = ast.unparse(node)
     return text if len(text) <= 40 else text[:37] + "..."
 
 

@@ -27,7 +27,7 @@ import bisect
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..analysis.scopes import builtin_checker
-from .callees import ENGINE_EFFECTS, ENGINE_PURE, GRAD_ATTRS
+from .callees import ENGINE_EFFECTS, ENGINE_PURE, GRAD_ATTRS, clipped
 
 #: what the reasons for values turned into text add (the text of a tensor shows its grad_fn)
 TEXT_WHY = ": the text shows its grad_fn, which the rewrite would take out of the output"
@@ -248,7 +248,7 @@ class Flow:
                 node = p
                 continue
             if isinstance(p, ast.BinOp) and isinstance(p.op, ast.Mod) and p.right is node and _text(p.left):
-                return f"is formatted into text (`{_short(p)}`){TEXT_WHY}"
+                return f"is formatted into text (`{clipped(p)}`){TEXT_WHY}"
             if isinstance(p, ast.FormattedValue) and (p.format_spec is None or p.conversion != -1):
                 return f"is formatted into an f-string (`{{{ast.unparse(node)}}}`){TEXT_WHY}"
             if isinstance(p, (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Starred, ast.Tuple, ast.List, ast.Set, ast.Dict)):
@@ -386,11 +386,6 @@ def _program_order(loads: List[ast.Name], binding: Optional[ast.stmt]) -> List[a
 def _text(node: ast.expr) -> bool:
     """Whether ``node`` is spelled as a string (a literal or an f-string)."""
     return isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, str)
-
-
-def _short(node: ast.expr) -> str:
-    text = ast.unparse(node)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _names(target: ast.expr) -> Optional[List[str]]:
