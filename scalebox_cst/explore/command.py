@@ -115,6 +115,7 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
     click.echo(f"scalebox: study {config.study}: {config.trials} trials of {script_rel}, {config.direction} {config.metric}; "
                f"storage {os.path.relpath(study.dir, project.root)}", err=True)
     error = None
+    stopped = 0  # the stop signal that ended the study: the exit status is 128 + it, as for ``run``
 
     from scalebox_cst.runner import signals
 
@@ -123,7 +124,8 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
             study.run()
     except ExploreError as exc:
         error = str(exc)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        stopped = exc.signum if isinstance(exc, signals.Interrupted) else signal.SIGINT
         error = "interrupted; go on with --resume"
     except OSError as exc:  # a full disk while the main thread wrote the journal
         error = disk_error(exc, study.dir)
@@ -138,7 +140,7 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
             written = None
             click.echo(f"scalebox: report not written: {exc}", err=True)
     if written is None:
-        _fail(error or "the report could not be written")
+        _fail(error or "the report could not be written", 128 + stopped if stopped else 1)
     click.echo(f"report: {written['report']}")
     if written["optimal"]:
         best = json.load(open(written["optimal"], encoding="utf-8"))
@@ -146,7 +148,7 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
                    + ", ".join(f"{k}={v}" for k, v in best["params"].items()))
         click.echo(f"optimal params: {written['optimal']} (apply: scalebox rewrite --tuned-config {os.path.relpath(written['optimal'])})")
     if error:
-        _fail(error)
+        _fail(error, 128 + stopped if stopped else 1)
 
 
 def _assignments(data: Any, files, name: str) -> List:

@@ -360,7 +360,7 @@ def test_sigterm_stops_the_runs_and_the_interrupted_trial_runs_again_on_resume(t
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and "interrupted; go on with --resume" in err
+    assert proc.returncode == 128 + signal.SIGTERM and "interrupted; go on with --resume" in err, err  # as `run` exits
     assert (root / ".scalebox/explore/explore/report.html").exists()
     interrupted = [t for t in trials_of(root) if t.user_attrs.get("interrupted")]
     assert len(interrupted) == 1, (err, [(t.number, t.state.name, t.user_attrs) for t in trials_of(root)])
