@@ -133,11 +133,13 @@ class Config:
     @classmethod
     def load(cls, project_dir: str) -> "Config":
         """Read ``scalebox.toml`` or ``pyproject.toml``'s ``[tool.scalebox]``; defaults otherwise."""
+        # present in any form (a FIFO, a link to a device or to nothing): read, or one line saying
+        # why not; never passed over in silence as if there were no config
         path = os.path.join(project_dir, CONFIG_FILE)
-        if os.path.isfile(path):
+        if os.path.lexists(path):
             return cls.from_dict(_read_toml(path), source=path)
         pyproject = os.path.join(project_dir, "pyproject.toml")
-        if os.path.isfile(pyproject):
+        if os.path.lexists(pyproject):
             tool = _read_toml(pyproject).get("tool", {})
             if not isinstance(tool, dict):
                 raise ConfigError(f"{pyproject}: tool must be a table ([tool]), got {_shown(tool)}")
@@ -341,10 +343,10 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
 def _read_toml(path: str) -> Dict[str, Any]:
-    from scalebox_cst.intake import NotRead, read_regular
+    from scalebox_cst.intake import NotRead, read_named
 
     try:
-        data = read_regular(path, limit=MAX_CONFIG_BYTES, follow=True)  # a FIFO or /dev/zero never hangs
+        data = read_named(path, limit=MAX_CONFIG_BYTES)  # a FIFO or /dev/zero never hangs
     except NotRead as exc:
         raise ConfigError(f"{path}: {exc}; not read") from None
     try:

@@ -104,6 +104,20 @@ def read_regular(name: str, dir_fd: Optional[int] = None, limit: int = MAX_FILE_
         os.close(fd)
 
 
+def read_named(path: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a file the user names (a config, a script, ``--tuned-config``), read as
+    :func:`read_regular` reads a project's files, following a link (the user named it): a FIFO,
+    a device or a file over ``limit`` raises :class:`NotRead` instead of blocking or filling
+    memory."""
+    try:
+        return read_regular(path, limit=limit, follow=True)
+    except NotRead as exc:
+        if exc.gone:
+            missing = "a link to a missing file" if os.path.islink(path) else "no such file"
+            raise NotRead(missing, gone=True) from None
+        raise
+
+
 def _open_root(root: str) -> int:
     try:
         return os.open(root, _DIR_FLAGS & ~_NOFOLLOW)

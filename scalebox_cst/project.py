@@ -79,9 +79,14 @@ class Project:
         wrote_config = False
         has_pyproject_table = False
         pyproject = os.path.join(root, "pyproject.toml")
-        if os.path.isfile(pyproject):
-            with open(pyproject, encoding="utf-8", errors="replace") as fh:
-                has_pyproject_table = "[tool.scalebox]" in fh.read()
+        if os.path.lexists(pyproject):
+            from scalebox_cst.config import MAX_CONFIG_BYTES
+            from scalebox_cst.intake import NotRead, read_named
+
+            try:  # a FIFO must not block init (Config.load then says why it is not read)
+                has_pyproject_table = b"[tool.scalebox]" in read_named(pyproject, limit=MAX_CONFIG_BYTES)
+            except NotRead:
+                has_pyproject_table = True  # not replaced by a scalebox.toml of ours: its error is shown
         config_path = os.path.join(root, CONFIG_FILE)
         if not os.path.exists(config_path) and not has_pyproject_table:
             # whole or not at all: a kill mid-write must not leave a config that cannot be read,

@@ -246,13 +246,16 @@ class Watcher:
     # -------------------------------------------------------------- change handling
     def _config_files(self) -> List[Optional[bytes]]:
         """The bytes of each file a config is read from (None where it is absent or unreadable)."""
+        from scalebox_cst.config import MAX_CONFIG_BYTES
+        from scalebox_cst.intake import NotRead, read_regular
+
         out: List[Optional[bytes]] = []
         for name in _CONFIG_FILES:
-            try:
-                with open(os.path.join(self.project.root, name), "rb") as fh:
-                    out.append(fh.read(1 << 20))
-            except OSError:
-                out.append(None)
+            path = os.path.join(self.project.root, name)
+            try:  # a config replaced by a FIFO must not block the watcher (Config.load says why)
+                out.append(read_regular(path, limit=MAX_CONFIG_BYTES, follow=True))
+            except NotRead as exc:
+                out.append(None if not os.path.lexists(path) else f"\0not read: {exc}".encode())
         return out
 
     def reload_config(self) -> None:

@@ -32,11 +32,12 @@ def _project(project_dir: Optional[str], start: str):
 def _list(script: str, as_json: bool) -> None:
     from scalebox_cst.explore.places import PlaceError, find_places
 
+    from scalebox_cst.intake import NotRead, read_named
+
     try:
-        with open(script, "rb") as fh:
-            source = fh.read()
-    except OSError as exc:
-        _fail(f"{script}: {exc.strerror or exc}", 2)
+        source = read_named(script)
+    except NotRead as exc:
+        _fail(f"{script}: {exc}; not read", 2)
     try:
         places = find_places(script, source)
     except PlaceError as exc:
@@ -187,12 +188,16 @@ def apply_tuned(project, path: str):
     from scalebox_cst.explore.places import PlaceError, set_values
     from scalebox_cst.report import RunReport
 
+    from scalebox_cst.config import MAX_CONFIG_BYTES
+    from scalebox_cst.intake import NotRead, read_named
+
     name = os.path.basename(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise PlaceError(f"{path}: {exc.strerror or exc}") from None
+        data = json.loads(read_named(path, limit=MAX_CONFIG_BYTES).decode("utf-8"))
+    except NotRead as exc:
+        raise PlaceError(f"{path}: {exc}; not read") from None
+    except RecursionError:
+        raise PlaceError(f"{name}: values nested too deeply to read") from None
     except ValueError as exc:
         raise PlaceError(f"{name}: not JSON ({exc})") from None
     base = project.commit_change(message="scalebox rewrite --tuned-config (base)")

@@ -64,12 +64,14 @@ class ExploreConfig:
 
 
 def _read(path: str) -> Dict[str, Any]:
+    from scalebox_cst.config import MAX_CONFIG_BYTES
+    from scalebox_cst.intake import NotRead, read_named
+
     name = os.path.basename(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise ExploreConfigError(f"{path}: {exc.strerror or exc}") from None
+    try:  # a FIFO or a link to /dev/zero: one line, never a hang
+        raw = read_named(path, limit=MAX_CONFIG_BYTES)
+    except NotRead as exc:
+        raise ExploreConfigError(f"{path}: {exc}; not read") from None
     if path.endswith(".toml"):
         try:
             import tomllib

@@ -1,5 +1,6 @@
 """Configuration: files, globs, transform selection, fingerprint."""
 from conftest import TESTS  # tests/: the corpus, fake_torch_npu and the repository root beside it
+import os
 import re
 
 import pytest
@@ -201,7 +202,23 @@ def test_a_config_file_too_large_or_not_regular_is_not_read(tmp_path, monkeypatc
         Config.load(str(tmp_path))
     os.remove(tmp_path / "scalebox.toml")
     os.mkfifo(tmp_path / "pyproject.toml")  # not a regular file: not read (an open would wait for a writer)
-    assert Config.load(str(tmp_path)).include == Config().include
+    with pytest.raises(ConfigError, match=r"pyproject.toml: a FIFO, not a regular file; not read$"):
+        Config.load(str(tmp_path))  # said, not passed over as if there were no config
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda p: os.mkfifo(p), "a FIFO, not a regular file"),
+    (lambda p: os.symlink("/dev/zero", p), "a device, not a regular file"),
+    (lambda p: os.symlink("missing.toml", p), "a link to a missing file"),
+    (lambda p: os.mkdir(p), "a folder, not a regular file"),
+])
+def test_a_config_that_is_there_but_not_a_file_is_a_one_line_error_not_the_defaults(tmp_path, make, said):
+    """Found by the fifth fault campaign: a ``scalebox.toml`` that was a FIFO, a link to a device or
+    to nothing was passed over in silence, and the commands ran on the defaults."""
+    make(str(tmp_path / "scalebox.toml"))
+    with pytest.raises(ConfigError) as exc:
+        Config.load(str(tmp_path))
+    assert str(exc.value) == f"{tmp_path / 'scalebox.toml'}: {said}; not read"
 
 
 def test_many_double_stars_match_in_linear_steps(monkeypatch):

@@ -381,3 +381,20 @@ def test_a_config_edit_is_used_by_the_next_branch_and_a_bad_one_is_one_line(star
     assert wait_for(lambda: len(branches(watcher)) == 3, watcher)  # still committing, on the last good config
     third = watcher.project.store.resolve("run/0003")
     assert third.fingerprint == second.fingerprint
+
+
+def test_a_config_replaced_by_a_fifo_is_one_line_and_the_watcher_goes_on(started):
+    """Found by the fifth fault campaign: the watcher opened its config files to see whether they
+    changed; one replaced by a FIFO blocked that open, and with it every later save, for good."""
+    watcher, messages, project = started
+    config = project / "scalebox.toml"
+    text = config.read_text()
+    os.remove(config)
+    os.mkfifo(config)
+    assert wait_for(lambda: any("stays in use" in m for m in messages), watcher), messages
+    line = next(m for m in messages if "stays in use" in m)
+    assert "scalebox.toml: a FIFO, not a regular file; not read" in line and "\n" not in line
+    (project / "train.py").write_text((project / "train.py").read_text() + "# after\n")
+    assert wait_for(lambda: len(branches(watcher)) == 2, watcher)  # still committing
+    os.remove(config)
+    config.write_text(text)

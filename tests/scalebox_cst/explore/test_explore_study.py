@@ -295,6 +295,24 @@ def test_bad_input_is_one_line(tmp_path):
     assert ["--gamma", "train.py:9", "0.1", "argparse"] in [line.split() for line in listing]
 
 
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_named_files_that_are_fifos_or_devices_are_one_line_never_a_hang(tmp_path, kind):
+    """Found by the fifth fault campaign: the files a user names on the command line (``-c``,
+    ``--list SCRIPT``, ``--tuned-config``) were read with a plain open: a FIFO blocked for good, a
+    link to /dev/zero read until memory ran out."""
+    root = make(tmp_path, CONFIG_1)
+    for name in ("bad.yaml", "bad.py", "bad.json"):
+        if kind == "fifo":
+            os.mkfifo(root / name)
+        else:
+            (root / name).symlink_to("/dev/zero")
+    said = "a FIFO, not a regular file" if kind == "fifo" else "a device, not a regular file"
+    for args, name in ((("explore", "-c", "bad.yaml"), "bad.yaml"), (("explore", "--list", "bad.py"), "bad.py"),
+                       (("rewrite", "--tuned-config", "bad.json"), "bad.json")):
+        proc = scalebox(*args, cwd=root, check=False, env=ENV, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.strip() == f"scalebox: {name}: {said}; not read", (args, proc.stderr)
+
+
 def test_optuna_missing_is_one_line(tmp_path):
     root = make(tmp_path, CONFIG_1)
     shim = tmp_path / "shim" / "optuna"
