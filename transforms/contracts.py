@@ -34,7 +34,9 @@ CONTRACTS: Dict[str, Tuple[Tuple[str, ...], str]] = {
         "values bitwise the loop's on CPU; gradients through it bitwise too where no value they flow through "
         "has more than two uses, in the loop and outside it, else reassociated (autograd sums three or more "
         "contributions in another order)",
-        "on other backends a parallel scan, equal to the loop up to rounding (about 1e-6 relative in float32)",
+        "on other backends a parallel scan, equal to the loop up to rounding (about 1e-6 relative in float32) "
+        "where values are finite: an inf carried across steps whose coefficients multiply to below the "
+        "dtype's range gives NaN where the loop gives the inf",
         "folded: the last step computed by the vectorized steps where the temporaries it would leave are "
         "read nowhere after the loop",
     ), "the loop runs as written"),
