@@ -47,7 +47,8 @@ class _Events:
                 self.memory.append(item)
                 return
             try:
-                with open(path, "a", encoding="utf-8") as fh:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+                with os.fdopen(fd, "a", encoding="utf-8") as fh:  # never through a link (scalebox_cst.statedir)
                     fh.write(json.dumps(item, default=str) + "\n")
             except OSError as exc:  # telemetry never breaks a training run
                 print(f"scalebox: cannot write events to {path}: {exc}", file=sys.stderr)

@@ -181,7 +181,7 @@ def append_text(path: str, text: str) -> None:
     """Append ``text`` (whole lines) in one write on an O_APPEND descriptor: other writers of the
     same file (the executor, forked children) never split a line."""
     data = text.encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)  # (scalebox_cst.statedir)
     try:
         while data:
             data = data[os.write(fd, data):]

@@ -22,6 +22,9 @@ import os
 import threading
 from typing import IO, Callable, List, Optional, Tuple
 
+#: files of a run folder are written in place, never through a link (scalebox_cst.statedir)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
 
 class LineSplitter:
     """Bytes in, logical lines out: ``(text, ended_by_cr)`` per line ended by ``\\n``, ``\\r\\n``
@@ -144,7 +147,7 @@ class Recorder:
 
     def open(self, name: str) -> None:
         """Create (truncate) ``name`` in the run folder, unbuffered: each write is one ``os.write``."""
-        self._guard(name, lambda: self._fds.setdefault(name, os.open(os.path.join(self.dir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)))
+        self._guard(name, lambda: self._fds.setdefault(name, os.open(os.path.join(self.dir, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | _NOFOLLOW, 0o644)))
 
     def write(self, name: str, data: bytes) -> None:
         fd = self._fds.get(name)
@@ -158,7 +161,7 @@ class Recorder:
             return
 
         def write() -> None:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o644)
             try:
                 _write_all(fd, data)
             finally:

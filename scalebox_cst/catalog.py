@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Dict
 
+from scalebox_cst import statedir
 from scalebox_cst._version import __version__
 from scalebox_cst.config import engine_digest
 
@@ -52,7 +53,7 @@ def _path() -> str:
 def _write(path: str, found: Dict[str, str]) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        statedir.makedirs(os.path.dirname(path))
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump([[k, v] for k, v in found.items()], fh)
         os.replace(tmp, path)

@@ -21,7 +21,7 @@ import socket
 import time
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from scalebox_cst import headlines, tmpnames
+from scalebox_cst import headlines, statedir, tmpnames
 
 STATE_DIR = ".scalebox"
 RUNS = "runs"
@@ -114,7 +114,7 @@ def allocate_run(project_root: str, branch: str) -> Tuple[int, str]:
 
 def allocate_in(parent: str) -> Tuple[int, str]:
     """:func:`allocate_run` given the branch's folder ``runs/<branch>``."""
-    os.makedirs(parent, exist_ok=True)
+    statedir.makedirs(parent)  # a ``runs`` planted as a link leads nowhere outside the project
     taken = [int(n) for n in os.listdir(parent) if len(n) == 4 and n.isdigit()]
     number = max(taken, default=0) + 1
     while True:
@@ -144,7 +144,7 @@ def write_record(directory: str, record: Dict[str, Any]) -> None:
 def append_jsonl(path: str, item: Dict[str, Any]) -> None:
     """One line, one ``write`` on an O_APPEND descriptor: whole lines even with several writers."""
     line = (json.dumps(item, default=str) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = statedir.open_in_place(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, line)
     finally:
@@ -153,7 +153,7 @@ def append_jsonl(path: str, item: Dict[str, Any]) -> None:
 
 def append_event(path: str, kind: str, message: str, /, **extra: Any) -> None:
     """Append ``{"time", "kind", "message", ...extra}`` to an events.jsonl (made if missing)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    statedir.makedirs(os.path.dirname(path) or ".")
     append_jsonl(path, {"time": round(time.time(), 3), "kind": kind, "message": message, **extra})
 
 

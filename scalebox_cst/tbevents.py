@@ -20,6 +20,8 @@ import struct
 import time
 from typing import BinaryIO, Iterable, Optional, Tuple
 
+from scalebox_cst import statedir
+
 _INVALID_TAG = re.compile(r"[^-/\w\.]")
 
 
@@ -107,10 +109,11 @@ class ScalarWriter:
     ``SummaryWriter`` names it; OSError if it cannot be); each :meth:`add` batch is one write, flushed."""
 
     def __init__(self, logdir: str) -> None:
-        os.makedirs(logdir, exist_ok=True)
+        statedir.makedirs(logdir)
         now = time.time()
         self.path = os.path.join(logdir, f"events.out.tfevents.{str(now)[:10]}.{socket.gethostname()}")
-        self._fh: Optional[BinaryIO] = open(self.path, "ab")
+        fd = statedir.open_in_place(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        self._fh: Optional[BinaryIO] = os.fdopen(fd, "ab")
         self._fh.write(record(version_event(now)))
         self._fh.flush()
 

@@ -19,6 +19,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserverVFS
 
+from scalebox_cst import statedir
 from scalebox_cst.project import ChangeResult, Project
 from scalebox_cst.report import RunReport
 from scalebox_cst.runtime import threads
@@ -55,7 +56,11 @@ def _watch_lock(project: Project) -> Optional[int]:
     written (then the store refuses each save itself, in one line)."""
     path = os.path.join(project.state_dir, WATCH_LOCK)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = statedir.open_in_place(path, os.O_RDWR | os.O_CREAT)  # never truncates a link's target
+    except statedir.LinkInState as exc:
+        from scalebox_cst.store import StoreError
+
+        raise StoreError(str(exc)) from None
     except OSError:
         return None
     try:

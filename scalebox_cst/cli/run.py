@@ -160,7 +160,10 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
                     if result.created:
                         from scalebox_cst.runs import append_project_event
 
-                        append_project_event(project.root, "branch_created", f"{info.name}: {result.report.summary()}", branch=info.name, commit=info.commit)
+                        try:  # the monitor's timeline only: a full disk or a planted link must not stop the run
+                            append_project_event(project.root, "branch_created", f"{info.name}: {result.report.summary()}", branch=info.name, commit=info.commit)
+                        except OSError as exc:
+                            click.echo(f"scalebox: warning: project event not recorded ({exc.filename}: {exc.strerror or exc})", err=True)
                         click.echo(f"scalebox: working tree changed ({', '.join(changes[:5])}); committed {info.name}: {result.report.summary()}", err=True)
             elif changes and info is not None:
                 stale = changes

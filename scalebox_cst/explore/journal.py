@@ -18,6 +18,8 @@ import stat
 import time
 from typing import Callable, Optional
 
+from scalebox_cst import statedir
+
 JOURNAL = "journal.log"
 
 
@@ -105,7 +107,7 @@ def backend(path: str):
             text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
             data = text.encode("utf-8")
             with get_lock_file(self._lock):
-                fd = os.open(self._file_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = statedir.open_in_place(self._file_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
                 try:
                     start = os.fstat(fd).st_size
                     try:

@@ -14,6 +14,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
+from scalebox_cst import statedir
 from scalebox_cst.explore.places import render
 
 OPTIMAL = "optimal_params.json"
@@ -116,7 +117,7 @@ def page(data: Dict[str, Any]) -> str:
 
 def write(study, directory: str) -> Dict[str, Optional[str]]:
     """Write report.html and optimal_params.json (when a trial completed) into ``directory``."""
-    os.makedirs(directory, exist_ok=True)
+    statedir.makedirs(directory)
     data = study_data(study)
     report_path = os.path.join(directory, REPORT)
     out: Dict[str, Optional[str]] = {"report": report_path, "optimal": None}

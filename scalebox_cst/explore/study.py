@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from scalebox_cst import runs
+from scalebox_cst import runs, statedir
 from scalebox_cst.explore import branches, journal
 from scalebox_cst.explore.config import ExploreConfig, ParamSpec
 from scalebox_cst.store import StoreError
@@ -66,7 +66,7 @@ def storage(directory: str, repair: bool = False, echo: Optional[Callable[[str],
     optuna = require_optuna()
     path = os.path.join(directory, journal.JOURNAL)
     try:
-        os.makedirs(directory, exist_ok=True)
+        statedir.makedirs(directory)
         journal.check(path, repair, echo)
     except journal.JournalError as exc:
         raise ExploreError(str(exc)) from None

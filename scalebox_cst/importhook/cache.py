@@ -9,7 +9,7 @@ import sys
 from io import FileIO as _FileIO  # unbuffered: one fstat and one read per file
 from typing import Dict, Optional
 
-from scalebox_cst import tmpnames
+from scalebox_cst import statedir, tmpnames
 from scalebox_cst.importhook.common import _FORMAT, CACHE_KEY_FILE, say_once
 
 
@@ -94,7 +94,7 @@ def _write_entry(path: str, source_hash: bytes, key: Optional[bytes], meta: Dict
     payload = start + _mac(key, start, rest) + rest
     tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        statedir.makedirs(os.path.dirname(path))
         with open(tmp, "wb") as fh:
             fh.write(payload)
         os.replace(tmp, path)

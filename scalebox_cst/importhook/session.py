@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Dict, List, Optional, Tuple
 
-from scalebox_cst import tmpnames
+from scalebox_cst import statedir, tmpnames
 from scalebox_cst._version import __version__
 from scalebox_cst.config import CONFIG_FILE, MAX_CONFIG_BYTES, STATE_DIR
 from scalebox_cst.importhook.cache import _cache_key, _cache_tag, _clear_orphans
@@ -166,7 +166,7 @@ class _Root:
             tmp = tmpnames.sibling(memo, tmpnames.writer_id(thread=True))
             try:
                 stamps = _engine_stamps()
-                os.makedirs(self.cache_dir, exist_ok=True)
+                statedir.makedirs(self.cache_dir)
                 with open(tmp, "wb") as fh:
                     fh.write("\n".join([value, *stamps]).encode("utf-8"))
                 os.replace(tmp, memo)

@@ -20,7 +20,10 @@ import zlib
 from typing import Dict, Set, Tuple
 
 import pygit2
+
 from pygit2.enums import ObjectType
+
+from scalebox_cst import statedir
 
 _TYPES = {b"commit": ObjectType.COMMIT, b"tree": ObjectType.TREE, b"blob": ObjectType.BLOB, b"tag": ObjectType.TAG}
 
@@ -66,7 +69,7 @@ def set_aside(objects: str, hexid: str) -> None:
     object can be written again whole: libgit2 only touches an object file that exists."""
     path = os.path.join(objects, hexid[:2], hexid[2:])
     keep = os.path.join(os.path.dirname(os.path.abspath(objects)), "damaged")
-    os.makedirs(keep, exist_ok=True)
+    statedir.makedirs(keep)
     try:
         os.replace(path, os.path.join(keep, hexid))
     except FileNotFoundError:

@@ -23,7 +23,7 @@ from typing import (
 
 import pygit2
 
-from scalebox_cst import tmpnames
+from scalebox_cst import statedir, tmpnames
 from scalebox_cst.store import checked
 from scalebox_cst.store.common import (
     Raw,
@@ -54,7 +54,7 @@ class _FileLock:
 
     def acquire(self, timeout: Optional[float] = None) -> None:
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = statedir.open_in_place(self.path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise StoreError(f"cannot write to the store: {self.path}: {exc.strerror}") from None
         deadline = time.monotonic() + (_LOCK_TIMEOUT_S if timeout is None else timeout)

@@ -12,7 +12,7 @@ from typing import (
 
 import pygit2
 
-from scalebox_cst import tmpnames
+from scalebox_cst import statedir, tmpnames
 from scalebox_cst.store import checked
 from scalebox_cst.store.cache import _Cache
 from scalebox_cst.store.common import (
@@ -147,7 +147,16 @@ def _ensure_gitignore(path: str) -> None:
 
 
 def _check_folders(store_path: str) -> None:
-    """``.scalebox`` and ``store.git`` must be folders: a file there is named, never opened."""
+    """``.scalebox`` and ``store.git`` must be folders: a file there is named, never opened; and
+    neither they nor what the engine opens directly in them (locks, events, caches) may be a link
+    (a cloned tree can ship one: see scalebox_cst.statedir)."""
     for folder in (os.path.dirname(store_path), store_path):
+        if os.path.islink(folder):
+            raise StoreError(str(statedir.LinkInState(folder)))
         if os.path.lexists(folder) and not os.path.isdir(folder):
             raise StoreError(f"{folder} is a file, not the store's folder: move it away, then run `scalebox init`")
+    try:
+        statedir.check_entries(os.path.dirname(store_path))
+        statedir.check_entries(store_path)
+    except statedir.LinkInState as exc:
+        raise StoreError(str(exc)) from None

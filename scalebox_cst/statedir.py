@@ -1,0 +1,116 @@
+"""The engine writes inside the project's ``.scalebox/`` only: never through a link found there.
+
+``.scalebox/`` is the engine's, but a project tree can hold one it did not make: git stores
+symbolic links, so a cloned repository may ship ``.scalebox/watch.lock -> ~/.ssh/authorized_keys``
+or ``.scalebox/runs -> /somewhere``. Opening such a path for writing follows the link: the watcher
+truncated the link's target to write its pid there, the project's events were appended to a file
+outside the project, and run folders were made wherever ``runs`` pointed. (The engine never makes
+a link in ``.scalebox/`` itself but one: a torchrun rank's file across file systems, deep in a run
+folder it made.)
+
+Two rules, both checked where the writing happens:
+
+- Folders: :func:`check_folder` -- no component of a folder the engine writes into, from
+  ``.scalebox`` down, is a link (``realpath`` of the folder is the folder under the real
+  ``.scalebox``); :func:`check_entries` -- the entries the engine writes directly in a folder
+  (``.scalebox/`` itself and ``store.git/``: locks, events, caches) are not links.
+- Files opened in place (locks, appended logs and journals): ``O_NOFOLLOW`` (:data:`NOFOLLOW`),
+  so a link there is an error (``ELOOP``), not a write elsewhere. Whole-file writes go through a
+  temporary and ``os.replace``, which replaces a link itself.
+
+A link found is an ``OSError`` (``ELOOP``) whose text names it and says what to do: every caller
+already reports a failed write of the state folder in one line.
+This module imports only the standard library: the import hook and the runtime use it.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from typing import Iterable, Optional
+
+#: the engine's own folder in a project (as ``scalebox_cst.config.STATE_DIR``)
+STATE_DIR = ".scalebox"
+#: add to ``os.open`` flags for a file written in place in the state folder
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class LinkInState(OSError):
+    """A symbolic link where the engine writes (``errno.ELOOP``; ``strerror`` says what to do)."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            target = f" (to {os.readlink(path)})"
+        except OSError:
+            target = ""
+        super().__init__(errno.ELOOP, f"a symbolic link{target} inside the engine's folder {STATE_DIR}/, "
+                                      "which is never written through: remove it", path)
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def _state_root(path: str) -> Optional[str]:
+    """The ``.scalebox`` folder that ``path`` lies in (or is), else None."""
+    path = os.path.abspath(path)
+    probe = path
+    while True:
+        if os.path.basename(probe) == STATE_DIR:
+            return probe
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+
+
+def check_folder(path: str) -> None:
+    """Raise :class:`LinkInState` where ``path`` (a folder at or below a ``.scalebox``, existing
+    or not yet made) reaches through a link from ``.scalebox`` down; the folders above
+    ``.scalebox`` (the project's own place, perhaps under a linked home) are the user's."""
+    path = os.path.abspath(path)
+    root = _state_root(path)
+    if root is None:
+        return
+    rel = os.path.relpath(path, root)
+    probe = root
+    for part in [] if rel == os.curdir else rel.split(os.sep):
+        if os.path.islink(probe):
+            raise LinkInState(probe)
+        if not os.path.lexists(probe):
+            return  # made by the caller from here on: a new folder holds no link
+        probe = os.path.join(probe, part)
+    if os.path.islink(probe):
+        raise LinkInState(probe)
+
+
+def check_entries(folder: str, names: Optional[Iterable[str]] = None) -> None:
+    """Raise :class:`LinkInState` for a link among ``names`` in ``folder`` (all its entries when
+    None): the files and folders the engine opens there directly."""
+    if names is None:
+        try:
+            with os.scandir(folder) as it:
+                links = [e.path for e in it if e.is_symlink()]
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if links:
+            raise LinkInState(sorted(links)[0])
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.islink(path):
+            raise LinkInState(path)
+
+
+def makedirs(path: str) -> None:
+    """``os.makedirs(path, exist_ok=True)`` for a folder in the state folder, never through a link."""
+    check_folder(path)
+    os.makedirs(path, exist_ok=True)
+
+
+def open_in_place(path: str, flags: int, mode: int = 0o644) -> int:
+    """``os.open(path, flags | O_NOFOLLOW, mode)``; a link there is :class:`LinkInState`."""
+    try:
+        return os.open(path, flags | NOFOLLOW, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise LinkInState(path) from None
+        raise
