@@ -9,7 +9,8 @@ and ``dynamic=False`` (one graph per shape, as the rollout and the minibatch sha
   validates its arguments) -> the site runs eager from then on and the call that failed is rerun
   eager (tracing runs nothing of the user's code, so the rerun is the first execution);
 * more than :data:`MAX_COMPILES` compiles at one site (a recompile storm: shapes or Python values
-  that change every call) -> eager from then on.
+  that change every call), or dynamo's own recompile limit hit (frames without a graph are not
+  counted in :data:`MAX_COMPILES`) -> eager from then on.
 
 Each fallback is one ``compile_fallback`` event in the run's events.jsonl (the site, why) and the
 site's counters (``calls``, ``compiled_calls``, ``compiles``, ``fallback``) are in
@@ -143,8 +144,13 @@ class Compiled:
         except Exception as exc:  # noqa: BLE001
             from torch._dynamo.exc import TorchDynamoException
 
-            if not isinstance(exc, TorchDynamoException) and _compile_count() == before:
+            limit = _recompile_limit(exc)
+            if not isinstance(exc, TorchDynamoException) and not limit and _compile_count() == before:
                 raise  # the user's code raised in a graph that compiled earlier: as eager would
+            if limit:
+                self.fall_back(f"recompile storm (dynamo's recompile limit hit after {self.calls} calls: "
+                               "frames without a graph recompile uncounted)")
+                return self.fn(*args, **kwargs)  # refused before tracing: this call has not run
             kind = "graph break" if type(exc).__name__ == "Unsupported" else "compile failed"
             self.fall_back(f"{kind} ({type(exc).__name__}: {_first_line(exc)})")
             return self.fn(*args, **kwargs)  # tracing ran none of the user's code: this is its first run
@@ -156,6 +162,15 @@ class Compiled:
                 return _own(out) if self.owns else out
         self.compiled_calls += 1
         return _own(out) if self.owns else out
+
+
+def _recompile_limit(exc: BaseException) -> bool:
+    """Whether ``exc`` is dynamo refusing to compile a frame once more (``fullgraph=True`` past
+    ``recompile_limit``: ``FailOnRecompileLimitHit``, which is no ``TorchDynamoException``). Frames
+    that hold no graph (a method that only appends to a list, guarded on its length) recompile
+    every call without counting in ``unique_graphs``: this is where their storm ends."""
+    cls = type(exc)
+    return cls.__name__.startswith("FailOn") and cls.__name__.endswith("LimitHit") and cls.__module__.startswith("torch._dynamo")
 
 
 def _first_line(exc: BaseException) -> str:

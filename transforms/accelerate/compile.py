@@ -18,7 +18,8 @@ or a recompile storm runs it eager, reported) when it is provably one static gra
   only ``name is None`` / ``name is not None`` (a Python value dynamo guards on, as CleanRL's
   ``if action is None``); no ``for``, ``try`` or ``with`` (a ``no_grad`` block included);
 * no data-dependent shapes (``nonzero``, ``unique``, ``masked_select``, boolean-mask indexing);
-* no state kept (assignments to ``self.x`` or globals, in-place ops on attributes);
+* no state kept (assignments to ``self.x`` or globals, in-place ops on attributes, ``.append``
+  and the other container mutations on anything but a local: ``self.data.append(item)``);
 * every ``torch.distributions`` object it builds has ``validate_args=False`` (validation is a
   host sync per argument; ``hot.distribution_args`` adds it where the arguments are provably
   valid, before this transform runs).
@@ -53,6 +54,11 @@ LEVELS = ("exact", "reassociated")
 _SYNC_METHODS = {"item", "cpu", "numpy", "tolist", "backward", "nonzero", "unique", "masked_select",
                  "argwhere", "unique_consecutive", "repeat_interleave", "data_ptr", "register_hook"}
 _SYNC_BUILTINS = {"print", "float", "int", "bool", "input", "open", "breakpoint"}
+#: methods of Python containers that change them (no Tensor has one): on ``self.data`` or a
+#: parameter, state kept across calls, and dynamo guards on the container (a list's length):
+#: minimalRL's ``put_data`` (``self.data.append(item)``) recompiled at every call
+_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem",
+             "discard", "appendleft", "extendleft", "popleft"}
 _COMPILERS = ("torch.compile", "torch.jit.script", "torch.jit.trace", "torch.cuda.graphs", "torch.cuda.CUDAGraph")
 #: nn.Module's own public methods but forward (a test checks the list against torch): an override
 #: is bookkeeping that torch, dynamo and the run-time guard call themselves (an overridden
@@ -83,10 +89,30 @@ def _is_none_test(test: ast.expr, params: Set[str]) -> bool:
             and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
 
 
+_FRESH = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+
+
+def _fresh_locals(fn: ast.FunctionDef) -> Set[str]:
+    """Names every assignment in ``fn`` binds to a container made there (``outs = []``), not to
+    one that may be kept elsewhere (``buf = self.data``)."""
+    fresh: Set[str] = set()
+    other: Set[str] = set()
+    made: Set[int] = set()  # the targets `name = [...]` (node ids)
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and isinstance(node.value, _FRESH):
+            made.update(id(t) for t in node.targets if isinstance(t, ast.Name))
+            fresh.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and id(node) not in made:
+            other.add(node.id)
+    return fresh - other
+
+
 def body_problem(fn: ast.FunctionDef, imports) -> Optional[str]:
     """Why ``fn``'s body may not be one static graph (one breath), or None."""
     params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
     self_name = fn.args.args[0].arg if fn.args.args else None
+    local = _fresh_locals(fn) - params
     for node in ast.walk(fn):
         if node is fn:
             continue
@@ -126,6 +152,8 @@ def body_problem(fn: ast.FunctionDef, imports) -> Optional[str]:
             if isinstance(func, ast.Attribute):
                 if func.attr in _SYNC_METHODS:
                     return f"calls .{func.attr}() (a host sync or a data-dependent shape)"
+                if func.attr in _MUTATORS and not (isinstance(func.value, ast.Name) and func.value.id in local):
+                    return f"changes {ast.unparse(func.value)} (.{func.attr}: keeps state)"
                 if func.attr.endswith("_") and not func.attr.endswith("__"):
                     base = func.value
                     if not (isinstance(base, ast.Name) and base.id != self_name):
@@ -185,7 +213,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "2"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager
+    version = "3"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 

@@ -238,3 +238,66 @@ def test_the_device_probe_does_not_call_a_users_parameters_override():
 
     net = Net()
     assert rc._device_type((net,), {}) == "cpu" and calls == []
+
+
+PUT_DATA = '''
+import torch
+import torch.nn as nn
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.data = []
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return torch.softmax(self.fc(x), dim=0)
+
+    def put_data(self, item):
+        self.data.append(item)
+
+    def heads(self, x):
+        outs = []
+        outs.append(self.fc(x))
+        return outs
+
+
+pi = Policy()
+for step in range(3):
+    prob = pi(torch.randn(4))
+    pi.put_data((1.0, prob[0]))
+    pi.heads(torch.randn(4))
+'''
+
+
+def test_a_method_that_appends_to_its_modules_list_stays_eager():
+    """minimalRL's put_data (``self.data.append(item)``, called in the rollout loop) was compiled:
+    dynamo guards on the list's length, so every call recompiled a frame without a graph, and at
+    dynamo's recompile limit fullgraph raised out of the user's loop. A list made in the method
+    (``outs = []``) is no kept state: that method is still compiled."""
+    out, sites = rewrite(PUT_DATA)
+    done = sorted(s.reason.split(" ")[0] for s in sites if s.action == REWRITTEN)
+    assert done == ["Policy.forward", "Policy.heads"], [s.describe() for s in sites]
+    kept = [s.reason for s in sites if s.reason.startswith("Policy.put_data")]
+    assert kept and "changes self.data (.append: keeps state); left eager" in kept[0], kept
+    assert out.count("@_sbx_compiled(") == 2
+
+
+def test_guard_runs_eager_when_dynamo_hits_its_recompile_limit(monkeypatch):
+    """A site whose frames hold no graph (it only appends to a list) recompiles every call without
+    counting in unique_graphs; at dynamo's recompile limit fullgraph raises FailOnRecompileLimitHit
+    (no TorchDynamoException). That is a recompile storm: the call runs eager, once, and so does
+    every later one; nothing reaches the user."""
+    import torch._dynamo.config as dynamo_config
+
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(dynamo_config, name, 2)
+    kept = []
+    site = rc.Compiled(lambda item: kept.append(item), "guard.py:6")
+    items = [(i, torch.full((1,), float(i))) for i in range(6)]
+    for item in items:
+        site(item)
+    assert [i for i, _ in kept] == list(range(6)) and all(t is items[i][1] for i, t in kept)
+    assert site.eager and site.reason.startswith("recompile storm"), site.reason
+    assert [e for e in events.memory if e["kind"] == "compile_fallback" and e["site"] == "guard.py:6"]
