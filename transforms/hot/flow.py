@@ -4,7 +4,8 @@ Starting from a forward call inside a statement, each use of the value is follow
 expression tree and through the names it is bound to (in the statement's scope, every binding
 of those names, flow-insensitively: a name reused for a graph-carrying value elsewhere is
 refused rather than told apart). A use ends safely where the value stops carrying autograd
-state: ``.item()``/``.tolist()``/``.detach()``/``.data``, ``int()``/``float()``/``bool()``,
+state: ``.item()``/``.tolist()``/``.detach()``/``.data`` (not of a name bound to an element of a
+result, ``out, h = rnn(packed)``: a PackedSequence's ``.data`` keeps the graph), ``int()``/``float()``/``bool()``,
 math functions, integer results (``argmax``, ``max(dim)[1]``, comparisons,
 ``Distribution.sample()``), numeric logging (``add_scalar``), a shape or dtype read (``env.step(...)`` takes
 only what these give: given the tensor, an environment converts it to numpy, raising where it
@@ -84,6 +85,9 @@ class Flow:
         self.reached: List[ast.Call] = []
         self.declared: Dict[str, str] = {}  # name -> "global"/"nonlocal" (this scope's own declarations)
         self.augmented: Dict[str, List[ast.AugAssign]] = {}
+        #: names bound to an element of something (``out, h = rnn(x)``, ``for o in outs``): maybe no
+        #: tensor (an RNN given a PackedSequence returns one, whose ``.data`` keeps the graph)
+        self.elements: Set[str] = set()
         self._dynamic: Optional[List[ast.Call]] = None  # calls reading names by their text (locals(), eval)
         self._blocks: Dict[Tuple[int, str], Any] = {}  # (id(parent), field) -> its block's facts (_place)
         body = scope.body
@@ -106,6 +110,10 @@ class Flow:
                 self.declared[name] = type(node).__name__.lower()
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             self.augmented.setdefault(node.target.id, []).append(node)
+        if isinstance(node, (ast.Tuple, ast.List)) and isinstance(node.ctx, ast.Store):
+            self.elements.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.target, ast.Name):
+            self.elements.add(node.target.id)
         for child in ast.iter_child_nodes(node):
             self._index(child, node)
 
@@ -230,9 +238,12 @@ class Flow:
                     continue
                 if attr in META:
                     return None
-                if attr in ("data", "indices") and isinstance(p.ctx, ast.Load):
+                if attr in ("data", "indices") and isinstance(p.ctx, ast.Load) and not (
+                        attr == "data" and isinstance(node, ast.Name) and node.id in self.elements):
                     self.ends.add(f".{attr}")
                     return None  # no graph: .data of any tensor, the indices of max(dim)/sort/topk
+                # .data of an element (``out, _ = self.decoder(packed, hid)``) may be a
+                # PackedSequence's field, the packed tensor with its graph: followed as any attribute
                 if isinstance(p.ctx, ast.Load):
                     node = p
                     continue

@@ -221,3 +221,49 @@ def test_a_callee_bound_in_the_file_is_not_said_to_be_elsewhere():
     assert out == src
     (site,) = sites
     assert "`forward` (line 8) calls Variable, bound to a lambda (line 3), which is not followed" in site.reason, site
+
+
+# Deep-Reinforcement-Learning-Hands-On's seq2seq model (Chapter14/libbots/model.py): an LSTM given a
+# PackedSequence returns one, and `out.data` is its packed tensor, graph and all (not Tensor.data).
+# `.data` was taken for an end: the decoder ran under no_grad and teacher-forced training gave the
+# decoder and the encoder (through hid) no gradient at all.
+PACKED = '''
+import torch
+import torch.nn as nn
+import torch.nn.utils.rnn as rnn_utils
+class PhraseModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.decoder = nn.LSTM(input_size=5, hidden_size=7, num_layers=1, batch_first=True)
+        self.output = nn.Linear(7, 3)
+    def decode_teacher(self, hid, input_seq):
+        out, _ = self.decoder(input_seq, hid)
+        out = self.output(out.data)
+        return out
+    def greedy(self, hid, input_seq):
+        out, _ = self.decoder(input_seq, hid)
+        return END
+def run(x, h):
+    net = PhraseModel()
+    packed = rnn_utils.pack_padded_sequence(x, [4, 2], batch_first=True)
+    loss = net.decode_teacher((h, torch.zeros(1, 2, 7)), packed).pow(2).sum()
+    loss.backward()
+    return loss, net.decoder.weight_ih_l0.grad, h.grad, net.greedy((h, torch.zeros(1, 2, 7)), packed)
+'''
+
+
+@pytest.mark.parametrize("end, rewritten", [
+    ("out.data.max(1)[1]", True),                # the indices of a max: no gradient, tensor or not
+    ("out.data.detach()", True),
+    ("out.data", False),                         # returned: a PackedSequence's data keeps its graph
+])
+def test_data_of_an_element_of_a_forwards_result_is_not_an_end(end, rewritten):
+    original, new, out, sites = harness.pair(PACKED.replace("END", end), "run", ID, dedent=False)
+    assert "self.decoder(input_seq, hid)\n        out = self.output(out.data)" in out, out  # decode_teacher kept
+    greedy = [s for s in sites if s.action == REWRITTEN]
+    assert bool(greedy) is rewritten and all(s.line == 16 for s in greedy), [s.describe() for s in sites]
+    x = torch.randn(2, 4, 5)
+    results = [fn(x, torch.zeros(1, 2, 7, requires_grad=True)) for fn in (original, new)]
+    assert results[0][1] is not None and results[0][2] is not None
+    assert all(same(a.detach(), b.detach()) for a, b in zip(results[0][:3], results[1][:3])), results
