@@ -374,9 +374,21 @@ class _Rewrite(cst.CSTTransformer):
     leave_While = _wrap
 
 
+#: array libraries whose ``.item()`` is not torch's (their modules use no torch at all)
+_OTHER_FRAMEWORKS = ("jax", "flax", "tensorflow", "mlx", "paddle", "mindspore", "oneflow")
+
+
+def _other_framework(imports) -> Optional[str]:
+    """The other array library a module imports where it imports nothing of torch, else None."""
+    roots = {full.split(".")[0] for full in imports.aliases.values()}
+    if "torch" in roots:
+        return None
+    return next((f for f in _OTHER_FRAMEWORKS if f in roots), None)
+
+
 class AccelerateDeferSync(Transform):
     id = ID
-    version = "2"  # 2: a rewritten site spans the loop it wraps (was the logging statement)
+    version = "3"  # 2: a rewritten site spans the loop it wraps (was the logging statement); 3: modules of another array library (jax...) left alone
     triggers = (".item()", "float(")
     description = "opt-in (level reassociated): .item() numbers a loop only logs are read when the loop ends"
 
@@ -403,6 +415,12 @@ class AccelerateDeferSync(Transform):
         logged = [s for s in stmts.values() if s.syncs]
         if not logged:
             return None, sites
+        other = _other_framework(imports)
+        if other is not None:  # skrl's JAX agents: a jax array's .item(), no torch in the module
+            return None, sites + [Site(ID, s.node.lineno, s.node.end_lineno or s.node.lineno, SKIPPED,
+                                       f"{s.func_text}: the module imports {other}, not torch: its numbers are no "
+                                       "torch tensors to read later (the runtime would import torch into it); left as is")
+                                  for s in logged]
         if any(isinstance(n, ast.Name) and n.id == "float" and not isinstance(n.ctx, ast.Load) or
                isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == "float" for n in ast.walk(tree)) \
                 or "float" in imports.aliases:

@@ -245,3 +245,30 @@ def test_cleanrl_ppo_update_from_the_corpus_bitwise(monkeypatch):
         results.append((repr(fracs), repr(v_loss), repr(pg_loss), [p.tolist() for p in params], rd.STATS["deferred"] - before))
     assert results[0][:4] == results[1][:4] and len(eval(results[0][0])) == 12
     assert results[0][4] == 0 and results[1][4] == 12
+
+
+JAX_LOOP = """\
+import jax
+import jax.numpy as jnp
+
+def update(epochs, batches):
+    means = []
+    for epoch in range(epochs):
+        divergences = []
+        for batch in batches:
+            kl = jnp.mean(batch)
+            divergences.append(kl.item())
+        means.append(sum(divergences) / len(divergences))
+    return means
+"""
+
+
+def test_a_module_of_another_array_library_is_left_alone_with_its_reason():
+    """Found on skrl's JAX agents: their ``kl_divergence.item()`` loops were deferred, which made
+    a JAX module import torch (runtime.deferred) and claimed one sync instead of one per step."""
+    out, sites = rewrite(JAX_LOOP)
+    assert out == JAX_LOOP and [s.action for s in sites] == ["skipped"]
+    assert "imports jax, not torch" in sites[0].reason and len(sites[0].reason) <= 300
+    both = "import torch\n" + JAX_LOOP  # torch there too: its tensors may be what .item() reads
+    out, sites = rewrite(both)
+    assert out != both and [s.action for s in sites] == [REWRITTEN]
