@@ -135,6 +135,11 @@ def _scan_imports(tree: ast.AST):
     return imports, frozenset(assigned), frozenset(names)
 
 
+#: array libraries other than torch, by top-level module (:meth:`ImportMap.other_framework`)
+OTHER_FRAMEWORKS = ("jax", "flax", "optax", "warp", "warp_nn", "tensorflow", "keras", "mlx", "paddle", "mindspore",
+                    "oneflow", "cupy")
+
+
 class ImportMap:
     """Local names bound by imports → the qualified names they stand for.
 
@@ -179,6 +184,16 @@ class ImportMap:
         self.aliases = {k: v for k, v in aliases.items() if k not in assigned}
         self.names = names | set(aliases)
         self._cursor: Dict[str, int] = {}  # base -> the suffix unique_name tries first
+
+    def other_framework(self) -> Optional[str]:
+        """The other array library (jax, NVIDIA Warp, TensorFlow...) the module imports where it
+        imports nothing of torch, else None: there ``x.item()`` and ``opt.step()`` are that
+        library's, and a torch rewrite would only import torch into the module (skrl's JAX and
+        Warp agents)."""
+        roots = {full.split(".")[0] for full in self.aliases.values()}
+        if "torch" in roots:
+            return None
+        return next((f for f in OTHER_FRAMEWORKS if f in roots), None)
 
     def qualify(self, expr: Union[cst.BaseExpression, ast.AST]) -> Optional[str]:
         """The qualified name of a Name/Attribute chain rooted at an imported name, else None."""

@@ -374,18 +374,6 @@ class _Rewrite(cst.CSTTransformer):
     leave_While = _wrap
 
 
-#: array libraries whose ``.item()`` is not torch's (their modules use no torch at all)
-_OTHER_FRAMEWORKS = ("jax", "flax", "tensorflow", "mlx", "paddle", "mindspore", "oneflow")
-
-
-def _other_framework(imports) -> Optional[str]:
-    """The other array library a module imports where it imports nothing of torch, else None."""
-    roots = {full.split(".")[0] for full in imports.aliases.values()}
-    if "torch" in roots:
-        return None
-    return next((f for f in _OTHER_FRAMEWORKS if f in roots), None)
-
-
 class AccelerateDeferSync(Transform):
     id = ID
     version = "3"  # 2: a rewritten site spans the loop it wraps (was the logging statement); 3: modules of another array library (jax...) left alone
@@ -415,7 +403,7 @@ class AccelerateDeferSync(Transform):
         logged = [s for s in stmts.values() if s.syncs]
         if not logged:
             return None, sites
-        other = _other_framework(imports)
+        other = imports.other_framework()
         if other is not None:  # skrl's JAX agents: a jax array's .item(), no torch in the module
             return None, sites + [Site(ID, s.node.lineno, s.node.end_lineno or s.node.lineno, SKIPPED,
                                        f"{s.func_text}: the module imports {other}, not torch: its numbers are no "

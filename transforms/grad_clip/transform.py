@@ -45,7 +45,7 @@ class _Pass:
 
 class GradClip(Transform):
     id = ID
-    version = "2"
+    version = "3"  # 3: modules of another array library (jax, warp...) left alone
     triggers = ("backward",)
     description = ("Guard each optimizer's step(): skip non-finite, clip spikes, change nothing else "
                    "(or clip to a fixed max_norm)")
@@ -89,6 +89,10 @@ class GradClip(Transform):
         window = read_window(ctx, run.mod, found, step, run.opts)
         if isinstance(window, str):
             site(stmt, SKIPPED, window)
+            return
+        other = ctx.imports.other_framework()
+        if other is not None:  # skrl's Warp agents: warp_nn's Adam, stepped after tape.backward()
+            site(stmt, SKIPPED, f"{step.opt_text}'s step: the module imports {other}, not torch (no torch optimizer to guard)")
             return
         texts, reason, exactness = guard_lines(ctx, run.opts, run.aliases, step, found, window)
         run.planned.append((step, texts))

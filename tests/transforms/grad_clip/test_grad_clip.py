@@ -840,3 +840,20 @@ def test_nothing_to_insert_parses_no_libcst_tree():
     module, sites = GradClip().rewrite(ctx)
     assert module is None and "module" not in ctx.__dict__
     assert [s.action for s in sites] == [SKIPPED] and "already clipped" in sites[0].reason
+
+
+@pytest.mark.parametrize("head, other", [("import warp as wp\nfrom warp_nn.optimizers import Adam\n", "warp"),
+                                          ("import jax\nimport optax\n", "jax")])
+def test_a_module_of_another_array_library_keeps_its_steps_with_the_reason(head, other):
+    """Found on skrl's Warp agents: ``tape.backward(loss); self.entropy_optimizer.step()`` got a
+    guard importing torch's stabilizer into a module without torch (warp_nn's Adam has no
+    param_groups: the guard did nothing). The same code with torch imported is guarded."""
+    body = ("def update(tape, loss, policy_optimizer):\n"
+            "    tape.backward(loss)\n"
+            "    policy_optimizer.step()\n")
+    src = head + body
+    out, sites = harness.rewrite(src, "grad_clip", dedent=False)
+    assert out == src and [s.action for s in sites] == [SKIPPED]
+    assert f"the module imports {other}, not torch" in sites[0].reason
+    out, sites = harness.rewrite("import torch\n" + body, "grad_clip", dedent=False)
+    assert [s.action for s in sites] == [REWRITTEN]
