@@ -57,16 +57,21 @@ class _Events:
 events = _Events()
 
 
+def live_modules() -> List[torch.nn.Module]:
+    """Every live ``nn.Module``, by its type only: ``isinstance`` falls back to an object's
+    ``__class__``, which a dead ``weakref.proxy`` answers with ReferenceError (torch.compile's
+    dynamo leaves such proxies about) and a lazy module proxy with an import: the first
+    non-finite gradient's report then crashed the training run it was to keep going."""
+    import gc
+
+    return [m for m in gc.get_objects() if issubclass(type(m), torch.nn.Module)]
+
+
 def parameter_names(params: List[torch.Tensor]) -> List[str]:
     """``actor.fc1.weight``-style names for parameters, found among live modules (rare path only)."""
-    import gc
-    import warnings
-
     wanted = {id(p): i for i, p in enumerate(params)}
     names: List[Optional[str]] = [None] * len(params)
-    with warnings.catch_warnings():  # isinstance on some lazy module objects warns
-        warnings.simplefilter("ignore")
-        modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
+    modules = live_modules()
     children = {id(c) for m in modules for c in m.children()}
     for root in modules:
         if id(root) in children:

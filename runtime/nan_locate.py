@@ -11,7 +11,6 @@ step when the script seeds its random number generators; when the step comes out
 """
 from __future__ import annotations
 
-import gc
 import os
 import sys
 from typing import Any, Dict, List, Optional
@@ -57,11 +56,9 @@ def _users_line(filename: str, line: int) -> int:
 
 def module_names() -> Dict[int, str]:
     """id(module) -> ``Root.child.grandchild`` for every live module (built once, when arming)."""
-    import warnings
+    from scalebox_cst.runtime.guard_events import live_modules
 
-    with warnings.catch_warnings():  # isinstance on some lazy module objects warns
-        warnings.simplefilter("ignore")
-        modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
+    modules = live_modules()
     children = {id(c) for m in modules for c in m.children()}
     names: Dict[int, str] = {}
     for root in modules:

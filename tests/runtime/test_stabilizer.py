@@ -230,6 +230,26 @@ def test_skipped_step_gives_the_gradients_back_after_step():
     assert opt.state == {} or all(not s for s in opt.state.values())
 
 
+def test_a_dead_weak_proxy_among_live_objects_does_not_crash_the_nonfinite_report(capsys):
+    """Found when the compile tests ran first: torch.compile leaves dead ``weakref.proxy`` objects
+    about, and naming the parameters of the first non-finite gradient asked ``isinstance`` of every
+    live object: ReferenceError out of the guard, which crashed the run at the step it was to skip."""
+    import weakref
+
+    class Owner:
+        pass
+
+    owner = Owner()
+    dead = [weakref.proxy(owner)]  # noqa: F841 - held: a dead proxy among the live objects
+    del owner
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.Adam(model.parameters())
+    (model(torch.randn(2, 3)).sum() * float("nan")).backward()
+    stabilizer.stabilize(opt, site="s", sync=True)
+    assert "first non-finite gradient at s" in capsys.readouterr().err
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_run_with_nan_losses_finishes_finite_and_keeps_training():
     params, _, _ = train(True, "adam", steps=80, poison=(10, 30, 31))
     assert all(torch.isfinite(p).all() for p in params)
