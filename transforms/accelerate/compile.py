@@ -9,7 +9,7 @@ or a recompile storm runs it eager, reported) when it is provably one static gra
 
 * a method of a class deriving from ``torch.nn.Module``: ``forward`` of a class the file
   builds, or another method called inside a loop (``agent.get_action_and_value(obs)`` in the
-  rollout or the minibatch loop) that does not override one of nn.Module's own methods
+  rollout or the minibatch loop; not a loop of ``__init__``, which runs once per object) that does not override one of nn.Module's own methods
   (``parameters``, ``state_dict``, ``to``, ``train``...); undecorated, no generator, no nested
   function or class;
 * no host sync in its body (``.item()``, ``.cpu()``, ``.numpy()``, ``.tolist()``, ``print``,
@@ -172,10 +172,14 @@ def _module_classes(tree: ast.Module, imports) -> Dict[str, ast.ClassDef]:
 
 
 def _loop_calls(tree: ast.Module) -> Set[str]:
-    """Attribute names called (``x.name(...)``) inside a ``for``/``while`` body anywhere."""
+    """Attribute names called (``x.name(...)``) inside a ``for``/``while`` body anywhere but in an
+    ``__init__``: a loop there runs once per object built (dreamerv3-torch's ``calc_same_pad``,
+    integer maths per layer, was compiled: a trace per shape at construction, for nothing)."""
+    building = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and f.name == "__init__" for n in ast.walk(f)}
     out: Set[str] = set()
     for loop in ast.walk(tree):
-        if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+        if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) and id(loop) not in building:
             for stmt in loop.body:
                 for node in ast.walk(stmt):
                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -213,7 +217,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "3"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager
+    version = "4"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 

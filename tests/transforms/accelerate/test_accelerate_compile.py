@@ -301,3 +301,46 @@ def test_guard_runs_eager_when_dynamo_hits_its_recompile_limit(monkeypatch):
     assert [i for i, _ in kept] == list(range(6)) and all(t is items[i][1] for i, t in kept)
     assert site.eager and site.reason.startswith("recompile storm"), site.reason
     assert [e for e in events.memory if e["kind"] == "compile_fallback" and e["site"] == "guard.py:6"]
+
+
+INIT_LOOP = '''\
+import math
+import torch
+import torch.nn as nn
+
+
+class Decoder(nn.Module):
+    def __init__(self, depth):
+        super().__init__()
+        layers = []
+        for i in range(depth):
+            pad, outpad = self.same_pad(4, 2, 1)
+            layers.append(nn.ConvTranspose2d(8, 8, 4, 2, padding=pad, output_padding=outpad))
+        self.layers = nn.Sequential(*layers)
+
+    def same_pad(self, k, s, d):
+        val = d * (k - 1) - s + 1
+        pad = math.ceil(val / 2)
+        return pad, pad * 2 - val
+
+    def decode(self, x):
+        return self.layers(x)
+
+    def forward(self, x):
+        return self.decode(x)
+
+
+net = Decoder(2)
+for step in range(3):
+    y = net.decode(torch.randn(1, 8, 4, 4))
+'''
+
+
+def test_a_method_called_only_in_a_loop_of_init_is_not_compiled():
+    """dreamerv3-torch's ``calc_same_pad`` (integer maths called per layer in ``__init__``'s loop)
+    was compiled: a dynamo trace at construction for no tensor work. A method called in the
+    training loop (``decode``) still is."""
+    out, sites = rewrite(INIT_LOOP)
+    done = sorted(s.reason.split(" ")[0] for s in sites if s.action == REWRITTEN)
+    assert done == ["Decoder.decode", "Decoder.forward"], [s.describe() for s in sites]
+    assert not any(s.reason.startswith("Decoder.same_pad") for s in sites)
