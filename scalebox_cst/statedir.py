@@ -11,9 +11,9 @@ folder it made.)
 Two rules, both checked where the writing happens:
 
 - Folders: :func:`check_folder` -- no component of a folder the engine writes into, from
-  ``.scalebox`` down, is a link (``realpath`` of the folder is the folder under the real
-  ``.scalebox``); :func:`check_entries` -- the entries the engine writes directly in a folder
-  (``.scalebox/`` itself and ``store.git/``: locks, events, caches) are not links.
+  ``.scalebox`` down, is a link; :func:`check_entries` -- no entry of ``.scalebox/`` or
+  ``store.git/`` (locks, events, caches, the run folders' root) is one. The store checks
+  these two whenever it is opened, so every command meets a planted link before it writes.
 - Files opened in place (locks, appended logs and journals): ``O_NOFOLLOW`` (:data:`NOFOLLOW`),
   so a link there is an error (``ELOOP``), not a write elsewhere. Whole-file writes go through a
   temporary and ``os.replace``, which replaces a link itself.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Iterable, Optional
+from typing import Optional
 
 #: the engine's own folder in a project (as ``scalebox_cst.config.STATE_DIR``)
 STATE_DIR = ".scalebox"
@@ -82,22 +82,16 @@ def check_folder(path: str) -> None:
         raise LinkInState(probe)
 
 
-def check_entries(folder: str, names: Optional[Iterable[str]] = None) -> None:
-    """Raise :class:`LinkInState` for a link among ``names`` in ``folder`` (all its entries when
-    None): the files and folders the engine opens there directly."""
-    if names is None:
-        try:
-            with os.scandir(folder) as it:
-                links = [e.path for e in it if e.is_symlink()]
-        except (FileNotFoundError, NotADirectoryError):
-            return
-        if links:
-            raise LinkInState(sorted(links)[0])
+def check_entries(folder: str) -> None:
+    """Raise :class:`LinkInState` for a link among the entries of ``folder`` (the engine opens
+    the entries of ``.scalebox/`` and ``store.git/`` directly)."""
+    try:
+        with os.scandir(folder) as it:
+            links = sorted(e.path for e in it if e.is_symlink())
+    except (FileNotFoundError, NotADirectoryError):
         return
-    for name in names:
-        path = os.path.join(folder, name)
-        if os.path.islink(path):
-            raise LinkInState(path)
+    if links:
+        raise LinkInState(links[0])
 
 
 def makedirs(path: str) -> None:
