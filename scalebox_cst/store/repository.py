@@ -149,9 +149,9 @@ def _ensure_gitignore(path: str) -> None:
 def _check_folders(store_path: str) -> None:
     """``.scalebox`` and ``store.git`` must be folders: a file there is named, never opened; and
     neither they nor what the engine opens directly in them (locks, events, caches) may be a link
-    (a cloned tree can ship one: see scalebox_cst.statedir)."""
+    to anything but a folder (a cloned tree can ship one: see scalebox_cst.statedir)."""
     for folder in (os.path.dirname(store_path), store_path):
-        if os.path.islink(folder):
+        if os.path.islink(folder) and not os.path.isdir(folder):
             raise StoreError(str(statedir.LinkInState(folder)))
         if os.path.lexists(folder) and not os.path.isdir(folder):
             raise StoreError(f"{folder} is a file, not the store's folder: move it away, then run `scalebox init`")

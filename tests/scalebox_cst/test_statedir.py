@@ -1,6 +1,7 @@
-"""Links planted in ``.scalebox/`` (a cloned tree can ship them: git stores symbolic links) are
-never written through: found by the fifth fault campaign, where ``scalebox watch`` truncated a
-file outside the project to write its pid, and the project's events were appended to another."""
+"""Links to files planted in ``.scalebox/`` (a cloned tree can ship them: git stores symbolic
+links) are never written through: found by the fifth fault campaign, where ``scalebox watch``
+truncated a file outside the project to write its pid, and the project's events were appended to
+another. A link to a folder (``.scalebox/runs`` moved to a larger disk) is followed."""
 from __future__ import annotations
 
 import errno
@@ -28,20 +29,23 @@ def tree(tmp_path):
     return root, victim
 
 
-@pytest.mark.parametrize("planted", [".scalebox/watch.lock", ".scalebox/store.git/scalebox.lock", ".scalebox/runs"])
-def test_a_link_where_the_engine_writes_stops_every_command_in_one_line_and_its_target_is_untouched(tree, planted):
+@pytest.mark.parametrize("planted, to", [(".scalebox/watch.lock", "victim"), (".scalebox/store.git/scalebox.lock", "victim"),
+                                         (".scalebox/runs", "missing")])
+def test_a_link_where_the_engine_writes_stops_every_command_in_one_line_and_its_target_is_untouched(tree, planted, to):
     root, victim = tree
+    target = victim if to == "victim" else victim.parent / "missing"
     (root / planted).parent.mkdir(parents=True, exist_ok=True)
     if os.path.lexists(root / planted):  # the store's lock file, made by init
         os.remove(root / planted)
-    os.symlink(victim, root / planted)
+    os.symlink(target, root / planted)
     for args in (("rewrite", "."), ("log",), ("run", "train.py")):
         proc = scalebox(*args, cwd=root, check=False)
         assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
         lines = proc.stderr.strip().splitlines()
-        assert lines[-1] == (f"scalebox: {root / planted}: a symbolic link (to {victim}) inside the engine's folder "
-                             ".scalebox/, which is never written through: remove it"), (args, proc.stderr)
-    assert victim.read_text() == "PRECIOUS\n"
+        assert lines[-1] == (f"scalebox: {root / planted}: a symbolic link (to {target}) inside the engine's folder "
+                             ".scalebox/, which writes only files of its own (a link to a folder is followed): remove it"), \
+            (args, proc.stderr)
+    assert victim.read_text() == "PRECIOUS\n" and not target.parent.joinpath("missing").exists()
 
 
 def test_the_watcher_never_truncates_a_planted_lock_target(tree):
@@ -56,16 +60,17 @@ def test_the_watcher_never_truncates_a_planted_lock_target(tree):
     assert victim.read_text() == "PRECIOUS\n"
 
 
-def test_a_planted_branch_folder_in_runs_is_never_entered(tree, tmp_path):
+def test_runs_moved_to_another_disk_and_linked_back_are_followed(tree, tmp_path):
     root, _ = tree
     scalebox("rewrite", ".", cwd=root)
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (root / ".scalebox" / "runs").mkdir(exist_ok=True)
-    os.symlink(outside, root / ".scalebox" / "runs" / "run")
-    proc = scalebox("run", "train.py", cwd=root, check=False)
-    assert proc.returncode == 1 and "runs/run: a symbolic link" in proc.stderr.strip().splitlines()[-1], proc.stderr
-    assert os.listdir(outside) == []
+    elsewhere = tmp_path / "big-disk" / "runs"
+    elsewhere.mkdir(parents=True)
+    runs = root / ".scalebox" / "runs"
+    if runs.exists():
+        os.rename(runs, elsewhere / "old")
+    os.symlink(elsewhere, runs)
+    proc = scalebox("run", "train.py", cwd=root)
+    assert "trained" in proc.stdout and (elsewhere / "run" / "0001" / "0001" / "record.json").is_file(), proc.stderr
 
 
 def test_a_planted_events_file_is_not_appended_to_and_the_run_goes_on(tree):
@@ -82,11 +87,15 @@ def test_check_folder_and_open_in_place(tmp_path):
     state = tmp_path / "p" / ".scalebox"
     (state / "runs").mkdir(parents=True)
     statedir.check_folder(str(state / "runs" / "run" / "0001"))  # not made yet: fine
-    os.symlink(tmp_path, state / "runs" / "run")
+    os.symlink(tmp_path / "nowhere", state / "runs" / "run")
     with pytest.raises(statedir.LinkInState) as exc:
         statedir.makedirs(str(state / "runs" / "run" / "0001"))
     assert exc.value.errno == errno.ELOOP and exc.value.filename == str(state / "runs" / "run")
-    assert not (tmp_path / "0001").exists()
+    assert not (tmp_path / "nowhere").exists()
+    os.remove(state / "runs" / "run")
+    os.symlink(tmp_path, state / "runs" / "run")  # a folder: followed
+    statedir.makedirs(str(state / "runs" / "run" / "0001"))
+    assert (tmp_path / "0001").is_dir()
     os.symlink(tmp_path / "target", state / "lock")
     with pytest.raises(statedir.LinkInState):
         statedir.open_in_place(str(state / "lock"), os.O_RDWR | os.O_CREAT)
