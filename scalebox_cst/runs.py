@@ -347,16 +347,26 @@ def _typed(record: Dict[str, Any]) -> None:
             record[key] = []
 
 
+def _damaged(why: str) -> Dict[str, Any]:
+    """The record of a run whose ``record.json`` cannot be read: shown as lost, saying why (a
+    damaged record made the run vanish from ``log``, ``compare`` and the monitor)."""
+    return {"status": "lost", "stop_reason": f"its record.json is damaged ({why}); what it recorded is lost",
+            "script": "?", "damaged": True}
+
+
 def load_record(directory: str) -> Optional[Dict[str, Any]]:
     """``record.json`` of a run folder with the effective status: a ``running`` record whose
-    process is gone reads as ``lost`` (ended), never ``running``. None if absent or unreadable."""
+    process is gone reads as ``lost`` (ended), never ``running``; so does a damaged one, saying
+    so in ``stop_reason``. None if absent or unreadable."""
     try:
         with open(os.path.join(directory, RECORD), encoding="utf-8") as fh:
             record = json.load(fh)
-    except (OSError, ValueError):
+    except OSError:
         return None
+    except (ValueError, RecursionError) as exc:  # cut short, overwritten, not UTF-8: the run still was
+        record = _damaged(f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
     if not isinstance(record, dict):
-        return None
+        record = _damaged(f"a JSON {type(record).__name__}, not an object")
     _typed(record)
     if record.get("status", "running") == "running" and not is_alive(record):
         record["status"] = "lost"
@@ -384,6 +394,8 @@ def list_runs(project_root: str, branch: Optional[str] = None) -> List[RunInfo]:
             continue
         record = load_record(dirpath)
         if record is not None:
+            record.setdefault("run", int(number))  # the folder says, where a damaged record cannot
+            record.setdefault("branch", name)
             found.append(RunInfo(name, int(number), dirpath, record))
         dirnames[:] = []
     found.sort(key=lambda r: (r.branch, r.run))
