@@ -263,15 +263,33 @@ class _Proof:
         return f"`{name}` is passed to {what}, which could reach its parameters"
 
 
+#: torch.nn layers that hold no parameters (activations, dropout, pooling, padding, reshaping)
+PARAMETERLESS = frozenset({
+    "ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh",
+    "Softmax", "Softmax2d", "LogSoftmax", "Softmin", "Softplus", "Softsign", "Softshrink", "Hardshrink",
+    "Hardtanh", "Hardswish", "Hardsigmoid", "Tanhshrink", "Threshold", "GLU", "LogSigmoid",
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout",
+    "Flatten", "Unflatten", "Identity", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d",
+    "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "LPPool1d", "LPPool2d", "Upsample", "UpsamplingNearest2d",
+    "UpsamplingBilinear2d", "PixelShuffle", "PixelUnshuffle", "ChannelShuffle", "ZeroPad1d", "ZeroPad2d",
+    "ZeroPad3d", "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "ReflectionPad1d", "ReflectionPad2d",
+    "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d", "ReplicationPad3d", "CircularPad1d",
+    "CircularPad2d", "CircularPad3d", "CosineSimilarity", "PairwiseDistance",
+})
+
+
 def _network_ctor(value: ast.Call, imports, classes) -> bool:
     """Whether ``value`` builds a module (a torch.nn class or a class of this file: ``classes``,
     the names of its top-level classes)."""
     qual = imports.qualify(value.func) or ""
     if qual.startswith("torch.nn.") and not qual.startswith(("torch.nn.functional", "torch.nn.utils", "torch.nn.init")):
         last = qual.rsplit(".", 1)[1]
-        # a loss (garage's `qf_loss = nn.MSELoss()`) or a parameter is no network to cut: not a
-        # candidate, rather than a refusal in terms of layers
-        return not (last.endswith("Loss") or last in ("Parameter", "ParameterList", "ParameterDict"))
+        # a loss (garage's `qf_loss = nn.MSELoss()`), a parameter or a layer without parameters
+        # (Hands-On's `sm = nn.Softmax(dim=1)`: its output's graph is its input's, so the guard
+        # fell back at every call) is no network to cut: not a candidate, rather than a refusal
+        return not (last.endswith("Loss") or last in ("Parameter", "ParameterList", "ParameterDict")
+                    or last in PARAMETERLESS)
     return isinstance(value.func, ast.Name) and value.func.id in classes
 
 
@@ -339,7 +357,7 @@ def _bound_once(scope: ast.FunctionDef, name: str) -> bool:
 
 class HotTargetGraphCut(Transform):
     id = ID
-    version = "1"
+    version = "2"  # 2: a layer without parameters (nn.Softmax...) is no network to cut
     triggers = ("torch",)
     description = "target networks whose gradients nobody reads: their forward's graph is cut at the output"
 

@@ -276,10 +276,13 @@ def run(x):
     assert out == code and not [s for s in sites if s.transform == ID]
 
 
-@pytest.mark.parametrize("ctor", ["nn.MSELoss()", "nn.SmoothL1Loss(reduction='none')", "nn.Parameter(torch.zeros(2))"])
+@pytest.mark.parametrize("ctor", ["nn.MSELoss()", "nn.SmoothL1Loss(reduction='none')", "nn.Parameter(torch.zeros(2))",
+                                  "nn.Softmax(dim=1)", "nn.ReLU()", "nn.Flatten()", "nn.Dropout(0.1)"])
 def test_a_loss_or_a_parameter_is_no_network(ctor):
     """garage's DDPG: `qf_loss = nn.MSELoss()` used as `qf_loss(q, y)` was reported as a network
-    that "is not a layer known to take sizes only"; a loss has no graph of its own to cut."""
+    that "is not a layer known to take sizes only"; a loss has no graph of its own to cut. Nor has
+    a layer without parameters: Hands-On's `sm = nn.Softmax(dim=1)`, `sm(net(obs_v))`, was cut
+    at every step through a guard that always fell back (its input requires grad)."""
     code = _NET + f'''
 def run(q, s, y):
     crit = {ctor}
