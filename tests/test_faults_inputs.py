@@ -241,3 +241,43 @@ def test_an_unwritable_import_cache_or_store_is_said_once_however_many_modules_m
             failures.append((trial, fault, count, proc.returncode, len(said), proc.stderr[-600:]))
     print(f"\n{max(2, TRIALS // 2)} unwritable caches or stores: {len(failures)} failure(s)")
     assert not failures, failures
+
+
+def test_a_fifo_or_folder_in_place_of_an_import_cache_file_never_hangs_an_import(tmp_path):
+    """The import hook's own files (a module's cache entry, the fingerprint memo, the cache key)
+    replaced by a FIFO or a folder: the script runs rewritten within its time limit, and the entry
+    and memo are written again as files (a plain open of a FIFO blocked every import for ever)."""
+    rng = random.Random(41)
+    failures = []
+    for trial in range(max(2, TRIALS // 2)):
+        root = tmp_path / f"proj{trial}"
+        root.mkdir()
+        (root / "mod.py").write_text("def f(opt, loss):\n    loss.backward()\n    opt.step()\n")
+        (root / "main.py").write_text("import inspect, mod\nprint('rewritten', 'scalebox' in inspect.getsource(mod))\n")
+        Project.init(str(root))
+
+        def run():
+            return subprocess.run([sys.executable, "-m", "scalebox_cst", "main.py"], cwd=root, capture_output=True, text=True,
+                                  timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+        first = run()
+        assert first.returncode == 0 and "rewritten True" in first.stdout, first.stderr
+        cache = root / ".scalebox" / "pycache"
+        targets = {"entry": next(cache.glob("mod.*.pyc")), "memo": next(cache.glob("fingerprint-*")),
+                   "key": root / ".scalebox" / "store.git" / "scalebox-cache.key"}
+        chosen = rng.sample(sorted(targets), k=rng.randint(1, 3))
+        how = rng.choice(["fifo", "folder"])
+        for name in chosen:
+            targets[name].unlink()
+            os.mkfifo(targets[name]) if how == "fifo" else targets[name].mkdir()
+        try:
+            proc = run()
+        except subprocess.TimeoutExpired:
+            failures.append((trial, how, chosen, "hung"))
+            continue
+        if proc.returncode != 0 or "rewritten True" not in proc.stdout or "Traceback" in proc.stderr:
+            failures.append((trial, how, chosen, proc.returncode, proc.stderr[-600:]))
+        elif how == "fifo" and not all(targets[n].is_file() for n in chosen if n != "key"):
+            failures.append((trial, how, chosen, "not written again as a file"))
+    print(f"\n{max(2, TRIALS // 2)} FIFOs or folders in the import cache: {len(failures)} failure(s)")
+    assert not failures, failures

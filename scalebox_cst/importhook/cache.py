@@ -6,11 +6,10 @@ import hmac as _hmac
 import marshal
 import os
 import sys
-from io import FileIO as _FileIO  # unbuffered: one fstat and one read per file
 from typing import Dict, Optional
 
 from scalebox_cst import statedir, tmpnames
-from scalebox_cst.importhook.common import _FORMAT, CACHE_KEY_FILE, say_once
+from scalebox_cst.importhook.common import _FORMAT, CACHE_KEY_FILE, NotRegular, read_own_file, say_once
 
 
 def _cache_tag() -> str:
@@ -47,8 +46,7 @@ def _read_entry(path: str, source_hash: bytes, key: Optional[bytes]) -> Optional
     if key is None:
         return None
     try:
-        with _FileIO(path) as fh:
-            data = fh.readall()
+        data = read_own_file(path)
     except OSError:
         return None
     try:
@@ -134,13 +132,19 @@ def _cache_key(store_dir: str, create: bool) -> Optional[bytes]:
     made on first use by ``create``; None when there is no store or the key is unreadable."""
     path = os.path.join(store_dir, CACHE_KEY_FILE)
     try:
-        with _FileIO(path) as fh:
-            key = fh.readall()
+        key = read_own_file(path)
         if len(key) == 32:
             return key
         if not create:
             return None
         os.remove(path)  # damaged: a new key only makes the old entries miss
+    except NotRegular:  # a FIFO or the like in its place: damaged too
+        if not create:
+            return None
+        try:
+            os.remove(path)
+        except OSError:
+            return None
     except FileNotFoundError:
         if not create or not os.path.isdir(store_dir):
             return None
@@ -160,8 +164,7 @@ def _cache_key(store_dir: str, create: bool) -> Optional[bytes]:
             pass
         finally:
             os.remove(tmp)
-        with _FileIO(path) as fh:
-            key = fh.readall()
+        key = read_own_file(path)
         return key if len(key) == 32 else None
     except OSError as exc:
         say_once(("cache key", exc.errno), "scalebox: cannot make the import cache key %s (%s); continuing without the cache", path, exc)

@@ -22,6 +22,7 @@ from scalebox_cst.importhook.common import (
     _blob_id,
     _log,
     _one_line,
+    read_own_file,
     say_once,
 )
 from scalebox_cst.importhook.fingerprint import _engine_stamps, _stamp
@@ -143,8 +144,7 @@ class _Root:
     def _memo_fingerprint(self) -> Optional[str]:
         """The fingerprint memo for the current config and transform modules, if there is one."""
         try:
-            with open(self._memo_path(), "rb") as fh:  # binary: a text codec lookup is an import
-                value, *stamps = fh.read().decode("utf-8", "replace").split("\n")
+            value, *stamps = read_own_file(self._memo_path()).decode("utf-8", "replace").split("\n")
         except OSError:
             return None
         if value and stamps and all(_stamp(line.split("\t", 1)[0]) == line for line in stamps):
