@@ -10,12 +10,14 @@ import json
 import os
 from typing import Any, Dict, Optional
 
+from scalebox_cst.intake import open_regular
+
 FILE = "precision.json"
 
 
 def read(directory: str) -> Optional[Dict[str, Any]]:
     try:
-        with open(os.path.join(directory, FILE), encoding="utf-8") as fh:
+        with open_regular(os.path.join(directory, FILE), "r", encoding="utf-8") as fh:
             data = json.load(fh)
     except (OSError, ValueError):
         return None

@@ -12,6 +12,8 @@ import json
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from scalebox_cst.intake import open_regular
+
 FILE = "fallbacks.json"
 
 #: aten operator (without overload) -> the device table's entry that emits its NPU kernel
@@ -27,7 +29,7 @@ EQUIVALENTS: Dict[str, str] = {
 def read(directory: str) -> Optional[List[Dict[str, Any]]]:
     """A run's fallbacks, most frequent first; None where the run recorded none."""
     try:
-        with open(os.path.join(directory, FILE), encoding="utf-8") as fh:
+        with open_regular(os.path.join(directory, FILE), "r", encoding="utf-8") as fh:
             rows = json.load(fh).get("fallbacks")
     except (OSError, ValueError, AttributeError):
         return None

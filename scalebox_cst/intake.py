@@ -42,6 +42,27 @@ class NotRead(Exception):
         self.gone = gone
 
 
+class NotRegularFile(OSError):
+    """:func:`open_regular` met something other than a regular file (a FIFO, a device, a folder)."""
+
+
+def open_regular(path: str, mode: str = "rb", **kwargs):
+    """``open(path, mode)`` for reading the engine's own state files (a run's record and
+    series, the import cache), that raises :class:`NotRegularFile` (an ``OSError``) instead of
+    blocking: a FIFO planted in ``.scalebox/`` would block a plain ``open`` for ever, and with
+    it ``scalebox log``, ``status``, the monitor and every hooked import. One ``open`` and one
+    ``fstat``; the link in the last component is followed, as ``open`` does."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"{_kind(st.st_mode)}, not a regular file", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, mode, **kwargs)
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"

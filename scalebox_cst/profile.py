@@ -23,6 +23,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scalebox_cst import runs
+from scalebox_cst.intake import open_regular
 from scalebox_cst.runtime.profile_categories import CATEGORIES  # the one table, shared with the sampler
 
 
@@ -65,7 +66,7 @@ class Reader:
 
     def refresh(self) -> "Reader":
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular(self.path) as fh:
                 fh.seek(self.offset)
                 data = fh.read()
         except OSError:

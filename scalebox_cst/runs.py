@@ -22,6 +22,7 @@ import time
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from scalebox_cst import headlines, statedir, tmpnames
+from scalebox_cst.intake import open_regular
 
 STATE_DIR = ".scalebox"
 RUNS = "runs"
@@ -174,10 +175,10 @@ def _number(raw: Any) -> float:
 def _read_lines(path: str, offset: int) -> Tuple[List[bytes], int]:
     """Complete lines from byte ``offset``; a last line without "\\n" is being written: left."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:  # a FIFO in its place: no lines, not a reader blocked for ever
             fh.seek(offset)
             data = fh.read()
-    except FileNotFoundError:
+    except OSError:  # absent, or a folder or FIFO in its place: nothing to read (as the monitor's reader)
         return [], offset
     end = data.rfind(b"\n")
     if end < 0:
@@ -242,7 +243,7 @@ def read_series(directory: str) -> Dict[str, List[Point]]:
 def read_sites(directory: str) -> List[Dict[str, Any]]:
     """The per-site guard counts and times of a run (empty if telemetry wrote none)."""
     try:
-        with open(os.path.join(directory, SITES), encoding="utf-8") as fh:
+        with open_regular(os.path.join(directory, SITES), "r", encoding="utf-8") as fh:
             data = json.load(fh)
     except (OSError, ValueError):
         return []
@@ -359,7 +360,7 @@ def load_record(directory: str) -> Optional[Dict[str, Any]]:
     process is gone reads as ``lost`` (ended), never ``running``; so does a damaged one, saying
     so in ``stop_reason``. None if absent or unreadable."""
     try:
-        with open(os.path.join(directory, RECORD), encoding="utf-8") as fh:
+        with open_regular(os.path.join(directory, RECORD), "r", encoding="utf-8") as fh:
             record = json.load(fh)
     except OSError:
         return None

@@ -281,3 +281,88 @@ def test_a_fifo_or_folder_in_place_of_an_import_cache_file_never_hangs_an_import
             failures.append((trial, how, chosen, "not written again as a file"))
     print(f"\n{max(2, TRIALS // 2)} FIFOs or folders in the import cache: {len(failures)} failure(s)")
     assert not failures, failures
+
+
+def _never_blocks(call, seconds=10.0):
+    """``call()`` in a thread: (finished, result or exception); a call blocked on a FIFO is left behind."""
+    import threading
+
+    out = []
+
+    def go():
+        try:
+            out.append(call())
+        except Exception as exc:  # noqa: BLE001 - reported as the outcome
+            out.append(exc)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return (not thread.is_alive()), (out[0] if out else None)
+
+
+def test_a_fifo_or_folder_in_place_of_a_run_file_never_hangs_a_reader(tmp_path):
+    """A run folder whose record, series or side files are FIFOs or folders: ``scalebox log``,
+    ``status`` and ``compare`` end in time without a traceback, and every reader of the run
+    folder (series, sites, profile, fallbacks, precision, ranks, the monitor's) returns nothing
+    instead of blocking (each did a plain ``open``, which waits for a writer that never comes)."""
+    import json
+
+    from scalebox_cst import calibration, fallbacks, profile, runs
+    from scalebox_cst.monitor.files import EventsFile, MetricsFile
+    from scalebox_cst.runner import torchrun
+
+    rng = random.Random(43)
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text("for i in range(5):\n    print(f'step={i} episodic_return={i}', flush=True)\n")
+    scalebox("init", cwd=root)
+    for _ in range(2):
+        scalebox("run", "train.py", cwd=root, timeout=300)
+    run_dir = root / ".scalebox" / "runs" / "run" / "0001" / "0001"
+    names = ["record.json", "metrics.jsonl", "events.jsonl", "sites.json", "profile.jsonl", "fallbacks.json",
+             "precision.json", "ranks/0/rank.json"]
+    failures = []
+    for trial in range(max(3, TRIALS)):
+        chosen = rng.sample(names, k=rng.randint(1, 4))
+        how = rng.choice(["fifo", "folder"])
+        saved = {}
+        for name in chosen:
+            path = run_dir / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_file():
+                saved[name] = path.read_bytes()
+                path.unlink()
+            os.mkfifo(path) if how == "fifo" else path.mkdir()
+        for args in (["log"], ["status"], ["compare", "run/0001", "run/0002"]):
+            try:
+                proc = scalebox(*args, cwd=root, check=False, timeout=60)
+            except subprocess.TimeoutExpired:
+                failures.append((trial, how, chosen, args, "hung"))
+                continue
+            if "Traceback" in proc.stderr:
+                failures.append((trial, how, chosen, args, proc.stderr[-600:]))
+        readers = {
+            "load_record": lambda: runs.load_record(str(run_dir)),
+            "read_series": lambda: runs.read_series(str(run_dir)),
+            "read_events": lambda: runs.read_events(str(run_dir / "events.jsonl")),
+            "read_sites": lambda: runs.read_sites(str(run_dir)),
+            "profile": lambda: profile.Reader(str(run_dir)).refresh(),
+            "fallbacks": lambda: fallbacks.read(str(run_dir)),
+            "precision": lambda: calibration.read(str(run_dir)),
+            "ranks": lambda: torchrun.rank_records(str(run_dir)),
+            "monitor metrics": lambda: MetricsFile(str(run_dir / "metrics.jsonl")).refresh(),
+            "monitor events": lambda: EventsFile(str(run_dir / "events.jsonl")).refresh(),
+        }
+        for name, call in readers.items():
+            done, result = _never_blocks(call)
+            if not done or isinstance(result, Exception):
+                failures.append((trial, how, chosen, name, "hung" if not done else repr(result)))
+        for name in chosen:  # put the folder back as it was
+            path = run_dir / name
+            path.rmdir() if path.is_dir() else path.unlink()
+            if name in saved:
+                path.write_bytes(saved[name])
+        json.loads((run_dir / "record.json").read_text())
+    print(f"\n{max(3, TRIALS)} run folders with FIFOs or folders in place of files: {len(failures)} failure(s)")
+    assert not failures, failures

@@ -9,7 +9,8 @@ import sys
 from typing import Dict, Optional
 
 from scalebox_cst import statedir, tmpnames
-from scalebox_cst.importhook.common import _FORMAT, CACHE_KEY_FILE, NotRegular, read_own_file, say_once
+from scalebox_cst.importhook.common import _FORMAT, CACHE_KEY_FILE, read_own_file, say_once
+from scalebox_cst.intake import NotRegularFile
 
 
 def _cache_tag() -> str:
@@ -138,7 +139,7 @@ def _cache_key(store_dir: str, create: bool) -> Optional[bytes]:
         if not create:
             return None
         os.remove(path)  # damaged: a new key only makes the old entries miss
-    except NotRegular:  # a FIFO or the like in its place: damaged too
+    except NotRegularFile:  # a FIFO or the like in its place: damaged too
         if not create:
             return None
         try:

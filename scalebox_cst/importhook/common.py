@@ -2,13 +2,11 @@
 warning it gives, and small helpers that import nothing heavy."""
 from __future__ import annotations
 
-import errno
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import os
-import stat
-from typing import List
+
+from scalebox_cst.intake import open_regular
 
 # The names below mirror scalebox_cst.project / scalebox_cst.config; importing those here would
 # pull libcst and pygit2 into every hooked process (≈180 ms) before anything is known to be cold.
@@ -63,32 +61,12 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-class NotRegular(OSError):
-    """One of the hook's own files is something else (a FIFO, a device, a folder)."""
-
-
 def read_own_file(path: str) -> bytes:
     """The bytes of one of the hook's own files (a cache entry, the cache key, the fingerprint
-    memo) if it is a regular file; OSError otherwise. Opened without blocking and checked with
-    ``fstat``: a FIFO or device planted in ``.scalebox/`` would block a plain ``open`` for ever,
-    hanging every import of the project (the same one open, fstat and read as ``FileIO``).
-    Raises :class:`NotRegular` for anything but a regular file."""
-    fd = os.open(path, _READ_FLAGS)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegular(errno.EINVAL, "not a regular file", path)
-        chunks: List[bytes] = []
-        while True:
-            chunk = os.read(fd, max(st.st_size + 1, 1 << 16))
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
+    memo) if it is a regular file; OSError otherwise (``intake.NotRegularFile`` for a FIFO or the like,
+    which a plain ``open`` would block on for ever, hanging every import of the project)."""
+    with open_regular(path, "rb", buffering=0) as fh:  # unbuffered: one fstat and one read, as FileIO
+        return fh.readall()
 
 
 def _blob_id(data: bytes) -> str:

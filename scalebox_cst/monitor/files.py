@@ -12,6 +12,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import numpy as np
 
 from scalebox_cst import runs
+from scalebox_cst.intake import open_regular
 from scalebox_cst.monitor.series import Series
 
 #: bytes of metrics read per step (a million-line file is parsed in bounded pieces)
@@ -122,7 +123,7 @@ def _read_lines(path: str, offset: int, limit: int) -> Tuple[List[bytes], int]:
     written and is left for later), in bounded pieces: a million-line file is never held at once.
     """
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:  # a FIFO in its place: an error, not a request blocked for ever
             fh.seek(offset)
             data = fh.read(limit)
             while data and b"\n" not in data:  # one line longer than the limit

@@ -29,6 +29,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, TypedDict
 
 from scalebox_cst import runs
+from scalebox_cst.intake import open_regular
 from scalebox_cst.runner import execution as executor
 from scalebox_cst.runner.record import error_tail
 from scalebox_cst.runtime.distributed import FAILURE, RANK_INFO, RANKS, TORCHRUN_FLAG, rank_dir
@@ -211,12 +212,12 @@ def rank_records(run_dir: str) -> List[Dict[str, Any]]:
         if not name.isdigit():
             continue
         try:
-            with open(os.path.join(base, name, RANK_INFO), encoding="utf-8") as fh:
+            with open_regular(os.path.join(base, name, RANK_INFO), "r", encoding="utf-8") as fh:
                 info = json.load(fh)
         except (OSError, ValueError):
             continue
         try:
-            with open(os.path.join(base, name, FAILURE), encoding="utf-8") as fh:
+            with open_regular(os.path.join(base, name, FAILURE), "r", encoding="utf-8") as fh:
                 info["failure"] = json.load(fh)
         except (OSError, ValueError):
             info["failure"] = None
@@ -241,7 +242,7 @@ def rank_log_lines(run_dir: str, rank: Dict[str, Any]) -> List[str]:
     if not rank.get("log"):
         return []
     try:
-        with open(os.path.join(run_dir, rank["log"]), encoding="utf-8", errors="replace") as fh:
+        with open_regular(os.path.join(run_dir, rank["log"]), "r", encoding="utf-8", errors="replace") as fh:
             return [_TRACEBACK_PREFIX.sub("", line) for line in fh]
     except OSError:
         return []
