@@ -36,13 +36,11 @@ import sys
 import tempfile
 import threading
 import time
-from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence
 
 from scalebox_cst import limits as run_limits, runs, tmpnames
+from scalebox_cst.rayreaper import start_reaper
 from scalebox_cst.runtime import threads as quiet
-
-if TYPE_CHECKING:  # the reaper's type; subprocess is imported where it is started
-    import subprocess
 
 INSTALL_HINT = 'the ray launcher needs Ray: pip install "scalebox_cst[ray]" (or pip install "ray>=2.9")'
 #: seconds between two chunks a task streams back
@@ -53,6 +51,11 @@ _APPENDED = (".jsonl", ".txt")
 
 class RayUnavailable(RuntimeError):
     """Ray is not installed (the message says how to install it)."""
+
+
+class RayStartError(RuntimeError):
+    """``ray.init`` refused: an address that is not Ray's or does not answer, a local instance
+    that does not start. One line naming the address, as every error a user can cause."""
 
 
 def require_ray():
@@ -364,76 +367,6 @@ class _HostRun:
         return rec
 
 
-# ------------------------------------------------------------------------------ the local instance
-def _process_table() -> Dict[int, tuple]:
-    """pid -> (parent pid, start time) of every process (Linux /proc; empty elsewhere)."""
-    table = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if not name.isdigit():
-            continue
-        fields = runs.stat_fields(int(name))
-        try:
-            if fields is not None:
-                table[int(name)] = (int(fields[1]), fields[19].decode())
-        except ValueError:
-            continue
-    return table
-
-
-def _descendants(pid: int) -> List[tuple]:
-    """(pid, start time) of every process below ``pid``."""
-    table = _process_table()
-    children: Dict[int, List[int]] = {}
-    for child, (parent, _) in table.items():
-        children.setdefault(parent, []).append(child)
-    out, stack = [], list(children.get(pid, []))
-    while stack:
-        current = stack.pop()
-        out.append((current, table[current][1]))
-        stack.extend(children.get(current, []))
-    return out
-
-
-def _start_reaper(driver: int) -> Optional["subprocess.Popen"]:
-    """A watcher for the local Ray instance this call started: its processes share the driver's
-    process group but not its fate, so if the driver is killed (SIGKILL: no ray.shutdown) the
-    watcher ends them. Each is named by pid and start time (a reused pid is left alone)."""
-    import subprocess
-
-    procs = _descendants(driver)
-    if not procs:
-        return None
-    spec = ",".join(f"{pid}:{start}" for pid, start in procs)
-    return subprocess.Popen(
-        [sys.executable, "-m", "scalebox_cst.raylaunch", "--reap", str(driver), spec],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-
-
-def _reap(driver: int, spec: str, interval: float = 0.5, grace: float = 3.0) -> None:
-    wanted = [(int(p), start) for p, start in (item.split(":") for item in spec.split(",") if item)]
-    while True:
-        table = _process_table()
-        if driver not in table:
-            break
-        time.sleep(interval)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        table = _process_table()
-        alive = [pid for pid, start in wanted if table.get(pid, (None, None))[1] == start]
-        if not alive:
-            return
-        for pid in alive:
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        time.sleep(grace)
-
-
 def _stop_on_signals(stop: threading.Event, notice: Callable[[str], None]):
     """The supervisor's stop signals set ``stop`` (``stop.signum``: which came), said once."""
     from scalebox_cst.runner import signals
@@ -488,11 +421,17 @@ def run_ray(
                 "Ray is already initialised in this process: the commits travel as the job's runtime_env, "
                 "so run_ray must connect itself (call ray.shutdown() first)"
             )
-        if address:
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
-        else:
-            ray.init(num_cpus=_local_cpus(len(jobs), parallel), include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
-            reaper = _start_reaper(os.getpid())
+        try:
+            if address:
+                ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+            else:
+                ray.init(num_cpus=_local_cpus(len(jobs), parallel), include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+        except Exception as exc:  # noqa: BLE001 - Ray raises ValueError, ConnectionError, RuntimeError...
+            text = str(exc).strip().splitlines()
+            where = f"cannot connect to {address!r}" if address else "cannot start a local Ray instance"
+            raise RayStartError(f"ray: {where}: {text[0] if text else type(exc).__name__}") from None
+        if not address:
+            reaper = start_reaper(os.getpid())
         started_here = True
         if handle_signals:
             handlers.enter_context(_stop_on_signals(stop, notice))
@@ -591,10 +530,3 @@ def cli_run(
     if stop.is_set():
         return 128 + int(getattr(stop, "signum", signal.SIGTERM))
     return 0 if all(r.get("status") == "ok" for r in records) else 1
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--reap"] and len(sys.argv) == 4:
-        _reap(int(sys.argv[2]), sys.argv[3])
-    else:
-        sys.exit("usage: python -m scalebox_cst.raylaunch --reap DRIVER_PID PID:START,...")

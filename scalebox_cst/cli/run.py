@@ -120,11 +120,14 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
         except StoreError:
             return None
 
-    status = raylaunch.cli_run(
-        project.root, project.store.path, infos, script_rel, args, seed_list, seed_via_for if seeds else (lambda c: None),
-        backend_of, variant, address, parallel, echo=lambda text: click.echo(text, err=True),
-        describe=lambda record: _describe_end(RunRecord.from_json(record)),
-    )
+    try:
+        status = raylaunch.cli_run(
+            project.root, project.store.path, infos, script_rel, args, seed_list, seed_via_for if seeds else (lambda c: None),
+            backend_of, variant, address, parallel, echo=lambda text: click.echo(text, err=True),
+            describe=lambda record: _describe_end(RunRecord.from_json(record)),
+        )
+    except raylaunch.RayStartError as exc:
+        _fail(str(exc))
     sys.exit(status)
 
 

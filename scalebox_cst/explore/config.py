@@ -8,6 +8,7 @@ of the code later (:func:`bind`), when the project's files are read.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from typing import Any, Dict, List, Optional, Sequence
@@ -131,6 +132,9 @@ def _spec(name: str, key: str, raw: Any) -> ParamSpec:
     else:
         if not all(_number(v) for v in value):
             raise ExploreConfigError(f"{where}.{kind}: expects [low, high] numbers, got {value}")
+        if not all(math.isfinite(v) for v in value) or not math.isfinite(float(high) - float(low)):
+            # Optuna draws from [low, high) with numpy, which raises OverflowError on such a range
+            raise ExploreConfigError(f"{where}.{kind}: expects finite low and high a float can span, got {value}")
         if not low < high or (kind == "loguniform" and low <= 0):
             raise ExploreConfigError(f"{where}.{kind}: expects {'0 < ' if kind == 'loguniform' else ''}low < high, got {value}")
         low, high = float(low), float(high)
@@ -161,7 +165,9 @@ def _load(path: str) -> ExploreConfig:
 
     want("script", lambda v: isinstance(v, str) and v.endswith(".py"), "a .py path")
     want("metric", lambda v: isinstance(v, str) and v.strip(), "a metric name")
-    want("args", lambda v: isinstance(v, list) and all(isinstance(a, (str, int, float)) for a in v), "a list of strings")
+    want("script", lambda v: "\0" not in v, "a path without NUL bytes")
+    want("args", lambda v: isinstance(v, list) and all(isinstance(a, (str, int, float)) and "\0" not in str(a) for a in v),
+         "a list of strings (without NUL bytes: a command line cannot hold one)")
     want("direction", lambda v: v in ("maximize", "minimize"), "maximize or minimize")
     want("trials", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1")
     want("parallel", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1")
@@ -171,7 +177,7 @@ def _load(path: str) -> ExploreConfig:
     want("sampler", lambda v: v in SAMPLERS, " or ".join(SAMPLERS))
     want("prune", lambda v: v in PRUNERS or v is False, "median or none")
     want("prune_warmup_steps", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0")
-    want("files", lambda v: isinstance(v, list) and all(isinstance(f, str) for f in v), "a list of .py paths")
+    want("files", lambda v: isinstance(v, list) and all(isinstance(f, str) and "\0" not in f for f in v), "a list of .py paths")
     want("timeout", lambda v: _number(v) and v > 0, "seconds > 0")
     want("params", lambda v: isinstance(v, dict) and v, "a mapping of parameter: range")
     want("study", lambda v: isinstance(v, str) and _STUDY_NAME.match(v), "a name of letters, digits, _ . -")

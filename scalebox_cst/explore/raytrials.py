@@ -56,6 +56,10 @@ def run_seed_on_ray(study, trial, branch, commit, source_commit, seed, tags, fee
             stop.set()
         thread.join(timeout=0.2)
     if "error" in out:
+        if isinstance(out["error"], raylaunch.RayStartError):  # every trial would meet it: the study stops
+            from scalebox_cst.explore.study import ExploreError
+
+            raise ExploreError(f"{out['error']}; stopping the study") from None
         raise out["error"]
     record = dict(out["records"][0])
     record["tags"] = tags

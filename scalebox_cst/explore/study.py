@@ -89,6 +89,11 @@ def load_study(project_root: str, name: str):
         raise ExploreError(f"{directory}: the study cannot be read ({exc})") from None
 
 
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
 def make_sampler(optuna, config: ExploreConfig, seed: Optional[int]):
     startup = min(10, max(3, config.trials // 3))  # a 16-trial study spends 5 at random, not 10
     if config.sampler == "tpe":
@@ -202,6 +207,13 @@ class Study:
                     if self.fatal is None:
                         self.fatal = ExploreError(disk_error(exc, self.dir) if isinstance(exc, OSError)
                                                   else f"{exc}; stopping the study")
+                    self.stopping = "fatal"
+            except Exception as exc:  # noqa: BLE001 - a launcher or sampler error (a Ray address
+                # that does not connect): one line and the study stops; escaping the thread, it
+                # was a thread traceback, the other workers went on and the command ended 0
+                with self.lock:
+                    if self.fatal is None:
+                        self.fatal = ExploreError(f"{one_line(exc)}; stopping the study")
                     self.stopping = "fatal"
             finally:
                 with self.lock:

@@ -166,6 +166,13 @@ def test_config_reads_yaml_and_toml(tmp_path):
     (GOOD + "seeds: [4294967296]\n", "seeds: expects a non-empty list of integers from 0 to 4294967295"),
     # a RecursionError traceback from the YAML parser
     (GOOD + "files: " + "[" * 10000 + "]" * 10000 + "\n", "explore.yaml: values nested too deeply to read"),
+    # numpy's OverflowError ("Range exceeds valid bounds") in a worker thread, the study ending 0
+    (GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "uniform: [0, .inf]"), "params.LR.uniform: expects finite low and high"),
+    (GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "uniform: [-1.0e+308, 1.0e+308]"), "params.LR.uniform: expects finite low and high"),
+    (GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "loguniform: [1.0e-4, .inf]"), "params.LR.loguniform: expects finite low and high"),
+    # Popen's "ValueError: embedded null byte" traceback in every trial
+    (GOOD + 'args: ["--x", "a\\0b"]\n', "args: expects a list of strings (without NUL bytes"),
+    (GOOD.replace("script: train.py", 'script: "tr\\0ain.py"'), "script: expects a path without NUL bytes"),
 ])
 def test_config_errors_name_the_key(tmp_path, text, message):
     with pytest.raises(cfg.ExploreConfigError) as exc:

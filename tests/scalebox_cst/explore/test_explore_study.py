@@ -365,6 +365,48 @@ def test_ray_launcher_runs_a_trial_as_a_ray_task(tmp_path):
     assert trial.value == pytest.approx(-((trial.params["LR"] - 0.3) ** 2 + (0.1 - 0.7) ** 2), abs=2e-6)
 
 
+def test_a_ray_address_that_is_not_rays_stops_the_study_in_one_line(tmp_path):
+    """The error escaped the worker thread: a thread traceback, and ``scalebox explore`` (and
+    ``scalebox run --launcher ray``) ended 0 with no trial run."""
+    pytest.importorskip("ray")
+    root = make(tmp_path, CONFIG_1.replace("trials: 6", "trials: 3") + "launcher: ray\n    address: 'http://[::1'\n    parallel: 2\n")
+    proc = explore(root, check=False, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("scalebox: ray: cannot connect to 'http://[::1': Invalid Ray address")
+    assert proc.stderr.strip().endswith("; stopping the study")
+    proc = scalebox("run", "--launcher", "ray", "--address", "http://[::1", "train.py", cwd=root, check=False, env=ENV, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("scalebox: ray: cannot connect to 'http://[::1'")
+
+
+def test_an_engine_error_in_a_trial_stops_the_study_in_one_line_not_a_thread_traceback(tmp_path, monkeypatch):
+    """Any exception a worker meets outside the script (here the sampler's) is the study's one-line
+    error: it escaped the worker thread (a thread traceback), the other workers went on and the
+    study ended as if complete."""
+    import threading
+
+    from scalebox_cst.explore import config as cfg, study as study_mod
+    from scalebox_cst.explore.branches import places_of
+    from scalebox_cst.project import Project
+
+    root = make(tmp_path, CONFIG_1.replace("trials: 6", "trials: 4") + "parallel: 2\n")
+    project = Project(str(root))
+    config = cfg.load(str(root / "explore.yaml"))
+    bound = cfg.bind(config, places_of(project.scan(), ["train.py"]))
+    escaped = []
+    monkeypatch.setattr(threading, "excepthook", escaped.append)
+
+    def broken(trial, spec):
+        raise OverflowError("Range exceeds valid bounds")
+
+    monkeypatch.setattr(study_mod, "suggest", broken)
+    study = study_mod.Study(project, config, bound, False, echo=lambda text: None)
+    with pytest.raises(study_mod.ExploreError) as exc:
+        study.run()
+    assert str(exc.value) == "OverflowError: Range exceeds valid bounds; stopping the study"
+    assert escaped == []
+
+
 def test_sigterm_stops_the_runs_and_the_interrupted_trial_runs_again_on_resume(tmp_path):
     slow = TOY.replace("PAUSE = 0.0", "PAUSE = 0.2")
     root = make(tmp_path, CONFIG_1.replace("trials: 6", "trials: 3"), slow)

@@ -137,7 +137,7 @@ def _sleeping(run_dir):
 def test_stopping_the_call_stops_every_run_and_ray(ray_project, how):
     """SIGTERM to `scalebox run --launcher ray`: every task is cancelled, each run stopped and
     recorded so. SIGKILL: no shutdown runs, yet the runs and the local Ray instance end."""
-    from scalebox_cst.raylaunch import _descendants
+    from scalebox_cst.rayreaper import descendants as _descendants
 
     driver = subprocess.Popen(
         [sys.executable, "-c", "from scalebox_cst.cli import main; main()", "run", "--launcher", "ray", "--seeds", "0,1",
