@@ -227,7 +227,14 @@ def read_module(origin: str, root: str, rel: str, config: Callable[[], object], 
     """The bytes of the module file ``origin`` (the project file ``rel`` of ``root``) for the
     import hook, on every import: a folder with no link on its way (one ``realpath`` per folder,
     remembered in ``plain_dirs``) is read with one :func:`read_regular`; otherwise, and for a
-    link, as :func:`read_project_file` (``config()`` called only to classify a link)."""
+    link, as :func:`read_project_file` (``config()`` called only to classify a link). A name a
+    snapshot leaves out (not UTF-8, or holding a control or bidi character: see
+    :func:`_unshowable`) is not read either, so no hook branch holds a name no line can show."""
+    if not _utf8(rel):
+        raise NotRead("file name is not UTF-8 (rename it to include it)")
+    odd = _unshowable(rel)
+    if odd:
+        raise NotRead(f"file name holds {odd} (rename it to include it)")
     try:
         folder = origin.rpartition(os.sep)[0]
         plain = plain_dirs.get(folder)

@@ -366,3 +366,40 @@ def test_a_fifo_or_folder_in_place_of_a_run_file_never_hangs_a_reader(tmp_path):
         json.loads((run_dir / "record.json").read_text())
     print(f"\n{max(3, TRIALS)} run folders with FIFOs or folders in place of files: {len(failures)} failure(s)")
     assert not failures, failures
+
+
+def test_modules_whose_names_a_snapshot_leaves_out_are_not_committed_by_the_import_hook(tmp_path):
+    """Module files named with a control or bidi character, or not UTF-8, imported through the
+    hook: each runs as written with one escaped warning, and no hook branch holds the name (the
+    hook committed them, so ``scalebox log``/``diff`` had to show names a snapshot refuses)."""
+    rng = random.Random(47)
+    failures = []
+    for trial in range(max(2, TRIALS // 2)):
+        root = tmp_path / f"proj{trial}"
+        (root / "names").mkdir(parents=True)
+        (root / "names" / "__init__.py").write_text("")
+        body = "def f(opt, loss):\n    loss.backward()\n    opt.step()\n"
+        picked = rng.sample(ODD_CHARS, k=3)
+        stems = [f"m{i}{char}x" for i, (char, _) in enumerate(picked)] + [os.fsdecode(b"m_\xe9\xff")]
+        for stem in stems:
+            with open(os.path.join(os.fsencode(root / "names"), os.fsencode(stem) + b".py"), "w") as fh:
+                fh.write(body)
+        (root / "names" / "plain.py").write_text(body)
+        (root / "main.py").write_text("import importlib, os\n"
+                                      "for n in sorted(os.listdir('names')):\n"
+                                      "    if n.endswith('.py') and '\\n' not in n and n != '__init__.py':\n"
+                                      "        importlib.import_module('names.' + n[:-3])\n"
+                                      "print('done')\n")
+        Project.init(str(root))
+        proc = subprocess.run([sys.executable, "-m", "scalebox_cst", "main.py"], cwd=root, capture_output=True,
+                              timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        names = subprocess.run(["git", "--git-dir", str(root / ".scalebox" / "store.git"), "log", "--all", "--name-only",
+                                "--format=", "-z"], capture_output=True, check=True).stdout.split(b"\0")
+        bad = [n for n in names if n.startswith(b"names/") and n not in (b"names/__init__.py", b"names/plain.py")]
+        said = proc.stderr.decode("utf-8", "replace")
+        if proc.returncode != 0 or b"done" not in proc.stdout or bad or "Traceback" in said:
+            failures.append((trial, proc.returncode, bad, said[-600:]))
+        elif b"names/plain.py" not in names or "\x1b" in said or "\u202e" in said or "\u2066" in said:
+            failures.append((trial, "plain.py not committed, or a raw control character in the warnings", said[-600:]))
+    print(f"\n{max(2, TRIALS // 2)} projects with oddly named modules under the hook: {len(failures)} failure(s)")
+    assert not failures, failures

@@ -31,7 +31,7 @@ from scalebox_cst.importhook.session import (
     _Root,
     _session,
 )
-from scalebox_cst.intake import NotRead, read_module
+from scalebox_cst.intake import NotRead, read_module, shown_name
 
 
 # ---------------------------------------------------------------------------- finder
@@ -235,8 +235,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
         try:
             return read_module(spec.origin, root.root, rel, lambda: root.project().config, self._plain_dirs)
         except NotRead as exc:
-            if not exc.gone:
-                self._warn(spec.origin, f"{rel}: {exc}; not rewritten")
+            if not exc.gone:  # the name as a snapshot's note shows it: escaped, on one line
+                self._warn(shown_name(spec.origin), f"{shown_name(rel)}: {exc}; not rewritten")
             return None
 
     # ---------------------------------------------------------------- the cold path
