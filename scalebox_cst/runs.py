@@ -22,7 +22,7 @@ import time
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from scalebox_cst import headlines, statedir, tmpnames
-from scalebox_cst.intake import open_regular
+from scalebox_cst.intake import NotRegularFile, open_regular
 
 STATE_DIR = ".scalebox"
 RUNS = "runs"
@@ -362,6 +362,8 @@ def load_record(directory: str) -> Optional[Dict[str, Any]]:
     try:
         with open_regular(os.path.join(directory, RECORD), "r", encoding="utf-8") as fh:
             record = json.load(fh)
+    except NotRegularFile as exc:  # a FIFO or a device in its place: never opened for reading
+        record = _damaged(str(exc.strerror))
     except OSError:
         return None
     except (ValueError, RecursionError) as exc:  # cut short, overwritten, not UTF-8: the run still was

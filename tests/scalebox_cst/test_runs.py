@@ -113,14 +113,18 @@ def test_a_running_record_whose_process_is_gone_reads_as_lost(tmp_path):
     assert [r.id for r in runs.list_runs(str(tmp_path), "run/0002")] == ["run/0002#1"]
 
 
-@pytest.mark.parametrize("text", ['{"branch": "run/0001", "run": ', "[1, 2]", "\udcff"])
+@pytest.mark.parametrize("text", ['{"branch": "run/0001", "run": ', "[1, 2]", "\udcff", "fifo"])
 def test_a_damaged_record_reads_as_lost_saying_so_and_log_shows_it(plain, text):
     """Found by the fifth fault campaign: a record.json cut short (or not an object) made its run
     vanish from ``log``, ``compare`` and the monitor ("no run run/0001#1")."""
     scalebox("run", "train.py", cwd=plain)
     (run,) = runs.list_runs(str(plain))
-    with open(os.path.join(run.dir, runs.RECORD), "w", encoding="utf-8", errors="surrogateescape") as fh:
-        fh.write(text)
+    if text == "fifo":
+        os.remove(os.path.join(run.dir, runs.RECORD))
+        os.mkfifo(os.path.join(run.dir, runs.RECORD))
+    else:
+        with open(os.path.join(run.dir, runs.RECORD), "w", encoding="utf-8", errors="surrogateescape") as fh:
+            fh.write(text)
     (damaged,) = runs.list_runs(str(plain))
     assert damaged.id == run.id and damaged.status == "lost"
     assert damaged.record["stop_reason"].startswith("its record.json is damaged (")
