@@ -134,7 +134,7 @@ class Compiled:
             try:
                 device_type = _device_type(args, kwargs)
                 self.owns = _cudagraphs(device_type)
-                self.compiled = torch.compile(self.fn, fullgraph=True, dynamic=False, options=_options(device_type))
+                self.compiled = _compile(self.fn, device_type)
             except Exception as exc:  # noqa: BLE001 - any failure to build means: eager
                 self.fall_back(f"torch.compile failed ({type(exc).__name__}: {_first_line(exc)})")
                 return self.fn(*args, **kwargs)
@@ -162,6 +162,30 @@ class Compiled:
                 return _own(out) if self.owns else out
         self.compiled_calls += 1
         return _own(out) if self.owns else out
+
+
+def _compile(fn: Callable, device_type: str) -> Callable:
+    """``torch.compile`` of ``fn``, leaving ``torch.distributions``' default validation as it was.
+
+    The first ``torch.compile`` of a process calls ``Distribution.set_default_validate_args(False)``
+    (torch/_dynamo/eval_frame.py, ``TorchPatcher.patch``, run once): every distribution the
+    program built from then on, compiled or not, stopped validating its arguments (NaN
+    probabilities anywhere else in the user's code stopped raising: what docs/accelerate.md
+    measured and chose not to do). A compiled site needs none of it (each distribution in its body
+    is built with ``validate_args=False``, or the site is not compiled), so the default is put
+    back. Left as torch leaves it where the program's own ``torch.compile`` ran first (the default
+    was off already); where the program's runs after this one, torch's patch has run and does not
+    turn the default off again: validation stays on there.
+    """
+    import torch
+    from torch.distributions import Distribution
+
+    before = Distribution._validate_args
+    try:
+        return torch.compile(fn, fullgraph=True, dynamic=False, options=_options(device_type))
+    finally:
+        if Distribution._validate_args != before:
+            Distribution.set_default_validate_args(before)
 
 
 def _recompile_limit(exc: BaseException) -> bool:

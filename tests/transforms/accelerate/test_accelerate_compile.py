@@ -7,6 +7,10 @@ kept); the run-time guard runs a site eager on a compile failure, a graph break 
 storm, each reported as an event; ``[accelerate] level`` is validated; ``scalebox rewrite --fast``
 decorates. torch.compile on CPU takes seconds per graph: the compiling tests are few.
 """
+import os
+import subprocess
+import sys
+
 import harness
 import pytest
 import torch
@@ -137,6 +141,32 @@ def test_users_errors_are_raised_not_swallowed():
     site(torch.randn(2, 3), torch.randn(3, 2))
     with pytest.raises(RuntimeError):
         site(torch.randn(2, 3), torch.randn(4, 2))
+
+
+VALIDATION_AFTER_A_SITE = """\
+import torch
+from scalebox_cst.runtime.compiled import Compiled
+
+site = Compiled(lambda x: torch.tanh(x) * 2, "guard.py:6")
+site(torch.ones(3))
+print("compiled", site.compiled_calls, "validation", torch.distributions.Distribution._validate_args)
+try:
+    torch.distributions.Categorical(probs=torch.tensor([0.5, float("nan")]))
+    print("nan probs accepted")
+except ValueError:
+    print("nan probs refused")
+"""
+
+
+def test_a_compiled_site_leaves_distribution_validation_on_for_the_rest_of_the_program(tmp_path):
+    """torch's first torch.compile in a process turns distribution validation off program-wide
+    (TorchPatcher.patch): after one compiled site, a Categorical elsewhere in the user's code took
+    NaN probabilities without a word. The site puts the default back. In a fresh process: the
+    patch runs once per process, and the conftest fixture restores the default after each test."""
+    proc = subprocess.run([sys.executable, "-c", VALIDATION_AFTER_A_SITE], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["compiled 1 validation True", "nan probs refused"], proc.stdout + proc.stderr
 
 
 def test_switched_off_by_environment(monkeypatch):
