@@ -63,6 +63,16 @@ INPLACE_DUNDERS = frozenset(f"__i{op}__" for op in (
 DYNAMIC = frozenset({"locals", "vars", "eval", "exec", "globals"})
 
 
+def _element(node: ast.expr, entry: ast.expr, elements: Set[str]) -> bool:
+    """Whether ``node`` may be one element of a forward's result rather than a tensor: a name
+    unpacked from it (``out, h = rnn(packed)``) or an integer index straight into the value
+    followed (``rnn(packed)[0]``): an RNN given a PackedSequence returns one there."""
+    if isinstance(node, ast.Name):
+        return node.id in elements
+    return (isinstance(node, ast.Subscript) and node.value is entry and isinstance(node.slice, ast.Constant)
+            and type(node.slice.value) is int)
+
+
 class Flow:
     """Follows values of one scope. ``scope`` is a FunctionDef or the Module."""
 
@@ -214,6 +224,7 @@ class Flow:
         return False
 
     def _follow(self, node: ast.expr, names: List[Tuple[str, Optional[ast.stmt]]]) -> Optional[str]:
+        entry = node  # the forward's value, or a name bound to it whole
         while True:
             p = self.parents.get(node)
             if isinstance(p, ast.Attribute):
@@ -239,11 +250,12 @@ class Flow:
                 if attr in META:
                     return None
                 if attr in ("data", "indices") and isinstance(p.ctx, ast.Load) and not (
-                        attr == "data" and isinstance(node, ast.Name) and node.id in self.elements):
+                        attr == "data" and _element(node, entry, self.elements)):
                     self.ends.add(f".{attr}")
                     return None  # no graph: .data of any tensor, the indices of max(dim)/sort/topk
-                # .data of an element (``out, _ = self.decoder(packed, hid)``) may be a
-                # PackedSequence's field, the packed tensor with its graph: followed as any attribute
+                # .data of an element (``out, _ = self.decoder(packed, hid)``, ``rnn(packed)[0]``)
+                # may be a PackedSequence's field, the packed tensor with its graph: followed as
+                # any attribute
                 if isinstance(p.ctx, ast.Load):
                     node = p
                     continue

@@ -267,3 +267,18 @@ def test_data_of_an_element_of_a_forwards_result_is_not_an_end(end, rewritten):
     results = [fn(x, torch.zeros(1, 2, 7, requires_grad=True)) for fn in (original, new)]
     assert results[0][1] is not None and results[0][2] is not None
     assert all(same(a.detach(), b.detach()) for a, b in zip(results[0][:3], results[1][:3])), results
+
+
+def test_data_of_an_indexed_element_of_a_forwards_result_is_not_an_end():
+    """The same PackedSequence reached by an index, ``self.decoder(input_seq, hid)[0].data``: it
+    was still taken for an end (the decoder ran under no_grad, the gradients were None). An
+    index into a name bound to the whole result (``res[0].data``) is the same case."""
+    for teacher in ("out = self.output(self.decoder(input_seq, hid)[0].data)",
+                    "res = self.decoder(input_seq, hid)\n        out = self.output(res[0].data)"):
+        code = PACKED.replace("out, _ = self.decoder(input_seq, hid)\n        out = self.output(out.data)", teacher)
+        original, new, out, sites = harness.pair(code.replace("END", "out.data.detach()"), "run", ID, dedent=False)
+        assert teacher in out, out  # decode_teacher kept as written
+        x = torch.randn(2, 4, 5)
+        results = [fn(x, torch.zeros(1, 2, 7, requires_grad=True)) for fn in (original, new)]
+        assert results[1][1] is not None and results[1][2] is not None
+        assert all(same(a.detach(), b.detach()) for a, b in zip(results[0][:3], results[1][:3])), results
