@@ -86,7 +86,7 @@ def _read(path: str) -> Dict[str, Any]:
         import yaml
 
         try:
-            data = yaml.safe_load(raw)
+            data = yaml.load(raw, Loader=_unique_keys_loader())
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f":{mark.line + 1}" if mark is not None else ""
@@ -94,6 +94,30 @@ def _read(path: str) -> Dict[str, Any]:
     if not isinstance(data, dict):
         raise ExploreConfigError(f"{name}: expects a mapping of keys (script:, metric:, params: ...)")
     return data
+
+
+def _unique_keys_loader() -> Any:
+    """PyYAML's safe loader, refusing a key given twice in one mapping (``lr:`` twice kept the
+    last in silence: TOML refuses it itself)."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base loader says so
+                    break
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
 
 
 def _number(value: Any) -> bool:

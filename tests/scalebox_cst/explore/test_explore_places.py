@@ -173,11 +173,19 @@ def test_config_reads_yaml_and_toml(tmp_path):
     # Popen's "ValueError: embedded null byte" traceback in every trial
     (GOOD + 'args: ["--x", "a\\0b"]\n', "args: expects a list of strings (without NUL bytes"),
     (GOOD.replace("script: train.py", 'script: "tr\\0ain.py"'), "script: expects a path without NUL bytes"),
+    # a key given twice kept the last in silence (TOML refuses it itself); `<<:` merges may be overridden
+    (GOOD + "trials: 5\ntrials: 6\n", "not valid YAML (key 'trials' given twice)"),
 ])
 def test_config_errors_name_the_key(tmp_path, text, message):
     with pytest.raises(cfg.ExploreConfigError) as exc:
         cfg.load(write(tmp_path, text))
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_merged_mapping_may_override_its_keys(tmp_path):
+    """A key given twice is refused (above); one that overrides a ``<<:`` merge is not."""
+    c = cfg.load(write(tmp_path, "script: train.py\nmetric: m\nparams:\n  LR: {<<: {uniform: [0.0, 1.0]}, uniform: [0.1, 0.2]}\n"))
+    assert (c.params[0].low, c.params[0].high) == (0.1, 0.2)
 
 
 @pytest.mark.parametrize("param, message", [
