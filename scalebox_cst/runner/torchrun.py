@@ -239,10 +239,17 @@ def failed_first_line(failed: Dict[str, Any], nnodes: str) -> str:
 
 
 def rank_log_lines(run_dir: str, rank: Dict[str, Any]) -> List[str]:
-    if not rank.get("log"):
+    """The failed rank's log lines; its path comes from the rank's own ``rank.json`` (written in
+    the training process), so only a file inside the run folder is read: its tail goes into the
+    record, which the monitor serves."""
+    log = rank.get("log")
+    if not isinstance(log, str) or not log:
+        return []
+    path = os.path.realpath(os.path.join(run_dir, log))
+    if os.path.commonpath([path, os.path.realpath(run_dir)]) != os.path.realpath(run_dir):
         return []
     try:
-        with open_regular(os.path.join(run_dir, rank["log"]), "r", encoding="utf-8", errors="replace") as fh:
+        with open_regular(path, "r", encoding="utf-8", errors="replace") as fh:
             return [_TRACEBACK_PREFIX.sub("", line) for line in fh]
     except OSError:
         return []

@@ -348,3 +348,20 @@ def test_the_cli_refuses_a_mix_of_launcher_options_in_one_line(ddp_project):
         proc = scalebox("run", *args, "run/0001", "train.py", cwd=ddp_project, check=False)
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [message], proc.stderr
     assert runs.list_runs(str(ddp_project)) == []
+
+
+def test_a_rank_log_path_outside_the_run_folder_is_not_read(tmp_path):
+    """A rank's ``rank.json`` is written in the training process; its ``log`` path goes into the
+    record's error tail, which the monitor serves. Only files inside the run folder are read."""
+    from scalebox_cst.runner.torchrun import rank_log_lines
+
+    run_dir = tmp_path / "run"
+    (run_dir / "ranks" / "0").mkdir(parents=True)
+    (run_dir / "ranks" / "0" / "log.txt").write_text("Traceback (most recent call last):\nValueError: x\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password\n")
+    assert rank_log_lines(str(run_dir), {"log": "ranks/0/log.txt"})[-1] == "ValueError: x\n"
+    for log in ("../secret.txt", str(secret), "ranks/../../secret.txt", 7, ["x"]):
+        assert rank_log_lines(str(run_dir), {"log": log}) == [], log
+    (run_dir / "ranks" / "0" / "out.txt").symlink_to(secret)
+    assert rank_log_lines(str(run_dir), {"log": "ranks/0/out.txt"}) == []
