@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from scalebox_cst import statedir
 from scalebox_cst.runtime import metrics
 from scalebox_cst.runtime.grad_norms import stored_values
 
@@ -47,8 +48,8 @@ class _Events:
                 self.memory.append(item)
                 return
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-                with os.fdopen(fd, "a", encoding="utf-8") as fh:  # never through a link (scalebox_cst.statedir)
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | statedir.NOFOLLOW, 0o644)
+                with os.fdopen(fd, "a", encoding="utf-8") as fh:  # never through a link
                     fh.write(json.dumps(item, default=str) + "\n")
             except OSError as exc:  # telemetry never breaks a training run
                 print(f"scalebox: cannot write events to {path}: {exc}", file=sys.stderr)

@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from scalebox_cst import statedir  # a run folder's files: never written through a link
+
 ENV_FILE = "SCALEBOX_METRICS_FILE"
 #: namespace of every series the engine itself observes or computes (telemetry, guard, clip):
 #: they never share a series with a script's own tag of the same name (a SummaryWriter
@@ -181,7 +183,7 @@ def append_text(path: str, text: str) -> None:
     """Append ``text`` (whole lines) in one write on an O_APPEND descriptor: other writers of the
     same file (the executor, forked children) never split a line."""
     data = text.encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)  # (scalebox_cst.statedir)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | statedir.NOFOLLOW, 0o644)
     try:
         while data:
             data = data[os.write(fd, data):]

@@ -22,8 +22,7 @@ import os
 import threading
 from typing import IO, Callable, List, Optional, Tuple
 
-#: files of a run folder are written in place, never through a link (scalebox_cst.statedir)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+from scalebox_cst.statedir import NOFOLLOW as _NOFOLLOW  # a run folder's files: never through a link
 
 
 class LineSplitter:

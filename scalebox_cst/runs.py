@@ -352,7 +352,7 @@ def _damaged(why: str) -> Dict[str, Any]:
     """The record of a run whose ``record.json`` cannot be read: shown as lost, saying why (a
     damaged record made the run vanish from ``log``, ``compare`` and the monitor)."""
     return {"status": "lost", "stop_reason": f"its record.json is damaged ({why}); what it recorded is lost",
-            "script": "?", "damaged": True}
+            "script": "?"}
 
 
 def load_record(directory: str) -> Optional[Dict[str, Any]]:

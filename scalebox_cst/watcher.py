@@ -58,8 +58,6 @@ def _watch_lock(project: Project) -> Optional[int]:
     try:
         fd = statedir.open_in_place(path, os.O_RDWR | os.O_CREAT)  # never truncates a link's target
     except statedir.LinkInState as exc:
-        from scalebox_cst.store import StoreError
-
         raise StoreError(str(exc)) from None
     except OSError:
         return None

@@ -279,6 +279,7 @@ RUNTIME_MAY_IMPORT = {
     "scalebox_cst.textlines": "served modules' linecache entries count lines as the rewrite's line maps do",
     "scalebox_cst.fused_program": "the kernel's program grammar: the runtime compiles what the engine validated",
     "scalebox_cst.options": "the option schema's defaults (the stabilizer's z, ratio, warmup): data, standard library only",
+    "scalebox_cst.statedir": "a run folder's files are written in place as the host writes .scalebox/'s: never through a link",
 }
 
 

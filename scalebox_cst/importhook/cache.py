@@ -133,19 +133,15 @@ def _cache_key(store_dir: str, create: bool) -> Optional[bytes]:
     made on first use by ``create``; None when there is no store or the key is unreadable."""
     path = os.path.join(store_dir, CACHE_KEY_FILE)
     try:
-        key = read_own_file(path)
+        try:
+            key = read_own_file(path)
+        except NotRegularFile:  # a FIFO or the like in its place: damaged too
+            key = b""
         if len(key) == 32:
             return key
         if not create:
             return None
         os.remove(path)  # damaged: a new key only makes the old entries miss
-    except NotRegularFile:  # a FIFO or the like in its place: damaged too
-        if not create:
-            return None
-        try:
-            os.remove(path)
-        except OSError:
-            return None
     except FileNotFoundError:
         if not create or not os.path.isdir(store_dir):
             return None

@@ -245,8 +245,9 @@ def rank_log_lines(run_dir: str, rank: Dict[str, Any]) -> List[str]:
     log = rank.get("log")
     if not isinstance(log, str) or not log:
         return []
-    path = os.path.realpath(os.path.join(run_dir, log))
-    if os.path.commonpath([path, os.path.realpath(run_dir)]) != os.path.realpath(run_dir):
+    folder = os.path.realpath(run_dir)
+    path = os.path.realpath(os.path.join(folder, log))
+    if os.path.commonpath([path, folder]) != folder:
         return []
     try:
         with open_regular(path, "r", encoding="utf-8", errors="replace") as fh:

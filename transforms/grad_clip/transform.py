@@ -41,6 +41,8 @@ class _Pass:
     warned: Set[int] = dataclasses.field(default_factory=set)
     #: (step, the lines to insert before it), in the order decided
     planned: List[Tuple[Event, List[str]]] = dataclasses.field(default_factory=list)
+    #: the other array library the module uses instead of torch (ImportMap.other_framework)
+    other: Optional[str] = None
 
 
 class GradClip(Transform):
@@ -54,7 +56,7 @@ class GradClip(Transform):
 
     def rewrite(self, ctx: FileContext) -> Tuple[Optional[cst.Module], List[Site]]:
         opts = Options.read(ctx)
-        run = _Pass(ctx, opts, ModuleScan(ctx.tree, ctx.imports, ctx.code), Aliases(ctx))
+        run = _Pass(ctx, opts, ModuleScan(ctx.tree, ctx.imports, ctx.code), Aliases(ctx), other=ctx.imports.other_framework())
         for events in run.mod.scopes:
             for ev in events:
                 if ev.kind == "step":
@@ -90,9 +92,8 @@ class GradClip(Transform):
         if isinstance(window, str):
             site(stmt, SKIPPED, window)
             return
-        other = ctx.imports.other_framework()
-        if other is not None:  # skrl's Warp agents: warp_nn's Adam, stepped after tape.backward()
-            site(stmt, SKIPPED, f"{step.opt_text}'s step: the module imports {other}, not torch (no torch optimizer to guard)")
+        if run.other is not None:  # skrl's Warp agents: warp_nn's Adam, stepped after tape.backward()
+            site(stmt, SKIPPED, f"{step.opt_text}'s step: the module imports {run.other}, not torch (no torch optimizer to guard)")
             return
         texts, reason, exactness = guard_lines(ctx, run.opts, run.aliases, step, found, window)
         run.planned.append((step, texts))

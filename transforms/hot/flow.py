@@ -4,8 +4,9 @@ Starting from a forward call inside a statement, each use of the value is follow
 expression tree and through the names it is bound to (in the statement's scope, every binding
 of those names, flow-insensitively: a name reused for a graph-carrying value elsewhere is
 refused rather than told apart). A use ends safely where the value stops carrying autograd
-state: ``.item()``/``.tolist()``/``.detach()``/``.data`` (not of a name bound to an element of a
-result, ``out, h = rnn(packed)``: a PackedSequence's ``.data`` keeps the graph), ``int()``/``float()``/``bool()``,
+state: ``.item()``/``.tolist()``/``.detach()``/``.data`` (not of an element of a result,
+``out, h = rnn(packed)`` or ``rnn(packed)[0]``: a PackedSequence's ``.data`` keeps the graph),
+``int()``/``float()``/``bool()``,
 math functions, integer results (``argmax``, ``max(dim)[1]``, comparisons,
 ``Distribution.sample()``), numeric logging (``add_scalar``), a shape or dtype read (``env.step(...)`` takes
 only what these give: given the tensor, an environment converts it to numpy, raising where it
