@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -72,6 +73,18 @@ def scalebox(*args, cwd=None, check=True, env=None, timeout=120):
     if check and proc.returncode != 0:
         raise AssertionError(f"scalebox {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def newest_branch_holds(watcher, project, rel: str, data: bytes, timeout: float) -> bool:
+    """Whether the watcher, left to handle its events, commits ``data`` as ``rel`` on the project's
+    newest branch within ``timeout`` seconds (a save it must not lose)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        watcher.process_pending(timeout=0.1)
+        store = project.store
+        if store.read_file(store.resolve(store.newest_branch()).commit, rel) == data:
+            return True
+    return False
 
 
 @pytest.fixture(autouse=True)

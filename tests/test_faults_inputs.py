@@ -17,7 +17,7 @@ from scalebox_cst import intake
 from scalebox_cst.project import Project
 from scalebox_cst.watcher import Watcher
 
-from conftest import HELPERS_PY, ROOT, TRAIN_PY, scalebox
+from conftest import HELPERS_PY, ROOT, TRAIN_PY, newest_branch_holds, scalebox
 
 TRIALS = int(os.environ.get("SCALEBOX_FAULT_TRIALS", "4"))
 SECRET = b"SECRET-not-in-the-project-51c2"
@@ -198,13 +198,7 @@ def test_saves_landing_while_the_watcher_starts_are_never_lost(tmp_path):
         project.commit_change = commit_then_save
         watcher.start()
         try:
-            deadline = time.time() + 15
-            found = False
-            while time.time() < deadline and not found:
-                watcher.process_pending(timeout=0.1)
-                newest = project.store.newest_branch()
-                found = project.store.read_file(project.store.resolve(newest).commit, "helpers.py") == marker.encode()
-            if not found:
+            if not newest_branch_holds(watcher, project, "helpers.py", marker.encode(), timeout=15):
                 failures.append((trial, delay))
         finally:
             watcher.close()

@@ -12,10 +12,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from scalebox_cst.project import Project
 from scalebox_cst.watcher import Watcher
 
-from conftest import HELPERS_PY, TRAIN_PY, scalebox
+from conftest import HELPERS_PY, TRAIN_PY, newest_branch_holds, scalebox
 
 TRIALS = int(os.environ.get("SCALEBOX_FAULT_TRIALS", "4"))
 
@@ -105,13 +107,7 @@ def test_saves_that_keep_or_skew_the_mtime_are_each_a_branch_under_the_polling_w
             else:
                 stamp = {"future": time.time() + 86400 * 365, "past": time.time() - 86400 * 3650, "epoch": 0}[how]
                 os.utime(path, (stamp, stamp))
-            deadline = time.time() + 10
-            found = False
-            while time.time() < deadline and not found:
-                watcher.process_pending(timeout=0.1)
-                newest = project.store.newest_branch()
-                found = project.store.read_file(project.store.resolve(newest).commit, "helpers.py") == (HELPERS_PY + marker).encode()
-            if not found:
+            if not newest_branch_holds(watcher, project, "helpers.py", (HELPERS_PY + marker).encode(), timeout=10):
                 failures.append((trial, how))
     finally:
         watcher.close()
@@ -127,8 +123,6 @@ def test_ctrl_c_while_a_command_starts_is_one_line_and_status_130(tmp_path):
     before the entry module runs (tens of milliseconds), is Python's and not counted."""
     script = os.path.join(os.path.dirname(sys.executable), "scalebox")
     if not os.path.exists(script):
-        import pytest
-
         pytest.skip("no installed scalebox console script beside this python")
     root = _project(tmp_path / "proj")
     scalebox("rewrite", ".", cwd=root)  # a branch: every command below ends with 0 when not interrupted
