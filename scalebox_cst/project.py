@@ -242,20 +242,32 @@ class Project:
         source_commit, created = store.snapshot(files, message)
         report.source_commit = source_commit
         fingerprint = self.pipeline.fingerprint
-        if not created and not force:
-            for info in reversed(store.branches()):
-                if info.source_commit == source_commit and info.fingerprint == fingerprint:
-                    report.branch, report.commit = info.name, info.commit
-                    return ChangeResult(report, False, outputs=self._outputs(results))
         out_files = dict(files)
         for path, result in results.items():
             out_files[path] = result.output
+        if not created and not force:
+            for info in reversed(store.branches()):
+                # reused only if it holds what would be committed now: a store that came with the
+                # project can hold a branch of the same snapshot whose files are other code
+                if (info.source_commit == source_commit and info.fingerprint == fingerprint
+                        and store.holds_rewrite(info.commit, source_commit, out_files)):
+                    report.branch, report.commit = info.name, info.commit
+                    return ChangeResult(report, False, outputs=self._outputs(results))
         summary = f"rewrite: {report.summary()}"
         branch, commit = store.commit_rewrite(
             source_commit, out_files, summary, report_text(report), report.to_json(), fingerprint
         )
         report.branch, report.commit = branch, commit
         return ChangeResult(report, True, outputs=self._outputs(results))
+
+    def holds_own_rewrite(self, info) -> bool:
+        """Whether run branch ``info``, whose snapshot the working tree still matches, holds what
+        this engine writes for those files under the project's config (cached rewrites are
+        signed: cheap). A store that came with the project can hold a branch of that snapshot
+        whose files are other code; ``scalebox run`` runs the newest branch of an unchanged tree."""
+        files = self.scan()
+        outputs = {path: result.output for path, result in self.rewrite_files(files).items()}
+        return self.store.holds_rewrite(info.commit, info.source_commit, {**files, **outputs})
 
     @staticmethod
     def _outputs(results: Dict[str, FileResult]) -> Dict[str, bytes]:

@@ -1,10 +1,20 @@
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
 import pytest
+
+# The engine signs its caches with a key in the user's cache folder (scalebox_cst.userkey): the
+# tests, and the commands they start, keep theirs in a folder of this session's own.
+_KEY_HOME = tempfile.mkdtemp(prefix="scalebox-tests-cache-")
+os.environ["XDG_CACHE_HOME"] = _KEY_HOME
+os.environ.pop("SCALEBOX_CACHE_DIR", None)
+atexit.register(shutil.rmtree, _KEY_HOME, True)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from scalebox_cst import intake
+from scalebox_cst import intake, userkey
 from scalebox_cst.project import Project
 from scalebox_cst.watcher import Watcher
 
@@ -238,7 +238,7 @@ def test_an_unwritable_import_cache_or_store_is_said_once_however_many_modules_m
 
 
 def test_a_fifo_or_folder_in_place_of_an_import_cache_file_never_hangs_an_import(tmp_path):
-    """The import hook's own files (a module's cache entry, the fingerprint memo, the cache key)
+    """The import hook's own files (a module's cache entry, the fingerprint memo, the user's key)
     replaced by a FIFO or a folder: the script runs rewritten within its time limit, and the entry
     and memo are written again as files (a plain open of a FIFO blocked every import for ever)."""
     rng = random.Random(41)
@@ -252,13 +252,13 @@ def test_a_fifo_or_folder_in_place_of_an_import_cache_file_never_hangs_an_import
 
         def run():
             return subprocess.run([sys.executable, "-m", "scalebox_cst", "main.py"], cwd=root, capture_output=True, text=True,
-                                  timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                                  timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1", XDG_CACHE_HOME=str(root / "home-cache")))
 
         first = run()
         assert first.returncode == 0 and "rewritten True" in first.stdout, first.stderr
         cache = root / ".scalebox" / "pycache"
         targets = {"entry": next(cache.glob("mod.*.pyc")), "memo": next(cache.glob("fingerprint-*")),
-                   "key": root / ".scalebox" / "store.git" / "scalebox-cache.key"}
+                   "key": root / "home-cache" / "scalebox_cst" / userkey.FILE_NAME}  # (scalebox_cst.userkey)
         chosen = rng.sample(sorted(targets), k=rng.randint(1, 3))
         how = rng.choice(["fifo", "folder"])
         for name in chosen:

@@ -148,13 +148,19 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
             changes = _tree_changes(project, info.source_commit) if info else ["A (everything)"]
             if info is not None and not changes and _config_changed(project, info):
                 changes = ["config (pipeline fingerprint)"]
+            foreign = None  # the newest branch, where it is not this engine's rewrite of its snapshot
+            if info is not None and not changes and info.source_commit and not project.holds_own_rewrite(info):
+                foreign, changes = info.name, [f"{info.name}'s files"]
+                if no_commit:
+                    _fail(f"{foreign} does not hold this engine's rewrite of its snapshot (a store that came with the "
+                          "project?); run without --no-commit to commit one, or name the branch to run it as it is")
             if changes and not no_commit:
                 result = project.commit_change(block_on_bad_input=True, message="scalebox run")
                 _warn_skipped(project)
                 if result.blocked:
                     for line in result.blocked:
                         click.echo(line, err=True)
-                    if info is None:
+                    if info is None or foreign is not None:
                         _fail("the working tree does not parse and there is no branch to run")
                     stale = changes
                     click.echo(f"scalebox: working tree not committed (errors above); running the stale {info.name}", err=True)
@@ -167,6 +173,10 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
                             append_project_event(project.root, "branch_created", f"{info.name}: {result.report.summary()}", branch=info.name, commit=info.commit)
                         except OSError as exc:
                             click.echo(f"scalebox: warning: project event not recorded ({exc.filename}: {exc.strerror or exc})", err=True)
+                    if foreign is not None:
+                        click.echo(f"scalebox: {foreign} does not hold this engine's rewrite of its snapshot (a store that "
+                                   f"came with the project?); running {info.name}, which does", err=True)
+                    elif result.created:
                         click.echo(f"scalebox: working tree changed ({', '.join(changes[:5])}); committed {info.name}: {result.report.summary()}", err=True)
             elif changes and info is not None:
                 stale = changes

@@ -16,7 +16,6 @@ from __future__ import annotations
 from scalebox_cst.importhook.common import (
     BRANCH_PREFIX,
     CACHE_DIR,
-    CACHE_KEY_FILE,
     ENV_MAIN,
     ENV_SESSION,
     SPAWN_MAIN,
@@ -27,6 +26,6 @@ from scalebox_cst.importhook.install import install_import_hook, run_script, scr
 from scalebox_cst.importhook.loader import RewritingLoader
 
 __all__ = [
-    "BRANCH_PREFIX", "CACHE_DIR", "CACHE_KEY_FILE", "ENV_MAIN", "ENV_SESSION", "SPAWN_MAIN", "ImportHook",
+    "BRANCH_PREFIX", "CACHE_DIR", "ENV_MAIN", "ENV_SESSION", "SPAWN_MAIN", "ImportHook",
     "RewritingLoader", "ScaleboxImportWarning", "install_import_hook", "run_script", "script_code",
 ]

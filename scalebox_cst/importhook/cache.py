@@ -8,9 +8,8 @@ import os
 import sys
 from typing import Dict, Optional
 
-from scalebox_cst import statedir, tmpnames
-from scalebox_cst.importhook.common import _FORMAT, CACHE_KEY_FILE, read_own_file, say_once
-from scalebox_cst.intake import NotRegularFile
+from scalebox_cst import statedir, tmpnames, userkey
+from scalebox_cst.importhook.common import _FORMAT, read_own_file, say_once
 
 
 def _cache_tag() -> str:
@@ -40,9 +39,9 @@ def _read_entry(path: str, source_hash: bytes, key: Optional[bytes]) -> Optional
 
     Layout: magic + b"SBX2" | source hash (8) | MAC (32) | meta length (4) | ``key=value`` lines |
     text length (4) | rewritten text (UTF-8) | marshalled code object. The MAC is HMAC-SHA256,
-    keyed by the store's cache key, over everything but itself: a truncated or cut entry, random
-    or empty code, or code planted by anything that cannot read the store fails it before
-    ``marshal`` sees a byte. (About 1.3 us per kB here: a warm import stays near plain cost.)
+    keyed by this user's cache key (``_cache_key``), over everything but itself: a truncated or cut
+    entry, random or empty code, or code planted by anything without that key (a ``.scalebox``
+    that came with the project) fails it before ``marshal`` sees a byte. (About 1.3 us per kB here: a warm import stays near plain cost.)
     """
     if key is None:
         return None
@@ -129,40 +128,15 @@ def _clear_orphans(path: str) -> None:
 
 
 def _cache_key(store_dir: str, create: bool) -> Optional[bytes]:
-    """The store's key for cache entries (32 random bytes in ``store.git/scalebox-cache.key``),
-    made on first use by ``create``; None when there is no store or the key is unreadable."""
-    path = os.path.join(store_dir, CACHE_KEY_FILE)
-    try:
-        try:
-            key = read_own_file(path)
-        except NotRegularFile:  # a FIFO or the like in its place: damaged too
-            key = b""
-        if len(key) == 32:
-            return key
-        if not create:
-            return None
-        os.remove(path)  # damaged: a new key only makes the old entries miss
-    except FileNotFoundError:
-        if not create or not os.path.isdir(store_dir):
-            return None
-    except OSError:
+    """The key cache entries are signed with: this user's key (``userkey``, kept outside every
+    project, so a ``.scalebox/pycache`` that came with the project never verifies), narrowed to
+    this cache; None when there is no store (nothing is cached then) or no key can be had."""
+    if not os.path.isdir(store_dir):
         return None
-    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, os.urandom(32))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)  # never replaces a key another process made meanwhile
-        except FileExistsError:
-            pass
-        finally:
-            os.remove(tmp)
-        key = read_own_file(path)
-        return key if len(key) == 32 else None
-    except OSError as exc:
-        say_once(("cache key", exc.errno), "scalebox: cannot make the import cache key %s (%s); continuing without the cache", path, exc)
+    secret = userkey.key(create)
+    if secret is None:
+        if create:
+            say_once(("cache key",), "scalebox: no folder of this user's can hold the cache key (%s); continuing without "
+                     "the import cache", " or ".join(userkey.folders()))
         return None
+    return userkey.sign(secret, b"scalebox import cache")

@@ -22,7 +22,6 @@ ENV_MAIN = "SCALEBOX_HOOK_MAIN"
 SPAWN_MAIN = "scalebox_cst._spawn_main"
 
 _FORMAT = importlib.util.MAGIC_NUMBER + b"SBX2"
-CACHE_KEY_FILE = "scalebox-cache.key"
 _REWRITTEN, _ORIGINAL = "rewritten", "original"
 #: never hooked: the engine itself (its cold path imports it) and the interpreter's own modules
 _NEVER = frozenset({"scalebox_cst", "__main__", "__mp_main__"})
@@ -62,9 +61,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def read_own_file(path: str) -> bytes:
-    """The bytes of one of the hook's own files (a cache entry, the cache key, the fingerprint
-    memo) if it is a regular file; OSError otherwise (``intake.NotRegularFile`` for a FIFO or the like,
-    which a plain ``open`` would block on for ever, hanging every import of the project)."""
+    """The bytes of one of the hook's own files (a cache entry, the fingerprint memo) if it is a
+    regular file; OSError otherwise (``intake.NotRegularFile`` for a FIFO or the like, which a
+    plain ``open`` would block on for ever, hanging every import of the project)."""
     with open_regular(path, "rb", buffering=0) as fh:  # unbuffered: one fstat and one read, as FileIO
         return fh.readall()
 

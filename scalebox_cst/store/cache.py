@@ -1,5 +1,12 @@
 """The rewrite cache: ``refs/scalebox/cache/<fingerprint>`` maps a source blob to its rewritten
-blob and file report, fronted by an in-process memory layer."""
+blob and file report, fronted by an in-process memory layer.
+
+Each entry is signed with this user's key (:mod:`scalebox_cst.userkey`, kept outside every
+project): the report blob is ``sbx-signed <HMAC>\n<report JSON>``, the HMAC over the pipeline
+fingerprint, the source blob id, the output blob id and the report. A store that came with the
+project (a committed ``.scalebox/``, an archive) could otherwise map the source the user reviewed
+to other code that ``scalebox run`` would run; its entries fail the check, read as misses, and
+are made again from the source and replaced. Without a key nothing is cached."""
 from __future__ import annotations
 
 import hashlib
@@ -27,6 +34,7 @@ from scalebox_cst.store.common import (
     StoreError,
     _blob_raw,
 )
+from scalebox_cst import userkey
 from scalebox_cst.store.objects import _Objects
 from scalebox_cst.store.refs import _synchronized
 
@@ -73,6 +81,10 @@ class _Cache(_Objects):
         self._cache_mem.pop(fingerprint, None)
         self.cache_damaged.setdefault(fingerprint, " ".join(str(exc).split())[:200])
 
+    def _cache_secret(self) -> Optional[bytes]:
+        secret = userkey.key()
+        return None if secret is None else userkey.sign(secret, b"scalebox rewrite cache")
+
     def _cache_ref(self, fingerprint: str) -> str:
         key = fingerprint if _SAFE_KEY.match(fingerprint) else "h-" + hashlib.sha1(fingerprint.encode()).hexdigest()
         return CACHE_PREFIX + key
@@ -95,12 +107,15 @@ class _Cache(_Objects):
                 tree = None
             if state is not None:
                 state.append(tree)
-        if tree is None:
+        secret = self._cache_secret() if tree is not None else None
+        if secret is None:
             return None
         try:
             out = tree[f"{blob[:2]}/{blob[2:]}"]
-            rep = tree[f"{blob[:2]}/{blob[2:]}.json"]
-            hit = (str(out.id), rep.data.decode("utf-8"))
+            report = _signed_report(secret, fingerprint, blob, str(out.id), tree[f"{blob[:2]}/{blob[2:]}.json"].data)
+            if report is None:
+                return None  # not signed with this user's key: made again (and replaced)
+            hit = (str(out.id), report.decode("utf-8"))
             if not self._has(out.id.raw):
                 return None  # the rewritten blob itself is gone: rewrite again
         except KeyError:
@@ -117,6 +132,7 @@ class _Cache(_Objects):
         results: List[str] = []
         by_fp: Dict[str, Dict[bytes, Dict[bytes, Raw]]] = {}
         remember: Dict[str, Dict[str, Tuple[str, str]]] = {}
+        secret = self._cache_secret()
         for entry in entries:
             try:
                 source_blob, fingerprint, output, report = entry
@@ -134,9 +150,9 @@ class _Cache(_Objects):
                 out_raw = self._existing_blob(output, source_blob)
             text = json.dumps(dict(report), sort_keys=True, separators=(",", ":"), default=str)
             results.append(out_raw.hex())
-            if self._cache_mem.get(fingerprint, {}).get(source_blob) == (out_raw.hex(), text):
-                continue  # already stored by this process
-            rep_data = text.encode("utf-8")
+            if secret is None or self._cache_mem.get(fingerprint, {}).get(source_blob) == (out_raw.hex(), text):
+                continue  # no key to sign it with, or already stored by this process
+            rep_data = _sign_report(secret, fingerprint, source_blob, out_raw.hex(), text.encode("utf-8"))
             rep_raw = _blob_raw(rep_data)
             if not self._has(rep_raw):
                 self._write_blob(rep_data)
@@ -165,3 +181,25 @@ class _Cache(_Objects):
                 mem.clear()
             mem.update(remember[fingerprint])
         return results
+
+
+_SIGNED = b"sbx-signed "
+
+
+def _sign_report(secret: bytes, fingerprint: str, source_blob: str, out_blob: str, report: bytes) -> bytes:
+    tag = userkey.sign(secret, fingerprint.encode(), source_blob.encode(), out_blob.encode(), report)
+    return _SIGNED + tag.hex().encode() + b"\n" + report
+
+
+def _signed_report(secret: bytes, fingerprint: str, source_blob: str, out_blob: str, data: bytes) -> Optional[bytes]:
+    """The report in a cache entry's report blob if this user's key signed it with these ids."""
+    head, newline, report = data.partition(b"\n")
+    if not newline or not head.startswith(_SIGNED):
+        return None
+    try:
+        tag = bytes.fromhex(head[len(_SIGNED):].decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not userkey.verify(secret, tag, fingerprint.encode(), source_blob.encode(), out_blob.encode(), report):
+        return None
+    return report

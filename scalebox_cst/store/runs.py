@@ -125,6 +125,16 @@ class _Runs(_Objects):
 
 
     @_synchronized
+    def holds_rewrite(self, commit: str, source_commit: str, files: Mapping[str, bytes]) -> bool:
+        """Whether ``commit``'s files are what ``commit_rewrite(source_commit, files, ...)`` would
+        write (paths, contents and modes), so that an existing branch can stand for a new one."""
+        base = self._tree_map(self._commit_obj(self._commit_raw(source_commit)).tree_id.raw)
+        want = dict(base)
+        for path, data in files.items():
+            want[path] = (base[path][0] if path in base else MODE_FILE, _blob_raw(bytes(data)))
+        return self._tree_map(self._commit_obj(self._commit_raw(commit)).tree_id.raw) == want
+
+    @_synchronized
     def branches(self) -> List[BranchInfo]:
         """Run branches, oldest to newest (by run number)."""
         return [self._info(name, number, raw) for number, name, raw in self._runs()]

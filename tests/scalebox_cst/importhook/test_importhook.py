@@ -671,7 +671,7 @@ def test_a_corrupt_or_planted_cache_entry_is_rewritten_again_and_replaced(proj):
     (entry,) = (root / ".scalebox" / "pycache").rglob("ppo.*.pyc")
     good = entry.read_bytes()
     start, mac, middle, code = _entry_parts(good)
-    key = (root / ".scalebox" / "store.git" / importhook.CACHE_KEY_FILE).read_bytes()
+    key = hook_cache._cache_key(str(root / ".scalebox" / "store.git"), create=False)
     planted = marshal.dumps(compile("PLANTED = True\ndef train_step(*a): pass\ndef fail(n): pass\n", str(root / pkg / "ppo.py"), "exec"))
     wrong_key = b"\1" * 32
     cases = {

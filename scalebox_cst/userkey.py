@@ -1,0 +1,144 @@
+"""This user's secret, kept outside every project: what the engine's caches are signed with.
+
+Why: a project can arrive with its ``.scalebox/`` (a repository that committed it, an archive, a
+shared disk). Its store could hold a rewrite-cache entry, or the import hook's cache a file, that
+maps the source the user reviewed to other code, and ``scalebox run`` or a hooked import would
+run that code. A key kept in the store itself proves nothing: it ships with the entries. This
+key lives in the engine's per-user cache folder (``runtime.backend.cache_dir``:
+``$SCALEBOX_CACHE_DIR``, else ``$XDG_CACHE_HOME/scalebox_cst``) and never in a project, so an
+entry another user or machine wrote fails its check and reads as a miss: the rewrite is made
+again from the source (a cache is only a cache).
+
+Where the cache folder cannot be made or written (no home, a read-only home), a folder of this
+user's own in the temporary directory (``scalebox-<uid>``, mode 0700, checked to be ours and
+closed to others) takes its place; where neither works there is no key, and the caches are
+neither read nor written. Imports only the standard library, ``intake`` and (when first asked)
+``runtime.backend``: the import hook's warm path reads it.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import stat
+import tempfile
+import threading
+from typing import Dict, Optional
+
+from scalebox_cst.intake import open_regular
+
+FILE_NAME = "cache.key"
+_KEY_BYTES = 32
+_LOCK = threading.Lock()
+_KEYS: Dict[str, bytes] = {}  # folder -> key, read once per process
+
+
+class _Unusable(OSError):
+    """A folder that is not this user's alone (a link, another owner, open to others)."""
+
+
+def folders() -> list:
+    """Where the key is looked for, in order: the user's cache folder, then a private one in the
+    temporary directory."""
+    return [path for path, _ in _places()]
+
+
+def _places() -> list:
+    """``(folder, shared)`` in order; ``shared``: in a place other users can write (checked)."""
+    from scalebox_cst.runtime.backend import cache_dir  # the engine's per-user cache folder
+
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return [(cache_dir(), False), (os.path.join(tempfile.gettempdir(), f"scalebox-{uid}"), True)]
+
+
+def key(create: bool = True) -> Optional[bytes]:
+    """The user's 32-byte key, made on first use when ``create``; None when no folder of
+    :func:`folders` can hold one."""
+    for folder, shared in _places():
+        with _LOCK:
+            known = _KEYS.get(folder)
+        if known is not None:
+            return known
+        try:
+            found = _read_or_make(folder, shared, create)
+        except OSError:
+            continue
+        if found is not None:
+            with _LOCK:
+                _KEYS[folder] = found
+            return found
+    return None
+
+
+def sign(secret: bytes, *parts: bytes) -> bytes:
+    """HMAC-SHA256 of ``parts``, each length-prefixed (no two part lists sign alike)."""
+    mac = hmac.new(secret, digestmod=hashlib.sha256)
+    for part in parts:
+        mac.update(len(part).to_bytes(8, "little"))
+        mac.update(part)
+    return mac.digest()
+
+
+def verify(secret: bytes, tag: bytes, *parts: bytes) -> bool:
+    return hmac.compare_digest(tag, sign(secret, *parts))
+
+
+def forget() -> None:
+    """Drop the keys read in this process (tests that move the cache folder)."""
+    with _LOCK:
+        _KEYS.clear()
+
+
+def _read_or_make(folder: str, shared: bool, create: bool) -> Optional[bytes]:
+    path = os.path.join(folder, FILE_NAME)
+    try:
+        _check_private(folder, shared)
+        found = _read(path)
+        if found is not None:
+            return found
+    except FileNotFoundError:
+        pass
+    if not create:
+        return None
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    _check_private(folder, shared)
+    tmp = os.path.join(folder, f".{FILE_NAME}.{os.getpid()}-{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            os.write(fd, os.urandom(_KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # never replaces a key another process made meanwhile
+        except FileExistsError:
+            pass
+    finally:
+        os.remove(tmp)
+    return _read(path)
+
+
+def _read(path: str) -> Optional[bytes]:
+    """The key in ``path``; None where it is damaged (then it is replaced: only cache entries
+    signed with it are lost, and they are made again)."""
+    with open_regular(path, "rb", buffering=0) as fh:
+        data = fh.read(_KEY_BYTES + 1)
+    if len(data) == _KEY_BYTES:
+        return data
+    os.remove(path)
+    raise FileNotFoundError(path)
+
+
+def _check_private(folder: str, shared: bool) -> None:
+    """Refuse a folder in a shared place (the temporary directory) that another user could have
+    made or could write: a key they planted would let them sign entries."""
+    if not shared:
+        return
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode):
+        raise _Unusable(f"{folder}: not a folder")
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        raise _Unusable(f"{folder}: owned by another user")
+    if info.st_mode & 0o077:
+        raise _Unusable(f"{folder}: open to other users")
