@@ -110,6 +110,7 @@ class ModuleScan:
         self.by_last: Dict[str, Set[str]] = {}  # last attribute -> qualified names
         self.scalers: Set[str] = set()
         self.accelerators: Set[str] = set()
+        self.properties: Set[str] = set()  # attribute names a class of the module reads through a property
         self.scopes: List[List[Event]] = []
         todo: List[Tuple[List[ast.stmt], Loc]] = [(tree.body, ())]
         while todo:
@@ -190,6 +191,8 @@ class ModuleScan:
                             events.append(Event(kind, call, stmt, here, path))
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 todo.append((stmt.body, here))  # a scope of its own
+                if isinstance(stmt, ast.ClassDef):
+                    self.properties.update(property_names(stmt))
             elif isinstance(stmt, ast.If):
                 self._header(stmt.test, stmt, path, events)
                 self._block(stmt.body, here, "body", path + ((stmt, "body"),), events, todo)
@@ -216,3 +219,19 @@ class ModuleScan:
                     self._header(case.guard, stmt, path, events)
                     key = f"cases.{i}"
                     self._block(case.body, here, key, path + ((stmt, key),), events, todo)
+
+
+def property_names(cls: ast.ClassDef) -> Set[str]:
+    """Names the class defines as properties (``@property``, ``@x.getter``, ``x = property(...)``):
+    reading one runs code, each time it is read (``functools.cached_property`` runs it once)."""
+    out: Set[str] = set()
+    for stmt in cls.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for deco in stmt.decorator_list:
+                name = ast_dotted(deco)
+                if name is not None and (name in ("property", "builtins.property", "abc.abstractproperty")
+                                         or name.endswith((".getter", ".setter", ".deleter"))):
+                    out.add(stmt.name)
+        elif isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and ast_dotted(stmt.value.func) == "property":
+            out.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+    return out

@@ -7,6 +7,7 @@ the pipeline's shared ``ast`` of this version, read only.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -47,7 +48,7 @@ class _Pass:
 
 class GradClip(Transform):
     id = ID
-    version = "3"  # 3: modules of another array library (jax, warp...) left alone
+    version = "4"  # 3: modules of another array library (jax, warp...) left alone; 4: steps through a property
     triggers = ("backward",)
     description = ("Guard each optimizer's step(): skip non-finite, clip spikes, change nothing else "
                    "(or clip to a fixed max_norm)")
@@ -86,6 +87,11 @@ class GradClip(Transform):
         if isinstance(found, str):
             site(stmt, SKIPPED, found)
             return
+        read = _property_read(run.mod.properties, step.opt_text)
+        if read is not None:
+            site(stmt, SKIPPED, f"{step.opt_text}: {read} is a property of a class in this file, and a guard would run "
+                                "its code once more each step; not clipped")
+            return
         for node, warning in clip_warnings(ctx, found, step, run.opts, run.warned):
             site(node, WARNING, warning)
         window = read_window(ctx, run.mod, found, step, run.opts)
@@ -98,3 +104,11 @@ class GradClip(Transform):
         texts, reason, exactness = guard_lines(ctx, run.opts, run.aliases, step, found, window)
         run.planned.append((step, texts))
         site(stmt, REWRITTEN, reason, exactness)
+
+
+def _property_read(properties, text: Optional[str]) -> Optional[str]:
+    """The first attribute of ``text`` (``self.agent.optimizer``, ``a.opts[0]``) that a class of
+    the module defines as a property: the guard names the optimizer by that text, a second read."""
+    if not properties or not text:
+        return None
+    return next((part for part in re.split(r"[^\w]+", text)[1:] if part in properties), None)
