@@ -18,6 +18,8 @@ or a recompile storm runs it eager, reported) when it is provably one static gra
   only ``name is None`` / ``name is not None`` (a Python value dynamo guards on, as CleanRL's
   ``if action is None``); no ``for``, ``try`` or ``with`` (a ``no_grad`` block included);
 * no data-dependent shapes (``nonzero``, ``unique``, ``masked_select``, boolean-mask indexing);
+* it returns a value (a method returning nothing is a stub or works by its effects on state:
+  ``reset_parameters``, ``def forward(self): raise NotImplementedError``);
 * no state kept (assignments to ``self.x`` or globals, in-place ops on attributes, ``.append``
   and the other container mutations on anything but a local: ``self.data.append(item)``);
 * every ``torch.distributions`` object it builds has ``validate_args=False`` (validation is a
@@ -108,6 +110,19 @@ def _fresh_locals(fn: ast.FunctionDef) -> Set[str]:
     return fresh - other
 
 
+def _returns_value(fn: ast.FunctionDef) -> bool:
+    """Some ``return`` of ``fn`` itself (not of a nested scope) gives a value other than ``None``."""
+    stack: List[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return) and node.value is not None \
+                and not (isinstance(node.value, ast.Constant) and node.value.value is None):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def body_problem(fn: ast.FunctionDef, imports) -> Optional[str]:
     """Why ``fn``'s body may not be one static graph (one breath), or None."""
     params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
@@ -158,6 +173,11 @@ def body_problem(fn: ast.FunctionDef, imports) -> Optional[str]:
                     base = func.value
                     if not (isinstance(base, ast.Name) and base.id != self_name):
                         return f"changes {ast.unparse(base)} in place (.{func.attr})"
+    if not _returns_value(fn):
+        # ElegantRL's ``reset_parameters`` (``self.lin.reset_parameters()``, once per epoch) and
+        # ``def forward(self): raise NotImplementedError`` were compiled: a graph with no output
+        # is work done for its effects on state (or a stub), and costs a compile for nothing
+        return "returns no value (a stub, or a method run for its effects on state)"
     return None
 
 
@@ -217,7 +237,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "4"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot
+    version = "5"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 

@@ -374,3 +374,59 @@ def test_a_method_called_only_in_a_loop_of_init_is_not_compiled():
     done = sorted(s.reason.split(" ")[0] for s in sites if s.action == REWRITTEN)
     assert done == ["Decoder.decode", "Decoder.forward"], [s.describe() for s in sites]
     assert not any(s.reason.startswith("Decoder.same_pad") for s in sites)
+
+
+NO_VALUE = '''\
+import torch
+import torch.nn as nn
+
+
+class Simpler(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(1, n)
+
+    def reset_parameters(self):
+        self.lin.reset_parameters()
+
+    def forward(self, x):
+        return torch.sigmoid(self.lin(x))
+
+
+class ActorCritic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.actor = nn.Linear(3, 2)
+
+    def forward(self):
+        raise NotImplementedError
+
+    def act(self, state):
+        return self.actor(state)
+
+    def scaled(self, x):
+        if x is None:
+            return None
+        return self.actor(x) * 2
+
+
+net, ac = Simpler(4), ActorCritic()
+for epoch in range(3):
+    net.reset_parameters()
+    y = net(torch.ones(1))
+    a = ac.act(torch.randn(3))
+    b = ac.scaled(torch.randn(3))
+'''
+
+
+def test_a_method_that_returns_no_value_is_not_compiled():
+    """ElegantRL's mcpg ``Simpler.reset_parameters`` (``self.lin.reset_parameters()``, called once
+    per epoch) and Popular-RL-Algorithms' ``def forward(self): raise NotImplementedError`` were
+    compiled: a graph with no output is a stub or work done for its effects on state (re-initialised
+    parameters), a compile for nothing. Methods that return a value (one path may return None) still are."""
+    out, sites = rewrite(NO_VALUE)
+    done = sorted(s.reason.split(" ")[0] for s in sites if s.action == REWRITTEN)
+    assert done == ["ActorCritic.act", "ActorCritic.scaled", "Simpler.forward"], [s.describe() for s in sites]
+    kept = sorted(s.reason for s in sites if s.action != REWRITTEN and "returns no value" in s.reason)
+    assert [r.split(" ")[0] for r in kept] == ["ActorCritic.forward", "Simpler.reset_parameters"], kept
+    assert out.count("@_sbx_compiled(") == 3
