@@ -249,6 +249,7 @@ class Flow:
                     node = call
                     continue
                 if attr in META:
+                    self.ends.add(f".{attr}")
                     return None
                 if attr in ("data", "indices") and isinstance(p.ctx, ast.Load) and not (
                         attr == "data" and _element(node, entry, self.elements)):
@@ -263,6 +264,7 @@ class Flow:
                 return f"has its attribute {attr} set"
             if isinstance(p, ast.Subscript):
                 if p.value is not node:
+                    self.ends.add("an index")
                     return None  # used as an index: the result holds none of its graph
                 if not isinstance(p.ctx, ast.Load):
                     return "is written into by a subscript store"
@@ -282,6 +284,7 @@ class Flow:
                 continue
             if isinstance(p, ast.IfExp):
                 if p.test is node:
+                    self.ends.add("a test")
                     return None
                 node = p
                 continue

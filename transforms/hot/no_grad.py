@@ -229,7 +229,7 @@ class _Scanner:
 
 class HotNoGrad(Transform):
     id = ID
-    version = "2"  # 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end
+    version = "3"  # 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing")
     triggers = ("torch",)
     description = "forward passes whose outputs reach no gradient (acting, logging) run under torch.no_grad()"
 

@@ -282,3 +282,50 @@ def test_data_of_an_indexed_element_of_a_forwards_result_is_not_an_end():
         results = [fn(x, torch.zeros(1, 2, 7, requires_grad=True)) for fn in (original, new)]
         assert results[1][1] is not None and results[1][2] is not None
         assert all(same(a.detach(), b.detach()) for a, b in zip(results[0][:3], results[1][:3])), results
+
+
+# A forward read only for its shape, as an index or as a test: MushroomRL's networks size their
+# head with ``np.prod(self._h3(self._h2(self._h1(dummy_obs))).shape)``; the site's reason said the
+# outputs "end in nothing", which is false (they end in .shape).
+@pytest.mark.parametrize("use, end", [
+    ("n = int(np.prod(net(x).shape))", ".shape"),
+    ("n = table[net(x)]", "an index"),
+    ("n = 1 if net(x) else 0", "a test"),
+    ("n = net(x).dtype", ".dtype"),
+])
+def test_the_reason_names_where_a_forward_read_for_its_metadata_ends(use, end):
+    src = f'''
+import numpy as np
+import torch, torch.nn as nn
+net = nn.Linear(3, 1)
+table = torch.arange(12.0).view(4, 3)
+def f(x):
+    {use}
+    return n
+'''
+    out, sites = rewrite(src)
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert len(done) == 1, [s.describe() for s in sites]
+    assert f"its outputs end in {end} and reach no gradient" in done[0].reason, done[0].reason
+    assert "end in nothing" not in done[0].reason
+    original, rewritten = harness.load(src, "f"), harness.load(out, "f")
+    results = []
+    for fn in (original, rewritten):
+        try:
+            results.append(fn(torch.full((3,), 0.25)))
+        except IndexError as exc:  # a float tensor as an index: raised alike
+            results.append(type(exc))
+    assert same(*results)
+
+
+def test_a_forward_whose_output_is_never_read_still_ends_in_nothing():
+    src = '''
+import torch, torch.nn as nn
+net = nn.Linear(3, 1)
+def f(x):
+    y = net(x)
+    return 1
+'''
+    out, sites = rewrite(src)
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert len(done) == 1 and "its outputs end in nothing" in done[0].reason, [s.describe() for s in sites]
