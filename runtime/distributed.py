@@ -50,8 +50,14 @@ def _torchrun(argv: List[str]) -> None:
 
     lifeline.hold(grace=10.0)
     from torch.distributed import run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    run.main(argv)
+    try:
+        run.main(argv)
+    except SignalException as exc:
+        # the stop the run's supervisor sent (Ctrl-C, SIGTERM): the agent has already stopped its
+        # workers; its exception's traceback is not news to the user, who is told once by the host
+        raise SystemExit(128 + int(exc.sigval)) from None
 
 
 # ------------------------------------------------------------------------------ inside a rank
