@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import errno
 import hashlib
 import importlib.util
 import json
 import os
+import stat
 import subprocess
 import sys
 from typing import Dict, List, Optional, Tuple
@@ -190,6 +192,29 @@ def cache_dir() -> str:
     return os.path.join(base, "scalebox_cst")
 
 
+def read_cached(path: str, limit: int = 1 << 20) -> bytes:
+    """The bytes of a file in the user's cache if it is a regular file of at most ``limit`` bytes;
+    OSError otherwise (then the answer is made again and the file replaced). A FIFO there
+    blocked a plain ``open`` for ever: ``scalebox status`` and every ``run`` hung."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise OSError(errno.EINVAL, "not a regular file within the cache's size limit", path)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise OSError(errno.EFBIG, "larger than the cache's size limit", path)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _stat(path: Optional[str]) -> Optional[List[float]]:
     try:
         st = os.stat(path) if path else None
@@ -229,8 +254,7 @@ def _cached_detect(torch_spec) -> BackendInfo:
     key = _probe_key(torch_spec)
     path = os.path.join(cache_dir(), f"backend-{key}.json")
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_cached(path))
         info = BackendInfo(**data["info"])
     except (OSError, ValueError, TypeError, KeyError):
         try:

@@ -31,8 +31,9 @@ def transform_versions() -> Dict[str, str]:
         return found
     path = _path()
     try:
-        with open(path, encoding="utf-8") as fh:
-            pairs = json.load(fh)
+        from scalebox_cst.runtime.backend import read_cached
+
+        pairs = json.loads(read_cached(path))
         if isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in pairs):
             return dict(pairs)
     except (OSError, ValueError):

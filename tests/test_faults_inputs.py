@@ -397,3 +397,45 @@ def test_modules_whose_names_a_snapshot_leaves_out_are_not_committed_by_the_impo
             failures.append((trial, "plain.py not committed, or a raw control character in the warnings", said[-600:]))
     print(f"\n{max(2, TRIALS // 2)} projects with oddly named modules under the hook: {len(failures)} failure(s)")
     assert not failures, failures
+
+
+def test_a_fifo_or_folder_in_the_users_cache_never_hangs_a_command(tmp_path, monkeypatch):
+    """The engine's per-user cache (``runtime.backend.cache_dir``: the transforms' versions, the
+    backend probe's answer) holding a FIFO or a folder where a file was: ``scalebox status`` ends
+    in time and the answer is made again and written back as a file (a plain ``open`` of the FIFO
+    hung every ``status`` and ``run``)."""
+    import importlib.util
+
+    from scalebox_cst import catalog
+    from scalebox_cst.runtime import backend
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text("print('hi')\n")
+    scalebox("init", cwd=root)
+    scalebox("rewrite", ".", cwd=root)  # a branch: status compares its pipeline with the config's
+    versions = catalog._path()
+    os.makedirs(os.path.dirname(versions), exist_ok=True)
+    probe = os.path.join(backend.cache_dir(), f"backend-{backend._probe_key(importlib.util.find_spec('torch'))}.json")
+    failures = []
+    for how in ("fifo", "folder"):
+        for path in (versions, probe):
+            if os.path.isdir(path):
+                os.rmdir(path)
+            elif os.path.lexists(path):
+                os.remove(path)
+            os.mkfifo(path) if how == "fifo" else os.mkdir(path)
+        try:
+            proc = scalebox("status", cwd=root, check=False, env={"XDG_CACHE_HOME": str(tmp_path / "cache")}, timeout=60)
+        except subprocess.TimeoutExpired:
+            failures.append((how, "status hung"))
+            continue
+        if proc.returncode != 0 or "Traceback" in proc.stderr:
+            failures.append((how, proc.returncode, proc.stderr[-400:]))
+        finished, answer = _never_blocks(lambda: backend._cached_detect(importlib.util.find_spec("torch")), 120)
+        if not finished or isinstance(answer, BaseException):
+            failures.append((how, "backend probe", "hung" if not finished else repr(answer)))
+        if how == "fifo" and not (os.path.isfile(versions) and os.path.isfile(probe)):
+            failures.append((how, "not written again as files"))
+    assert not failures, failures
