@@ -465,12 +465,23 @@ CHATTY = textwrap.dedent(
 )
 
 
+LONG_LINES = textwrap.dedent(
+    """\
+    import os, sys
+    for i in range(int(sys.argv[1])):  # lines of 1 MiB that are not UTF-8, then one without its end
+        os.write(2, b"\\xff" * (1 << 20) + b"\\n")
+    os.write(1, b"y" * (3 << 20) + b" the end")
+    sys.exit(3)
+    """
+)
+
+
 @pytest.fixture
 def run_project(tmp_path):
     """A project whose scripts are committed on run/0001 (``scalebox run run/0001 SCRIPT``)."""
     root = tmp_path / "runproj"
     root.mkdir()
-    for name, text in (("sleeper.py", SLEEPER), ("daemons.py", DAEMONS), ("chatty.py", CHATTY)):
+    for name, text in (("sleeper.py", SLEEPER), ("daemons.py", DAEMONS), ("chatty.py", CHATTY), ("long_lines.py", LONG_LINES)):
         (root / name).write_text(text)
     (root / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
     cli = [sys.executable, "-c", "from scalebox_cst.cli import main; main()"]
@@ -703,3 +714,27 @@ def test_a_run_folder_or_first_record_that_cannot_be_written_is_one_line_and_lea
     if fault == "disk-full":
         assert "File too large" in said[0] and "record.json" in said[0]
         assert [str(p) for p in runs_dir.rglob("*")] == [str(runs_dir / "run"), str(runs_dir / "run" / "0001")]
+
+
+def test_output_lines_of_megabytes_keep_the_host_small_and_the_record_short(run_project):
+    """A script printing megabytes without a newline: the host kept its last 400 lines whole for
+    the error tail (1 MiB each, twice that once undecodable bytes became U+FFFD: 450 MB for
+    2 GB of output) and wrote ten of them into record.json (44 MB, read by every `scalebox log`
+    and monitor poll). Each kept line is now at most TAIL_LINE_CHARS, its start and end kept."""
+    from scalebox_cst.runner.record import TAIL_LINE_CHARS
+
+    root, cli = run_project
+    host = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, "
+            "stderr=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    proc = subprocess.run([sys.executable, "-c", host, *cli, "run", "run/0001", "long_lines.py", "--", "150"],
+                          cwd=root, env=_env(), capture_output=True, text=True, timeout=300)
+    peak_mib = int(proc.stdout.split()[-1]) / 1024  # the largest of scalebox run and its script
+    run_dir = _first_run_dir(root)
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["status"] == "failed" and record["exit_status"] == 3
+    tail = record["error_tail"]
+    assert tail and all(len(line) <= TAIL_LINE_CHARS for line in tail), [len(line) for line in tail]
+    assert tail[-1] == " the end" and all("characters, the middle cut" in line for line in tail[:-1])
+    assert (run_dir / "record.json").stat().st_size < 1 << 20
+    assert (run_dir / "stderr.txt").stat().st_size == 150 * ((1 << 20) + 1)  # the files keep every byte
+    assert peak_mib < 200, f"scalebox run peaked at {peak_mib:.0f} MiB"

@@ -32,7 +32,7 @@ from typing import IO, Any, Callable, Dict, List, Optional
 
 from scalebox_cst import calibration, contention, fallbacks, runs
 from scalebox_cst import limits as run_limits
-from scalebox_cst.runner.record import RunRecord, error_tail, summarize
+from scalebox_cst.runner.record import RunRecord, clipped, error_tail, summarize
 from scalebox_cst.runtime import keyvalue, lifeline, threads
 from scalebox_cst.runtime.output import Console, Recorder, StreamPump
 from scalebox_cst.runtime.launch import ENV_INFO, ENV_SEED
@@ -251,12 +251,13 @@ class Execution:
             self._last_activity = time.time()
 
         def line(text: str, cr: bool) -> None:
+            kept = clipped(text)  # the tail holds 400 lines: each as error_tail would keep it
             with self._tail_lock:
                 last = self._tail[-1] if self._tail else None
                 if last is not None and last[0] == index and last[2]:
-                    self._tail[-1] = [index, text, cr]  # a redrawn progress bar keeps one line
+                    self._tail[-1] = [index, kept, cr]  # a redrawn progress bar keeps one line
                 else:
-                    self._tail.append([index, text, cr])
+                    self._tail.append([index, kept, cr])
             self._line_metrics(text)
 
         try:

@@ -85,15 +85,31 @@ def summarize(series: Dict[str, List[runs.Point]]) -> Dict[str, Dict[str, Any]]:
     return out
 
 
+#: the most characters of one output line a run's tail keeps (its start and its end): a script
+#: printing megabytes without a newline made the host hold 400 lines of 1 MiB each (the tail's
+#: length; 450 MB, twice that for undecodable bytes) and wrote 44 MB of them into record.json
+TAIL_LINE_CHARS = 4000
+
+
+def clipped(line: str, limit: int = TAIL_LINE_CHARS) -> str:
+    """``line`` as a run's tail keeps it: at most ``limit`` characters, its start and end with
+    what was cut said in between (a traceback's lines are far shorter and pass unchanged)."""
+    if len(line) <= limit:
+        return line
+    mark = f" [... {len(line)} characters, the middle cut ...] "
+    half = max(0, (limit - len(mark)) // 2)
+    return f"{line[:half]}{mark}{line[-half:] if half else ''}"  # within limit: clipping twice changes nothing
+
+
 def error_tail(lines: List[str], limit: int = 30, errors: Optional[List[str]] = None) -> List[str]:
     """The last traceback in ``errors`` (the stderr lines), else in ``lines`` (the output as it
-    arrived), else the end of ``lines``, at most ``limit`` lines. stdout and stderr are read by
-    two threads, so stdout lines printed before a traceback can arrive after it: a traceback is
-    taken from stderr alone when stderr has one."""
+    arrived), else the end of ``lines``, at most ``limit`` lines, each :func:`clipped`. stdout
+    and stderr are read by two threads, so stdout lines printed before a traceback can arrive
+    after it: a traceback is taken from stderr alone when stderr has one."""
     for source in ([errors] if errors else []) + [lines]:
-        source = [line.rstrip("\n") for line in source]
+        source = [clipped(line.rstrip("\n")) for line in source]
         for i in range(len(source) - 1, -1, -1):
             if source[i].startswith("Traceback (most recent call last)"):
                 return source[i:][-limit:]
-    lines = [line.rstrip("\n") for line in lines]
-    return lines[-min(limit, 10):]
+    lines = [clipped(line.rstrip("\n")) for line in lines[-min(limit, 10):]]
+    return lines
