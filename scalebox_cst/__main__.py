@@ -7,6 +7,7 @@ rewrite committed before it runs), with ``sys.argv`` = [SCRIPT, *ARGS].
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -22,6 +23,11 @@ def main(argv=None) -> None:
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # the script's folder and the project are found from it
+        parser.exit(1, "python -m scalebox_cst: the current folder no longer exists (deleted or moved away); "
+                       "cd into an existing folder and run it again\n")
 
     from scalebox_cst.importhook import run_script
 

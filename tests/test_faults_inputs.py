@@ -438,4 +438,37 @@ def test_a_fifo_or_folder_in_the_users_cache_never_hangs_a_command(tmp_path, mon
             failures.append((how, "backend probe", "hung" if not finished else repr(answer)))
         if how == "fifo" and not (os.path.isfile(versions) and os.path.isfile(probe)):
             failures.append((how, "not written again as files"))
+
+
+def test_a_command_started_in_a_deleted_folder_is_one_line(tmp_path):
+    """The shell's folder was deleted (``rm -rf`` of a build folder in another terminal) before a
+    command ran: every relative path, ``.`` included, raised FileNotFoundError from
+    ``os.path.abspath``, a traceback. Now one line, status 1; absolute paths still work there."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(TRAIN_PY)
+    (root / "helpers.py").write_text(HELPERS_PY)
+    scalebox("rewrite", str(root), "--backend", "cpu", env={"PYTHONPATH": ROOT})
+    cli = [sys.executable, "-c", "from scalebox_cst.cli import main; main()"]
+    watch = [sys.executable, "-c", "from scalebox_cst.cli import watch_main; watch_main()"]
+    hook = [sys.executable, "-m", "scalebox_cst"]
+    failures = []
+    cases = [[*cli, "log"], [*cli, "status"], [*cli, "rewrite", "."], [*cli, "run", "train.py"], [*cli, "diff"],
+             [*cli, "init"], [*cli, "watch", "."], [*watch, "."], [*hook, "train.py"]]
+    for number, argv in enumerate(cases):
+        gone = tmp_path / f"gone{number}"
+        gone.mkdir()
+        proc = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone), *argv],
+                              capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
+        lines = proc.stderr.strip().splitlines()
+        if not (proc.returncode == 1 and len(lines) == 1 and "current folder no longer exists" in lines[0]):
+            failures.append((argv[2:], proc.returncode, proc.stderr[-300:]))
+    gone = tmp_path / "gone_abs"
+    gone.mkdir()
+    (root / "helpers.py").write_text(HELPERS_PY + "# changed\n")
+    proc = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone), *cli, "rewrite", str(root)],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
+    if proc.returncode != 0 or "run/0002" not in proc.stdout:
+        failures.append(("rewrite ABSOLUTE", proc.returncode, proc.stderr[-300:]))
+    print(f"\n{len(cases) + 1} commands in a deleted folder: {len(failures)} failure(s)")
     assert not failures, failures

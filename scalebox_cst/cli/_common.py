@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from typing import List, NoReturn, Optional, Sequence
 
@@ -30,6 +31,20 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     """One line on stderr: a control or bidi character (a path or name the user gave) is escaped."""
     click.echo(f"scalebox: {shown_name(message)}", err=True)
     sys.exit(code)
+
+
+#: the one line for a command started in a folder that was deleted (or moved away) under the shell
+CWD_GONE = "the current folder no longer exists (deleted or moved away); cd into an existing folder and run it again"
+
+
+def cwd_gone() -> bool:
+    """Whether the process's current folder is gone (``os.getcwd()`` fails): every relative
+    path, ``.`` included, then raises FileNotFoundError from deep inside a command."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def _open_project(project_dir: Optional[str], start: str = ".", config: Optional[Config] = None) -> Project:
