@@ -738,3 +738,27 @@ def test_output_lines_of_megabytes_keep_the_host_small_and_the_record_short(run_
     assert (run_dir / "record.json").stat().st_size < 1 << 20
     assert (run_dir / "stderr.txt").stat().st_size == 150 * ((1 << 20) + 1)  # the files keep every byte
     assert peak_mib < 200, f"scalebox run peaked at {peak_mib:.0f} MiB"
+
+
+@pytest.mark.parametrize("how", ["2>&1 | head -1", "2>&-: stderr's reader gone at once"])
+def test_a_run_whose_stderr_reader_goes_away_goes_on_to_its_end_and_its_record(run_project, how):
+    """``scalebox run x.py 2>&1 | head``: the next notice met the closed pipe and click's EPIPE
+    exit ended scalebox run (status 1, not a word), its child killed with it and its record left
+    ``running`` (read as ``lost``); with stderr's reader gone first, no run at all. The run now
+    goes on to its end as it does when only its stdout's reader goes away, and is recorded."""
+    root, cli = run_project
+    if how.startswith("2>&1"):
+        proc = subprocess.Popen([*cli, "run", "run/0001", "chatty.py", "--", "3000"], cwd=root, env=_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc.stdout.readline()
+        proc.stdout.close()
+    else:
+        proc = subprocess.Popen([*cli, "run", "run/0001", "chatty.py", "--", "3000"], cwd=root, env=_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stderr.close()
+        proc.stdout.read()
+    assert proc.wait(timeout=120) == 0
+    run_dir = _first_run_dir(root, timeout=5)
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["status"] == "ok" and record["exit_status"] == 0, record
+    assert (run_dir / "log.txt").read_text().splitlines()[-1] == "done"

@@ -33,6 +33,17 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
+def say(text: str) -> None:
+    """A notice on stderr that a closed or broken stderr never stops (``scalebox run x.py 2>&1 |
+    head``: whoever read it went away). A run goes on to its end and its record, as it does when
+    its own output meets the closed pipe (runtime.output.Console); click's EPIPE exit here ended
+    ``scalebox run`` at its next notice, its child killed with it and its record left ``lost``."""
+    try:
+        click.echo(text, err=True)
+    except (OSError, ValueError):  # EPIPE, a full disk under a redirect, a closed stream
+        pass
+
+
 #: the one line for a command started in a folder that was deleted (or moved away) under the shell
 CWD_GONE = "the current folder no longer exists (deleted or moved away); cd into an existing folder and run it again"
 
@@ -63,7 +74,7 @@ def _warn_skipped(project: Project) -> None:
     """One line per file the snapshot left out (a link out of the project, a FIFO, a name that is
     not UTF-8, ...: scalebox_cst.intake), so nothing is left out without a word."""
     for line in project.skipped:
-        click.echo(f"scalebox: warning: {line}", err=True)
+        say(f"scalebox: warning: {line}")
 
 
 class _OneLineErrors(click.Group):

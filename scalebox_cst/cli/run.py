@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 import click
 
 from scalebox_cst import headlines
-from scalebox_cst.cli._common import _FAST_HELP, _config_changed, _fail, _fast, _load_config, _open_project, _tree_changes, _warn_skipped, cli
+from scalebox_cst.cli._common import _FAST_HELP, _config_changed, _fail, _fast, _load_config, _open_project, _tree_changes, _warn_skipped, cli, say
 from scalebox_cst.store import StoreError
 
 
@@ -123,7 +123,7 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
     try:
         status = raylaunch.cli_run(
             project.root, project.store.path, infos, script_rel, args, seed_list, seed_via_for if seeds else (lambda c: None),
-            backend_of, variant, address, parallel, echo=lambda text: click.echo(text, err=True),
+            backend_of, variant, address, parallel, echo=say,
             describe=lambda record: _describe_end(RunRecord.from_json(record)),
         )
     except raylaunch.RayStartError as exc:
@@ -141,7 +141,7 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
             info = store.resolve(args.pop(0))
             stale = _tree_changes(project, info.source_commit) or None
             if stale:
-                click.echo(f"scalebox: note: {info.name} differs from the working tree ({', '.join(stale[:5])}{', ...' if len(stale) > 5 else ''})", err=True)
+                say(f"scalebox: note: {info.name} differs from the working tree ({', '.join(stale[:5])}{', ...' if len(stale) > 5 else ''})")
         else:
             newest = store.newest_branch()
             info = store.resolve(newest) if newest else None
@@ -159,11 +159,11 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
                 _warn_skipped(project)
                 if result.blocked:
                     for line in result.blocked:
-                        click.echo(line, err=True)
+                        say(line)
                     if info is None or foreign is not None:
                         _fail("the working tree does not parse and there is no branch to run")
                     stale = changes
-                    click.echo(f"scalebox: working tree not committed (errors above); running the stale {info.name}", err=True)
+                    say(f"scalebox: working tree not committed (errors above); running the stale {info.name}")
                 else:
                     info = store.resolve(result.branch)
                     if result.created:
@@ -172,15 +172,15 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
                         try:  # the monitor's timeline only: a full disk or a planted link must not stop the run
                             append_project_event(project.root, "branch_created", f"{info.name}: {result.report.summary()}", branch=info.name, commit=info.commit)
                         except OSError as exc:
-                            click.echo(f"scalebox: warning: project event not recorded ({exc.filename}: {exc.strerror or exc})", err=True)
+                            say(f"scalebox: warning: project event not recorded ({exc.filename}: {exc.strerror or exc})")
                     if foreign is not None:
-                        click.echo(f"scalebox: {foreign} does not hold this engine's rewrite of its snapshot (a store that "
-                                   f"came with the project?); running {info.name}, which does", err=True)
+                        say(f"scalebox: {foreign} does not hold this engine's rewrite of its snapshot (a store that "
+                            f"came with the project?); running {info.name}, which does")
                     elif result.created:
-                        click.echo(f"scalebox: working tree changed ({', '.join(changes[:5])}); committed {info.name}: {result.report.summary()}", err=True)
+                        say(f"scalebox: working tree changed ({', '.join(changes[:5])}); committed {info.name}: {result.report.summary()}")
             elif changes and info is not None:
                 stale = changes
-                click.echo(f"scalebox: warning: running {info.name}, which differs from the working tree ({', '.join(changes[:5])})", err=True)
+                say(f"scalebox: warning: running {info.name}, which differs from the working tree ({', '.join(changes[:5])})")
             elif info is None:
                 _fail("no run branches yet: run `scalebox rewrite .` or `scalebox-watch` first")
     except StoreError as exc:
@@ -251,14 +251,14 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
             _fail("--seeds and a --seed among the script's arguments: give one of them", 2)
         seed_via = "option" if _takes_seed_option(store.read_file(commit, script_rel)) else "env"
         if seed_via == "env":
-            click.echo(f"scalebox: {script_rel} has no --seed option: seeding random, numpy and torch before it runs", err=True)
+            say(f"scalebox: {script_rel} has no --seed option: seeding random, numpy and torch before it runs")
     variant = "original" if original else "rewrite"
     if launcher == "ray":
         explicit = click.get_current_context().get_parameter_source("parallel") != click.core.ParameterSource.DEFAULT
         _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, variant, address, parallel if explicit else None)
     what = "source snapshot (original)" if original else "rewrite"
-    click.echo(f"scalebox: running {script_rel} from {info.name}'s {what} ({commit[:10]})"
-               + (f", seeds {', '.join(str(s) for s in seed_list)}" if seeds else ""), err=True)
+    say(f"scalebox: running {script_rel} from {info.name}'s {what} ({commit[:10]})"
+        + (f", seeds {', '.join(str(s) for s in seed_list)}" if seeds else ""))
     if heal or locate_nan:  # scalebox_cst.hotfix owns these
         if heal and locate_nan or original or seeds or launcher != "local" or parallel > 1:
             _fail("--heal and --locate-nan each run one local rewrite: not with each other, --original, --seeds, "
@@ -266,7 +266,7 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
         from scalebox_cst import hotfix
 
         sys.exit(hotfix.cli_run(project, info.name, script_rel, args, heal=heal, locate_nan=locate_nan,
-                                notice=lambda text: click.echo(text, err=True)))
+                                notice=say))
     from scalebox_cst.runner.supervisor import RunSpec, RunSupervisor
 
     torchrun = dict(nproc=nproc or 1, nnodes=nnodes, rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id,
@@ -281,8 +281,7 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     _run_all(supervisor, specs, parallel)
 
 
-def _notice(text: str) -> None:
-    click.echo(text, err=True)
+_notice = say  # the runs' notices: a broken stderr never stops them
 
 
 def _run_all(supervisor, specs, parallel: int) -> None:

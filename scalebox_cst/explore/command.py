@@ -81,6 +81,7 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
     from scalebox_cst.explore.branches import places_of
     from scalebox_cst.explore.places import PlaceError
     from scalebox_cst.explore.study import ExploreError, Study, disk_error, require_optuna
+    from scalebox_cst.cli._common import say
 
     try:
         config = cfg.load(config_path)
@@ -110,7 +111,7 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
     except (cfg.ExploreConfigError, PlaceError) as exc:
         _fail(str(exc), 2)
     try:
-        study = Study(project, config, bound, resume, echo=lambda text: click.echo(text, err=True), sampler_seed=sampler_seed)
+        study = Study(project, config, bound, resume, echo=say, sampler_seed=sampler_seed)
     except ExploreError as exc:
         _fail(str(exc))
     click.echo(f"scalebox: study {config.study}: {config.trials} trials of {script_rel}, {config.direction} {config.metric}; "
