@@ -23,7 +23,7 @@ import re
 import threading
 import time
 import tokenize
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
@@ -92,7 +92,7 @@ class Pipeline:
             with statement_memo.active(statement_memo.StatementMemo()):
                 return self._rewrite(path, data, beat)
         except Exception as exc:  # noqa: BLE001 - one file's failure never stops the others
-            return _error(path, data, f"{path}:1: the rewrite failed ({type(exc).__name__}: {_first_line(exc)}); file left unchanged")
+            return _error(path, data, f"{path}:1: the rewrite failed ({_why(exc, data)}); file left unchanged")
         finally:
             if beat is not None:
                 beat.stop()
@@ -198,7 +198,7 @@ class Pipeline:
                 msg = f"{path}:{exc.lineno or 1}: transform {transform.id} produced invalid code ({exc.msg}); file left unchanged"
                 return _error(path, data, msg)
             except Exception as exc:  # a transform bug must never break the user's run
-                msg = f"{path}:1: transform {transform.id} failed ({type(exc).__name__}: {exc}); file left unchanged"
+                msg = f"{path}:1: transform {transform.id} failed ({_why(exc, text)}); file left unchanged"
                 return _error(path, data, msg)
             sites.extend(_map_back(_with_details(_map_quoted(site, line_maps)), line_maps) for site in found)
             if new_code != code:
@@ -452,6 +452,15 @@ def _freeze() -> None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _why(exc: BaseException, source: Union[str, bytes]) -> str:
+    """A failed rewrite's cause for its one line: ``MemoryError`` carries no message (the line
+    read ``failed (MemoryError: )``), so it says what ran out, on how large a file."""
+    if isinstance(exc, MemoryError):  # counting copies nothing
+        lines = source.count(b"\n" if isinstance(source, bytes) else "\n") + 1  # type: ignore[arg-type]
+        return f"out of memory on a file of {lines} lines"
+    return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
 def _deep_statement_line(text: str) -> int:

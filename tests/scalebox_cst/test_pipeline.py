@@ -743,3 +743,18 @@ def test_codegen_splice_equals_module_code(parts, newline, edits):
             tree = ast.parse(text)
         except SyntaxError:
             return
+
+
+class OutOfMemory(Transform):
+    id = "test.oom"
+
+    def rewrite(self, ctx):
+        raise MemoryError()  # as CPython raises it: no message
+
+
+def test_a_transform_out_of_memory_is_one_line_that_says_so():
+    """A rewrite that ran out of memory (a 24,000-line file under a 1 GB limit) read
+    ``transform vectorize.recurrence failed (MemoryError: ); file left unchanged``."""
+    result = run(b"import os\nx = 1\ny = 2\n", OutOfMemory())
+    assert result.report.error == "t.py:1: transform test.oom failed (out of memory on a file of 4 lines); file left unchanged"
+    assert result.output == b"import os\nx = 1\ny = 2\n" and result.report.status == "error"
