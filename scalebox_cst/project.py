@@ -122,6 +122,15 @@ class Project:
             self._store = Store.init(self.root)
         return self._store
 
+    def store_gone(self) -> bool:
+        """Whether the store this project opened was deleted since (``git clean -xdf``, ``rm -r
+        .scalebox`` while a watcher runs); then it is forgotten, and the next change makes a new
+        one (every write into the old one failed on a missing folder, one cryptic line a save)."""
+        if self._store is None or os.path.isdir(os.path.join(self._store.path, "objects")):
+            return False
+        self._store = None  # (its libgit2 handles are let go with it)
+        return True
+
     @property
     def state_dir(self) -> str:
         return os.path.join(self.root, STATE_DIR)

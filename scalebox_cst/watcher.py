@@ -20,7 +20,7 @@ from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserverVFS
 
 from scalebox_cst import statedir
-from scalebox_cst.project import ChangeResult, Project
+from scalebox_cst.project import STATE_DIR, ChangeResult, Project
 from scalebox_cst.report import RunReport
 from scalebox_cst.runtime import threads
 from scalebox_cst.store import StoreError
@@ -288,6 +288,9 @@ class Watcher:
         """One change event. Nothing the store, the file system or a file can do stops the
         watcher: an error is one line (said once while it lasts) and no branch is made."""
         self.reload_config()
+        if self.project.store_gone():
+            self.echo(f"scalebox: the store {os.path.join(STATE_DIR, 'store.git')} was deleted while watching: a new one "
+                      "is made for this change (the branches and runs the old one held are gone with it)")
         try:
             result = self.project.commit_change(block_on_bad_input=True, force=force, message="save")
         except Exception as exc:  # StoreError, ConfigError, OSError, ...; the next save retries

@@ -472,3 +472,29 @@ def test_a_command_started_in_a_deleted_folder_is_one_line(tmp_path):
         failures.append(("rewrite ABSOLUTE", proc.returncode, proc.stderr[-300:]))
     print(f"\n{len(cases) + 1} commands in a deleted folder: {len(failures)} failure(s)")
     assert not failures, failures
+
+
+def test_a_store_deleted_under_the_watcher_is_made_again_for_the_next_save(tmp_path):
+    """``git clean -xdf`` or ``rm -r .scalebox`` while ``scalebox watch`` runs: the next save
+    says once that the store was deleted and is committed to a new one (each save failed with
+    libgit2's "failed to create temporary file ..." line, a new one each time, and was lost)."""
+    import shutil
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(TRAIN_PY)
+    (root / "helpers.py").write_text(HELPERS_PY)
+    Project.init(str(root))
+    project = Project(str(root), backend="cpu")
+    said = []
+    watcher = Watcher(project, debounce=0.05, echo=said.append)
+    watcher.start()
+    try:
+        shutil.rmtree(root / ".scalebox")
+        marker = "X = 2  # saved after the store was deleted\n"
+        (root / "helpers.py").write_text(marker)
+        assert newest_branch_holds(watcher, project, "helpers.py", marker.encode(), timeout=15), said
+        assert sum("was deleted while watching" in line for line in said) == 1, said
+        assert not any("failed to create" in line for line in said), said
+    finally:
+        watcher.close()
