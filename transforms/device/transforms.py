@@ -67,7 +67,7 @@ class DeviceOptimizer(_DeviceTransform):
     """Fused optimizers (cuda, npu), foreach optimizers (cpu), foreach clipping."""
 
     id = T.OPTIMIZER
-    version = "1"
+    version = "2"  # 2: SGD is never fused (sparse grads, complex params, GradScaler skips)
     triggers = ("Adam", "SGD", "clip_grad_norm")
     backends = _backends(T.OPTIMIZER)
     description = "fused / foreach optimizer and clipping paths"

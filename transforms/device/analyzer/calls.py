@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 from typing import Optional
 
 import libcst as cst
@@ -99,9 +98,8 @@ class Calls:
         if "no-star-kwargs" in entry.conditions and has_star_args(node):
             self.skip(entry, node, f"*args/**kwargs may already hold {entry.keyword}=")
             return
-        if "dense-grads" in entry.conditions and _SPARSE.search(self.ctx.code):
-            self.skip(entry, node, f"the module asks for sparse gradients (sparse=True), which {entry.keyword}={entry.value} "
-                      "refuses at step(): left as written")
+        if "never" in entry.conditions:
+            self.skip(entry, node, entry.reason)
             return
         if "number-lr" in entry.conditions:
             why = _tensor_lr(node, self.ctx.tree)
@@ -120,9 +118,6 @@ class Calls:
         keyword = entry.keyword
         self.edit(entry, _Target(node), lambda u: _append_args(u, [_new_arg(keyword, cst.parse_expression(value_text))]))
 
-
-#: a sparse-gradient request (``nn.Embedding(..., sparse=True)``, ``F.embedding(..., sparse=True)``)
-_SPARSE = re.compile(r"\bsparse\s*=\s*True\b")
 
 #: calls that make a number of a number (a learning rate passed through them stays a number)
 _NUMBER_CALLS = frozenset({"float", "int", "round", "abs", "min", "max"})

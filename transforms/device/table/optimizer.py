@@ -8,7 +8,24 @@ from scalebox_cst.report import EXACT, REASSOCIATED
 from .swap import OPTIMIZER, Swap, _HELPER_LINE, _NPU_LINE
 
 
-_OPTIMIZERS = (("Adam", "adam"), ("AdamW", "adamw"), ("SGD", "sgd"))
+_OPTIMIZERS = (("Adam", "adam"), ("AdamW", "adamw"))
+
+#: Why SGD is never given fused= (checked on CPU with torch 2.13; torch's Python ``_fused_sgd`` is
+#: shared by every device): the default accepts what the fused path refuses or corrupts, and where
+#: that happens cannot be seen from the optimizer's call (the model and the scaler live elsewhere)
+_SGD_LEFT = (
+    "SGD left as written: fused SGD raises at step() on sparse gradients (sparse=True embeddings, "
+    "in any module) and complex parameters, and with momentum corrupts its buffers when a GradScaler "
+    "skips the first step; the default handles all three"
+)
+
+
+#: what fused= buys per backend (the default it replaces differs: foreach on CUDA)
+_SPEED = {
+    "cuda": "the whole update in one kernel per device and dtype where torch's CUDA default (foreach) "
+    "launches several per step (torch documents fused as its fastest path; not timed on CUDA here)",
+    "npu": "one fused kernel per step where torch_npu has it",
+}
 
 
 def _fused(cls: str, op: str, backend: str) -> Swap:
@@ -32,16 +49,35 @@ def _fused(cls: str, op: str, backend: str) -> Swap:
         keyword="fused",
         value=value,
         absent=("fused", "foreach", "differentiable"),
-        conditions=("no-star-kwargs", "dense-grads") if cls == "SGD" else ("no-star-kwargs",),
-        reason=f"torch.optim.{cls}(fused=True): one fused kernel per step; not bitwise identical to "
-        "torch's default path (fp32 tolerance 1e-5 relative; measured on CPU against the for-loop: "
-        f"max |diff| about 1e-7 after 50 steps){guard}",
+        conditions=("no-star-kwargs",),
+        reason=f"torch.optim.{cls}(fused=True): {_SPEED[backend]}; not bitwise identical to torch's default "
+        "path (fp32 tolerance 1e-5 relative; on CPU, against the for-loop: max |diff| about 1e-7 after 50 steps)"
+        f"{guard}",
         # torch 2.1-2.3 refuse fused=True in the constructor while the parameters are still on
         # the CPU (code that builds the optimizer before .cuda(), e.g. the TD3 author's); 2.4 added
         # CPU fused kernels and checks devices at step time. The NPU entry asks at run time.
-        min_torch="2.4" if backend == "cuda" else ("2.3" if cls == "SGD" else "2.0"),
+        min_torch="2.4" if backend == "cuda" else "2.0",
         before=f"import torch\nopt = torch.optim.{cls}(model.parameters(), lr=1e-3)\n",
         after=f"{lines}import torch\nopt = torch.optim.{cls}(model.parameters(), lr=1e-3, fused={emitted})\n",
+    )
+
+
+def _sgd_left(backend: str) -> Swap:
+    return Swap(
+        id=f"optimizer.fused.sgd.{backend}",
+        transform=OPTIMIZER,
+        kind="add-kwarg",
+        pattern="torch.optim.SGD",
+        also=("torch.optim.sgd.SGD",),
+        backends=(backend,),
+        exactness=None,
+        keyword="fused",
+        value="True",
+        absent=("fused", "foreach", "differentiable"),
+        conditions=("never",),
+        reason=_SGD_LEFT,
+        before="import torch\nopt = torch.optim.SGD(model.parameters(), lr=1e-3)\n",
+        after="import torch\nopt = torch.optim.SGD(model.parameters(), lr=1e-3)\n",
     )
 
 
@@ -93,6 +129,8 @@ OPTIMIZER_SWAPS: Tuple[Swap, ...] = (
     _npu_fused("AdamW", "adamw", ("lr", "betas", "eps", "weight_decay", "amsgrad")),
     _npu_fused("SGD", "sgd", ("lr", "momentum", "dampening", "weight_decay", "nesterov")),
     *(_fused(cls, op, backend) for backend in ("cuda", "npu") for cls, op in _OPTIMIZERS),
+    _sgd_left("cuda"),
+    _sgd_left("npu"),
     _foreach_cpu("Adam", "adam"),
     _foreach_cpu("AdamW", "adamw"),
     Swap(

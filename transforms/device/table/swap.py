@@ -47,7 +47,7 @@ KINDS = {
 CONDITIONS = {
     "no-user-member": "no class in the module defines a method or attribute of that name",
     "no-star-kwargs": "the call has no **kwargs (it could hold the keyword we would add)",
-    "dense-grads": "the module asks for no sparse gradients (sparse=True): fused SGD refuses them at step()",
+    "never": "never holds: the call is reported with the entry's reason and left as written",
     "number-lr": "the learning rate is absent, a number, or names no statement binds to a call (a tensor lr refuses foreach=True)",
     "not-tanh": "approximate is not the literal 'tanh' (native gelu computes tanh on NPU anyway)",
     "has-weight": "a weight argument is given and is not the literal None",
