@@ -1,7 +1,7 @@
 """Adam/AdamW built with ``fused=True`` where torch's fused kernel takes every parameter.
 
 ``accelerate.fused_optim`` (opt in, level ``reassociated``) rewrites ``optim.Adam(params, ...)`` to
-``fused_optimizer(optim.Adam, params, ...)``. On CPU the default Adam updates each parameter
+``fused_optimizer(optim.Adam, params, ...)``; ``device.optimizer`` emits the same call on CUDA. On CPU the default Adam updates each parameter
 with a Python loop of small ops (the ``for``-loop implementation: torch picks ``foreach`` only for
 CUDA tensors); the fused kernel does the whole step in one call per device and dtype: 4x faster
 per step on CleanRL's 64-unit agent (about 470 us -> 120 us, benchmarks/bench_fast_cpu.py). The

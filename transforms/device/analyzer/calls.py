@@ -115,8 +115,19 @@ class Calls:
         value_text = entry.value
         if "{npu}" in value_text:
             value_text = value_text.format(npu=self.helper_alias())
+        if entry.replacement:  # a runtime helper adds the keyword where the arguments allow it
+            helper = self.ctx.runtime_name(entry.replacement, "_sbx_" + entry.replacement.rsplit(".", 1)[-1])
+            self.edit(entry, _Target(node), lambda u: _wrap(u, helper))
+            return
         keyword = entry.keyword
         self.edit(entry, _Target(node), lambda u: _append_args(u, [_new_arg(keyword, cst.parse_expression(value_text))]))
+
+
+def _wrap(call: cst.CSTNode, helper: str) -> cst.CSTNode:
+    """``f(args)`` -> ``helper(f, args)`` (the callee as written, first)."""
+    assert isinstance(call, cst.Call)
+    callee = cst.Arg(call.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if call.args else cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(func=cst.Name(helper), args=[callee, *call.args])
 
 
 #: calls that make a number of a number (a learning rate passed through them stays a number)

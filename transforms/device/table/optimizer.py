@@ -20,24 +20,21 @@ _SGD_LEFT = (
 )
 
 
-#: what fused= buys per backend (the default it replaces differs: foreach on CUDA)
-_SPEED = {
-    "cuda": "the whole update in one kernel per device and dtype where torch's CUDA default (foreach) "
-    "launches several per step (torch documents fused as its fastest path; not timed on CUDA here)",
-    "npu": "one fused kernel per step where torch_npu has it",
-}
+
+
+#: on CUDA the call is built through this helper, which adds fused=True only where every parameter
+#: is a dense float tensor on CPU/CUDA (fused Adam raises at step() on a complex parameter, which the
+#: default takes); it is accelerate.fused_optim's helper
+FUSED_HELPER = "scalebox_cst.runtime.fused_optimizer.fused_optimizer"
+_FUSED_LINE = "from scalebox_cst.runtime.fused_optimizer import fused_optimizer as _sbx_fused_optimizer\n"
 
 
 def _fused(cls: str, op: str, backend: str) -> Swap:
-    value = "True" if backend == "cuda" else f'{{npu}}.fused_ok("{op}")'
-    emitted = "True" if backend == "cuda" else f'scalebox_npu.fused_ok("{op}")'
-    lines = "" if backend == "cuda" else _NPU_LINE + _HELPER_LINE
-    guard = (
-        ""
-        if backend == "cuda"
-        else "; fused_ok() asks at run time whether the installed torch_npu has the fused kernel "
-        "(None, torch's default path, where it does not)"
-    )
+    if backend == "cuda":
+        return _fused_cuda(cls, op)
+    value = f'{{npu}}.fused_ok("{op}")'
+    emitted = f'scalebox_npu.fused_ok("{op}")'
+    lines = _NPU_LINE + _HELPER_LINE
     return Swap(
         id=f"optimizer.fused.{op}.{backend}",
         transform=OPTIMIZER,
@@ -50,15 +47,38 @@ def _fused(cls: str, op: str, backend: str) -> Swap:
         value=value,
         absent=("fused", "foreach", "differentiable"),
         conditions=("no-star-kwargs",),
-        reason=f"torch.optim.{cls}(fused=True): {_SPEED[backend]}; not bitwise identical to torch's default "
-        "path (fp32 tolerance 1e-5 relative; on CPU, against the for-loop: max |diff| about 1e-7 after 50 steps)"
-        f"{guard}",
-        # torch 2.1-2.3 refuse fused=True in the constructor while the parameters are still on
-        # the CPU (code that builds the optimizer before .cuda(), e.g. the TD3 author's); 2.4 added
-        # CPU fused kernels and checks devices at step time. The NPU entry asks at run time.
-        min_torch="2.4" if backend == "cuda" else "2.0",
+        reason=f"{cls}(fused=...): torch_npu's fused kernel, where fused_ok() finds it in the installed "
+        "torch_npu at run time (else None, torch's default); last bits differ (about 1e-7 after 50 steps, "
+        "on CPU)",
+        min_torch="2.0",
         before=f"import torch\nopt = torch.optim.{cls}(model.parameters(), lr=1e-3)\n",
         after=f"{lines}import torch\nopt = torch.optim.{cls}(model.parameters(), lr=1e-3, fused={emitted})\n",
+    )
+
+
+def _fused_cuda(cls: str, op: str) -> Swap:
+    return Swap(
+        id=f"optimizer.fused.{op}.cuda",
+        transform=OPTIMIZER,
+        kind="add-kwarg",
+        pattern=f"torch.optim.{cls}",
+        also=(f"torch.optim.{op}.{cls}",),
+        replacement=FUSED_HELPER,
+        backends=("cuda",),
+        exactness=REASSOCIATED,
+        keyword="fused",
+        value="True",
+        absent=("fused", "foreach", "differentiable"),
+        conditions=("no-star-kwargs",),
+        reason=f"{cls}(fused=True) where every parameter is a dense float tensor (checked at construction): "
+        "one kernel per step where CUDA's default (foreach) launches several, not timed here; last bits "
+        "differ (about 1e-7 after 50 steps, on CPU)",
+        # torch 2.1-2.3 refuse fused=True in the constructor while the parameters are still on
+        # the CPU (code that builds the optimizer before .cuda(), e.g. the TD3 author's); 2.4 added
+        # CPU fused kernels and checks devices at step time (the helper also asks for them).
+        min_torch="2.4",
+        before=f"import torch\nopt = torch.optim.{cls}(model.parameters(), lr=1e-3)\n",
+        after=f"{_FUSED_LINE}import torch\nopt = _sbx_fused_optimizer(torch.optim.{cls}, model.parameters(), lr=1e-3)\n",
     )
 
 

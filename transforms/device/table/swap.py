@@ -31,7 +31,8 @@ KINDS = {
     "compare": "`<x>.type == <literal>` / a device-flowing name compared with a literal -> literal",
     "drop-assign": "an assignment to an attribute under the qualified prefix pattern is dropped",
     "call-replace": "a call of pattern -> a call of replacement, lead args first, positionals named",
-    "add-kwarg": "a call of pattern without any of the `absent` keywords gets keyword=value",
+    "add-kwarg": "a call of pattern without any of the `absent` keywords gets keyword=value (or, where "
+    "replacement names a runtime helper, becomes replacement(<callee>, <args>): the helper adds it where it holds)",
     "helper": "a call or argument reference of pattern -> the guarded runtime helper replacement",
     "swiglu": "`a, b = x.chunk(2, -1)` then `silu(a) * b` -> the guarded swiglu helper",
     "insert": "replacement statement inserted after the module's imports",
