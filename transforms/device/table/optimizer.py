@@ -20,8 +20,6 @@ _SGD_LEFT = (
 )
 
 
-
-
 #: on CUDA the call is built through this helper, which adds fused=True only where every parameter
 #: is a dense float tensor on CPU/CUDA (fused Adam raises at step() on a complex parameter, which the
 #: default takes); it is accelerate.fused_optim's helper
