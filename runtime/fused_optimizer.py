@@ -1,8 +1,8 @@
 """Adam/AdamW built with ``fused=True`` where torch's fused kernel takes every parameter.
 
 ``accelerate.fused_optim`` (opt in, level ``reassociated``) rewrites ``optim.Adam(params, ...)`` to
-``fused_optimizer(optim.Adam, params, ...)``; ``device.optimizer`` emits the same call on CUDA. On CPU the default Adam updates each parameter
-with a Python loop of small ops (the ``for``-loop implementation: torch picks ``foreach`` only for
+``fused_optimizer(optim.Adam, params, ...)``; ``device.optimizer`` emits the same call on CUDA.
+On CPU the default Adam updates each parameter with a Python loop of small ops (the ``for``-loop implementation: torch picks ``foreach`` only for
 CUDA tensors); the fused kernel does the whole step in one call per device and dtype: 4x faster
 per step on CleanRL's 64-unit agent (about 470 us -> 120 us, benchmarks/bench_fast_cpu.py). The
 update is the same formula with the operations in another order (last-bit differences that
@@ -20,6 +20,7 @@ twice.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Iterable, List, Optional
 
 #: devices whose fused Adam kernels were measured (CPU here; CUDA's is torch's recommended path)
@@ -61,6 +62,38 @@ def fusable(tensors: Iterable[Any]) -> bool:
                 or t.is_sparse or t.device.type not in DEVICES:
             return False
     return True
+
+
+_SETTLED: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()  # optimizer -> its size
+
+
+def unset_momentum(optimizer: Any) -> List[Any]:
+    """The parameters of ``optimizer``'s fused SGD groups with momentum that have no momentum
+    buffer yet (the first update). A step skipped through ``found_inf`` (a GradScaler's, the
+    stabilizer's) allocates their buffers (``torch.empty_like``) and never writes them, and every
+    later step reads them: parameters off by about 1e29 after three steps (torch 2.13)."""
+    groups = getattr(optimizer, "param_groups", ())
+    size = sum(len(group["params"]) for group in groups)
+    if _SETTLED.get(optimizer) == size:  # every buffer was there at this size (the guard asks each step)
+        return []
+    out: List[Any] = []
+    for group in groups:
+        if group.get("fused") and group.get("momentum"):
+            out += [p for p in group["params"] if p.grad is not None and "momentum_buffer" not in optimizer.state.get(p, {})]
+    if not out:
+        _SETTLED[optimizer] = size
+    return out
+
+
+def forget_unwritten_momentum(optimizer: Any, params: List[Any], found_inf: Any) -> List[Any]:
+    """After a step that ``found_inf`` skipped: drop the buffers it allocated for ``params`` (from
+    :func:`unset_momentum`), so the next step is the first update, as if none had run (one host
+    read of ``found_inf``, on the optimizer's first step only). Returns what is left to watch:
+    nothing (the next step asks :func:`unset_momentum` again)."""
+    if params and bool(found_inf.item()):
+        for p in params:
+            optimizer.state.get(p, {}).pop("momentum_buffer", None)
+    return []
 
 
 def _torch_has_cpu_fused() -> bool:

@@ -26,24 +26,22 @@ branches use.
 Where it decides:
 - CPU gradients: on the host (``.item()`` on a CPU tensor is no device synchronisation). A skip
   sets the parameters' ``.grad`` to None for the duration of ``step()`` (torch optimizers leave
-  such parameters and their state alone) and a step post-hook puts them back afterwards.
-  The healthy step, which every training step pays, is one call into the optional C helper
-  ``_gradnorm_c`` where it is built (it reads plain contiguous float32/float64 gradients' memory,
-  sums their squares in double and updates the history with this module's arithmetic); each torch
-  op between ``backward()`` and ``step()`` costs about 1-2% of a small MLP's step there, most of it
-  cold code. Without the build, or for gradients it does not read (sparse, strided, other
-  dtypes), torch measures (``torch._foreach_norm``) and Python keeps the history.
+  such parameters and their state alone) and a step post-hook puts them back afterwards. The
+  healthy step, which every training step pays, is one call into the optional C helper
+  ``_gradnorm_c`` where it is built (it reads plain contiguous float32/float64 gradients, sums
+  their squares in double, updates the history with this module's arithmetic; each torch op
+  between ``backward()`` and ``step()`` costs 1-2% of a small MLP's step). Without it, or for
+  gradients it does not read (sparse, strided, other dtypes), ``torch._foreach_norm`` measures.
 - CUDA/NPU gradients: on the device, no host synchronisation per step. The spike factor
   ``min(1, thr / norm)`` is a device tensor multiplied into the gradients (``* 1.0`` is bitwise
   the identity). A non-finite step is skipped through ``optimizer.found_inf`` where the optimizer
   takes it (fused Adam/AdamW/SGD, ``_step_supports_amp_scaling``: the kernel skips the update and
-  restores the step count, as under ``GradScaler``); other optimizers get the step (weights may go
-  non-finite) and the event is reported at the next flush, which is what the hot-fix policy acts
-  on (its branch uses ``sync=True``: one host check per step, a true skip on any optimizer).
-  Under AMP (``scaler=`` given) ``GradScaler`` already skips non-finite steps; the guard only
-  measures and clips spikes.
-Events cross to the host in batches (every ``FLUSH_EVERY`` steps and at exit); their writer is
-``guard_events``.
+  restores the step count, as under ``GradScaler``; fused SGD's unwritten first momentum buffers
+  are dropped after it: ``fused_optimizer.unset_momentum``); other optimizers get the step
+  (weights may go non-finite), the event reported at the next flush, which the hot-fix policy
+  acts on (its branch: ``sync=True``, a true skip on any optimizer). Under AMP (``scaler=``)
+  ``GradScaler`` skips non-finite steps; the guard only measures and clips spikes.
+Events cross to the host in batches (every ``FLUSH_EVERY`` steps and at exit; ``guard_events``).
 """
 from __future__ import annotations
 
@@ -59,6 +57,7 @@ import torch
 
 from scalebox_cst.options import default as _default
 from scalebox_cst.runtime import metrics
+from scalebox_cst.runtime.fused_optimizer import forget_unwritten_momentum, unset_momentum
 from scalebox_cst.runtime.grad_norms import host_norm, total_norm
 from scalebox_cst.runtime.guard_events import EVENTS_ENV, events, report_nonfinite  # noqa: F401 (stabilizer.EVENTS_ENV, read by tests)
 
@@ -71,14 +70,12 @@ FLUSH_EVERY = 64
 #: the window shows): one JSON point per step cost more than the norm itself on a small model
 RECORD_EVERY = 8
 
-# the spike test's defaults: the option schema's (healthy CartPole PPO reaches 19x its EW mean,
-# z 22, within 20k steps: see README)
+# the spike test's defaults: the option schema's (healthy CartPole PPO: 19x its EW mean, z 22, in 20k steps)
 Z, RATIO, WARMUP = (_default("grad_clip", key) for key in ("z", "ratio", "warmup"))
 ALPHA = 0.97
 
 _NONE, _CLIPPED, _SKIPPED, _SEEN = 0, 1, 2, 3
-#: what ``spike=`` may be: report (default), clip (True is the older spelling), or no spike test
-#: (False: after the code's own clip)
+#: ``spike=``: report (default), clip (True: the older spelling), or no spike test (False: after the code's clip)
 SPIKE_MODES = ("report", "clip", True, False)
 
 
@@ -134,6 +131,7 @@ class _Guard(_c.State if _c is not None else object):
         self.stash: Optional[List[Tuple[torch.Tensor, torch.Tensor]]] = None
         self.hooked = False
         self.no_skip = False  # device path, optimizer without found_inf: non-finite steps run
+        self.unset: List[torch.Tensor] = []  # fused SGD's parameters without momentum buffers (fused_optimizer)
         self.reported_nonfinite = False
         self.interventions = 0
         self.owner: Any = None  # () -> the optimizer, or None once it is gone (set by _guard_for)
@@ -470,6 +468,7 @@ def _device_step(optimizer, guard, grads, norm, scaler, spike, max_norm, z, rati
     elif getattr(optimizer, "_step_supports_amp_scaling", False):
         optimizer.found_inf = (~finite).float()  # the fused kernel skips the update on device
         optimizer.grad_scale = None
+        guard.unset = unset_momentum(optimizer)
         _ensure_hook(optimizer, guard)
     else:
         guard.no_skip = True
@@ -547,6 +546,7 @@ def _ensure_hook(optimizer: Any, guard: _Guard) -> None:
                     p.grad = grad
             g.stash = None
         if "found_inf" in opt.__dict__:
+            g.unset = forget_unwritten_momentum(opt, g.unset, opt.found_inf)
             del opt.found_inf
             opt.__dict__.pop("grad_scale", None)
 

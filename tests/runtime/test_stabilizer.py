@@ -73,6 +73,7 @@ OPTIMIZERS = {
     "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
     "adamw-foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=True),
     "adam-fused": lambda p: torch.optim.Adam(p, lr=1e-2, fused=True),
+    "sgd-momentum-fused": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, fused=True),
     "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-3),
 }
 
@@ -743,6 +744,27 @@ def test_device_path_fused_skip_is_exact(device_path):
     ref, ref_state, _ = train(False, "adam-fused", steps=19)
     got, state, _ = train(True, "adam-fused", steps=20, poison=(20,))
     assert same(ref, got) and same_state(ref_state, state)
+
+
+def test_device_path_fused_sgd_skipped_first_step_leaves_no_unwritten_momentum(device_path):
+    """torch's fused SGD with momentum, its first step skipped through found_inf, keeps the
+    momentum buffers that step allocated (``torch.empty_like``) and never wrote, and every later
+    step reads them (parameters off by ~1e29). The guard drops them after the skip: the run is
+    the one whose first step never ran, bit for bit."""
+    got, state, _ = train(True, "sgd-momentum-fused", steps=6, poison=(1,))
+    torch.manual_seed(0)
+    body = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh())
+    head = torch.nn.Linear(16, 2)
+    opt = OPTIMIZERS["sgd-momentum-fused"]([*body.parameters(), *head.parameters()])
+    for i in range(1, 7):
+        x, y = torch.randn(8, 6), torch.randn(8, 2)
+        if i > 1:  # the skipped step draws its batch and changes nothing
+            ((head(body(x)) - y) ** 2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    ref = [p.detach().clone() for p in [*body.parameters(), *head.parameters()]]
+    assert same(ref, got) and all(torch.isfinite(p).all() for p in got)
+    assert same_state([{k: v.clone() for k, v in s.items()} for s in opt.state.values()], state)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
