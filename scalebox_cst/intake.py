@@ -56,14 +56,15 @@ def open_regular(path: str, mode: str = "rb", **kwargs):
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(errno.EINVAL, f"{_kind(st.st_mode)}, not a regular file", path)
+            raise NotRegularFile(errno.EINVAL, f"{kind_name(st.st_mode)}, not a regular file", path)
     except BaseException:
         os.close(fd)
         raise
     return os.fdopen(fd, mode, **kwargs)
 
 
-def _kind(mode: int) -> str:
+def kind_name(mode: int) -> str:
+    """What a file that is not a regular one is, for a one-line message ("a FIFO", "a folder")."""
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
@@ -93,7 +94,7 @@ def read_regular(name: str, dir_fd: Optional[int] = None, limit: int = MAX_FILE_
     if stat.S_ISLNK(before.st_mode):
         raise NotRead("a symbolic link", link=True)
     if not stat.S_ISREG(before.st_mode):
-        raise NotRead(f"{_kind(before.st_mode)}, not a regular file")
+        raise NotRead(f"{kind_name(before.st_mode)}, not a regular file")
     if before.st_size > limit:
         raise NotRead(f"larger than {_size(limit)} ({before.st_size} bytes)")
     try:

@@ -498,3 +498,15 @@ def test_a_store_deleted_under_the_watcher_is_made_again_for_the_next_save(tmp_p
         assert not any("failed to create" in line for line in said), said
     finally:
         watcher.close()
+
+
+def test_python_m_scalebox_cst_names_what_its_script_is_when_it_is_no_file(tmp_path):
+    """``python -m scalebox_cst SCRIPT`` where SCRIPT is a FIFO or a folder says so (it said "no
+    such file", which sent the user looking for a typo), and never opens the FIFO."""
+    os.mkfifo(tmp_path / "fifo.py")
+    (tmp_path / "folder.py").mkdir()
+    expected = {"fifo.py": "a FIFO, not a regular file", "folder.py": "a folder, not a regular file", "absent.py": "no such file"}
+    for name, said in expected.items():
+        proc = subprocess.run([sys.executable, "-m", "scalebox_cst", name], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert proc.returncode == 2 and proc.stderr.strip() == f"scalebox: {name}: {said}", (name, proc.stderr)

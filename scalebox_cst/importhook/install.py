@@ -12,6 +12,7 @@ import warnings
 from typing import Iterable, List, Optional, Sequence
 
 from scalebox_cst.config import find_project_root
+from scalebox_cst.intake import kind_name
 from scalebox_cst.importhook.common import (
     _NEVER,
     ENV_MAIN,
@@ -130,7 +131,11 @@ def run_script(script: str, args: Sequence[str], packages: Sequence[str] = (), p
 
     path = os.path.abspath(script)
     if not os.path.isfile(path):
-        sys.stderr.write(f"scalebox: {script}: no such file\n")
+        try:
+            what = kind_name(os.stat(path).st_mode) + ", not a regular file"
+        except OSError:
+            what = "no such file"
+        sys.stderr.write(f"scalebox: {script}: {what}\n")
         raise SystemExit(2)
     root = os.path.realpath(project) if project else find_project_root(path)
     sys.argv[:] = [script, *args]
