@@ -148,7 +148,11 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
         best = json.load(open(written["optimal"], encoding="utf-8"))
         click.echo(f"best: trial {best['trial']} ({best['branch']}) {config.metric} {best['value']:.6g}: "
                    + ", ".join(f"{k}={v}" for k, v in best["params"].items()))
-        click.echo(f"optimal params: {written['optimal']} (apply: scalebox rewrite --tuned-config {os.path.relpath(written['optimal'])})")
+        try:
+            shown = os.path.relpath(written["optimal"])
+        except (OSError, ValueError):  # the current folder is gone, or another drive's
+            shown = written["optimal"]
+        click.echo(f"optimal params: {written['optimal']} (apply: scalebox rewrite --tuned-config {shown})")
     if error:
         _fail(error, 128 + stopped if stopped else 1)
 

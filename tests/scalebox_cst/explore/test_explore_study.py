@@ -444,3 +444,26 @@ def test_a_pruned_run_stops_at_its_first_signal(tmp_path):
     for t in pruned:
         (run,) = runs.list_runs(str(root), t.user_attrs["branch"])
         assert run.record["stop_signals"] == ["SIGINT"] and run.record["wall_time"] < 5.5
+
+
+def test_a_study_started_from_a_deleted_folder_ends_with_its_report_and_status_0(tmp_path):
+    """``explore -c /abs/explore.yaml`` run from a folder deleted under the shell finds its
+    project from the config and runs its study; its last line (the --tuned-config hint, a path
+    relative to the current folder) raised there, and the finished study exited 1."""
+    root = make(tmp_path, """\
+        script: train.py
+        metric: score
+        direction: maximize
+        trials: 2
+        seeds: [0]
+        params:
+          LR: {uniform: [0.0, 1.0]}
+        """)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = "from scalebox_cst.cli import main; main()"
+    cmd = f'cd {gone} && rmdir {gone} && exec {sys.executable} -c "{code}" explore -c {root / "explore.yaml"}'
+    proc = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **ENV, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "optimal params:" in proc.stdout and "Traceback" not in proc.stderr
