@@ -30,6 +30,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
@@ -46,7 +47,11 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 CPU_PERIOD = 100000  # microseconds, cpu.max's default period
 _UNITS = options.UNITS
 #: what a process that ran out of (host or device) memory prints last
-_HOST_OOM = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "std::bad_alloc")
+_HOST_OOM = ("MemoryError", "can't allocate memory", "Cannot allocate memory", "std::bad_alloc",
+             # what a limit too small for the interpreter itself looks like under RLIMIT_DATA
+             "can't start new thread", "failed to map segment from shared object", "cannot map zero-fill pages")
+#: signals of a process that could not allocate (no message: malloc's NULL met in C code)
+_CRASHES = (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT)
 _DEVICE_OOM = ("CUDA out of memory", "NPU out of memory", "OutOfMemoryError")
 
 
@@ -391,7 +396,8 @@ class Enforcement:
         if self.limits.device_memory and any(word in text for word in _DEVICE_OOM):
             return f"device memory limit {format_size(self.limits.device_memory)} reached"
         if self.limits.memory:
-            if self._oom or any(word in text for word in _HOST_OOM):
+            crashed = status < 0 and -status in _CRASHES and "RLIMIT_DATA" in self.enforced.get("memory", "")
+            if self._oom or crashed or any(word in text for word in _HOST_OOM):
                 return f"memory limit {format_size(self.limits.memory)} reached"
         return None
 

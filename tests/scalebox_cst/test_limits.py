@@ -73,6 +73,18 @@ def test_a_memory_hog_under_300m_fails_in_seconds_naming_the_limit(probe_project
         os.killpg(pgid, 0)
 
 
+@pytest.mark.parametrize("size", ["10b", "1m", "16m"])
+def test_a_limit_too_small_for_the_interpreter_is_named_as_the_cause(probe_project, size):
+    """Under RLIMIT_DATA a limit below what Python and the launcher need ends the run with the
+    dynamic loader's message, a thread that cannot start, a module that cannot map or a SIGSEGV
+    (malloc's NULL in C code): none said MemoryError, and the run read as failed for no reason."""
+    proc = scalebox("run", "--memory", size, "probe.py", cwd=probe_project, check=False, timeout=60)
+    assert proc.returncode != 0
+    record = _only_run(probe_project)
+    assert record["status"] == "failed" and record["stop_reason"] == f"memory limit {size} reached", (record, proc.stderr)
+    assert f"memory limit {size} reached" in proc.stderr
+
+
 def test_without_a_limit_the_same_allocation_is_no_limit_failure(probe_project):
     """A failure that is not a limit's keeps stop_reason empty (the reason is not guessed)."""
     (probe_project / "boom.py").write_text("raise SystemExit(3)\n")
