@@ -72,6 +72,11 @@ def storage(directory: str, repair: bool = False, echo: Optional[Callable[[str],
         raise ExploreError(str(exc)) from None
     except OSError as exc:
         raise ExploreError(f"{directory}: {exc.strerror or exc}") from None
+    lock = path + ".lock"  # Optuna's lock beside its journal: held, or left by a killed writer
+    if echo is not None and os.path.lexists(lock):
+        shown = os.path.join(".scalebox", "explore", os.path.basename(directory), os.path.basename(lock))
+        echo(f"scalebox: {shown} is held: another explore of this study is writing, or a killed one left it "
+             "(Optuna breaks a lock left alone for 30 s)")
     return optuna.storages.JournalStorage(journal.backend(path))
 
 

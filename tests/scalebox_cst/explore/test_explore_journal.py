@@ -163,3 +163,20 @@ def test_a_full_disk_stops_the_study_in_one_line_and_resume_goes_on(tmp_path, wr
     no_traceback(again)
     assert again.returncode == 0, again.stderr
     assert states(root).count("COMPLETE") == 4
+
+
+def test_a_held_or_stale_journal_lock_is_said_before_the_wait(tmp_path):
+    """Optuna waits for its journal's lock (and breaks one left alone for 30 s) with nothing said
+    for its first 10 s: a lock found when the study opens is one line at once."""
+    from scalebox_cst.explore import journal
+    from scalebox_cst.explore.study import storage
+
+    directory = tmp_path / ".scalebox" / "explore" / "s"
+    directory.mkdir(parents=True)
+    said = []
+    storage(str(directory), echo=said.append)
+    assert said == []
+    os.symlink(journal.JOURNAL, directory / (journal.JOURNAL + ".lock"))  # as Optuna's lock, its writer killed
+    storage(str(directory), echo=said.append)
+    assert said == [f"scalebox: .scalebox/explore/s/{journal.JOURNAL}.lock is held: another explore of this study is writing, "
+                    "or a killed one left it (Optuna breaks a lock left alone for 30 s)"]
