@@ -129,9 +129,11 @@ def import_machinery(function):
     return function
 
 
-def _without_import_machinery(stack):
+def _without_import_machinery(stack, syntax: bool = False):
     """``stack`` less each run of import-machinery frames (importlib's, then the engine loader's)
-    that leads to further frames: what a traceback through a plain import shows."""
+    that leads to further frames: what a traceback through a plain import shows. ``syntax``: a
+    SyntaxError, whose own lines show where it is: a last run of the engine loader's frames goes
+    too (CPython's compile of a module runs in frames it removes)."""
     def machinery(frame):
         return frame.filename.startswith("<frozen importlib._bootstrap") or (frame.filename, frame.name) in _machinery
 
@@ -144,17 +146,18 @@ def _without_import_machinery(stack):
             frames.extend(run)  # importlib's alone (CPython kept them): not ours to drop
         run = []
         frames.append(frame)
-    frames.extend(run)  # the exception was raised there: kept
+    if not (syntax and any((f.filename, f.name) in _machinery for f in run)):
+        frames.extend(run)  # the exception was raised there: kept
     return frames
 
 
-def user_frames(stack):
+def user_frames(stack, syntax: bool = False):
     """``stack`` (a traceback.StackSummary) in the user's lines, frames of the engine's import
-    machinery left out; returns (frames, marks)."""
+    machinery left out (``syntax``: of a SyntaxError); returns (frames, marks)."""
     import traceback
 
     frames, marks = [], {}
-    for frame in _without_import_machinery(stack):
+    for frame in _without_import_machinery(stack, syntax):
         origin = origin_of(frame.filename)
         if origin is None or frame.lineno is None:
             frames.append(frame)
@@ -193,7 +196,7 @@ def format_exception(exc_type, exc, tb) -> str:
         if id(item) in seen:
             continue
         seen.add(id(item))
-        frames, marks = user_frames(item.stack)
+        frames, marks = user_frames(item.stack, issubclass(getattr(item, "exc_type", None) or type(None), SyntaxError))
         stack = _Stack(frames)  # (StackSummary.from_list makes a plain StackSummary)
         stack.marks = marks
         item.stack = stack
@@ -282,6 +285,7 @@ class SourceBytesLoader(importlib.abc.InspectLoader):
     def get_source(self, fullname: str) -> str:
         return importlib.util.decode_source(self._source)
 
+    @import_machinery
     def get_code(self, fullname: str):
         text = self.get_source(fullname)
         register_source(self.path, text)

@@ -79,6 +79,7 @@ class RewritingLoader(SourceBytesLoader):
         self._resolve()
         return self._text if self._text is not None else super().get_source(fullname)
 
+    @import_machinery
     def get_code(self, fullname: str):
         self._resolve()
         if self._text is None:

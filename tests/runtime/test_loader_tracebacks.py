@@ -61,6 +61,26 @@ def test_a_run_shows_the_traceback_python_shows_for_an_import_that_raises(import
     assert hooked.returncode == 1 and hooked.stderr == expected  # nothing rewritten: the hook's frames too
 
 
+def test_a_syntax_error_in_an_imported_module_shows_no_frame_of_the_engine(imports):
+    """A SyntaxError's own lines say where it is: python leaves its import machinery out; the hook
+    showed its loader's ``get_code`` frame between the importing line and the error."""
+    (imports / "broken.py").write_text("x = (\n")
+    (imports / "main.py").write_text("import broken\n")
+    expected = _python_traceback(imports, "main.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("SCALEBOX_HOOK_SESSION", None)
+    hooked = subprocess.run([sys.executable, "-m", "scalebox_cst", "main.py"], cwd=imports, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert hooked.returncode == 1
+    assert hooked.stderr[hooked.stderr.index("Traceback"):] == expected, hooked.stderr
+    scalebox("rewrite", str(imports), check=False)  # broken.py: carried as it is, said in one line
+    for args in (("run", "main.py"), ("run", "--original", "main.py")):
+        proc = scalebox(*args, cwd=imports, check=False)
+        assert proc.returncode == 1
+        shown = proc.stderr[proc.stderr.index("Traceback"):proc.stderr.rindex("\nscalebox: ") + 1]
+        assert shown == expected, (args, proc.stderr)
+
+
 def _frame(filename, name, line=1):
     return traceback.FrameSummary(filename, line, name, lookup_line=False, line="")
 
