@@ -154,7 +154,13 @@ def run_script(script: str, args: Sequence[str], packages: Sequence[str] = (), p
         __spec__=importlib.machinery.ModuleSpec(SPAWN_MAIN, None, origin=path),
     )
     sys.modules["__main__"] = main
-    code = script_code(hook, path)
+    try:
+        code = script_code(hook, path)
+    except SyntaxError as exc:  # as python shows a script that does not compile: its lines, no frame
+        import traceback
+
+        traceback.print_exception(type(exc), exc, None)
+        raise SystemExit(1) from None
     exec(code, main.__dict__)
 
 

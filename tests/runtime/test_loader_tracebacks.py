@@ -81,6 +81,20 @@ def test_a_syntax_error_in_an_imported_module_shows_no_frame_of_the_engine(impor
         assert shown == expected, (args, proc.stderr)
 
 
+def test_a_script_that_does_not_compile_reads_as_pythons_own_error_under_the_hook(tmp_path):
+    """``python -m scalebox_cst main.py`` of a script with a syntax error: python's own lines
+    (file, line, caret, message) and status 1; the hook showed runpy's, its own entry point's and
+    its compile's frames in a traceback above them."""
+    (tmp_path / "main.py").write_text("x = (\n")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("SCALEBOX_HOOK_SESSION", None)
+    plain = subprocess.run([sys.executable, "main.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    hooked = subprocess.run([sys.executable, "-m", "scalebox_cst", "main.py"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert plain.returncode == hooked.returncode == 1
+    assert hooked.stderr.endswith(plain.stderr) and "Traceback" not in hooked.stderr, hooked.stderr
+
+
 def _frame(filename, name, line=1):
     return traceback.FrameSummary(filename, line, name, lookup_line=False, line="")
 
