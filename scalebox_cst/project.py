@@ -260,6 +260,8 @@ class Project:
                 # project can hold a branch of the same snapshot whose files are other code
                 if (info.source_commit == source_commit and info.fingerprint == fingerprint
                         and store.holds_rewrite(info.commit, source_commit, out_files)):
+                    if not store.vouched(info.commit):
+                        store.vouch(info.commit)  # checked: the next run takes it without a rewrite
                     report.branch, report.commit = info.name, info.commit
                     return ChangeResult(report, False, outputs=self._outputs(results))
         summary = f"rewrite: {report.summary()}"

@@ -26,6 +26,9 @@ RUN_PREFIX = "refs/heads/run/"
 HOOK_PREFIX = "refs/heads/hook/"
 HOOK_MESSAGE = "import hook:"  # first words of every commit the import hook appends to a session
 REPORTS_REF = "refs/notes/scalebox-reports"
+#: run commits this user's engine made or checked, each noted with its HMAC under the user's key
+#: (scalebox_cst.userkey): ``scalebox run`` takes such a branch for an unchanged tree as it is
+VOUCHED_REF = "refs/notes/scalebox-vouched"
 CACHE_PREFIX = "refs/scalebox/cache/"
 LOCK_NAME = "scalebox.lock"
 SIG_NAME = "scalebox"

@@ -24,6 +24,7 @@ from scalebox_cst.store.common import (
     MODE_EXEC,
     MODE_FILE,
     REPORTS_REF,
+    VOUCHED_REF,
     RUN_PREFIX,
     TRAILER_PIPELINE,
     TRAILER_SOURCE,
@@ -35,6 +36,7 @@ from scalebox_cst.store.common import (
     _check_path,
     _trailers,
 )
+from scalebox_cst import userkey
 from scalebox_cst.store.objects import _Objects
 from scalebox_cst.store.refs import _RefFailures, _synchronized
 
@@ -120,9 +122,35 @@ class _Runs(_Objects):
                     else:
                         number += 1
                     continue
+                self._vouch(commit.raw)
                 return name, commit_hex
         raise StoreError("could not create a run branch: every name tried was taken meanwhile")
 
+
+    @_synchronized
+    def vouch(self, commit: str) -> None:
+        """Note ``commit`` as one this user's engine made, or checked to hold its rewrite."""
+        self._vouch(self._commit_raw(commit))
+
+    def _vouch(self, raw: Raw) -> None:
+        secret = userkey.key()
+        if secret is not None:
+            tag = userkey.sign(secret, b"scalebox run commit", raw)
+            self._put_notes(VOUCHED_REF, {raw: tag.hex().encode() + b"\n"}, f"vouch {raw.hex()[:10]}")
+
+    @_synchronized
+    def vouched(self, commit: str) -> bool:
+        """Whether this user's engine made ``commit`` or checked it (:meth:`vouch`): a store that
+        came with the project holds branches nobody here made, whose files may be other code."""
+        secret = userkey.key(create=False)
+        if secret is None:
+            return False
+        raw = self._commit_raw(commit)
+        try:
+            tag = bytes.fromhex(self.repo.lookup_note(raw.hex(), VOUCHED_REF).message.strip())
+        except (KeyError, ValueError, pygit2.GitError):
+            return False
+        return userkey.verify(secret, tag, b"scalebox run commit", raw)
 
     @_synchronized
     def holds_rewrite(self, commit: str, source_commit: str, files: Mapping[str, bytes]) -> bool:

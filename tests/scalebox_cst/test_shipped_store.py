@@ -234,3 +234,25 @@ def test_a_shipped_branch_of_the_same_snapshot_is_reused_only_if_it_holds_the_us
     assert "run/0002 does not hold" in refused.stderr and "Traceback" not in refused.stderr
     # and the user's own unchanged snapshot still reuses its branch (no new branch per run)
     assert Project(str(project)).commit_change().report.branch == again.report.branch
+
+
+def test_a_branch_another_user_made_is_checked_once_then_taken_as_it_is(tmp_path, project, as_user):
+    """A branch that holds this engine's rewrite of its snapshot, made by someone else (or by an
+    engine before branches were vouched for): the first run checks it and notes it, no new
+    branch; later runs take it with no rewrite (and no import of libcst)."""
+    as_user(tmp_path / "them")
+    theirs, _ = Project.init(str(project))
+    made = theirs.commit_change()
+    me = tmp_path / "me"
+    as_user(me)
+    assert not Store.open(str(project)).vouched(made.report.commit)
+    proc = scalebox("run", "train.py", "--", "--steps", "1", cwd=project, env={"XDG_CACHE_HOME": str(me)}, timeout=300)
+    assert "does not hold" not in proc.stderr and f"{made.report.branch}#1" in proc.stderr, proc.stderr
+    assert Store.open(str(project)).vouched(made.report.commit)
+    assert [b.name for b in Store.open(str(project)).branches()] == [made.report.branch]
+    code = ("import sys, runpy; sys.argv = ['scalebox', 'run', 'train.py', '--', '--steps', '1']\n"
+            "from scalebox_cst.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('LIBCST', 'libcst' in sys.modules, file=sys.stderr)")
+    again = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "XDG_CACHE_HOME": str(me), "OMP_NUM_THREADS": "1"})
+    assert "LIBCST False" in again.stderr, again.stderr
