@@ -24,6 +24,8 @@ import subprocess
 import sys
 from typing import Dict, List, Optional, Tuple
 
+from scalebox_cst.oneline import error_line
+
 
 @dataclasses.dataclass
 class BackendInfo:
@@ -39,11 +41,6 @@ class BackendInfo:
         if self.torch_version:
             text += f", torch {self.torch_version}"
         return text
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 def _autoload_breaks_torch() -> Optional[str]:
@@ -79,7 +76,7 @@ def _import_torch(notes: List[str]):
 
         return torch
     except Exception as exc:  # noqa: BLE001 - any failure here must become one line
-        notes.append(f"torch is not importable ({_first_line(exc)}); backend cpu")
+        notes.append(f"torch is not importable ({error_line(exc)}); backend cpu")
         return None
 
 
@@ -104,14 +101,14 @@ def detect() -> BackendInfo:
         notes.append("torch_npu is installed but no NPU is available")
     except ImportError as exc:
         if getattr(exc, "name", None) != "torch_npu":
-            notes.append(f"torch_npu is installed but cannot load ({_first_line(exc)}); is CANN installed? skipping NPU")
+            notes.append(f"torch_npu is installed but cannot load ({error_line(exc)}); is CANN installed? skipping NPU")
     except Exception as exc:  # noqa: BLE001
-        notes.append(f"torch_npu failed to initialise ({_first_line(exc)}); skipping NPU")
+        notes.append(f"torch_npu failed to initialise ({error_line(exc)}); skipping NPU")
     try:
         if torch.cuda.is_available():
             return BackendInfo("cuda", torch.cuda.get_device_name(0), version, notes)
     except Exception as exc:  # noqa: BLE001
-        notes.append(f"CUDA check failed ({_first_line(exc)}); using CPU")
+        notes.append(f"CUDA check failed ({error_line(exc)}); using CPU")
     return BackendInfo("cpu", None, version, notes)
 
 

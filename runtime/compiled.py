@@ -31,6 +31,8 @@ import sys
 import threading
 from typing import Any, Callable, Dict, Optional
 
+from scalebox_cst.oneline import error_line
+
 #: compiles at one site before it is declared a recompile storm and run eager
 MAX_COMPILES = 6
 
@@ -136,7 +138,7 @@ class Compiled:
                 self.owns = _cudagraphs(device_type)
                 self.compiled = _compile(self.fn, device_type)
             except Exception as exc:  # noqa: BLE001 - any failure to build means: eager
-                self.fall_back(f"torch.compile failed ({type(exc).__name__}: {_first_line(exc)})")
+                self.fall_back(f"torch.compile failed ({error_line(exc, limit=160)})")
                 return self.fn(*args, **kwargs)
         before = _compile_count()
         try:
@@ -152,7 +154,7 @@ class Compiled:
                                "frames without a graph recompile uncounted)")
                 return self.fn(*args, **kwargs)  # refused before tracing: this call has not run
             kind = "graph break" if type(exc).__name__ == "Unsupported" else "compile failed"
-            self.fall_back(f"{kind} ({type(exc).__name__}: {_first_line(exc)})")
+            self.fall_back(f"{kind} ({error_line(exc, limit=160)})")
             return self.fn(*args, **kwargs)  # tracing ran none of the user's code: this is its first run
         new = _compile_count() - before
         if new:
@@ -195,12 +197,6 @@ def _recompile_limit(exc: BaseException) -> bool:
     every call without counting in ``unique_graphs``: this is where their storm ends."""
     cls = type(exc)
     return cls.__name__.startswith("FailOn") and cls.__name__.endswith("LimitHit") and cls.__module__.startswith("torch._dynamo")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else ""
-    return line[:160]
 
 
 def compiled(site: str) -> Callable[[Callable], Compiled]:

@@ -21,6 +21,8 @@ import os
 import sys
 from typing import Any, Optional
 
+from scalebox_cst.oneline import error_line
+
 BACKEND_SWITCH = (
     "rewrite it for another backend with `scalebox rewrite --backend cpu` (or `--backend cuda`), "
     'or set backend = "cpu" in scalebox.toml'
@@ -34,11 +36,6 @@ class NpuUnavailableError(SystemExit):
 
 _torch_npu: Any = None
 _device_type: Optional[str] = None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _message(why: str) -> str:
@@ -57,18 +54,18 @@ def require_npu() -> Any:
         try:
             import torch  # noqa: F401
         except Exception as exc:  # torch itself broken (e.g. through a backend autoload)
-            raise NpuUnavailableError(_message(f"torch cannot be imported ({_one_line(exc)})")) from None
+            raise NpuUnavailableError(_message(f"torch cannot be imported ({error_line(exc)})")) from None
         try:
             import torch_npu
         except ModuleNotFoundError as exc:
-            why = "torch_npu is not installed" if exc.name == "torch_npu" else f"torch_npu cannot be imported ({_one_line(exc)})"
+            why = "torch_npu is not installed" if exc.name == "torch_npu" else f"torch_npu cannot be imported ({error_line(exc)})"
             raise NpuUnavailableError(_message(why)) from None
         except (ImportError, OSError, RuntimeError) as exc:
             text = str(exc)
             hint = ""
             if "hccl" in text or "ascend" in text.lower() or ".so" in text:
                 hint = " - the CANN toolkit is missing or its set_env.sh was not sourced"
-            raise NpuUnavailableError(_message(f"torch_npu cannot be imported ({_one_line(exc)}){hint}")) from None
+            raise NpuUnavailableError(_message(f"torch_npu cannot be imported ({error_line(exc)}){hint}")) from None
     finally:
         if set_env:
             os.environ.pop(AUTOLOAD_ENV, None)

@@ -29,6 +29,7 @@ import libcst as cst
 
 from scalebox_cst import astsplice, emitted, fastcode, linediff, sourcefile, textshape
 from scalebox_cst.config import Config
+from scalebox_cst.oneline import error_line
 from scalebox_cst.report import FileReport, Site
 from scalebox_cst.runtime import threads
 from scalebox_cst.textlines import line_starts, physical_lines
@@ -449,18 +450,13 @@ def _freeze() -> None:
     gc.freeze()
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _why(exc: BaseException, source: Union[str, bytes]) -> str:
     """A failed rewrite's cause for its one line: ``MemoryError`` carries no message (the line
     read ``failed (MemoryError: )``), so it says what ran out, on how large a file."""
     if isinstance(exc, MemoryError):  # counting copies nothing
         lines = source.count(b"\n" if isinstance(source, bytes) else "\n") + 1  # type: ignore[arg-type]
         return f"out of memory on a file of {lines} lines"
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+    return error_line(exc)
 
 
 def _deep_statement_line(text: str) -> int:

@@ -280,6 +280,7 @@ RUNTIME_MAY_IMPORT = {
     "scalebox_cst.fused_program": "the kernel's program grammar: the runtime compiles what the engine validated",
     "scalebox_cst.options": "the option schema's defaults (the stabilizer's z, ratio, warmup): data, standard library only",
     "scalebox_cst.statedir": "a run folder's files are written in place as the host writes .scalebox/'s: never through a link",
+    "scalebox_cst.oneline": "an error caught in the child reads in one line as the host's do",
 }
 
 

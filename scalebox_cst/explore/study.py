@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional
 from scalebox_cst import runs, statedir
 from scalebox_cst.explore import branches, journal
 from scalebox_cst.explore.config import ExploreConfig, ParamSpec
+from scalebox_cst.oneline import error_line
 from scalebox_cst.store import StoreError
 
 INSTALL_HINT = "scalebox explore needs Optuna: pip install 'scalebox_cst[explore]' (or pip install 'optuna>=3')"
@@ -92,11 +93,6 @@ def load_study(project_root: str, name: str):
         return None
     except (ValueError, TypeError, OSError) as exc:
         raise ExploreError(f"{directory}: the study cannot be read ({exc})") from None
-
-
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def make_sampler(optuna, config: ExploreConfig, seed: Optional[int]):
@@ -218,7 +214,7 @@ class Study:
                 # was a thread traceback, the other workers went on and the command ended 0
                 with self.lock:
                     if self.fatal is None:
-                        self.fatal = ExploreError(f"{one_line(exc)}; stopping the study")
+                        self.fatal = ExploreError(f"{error_line(exc)}; stopping the study")
                     self.stopping = "fatal"
             finally:
                 with self.lock:

@@ -55,11 +55,6 @@ def say_once(key: object, message: str, *args: object) -> None:
     _log().warning(message, *args)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def read_own_file(path: str) -> bytes:
     """The bytes of one of the hook's own files (a cache entry, the fingerprint memo) if it is a
     regular file; OSError otherwise (``intake.NotRegularFile`` for a FIFO or the like, which a

@@ -20,7 +20,6 @@ from scalebox_cst.importhook.common import (
     _REWRITTEN,
     ScaleboxImportWarning,
     _blob_id,
-    _one_line,
 )
 from scalebox_cst.importhook.loader import RewritingLoader
 from scalebox_cst.importhook.session import (
@@ -32,6 +31,7 @@ from scalebox_cst.importhook.session import (
     _session,
 )
 from scalebox_cst.intake import NotRead, read_module, shown_name
+from scalebox_cst.oneline import error_line
 
 
 # ---------------------------------------------------------------------------- finder
@@ -84,7 +84,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
                 root.flush()
             except Exception as exc:  # noqa: BLE001 - the modules ran; only their record failed
                 warnings.warn(
-                    f"scalebox: could not record the cached rewrites that ran in {root.root}: {_one_line(exc)}",
+                    f"scalebox: could not record the cached rewrites that ran in {root.root}: {error_line(exc)}",
                     ScaleboxImportWarning,
                     stacklevel=2,
                 )
@@ -135,7 +135,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
                 return spec
             return self._hooked_spec(spec, *located)
         except Exception as exc:  # noqa: BLE001 - never break an import
-            self._warn(spec.origin, f"the import hook failed ({_one_line(exc)})")
+            self._warn(spec.origin, f"the import hook failed ({error_line(exc)})")
             return spec
 
     def _selected(self, fullname: str) -> bool:
@@ -247,7 +247,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
         try:
             return self._cold_unguarded(root, rel, filename, data)
         except Exception as exc:  # noqa: BLE001 - never break an import
-            self._warn(filename, f"left unrewritten: {_one_line(exc)}")
+            self._warn(filename, f"left unrewritten: {error_line(exc)}")
             return None
         finally:
             local.busy = False
@@ -273,7 +273,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
         try:
             commit = root.commit(rel, data, result, self.session)  # before it runs
         except Exception as exc:  # noqa: BLE001
-            why = _one_line(exc)  # one cause (a read-only or full store) is said once, not once per module
+            why = error_line(exc)  # one cause (a read-only or full store) is said once, not once per module
             self._warn(filename, f"the rewrite could not be committed ({why}); the original runs, as for every later "
                                  "module this stops (said once)", once=("commit", why))
             return None

@@ -13,12 +13,12 @@ from typing import Iterable, List, Optional, Sequence
 
 from scalebox_cst.config import find_project_root
 from scalebox_cst.intake import kind_name
+from scalebox_cst.oneline import error_line
 from scalebox_cst.importhook.common import (
     _NEVER,
     ENV_MAIN,
     SPAWN_MAIN,
     ScaleboxImportWarning,
-    _one_line,
 )
 from scalebox_cst.importhook.finder import ImportHook
 from scalebox_cst.importhook.loader import RewritingLoader
@@ -108,7 +108,7 @@ def script_code(hook: ImportHook, path: str):
     try:
         located = hook._locate("__main__", path)
     except Exception as exc:  # noqa: BLE001
-        hook._warn(path, f"the import hook failed ({_one_line(exc)})")
+        hook._warn(path, f"the import hook failed ({error_line(exc)})")
     if located is not None:
         root, rel = located
         spec = importlib.machinery.ModuleSpec("__main__", importlib.machinery.SourceFileLoader("__main__", path), origin=path)
@@ -116,7 +116,7 @@ def script_code(hook: ImportHook, path: str):
         try:
             hooked = hook._hooked_spec(spec, root, rel)
         except Exception as exc:  # noqa: BLE001
-            hook._warn(path, f"the import hook failed ({_one_line(exc)})")
+            hook._warn(path, f"the import hook failed ({error_line(exc)})")
             hooked = spec
         loader = hooked.loader
         if isinstance(loader, RewritingLoader) and loader.rewritten:

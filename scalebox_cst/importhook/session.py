@@ -21,12 +21,12 @@ from scalebox_cst.importhook.common import (
     ENV_SESSION,
     _blob_id,
     _log,
-    _one_line,
     read_own_file,
     say_once,
 )
 from scalebox_cst.importhook.fingerprint import _engine_stamps, _stamp
 from scalebox_cst.intake import NotRead, read_regular
+from scalebox_cst.oneline import error_line
 
 
 # ---------------------------------------------------------------------------- session
@@ -80,7 +80,7 @@ def _flush_all() -> None:
         try:
             root.flush()
         except Exception as exc:  # noqa: BLE001 - at exit there is nobody left to raise to
-            _log().warning("scalebox: could not record the imported rewrites of %s: %s", root.root, _one_line(exc))
+            _log().warning("scalebox: could not record the imported rewrites of %s: %s", root.root, error_line(exc))
 
 
 class _Root:
@@ -299,7 +299,7 @@ class _Root:
         try:
             self.flush()
         except Exception as exc:  # noqa: BLE001 - the rewrite is committed; only this record failed
-            why = _one_line(exc)
+            why = error_line(exc)
             say_once(("record", why), "scalebox: could not record %s on %s: %s (said once for this cause)", rel, session.branch, why)
 
     def flush(self) -> None:
