@@ -185,7 +185,9 @@ def cache_dir() -> str:
     explicit = os.environ.get("SCALEBOX_CACHE_DIR")
     if explicit:
         return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):  # the XDG spec: a relative value is ignored (it would follow the cwd
+        base = os.path.join(os.path.expanduser("~"), ".cache")  # into a project, with the user's key)
     return os.path.join(base, "scalebox_cst")
 
 

@@ -256,3 +256,15 @@ def test_a_branch_another_user_made_is_checked_once_then_taken_as_it_is(tmp_path
     again = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=300,
                            env={**os.environ, "XDG_CACHE_HOME": str(me), "OMP_NUM_THREADS": "1"})
     assert "LIBCST False" in again.stderr, again.stderr
+
+
+def test_a_relative_cache_home_is_ignored_so_the_key_never_lands_in_a_project(tmp_path, monkeypatch):
+    """XDG_CACHE_HOME=cache (relative) followed the current folder: run from a project, the
+    user's key was made inside it, and a tree shipped with it signed entries for whoever ran it."""
+    from scalebox_cst.runtime.backend import cache_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    monkeypatch.delenv("SCALEBOX_CACHE_DIR", raising=False)
+    assert cache_dir() == str(tmp_path / "home" / ".cache" / "scalebox_cst")
