@@ -314,20 +314,26 @@ def test_a_method_that_appends_to_its_modules_list_stays_eager():
     assert out.count("@_sbx_compiled(") == 2
 
 
-def test_guard_runs_eager_when_dynamo_hits_its_recompile_limit(monkeypatch):
+def test_guard_runs_eager_when_dynamo_hits_its_recompile_limit():
     """A site whose frames hold no graph (it only appends to a list) recompiles every call without
     counting in unique_graphs; at dynamo's recompile limit fullgraph raises FailOnRecompileLimitHit
     (no TorchDynamoException). That is a recompile storm: the call runs eager, once, and so does
-    every later one; nothing reaches the user."""
+    every later one; nothing reaches the user.
+
+    The limit is lowered through the config's own patch(), not monkeypatch: dynamo's config values
+    live outside the module's __dict__, so pytest 9's monkeypatch undid the change with delattr,
+    which hides the setting (torch/utils/_config_module.py), and every later compile in the
+    worker failed with 'torch._dynamo.config.recompile_limit does not exist'."""
     import torch._dynamo.config as dynamo_config
 
     name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
-    monkeypatch.setattr(dynamo_config, name, 2)
     kept = []
     site = rc.Compiled(lambda item: kept.append(item), "guard.py:6")
     items = [(i, torch.full((1,), float(i))) for i in range(6)]
-    for item in items:
-        site(item)
+    with dynamo_config.patch(name, 2):
+        for item in items:
+            site(item)
+    assert hasattr(dynamo_config, name)
     assert [i for i, _ in kept] == list(range(6)) and all(t is items[i][1] for i, t in kept)
     assert site.eager and site.reason.startswith("recompile storm"), site.reason
     assert [e for e in events.memory if e["kind"] == "compile_fallback" and e["site"] == "guard.py:6"]
