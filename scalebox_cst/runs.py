@@ -172,18 +172,37 @@ def _number(raw: Any) -> float:
     return float(raw)
 
 
-def _read_lines(path: str, offset: int) -> Tuple[List[bytes], int]:
-    """Complete lines from byte ``offset``; a last line without "\\n" is being written: left."""
+#: no line of a run's series or events is this long (a point is ~100 bytes): unterminated bytes
+#: beyond it are a writer's garbage, passed over, not read again on every poll (a script writing a
+#: 300 MB line without a newline into metrics.jsonl held `scalebox run` at 1.3 GB)
+LONGEST_LINE = 1 << 20
+_PIECE = 1 << 22
+
+
+def read_lines(path: str, offset: int, limit: Optional[int] = None) -> Tuple[List[bytes], int]:
+    """Complete lines from byte ``offset`` and the offset after them (``limit``: stop once about
+    that many bytes of lines are read; None: all). A last line without a newline is being
+    written: left for the next call, unless it is longer than :data:`LONGEST_LINE` (then skipped:
+    its rest, once its newline comes, reads as one malformed line). Read in bounded pieces."""
+    out: List[bytes] = []
     try:
         with open_regular(path) as fh:  # a FIFO in its place: no lines, not a reader blocked for ever
             fh.seek(offset)
-            data = fh.read()
+            data, taken = b"", 0
+            while limit is None or taken < limit:
+                piece = fh.read(_PIECE if limit is None else max(1, min(_PIECE, limit - taken)))
+                if not piece:
+                    break
+                data += piece
+                end = data.rfind(b"\n")
+                if end >= 0:
+                    out.extend(data[: end + 1].splitlines())
+                    offset, taken, data = offset + end + 1, taken + end + 1, data[end + 1:]
+                if len(data) > LONGEST_LINE:
+                    offset, data = offset + len(data), b""
     except OSError:  # absent, or a folder or FIFO in its place: nothing to read (as the monitor's reader)
         return [], offset
-    end = data.rfind(b"\n")
-    if end < 0:
-        return [], offset
-    return data[: end + 1].splitlines(), offset + end + 1
+    return out, offset
 
 
 def read_metrics(path: str, offset: int = 0) -> Tuple[List[Point], int]:
@@ -191,7 +210,7 @@ def read_metrics(path: str, offset: int = 0) -> Tuple[List[Point], int]:
 
     Values may be numbers or the strings "nan"/"inf"/"-inf"; malformed lines are skipped, a
     partial last line is left for the next call."""
-    lines, new_offset = _read_lines(path, offset)
+    lines, new_offset = read_lines(path, offset)
     try:  # one C-level parse of the whole chunk: 2-3x faster than a json.loads per line
         items = json.loads(b"[" + b",".join(line for line in lines if line.strip()) + b"]")
     except ValueError:  # a malformed line somewhere: parse line by line, skipping it
@@ -219,7 +238,7 @@ def read_metrics(path: str, offset: int = 0) -> Tuple[List[Point], int]:
 
 def read_events(path: str, offset: int = 0) -> Tuple[List[Dict[str, Any]], int]:
     """Events of an events.jsonl (a run's or the project's) from ``offset``, as read_metrics."""
-    lines, new_offset = _read_lines(path, offset)
+    lines, new_offset = read_lines(path, offset)
     events: List[Dict[str, Any]] = []
     for line in lines:
         try:

@@ -12,7 +12,6 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import numpy as np
 
 from scalebox_cst import runs
-from scalebox_cst.intake import open_regular
 from scalebox_cst.monitor.series import Series
 
 #: bytes of metrics read per step (a million-line file is parsed in bounded pieces)
@@ -51,7 +50,7 @@ class MetricsFile:
             if ident != self.ident or st.st_size < self.offset:
                 self._reset(ident)  # replaced or truncated: start over
             while self.offset < st.st_size:
-                lines, offset = _read_lines(self.path, self.offset, CHUNK_BYTES)
+                lines, offset = runs.read_lines(self.path, self.offset, CHUNK_BYTES)
                 if offset == self.offset:
                     break
                 self.offset = offset
@@ -114,29 +113,6 @@ class MetricsFile:
         if series is None:
             series = self.series[name] = Series()
         series.extend(xs, ts, vs)
-
-
-def _read_lines(path: str, offset: int, limit: int) -> Tuple[List[bytes], int]:
-    """Complete lines in at most ``limit`` bytes from ``offset`` (a longer line is read whole).
-
-    The rule of :func:`scalebox_cst.runs.read_metrics` (a last line without a newline is being
-    written and is left for later), in bounded pieces: a million-line file is never held at once.
-    """
-    try:
-        with open_regular(path) as fh:  # a FIFO in its place: an error, not a request blocked for ever
-            fh.seek(offset)
-            data = fh.read(limit)
-            while data and b"\n" not in data:  # one line longer than the limit
-                more = fh.read(limit)
-                if not more:
-                    break
-                data += more
-    except OSError:
-        return [], offset
-    end = data.rfind(b"\n")
-    if end < 0:
-        return [], offset
-    return data[: end + 1].splitlines(), offset + end + 1
 
 
 def _parse_lines(lines: List[bytes]) -> List[Any]:

@@ -915,3 +915,30 @@ def test_seeds_out_of_range_are_one_line_and_start_nothing(plain, seeds, message
     proc = scalebox("run", "--seeds", seeds, "noseed.py", cwd=plain, check=False)
     assert proc.returncode == 2 and proc.stderr.strip() == message, proc.stderr
     assert runs.list_runs(str(plain)) == []
+
+
+def test_an_unterminated_line_longer_than_any_point_is_passed_over_not_read_again(tmp_path):
+    """A script writing megabytes without a newline into metrics.jsonl: the readers (scalebox run's
+    recorder, compare, the monitor) read it once and go on from after it, in bounded pieces; it
+    was read whole again on every poll (300 MB: `scalebox run` at 1.3 GB). Its rest, once its
+    newline comes, is one malformed line; the points around it are kept."""
+    from scalebox_cst.monitor.files import MetricsFile
+
+    path = tmp_path / "metrics.jsonl"
+    point = b'{"name": "loss", "step": %d, "value": 1.0, "time": 0.0}\n'
+    garbage = b"x" * (runs.LONGEST_LINE + 5)
+    path.write_bytes(point % 0 + garbage)
+    points, offset = runs.read_metrics(str(path))
+    assert [p.step for p in points] == [0] and offset == path.stat().st_size  # passed over
+    with open(path, "ab") as fh:
+        fh.write(b"more garbage\n" + point % 1)
+    points, offset = runs.read_metrics(str(path), offset)
+    assert [p.step for p in points] == [1] and offset == path.stat().st_size
+    lines, end = runs.read_lines(str(path), 0, limit=10)  # the monitor's bounded reads: the first line only
+    assert lines == [(point % 0).rstrip(b"\n")] and end == len(point % 0)
+    short = tmp_path / "short.jsonl"
+    short.write_bytes(point % 0 + b'{"name": "loss", "st')  # being written: left for the next call
+    assert runs.read_lines(str(short), 0) == ([(point % 0).rstrip(b"\n")], len(point % 0))
+    monitor = MetricsFile(str(path))  # the monitor's reader: both points, the garbage passed over
+    monitor.refresh()
+    assert monitor.offset == path.stat().st_size and sorted(monitor.series) == ["loss"]
