@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import errno
 import hashlib
 import importlib.util
 import json
 import os
-import stat
 import subprocess
 import sys
 from typing import Dict, List, Optional, Tuple
 
+from scalebox_cst.intake import NotRead, read_regular
 from scalebox_cst.oneline import error_line
 
 
@@ -191,27 +190,16 @@ def cache_dir() -> str:
     return os.path.join(base, "scalebox_cst")
 
 
-def read_cached(path: str, limit: int = 1 << 20) -> bytes:
-    """The bytes of a file in the user's cache if it is a regular file of at most ``limit`` bytes;
-    OSError otherwise (then the answer is made again and the file replaced). A FIFO there
-    blocked a plain ``open`` for ever: ``scalebox status`` and every ``run`` hung."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            raise OSError(errno.EINVAL, "not a regular file within the cache's size limit", path)
-        chunks, size = [], 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise OSError(errno.EFBIG, "larger than the cache's size limit", path)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+#: the most a file of the user's cache holds (a probe's answer, the transforms' versions)
+CACHED_BYTES = 1 << 20
+
+
+def read_cached(path: str) -> bytes:
+    """The bytes of a file in the user's cache if it is a regular file within
+    :data:`CACHED_BYTES` (``intake.read_regular``); ``intake.NotRead`` otherwise, and the answer
+    is made again and the file replaced. A FIFO there blocked a plain ``open`` for ever:
+    ``scalebox status`` and every ``run`` hung."""
+    return read_regular(path, limit=CACHED_BYTES, follow=True)
 
 
 def _stat(path: Optional[str]) -> Optional[List[float]]:
@@ -255,7 +243,7 @@ def _cached_detect(torch_spec) -> BackendInfo:
     try:
         data = json.loads(read_cached(path))
         info = BackendInfo(**data["info"])
-    except (OSError, ValueError, TypeError, KeyError):
+    except (NotRead, ValueError, TypeError, KeyError):
         try:
             proc = subprocess.run([sys.executable, "-c", _DETECT_JSON], capture_output=True, text=True, timeout=300)
             data = json.loads(proc.stdout.strip().splitlines()[-1])

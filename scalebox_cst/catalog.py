@@ -30,13 +30,14 @@ def transform_versions() -> Dict[str, str]:
             _write(path, found)
         return found
     path = _path()
-    try:
-        from scalebox_cst.runtime.backend import read_cached
+    from scalebox_cst.intake import NotRead
+    from scalebox_cst.runtime.backend import read_cached
 
+    try:
         pairs = json.loads(read_cached(path))
         if isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in pairs):
             return dict(pairs)
-    except (OSError, ValueError):
+    except (NotRead, ValueError):
         pass
     from scalebox_cst.transforms import versions
 

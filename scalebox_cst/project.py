@@ -273,12 +273,23 @@ class Project:
 
     def holds_own_rewrite(self, info) -> bool:
         """Whether run branch ``info``, whose snapshot the working tree still matches, holds what
-        this engine writes for those files under the project's config (cached rewrites are
-        signed: cheap). A store that came with the project can hold a branch of that snapshot
-        whose files are other code; ``scalebox run`` runs the newest branch of an unchanged tree."""
+        this engine writes for those files under the project's config. A store that came with the
+        project can hold a branch of that snapshot whose files are other code; ``scalebox run``
+        runs the newest branch of an unchanged tree. A branch this user's engine made or checked
+        is vouched for (``Store.vouched``: no rewrite); any other is checked once, by rewriting
+        the files (cached rewrites are signed), and vouched for where it holds them."""
+        store = self.store
+        if store.vouched(info.commit):
+            return True
         files = self.scan()
         outputs = {path: result.output for path, result in self.rewrite_files(files).items()}
-        return self.store.holds_rewrite(info.commit, info.source_commit, {**files, **outputs})
+        if not store.holds_rewrite(info.commit, info.source_commit, {**files, **outputs}):
+            return False
+        try:
+            store.vouch(info.commit)
+        except (StoreError, OSError):  # a read-only store: checked again next time
+            pass
+        return True
 
     @staticmethod
     def _outputs(results: Dict[str, FileResult]) -> Dict[str, bytes]:

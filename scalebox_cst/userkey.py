@@ -23,14 +23,16 @@ import os
 import stat
 import tempfile
 import threading
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
+from scalebox_cst import tmpnames
 from scalebox_cst.intake import open_regular
 
 FILE_NAME = "cache.key"
 _KEY_BYTES = 32
 _LOCK = threading.Lock()
 _KEYS: Dict[str, bytes] = {}  # folder -> key, read once per process
+_DERIVED: Dict[Tuple[bytes, bytes], bytes] = {}  # (key, purpose) -> the key for that purpose
 
 
 class _Unusable(OSError):
@@ -70,6 +72,21 @@ def key(create: bool = True) -> Optional[bytes]:
     return None
 
 
+def key_for(purpose: bytes, create: bool = True) -> Optional[bytes]:
+    """The user's key narrowed to one use (the rewrite cache, the import cache), so that an entry
+    of one can never pass for another's; derived once per process."""
+    secret = key(create)
+    if secret is None:
+        return None
+    with _LOCK:
+        derived = _DERIVED.get((secret, purpose))
+    if derived is None:
+        derived = sign(secret, purpose)
+        with _LOCK:
+            _DERIVED[(secret, purpose)] = derived
+    return derived
+
+
 def sign(secret: bytes, *parts: bytes) -> bytes:
     """HMAC-SHA256 of ``parts``, each length-prefixed (no two part lists sign alike)."""
     mac = hmac.new(secret, digestmod=hashlib.sha256)
@@ -87,22 +104,22 @@ def forget() -> None:
     """Drop the keys read in this process (tests that move the cache folder)."""
     with _LOCK:
         _KEYS.clear()
+        _DERIVED.clear()
 
 
 def _read_or_make(folder: str, shared: bool, create: bool) -> Optional[bytes]:
+    """The key in ``folder``, made there when missing and ``create`` (None otherwise)."""
     path = os.path.join(folder, FILE_NAME)
     try:
         _check_private(folder, shared)
-        found = _read(path)
-        if found is not None:
-            return found
-    except FileNotFoundError:
+        return _read(path)
+    except FileNotFoundError:  # none yet, or a damaged one removed
         pass
     if not create:
         return None
     os.makedirs(folder, mode=0o700, exist_ok=True)
     _check_private(folder, shared)
-    tmp = os.path.join(folder, f".{FILE_NAME}.{os.getpid()}-{threading.get_ident()}.tmp")
+    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         try:
@@ -119,9 +136,9 @@ def _read_or_make(folder: str, shared: bool, create: bool) -> Optional[bytes]:
     return _read(path)
 
 
-def _read(path: str) -> Optional[bytes]:
-    """The key in ``path``; None where it is damaged (then it is replaced: only cache entries
-    signed with it are lost, and they are made again)."""
+def _read(path: str) -> bytes:
+    """The key in ``path``; a damaged one is removed and reads as FileNotFoundError (it is made
+    again: only the cache entries signed with it are lost, and they are made again too)."""
     with open_regular(path, "rb", buffering=0) as fh:
         data = fh.read(_KEY_BYTES + 1)
     if len(data) == _KEY_BYTES:

@@ -281,6 +281,7 @@ RUNTIME_MAY_IMPORT = {
     "scalebox_cst.options": "the option schema's defaults (the stabilizer's z, ratio, warmup): data, standard library only",
     "scalebox_cst.statedir": "a run folder's files are written in place as the host writes .scalebox/'s: never through a link",
     "scalebox_cst.oneline": "an error caught in the child reads in one line as the host's do",
+    "scalebox_cst.intake": "the user's cache is read as the project's files are: regular files within a limit, no FIFO waited on",
 }
 
 

@@ -149,15 +149,9 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
             if info is not None and not changes and _config_changed(project, info):
                 changes = ["config (pipeline fingerprint)"]
             foreign = None  # the newest branch, where it is not this engine's rewrite of its snapshot
-            if info is not None and not changes and info.source_commit and not store.vouched(info.commit):
-                if project.holds_own_rewrite(info):  # made by an older engine, or another user: checked once
-                    try:
-                        store.vouch(info.commit)
-                    except (StoreError, OSError):  # a read-only store: checked again next time
-                        pass
-                else:
-                    foreign, changes = info.name, [f"{info.name}'s files"]
-                if foreign and no_commit:
+            if info is not None and not changes and info.source_commit and not project.holds_own_rewrite(info):
+                foreign, changes = info.name, [f"{info.name}'s files"]
+                if no_commit:
                     _fail(f"{foreign} does not hold this engine's rewrite of its snapshot (a store that came with the "
                           "project?); run without --no-commit to commit one, or name the branch to run it as it is")
             if changes and not no_commit:

@@ -41,7 +41,8 @@ def _read_entry(path: str, source_hash: bytes, key: Optional[bytes]) -> Optional
     text length (4) | rewritten text (UTF-8) | marshalled code object. The MAC is HMAC-SHA256,
     keyed by this user's cache key (``_cache_key``), over everything but itself: a truncated or cut
     entry, random or empty code, or code planted by anything without that key (a ``.scalebox``
-    that came with the project) fails it before ``marshal`` sees a byte. (About 1.3 us per kB here: a warm import stays near plain cost.)
+    that came with the project) fails it before ``marshal`` sees a byte. (About 1.3 us per kB
+    here: a warm import stays near plain cost.)
     """
     if key is None:
         return None
@@ -133,10 +134,8 @@ def _cache_key(store_dir: str, create: bool) -> Optional[bytes]:
     this cache; None when there is no store (nothing is cached then) or no key can be had."""
     if not os.path.isdir(store_dir):
         return None
-    secret = userkey.key(create)
-    if secret is None:
-        if create:
-            say_once(("cache key",), "scalebox: no folder of this user's can hold the cache key (%s); continuing without "
-                     "the import cache", " or ".join(userkey.folders()))
-        return None
-    return userkey.sign(secret, b"scalebox import cache")
+    secret = userkey.key_for(b"scalebox import cache", create)
+    if secret is None and create:
+        say_once(("cache key",), "scalebox: no folder of this user's can hold the cache key (%s); continuing without "
+                 "the import cache", " or ".join(userkey.folders()))
+    return secret

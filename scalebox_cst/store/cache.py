@@ -81,10 +81,6 @@ class _Cache(_Objects):
         self._cache_mem.pop(fingerprint, None)
         self.cache_damaged.setdefault(fingerprint, " ".join(str(exc).split())[:200])
 
-    def _cache_secret(self) -> Optional[bytes]:
-        secret = userkey.key()
-        return None if secret is None else userkey.sign(secret, b"scalebox rewrite cache")
-
     def _cache_ref(self, fingerprint: str) -> str:
         key = fingerprint if _SAFE_KEY.match(fingerprint) else "h-" + hashlib.sha1(fingerprint.encode()).hexdigest()
         return CACHE_PREFIX + key
@@ -107,7 +103,7 @@ class _Cache(_Objects):
                 tree = None
             if state is not None:
                 state.append(tree)
-        secret = self._cache_secret() if tree is not None else None
+        secret = userkey.key_for(_PURPOSE) if tree is not None else None
         if secret is None:
             return None
         try:
@@ -132,7 +128,7 @@ class _Cache(_Objects):
         results: List[str] = []
         by_fp: Dict[str, Dict[bytes, Dict[bytes, Raw]]] = {}
         remember: Dict[str, Dict[str, Tuple[str, str]]] = {}
-        secret = self._cache_secret()
+        secret = userkey.key_for(_PURPOSE)
         for entry in entries:
             try:
                 source_blob, fingerprint, output, report = entry
@@ -184,6 +180,7 @@ class _Cache(_Objects):
 
 
 _SIGNED = b"sbx-signed "
+_PURPOSE = b"scalebox rewrite cache"
 
 
 def _sign_report(secret: bytes, fingerprint: str, source_blob: str, out_blob: str, report: bytes) -> bytes:
