@@ -20,6 +20,8 @@ or a recompile storm runs it eager, reported) when it is provably one static gra
 * no data-dependent shapes (``nonzero``, ``unique``, ``masked_select``, boolean-mask indexing);
 * it returns a value (a method returning nothing is a stub or works by its effects on state:
   ``reset_parameters``, ``def forward(self): raise NotImplementedError``);
+* it may launch more than one kernel (``kernel_count``: a one-op ``GELU.forward`` or a head of
+  one ``nn.Linear`` has nothing to fuse, and a graph costs per call);
 * no state kept (assignments to ``self.x`` or globals, in-place ops on attributes, ``.append``
   and the other container mutations on anything but a local: ``self.data.append(item)``);
 * every ``torch.distributions`` object it builds has ``validate_args=False`` (validation is a
@@ -47,6 +49,7 @@ import libcst as cst
 from scalebox_cst.report import REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
+from . import kernel_count
 from .compile_examples import EXAMPLES
 
 ID = "accelerate.compile"
@@ -237,7 +240,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "5"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager
+    version = "6"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 
@@ -261,6 +264,13 @@ class AccelerateCompile(Transform):
         looped = _loop_calls(tree)
         sites: List[Site] = []
         wanted: Dict[Tuple[str, str], str] = {}
+        known: Dict[str, Dict[str, int]] = {}
+
+        def layers_of(cname: str) -> Dict[str, int]:
+            if cname not in known:
+                known[cname] = kernel_count.layers(classes[cname], imports)
+            return known[cname]
+
         for cname, cls in classes.items():
             defs = [st for st in cls.body if isinstance(st, ast.FunctionDef)]
             for fn in defs:
@@ -289,6 +299,11 @@ class AccelerateCompile(Transform):
                 problem = body_problem(fn, imports)
                 if problem:
                     sites.append(Site(ID, fn.lineno, end, SKIPPED, f"{what}: {problem}; left eager"))
+                    continue
+                if kernel_count.kernels(fn, layers_of(cname), imports) <= 1:
+                    sites.append(Site(ID, fn.lineno, end, SKIPPED, (
+                        f"{what}: one kernel at most, nothing to fuse (a graph's cost per call would be "
+                        "all it adds); left eager")))
                     continue
                 if ctx.backend != "cuda":
                     sites.append(Site(ID, fn.lineno, end, SKIPPED, f"{what}: would compile, but {_NOT_HERE.get(ctx.backend, _NOT_HERE['cpu'])}; left eager"))

@@ -208,7 +208,7 @@ class Net(nn.Module):
         self.fc = nn.Linear(4, 2)
 
     def forward(self, x):
-        return self.fc(x)
+        return torch.tanh(self.fc(x))
 
 
 def make():
@@ -228,4 +228,51 @@ net = Net()
 for step in range(10):
     y = net(torch.randn(4)) + make()(torch.randn(4))
 """, True, note="a same-named class inside a function is not the module's class", expected="a_same_named_class_inside_a_function_is"),
+    Example(_HEAD + """\
+import torch.nn.functional as F
+
+
+class GELU(nn.Module):
+    def forward(self, x):
+        return F.gelu(x)
+
+
+class Flatten(nn.Module):
+    def forward(self, x):
+        return x.view(x.size(0), -1)[:, :4]
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+act, flat, head = GELU(), Flatten(), Head()
+for step in range(10):
+    y = head(flat(act(torch.randn(2, 2, 2))))
+""", False, reason="one kernel at most, nothing to fuse",
+            note="a one-op forward, views only, a head of one nn.Linear (ElegantRL, decision-transformer)"),
+    Example(_HEAD + """\
+class Head(nn.Module):
+    def __init__(self, wide):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        if wide:
+            self.fc = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def make():
+    return Head(True), [torch.randn(3, 4) for _ in range(3)]
+
+
+def rollout(head, inputs):
+    return [head(x) for x in inputs]
+""", True, note="a submodule set twice may be a whole network: compiled", expected="a_submodule_set_twice_may_be_a_whole_net"),
 ]]

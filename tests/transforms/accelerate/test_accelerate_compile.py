@@ -408,7 +408,7 @@ class ActorCritic(nn.Module):
         raise NotImplementedError
 
     def act(self, state):
-        return self.actor(state)
+        return torch.tanh(self.actor(state))
 
     def scaled(self, x):
         if x is None:
@@ -436,3 +436,97 @@ def test_a_method_that_returns_no_value_is_not_compiled():
     kept = sorted(s.reason for s in sites if s.action != REWRITTEN and "returns no value" in s.reason)
     assert [r.split(" ")[0] for r in kept] == ["ActorCritic.forward", "Simpler.reset_parameters"], kept
     assert out.count("@_sbx_compiled(") == 3
+
+
+KERNELS = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributions import Normal
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.body = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        self.act = nn.Tanh()
+        self.swapped = nn.Linear(4, 2)
+
+    def grow(self):
+        self.swapped = nn.Sequential(nn.Linear(4, 2), nn.Tanh())
+
+    def views(self, x):
+        return x.view(x.size(0), -1)[:, :2].unsqueeze(0)
+
+    def one_op(self, x):
+        return F.gelu(x)
+
+    def one_layer(self, x):
+        return self.fc(x)
+
+    def layer_then_op(self, x):
+        return torch.tanh(self.fc(x))
+
+    def two_layers(self, x):
+        return self.act(self.fc(x))
+
+    def sequential(self, x):
+        return self.body(x)
+
+    def set_twice(self, x):
+        return self.swapped(x)
+
+    def gathers(self, x, idx):
+        return x[idx]
+
+    def negates(self, x):
+        return -x
+
+    def parent(self, x):
+        return super().forward(x)
+
+    def other_method(self, x):
+        return self.views(x)
+
+    def distribution(self, x):
+        return Normal(x, 1.0)
+'''
+
+
+@pytest.mark.parametrize("method,most", [
+    ("views", 0), ("one_op", 1), ("one_layer", 1), ("negates", 1), ("gathers", 1), ("layer_then_op", 2),
+    ("two_layers", 2), ("sequential", None), ("set_twice", None), ("parent", None), ("other_method", None),
+    ("distribution", None)])
+def test_kernel_count_counts_only_what_the_source_tells(method, most):
+    """A method of one kernel at most is left eager (nothing to fuse); what the count cannot see
+    into (a Sequential, a submodule set twice, super(), another method, a distribution) is many."""
+    import ast
+
+    from scalebox_cst.transforms.accelerate import kernel_count
+    from scalebox_cst.transforms.names import ImportMap
+
+    tree = ast.parse(KERNELS)
+    imports = ImportMap(tree)
+    cls = next(st for st in tree.body if isinstance(st, ast.ClassDef))
+    fn = next(st for st in cls.body if isinstance(st, ast.FunctionDef) and st.name == method)
+    got = kernel_count.kernels(fn, kernel_count.layers(cls, imports), imports)
+    assert got == (kernel_count.MANY if most is None else most)
+
+
+def test_one_kernel_methods_stay_eager_with_their_reason_on_every_backend():
+    """ElegantRL's GELU/Flatten modules and one-Linear heads were compiled: a graph per call for
+    no fusion. On CPU the one-kernel reason is said, not the CPU figure."""
+    code = KERNELS + '''
+
+net = Net()
+for step in range(3):
+    x = torch.randn(2, 4)
+    y = net.views(x), net.one_op(x), net.one_layer(x), net.layer_then_op(x), net.sequential(x)
+'''
+    for backend in ("cuda", "cpu"):
+        out, sites = rewrite(code, backend=backend)
+        one = sorted(s.reason.split(" ")[0] for s in sites if "one kernel at most" in s.reason)
+        assert one == ["Net.one_layer", "Net.one_op", "Net.views"], [s.describe() for s in sites]
+    out, sites = rewrite(code, backend="cuda")
+    assert sorted(s.reason.split(" ")[0] for s in sites if s.action == REWRITTEN) == ["Net.layer_then_op", "Net.sequential"]
