@@ -526,7 +526,7 @@ def cli_run(
     stop = threading.Event()
     records = run_ray(project_root, store_path, jobs, address=address, parallel=parallel, echo=sys.stdout, notice=echo, stop=stop, handle_signals=True)
     for job, record in zip(jobs, records):
-        echo(f"scalebox: {describe(record)}; record in {job.dir}")
+        echo(f"scalebox: {describe(record)}; {runs.where_recorded(job.dir)}")
     if stop.is_set():
         return 128 + int(getattr(stop, "signum", signal.SIGTERM))
     return 0 if all(r.get("status") == "ok" for r in records) else 1

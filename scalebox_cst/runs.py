@@ -127,6 +127,16 @@ def allocate_in(parent: str) -> Tuple[int, str]:
             number += 1
 
 
+def where_recorded(directory: str) -> str:
+    """The end of a run's last line: where its record is, or that it has none (a script that
+    deleted its own run folder was told "ok; record in <that folder>")."""
+    if os.path.isfile(os.path.join(directory, RECORD)):
+        return f"record in {directory}"
+    if not os.path.isdir(directory):
+        return f"no record: its folder {directory} was deleted"
+    return f"no record in {directory} (it could not be written)"
+
+
 def write_record(directory: str, record: Dict[str, Any]) -> None:
     """Replace ``record.json`` atomically (a reader sees the old or the new one, never half)."""
     tmp = tmpnames.sibling(os.path.join(directory, RECORD), tmpnames.writer_id(), hidden=True)

@@ -510,3 +510,22 @@ def test_python_m_scalebox_cst_names_what_its_script_is_when_it_is_no_file(tmp_p
         proc = subprocess.run([sys.executable, "-m", "scalebox_cst", name], cwd=tmp_path, capture_output=True, text=True,
                               timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
         assert proc.returncode == 2 and proc.stderr.strip() == f"scalebox: {name}: {said}", (name, proc.stderr)
+
+
+def test_a_run_whose_folder_the_script_deleted_does_not_say_where_its_record_is(tmp_path):
+    """A script that deleted its own run folder (a cleanup of ``.scalebox/runs`` by glob) ended
+    with "ok in 0.4s; record in <that folder>", a folder that no longer existed. The last line
+    now says there is no record and why; a run that kept its folder still says where it is."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "keep.py").write_text("print('kept')\n")
+    (root / "clean.py").write_text(
+        "import glob, shutil\nfor d in glob.glob('.scalebox/runs/run/*/*/'):\n    shutil.rmtree(d)\nprint('cleaned')\n")
+    scalebox("init", cwd=root)
+    kept = scalebox("run", "keep.py", cwd=root, check=False)
+    last = kept.stderr.strip().splitlines()[-1]
+    assert kept.returncode == 0 and "; record in " in last and os.path.isfile(last.split("; record in ")[1] + "/record.json")
+    proc = scalebox("run", "clean.py", cwd=root, check=False)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "cleaned" in proc.stdout and "record in" not in last, proc.stderr
+    assert "no record: its folder" in last and last.endswith("was deleted"), last

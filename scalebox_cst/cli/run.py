@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 import click
 
-from scalebox_cst import headlines
+from scalebox_cst import headlines, runs
 from scalebox_cst.cli._common import _FAST_HELP, _config_changed, _fail, _fast, _load_config, _open_project, _tree_changes, _warn_skipped, cli, say
 from scalebox_cst.store import StoreError
 
@@ -295,7 +295,7 @@ def _run_all(supervisor, specs, parallel: int) -> None:
 
     def ended(run, record) -> None:
         records.append(record)
-        _notice(f"scalebox: {_describe_end(record)}; record in {run.dir}")
+        _notice(f"scalebox: {_describe_end(record)}; {runs.where_recorded(run.dir)}")
 
     with supervisor.signals():
         try:
@@ -318,7 +318,7 @@ def _run_all(supervisor, specs, parallel: int) -> None:
             with signals.ignored():  # stopping takes up to two grace periods
                 _notice(f"scalebox: {exc.name}: stopping {len(supervisor.active)} run(s)")
                 supervisor.stop_all(f"{exc.name} to scalebox run", each=lambda run, record: _notice(
-                    f"scalebox: {_describe_end(record)}; record in {run.dir}"))
+                    f"scalebox: {_describe_end(record)}; {runs.where_recorded(run.dir)}"))
             sys.exit(128 + exc.signum)
     if len(records) == 1:
         status = records[0].exit_status
