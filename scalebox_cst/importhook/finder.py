@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import warnings
+from ast import PyCF_ONLY_AST
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from scalebox_cst.config import find_project_root
@@ -261,7 +262,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
             return None
         if result.report.status == "error":
             message = result.report.error or "the pipeline failed"
-            self._warn(filename, message)
+            if not (result.bad_input and _python_refuses(data, filename)):
+                self._warn(filename, message)  # (where Python refuses the file, its own error says it all)
             if not result.bad_input:
                 self._cache(root, rel, source_hash, {**meta, "kind": _ORIGINAL, "error": message})
             return None
@@ -321,3 +323,13 @@ class ImportHook(importlib.abc.MetaPathFinder):
                 stacklevel=stacklevel,
             )
         return early
+
+
+def _python_refuses(data: bytes, filename: str) -> bool:
+    """Whether Python's own compile of ``data`` fails, as the import that follows will: then the
+    module's error is Python's to report, and a warning of ours before it only said it twice."""
+    try:
+        compile(data, filename, "exec", flags=PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return True
+    return False

@@ -22,6 +22,7 @@ from scalebox_cst import importhook
 from scalebox_cst.importhook import cache as hook_cache
 from scalebox_cst.importhook import install as hook_install
 from scalebox_cst.importhook import session as hook_session
+from scalebox_cst import pipeline
 from scalebox_cst.importhook import ENV_MAIN, ENV_SESSION, ScaleboxImportWarning, install_import_hook
 
 from conftest import ROOT
@@ -305,17 +306,33 @@ def test_a_module_with_a_coding_declaration_is_rewritten_and_reads_as_python_rea
     assert any(name.startswith("_scalebox_") for name in vars(latin))  # the rewrite ran
 
 
-def test_a_module_the_pipeline_cannot_read_runs_as_python_reads_it(proj):
-    """Bytes that are not valid in the declared encoding: the import fails as plain Python's does."""
+def test_a_module_the_pipeline_cannot_read_runs_as_python_reads_it(proj, monkeypatch):
+    """Bytes that are not valid in the declared encoding, a syntax error, code nested too deeply:
+    the import fails as plain Python's does, and only Python says so (a warning of ours before its
+    error repeated the path three times and said nothing more). A module Python compiles but the
+    pipeline refuses still gets the warning: it runs unrewritten."""
     root, pkg = proj
-    data = b"NAME = '\xff\xfe'\n" + PPO.encode()
-    (root / pkg / "broken.py").write_bytes(data)
-    with pytest.raises(SyntaxError):
-        compile(data, "broken.py", "exec")  # what plain Python makes of it
+    broken = {"encoding": b"NAME = '\xff\xfe'\n" + PPO.encode(), "syntax": b"x = (\n" + PPO.encode(),
+              "deep": b"x = " + b"+".join([b"1"] * 20000) + b"\n"}
+    for name, data in broken.items():
+        (root / pkg / f"broken_{name}.py").write_bytes(data)
     with install_import_hook([pkg], project=str(root)):
-        with pytest.warns(ScaleboxImportWarning, match=r"broken\.py.*encoding"):
-            with pytest.raises(SyntaxError):
-                importlib.import_module(f"{pkg}.broken")
+        for name in broken:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", ScaleboxImportWarning)
+                with pytest.raises((SyntaxError, RecursionError, MemoryError)) as raised:
+                    importlib.import_module(f"{pkg}.broken_{name}")
+            assert not isinstance(raised.value, ScaleboxImportWarning)
+
+    def refused(self, path, data):  # as libcst refuses a file Python takes (libcst 1.9: some tab indents)
+        return pipeline._error(path, data, f"{path}:1: libcst cannot parse this file: tabs", bad_input=True)
+
+    (root / pkg / "tabbed.py").write_bytes(b"y = 2\n")
+    monkeypatch.setattr(pipeline.Pipeline, "rewrite", refused)
+    with install_import_hook([pkg], project=str(root)):
+        with pytest.warns(ScaleboxImportWarning, match=r"tabbed\.py.*libcst"):
+            tabbed = importlib.import_module(f"{pkg}.tabbed")
+    assert tabbed.y == 2
 
 
 def test_modules_reached_through_links_out_of_the_project_run_unrewritten_and_are_never_committed(proj, tmp_path):
