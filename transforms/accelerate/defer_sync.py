@@ -281,6 +281,34 @@ def _loop_problem(loop: _Loop, index: _Index) -> Optional[str]:
     return "the loop is its scope's outermost (logs would wait for the end of the run)"
 
 
+#: calls that read a tensor on the host (``float()`` is left out: of a Python number it reads nothing)
+_STEP_SYNCS = {"item", "tolist", "numpy", "cpu"}
+
+
+def _per_step_sync(loop: _Loop, deferred: Set[int], index: _Index) -> Optional[ast.Call]:
+    """A host read ``loop`` still makes on every step once ``deferred`` (node ids) are deferred:
+    one outside any ``if``/``match``/``except`` (decision-transformer's progress bar,
+    ``pbar.set_description(f"loss {loss.item()}")``), else None. With one left, the GPU waits each
+    step anyway, and deferring the others only delays their logs."""
+    todo: List[ast.AST] = [*loop.body, *([loop.test] if isinstance(loop, ast.While) else [])]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.If, ast.Match, ast.IfExp, *_SCOPES)):
+            continue
+        if isinstance(node, ast.Try):
+            todo.extend([*node.body, *node.orelse, *node.finalbody])
+            continue
+        if isinstance(node, _LOOPS):
+            heads = [node.iter] if isinstance(node, (ast.For, ast.AsyncFor)) else [node.test]
+            todo.extend([*heads, *node.body])
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _STEP_SYNCS \
+                and not node.args and not node.keywords and id(node) not in deferred:
+            return node
+        todo.extend(ast.iter_child_nodes(node))
+    return None
+
+
 def _reenters(loop: _Loop, index: _Index) -> Optional[str]:
     """The name of ``loop``'s function if a call in the loop may reach it again (by name, through the file's
     functions), else None (module code runs once)."""
@@ -376,7 +404,7 @@ class _Rewrite(cst.CSTTransformer):
 
 class AccelerateDeferSync(Transform):
     id = ID
-    version = "3"  # 2: a rewritten site spans the loop it wraps (was the logging statement); 3: modules of another array library (jax...) left alone
+    version = "4"  # 2: a rewritten site spans the loop it wraps (was the logging statement); 3: modules of another array library (jax...) left alone; 4: a loop that still reads a number every step, and float() in a module without torch, left alone
     triggers = (".item()", "float(")
     description = "opt-in (level reassociated): .item() numbers a loop only logs are read when the loop ends"
 
@@ -415,6 +443,10 @@ class AccelerateDeferSync(Transform):
             for st in logged:
                 if any(_sync_kind(h) == "float" for h in st.placeholders):
                     st.problem = "calls float(), which the file rebinds"
+        if "torch" not in {full.split(".")[0] for full in imports.aliases.values()}:
+            for st in logged:  # d3rlpy's float(i == length - 1) in a numpy-only test
+                if any(_sync_kind(h) == "float" for h in st.placeholders):
+                    st.problem = "calls float() in a module that imports no torch (most likely a Python or numpy number: no sync)"
         if any(_introspects(n, index) for n in ast.walk(tree)):
             return None, sites + [Site(ID, s.node.lineno, s.node.end_lineno or s.node.lineno, SKIPPED,
                                        "the file uses globals()/locals()/vars()/eval/exec: a sink could be read unseen")
@@ -431,6 +463,15 @@ class AccelerateDeferSync(Transform):
             if node not in chosen and st.syncs:
                 sites.append(Site(ID, node.lineno, node.end_lineno or node.lineno, SKIPPED,
                                   f"{st.func_text}: {problem}; read at once"))
+        deferred = {id(h) for n, st in stmts.items() if n in chosen for h in st.placeholders}
+        for loop in {chosen[n] for n, st in stmts.items() if n in chosen and st.placeholders}:
+            left = _per_step_sync(loop, deferred, index)
+            if left is not None:
+                for n in [n for n in chosen if chosen[n] is loop]:
+                    del chosen[n]
+                    sites.append(Site(ID, n.lineno, n.end_lineno or n.lineno, SKIPPED, (
+                        f"{stmts[n].func_text}: the loop still reads a number every step at line {left.lineno} "
+                        f"({ast.unparse(left)[:40]}): deferring this one saves no wait; read at once")))
         wrapped = {chosen[n] for n, st in stmts.items() if n in chosen and st.placeholders}
         if not wrapped:
             return None, sites

@@ -269,4 +269,43 @@ def update(w, depth):
 for it in range(2):
     update(torch.randn(3), 2)
 """, False, reason="may call update again", note="a module's writer and a loop that reenters its function"),
+    Example(_HEAD + """\
+class Bar:
+    def set_description(self, text):
+        self.text = text
+
+
+losses = []
+bar = Bar()
+w = torch.randn(3)
+for epoch in range(2):
+    for step in range(4):
+        loss = (w * step).sum()
+        losses.append(loss.item())
+        bar.set_description(f"loss {loss.item():.3f}")
+print(losses, bar.text)
+""", False, reason="still reads a number every step at line 17",
+            note="a progress bar reads the loss each step anyway (decision-transformer): nothing to save"),
+    Example(_HEAD + """\
+losses = []
+w = torch.randn(3)
+for epoch in range(2):
+    for step in range(4):
+        loss = (w * step).sum()
+        losses.append(loss.item())
+        if step % 100 == 0:
+            print("step", step, loss.item())
+print(losses)
+""", True, note="a read only now and then (under an if) still lets the others wait",
+            expected="a_read_only_now_and_then"),
+    Example("""\
+import numpy as np
+
+terminals = []
+for episode in range(2):
+    for i in range(5):
+        terminals.append(float(i == 4))
+print(np.array(terminals))
+""", False, reason="imports no torch", note="float() of a Python bool in a numpy-only module (d3rlpy's tests)"),
 ]]
+
