@@ -13,9 +13,10 @@ Layout (all inside the store)::
     refs/notes/scalebox-reports            git note per rewrite commit: the JSON run report
     refs/notes/scalebox-vouched            git note per rewrite commit this user's engine made or
                                            checked: its HMAC under the user's key (userkey)
-    refs/scalebox/cache/<fingerprint>      rewrite cache: tree "ab/<38 hex>" -> rewritten blob,
-                                           "ab/<38 hex>.json" -> "sbx-signed <HMAC>" line and file
-                                           report (keyed by source blob; signed as the notes are)
+    refs/scalebox/cache/<fingerprint>      rewrite cache: tree "ab/<38 hex>~<user>" -> rewritten
+                                           blob, "ab/<38 hex>~<user>.json" -> "sbx-signed <HMAC>"
+                                           line and file report (keyed by source blob and user;
+                                           signed as the notes are)
 
 Concurrency: libgit2 compares-and-swaps an existing ref under its lock file, but *creating* a ref
 (``force=False``) checks for existence before taking that lock, so two writers can both "create"

@@ -1,5 +1,6 @@
 """The rewrite cache: ``refs/scalebox/cache/<fingerprint>`` maps a source blob to its rewritten
-blob and file report, fronted by an in-process memory layer.
+blob and file report, one entry per user (:func:`entry_path`), fronted by an in-process memory
+layer.
 
 Each entry is signed with this user's key (:mod:`scalebox_cst.userkey`, kept outside every
 project): the report blob is ``sbx-signed <HMAC>\n<report JSON>``, the HMAC over the pipeline
@@ -107,8 +108,9 @@ class _Cache(_Objects):
         if secret is None:
             return None
         try:
-            out = tree[f"{blob[:2]}/{blob[2:]}"]
-            report = _signed_report(secret, fingerprint, blob, str(out.id), tree[f"{blob[:2]}/{blob[2:]}.json"].data)
+            name = entry_path(secret, blob)
+            out = tree[name]
+            report = _signed_report(secret, fingerprint, blob, str(out.id), tree[name + ".json"].data)
             if report is None:
                 return None  # not signed with this user's key: made again (and replaced)
             hit = (str(out.id), report.decode("utf-8"))
@@ -152,10 +154,10 @@ class _Cache(_Objects):
             rep_raw = _blob_raw(rep_data)
             if not self._has(rep_raw):
                 self._write_blob(rep_data)
-            key = source_blob.encode()
-            folder = by_fp.setdefault(fingerprint, {}).setdefault(key[:2], {})
-            folder[key[2:]] = out_raw
-            folder[key[2:] + b".json"] = rep_raw
+            folder_name, _, name = entry_path(secret, source_blob).encode().partition(b"/")
+            folder = by_fp.setdefault(fingerprint, {}).setdefault(folder_name, {})
+            folder[name] = out_raw
+            folder[name + b".json"] = rep_raw
             remember.setdefault(fingerprint, {})[source_blob] = (out_raw.hex(), text)
         for fingerprint, additions in by_fp.items():
             count = sum(len(v) for v in additions.values()) // 2
@@ -181,6 +183,14 @@ class _Cache(_Objects):
 
 _SIGNED = b"sbx-signed "
 _PURPOSE = b"scalebox rewrite cache"
+
+
+def entry_path(secret: bytes, blob: str) -> str:
+    """Where a source blob's entry lies in a cache tree: ``ab/<38 hex>~<user>``, ``<user>`` 8 hex
+    digits derived from this user's key. Two users of one store (a shared project folder) each
+    keep their own entry for a file: one name for both made each user's run replace the other's
+    entry, a miss every time for both."""
+    return f"{blob[:2]}/{blob[2:]}~{userkey.sign(secret, b'cache entry names')[:4].hex()}"
 
 
 def _sign_report(secret: bytes, fingerprint: str, source_blob: str, out_blob: str, report: bytes) -> bytes:

@@ -21,6 +21,7 @@ from scalebox_cst import userkey
 from scalebox_cst.importhook import cache as hook_cache
 from scalebox_cst.project import Project
 from scalebox_cst.store import Store
+from scalebox_cst.store.cache import entry_path
 
 import harness
 from conftest import HELPERS_PY, ROOT, TRAIN_PY, scalebox
@@ -118,6 +119,19 @@ def test_a_rewrite_cache_entry_another_user_signed_is_a_miss_and_is_replaced(tmp
     assert Store.open(str(project)).cache_get(blob, "fp") == (blob, {"status": "unchanged"})
 
 
+def test_two_users_of_one_store_each_keep_their_cache_entry_for_a_file(tmp_path, project, as_user):
+    """A project folder shared by two users: each user's entry for the same file had one name, so
+    each put replaced the other's, and every rewrite of either user missed."""
+    blob = Store.blob_id(b"x = 1\n")
+    Store.init(str(project))
+    for who, out in (("a", b"A = 1\n"), ("b", b"B = 1\n")):
+        as_user(tmp_path / who)
+        Store.open(str(project)).cache_put(blob, "fp", out, {"status": "rewritten", "by": who})
+    for who, out in (("a", b"A = 1\n"), ("b", b"B = 1\n"), ("a", b"A = 1\n")):
+        as_user(tmp_path / who)
+        assert Store.open(str(project)).cache_get(blob, "fp") == (Store.blob_id(out), {"status": "rewritten", "by": who})
+
+
 def test_a_rewrite_cache_entry_is_signed_for_its_own_ids(tmp_path, project, as_user):
     """An entry's report moved to another source blob (or beside another output) fails."""
     import pygit2
@@ -131,9 +145,10 @@ def test_a_rewrite_cache_entry_is_signed_for_its_own_ids(tmp_path, project, as_u
     ref = repo.references["refs/scalebox/cache/fp"]
     tree = repo[ref.target].tree
     # b's entry now names a's rewritten output (its report blob, signed for b, kept)
+    secret = userkey.key_for(b"scalebox rewrite cache")
     outer = repo.TreeBuilder(tree)
     folder = repo.TreeBuilder(tree[b[:2]])
-    folder.insert(b[2:], tree[f"{a[:2]}/{a[2:]}"].id, pygit2.GIT_FILEMODE_BLOB)
+    folder.insert(entry_path(secret, b).split("/")[1], tree[entry_path(secret, a)].id, pygit2.GIT_FILEMODE_BLOB)
     outer.insert(b[:2], folder.write(), pygit2.GIT_FILEMODE_TREE)
     commit = repo.create_commit(None, repo.default_signature, repo.default_signature, "tampered", outer.write(), [])
     ref.set_target(commit)
