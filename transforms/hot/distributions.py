@@ -270,7 +270,7 @@ def _sets_default(ctx: FileContext) -> bool:
 
 class HotDistributionArgs(Transform):
     id = ID
-    version = "1"
+    version = "2"  # 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
     triggers = ("Categorical", "Normal", "Bernoulli")
     description = "distributions whose arguments are valid by construction → validate_args=False (exact on valid input)"
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 from typing import List, Optional, Tuple, Union
 
-from ..names import ImportMap
+from ..names import ImportMap, ast_dotted
 from .callees import Files
 
 _FUNCS = ("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax")
@@ -89,6 +89,8 @@ class SoftmaxProbs:
         if qual is None and isinstance(func, ast.Attribute) and func.attr == "softmax":
             if self.files.resolve(func, cls, scope) is not None:
                 return None  # a method of a class of this file, not the tensor's
+            if (ast_dotted(func.value) or "").partition(".")[0] in self.imports.imported:
+                return None  # a module's function (a rebound ``import torch as t``): not a tensor's method
             dim = _dim_of(expr, 0)
             return None if dim is False else ("a softmax", dim)
         if qual is not None or any(isinstance(a, ast.Starred) for a in expr.args) \

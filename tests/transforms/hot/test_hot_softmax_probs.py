@@ -284,3 +284,20 @@ def test_annotation_without_value_binds_nothing():
             "    return p\ndef f(s):\n    m = Categorical(g(s))\n    return m\n"
         out, sites = rewrite(src)
         assert "_sb_categorical_probs(Categorical" in out and [s.action for s in sites] == [REWRITTEN], ann
+
+
+def test_softmax_of_a_rebound_module_alias_is_no_tensor_method():
+    """machin's test/auto/env/test_openai_gym.py imports ``torch as t`` and binds ``t = Thread(...)``
+    in another function: the alias is ambiguous (not qualified), and ``t.softmax(self.fc3(a), dim=1)``
+    was read as a tensor's ``x.softmax(dim)``, its input taken for a second dim: rewritten, reason
+    'a softmax (dim not a literal)', a helper call that takes the validating path for every 2-D batch.
+    A method of a name an import binds is a module's function, not provably torch's: left alone."""
+    src = ("import torch as t\nfrom torch.distributions import Categorical\n\n\n"
+           "def act(x):\n    probs = t.softmax(x, dim=1)\n    return Categorical(probs=probs)\n\n\n"
+           "def launch():\n    t = object()\n    return t\n")
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED]
+    plain = src.replace("    t = object()\n    return t\n", "    return None\n")
+    out, sites = rewrite(plain)  # the alias bound once: torch.softmax, dim 1
+    assert [s.action for s in sites] == [REWRITTEN] and "(dim 1)" in sites[0].reason
