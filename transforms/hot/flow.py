@@ -290,7 +290,7 @@ class Flow:
                 continue
             if isinstance(p, (ast.Compare, ast.FormattedValue, ast.JoinedStr, ast.If, ast.While, ast.Assert, ast.Expr)):
                 self.ends.add({"Compare": "a comparison", "FormattedValue": "a string", "JoinedStr": "a string",
-                               "Expr": "discarded"}.get(type(p).__name__, "a test"))
+                               "Expr": "a discarded expression"}.get(type(p).__name__, "a test"))
                 return None
             if isinstance(p, ast.keyword):
                 if p.arg == "out":

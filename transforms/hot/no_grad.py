@@ -229,7 +229,7 @@ class _Scanner:
 
 class HotNoGrad(Transform):
     id = ID
-    version = "3"  # 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing")
+    version = "4"  # 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded")
     triggers = ("torch",)
     description = "forward passes whose outputs reach no gradient (acting, logging) run under torch.no_grad()"
 

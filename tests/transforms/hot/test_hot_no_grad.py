@@ -570,3 +570,22 @@ def test_a_container_of_a_module_that_keeps_a_value_is_not_known_code():
     done = [s.line for s in sites if s.action == REWRITTEN]
     plain = code.splitlines().index("    d = plain(torch.as_tensor(o)).detach().numpy()") + 1
     assert done == [plain], [(s.line, s.action, s.reason) for s in sites]  # only the plain torch container
+
+
+def test_a_discarded_forward_reads_as_one():
+    """Stable-Baselines3's tests/test_utils.py runs ``model(th.ones(3, 5))`` for its BatchNorm
+    statistics and drops the output: the reason read 'its outputs end in discarded and reach no
+    gradient' (an adjective among the nouns the other ends are)."""
+    code = textwrap.dedent('''\
+        import torch
+
+
+        def warm_up(x):
+            model = torch.nn.Sequential(torch.nn.Linear(5, 5), torch.nn.BatchNorm1d(5))
+            model(x)
+            return model
+        ''')
+    out, sites = rewrite(code)
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert len(done) == 1 and "with torch.no_grad():\n        model(x)" in out
+    assert "its outputs end in a discarded expression and reach no gradient" in done[0].reason, done[0].reason
