@@ -37,6 +37,7 @@ import libcst as cst
 from scalebox_cst.report import REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
+from ..hot.bindings import PrunedTransformer, visit_calls
 from .fused_optim_examples import EXAMPLES
 
 ID = "accelerate.fused_optim"
@@ -63,8 +64,9 @@ def _file_problem(tree: ast.Module, imports) -> Optional[Tuple[int, str]]:
     return None
 
 
-class _Rewriter(cst.CSTTransformer):
+class _Rewriter(PrunedTransformer):
     def __init__(self, ctx: FileContext, sites: List[Site], blocked: Optional[str]) -> None:
+        super().__init__()
         self.ctx, self.sites, self.blocked = ctx, sites, blocked
         self.alias: Optional[str] = None
 
@@ -118,7 +120,8 @@ class AccelerateFusedOptim(Transform):
         problem = _file_problem(tree, imports)
         sites: List[Site] = []
         rewriter = _Rewriter(ctx, sites, problem[1] if problem else None)
-        out = ctx.module.visit(rewriter)
+        # each call is decided by itself: only the statements holding them visited and positioned
+        out = visit_calls(ctx, calls, rewriter, scoped=False)
         if rewriter.alias is None:
             return None, sites
         return out, sites

@@ -32,6 +32,7 @@ import libcst as cst
 from scalebox_cst.report import REASSOCIATED, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
+from ..hot.bindings import PrunedTransformer, visit_calls
 from .threads_examples import EXAMPLES
 
 ID = "accelerate.threads"
@@ -58,8 +59,9 @@ def _file_problem(tree: ast.Module, imports) -> Optional[str]:
     return None
 
 
-class _Rewriter(cst.CSTTransformer):
+class _Rewriter(PrunedTransformer):
     def __init__(self, ctx: FileContext, sites: List[Site], blocked: Optional[str]) -> None:
+        super().__init__()
         self.ctx, self.sites, self.blocked = ctx, sites, blocked
         self.alias: Optional[str] = None
         self.inside = 0  # an optimizer call nested in another (fused_optimizer's callee is a Name: none)
@@ -101,9 +103,11 @@ class AccelerateThreads(Transform):
         if ctx.option("accelerate", "level", "exact") != "reassociated":
             return None, []
         tree, imports = ctx.tree, ctx.imports
-        if not any(isinstance(n, ast.Call) and _is_optimizer(imports.qualify(n.func) or "") for n in ast.walk(tree)):
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_optimizer(imports.qualify(n.func) or "")]
+        if not calls:
             return None, []
         sites: List[Site] = []
         rewriter = _Rewriter(ctx, sites, _file_problem(tree, imports))
-        out = ctx.module.visit(rewriter)
+        # each call is decided by itself: only the statements holding them visited and positioned
+        out = visit_calls(ctx, calls, rewriter, scoped=False)
         return (out if rewriter.alias is not None else None), sites
