@@ -291,6 +291,7 @@ def _per_step_sync(loop: _Loop, deferred: Set[int], index: _Index) -> Optional[a
     ``pbar.set_description(f"loss {loss.item()}")``), else None. With one left, the GPU waits each
     step anyway, and deferring the others only delays their logs."""
     todo: List[ast.AST] = [*loop.body, *([loop.test] if isinstance(loop, ast.While) else [])]
+    found: List[ast.Call] = []
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.If, ast.Match, ast.IfExp, *_SCOPES)):
@@ -304,9 +305,9 @@ def _per_step_sync(loop: _Loop, deferred: Set[int], index: _Index) -> Optional[a
             continue
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _STEP_SYNCS \
                 and not node.args and not node.keywords and id(node) not in deferred:
-            return node
+            found.append(node)
         todo.extend(ast.iter_child_nodes(node))
-    return None
+    return min(found, key=lambda n: (n.lineno, n.col_offset), default=None)  # the first, to name
 
 
 def _reenters(loop: _Loop, index: _Index) -> Optional[str]:
