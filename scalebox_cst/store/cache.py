@@ -24,6 +24,7 @@ from typing import (
 
 
 import pygit2
+from pygit2.enums import ObjectType
 
 from scalebox_cst.store.common import (
     _CACHE_MEM_ENTRIES,
@@ -110,7 +111,10 @@ class _Cache(_Objects):
         try:
             name = entry_path(secret, blob)
             out = tree[name]
-            report = _signed_report(secret, fingerprint, blob, str(out.id), tree[name + ".json"].data)
+            signed = tree[name + ".json"]
+            if out.type != ObjectType.BLOB or signed.type != ObjectType.BLOB:
+                raise KeyError(blob)  # a folder (or a link) where an entry's file was: no entry
+            report = _signed_report(secret, fingerprint, blob, str(out.id), signed.data)
             if report is None:
                 return None  # not signed with this user's key: made again (and replaced)
             hit = (str(out.id), report.decode("utf-8"))

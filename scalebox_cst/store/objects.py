@@ -178,7 +178,20 @@ class _Objects(_Refs):
     def _tree_items(self, raw: Optional[Raw]) -> Dict[bytes, Tuple[int, Raw]]:
         if raw is None:
             return {}
-        return {e.name.encode("utf-8"): (e.filemode, e.id.raw) for e in self.repo[pygit2.Oid(raw=raw)]}
+        obj = self.repo.get(pygit2.Oid(raw=raw))
+        if obj is None or obj.type != ObjectType.TREE:  # missing, or a blob where a folder was
+            raise StoreError(f"{raw.hex()} is not a tree")
+        return {e.name.encode("utf-8"): (e.filemode, e.id.raw) for e in obj}
+
+    def _readable_commit(self, raw: Optional[Raw]) -> Optional[Raw]:
+        """``raw`` if it is a commit whose root tree can be read, else None."""
+        try:
+            if raw is not None:
+                self._tree_items(self._commit_obj(raw).tree_id.raw)
+                return raw
+        except (StoreError, pygit2.GitError):
+            pass
+        return None
 
     def _put_fanout(
         self, ref_commit: Optional[Raw], additions: Mapping[bytes, Mapping[bytes, Raw]]
@@ -186,13 +199,22 @@ class _Objects(_Refs):
         """The root tree of *ref_commit* with blobs added under two-hex-digit folders.
 
         *additions* maps folder name -> {entry name -> blob id}. None when nothing changes.
+        A damaged *ref_commit* (missing, not a commit, its tree gone) raises StoreError; a
+        folder that cannot be read (a blob in its place, a missing tree) is made anew: what it
+        held could not be read through the ref anyway.
         """
         root_raw = self._commit_obj(ref_commit).tree_id.raw if ref_commit else None
         root = self._tree_items(root_raw)
         changed = False
         for folder, blobs in additions.items():
-            sub_raw = root.get(folder, (None, None))[1]
-            sub = self._tree_items(sub_raw)
+            sub_mode, sub_raw = root.get(folder, (None, None))
+            try:
+                sub = self._tree_items(sub_raw) if sub_mode in (None, MODE_TREE) else {}
+            except (StoreError, pygit2.GitError):
+                sub = {}
+            if sub_mode not in (None, MODE_TREE):
+                root.pop(folder)
+                changed = True
             before = dict(sub)
             for name, raw in blobs.items():
                 sub[name] = (MODE_FILE, raw)
@@ -212,9 +234,16 @@ class _Objects(_Refs):
             additions.setdefault(hexid[:2], {})[hexid[2:]] = blob
 
         def build(current: Optional[Raw]) -> Optional[Raw]:
-            tree = self._put_fanout(current, additions)
+            # A notes ref whose tip cannot be read (missing, not a commit: a damaged or hostile
+            # store) starts a new history: the notes under it could not be read anyway, and
+            # refusing would refuse every branch from then on. The old tip is named in the message.
+            base = self._readable_commit(current)
+            message = "Notes added by scalebox\n"
+            if current is not None and base is None:
+                message += f"\nThe notes history at {current.hex()} could not be read; started anew.\n"
+            tree = self._put_fanout(base, additions)
             if tree is None:
                 return None
-            return self._write_commit("Notes added by scalebox\n", tree, [current] if current else [])
+            return self._write_commit(message, tree, [base] if base else [])
 
         self._update_ref(notes_ref, build, reflog)

@@ -122,7 +122,10 @@ class _Runs(_Objects):
                     else:
                         number += 1
                     continue
-                self._vouch(commit.raw)
+                try:  # the branch is made: a vouch that fails (a full disk) is checked again later
+                    self._vouch(commit.raw)
+                except (StoreError, OSError, pygit2.GitError):
+                    pass
                 return name, commit_hex
         raise StoreError("could not create a run branch: every name tried was taken meanwhile")
 
@@ -202,6 +205,8 @@ class _Runs(_Objects):
             note = self.repo.lookup_note(info.commit, REPORTS_REF)
         except KeyError:
             raise StoreError(f"no report stored for {info.name}") from None
+        except pygit2.GitError as exc:  # the notes ref points at a missing object or a blob
+            raise StoreError(f"no report stored for {info.name} (the store's reports cannot be read: {exc})") from None
         try:
             return json.loads(note.message)
         except ValueError:
