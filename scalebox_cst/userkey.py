@@ -23,6 +23,7 @@ import os
 import stat
 import tempfile
 import threading
+import time
 from typing import Dict, Optional, Tuple
 
 from scalebox_cst import tmpnames
@@ -108,43 +109,96 @@ def forget() -> None:
 
 
 def _read_or_make(folder: str, shared: bool, create: bool) -> Optional[bytes]:
-    """The key in ``folder``, made there when missing and ``create`` (None otherwise)."""
+    """The key in ``folder``, made there when missing or damaged and ``create`` (None otherwise).
+
+    Made or repaired under a lock on the folder: a damaged key was removed by whoever read it,
+    and a process that read it before another had replaced it removed the new key instead, so
+    processes started together went on with different keys (each signing what the others read
+    as misses). Under the lock the key is read again first; only a key still damaged is removed.
+    """
     path = os.path.join(folder, FILE_NAME)
     try:
         _check_private(folder, shared)
         return _read(path)
-    except FileNotFoundError:  # none yet, or a damaged one removed
+    except (FileNotFoundError, _Damaged):  # none yet, or a damaged one (made again below)
         pass
     if not create:
         return None
     os.makedirs(folder, mode=0o700, exist_ok=True)
     _check_private(folder, shared)
-    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
+    with _FolderLock(folder):
         try:
-            os.write(fd, os.urandom(_KEY_BYTES))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)  # never replaces a key another process made meanwhile
-        except FileExistsError:
+            return _read(path)  # made or repaired by another process meanwhile
+        except FileNotFoundError:
             pass
-    finally:
-        os.remove(tmp)
-    return _read(path)
+        except _Damaged:
+            os.remove(path)  # still the damaged one: no process that takes this lock replaced it
+        tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                os.write(fd, os.urandom(_KEY_BYTES))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)  # never replaces a key another process made meanwhile
+            except FileExistsError:
+                pass
+        finally:
+            os.remove(tmp)
+        return _read(path)
+
+
+class _Damaged(OSError):
+    """A key file of the wrong length (cut short by a crash, written by hand)."""
 
 
 def _read(path: str) -> bytes:
-    """The key in ``path``; a damaged one is removed and reads as FileNotFoundError (it is made
-    again: only the cache entries signed with it are lost, and they are made again too)."""
+    """The key in ``path``; one of the wrong length raises :class:`_Damaged` (it is made again:
+    only the cache entries signed with it are lost, and they are made again too)."""
     with open_regular(path, "rb", buffering=0) as fh:
         data = fh.read(_KEY_BYTES + 1)
     if len(data) == _KEY_BYTES:
         return data
-    os.remove(path)
-    raise FileNotFoundError(path)
+    raise _Damaged(f"{path}: {len(data)} bytes, not {_KEY_BYTES}")
+
+
+class _FolderLock:
+    """An exclusive ``flock`` on the key's folder while the key is made or repaired. Where the
+    folder cannot be locked (no ``fcntl``, a file system without locks) or a holder keeps it
+    past a few seconds (a stopped process), the key is made unlocked, as it was before."""
+
+    WAIT_S = 5.0
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.fd: Optional[int] = None
+
+    def __enter__(self) -> "_FolderLock":
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return self
+        try:
+            self.fd = os.open(self.folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return self
+        deadline = time.monotonic() + self.WAIT_S
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return self
+                time.sleep(0.005)
+            except OSError:
+                return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the folder's descriptor releases the lock
 
 
 def _check_private(folder: str, shared: bool) -> None:
