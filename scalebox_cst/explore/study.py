@@ -9,11 +9,13 @@ twenty) and after 3 failing trials in a row (with the last traceback).
 The storage is Optuna's journal file in ``.scalebox/explore/<study>/journal.log``: appended
 and flushed per operation, so a study killed with ``kill -9`` loses no finished trial; on
 ``--resume`` the trials it left running are marked failed (``interrupted``) and their values
-asked again first. Several processes may feed one study through the same file.
+asked again first. Several processes may feed one study through the same file: each trial
+names the process that asked it (``owner``), and a trial whose process runs is left to it.
 """
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -126,6 +128,35 @@ def metric_points(series: Dict[str, List[runs.Point]], metric: str) -> Optional[
     return None
 
 
+def _owner() -> Dict[str, Any]:
+    """This process, as the one that asked a trial: host, pid and start (a reused pid starts later)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": runs.process_start(os.getpid())}
+
+
+def _owner_runs(owner: Any) -> bool:
+    """Whether the process that asked a trial (its ``owner`` attribute) still runs. A trial
+    without one (a journal written before owners were kept) is not; one of another host is
+    trusted to (as a run's record of another host is: :func:`runs.is_alive`)."""
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+        return False
+    if owner.get("host") != socket.gethostname():
+        return True
+    pid = owner["pid"]
+    if pid == os.getpid():
+        return False  # this process runs no trial yet when it recovers
+    start = owner.get("start")
+    if isinstance(start, int):
+        fields = runs.stat_fields(pid)  # state [0] (Z: exited, not yet reaped), start [19]
+        return fields is not None and fields[0] != b"Z" and fields[19] == str(start).encode()
+    try:  # no /proc: the pid exists
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 class Study:
     """One study run by this process: ``run()`` until ``trials`` are finished (resumed ones count)."""
 
@@ -172,10 +203,14 @@ class Study:
 
     # ------------------------------------------------------------------ resume
     def _recover(self) -> None:
-        """Trials a killed study left RUNNING: failed (``interrupted``), their values asked again first."""
+        """Trials a killed study left RUNNING: failed (``interrupted``), their values asked again
+        first. A trial whose process still runs (another ``explore`` of this study) is its own:
+        marked failed under it, its ``tell`` failed and that process stopped its study."""
         TrialState = self.optuna.trial.TrialState
         storage_ = self.study._storage
         for frozen in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if _owner_runs(frozen.user_attrs.get("owner")):
+                continue
             storage_.set_trial_user_attr(frozen._trial_id, "interrupted", True)
             storage_.set_trial_state_values(frozen._trial_id, TrialState.FAIL)
             if frozen.params:
@@ -254,6 +289,7 @@ class Study:
     def _one(self) -> None:
         optuna = self.optuna
         trial = self.study.ask()
+        trial.set_user_attr("owner", _owner())  # another process's --resume leaves it running
         try:
             value = self._trial(trial)
         except _Pruned:

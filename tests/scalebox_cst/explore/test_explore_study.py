@@ -255,6 +255,32 @@ def test_resume_after_kill_9_loses_no_finished_trial(tmp_path):
     assert twice.returncode == 1 and "--resume to go on with it" in twice.stderr
 
 
+def test_resume_beside_a_live_explore_of_the_study_leaves_its_running_trial_alone(tmp_path):
+    """Several processes may feed one study, and the second one can only join with --resume:
+    its recovery marked the first one's running trial failed (interrupted), the first one's
+    ``tell`` then raised ``UpdateFinishedTrialError`` and it stopped its study with status 1
+    (found by the fourth fault campaign). Only trials whose process is gone are recovered."""
+    slow = TOY.replace("PAUSE = 0.0", "PAUSE = 0.4")
+    root = make(tmp_path, PRUNE_CONFIG.replace("trials: 8", "trials: 2").replace("prune: median", "prune: none"), slow)
+    env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-c", "from scalebox_cst.cli import main; main()", "explore", "-c", "explore.yaml"],
+                             cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not any(t.state.name == "RUNNING" for t in trials_of(root)):
+            time.sleep(0.1)
+        time.sleep(0.5)
+        second = explore(root, "--resume", check=False)
+        out, err = first.communicate(timeout=240)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0 and "UpdateFinishedTrialError" not in err, err[-2000:]
+    assert second.returncode == 0 and "was interrupted" not in second.stderr, second.stderr[-2000:]
+    assert not [t.number for t in trials_of(root) if t.user_attrs.get("interrupted")]
+
+
 CONFIG_1 = """\
     script: train.py
     metric: score
