@@ -292,7 +292,8 @@ def render(profile: Optional[Dict[str, Any]], title: str = "", lines: int = 10) 
     out.append("")
     out.append(f"{'category':<28} {'share':>6} {'wall s':>8} {'cpu s':>8}")
     for c in profile["categories"]:
-        out.append(f"{c['label']:<28} {c['share']:>6.1%} {c['wall_s']:>8.2f} {c['cpu_s']:>8.2f}")
+        seconds = "".join(f" {c[k]:>8.2f}" if c.get(k) is not None else f" {'-':>8}" for k in ("wall_s", "cpu_s"))
+        out.append(f"{c.get('label', c['category']):<28} {c['share']:>6.1%}{seconds}")
     out.append("")
     out.append("top lines")
     for row in profile["lines"][:lines]:
@@ -300,7 +301,7 @@ def render(profile: Optional[Dict[str, Any]], title: str = "", lines: int = 10) 
         if row["line"] == ADDED:
             where = f"{row['path']} (added by the rewrite)"
         label = CATEGORIES.get(row["category"], row["category"])
-        out.append(f"{row['share']:>6.1%}  {where}  [{label}]  calls>={row['calls']}")
+        out.append(f"{row['share']:>6.1%}  {where}  [{label}]  calls>={row.get('calls', '?')}")
         if row.get("code"):
             out.append(f"        {row['code']}")
         if row.get("coverage"):

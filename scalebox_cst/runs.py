@@ -21,7 +21,7 @@ import socket
 import time
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from scalebox_cst import headlines, statedir, tmpnames
+from scalebox_cst import headlines, recordtypes, statedir, tmpnames
 from scalebox_cst.intake import NotRegularFile, open_regular
 
 STATE_DIR = ".scalebox"
@@ -344,39 +344,6 @@ def is_alive(record: Dict[str, Any]) -> bool:
     return _pid_runs_launch(pid, start if isinstance(start, int) else None)
 
 
-#: record.json's number fields (scalebox_cst.runner.record.RunRecord): floats, then integers
-_FLOATS = ("started", "ended", "wall_time")
-_INTS = ("seed", "pid", "pgid", "pid_start", "exit_status")
-_TEXTS = ("status", "signal", "stop_reason", "hotfix_of", "script", "branch", "variant")
-
-
-def _typed(record: Dict[str, Any]) -> None:
-    """A value of the wrong type (``started: "x"``, ``NaN``, ``[1]``: a record edited by hand or
-    damaged) reads as missing, so that no reader does arithmetic on it."""
-    for key in _FLOATS:
-        value = record.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
-            record[key] = None
-    for key in _INTS:
-        value = record.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            record[key] = None
-    for key in _TEXTS:
-        if key in record and record[key] is not None and not isinstance(record[key], str):
-            record[key] = None
-    if record.get("status") is None and "status" in record:
-        del record["status"]  # read as running (then lost, when its process is gone)
-    for key in ("run", "nproc"):
-        if key in record and (isinstance(record[key], bool) or not isinstance(record[key], int)):
-            record[key] = 0 if key == "run" else 1
-    for key in ("headline", "metrics", "tags"):
-        if key in record and not isinstance(record[key], dict):
-            record[key] = {}
-    for key in ("error_tail", "args"):
-        if key in record and not isinstance(record[key], list):
-            record[key] = []
-
-
 def _damaged(why: str) -> Dict[str, Any]:
     """The record of a run whose ``record.json`` cannot be read: shown as lost, saying why (a
     damaged record made the run vanish from ``log``, ``compare`` and the monitor)."""
@@ -399,7 +366,7 @@ def load_record(directory: str) -> Optional[Dict[str, Any]]:
         record = _damaged(f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
     if not isinstance(record, dict):
         record = _damaged(f"a JSON {type(record).__name__}, not an object")
-    _typed(record)
+    recordtypes.typed(record)
     if record.get("status", "running") == "running" and not is_alive(record):
         record["status"] = "lost"
         if record.get("ended") is None:
