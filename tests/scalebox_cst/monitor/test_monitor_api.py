@@ -734,6 +734,65 @@ def test_http_half_open_connections_hold_bounded_threads_for_bounded_time(proj):
         srv.server_close()
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads the server's CPU time from /proc")
+def test_http_out_of_descriptors_answers_503_without_spinning(proj):
+    """With ``ulimit -n 40`` and 120 clients, ``accept`` failed with EMFILE and the connection
+    stayed in the backlog: the listening socket stayed readable and the monitor called ``accept``
+    again at once, one core at 100% until a descriptor was free (the fourth fault campaign)."""
+    import select
+    import socket
+    import subprocess
+    import sys
+
+    code = textwrap.dedent(f"""\
+        import resource, sys
+        from scalebox_cst.monitor.api import Monitor
+        from scalebox_cst.monitor.server import MonitorServer
+        resource.setrlimit(resource.RLIMIT_NOFILE, (40, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        srv = MonitorServer(Monitor({str(proj)!r}), port=0)
+        print(srv.server_address[1], flush=True)
+        srv.serve_forever()
+        """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    socks = []
+    try:
+        port = int(child.stdout.readline())
+        refused = 0
+        for _ in range(120):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            sock.sendall(b"GET /api/project HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # a head not ended
+            socks.append(sock)
+        time.sleep(1.0)
+
+        def cpu() -> float:
+            with open(f"/proc/{child.pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        before = cpu()
+        time.sleep(2.0)
+        assert cpu() - before < 0.5  # not spinning on accept
+        for sock in select.select(socks, [], [], 0.5)[0]:
+            try:
+                refused += sock.recv(1000).startswith(b"HTTP/1.1 503")
+            except OSError:
+                pass
+        assert refused  # those it could not take were told so
+        for sock in socks:
+            sock.close()
+        socks = []
+        time.sleep(0.5)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/api/project")
+        assert conn.getresponse().status == 200  # and it serves again once descriptors are free
+        conn.close()
+    finally:
+        for sock in socks:
+            sock.close()
+        child.kill()
+        child.wait()
+
+
 def test_http_busy_threads_answer_503_at_once(proj, monkeypatch):
     """Only when every thread is busy answering is a new connection turned away (503, closed)."""
     import socket
