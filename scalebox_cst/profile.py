@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -84,15 +85,20 @@ class Reader:
             return
         if not isinstance(item, dict):
             return
-        self.meta["hz"] = item.get("hz", self.meta["hz"])
+        hz = item.get("hz")  # a rate or nothing: the text formats it (a damaged line held "x")
+        if isinstance(hz, (int, float)) and not isinstance(hz, bool) and math.isfinite(hz) and hz > 0:
+            self.meta["hz"] = hz
         self.meta["cpu"] = self.meta["cpu"] and bool(item.get("cpu", True))
-        for row in item.get("rows") or ():
+        rows = item.get("rows")
+        for row in rows if isinstance(rows, list) else ():
             try:
                 p, line, category, n, wall, cpu, calls = row
                 key = (str(p), int(line), str(category))
                 values = [float(n), float(wall), float(cpu), float(calls)]
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
+            if not all(math.isfinite(v) and v >= 0 for v in values):
+                continue  # counts and seconds: an inf or a NaN would poison every sum (int(inf) raised)
             into = self.rows.setdefault(key, [0, 0.0, 0.0, 0])
             for k, v in enumerate(values):
                 into[k] += v

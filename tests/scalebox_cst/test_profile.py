@@ -430,3 +430,21 @@ def test_a_site_without_counts_says_whether_its_transform_counts_at_all():
     assert text[61].endswith("its guard did not run (no pass/fallback counts)")
     counted = [{"path": "train.py", "line": 50, "end_line": 51, "transform": "vectorize.target_update", "vectorized": 3, "fallback": 1}]
     assert prof._coverage_text(prof.coverage("train.py", 50, counted, report)).endswith("guard passed 75% (3/4)")
+
+
+@pytest.mark.parametrize("line", [
+    '{"hz": "x", "cpu": true, "rows": []}',
+    '{"hz": [1], "cpu": true, "rows": 5}',
+    '{"hz": 25.0, "cpu": true, "rows": [["train.py", 3, "other", 1e400, 0.1, 0.05, 1]]}',
+    '{"hz": 25.0, "cpu": true, "rows": [["train.py", 1e400, "other", 2, 0.1, 0.05, 1]]}',
+    '{"hz": 25.0, "cpu": true, "rows": [["train.py", 3, "other", 2, NaN, 0.05, 1]]}',
+])
+def test_a_damaged_profile_line_is_passed_over_and_the_rest_read(tmp_path, line):
+    """A profile.jsonl line with a rate that is not a number, rows that are not a list, or an
+    inf/NaN count made ``scalebox profile``, ``compare`` and the monitor end in a ValueError,
+    TypeError or OverflowError (``int(inf)``) (the fourth fault campaign): it is passed over."""
+    good = {"hz": 25.0, "cpu": True, "rows": [["train.py", 4, "backward", 3, 0.3, 0.2, 2]]}
+    (tmp_path / prof.FILE).write_text(json.dumps(good) + "\n" + line + "\n")
+    summary = prof.summarize(str(tmp_path))
+    assert summary["hz"] == 25.0 and summary["samples"] == 3 and summary["lines"][0]["line"] == 4
+    assert "25 Hz" in prof.render(summary)
