@@ -200,7 +200,8 @@ def log(project_dir: Optional[str], as_json: bool) -> None:
 # ---------------------------------------------------------------------------- compare
 def _select_runs(project: Project, selector: str) -> Tuple[str, list]:
     """BRANCH (its rewrite runs), BRANCH#N (one run), BRANCH:original or `original` (runs of the
-    source snapshot of BRANCH, default the newest branch): (label, runs)."""
+    source snapshot of BRANCH, default the newest branch, or of any snapshot of the same files:
+    an edit undone commits them again): (label, runs)."""
     from scalebox_cst import runs
 
     store = project.store
@@ -223,10 +224,22 @@ def _select_runs(project: Project, selector: str) -> Tuple[str, list]:
         branch, source = info.name, info.source_commit
     found = runs.list_runs(project.root) if variant == "original" else runs.list_runs(project.root, branch)
     chosen = []
+    trees: Dict[str, Optional[str]] = {}  # source commit -> its tree: snapshots of the same files are one original
+
+    def same_files(commit) -> bool:
+        if not source or not isinstance(commit, str):
+            return False
+        if commit == source:
+            return True
+        for c in (source, commit):
+            if c not in trees:
+                trees[c] = store.tree_of(c)
+        return trees[source] is not None and trees[source] == trees[commit]
+
     for r in found:
         if r.variant != variant:
             continue
-        if variant == "original" and (r.record.get("source_commit") != source and r.branch != branch):
+        if variant == "original" and r.branch != branch and not same_files(r.record.get("source_commit")):
             continue
         if number is not None and (r.branch != branch or r.run != number):
             continue

@@ -250,6 +250,15 @@ class _Runs(_Objects):
         return set(self._tree_map(self._commit_obj(self._commit_raw(commit)).tree_id.raw))
 
     @_synchronized
+    def tree_of(self, commit: str) -> Optional[str]:
+        """The hex id of a commit's tree (two snapshots of the same files share it), None where
+        the commit is not in the store."""
+        try:
+            return self._commit_obj(self._commit_raw(commit)).tree_id.raw.hex()
+        except (StoreError, KeyError, ValueError):
+            return None
+
+    @_synchronized
     def executable_paths(self, commit: str) -> Set[str]:
         tree = self._commit_obj(self._commit_raw(commit)).tree_id.raw
         return {p for p, (mode, _) in self._tree_map(tree).items() if mode == MODE_EXEC}

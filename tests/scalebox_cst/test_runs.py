@@ -433,6 +433,24 @@ def _edit(root, base):
     (root / "train.py").write_text(SEEDED.replace("BASE", base))
 
 
+def test_compare_original_finds_the_original_runs_of_the_same_files_under_another_snapshot(plain):
+    """Found by a newcomer: ``run --original``, an edit, the edit undone, ``compare original
+    run/0003`` said "original (run/0003): 0 run(s)" and compared nothing: the files were the
+    ones the original ran, but committed again as another source snapshot, and the original
+    runs were matched by the snapshot's commit id. Two snapshots of the same files share a tree."""
+    scalebox("run", "--original", "--seeds", "0,1", "train.py", cwd=plain)  # run/0001's snapshot
+    _edit(plain, "5.0")
+    scalebox("run", "train.py", cwd=plain)  # run/0002: other files
+    _edit(plain, "0.0")  # the edit undone: the same files as run/0001's, a new snapshot
+    scalebox("run", "train.py", cwd=plain)
+    assert records(plain, "run/0003")[0]["source_commit"] != records(plain, "run/0001")[0]["source_commit"]
+    out = scalebox("compare", "original", "run/0003", cwd=plain).stdout
+    assert "original (run/0003): 2 run(s) run/0001#1, run/0001#2 (seeds 0, 1)" in out
+    assert "episodic return (final)" in out
+    out = scalebox("compare", "run/0002:original", "run/0003", cwd=plain).stdout  # other files: none
+    assert "original (run/0002): 0 run(s)" in out
+
+
 def test_compare_seeded_branches_says_what_is_noise(plain):
     scalebox("run", "--seeds", "0,1,2,3", "train.py", cwd=plain)  # run/0001: base 0
     _edit(plain, "0.0 + 0")  # run/0002: same numbers, another branch
