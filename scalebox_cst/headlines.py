@@ -12,8 +12,12 @@ The values (see :func:`scalebox_cst.runs.headline`):
 
 - ``episodic_return_final``: mean of the last ``RETURN_WINDOW`` (10) finite episode returns.
 - ``episodic_return_best``: the best mean of ``RETURN_WINDOW`` consecutive returns.
-- ``sps``: steps per second, the median of the later half of the SPS points (the warm-up left out;
-  one point is its own median).
+- ``sps``: steps per second over the later half of the run (the warm-up left out). From the
+  engine's ``scalebox/SPS`` (x: the env steps so far, each value the rate since the report
+  before): the steps of the later half over the time they took (:func:`steps_per_second`); the
+  median of those points' rates was 25 steps/s for a DQN whose run did 86 (training bursts between
+  env steps: most points are slow ones). From a script's own SPS series, whose x may count
+  anything: the median of the later half of its values (one point is its own median).
 - ``site_time_s``: sampled time in rewritten sites; ``guard_pass_rate``: vectorized / (vectorized
   + fallback) over every site; ``wall_time``; ``cpu_time_s``: user + system of the run's process
   and reaped children (its last point, written at exit).
@@ -38,6 +42,21 @@ def later_half_median(values: Sequence[float]) -> Optional[float]:
     return median(values[len(values) // 2:]) if values else None
 
 
+def steps_per_second(points: Sequence[Tuple[float, float, float]], counts_steps: bool) -> Optional[float]:
+    """steps/s from the finite points ``(x, time, value)`` of a rate series, live and final.
+
+    ``counts_steps``: x is the steps so far (the engine's SPS), so the later half's steps over the
+    time they took, from the point before it to the last (a run that trains between env steps has
+    many slow points and few fast ones: their median understated what the run did, 25 for 86
+    steps/s). Otherwise, or where time did not advance, the median of the later half's values."""
+    points = list(points)
+    if counts_steps and len(points) >= 2:
+        start, end = points[len(points) // 2 - 1], points[-1]
+        if end[1] > start[1] and end[0] >= start[0]:
+            return (end[0] - start[0]) / (end[1] - start[1])
+    return later_half_median([p[2] for p in points])
+
+
 @dataclasses.dataclass(frozen=True)
 class Headline:
     key: str  # the key in a run's headline (runs.headline, the monitor's JSON)
@@ -55,7 +74,7 @@ HEADLINES: Tuple[Headline, ...] = (
     Headline("episodic_return_best", "episodic return (best)", "best {:.4g}", True,
              "best mean of 10 consecutive episode returns"),
     Headline("sps", "steps/s", "{:.0f} steps/s", True,
-             "median of the later half of the SPS points, live and final", later_half_median),
+             "steps over time in the later half of the engine's SPS points (a script's own SPS: the median of its later half), live and final", later_half_median),
     Headline("site_time_s", "time in rewritten sites (s)", "sites {:.3g}s", False,
              "sampled time in the rewritten sites"),
     Headline("guard_pass_rate", "guard pass rate", "guards {:.0%}", None,

@@ -478,7 +478,7 @@ def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], site
     """The numbers ``scalebox log`` shows per run (None where a run has no such data):
 
     episodic_return_final / _best: mean of the last / best window of RETURN_WINDOW episodes;
-    episodes; sps: median of the later half of the SPS points (scalebox_cst.headlines: one table of
+    episodes; sps: steps/s over the later half of the SPS points (scalebox_cst.headlines: one table of
     these numbers, their labels and formats);
     guard_pass_rate: vectorized / (vectorized + fallback) over every site; site_time_s (and
     site_samples: how many telemetry samples it rests on, 0 where the sites ran too briefly to be seen);
@@ -497,8 +497,9 @@ def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], site
         values = finite(found[1])
         out.update(metric_return=found[0], episodic_return_final=tail_mean(values), episodic_return_best=best_window_mean(values), episodes=len(found[1]))
     sps = first_series(series, SPS_NAMES)
-    values = finite(sps[1]) if sps else []
-    out["sps"] = headlines.reduced("sps", values)  # the monitor's live value is the same reducer
+    points = [(p.step, p.time, p.value) for p in sps[1] if math.isfinite(p.value)] if sps else []
+    # the monitor's live value is the same reducer; the engine's x counts env steps
+    out["sps"] = headlines.steps_per_second(points, counts_steps=sps is not None and sps[0] == SPS_NAMES[0])
     out["metric_sps"] = sps[0] if sps else None  # the engine's scalebox/SPS, else the script's own
     sites = list(sites or [])
     passed = sum(int(s.get("vectorized", 0) or 0) for s in sites)

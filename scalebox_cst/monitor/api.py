@@ -201,7 +201,8 @@ class Monitor:
         for name in runs.SPS_NAMES:
             s = mf.series.get(name)
             if s is not None and s.tail:
-                out["sps"] = headlines.reduced("sps", list(s.tail))  # as a finished run's, over the tail
+                # as a finished run's, over the tail; the engine's x counts env steps
+                out["sps"] = headlines.steps_per_second(list(s.tail_points), counts_steps=name == runs.SPS_NAMES[0])
                 break
         legacy = runs.is_legacy(mf.series, run.record)
         for name in runs.GRAD_NORM_NAMES + ((runs.LEGACY_GRAD_NORM,) if legacy else ()):

@@ -96,6 +96,7 @@ class Series:
         self.markers: Deque[Tuple[float, float, str]] = collections.deque(maxlen=MARKERS)
         self.last: Optional[Tuple[float, float, float]] = None  # newest (x, time, value)
         self.tail: Deque[float] = collections.deque(maxlen=TAIL)  # newest finite values
+        self.tail_points: Deque[Tuple[float, float, float]] = collections.deque(maxlen=TAIL)  # and their (x, time, value)
 
     @property
     def nbytes(self) -> int:
@@ -110,6 +111,7 @@ class Series:
         self.last = (float(x[-1]), float(t[-1]), float(v[-1]))
         finite = np.isfinite(v)
         self.tail.extend(v[finite][-TAIL:].tolist())
+        self.tail_points.extend(zip(x[finite][-TAIL:].tolist(), t[finite][-TAIL:].tolist(), v[finite][-TAIL:].tolist()))
         bad = np.flatnonzero(~finite)
         self.nonfinite += len(bad)
         for i in bad[-MARKERS:]:

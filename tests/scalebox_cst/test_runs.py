@@ -164,8 +164,9 @@ def test_headline_reads_the_engines_series_and_names_the_scripts_own():
     """Issue 20: the script's own grad_norm / episodic_return / SPS tags shared a series with the
     engine's; the headline showed whichever came last."""
     series = _series(("scalebox/episodic_return", [10, 20]), ("episodic_return", [999, 999]),
-                     ("scalebox/SPS", [100, 100]), ("SPS", [1, 1]),
-                     ("scalebox/grad_norm_clipped", [0.5, 0.5]), ("grad_norm", [0.5]))
+                     ("SPS", [1, 1]), ("scalebox/grad_norm_clipped", [0.5, 0.5]), ("grad_norm", [0.5]))
+    # the engine's x counts env steps: 100 a second
+    series["scalebox/SPS"] = [runs.Point("scalebox/SPS", 100 * i, 100.0, float(i)) for i in (1, 2)]
     head = runs.headline({}, series)
     assert head["metric_return"] == "scalebox/episodic_return" and head["episodic_return_final"] == 15.0
     assert head["sps"] == 100.0 and head["metric_sps"] == "scalebox/SPS"

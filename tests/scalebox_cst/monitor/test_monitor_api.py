@@ -324,6 +324,25 @@ def test_live_and_final_steps_per_second_are_one_definition(proj, live_pid):
     assert run["headline"]["sps"] == final == 310.0
 
 
+def test_engine_steps_per_second_is_the_later_halfs_steps_over_its_time(proj, live_pid):
+    """Found by a newcomer (XinJingHao's Duel-DDQN: 50 updates every 50 env steps): the run did
+    3247 env steps in 38 s, and its end line, log and compare said 25 steps/s, the median of the
+    engine's SPS points, most of them slow (training between steps), few fast (evaluation). The
+    engine's x counts the env steps: the headline is the later half's steps over its time, live
+    (the monitor's tail) and final alike; a script's own SPS keeps the median (previous test)."""
+    now = time.time()
+    steps, t, points = 0, now, []
+    for i, (n, dt) in enumerate([(50, 2.0), (50, 2.0), (900, 0.5), (50, 2.0), (50, 2.0), (900, 0.5)]):
+        steps, t = steps + n, t + dt
+        points.append(("scalebox/SPS", steps, n / dt, t))
+    folder = write_run(proj, "run/0003", status="running", pid=live_pid, points=points)
+    run = {b["name"]: b for b in Monitor(proj, runs_ttl=0).branches()["branches"]}["run/0003"]["runs"][0]
+    final = runs.headline({}, runs.read_series(folder))["sps"]
+    # the later half: points 3..5 (1000 steps) over the time from point 2 to point 5 (4.5 s)
+    assert final == pytest.approx(1000 / 4.5) and run["headline"]["sps"] == pytest.approx(final)
+    assert sorted(p[2] for p in points[3:])[1] == 25.0  # what the median of the rates said
+
+
 def test_live_run_headline_and_lost_status(proj, live_pid):
     folder = write_run(proj, "run/0003", status="running", pid=live_pid, points=curve("episodic_return", 30, time.time()) + [("SPS", 0, 321.0, time.time())])
     m = Monitor(proj, runs_ttl=0)
