@@ -189,12 +189,12 @@ class _Scanner:
             if isinstance(node, ast.Call):
                 problem = self.files._call_problem(node, scope, cls, local, "the statement", seen)
                 if problem:
-                    return self._skip(st, f"forward of {names}: {problem}")
-        flow = self._flows.get(id(scope))
-        if flow is None:
-            flow = self._flows[id(scope)] = Flow(scope, self.tree, self.imports, self.user_samples,
-                                                 lambda call: self._passes_through(call, cls, scope))
-        flow.ends = set()
+                    # a forward that is trained on (its output reaches .backward()) is no candidate
+                    # whatever its callee: a reason about the callee's code read as if seeing it
+                    # would have put the training forward under no_grad
+                    trained = self._trained(forwards, scope, cls)
+                    return self._skip(st, f"forward of {names}: {trained or problem}")
+        flow = self._flow(scope, cls)
         for call in forwards:
             problem = flow.problem(call)
             if problem:
@@ -208,6 +208,24 @@ class _Scanner:
         self.found.append(_Candidate(st, (
             f"forward of {names} runs under torch.no_grad(): its outputs end in {ends} and reach no "
             "gradient (no graph recorded; same values bit for bit)"), True))
+
+    def _flow(self, scope, cls: Optional[str]) -> Flow:
+        flow = self._flows.get(id(scope))
+        if flow is None:
+            flow = self._flows[id(scope)] = Flow(scope, self.tree, self.imports, self.user_samples,
+                                                 lambda call: self._passes_through(call, cls, scope))
+        flow.ends = set()
+        return flow
+
+    def _trained(self, forwards: List[ast.Call], scope, cls: Optional[str]) -> Optional[str]:
+        """``its output `loss` (line 9) reads .backward`` where a forward's output is
+        differentiated, else None."""
+        flow = self._flow(scope, cls)
+        for call in forwards:
+            problem = flow.problem(call)
+            if problem and problem.endswith("reads .backward"):
+                return f"its output {problem}"
+        return None
 
     def _returns_no_tensor(self, forwards: List[ast.Call], cls: Optional[str], scope: ast.AST) -> Optional[str]:
         """Why the statement's calls can hand back no tensor, when each runs functions of this file
@@ -229,7 +247,7 @@ class _Scanner:
 
 class HotNoGrad(Transform):
     id = ID
-    version = "4"  # 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded")
+    version = "5"  # 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
     triggers = ("torch",)
     description = "forward passes whose outputs reach no gradient (acting, logging) run under torch.no_grad()"
 

@@ -589,3 +589,50 @@ def test_a_discarded_forward_reads_as_one():
     done = [s for s in sites if s.action == REWRITTEN]
     assert len(done) == 1 and "with torch.no_grad():\n        model(x)" in out
     assert "its outputs end in a discarded expression and reach no gradient" in done[0].reason, done[0].reason
+
+
+def test_a_trained_forward_says_it_is_trained_whatever_its_callee():
+    """Found by a newcomer (XinJingHao's Duel-DDQN): the training forward `current_q = self.q_net(s)`
+    was reported "skipped: `forward` (line 34) calls self.hidden, whose code is not in this file"
+    (self.hidden comes from a build_net helper): read as if the engine, seeing that code, would
+    have put the forward whose loss is differentiated under no_grad. Its output reaches
+    .backward(): that is the reason, whatever the callee."""
+    code = textwrap.dedent(
+        """\
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        def build_net(sizes, act):
+            layers = []
+            for i in range(len(sizes) - 1):
+                layers += [nn.Linear(sizes[i], sizes[i + 1]), act()]
+            return nn.Sequential(*layers)
+
+        class Duel(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.hidden = build_net([4, 8], nn.ReLU)
+                self.A = nn.Linear(8, 2)
+
+            def forward(self, s):
+                return self.A(self.hidden(s))
+
+        class Agent:
+            def __init__(self):
+                self.q_net = Duel()
+                self.opt = torch.optim.Adam(self.q_net.parameters())
+
+            def train(self, s, a, target):
+                current_q = self.q_net(s)
+                q_loss = F.mse_loss(current_q.gather(1, a), target)
+                self.opt.zero_grad()
+                q_loss.backward()
+                self.opt.step()
+        """
+    )
+    out, sites = rewrite(code)
+    assert out == code
+    (site,) = [s for s in sites if s.line == 26]
+    assert site.action == SKIPPED
+    assert site.reason == "forward of self.q_net: its output `q_loss` (line 29) reads .backward"
