@@ -14,7 +14,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence
 
 from scalebox_cst.options import SEED_LIMIT, seed_ok, shown
-from scalebox_cst.explore.places import Place, PlaceError, resolve
+from scalebox_cst.explore.places import Place, PlaceError, lookup, resolve
 
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp")
 PRUNERS = ("median", "none")
@@ -230,7 +230,14 @@ def bind(config: ExploreConfig, places: Sequence[Place]) -> Dict[str, Place]:
         try:
             place = resolve(spec.key, places)
         except PlaceError as exc:
-            raise ExploreConfigError(f"{name}: params.{spec.key}: {exc}") from None
+            if lookup(spec.key, places):
+                raise ExploreConfigError(f"{name}: params.{spec.key}: {exc}") from None
+            # only the script's places and those of `files:` are looked at: `explore --list
+            # model.py` shows a place that the study cannot name until model.py is listed there
+            searched = ", ".join(dict.fromkeys([config.script, *config.files]))
+            names = ", ".join(sorted({p.qualified for p in places})) or "(none)"
+            raise ExploreConfigError(f"{name}: params.{spec.key}: unknown parameter {spec.key!r} in {searched} "
+                                     f"(tunable places: {names}); a place of another file: list it under files:") from None
         current = place.value
         numeric = _number(current)
         if spec.kind != "choice" and not numeric:

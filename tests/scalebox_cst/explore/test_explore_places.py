@@ -189,7 +189,7 @@ def test_a_merged_mapping_may_override_its_keys(tmp_path):
 
 
 @pytest.mark.parametrize("param, message", [
-    ("lr: {uniform: [0.1, 0.2]}", "params.lr: unknown parameter 'lr'; tunable places: "),
+    ("lr: {uniform: [0.1, 0.2]}", "params.lr: unknown parameter 'lr' in train.py (tunable places: "),
     ("Args.num_envs: {uniform: [1, 8]}", "uniform gives floats but Args.num_envs (train.py:18) is an int (4); use int: [low, high]"),
     ("ENV_ID: {uniform: [1, 8]}", "uniform gives numbers but ENV_ID (train.py:9) holds 'CartPole-v1'"),
     ("gamma: {uniform: [0.9, 0.99]}", "params.gamma: 'gamma' is ambiguous"),
@@ -199,6 +199,18 @@ def test_binding_errors(tmp_path, param, message):
     with pytest.raises(cfg.ExploreConfigError) as exc:
         cfg.bind(c, places())
     assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_an_unknown_parameter_names_the_files_looked_at_and_files_key(tmp_path):
+    """Found by a newcomer (ericyangyu's PPO-for-Beginners: main.py calls ppo.py): `explore --list
+    ppo.py` showed `full.fill_value`, and a study of main.py naming it said "unknown parameter
+    'full.fill_value'; tunable places: (none)", as if ppo.py had none: only the script's places
+    and those of `files:` are looked at, and the message said neither."""
+    c = cfg.load(write(tmp_path, "script: main.py\nmetric: m\nparams:\n  full.fill_value: {uniform: [0.1, 1.0]}\n"))
+    with pytest.raises(cfg.ExploreConfigError) as exc:
+        cfg.bind(c, find_places("main.py", b"import ppo\n"))
+    assert str(exc.value).endswith("params.full.fill_value: unknown parameter 'full.fill_value' in main.py (tunable places: "
+                                   "(none)); a place of another file: list it under files:")
 
 
 def test_set_values_with_tabs_non_ascii_and_odd_line_ends():

@@ -312,7 +312,8 @@ def test_bad_input_is_one_line(tmp_path):
     root = make(tmp_path, CONFIG_1.replace("LR:", "lr:"))
     proc = explore(root, check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("scalebox: explore.yaml: params.lr: unknown parameter 'lr'; tunable places: --gamma, --seed, LR, PAUSE, STEPS")
+    assert proc.stderr.strip() == ("scalebox: explore.yaml: params.lr: unknown parameter 'lr' in train.py (tunable places: "
+                                   "--gamma, --seed, LR, PAUSE, STEPS); a place of another file: list it under files:")
     (root / "explore.yaml").write_text(textwrap.dedent(CONFIG_1).replace("LR: {uniform: [0.0, 1.0]}", "STEPS: {int: [5, 9]}") + "sampler: nope\n")
     proc = explore(root, check=False)
     assert proc.returncode == 2 and proc.stderr.strip() == "scalebox: explore.yaml: sampler: expects tpe or random or cmaes or qmc or gp, got 'nope'"
