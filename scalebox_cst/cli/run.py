@@ -131,6 +131,10 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
     sys.exit(status)
 
 
+#: what makes a branch's pipeline fingerprint differ from the project's with the same files
+_OTHER_PIPELINE = "rewrite --fast, --transform or --set, scalebox.toml, or the engine"
+
+
 def _branch_to_run(project, args: List[str], no_commit: bool):
     """The branch ``run`` runs (popped from ``args`` if named; else the newest, after committing a
     changed working tree unless ``no_commit``) and the working tree's changes it lacks (or None)."""
@@ -146,8 +150,9 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
             newest = store.newest_branch()
             info = store.resolve(newest) if newest else None
             changes = _tree_changes(project, info.source_commit) if info else ["A (everything)"]
+            pipeline_only = False  # the files are the newest branch's; its rewrite options are not the project's
             if info is not None and not changes and _config_changed(project, info):
-                changes = ["config (pipeline fingerprint)"]
+                changes, pipeline_only = ["config (pipeline fingerprint)"], True
             foreign = None  # the newest branch, where it is not this engine's rewrite of its snapshot
             if info is not None and not changes and info.source_commit and not project.holds_own_rewrite(info):
                 foreign, changes = info.name, [f"{info.name}'s files"]
@@ -176,8 +181,13 @@ def _branch_to_run(project, args: List[str], no_commit: bool):
                     if foreign is not None:
                         say(f"scalebox: {foreign} does not hold this engine's rewrite of its snapshot (a store that "
                             f"came with the project?); running {info.name}, which does")
+                    elif result.created and pipeline_only:  # not "working tree changed": it did not
+                        say(f"scalebox: {newest} holds these files rewritten with other options than this run's ({_OTHER_PIPELINE}); "
+                            f"committed {info.name}: {result.report.summary()} (`scalebox run {newest} SCRIPT` runs {newest} as it is)")
                     elif result.created:
                         say(f"scalebox: working tree changed ({', '.join(changes[:5])}); committed {info.name}: {result.report.summary()}")
+            elif changes and info is not None and pipeline_only:
+                say(f"scalebox: note: running {info.name}, rewritten with other options than this run's ({_OTHER_PIPELINE})")
             elif changes and info is not None:
                 stale = changes
                 say(f"scalebox: warning: running {info.name}, which differs from the working tree ({', '.join(changes[:5])})")

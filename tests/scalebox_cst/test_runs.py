@@ -504,6 +504,22 @@ def test_log_json_and_status(plain):
     assert "  #1   ok" in text and "seed=0  train.py --seed 0" in text and "1000 steps/s" in text
 
 
+def test_run_after_a_rewrite_with_other_options_does_not_say_the_working_tree_changed(plain):
+    """Found by a newcomer: `scalebox rewrite --fast .` then `scalebox run train.py` said "working
+    tree changed (config (pipeline fingerprint)); committed run/0002": nothing had been edited;
+    the newest branch held these files rewritten with other options than the run's. Now it says
+    so, and how to run that branch; with --no-commit it is a note, not "differs from the working tree"."""
+    scalebox("rewrite", "--fast", ".", cwd=plain)
+    proc = scalebox("run", "--no-commit", "train.py", cwd=plain)
+    assert "note: running run/0001, rewritten with other options than this run's (rewrite --fast" in proc.stderr
+    assert "differs from the working tree" not in proc.stderr and "working tree changed" not in proc.stderr
+    proc = scalebox("run", "train.py", cwd=plain)
+    assert "working tree changed" not in proc.stderr
+    assert ("scalebox: run/0001 holds these files rewritten with other options than this run's (rewrite --fast, "
+            "--transform or --set, scalebox.toml, or the engine); committed run/0002: ") in proc.stderr
+    assert "(`scalebox run run/0001 SCRIPT` runs run/0001 as it is)" in proc.stderr
+
+
 def test_watcher_writes_project_events(plain):
     from scalebox_cst.project import Project
     from scalebox_cst.watcher import Watcher
