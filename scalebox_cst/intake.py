@@ -46,13 +46,22 @@ class NotRegularFile(OSError):
     """:func:`open_regular` met something other than a regular file (a FIFO, a device, a folder)."""
 
 
-def open_regular(path: str, mode: str = "rb", **kwargs):
+def open_regular(path: str, mode: str = "rb", follow: bool = False, **kwargs):
     """``open(path, mode)`` for reading the engine's own state files (a run's record and
     series, the import cache), that raises :class:`NotRegularFile` (an ``OSError``) instead of
     blocking: a FIFO planted in ``.scalebox/`` would block a plain ``open`` for ever, and with
     it ``scalebox log``, ``status``, the monitor and every hooked import. One ``open`` and one
-    ``fstat``; the link in the last component is followed, as ``open`` does."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    ``fstat``. A link in the last component is not followed unless ``follow`` (also
+    :class:`NotRegularFile`): a ``record.json`` planted as a link to a file outside the project
+    (a ``.scalebox/`` that came with it) had that file's fields printed by ``scalebox log`` and
+    served by the monitor."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else _NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise NotRegularFile(errno.ELOOP, "a symbolic link, not followed", path) from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -157,7 +157,7 @@ class _Damaged(OSError):
 def _read(path: str) -> bytes:
     """The key in ``path``; one of the wrong length raises :class:`_Damaged` (it is made again:
     only the cache entries signed with it are lost, and they are made again too)."""
-    with open_regular(path, "rb", buffering=0) as fh:
+    with open_regular(path, "rb", follow=True, buffering=0) as fh:  # the user's own folder: their links
         data = fh.read(_KEY_BYTES + 1)
     if len(data) == _KEY_BYTES:
         return data

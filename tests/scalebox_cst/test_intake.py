@@ -155,3 +155,35 @@ def test_rewrite_names_every_file_it_leaves_out(tree):
         f"scalebox: warning: passwd.py: a symbolic link to {outside / 'secret.py'}, outside the project (never read); not snapshotted",
     ]
     assert SECRET not in _all_store_bytes(root)
+
+
+def test_the_engines_state_files_are_not_read_through_a_link(project, tmp_path):
+    """A run folder's record.json and metrics.jsonl planted as links to files outside the project
+    (a .scalebox/ that came with it): their fields were printed by `scalebox log` (`--json`: every
+    key of the file) and served by the monitor (found by the fourth fault campaign). A link reads as
+    a damaged record (the run is listed as lost, saying why) and as no metrics."""
+    import json
+
+    from scalebox_cst import runs
+    from scalebox_cst.monitor.api import Monitor
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "config.json").write_text(json.dumps({"status": "ok", "script": "SECRET-abc", "args": ["hunter2"], "auths": {"k": "v"}}))
+    (outside / "m.jsonl").write_text(json.dumps({"name": "SECRET_METRIC", "value": 42, "step": 1}) + "\n")
+    root = str(project)
+    assert scalebox("init", ".", cwd=root, check=False).returncode == 0
+    folder = os.path.join(runs.runs_root(root), "run", "0001", "0001")
+    os.makedirs(folder)
+    os.symlink(outside / "config.json", os.path.join(folder, runs.RECORD))
+    os.symlink(outside / "m.jsonl", os.path.join(folder, runs.METRICS))
+    with pytest.raises(intake.NotRegularFile):
+        intake.open_regular(os.path.join(folder, runs.RECORD))
+    (run,) = runs.list_runs(root)
+    assert run.status == "lost" and "symbolic link" in run.record["stop_reason"] and "auths" not in run.record
+    assert runs.read_metrics(os.path.join(folder, runs.METRICS))[0] == []
+    served = json.dumps(Monitor(root, runs_ttl=0).runs("run/0001"))
+    assert "SECRET" not in served and "hunter2" not in served
+    for args in (("log",), ("log", "--json")):
+        proc = scalebox(*args, cwd=root, check=False)
+        assert proc.returncode == 0 and "SECRET" not in proc.stdout + proc.stderr and "hunter2" not in proc.stdout
