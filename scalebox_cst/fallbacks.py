@@ -26,12 +26,16 @@ EQUIVALENTS: Dict[str, str] = {
 }
 
 
+_LIMIT = 16 << 20  # the most of fallbacks.json read (as runs.RECORD_LIMIT): rows are kilobytes
+
+
 def read(directory: str) -> Optional[List[Dict[str, Any]]]:
     """A run's fallbacks, most frequent first; None where the run recorded none."""
     try:
-        with open_regular(os.path.join(directory, FILE), "r", encoding="utf-8") as fh:
-            rows = json.load(fh).get("fallbacks")
-    except (OSError, ValueError, AttributeError):
+        with open_regular(os.path.join(directory, FILE), "rb") as fh:
+            raw = fh.read(_LIMIT + 1)
+        rows = json.loads(raw).get("fallbacks") if len(raw) <= _LIMIT else None
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     keep = [r for r in rows or () if isinstance(r, dict) and isinstance(r.get("op"), str) and isinstance(r.get("count"), int)]
     return sorted(keep, key=lambda r: (-r["count"], r["op"], r.get("file") or "", r.get("line") or 0)) or None

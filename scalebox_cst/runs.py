@@ -186,6 +186,8 @@ def _number(raw: Any) -> float:
 #: beyond it are a writer's garbage, passed over, not read again on every poll (a script writing a
 #: 300 MB line without a newline into metrics.jsonl held `scalebox run` at 1.3 GB)
 LONGEST_LINE = 1 << 20
+#: the most of a run's record.json (or sites.json) read: kilobytes are written; more is damage
+RECORD_LIMIT = 16 << 20
 _PIECE = 1 << 22
 
 
@@ -272,9 +274,10 @@ def read_series(directory: str) -> Dict[str, List[Point]]:
 def read_sites(directory: str) -> List[Dict[str, Any]]:
     """The per-site guard counts and times of a run (empty if telemetry wrote none)."""
     try:
-        with open_regular(os.path.join(directory, SITES), "r", encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+        with open_regular(os.path.join(directory, SITES), "rb") as fh:
+            raw = fh.read(RECORD_LIMIT + 1)
+        data = json.loads(raw) if len(raw) <= RECORD_LIMIT else None
+    except (OSError, ValueError, RecursionError):
         return []
     sites = data.get("sites") if isinstance(data, dict) else None
     return [s for s in sites or [] if isinstance(s, dict)]
@@ -356,8 +359,11 @@ def load_record(directory: str) -> Optional[Dict[str, Any]]:
     process is gone reads as ``lost`` (ended), never ``running``; so does a damaged one, saying
     so in ``stop_reason``. None if absent or unreadable."""
     try:
-        with open_regular(os.path.join(directory, RECORD), "r", encoding="utf-8") as fh:
-            record = json.load(fh)
+        with open_regular(os.path.join(directory, RECORD), "rb") as fh:
+            data = fh.read(RECORD_LIMIT + 1)
+        if len(data) > RECORD_LIMIT:  # a record is kilobytes: 300 MB held every reader at 650 MB
+            raise NotRegularFile(0, f"larger than {RECORD_LIMIT >> 20} MiB")
+        record = json.loads(data)
     except NotRegularFile as exc:  # a FIFO or a device in its place: never opened for reading
         record = _damaged(str(exc.strerror))
     except OSError:

@@ -977,3 +977,20 @@ def test_an_unterminated_line_longer_than_any_point_is_passed_over_not_read_agai
     monitor = MetricsFile(str(path))  # the monitor's reader: both points, the garbage passed over
     monitor.refresh()
     assert monitor.offset == path.stat().st_size and sorted(monitor.series) == ["loss"]
+
+
+def test_a_record_far_larger_than_any_written_reads_as_damaged_without_being_read_whole(tmp_path, monkeypatch):
+    """A 300 MB record.json (a damaged or hostile run folder) held `scalebox log`, `status` and the
+    monitor's every poll at 650 MB (the fourth fault campaign): past the limit it is damaged."""
+    import json
+
+    monkeypatch.setattr(runs, "RECORD_LIMIT", 1 << 16, raising=False)
+    folder = tmp_path / "run" / "0001" / "0001"
+    folder.mkdir(parents=True)
+    (folder / runs.RECORD).write_text(json.dumps({"status": "ok", "script": "train.py", "junk": "x" * (1 << 17)}))
+    (folder / runs.SITES).write_text(json.dumps({"sites": [{"path": "t.py", "junk": "x" * (1 << 17)}]}))
+    record = runs.load_record(str(folder))
+    assert record["status"] == "lost" and "larger than" in record["stop_reason"] and "junk" not in record
+    assert runs.read_sites(str(folder)) == []
+    (folder / runs.RECORD).write_text(json.dumps({"status": "ok", "script": "train.py", "wall_time": 1.0}))
+    assert runs.load_record(str(folder))["status"] == "ok"
