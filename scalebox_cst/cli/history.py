@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 
 from scalebox_cst import headlines
-from scalebox_cst.cli._common import _config_changed, _fail, _open_project, _tree_changes, cli
+from scalebox_cst.cli._common import _config_changed, _fail, _open_project, _tree_changes, _warn_skipped, cli
 from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
 
@@ -330,6 +330,7 @@ def status(project_dir: Optional[str], as_json: bool) -> None:
         changes = _tree_changes(project, info.source_commit if info else None)
     except StoreError as exc:
         _fail(str(exc))
+    _warn_skipped(project)  # a file the snapshot leaves out is not "matched" without a word
     config_changed = info is not None and _config_changed(project, info)
     running: List[Dict[str, Any]] = [
         {"run": r.id, "pid": r.record.get("pid"), "variant": r.variant, "script": r.record.get("script"), "started": r.record.get("started")}
@@ -343,6 +344,7 @@ def status(project_dir: Optional[str], as_json: bool) -> None:
         "changes": changes,
         "config_changed": config_changed,
         "running": running,
+        "skipped": list(project.skipped),
     }
     if as_json:
         click.echo(json.dumps(data, indent=2))

@@ -383,3 +383,19 @@ def test_rewrite_out_never_writes_through_links_nor_over_the_project(project, tm
     good = tmp_path / "good"
     scalebox("rewrite", str(project), "--backend", "cpu", "--out", str(good))
     assert sorted(os.listdir(good)) == ["helpers.py", "pkg", "train.py"] and sorted(os.listdir(good / "pkg")) == ["mod.py", "train.py"]
+
+
+def test_status_names_the_files_the_snapshot_leaves_out(project):
+    """`status` said "working tree matches run/0001" for a tree holding a file the snapshot leaves
+    out (a name with a tab, not UTF-8) and edited since, without a word, where `rewrite` and `run`
+    warn (found by the fourth fault campaign): it warns as they do, and lists them in --json."""
+    root = str(project)
+    assert scalebox("init", ".", cwd=root, check=False).returncode == 0
+    (project / "tab\there.py").write_text("x = 1\n")
+    assert scalebox("rewrite", "train.py", cwd=root, check=False).returncode == 0
+    (project / "tab\there.py").write_text("x = 2\n")
+    proc = scalebox("status", cwd=root, check=False)
+    assert proc.returncode == 0 and "matches run/0001" in proc.stdout
+    assert "warning: tab\\there.py: file name holds a control character" in proc.stderr
+    data = json.loads(scalebox("status", "--json", cwd=root, check=False).stdout)
+    assert any(line.startswith("tab\\there.py:") for line in data["skipped"])
