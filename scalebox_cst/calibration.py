@@ -6,21 +6,16 @@ re-runs ``precision.autocast`` instead of serving a cached rewrite made without 
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, Optional
 
-from scalebox_cst.intake import open_regular
+from scalebox_cst.intake import state_json
 
 FILE = "precision.json"
 
 
 def read(directory: str) -> Optional[Dict[str, Any]]:
-    try:
-        with open_regular(os.path.join(directory, FILE), "r", encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
+    data = state_json(os.path.join(directory, FILE))
     return data if isinstance(data, dict) and isinstance(data.get("lines"), list) else None
 
 

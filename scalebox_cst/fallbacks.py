@@ -8,11 +8,10 @@ the operator ran on the CPU from that line of the user's (the innermost frame in
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from scalebox_cst.intake import open_regular
+from scalebox_cst.intake import state_json
 
 FILE = "fallbacks.json"
 
@@ -26,16 +25,11 @@ EQUIVALENTS: Dict[str, str] = {
 }
 
 
-_LIMIT = 16 << 20  # the most of fallbacks.json read (as runs.RECORD_LIMIT): rows are kilobytes
-
-
 def read(directory: str) -> Optional[List[Dict[str, Any]]]:
     """A run's fallbacks, most frequent first; None where the run recorded none."""
-    try:
-        with open_regular(os.path.join(directory, FILE), "rb") as fh:
-            raw = fh.read(_LIMIT + 1)
-        rows = json.loads(raw).get("fallbacks") if len(raw) <= _LIMIT else None
-    except (OSError, ValueError, AttributeError, RecursionError):
+    data = state_json(os.path.join(directory, FILE))
+    rows = data.get("fallbacks") if isinstance(data, dict) else None
+    if not isinstance(rows, list):
         return None
     keep = [r for r in rows or () if isinstance(r, dict) and isinstance(r.get("op"), str) and isinstance(r.get("count"), int)]
     return sorted(keep, key=lambda r: (-r["count"], r["op"], r.get("file") or "", r.get("line") or 0)) or None

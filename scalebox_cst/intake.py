@@ -20,9 +20,10 @@ This module imports only the standard library: the import hook uses it on every 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 #: larger files are not read (a Python source this size is generated data, not code to rewrite)
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -70,6 +71,25 @@ def open_regular(path: str, mode: str = "rb", follow: bool = False, **kwargs):
         os.close(fd)
         raise
     return os.fdopen(fd, mode, **kwargs)
+
+
+#: the most of one of the engine's JSON state files read (a run's record, sites, fallbacks,
+#: precision): kilobytes are written; more is damage (a 300 MB record.json held every reader at
+#: 650 MB, and the monitor parsed it again on every poll)
+STATE_LIMIT = 16 << 20
+
+
+def state_json(path: str) -> Any:
+    """The parsed JSON of one of the engine's state files, or None where it is missing, no
+    regular file (:func:`open_regular`), past :data:`STATE_LIMIT` bytes, not JSON or nested too
+    deeply."""
+    limit = STATE_LIMIT
+    try:
+        with open_regular(path, "rb") as fh:
+            raw = fh.read(limit + 1)
+        return json.loads(raw) if len(raw) <= limit else None
+    except (OSError, ValueError, RecursionError):
+        return None
 
 
 def kind_name(mode: int) -> str:

@@ -21,8 +21,8 @@ import socket
 import time
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from scalebox_cst import headlines, recordtypes, statedir, tmpnames
-from scalebox_cst.intake import NotRegularFile, open_regular
+from scalebox_cst import headlines, intake, recordtypes, statedir, tmpnames
+from scalebox_cst.intake import NotRegularFile, open_regular, state_json
 
 STATE_DIR = ".scalebox"
 RUNS = "runs"
@@ -186,8 +186,6 @@ def _number(raw: Any) -> float:
 #: beyond it are a writer's garbage, passed over, not read again on every poll (a script writing a
 #: 300 MB line without a newline into metrics.jsonl held `scalebox run` at 1.3 GB)
 LONGEST_LINE = 1 << 20
-#: the most of a run's record.json (or sites.json) read: kilobytes are written; more is damage
-RECORD_LIMIT = 16 << 20
 _PIECE = 1 << 22
 
 
@@ -273,12 +271,7 @@ def read_series(directory: str) -> Dict[str, List[Point]]:
 
 def read_sites(directory: str) -> List[Dict[str, Any]]:
     """The per-site guard counts and times of a run (empty if telemetry wrote none)."""
-    try:
-        with open_regular(os.path.join(directory, SITES), "rb") as fh:
-            raw = fh.read(RECORD_LIMIT + 1)
-        data = json.loads(raw) if len(raw) <= RECORD_LIMIT else None
-    except (OSError, ValueError, RecursionError):
-        return []
+    data = state_json(os.path.join(directory, SITES))
     sites = data.get("sites") if isinstance(data, dict) else None
     return [s for s in sites or [] if isinstance(s, dict)]
 
@@ -360,9 +353,9 @@ def load_record(directory: str) -> Optional[Dict[str, Any]]:
     so in ``stop_reason``. None if absent or unreadable."""
     try:
         with open_regular(os.path.join(directory, RECORD), "rb") as fh:
-            data = fh.read(RECORD_LIMIT + 1)
-        if len(data) > RECORD_LIMIT:  # a record is kilobytes: 300 MB held every reader at 650 MB
-            raise NotRegularFile(0, f"larger than {RECORD_LIMIT >> 20} MiB")
+            data = fh.read(intake.STATE_LIMIT + 1)
+        if len(data) > intake.STATE_LIMIT:  # a record is kilobytes: 300 MB held every reader at 650 MB
+            raise NotRegularFile(0, f"larger than {intake.STATE_LIMIT >> 20} MiB")
         record = json.loads(data)
     except NotRegularFile as exc:  # a FIFO or a device in its place: never opened for reading
         record = _damaged(str(exc.strerror))

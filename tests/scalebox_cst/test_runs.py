@@ -984,7 +984,9 @@ def test_a_record_far_larger_than_any_written_reads_as_damaged_without_being_rea
     monitor's every poll at 650 MB (the fourth fault campaign): past the limit it is damaged."""
     import json
 
-    monkeypatch.setattr(runs, "RECORD_LIMIT", 1 << 16, raising=False)
+    from scalebox_cst import calibration, fallbacks, intake
+
+    monkeypatch.setattr(intake, "STATE_LIMIT", 1 << 16)
     folder = tmp_path / "run" / "0001" / "0001"
     folder.mkdir(parents=True)
     (folder / runs.RECORD).write_text(json.dumps({"status": "ok", "script": "train.py", "junk": "x" * (1 << 17)}))
@@ -992,5 +994,11 @@ def test_a_record_far_larger_than_any_written_reads_as_damaged_without_being_rea
     record = runs.load_record(str(folder))
     assert record["status"] == "lost" and "larger than" in record["stop_reason"] and "junk" not in record
     assert runs.read_sites(str(folder)) == []
+    (folder / fallbacks.FILE).write_text(json.dumps({"fallbacks": [{"op": "aten::x", "count": 1, "junk": "x" * (1 << 17)}]}))
+    (folder / calibration.FILE).write_text(json.dumps({"lines": [], "junk": "x" * (1 << 17)}))
+    assert fallbacks.read(str(folder)) is None and calibration.read(str(folder)) is None
     (folder / runs.RECORD).write_text(json.dumps({"status": "ok", "script": "train.py", "wall_time": 1.0}))
+    (folder / fallbacks.FILE).write_text(json.dumps({"fallbacks": [{"op": "aten::x", "count": 1}]}))
+    (folder / calibration.FILE).write_text(json.dumps({"lines": []}))
     assert runs.load_record(str(folder))["status"] == "ok"
+    assert fallbacks.read(str(folder)) == [{"op": "aten::x", "count": 1}] and calibration.read(str(folder)) == {"lines": []}
