@@ -25,11 +25,16 @@ def inject(project_root: str, config) -> bool:
         return False
     from scalebox_cst import runs
 
-    found = [r for r in runs.list_runs(project_root) if isinstance(r.record.get("precision"), dict)]
+    found = [r for r in runs.list_runs(project_root) if _ranges(r.record.get("precision")) is not None]
     if not found:
         return False
-    newest = max(found, key=lambda r: r.record.get("started") or 0).record["precision"]
-    table = {f"{row['file']}:{row['line']}": [row.get("max"), row.get("min")]
-             for row in newest["lines"] if isinstance(row, dict) and row.get("file")}
+    newest = _ranges(max(found, key=lambda r: r.record.get("started") or 0).record["precision"]) or []
+    table = {f"{row['file']}:{row['line']}": [row.get("max"), row.get("min")] for row in newest
+             if isinstance(row, dict) and isinstance(row.get("file"), str) and isinstance(row.get("line"), int)}
     config.set_option("precision", "calibration", table)
     return True
+
+
+def _ranges(kept: Any) -> Optional[list]:
+    """The rows of a record's ``precision`` as :func:`read` keeps them (a damaged record's: None)."""
+    return kept["lines"] if isinstance(kept, dict) and isinstance(kept.get("lines"), list) else None

@@ -1002,3 +1002,21 @@ def test_a_record_far_larger_than_any_written_reads_as_damaged_without_being_rea
     (folder / calibration.FILE).write_text(json.dumps({"lines": []}))
     assert runs.load_record(str(folder))["status"] == "ok"
     assert fallbacks.read(str(folder)) == [{"op": "aten::x", "count": 1}] and calibration.read(str(folder)) == {"lines": []}
+
+
+def test_a_damaged_calibration_record_feeds_no_range_and_breaks_no_rewrite(tmp_path):
+    """The fp16 rewrite reads the newest calibration run's ranges from its record: a record whose
+    ``precision`` rows lacked ``line`` (or whose ``lines`` was not a list) ended the rewrite in a
+    KeyError/TypeError traceback; such rows are passed over, as calibration.read passes over the file."""
+    import json
+
+    from scalebox_cst import calibration
+    from scalebox_cst.config import Config
+
+    config = Config.from_dict({"transforms": ["precision.autocast"], "precision": {"mode": "fp16"}})
+    for number, kept in enumerate([{"lines": 5}, {"lines": [{"file": "t.py"}, {"file": "t.py", "line": 3, "max": 7.0}]}], 1):
+        folder = tmp_path / ".scalebox" / "runs" / "run" / "0001" / f"{number:04d}"
+        folder.mkdir(parents=True)
+        (folder / runs.RECORD).write_text(json.dumps({"status": "ok", "started": float(number), "precision": kept}))
+    assert calibration.inject(str(tmp_path), config)
+    assert config.option("precision", "calibration") == {"t.py:3": [7.0, None]}
