@@ -260,11 +260,9 @@ def read_module(origin: str, root: str, rel: str, config: Callable[[], object], 
     link, as :func:`read_project_file` (``config()`` called only to classify a link). A name a
     snapshot leaves out (not UTF-8, or holding a control or bidi character: see
     :func:`_unshowable`) is not read either, so no hook branch holds a name no line can show."""
-    if not _utf8(rel):
-        raise NotRead("file name is not UTF-8 (rename it to include it)")
-    odd = _unshowable(rel)
-    if odd:
-        raise NotRead(f"file name holds {odd} (rename it to include it)")
+    problem = name_problem(rel)
+    if problem:
+        raise NotRead(f"{problem} (rename it to include it)")
     try:
         folder = origin.rpartition(os.sep)[0]
         plain = plain_dirs.get(folder)
@@ -334,13 +332,10 @@ def _scan_folder(root, root_fd, dir_fd, reldir, config, limit, files, notes) -> 
             continue
         if not config.includes(rel):
             continue
-        if not _utf8(rel):
-            shown = os.fsencode(rel).decode("utf-8", errors="backslashreplace")
-            notes.append(f"{shown}: file name is not UTF-8; not snapshotted (rename it to include it)")
-            continue
-        odd = _unshowable(rel)
-        if odd:
-            notes.append(f"{shown_name(rel)}: file name holds {odd}; not snapshotted (rename it to include it)")
+        problem = name_problem(rel)
+        if problem:
+            shown = os.fsencode(rel).decode("utf-8", errors="backslashreplace") if not _utf8(rel) else shown_name(rel)
+            notes.append(f"{shown}: {problem}; not snapshotted (rename it to include it)")
             continue
         try:
             try:
@@ -371,6 +366,15 @@ _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\
 def _odd(c: str) -> bool:
     o = ord(c)
     return o < 0x20 or 0x7F <= o < 0xA0 or c in _BIDI or c in "\u2028\u2029"
+
+
+def name_problem(rel: str) -> Optional[str]:
+    """Why no snapshot takes a file by its name (``file name is not UTF-8``, ``file name holds a
+    control character (\\t)``), or None: the words of every line that says so."""
+    if not _utf8(rel):
+        return "file name is not UTF-8"
+    odd = _unshowable(rel)
+    return f"file name holds {odd}" if odd else None
 
 
 def _unshowable(rel: str) -> Optional[str]:

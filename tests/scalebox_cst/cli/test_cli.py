@@ -86,8 +86,23 @@ def test_run_of_a_script_the_branch_lacks_is_a_one_line_error_and_makes_no_run(p
     scalebox("rewrite", str(project), "--backend", "cpu")
     for args in (("train_typo.py",), ("--original", "train_typo.py"), ("run/0001", "train_typo.py"), ("--seeds", "0,1", "train_typo.py")):
         proc = scalebox("run", *args, cwd=project, check=False)
-        assert proc.returncode == 2 and proc.stderr.strip() == "scalebox: train_typo.py is not in run/0001 (a typo, or a file scalebox.toml leaves out?)"
+        assert proc.returncode == 2 and proc.stderr.strip() == "scalebox: train_typo.py is not in run/0001 (no such file)"
     assert not (project / ".scalebox" / "runs" / "run" / "0001").exists()
+
+
+def test_run_of_a_script_no_snapshot_takes_says_why_on_one_line(project):
+    """``scalebox run $'tab\\there.py'`` blamed "a typo, or a file scalebox.toml leaves out?" (the
+    fourth fault campaign), and printed the tab itself: the line now names the file's own case."""
+    (project / "tab\there.py").write_text("print('x')\n")
+    (project / "skip").mkdir()
+    (project / "skip" / "t.py").write_text("print('x')\n")
+    (project / "scalebox.toml").write_text('exclude = ["skip/**"]\n')
+    scalebox("rewrite", str(project), "--backend", "cpu", check=False)
+    for script, why in (("tab\there.py", "tab\\there.py is not in run/0001 (its file name holds a control character (\\t), "
+                                          "and no snapshot takes such a file: rename it)"),
+                        ("skip/t.py", "skip/t.py is not in run/0001 (scalebox.toml leaves it out)")):
+        proc = scalebox("run", "--no-commit", script, cwd=project, check=False)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == "scalebox: " + why, proc.stderr
 
 
 def test_run_traceback_shows_rewritten_lines(project):
