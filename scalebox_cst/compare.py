@@ -116,6 +116,23 @@ def verdict(a: Sequence[float], b: Sequence[float], higher_is_better: Optional[b
     return {"delta": delta, "relative": relative, "ci": list(ci), "within_noise": within, "text": text}
 
 
+def seed_blind(per_run: Sequence[Tuple[runs.RunInfo, Dict[str, Any], Dict[str, Sequence[runs.Point]]]]) -> Optional[List[Any]]:
+    """The seeds of a group whose runs, of two or more seeds, recorded the very same episode
+    returns, else None. A script that seeds itself (``torch.manual_seed(1)``, ``env.reset(seed=1)``)
+    gives one run however many seeds it is started with: the group's spread is then 0 and every
+    difference looked certain, its interval a point (a newcomer's runs of sweetice's PPO)."""
+    seeds = [r.record.get("seed") for r, _, _ in per_run]
+    if len(per_run) < 2 or None in seeds or len(set(map(str, seeds))) < 2:
+        return None
+    returns = set()
+    for _, head, series in per_run:
+        points = series.get(head.get("metric_return") or "")
+        if not points:
+            return None
+        returns.add(tuple((p.step, p.value) for p in points))
+    return seeds if len(returns) == 1 else None
+
+
 def _project_runs(group: Sequence[runs.RunInfo]) -> List[runs.RunInfo]:
     """Every run of the project the runs of ``group`` belong to (their folders tell it)."""
     for run in group:
@@ -159,6 +176,7 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                 "seeds": [r.record.get("seed") for r in ok],
                 "excluded": [{"run": r.id, "status": r.status} for r in excluded],
                 "shared_machine": {r.id: h["shared_machine"] for r, h, _ in per_run if h["shared_machine"]},
+                "seed_blind": seed_blind(per_run),
             }
             for label, ok, excluded, per_run in loaded
         ],
@@ -175,8 +193,13 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
             continue
         base = values_by_group[0]
         shared = [sum(1 for _, h, _ in per_run if h["shared_machine"]) for _, _, _, per_run in loaded]
+        blind = [out["groups"][i]["label"] for i in range(len(loaded)) if out["groups"][i]["seed_blind"]]
         for i, (row, values) in enumerate(zip(rows[1:], values_by_group[1:]), 1):
             row["vs_first"] = verdict(base, values, better)
+            same = [label for label in blind if label in (loaded[0][0], loaded[i][0])]
+            if same and metric not in WALL_CLOCK and metric != "cpu_time_s" and row["vs_first"]["delta"] is not None:
+                row["vs_first"].update(ci=None, within_noise=None, text=(
+                    f"no noise estimate: {' and '.join(same)} gave identical episode returns for every seed"))
             if metric in WALL_CLOCK and (shared[0] or shared[i]) and row["vs_first"]["delta"] is not None:
                 row["vs_first"].update(verdict(base, values, None))  # no better/worse from a shared machine
                 row["vs_first"]["shared_machine"] = True
@@ -210,6 +233,9 @@ def render(result: Dict[str, Any]) -> str:
         if g["excluded"]:
             line += "; left out: " + ", ".join(f"{e['run']} ({e['status']})" for e in g["excluded"])
         lines.append(line)
+        if g.get("seed_blind"):
+            lines.append(f"  seeds {', '.join(str(x) for x in g['seed_blind'])} gave identical episode returns: the script "
+                         "seems to set its own seed (torch.manual_seed, env.reset(seed=...)), so these runs are one sample")
         shared = g.get("shared_machine") or {}
         if shared:
             whys = "; ".join(f"{run_id}: {why}" for run_id, why in shared.items())

@@ -256,6 +256,39 @@ def test_compare_metric_names_the_users_own_series_before_a_headline_of_that_nam
     assert values["episodic_return"] == [[100.0], [200.0]] and values["sps"] == [[500.0], [500.0]]
 
 
+def test_compare_says_when_every_seed_gave_the_same_run(tmp_path):
+    """A script that seeds itself (``torch.manual_seed(1)``; a newcomer's runs of sweetice's PPO
+    with --seeds 0,1) gives identical runs for every seed: each side's spread was 0 and a
+    difference of returns read "higher (better)" with an interval of one point. Now the group is
+    named as one sample and the verdict has no noise estimate; seeds that differ keep theirs."""
+    def group(branch, returns, seeds, start):
+        made = []
+        for i, seed in enumerate(seeds):
+            run = _fake_run(tmp_path, branch, start + 100 * i, 10.0, 500.0, 9.0)
+            record = runs.load_record(run.dir)
+            record["seed"] = seed
+            runs.write_record(run.dir, record)
+            with open(os.path.join(run.dir, runs.METRICS), "a") as fh:
+                fh.write("".join(_line("scalebox/episodic_return", step, value) for step, value in enumerate(returns(i), 3)))
+            made.append(runs.RunInfo(branch, run.run, run.dir, runs.load_record(run.dir)))
+        return made
+
+    blind = group("run/0001", lambda i: [10.0, 12.0], [0, 1, 2], 1000.0)
+    other = group("run/0002", lambda i: [20.0 + i, 22.0 + i], [0, 1, 2], 5000.0)
+    result = stats.compare([("run/0001", blind), ("run/0002", other)])
+    assert result["groups"][0]["seed_blind"] == [0, 1, 2] and result["groups"][1]["seed_blind"] is None
+    (ret,) = [m for m in result["metrics"] if m["metric"] == "episodic_return"]
+    diff = ret["groups"][1]["vs_first"]
+    assert diff["ci"] is None and diff["within_noise"] is None and "identical episode returns for every seed" in diff["text"]
+    assert "seeds 0, 1, 2 gave identical episode returns" in stats.render(result)
+    varied = group("run/0003", lambda i: [10.0 + i, 12.0], [0, 1, 2], 9000.0)
+    result = stats.compare([("run/0003", varied), ("run/0002", other)])
+    assert result["groups"][0]["seed_blind"] is None
+    assert next(m for m in result["metrics"] if m["metric"] == "episodic_return")["groups"][1]["vs_first"]["ci"] is not None
+    unseeded = group("run/0004", lambda i: [10.0, 12.0], [None, None], 12000.0)  # runs of one seed: nothing to say
+    assert stats.compare([("run/0004", unseeded), ("run/0002", other)])["groups"][0]["seed_blind"] is None
+
+
 def test_log_line_says_when_site_time_rests_on_no_sample():
     from scalebox_cst.cli.history import _run_line
 
