@@ -70,6 +70,25 @@ def _open_project(project_dir: Optional[str], start: str = ".", config: Optional
     return project
 
 
+def why_not_snapshotted(project: Project, path: str, rel: str, otherwise: Optional[str] = None) -> Optional[str]:
+    """Why the file ``path`` (``rel`` in the project) is in no snapshot, for the line that says so
+    (``run`` refusing a script, ``rewrite`` of a file named that it cannot take): the file's own
+    case (a name with a tab was blamed on "a typo, or scalebox.toml"); ``otherwise`` where the
+    file has none (the scan's own warning, ``_warn_skipped``, names a file too large)."""
+    from scalebox_cst.intake import name_problem, snapshotted
+
+    problem = name_problem(rel)
+    if problem:
+        return f"its {problem}, and no snapshot takes such a file: rename it"
+    if not os.path.lexists(path):
+        return "no such file"
+    if not snapshotted(project.config, rel):
+        return "scalebox.toml leaves it out"
+    if os.path.islink(path) or not os.path.isfile(path):
+        return "not a regular file of the project (a link out of it, a folder or a FIFO is never snapshotted)"
+    return otherwise
+
+
 def _warn_skipped(project: Project) -> None:
     """One line per file the snapshot left out (a link out of the project, a FIFO, a name that is
     not UTF-8, ...: scalebox_cst.intake), so nothing is left out without a word."""

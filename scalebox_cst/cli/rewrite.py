@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import List
+from typing import List, Tuple
 
 import click
 
-from scalebox_cst.cli._common import _FAST_HELP, _fail, _fast, _load_config, _open_project, _parse_set, _warn_skipped, cli
+from scalebox_cst.cli._common import _FAST_HELP, _fail, _fast, _load_config, _open_project, _parse_set, _warn_skipped, cli, say, why_not_snapshotted
+from scalebox_cst.intake import shown_name
 from scalebox_cst.config import BACKENDS, ConfigError, find_project_root
 from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
@@ -79,6 +80,7 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
     _parse_set(settings, config)
     project = _open_project(root, config=config)
     select: List[str] = []
+    named: List[Tuple[str, str]] = []  # (path, rel) of each file named, not found in a folder named
     for path in paths:
         rel = project.relpath(path)
         if rel.startswith(".."):
@@ -87,6 +89,7 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
             select.extend(p for p in project.scan() if rel in (".", "") or p.startswith(rel.rstrip("/") + "/"))
         else:
             select.append(rel)
+            named.append((path, rel))
     if out:
         from scalebox_cst.outdir import refusal
 
@@ -104,6 +107,13 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
     _warn_skipped(project)
     report = result.report
     failed = [f for f in report.files if f.status == "error"]
+    taken = {f.path for f in report.files}
+    left = [(path, rel) for path, rel in named if rel not in taken]
+    for path, rel in left:  # a file named that no snapshot holds: said, not rewritten without a word
+        why = why_not_snapshotted(project, path, rel)
+        if why:
+            say(f"scalebox: {shown_name(rel)}: {why}; not rewritten")
+    nothing = bool(left) and len(left) == len(named) == len(paths)  # the user's every file, none taken
     if out:
         from scalebox_cst.outdir import OutError, write_tree
 
@@ -115,7 +125,7 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
             _fail(f"--out {out}: {exc.strerror or exc} ({exc.filename or out}); committed as {report.branch}")
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
-        sys.exit(1 if failed else 0)
+        sys.exit(1 if failed or nothing else 0)
     for f in report.files:
         if f.status == "error":
             click.echo(f.error, err=True)
@@ -127,4 +137,6 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
         click.echo(f"rewritten files written to {out}")
     if failed:  # committed (carried unchanged), but the user asked for a rewrite and did not get it
         click.echo(f"scalebox: {len(failed)} file(s) could not be rewritten", err=True)
+        sys.exit(1)
+    if nothing:
         sys.exit(1)

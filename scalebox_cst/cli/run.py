@@ -13,7 +13,7 @@ import click
 
 from scalebox_cst import headlines, runs
 from scalebox_cst.intake import shown_name
-from scalebox_cst.cli._common import _FAST_HELP, _config_changed, _fail, _fast, _load_config, _open_project, _tree_changes, _warn_skipped, cli, say
+from scalebox_cst.cli._common import why_not_snapshotted, _FAST_HELP, _config_changed, _fail, _fast, _load_config, _open_project, _tree_changes, _warn_skipped, cli, say
 from scalebox_cst.store import StoreError
 
 
@@ -130,23 +130,6 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
     except raylaunch.RayStartError as exc:
         _fail(str(exc))
     sys.exit(status)
-
-
-def _why_missing(project, script: str, script_rel: str) -> str:
-    """Why a script is in no snapshot, for the line that refuses to run it: the file's own case
-    where it has one (a name with a tab was blamed on "a typo, or scalebox.toml")."""
-    from scalebox_cst.intake import name_problem, snapshotted
-
-    problem = name_problem(script_rel)
-    if problem:
-        return f"its {problem}, and no snapshot takes such a file: rename it"
-    if not os.path.lexists(script):
-        return "no such file"
-    if not snapshotted(project.config, script_rel):
-        return "scalebox.toml leaves it out"
-    if os.path.islink(script) or not os.path.isfile(script):
-        return "not a regular file of the project (a link out of it, a folder or a FIFO is never snapshotted)"
-    return "saved after that snapshot? `scalebox rewrite` takes it in"
 
 
 #: what makes a branch's pipeline fingerprint differ from the project's with the same files
@@ -272,7 +255,8 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     if commit is None:
         _fail(f"{info.name} has no source snapshot to run")
     if store.read_file(commit, script_rel) is None:  # before a run record is made for it
-        _fail(f"{shown_name(script_rel)} is not in {info.name} ({_why_missing(project, script, script_rel)})", 2)
+        why = why_not_snapshotted(project, script, script_rel, "saved after that snapshot? `scalebox rewrite` takes it in")
+        _fail(f"{shown_name(script_rel)} is not in {info.name} ({why})", 2)
     seed_via = None
     if seeds:
         if any(a == "--seed" or a.startswith("--seed=") for a in args):

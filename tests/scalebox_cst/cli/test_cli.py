@@ -105,6 +105,21 @@ def test_run_of_a_script_no_snapshot_takes_says_why_on_one_line(project):
         assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == "scalebox: " + why, proc.stderr
 
 
+def test_rewrite_of_a_file_no_snapshot_takes_says_why_and_fails_when_it_is_all_it_was_given(project):
+    """``scalebox rewrite skip/t.py`` of a file scalebox.toml leaves out committed a branch of the
+    other files, said nothing of the file named and exited 0 (the fourth fault campaign)."""
+    (project / "skip").mkdir()
+    (project / "skip" / "t.py").write_text("print('x')\n")
+    (project / "scalebox.toml").write_text('exclude = ["skip/**"]\n')
+    line = "scalebox: skip/t.py: scalebox.toml leaves it out; not rewritten"
+    alone = scalebox("rewrite", "skip/t.py", "--backend", "cpu", cwd=project, check=False)
+    assert alone.returncode == 1 and line in alone.stderr.splitlines(), alone.stderr
+    beside = scalebox("rewrite", "skip/t.py", "train.py", "--backend", "cpu", cwd=project, check=False)
+    assert beside.returncode == 0 and line in beside.stderr.splitlines(), beside.stderr
+    folder = scalebox("rewrite", ".", "--backend", "cpu", cwd=project, check=False)  # a folder: its files, as the config says
+    assert folder.returncode == 0 and "skip/t.py" not in folder.stderr
+
+
 def test_run_traceback_shows_rewritten_lines(project):
     (project / "train.py").write_text(
         (project / "train.py").read_text() + "raise RuntimeError('boom')\n"
