@@ -68,26 +68,33 @@ class Emitted(cst.BaseStatement):
                 state.add_indent_tokens()
                 state.add_token(unit * depth + row)
                 state.add_token(state.default_newline)
-            else:
+            else:  # (under one more, empty, indent token: a statement placed, even at depth 0,
+                # whose backslash continuations move with it: scalebox_cst.continuation)
+                state.increase_indent("")
                 for _ in range(depth):
                     state.increase_indent(unit)
                 gen(row, state)
-                for _ in range(depth):
+                for _ in range(depth + 1):
                     state.decrease_indent()
 
 
-def realized(stmt: cst.BaseStatement) -> cst.BaseStatement:
+def realized(stmt: cst.BaseStatement, indent: str = "", unit: str = "    ") -> cst.BaseStatement:
     """``stmt`` with each :class:`Emitted` statement in it (at any depth of its blocks) replaced by
     the libcst tree of its code, for a transform that reads the statement: its code is the same
-    (the rows parse back to what they write: the round trip of :func:`rows`), its nodes are real."""
+    (the rows parse back to what they write: the round trip of :func:`rows`), its nodes are real.
+    ``indent``: where ``stmt`` stands, ``unit``: the module's indent (for the backslash
+    continuations in it, which know the indentation of their statement: scalebox_cst.continuation)."""
     if isinstance(stmt, Emitted):
-        return _tree_of(stmt)
+        return _tree_of(stmt, indent, unit)
+    inner = indent
+    if isinstance(stmt, (cst.IndentedBlock, cst.Match)):  # (its statements, its cases: one level in)
+        inner += unit if stmt.indent is None else stmt.indent
     changes = {}
     for field in _BLOCKS:
         value = getattr(stmt, field, None)
         if value is None:
             continue
-        new = _in_block(value)
+        new = _in_block(value, inner if field in ("body", "cases") else indent, unit)
         if new is not value:
             changes[field] = new
     return stmt.with_changes(**changes) if changes else stmt
@@ -95,7 +102,7 @@ def realized(stmt: cst.BaseStatement) -> cst.BaseStatement:
 
 def realized_module(module: cst.Module, ids: FrozenSet[int]) -> cst.Module:
     """``module`` with its top-level statements whose ids are in ``ids`` :func:`realized`."""
-    body = [realized(s) if id(s) in ids else s for s in module.body]
+    body = [realized(s, "", module.default_indent) if id(s) in ids else s for s in module.body]
     return module.with_changes(body=body) if any(a is not b for a, b in zip(body, module.body)) else module
 
 
@@ -103,23 +110,26 @@ def realized_module(module: cst.Module, ids: FrozenSet[int]) -> cst.Module:
 _BLOCKS = ("body", "orelse", "handlers", "finalbody", "cases")
 
 
-def _in_block(value: object) -> object:
+def _in_block(value: object, indent: str, unit: str) -> object:
     """A block field's value (a block, a clause, an ``elif``, a list of them) with the Emitted
     statements in it realized, rebuilt only on the way to them."""
     if isinstance(value, (list, tuple)):
-        out = [_in_block(v) for v in value]
+        out = [_in_block(v, indent, unit) for v in value]
         return value if all(a is b for a, b in zip(out, value)) else type(value)(out)
-    return realized(value) if isinstance(value, cst.CSTNode) else value  # type: ignore[arg-type]
+    return realized(value, indent, unit) if isinstance(value, cst.CSTNode) else value  # type: ignore[arg-type]
 
 
-def _tree_of(node: Emitted) -> cst.BaseStatement:
+def _tree_of(node: Emitted, indent: str, unit: str) -> cst.BaseStatement:
+    from scalebox_cst import continuation
     from scalebox_cst.transforms.analysis.cstclone import parse_statements  # (imports libcst's parser)
 
     code = cst.Module(body=[cast(Any, node.with_changes(leading_lines=()))]).code  # four spaces a level
     parsed = parse_statements(code)
     if len(parsed) != 1:  # pragma: no cover - rows write one statement
         raise ValueError("an Emitted node wrote more than one statement")
-    return parsed[0].with_changes(leading_lines=node.leading_lines)
+    # its continuation lines as a parse of the code where it stands gives them
+    tree = continuation.rehomed(parsed[0], indent, unit, code)
+    return tree.with_changes(leading_lines=node.leading_lines)
 
 
 def rows(lines: Sequence[str], depth: int) -> Optional[List[Row]]:

@@ -23,6 +23,7 @@ from libcst._nodes import op as _op
 from libcst._nodes.internal import CodegenState
 from libcst._version import version_tuple as _libcst_version
 
+from scalebox_cst import continuation
 from scalebox_cst.emitted import Emitted
 
 _Emit = Callable[[Any, CodegenState], None]
@@ -504,6 +505,7 @@ def _table() -> Dict[type, _Emit]:
         return {}
     table: Dict[type, _Emit] = {
         cst.SimpleWhitespace: _value,
+        continuation.Continuation: continuation.write,
         cst.Comment: _value,
         cst.Newline: _newline,
         cst.TrailingWhitespace: _trailing,
@@ -551,7 +553,7 @@ _EMIT.update(_table())
 
 #: where a statement generated once for an Emitted node takes its indentation (no token of
 #: Python source holds a NUL: the pipeline refuses such files)
-_BASE = "\0scalebox-indent\0"
+_BASE = continuation.MARK
 
 
 def _emitted(node: Emitted, state: CodegenState) -> None:
@@ -561,7 +563,9 @@ def _emitted(node: Emitted, state: CodegenState) -> None:
     statement is written into a state whose indentation is one marker token, then placed at each
     depth with the marker replaced by that depth's indentation: the codegen puts indentation
     only through the indent tokens (``add_indent_tokens``), so the text is what writing it there
-    gives (tests/scalebox_cst/test_fastcode.py)."""
+    gives (tests/scalebox_cst/test_fastcode.py). A backslash continuation line moves with its
+    statement (``continuation``): under the marker it is the marker and its column relative to
+    the statement, except for a line left of its statement, whose row is written per depth."""
     for line in node.leading_lines:
         _gen(line, state)
     unit, newline = state.default_indent, state.default_newline
@@ -579,9 +583,15 @@ def _emitted(node: Emitted, state: CodegenState) -> None:
             alone = CodegenState(default_indent=unit, default_newline=newline)
             alone.indent_tokens.append(_BASE)
             _gen(row, alone)
-            done = written[id(row)] = alone.tokens
+            done = written[id(row)] = alone.tokens if continuation.UNPLACED not in alone.tokens else []
         base = outer + unit * depth
-        tokens.extend([base if t is _BASE else t for t in done])
+        if done:
+            tokens.extend([base if t is _BASE else t for t in done])
+        else:  # (a statement writes at least its indentation: none is a row written per depth)
+            here = CodegenState(default_indent=unit, default_newline=newline)
+            here.indent_tokens.append(base)
+            _gen(row, here)
+            tokens.extend(here.tokens)
 
 
 _EMIT[Emitted] = _emitted

@@ -15,6 +15,7 @@ import pytest
 from harness import compiled, rewrite_result, run_pair, spy
 from scalebox_cst import emitted, fastcode
 from scalebox_cst.emitted import Emitted
+from scalebox_cst.transforms.analysis import cstparse
 from scalebox_cst.transforms.vectorize.recurrence import build as recurrence_build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -88,6 +89,27 @@ for x, y in zip(out, rewards):
 total = torch.stack(losses).sum()
 '''
 
+#: SHARED with backslash continuations, one left of its statement: the rows and the tree place
+#: them alike, moved with their statements (scalebox_cst/continuation.py)
+CONTINUED = '''
+import torch
+
+
+def update(rewards, values, log_probs, masks, gamma, T):
+    returns = torch.zeros_like(rewards)
+    R = values[-1]
+    for t in reversed(range(T)):
+        R = rewards[t] + \\
+            gamma * R * masks[t]
+        returns[t] = \\
+R
+    losses = []
+    for lp, ret in zip(log_probs, returns):
+        losses.append(-lp * \\
+            ret)
+    return torch.stack(losses).sum(), returns
+'''
+
 
 def _indented(src: str, unit: str) -> str:
     """``src`` (four spaces a level) with ``unit`` a level."""
@@ -124,7 +146,7 @@ def test_rows_write_what_the_tree_writes_on_the_corpus(path, monkeypatch):
 
 
 @pytest.mark.parametrize("unit", ["    ", "  ", "\t", "   "])
-@pytest.mark.parametrize("src", [GAE, SHARED, MODULE_LEVEL], ids=["functions", "shared", "module_level"])
+@pytest.mark.parametrize("src", [GAE, SHARED, MODULE_LEVEL, CONTINUED], ids=["functions", "shared", "module_level", "continued"])
 def test_rows_write_what_the_tree_writes_under_any_indent(src, unit, monkeypatch):
     text = _indented(textwrap.dedent(src), unit)
     fast, slow, written = _both(text, monkeypatch)
@@ -225,7 +247,7 @@ def _emitted_in(node: cst.CSTNode) -> int:
 
 
 @pytest.mark.parametrize("unit", ["    ", "  ", "\t"])
-@pytest.mark.parametrize("src", [GAE, SHARED, MODULE_LEVEL], ids=["functions", "shared", "module_level"])
+@pytest.mark.parametrize("src", [GAE, SHARED, MODULE_LEVEL, CONTINUED], ids=["functions", "shared", "module_level", "continued"])
 def test_realized_statements_are_trees_of_the_same_code(src, unit):
     """What a later transform reads in place of rows: the parse of their code, written alike."""
     from scalebox_cst.config import Config
@@ -241,7 +263,7 @@ def test_realized_statements_are_trees_of_the_same_code(src, unit):
     assert _emitted_in(real) == 0
     assert real.code == new.code
     # each realized statement is what a parse of the code gives (structure and layout alike)
-    reparsed = cst.parse_module(new.code)
+    reparsed = cstparse.parse_module(new.code)  # (the rewrite's parse: continuations know their statement)
     for mine, theirs in zip(real.body, reparsed.body):
         assert mine.deep_equals(theirs)
     assert emitted.realized_module(reparsed, frozenset(id(s) for s in reparsed.body)) is reparsed  # nothing to do

@@ -20,6 +20,8 @@ from typing import Callable, TypeVar
 import libcst as cst
 from libcst._nodes.base import CSTNode
 
+from scalebox_cst import continuation
+
 _T = TypeVar("_T")
 _LOCAL = threading.local()
 
@@ -46,8 +48,9 @@ def _install() -> None:
 
 
 def parse_module(code: str) -> cst.Module:
-    """``cst.parse_module(code)``, its nodes not re-validated."""
-    return _unchecked(cst.parse_module, code)
+    """``cst.parse_module(code)``, its nodes not re-validated, each backslash continuation kept
+    with its statement's indentation (``continuation.tagged``: it moves with the statement)."""
+    return _unchecked(lambda text: continuation.tagged(cst.parse_module(text), text), code)
 
 
 def parse_statement(code: str) -> cst.BaseStatement:

@@ -25,11 +25,44 @@ def _sources():
             yield path, f.read()
 
 
+class _Plain(cst.CSTTransformer):
+    """Each whitespace holding a backslash continuation as libcst's parse makes it (cstparse
+    keeps the indentation of its statement with it: scalebox_cst/continuation.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.homes = []
+
+    def leave_SimpleWhitespace(self, original, updated):
+        if type(updated) is cst.SimpleWhitespace:
+            return updated
+        assert "\\" in updated.value
+        self.homes.append(updated.home)
+        return cst.SimpleWhitespace(updated.value)
+
+
 def test_same_trees_as_libcsts_parse():
+    continued = 0
     for path, code in _sources():
         got, want = cstparse.parse_module(code), cst.parse_module(code)
-        assert got.deep_equals(want), path
+        plain = _Plain()
+        assert got.visit(plain).deep_equals(want), path
         assert got.code == code
+        continued += len(plain.homes)
+    assert continued >= 3  # (the corpus has some)
+
+
+def test_continuations_know_the_indentation_of_their_statement():
+    code = "x = 1 + \\\n  2\nclass A:\n\tdef f(self):\n\t\tif a and \\\n b:\n\t\t  s = 'a\\\n' + \\\n 'b'\n"
+    plain = _Plain()
+    module = cstparse.parse_module(code)
+    module.visit(plain)
+    assert plain.homes == ["", "\t\t", "\t\t  "]
+    assert module.code == code
+    code = "def f(x):\n  match x:\n    case 1:\n        y = 1 + \\\n 2\n"  # the cases: the match's own indent
+    plain = _Plain()
+    cstparse.parse_module(code).visit(plain)
+    assert plain.homes == ["        "]
 
 
 def test_statements_and_expressions():
