@@ -92,6 +92,11 @@ def preexec_for(parent: int) -> Optional[Callable[[], None]]:
     return preexec
 
 
+#: seconds :func:`hold` waits for its watch thread to say it runs (microseconds, unless the
+#: process has no memory left to start it)
+START_WAIT = 5.0
+
+
 def hold(grace: float, interval: float = 0.25) -> bool:
     """In the executor's own child, first thing: watch the executor; once it is gone, end the
     run (:func:`end_all`), also when this process exits first (its script's next print to the
@@ -106,7 +111,12 @@ def hold(grace: float, interval: float = 0.25) -> bool:
     if stop_reason():  # asked to stop while SIGINT was still ignored
         stopped_in_start_up(signal.SIGINT, None)
 
+    import threading
+
+    running = threading.Event()
+
     def watch() -> None:
+        running.set()
         while os.getppid() == parent:
             time.sleep(interval)
         # nothing is written: stdout and stderr are pipes to the dead parent
@@ -121,8 +131,11 @@ def hold(grace: float, interval: float = 0.25) -> bool:
     from scalebox_cst.runtime import threads
 
     atexit.register(at_exit)
-    threads.start_daemon(watch, "scalebox-parent-watch")
-    _set_death_signal(0)  # the watch thread (or at_exit) ends the run now, workers and all
+    # the watch thread (or at_exit) ends the run from now on, workers and all; a thread that
+    # never says it runs (no memory to start it, under --memory) leaves the death signal set:
+    # the kernel still ends this process with its parent
+    if threads.start_unwaited(watch) and running.wait(START_WAIT):
+        _set_death_signal(0)
     return True
 
 

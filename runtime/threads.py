@@ -35,6 +35,31 @@ def start(thread: threading.Thread) -> threading.Thread:
     return thread
 
 
+def start_unwaited(target, args=()) -> bool:
+    """``target(*args)`` in a new thread with asynchronous signals blocked (as :func:`start`), but
+    without ``threading.Thread.start``'s wait for the thread to say it runs: that wait has no time
+    limit, and a thread the system made whose first allocation fails never says so (a process at
+    its RLIMIT_DATA: ``scalebox run --memory 16m`` hung for ever, found by a test-order shuffle).
+    The caller learns that it runs from the thread itself. False where no thread could be made."""
+    import _thread
+
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: the kernel does not pick threads
+        return _start_new(_thread.start_new_thread, target, args)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.valid_signals()) - _SYNCHRONOUS)
+    try:
+        return _start_new(_thread.start_new_thread, target, args)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _start_new(start_new_thread, target, args) -> bool:
+    try:
+        start_new_thread(target, tuple(args))
+    except (RuntimeError, MemoryError):  # "can't start new thread"
+        return False
+    return True
+
+
 def start_daemon(target, name: str, args=()) -> threading.Thread:
     """A daemon thread running ``target(*args)``, started with :func:`start`."""
     return start(threading.Thread(target=target, name=name, args=args, daemon=True))

@@ -205,3 +205,30 @@ def test_the_processes_of_a_run_include_those_started_from_a_folder_inside_it(tm
         for p in started:
             p.kill()
             p.wait()
+
+
+def test_the_parent_watch_never_hangs_a_run_whose_thread_cannot_start(tmp_path):
+    """``threading.Thread.start`` waits without limit for the new thread to say it runs; under
+    ``scalebox run --memory 16m`` the parent-watch thread could be made and die of MemoryError
+    before saying so, and the run hung for ever (a test-order shuffle met it in test_limits).
+    A thread that never runs is simulated: ``hold`` returns, and keeps the death signal set (the
+    kernel still ends the child with its parent); a thread that runs clears it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""\
+        import _thread, os, sys, threading, time
+        from scalebox_cst.runtime import lifeline
+        lifeline.START_WAIT = 1.0
+        calls = []
+        lifeline._set_death_signal = lambda sig: calls.append(sig) or True
+        if sys.argv[1] == "dead":  # made, never runs (as a thread whose first allocation fails)
+            _thread.start_new_thread = threading._start_new_thread = lambda fn, args, kwargs=None: 1
+        os.environ[lifeline.ENV_PARENT] = str(os.getppid())
+        started = time.monotonic()
+        print(lifeline.hold(grace=0.1), calls, round(time.monotonic() - started) < 4)
+        """)
+    for case, expected in (("dead", "True [] True"), ("alive", "True [0] True")):
+        proc = subprocess.run([sys.executable, "-c", code, case], capture_output=True, text=True, timeout=30)
+        assert proc.stdout.strip() == expected, (case, proc.stdout, proc.stderr[-500:])
