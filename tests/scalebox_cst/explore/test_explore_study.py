@@ -242,10 +242,11 @@ def test_resume_after_kill_9_loses_no_finished_trial(tmp_path):
         assert after[number].state.name == "COMPLETE" and (after[number].value, after[number].params) == (value, params)
     counted = [t for t in after if t.state.name == "COMPLETE" and not t.user_attrs.get("interrupted")]
     assert len(counted) == 5
-    # the interrupted trial is failed as interrupted and its values were asked again
+    # the interrupted trial is failed as interrupted and the values it had were asked again (a
+    # trial killed while its values were being drawn had only some, or none: the rest are drawn anew)
     for t in running:
         assert after[t.number].state.name == "FAIL" and after[t.number].user_attrs["interrupted"]
-        assert any(u.params == t.params and u.number > t.number for u in counted)
+        assert any(t.params.items() <= u.params.items() and u.number > t.number for u in counted)
     # its killed run reads lost, not running
     for t in running:
         for run in runs.list_runs(str(root), t.user_attrs["branch"]) if "branch" in t.user_attrs else []:
