@@ -12,8 +12,10 @@ thread and ``faulthandler`` must see them.
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from typing import Iterator
 
 _SYNCHRONOUS = {
     getattr(signal, name) for name in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS", "SIGABRT", "SIGPIPE",
@@ -21,17 +23,24 @@ _SYNCHRONOUS = {
 }
 
 
-def start(thread: threading.Thread) -> threading.Thread:
-    """``thread.start()`` with every asynchronous signal blocked in the new thread."""
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """Every asynchronous signal blocked in this thread meanwhile (a thread started then
+    inherits the mask); nothing where the platform has no ``pthread_sigmask``."""
     if not hasattr(signal, "pthread_sigmask"):  # not POSIX: the kernel does not pick threads
-        thread.start()
-        return thread
-    blocked = set(signal.valid_signals()) - _SYNCHRONOUS
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.valid_signals()) - _SYNCHRONOUS)
     try:
-        thread.start()
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def start(thread: threading.Thread) -> threading.Thread:
+    """``thread.start()`` with every asynchronous signal blocked in the new thread."""
+    with _signals_blocked():
+        thread.start()
     return thread
 
 
@@ -43,20 +52,11 @@ def start_unwaited(target, args=()) -> bool:
     The caller learns that it runs from the thread itself. False where no thread could be made."""
     import _thread
 
-    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: the kernel does not pick threads
-        return _start_new(_thread.start_new_thread, target, args)
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.valid_signals()) - _SYNCHRONOUS)
-    try:
-        return _start_new(_thread.start_new_thread, target, args)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def _start_new(start_new_thread, target, args) -> bool:
-    try:
-        start_new_thread(target, tuple(args))
-    except (RuntimeError, MemoryError):  # "can't start new thread"
-        return False
+    with _signals_blocked():
+        try:
+            _thread.start_new_thread(target, tuple(args))
+        except (RuntimeError, MemoryError):  # "can't start new thread"
+            return False
     return True
 
 

@@ -16,7 +16,7 @@ FILE = "precision.json"
 
 def read(directory: str) -> Optional[Dict[str, Any]]:
     data = state_json(os.path.join(directory, FILE))
-    return data if isinstance(data, dict) and isinstance(data.get("lines"), list) else None
+    return data if _ranges(data) is not None else None
 
 
 def inject(project_root: str, config) -> bool:
