@@ -21,6 +21,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
+from .guard_reasons import none
 from .memory import spans_overlap, storage_span
 
 __all__ = ["batch_zip", "batch_range", "flat_params"]
@@ -33,6 +34,10 @@ _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
 
 
 _DTYPE = operator.attrgetter("dtype")
+#: reasons said at more than one refusal (runtime/guard_reasons.py)
+_ROWS = "a list of tensors of different dtypes, shapes or devices"
+_LAYOUT = "sparse or quantized tensors"
+_SHORT = "an operand or output shorter than the range (or 0-d, sparse, quantized)"
 
 
 def _stack(items: Sequence[Any]) -> Optional[_Tensor]:
@@ -41,24 +46,28 @@ def _stack(items: Sequence[Any]) -> Optional[_Tensor]:
     more than the stack itself): types and dtypes by set, shapes, devices and layouts by
     ``torch.stack``, which refuses mismatches (it would promote mixed dtypes, so those are
     checked first). Tensor subclasses other than ``Parameter`` may override stacking: declined."""
-    if not items or not set(map(type, items)) <= _PLAIN or len(set(map(_DTYPE, items))) != 1:
-        return None
+    if not items:
+        return none("an empty list")
+    if not set(map(type, items)) <= _PLAIN:
+        return none("a list holding something other than plain tensors")
+    if len(set(map(_DTYPE, items))) != 1:
+        return none(_ROWS)
     try:
         out = torch.stack(list(items))
     except (RuntimeError, NotImplementedError, TypeError):
-        return None
-    return out if out.layout is torch.strided else None
+        return none(_ROWS)
+    return out if out.layout is torch.strided else none(_LAYOUT)
 
 
 def _as_batch(seq: Any) -> Optional[_Tensor]:
     """``[n, ...]`` tensor whose rows are what ``for x in seq`` yields, or None."""
     if type(seq) in _PLAIN:  # exact types: a subclass may override iteration or any op
         if seq.dim() == 0 or seq.layout is not torch.strided:
-            return None
+            return none("a 0-d, sparse or quantized tensor walked by the loop")
         return seq
     if type(seq) in (list, tuple) and seq:
         return _stack(seq)
-    return None
+    return none("the loop walks something other than a tensor or a non-empty list of tensors")
 
 
 def _shared(a: Sequence[_Tensor], b: Sequence[_Tensor]) -> bool:
@@ -93,47 +102,47 @@ def _finish(
     or output must share memory with none of them either)."""
     n = batches[0].shape[0]
     if n == 0:
-        return None
+        return none("no items")
     dtype, device = batches[0].dtype, batches[0].device
     if dtype not in _FLOATS:
-        return None
+        return none("values that are not floating point")
     if (accs or running) and dtype in _HALF:
         # the loop's running sum rounds to 8-11 bits at every step (float16 ones stop growing at
         # 2048); one batched sum accumulates in float32: far outside reassociation's bound
-        return None
+        return none("a running sum of 16-bit floats (it rounds at every step)")
     ndim = 0
     for b in batches:
         if b.shape[0] != n or b.dtype != dtype or b.device != device:
-            return None
+            return none("operands of different lengths, dtypes or devices")
         ndim = max(ndim, b.dim() - 1)
     reads = list(batches)
     for v in invariants:
         if type(v) in _PLAIN:
             if v.dtype != dtype or v.device != device or v.layout is not torch.strided:
-                return None
+                return none("a loop-invariant tensor of another dtype or device")
             ndim = max(ndim, v.dim())
             reads.append(v)
         elif type(v) not in _NUMBER and type(v) is not bool:  # numpy scalars, subclasses: declined
-            return None
-    if ndim < min_ndim:
-        return None  # e.g. torch.cat of 0-d results raises: let the loop raise
+            return none("a loop-invariant operand that is not a tensor or a Python number")
+    if ndim < min_ndim:  # e.g. torch.cat of 0-d results raises: let the loop raise
+        return none("0-d values where the code needs rows (the loop raises)")
     for acc in accs:
         if type(acc) in _PLAIN:
             # of the batch's dtype and device: the loop adds each value into the accumulator's
             # precision, the batched form reduces in the batch's and adds once
             if acc.layout is not torch.strided or acc.dtype != dtype or acc.device != device:
-                return None
+                return none("an accumulator of another dtype or device than the values")
         elif type(acc) not in _NUMBER:  # np.float32 starts, subclasses: declined
-            return None
+            return none("an accumulator that is not a tensor or a Python number")
     written = [acc for acc in accs if isinstance(acc, _Tensor)]
     for out in outs:
         if type(out) not in _PLAIN or out.layout is not torch.strided or out.dim() - 1 < ndim:
             # ``out[i] = v`` drops leading 1-sized dims of ``v``; one batched assignment cannot
-            return None
+            return none("an output that is not a plain tensor with rows of the values' rank")
         if out.dim() - 1 != outs[0].dim() - 1 or not _disjoint(out):
             # rows of several ranks cannot share one alignment; an output whose elements share
             # memory (``expand``) takes each loop write, but not one batched write
-            return None
+            return none("outputs of different ranks, or one whose elements share memory")
         written.append(out)
     if outs:
         # ``out[i] = v`` broadcasts ``v`` into the row ``out[i]``: aligned to the row's rank, the
@@ -141,10 +150,10 @@ def _finish(
         ndim = outs[0].dim() - 1
     if written:
         read = [*reads, *(t for items in listed for t in items)]
-        if _shared(written, read):
-            return None  # an in-place write could change what a later element reads
+        if _shared(written, read):  # an in-place write could change what a later element reads
+            return none("an output or accumulator shares memory with what the loop reads")
         if any(_shared(outs[i:i + 1], outs[:i]) for i in range(1, len(outs))):
-            return None  # two outputs in one storage: the loop interleaves their writes
+            return none("two outputs share memory")  # the loop interleaves their writes
     aligned = []
     for b in batches:
         pad = ndim - (b.dim() - 1)
@@ -170,10 +179,10 @@ def batch_zip(
     for seq in seqs:
         b = _as_batch(seq)
         if b is None:
-            return None
+            return None  # (the reason is noted)
         batches.append(b)
     if len({b.shape[0] for b in batches}) != 1:
-        return None
+        return none("zip() over sequences of different lengths")
     listed = [seq for seq in seqs if type(seq) in (list, tuple)]
     return _finish(batches, invariants, accs, outs, min_ndim, running, listed)
 
@@ -195,29 +204,29 @@ def batch_range(
     ``running``: as :func:`batch_zip`'s.
     """
     if type(r) is not range or r.step <= 0 or r.start < 0 or len(r) == 0:
-        return None
+        return none("an empty or descending range, or one from a negative start")
     last = r[-1]
     batches = []
     listed = []  # the items a list operand is read at (see _finish)
     for seq in seqs:
         if type(seq) in _PLAIN:
             if seq.dim() == 0 or last >= seq.shape[0] or seq.layout is not torch.strided:
-                return None
+                return none(_SHORT)
             batches.append(seq[r.start : r.stop : r.step])
         elif type(seq) in (list, tuple):
             if last >= len(seq):
-                return None
+                return none(_SHORT)
             items = seq[r.start : r.stop : r.step]
             b = _stack(items)
             if b is None:
-                return None
+                return None  # (the reason is noted)
             batches.append(b)
             listed.append(items)
         else:
-            return None
+            return none("the loop indexes something other than a tensor or a list of tensors")
     for out in outs:
         if type(out) not in _PLAIN or out.dim() == 0 or last >= out.shape[0]:
-            return None
+            return none(_SHORT)
     done = _finish(batches, invariants, accs, outs, min_ndim, running, listed)
     if done is None or not with_slice:
         return done

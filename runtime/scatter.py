@@ -28,6 +28,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
+from .guard_reasons import none
 from .memory import may_share  # the guards' aliasing question
 
 __all__ = ["scatter_add_rows", "index_add_rows", "scatter_add_calls", "index_add_calls"]
@@ -79,51 +80,51 @@ def _calls_operands(rows: Any, out: Any, dim: Any, calls: Sequence[Tuple[Any, An
     casts each row: ``.long()``/``.int()``); None where the loop must run. Every check of every
     call is made here, before anything is written."""
     if not calls:
-        return None
+        return none("no index_add_ call")
     tensors = [out] + [t for index, _, source in calls for t in (index, source)]
     for t in tensors:
         if type(t) not in _TYPES or t.layout is not torch.strided or t.is_quantized or t.is_meta:
-            return None
+            return none("a tensor that is not a plain strided one (a subclass, sparse, quantized or meta)")
     if out.dim() < 2 or any(index.dim() != 2 or source.dim() != out.dim() for index, _, source in calls):
-        return None
+        return none("rows whose ranks do not match (2-D indices, sources of the output's rank)")
     if type(dim) is not int:
-        return None
+        return none("the dim is not a Python int")
     rank = out.dim() - 1
     if not -rank <= dim < rank:
-        return None
+        return none("the dim is outside the rows' rank")
     d = dim % rank
     if out.dtype not in _DTYPES:
-        return None
+        return none("an output of a dtype index_add_ is not batched for (float16, bfloat16, bool, complex)")
     if any(source.dtype != out.dtype or not _index_ok(index, cast) for index, cast, source in calls):
-        return None
+        return none("sources of another dtype than the output, or indices of an unsupported dtype")
     if any(t.device != out.device for t in tensors):
-        return None
+        return none("tensors on different devices")
     if out.requires_grad and torch.is_grad_enabled():
-        return None
+        return none("an output that requires grad, under grad mode")
     if out.is_inference() and not torch.is_inference_mode_enabled():
-        return None
+        return none("an inference tensor written outside inference mode")
     span = _span(rows, min(t.shape[0] for t in tensors))
     if span is None:
-        return None
+        return none("a range that is empty, descending, from a negative start, or past the rows")
     out_b = out[span]
     if out_b.shape[0] == 0:
-        return None
+        return none("no rows to write")
     size = out_b.shape[d + 1]
     if out.numel():
-        if any(t.numel() and may_share(t, out) for t in tensors[1:]):
-            return None  # out is read back through an index or a source row later in the loop
+        if any(t.numel() and may_share(t, out) for t in tensors[1:]):  # read back through an index or a source later
+            return none("an output that shares memory with an index or a source")
     if not _no_internal_overlap(out_b):
-        return None
+        return none("an output whose elements share memory")
     pairs, bounds, floats = [], [], []
     for index, cast, source in calls:
         idx_b, src_b = index[span], source[span]
         k = idx_b.shape[1]
         if k == 0:
-            return None  # nothing to add; the loop still checks shapes
+            return none("an index row of no items")  # nothing to add; the loop still checks shapes
         want = list(out_b.shape)
         want[d + 1] = k
         if list(src_b.shape) != want:
-            return None
+            return none("a source whose rows do not match the indices")
         fractional = cast is not None and idx_b.dtype.is_floating_point
         if cast is not None and not fractional:
             idx_b = idx_b.to(_CASTS[cast])  # integers wrap (int32) or widen elementwise, as per row
@@ -137,9 +138,9 @@ def _calls_operands(rows: Any, out: Any, dim: Any, calls: Sequence[Tuple[Any, An
             # into [0, size); NaN and infinities fail these comparisons (aminmax propagates
             # NaN), so casts whose result is not defined by the values never reach the op
             if not (lo > -1 and hi < size):
-                return None
+                return none("an index outside the row (the loop raises part-way)")
         elif lo < 0 or hi >= size:
-            return None  # the loop raises at the first bad index, after changing earlier rows
+            return none("an index outside the row (the loop raises part-way)")  # the loop raises at the first bad index, after changing earlier rows
     rows_out = []
     for idx_b, src_b, fractional, cast in pairs:
         if fractional:
@@ -208,11 +209,11 @@ def scatter_add_calls(rows: Any, out: Any, dim: Any, *calls: Tuple[Any, Any, Any
     try:
         ops = _calls_operands(rows, out, dim, calls)
         if ops is None:
-            return None
+            return None  # (the reason is noted)
         out_b, d, pairs = ops
         return _scatter_layout(out_b, d, pairs)
-    except Exception:  # a guard must never raise where the loop might not
-        return None
+    except Exception as exc:  # a guard must never raise where the loop might not
+        return none(f"checking the inputs raised {type(exc).__name__}")
 
 
 def index_add_calls(rows: Any, out: Any, dim: Any, *calls: Tuple[Any, Any, Any, Any]) -> Optional[Tuple[Any, ...]]:
@@ -224,24 +225,24 @@ def index_add_calls(rows: Any, out: Any, dim: Any, *calls: Tuple[Any, Any, Any, 
     dimension and the rows can be viewed flat (the loop's kernel path is kept)."""
     try:
         if any(type(c[3]) not in (int, float) for c in calls):
-            return None
+            return none("an alpha that is not a Python number")
         ops = _calls_operands(rows, out, dim, [c[:3] for c in calls])
         if ops is None:
-            return None
+            return None  # (the reason is noted)
         out_b, d, pairs = ops
         if d != 0:
-            return None
+            return none("rows indexed along a dimension other than their first")
         got: List[Any] = []
         for (idx_b, src_b), call in zip(pairs, calls):
             flat = _flat(out_b, idx_b, src_b)
             if flat is None:
-                return None
+                return none("rows that cannot be viewed as one flat tensor")
             if not got:
                 got.append(flat[0])
             got += [flat[1], flat[2], call[3]]
         return tuple(got)
-    except Exception:
-        return None
+    except Exception as exc:
+        return none(f"checking the inputs raised {type(exc).__name__}")
 
 
 def scatter_add_rows(rows: Any, out: Any, index: Any, source: Any, dim: Any) -> Optional[Tuple[_Tensor, int, _Tensor, _Tensor]]:

@@ -49,6 +49,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from .guard_reasons import no, none
 from .memory import any_overlap, may_share
 
 __all__ = ["soft_update", "scale_add", "scale_add_alpha", "lerp_update", "hard_update", "clear_cache"]
@@ -123,6 +124,10 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+#: the coefficients' refusal (runtime/guard_reasons.py)
+_COEFFICIENT = "a coefficient that is not a Python number or a 0-d tensor"
+
+
 def _none() -> None:
     return None
 
@@ -143,13 +148,13 @@ def _walk(m: Any, out: List[Any], seen: set) -> bool:
 def _collect(root: Any, modules: list) -> Optional[List[_Tensor]]:
     mods: List[Any] = []
     if not _walk(root, mods, set()):
-        return None
+        return none("a module of a type whose parameters torch does not walk the usual way")
     params: List[_Tensor] = []
     seen = set()
     for m in mods:
         md, pdict = m._modules, m._parameters
         if type(md) is not dict or type(pdict) is not dict:
-            return None
+            return none("a module of a type whose parameters torch does not walk the usual way")
         kids = [(k, _none if v is None else weakref.ref(v)) for k, v in md.items()]
         modules.append((weakref.ref(m), len(md), len(pdict), kids, list(pdict.items())))
         for p in pdict.values():
@@ -161,23 +166,25 @@ def _collect(root: Any, modules: list) -> Optional[List[_Tensor]]:
 
 def _build(src: Any, tgt: Any) -> Optional[_Plan]:
     if not isinstance(src, _Module) or not isinstance(tgt, _Module):
-        return None
+        return none("the two networks are not torch modules")
     modules: list = []
     ps = _collect(src, modules)
     if ps is None:
-        return None
+        return None  # (the reason is noted)
     ts = _collect(tgt, modules) if tgt is not src else ps
-    if ts is None or len(ps) != len(ts):
+    if ts is None:
         return None
+    if len(ps) != len(ts):
+        return none("the two networks hold different numbers of parameters")
     pd, td = [], []
     for p, t in zip(ps, ts):
         if type(p) not in _PLAIN or type(t) not in _PLAIN:  # subclasses may override the update's ops
-            return None
+            return none("a parameter of a subclass of torch's Parameter or Tensor")
         a, b = p.data, t.data
         if a.layout is not _strided or b.layout is not _strided or a.is_quantized or b.is_quantized:
-            return None
+            return none("a sparse or quantized parameter")
         if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device or a.dtype not in _FLOATS:
-            return None
+            return none("paired parameters differ in shape, dtype or device, or are not floating point")
         pd.append(a)
         td.append(b)
     # The loop updates pair i before it reads pair i+1; doing all pairs at once is the same only
@@ -187,15 +194,15 @@ def _build(src: Any, tgt: Any) -> Optional[_Plan]:
         # a pair that shares its memory (a layer shared by the online and the target network, or
         # one module as both): the loop reads p after scaling t, the fused paths before
         if ps[i] is ts[i] or (a.numel() and b.numel() and may_share(a, b)):
-            return None
+            return none("the two networks share a parameter's memory")
         keys: Tuple[Any, ...] = (("obj", id(ps[i])), ("obj", id(ts[i])))
         if a.numel():  # empty tensors touch no memory
             keys += (("mem", a.device, a.data_ptr()), ("mem", b.device, b.data_ptr()))
         for key in keys:
             if where.setdefault(key, i) != i:
-                return None
+                return none("a parameter appears in two pairs, or two pairs share memory")
     if any_overlap(pd + td):  # bytes in common under two storages (from_numpy, frombuffer, DLPack)
-        return None
+        return none("a parameter appears in two pairs, or two pairs share memory")
     fast = all(t.dtype in _FAST for t in td)
     both = ps + ts if tgt is not src else ps + ps
     return _Plan(
@@ -316,8 +323,8 @@ def _numba_update(plan: _Plan, a: Any, b: Any) -> bool:
 
 
 def _plan_for(src: Any, tgt: Any, data: bool) -> Optional[_Plan]:
-    if not data and torch.is_grad_enabled():
-        return None  # the original in-place update of a leaf would raise: let it
+    if not data and torch.is_grad_enabled():  # the original in-place update of a leaf would raise: let it
+        return none("an in-place update of parameters outside torch.no_grad() (the loop raises)")
     return _plan(src, tgt)
 
 
@@ -325,10 +332,10 @@ def soft_update(src: Any, tgt: Any, a: Any, b: Any, data: bool = True, replace: 
     """``for p, tp in zip(src.parameters(), tgt.parameters()): tp.copy_(a * p + b * tp)``; with
     ``replace``, ``tp.data = a * p.data + b * tp.data`` (see :func:`_soft_replace`)."""
     if not (_scalar(a) and _scalar(b)):
-        return False
+        return no(_COEFFICIENT)
     plan = _plan_for(src, tgt, data)
     if plan is None:
-        return False
+        return False  # (the reason is noted)
     if replace:
         return _soft_replace(plan, a, b)
     ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
@@ -371,10 +378,10 @@ def _soft_replace(plan: _Plan, a: Any, b: Any) -> bool:
 def scale_add(src: Any, tgt: Any, b: Any, a: Any, data: bool = True) -> bool:
     """``for p, tp in zip(...): tp.mul_(b); tp.add_(a * p)`` (in that order)."""
     if not (_scalar(a) and _scalar(b)):
-        return False
+        return no(_COEFFICIENT)
     plan = _plan_for(src, tgt, data)
     if plan is None:
-        return False
+        return False  # (the reason is noted)
     ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
     if not ps:
         return True
@@ -393,10 +400,10 @@ def scale_add(src: Any, tgt: Any, b: Any, a: Any, data: bool = True) -> bool:
 def scale_add_alpha(src: Any, tgt: Any, b: Any, a: Any, data: bool = True) -> bool:
     """``for p, tp in zip(...): tp.mul_(b); tp.add_(p, alpha=a)``."""
     if not (_scalar(a) and _scalar(b)):
-        return False
+        return no(_COEFFICIENT)
     plan = _plan_for(src, tgt, data)
     if plan is None:
-        return False
+        return False  # (the reason is noted)
     ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
     if not ps:
         return True
@@ -413,10 +420,10 @@ def scale_add_alpha(src: Any, tgt: Any, b: Any, a: Any, data: bool = True) -> bo
 def lerp_update(src: Any, tgt: Any, w: Any, data: bool = True) -> bool:
     """``for p, tp in zip(...): tp.lerp_(p, w)``."""
     if not _scalar(w):
-        return False
+        return no(_COEFFICIENT)
     plan = _plan_for(src, tgt, data)
     if plan is None:
-        return False
+        return False  # (the reason is noted)
     ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
     if ps:
         torch._foreach_lerp_(ts, ps, w)
@@ -427,7 +434,7 @@ def hard_update(src: Any, tgt: Any, data: bool = True) -> bool:
     """``for p, tp in zip(...): tp.copy_(p)``."""
     plan = _plan_for(src, tgt, data)
     if plan is None:
-        return False
+        return False  # (the reason is noted)
     ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
     if ps:
         torch._foreach_copy_(ts, ps)

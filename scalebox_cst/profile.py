@@ -23,7 +23,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from scalebox_cst import runs
+from scalebox_cst import runs, site_counts
 from scalebox_cst.runtime.profile_categories import CATEGORIES  # the one table, shared with the sampler
 
 
@@ -211,10 +211,11 @@ def coverage(path: str, line: int, sites: Sequence[Dict[str, Any]], report: Dict
     ran = [s for s in sites if s.get("path") == path and holds(s.get("line"), s.get("end_line"))]
     if ran:
         s = min(ran, key=lambda s: (s.get("end_line") or s["line"]) - s["line"])
-        passed, fell = int(s.get("vectorized") or 0), int(s.get("fallback") or 0)
+        passed, fell = site_counts.counts(s)
         span = f"{path}:{s['line']}" + (f"-{s['end_line']}" if s.get("end_line") and s["end_line"] != s["line"] else "")
         return {"covered": True, "transform": s.get("transform"), "site": span, "vectorized": passed, "fallback": fell,
-                "pass_rate": round(passed / (passed + fell), 4) if passed + fell else None}
+                "pass_rate": round(passed / (passed + fell), 4) if passed + fell else None,
+                "fallback_why": [[why, n] for why, n in site_counts.reasons(s)]}
     stored = [s for s in report.get(path, ()) if holds(s.get("line"), s.get("end_line"))]
     stored.sort(key=lambda s: s["end_line"] - s["line"])
     for s in stored:
@@ -265,6 +266,9 @@ def _coverage_text(cov: Dict[str, Any]) -> str:
         rate = cov.get("pass_rate")
         if rate is not None:
             guard = f"guard passed {rate:.0%} ({cov['vectorized']}/{cov['vectorized'] + cov['fallback']})"
+            whys = site_counts.reasons(cov)
+            if whys and cov["fallback"]:
+                guard += "; fell back: " + "; ".join(f"{why} ({n})" for why, n in whys)
         elif cov.get("transform") in counted():
             guard = "its guard did not run (no pass/fallback counts)"
         else:

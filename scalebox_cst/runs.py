@@ -21,7 +21,7 @@ import socket
 import time
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from scalebox_cst import headlines, intake, recordtypes, statedir, tmpnames
+from scalebox_cst import headlines, intake, recordtypes, site_counts, statedir, tmpnames
 from scalebox_cst.intake import NotRegularFile, open_regular, state_json
 
 STATE_DIR = ".scalebox"
@@ -479,7 +479,8 @@ def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], site
     episodic_return_final / _best: mean of the last / best window of RETURN_WINDOW episodes;
     episodes; sps: steps/s over the later half of the SPS points (scalebox_cst.headlines: one table of
     these numbers, their labels and formats);
-    guard_pass_rate: vectorized / (vectorized + fallback) over every site; site_time_s (and
+    guard_pass_rate: vectorized / (vectorized + fallback) over every site, guard_fallback_why: why
+    the fallbacks fell back ([[reason, count], ...], scalebox_cst.site_counts); site_time_s (and
     site_samples: how many telemetry samples it rests on, 0 where the sites ran too briefly to be seen);
     grad_norm_last and grad_norm_metric (the series it is from: GRAD_NORM_NAMES); nonfinite
     (count of non-finite points); wall_time; cpu_time_s (the run's process and reaped children,
@@ -501,12 +502,12 @@ def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], site
     out["sps"] = headlines.steps_per_second(points, counts_steps=sps is not None and sps[0] == SPS_NAMES[0])
     out["metric_sps"] = sps[0] if sps else None  # the engine's scalebox/SPS, else the script's own
     sites = list(sites or [])
-    passed = sum(int(s.get("vectorized", 0) or 0) for s in sites)
-    fell = sum(int(s.get("fallback", 0) or 0) for s in sites)
-    out["guard_pass_rate"] = passed / (passed + fell) if passed + fell else None
-    out["site_time_s"] = sum(float(s.get("time_s", 0.0) or 0.0) for s in sites) if sites else None
+    passed, fell, whys = site_counts.totals(sites)
+    out["guard_pass_rate"] = site_counts.pass_rate(passed, fell)
+    out["guard_fallback_why"] = [[why, n] for why, n in whys]  # the most frequent first
+    out["site_time_s"] = sum(site_counts.seconds(s) for s in sites) if sites else None
     counted = [s for s in sites if "samples" in s]  # records written before sample counts have none
-    out["site_samples"] = sum(int(s.get("samples") or 0) for s in counted) if counted else None
+    out["site_samples"] = sum(site_counts.count(s.get("samples")) for s in counted) if counted else None
     grad = first_series(series, GRAD_NORM_NAMES + ((LEGACY_GRAD_NORM,) if is_legacy(series, record) else ()))
     out["grad_norm_last"] = grad[1][-1].value if grad else None
     out["grad_norm_metric"] = grad[0] if grad else None

@@ -41,7 +41,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from scalebox_cst import tmpnames
-from scalebox_cst.runtime import metrics
+from scalebox_cst.runtime import guard_reasons, metrics
 
 HZ = float(os.environ.get("SCALEBOX_TELEMETRY_HZ", "25") or 25)
 ENTRY, BOOL, OPTIONAL = "entry", "bool", "optional"
@@ -77,7 +77,8 @@ Key = Tuple[str, int]
 
 
 class _Site:
-    __slots__ = ("entered", "passed", "refused", "transform", "time_s", "samples", "span")
+    __slots__ = ("entered", "passed", "refused", "transform", "time_s", "samples", "span", "whys", "short", "uncounted",
+                 "first_call")
 
     def __init__(self, transform: str) -> None:
         self.entered = self.passed = self.refused = 0
@@ -85,10 +86,45 @@ class _Site:
         self.time_s = 0.0
         self.samples = 0
         self.span: Optional[Tuple[int, int]] = None  # lines of the rewritten file, once resolved
+        self.whys: Dict[str, int] = {}  # a deciding helper's reason -> refusals (runtime/guard_reasons.py)
+        self.short = self.uncounted = 0  # entry helpers' answers below 2 steps / not a count of steps
+        self.first_call = -1  # the bytecode offset of the line's first entry call (see _wrap)
 
     @property
     def fallback(self) -> int:
         return self.entered - self.passed if self.entered else self.refused
+
+    def refused_why(self, why: Optional[str]) -> None:
+        why = why or UNSAID
+        if why not in self.whys and len(self.whys) >= MAX_WHYS:
+            why = OTHER_WHYS
+        self.whys[why] = self.whys.get(why, 0) + 1
+
+    def reasons(self) -> List[List[Any]]:
+        """``[[reason, count], ...]``, most frequent first (at most :data:`SHOWN_WHYS`): the
+        deciding helpers' reasons, then for the evaluations the guard's first test sent to the loop
+        before any helper decided, the entry helpers' answers (fewer than 2 steps, not a count)."""
+        counts = dict(self.whys)
+        left = self.fallback - sum(counts.values())
+        for why, n in ((FEW_STEPS, self.short), (NOT_A_COUNT, self.uncounted)):
+            n = min(left, n)
+            if n > 0:
+                counts[why] = counts.get(why, 0) + n
+                left -= n
+        if left > 0:
+            counts[UNSAID] = counts.get(UNSAID, 0) + left
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return [[why, n] for why, n in ranked[:SHOWN_WHYS]]
+
+
+#: reasons per site: distinct ones kept, and listed in sites.json
+MAX_WHYS, SHOWN_WHYS = 8, 3
+FEW_STEPS = "fewer than 2 steps"
+NOT_A_COUNT = "the loop's range is not a count of steps the guard can read"
+UNSAID = "no reason recorded"
+OTHER_WHYS = "other reasons"
+#: deciding helpers whose None only hands over to the next helper on the line (not a fallback)
+_TIERS = frozenset({"fused_linear"})
 
 
 _OWNER = os.getpid()
@@ -107,18 +143,31 @@ def _site(key: Key, transform: str) -> _Site:
     return site
 
 
-def _wrap(fn, kind: str, transform: str):
+def _wrap(fn, kind: str, transform: str, tier: bool = False):
     if kind == ENTRY:
 
         @functools.wraps(fn)
         def entry(*args, **kwargs):
+            result = fn(*args, **kwargs)
             f = sys._getframe(1)
             code = f.f_code
             if not code.co_filename.startswith(_RUNTIME_DIR):
                 key = (code.co_filename, f.f_lineno)
                 site = _sites.get(key) or _site(key, transform)
-                site.entered += 1
-            return fn(*args, **kwargs)
+                # One evaluation of a guard can call two entry helpers (``backward_steps(x) >= 2
+                # and steps(T) == T_2``): only the line's first call counts it (by its bytecode
+                # offset; the first call ever made on a line is its leftmost, ``and`` evaluating
+                # left to right), else such a site counted passes twice and fell back half the time.
+                if site.first_call < 0:
+                    site.first_call = f.f_lasti
+                if f.f_lasti == site.first_call:
+                    site.entered += 1
+                    if type(result) is int and result < 2:
+                        if result < 0:
+                            site.uncounted += 1
+                        else:
+                            site.short += 1
+            return result
 
         wrapper = entry
     else:
@@ -126,6 +175,7 @@ def _wrap(fn, kind: str, transform: str):
 
         @functools.wraps(fn)
         def deciding(*args, **kwargs):
+            guard_reasons.take()  # a reason left by an earlier call is not this one's
             result = fn(*args, **kwargs)
             f = sys._getframe(1)
             code = f.f_code
@@ -136,6 +186,8 @@ def _wrap(fn, kind: str, transform: str):
                     site.passed += 1
                 else:
                     site.refused += 1
+                    if not tier:
+                        site.refused_why(guard_reasons.take())
             return result
 
         wrapper = deciding
@@ -148,7 +200,7 @@ def attach(module: Any) -> None:
     for name, (kind, transform) in GUARDS.get(module.__name__, {}).items():
         fn = getattr(module, name, None)
         if callable(fn) and not getattr(fn, _MARK, False):
-            setattr(module, name, _wrap(fn, kind, transform))
+            setattr(module, name, _wrap(fn, kind, transform, name in _TIERS))
 
 
 # ------------------------------------------------------------------------------- time sampling
@@ -270,6 +322,7 @@ def rows() -> List[Dict[str, Any]]:
             "path": path, "line": user_line, "end_line": end_line, "rewritten_line": line,
             "transform": transform, "vectorized": site.passed, "fallback": site.fallback,
             "time_s": round(site.time_s, 6), "samples": site.samples,
+            "fallback_why": site.reasons() if site.fallback > 0 else [],
         })
     return out
 

@@ -33,7 +33,7 @@ from .conversions import (
     wrapped,
     written_apart,
 )
-from .kinds import backward_steps, length, steps
+from .kinds import backward_steps, length, no_steps, steps
 from .loss import LOSS_MIN_SAMPLES, LossBatch, loss_range, loss_zip
 from .quadratic import QUAD_MIN_STEPS, int_of, quadratic_ok
 from .recurrence_guard import MIN_STEPS, carry_ok, recurrence_ok
@@ -42,6 +42,7 @@ from .resets import reset_linear_recurrence, switch_linear_recurrence
 __all__ = [
     "fused_linear",
     "steps",
+    "no_steps",
     "backward_steps",
     "length",
     "recurrence_ok",

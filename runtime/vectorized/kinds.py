@@ -37,6 +37,15 @@ def steps(T: Any) -> int:
         return -1
 
 
+def no_steps(T: Any) -> bool:
+    """Whether ``for t in range(T)`` runs no step (``steps(T) <= 0``): an unswitched loop's test
+    before its loop-invariant condition, which the loop as written never evaluates then. Not a
+    guard: the run's site counts (runtime/telemetry/sites.py) count ``steps`` as the first call of
+    a recurrence's guard, and counted here it made the unswitch's ``if`` a site of its own that
+    fell back every time."""
+    return steps(T) <= 0
+
+
 def backward_steps(x: Any) -> int:
     """``n`` when ``x`` is a list, tuple or range holding the ints ``n - 1, n - 2, ..., 0`` (what
     ``for t in x`` walks as ``for t in reversed(range(n))`` does), else -1. Never consumes an

@@ -7,6 +7,7 @@ from typing import Any, Sequence, Tuple
 import numpy as np
 import torch
 
+from ..guard_reasons import no
 from ..fused import fused_linear  # noqa: F401  (the one-pass tier of rewritten recurrences)
 from .kinds import _PY_SCALARS, _TENSORS, _ndarray, _tensor
 from .recurrence_guard import _recurrence_ok
@@ -38,21 +39,19 @@ def quadratic_ok(
     overflow where the vectorized floats would not)."""
     try:
         if any(type(c) is int and abs(c) > 1 for c in scalars):
-            return False
+            return no("a Python int coefficient other than -1, 0 or 1 (the loop's powers are exact big ints)")
         devices = _recurrence_ok(T, seqs, masks, consts, scalars, outs, lists, (), False, divides, QUAD_MIN_STEPS)
         if devices is False:
-            return False
+            return False  # (the reason is noted)
         for x, _ in masks:
             if not _zero_one(x):
-                return False
+                return no("a mask the loop reads with int() holds values other than 0 and 1")
         for o in outs:
-            if isinstance(o, torch.Tensor) and not o.is_floating_point():
-                return False
-            if isinstance(o, np.ndarray) and o.dtype.kind != "f":
-                return False
+            if (isinstance(o, torch.Tensor) and not o.is_floating_point()) or (isinstance(o, np.ndarray) and o.dtype.kind != "f"):
+                return no("an output of an integer dtype")
         return True
-    except Exception:
-        return False
+    except Exception as exc:
+        return no(f"checking the inputs raised {type(exc).__name__}")
 
 
 def _zero_one(x: Any) -> bool:

@@ -10,6 +10,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from ..guard_reasons import no
 from ..fused import fused_linear  # noqa: F401  (the one-pass tier of rewritten recurrences)
 from .kinds import (
     _FLOATS_N,
@@ -146,11 +147,13 @@ def recurrence_ok(
         devices = _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides,
                                  deques=deques, front=front, rows=True, aligned=aligned, reads=reads, cells=cells,
                                  allow_grad=True, weak_ok=weak)
-    except Exception:
-        return False
+    except Exception as exc:
+        return no(f"checking the inputs raised {type(exc).__name__}")
     if devices is False:
-        return False
-    return not cpu or all(d.type == "cpu" for d in devices)
+        return False  # (the reason is noted)
+    if cpu and any(d.type != "cpu" for d in devices):
+        return no("tensors off the CPU: this site is exact only on the CPU")
+    return True
 
 
 def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, divides, min_steps=None, deques=(), front=False,
@@ -163,24 +166,26 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     (the policy of :func:`recurrence_ok`); without it nothing may."""
     T = operator.index(T)
     if T < 2 or not seqs:
-        return False
+        return no("fewer than 2 steps")
     kinds = [_mode_of(x) for x, _ in seqs]
     if None in kinds:
-        return False
+        return no("a per-step input is not a tensor, a numpy array or a list of numbers or tensors")
     mode = _main_mode(kinds)
     if mode is None or (not rows and len(set(kinds)) > 1):  # lists of scalars next to arrays: recurrence_ok only
-        return False
-    if mode is None or (mode == "float" and divides) or (mode in ("numpy", "nlist") and not _NUMPY2):
-        return False
+        return no("per-step inputs of mixed kinds (a list next to a tensor or array)")
+    if mode == "float" and divides:
+        return no("lists of Python floats where the loop divides (Python raises on zero, arrays give inf)")
+    if mode in ("numpy", "nlist") and not _NUMPY2:
+        return no("numpy inputs need numpy 2 (its promotion rules)")
     if mode == "nlist" and not rows:
-        return False
+        return no("per-step inputs of mixed kinds (a list next to a tensor or array)")
     minimum = MIN_STEPS if min_steps is None else min_steps
     if T < minimum.get(mode, 2):
-        return False
+        return no(_TOO_FEW.get(mode, "too few steps") % minimum.get(mode, 2))
     if mode == "float" and not front and T < minimum.get("float_appended", 2):
-        return False  # the loop is faster (see MIN_STEPS)
+        return no("lists of Python floats appended to: the loop is faster")  # (see MIN_STEPS)
     if sliced and mode in ("torch",):
-        return False
+        return no("the loop walks a tensor with [::-1], which tensors do not support")
     grad = torch.is_grad_enabled()
     graded: List[Tuple[int, ...]] = []  # row shapes of per-step inputs that require grad
     devices = set()
@@ -193,53 +198,53 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
     masks = False  # bool tensors (``terminated.logical_not()``, skrl's GAE)
     for (x, extra), kind in zip(seqs, kinds):
         if len(x) < T + extra:
-            return False
+            return no("a per-step input is shorter than the loop's steps")
         if _weak(kind, mode):
             if not weak_ok:
-                return False
+                return no("per-step Python numbers where the loop's items must stay Python numbers")
             # exact only where every op on them is float64 (checked below) and nothing divides
             # (Python raises on an int zero where arrays give inf)
             if kind == "float":
                 pyints = [e for e in x if type(e) is not float] if len(set(map(type, x))) > 1 else ()
                 if divides or (pyints and not _small(pyints)):
-                    return False
+                    return no(_WEAK_INTS)
             elif divides or not _small(x) or (kind == "npgen" and x[0].dtype.kind not in "biu"):
-                return False
+                return no(_WEAK_INTS)
             weak = True
             dt, shape = None, ()
         elif kind == "npgen":  # numpy scalars: under NEP 50 they promote as the arrays of their dtype do
             if mode not in ("numpy", "nlist"):
-                return False
+                return no("lists of numpy scalars next to tensors or lists")
             dt, shape = x[0].dtype, ()
         elif mode in ("torch", "numpy"):
             if x.ndim < 1:
-                return False
+                return no("a 0-d array as a per-step input")
             dt, shape = x.dtype, tuple(x.shape[1:])
             if mode == "torch":
                 devices.add(x.device)
                 if grad and x.requires_grad:
                     if not allow_grad or x.device.type not in ("cpu", "cuda"):
-                        return False
+                        return no(_GRAD_DEVICE)
                     graded.append(shape)
             arrays.append(x)
         elif mode == "float":
             if len(set(map(type, x))) > 1 and not _small([e for e in x if type(e) is not float]):
-                return False
+                return no(_WEAK_INTS)
             dt, shape = np.dtype(np.float64), ()
         elif mode == "nlist":
             first = x[0]
             dt, shape = first.dtype, tuple(first.shape)
             if not shape or not _same_rows(x, first):
-                return False
+                return no("a list of numpy rows of different shapes or dtypes, or of 0-d arrays")
             arrays.extend(x)
         else:  # tlist
             first = x[0]
             dt, shape = first.dtype, tuple(first.shape)
             for e in x:
                 if e.dtype != dt or tuple(e.shape) != shape:
-                    return False
+                    return no("a list of tensors of different dtypes or shapes")
                 if grad and e.requires_grad:  # lists of per-step tensors that require grad: declined
-                    return False
+                    return no("a list of per-step tensors that require grad (their gradients would reassociate)")
                 devices.add(e.device)
         if rows and mode in ("numpy", "nlist") and dt is not None and dt.kind in "biu":
             ints = True
@@ -251,59 +256,61 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
             row = shape
         elif shape != row:
             if not aligned:
-                return False
+                return no(_ROWS)
             try:
                 row = tuple(np.broadcast_shapes(row, shape))
             except ValueError:
-                return False
+                return no(_ROWS)
         if dt is None:
             continue
         if dtype is None:
             dtype = dt
         elif dt != dtype:
-            return False
+            return no("per-step inputs of different dtypes")
     if mode == "float":
         dtype = np.dtype(np.float64)
     if mode in ("torch", "tlist") and dtype not in _FLOATS_T:
-        return False
+        return no(f"per-step inputs of dtype {str(dtype).replace('torch.', '')}: only float32 and float64 are vectorized"
+                  if dtype is not None else "no floating per-step input")
     if mode in ("numpy", "nlist", "float") and dtype not in _FLOATS_N:
-        return False
+        return no(f"per-step inputs of dtype {dtype}: only float32 and float64 are vectorized"
+                  if dtype is not None else "no floating per-step input")
     if ints and dtype != np.float64:  # float32 with int8 stays float32, with int32 does not
-        return False
+        return no("integer arrays next to float32 ones (numpy promotes them differently per step)")
     # A bool tensor promotes to the float operand's dtype, 0-d (a step in the loop) or not (the
     # slices), and to the default dtype against a Python float (``gamma * mask[t]``): the same
     # values in both forms only where that default is the float inputs' dtype.
     if masks and dtype != torch.get_default_dtype():
-        return False
+        return no("bool tensors next to floats of a dtype other than torch's default")
     if weak and dtype not in (torch.float64, np.float64):  # a Python int meets a Python float in the loop
-        return False  # (float64) and the float32 arrays in the rewrite: only float64 is both
-    assert row is not None
+        return no("per-step Python numbers next to float32 arrays (the loop rounds them once, the rewrite twice)")
+    assert row is not None  # (float64) and the float32 arrays in the rewrite: only float64 is both
     if any(shape != row for shape in graded):  # a per-step gradient reduced over the broadcast dims
-        return False
+        return no("a per-step input that requires grad broadcasts to a wider row")
     # ---- truth-value inputs
     for x, extra in conds:
         if len(x) < T + extra:
-            return False
+            return no("a per-step input is shorter than the loop's steps")
         if _tensor(x):
             if mode not in ("torch", "tlist") or x.ndim != 1:
-                return False
+                return no(_CONDS)
             devices.add(x.device)
             arrays.append(x)
         elif _ndarray(x):
             if x.ndim != 1 or x.dtype.kind not in "biuf":
-                return False
+                return no(_CONDS)
             arrays.append(x)
         elif type(x) in (list, tuple):
             for e in x:
                 if not (type(e) in _PY_SCALARS or isinstance(e, np.generic)
                         or (type(e) in _TENSORS and e.numel() == 1)):
-                    return False
+                    return no(_CONDS)
         else:
-            return False
+            return no(_CONDS)
     # ---- loop invariants
     for c in consts:
         if not _const_ok(c, mode, dtype, row, devices, grad):
-            return False
+            return False  # (the reason is noted)
         if isinstance(c, (torch.Tensor, np.ndarray)):
             arrays.append(c)
     if mode == "float" and not any(type(c) is float or isinstance(c, np.floating) for c in scalars) \
@@ -311,95 +318,112 @@ def _recurrence_ok(T, seqs, conds, consts, scalars, outs, lists, memo, sliced, d
         # no float coefficient and no list of floats only: the loop's values stay Python ints at
         # the steps whose inputs are (PPO-PyTorch with gamma = 1 and integer rewards), the
         # vectorized ones are floats
-        return False
+        return no("lists of Python ints with no float coefficient: the loop's values stay ints")
     for c in scalars:  # a coefficient constant in time: 0-d, and (torch promotes a 0-d operand
         # differently against a 0-d step value than against the vector) of the common dtype
         if type(c) in _PY_SCALARS:
             continue
         if not _const_ok(c, mode, dtype, (), devices, grad):
-            return False
+            return False  # (the reason is noted)
     # ---- under autograd (an input or output requires grad; consts / scalars that do were refused)
     if grad and allow_grad and (graded or any(isinstance(o, torch.Tensor) and o.requires_grad for o in outs)):
         if len(outs) + len(lists) + len(deques) + len(memo) > 1 or memo or reads or cells:
-            return False
+            return no("under autograd, more than one output, or outputs the loop reads back")
         if any(not isinstance(o, torch.Tensor) or tuple(o.shape[1:]) != row for o in outs):
-            return False
+            return no("under autograd, an output whose rows are not the computed row")
     # ---- outputs written at [t]
     want = _tensor if mode in ("torch", "tlist") else _ndarray
     for i, o in enumerate(outs):
         if not want(o) or o.ndim < 1 or len(o) < T:
-            return False
+            return no("an output is not an array of the inputs' kind with a row per step")
         if not _broadcasts_into(row, tuple(o.shape[1:])):
-            return False
+            return no("an output's rows cannot hold the computed row")
         if isinstance(o, torch.Tensor):
             # written in place: a leaf (or a view of one) that requires grad raises in the loop's
             # first ``out[t] = x`` under grad mode; a non-leaf is written the same way by both
             if o.requires_grad and not (allow_grad and grad and not o.is_leaf and not o._is_view()
                                         and o.device.type in ("cpu", "cuda")):
-                return False
+                return no("an output is a tensor (or a view of one) that requires grad")
             devices.add(o.device)
             if any(isinstance(a, torch.Tensor) and _shares(a, o) for a in arrays):
-                return False
+                return no(_SHARES)
             if any(_shares(p, o) for p in outs[:i]):
-                return False
+                return no(_SHARES)
         else:
             if any(isinstance(a, np.ndarray) and np.may_share_memory(a, o) for a in arrays):
-                return False
+                return no(_SHARES)
             if any(np.may_share_memory(p, o) for p in outs[:i]):
-                return False
+                return no(_SHARES)
     # ---- arrays that carry the recurrence themselves (out[t] = f(out[t + 1])): the loop reads back
     # what it stored, so they must store exactly the computed value (same dtype, same row shape)
     for m in memo:
         if not want(m) or m.ndim < 1 or len(m) < T or m.dtype != dtype or tuple(m.shape[1:]) != row:
-            return False
+            return no("an array the loop reads back differs from the computed rows in kind, dtype or shape")
         if isinstance(m, torch.Tensor):
             if m.requires_grad:
-                return False
+                return no("an array the loop reads back requires grad")
             devices.add(m.device)
             if any(isinstance(a, torch.Tensor) and _shares(a, m) for a in arrays + list(outs)):
-                return False
+                return no(_SHARES)
         elif any(isinstance(a, np.ndarray) and np.may_share_memory(a, m) for a in arrays + list(outs)):
-            return False
+            return no(_SHARES)
     # ---- outputs read back in the step that writes them
     for o, n in reads:
         if not any(o is x for x in outs) and not any(o is m for m in memo):
-            return False
+            return no("the loop reads back an array it does not write")
         if o.ndim - 1 - n != len(row):
-            return False
+            return no("an output the loop reads back has rows of another rank")
     for c in cells:
         if not _array(c) or c.ndim < 2 or int(np.prod(c.shape[1:])) != 1:
-            return False
+            return no("an output read back as one number holds more than one per row")
     # ---- lists appended / inserted into
     inputs = [x for x, _ in seqs] + [x for x, _ in conds]
     for i, lst in enumerate(lists):
         if type(lst) is not list:
-            return False
+            return no("an output appended to is not a list")
         if any(lst is x for x in inputs) or any(lst is p for p in lists[:i]):
-            return False
+            return no("a list the loop appends to is also an input or another output")
     for i, dq in enumerate(deques):
         if type(dq) is not deque:
-            return False
+            return no("an output appended to on the left is not a collections.deque")
         if any(dq is x for x in inputs) or any(dq is p for p in list(lists) + list(deques[:i])):
-            return False
-    return devices if len(devices) <= 1 else False
+            return no("a deque the loop appends to is also an input or another output")
+    return devices if len(devices) <= 1 else no("tensors on more than one device")
 
 
 def _const_ok(c, mode, dtype, row, devices, grad) -> bool:
+    """Whether a loop invariant may meet the per-step rows (a reason is noted where not)."""
     if type(c) in _PY_SCALARS:
         return True
     if mode in ("torch", "tlist"):
         if not _tensor(c) or c.dtype != dtype:
-            return False
+            return no(_CONST)
         if grad and c.requires_grad:  # its gradient sums over every step: declined (see recurrence_ok)
-            return False
+            return no("a loop-invariant tensor requires grad (its gradient would sum over every step)")
         devices.add(c.device)
-        return _broadcasts_into(tuple(c.shape), row)
+        return _broadcasts_into(tuple(c.shape), row) or no(_CONST)
     if mode in ("numpy", "nlist"):
         if not (_ndarray(c) or isinstance(c, np.generic)) or c.dtype != dtype:
-            return False
-        return _broadcasts_into(tuple(np.shape(c)), row)
-    return False  # lists of floats: Python numbers only
+            return no(_CONST)
+        return _broadcasts_into(tuple(np.shape(c)), row) or no(_CONST)
+    return no("an array operand next to lists of Python floats")  # lists of floats: Python numbers only
 
+
+
+#: the reasons said at more than one refusal (runtime/guard_reasons.py)
+_TOO_FEW = {
+    "torch": "fewer than %d steps of tensors: the loop is faster",
+    "tlist": "fewer than %d steps of a list of tensors: the loop is faster",
+    "numpy": "fewer than %d steps of numpy arrays: the loop is faster",
+    "nlist": "fewer than %d steps of a list of numpy rows: the loop is faster",
+    "float": "fewer than %d steps of Python floats: the loop is faster",
+}
+_WEAK_INTS = "per-step Python numbers where the loop divides, or ints beyond +-65536"
+_GRAD_DEVICE = "a per-step tensor requires grad on a device other than CPU or CUDA"
+_ROWS = "per-step inputs with rows of different shapes"
+_CONDS = "a per-step condition that is not a 1-D array or list of numbers of the inputs' kind"
+_CONST = "a loop-invariant operand of another kind, dtype or shape than the per-step rows"
+_SHARES = "an output shares memory with an input or another output"
 
 
 def _fits(shape: Tuple[int, ...], row: Tuple[int, ...]) -> bool:

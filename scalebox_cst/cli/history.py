@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from scalebox_cst import headlines
+from scalebox_cst import headlines, site_counts
 from scalebox_cst.cli._common import _config_changed, _fail, _open_project, _tree_changes, _warn_skipped, cli
 from scalebox_cst.project import Project
 from scalebox_cst.store import StoreError
@@ -98,8 +98,9 @@ def _run_line(entry: dict) -> str:
                      f"{head.get('episodes', 0)} ep)")
     if head.get("sps") is not None:
         facts.append(headlines.shown("sps", head["sps"]))
-    if head.get("guard_pass_rate") is not None:
-        facts.append(f"guards {head['guard_pass_rate'] * 100:.0f}%")
+    guards = site_counts.guards_text(head.get("guard_pass_rate"), head.get("guard_fallback_why"))
+    if guards is not None:
+        facts.append(guards)
     if head.get("site_time_s") is not None:
         # sampled time: with no sample at all the sites were too brief to see, which is not "0 s"
         facts.append(f"sites {head['site_time_s']:.3g}s" if head.get("site_samples") != 0 else "sites below sampling")

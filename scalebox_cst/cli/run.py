@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 import click
 
-from scalebox_cst import headlines, runs
+from scalebox_cst import headlines, runs, site_counts
 from scalebox_cst.intake import shown_name
 from scalebox_cst.cli._common import why_not_snapshotted, _FAST_HELP, _config_changed, _fail, _fast, _load_config, _open_project, _tree_changes, _warn_skipped, cli, say
 from scalebox_cst.store import StoreError
@@ -64,8 +64,9 @@ def _describe_end(record) -> str:
         parts.append(f"return {head['episodic_return_final']:.4g} (best {head['episodic_return_best']:.4g})")
     if head.get("sps") is not None:
         parts.append(headlines.shown("sps", head["sps"]))
-    if head.get("guard_pass_rate") is not None:
-        parts.append(f"guards {head['guard_pass_rate'] * 100:.0f}%")
+    guards = site_counts.guards_text(head.get("guard_pass_rate"), head.get("guard_fallback_why"))
+    if guards is not None:
+        parts.append(guards)
     return ", ".join(parts)
 
 

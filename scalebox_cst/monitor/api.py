@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from scalebox_cst import diffview, fallbacks, headlines, profile, runs
+from scalebox_cst import diffview, fallbacks, headlines, profile, runs, site_counts
 from scalebox_cst.monitor.files import EventsFile, MetricsFile
 from scalebox_cst.monitor.series import Series, json_number
 from scalebox_cst.report import REWRITTEN, RunReport
@@ -38,7 +38,7 @@ MAX_POINTS = 5000
 #: grid points of a seed band (mean, min and max over a branch's seeded runs)
 BAND_POINTS = 400
 #: headline numbers shown per run (keys of runs.headline)
-HEADLINE_KEYS = ("episodic_return_final", "episodic_return_best", "episodes", "metric_return", "sps", "guard_pass_rate", "site_time_s", "grad_norm_last", "grad_norm_metric", "nonfinite", "wall_time")
+HEADLINE_KEYS = ("episodic_return_final", "episodic_return_best", "episodes", "metric_return", "sps", "guard_pass_rate", "guard_fallback_why", "site_time_s", "grad_norm_last", "grad_norm_metric", "nonfinite", "wall_time")
 
 _ROLLBACK = re.compile(r"rollback to (\S+)")
 
@@ -212,11 +212,10 @@ class Monitor:
                 out["grad_norm_metric"] = name
                 break
         out["nonfinite"] = sum(s.nonfinite for s in mf.series.values())
-        sites = runs.read_sites(run.dir)
-        passed = sum(int(s.get("vectorized", 0) or 0) for s in sites)
-        fell = sum(int(s.get("fallback", 0) or 0) for s in sites)
+        passed, fell, whys = site_counts.totals(runs.read_sites(run.dir))
         if passed + fell:
             out["guard_pass_rate"] = passed / (passed + fell)
+            out["guard_fallback_why"] = [[why, n] for why, n in whys]
         return out
 
     def branches(self) -> Dict[str, Any]:
@@ -451,20 +450,22 @@ class Monitor:
             for site in runs.read_sites(run.dir):
                 try:
                     key = (str(site.get("path")), int(site.get("line") or 0), str(site.get("transform")))
-                    vec = int(site.get("vectorized", 0) or 0)
-                    fall = int(site.get("fallback", 0) or 0)
-                    spent = float(site.get("time_s", 0.0) or 0.0)
                 except (TypeError, ValueError):
                     continue
-                entry = merged.setdefault(key, {"path": key[0], "line": key[1], "transform": key[2], "vectorized": 0, "fallback": 0, "time_s": 0.0, "runs": 0})
+                vec, fall = site_counts.counts(site)
+                entry = merged.setdefault(key, {"path": key[0], "line": key[1], "transform": key[2], "vectorized": 0, "fallback": 0,
+                                                "time_s": 0.0, "runs": 0, "whys": {}})
                 entry["vectorized"] += vec
                 entry["fallback"] += fall
-                entry["time_s"] += spent if math.isfinite(spent) else 0.0
+                entry["time_s"] += site_counts.seconds(site)
                 entry["runs"] += 1
+                for why, n in site_counts.reasons(site):
+                    entry["whys"][why] = entry["whys"].get(why, 0) + n
         out = []
         for entry in sorted(merged.values(), key=lambda e: (e["path"], e["line"])):
-            total = entry["vectorized"] + entry["fallback"]
-            entry["pass_rate"] = entry["vectorized"] / total if total else None
+            entry["pass_rate"] = site_counts.pass_rate(entry["vectorized"], entry["fallback"])
+            whys = entry.pop("whys")
+            entry["fallback_why"] = sorted(([w, n] for w, n in whys.items()), key=lambda r: (-r[1], r[0]))[:site_counts.SHOWN]
             out.append(entry)
         return {"branch": branch, "sites": out}
 

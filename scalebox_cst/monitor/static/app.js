@@ -199,7 +199,7 @@ function branchRow(b) {
     el("td", { class: "num", title: live ? "live: the run is still writing" : "" }, fmt(h.episodic_return_final) + (live && h.episodic_return_final !== undefined ? "*" : "")),
     el("td", { class: "num" }, fmt(h.episodic_return_best)),
     el("td", { class: "num" }, fmt(h.sps, 0)),
-    el("td", { class: "num" }, pct(h.guard_pass_rate)),
+    el("td", { class: "num", title: whyText(h.guard_fallback_why) || null }, pct(h.guard_pass_rate)),
   );
 }
 
@@ -435,12 +435,18 @@ async function refreshDiff() {
   renderDiff(data);
 }
 
+// Why a guard sent its site to the code as written: "reason (count); ..." (sites.json's fallback_why).
+function whyText(whys) {
+  return (Array.isArray(whys) ? whys : []).map(([why, n]) => `${why} (${n})`).join("; ");
+}
+
 function measuredText(site, measured) {
   const m = measured.find((s) => s.path === site.path && s.line === site.line && (!s.transform || s.transform === site.transform))
     || measured.find((s) => s.path === site.path && s.line === site.line);
   if (!m) return null;
   const total = m.vectorized + m.fallback;
-  return `  — guard took the rewrite ${pct(m.pass_rate)} of ${total} time(s), ${fmt(m.time_s * 1000, 1)} ms in the site`;
+  const why = m.fallback && whyText(m.fallback_why) ? `; fell back: ${whyText(m.fallback_why)}` : "";
+  return `  — guard took the rewrite ${pct(m.pass_rate)} of ${total} time(s), ${fmt(m.time_s * 1000, 1)} ms in the site${why}`;
 }
 
 function renderDiff(data) {
@@ -485,12 +491,13 @@ function renderDiff(data) {
   if (measured.length) {
     const table = el("table", { class: "sites" }, el("thead", {}, el("tr", {},
       el("th", {}, "site"), el("th", {}, "transform"), el("th", {}, "rewrite taken"), el("th", {}, "fallback"),
-      el("th", {}, "pass rate"), el("th", {}, "time in site"))));
+      el("th", {}, "pass rate"), el("th", {}, "time in site"), el("th", {}, "why it fell back"))));
     const body = el("tbody");
     for (const s of measured) {
       body.append(el("tr", {}, el("td", {}, `${s.path}:${s.line}`), el("td", {}, s.transform),
         el("td", { class: "num" }, s.vectorized), el("td", { class: "num" }, s.fallback),
-        el("td", { class: "num" }, pct(s.pass_rate)), el("td", { class: "num" }, fmt(s.time_s * 1000, 1) + " ms")));
+        el("td", { class: "num" }, pct(s.pass_rate)), el("td", { class: "num" }, fmt(s.time_s * 1000, 1) + " ms"),
+        el("td", { class: "why" }, whyText(s.fallback_why) || "—")));
     }
     table.append(body);
     nodes.push(el("h4", {}, "guards per site (all runs of this branch)"), table);

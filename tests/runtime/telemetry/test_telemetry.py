@@ -420,6 +420,9 @@ def test_guard_counters_and_site_time_of_a_rewritten_gae_loop(tmp_path):
     assert (red["path"], red["line"], red["vectorized"], red["fallback"]) == ("train.py", reduce_for, 4, 1)
     assert (rec["path"], rec["line"]) == ("train.py", gae_for) and rec["rewritten_line"] != gae_for
     assert (rec["vectorized"], rec["fallback"]) == (5, 2 + 6)
+    assert rec["fallback_why"] == [["per-step inputs of dtype float16: only float32 and float64 are vectorized", 6],
+                                   ["fewer than 2 steps", 2]]
+    assert red["fallback_why"] == [["a list of tensors of different dtypes, shapes or devices", 1]]
     assert (tu["path"], tu["line"], tu["vectorized"], tu["fallback"]) == ("train.py", soft_for, 3, 0)
     # sampled time of the site against the time the script measured around its slow calls
     slow = json.loads((project / "timing.json").read_text())["slow_s"]

@@ -509,7 +509,7 @@ def test_diff_hunks_are_the_cli_diffs(proj):
     labelled = {s["transform"] for h in f["hunks"] for s in h["sites"]}
     assert "grad_clip" in labelled
     assert all(s["action"] != "rewritten" for s in f["left_alone"])
-    assert data["sites_measured"] == [{"path": "train.py", "line": 7, "transform": "vectorize.recurrence", "vectorized": 90, "fallback": 10, "time_s": 0.25, "runs": 1, "pass_rate": 0.9}]
+    assert data["sites_measured"] == [{"path": "train.py", "line": 7, "transform": "vectorize.recurrence", "vectorized": 90, "fallback": 10, "time_s": 0.25, "runs": 1, "pass_rate": 0.9, "fallback_why": []}]
     with pytest.raises(ApiError) as err:
         m.diff("run/0099")
     assert err.value.status == 404

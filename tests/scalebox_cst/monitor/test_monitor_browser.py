@@ -146,6 +146,47 @@ def test_page_diff_gives_a_sites_reason_once_across_its_hunks(tmp_path, page):
         srv.server_close()
 
 
+def test_page_says_why_a_site_fell_back(tmp_path, page):
+    """A site's guard pass rate alone ("guards 40%") said nothing a user could change; the diff's
+    site label, the per-site table and the branch row's guard cell name the reasons (as text:
+    a planted reason holding markup stays text)."""
+    root = str(tmp_path / "whys")
+    os.makedirs(root)
+    store = Store.init(root)
+    old = b"for t in reversed(range(T)):\n    acc = r[t] + g * acc\n"
+    source, _ = store.snapshot({"m.py": old}, "snapshot")
+    report = {"branch": None, "commit": None, "source_commit": None, "backend": "cpu", "files": [
+        {"path": "m.py", "status": "rewritten", "error": None, "sites": [
+            {"transform": "vectorize.recurrence", "line": 1, "end_line": 2, "action": "rewritten",
+             "reason": "backward linear recurrence", "exactness": "exact"}]}]}
+    name, _ = store.commit_rewrite(source, {"m.py": b"# rewritten\n" + old}, "rewrite", "", report, "fp")
+    whys = [["per-step inputs of dtype float16: only float32 and float64 are vectorized", 5], ["<b id='x'>planted</b>", 1]]
+    write_run(root, name, points=curve("episodic_return", 10, time.time()),
+              sites=[{"path": "m.py", "line": 1, "end_line": 2, "transform": "vectorize.recurrence",
+                      "vectorized": 4, "fallback": 6, "time_s": 0.01, "fallback_why": whys}],
+              headline={"guard_pass_rate": 0.4, "guard_fallback_why": whys})
+    srv = serve(root)
+    try:
+        page.goto(srv.url)
+        row = page.locator(f"#branches tr.branch[data-branch='{name}']")
+        row.wait_for()
+        assert "per-step inputs of dtype float16" in row.locator("td.num[title]").last.get_attribute("title")
+        row.locator("td.name a").click()
+        page.wait_for_selector("#diff table.sites")
+        label = page.locator("#diff .hunk-label").first.inner_text()
+        assert "guard took the rewrite 40.0% of 10 time(s)" in label and "fell back: per-step inputs of dtype float16" in label
+        cells = page.eval_on_selector_all("#diff table.sites td", "ts => ts.map(t => t.innerText)")
+        assert cells[-1] == ("per-step inputs of dtype float16: only float32 and float64 are vectorized (5); "
+                             "<b id='x'>planted</b> (1)")
+        assert page.locator("#x").count() == 0  # the planted markup stayed text
+        page.locator("#diff-panel").scroll_into_view_if_needed()
+        shot(page, "site_fallback_reasons")
+        assert not page.errors, page.errors
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_page_memory_stays_flat_while_it_polls(tmp_path, page, live_pid):
     """A page left open: many polls with a run writing all along, heap and DOM do not grow."""
     root = make_project(tmp_path)

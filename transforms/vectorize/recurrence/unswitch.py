@@ -150,7 +150,7 @@ def unswitch(ctx: FileContext, node: cst.For, header: Header, reassociate: bool,
         raise Skip(f"unswitched on the loop-invariant `{test}`, no loop is vectorized: when true, "
                    f"{outcomes[0][2]}; otherwise, {outcomes[1][2]}")
     helpers = ctx.runtime_name(HELPERS_QUALNAME, "_sbx")
-    head = f"{helpers}.steps({_code(header.T).strip()}) <= 0 or ({_code(st.test).strip()})"
+    head = f"{helpers}.no_steps({_code(header.T).strip()}) or ({_code(st.test).strip()})"
     new_if = cst.If(
         test=parse_expression(head),
         body=cst.IndentedBlock(body=[outcomes[0][0]]),

@@ -345,7 +345,7 @@ def test_unswitched_site_names_both_versions():
     assert branches["when true"].startswith("backward linear recurrence `ret = ")
     assert "(coefficients regrouped)" in branches["otherwise"]
     assert done[0].exactness == REASSOCIATED
-    assert "if _sbx.steps(len(rews)) <= 0 or (not use_gae):" in out
+    assert "if _sbx.no_steps(len(rews)) or (not use_gae):" in out
 
 
 # DeepRL-style agent: the flag is an attribute, the GAE branch holds the last-step case itself
