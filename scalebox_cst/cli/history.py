@@ -360,7 +360,16 @@ def status(project_dir: Optional[str], as_json: bool) -> None:
             click.echo(f"  {line}")
         if config_changed:
             click.echo("  config/pipeline changed (scalebox.toml, transforms or engine)")
+    for r in running:
+        click.echo(f"running: {r['run']} {r['variant']} {r['script']} (pid {r['pid']}, {_running_for(r['started'])})")
+
+
+def _running_for(started: Any) -> str:
+    """``12s`` since a run's start; a start later than now (a record from a host whose clock is
+    ahead, or a damaged one: ``1e308`` read as ``-1e+308s``) is not turned into a negative age."""
     import time as _time
 
-    for r in running:
-        click.echo(f"running: {r['run']} {r['variant']} {r['script']} (pid {r['pid']}, {(_time.time() - (r['started'] or _time.time())):.0f}s)")
+    now = _time.time()
+    if not isinstance(started, (int, float)) or started > now + 60:
+        return "start time unknown"
+    return f"{max(0.0, now - started):.0f}s"

@@ -1,5 +1,7 @@
 """The CLI end to end, as a user runs it: init, rewrite, run, log, diff, rollback."""
 import json
+import re
+import time
 import os
 import subprocess
 import sys
@@ -429,3 +431,20 @@ def test_status_names_the_files_the_snapshot_leaves_out(project):
     assert "warning: tab\\there.py: file name holds a control character" in proc.stderr
     data = json.loads(scalebox("status", "--json", cwd=root, check=False).stdout)
     assert any(line.startswith("tab\\there.py:") for line in data["skipped"])
+
+
+def test_status_gives_no_negative_age_to_a_run_started_after_now(project):
+    """A running record of another host whose start lies ahead (its clock, or a damaged record:
+    ``started: 1e308``) was listed as running for ``-1e+308s``."""
+    from scalebox_cst import runs
+
+    root = str(project)
+    scalebox("init", ".", cwd=root)
+    for number, started in ((1, 1e308), (2, time.time() - 30)):
+        folder = runs.run_dir(root, "run/0001", number)
+        os.makedirs(folder)
+        runs.write_record(folder, {"branch": "run/0001", "run": number, "status": "running", "pid": 4242,
+                                   "host": "another-host", "started": started, "script": "train.py", "variant": "rewrite"})
+    out = scalebox("status", cwd=root).stdout
+    assert "running: run/0001#1 rewrite train.py (pid 4242, start time unknown)" in out
+    assert re.search(r"running: run/0001#2 rewrite train\.py \(pid 4242, 3\ds\)", out) and "-" not in out.split("running:")[1]
