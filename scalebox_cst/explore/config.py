@@ -117,7 +117,15 @@ def _unique_keys_loader() -> Any:
                     raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice", key_node.start_mark)
             return super().construct_mapping(node, deep=deep)
 
+    # YAML 1.1 (PyYAML) reads `1e-4` (no dot) as a string, the way most people write a learning
+    # rate: `loguniform: [1e-4, 1e-2]` was refused as "got ['1e-4', '1e-2']". Read as YAML 1.2
+    # and every other tool read it: a float.
+    UniqueKeys.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789"))
     return UniqueKeys
+
+
+#: ``1e-4``, ``-3E+2``, ``2_5e3``: an exponent without a dot (YAML 1.2's float)
+_EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$")
 
 
 def _number(value: Any) -> bool:

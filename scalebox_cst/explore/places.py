@@ -7,7 +7,15 @@ kinds are found, each holding a literal (a number, a string, a bool; ``-1e-3`` i
 - ``argparse``: ``add_argument("--gamma", ..., default=literal)`` (name: its dest, ``gamma``);
 - ``field``: a field of a dataclass / tyro / attrs config (``learning_rate: float = 2.5e-4`` in
   CleanRL's ``Args``; ``field(default=literal)`` too), named ``learning_rate`` or ``Args.learning_rate``;
-- ``kwarg``: a numeric keyword argument of a call (``Adam(..., lr=3e-4)``), named ``Adam.lr``.
+- ``kwarg``: a numeric keyword argument of a call (``Adam(..., lr=3e-4)``), named ``Adam.lr``;
+- ``key``: a string key of a dict display bound by an assignment, anywhere (``config = {"lr":
+  3e-4}`` in ``main()``; nested dicts too), named ``config.lr`` (``Agent.config.lr`` for
+  ``self.config = {...}``);
+- ``attribute``: ``self.NAME = literal`` in a class's ``__init__`` (``self.gamma = 0.99``), named
+  ``Agent.gamma``.
+
+The last two are named only by their qualified names: a short ``gamma`` that named the
+``--gamma`` flag must not become ambiguous because an agent also sets ``self.gamma``.
 
 A place is addressed by its name, its qualified name (``Args.learning_rate``, ``--gamma``) or
 ``path:line:name``; :func:`set_values` replaces exactly the literal of each place (same line, so
@@ -23,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-KINDS = ("constant", "argparse", "field", "kwarg")
+KINDS = ("constant", "argparse", "field", "kwarg", "key", "attribute")
 _DATACLASS_DECORATORS = {"dataclass", "define", "frozen", "mutable", "s", "attrs", "dataclasses.dataclass"}
 _SKIP_KWARGS = {"default", "dest", "type", "help", "action", "nargs", "metavar", "required", "choices", "const"}
 
@@ -99,6 +107,7 @@ class _Finder(cst.CSTVisitor):
         self.places: List[Place] = []
         self.depth = 0  # function/class nesting: module constants are at depth 0
         self.classes: List[Tuple[str, bool]] = []  # (name, is a dataclass-like config)
+        self.functions: List[Tuple[str, int]] = []  # (name, depth of its def): the innermost last
 
     def _add(self, name: str, qualified: str, kind: str, node: cst.BaseExpression, value: Any) -> None:
         span = self.get_metadata(PositionProvider, node)
@@ -108,10 +117,44 @@ class _Finder(cst.CSTVisitor):
                                  self.code.code_for_node(node), span.end.column))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.append((node.name.value, self.depth))
         self.depth += 1
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.pop()
         self.depth -= 1
+
+    def _in_init(self) -> bool:
+        """In the body of a class's own ``__init__`` (not a function nested in it)."""
+        return bool(self.functions and self.classes) and self.functions[-1][0] == "__init__" \
+            and self.functions[-1][1] == self.depth - 1 and self.depth >= 2
+
+    def _bound_name(self, target: cst.BaseAssignTargetExpression) -> Optional[str]:
+        """``config`` for ``config = ...``, ``Agent.config`` for ``self.config = ...`` in a method
+        of ``Agent``; None for other targets."""
+        if isinstance(target, cst.Name):
+            return target.value
+        if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self" \
+                and self.classes and self.functions:
+            return f"{self.classes[-1][0]}.{target.attr.value}"
+        return None
+
+    def _dict_keys(self, prefix: str, node: cst.Dict, depth: int = 0) -> None:
+        for element in node.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                continue
+            try:
+                key = ast.literal_eval(element.key.value)
+            except (ValueError, SyntaxError):
+                continue
+            if not isinstance(key, str) or not key.isidentifier():
+                continue
+            if isinstance(element.value, cst.Dict) and depth < 8:
+                self._dict_keys(f"{prefix}.{key}", element.value, depth + 1)
+                continue
+            ok, value = literal_value(element.value)
+            if ok and value is not None:
+                self._add(f"{prefix}.{key}", f"{prefix}.{key}", "key", element.value, value)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         names = {_dotted(d.decorator) for d in node.decorators}
@@ -128,17 +171,32 @@ class _Finder(cst.CSTVisitor):
         return bool(self.classes) and self.classes[-1][1] and self.depth == 1
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if self.depth == 0 and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            ok, value = literal_value(node.value)
-            if ok and value is not None:
-                name = node.targets[0].target.value
-                self._add(name, name, "constant", node.value, value)
+        if len(node.targets) != 1:
+            return
+        target = node.targets[0].target
+        if isinstance(node.value, cst.Dict):
+            bound = self._bound_name(target)
+            if bound is not None:
+                self._dict_keys(bound, node.value)
+            return
+        ok, value = literal_value(node.value)
+        if not ok or value is None:
+            return
+        if self.depth == 0 and isinstance(target, cst.Name):
+            self._add(target.value, target.value, "constant", node.value, value)
+        elif self._in_init() and isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) \
+                and target.value.value == "self":
+            qualified = f"{self.classes[-1][0]}.{target.attr.value}"
+            self._add(qualified, qualified, "attribute", node.value, value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is None or not isinstance(node.target, cst.Name):
             return
         name = node.target.value
         value_node = node.value
+        if isinstance(value_node, cst.Dict):
+            self._dict_keys(name, value_node)
+            return
         if self._in_config_body() and isinstance(value_node, cst.Call) and _dotted(value_node.func) in ("field", "dataclasses.field", "attrs.field", "attr.ib"):
             default = next((a.value for a in value_node.args if a.keyword and a.keyword.value == "default"), None)
             if default is None:

@@ -95,6 +95,61 @@ def test_set_values_changes_exactly_the_literals():
     assert tree.code == out
 
 
+CONFIGS = textwrap.dedent(
+    """\
+    import argparse
+    import json
+
+
+    class Agent:
+        def __init__(self, n, gamma=0.9):
+            self.gamma = 0.99
+            self.eps = 1e-8
+            self.n = n
+            self.name = "ppo"
+            self.cfg = {"tau": 0.005, "net": {"hidden": 64}}
+
+            def later():
+                self.inner = 5
+
+        def act(self):
+            self.steps = 0
+
+
+    def main():
+        hp = {"batch_size": 64, 3: 1, "two words": 2, "ent-coef": 0.1, "lst": [1, 2], "off": None}
+        hp2: dict = {"clip": 0.2}
+        json.dumps({"not_bound": 1})
+        squares = {f"k{i}": i for i in range(3)}
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--gamma", type=float, default=0.98)
+    """
+)
+
+
+def test_dict_keys_and_init_attributes_are_places_by_their_qualified_names():
+    """Hyper-parameters kept in a dict (``hp = {...}`` in ``main()``) or set in an agent's
+    ``__init__`` (``self.gamma = 0.99``) were not places: explore could not tune them."""
+    found = {(p.qualified, p.kind): p for p in find_places("agent.py", CONFIGS.encode())}
+    assert set(found) == {
+        ("Agent.gamma", "attribute"), ("Agent.eps", "attribute"), ("Agent.name", "attribute"),
+        ("Agent.cfg.tau", "key"), ("Agent.cfg.net.hidden", "key"),
+        ("hp.batch_size", "key"), ("hp2.clip", "key"), ("--gamma", "argparse"),
+    }
+    # not places: a parameter's value, an attribute set outside __init__ or in a function nested in
+    # it, keys that are not identifiers, a list, None, a dict not bound by an assignment, a comprehension
+    assert found[("Agent.cfg.net.hidden", "key")].value == 64
+    ps = list(found.values())
+    assert resolve("gamma", ps).kind == "argparse"  # the short name stays the flag's
+    edits = [(resolve("Agent.gamma", ps), 0.95), (resolve("hp.batch_size", ps), 128), (resolve("Agent.cfg.net.hidden", ps), 32),
+             (resolve("Agent.name", ps), "sac")]
+    out = set_values(CONFIGS.encode(), edits).decode()
+    assert len(out.splitlines()) == len(CONFIGS.splitlines())
+    again = {p.qualified: p.value for p in find_places("agent.py", out.encode())}
+    assert (again["Agent.gamma"], again["hp.batch_size"], again["Agent.cfg.net.hidden"], again["Agent.name"]) == (0.95, 128, 32, "sac")
+    assert again["Agent.cfg.tau"] == 0.005 and again["hp2.clip"] == 0.2
+
+
 def test_render_keeps_floats_floats():
     assert render(1.0) == "1.0" and render(1e-5) == "1e-05" and render(3) == "3" and render(True) == "True"
     assert isinstance(eval(render(2.0)), float)
@@ -150,6 +205,17 @@ def test_config_reads_yaml_and_toml(tmp_path):
         LR = {uniform = [0.0, 1.0]}
         """, "s.toml"))
     assert t.study == "s" and t.seeds == [0, 1] and t.params[0].kind == "uniform"
+
+
+def test_yaml_reads_an_exponent_without_a_dot_as_a_number(tmp_path):
+    """PyYAML (YAML 1.1) reads ``1e-4`` as a string: ``loguniform: [1e-4, 1e-2]``, as most people
+    write a learning rate, was refused with "got ['1e-4', '1e-2']"."""
+    c = cfg.load(write(tmp_path, GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "loguniform: [1e-4, 1E+1]")))
+    spec = next(p for p in c.params if p.key == "LR")
+    assert (spec.low, spec.high) == (1e-4, 10.0) and isinstance(spec.low, float)
+    raw = cfg._unique_keys_loader()
+    import yaml
+    assert yaml.load("[1e-4, '1e-4', 1e4x, 12, 2_5e3]", Loader=raw) == [1e-4, "1e-4", "1e4x", 12, 25000.0]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -216,9 +282,10 @@ def test_an_unknown_parameter_names_the_files_looked_at_and_files_key(tmp_path):
 def test_set_values_with_tabs_non_ascii_and_odd_line_ends():
     source = 'NAME = "h\u00e9\u2028llo"\r\nif True:\n\tX = {"\u00e9": 1}; LR = 0.5  # \x0c\r\nGAMMA = (0.9)\n'.encode()
     ps = find_places("t.py", source)
-    assert [p.name for p in ps] == ["NAME", "LR", "GAMMA"]  # module level under an if; X is no literal
-    out = set_values(source, [(resolve("GAMMA", ps), 0.95), (resolve("NAME", ps), "x"), (resolve("LR", ps), 0.25)]).decode()
-    assert out == 'NAME = \'x\'\r\nif True:\n\tX = {"\u00e9": 1}; LR = 0.25  # \x0c\r\nGAMMA = (0.95)\n'
+    assert [p.name for p in ps] == ["NAME", "X.\u00e9", "LR", "GAMMA"]  # module level under an if; X is no literal, its key is
+    out = set_values(source, [(resolve("GAMMA", ps), 0.95), (resolve("NAME", ps), "x"), (resolve("LR", ps), 0.25),
+                              (resolve("X.\u00e9", ps), 2)]).decode()
+    assert out == 'NAME = \'x\'\r\nif True:\n\tX = {"\u00e9": 2}; LR = 0.25  # \x0c\r\nGAMMA = (0.95)\n'
     module = "\n".join(["import torch", "", "opt = torch.optim.Adam(p, lr=3e-4)  # \u00e9", ""])
     ps = find_places("m.py", module.encode())
     assert set_values(module.encode(), [(resolve("Adam.lr", ps), 1e-3)]).decode() == module.replace("3e-4", "0.001")
