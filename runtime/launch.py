@@ -14,8 +14,9 @@ committed script. Fork children inherit the finder and need neither.
 
 The executor passes :data:`ENV_INFO` (branch, run, variant, source commit); with it, tracebacks of
 a rewrite are shown in the user's lines (runtime.loader.Origin). :data:`ENV_SEED` asks the
-launcher to seed ``random``/numpy/torch before the script runs (``scalebox run --seeds`` on a
-script with no ``--seed`` option). The launcher ends its process group when the executor that
+launcher to seed ``random``/numpy/torch and the envs gymnasium/gym would seed from the OS
+(runtime.seeding) before the script runs (``scalebox run --seeds`` on a script with no ``--seed``
+option). The launcher ends its process group when the executor that
 started it dies (even by SIGKILL, even in its start-up: runtime.lifeline), so no run outlives
 ``scalebox run``.
 """
@@ -120,22 +121,13 @@ def _resolve_origins(repo, commit_id: str, blobs, project_dir: str) -> None:
 
 
 def _seed_from_env() -> None:
-    """Seed the global generators a script without a --seed option draws from (ENV_SEED)."""
+    """Seed the generators a script without a --seed option draws from (ENV_SEED): runtime.seeding."""
     raw = os.environ.get(ENV_SEED)
     if raw is None:
         return
-    import random
+    from scalebox_cst.runtime import seeding
 
-    seed = int(raw)
-    random.seed(seed)
-    for name in ("numpy", "torch"):
-        if importlib.util.find_spec(name) is None:
-            continue
-        module = importlib.import_module(name)
-        if name == "numpy":
-            module.random.seed(seed)
-        else:
-            module.manual_seed(seed)
+    seeding.seed_all(int(raw))
 
 
 def main(argv=None) -> None:

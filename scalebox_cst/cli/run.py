@@ -264,7 +264,7 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
             _fail("--seeds and a --seed among the script's arguments: give one of them", 2)
         seed_via = "option" if _takes_seed_option(store.read_file(commit, script_rel)) else "env"
         if seed_via == "env":
-            say(f"scalebox: {script_rel} has no --seed option: seeding random, numpy and torch before it runs")
+            say(f"scalebox: {script_rel} has no --seed option: seeding random, numpy, torch and unseeded gymnasium envs before it runs")
     variant = "original" if original else "rewrite"
     if launcher == "ray":
         explicit = click.get_current_context().get_parameter_source("parallel") != click.core.ParameterSource.DEFAULT
