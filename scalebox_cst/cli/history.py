@@ -92,6 +92,9 @@ def _run_line(entry: dict) -> str:
     if entry.get("args"):
         text += " " + " ".join(entry["args"])
     facts = []
+    code = entry.get("exit_status")
+    if entry.get("status") == "failed" and type(code) is int and code and not entry.get("signal"):
+        facts.append(f"exit {code}")  # the script's own code, as `scalebox run` says it
     if head.get("episodic_return_final") is not None:
         best = head.get("episodic_return_best")
         facts.append(f"return {head['episodic_return_final']:.4g} (best {'?' if best is None else format(best, '.4g')}, "

@@ -55,6 +55,8 @@ def _describe_end(record) -> str:
     parts = [f"{record.id}{' (original)' if record.variant == 'original' else ''} {record.status}"]
     if record.signal:
         parts[0] += f" ({record.signal})"
+    elif record.status == "failed" and record.exit_status:  # the script's own code: 1 for a traceback
+        parts[0] += f" (exit {record.exit_status})"
     parts[0] += f" in {record.wall_time:.1f}s"
     if record.status == "failed" and record.stop_reason:
         parts[0] += f": {record.stop_reason}"

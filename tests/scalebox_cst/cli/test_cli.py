@@ -83,6 +83,19 @@ def test_run_executes_the_committed_rewrite_and_records_it(project):
     assert log.startswith("run/0001") and " ok " in log and "grad_norm=" in log
 
 
+def test_a_failed_run_says_the_scripts_exit_status(project):
+    """``run --seeds 0,1`` of a script that exits 3 exits 1 (some run failed) and said only
+    "failed in 0.3s" per run, and ``scalebox log`` only "failed": the script's own code was lost."""
+    (project / "quits.py").write_text("import sys\nsys.exit(3)\n")
+    scalebox("init", str(project))
+    proc = scalebox("run", "--seeds", "0,1", "quits.py", cwd=project, check=False)
+    assert proc.returncode == 1
+    ends = [ln for ln in proc.stderr.splitlines() if " failed" in ln]
+    assert len(ends) == 2 and all(" failed (exit 3) in " in ln for ln in ends), proc.stderr
+    runs = [ln for ln in scalebox("log", cwd=project).stdout.splitlines() if ln.startswith("  #")]
+    assert len(runs) == 2 and all(ln.endswith("| exit 3") for ln in runs), runs
+
+
 def test_run_of_a_script_the_branch_lacks_is_a_one_line_error_and_makes_no_run(project):
     """A typo in SCRIPT started a run that failed in its launcher, leaving a failed run in the log."""
     scalebox("rewrite", str(project), "--backend", "cpu")
