@@ -277,8 +277,11 @@ class Monitor:
         run_rows = [self._run_json(r) for r in found]
         hotfix_of = hotfix_event or next((r["hotfix_of"] for r in run_rows if r["hotfix_of"]), None)
         newest = max(run_rows, key=lambda r: (r["started"] or 0, r["run"]), default=None)
-        # the headline of the newest run that has numbers (a run that failed at once has none)
-        shown = max((r for r in run_rows if r["headline"]), key=lambda r: (r["started"] or 0, r["run"]), default=newest)
+        # the headline of the newest run that has numbers (a run that failed at once has none), a
+        # rewrite's before any original's: a baseline run last put its numbers in the rewrite's row
+        numbered = [r for r in run_rows if r["headline"]]
+        numbered = [r for r in numbered if r["variant"] != "original"] or numbered
+        shown = max(numbered, key=lambda r: (r["started"] or 0, r["run"]), default=newest)
         return {
             "name": name,
             "kind": kind,

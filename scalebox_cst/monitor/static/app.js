@@ -187,6 +187,8 @@ function branchRow(b) {
     marks.push(el("span", { class: "badge mark-fallback", title: lines.join("\n") }, `CPU fallbacks: ${fell.reduce((n, f) => n + f.count, 0)}`));
   }
   const h = b.headline || {};
+  if ((b.runs.find((r) => r.id === b.headline_run) || {}).variant === "original")
+    marks.push(el("span", { class: "badge mark-original", title: "no rewrite run has numbers yet: the numbers shown are the original's (scalebox run --original)" }, "original's numbers"));
   const status = b.status.replace(" ", "-");
   const live = b.runs.some((r) => r.headline_live && r.id === b.headline_run);
   return el("tr", { class: "branch" + (state.diffBranch === b.name ? " selected-diff" : ""), "data-branch": b.name },

@@ -1,0 +1,39 @@
+"""The monitor's branch row shows the rewrite's numbers, not a baseline run made after it.
+
+``scalebox run --seeds 0`` then ``scalebox run --original --seeds 0`` on one branch: the row's
+final return and steps/s were the original's (the newest run with numbers), unmarked, in the
+row that stands for the rewrite.
+"""
+import time
+
+from scalebox_cst import runs
+from scalebox_cst.monitor.api import Monitor
+from scalebox_cst.project import Project
+
+
+def _run(root, branch, variant, started, final, sps):
+    number, folder = runs.allocate_run(root, branch)
+    runs.write_record(folder, {
+        "branch": branch, "run": number, "commit": "0" * 40, "source_commit": None, "variant": variant,
+        "script": "train.py", "args": [], "seed": 0, "pid": None, "pgid": None, "host": None,
+        "started": started, "ended": started + 10, "wall_time": 10.0, "exit_status": 0, "status": "ok",
+        "signal": None, "hotfix_of": None, "launcher": "local", "nproc": 1,
+        "headline": {"episodic_return_final": final, "sps": sps}, "error_tail": [],
+    })
+
+
+def test_branch_headline_is_the_newest_rewrite_runs_else_the_originals(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text("print('hi')\n")
+    project, _ = Project.init(str(root))
+    first = project.commit_change(force=True).report.branch
+    (root / "train.py").write_text("print('hi again')\n")
+    second = project.commit_change(force=True).report.branch
+    now = time.time()
+    _run(str(root), first, "rewrite", now - 100, 2.0, 900.0)
+    _run(str(root), first, "original", now - 50, 1.0, 600.0)  # the baseline, run after
+    _run(str(root), second, "original", now - 40, 5.0, 700.0)  # no rewrite run yet
+    by = {b["name"]: b for b in Monitor(str(root)).branches()["branches"]}
+    assert by[first]["headline_run"] == f"{first}#1" and by[first]["headline"]["sps"] == 900.0
+    assert by[second]["headline_run"] == f"{second}#1" and by[second]["headline"]["episodic_return_final"] == 5.0
