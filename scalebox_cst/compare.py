@@ -10,7 +10,9 @@ run on either side there is no noise estimate at all, and the verdict says so.
 Speed: steps/s and wall time measure the machine as well as the code. Where a run shared the
 machine (other runs of the project at the same time, or a host more loaded than it has CPUs:
 scalebox_cst.contention), their difference gets no better/worse and says so, and the CPU time of
-the runs (children included), which other load hardly changes, is compared beside them.
+the runs (children included), which other load hardly changes, is compared beside them; unless
+those runs had several torch intra-op threads: those spin while a sibling waits for a core, so
+then CPU time gets no better/worse either.
 """
 from __future__ import annotations
 
@@ -193,6 +195,10 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
             continue
         base = values_by_group[0]
         shared = [sum(1 for _, h, _ in per_run if h["shared_machine"]) for _, _, _, per_run in loaded]
+        # CPU time holds under other load only with one intra-op thread: OpenMP's threads spin at
+        # each parallel region's barrier while a sibling waits for a core (identical seeded runs
+        # of a DQN took 9.5 s and 15.7 s of CPU on a host loaded 5 to 6 on 2 CPUs)
+        spun = [sum(1 for _, h, _ in per_run if h["shared_machine"] and _threads(h) > 1) for _, _, _, per_run in loaded]
         blind = [out["groups"][i]["label"] for i in range(len(loaded)) if out["groups"][i]["seed_blind"]]
         for i, (row, values) in enumerate(zip(rows[1:], values_by_group[1:]), 1):
             row["vs_first"] = verdict(base, values, better)
@@ -205,10 +211,23 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                 row["vs_first"]["shared_machine"] = True
                 row["vs_first"]["text"] += (f"; not a speed measurement: {shared[0] + shared[i]} of "
                                             f"{len(loaded[0][3]) + len(loaded[i][3])} runs shared the machine (see CPU time)")
+            if metric == "cpu_time_s" and (spun[0] or spun[i]) and row["vs_first"]["delta"] is not None:
+                row["vs_first"].update(verdict(base, values, None))
+                row["vs_first"]["shared_machine"] = True
+                row["vs_first"]["text"] += (f"; not a speed measurement either: {spun[0] + spun[i]} of "
+                                            f"{len(loaded[0][3]) + len(loaded[i][3])} runs shared the machine with "
+                                            "several torch threads, whose waits for a core count as CPU time "
+                                            "(OMP_NUM_THREADS=1, or an idle machine, for a CPU-time comparison)")
         out["metrics"].append({"metric": metric, "title": title, "higher_is_better": better, "groups": rows})
     out["profile"] = profile.compare_shares([(label, ok) for label, ok, _, _ in loaded])
     out["fallbacks"] = fallbacks.per_group([(label, ok) for label, ok, _, _ in loaded])
     return out
+
+
+def _threads(head: Dict[str, Any]) -> int:
+    """torch's intra-op threads in a run (telemetry's at exit), 1 where it did not say."""
+    value = (head.get("last") or {}).get(runs.ENGINE + "intra_op_threads")
+    return int(value) if isinstance(value, (int, float)) and math.isfinite(value) else 1
 
 
 def _fmt(value: Optional[float]) -> str:

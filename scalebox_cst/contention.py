@@ -9,7 +9,9 @@ showed no difference. So each run records what it competed with, and ``compare``
   1-minute load average where there is no /proc) → record.json ``load``: ``{"runnable_mean",
   "loadavg_1m_mean", "cpus", "samples"}``;
 - telemetry's ``scalebox/cpu_time_s``: CPU time of the run's process and its reaped children
-  (user + system), which other work on the machine hardly changes (the headline's ``cpu_time_s``);
+  (user + system), which other work on the machine hardly changes (the headline's ``cpu_time_s``)
+  where torch runs one intra-op thread (with more, they spin while a sibling waits for a core:
+  compare then gives CPU time no better/worse either);
 - :func:`shared_machine`: why a run's wall time is not a speed measurement: other scalebox runs of
   the project overlapping it on the same host, or on average more runnable tasks on the host (the
   run's own included) than CPUs, by :data:`TOLERANCE` (a run that alone wants more cores than

@@ -18,7 +18,8 @@ One daemon thread (``scalebox-telemetry``) samples the main thread's stack at :d
 (for site time, and for the profile), and every :data:`EVERY` seconds records ``SPS``, ``optimizer_steps_per_s``,
 ``wall_time``, ``telemetry_cpu_s`` (the CPU time this thread has used: its own cost),
 ``cpu_time_s`` (the process's and its reaped children's CPU time: speed where the machine is
-shared, see scalebox_cst.contention; the last point, at exit, is the run's) and the
+shared, see scalebox_cst.contention; the last point, at exit, is the run's), ``intra_op_threads``
+(torch's at exit, where the script imported torch: above 1, CPU time counts waits for a core too) and the
 :mod:`.system` points, then flushes the metrics (values cross from the device there, off the
 training thread). The training thread pays for the patched calls only:
 a few dict look-ups and increments per env step, guard call and backward, no device sync.
@@ -105,6 +106,7 @@ class _Telemetry(threading.Thread):
         self.opt_steps = training.optimizer_steps
         self.lock = threading.Lock()
         self.cpu_s = 0.0  # CPU time this thread has used (its own cost, recorded as telemetry_cpu_s)
+        self.intra_op: Optional[int] = None  # torch.get_num_threads() at exit (finish)
         self.profiler = profile.Profiler() if profile.enabled() else None
         self.main = threading.main_thread().ident
         self.profile_due = time.perf_counter() + profile.EVERY
@@ -147,6 +149,8 @@ class _Telemetry(threading.Thread):
             metrics.record(metrics.engine("wall_time"), time.time() - self.started)
             metrics.record(metrics.engine("telemetry_cpu_s"), self.cpu_s)
             metrics.record(metrics.engine("cpu_time_s"), system.cpu_time_s())
+            if final and self.intra_op is not None:
+                metrics.record(metrics.engine("intra_op_threads"), self.intra_op)
             for name, value in self.system.sample().items():
                 metrics.record(metrics.engine(name), value)
             metrics.flush()
@@ -157,6 +161,14 @@ class _Telemetry(threading.Thread):
     def finish(self) -> None:
         """At exit: stop sampling, a last report and flush (sites.json included)."""
         self.stopped.set()
+        # torch's intra-op threads, read here on the main thread (at exit): OpenMP keeps the
+        # count per thread, so the sampler thread's would not follow the script's set_num_threads
+        torch = sys.modules.get("torch") if threading.current_thread() is threading.main_thread() else None
+        if torch is not None and callable(getattr(torch, "get_num_threads", None)):
+            try:
+                self.intra_op = int(torch.get_num_threads())
+            except Exception:  # a torch half torn down at exit: no count
+                self.intra_op = None
         if self.is_alive():
             self.join(timeout=1.0)
         training.flush_clips()

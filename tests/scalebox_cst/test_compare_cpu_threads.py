@@ -1,0 +1,59 @@
+"""CPU time is no speed measurement either where runs with several torch threads shared the machine.
+
+On a host loaded 5 to 12 on 2 CPUs, seeded runs of quantumiracle's dqn.py doing identical work
+(same returns, original and exact rewrite) took 9.5 s and 15.7 s, 26.6 s and 15.9 s of CPU:
+OpenMP's intra-op threads spin at each barrier while a sibling waits for a core, so compare's
+"CPU time ... higher (worse)" (PPO-for-Beginners: +25%, [+0.5, +4.9]) judged the machine.
+"""
+import json
+import os
+
+from conftest import scalebox
+from scalebox_cst import compare as stats
+from scalebox_cst import runs
+
+
+def _line(name, step, value):
+    return json.dumps({"name": name, "step": step, "value": value, "time": 1.0}) + "\n"
+
+
+def _fake_run(root, branch, started, cpu, threads, load, variant="rewrite"):
+    number, folder = runs.allocate_run(str(root), branch)
+    runs.write_record(folder, {"branch": branch, "run": number, "status": "ok", "variant": variant, "started": started,
+                               "ended": started + 10.0, "wall_time": 10.0, "host": None,
+                               "load": {"runnable_mean": load, "cpus": 2}})
+    with open(os.path.join(folder, runs.METRICS), "w") as fh:
+        fh.write(_line("scalebox/cpu_time_s", 2, cpu))
+        if threads is not None:
+            fh.write(_line("scalebox/intra_op_threads", 2, threads))
+    return runs.RunInfo(branch, number, folder, runs.load_record(folder))
+
+
+def _cpu_verdict(tmp_path, branch, threads, load):
+    at = 10_000.0 * int(branch[-4:])  # one run at a time in the project: no overlap
+    a = [_fake_run(tmp_path, branch, at + 100 * i, 10.0 + 0.1 * i, threads, load, variant="original") for i in range(3)]
+    b = [_fake_run(tmp_path, branch, at + 1000 + 100 * i, 14.0 + 0.1 * i, threads, load) for i in range(3)]
+    result = stats.compare([("original", a), (branch, b)])
+    (cpu,) = [m for m in result["metrics"] if m["metric"] == "cpu_time_s"]
+    return cpu["groups"][1]["vs_first"]
+
+
+def test_cpu_time_of_multithreaded_runs_on_a_loaded_host_gets_no_better_or_worse(tmp_path):
+    diff = _cpu_verdict(tmp_path, "run/0001", 2, 6.0)
+    assert "(worse)" not in diff["text"] and diff["shared_machine"]
+    assert "not a speed measurement either: 6 of 6 runs shared the machine with several torch threads" in diff["text"]
+    assert "OMP_NUM_THREADS=1" in diff["text"]
+    # one intra-op thread (or runs that did not say: older records), or a quiet host: the verdict stands
+    for branch, threads, load in (("run/0002", 1, 6.0), ("run/0003", None, 6.0), ("run/0004", 2, 0.5)):
+        assert _cpu_verdict(tmp_path, branch, threads, load)["text"] == "higher (worse)", branch
+
+
+def test_a_run_records_the_intra_op_threads_its_script_set(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "t.py").write_text("import torch\n\ntorch.set_num_threads(3)\nprint(float(torch.ones(4).sum()))\n")
+    (root / "scalebox.toml").write_text('backend = "cpu"\ntransforms = ["grad_clip"]\n')
+    scalebox("init", str(root))
+    scalebox("run", "t.py", cwd=root)  # OMP_NUM_THREADS=1 in the environment: the script's 3 is read
+    (run,) = runs.list_runs(str(root))
+    assert runs.read_series(run.dir)["scalebox/intra_op_threads"][-1].value == 3
