@@ -55,6 +55,8 @@ def run_value(head: Dict[str, Any], series: Dict[str, Sequence[runs.Point]], met
     exact name comes before a headline of the same name (``--metric episodic_return`` where the
     script prints ``episodic_return=``, ``--metric sps`` where it prints ``sps=``)."""
     key = None if own and metric in series else _HEADLINE.get(metric)
+    if key == "site_time_s" and head.get("site_samples") == 0:
+        return None  # the sites ran too briefly for the sampler to see: not a measured 0 s
     if key is not None:
         value = head.get(key)
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
@@ -190,8 +192,9 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
         for label, _, _, per_run in loaded:
             values = [v for v in (run_value(h, s, metric, own.get(metric, False)) for _, h, s in per_run) if v is not None]
             values_by_group.append(values)
-            rows.append({"label": label, "values": values, **describe(values)})
-        if not any(values_by_group):
+            unseen = sum(1 for _, h, _ in per_run if h.get("site_samples") == 0) if metric == "site_time_s" else 0
+            rows.append({"label": label, "values": values, "below_sampling": unseen, **describe(values)})
+        if not any(values_by_group) and not any(row["below_sampling"] for row in rows):
             continue
         base = values_by_group[0]
         shared = [sum(1 for _, h, _ in per_run if h["shared_machine"]) for _, _, _, per_run in loaded]
@@ -267,13 +270,14 @@ def render(result: Dict[str, Any]) -> str:
         lines.append(m["title"])
         for row in m["groups"]:
             text = f"  {row['label']:<{width}}  "
+            unseen = row.get("below_sampling")
             if row["n"] == 0:
-                lines.append(text + "-")
+                lines.append(text + (f"below sampling in {unseen} run(s): the sites ran too briefly to be seen" if unseen else "-"))
                 continue
             text += _fmt(row["mean"])
             if row["ci"]:
                 text += f"  [{_fmt(row['ci'][0])}, {_fmt(row['ci'][1])}]"
-            text += f"  (n={row['n']})"
+            text += f"  (n={row['n']}{f'; {unseen} below sampling' if unseen else ''})"
             diff = row.get("vs_first")
             if diff and diff["delta"] is not None:
                 rel = f" ({diff['relative'] * 100:+.1f}%)" if diff["relative"] is not None else ""

@@ -1,4 +1,5 @@
-"""CPU time is no speed measurement either where runs with several torch threads shared the machine.
+"""What compare's time numbers rest on: CPU time is no speed measurement either where runs with
+several torch threads shared the machine, and sites too brief to be sampled are no measured 0 s.
 
 On a host loaded 5 to 12 on 2 CPUs, seeded runs of quantumiracle's dqn.py doing identical work
 (same returns, original and exact rewrite) took 9.5 s and 15.7 s, 26.6 s and 15.9 s of CPU:
@@ -57,3 +58,19 @@ def test_a_run_records_the_intra_op_threads_its_script_set(tmp_path):
     scalebox("run", "t.py", cwd=root)  # OMP_NUM_THREADS=1 in the environment: the script's 3 is read
     (run,) = runs.list_runs(str(root))
     assert runs.read_series(run.dir)["scalebox/intra_op_threads"][-1].value == 3
+
+
+def test_sites_below_sampling_are_not_compared_as_zero_seconds(tmp_path):
+    """``make demo``'s compare printed "time in rewritten sites (s) ... 0 [0, 0] (n=2)" where
+    ``scalebox log`` said "sites below sampling": sites too brief for the sampler are no measured 0 s."""
+    group = []
+    for i, samples in enumerate((0, 0, 3)):
+        run = _fake_run(tmp_path, "run/0001", 1000.0 + 100 * i, 9.0, 1, 0.5)
+        with open(os.path.join(run.dir, runs.SITES), "w") as fh:
+            json.dump({"sites": [{"path": "t.py", "line": 3, "transform": "grad_clip", "vectorized": 10, "fallback": 0,
+                                  "time_s": 0.5 if samples else 0.0, "samples": samples}]}, fh)
+        group.append(run)
+    text = stats.render(stats.compare([("a", group[:2]), ("b", group)]))
+    block = text.split("time in rewritten sites (s)\n")[1].split("\n\n")[0].splitlines()
+    assert block[0].split() == ["a", "below", "sampling", "in", "2", "run(s):", "the", "sites", "ran", "too", "briefly", "to", "be", "seen"]
+    assert block[1].startswith("  b ") and "0.5  (n=1; 2 below sampling)" in block[1] and " 0 [" not in text
