@@ -221,16 +221,37 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                                             f"{len(loaded[0][3]) + len(loaded[i][3])} runs shared the machine with "
                                             "several torch threads, whose waits for a core count as CPU time "
                                             "(OMP_NUM_THREADS=1, or an idle machine, for a CPU-time comparison)")
+            counts = (_thread_counts(loaded[0][3]), _thread_counts(loaded[i][3]))
+            if (metric in WALL_CLOCK or metric == "cpu_time_s") and all(counts) and counts[0] != counts[1] \
+                    and row["vs_first"]["delta"] is not None:
+                row["vs_first"].update(verdict(base, values, None))  # the settings differ, not only the code
+                row["vs_first"]["threads_differ"] = True
+                row["vs_first"]["text"] += (f"; the runs had other torch thread counts ({loaded[0][0]}: "
+                                            f"{_listed(counts[0])}; {loaded[i][0]}: {_listed(counts[1])}): "
+                                            "this compares those settings too (OMP_NUM_THREADS)")
         out["metrics"].append({"metric": metric, "title": title, "higher_is_better": better, "groups": rows})
     out["profile"] = profile.compare_shares([(label, ok) for label, ok, _, _ in loaded])
     out["fallbacks"] = fallbacks.per_group([(label, ok) for label, ok, _, _ in loaded])
     return out
 
 
-def _threads(head: Dict[str, Any]) -> int:
-    """torch's intra-op threads in a run (telemetry's at exit), 1 where it did not say."""
+def _known_threads(head: Dict[str, Any]) -> Optional[int]:
+    """torch's intra-op threads in a run (telemetry's at exit), None where it did not say."""
     value = (head.get("last") or {}).get(runs.ENGINE + "intra_op_threads")
-    return int(value) if isinstance(value, (int, float)) and math.isfinite(value) else 1
+    return int(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _threads(head: Dict[str, Any]) -> int:
+    return _known_threads(head) or 1
+
+
+def _thread_counts(per_run: Sequence[Any]) -> frozenset:
+    """The thread counts a group's runs said they had (older records say none)."""
+    return frozenset(n for n in (_known_threads(h) for _, h, _ in per_run) if n is not None)
+
+
+def _listed(counts: frozenset) -> str:
+    return ", ".join(str(n) for n in sorted(counts))
 
 
 def _fmt(value: Optional[float]) -> str:

@@ -74,3 +74,17 @@ def test_sites_below_sampling_are_not_compared_as_zero_seconds(tmp_path):
     block = text.split("time in rewritten sites (s)\n")[1].split("\n\n")[0].splitlines()
     assert block[0].split() == ["a", "below", "sampling", "in", "2", "run(s):", "the", "sites", "ran", "too", "briefly", "to", "be", "seen"]
     assert block[1].startswith("  b ") and "0.5  (n=1; 2 below sampling)" in block[1] and " 0 [" not in text
+
+
+def test_groups_run_with_other_thread_counts_get_no_speed_verdict(tmp_path):
+    """Originals run with torch's 2 threads, the rewrite with OMP_NUM_THREADS=1, on a quiet host:
+    compare called the rewrite's CPU time -56% "lower (better)"; that compared the settings."""
+    a = [_fake_run(tmp_path, "run/0001", 1000.0 + 100 * i, 8.0 + 0.1 * i, 2, 0.5, variant="original") for i in range(3)]
+    b = [_fake_run(tmp_path, "run/0001", 2000.0 + 100 * i, 3.5 + 0.1 * i, 1, 0.5) for i in range(3)]
+    (cpu,) = [m for m in stats.compare([("original", a), ("run/0001", b)])["metrics"] if m["metric"] == "cpu_time_s"]
+    diff = cpu["groups"][1]["vs_first"]
+    assert "(better)" not in diff["text"] and diff["threads_differ"]
+    assert "the runs had other torch thread counts (original: 2; run/0001: 1)" in diff["text"]
+    c = [_fake_run(tmp_path, "run/0002", 5000.0 + 100 * i, 3.5 + 0.1 * i, 2, 0.5) for i in range(3)]
+    (cpu,) = [m for m in stats.compare([("original", a), ("c", c)])["metrics"] if m["metric"] == "cpu_time_s"]
+    assert cpu["groups"][1]["vs_first"]["text"] == "lower (better)"  # same settings: the verdict stands
