@@ -62,7 +62,7 @@ ENGINE_PURE = frozenset({
     "scalebox_cst.runtime.vectorized.loss_zip", "scalebox_cst.runtime.vectorized.quadratic_ok",
     "scalebox_cst.runtime.vectorized.recurrence_ok", "scalebox_cst.runtime.vectorized.reset_linear_recurrence",
     "scalebox_cst.runtime.vectorized.restore", "scalebox_cst.runtime.vectorized.seq_of",
-    "scalebox_cst.runtime.vectorized.seqs_of", "scalebox_cst.runtime.vectorized.steps",
+    "scalebox_cst.runtime.vectorized.seqs_of", "scalebox_cst.runtime.vectorized.steps", "scalebox_cst.runtime.vectorized.no_steps",
     "scalebox_cst.runtime.vectorized.switch_linear_recurrence", "scalebox_cst.runtime.vectorized.to_rank",
     "scalebox_cst.runtime.vectorized.truth_of",
 })
