@@ -138,4 +138,80 @@ EXAMPLES = [
         reason="not provably positive",
         note="scale name rebound (exp(x) - 1 may be 0 or negative)",
     ),
+    Example(
+        code=(
+            "import torch\n"
+            "from torch.distributions import MultivariateNormal\n"
+            "class Policy:\n"
+            "    def __init__(self, dtype):\n"
+            "        self.cov_var = torch.full(size=(3,), fill_value=0.5, dtype=dtype)\n"
+            "        self.cov_mat = torch.diag(self.cov_var)\n"
+            "    def evaluate(self, mean):\n"
+            "        dist = MultivariateNormal(mean, self.cov_mat)\n"
+            "        return dist.log_prob(mean * 0.9), dist.entropy()\n"
+            "def f(x, a):\n"
+            "    return Policy(x.dtype).evaluate(x)\n"
+        ),
+        rewritten=True,
+        note="PPO-for-Beginners: self.cov_mat = torch.diag(...) set once in __init__",
+        expected="mvn_init_diagonal",
+        inputs=_XA,
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "from torch.distributions import MultivariateNormal\n"
+            "def f(x, a):\n"
+            "    var = torch.full((3,), 0.36, dtype=x.dtype)\n"
+            "    cov_mat = torch.diag(var).unsqueeze(dim=0)\n"
+            "    one = MultivariateNormal(x[:1], cov_mat)\n"
+            "    batch = MultivariateNormal(loc=x, covariance_matrix=torch.diag_embed(var.expand_as(x)).to(x.device))\n"
+            "    tril = MultivariateNormal(x, scale_tril=torch.diag(torch.exp(x[0])))\n"
+            "    return one.log_prob(x), batch.log_prob(x * 2), tril.log_prob(x), batch.entropy()\n"
+        ),
+        rewritten=True,
+        note="PPO-PyTorch (nikhilbarhate99): a local diag, unsqueeze(0), diag_embed(...).to(device); scale_tril of exp",
+        expected="mvn_local_diagonal",
+        inputs=_XA,
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "from torch.distributions import MultivariateNormal\n"
+            "def f(x, v):\n"
+            "    cov = torch.diag(v)\n"
+            "    cov[0, 1] = 0.3\n"
+            "    return MultivariateNormal(x, cov).log_prob(x)\n"
+        ),
+        rewritten=False,
+        reason="not provably a diagonal matrix",
+        note="the diagonal matrix is changed in place after it is made (no longer symmetric)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "from torch.distributions import MultivariateNormal\n"
+            "class Policy:\n"
+            "    def __init__(self):\n"
+            "        self.cov_mat = torch.diag(torch.full((3,), 0.5))\n"
+            "    def set_cov(self, m):\n"
+            "        self.cov_mat = m\n"
+            "    def evaluate(self, mean):\n"
+            "        return MultivariateNormal(mean, self.cov_mat).log_prob(mean)\n"
+        ),
+        rewritten=False,
+        reason="not provably a diagonal matrix",
+        note="self.cov_mat bound again in another method (any matrix)",
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "from torch.distributions import MultivariateNormal\n"
+            "def f(x, s):\n"
+            "    return MultivariateNormal(x, scale_tril=torch.diag(s)).log_prob(x)\n"
+        ),
+        rewritten=False,
+        reason="scale_tril: not provably torch.diag(v) of a positive v",
+        note="a scale_tril whose diagonal may be negative or zero (validation reports it; nothing else would)",
+    ),
 ]

@@ -70,6 +70,26 @@ def test_distribution_rewrite_changes_only_invalid_input():
     assert outcome(new, x, a) is not ValueError
 
 
+def test_multivariate_normal_of_a_diagonal_still_raises_where_it_is_not_positive_definite():
+    """The claim behind rewriting MultivariateNormal(loc, torch.diag(v)): validation's symmetry
+    check cannot fail, and a matrix that is not positive definite still raises, from the Cholesky
+    factorization __init__ makes anyway (LinAlgError, where validation raised ValueError); a NaN
+    loc no longer raises, as the contract says."""
+    src = ("import torch\nfrom torch.distributions import MultivariateNormal\n"
+           "def f(x, v):\n    cov = torch.diag(v)\n    return MultivariateNormal(x, cov).log_prob(x)\n")
+    out, sites = rewrite(src, distributions.ID)
+    assert [s.action for s in sites] == [REWRITTEN] and "validate_args=False" in out
+    orig, new = load(src), load(out)
+    x = torch.randn(4, 3)
+    for v in (torch.tensor([0.5, 0.0, 1.0]), torch.tensor([0.5, -1.0, 1.0])):
+        assert outcome(orig, x, v) is ValueError
+        assert outcome(new, x, v) is torch.linalg.LinAlgError
+    v = torch.tensor([0.5, 2.0, 1.0])
+    assert same(orig(x, v), new(x, v))
+    nan = torch.full((4, 3), float("nan"))
+    assert outcome(orig, nan, v) is ValueError and torch.isnan(new(nan, v)).all()
+
+
 def test_distribution_multiline_call_keeps_trailing_comma():
     src = ("import torch\nfrom torch.distributions import Categorical\n"
            "def f(x, a):\n    d = Categorical(\n        logits=x,\n    )\n    return d.log_prob(a)\n")
