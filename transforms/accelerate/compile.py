@@ -15,8 +15,12 @@ or a recompile storm runs it eager, reported) when it is provably one static gra
 * no host sync in its body (``.item()``, ``.cpu()``, ``.numpy()``, ``.tolist()``, ``print``,
   ``float()``/``int()``/``bool()`` of a value, numpy calls);
 * no data-dependent control flow: every ``if``/``while``/conditional expression/``assert`` tests
-  only ``name is None`` / ``name is not None`` (a Python value dynamo guards on, as CleanRL's
-  ``if action is None``); no ``for``, ``try`` or ``with`` (a ``no_grad`` block included);
+  only values fixed per graph, which dynamo guards on: ``name is None`` on a parameter (CleanRL's
+  ``if action is None``), a flag parameter (a ``True``/``False`` default or a ``bool``
+  annotation: SAC actors' ``if deterministic:``), ``self.training``, comparisons of the input's
+  rank and sizes (``x.dim() == 2``, ``x.shape[0] == 1``), and ``not``/``and``/``or`` of these;
+  no ``for``, ``try`` or ``with`` (a ``no_grad`` block included). An earlier transform's run-time
+  guard (``if not soft_update(...)``) is no branch of the user's: what it keeps is judged;
 * no data-dependent shapes (``nonzero``, ``unique``, ``masked_select``, boolean-mask indexing);
 * it returns a value (a method returning nothing is a stub or works by its effects on state:
   ``reset_parameters``, ``def forward(self): raise NotImplementedError``);
@@ -94,6 +98,68 @@ def _is_none_test(test: ast.expr, params: Set[str]) -> bool:
             and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
 
 
+def _flag_params(fn: ast.FunctionDef) -> Set[str]:
+    """Parameters that are Python flags: a ``True``/``False`` default or a ``bool`` annotation
+    (``deterministic: bool = False``). dynamo guards on a flag's value, one graph per value."""
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    defaults: List[Optional[ast.expr]] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
+    return {a.arg for a, d in pairs
+            if (isinstance(d, ast.Constant) and isinstance(d.value, bool))
+            or (isinstance(a.annotation, ast.Name) and a.annotation.id == "bool")}
+
+
+def _shape_int(node: ast.expr) -> bool:
+    """An int fixed by the input's shape (``x.dim()``, ``x.ndim``, ``x.shape[1]``, ``x.size(0)``,
+    ``len(x.shape)``) or a literal: a graph compiled with ``dynamic=False`` is specialised on it."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int) and not isinstance(node.value, bool)
+    if isinstance(node, ast.Attribute):
+        return node.attr == "ndim"
+    if isinstance(node, ast.Subscript):
+        return (isinstance(node.value, ast.Attribute) and node.value.attr == "shape"
+                and isinstance(node.slice, (ast.Constant, ast.UnaryOp)))
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in ("dim", "ndimension") and not node.args:
+            return True
+        if isinstance(func, ast.Attribute) and func.attr == "size" and len(node.args) == 1:
+            return _shape_int(node.args[0])
+        if isinstance(func, ast.Name) and func.id == "len" and len(node.args) == 1:
+            arg = node.args[0]
+            return isinstance(arg, ast.Attribute) and arg.attr == "shape"
+    return False
+
+
+def _static_test(test: ast.expr, params: Set[str], flags: Set[str], self_name: Optional[str]) -> bool:
+    """A test whose value is fixed for a graph (dynamo guards on it, no graph break): ``x is None``
+    on a parameter, a flag parameter (``if deterministic:``), the module's ``self.training``, a
+    comparison of shape ints (``if x.dim() == 2:``), and ``not``/``and``/``or`` of these."""
+    if _is_none_test(test, params):
+        return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _static_test(test.operand, params, flags, self_name)
+    if isinstance(test, ast.BoolOp):
+        return all(_static_test(v, params, flags, self_name) for v in test.values)
+    if isinstance(test, ast.Name):
+        return test.id in flags
+    if isinstance(test, ast.Attribute):
+        return test.attr == "training" and isinstance(test.value, ast.Name) and test.value.id == self_name
+    if isinstance(test, ast.Compare):
+        return all(_shape_int(x) for x in [test.left, *test.comparators]) \
+            and not all(isinstance(x, ast.Constant) for x in [test.left, *test.comparators])
+    return False
+
+
+def _engine_guard(test: ast.expr, imports) -> bool:
+    """``test`` calls one of the engine's run-time guards (an earlier transform's ``if not
+    soft_update(...)`` / ``if ... recurrence_ok(...)``, the user's statement kept verbatim in its
+    else): not the user's branch, so what it guards is judged instead."""
+    return any(isinstance(n, ast.Call) and (imports.qualify(n.func) or "").startswith("scalebox_cst.")
+               for n in ast.walk(test))
+
+
 _FRESH = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
 
 
@@ -130,6 +196,7 @@ def body_problem(fn: ast.FunctionDef, imports) -> Optional[str]:
     """Why ``fn``'s body may not be one static graph (one breath), or None."""
     params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
     self_name = fn.args.args[0].arg if fn.args.args else None
+    flags = _flag_params(fn) - ({self_name} if self_name else set())
     local = _fresh_locals(fn) - params
     for node in ast.walk(fn):
         if node is fn:
@@ -142,7 +209,10 @@ def body_problem(fn: ast.FunctionDef, imports) -> Optional[str]:
             return "writes a global"
         if isinstance(node, (ast.For, ast.AsyncFor, ast.Try, ast.With, ast.AsyncWith)):
             return f"holds a {type(node).__name__.lower()} statement"
-        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)) and not _is_none_test(node.test, params):
+        if isinstance(node, ast.If) and _engine_guard(node.test, imports):
+            continue
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)) \
+                and not _static_test(node.test, params, flags, self_name):
             return f"branches on a value at line {node.lineno} (data-dependent control flow)"
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -240,7 +310,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "6"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager
+    version = "7"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 

@@ -144,6 +144,59 @@ for step in range(10):
     a = agent.get_action(torch.randn(4))
 """, False, reason="branches on a value", note="data-dependent control flow"),
     Example(_HEAD + """\
+class Actor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(3, 16), nn.ReLU())
+        self.mu = nn.Linear(16, 2)
+        self.log_sigma = nn.Linear(16, 2)
+
+    def forward(self, state, deterministic: bool = False, need_log_prob=False):
+        if state.dim() == 1:
+            state = state.unsqueeze(0)
+        hidden = self.trunk(state)
+        mu, log_sigma = self.mu(hidden), torch.clip(self.log_sigma(hidden), -5, 2)
+        dist = Normal(mu, torch.exp(log_sigma), validate_args=False)
+        action = mu if deterministic else dist.rsample()
+        log_prob = None
+        if need_log_prob and not deterministic:
+            log_prob = dist.log_prob(action).sum(-1)
+        return torch.tanh(action), log_prob
+
+
+def make():
+    return Actor(), [torch.randn(3), torch.randn(3)]
+
+
+def rollout(actor, inputs):
+    out = []
+    for x in inputs:
+        with torch.no_grad():
+            out.append(actor(x, deterministic=True))
+    a, logp = actor(inputs[0], need_log_prob=True)
+    (a.sum() + logp.sum()).backward()
+    return out + [a, logp, [p.grad for p in actor.parameters()]]
+""", True, note="CORL EDAC/SAC-N actor: branches on flag parameters and on the input's rank, fixed per graph",
+            expected="corl_actor_flags"),
+    Example(_HEAD + """\
+class Agent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.actor = nn.Linear(4, 2)
+
+    def get_action(self, x, greedy):
+        logits = self.actor(x)
+        if greedy:
+            logits = logits * 2
+        return logits
+
+
+agent = Agent()
+for step in range(10):
+    a = agent.get_action(torch.randn(4), torch.rand(()) > 0.5)
+""", False, reason="branches on a value at line 13",
+            note="a parameter with no flag default or bool annotation may be a tensor"),
+    Example(_HEAD + """\
 class Agent(nn.Module):
     def __init__(self):
         super().__init__()

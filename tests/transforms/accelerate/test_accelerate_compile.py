@@ -530,3 +530,36 @@ for step in range(3):
         assert one == ["Net.one_layer", "Net.one_op", "Net.views"], [s.describe() for s in sites]
     out, sites = rewrite(code, backend="cuda")
     assert sorted(s.reason.split(" ")[0] for s in sites if s.action == REWRITTEN) == ["Net.layer_then_op", "Net.sequential"]
+
+
+SOFT_UPDATE_METHOD = '''\
+import torch
+import torch.nn as nn
+
+
+class QNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def soft_update(self, net_target, tau):
+        for param_target, param in zip(net_target.parameters(), self.parameters()):
+            param_target.data.copy_(param_target.data * (1.0 - tau) + param.data * tau)
+
+
+q, q_target = QNet(), QNet()
+for step in range(10):
+    q.soft_update(q_target, 0.01)
+'''
+
+
+def test_an_earlier_transforms_guard_is_not_called_the_users_branch():
+    """minimalRL's QNet.soft_update (found by the unseen-code sweep): vectorize.target_update
+    wraps the loop in ``if not soft_update(...)`` before this transform reads the method, and the
+    skip said "branches on a value at line 11 (data-dependent control flow)" of a method holding
+    no branch; the reason now names what the user wrote (the loop, kept as the guard's fallback)."""
+    out, sites = harness.rewrite(SOFT_UPDATE_METHOD, ["vectorize.target_update", ID], "cuda", dedent=False,
+                                 options={"accelerate": {"level": "reassociated"}})
+    assert "_sb_soft_update" in out
+    [site] = [s for s in sites if s.transform == ID]
+    assert "holds a for statement" in site.reason and "branches" not in site.reason, site.reason
