@@ -178,8 +178,10 @@ class _Matcher:
         read = _ref(value, self.names)
         if read is not None and read[0] == src:
             code = cst.Module([]).code_for_node
+            # sheeprl ties its player's weights to its agent's this way on purpose ("Tie weights"):
+            # advice to write a copy would break what the code means, so none is given
             return (f"`{code(stmt.targets[0].target)} = {code(value)}` makes the target share the source's "
-                    f"storage (not a copy): write `{tgt}.data.copy_({code(value)})` for a copy")
+                    "storage (tied weights, no copy): nothing is updated to vectorize")
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
             left, right = self.term(value.left), self.term(value.right)
             if left and right and {left[0], right[0]} == {src, tgt}:
@@ -470,7 +472,7 @@ def _iter_kind(expr: cst.BaseExpression) -> Tuple[str, Optional[cst.BaseExpressi
 
 class VectorizeTargetUpdate(Transform):
     id = ID
-    version = "4"  # 4: `tp.data = a * p.data + b * tp.data` rewritten (replace=True); 3: update-shaped loops over other iterables reported; 2: star imports of known modules resolved
+    version = "5"  # 5: the tied-weights skip gives no advice to copy; 4: `tp.data = a * p.data + b * tp.data` rewritten (replace=True); 3: update-shaped loops over other iterables reported; 2: star imports of known modules resolved
     triggers = ("zip(",)
     description = "per-parameter target-network update loops → one torch._foreach_* update (guarded)"
 

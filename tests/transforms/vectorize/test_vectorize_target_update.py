@@ -884,6 +884,21 @@ def test_data_assignment_then_compiled_copy_form_writes_the_new_storage(numba_no
     assert_same(params(t1), params(target), exact=True)
 
 
+def test_tied_weights_are_not_called_a_mistake():
+    """sheeprl ties its player's parameters to its agent's (``p.data = agent_p.data`` under "Tie
+    weights between the agent and the player", 27 loops over 14 files): the skip told the user to
+    write ``p.data.copy_(agent_p.data)`` for a copy, which would untie them (found by the
+    unseen-code sweep). It says what the loop does and gives no advice."""
+    src = (
+        "def tie(agent, player):\n"
+        "    for agent_p, p in zip(agent.parameters(), player.parameters()):\n"
+        "        p.data = agent_p.data\n"
+    )
+    out, sites = harness.rewrite(src, "vectorize.target_update", dedent=False)
+    [site] = sites
+    assert out == src and "tied weights" in site.reason and "copy_" not in site.reason, site.reason
+
+
 @pytest.mark.parametrize(
     "body, reason",
     [
