@@ -310,7 +310,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "7"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled
+    version = "8"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 

@@ -54,22 +54,35 @@ def layers(cls: ast.ClassDef, imports) -> Dict[str, int]:
 
 
 def kernels(fn: ast.FunctionDef, known_layers: Dict[str, int], imports) -> int:
-    """The most kernels one call of ``fn`` can launch, or :data:`MANY` where its source does not tell."""
+    """The most kernels one call of ``fn`` can launch, or :data:`MANY` where its source does not tell.
+    Of an ``if``/``else`` (statement or expression) one arm runs: the larger arm counts, not both
+    (``if x.dim() == 2: bias = b.view(1, -1) else: bias = b.view(1, -1, 1, 1)``, then ``x + bias``,
+    is one kernel)."""
+    return min(MANY, sum(_count(st, known_layers, imports) for st in fn.body))
+
+
+def _count(node: ast.AST, known_layers: Dict[str, int], imports) -> int:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return MANY
+    if isinstance(node, (ast.If, ast.IfExp)):
+        body = node.body if isinstance(node.body, list) else [node.body]
+        orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+        arms = [sum(_count(n, known_layers, imports) for n in arm) for arm in (body, orelse)]
+        return min(MANY, _count(node.test, known_layers, imports) + max(arms))
     count = 0
-    for node in ast.walk(fn):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and node is not fn:
-            return MANY
-        if isinstance(node, (ast.BinOp, ast.BoolOp)):
-            count += 1
-        elif isinstance(node, ast.UnaryOp) and not isinstance(node.operand, ast.Constant):
-            count += 1
-        elif isinstance(node, ast.Subscript) and not _basic_index(node.slice):
-            count += 1  # advanced indexing: a gather
-        elif isinstance(node, ast.Call):
-            count += _call_kernels(node, known_layers, imports)
+    if isinstance(node, (ast.BinOp, ast.BoolOp)):
+        count += 1
+    elif isinstance(node, ast.UnaryOp) and not isinstance(node.operand, ast.Constant):
+        count += 1
+    elif isinstance(node, ast.Subscript) and not _basic_index(node.slice):
+        count += 1  # advanced indexing: a gather
+    elif isinstance(node, ast.Call):
+        count += _call_kernels(node, known_layers, imports)
+    for child in ast.iter_child_nodes(node):
         if count >= MANY:
-            return MANY
-    return count
+            break
+        count += _count(child, known_layers, imports)
+    return min(MANY, count)
 
 
 def _call_kernels(call: ast.Call, known_layers: Dict[str, int], imports) -> int:
@@ -77,7 +90,12 @@ def _call_kernels(call: ast.Call, known_layers: Dict[str, int], imports) -> int:
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
         return known_layers.get(func.attr, MANY)  # a submodule (or another method) of this class
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
-        return MANY  # super().forward(x), make()(x).f: code this count does not see
+        inner = func.value.func
+        if isinstance(inner, ast.Name) and inner.id == "super":
+            return MANY  # super().forward(x): code this count does not see
+        # a method of what a call returned (``self._bias.t().view(1, -1)``): the inner call is
+        # counted on its own; one that is unknown (``make()(x).f``) counts as many there
+        return 0 if func.attr in _NO_KERNEL else 1
     qual = imports.qualify(func) or ""
     if qual.startswith("torch."):
         name = qual.rsplit(".", 1)[1]

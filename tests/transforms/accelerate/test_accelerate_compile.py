@@ -491,16 +491,30 @@ class Net(nn.Module):
 
     def distribution(self, x):
         return Normal(x, 1.0)
+
+    def one_arm_runs(self, x):
+        if x.dim() == 2:
+            bias = self.fc.bias.t().view(1, -1)
+        else:
+            bias = self.fc.bias.t().view(1, -1, 1, 1)
+        return x + bias
+
+    def arms_differ(self, x, deterministic=False):
+        y = self.fc(x)
+        return y if deterministic else torch.tanh(y) * 2
 '''
 
 
 @pytest.mark.parametrize("method,most", [
     ("views", 0), ("one_op", 1), ("one_layer", 1), ("negates", 1), ("gathers", 1), ("layer_then_op", 2),
     ("two_layers", 2), ("sequential", None), ("set_twice", None), ("parent", None), ("other_method", None),
-    ("distribution", None)])
+    ("distribution", None), ("one_arm_runs", 1), ("arms_differ", 3)])
 def test_kernel_count_counts_only_what_the_source_tells(method, most):
     """A method of one kernel at most is left eager (nothing to fuse); what the count cannot see
-    into (a Sequential, a submodule set twice, super(), another method, a distribution) is many."""
+    into (a Sequential, a submodule set twice, super(), another method, a distribution) is many.
+    Of an if/else one arm runs, and a view of a call's result is no kernel: Popular-RL-Algorithms'
+    AddBias.forward (a bias viewed per input rank, one add) counted 2 through both arms and the
+    chained ``.t().view(...)`` (many), and was compiled once its rank test no longer kept it eager."""
     import ast
 
     from scalebox_cst.transforms.accelerate import kernel_count
