@@ -28,9 +28,14 @@ def role(mod: ModuleScan, recv: ast.AST, text: Optional[str]) -> str:
         return "scheduler"
     if any(q.startswith("torch.optim.") for q in quals):
         return "optimizer"
-    if "sched" in last.lower():
+    # an item read by a string key is named by the key: sheeprl keeps each critic's optimizer as
+    # critic["optimizer"] (a dict per critic), optimizers["actor"] is named by the dict
+    names = [last]
+    if isinstance(recv, ast.Subscript) and isinstance(recv.slice, ast.Constant) and isinstance(recv.slice.value, str):
+        names.append(recv.slice.value)
+    if any("sched" in name.lower() for name in names):
         return "scheduler"
-    if looks_like_optimizer(last):
+    if any(looks_like_optimizer(name) for name in names):
         return "optimizer"
     return "unknown"
 

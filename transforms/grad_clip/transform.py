@@ -48,7 +48,7 @@ class _Pass:
 
 class GradClip(Transform):
     id = ID
-    version = "4"  # 3: modules of another array library (jax, warp...) left alone; 4: steps through a property
+    version = "5"  # 5: an item read by a string key is named by the key (critic["optimizer"]); 3: modules of another array library (jax, warp...) left alone; 4: steps through a property
     triggers = ("backward",)
     description = ("Guard each optimizer's step(): skip non-finite, clip spikes, change nothing else "
                    "(or clip to a fixed max_norm)")

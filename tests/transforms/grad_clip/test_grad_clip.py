@@ -427,6 +427,35 @@ def test_unknown_receiver_reported_not_touched():
     assert site.action == SKIPPED and "cannot tell that self.engine is an optimizer" in site.reason
 
 
+def test_an_optimizer_read_by_its_key_is_an_optimizer_and_ends_the_run_before_it():
+    """sheeprl's P2E-DV3 steps each exploration critic's optimizer as critic["optimizer"].step()
+    inside a loop, then the task actor's: the critic's step was "cannot tell that
+    critic["optimizer"] is an optimizer" (not guarded), and, being no optimizer step, it did not end
+    the backward() run, so the actor's guard was said to stand "after the code's own clip (line 6)",
+    the critic's clip (found by the unseen-code sweep). The key names the item; a scheduler's key
+    is still a scheduler's."""
+    src = textwrap.dedent("""\
+        import torch
+        for k, critic in critics.items():
+            value_loss = critic["module"](x).mean()
+            value_loss.backward()
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(critic["module"].parameters(), clip)
+            critic["optimizer"].step()
+        policy_loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(actor.parameters(), clip)
+        actor_optimizer.step()
+        loss.backward()
+        parts["scheduler"].step()
+        """)
+    out, sites = rewrite(src, dedent=False, mode="guard")
+    done = {s.line: s for s in sites if s.action == REWRITTEN}
+    assert set(done) == {7, 11}, [s.describe() for s in sites]
+    assert "critic[\"optimizer\"]'s step" in done[7].reason and "(line 6)" in done[7].reason
+    assert "actor_optimizer's step between backward() (line 8)" in done[11].reason and "(line 10)" in done[11].reason
+
+
 def test_closure_step_skipped_with_reason():
     src = "loss.backward()\noptimizer.step(closure=closure)\n"
     out, sites = rewrite(src)
