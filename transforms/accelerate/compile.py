@@ -13,7 +13,7 @@ or a recompile storm runs it eager, reported) when it is provably one static gra
   (``parameters``, ``state_dict``, ``to``, ``train``...); undecorated, no generator, no nested
   function or class;
 * no host sync in its body (``.item()``, ``.cpu()``, ``.numpy()``, ``.tolist()``, ``print``,
-  ``float()``/``int()``/``bool()`` of a value, numpy calls);
+  ``float()``/``int()``/``bool()`` of a value, numpy calls but of literals: ``np.log(2)`` is a constant);
 * no data-dependent control flow: every ``if``/``while``/conditional expression/``assert`` tests
   only values fixed per graph, which dynamo guards on: ``name is None`` on a parameter (CleanRL's
   ``if action is None``), a flag parameter (a ``True``/``False`` default or a ``bool``
@@ -152,6 +152,15 @@ def _static_test(test: ast.expr, params: Set[str], flags: Set[str], self_name: O
     return False
 
 
+def _constant_args(call: ast.Call) -> bool:
+    """Every argument a literal (``np.log(2)`` in spinningup's SAC actor): a constant dynamo folds
+    while tracing, no array and no host copy."""
+    values = [*call.args, *(k.value for k in call.keywords)]
+    return bool(values) and all(
+        isinstance(v, ast.Constant) and isinstance(v.value, (int, float)) and not isinstance(v.value, bool)
+        or isinstance(v, ast.UnaryOp) and isinstance(v.operand, ast.Constant) for v in values)
+
+
 def _engine_guard(test: ast.expr, imports) -> bool:
     """``test`` calls one of the engine's run-time guards (an earlier transform's ``if not
     soft_update(...)`` / ``if ... recurrence_ok(...)``, the user's statement kept verbatim in its
@@ -228,7 +237,7 @@ def body_problem(fn: ast.FunctionDef, imports) -> Optional[str]:
             qual = imports.qualify(func) or ""
             if isinstance(func, ast.Name) and func.id in _SYNC_BUILTINS:
                 return f"calls {func.id}() (a host sync)"
-            if qual == "numpy" or qual.startswith("numpy."):
+            if (qual == "numpy" or qual.startswith("numpy.")) and not _constant_args(node):
                 return f"calls {ast.unparse(func)} (numpy: a host copy)"
             if qual.startswith("torch.distributions"):
                 va = [k for k in node.keywords if k.arg == "validate_args"]
@@ -310,7 +319,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "8"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none
+    version = "9"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 

@@ -577,3 +577,40 @@ def test_an_earlier_transforms_guard_is_not_called_the_users_branch():
     assert "_sb_soft_update" in out
     [site] = [s for s in sites if s.transform == ID]
     assert "holds a for statement" in site.reason and "branches" not in site.reason, site.reason
+
+
+NUMPY_CONSTANT = '''\
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Actor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mu = nn.Linear(3, 2)
+
+    def forward(self, obs):
+        a = self.mu(obs)
+        return (2 * (np.log(2) - a - F.softplus(-2 * a))).sum(axis=1)
+
+    def host(self, obs):
+        return np.log(self.mu(obs))
+
+
+actor = Actor()
+for step in range(10):
+    actor(torch.randn(4, 3))
+    actor.host(torch.randn(4, 3))
+'''
+
+
+def test_numpy_of_literals_is_a_constant_not_a_host_copy():
+    """spinningup's SAC actor (tanh correction ``2*(np.log(2) - a - F.softplus(-2*a))``) was left
+    eager as "calls np.log (numpy: a host copy)": np.log(2) is a constant dynamo folds (found by
+    the unseen-code sweep). numpy of a tensor still is a host copy."""
+    out, sites = rewrite(NUMPY_CONSTANT)
+    by_line = {s.line: s for s in sites}
+    assert by_line[12].action == REWRITTEN, by_line[12].reason
+    assert by_line[16].action != REWRITTEN and "numpy: a host copy" in by_line[16].reason
