@@ -17,13 +17,17 @@ or a recompile storm runs it eager, reported) when it is provably one static gra
 * no data-dependent control flow: every ``if``/``while``/conditional expression/``assert`` tests
   only values fixed per graph, which dynamo guards on: ``name is None`` on a parameter (CleanRL's
   ``if action is None``), a flag parameter (a ``True``/``False`` default or a ``bool``
-  annotation: SAC actors' ``if deterministic:``), ``self.training``, comparisons of the input's
-  rank and sizes (``x.dim() == 2``, ``x.shape[0] == 1``), and ``not``/``and``/``or`` of these;
+  annotation: SAC actors' ``if deterministic:``), ``self.training``, a setting fixed at
+  construction (an attribute only ``__init__`` sets, from a literal or such a parameter:
+  ``if not self.use_lstm:``), comparisons of the input's rank and sizes (``x.dim() == 2``) or of
+  settings, and ``not``/``and``/``or`` of these;
   no ``for``, ``try`` or ``with`` (a ``no_grad`` block included). An earlier transform's run-time
   guard (``if not soft_update(...)``) is no branch of the user's: what it keeps is judged;
 * no data-dependent shapes (``nonzero``, ``unique``, ``masked_select``, boolean-mask indexing);
 * it returns a value (a method returning nothing is a stub or works by its effects on state:
   ``reset_parameters``, ``def forward(self): raise NotImplementedError``);
+* it computes something from its inputs (a method that only makes new tensors, an RNN's
+  ``initial_state`` of ``torch.zeros``, has nothing to fuse);
 * it may launch more than one kernel (``kernel_count``: a one-op ``GELU.forward`` or a head of
   one ``nn.Linear`` has nothing to fuse, and a graph costs per call);
 * no state kept (assignments to ``self.x`` or globals, in-place ops on attributes, ``.append``
@@ -46,7 +50,7 @@ their forward passes are compiled through the methods they call.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Set, Tuple
+from typing import AbstractSet, Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -132,23 +136,63 @@ def _shape_int(node: ast.expr) -> bool:
     return False
 
 
-def _static_test(test: ast.expr, params: Set[str], flags: Set[str], self_name: Optional[str]) -> bool:
+_LITERAL_TYPES = ("bool", "int", "float", "str")
+
+
+def config_attributes(cls: ast.ClassDef) -> Set[str]:
+    """Attributes of ``self`` that hold a setting fixed at construction: every assignment to
+    ``self.name`` in the class is a plain one in ``__init__``, of a literal or of an ``__init__``
+    parameter with a literal default or a ``bool``/``int``/``float``/``str`` annotation
+    (``self.use_lstm = use_lstm`` with ``use_lstm=False``; CORL's ``no_tanh: bool = False``).
+    dynamo guards on such a value: one graph per setting."""
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None:
+        return set()
+    args = init.args
+    positional = args.posonlyargs + args.args
+    defaults: List[Optional[ast.expr]] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    literal = {a.arg for a, d in list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
+               if isinstance(d, ast.Constant)
+               or (isinstance(a.annotation, ast.Name) and a.annotation.id in _LITERAL_TYPES)}
+    good: Set[str] = set()
+    bad: Set[str] = set()
+    for fn in cls.body:
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                    and isinstance(node.value, ast.Name) and node.value.id == "self":
+                plain = fn is init and any(isinstance(a, ast.Assign) and node in a.targets and (
+                    isinstance(a.value, ast.Constant) or isinstance(a.value, ast.Name) and a.value.id in literal)
+                    for a in ast.walk(init))
+                (good if plain else bad).add(node.attr)
+    return good - bad
+
+
+def _static_test(test: ast.expr, params: Set[str], flags: Set[str], self_name: Optional[str],
+                 config: AbstractSet[str] = frozenset()) -> bool:
     """A test whose value is fixed for a graph (dynamo guards on it, no graph break): ``x is None``
-    on a parameter, a flag parameter (``if deterministic:``), the module's ``self.training``, a
-    comparison of shape ints (``if x.dim() == 2:``), and ``not``/``and``/``or`` of these."""
+    on a parameter, a flag parameter (``if deterministic:``), the module's ``self.training`` and
+    settings fixed at construction (:func:`config_attributes`), a comparison of shape ints
+    (``if x.dim() == 2:``) or of settings, and ``not``/``and``/``or`` of these."""
+    def setting(node: ast.expr) -> bool:
+        return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+            and node.value.id == self_name and (node.attr == "training" or node.attr in config)
+
     if _is_none_test(test, params):
         return True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _static_test(test.operand, params, flags, self_name)
+        return _static_test(test.operand, params, flags, self_name, config)
     if isinstance(test, ast.BoolOp):
-        return all(_static_test(v, params, flags, self_name) for v in test.values)
+        return all(_static_test(v, params, flags, self_name, config) for v in test.values)
     if isinstance(test, ast.Name):
         return test.id in flags
     if isinstance(test, ast.Attribute):
-        return test.attr == "training" and isinstance(test.value, ast.Name) and test.value.id == self_name
+        return setting(test)
     if isinstance(test, ast.Compare):
-        return all(_shape_int(x) for x in [test.left, *test.comparators]) \
-            and not all(isinstance(x, ast.Constant) for x in [test.left, *test.comparators])
+        operands = [test.left, *test.comparators]
+        return all(_shape_int(x) or setting(x) or isinstance(x, ast.Constant) for x in operands) \
+            and not all(isinstance(x, ast.Constant) for x in operands)
     return False
 
 
@@ -201,8 +245,9 @@ def _returns_value(fn: ast.FunctionDef) -> bool:
     return False
 
 
-def body_problem(fn: ast.FunctionDef, imports) -> Optional[str]:
-    """Why ``fn``'s body may not be one static graph (one breath), or None."""
+def body_problem(fn: ast.FunctionDef, imports, config: AbstractSet[str] = frozenset()) -> Optional[str]:
+    """Why ``fn``'s body may not be one static graph (one breath), or None; ``config``: its class's
+    settings fixed at construction (:func:`config_attributes`)."""
     params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
     self_name = fn.args.args[0].arg if fn.args.args else None
     flags = _flag_params(fn) - ({self_name} if self_name else set())
@@ -221,7 +266,7 @@ def body_problem(fn: ast.FunctionDef, imports) -> Optional[str]:
         if isinstance(node, ast.If) and _engine_guard(node.test, imports):
             continue
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)) \
-                and not _static_test(node.test, params, flags, self_name):
+                and not _static_test(node.test, params, flags, self_name, config):
             return f"branches on a value at line {node.lineno} (data-dependent control flow)"
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -319,7 +364,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "9"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy
+    version = "10"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy; 10: a method that only makes new tensors (initial_state) left eager
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 
@@ -375,9 +420,15 @@ class AccelerateCompile(Transform):
                 if fn.decorator_list:
                     sites.append(Site(ID, fn.lineno, end, SKIPPED, f"{what}: already decorated"))
                     continue
-                problem = body_problem(fn, imports)
+                problem = body_problem(fn, imports, config_attributes(cls))
                 if problem:
                     sites.append(Site(ID, fn.lineno, end, SKIPPED, f"{what}: {problem}; left eager"))
+                    continue
+                made = kernel_count.only_factories(fn, imports)
+                if made is not None:
+                    sites.append(Site(ID, fn.lineno, end, SKIPPED, (
+                        f"{what}: only makes new tensors ({made}(...)), nothing computed from its inputs to fuse "
+                        "(a graph's cost per call would be all it adds); left eager")))
                     continue
                 if kernel_count.kernels(fn, layers_of(cname), imports) <= 1:
                     sites.append(Site(ID, fn.lineno, end, SKIPPED, (

@@ -122,3 +122,34 @@ def _basic_index(index: ast.expr) -> bool:
 def _constant(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) or (
         isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant))
+
+
+#: calls that make a new tensor from sizes and a fill value, reading no input tensor
+_FACTORIES = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
+                        "new_zeros", "new_ones", "new_empty", "new_full", "eye", "arange"})
+#: builtins that launch no kernel
+_BUILTINS = frozenset({"tuple", "list", "dict", "range", "len", "int", "zip", "enumerate"})
+
+
+def only_factories(fn: ast.FunctionDef, imports) -> Optional[str]:
+    """The first factory call (``torch.zeros``) where everything ``fn`` computes is new tensors
+    made from sizes (torchbeast's ``initial_state``: ``tuple(torch.zeros(...) for _ in range(2))``)
+    and views of them: a graph of such a method fuses nothing; else None."""
+    first: Optional[str] = None
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.BinOp, ast.BoolOp)) or isinstance(node, ast.UnaryOp) \
+                and not isinstance(node.op, ast.Not) and not isinstance(node.operand, ast.Constant):
+            return None  # arithmetic (``not`` of a setting is Python's)
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        qual = imports.qualify(func) or ""
+        name = qual.rsplit(".", 1)[1] if qual.startswith("torch.") else \
+            func.attr if isinstance(func, ast.Attribute) and not qual else None
+        if name in _FACTORIES:
+            first = first or ast.unparse(func)
+        elif isinstance(func, ast.Name) and func.id in _BUILTINS:
+            continue
+        elif name is None or name not in _NO_KERNEL:
+            return None
+    return first

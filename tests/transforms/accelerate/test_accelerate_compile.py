@@ -614,3 +614,71 @@ def test_numpy_of_literals_is_a_constant_not_a_host_copy():
     by_line = {s.line: s for s in sites}
     assert by_line[12].action == REWRITTEN, by_line[12].reason
     assert by_line[16].action != REWRITTEN and "numpy: a host copy" in by_line[16].reason
+
+
+SETTINGS = '''\
+import torch
+import torch.nn as nn
+
+
+class Policy(nn.Module):
+    def __init__(self, no_tanh: bool = False, use_lstm=False, out_dim=1, scale=None):
+        super().__init__()
+        self.no_tanh = no_tanh
+        self.use_lstm = use_lstm
+        self.out_dim = out_dim
+        self.scale = scale
+        self.warm = False
+        self.mu = nn.Linear(3, 2)
+        self.core = nn.LSTM(2, 4)
+
+    def forward(self, x):
+        y = self.mu(x) * 2
+        if not self.no_tanh and self.out_dim > 1:
+            y = torch.tanh(y)
+        return y + 1
+
+    def scaled(self, x):
+        y = self.mu(x) * 2
+        if self.scale:
+            y = y * self.scale
+        return y + 1
+
+    def warmed(self, x):
+        y = self.mu(x) * 2
+        if self.warm:
+            y = y + 1
+        return y - 1
+
+    def start(self):
+        self.warm = True
+
+    def initial_state(self, batch_size):
+        if not self.use_lstm:
+            return tuple()
+        return tuple(torch.zeros(1, batch_size, 4) for _ in range(2))
+
+
+policy = Policy()
+for step in range(10):
+    policy.scaled(torch.randn(4, 3))
+    policy.warmed(torch.randn(4, 3))
+    policy.initial_state(4)
+'''
+
+
+def test_settings_fixed_at_construction_are_no_data_dependent_branch():
+    """CORL's ``if self.no_tanh:``, torchbeast's ``if not self.use_lstm:``, pydreamer's
+    ``if self.out_dim > 1:`` test attributes __init__ sets from a flag or literal parameter and
+    nothing else changes: dynamo guards on them (one graph per setting); they were "branches on a
+    value (data-dependent control flow)". An attribute another method sets stays a branch on a
+    value (a parameter's literal default makes a setting: a tensor passed there would break the
+    graph and run eager, guarded). A
+    method that only makes new tensors (torchbeast's ``initial_state``) fuses nothing and stays
+    eager (found by the unseen-code sweep)."""
+    out, sites = rewrite(SETTINGS)
+    by_name = {s.reason.split(" ", 1)[0]: s for s in sites}
+    assert by_name["Policy.forward"].action == REWRITTEN, by_name["Policy.forward"].reason
+    assert by_name["Policy.warmed"].action != REWRITTEN and "branches on a value" in by_name["Policy.warmed"].reason
+    assert by_name["Policy.initial_state"].action != REWRITTEN
+    assert "only makes new tensors (torch.zeros(...))" in by_name["Policy.initial_state"].reason
