@@ -278,7 +278,12 @@ def _loop_problem(loop: _Loop, index: _Index) -> Optional[str]:
         return None
     if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) and scope.name in index.loop_calls:
         return None
-    return "the loop is its scope's outermost (logs would wait for the end of the run)"
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        # a function no loop of this file calls may be the run's main loop (def train(): for ...)
+        # or one a library calls per update (tianshou's _update_with_batch): which, it cannot tell
+        return (f"the loop is the outermost of {scope.name}(), which no loop in this file calls "
+                "(it may be the run's main loop, whose logs would wait for the end of the run)")
+    return "the loop is the module's outermost (logs would wait for the end of the run)"
 
 
 #: calls that read a tensor on the host (``float()`` is left out: of a Python number it reads nothing)
@@ -405,7 +410,7 @@ class _Rewrite(cst.CSTTransformer):
 
 class AccelerateDeferSync(Transform):
     id = ID
-    version = "4"  # 2: a rewritten site spans the loop it wraps (was the logging statement); 3: modules of another array library (jax...) left alone; 4: a loop that still reads a number every step, and float() in a module without torch, left alone
+    version = "5"  # 5: the outermost-loop skip of a function says what is known (no loop of the file calls it); 2: a rewritten site spans the loop it wraps (was the logging statement); 3: modules of another array library (jax...) left alone; 4: a loop that still reads a number every step, and float() in a module without torch, left alone
     triggers = (".item()", "float(")
     description = "opt-in (level reassociated): .item() numbers a loop only logs are read when the loop ends"
 

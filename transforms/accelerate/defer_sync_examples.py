@@ -179,7 +179,15 @@ w = torch.randn(3)
 for global_step in range(10):
     if global_step % 5 == 0:
         writer.add_scalar("losses/qf", (w * global_step).sum().item(), global_step)
-""", False, reason="outermost", note="SAC: logs in the run's only loop (would wait for the end)"),
+""", False, reason="the loop is the module's outermost", note="SAC: logs in the run's only loop (would wait for the end)"),
+    Example(_HEAD + """\
+def update(w, batches):
+    losses = []
+    for b in batches:
+        losses.append((w * b).sum().item())
+    return losses
+""", False, reason="the loop is the outermost of update(), which no loop in this file calls",
+            note="tianshou: a learner's update loop a library calls (not the run's loop, for all the file shows)"),
     Example(_HEAD + """\
 losses = []
 history = losses
