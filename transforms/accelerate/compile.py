@@ -19,7 +19,8 @@ or a recompile storm runs it eager, reported) when it is provably one static gra
   ``if action is None``), a flag parameter (a ``True``/``False`` default or a ``bool``
   annotation: SAC actors' ``if deterministic:``), ``self.training``, a setting fixed at
   construction (an attribute only ``__init__`` sets, from a literal or such a parameter:
-  ``if not self.use_lstm:``), comparisons of the input's rank and sizes (``x.dim() == 2``) or of
+  ``if not self.use_lstm:``), a module constant (``DETERMINISTIC = False``), ``isinstance``,
+  ``x.is_cuda``, comparisons of the input's rank and sizes (``x.dim() == 2``) or of
   settings, and ``not``/``and``/``or`` of these;
   no ``for``, ``try`` or ``with`` (a ``no_grad`` block included). An earlier transform's run-time
   guard (``if not soft_update(...)``) is no branch of the user's: what it keeps is judged;
@@ -188,7 +189,9 @@ def _static_test(test: ast.expr, params: Set[str], flags: Set[str], self_name: O
     if isinstance(test, ast.Name):
         return test.id in flags
     if isinstance(test, ast.Attribute):
-        return setting(test)
+        return setting(test) or test.attr in ("is_cuda", "is_cpu")  # the device: guarded
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance":
+        return True  # a type: guarded
     if isinstance(test, ast.Compare):
         operands = [test.left, *test.comparators]
         return all(_shape_int(x) or setting(x) or isinstance(x, ast.Constant) for x in operands) \
@@ -245,12 +248,32 @@ def _returns_value(fn: ast.FunctionDef) -> bool:
     return False
 
 
-def body_problem(fn: ast.FunctionDef, imports, config: AbstractSet[str] = frozenset()) -> Optional[str]:
+def module_constants(tree: ast.Module) -> Set[str]:
+    """Module-level names bound once, at module level, to a literal (Popular-RL-Algorithms'
+    ``DETERMINISTIC = False``) and declared ``global`` nowhere: dynamo guards on such a global."""
+    bound: Dict[str, int] = {}
+    literal: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound[node.id] = bound.get(node.id, 0) + 1
+        if isinstance(node, ast.Global):
+            for name in node.names:
+                bound[name] = bound.get(name, 0) + 2
+    for st in tree.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+                and isinstance(st.value, ast.Constant):
+            literal.add(st.targets[0].id)
+    return {name for name in literal if bound.get(name) == 1}
+
+
+def body_problem(fn: ast.FunctionDef, imports, config: AbstractSet[str] = frozenset(),
+                 constants: AbstractSet[str] = frozenset()) -> Optional[str]:
     """Why ``fn``'s body may not be one static graph (one breath), or None; ``config``: its class's
     settings fixed at construction (:func:`config_attributes`)."""
     params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
     self_name = fn.args.args[0].arg if fn.args.args else None
-    flags = _flag_params(fn) - ({self_name} if self_name else set())
+    local_names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    flags = (_flag_params(fn) | (set(constants) - params - local_names)) - ({self_name} if self_name else set())
     local = _fresh_locals(fn) - params
     for node in ast.walk(fn):
         if node is fn:
@@ -364,7 +387,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "10"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy; 10: a method that only makes new tensors (initial_state) left eager
+    version = "11"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy; 10: a method that only makes new tensors (initial_state) left eager; 11: module constants, isinstance and is_cuda tests fixed per graph
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 
@@ -386,6 +409,7 @@ class AccelerateCompile(Transform):
                                        f"the file compiles code itself ({qual}): left to it")]
         built = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
         looped = _loop_calls(tree)
+        constants = module_constants(tree)
         sites: List[Site] = []
         wanted: Dict[Tuple[str, str], str] = {}
         known: Dict[str, Dict[str, int]] = {}
@@ -420,7 +444,7 @@ class AccelerateCompile(Transform):
                 if fn.decorator_list:
                     sites.append(Site(ID, fn.lineno, end, SKIPPED, f"{what}: already decorated"))
                     continue
-                problem = body_problem(fn, imports, config_attributes(cls))
+                problem = body_problem(fn, imports, config_attributes(cls), constants)
                 if problem:
                     sites.append(Site(ID, fn.lineno, end, SKIPPED, f"{what}: {problem}; left eager"))
                     continue

@@ -682,3 +682,49 @@ def test_settings_fixed_at_construction_are_no_data_dependent_branch():
     assert by_name["Policy.warmed"].action != REWRITTEN and "branches on a value" in by_name["Policy.warmed"].reason
     assert by_name["Policy.initial_state"].action != REWRITTEN
     assert "only makes new tensors (torch.zeros(...))" in by_name["Policy.initial_state"].reason
+
+
+GLOBALS = '''\
+import torch
+import torch.nn as nn
+
+DETERMINISTIC = False
+DISCRETE = True
+
+
+class Actor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mu = nn.Linear(3, 2)
+
+    def forward(self, x):
+        y = self.mu(x) * 2
+        if DETERMINISTIC and isinstance(x, torch.Tensor):
+            y = torch.tanh(y)
+        if x.is_cuda:
+            y = y + 1
+        return y - 1
+
+    def act(self, x):
+        y = self.mu(x) * 2
+        if DISCRETE:
+            y = y.argmax(-1)
+        return y - 1
+
+
+actor = Actor()
+if __name__ == "__main__":
+    DISCRETE = False
+for step in range(10):
+    actor.act(torch.randn(4, 3))
+'''
+
+
+def test_module_constants_types_and_devices_are_fixed_per_graph():
+    """Popular-RL-Algorithms' ``if DETERMINISTIC:`` (a module constant), ``if state.is_cuda:`` and
+    ``isinstance`` tests are guarded by dynamo, not data-dependent branches. A global the module
+    binds again (``DISCRETE = False`` under ``__main__``) stays a branch on a value."""
+    out, sites = rewrite(GLOBALS)
+    by_name = {s.reason.split(" ", 1)[0]: s for s in sites}
+    assert by_name["Actor.forward"].action == REWRITTEN, by_name["Actor.forward"].reason
+    assert by_name["Actor.act"].action != REWRITTEN and "branches on a value" in by_name["Actor.act"].reason
