@@ -216,6 +216,20 @@ def _engine_guard(test: ast.expr, imports) -> bool:
                for n in ast.walk(test))
 
 
+#: context managers dynamo traces through (grad mode is part of what a graph records)
+_GRAD_MODES = frozenset({"torch.no_grad", "torch.enable_grad"})
+
+
+def _grad_mode_with(node: ast.With, imports) -> bool:
+    """``with torch.no_grad():`` (or ``enable_grad``), the user's or the one hot.no_grad put
+    around an acting forward: a graph records its grad mode, so it keeps nothing from one graph
+    (the minimalRL/PPO ``act`` methods were left eager as "holds a with statement", a statement
+    that, for most, an earlier transform had written)."""
+    return all(isinstance(item.context_expr, ast.Call) and item.optional_vars is None
+               and not item.context_expr.args and not item.context_expr.keywords
+               and imports.qualify(item.context_expr.func) in _GRAD_MODES for item in node.items)
+
+
 _FRESH = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
 
 
@@ -284,6 +298,8 @@ def body_problem(fn: ast.FunctionDef, imports, config: AbstractSet[str] = frozen
             return "is a generator"
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return "writes a global"
+        if isinstance(node, ast.With) and _grad_mode_with(node, imports):
+            continue
         if isinstance(node, (ast.For, ast.AsyncFor, ast.Try, ast.With, ast.AsyncWith)):
             return f"holds a {type(node).__name__.lower()} statement"
         if isinstance(node, ast.If) and _engine_guard(node.test, imports):
@@ -387,7 +403,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "11"  # 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy; 10: a method that only makes new tensors (initial_state) left eager; 11: module constants, isinstance and is_cuda tests fixed per graph
+    version = "12"  # 12: a with torch.no_grad()/enable_grad() block is no reason to stay eager; 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy; 10: a method that only makes new tensors (initial_state) left eager; 11: module constants, isinstance and is_cuda tests fixed per graph
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 

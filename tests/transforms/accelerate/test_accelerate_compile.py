@@ -728,3 +728,49 @@ def test_module_constants_types_and_devices_are_fixed_per_graph():
     by_name = {s.reason.split(" ", 1)[0]: s for s in sites}
     assert by_name["Actor.forward"].action == REWRITTEN, by_name["Actor.forward"].reason
     assert by_name["Actor.act"].action != REWRITTEN and "branches on a value" in by_name["Actor.act"].reason
+
+
+GRAD_MODE_WITH = '''\
+import torch
+import torch.nn as nn
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mu = nn.Linear(3, 2)
+
+    def act(self, obs):
+        with torch.no_grad():
+            h = self.mu(obs)
+            return torch.tanh(h) * 2 + h.exp()
+
+    def logged(self, obs):
+        with open("log.txt", "a"):
+            h = self.mu(obs)
+            return torch.tanh(h) * 2 + h.exp()
+
+    def named(self, obs):
+        with torch.no_grad() as g:
+            h = self.mu(obs)
+            return torch.tanh(h) * 2 + h.exp()
+
+
+policy = Policy()
+for step in range(10):
+    policy.act(torch.randn(4, 3))
+    policy.logged(torch.randn(4, 3))
+    policy.named(torch.randn(4, 3))
+'''
+
+
+def test_a_grad_mode_with_block_is_no_reason_to_stay_eager():
+    """A method whose body is ``with torch.no_grad():`` (the user's, or the one hot.no_grad puts
+    around an acting forward) was left eager as "holds a with statement" (found by the unseen-code
+    sweep: minimalRL's dqn ``sample_action``); dynamo records a graph's grad mode. Other ``with``
+    blocks (a file, a named context) stay eager."""
+    out, sites = rewrite(GRAD_MODE_WITH)
+    by_line = {s.line: s for s in sites}
+    assert by_line[10].action == REWRITTEN, by_line[10].reason
+    assert by_line[15].action != REWRITTEN and "holds a with statement" in by_line[15].reason
+    assert by_line[20].action != REWRITTEN and "holds a with statement" in by_line[20].reason
