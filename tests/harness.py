@@ -29,8 +29,10 @@ import contextlib
 import copy
 import importlib.util
 import linecache
+import signal
 import sys
 import textwrap
+import time
 import types
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -167,6 +169,31 @@ def spy(owner: Any, attr: str) -> Iterator[List[Any]]:
         yield answers
     finally:
         setattr(owner, attr, real)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, error: Callable[[], BaseException]) -> Iterator[None]:
+    """Raise ``error()`` in the main thread when the block runs past ``seconds`` (SIGALRM).
+
+    A timer already running (pytest-timeout's for the whole test, ``timeout`` in pyproject.toml)
+    is put back on exit with what is left of it, its handler too: ``signal.alarm(0)`` after the
+    block cancelled it, and the rest of the test ran with no limit. It still bounds the block
+    where it ends first (then the block fails with ``error()``).
+    """
+    def expired(signum: int, frame: Any) -> None:
+        raise error()
+
+    outer, interval = signal.setitimer(signal.ITIMER_REAL, 0)
+    old = signal.signal(signal.SIGALRM, expired)
+    started = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer) if outer else seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 1e-3), interval)
 
 
 _REWRITES: Dict[Tuple[Any, ...], Tuple[str, List[Site]]] = {}

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import os
 import re
+import signal
+import time
 
 import pytest
 
@@ -494,6 +496,8 @@ def harness_copies(tests=HERE):
                     found.add("compiles code as a module (harness.compiled / load)")
                 elif name in ("spec_from_file_location", "exec_module"):
                     found.add("loads a file as a module (harness.load_path)")
+                elif name == "alarm" and isinstance(node.func, ast.Attribute):
+                    found.add("sets a SIGALRM timer of its own (harness.deadline keeps pytest-timeout's)")
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 if any(n.split(".")[0].startswith("test_") for n in names) and rel not in TEST_IMPORTS_ALLOWED:
@@ -515,10 +519,48 @@ def test_harness_check_finds_a_planted_copy(tmp_path):
         "def load(code):\n    ns = {}\n    exec(compile(code, '<t>', mode='exec'), ns)\n    return ns\n\n"
         "def run(src):\n    return Pipeline(None, 'cpu').rewrite('t.py', src)\n")
     (tmp_path / "transforms" / "test_clean.py").write_text("import harness\nx = compile('1', '<t>', 'eval')\n")
+    (tmp_path / "transforms" / "test_timer.py").write_text("import signal\nsignal.alarm(20)\n")
     (tmp_path / "harness.py").write_text("exec('1')\n")
     found = harness_copies(str(tmp_path))
     assert found == [f"transforms/test_planted.py: {p}" for p in (
         "builds its own Pipeline (harness.rewrite / rewrite_result / pipeline)",
         "compiles code as a module (harness.compiled / load)",
         "imports another test file (shared helpers go to tests/harness.py and its siblings)",
-        "runs code with exec (harness.load / run_pair)")], found
+        "runs code with exec (harness.load / run_pair)")] + [
+        "transforms/test_timer.py: sets a SIGALRM timer of its own (harness.deadline keeps pytest-timeout's)"], found
+
+
+def test_a_deadline_puts_back_the_timer_and_handler_it_found():
+    """harness.deadline inside a test keeps pytest-timeout's timer for the rest of the test: the
+    guard-fuzz and guard-type tests' own ``signal.alarm(0)`` cancelled it (a shuffled tests/runtime
+    run showed the timer gone after each of them), and a hang after their runs had no limit."""
+    import harness
+
+    fired = []
+    prior = signal.setitimer(signal.ITIMER_REAL, 0)  # pytest-timeout's, put back below
+    before = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    outer = signal.getsignal(signal.SIGALRM)
+    started = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 50)
+        with harness.deadline(5, TimeoutError):
+            assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 5
+        assert 40 < signal.getitimer(signal.ITIMER_REAL)[0] <= 50 and signal.getsignal(signal.SIGALRM) is outer
+        with pytest.raises(TimeoutError):
+            with harness.deadline(0.05, TimeoutError):
+                time.sleep(10)
+        assert 40 < signal.getitimer(signal.ITIMER_REAL)[0] <= 50 and signal.getsignal(signal.SIGALRM) is outer
+        # a timer that ends first still ends the block, and fires its own handler after it
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(TimeoutError):
+            with harness.deadline(20, TimeoutError):
+                time.sleep(10)
+        deadline = time.monotonic() + 5
+        while not fired and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fired == [signal.SIGALRM] and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+        if prior[0]:
+            signal.setitimer(signal.ITIMER_REAL, max(prior[0] - (time.monotonic() - started), 1e-3), prior[1])

@@ -23,7 +23,6 @@ import functools
 import inspect
 import os
 import random
-import signal
 import sys
 import types
 import warnings
@@ -243,8 +242,8 @@ class Timeout(Exception):
     pass
 
 
-def _alarm(signum, frame):
-    raise Timeout("the run did not finish (a guard let a loop spin?)")
+def _timeout():
+    return Timeout("the run did not finish (a guard let a loop spin?)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -263,21 +262,18 @@ def run_once(c, code, tag, T, trial, log, trace=None):
     random.seed(trial)
     np.random.seed(trial % 2**32)
     torch.manual_seed(trial)
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(20)
-    try:
-        if trace is not None:
-            sys.setprofile(trace)
+    with harness.deadline(20, _timeout):
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return ns["run"](ns, T, trial % 3), None
-        except Exception as exc:  # a Timeout too: the original never loops forever
-            return None, exc
-    finally:
-        sys.setprofile(None)
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+            if trace is not None:
+                sys.setprofile(trace)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    return ns["run"](ns, T, trial % 3), None
+            except Exception as exc:  # a Timeout too: the original never loops forever
+                return None, exc
+        finally:
+            sys.setprofile(None)
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,6 @@ loop gives, value and type, for every input it accepts, and accepts the common o
 import contextlib
 import copy
 import random
-import signal
 import sys
 import types
 
@@ -42,10 +41,6 @@ def rewrite(src, transform="vectorize.recurrence"):
     return harness.rewrite(src, transform, dedent=False)
 
 
-def _alarm(signum, frame):
-    raise TimeoutError("the rewritten code did not finish")
-
-
 def clone(env):
     def one(v):
         if isinstance(v, types.ModuleType):
@@ -65,15 +60,12 @@ def run_both(src, env, transform="vectorize.recurrence", exact=True):
 
     @contextlib.contextmanager
     def traced_with_a_deadline():
-        old = signal.signal(signal.SIGALRM, _alarm)
-        signal.alarm(20)
-        sys.setprofile(trace)
-        try:
-            yield
-        finally:
-            sys.setprofile(None)
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, old)
+        with harness.deadline(20, lambda: TimeoutError("the rewritten code did not finish")):
+            sys.setprofile(trace)
+            try:
+                yield
+            finally:
+                sys.setprofile(None)
 
     ns1, ns2 = harness.run_pair(src, new, env, clone=clone, around_rewrite=traced_with_a_deadline)
     for k in env:
