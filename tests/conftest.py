@@ -130,14 +130,20 @@ def _recursion_limit_restored():
 
 @pytest.fixture(autouse=True)
 def _metrics_left_pending_dropped():
-    """Points a test records in runtime.metrics and leaves unflushed go nowhere.
+    """Points a test records in runtime.metrics and leaves unflushed go nowhere, and so do the
+    gradient guards' histories it leaves in runtime.stabilizer.
 
     ``metrics.record`` keeps points until 64 are pending (or a flush): a test's last few stayed
     in the worker and were written by whichever later test flushed, into the metrics file that
     test had set, or at the worker's exit (test_stabilizer's AMP test: ``scalebox: non-finite
-    scalebox/grad_norm/amp.py:9=nan at step 8`` printed after the session's summary).
+    scalebox/grad_norm/amp.py:9=nan at step 8`` printed after the session's summary). A guard
+    with a partial window records its maximum at exit (test_precision_autocast: ``scalebox:
+    non-finite scalebox/grad_norm_clipped=nan at step 5``).
     """
     yield
+    stabilizer = sys.modules.get("scalebox_cst.runtime.stabilizer")
+    if stabilizer is not None:
+        stabilizer.reset()
     metrics = sys.modules.get("scalebox_cst.runtime.metrics")
     if metrics is not None:
         with metrics._lock:
