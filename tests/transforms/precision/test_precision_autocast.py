@@ -233,6 +233,9 @@ def test_calibration_records_module_ranges_per_user_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fallbacks, "_classifier_obj", __import__("scalebox_cst.runtime.telemetry.profile", fromlist=["x"]).Classifier(str(tmp_path) + "/"))
     monkeypatch.setenv(metrics.ENV_FILE, str(tmp_path / "metrics.jsonl"))
+    # install() hooks write_json to every later flush: without this, each test after it in the
+    # worker that flushed with a metrics file set found this test's precision.json beside it
+    monkeypatch.setattr(metrics, "_after_flush", [])
     script = tmp_path / "train.py"
     script.write_text(
         "import torch\n"
