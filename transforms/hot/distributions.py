@@ -409,7 +409,7 @@ def _sets_default(ctx: FileContext) -> bool:
 
 class HotDistributionArgs(Transform):
     id = ID
-    version = "3"  # 3: MultivariateNormal of a diagonal matrix; 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
+    version = "4"  # 4: a scale also used in arithmetic (mean + std * z) is no alias of it; 3: MultivariateNormal of a diagonal matrix; 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
     triggers = ("Categorical", "Normal", "Bernoulli", "MultivariateNormal")
     description = "distributions whose arguments are valid by construction → validate_args=False (exact on valid input)"
 

@@ -214,4 +214,35 @@ EXAMPLES = [
         reason="scale_tril: not provably torch.diag(v) of a positive v",
         note="a scale_tril whose diagonal may be negative or zero (validation reports it; nothing else would)",
     ),
+    Example(
+        code=(
+            "import torch\n"
+            "from torch.distributions import Normal\n"
+            "def f(x, a):\n"
+            "    mean, log_std = x.tanh(), x.clamp(-2, 2)\n"
+            "    std = log_std.exp()\n"
+            "    z = torch.ones_like(mean) * 0.3\n"
+            "    action_0 = torch.tanh(mean + std * z)\n"
+            "    log_prob = Normal(mean, std).log_prob(mean + std * z)\n"
+            "    return action_0, log_prob\n"
+        ),
+        rewritten=True,
+        note="SAC actor (Popular-RL-Algorithms): the scale also used in arithmetic (mean + std * z), no alias",
+        expected="scale_in_arithmetic",
+        inputs=_XA,
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "from torch.distributions import Normal\n"
+            "def f(x, log_std):\n"
+            "    std = log_std.exp()\n"
+            "    held = [std] + []\n"
+            "    held[0].sub_(5)\n"
+            "    return Normal(x, std).log_prob(x)\n"
+        ),
+        rewritten=False,
+        reason="not provably positive",
+        note="the scale kept in a list by list arithmetic, then changed in place through it",
+    ),
 ]

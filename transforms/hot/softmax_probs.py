@@ -300,6 +300,28 @@ def _falls_through(body) -> bool:
     return True
 
 
+#: operators whose result is a new value, never an operand itself (``a or b`` is one of them: not here)
+_ARITHMETIC = (ast.BinOp, ast.UnaryOp, ast.Compare)
+_DISPLAYS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Starred)
+
+
+def _held_mentions(held: ast.AST):
+    """The nodes of ``held`` a binding may keep a reference to: all but those reached only as an
+    operand of arithmetic (``mean + std * z``: a new tensor, no alias of ``std``; SAC actors'
+    ``torch.tanh(mean + std * z)`` kept their ``Normal(mean, std)`` validated). An operand inside
+    a display under the arithmetic (``[std] + rest``, a list holding it) is still a mention."""
+    todo = [(held, False)]
+    while todo:
+        node, computed = todo.pop()
+        if not computed:
+            yield node
+        if isinstance(node, _DISPLAYS):
+            computed = False
+        elif isinstance(node, _ARITHMETIC):
+            computed = True
+        todo.extend((child, computed) for child in ast.iter_child_nodes(node))
+
+
 def changed(scope: ast.AST, name: str, imports: ImportMap) -> bool:
     """Whether ``name`` may be changed in place in ``scope``: an item or attribute store through
     it, an in-place method, an ``out=`` argument, or passing it to code that is not torch's."""
@@ -321,7 +343,7 @@ def changed(scope: ast.AST, name: str, imports: ImportMap) -> bool:
             # a binding's value, a display itself (``x: T`` with no value binds nothing)
             held = node.value if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) else node
             if held is not None and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
-                                        and id(n) not in args for n in ast.walk(held)):
+                                        and id(n) not in args for n in _held_mentions(held)):
                 return True  # an alias or a container holding it (or a view of it): changed through that, maybe
         if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)) \
                 and _root_name(node.value) == name:
