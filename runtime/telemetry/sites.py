@@ -14,7 +14,14 @@ caller's (file, line) keys a three-number counter, one dict look-up and one incr
   tier (``fused_linear``) and its vectorized steps (``recurrence_ok``) are tried on one line,
   ``fused_linear(...) is not None or recurrence_ok(...)``: their passes add up on one site.
 fallback = evaluations - passes where an entry helper counts evaluations, else refusals.
-Calls from inside the runtime package are not counted (they are no site).
+Calls from inside the runtime package are not counted (they are no site). Only a line's first
+entry call counts an evaluation (``backward_steps(x) >= 2 and steps(T) == T_2`` calls two).
+
+Why: a deciding helper notes a reason as it refuses (runtime/guard_reasons.py); the wrapper takes
+it and counts it per site (``fallback_why``, the most frequent first). Evaluations the guard's
+first test sent to the fallback before any helper decided are put down to the entry helper's
+answer (fewer than 2 steps, or not a count of steps); ``fused_linear``'s None only hands over to
+``recurrence_ok`` on the same line and says nothing.
 
 Time: measured, a site would need a hook at its end, which Python 3.11 offers only through
 tracing (a cost on every line). So it is sampled: the telemetry thread looks at the main thread's
