@@ -332,7 +332,7 @@ class Project:
                 raise StoreError(f"the rollback record in snapshot {commit[:10]} is damaged; use `scalebox rollback SNAPSHOT`") from None
             after = store.files(commit)
             remove = {rel: after[rel] for rel in created if rel in after}
-            return replacer.restore(store.files(backup), remove, f"undo of rollback to {label}", backup)
+            return replacer.restore(store.files(backup), remove, _undo_label(label), backup)
 
     def recover(self) -> Optional[str]:
         """Finish a rollback that was killed while it replaced files (its journal is still under
@@ -377,3 +377,17 @@ def report_text(report: RunReport) -> str:
     return "\n".join(lines) if lines else "(no sites)"
 
 
+
+
+_UNDO = "undo of rollback to "
+_REDONE = " (redone)"
+
+
+def _undo_label(label: str) -> str:
+    """What an undo of the rollback labelled ``label`` restored: ``undo of rollback to run/0001``;
+    an undo of that undo puts the rollback's files back, ``run/0001 (redone)`` (it read "undo of
+    rollback to undo of rollback to run/0001", one level more at every undo)."""
+    if label.startswith(_UNDO):
+        inner = label[len(_UNDO):]
+        return inner if inner.endswith(_REDONE) else inner + _REDONE
+    return _UNDO + (label[:-len(_REDONE)] if label.endswith(_REDONE) else label)

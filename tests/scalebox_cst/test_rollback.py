@@ -178,10 +178,14 @@ def test_snapshot_id_printed_by_rollback_and_undo(tmp_path):
     assert {k: v for k, v in _tree(root).items() if k != "only_b.py"} == state_a
     scalebox("rollback", backup, cwd=root)  # the id it printed restores the files it replaced
     assert _tree(root) == edited
-    scalebox("undo", cwd=root)  # reverts that rollback: state A again
+    undone = scalebox("undo", cwd=root).stdout  # reverts that rollback: state A again
     assert {k: v for k, v in _tree(root).items() if k != "only_b.py"} == state_a
-    scalebox("undo", cwd=root)  # an undo is a rollback: undoing it redoes
+    assert undone.splitlines()[-1] == f"done: undo of rollback to snapshot {backup}"
+    redone = scalebox("undo", cwd=root).stdout  # an undo is a rollback: undoing it redoes
     assert _tree(root) == edited
+    # it said "undo of rollback to undo of rollback to <id>", one level more at every undo
+    assert redone.splitlines()[-1] == f"done: snapshot {backup} (redone)"
+    assert scalebox("undo", cwd=root).stdout.splitlines()[-1] == f"done: undo of rollback to snapshot {backup}"
 
 
 def test_undo_removes_the_files_the_rollback_created_unless_edited_since(tmp_path):
