@@ -48,13 +48,36 @@ def steps_per_second(points: Sequence[Tuple[float, float, float]], counts_steps:
     ``counts_steps``: x is the steps so far (the engine's SPS), so the later half's steps over the
     time they took, from the point before it to the last (a run that trains between env steps has
     many slow points and few fast ones: their median understated what the run did, 25 for 86
-    steps/s). Otherwise, or where time did not advance, the median of the later half's values."""
+    steps/s), the stretch at least :data:`MIN_WINDOW_S` long (widened towards the start, down to
+    the run's start where the points span less). Otherwise, or where time did not advance, the
+    median of the later half's values."""
     points = list(points)
     if counts_steps and len(points) >= 2:
-        start, end = points[len(points) // 2 - 1], points[-1]
+        end, i = points[-1], len(points) // 2 - 1
+        while i > 0 and end[1] - points[i][1] < MIN_WINDOW_S:
+            i -= 1  # a later half of under a second: widened towards the start
+        start = points[i]
+        if end[1] - start[1] < MIN_WINDOW_S:
+            start = _origin(points[0]) or start
         if end[1] > start[1] and end[0] >= start[0]:
             return (end[0] - start[0]) / (end[1] - start[1])
     return later_half_median([p[2] for p in points])
+
+
+#: the shortest stretch of SPS points a rate is taken over. A run of a few seconds has one
+#: periodic point and the one written at its exit, 0.26 s apart in a newcomer's DQN: two identical
+#: seeded runs read 151 and 1471 steps/s from whatever that last quarter second held.
+MIN_WINDOW_S = 1.0
+
+
+def _origin(first: Tuple[float, float, float]) -> Optional[Tuple[float, float, float]]:
+    """``(0 steps, the time the first point's rate was counted from)``: its rate is its steps over
+    the time since the telemetry started, so a run too short for a window is measured from there
+    (start-up included, the same for an original and its rewrite)."""
+    steps, t, rate = first
+    if rate > 0 and steps > 0:
+        return (0.0, t - steps / rate, 0.0)
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

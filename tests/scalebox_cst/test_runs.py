@@ -1053,3 +1053,21 @@ def test_a_damaged_calibration_record_feeds_no_range_and_breaks_no_rewrite(tmp_p
         (folder / runs.RECORD).write_text(json.dumps({"status": "ok", "started": float(number), "precision": kept}))
     assert calibration.inject(str(tmp_path), config)
     assert config.option("precision", "calibration") == {"t.py:3": [7.0, None]}
+
+
+def test_steps_per_second_of_a_short_run_is_no_quarter_second_window():
+    """A run of a few seconds has one periodic SPS point and the one written at its exit: two
+    identical seeded DQN runs (the newcomer's walkthrough) read 151 and 1471 steps/s from the
+    0.26 s between them. The stretch is at least a second, widened towards the start, down to
+    the run's start (the first point's rate counts from there)."""
+    from scalebox_cst import headlines
+
+    # 2,000 steps in the first 2 s (1,000/s), then 40 steps in the 0.26 s before exit (training)
+    short = [(2000.0, 102.0, 1000.0), (2040.0, 102.26, 40 / 0.26)]
+    assert headlines.steps_per_second(short, counts_steps=True) == pytest.approx(2040 / 2.26)
+    # the later half alone would be under a second: widened to the point before it
+    points = [(1000.0, 101.0, 1000.0), (2000.0, 102.0, 1000.0), (2500.0, 102.5, 1000.0), (2540.0, 102.8, 133.3)]
+    assert headlines.steps_per_second(points, counts_steps=True) == pytest.approx(1540 / 1.8)
+    # long enough: the later half, as before
+    long = [(1000.0 * i, 100.0 + 2 * i, 500.0) for i in range(1, 7)]
+    assert headlines.steps_per_second(long, counts_steps=True) == pytest.approx(3000 / 6.0)
