@@ -448,28 +448,20 @@ class Monitor:
 
     def sites(self, branch: str) -> Dict[str, Any]:
         """Per site, over the branch's runs: guard pass rate (vectorized / all) and time spent."""
-        merged: Dict[Tuple[str, int, str], Dict[str, Any]] = {}
+        rows: Dict[Tuple[str, int, str], List[Dict[str, Any]]] = {}  # a site's rows, one per run
         for run in self._runs(branch):
             for site in runs.read_sites(run.dir):
                 try:
                     key = (str(site.get("path")), int(site.get("line") or 0), str(site.get("transform")))
                 except (TypeError, ValueError):
                     continue
-                vec, fall = site_counts.counts(site)
-                entry = merged.setdefault(key, {"path": key[0], "line": key[1], "transform": key[2], "vectorized": 0, "fallback": 0,
-                                                "time_s": 0.0, "runs": 0, "whys": {}})
-                entry["vectorized"] += vec
-                entry["fallback"] += fall
-                entry["time_s"] += site_counts.seconds(site)
-                entry["runs"] += 1
-                for why, n in site_counts.reasons(site):
-                    entry["whys"][why] = entry["whys"].get(why, 0) + n
+                rows.setdefault(key, []).append(site)
         out = []
-        for entry in sorted(merged.values(), key=lambda e: (e["path"], e["line"])):
-            entry["pass_rate"] = site_counts.pass_rate(entry["vectorized"], entry["fallback"])
-            whys = entry.pop("whys")
-            entry["fallback_why"] = sorted(([w, n] for w, n in whys.items()), key=lambda r: (-r[1], r[0]))[:site_counts.SHOWN]
-            out.append(entry)
+        for (path, line, transform), group in sorted(rows.items(), key=lambda kv: kv[0][:2]):
+            vec, fall, whys = site_counts.totals(group)  # added up as a run's headline adds its sites
+            out.append({"path": path, "line": line, "transform": transform, "vectorized": vec, "fallback": fall,
+                        "time_s": sum(site_counts.seconds(s) for s in group), "runs": len(group),
+                        "pass_rate": site_counts.pass_rate(vec, fall), "fallback_why": [[w, n] for w, n in whys]})
         return {"branch": branch, "sites": out}
 
     # ---------------------------------------------------------------- events

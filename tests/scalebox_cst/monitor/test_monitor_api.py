@@ -1094,3 +1094,16 @@ def test_non_finite_values_are_strings_in_answers_and_refused_as_options(proj):
     for value in ("nan", "inf", "-inf", "1e9"):
         proc = scalebox("monitor", proj, "--refresh-interval", value, "--web-port", "0", check=False, timeout=20)
         assert proc.returncode == 2 and "Invalid value for '--refresh-interval'" in proc.stderr, (value, proc.stderr)
+
+
+def test_a_sites_reasons_add_up_over_the_branchs_runs(proj):
+    """The per-site table adds a site's rows over the branch's runs as a run's headline adds its
+    sites (site_counts.totals): counts, time and the reasons why it fell back."""
+    why = "per-step inputs of dtype float16: only float32 and float64 are vectorized"
+    for whys in ([[why, 3], ["fewer than 2 steps", 1]], [[why, 2]]):
+        write_run(proj, "run/0001", sites=[{"path": "train.py", "line": 7, "transform": "vectorize.recurrence",
+                                            "vectorized": 1, "fallback": sum(n for _, n in whys), "time_s": 0.5,
+                                            "fallback_why": whys}])
+    [site] = [s for s in Monitor(proj).sites("run/0001")["sites"] if s["line"] == 7 and s["runs"] == 3]
+    assert (site["vectorized"], site["fallback"], site["time_s"]) == (92, 16, 1.25)
+    assert site["fallback_why"] == [[why, 5], ["fewer than 2 steps", 1]]
