@@ -4,7 +4,9 @@
 
 * distributions: ``Categorical(logits=x).log_prob(a)`` / ``.entropy()`` for one step's logits
   (1x2, CartPole) and a batch (64x6), and ``Normal(mu, exp(log_std)).log_prob(a).sum(-1)``,
-  default validation vs ``validate_args=False`` (hot.distribution_args); ``Categorical(probs)``
+  default validation vs ``validate_args=False`` (hot.distribution_args), also
+  ``MultivariateNormal(mean, torch.diag(v))`` + ``sample()`` + ``log_prob`` + ``entropy`` for one
+  action (1x3) and a batch (2048x3); ``Categorical(probs)``
   from a softmax, construction + ``sample()`` + ``log_prob``, vs ``categorical_probs`` (within its
   bound: 2, 1x4; beyond it, 18 actions: the original path plus the guard's cost);
 * tensors from arrays: ``torch.tensor(list of float64 obs, dtype=torch.float)`` and
@@ -25,7 +27,7 @@ import warnings
 
 import numpy as np
 import torch
-from torch.distributions import Categorical, Normal
+from torch.distributions import Categorical, MultivariateNormal, Normal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import median_time  # noqa: E402
@@ -74,6 +76,19 @@ def main() -> None:
         t0 = median_time(lambda: Normal(mu, log_std.exp()).log_prob(act).sum(-1), number, repeat)
         t1 = median_time(lambda: Normal(mu, log_std.exp(), validate_args=False).log_prob(act).sum(-1), number, repeat)
         row(f"Normal(mu {shape[0]}x{shape[1]}, exp(log_std)).log_prob", t0, t1)
+    cov = torch.diag(torch.full((3,), 0.5))  # PPO-for-Beginners' self.cov_mat
+    for rows in (1, 2048):
+        mean = torch.randn(rows, 3, generator=g)
+
+        def mvn_orig():
+            d = MultivariateNormal(mean, cov)
+            return d.log_prob(d.sample()), d.entropy()
+
+        def mvn_new():
+            d = MultivariateNormal(mean, cov, validate_args=False)
+            return d.log_prob(d.sample()), d.entropy()
+        n = number if rows == 1 else max(number // 10, 20)
+        row(f"MultivariateNormal({rows}x3, diag) + sample + log_prob", median_time(mvn_orig, n, repeat), median_time(mvn_new, n, repeat))
     rng = np.random.default_rng(0)
     for n, dim in ((1, 4), (8, 4), (32, 4), (64, 17), (256, 84)):
         obs = [rng.standard_normal(dim) for _ in range(n)]
