@@ -54,6 +54,17 @@ def _immutable(value: Any) -> bool:
     return isinstance(value, numbers.Number) and not isinstance(value, torch.Tensor)
 
 
+def _value(v: Any, read: Dict[int, Any]) -> Any:
+    """An argument of a deferred call with each deferred number in it (``read``: by id) read."""
+    if isinstance(v, _Item):
+        return read[id(v)]
+    if _display(v):
+        if isinstance(v, dict):
+            return {k: _value(x, read) for k, x in v.items()}
+        return type(v)(_value(x, read) for x in v)
+    return v
+
+
 def _display(value: Any) -> bool:
     """A list/tuple/dict built in the call itself: the rewrite only puts a deferred number there."""
     items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
@@ -136,14 +147,5 @@ class Deferred:
             for m, number in zip(members, numbers_):
                 read[id(m)] = number if m.convert is None else m.convert(number)
 
-        def value(v):
-            if isinstance(v, _Item):
-                return read[id(v)]
-            if _display(v):
-                if isinstance(v, dict):
-                    return {k: value(x) for k, x in v.items()}
-                return type(v)(value(x) for x in v)
-            return v
-
         for fn, args, kwargs in calls:
-            fn(*[value(a) for a in args], **{k: value(v) for k, v in kwargs.items()})
+            fn(*[_value(a, read) for a in args], **{k: _value(v, read) for k, v in kwargs.items()})

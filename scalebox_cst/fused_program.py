@@ -273,13 +273,7 @@ class _Compiler:
                 S = names[0]
                 reads = [n for n in ast.walk(st.value) if isinstance(n, ast.Name) and n.id == S]
                 if reads and any(isinstance(n, ast.Name) and n.id == S for n in ast.walk(prev.value)):
-                    first = prev.value
-
-                    class Sub(ast.NodeTransformer):
-                        def visit_Name(self, n: ast.Name) -> ast.AST:
-                            return copy.deepcopy(first) if n.id == S else n
-
-                    out[-1] = ast.Assign(targets=st.targets, value=Sub().visit(st.value), lineno=st.lineno,
+                    out[-1] = ast.Assign(targets=st.targets, value=_NameToValue(S, prev.value).visit(st.value), lineno=st.lineno,
                                          col_offset=st.col_offset)
                     continue
             out.append(st)
@@ -302,14 +296,7 @@ class _Compiler:
                     continue
                 if any(_is_t(n.slice) != 1 for n in reads) or len(st.targets) != 1 or self.p.memo:
                     raise _Invalid("a read of an output")
-
-                class Sub(ast.NodeTransformer):
-                    def visit_Subscript(self, n: ast.Subscript) -> ast.AST:
-                        if isinstance(n.value, ast.Name) and n.value.id == out:
-                            return ast.Name(id=S, ctx=ast.Load())
-                        return self.generic_visit(n)
-
-                st.value = Sub().visit(st.value)
+                st.value = _RowToName(out, S).visit(st.value)
                 st.targets = [st.targets[0], ast.Name(id=S, ctx=ast.Store())]
                 self.p.memo = out
                 self.p.need_last = False
@@ -366,29 +353,26 @@ class _Compiler:
         registers by SSA, -1 the carried value, -(k + 1) row temporary k, constant slots)."""
         self.rows: List[List[Any]] = []
         self.row_ssa: Set[int] = set()
-
-        def reads_s(e: ast.AST) -> bool:
-            return any(isinstance(n, ast.Name) and n.id == S for n in ast.walk(e))
-
-        def row(e: ast.AST) -> Tuple[str, Any]:
-            if not reads_s(e):
-                kind, val = self.expr(e, S)
-                if kind == "v":
-                    self.row_ssa.add(val)
-                return kind, val
-            if isinstance(e, ast.Name):
-                return ("r", 0)
-            if isinstance(e, ast.UnaryOp) and type(e.op) in (ast.USub, ast.UAdd):
-                kind, val = row(e.operand)
-                return self._row_emit(NEG, (kind, val), None) if isinstance(e.op, ast.USub) else (kind, val)
-            if isinstance(e, ast.BinOp) and type(e.op) in _VV:  # (one side reads S: not two numbers)
-                return _lower(type(e.op), row(e.left), row(e.right), self._row_emit, self._row_emit)
-            raise _Invalid(type(e).__name__)
-
-        out = row(v)
+        out = self._row(v, S)
         if out[0] != "r" or not self.rows:
             raise _Invalid("update")
         self.p.row_mode = True
+
+    def _row(self, e: ast.AST, S: str) -> Tuple[str, Any]:
+        """One operand of :meth:`_row_update`'s row program."""
+        if not any(isinstance(n, ast.Name) and n.id == S for n in ast.walk(e)):  # does not read S
+            kind, val = self.expr(e, S)
+            if kind == "v":
+                self.row_ssa.add(val)
+            return kind, val
+        if isinstance(e, ast.Name):
+            return ("r", 0)
+        if isinstance(e, ast.UnaryOp) and type(e.op) in (ast.USub, ast.UAdd):
+            kind, val = self._row(e.operand, S)
+            return self._row_emit(NEG, (kind, val), None) if isinstance(e.op, ast.USub) else (kind, val)
+        if isinstance(e, ast.BinOp) and type(e.op) in _VV:  # (one side reads S: not two numbers)
+            return _lower(type(e.op), self._row(e.left, S), self._row(e.right, S), self._row_emit, self._row_emit)
+        raise _Invalid(type(e).__name__)
 
     def _row_emit(self, op: int, x: Any, y: Any) -> Tuple[str, int]:
         d = len(self.rows) + 1  # row temporaries 1, 2, ... (0: the carried value)
@@ -528,3 +512,26 @@ def params_of(text: str) -> Tuple[str, ...]:
     first appearance); () when the program is outside the grammar."""
     p = program(text)
     return p.params if p is not None else ()
+
+
+class _NameToValue(ast.NodeTransformer):
+    """Each ``name`` replaced by a copy of ``value`` (classes at module level: one made per call is
+    a cycle that stays alive, with what it holds, until a garbage collection)."""
+
+    def __init__(self, name: str, value: ast.AST) -> None:
+        self.name, self.value = name, value
+
+    def visit_Name(self, n: ast.Name) -> ast.AST:
+        return copy.deepcopy(self.value) if n.id == self.name else n
+
+
+class _RowToName(ast.NodeTransformer):
+    """Each ``out[...]`` replaced by a read of ``name``."""
+
+    def __init__(self, out: str, name: str) -> None:
+        self.out, self.name = out, name
+
+    def visit_Subscript(self, n: ast.Subscript) -> ast.AST:
+        if isinstance(n.value, ast.Name) and n.value.id == self.out:
+            return ast.Name(id=self.name, ctx=ast.Load())
+        return self.generic_visit(n)

@@ -143,28 +143,33 @@ class ElementwiseExpr:
         """Whether a loop element (or a forbidden name) occurs under ``expr``."""
         if self.element(expr) is not None:
             return True
-        found = False
-        outer = self
-
-        class _V(cst.CSTVisitor):
-            def on_visit(self, n: cst.CSTNode) -> bool:
-                nonlocal found
-                if found:
-                    return False
-                if isinstance(n, cst.BaseExpression) and outer.element(n) is not None:
-                    found = True
-                    return False
-                if isinstance(n, cst.Name) and n.value in outer.forbidden:
-                    found = True
-                    return False
-                return True
-
-        expr.visit(_V())
-        return found
+        finder = _Depends(self)
+        expr.visit(finder)
+        return finder.found
 
     def batched(self, expr: cst.BaseExpression, names: Dict[str, str]) -> cst.BaseExpression:
         """``expr`` with every loop element replaced by the name of its batched tensor."""
         return expr.visit(_Batched(self, names))
+
+
+class _Depends(cst.CSTVisitor):
+    """:meth:`ElementwiseExpr._depends`'s visit (module-level classes: see :class:`_Batched`)."""
+
+    def __init__(self, outer: "ElementwiseExpr") -> None:
+        super().__init__()
+        self.outer = outer
+        self.found = False
+
+    def on_visit(self, n: cst.CSTNode) -> bool:
+        if self.found:
+            return False
+        if isinstance(n, cst.BaseExpression) and self.outer.element(n) is not None:
+            self.found = True
+            return False
+        if isinstance(n, cst.Name) and n.value in self.outer.forbidden:
+            self.found = True
+            return False
+        return True
 
 
 class _Batched(cst.CSTTransformer):

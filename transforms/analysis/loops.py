@@ -131,19 +131,25 @@ def is_runtime_guard(test: cst.BaseExpression, imports) -> bool:
     """Whether an ``if`` test is a guard some transform emitted (its else branch holds original
     code kept verbatim: loops there are not rewritten again). Recognised by a call of a
     ``scalebox_cst.runtime`` helper or a ``_sb_``-prefixed name in the test."""
-    found = False
+    finder = _GuardCall(imports)
+    test.visit(finder)
+    return finder.found
 
-    class _V(cst.CSTVisitor):
-        def visit_Call(self, n: cst.Call) -> None:
-            nonlocal found
-            qual = imports.qualify(n.func)
-            if qual is not None and qual.startswith("scalebox_cst.runtime."):
-                found = True
 
-        def visit_Name(self, n: cst.Name) -> None:
-            nonlocal found
-            if n.value.startswith("_sb_"):
-                found = True
+class _GuardCall(cst.CSTVisitor):
+    """:func:`is_runtime_guard`'s visit (a class made per call stays alive, with what it holds,
+    until a garbage collection: the pipeline turns the collector off while it rewrites)."""
 
-    test.visit(_V())
-    return found
+    def __init__(self, imports) -> None:
+        super().__init__()
+        self.imports = imports
+        self.found = False
+
+    def visit_Call(self, n: cst.Call) -> None:
+        qual = self.imports.qualify(n.func)
+        if qual is not None and qual.startswith("scalebox_cst.runtime."):
+            self.found = True
+
+    def visit_Name(self, n: cst.Name) -> None:
+        if n.value.startswith("_sb_"):
+            self.found = True

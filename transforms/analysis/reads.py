@@ -161,24 +161,32 @@ def _enclosing_loops(root: cst.CSTNode, target: cst.CSTNode) -> Set[int]:
 
 def _enclosing_loops_visit(root: cst.CSTNode, target: cst.CSTNode) -> Set[int]:
     """:func:`_enclosing_loops` by a full visit (any kind of ``target``)."""
-    stack: List[int] = []
-    found: Set[int] = set()
+    finder = _EnclosingLoops(target)
+    root.visit(finder)
+    return finder.found
 
-    class _V(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if node is target:
-                found.update(stack)
-                return False
-            if isinstance(node, (cst.For, cst.While)):
-                stack.append(id(node))
-            return True
 
-        def on_leave(self, node: cst.CSTNode) -> None:
-            if isinstance(node, (cst.For, cst.While)) and stack and stack[-1] == id(node):
-                stack.pop()
+class _EnclosingLoops(cst.CSTVisitor):
+    """:func:`_enclosing_loops_visit`'s visit (module-level: a class made per call is a cycle that
+    stays alive, with what it holds, until a garbage collection)."""
 
-    root.visit(_V())
-    return found
+    def __init__(self, target: cst.CSTNode) -> None:
+        super().__init__()
+        self.target = target
+        self.stack: List[int] = []
+        self.found: Set[int] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if node is self.target:
+            self.found.update(self.stack)
+            return False
+        if isinstance(node, (cst.For, cst.While)):
+            self.stack.append(id(node))
+        return True
+
+    def on_leave(self, node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.For, cst.While)) and self.stack and self.stack[-1] == id(node):
+            self.stack.pop()
 
 
 def names_read(node: cst.CSTNode) -> Set[str]:
@@ -221,16 +229,6 @@ def bound_names(node: cst.CSTNode) -> Set[str]:
 
 def _bound_names(node: cst.CSTNode) -> Set[str]:
     found: Set[str] = set()
-
-    def targets(t: cst.CSTNode) -> None:
-        if isinstance(t, cst.Name):
-            found.add(t.value)
-        elif isinstance(t, (cst.Tuple, cst.List)):
-            for el in t.elements:
-                targets(el.value)
-        elif isinstance(t, cst.StarredElement):
-            targets(t.value)
-
     kinds = _BINDING_KINDS
     for n in walk(node):
         k = kinds.get(type(n))
@@ -239,14 +237,25 @@ def _bound_names(node: cst.CSTNode) -> Set[str]:
         if k == 0:
             continue
         if k == 1:
-            targets(n.target)  # type: ignore[attr-defined]
+            _target_names(n.target, found)  # type: ignore[attr-defined]
         elif k == 2:
-            targets(n.name)  # type: ignore[attr-defined]
+            _target_names(n.name, found)  # type: ignore[attr-defined]
         elif k == 3:
             found.add(n.name.value)  # type: ignore[attr-defined]
         elif n.asname is None:  # type: ignore[attr-defined]
             found.add(_code(n.name).split(".")[0])  # type: ignore[attr-defined]
     return found
+
+
+def _target_names(t: cst.CSTNode, found: Set[str]) -> None:
+    """Add the names an assignment target binds (a name, or those in a tuple, list or star)."""
+    if isinstance(t, cst.Name):
+        found.add(t.value)
+    elif isinstance(t, (cst.Tuple, cst.List)):
+        for el in t.elements:
+            _target_names(el.value, found)
+    elif isinstance(t, cst.StarredElement):
+        _target_names(t.value, found)
 
 
 #: node type -> which binding :func:`_bound_names` reads of it (:func:`_binding_kind`)

@@ -243,11 +243,18 @@ class ScopeWalk(cst.CSTVisitor):
 
 
 def _all_names(node: cst.CSTNode) -> Set[str]:
-    out: Set[str] = set()
+    names = _Names()
+    node.visit(names)
+    return names.out
 
-    class _V(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            out.add(n.value)
 
-    node.visit(_V())
-    return out
+class _Names(cst.CSTVisitor):
+    """:func:`_all_names`'s visit (module-level: a class made per call is a cycle that stays alive,
+    with what it holds, until a garbage collection)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: Set[str] = set()
+
+    def visit_Name(self, n: cst.Name) -> None:
+        self.out.add(n.value)

@@ -29,53 +29,59 @@ from .reads import _skeleton, _store_names
 
 def rebinds(module: cst.Module, name: str) -> bool:
     """Whether ``module`` may bind ``name`` anywhere (assignment, def, import, star import, parameter)."""
-    stores: Set[int] = set()
-    found = False
+    finder = _Rebinds(name)
+    module.visit(finder)
+    return finder.found
 
-    class _V(cst.CSTVisitor):
-        def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
-            _store_names(n.target, stores)
 
-        def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
-            _store_names(n.target, stores)
+class _Rebinds(cst.CSTVisitor):
+    """:func:`rebinds`' visit (module-level: a class made per call is a cycle that stays alive, with
+    what it holds, until a garbage collection)."""
 
-        def visit_AugAssign(self, n: cst.AugAssign) -> None:
-            _store_names(n.target, stores)
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.stores: Set[int] = set()
+        self.found = False
 
-        def visit_For(self, n: cst.For) -> None:
-            _store_names(n.target, stores)
+    def visit_AssignTarget(self, n: cst.AssignTarget) -> None:
+        _store_names(n.target, self.stores)
 
-        def visit_CompFor(self, n: cst.CompFor) -> None:
-            _store_names(n.target, stores)
+    def visit_AnnAssign(self, n: cst.AnnAssign) -> None:
+        _store_names(n.target, self.stores)
 
-        def visit_AsName(self, n: cst.AsName) -> None:
-            _store_names(n.name, stores)
+    def visit_AugAssign(self, n: cst.AugAssign) -> None:
+        _store_names(n.target, self.stores)
 
-        def visit_ImportAlias(self, n: cst.ImportAlias) -> None:
-            if n.asname is None and isinstance(n.name, cst.Name):
-                stores.add(id(n.name))
+    def visit_For(self, n: cst.For) -> None:
+        _store_names(n.target, self.stores)
 
-        def visit_ImportFrom(self, n: cst.ImportFrom) -> None:
-            nonlocal found
-            if isinstance(n.names, cst.ImportStar):
-                found = True  # a star import may bind anything
+    def visit_CompFor(self, n: cst.CompFor) -> None:
+        _store_names(n.target, self.stores)
 
-        def visit_Param(self, n: cst.Param) -> None:
-            stores.add(id(n.name))
+    def visit_AsName(self, n: cst.AsName) -> None:
+        _store_names(n.name, self.stores)
 
-        def visit_FunctionDef(self, n: cst.FunctionDef) -> None:
-            stores.add(id(n.name))
+    def visit_ImportAlias(self, n: cst.ImportAlias) -> None:
+        if n.asname is None and isinstance(n.name, cst.Name):
+            self.stores.add(id(n.name))
 
-        def visit_ClassDef(self, n: cst.ClassDef) -> None:
-            stores.add(id(n.name))
+    def visit_ImportFrom(self, n: cst.ImportFrom) -> None:
+        if isinstance(n.names, cst.ImportStar):
+            self.found = True  # a star import may bind anything
 
-        def visit_Name(self, n: cst.Name) -> None:
-            nonlocal found
-            if id(n) in stores and n.value == name:
-                found = True
+    def visit_Param(self, n: cst.Param) -> None:
+        self.stores.add(id(n.name))
 
-    module.visit(_V())
-    return found
+    def visit_FunctionDef(self, n: cst.FunctionDef) -> None:
+        self.stores.add(id(n.name))
+
+    def visit_ClassDef(self, n: cst.ClassDef) -> None:
+        self.stores.add(id(n.name))
+
+    def visit_Name(self, n: cst.Name) -> None:
+        if id(n) in self.stores and n.value == self.name:
+            self.found = True
 
 
 def declares_global(scope: cst.CSTNode, names: Iterable[str]) -> Set[str]:

@@ -31,23 +31,24 @@ def ast_statements(body: Sequence[ast.stmt]) -> Tuple[List[ast.stmt], Dict[ast.s
     each one's enclosing statement (None at the top)."""
     out: List[ast.stmt] = []
     parent: Dict[ast.stmt, Optional[ast.stmt]] = {}
-
-    def walk(stmts: Sequence[ast.stmt], up: Optional[ast.stmt]) -> None:
-        for st in stmts:
-            out.append(st)
-            parent[st] = up
-            for field in _BLOCK_FIELDS:
-                block = getattr(st, field, None)
-                if not block:
-                    continue
-                if field in ("handlers", "cases"):
-                    for h in block:
-                        walk(h.body, st)
-                else:
-                    walk(block, st)
-
-    walk(body, None)
+    _walk_statements(body, None, out, parent)
     return out, parent
+
+
+def _walk_statements(stmts: Sequence[ast.stmt], up: Optional[ast.stmt], out: List[ast.stmt],
+                     parent: Dict[ast.stmt, Optional[ast.stmt]]) -> None:
+    for st in stmts:
+        out.append(st)
+        parent[st] = up
+        for field in _BLOCK_FIELDS:
+            block = getattr(st, field, None)
+            if not block:
+                continue
+            if field in ("handlers", "cases"):
+                for h in block:
+                    _walk_statements(h.body, st, out, parent)
+            else:
+                _walk_statements(block, st, out, parent)
 
 
 class CstStatements:

@@ -28,7 +28,9 @@ class _Scope:
         self.locals: Set[str] = set()
         self.declared_global: Set[str] = set()
         self.declared_nonlocal: Set[str] = set()
-        self.bindings: Dict[str, List[Tuple[ast.expr, "_Scope"]]] = {}
+        #: name -> [(value, the scope it is evaluated in: None for this one)] (a scope holding itself
+        #: was a cycle that kept the file's tree until a garbage collection)
+        self.bindings: Dict[str, List[Tuple[ast.expr, Optional["_Scope"]]]] = {}
 
     @property
     def root(self) -> "_Scope":

@@ -9,7 +9,9 @@ unknown binding too (the name may be bound elsewhere).
 from __future__ import annotations
 
 import ast
+import functools
 import re
+import weakref
 from typing import TYPE_CHECKING, AbstractSet, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import libcst as cst
@@ -132,6 +134,11 @@ def bindings(scope: Union[Scope, cst.ClassDef], declarations: bool = True) -> Di
 _DECLARATION = re.compile(r"\b(?:global|nonlocal)\b")
 
 
+def _whole_positions(ctx: "weakref.ref[FileContext]"):
+    """The whole module's positions (a weak reference: the context holds these positions)."""
+    return ctx().wrapper.resolve(PositionProvider)  # type: ignore[union-attr]
+
+
 def may_declare(code: str) -> bool:
     """Whether ``code`` may hold a ``global`` or ``nonlocal`` statement (its text spells one as a
     word: ``global_step`` does not)."""
@@ -139,17 +146,23 @@ def may_declare(code: str) -> bool:
 
 
 def _declared_below(scope: Union[Scope, cst.ClassDef]) -> List[str]:
-    names: List[str] = []
+    declared = _Declarations()
+    scope.visit(declared)
+    return declared.names
 
-    class _V(cst.CSTVisitor):
-        def visit_Global(self, node: cst.Global) -> None:
-            names.extend(n.name.value for n in node.names)
 
-        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
-            names.extend(n.name.value for n in node.names)
+class _Declarations(cst.CSTVisitor):
+    """:func:`_declared_below`'s visit (module-level: a class made per call is a cycle that stays alive, with what it holds, until a garbage collection)."""
 
-    scope.visit(_V())
-    return names
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: List[str] = []
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.names.extend(n.name.value for n in node.names)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.names.extend(n.name.value for n in node.names)
 
 
 def only_value(found: Dict[str, List[Optional[cst.BaseExpression]]], name: str) -> Optional[cst.BaseExpression]:
@@ -310,7 +323,7 @@ def visit_calls(ctx: "FileContext", calls: Sequence[ast.AST], rewriter: cst.CSTT
         units = positions.innermost(held)
         found = positions.alone(module, units, ch.lines) if units is not None else None
         if found is not None:
-            ctx.__dict__["positions"] = positions.Positions(found, lambda: ctx.wrapper.resolve(PositionProvider))
+            ctx.__dict__["positions"] = positions.Positions(found, functools.partial(_whole_positions, weakref.ref(ctx)))
     if part is None and "positions" not in ctx.__dict__ and 2 * sum(ch.ends[g] - ch.starts[g] + 1 for g in groups) < len(ch.lines):
         # the whole module: positions of these statements only (each costs two codegens of it,
         # so only where they are under half the file: a script's `__main__` block is most of it)

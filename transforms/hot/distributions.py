@@ -356,44 +356,49 @@ def _init_only_attribute(ctx: FileContext, line: int, attr: str) -> Optional[cst
 
 def _softmax_calls(ctx: FileContext) -> Dict[Tuple[int, int], Tuple[str, Optional[int]]]:
     """(line, column) of each ``Categorical(p)`` call whose ``p`` is provably a softmax -> (how, its dim)."""
-    import ast
-
     from .callees import Files
     from .softmax_probs import SoftmaxProbs
 
     files = Files(ctx.tree, ctx.imports)
     probe = SoftmaxProbs(files)
-    lines = ctx.code.splitlines()
-    out: Dict[Tuple[int, int], Tuple[str, Optional[int]]] = {}
+    calls = _CategoricalCalls(ctx.imports, probe, ctx.code.splitlines())
+    calls.walk(ctx.tree, None, ctx.tree)
+    return calls.out
 
-    def walk(node: ast.AST, cls: Optional[str], scope: ast.AST, block=None, stmt=None) -> None:
+
+class _CategoricalCalls:
+    """The walk of :func:`_softmax_calls` (a method, not a closure that calls itself: that cycle
+    kept the file's tree alive until a garbage collection)."""
+
+    def __init__(self, imports, probe, lines: List[str]) -> None:
+        self.imports, self.probe, self.lines = imports, probe, lines
+        self.out: Dict[Tuple[int, int], Tuple[str, Optional[int]]] = {}
+
+    def walk(self, node: ast.AST, cls: Optional[str], scope: ast.AST, block=None, stmt=None) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.stmt):
                 block = next((b for b in (getattr(node, f, None) for f in ("body", "orelse", "finalbody"))
                               if isinstance(b, list) and child in b), None)
                 stmt = child
             if isinstance(child, ast.ClassDef):
-                walk(child, child.name, scope)
+                self.walk(child, child.name, scope)
                 continue
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                walk(child, cls if isinstance(node, ast.ClassDef) else None, child)
+                self.walk(child, cls if isinstance(node, ast.ClassDef) else None, child)
                 continue
-            if isinstance(child, ast.Call) and _QUALNAMES.get(ctx.imports.qualify(child.func) or "") == "Categorical":
+            if isinstance(child, ast.Call) and _QUALNAMES.get(self.imports.qualify(child.func) or "") == "Categorical":
                 given = child.args[0] if len(child.args) == 1 and not child.keywords else \
                     child.keywords[0].value if not child.args and len(child.keywords) == 1 \
                     and child.keywords[0].arg == "probs" else None
                 found = None
                 if isinstance(given, ast.Name) and block is not None:
-                    found = probe.at_site(given.id, block, stmt, cls, scope)
+                    found = self.probe.at_site(given.id, block, stmt, cls, scope)
                 if found is None and given is not None:
-                    found = probe.of(given, cls, scope)
+                    found = self.probe.of(given, cls, scope)
                 if found is not None:
-                    col = len(lines[child.lineno - 1].encode()[:child.col_offset].decode(errors="replace"))
-                    out[(child.lineno, col)] = found
-            walk(child, cls, scope, block, stmt)
-
-    walk(ctx.tree, None, ctx.tree)
-    return out
+                    col = len(self.lines[child.lineno - 1].encode()[:child.col_offset].decode(errors="replace"))
+                    self.out[(child.lineno, col)] = found
+            self.walk(child, cls, scope, block, stmt)
 
 
 def _sets_default(ctx: FileContext) -> bool:

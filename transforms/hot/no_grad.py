@@ -114,7 +114,10 @@ class _Scanner:
         self._locals: Dict[int, Set[str]] = {}  # per scope: the names it binds
 
     def scan(self) -> List[_Candidate]:
-        self._block(self.tree.body, self.tree, None, loop=False)
+        try:
+            self._block(self.tree.body, self.tree, None, loop=False)
+        finally:  # a flow's callback holds this scanner: a cycle keeping the tree until a collection
+            self._flows.clear()
         return self.found
 
     def _block(self, body, scope, cls: Optional[str], loop: bool) -> None:

@@ -17,7 +17,7 @@ otherwise show in the list and in every later reduction of it.
 """
 from __future__ import annotations
 
-from typing import Iterator, List, cast
+from typing import Iterator, List, Set, cast
 
 import libcst as cst
 
@@ -63,20 +63,25 @@ def read_only_uses(scope: cst.CSTNode, name: str, imports, builtin_ok) -> List[c
 
 def reads_outside(node: cst.CSTNode, name: str, readers: List[cst.Call]) -> bool:
     """Whether ``node`` reads ``name`` anywhere but under one of ``readers``."""
-    skip = {id(r) for r in readers}
-    found = False
+    finder = _ReadOutside(name, {id(r) for r in readers})
+    node.visit(finder)
+    return finder.found
 
-    class _V(cst.CSTVisitor):
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            nonlocal found
-            if found or id(n) in skip:
-                return False
-            if isinstance(n, cst.Attribute):  # x.name is not a read of name
-                n.value.visit(self)
-                return False
-            if isinstance(n, cst.Name) and n.value == name:
-                found = True
-            return True
 
-    node.visit(_V())
-    return found
+class _ReadOutside(cst.CSTVisitor):
+    """:func:`reads_outside`' visit (module-level: a class made per call is a cycle that stays alive, with what it holds, until a garbage collection)."""
+
+    def __init__(self, name: str, skip: Set[int]) -> None:
+        super().__init__()
+        self.name, self.skip = name, skip
+        self.found = False
+
+    def on_visit(self, n: cst.CSTNode) -> bool:
+        if self.found or id(n) in self.skip:
+            return False
+        if isinstance(n, cst.Attribute):  # x.name is not a read of name
+            n.value.visit(self)
+            return False
+        if isinstance(n, cst.Name) and n.value == self.name:
+            self.found = True
+        return True

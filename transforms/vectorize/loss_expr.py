@@ -87,22 +87,9 @@ class LossExpr:
         return self.keys.index(key)
 
     def _depends(self, expr: cst.CSTNode) -> bool:
-        found = False
-        outer = self
-
-        class _V(cst.CSTVisitor):
-            def on_visit(self, n: cst.CSTNode) -> bool:
-                nonlocal found
-                if found:
-                    return False
-                if isinstance(n, cst.BaseExpression) and outer.element(n) is not None:
-                    found = True
-                elif isinstance(n, cst.Name) and (n.value in outer.forbidden or n.value in outer.temps):
-                    found = True
-                return not found
-
-        expr.visit(_V())
-        return found
+        finder = _Depends(self)
+        expr.visit(finder)
+        return finder.found
 
     def _invariant(self, expr: cst.BaseExpression) -> Value:
         if not is_pure(expr, self.forbidden | set(self.temps)):
@@ -295,3 +282,21 @@ class LossExpr:
             raise Refused(f"`{_code(call)}`: only torch.tensor([x]) of a loop element or a Python float per sample is batched")
         self.zerod.add(self._key(key))
         return Value(f"{BATCH}.new({v.code})", "t", const=1, ops=v.ops)
+
+
+class _Depends(cst.CSTVisitor):
+    """:meth:`LossExpr._depends`' visit (module-level: a class made per call is a cycle that stays alive, with what it holds, until a garbage collection)."""
+
+    def __init__(self, outer: "LossExpr") -> None:
+        super().__init__()
+        self.outer = outer
+        self.found = False
+
+    def on_visit(self, n: cst.CSTNode) -> bool:
+        if self.found:
+            return False
+        if isinstance(n, cst.BaseExpression) and self.outer.element(n) is not None:
+            self.found = True
+        elif isinstance(n, cst.Name) and (n.value in self.outer.forbidden or n.value in self.outer.temps):
+            self.found = True
+        return not self.found

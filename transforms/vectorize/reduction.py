@@ -219,67 +219,9 @@ class _Rewriter(ScopedRewriter):
         return None
 
     def _find_consumer(self, stmt: cst.SimpleStatementLine, name: str) -> Optional[Tuple[cst.Call, str]]:
-        imports = self.ctx.imports
-        found: List[Tuple[cst.Call, str]] = []
-
-        def is_list(arg: cst.Arg) -> bool:
-            return arg.keyword is None and not arg.star and isinstance(arg.value, cst.Name) and arg.value.value == name
-
-        def stack_or_cat(node: cst.BaseExpression) -> Optional[str]:
-            if not isinstance(node, cst.Call):
-                return None
-            qual = imports.qualify(node.func)
-            if qual not in ("torch.stack", "torch.cat", "torch.concat", "torch.concatenate"):
-                return None
-            args = list(node.args)
-            if not args or not is_list(args[0]):
-                return None
-            rest = args[1:]
-            if len(rest) > 1:
-                return None
-            if rest:
-                dim = rest[0]
-                if dim.star or (dim.keyword is not None and dim.keyword.value != "dim"):
-                    return None
-                if not (isinstance(dim.value, cst.Integer) and dim.value.value == "0"):
-                    return None
-            return "stack" if qual == "torch.stack" else "cat"
-
-        class _V(cst.CSTVisitor):
-            def visit_Call(self, node: cst.Call) -> Optional[bool]:
-                # torch.stack(L).sum() / .mean()
-                if (
-                    isinstance(node.func, cst.Attribute)
-                    and node.func.attr.value in ("sum", "mean")
-                    and not node.args
-                    and stack_or_cat(node.func.value)
-                ):
-                    cat = stack_or_cat(node.func.value) == "cat"
-                    found.append((node, node.func.attr.value + ("_cat" if cat else "")))
-                    return False
-                qual = imports.qualify(node.func)
-                if qual in ("torch.sum", "torch.mean") and len(node.args) == 1 and node.args[0].keyword is None and stack_or_cat(node.args[0].value):
-                    cat = stack_or_cat(node.args[0].value) == "cat"
-                    found.append((node, qual.split(".")[1] + ("_cat" if cat else "")))
-                    return False
-                if (
-                    isinstance(node.func, cst.Name)
-                    and node.func.value == "sum"
-                    and outer.builtin_ok("sum")
-                    and len(node.args) == 1
-                    and is_list(node.args[0])
-                ):
-                    found.append((node, "builtin_sum"))
-                    return False
-                kind = stack_or_cat(node)
-                if kind:
-                    found.append((node, kind))
-                    return False
-                return True
-
-        outer = self
-        stmt.visit(_V())
-        return found[0] if found else None  # others: read_only_uses (the list is then kept)
+        finder = _Consumer(name, self.ctx.imports, self.builtin_ok)
+        stmt.visit(finder)
+        return finder.found[0] if finder.found else None  # others: read_only_uses (the list is then kept)
 
     # ---------------------------------------------------------------- emission
     def _emit(self, loop: cst.For, idx: int, header: LoopHeader, accs: List[_Acc], out: list) -> bool:
@@ -370,19 +312,91 @@ class _Rewriter(ScopedRewriter):
     @staticmethod
     def _find_same(stmt: cst.CSTNode, target: cst.CSTNode) -> cst.CSTNode:
         """The node under ``stmt`` that is ``target`` or deep-equals it (first in pre-order)."""
-        found: List[cst.CSTNode] = []
+        finder = _Same(target)
+        stmt.visit(finder)
+        return finder.found[0]
 
-        class _V(cst.CSTVisitor):
-            def on_visit(self, node: cst.CSTNode) -> bool:
-                if found:
-                    return False
-                if node is target or node.deep_equals(target):
-                    found.append(node)
-                    return False
-                return True
 
-        stmt.visit(_V())
-        return found[0]
+class _Consumer(cst.CSTVisitor):
+    """:meth:`_Rewriter._find_consumer`'s visit: the reductions of the list ``name`` (module-level:
+    a class made per call is a cycle that stays alive, with what it holds, until a garbage
+    collection)."""
+
+    def __init__(self, name: str, imports, builtin_ok) -> None:
+        super().__init__()
+        self.name, self.imports, self.builtin_ok = name, imports, builtin_ok
+        self.found: List[Tuple[cst.Call, str]] = []
+
+    def is_list(self, arg: cst.Arg) -> bool:
+        return arg.keyword is None and not arg.star and isinstance(arg.value, cst.Name) and arg.value.value == self.name
+
+    def stack_or_cat(self, node: cst.BaseExpression) -> Optional[str]:
+        if not isinstance(node, cst.Call):
+            return None
+        qual = self.imports.qualify(node.func)
+        if qual not in ("torch.stack", "torch.cat", "torch.concat", "torch.concatenate"):
+            return None
+        args = list(node.args)
+        if not args or not self.is_list(args[0]):
+            return None
+        rest = args[1:]
+        if len(rest) > 1:
+            return None
+        if rest:
+            dim = rest[0]
+            if dim.star or (dim.keyword is not None and dim.keyword.value != "dim"):
+                return None
+            if not (isinstance(dim.value, cst.Integer) and dim.value.value == "0"):
+                return None
+        return "stack" if qual == "torch.stack" else "cat"
+
+    def visit_Call(self, node: cst.Call) -> Optional[bool]:
+        # torch.stack(L).sum() / .mean()
+        if (
+            isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in ("sum", "mean")
+            and not node.args
+            and self.stack_or_cat(node.func.value)
+        ):
+            cat = self.stack_or_cat(node.func.value) == "cat"
+            self.found.append((node, node.func.attr.value + ("_cat" if cat else "")))
+            return False
+        qual = self.imports.qualify(node.func)
+        if qual in ("torch.sum", "torch.mean") and len(node.args) == 1 and node.args[0].keyword is None and self.stack_or_cat(node.args[0].value):
+            cat = self.stack_or_cat(node.args[0].value) == "cat"
+            self.found.append((node, qual.split(".")[1] + ("_cat" if cat else "")))
+            return False
+        if (
+            isinstance(node.func, cst.Name)
+            and node.func.value == "sum"
+            and self.builtin_ok("sum")
+            and len(node.args) == 1
+            and self.is_list(node.args[0])
+        ):
+            self.found.append((node, "builtin_sum"))
+            return False
+        kind = self.stack_or_cat(node)
+        if kind:
+            self.found.append((node, kind))
+            return False
+        return True
+
+
+class _Same(cst.CSTVisitor):
+    """:meth:`_Rewriter._find_same`'s visit (module-level, as :class:`_Consumer`)."""
+
+    def __init__(self, target: cst.CSTNode) -> None:
+        super().__init__()
+        self.target = target
+        self.found: List[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.found:
+            return False
+        if node is self.target or node.deep_equals(self.target):
+            self.found.append(node)
+            return False
+        return True
 
 
 class VectorizeReduction(Transform):

@@ -146,17 +146,23 @@ def _mentions(node: cst.CSTNode, ref: cst.BaseExpression) -> bool:
     do not count: ``agg`` is not read by ``x.agg``)."""
     if isinstance(ref, cst.Name):
         return ref.value in names_read(node)
-    found = False
+    finder = _Mention(ref)
+    node.visit(finder)
+    return finder.found
 
-    class _V(cst.CSTVisitor):
-        def on_visit(self, n: cst.CSTNode) -> bool:
-            nonlocal found
-            if not found and type(n) is type(ref) and n.deep_equals(ref):
-                found = True
-            return not found
 
-    node.visit(_V())
-    return found
+class _Mention(cst.CSTVisitor):
+    """:func:`_mentions`' visit (module-level: a class made per call is a cycle that stays alive, with what it holds, until a garbage collection)."""
+
+    def __init__(self, ref: cst.BaseExpression) -> None:
+        super().__init__()
+        self.ref = ref
+        self.found = False
+
+    def on_visit(self, n: cst.CSTNode) -> bool:
+        if not self.found and type(n) is type(self.ref) and n.deep_equals(self.ref):
+            self.found = True
+        return not self.found
 
 
 def _header(node: cst.For, builtin_ok, imports=None) -> Union[str, Tuple[str, List[str]]]:

@@ -277,18 +277,24 @@ def _inline_temporaries(stmts: Sequence[cst.BaseSmallStatement], names: Sequence
 
 def _names(node: cst.CSTNode) -> List[str]:
     """Every plain name read under ``node`` (attribute names excluded), with repetitions."""
-    found: List[str] = []
+    names = _Names()
+    node.visit(names)
+    return names.found
 
-    class _V(cst.CSTVisitor):
-        def visit_Attribute(self, n: cst.Attribute) -> bool:
-            n.value.visit(self)
-            return False
 
-        def visit_Name(self, n: cst.Name) -> None:
-            found.append(n.value)
+class _Names(cst.CSTVisitor):
+    """:func:`_names`' visit (module-level: a class made per call is a cycle that stays alive, with what it holds, until a garbage collection)."""
 
-    node.visit(_V())
-    return found
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: List[str] = []
+
+    def visit_Attribute(self, n: cst.Attribute) -> bool:
+        n.value.visit(self)
+        return False
+
+    def visit_Name(self, n: cst.Name) -> None:
+        self.found.append(n.value)
 
 
 def _one_minus(expr: cst.BaseExpression, other: cst.BaseExpression) -> bool:

@@ -202,7 +202,7 @@ class Core:
         if isinstance(target, ast.Name):
             self.scope.locals.add(target.id)
             if value is not None:
-                self.scope.bindings.setdefault(target.id, []).append((value, self.scope))
+                self.scope.bindings.setdefault(target.id, []).append((value, None))  # None: this scope
         elif isinstance(target, (ast.Tuple, ast.List)):
             for el in target.elts:
                 self._bind_target(el.value if isinstance(el, ast.Starred) else el, None)

@@ -106,24 +106,20 @@ class Fused:
     def _products(self, stmts: Sequence[ast.stmt], silu: Sequence[str], a: str, b: str) -> List[ast.BinOp]:
         """``silu(a) * b`` / ``b * silu(a)`` products in these statements (not inside nested defs)."""
         found: List[ast.BinOp] = []
-
-        def is_b(e: ast.AST) -> bool:
-            return isinstance(e, ast.Name) and e.id == b
-
-        def visit(node: ast.AST) -> None:
-            if isinstance(node, _SCOPES):
-                return
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-                if self._silu_of_a(node.left, silu, a) and is_b(node.right):
-                    found.append(node)
-                elif is_b(node.left) and self._silu_of_a(node.right, silu, a):
-                    found.append(node)
-            for child in children(node):
-                visit(child)
-
         for s in stmts:
-            visit(s)
+            self._visit_products(s, silu, a, b, found)
         return found
+
+    def _visit_products(self, node: ast.AST, silu: Sequence[str], a: str, b: str, found: List[ast.BinOp]) -> None:
+        if isinstance(node, _SCOPES):
+            return
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            if self._silu_of_a(node.left, silu, a) and _is_name(node.right, b):
+                found.append(node)
+            elif _is_name(node.left, b) and self._silu_of_a(node.right, silu, a):
+                found.append(node)
+        for child in children(node):
+            self._visit_products(child, silu, a, b, found)
 
     def _silu_of_a(self, node: ast.AST, silu: Sequence[str], a: str) -> bool:
         if not isinstance(node, ast.Call) or self.imports.qualify(node.func) not in silu:
@@ -143,3 +139,7 @@ class Fused:
             return _keep_parens(updated, new)
 
         self.edit(entry, _Target(product), fn)
+
+
+def _is_name(e: ast.AST, name: str) -> bool:
+    return isinstance(e, ast.Name) and e.id == name

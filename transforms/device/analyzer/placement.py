@@ -265,7 +265,7 @@ class Placement:
                 names_seen.add((id(target), name, entry.id))
                 self.device_names.add((id(target), name, entry.literal[0]))
                 for value, where in target.bindings.get(name, []):
-                    self._flow_value(entry, value, where, line, 1, f"`{name}` holds it")
+                    self._flow_value(entry, value, target if where is None else where, line, 1, f"`{name}` holds it")
                 self._argument_flow(entry, target, name, line)
             while ai < len(self.attr_flows):
                 text, entry, line = self.attr_flows[ai]

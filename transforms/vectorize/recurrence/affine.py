@@ -148,24 +148,23 @@ def recurrence(r: Renderer, a_: Analysis, it: AnyItem, env: Dict[str, str], reas
 
 def _invariants_in(a_: Analysis, e: cst.BaseExpression, s: str) -> List[str]:
     out: List[str] = []
-    seen: Set[str] = set()
-    assign_of, reads = a_.flow.assign_of, a_.reads
-
-    def walk(x: cst.BaseExpression) -> None:
-        if isinstance(x, cst.Name):
-            if x.value in assign_of and x.value != s and x.value not in seen:
-                seen.add(x.value)
-                walk(assign_of[x.value].value)  # type: ignore[arg-type]
-            elif x.value != s and x.value not in a_.body_assigned and x.value not in reads.elements:
-                out.append(x.value)
-        elif isinstance(x, (cst.Attribute, cst.Subscript)) and reads.per_step(x) is None \
-                and not reads.reads_written(x):
-            out.append(_code(x).strip())
-        elif isinstance(x, cst.BinaryOperation):
-            walk(x.left)
-            walk(x.right)
-        elif isinstance(x, cst.UnaryOperation):
-            walk(x.expression)
-
-    walk(e)
+    _gather_invariants(a_, e, s, out, set())
     return out
+
+
+def _gather_invariants(a_: Analysis, x: cst.BaseExpression, s: str, out: List[str], seen: Set[str]) -> None:
+    assign_of, reads = a_.flow.assign_of, a_.reads
+    if isinstance(x, cst.Name):
+        if x.value in assign_of and x.value != s and x.value not in seen:
+            seen.add(x.value)
+            _gather_invariants(a_, assign_of[x.value].value, s, out, seen)  # type: ignore[arg-type]
+        elif x.value != s and x.value not in a_.body_assigned and x.value not in reads.elements:
+            out.append(x.value)
+    elif isinstance(x, (cst.Attribute, cst.Subscript)) and reads.per_step(x) is None \
+            and not reads.reads_written(x):
+        out.append(_code(x).strip())
+    elif isinstance(x, cst.BinaryOperation):
+        _gather_invariants(a_, x.left, s, out, seen)
+        _gather_invariants(a_, x.right, s, out, seen)
+    elif isinstance(x, cst.UnaryOperation):
+        _gather_invariants(a_, x.expression, s, out, seen)

@@ -116,43 +116,44 @@ def _loose_candidate(node: cst.For, header: Header) -> bool:
         - {n for n, _ in header.elements}
     if not assigned:
         return False
-    defined: Set[str] = set()
-
-    def scan(stmts: Sequence[cst.BaseStatement], defined: Set[str]) -> Tuple[bool, Set[str]]:
-        for st in stmts:
-            if isinstance(st, cst.SimpleStatementLine):
-                for small in st.body:
-                    if isinstance(small, cst.Assign):
-                        reads = _names_read(small.value)
-                        for tg in small.targets:
-                            if not isinstance(tg.target, cst.Name):
-                                reads |= _names_read(tg.target)
-                    else:
-                        reads = _names_read(small)
-                        if isinstance(small, cst.AugAssign):
-                            reads |= _names_read(small.target)
-                    if (reads & assigned) - defined:
-                        return True, defined
-                    if isinstance(small, cst.Assign):
-                        for tg in small.targets:
-                            if isinstance(tg.target, cst.Name):
-                                defined = defined | {tg.target.value}
-            elif isinstance(st, cst.If):
-                if (_names_read(st.test) & assigned) - defined:
-                    return True, defined
-                hit1, d1 = scan(_stmts(st.body), set(defined))
-                if hit1:
-                    return True, defined
-                if st.orelse is not None:
-                    other = [st.orelse] if isinstance(st.orelse, cst.If) else _stmts(st.orelse.body)
-                    hit2, d2 = scan(other, set(defined))
-                    if hit2:
-                        return True, defined
-                    defined = d1 & d2
-            else:
-                if (_names_read(st) & assigned) - defined:
-                    return True, defined
-        return False, defined
-
-    hit, _ = scan(_stmts(node.body), defined)
+    hit, _ = _read_before_bound(_stmts(node.body), set(), assigned)
     return hit
+
+
+def _read_before_bound(stmts: Sequence[cst.BaseStatement], defined: Set[str], assigned: Set[str]) -> Tuple[bool, Set[str]]:
+    """Whether a statement reads a name of ``assigned`` before the body binds it on every path (a
+    value carried from the step before), and the names bound on every path so far."""
+    for st in stmts:
+        if isinstance(st, cst.SimpleStatementLine):
+            for small in st.body:
+                if isinstance(small, cst.Assign):
+                    reads = _names_read(small.value)
+                    for tg in small.targets:
+                        if not isinstance(tg.target, cst.Name):
+                            reads |= _names_read(tg.target)
+                else:
+                    reads = _names_read(small)
+                    if isinstance(small, cst.AugAssign):
+                        reads |= _names_read(small.target)
+                if (reads & assigned) - defined:
+                    return True, defined
+                if isinstance(small, cst.Assign):
+                    for tg in small.targets:
+                        if isinstance(tg.target, cst.Name):
+                            defined = defined | {tg.target.value}
+        elif isinstance(st, cst.If):
+            if (_names_read(st.test) & assigned) - defined:
+                return True, defined
+            hit1, d1 = _read_before_bound(_stmts(st.body), set(defined), assigned)
+            if hit1:
+                return True, defined
+            if st.orelse is not None:
+                other = [st.orelse] if isinstance(st.orelse, cst.If) else _stmts(st.orelse.body)
+                hit2, d2 = _read_before_bound(other, set(defined), assigned)
+                if hit2:
+                    return True, defined
+                defined = d1 & d2
+        else:
+            if (_names_read(st) & assigned) - defined:
+                return True, defined
+    return False, defined

@@ -77,13 +77,23 @@ def _ast_bound(tree: ast.AST) -> Set[str]:
 def _replace_statements(node: cst.CSTNode, replace: Dict[cst.For, cst.CSTNode]) -> cst.CSTNode:
     """``node`` with the statements in ``replace`` swapped, rebuilding only the blocks on the way
     to them (a full libcst transformer pass costs far more on a large file)."""
+    body, changed = _Replacer(replace).stmts(node.body)  # type: ignore[attr-defined]
+    return node.with_changes(body=body) if changed else node
 
-    def stmts(seq):
+
+class _Replacer:
+    """The walk of :func:`_replace_statements` (methods, not closures that call each other: that
+    cycle kept the function's tree alive until a garbage collection)."""
+
+    def __init__(self, replace: Dict[cst.For, cst.CSTNode]) -> None:
+        self.replace = replace
+
+    def stmts(self, seq):
         out, changed = [], False
         for st in seq:
-            new = replace.get(st, st) if isinstance(st, cst.For) else st
+            new = self.replace.get(st, st) if isinstance(st, cst.For) else st
             if new is st and isinstance(st, cst.BaseCompoundStatement):
-                new = compound(st)
+                new = self.compound(st)
             changed = changed or new is not st
             if isinstance(new, cst.FlattenSentinel):  # statements bound before the rewritten loop
                 out.extend(new.nodes)
@@ -91,43 +101,40 @@ def _replace_statements(node: cst.CSTNode, replace: Dict[cst.For, cst.CSTNode]) 
                 out.append(new)
         return (out, True) if changed else (seq, False)
 
-    def suite(block):
+    def suite(self, block):
         if isinstance(block, cst.IndentedBlock):
-            body, changed = stmts(block.body)
+            body, changed = self.stmts(block.body)
             return block.with_changes(body=body) if changed else block
         return block  # a one-line suite holds no loop
 
-    def compound(st):
+    def compound(self, st):
         changes = {}
         body = getattr(st, "body", None)
         if isinstance(body, cst.BaseSuite):
-            new = suite(body)
+            new = self.suite(body)
             if new is not body:
                 changes["body"] = new
         orelse = getattr(st, "orelse", None)
         if isinstance(orelse, cst.If):
-            new = compound(orelse)
+            new = self.compound(orelse)
             if new is not orelse:
                 changes["orelse"] = new
         elif isinstance(orelse, cst.Else):
-            new = suite(orelse.body)
+            new = self.suite(orelse.body)
             if new is not orelse.body:
                 changes["orelse"] = orelse.with_changes(body=new)
         final = getattr(st, "finalbody", None)
         if isinstance(final, cst.Finally):
-            new = suite(final.body)
+            new = self.suite(final.body)
             if new is not final.body:
                 changes["finalbody"] = final.with_changes(body=new)
         for field in ("handlers", "cases"):
             items = getattr(st, field, None)
             if items:
-                new_items = [h.with_changes(body=suite(h.body)) if suite(h.body) is not h.body else h for h in items]
+                new_items = [h.with_changes(body=self.suite(h.body)) if self.suite(h.body) is not h.body else h for h in items]
                 if any(a is not b for a, b in zip(new_items, items)):
                     changes[field] = new_items
         return st.with_changes(**changes) if changes else st
-
-    body, changed = stmts(node.body)  # type: ignore[attr-defined]
-    return node.with_changes(body=body) if changed else node
 
 
 #: the guard calls whose ``if`` keeps the original loops in its else branch
@@ -137,25 +144,25 @@ _GUARD_CALLS = (".recurrence_ok(", ".quadratic_ok(", ".carry_ok(")
 def _kept_loops(module: cst.Module) -> Set[cst.For]:
     """Loops kept in the else branch of an earlier rewrite (left as they are)."""
     kept: Set[cst.For] = set()
-
-    def walk(stmts) -> None:
-        for st in stmts:
-            if not isinstance(st, cst.BaseCompoundStatement):
-                continue
-            if isinstance(st, cst.If) and isinstance(st.orelse, cst.Else) and any(
-                    g in _code(st.test) for g in _GUARD_CALLS):
-                kept.update(x for x in _stmts(st.orelse.body) if isinstance(x, cst.For))
-            for field in _BLOCKS:
-                block = getattr(st, field, None)
-                if isinstance(block, cst.If):
-                    walk([block])
-                elif isinstance(block, (cst.Else, cst.Finally)):
-                    walk(_stmts(block.body))
-                elif isinstance(block, cst.BaseSuite):
-                    walk(_stmts(block))
-                elif isinstance(block, (list, tuple)):
-                    for h in block:
-                        walk(_stmts(h.body))
-
-    walk(module.body)
+    _gather_kept(module.body, kept)
     return kept
+
+
+def _gather_kept(stmts, kept: Set[cst.For]) -> None:
+    for st in stmts:
+        if not isinstance(st, cst.BaseCompoundStatement):
+            continue
+        if isinstance(st, cst.If) and isinstance(st.orelse, cst.Else) and any(
+                g in _code(st.test) for g in _GUARD_CALLS):
+            kept.update(x for x in _stmts(st.orelse.body) if isinstance(x, cst.For))
+        for field in _BLOCKS:
+            block = getattr(st, field, None)
+            if isinstance(block, cst.If):
+                _gather_kept([block], kept)
+            elif isinstance(block, (cst.Else, cst.Finally)):
+                _gather_kept(_stmts(block.body), kept)
+            elif isinstance(block, cst.BaseSuite):
+                _gather_kept(_stmts(block), kept)
+            elif isinstance(block, (list, tuple)):
+                for h in block:
+                    _gather_kept(_stmts(h.body), kept)
