@@ -136,7 +136,7 @@ _DECLARATION = re.compile(r"\b(?:global|nonlocal)\b")
 
 def _whole_positions(ctx: "weakref.ref[FileContext]"):
     """The whole module's positions (a weak reference: the context holds these positions)."""
-    return ctx().wrapper.resolve(PositionProvider)  # type: ignore[union-attr]
+    return ctx().wrapper.resolve(PositionProvider)
 
 
 def may_declare(code: str) -> bool:
