@@ -18,6 +18,7 @@ import collections
 import math
 import os
 import re
+import statistics
 import threading
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -38,7 +39,7 @@ MAX_POINTS = 5000
 #: grid points of a seed band (mean, min and max over a branch's seeded runs)
 BAND_POINTS = 400
 #: headline numbers shown per run (keys of runs.headline)
-HEADLINE_KEYS = ("episodic_return_final", "episodic_return_best", "episodes", "metric_return", "sps", "guard_pass_rate", "guard_fallback_why", "site_time_s", "grad_norm_last", "grad_norm_metric", "nonfinite", "wall_time")
+HEADLINE_KEYS = ("episodic_return_final", "episodic_return_best", "episodes", "metric_return", "sps", "guard_pass_rate", "guard_fallback_why", "site_time_s", "grad_norm_last", "grad_norm_metric", "nonfinite", "wall_time", "cpu_time_s")
 
 _ROLLBACK = re.compile(r"rollback to (\S+)")
 
@@ -282,6 +283,9 @@ class Monitor:
         numbered = [r for r in run_rows if r["headline"]]
         numbered = [r for r in numbered if r["variant"] != "original"] or numbered
         shown = max(numbered, key=lambda r: (r["started"] or 0, r["run"]), default=newest)
+        # the branch's own baseline (`scalebox run --original`): what its CPU time is read against
+        originals = [r["headline"]["cpu_time_s"] for r in run_rows if r["variant"] == "original"
+                     and r["status"] == "ok" and isinstance(r["headline"].get("cpu_time_s"), (int, float))]
         return {
             "name": name,
             "kind": kind,
@@ -300,6 +304,8 @@ class Monitor:
             "status": newest["status"] if newest else "not run",
             "headline": shown["headline"] if shown else {},
             "headline_run": shown["id"] if shown else None,
+            "original_cpu_time_s": statistics.median(originals) if originals else None,
+            "original_runs": len(originals),
             "runs": run_rows,
         }
 

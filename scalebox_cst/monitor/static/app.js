@@ -163,7 +163,7 @@ function snapshotRow(b) {
     text = `snapshot #${b.source_index ?? "?"} ${short(b.source_commit)} · ${src.message || ""}`;
     if (b.rollback_to) marks.push(el("span", { class: "badge mark-rollback" }, `rollback to ${b.rollback_to}`));
   }
-  return el("tr", { class: "snapshot" }, el("td", { colspan: 8 }, el("span", { class: "rail" }, "●"), text, ...marks));
+  return el("tr", { class: "snapshot" }, el("td", { colspan: 9 }, el("span", { class: "rail" }, "●"), text, ...marks));
 }
 
 function branchRow(b) {
@@ -201,6 +201,7 @@ function branchRow(b) {
     el("td", { class: "num", title: live ? "live: the run is still writing" : "" }, fmt(h.episodic_return_final) + (live && h.episodic_return_final !== undefined ? "*" : "")),
     el("td", { class: "num" }, fmt(h.episodic_return_best)),
     el("td", { class: "num" }, fmt(h.sps, 0)),
+    el("td", { class: "num cpu", title: cpuText(b, h) }, h.cpu_time_s === undefined ? "—" : `${fmt(h.cpu_time_s)} s`),
     el("td", { class: "num", title: whyText(h.guard_fallback_why) || null }, pct(h.guard_pass_rate)),
   );
 }
@@ -438,6 +439,17 @@ async function refreshDiff() {
 }
 
 // Why a guard sent its site to the code as written: "reason (count); ..." (sites.json's fallback_why).
+// The shown run's CPU time read against the branch's own `--original` runs: a ratio, not a
+// verdict (`scalebox compare` says whether a difference is beyond the machine's noise).
+function cpuText(b, h) {
+  const o = b.original_cpu_time_s;
+  if (h.cpu_time_s === undefined) return "no CPU time recorded for this run";
+  if ((b.runs.find((r) => r.id === b.headline_run) || {}).variant === "original" || !o)
+    return "user + system, children included; run the original (scalebox run --original) to read it against";
+  return `user + system, children included; the original's: ${fmt(o)} s (median of ${b.original_runs} run(s)), ` +
+    `${(h.cpu_time_s / o).toFixed(2)}x of it; scalebox compare says whether that is beyond noise`;
+}
+
 function whyText(whys) {
   return (Array.isArray(whys) ? whys : []).map(([why, n]) => `${why} (${n})`).join("; ");
 }

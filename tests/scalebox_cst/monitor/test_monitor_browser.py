@@ -187,6 +187,34 @@ def test_page_says_why_a_site_fell_back(tmp_path, page):
         srv.server_close()
 
 
+def test_branch_row_shows_cpu_time_against_the_branchs_original_runs(tmp_path, page):
+    """The figure a rewrite saves: the row's CPU cell, and in its title the branch's own
+    ``--original`` runs (a ratio, not a verdict: compare says what is beyond noise)."""
+    root = make_project(tmp_path)
+    now = time.time()
+    for cpu in (4.8, 5.0):
+        write_run(root, "run/0002", variant="original", started=now - 300, headline={"cpu_time_s": cpu, "sps": 800.0})
+    write_run(root, "run/0002", started=now - 10, headline={"cpu_time_s": 4.3, "sps": 950.0})
+    srv = serve(root)
+    try:
+        page.goto(srv.url)
+        cell = page.locator("#branches tr.branch[data-branch='run/0002'] td.cpu")
+        cell.wait_for()
+        assert cell.inner_text() == "4.30 s"
+        title = cell.get_attribute("title")
+        assert "the original's: 4.90 s (median of 2 run(s)), 0.88x of it" in title and "scalebox compare" in title
+        first = page.locator("#branches tr.branch[data-branch='run/0001'] td.cpu")
+        assert first.inner_text() == "—" and first.get_attribute("title") == "no CPU time recorded for this run"
+        header = page.eval_on_selector_all("#branches thead th", "ths => ths.map(t => t.innerText)")
+        cells = page.eval_on_selector_all("#branches tr.branch[data-branch='run/0002'] td", "tds => tds.length")
+        assert "CPU" in header and cells == len(header)
+        shot(page, "branch_cpu_time")
+        assert not page.errors, page.errors
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_page_memory_stays_flat_while_it_polls(tmp_path, page, live_pid):
     """A page left open: many polls with a run writing all along, heap and DOM do not grow."""
     root = make_project(tmp_path)
