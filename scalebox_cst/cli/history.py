@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 import click
@@ -332,6 +333,12 @@ def status(project_dir: Optional[str], as_json: bool) -> None:
         newest = project.store.newest_branch()
         info = project.store.resolve(newest) if newest else None
         changes = _tree_changes(project, info.source_commit if info else None)
+        # after a rollback (or an undo) the files are the newest snapshot's, which no branch is
+        # rewritten from yet: say so, not only that they differ from the newest branch
+        tip = project.store.source_tip()
+        at_tip = bool(changes) and tip is not None and tip != (info.source_commit if info else None) \
+            and not _tree_changes(project, tip)
+        tip_title = project.store.snapshot_title(tip) if at_tip and tip is not None else None
     except StoreError as exc:
         _fail(str(exc))
     _warn_skipped(project)  # a file the snapshot leaves out is not "matched" without a word
@@ -346,6 +353,7 @@ def status(project_dir: Optional[str], as_json: bool) -> None:
         "source_commit": info.source_commit if info else None,
         "clean": bool(info) and not changes and not config_changed,
         "changes": changes,
+        "matches_snapshot": tip if at_tip else None,
         "config_changed": config_changed,
         "running": running,
         "skipped": list(project.skipped),
@@ -358,6 +366,9 @@ def status(project_dir: Optional[str], as_json: bool) -> None:
     elif data["clean"]:
         click.echo(f"working tree matches {newest} ({info.commit[:10]})")
     else:
+        if at_tip and tip is not None:
+            title = re.sub(r" \(previous files: [0-9a-f]+\)$", "", tip_title or "")
+            click.echo(f"working tree matches snapshot {tip[:10]} ({title}); no branch is rewritten from it yet")
         click.echo(f"working tree differs from {newest} ({info.commit[:10]}); `scalebox run` commits it first:")
         for line in changes:
             click.echo(f"  {line}")

@@ -35,6 +35,11 @@ class _Snapshots(_Objects):
         return raw.hex() if raw else None
 
     @_synchronized
+    def snapshot_title(self, commit: str) -> str:
+        """The first line of a snapshot's message (``rollback to run/0001 (previous files: ...)``)."""
+        return self._ref_commit("source", bytes.fromhex(commit)).message.strip().split("\n", 1)[0]
+
+    @_synchronized
     def resolve_snapshot(self, text: str) -> str:
         """A commit of the source history named by its id or a prefix of it (4 hex digits or
         more, as ``scalebox rollback`` prints them); ``StoreError`` for anything else."""

@@ -461,3 +461,29 @@ def test_status_gives_no_negative_age_to_a_run_started_after_now(project):
     out = scalebox("status", cwd=root).stdout
     assert "running: run/0001#1 rewrite train.py (pid 4242, start time unknown)" in out
     assert re.search(r"running: run/0001#2 rewrite train\.py \(pid 4242, 3\ds\)", out) and "-" not in out.split("running:")[1]
+
+
+def test_status_after_a_rollback_names_the_snapshot_the_files_match(project):
+    """After `rollback run/0001`, `status` said only that the tree differs from the newest branch
+    (run/0002), not that the files are the rollback's snapshot, rewritten into no branch yet (the
+    newcomer's walkthrough). An undo brings back run/0002's files: it matches that branch again."""
+    root = str(project)
+    scalebox("init", ".", cwd=root)
+    scalebox("rewrite", "train.py", cwd=root)
+    first = (project / "train.py").read_text()
+    (project / "train.py").write_text(first + "\nprint('second version')\n")
+    scalebox("rewrite", "train.py", cwd=root)
+    scalebox("rollback", "run/0001", cwd=root)
+    out = scalebox("status", cwd=root).stdout
+    snapshot = re.search(r"working tree matches snapshot ([0-9a-f]{10}) \(rollback to run/0001\); no branch is rewritten from it yet\n", out)
+    assert snapshot, out
+    assert "working tree differs from run/0002" in out and "M train.py" in out
+    data = json.loads(scalebox("status", "--json", cwd=root).stdout)
+    assert data["matches_snapshot"].startswith(snapshot.group(1)) and not data["clean"]
+    (project / "train.py").write_text(first + "\nprint('edited after the rollback')\n")
+    assert "matches snapshot" not in scalebox("status", cwd=root).stdout  # an edit since: no longer the snapshot's files
+    (project / "train.py").write_text(first)
+    scalebox("undo", cwd=root)
+    out = scalebox("status", cwd=root).stdout
+    assert out.startswith("working tree matches run/0002") and "snapshot" not in out
+    assert json.loads(scalebox("status", "--json", cwd=root).stdout)["matches_snapshot"] is None
