@@ -115,11 +115,17 @@ def _flag_params(fn: ast.FunctionDef) -> Set[str]:
             or (isinstance(a.annotation, ast.Name) and a.annotation.id == "bool")}
 
 
-def _shape_int(node: ast.expr) -> bool:
+def _shape_int(node: ast.expr, shapes: AbstractSet[str] = frozenset()) -> bool:
     """An int fixed by the input's shape (``x.dim()``, ``x.ndim``, ``x.shape[1]``, ``x.size(0)``,
-    ``len(x.shape)``) or a literal: a graph compiled with ``dynamic=False`` is specialised on it."""
+    ``len(x.shape)``, a local bound only to such ints (``shapes``: :func:`_shape_names`), and
+    ``+ - * // %`` of these) or a literal: a graph compiled with ``dynamic=False`` is specialised
+    on it."""
     if isinstance(node, ast.Constant):
         return isinstance(node.value, int) and not isinstance(node.value, bool)
+    if isinstance(node, ast.Name):
+        return node.id in shapes
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)):
+        return _shape_int(node.left, shapes) and _shape_int(node.right, shapes)
     if isinstance(node, ast.Attribute):
         return node.attr == "ndim"
     if isinstance(node, ast.Subscript):
@@ -135,6 +141,42 @@ def _shape_int(node: ast.expr) -> bool:
             arg = node.args[0]
             return isinstance(arg, ast.Attribute) and arg.attr == "shape"
     return False
+
+
+def _shape_tuple(node: ast.expr) -> bool:
+    """``x.shape``, ``x.size()`` or a slice of ``x.shape`` (``x.shape[-2:]``): a tuple of ints."""
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Slice) and _shape_tuple(node.value) and isinstance(node.value, ast.Attribute)
+    if isinstance(node, ast.Attribute):
+        return node.attr == "shape"
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "size" \
+        and not node.args and not node.keywords
+
+
+def _shape_names(fn: ast.FunctionDef) -> Set[str]:
+    """Locals of ``fn`` whose every binding is a shape int (``n = x.shape[0]``) or an element of a
+    shape unpacked (``b, c, h, w = x.size()``, ``h, w = x.shape[-2:]``), and that are no
+    parameter: ints a graph is specialised on, like the shapes they come from."""
+    stores: Dict[str, int] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            stores[node.id] = stores.get(node.id, 0) + 1
+    counted: Dict[str, int] = {}
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = node.targets[0]
+        if isinstance(target, ast.Name) and _shape_int(node.value):
+            names = [target.id]
+        elif isinstance(target, ast.Tuple) and all(isinstance(e, ast.Name) for e in target.elts) \
+                and _shape_tuple(node.value):
+            names = [e.id for e in target.elts]  # type: ignore[attr-defined]
+        else:
+            continue
+        for name in names:
+            counted[name] = counted.get(name, 0) + 1
+    params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+    return {name for name, n in counted.items() if stores.get(name) == n and name not in params}
 
 
 _LITERAL_TYPES = ("bool", "int", "float", "str")
@@ -171,7 +213,7 @@ def config_attributes(cls: ast.ClassDef) -> Set[str]:
 
 
 def _static_test(test: ast.expr, params: Set[str], flags: Set[str], self_name: Optional[str],
-                 config: AbstractSet[str] = frozenset()) -> bool:
+                 config: AbstractSet[str] = frozenset(), shapes: AbstractSet[str] = frozenset()) -> bool:
     """A test whose value is fixed for a graph (dynamo guards on it, no graph break): ``x is None``
     on a parameter, a flag parameter (``if deterministic:``), the module's ``self.training`` and
     settings fixed at construction (:func:`config_attributes`), a comparison of shape ints
@@ -183,9 +225,9 @@ def _static_test(test: ast.expr, params: Set[str], flags: Set[str], self_name: O
     if _is_none_test(test, params):
         return True
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _static_test(test.operand, params, flags, self_name, config)
+        return _static_test(test.operand, params, flags, self_name, config, shapes)
     if isinstance(test, ast.BoolOp):
-        return all(_static_test(v, params, flags, self_name, config) for v in test.values)
+        return all(_static_test(v, params, flags, self_name, config, shapes) for v in test.values)
     if isinstance(test, ast.Name):
         return test.id in flags
     if isinstance(test, ast.Attribute):
@@ -194,7 +236,7 @@ def _static_test(test: ast.expr, params: Set[str], flags: Set[str], self_name: O
         return True  # a type: guarded
     if isinstance(test, ast.Compare):
         operands = [test.left, *test.comparators]
-        return all(_shape_int(x) or setting(x) or isinstance(x, ast.Constant) for x in operands) \
+        return all(_shape_int(x, shapes) or setting(x) or isinstance(x, ast.Constant) for x in operands) \
             and not all(isinstance(x, ast.Constant) for x in operands)
     return False
 
@@ -289,6 +331,7 @@ def body_problem(fn: ast.FunctionDef, imports, config: AbstractSet[str] = frozen
     local_names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     flags = (_flag_params(fn) | (set(constants) - params - local_names)) - ({self_name} if self_name else set())
     local = _fresh_locals(fn) - params
+    shapes = _shape_names(fn)
     for node in ast.walk(fn):
         if node is fn:
             continue
@@ -305,7 +348,7 @@ def body_problem(fn: ast.FunctionDef, imports, config: AbstractSet[str] = frozen
         if isinstance(node, ast.If) and _engine_guard(node.test, imports):
             continue
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)) \
-                and not _static_test(node.test, params, flags, self_name, config):
+                and not _static_test(node.test, params, flags, self_name, config, shapes):
             return f"branches on a value at line {node.lineno} (data-dependent control flow)"
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -403,7 +446,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "12"  # 12: a with torch.no_grad()/enable_grad() block is no reason to stay eager; 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy; 10: a method that only makes new tensors (initial_state) left eager; 11: module constants, isinstance and is_cuda tests fixed per graph
+    version = "13"  # 13: locals bound only to shape ints (h, w = x.shape[-2:]) and their arithmetic are fixed per graph; 12: a with torch.no_grad()/enable_grad() block is no reason to stay eager; 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy; 10: a method that only makes new tensors (initial_state) left eager; 11: module constants, isinstance and is_cuda tests fixed per graph
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 

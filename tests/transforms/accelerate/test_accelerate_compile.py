@@ -774,3 +774,60 @@ def test_a_grad_mode_with_block_is_no_reason_to_stay_eager():
     assert by_line[10].action == REWRITTEN, by_line[10].reason
     assert by_line[15].action != REWRITTEN and "holds a with statement" in by_line[15].reason
     assert by_line[20].action != REWRITTEN and "holds a with statement" in by_line[20].reason
+
+
+SHAPE_LOCALS = '''\
+import torch
+import torch.nn as nn
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, obs):
+        b, c, h, w = obs.size()
+        assert h == w, "square images"
+        n = obs.shape[0]
+        if n % 2 == 1 or h * w > 64:
+            obs = obs[:, :, :4, :4]
+        x = torch.relu(self.conv(obs)).mean((2, 3))
+        return torch.tanh(self.head(x)) * 2
+
+    def act(self, obs):
+        n = obs.shape[0]
+        n = obs.sum()
+        if n > 0:
+            obs = obs * 2
+        x = torch.relu(self.conv(obs)).mean((2, 3))
+        return torch.tanh(self.head(x)) * 2
+
+    def pick(self, obs, k):
+        h = obs.shape[-1]
+        if h > k:
+            obs = obs[..., :k]
+        x = torch.relu(self.conv(obs)).mean((2, 3))
+        return torch.tanh(self.head(x)) * 2
+
+
+enc = Encoder()
+for step in range(10):
+    enc(torch.randn(4, 3, 4, 4))
+    enc.act(torch.randn(4, 3, 4, 4))
+    enc.pick(torch.randn(4, 3, 4, 4), 3)
+'''
+
+
+def test_locals_bound_to_shape_ints_are_fixed_per_graph():
+    """``b, c, h, w = obs.size()`` then ``assert h == w`` or ``if n % 2 == 1 or h * w > 64:``
+    test ints a ``dynamic=False`` graph is specialised on, as ``obs.shape[2] == obs.shape[3]``
+    already was; they were "branches on a value (data-dependent control flow)" (found by the
+    unseen-code sweep). A name also bound to a tensor (``n = obs.sum()``) and a comparison with a
+    parameter of unknown type stay branches on a value."""
+    out, sites = rewrite(SHAPE_LOCALS)
+    by_name = {s.reason.split(" ", 1)[0]: s for s in sites}
+    assert by_name["Encoder.forward"].action == REWRITTEN, by_name["Encoder.forward"].reason
+    assert by_name["Encoder.act"].action != REWRITTEN and "branches on a value" in by_name["Encoder.act"].reason
+    assert by_name["Encoder.pick"].action != REWRITTEN and "branches on a value" in by_name["Encoder.pick"].reason
