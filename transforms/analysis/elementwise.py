@@ -3,7 +3,7 @@ variable can be evaluated once on the whole batch, and whether that is exact.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import AbstractSet, Callable, Dict, List, Optional, Set
 
 import libcst as cst
 
@@ -143,33 +143,34 @@ class ElementwiseExpr:
         """Whether a loop element (or a forbidden name) occurs under ``expr``."""
         if self.element(expr) is not None:
             return True
-        finder = _Depends(self)
-        expr.visit(finder)
-        return finder.found
+        return depends(expr, self.element, self.forbidden)
 
     def batched(self, expr: cst.BaseExpression, names: Dict[str, str]) -> cst.BaseExpression:
         """``expr`` with every loop element replaced by the name of its batched tensor."""
         return expr.visit(_Batched(self, names))
 
 
-class _Depends(cst.CSTVisitor):
-    """:meth:`ElementwiseExpr._depends`'s visit (module-level classes: see :class:`_Batched`)."""
+def depends(expr: cst.CSTNode, element: Callable[[cst.BaseExpression], object], names: AbstractSet[str]) -> bool:
+    """Whether a loop element (``element(e)`` not None) or one of ``names`` occurs under ``expr``
+    (:meth:`ElementwiseExpr._depends`, :meth:`..vectorize.loss_expr.LossExpr._depends`)."""
+    finder = _Depends(element, names)
+    expr.visit(finder)
+    return finder.found
 
-    def __init__(self, outer: "ElementwiseExpr") -> None:
+
+class _Depends(cst.CSTVisitor):
+    """:func:`depends`' visit (module-level classes: see :class:`_Batched`)."""
+
+    def __init__(self, element: Callable[[cst.BaseExpression], object], names: AbstractSet[str]) -> None:
         super().__init__()
-        self.outer = outer
+        self.element, self.names = element, names
         self.found = False
 
     def on_visit(self, n: cst.CSTNode) -> bool:
-        if self.found:
-            return False
-        if isinstance(n, cst.BaseExpression) and self.outer.element(n) is not None:
+        if not self.found and (isinstance(n, cst.BaseExpression) and self.element(n) is not None
+                               or isinstance(n, cst.Name) and n.value in self.names):
             self.found = True
-            return False
-        if isinstance(n, cst.Name) and n.value in self.outer.forbidden:
-            self.found = True
-            return False
-        return True
+        return not self.found
 
 
 class _Batched(cst.CSTTransformer):

@@ -21,7 +21,7 @@ import libcst as cst
 
 from ..analysis.bodies import _code
 from ..analysis.purity import ALLOWED_KEYWORDS, EXACT_FUNCS, EXACT_METHODS, INEXACT_FUNCS, INEXACT_METHODS, is_pure, pure_call
-from ..analysis.elementwise import NOT_HOISTED
+from ..analysis.elementwise import NOT_HOISTED, depends
 
 #: placeholder for the guard's result in batched code (the name is allocated once the loop passes)
 BATCH = "__sb_loss_batch__"
@@ -87,9 +87,7 @@ class LossExpr:
         return self.keys.index(key)
 
     def _depends(self, expr: cst.CSTNode) -> bool:
-        finder = _Depends(self)
-        expr.visit(finder)
-        return finder.found
+        return depends(expr, self.element, self.forbidden | set(self.temps))
 
     def _invariant(self, expr: cst.BaseExpression) -> Value:
         if not is_pure(expr, self.forbidden | set(self.temps)):
@@ -282,21 +280,3 @@ class LossExpr:
             raise Refused(f"`{_code(call)}`: only torch.tensor([x]) of a loop element or a Python float per sample is batched")
         self.zerod.add(self._key(key))
         return Value(f"{BATCH}.new({v.code})", "t", const=1, ops=v.ops)
-
-
-class _Depends(cst.CSTVisitor):
-    """:meth:`LossExpr._depends`' visit (module-level: a class made per call is a cycle that stays alive, with what it holds, until a garbage collection)."""
-
-    def __init__(self, outer: "LossExpr") -> None:
-        super().__init__()
-        self.outer = outer
-        self.found = False
-
-    def on_visit(self, n: cst.CSTNode) -> bool:
-        if self.found:
-            return False
-        if isinstance(n, cst.BaseExpression) and self.outer.element(n) is not None:
-            self.found = True
-        elif isinstance(n, cst.Name) and (n.value in self.outer.forbidden or n.value in self.outer.temps):
-            self.found = True
-        return not self.found
