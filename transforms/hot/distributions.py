@@ -217,9 +217,9 @@ class _Rewriter(ScopedRewriter):
         new = cst.Call(func=cst.Name(alias), args=[
             cst.Arg(updated.func, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
             arg, cst.Arg(dim_expr)])
-        reason = (f"Categorical(probs): probs are {how} (dim {dim if dim is not None else 'not a literal'}): no validation where rows are at most the dtype's "
-                  f"bound (float32: 8) over the last dim, else as written (softmax_probs); NaN/inf logits, an "
-                  f"out-of-support log_prob value no longer raise")
+        reason = (f"Categorical(probs): probs: {how} (dim {dim if dim is not None else 'not a literal'}): no validation "
+                  f"where a row (the last dim) has at most the dtype's bound of entries (float32: 8), else as written "
+                  f"(softmax_probs); NaN/inf logits, an out-of-support log_prob value no longer raise")
         self.sites.append(self.ctx.site(ID, original, REWRITTEN, reason, EXACT))
         return new
 
@@ -414,7 +414,7 @@ def _sets_default(ctx: FileContext) -> bool:
 
 class HotDistributionArgs(Transform):
     id = ID
-    version = "4"  # 4: a scale also used in arithmetic (mean + std * z) is no alias of it; 3: MultivariateNormal of a diagonal matrix; 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
+    version = "5"  # 5: the softmax-probs reason says a row's length is what the bound limits ("rows are at most the dtype's bound" said nothing), and reads "probs: self.pi(...) returns a softmax", not "probs are ... returns"; 4: a scale also used in arithmetic (mean + std * z) is no alias of it; 3: MultivariateNormal of a diagonal matrix; 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
     triggers = ("Categorical", "Normal", "Bernoulli", "MultivariateNormal")
     description = "distributions whose arguments are valid by construction → validate_args=False (exact on valid input)"
 

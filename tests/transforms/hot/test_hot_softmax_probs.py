@@ -90,6 +90,18 @@ def test_rewritten_and_bitwise(body, note, n):
     assert fast == 6  # within the bound, over the last dim: no validation
 
 
+def test_reason_says_what_the_bound_limits():
+    """The newcomer's walkthrough (Lizhi-sjtu PPO-discrete: ``Categorical(probs=self.actor(s))``)
+    read "probs are self.actor(...) returns a softmax (dim 1): no validation where rows are at
+    most the dtype's bound": what the bound limits is a row's number of entries, and the probs'
+    origin is a clause of its own."""
+    out, sites = rewrite(program("m = Categorical(probs=net(s))"))
+    reason = next(s.reason for s in sites if s.action == REWRITTEN)
+    assert reason.startswith("Categorical(probs): probs: net(...) returns a softmax (dim -1): ")
+    assert "where a row (the last dim) has at most the dtype's bound of entries (float32: 8)" in reason
+    assert "probs are" not in reason and "rows are at most" not in reason
+
+
 def test_non_last_dim_takes_the_validating_path():
     """minimalRL's pi(x, softmax_dim=0) on a batch: the softmax is over dim 0, its rows need not
     sum to anything, a row may even be all zeros -- the original raises there and so must the rewrite."""
