@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+from scalebox_cst import site_counts
+
 
 def median(values: Sequence[float]) -> Optional[float]:
     if not values:
@@ -120,3 +122,27 @@ def reduced(key: str, values: Sequence[float]) -> Optional[float]:
 def shown(key: str, value: float) -> str:
     """``value`` as the CLI prints headline ``key`` (``1234 steps/s``)."""
     return BY_KEY[key].fmt.format(value)
+
+
+def end_line(record) -> str:
+    """A finished run's one line (after ``scalebox: ``), as ``scalebox run`` and the watcher print it:
+    its id, status and time, seed, return, steps/s and its guards' pass rate."""
+    head = record.headline or {}
+    parts = [f"{record.id}{' (original)' if record.variant == 'original' else ''} {record.status}"]
+    if record.signal:
+        parts[0] += f" ({record.signal})"
+    elif record.status == "failed" and record.exit_status:  # the script's own code: 1 for a traceback
+        parts[0] += f" (exit {record.exit_status})"
+    parts[0] += f" in {record.wall_time:.1f}s"
+    if record.status == "failed" and record.stop_reason:
+        parts[0] += f": {record.stop_reason}"
+    if record.seed is not None:
+        parts.append(f"seed {record.seed}")
+    if head.get("episodic_return_final") is not None:
+        parts.append(f"return {head['episodic_return_final']:.4g} (best {head['episodic_return_best']:.4g})")
+    if head.get("sps") is not None:
+        parts.append(shown("sps", head["sps"]))
+    guards = site_counts.guards_text(head.get("guard_pass_rate"), head.get("guard_fallback_why"))
+    if guards is not None:
+        parts.append(guards)
+    return ", ".join(parts)

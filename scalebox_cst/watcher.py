@@ -19,7 +19,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserverVFS
 
-from scalebox_cst import statedir
+from scalebox_cst import headlines, statedir
 from scalebox_cst.project import STATE_DIR, ChangeResult, Project
 from scalebox_cst.report import RunReport
 from scalebox_cst.runtime import threads
@@ -375,7 +375,7 @@ class Watcher:
             self._heal()
         if self.execution is not None and self.execution.poll() is not None:
             record = self.supervisor.reap(self.execution)
-            self.echo(f"scalebox: {record.branch} {record.status} after {record.wall_time:.1f}s")
+            self.echo(f"scalebox: {headlines.end_line(record)}")
 
     def _heal(self) -> None:
         """The hot-fix policy on the run (one healer per watcher); it never stops the watcher."""

@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 import click
 
-from scalebox_cst import headlines, runs, site_counts
+from scalebox_cst import headlines, runs
 from scalebox_cst.intake import shown_name
 from scalebox_cst.cli._common import why_not_snapshotted, _FAST_HELP, _config_changed, _fail, _fast, _load_config, _open_project, _tree_changes, _warn_skipped, cli, say
 from scalebox_cst.store import StoreError
@@ -48,28 +48,6 @@ def _parse_seeds(text: Optional[str]) -> List[Optional[int]]:
             _fail(f"--seeds {part}: an empty range (write the lower seed first)", 2)
         seeds.extend(range(ends[0], ends[-1] + 1))
     return seeds
-
-
-def _describe_end(record) -> str:
-    head = record.headline or {}
-    parts = [f"{record.id}{' (original)' if record.variant == 'original' else ''} {record.status}"]
-    if record.signal:
-        parts[0] += f" ({record.signal})"
-    elif record.status == "failed" and record.exit_status:  # the script's own code: 1 for a traceback
-        parts[0] += f" (exit {record.exit_status})"
-    parts[0] += f" in {record.wall_time:.1f}s"
-    if record.status == "failed" and record.stop_reason:
-        parts[0] += f": {record.stop_reason}"
-    if record.seed is not None:
-        parts.append(f"seed {record.seed}")
-    if head.get("episodic_return_final") is not None:
-        parts.append(f"return {head['episodic_return_final']:.4g} (best {head['episodic_return_best']:.4g})")
-    if head.get("sps") is not None:
-        parts.append(headlines.shown("sps", head["sps"]))
-    guards = site_counts.guards_text(head.get("guard_pass_rate"), head.get("guard_fallback_why"))
-    if guards is not None:
-        parts.append(guards)
-    return ", ".join(parts)
 
 
 def _check_launcher(launcher, nproc, nnodes, rdzv_endpoint, rdzv_id, max_restarts, address, branches) -> str:
@@ -128,7 +106,7 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
         status = raylaunch.cli_run(
             project.root, project.store.path, infos, script_rel, args, seed_list, seed_via_for if seeds else (lambda c: None),
             backend_of, variant, address, parallel, echo=say,
-            describe=lambda record: _describe_end(RunRecord.from_json(record)),
+            describe=lambda record: headlines.end_line(RunRecord.from_json(record)),
         )
     except raylaunch.RayStartError as exc:
         _fail(str(exc))
@@ -310,7 +288,7 @@ def _run_all(supervisor, specs, parallel: int) -> None:
 
     def ended(run, record) -> None:
         records.append(record)
-        _notice(f"scalebox: {_describe_end(record)}; {runs.where_recorded(run.dir)}")
+        _notice(f"scalebox: {headlines.end_line(record)}; {runs.where_recorded(run.dir)}")
 
     with supervisor.signals():
         try:
@@ -333,7 +311,7 @@ def _run_all(supervisor, specs, parallel: int) -> None:
             with signals.ignored():  # stopping takes up to two grace periods
                 _notice(f"scalebox: {exc.name}: stopping {len(supervisor.active)} run(s)")
                 supervisor.stop_all(f"{exc.name} to scalebox run", each=lambda run, record: _notice(
-                    f"scalebox: {_describe_end(record)}; {runs.where_recorded(run.dir)}"))
+                    f"scalebox: {headlines.end_line(record)}; {runs.where_recorded(run.dir)}"))
             sys.exit(128 + exc.signum)
     if len(records) == 1:
         status = records[0].exit_status

@@ -398,3 +398,23 @@ def test_a_config_replaced_by_a_fifo_is_one_line_and_the_watcher_goes_on(started
     assert wait_for(lambda: len(branches(watcher)) == 2, watcher)  # still committing
     os.remove(config)
     config.write_text(text)
+
+
+def test_a_run_that_ends_by_itself_ends_with_the_line_scalebox_run_prints(project):
+    """The newcomer's walkthrough (Lizhi-sjtu PPO-discrete under scalebox-watch) read
+    "scalebox: run/0002 ok after 8.6s": the branch, not the run, and none of the return, steps/s
+    and guards that `scalebox run` (and the README's "each run ends with one line") give."""
+    from scalebox_cst import headlines
+
+    (project / "quick.py").write_text("print('done', flush=True)\n")
+    watcher, messages = make_watcher(project, script="quick.py")
+    watcher.start()
+    try:
+        execution = watcher.execution
+        assert wait_for(lambda: any(" ok " in m for m in messages), watcher, timeout=60), messages
+    finally:
+        watcher.close()
+    record = execution.record
+    ended = [m for m in messages if " ok " in m]
+    assert ended == [f"scalebox: {headlines.end_line(record)}"], messages
+    assert ended[0].startswith(f"scalebox: {record.id} ok in "), ended
