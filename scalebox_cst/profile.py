@@ -189,11 +189,23 @@ class _Store:
         text = self.texts[path]
         return text[line - 1].strip() if text and 0 < line <= len(text) else None
 
+    def original_of(self) -> Optional[str]:
+        """The branch whose source snapshot an original run ran (None for a rewrite's run)."""
+        return self.record.get("branch") if self.record.get("variant", "rewrite") == "original" else None
+
     def report(self) -> Dict[str, List[Dict[str, Any]]]:
+        """The stored site report of the run's rewrite; for an original run, its branch's rewrite
+        (the run ran none of it, but what a transform does or why it left a line is still what
+        `scalebox profile` tells beside each hot line)."""
         if self._report is None:
             self._report = {}
             commit = self.record.get("commit")
-            if self.repo is not None and commit and self.record.get("variant", "rewrite") == "rewrite":
+            if self.repo is not None and self.original_of():
+                try:
+                    commit = str(self.repo.lookup_reference(f"refs/heads/{self.original_of()}").peel().id)
+                except (KeyError, ValueError, AttributeError):
+                    commit = None
+            if self.repo is not None and commit:
                 try:
                     data = json.loads(self.repo.lookup_note(commit, _REPORTS_REF).message)
                     self._report = {f["path"]: list(f.get("sites") or ()) for f in data.get("files", [])}
@@ -202,9 +214,12 @@ class _Store:
         return self._report
 
 
-def coverage(path: str, line: int, sites: Sequence[Dict[str, Any]], report: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+def coverage(path: str, line: int, sites: Sequence[Dict[str, Any]], report: Dict[str, List[Dict[str, Any]]],
+             original_of: Optional[str] = None) -> Dict[str, Any]:
     """Whether a transform covers ``path:line``: the innermost rewritten site holding it with its
-    guard counts, else the stored reason a site there was not rewritten, else none."""
+    guard counts, else the stored reason a site there was not rewritten, else none. For an
+    original run (``original_of``: its branch) a rewritten site covers nothing the run ran: it is
+    named as what that branch's rewrite does there."""
     def holds(lo: Any, hi: Any) -> bool:
         return isinstance(lo, int) and lo <= line <= (hi if isinstance(hi, int) else lo)
 
@@ -219,6 +234,9 @@ def coverage(path: str, line: int, sites: Sequence[Dict[str, Any]], report: Dict
     stored = [s for s in report.get(path, ()) if holds(s.get("line"), s.get("end_line"))]
     stored.sort(key=lambda s: s["end_line"] - s["line"])
     for s in stored:
+        if s.get("action") == "rewritten" and original_of:
+            return {"covered": False, "transform": s.get("transform"),
+                    "reason": f"rewritten in {original_of}'s rewrite (this run ran your code as written)"}
         if s.get("action") == "rewritten":
             return {"covered": True, "transform": s.get("transform"), "site": f"{path}:{s['line']}-{s['end_line']}",
                     "vectorized": 0, "fallback": 0, "pass_rate": None}
@@ -249,7 +267,7 @@ def build(directory: str, record: Optional[Dict[str, Any]] = None, store_path: O
         if row.get("category") == "imports":
             row["coverage"] = {"covered": False, "reason": "start-up: modules imported once per process; no rewrite removes that"}
             continue
-        row["coverage"] = coverage(row["path"], row["line"], sites, report)
+        row["coverage"] = coverage(row["path"], row["line"], sites, report, store.original_of())
     return out
 
 

@@ -239,6 +239,38 @@ def test_coverage_of_a_hot_line_from_the_sites_and_the_stored_report():
     assert prof.coverage("other.py", 22, sites, report)["covered"] is False
 
 
+def test_an_original_runs_hot_lines_name_what_its_branchs_rewrite_does_there(tmp_path):
+    """A newcomer profiling the original first (Packt Chapter04/01_cartpole.py) read "no transform
+    matched this line" beside a line the rewrite changes and one a transform left with a reason:
+    the report was read for rewrite runs only. An original run's lines now name what its branch's
+    rewrite does there, and never as covered (it ran none of it)."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text(
+        "import torch\n"
+        "net = torch.nn.Linear(3, 1)\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+        "for _ in range(3):\n"
+        "    opt.zero_grad()\n"
+        "    net(torch.ones(3)).sum().backward()\n"
+        "    opt.step()\n")
+    scalebox("init", ".", cwd=project)
+    scalebox("rewrite", "train.py", cwd=project)
+    store = os.path.join(str(project), ".scalebox", "store.git")
+    import pygit2
+
+    source = str(pygit2.Repository(store).lookup_reference("refs/heads/source").peel().id)
+    folder = runs.allocate_run(str(project), "run/0001")[1]
+    record = {"branch": "run/0001", "run": 1, "status": "ok", "variant": "original", "commit": source, "source_commit": source}
+    write_profile(folder, [[["train.py", 7, "optimizer", 10, 1.0, 1.0, 3], ["train.py", 1, "imports", 1, 0.1, 0.1, 1]]])
+    got = {r["line"]: r for r in prof.build(folder, record, store)["lines"]}
+    assert got[7]["code"] == "opt.step()"
+    assert got[7]["coverage"] == {"covered": False, "transform": "grad_clip",
+                                  "reason": "rewritten in run/0001's rewrite (this run ran your code as written)"}
+    rewrite = dict(record, variant="rewrite", commit=str(pygit2.Repository(store).lookup_reference("refs/heads/run/0001").peel().id))
+    assert prof.build(folder, rewrite, store)["lines"][0]["coverage"]["covered"] is True  # the rewrite's run: as before
+
+
 def _run_with_profile(root, branch, shares, started):
     folder = runs.allocate_run(root, branch)[1]
     runs.write_record(folder, {"branch": branch, "run": 1, "status": "ok", "started": started, "variant": "rewrite"})
