@@ -226,6 +226,7 @@ class Flow:
 
     def _follow(self, node: ast.expr, names: List[Tuple[str, Optional[ast.stmt]]]) -> Optional[str]:
         entry = node  # the forward's value, or a name bound to it whole
+        packed = None  # ``out.data`` of an element followed on: the reason a later .numpy() gives
         while True:
             p = self.parents.get(node)
             if isinstance(p, ast.Attribute):
@@ -241,6 +242,9 @@ class Flow:
                         if any(k.arg == "force" and _true(k.value) for k in call.keywords):
                             self.ends.add(".numpy(force=True)")
                             return None
+                        if packed is not None:  # SAC's `a, _ = self.actor(s)` then `a.data.numpy()`
+                            return (f"calls .numpy() on `{packed}`: an element of the forward's result may be a "
+                                    "PackedSequence, whose .data keeps the graph (it raises where the value requires grad)")
                         return "calls .numpy() before .detach() (it raises where the value requires grad)"
                     if attr.endswith("_") and not attr.endswith("__") or attr in INPLACE_DUNDERS:
                         return f"is changed in place (.{attr})"
@@ -259,6 +263,7 @@ class Flow:
                 # may be a PackedSequence's field, the packed tensor with its graph: followed as
                 # any attribute
                 if isinstance(p.ctx, ast.Load):
+                    packed = ast.unparse(p) if attr == "data" else packed
                     node = p
                     continue
                 return f"has its attribute {attr} set"

@@ -210,6 +210,33 @@ def test_a_call_of_a_parameter_is_named_as_one():
     assert not any("whose code is not in this file" in r for r in reasons), reasons
 
 
+def test_numpy_after_data_of_an_element_says_why_data_was_no_end():
+    """Lizhi-sjtu's SAC-continuous.py acts with ``a, _ = self.actor(s, ...)`` and returns
+    ``a.data.numpy().flatten()``: the reason said ".numpy() before .detach()", which the code does
+    not do; what stops it is that ``.data`` of an element may be a PackedSequence's."""
+    src = '''
+    import torch
+    import torch.nn as nn
+    class Actor(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+        def forward(self, x):
+            return self.fc(x), None
+    class Agent:
+        def __init__(self):
+            self.actor = Actor()
+        def choose_action(self, s):
+            a, _ = self.actor(s)
+            return a.data.numpy().flatten()
+    a = Agent().choose_action(torch.ones(1, 3))
+    '''
+    _, sites = rewrite(src)
+    reasons = [s.reason for s in sites if s.action == SKIPPED]
+    assert any("calls .numpy() on `a.data`: an element of the forward's result may be a PackedSequence" in r for r in reasons), reasons
+    assert not any("before .detach()" in r for r in reasons), reasons
+
+
 def test_already_under_no_grad_is_not_a_candidate():
     src = '''
     import torch
