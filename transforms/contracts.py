@@ -90,7 +90,8 @@ CONTRACTS: Dict[str, Tuple[Tuple[str, ...], str]] = {
         "reads), and the body calls nothing but dtype casts",
     ), "each branch's loop is planned on its own; a branch not vectorized runs as written"),
     "softmax_probs": ((
-        "probs statically the unmodified output of a softmax (torch/F.softmax, nn.Softmax, .softmax, a name "
+        "probs statically the unmodified output of a softmax (torch/F.softmax, nn.Softmax, .softmax, an "
+        "nn.Sequential attribute ending in nn.Softmax whose layers this file never changes, a name "
         "bound once to one, or a function/method of this file all of whose returns are one)",
         "at run time: a tensor of at least one dim whose softmax was over its last dim (a literal dim of -1 or "
         "ndim - 1, or a 1-D tensor), with 1 <= rows' length <= the dtype's bound: float32 8, float64 2^20, "

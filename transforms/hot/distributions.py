@@ -414,7 +414,7 @@ def _sets_default(ctx: FileContext) -> bool:
 
 class HotDistributionArgs(Transform):
     id = ID
-    version = "5"  # 5: the softmax-probs reason says a row's length is what the bound limits ("rows are at most the dtype's bound" said nothing), and reads "probs: self.pi(...) returns a softmax", not "probs are ... returns"; 4: a scale also used in arithmetic (mean + std * z) is no alias of it; 3: MultivariateNormal of a diagonal matrix; 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
+    version = "6"  # 6: Categorical(probs) of a module attribute that is an nn.Sequential ending in nn.Softmax (philtabor's PPO actor), its layers never changed in the file; 5: the softmax-probs reason says a row's length is what the bound limits ("rows are at most the dtype's bound" said nothing), and reads "probs: self.pi(...) returns a softmax", not "probs are ... returns"; 4: a scale also used in arithmetic (mean + std * z) is no alias of it; 3: MultivariateNormal of a diagonal matrix; 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
     triggers = ("Categorical", "Normal", "Bernoulli", "MultivariateNormal")
     description = "distributions whose arguments are valid by construction → validate_args=False (exact on valid input)"
 

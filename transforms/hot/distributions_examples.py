@@ -82,6 +82,28 @@ EXAMPLES = [
     Example(
         code=(
             "import torch\n"
+            "import torch.nn as nn\n"
+            "from torch.distributions.categorical import Categorical\n"
+            "class Actor(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.actor = nn.Sequential(nn.Tanh(), nn.Softmax(dim=-1))\n"
+            "    def forward(self, state):\n"
+            "        dist = self.actor(state)\n"
+            "        dist = Categorical(dist)\n"
+            "        return dist\n"
+            "def f(x, a):\n"
+            "    dist = Actor()(x)\n"
+            "    return dist.log_prob(a), dist.entropy(), dist.probs\n"
+        ),
+        rewritten=True,
+        note="philtabor PPO: an nn.Sequential ending in nn.Softmax(dim=-1), `dist = Categorical(dist)`",
+        expected="sequential_softmax",
+        inputs=_XA,
+    ),
+    Example(
+        code=(
+            "import torch\n"
             "from torch.distributions import Categorical\n"
             "def f(x, a):\n"
             "    p = x.exp()\n"

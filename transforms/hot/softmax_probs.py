@@ -24,6 +24,10 @@ from .callees import Files
 
 _FUNCS = ("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax")
 _MODULES = ("torch.nn.Softmax", "torch.nn.modules.activation.Softmax")
+_SEQUENTIAL = ("torch.nn.Sequential", "torch.nn.modules.container.Sequential")
+#: what changes a Sequential's layers in place (``seq[-1] = ...`` and ``del seq[i]`` aside)
+_RESEQUENCING = frozenset({"append", "extend", "insert", "pop", "add_module", "register_module",
+                           "__setitem__", "__delitem__", "__iadd__"})
 _KEYWORDS = frozenset({"dim", "dtype", "_stacklevel"})
 #: dim unknown (a parameter, a name) -- distinct from a literal
 UNKNOWN = None
@@ -170,8 +174,15 @@ class SoftmaxProbs:
             return None
         if not values or self.dim_set:
             return None
-        calls = [v for v in values if isinstance(v, ast.Call) and self.imports.qualify(v.func) in _MODULES]
-        if len(calls) != len(values):
+        calls, sequential = [], False
+        for v in values:
+            if isinstance(v, ast.Call) and self.imports.qualify(v.func) in _SEQUENTIAL and v.args and not v.keywords \
+                    and not any(isinstance(a, ast.Starred) for a in v.args):
+                v, sequential = v.args[-1], True  # philtabor's nn.Sequential(..., nn.Softmax(dim=-1))
+            if not (isinstance(v, ast.Call) and self.imports.qualify(v.func) in _MODULES):
+                return None
+            calls.append(v)
+        if sequential and (self.hooks or self._resequenced(func.attr if isinstance(func, ast.Attribute) else func.id)):
             return None
         dims = set()
         for v in calls:
@@ -179,14 +190,40 @@ class SoftmaxProbs:
             if dim is False:
                 return None
             dims.add(dim)
-        return ("an nn.Softmax", dims.pop() if len(dims) == 1 else UNKNOWN)
+        return ("an nn.Sequential ending in nn.Softmax" if sequential else "an nn.Softmax",
+                dims.pop() if len(dims) == 1 else UNKNOWN)
+
+    def _resequenced(self, name: str) -> bool:
+        """Whether the file may change the layers of a Sequential called ``name`` (any object's
+        attribute or a name of that spelling): an item stored or deleted, a layer appended,
+        inserted, popped or added, ``+=``, or ``setattr`` on it."""
+        def named(node: ast.expr) -> bool:
+            return (isinstance(node, ast.Attribute) and node.attr == name) or (isinstance(node, ast.Name) and node.id == name)
+
+        for n in ast.walk(self.files.tree):
+            if isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)) and named(n.value):
+                return True
+            if isinstance(n, ast.AugAssign) and named(n.target):
+                return True
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _RESEQUENCING \
+                    and named(n.func.value):
+                return True
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "delattr") \
+                    and n.args and named(n.args[0]):
+                return True
+        return False
 
     def at_site(self, name: str, block: list, st: ast.stmt, cls: Optional[str], scope: ast.AST) -> Found:
         """``Categorical(name)`` in statement ``st`` of ``block``: the nearest statement before it in
         the block that mentions ``name`` binds it (``name = f(...)`` / ``a, name = f(...)``) and
-        ``st`` mentions it once. Every path from that binding to the call then runs only statements
-        that never mention ``name``, so nothing can change the fresh softmax in between."""
-        if sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(st)) != 1 or _closed_over(scope, name) \
+        ``st`` reads it once (and binds it only as its target: ``dist = Categorical(dist)``, bound after
+        the call ran). Every path from that binding to the call then runs only statements that never
+        mention ``name``, so nothing can change the fresh softmax in between."""
+        mentions = [n for n in ast.walk(st) if isinstance(n, ast.Name) and n.id == name]
+        targets = st.targets if isinstance(st, ast.Assign) else ()
+        if sum(isinstance(n.ctx, ast.Load) for n in mentions) != 1 \
+                or any(not isinstance(n.ctx, ast.Load) and not any(n is t for t in targets) for n in mentions) \
+                or _closed_over(scope, name) \
                 or any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in ast.walk(scope)):
             return None
         for prev in reversed(block[:block.index(st)]):

@@ -102,6 +102,65 @@ def test_reason_says_what_the_bound_limits():
     assert "probs are" not in reason and "rows are at most" not in reason
 
 
+SEQUENTIAL = HEAD + """
+class Actor(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        torch.manual_seed(0)
+        self.actor = nn.Sequential(
+                nn.Linear(4, 8),
+                nn.ReLU(),
+                nn.Linear(8, n),
+                nn.Softmax(dim=-1)
+        )
+    def forward(self, state):
+        dist = self.actor(state)
+        dist = Categorical(dist)
+        return dist
+def f(n, s, seed):
+    net = Actor(n)
+    m = net(s)
+    torch.manual_seed(seed)
+    a = m.sample()
+    return a, m.log_prob(a), m.entropy(), m.probs, getattr(m, '_validate' + '_args')
+"""
+
+
+def test_a_sequential_ending_in_softmax_rebound_to_its_distribution():
+    """philtabor's PPO (ReinforcementLearning/PolicyGradient/PPO/torch/ppo_torch.py): the actor is
+    ``nn.Sequential(..., nn.Softmax(dim=-1))`` and forward says ``dist = self.actor(state)``,
+    ``dist = Categorical(dist)``. Both were refused ("probs not provably an unmodified softmax"):
+    the Sequential was not followed to its last layer, and a statement naming the probs twice was
+    refused even where the second is only its target, bound after the call."""
+    out, sites = rewrite(SEQUENTIAL)
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert len(done) == 1 and "`dist` = an nn.Sequential ending in nn.Softmax (dim -1)" in done[0].reason, sites
+    orig, new = harness.load(SEQUENTIAL, "f", filename="<o>"), harness.load(out, "f", filename="<n>")
+    for seed in range(4):
+        s = torch.randn(3, 4, generator=torch.Generator().manual_seed(seed)) * (10 if seed > 1 else 1)
+        ro, rn = orig(3, s, seed), new(3, s, seed)
+        assert all(same(x, y) for x, y in zip(ro[:4], rn[:4])) and ro[4] is True and rn[4] is False
+
+
+@pytest.mark.parametrize("change", [
+    "net.actor[-1] = nn.Identity()", "del net.actor[3]", "net.actor.append(nn.Identity())",
+    "net.actor.insert(4, nn.Identity())", "net.actor += nn.Sequential(nn.Identity())",
+    "setattr(net.actor, '3', nn.Identity())", "net.actor.register_forward_hook(lambda m, i, o: o * 2)",
+])
+def test_a_sequential_whose_layers_may_change_is_left_alone(change):
+    src = SEQUENTIAL.replace("    m = net(s)\n", f"    {change}\n    m = net(s)\n")
+    assert change in src
+    out, sites = rewrite(src)
+    assert not [s for s in sites if s.action == REWRITTEN], sites
+
+
+def test_a_walrus_rebinding_the_probs_inside_the_call_is_left_alone():
+    src = SEQUENTIAL.replace("dist = Categorical(dist)", "dist = Categorical(dist if (dist := dist * 2) is None else dist)")
+    assert "dist := dist * 2" in src
+    out, sites = rewrite(src)
+    assert not [s for s in sites if s.action == REWRITTEN], sites
+
+
 def test_non_last_dim_takes_the_validating_path():
     """minimalRL's pi(x, softmax_dim=0) on a batch: the softmax is over dim 0, its rows need not
     sum to anything, a row may even be all zeros -- the original raises there and so must the rewrite."""
