@@ -17,6 +17,7 @@ then CPU time gets no better/worse either.
 from __future__ import annotations
 
 import math
+import shlex
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -229,6 +230,12 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                 row["vs_first"]["text"] += (f"; the runs had other torch thread counts ({loaded[0][0]}: "
                                             f"{_listed(counts[0])}; {loaded[i][0]}: {_listed(counts[1])}): "
                                             "this compares those settings too (OMP_NUM_THREADS)")
+            given = (_arg_lists(loaded[0][3]), _arg_lists(loaded[i][3]))
+            if all(given) and given[0] != given[1] and row["vs_first"]["delta"] is not None:
+                row["vs_first"].update(verdict(base, values, None))  # other work, not only other code
+                row["vs_first"]["args_differ"] = True
+                row["vs_first"]["text"] += (f"; the runs had other script arguments ({loaded[0][0]}: {_shown_args(given[0])}; "
+                                            f"{loaded[i][0]}: {_shown_args(given[1])}): this compares those arguments too")
         out["metrics"].append({"metric": metric, "title": title, "higher_is_better": better, "groups": rows})
     out["profile"] = profile.compare_shares([(label, ok) for label, ok, _, _ in loaded])
     out["fallbacks"] = fallbacks.per_group([(label, ok) for label, ok, _, _ in loaded])
@@ -248,6 +255,17 @@ def _threads(head: Dict[str, Any]) -> int:
 def _thread_counts(per_run: Sequence[Any]) -> frozenset:
     """The thread counts a group's runs said they had (older records say none)."""
     return frozenset(n for n in (_known_threads(h) for _, h, _ in per_run) if n is not None)
+
+
+def _arg_lists(per_run: Sequence[Any]) -> frozenset:
+    """The script arguments a group's runs were started with, one tuple per distinct list (a
+    watcher's run of a branch given `--total-steps 3000` sits beside `scalebox run`'s of 6000)."""
+    return frozenset(tuple(str(a) for a in (r.record.get("args") or ())) for r, _, _ in per_run)
+
+
+def _shown_args(lists: frozenset) -> str:
+    shown = sorted(shlex.join(args) or "none" for args in lists)
+    return " | ".join(text if len(text) <= 60 else text[:57] + "..." for text in shown)
 
 
 def _listed(counts: frozenset) -> str:

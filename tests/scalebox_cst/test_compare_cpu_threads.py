@@ -88,3 +88,33 @@ def test_groups_run_with_other_thread_counts_get_no_speed_verdict(tmp_path):
     c = [_fake_run(tmp_path, "run/0002", 5000.0 + 100 * i, 3.5 + 0.1 * i, 2, 0.5) for i in range(3)]
     (cpu,) = [m for m in stats.compare([("original", a), ("c", c)])["metrics"] if m["metric"] == "cpu_time_s"]
     assert cpu["groups"][1]["vs_first"]["text"] == "lower (better)"  # same settings: the verdict stands
+
+
+def test_groups_run_with_other_script_arguments_get_no_verdict_and_say_so(tmp_path):
+    """A newcomer's Lizhi-sjtu PPO-discrete: `scalebox run --seeds 0 ... -- --max_train_steps 6000`
+    and a watcher's run of the same branch with `--max_train_steps 3000` made one group, and compare
+    read the rewrite's return as -30% against the original's of 6000 steps (same seed, same args:
+    identical)."""
+    def with_args(run, args, ret):
+        record = runs.load_record(run.dir)
+        record["args"] = args
+        runs.write_record(run.dir, record)
+        with open(os.path.join(run.dir, runs.METRICS), "a") as fh:
+            for i in range(10):
+                fh.write(_line("scalebox/episodic_return", i, ret))
+        return runs.RunInfo(run.branch, run.run, run.dir, runs.load_record(run.dir))
+
+    long, short = ["--max_train_steps", "6000"], ["--max_train_steps", "3000"]
+    a = [with_args(_fake_run(tmp_path, "run/0001", 100.0, 10.0, 1, 0.5, variant="original"), long, 190.0)]
+    b = [with_args(_fake_run(tmp_path, "run/0001", 200.0 + 100 * i, 10.0, 1, 0.5), args, ret)
+         for i, (args, ret) in enumerate(((long, 190.0), (short, 76.0)))]
+    result = stats.compare([("original", a), ("run/0001", b)])
+    (ret,) = [m for m in result["metrics"] if m["metric"] == "episodic_return"]
+    diff = ret["groups"][1]["vs_first"]
+    assert diff["args_differ"] and "(worse)" not in diff["text"]
+    assert ("the runs had other script arguments (original: --max_train_steps 6000; "
+            "run/0001: --max_train_steps 3000 | --max_train_steps 6000): this compares those arguments too") in diff["text"]
+    # the same arguments on both sides: nothing said
+    same = stats.compare([("original", a), ("run/0001", b[:1])])
+    (ret,) = [m for m in same["metrics"] if m["metric"] == "episodic_return"]
+    assert "args_differ" not in ret["groups"][1]["vs_first"] and "script arguments" not in ret["groups"][1]["vs_first"]["text"]
