@@ -23,7 +23,8 @@ it warns is reported at the user's line, as before the rewrite.
 """
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -41,6 +42,9 @@ _KEYWORDS = frozenset({"dtype", "device", "requires_grad", "pin_memory"})
 _TORCH_DTYPE = {}  # numpy dtype -> the torch dtype torch.tensor infers from such arrays
 #: legacy constructors taking one list: the dtype they produce (always on the CPU)
 _LEGACY = {torch.FloatTensor: torch.float32, torch.DoubleTensor: torch.float64}
+#: set by the run's telemetry (runtime/telemetry/sites.py): ``report(caller_frame, why)`` per call,
+#: ``why`` None where the one-copy path was taken, else why the call went to the constructor
+report: Optional[Callable[[Any, Optional[str]], None]] = None
 
 
 def _stackable(data: Any) -> bool:
@@ -93,8 +97,29 @@ def tensor_from_arrays(make: Any, data: Any, *args: Any, **kwargs: Any) -> torch
         # stack rounds once (they differ above 2**53 + ...): left to the list path
         wide = data[0].dtype.kind == "i" and data[0].dtype.itemsize == 8
         if make is torch.tensor and _same_cast(data[0].dtype, kwargs) and not (wide and kwargs.get("dtype") is torch.float32):
+            if report is not None:
+                report(sys._getframe(1), None)
             return torch.tensor(np.array(data), **kwargs)
         dtype = _LEGACY.get(make)
         if dtype is not None and not kwargs and not (wide and dtype is torch.float32):
+            if report is not None:
+                report(sys._getframe(1), None)
             return torch.tensor(np.array(data), dtype=dtype, device="cpu")
+    if report is not None:
+        report(sys._getframe(1), _why(data, args))
     return call_at_caller(make, (data, *args), kwargs)
+
+
+def _why(data: Any, args: tuple) -> str:
+    """Why a call went to the constructor as written (a fixed phrase: runtime/guard_reasons.py)."""
+    if type(data) not in _SEQUENCES or not data:
+        return "not a non-empty list or tuple"
+    if type(data[0]) is not np.ndarray:
+        return "the items are not numpy arrays (numbers, numpy scalars, tensors or lists)"
+    if args:
+        return "more arguments than the data"
+    if len(data) * data[0].size < MIN_ELEMENTS:
+        return f"fewer than {MIN_ELEMENTS} numbers in all (the list path is as fast)"
+    if not _stackable(data):
+        return "arrays of several shapes or dtypes (or 0-d, float16, uint64 items)"
+    return "a dtype or keyword the one-copy path would cast otherwise"

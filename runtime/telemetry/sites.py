@@ -14,6 +14,9 @@ caller's (file, line) keys a three-number counter, one dict look-up and one incr
   tier (``fused_linear``) and its vectorized steps (``recurrence_ok``) are tried on one line,
   ``fused_linear(...) is not None or recurrence_ok(...)``: their passes add up on one site.
 fallback = evaluations - passes where an entry helper counts evaluations, else refusals.
+``hot_tensors.tensor_from_arrays`` is not wrapped (its fallback calls the constructor from the
+caller's line, so torch's warning names the user's line; a wrapper's frame would take that place):
+it reports each call itself through its module's ``report`` slot, which :func:`attach` fills.
 Calls from inside the runtime package are not counted (they are no site). Only a line's first
 entry call counts an evaluation (``backward_steps(x) >= 2 and steps(T) == T_2`` calls two).
 
@@ -52,6 +55,9 @@ from scalebox_cst.runtime import guard_reasons, metrics
 
 HZ = float(os.environ.get("SCALEBOX_TELEMETRY_HZ", "25") or 25)
 ENTRY, BOOL, OPTIONAL = "entry", "bool", "optional"
+#: a helper that reports each call itself through its module's ``report`` slot (no wrapper: its
+#: fallback calls the constructor from the caller's line, which a wrapper's frame would take)
+REPORTS = "reports"
 
 #: guard helpers by module: name -> (kind, transform when no report says)
 GUARDS: Dict[str, Dict[str, Tuple[str, str]]] = {
@@ -74,6 +80,9 @@ GUARDS: Dict[str, Dict[str, Tuple[str, str]]] = {
     "scalebox_cst.runtime.target_update": {
         name: (BOOL, "vectorize.target_update")
         for name in ("soft_update", "scale_add", "scale_add_alpha", "lerp_update", "hard_update")
+    },
+    "scalebox_cst.runtime.hot_tensors": {
+        "tensor_from_arrays": (REPORTS, "hot.tensor_from_arrays"),
     },
 }
 
@@ -202,9 +211,30 @@ def _wrap(fn, kind: str, transform: str, tier: bool = False):
     return wrapper
 
 
+def _reporter(transform: str):
+    """What a :data:`REPORTS` helper calls per call: ``why`` None counts a pass, else a fallback."""
+    def report(frame, why: Optional[str]) -> None:
+        code = frame.f_code
+        if not code.co_filename.startswith(_RUNTIME_DIR):
+            key = (code.co_filename, frame.f_lineno)
+            site = _sites.get(key) or _site(key, transform)
+            if why is None:
+                site.passed += 1
+            else:
+                site.refused += 1
+                site.refused_why(why)
+
+    return report
+
+
 def attach(module: Any) -> None:
-    """Replace ``module``'s guard helpers by counting ones (in the module's namespace only)."""
+    """Replace ``module``'s guard helpers by counting ones (in the module's namespace only); a
+    :data:`REPORTS` helper's module gets a reporter in its ``report`` slot instead."""
     for name, (kind, transform) in GUARDS.get(module.__name__, {}).items():
+        if kind == REPORTS:
+            if getattr(module, "report", False) is None:
+                module.report = _reporter(transform)
+            continue
         fn = getattr(module, name, None)
         if callable(fn) and not getattr(fn, _MARK, False):
             setattr(module, name, _wrap(fn, kind, transform, name in _TIERS))

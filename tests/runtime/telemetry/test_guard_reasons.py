@@ -168,3 +168,42 @@ def test_damaged_or_planted_reasons_are_dropped_or_shown_on_one_line():
     assert site_counts.guards_text(0.5, "not a list") == "guards 50%"
     assert site_counts.guards_text(float("nan"), []) is None
     assert site_counts.guards_text(1.0, [["fewer than 2 steps", 2]]) == "guards 100%"
+
+
+TENSORS = """
+import numpy as np
+import torch
+
+
+def stack(n, make):
+    rows = []
+    for i in range(n):
+        rows.append(make(i))
+    return torch.tensor(rows, dtype=torch.float)
+
+
+for _ in range(3):
+    stack(40, lambda i: np.ones(4, dtype=np.float32))
+for _ in range(2):
+    stack(40, lambda i: np.float32(i))
+stack(40, lambda i: np.ones(4, dtype=np.float32 if i % 2 else np.float64))
+"""
+
+
+def test_a_tensor_from_arrays_site_counts_its_one_copy_path_and_says_why_it_fell_back(tmp_path):
+    """Lizhi-sjtu PPO-discrete's ``torch.tensor(adv, ...)`` of a list of numpy scalars is rewritten
+    (the list is appended to) but never takes the one-copy path: the run said nothing, its site had
+    no counts ("no pass/fallback counts for this transform") and its end line no guards. The helper
+    now reports each call (no wrapper: torch's warning on the fallback stays at the user's line)."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(textwrap.dedent(TENSORS).lstrip("\n"))
+    scalebox("init", ".", cwd=root)
+    scalebox("rewrite", "train.py", cwd=root)
+    ran = scalebox("run", "train.py", cwd=root, timeout=300)
+    row, = json.loads(open(glob.glob(str(root / ".scalebox/runs/**/sites.json"), recursive=True)[0]).read())["sites"]
+    assert (row["line"], row["transform"], row["vectorized"], row["fallback"]) == (9, "hot.tensor_from_arrays", 3, 3)
+    assert row["fallback_why"] == [["the items are not numpy arrays (numbers, numpy scalars, tensors or lists)", 2],
+                                   ["arrays of several shapes or dtypes (or 0-d, float16, uint64 items)", 1]]
+    assert "guards 50% (fell back: 2x the items are not numpy arrays" in ran.stderr
+    assert "train.py:9: UserWarning: Creating a tensor from a list of numpy.ndarrays is extremely slow" in ran.stderr, ran.stderr
