@@ -203,10 +203,10 @@ def log(project_dir: Optional[str], as_json: bool) -> None:
 
 
 # ---------------------------------------------------------------------------- compare
-def _select_runs(project: Project, selector: str) -> Tuple[str, list]:
+def _select_runs(project: Project, selector: str, beside: Optional[str] = None) -> Tuple[str, list]:
     """BRANCH (its rewrite runs), BRANCH#N (one run), BRANCH:original or `original` (runs of the
-    source snapshot of BRANCH, default the newest branch, or of any snapshot of the same files:
-    an edit undone commits them again): (label, runs)."""
+    source snapshot of BRANCH, default ``beside`` (the branch it is compared with), else the newest
+    branch, or of any snapshot of the same files: an edit undone commits them again): (label, runs)."""
     from scalebox_cst import runs
 
     store = project.store
@@ -225,7 +225,7 @@ def _select_runs(project: Project, selector: str) -> Tuple[str, list]:
     if text.startswith("hook/"):
         branch, source = text, None
     else:
-        info = store.resolve(text or (store.newest_branch() or "run/0001"))
+        info = store.resolve(text or beside or (store.newest_branch() or "run/0001"))
         branch, source = info.name, info.source_commit
     found = runs.list_runs(project.root) if variant == "original" else runs.list_runs(project.root, branch)
     chosen = []
@@ -266,7 +266,8 @@ def compare(selectors: Tuple[str, ...], metrics: Tuple[str, ...], as_json: bool,
     """Compare branches, runs or the original: compare A B [C ...].
 
     Each of A, B, ... is BRANCH (its rewrite runs), BRANCH#N (one run), `original` (runs of the
-    newest branch's source snapshot, `scalebox run --original`) or BRANCH:original. Per metric:
+    source snapshot of the first branch named beside it, else of the newest branch, `scalebox run
+    --original`) or BRANCH:original. Per metric:
     the mean over runs with a 95% bootstrap interval when there are several (seeds), and whether
     each difference from A is within noise."""
     from scalebox_cst import compare as stats
@@ -276,7 +277,11 @@ def compare(selectors: Tuple[str, ...], metrics: Tuple[str, ...], as_json: bool,
         _fail("compare needs at least two of BRANCH, BRANCH#N, original", 2)
     project = _open_project(project_dir)
     try:
-        groups = [_select_runs(project, s) for s in selectors]
+        # a bare `original` is the original of the branch it is compared with (`compare original
+        # run/0001` after an edit made run/0002 compared run/0002's snapshot, with no runs)
+        named = [s.strip().partition("#")[0] for s in selectors if s.strip() != "original"
+                 and not s.strip().endswith(":original") and not s.strip().startswith("hook/")]
+        groups = [_select_runs(project, s, named[0] if named else None) for s in selectors]
     except StoreError as exc:
         _fail(str(exc))
     result = stats.compare(groups, metrics)

@@ -485,6 +485,22 @@ def test_compare_original_finds_the_original_runs_of_the_same_files_under_anothe
     assert "original (run/0002): 0 run(s)" in out
 
 
+def test_compare_original_is_the_original_of_the_branch_it_is_compared_with(plain):
+    """A newcomer's Lizhi-sjtu PPO-discrete: `run --original` and `run` of run/0001, then an edit
+    (or an engine upgrade) made run/0002; the README's `compare original run/0001` then compared
+    run/0002's snapshot ("original (run/0002): 0 run(s)") with run/0001, every metric "-"."""
+    scalebox("run", "--original", "--seeds", "0", "train.py", cwd=plain)
+    scalebox("run", "--seeds", "0", "train.py", cwd=plain)
+    _edit(plain, "5.0")
+    scalebox("run", "--seeds", "0", "train.py", cwd=plain)  # run/0002
+    out = scalebox("compare", "original", "run/0001", cwd=plain).stdout
+    assert "original (run/0001): 1 run(s) run/0001#1 (seeds 0)" in out, out
+    out = scalebox("compare", "original", "run/0001#2", cwd=plain).stdout
+    assert "original (run/0001): 1 run(s)" in out, out
+    out = scalebox("compare", "run/0002", "original", cwd=plain).stdout  # the first branch named
+    assert "original (run/0002): 0 run(s)" in out, out
+
+
 def test_compare_seeded_branches_says_what_is_noise(plain):
     scalebox("run", "--seeds", "0,1,2,3", "train.py", cwd=plain)  # run/0001: base 0
     _edit(plain, "0.0 + 0")  # run/0002: same numbers, another branch
