@@ -289,8 +289,11 @@ def render(result: Dict[str, Any]) -> str:
         line = f"{g['label']}: {len(g['runs'])} run(s)"
         if g["runs"]:
             line += " " + ", ".join(g["runs"])
-        if seeds:
-            line += f" (seeds {', '.join(str(s) for s in seeds)})"
+        unseeded = len(g["seeds"]) - len(seeds)  # a watcher's runs: seeded by nothing of the engine's
+        if seeds or unseeded:
+            line += " (" + "; ".join(part for part in (
+                f"seeds {', '.join(str(s) for s in seeds)}" if seeds else "",
+                f"{unseeded} not seeded by scalebox" if unseeded else "") if part) + ")"
         if g["excluded"]:
             line += "; left out: " + ", ".join(f"{e['run']} ({e['status']})" for e in g["excluded"])
         lines.append(line)

@@ -118,3 +118,19 @@ def test_groups_run_with_other_script_arguments_get_no_verdict_and_say_so(tmp_pa
     same = stats.compare([("original", a), ("run/0001", b[:1])])
     (ret,) = [m for m in same["metrics"] if m["metric"] == "episodic_return"]
     assert "args_differ" not in ret["groups"][1]["vs_first"] and "script arguments" not in ret["groups"][1]["vs_first"]["text"]
+
+
+def test_a_group_header_counts_its_runs_no_seed_was_given(tmp_path):
+    """The same walkthrough's header read "run/0002: 2 run(s) run/0002#2, run/0002#3 (seeds 0)"
+    where #3 was the watcher's, seeded by nothing: two returns 76 and 190 under "seeds 0" read as
+    a rewrite that is not deterministic."""
+    seeded = _fake_run(tmp_path, "run/0001", 100.0, 10.0, 1, 0.5)
+    record = runs.load_record(seeded.dir)
+    record["seed"] = 0
+    runs.write_record(seeded.dir, record)
+    seeded = runs.RunInfo(seeded.branch, seeded.run, seeded.dir, runs.load_record(seeded.dir))
+    watched = _fake_run(tmp_path, "run/0001", 200.0, 10.0, 1, 0.5)
+    text = stats.render(stats.compare([("a", [seeded]), ("b", [seeded, watched]), ("c", [watched])]))
+    assert "a: 1 run(s) run/0001#1 (seeds 0)\n" in text
+    assert "b: 2 run(s) run/0001#1, run/0001#2 (seeds 0; 1 not seeded by scalebox)\n" in text
+    assert "c: 1 run(s) run/0001#2 (1 not seeded by scalebox)\n" in text
