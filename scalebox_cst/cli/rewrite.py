@@ -57,7 +57,8 @@ def rewrite(paths, as_json, out, only, without, backend, project_dir, allow_prec
 
         return explore_command.rewrite_tuned(tuned_config, project_dir)
     if not paths:
-        _fail("missing PATHS (or --tuned-config FILE)", 2)
+        _fail("missing PATHS: name the files or folders to rewrite (`scalebox rewrite .` for the whole project), "
+              "or --tuned-config FILE", 2)
     root = project_dir or find_project_root(paths[0])
     config = _load_config(root)
     from scalebox_cst.config import transform_pattern_error

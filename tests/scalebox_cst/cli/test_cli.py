@@ -487,3 +487,17 @@ def test_status_after_a_rollback_names_the_snapshot_the_files_match(project):
     out = scalebox("status", cwd=root).stdout
     assert out.startswith("working tree matches run/0002") and "snapshot" not in out
     assert json.loads(scalebox("status", "--json", cwd=root).stdout)["matches_snapshot"] is None
+
+
+def test_rewrite_without_paths_says_how_to_name_them(project):
+    """`scalebox rewrite` alone said "missing PATHS (or --tuned-config FILE)": a newcomer who had
+    only seen the README's `--tuned-config` form did not learn to name the files (the newcomer's
+    walkthrough). One line, exit 2, nothing committed."""
+    root = str(project)
+    scalebox("init", ".", cwd=root)
+    proc = scalebox("rewrite", cwd=root, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "scalebox: missing PATHS: name the files or folders to rewrite (`scalebox rewrite .` for the whole project), "
+        "or --tuned-config FILE"]
+    assert "no run branches yet" in scalebox("status", cwd=root).stdout
