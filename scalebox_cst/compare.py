@@ -296,6 +296,9 @@ def render(result: Dict[str, Any]) -> str:
                 f"{unseeded} not seeded by scalebox" if unseeded else "") if part) + ")"
         if g["excluded"]:
             line += "; left out: " + ", ".join(f"{e['run']} ({e['status']})" for e in g["excluded"])
+        if not g["runs"]:  # its rows would all read "-": one line says so, and how to make a run
+            line += (f"; nothing to compare: `scalebox run {'--original ' if g['label'].startswith('original') else ''}"
+                     "SCRIPT` makes a run of it")
         lines.append(line)
         if g.get("seed_blind"):
             lines.append(f"  seeds {', '.join(str(x) for x in g['seed_blind'])} gave identical episode returns: the script "
@@ -307,10 +310,13 @@ def render(result: Dict[str, Any]) -> str:
     if not result["metrics"]:
         lines.append("no metric to compare (no finished run has one)")
     width = max((len(g["label"]) for g in groups), default=4)
+    empty = {g["label"] for g in groups if not g["runs"]}
     for m in result["metrics"]:
         lines.append("")
         lines.append(m["title"])
         for row in m["groups"]:
+            if row["label"] in empty:
+                continue
             text = f"  {row['label']:<{width}}  "
             unseen = row.get("below_sampling")
             if row["n"] == 0:

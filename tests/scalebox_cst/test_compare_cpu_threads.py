@@ -134,3 +134,19 @@ def test_a_group_header_counts_its_runs_no_seed_was_given(tmp_path):
     assert "a: 1 run(s) run/0001#1 (seeds 0)\n" in text
     assert "b: 2 run(s) run/0001#1, run/0001#2 (seeds 0; 1 not seeded by scalebox)\n" in text
     assert "c: 1 run(s) run/0001#2 (1 not seeded by scalebox)\n" in text
+
+
+def test_a_group_without_runs_is_one_line_saying_how_to_make_one(tmp_path):
+    """`compare original run/0001` before any `--original` run printed the original's row as "-"
+    under every metric, a page of dashes (the newcomer's walkthrough): its header now says there
+    is nothing to compare and how to make a run, and its rows are left out."""
+    done = [_fake_run(tmp_path, "run/0001", 100.0 * i, 10.0, 1, 0.5) for i in range(2)]
+    failed = _fake_run(tmp_path, "run/0002", 900.0, 10.0, 1, 0.5)
+    record = dict(failed.record, status="failed")
+    runs.write_record(failed.dir, record)
+    failed = runs.RunInfo(failed.branch, failed.run, failed.dir, record)
+    text = stats.render(stats.compare([("original (run/0001)", []), ("run/0001", done), ("run/0002", [failed])]))
+    assert "original (run/0001): 0 run(s); nothing to compare: `scalebox run --original SCRIPT` makes a run of it\n" in text
+    assert "run/0002: 0 run(s); left out: run/0002#1 (failed); nothing to compare: `scalebox run SCRIPT` makes a run of it\n" in text
+    rows = [line for line in text.splitlines() if line.startswith("  ")]
+    assert rows and all(line.lstrip().startswith("run/0001 ") for line in rows), text
