@@ -98,6 +98,13 @@ def main() -> None:
         t0 = median_time(lambda: torch.FloatTensor(obs), max(number // 10, 20), repeat)
         t1 = median_time(lambda: tensor_from_arrays(torch.FloatTensor, obs), max(number // 10, 20), repeat)
         row(f"torch.FloatTensor({n} arrays of {dim})", t0, t1)
+    for n, kw in ((32, {}), (2000, {}), (64, {"dtype": torch.float}), (2000, {"dtype": torch.float})):
+        # a GAE loop's numpy numbers (adv.append(gae) on np.float32 values); with a dtype torch's
+        # list path is fast, and below 256 scalars the helper leaves it (a guard's cost)
+        scalars = [np.float32(v) for v in rng.standard_normal(n)]
+        t0 = median_time(lambda: torch.tensor(scalars, **kw), max(number // 10, 20), repeat)
+        t1 = median_time(lambda: tensor_from_arrays(torch.tensor, scalars, **kw), max(number // 10, 20), repeat)
+        row(f"torch.tensor({n} numpy float32 scalars{', dtype=float' if kw else ''})", t0, t1)
     lists = [[float(i)] for i in range(32)]
     t0 = median_time(lambda: torch.tensor(lists), number, repeat)
     t1 = median_time(lambda: tensor_from_arrays(torch.tensor, lists), number, repeat)
