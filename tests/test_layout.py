@@ -399,7 +399,7 @@ def test_runs_are_started_and_signals_handled_in_one_place():
 #: tests that span the whole engine stay at the top of tests/ (faults, docs, layout, corpus, examples, public code)
 CROSS_CUTTING = {
     "test_audit_public.py", "test_bench_public.py", "test_corpus.py", "test_docs.py", "test_examples.py",
-    "test_faults.py", "test_faults_inputs.py", "test_faults_races.py", "test_layout.py", "test_reference_cycles.py",
+    "test_faults.py", "test_faults_inputs.py", "test_faults_leaks.py", "test_faults_races.py", "test_layout.py", "test_reference_cycles.py",
     "test_sweep_regressions.py",
 }
 #: where a test folder's subject lives: tests/transforms/... -> transforms/..., tests/scalebox_cst/... -> scalebox_cst/...

@@ -705,3 +705,19 @@ def test_a_read_only_store_reads_and_refuses_writes_in_one_line(project):
     for name, rc, err in lines[2:]:
         assert rc == 1 and err.count("\n") == 0 and "Read-only file system" in err, (name, err)
     assert (root / "helpers.py").read_text() == "changed = True\n"  # the refused rollback changed nothing
+
+
+def test_a_long_lived_store_keeps_no_parsed_object_per_save(store):
+    """libgit2 keeps each commit and tree it parses in a process-wide cache of up to 256 MB: a
+    watcher's or monitor's store grew with every save for as long as it ran (~6 kB a save,
+    still there after malloc_trim). The store keeps no such cache (its own caches are bounded)."""
+    base = {"a.py": b"x = 0\n", "pkg/b.py": b"y = 1\n"}
+    rewrite_one(store, base, {"a.py": b"x = 0  # r\n"})
+    before = pygit2.settings.cached_memory[0]
+    for i in range(30):
+        files = {**base, "a.py": b"x = %d\n" % i}
+        _, (branch, commit) = rewrite_one(store, files, {"a.py": b"x = %d  # r\n" % i})
+        assert store.files(commit)["a.py"] == b"x = %d  # r\n" % i
+        store.branches()
+        store.report(branch)
+    assert pygit2.settings.cached_memory[0] <= before
