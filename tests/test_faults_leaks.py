@@ -69,3 +69,61 @@ def test_many_saves_hold_no_more_than_a_few(project):
         assert left == []
     finally:
         watcher.close()
+
+
+def test_a_monitor_polled_and_abandoned_holds_no_more(project):
+    """150 requests (kept alive and not), 10 connections left half-open then closed: the
+    monitor's threads and file descriptors come back to what they were, and no memory is kept
+    per request (each /api/branches kept one string per branch: pygit2's lookup_reference;
+    +1,790 blocks over 150 requests before)."""
+    import http.client
+    import socket
+    import sys
+    import time
+
+    from scalebox_cst.monitor.api import Monitor
+    from scalebox_cst.monitor.server import MonitorServer
+
+    store = Project.init(str(project))[0].store
+    for i in range(30):
+        source, _ = store.snapshot({"a.py": b"x = %d\n" % i}, "save")
+        store.commit_rewrite(source, {"a.py": b"x = %d  # r\n" % i}, "rewrite", "(no sites)", {"files": []}, "fp")
+    server = MonitorServer(Monitor(str(project)), port=0, request_timeout=2.0)
+    thread = server.start_background()
+    port = server.server_address[1]
+    paths = ["/api/branches", "/api/events?limit=20", "/api/branches", "/api/runs?branch=run/0003", "/api/branches", "/app.js"]
+
+    def poll(count: int) -> None:
+        conn, idle = None, []
+        for i in range(count):
+            if conn is None or i % 5 == 0:
+                if conn is not None:
+                    conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", paths[i % len(paths)])
+            conn.getresponse().read()
+            if i % 15 == 0:
+                sock = socket.create_connection(("127.0.0.1", port))
+                sock.sendall(b"GET /api/branches HTTP/1.1\r\n")  # never finished
+                idle.append(sock)
+        conn.close()
+        for sock in idle:
+            sock.close()
+
+    try:
+        poll(60)
+        time.sleep(0.3)
+        fds, threads, blocks = _fds(), threading.active_count(), sys.getallocatedblocks()
+        poll(150)
+        deadline = time.monotonic() + 5
+        while threading.active_count() > threads and time.monotonic() < deadline:
+            time.sleep(0.05)
+        gc.collect()
+        assert threading.active_count() <= threads
+        assert _fds() <= fds
+        assert sys.getallocatedblocks() - blocks < 300  # was 30 names per /api/branches (75 of them)
+    finally:
+        server.shutdown()
+        server.server_close()
+        server.monitor.close()
+        thread.join(timeout=5)

@@ -31,6 +31,7 @@ from scalebox_cst.store.common import (
     _disk_note,
     _Lru,
     _one_line,
+    _reference,
 )
 
 _LOCK_TIMEOUT_S = 60.0
@@ -179,7 +180,7 @@ class _Refs:
                 self._lock.release()
 
     def _ref_raw(self, refname: str) -> Optional[Raw]:
-        ref = self.repo.references.get(refname)
+        ref = _reference(self.repo, refname)
         return ref.target.raw if ref is not None else None
 
     def _update_ref(
@@ -195,7 +196,7 @@ class _Refs:
         with self._locked():
             failures = _RefFailures(self, refname)
             while True:
-                ref = self.repo.references.get(refname)
+                ref = _reference(self.repo, refname)
                 current = ref.target.raw if ref is not None else None
                 if current != tip:
                     tip, new = current, build(current)

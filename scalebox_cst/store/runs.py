@@ -34,6 +34,7 @@ from scalebox_cst.store.common import (
     StoreError,
     _blob_raw,
     _check_path,
+    _reference,
     _trailers,
 )
 from scalebox_cst import userkey
@@ -99,7 +100,7 @@ class _Runs(_Objects):
             for _ in range(_UPDATE_ATTEMPTS * 4):
                 name = f"run/{number:04d}"
                 refname = "refs/heads/" + name
-                if self.repo.references.get(refname) is not None:
+                if _reference(self.repo, refname) is not None:
                     number += 1
                     continue
                 if failures is None or failures.refname != refname:
@@ -117,7 +118,7 @@ class _Runs(_Objects):
                 try:
                     self.repo.create_reference_direct(refname, commit, False, message=f"run: {summary_line}")
                 except (pygit2.GitError, OSError, ValueError) as exc:
-                    if self.repo.references.get(refname) is None:  # a lock or an error, not a clash
+                    if _reference(self.repo, refname) is None:  # a lock or an error, not a clash
                         failures.handle(exc)
                     else:
                         number += 1
@@ -185,7 +186,7 @@ class _Runs(_Objects):
             raise StoreError(f"unknown branch {branch}: expected run/NNNN")
         number = int(m.group(1))
         name = f"run/{number:04d}"
-        ref = self.repo.references.get("refs/heads/" + name)
+        ref = _reference(self.repo, "refs/heads/" + name)
         if ref is None:
             raise StoreError(f"unknown branch {name}")
         return self._info(name, number, ref.target.raw)
@@ -276,7 +277,7 @@ class _Runs(_Objects):
         try:
             return self.repo.revparse_single(text).peel(pygit2.Commit).id.raw
         except (KeyError, ValueError, pygit2.GitError):
-            ref = self.repo.references.get(text) or self.repo.references.get("refs/heads/" + text)
+            ref = _reference(self.repo, text) or _reference(self.repo, "refs/heads/" + text)
             if ref is not None and isinstance(ref.target, pygit2.Oid):
                 self._ref_commit(text, ref.target.raw)  # raises: the branch's commit is missing
             raise StoreError(f"unknown commit {text}") from None
@@ -287,7 +288,7 @@ class _Runs(_Objects):
             if refname.startswith(RUN_PREFIX):
                 tail = refname[len(RUN_PREFIX):]
                 if tail.isdigit():
-                    ref = self.repo.references.get(refname)
+                    ref = _reference(self.repo, refname)
                     if ref is not None:
                         out.append((int(tail), refname[len("refs/heads/"):], ref.target.raw))
         out.sort()

@@ -28,6 +28,7 @@ from scalebox_cst.store.common import (
     StoreError,
     _blob_raw,
     _check_path,
+    _reference,
     _trailers,
 )
 from scalebox_cst.store.refs import _synchronized
@@ -45,7 +46,7 @@ class _Sessions(_Runs):
         for refname in self.repo.listall_references():
             if not refname.startswith("refs/heads/" + prefix):
                 continue
-            ref = self.repo.references.get(refname)
+            ref = _reference(self.repo, refname)
             if ref is None:
                 continue
             tip = self.repo[ref.target]
@@ -74,7 +75,7 @@ class _Sessions(_Runs):
             if not matches:
                 raise StoreError(f"unknown branch {branch}")
             tail = matches[0]
-        ref = self.repo.references.get(HOOK_PREFIX + tail)
+        ref = _reference(self.repo, HOOK_PREFIX + tail)
         if ref is None:
             raise StoreError(f"unknown branch hook/{tail}")
         tip = self._commit_obj(ref.target.raw)

@@ -2,10 +2,12 @@
 (threads and processes) losing nothing, and a result plain git can read."""
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -721,3 +723,21 @@ def test_a_long_lived_store_keeps_no_parsed_object_per_save(store):
         store.branches()
         store.report(branch)
     assert pygit2.settings.cached_memory[0] <= before
+
+
+def test_listing_branches_keeps_nothing_per_call(store):
+    """pygit2 1.21's ``lookup_reference`` keeps the name string it is given for ever: listing
+    the branches kept one string per branch per call (a monitor polled by its page grew without
+    end). Ref names are looked up interned (``store.common._reference``)."""
+    for i in range(20):
+        rewrite_one(store, {"a.py": b"x = %d\n" % i}, {"a.py": b"x = %d  # r\n" % i})
+    for _ in range(3):
+        assert len(store.branches()) == 20
+    gc.collect()
+    before = sys.getallocatedblocks()
+    for _ in range(30):
+        store.branches()
+        store.newest_branch()
+        store.resolve("run/0007")
+    gc.collect()
+    assert sys.getallocatedblocks() - before < 30  # was 20 names x 30 calls and more
