@@ -212,6 +212,17 @@ def config_attributes(cls: ast.ClassDef) -> Set[str]:
     return good - bad
 
 
+def _submodule_training(node: ast.expr, self_name: Optional[str]) -> bool:
+    """``self.<a>.<b>...training``: a submodule's training flag (CORL's AWAC: ``if
+    self._mlp.training:``), a Python bool dynamo guards on, as on ``self.training``."""
+    if not (isinstance(node, ast.Attribute) and node.attr == "training" and isinstance(node.value, ast.Attribute)):
+        return False
+    inner: ast.expr = node.value
+    while isinstance(inner, ast.Attribute):
+        inner = inner.value
+    return isinstance(inner, ast.Name) and inner.id == self_name
+
+
 def _static_test(test: ast.expr, params: Set[str], flags: Set[str], self_name: Optional[str],
                  config: AbstractSet[str] = frozenset(), shapes: AbstractSet[str] = frozenset()) -> bool:
     """A test whose value is fixed for a graph (dynamo guards on it, no graph break): ``x is None``
@@ -220,7 +231,8 @@ def _static_test(test: ast.expr, params: Set[str], flags: Set[str], self_name: O
     (``if x.dim() == 2:``) or of settings, and ``not``/``and``/``or`` of these."""
     def setting(node: ast.expr) -> bool:
         return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-            and node.value.id == self_name and (node.attr == "training" or node.attr in config)
+            and node.value.id == self_name and (node.attr == "training" or node.attr in config) \
+            or _submodule_training(node, self_name)
 
     if _is_none_test(test, params):
         return True
@@ -446,7 +458,7 @@ class _Decorate(cst.CSTTransformer):
 
 class AccelerateCompile(Transform):
     id = ID
-    version = "13"  # 13: locals bound only to shape ints (h, w = x.shape[-2:]) and their arithmetic are fixed per graph; 12: a with torch.no_grad()/enable_grad() block is no reason to stay eager; 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy; 10: a method that only makes new tensors (initial_state) left eager; 11: module constants, isinstance and is_cuda tests fixed per graph
+    version = "14"  # 14: a submodule's training flag (self._mlp.training) is fixed per graph; 13: locals bound only to shape ints (h, w = x.shape[-2:]) and their arithmetic are fixed per graph; 12: a with torch.no_grad()/enable_grad() block is no reason to stay eager; 2: overrides of nn.Module's own methods (parameters, state_dict...) left eager; 3: container mutations (self.data.append) left eager; 4: a call in a loop of __init__ makes no method hot; 5: a method returning no value left eager; 6: a method of one kernel at most left eager; 7: tests fixed per graph (flag parameters, self.training, the input's rank and sizes) compiled; 8: kernels counted over the arm of an if/else that runs, views of a call's result none; 9: numpy of literals (np.log(2)) is a constant, not a host copy; 10: a method that only makes new tensors (initial_state) left eager; 11: module constants, isinstance and is_cuda tests fixed per graph
     triggers = ("Module",)
     description = "opt-in (level reassociated): forward methods of nn.Module classes run through a guarded torch.compile"
 

@@ -831,3 +831,44 @@ def test_locals_bound_to_shape_ints_are_fixed_per_graph():
     assert by_name["Encoder.forward"].action == REWRITTEN, by_name["Encoder.forward"].reason
     assert by_name["Encoder.act"].action != REWRITTEN and "branches on a value" in by_name["Encoder.act"].reason
     assert by_name["Encoder.pick"].action != REWRITTEN and "branches on a value" in by_name["Encoder.pick"].reason
+
+
+SUBMODULE_TRAINING = '''\
+import torch
+import torch.nn as nn
+
+
+class Actor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._mlp = nn.Sequential(nn.Linear(3, 16), nn.ReLU(), nn.Linear(16, 2))
+        self.scale = torch.ones(2)
+
+    def forward(self, x):
+        y = self._mlp(x)
+        if self._mlp.training:
+            y = torch.tanh(y) * 2
+        return y * 3 - 1
+
+    def act(self, x):
+        y = self._mlp(x)
+        if self.scale.sum():
+            y = torch.tanh(y) * 2
+        return y * 3 - 1
+
+
+actor = Actor()
+for step in range(10):
+    actor(torch.randn(4, 3))
+    actor.act(torch.randn(4, 3))
+'''
+
+
+def test_a_submodules_training_flag_is_fixed_per_graph():
+    """CORL's AWAC actor tests ``if self._mlp.training:``, a submodule's training flag: a Python
+    bool dynamo guards on, as it does ``self.training``; it was "branches on a value" (the sweep's
+    list). A test of a tensor attribute stays a branch on a value."""
+    out, sites = rewrite(SUBMODULE_TRAINING)
+    by_name = {s.reason.split(" ", 1)[0]: s for s in sites}
+    assert by_name["Actor.forward"].action == REWRITTEN, by_name["Actor.forward"].reason
+    assert by_name["Actor.act"].action != REWRITTEN and "branches on a value" in by_name["Actor.act"].reason
