@@ -107,8 +107,9 @@ def _scalars_needed(make: Any, kwargs: Any) -> int:
 
 
 def _one_type_scalars(data: Any, needed: int) -> bool:
-    """``data`` is a list/tuple of at least ``needed`` numpy scalars of one plain type."""
-    return type(data[0]) in _SCALARS and len(data) >= needed and len(set(map(type, data))) == 1
+    """``data``, whose first item is one of :data:`_SCALARS` (the callers test it first), holds at
+    least ``needed`` items, all of that type."""
+    return len(data) >= needed and len(set(map(type, data))) == 1
 
 
 def tensor_from_arrays(make: Any, data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:

@@ -103,14 +103,17 @@ def _is_none_test(test: ast.expr, params: Set[str]) -> bool:
             and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
 
 
+def _with_defaults(args: ast.arguments) -> List[Tuple[ast.arg, Optional[ast.expr]]]:
+    """Each named parameter with its default (None where it has none)."""
+    positional = args.posonlyargs + args.args
+    defaults: List[Optional[ast.expr]] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    return list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
+
+
 def _flag_params(fn: ast.FunctionDef) -> Set[str]:
     """Parameters that are Python flags: a ``True``/``False`` default or a ``bool`` annotation
     (``deterministic: bool = False``). dynamo guards on a flag's value, one graph per value."""
-    args = fn.args
-    positional = args.posonlyargs + args.args
-    defaults: List[Optional[ast.expr]] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
-    return {a.arg for a, d in pairs
+    return {a.arg for a, d in _with_defaults(fn.args)
             if (isinstance(d, ast.Constant) and isinstance(d.value, bool))
             or (isinstance(a.annotation, ast.Name) and a.annotation.id == "bool")}
 
@@ -153,10 +156,10 @@ def _shape_tuple(node: ast.expr) -> bool:
         and not node.args and not node.keywords
 
 
-def _shape_names(fn: ast.FunctionDef) -> Set[str]:
+def _shape_names(fn: ast.FunctionDef, params: AbstractSet[str]) -> Set[str]:
     """Locals of ``fn`` whose every binding is a shape int (``n = x.shape[0]``) or an element of a
-    shape unpacked (``b, c, h, w = x.size()``, ``h, w = x.shape[-2:]``), and that are no
-    parameter: ints a graph is specialised on, like the shapes they come from."""
+    shape unpacked (``b, c, h, w = x.size()``, ``h, w = x.shape[-2:]``), and that are none of
+    ``params``: ints a graph is specialised on, like the shapes they come from."""
     stores: Dict[str, int] = {}
     for node in ast.walk(fn):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -175,7 +178,6 @@ def _shape_names(fn: ast.FunctionDef) -> Set[str]:
             continue
         for name in names:
             counted[name] = counted.get(name, 0) + 1
-    params = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
     return {name for name, n in counted.items() if stores.get(name) == n and name not in params}
 
 
@@ -191,12 +193,12 @@ def config_attributes(cls: ast.ClassDef) -> Set[str]:
     init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
     if init is None:
         return set()
-    args = init.args
-    positional = args.posonlyargs + args.args
-    defaults: List[Optional[ast.expr]] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    literal = {a.arg for a, d in list(zip(positional, defaults)) + list(zip(args.kwonlyargs, args.kw_defaults))
+    literal = {a.arg for a, d in _with_defaults(init.args)
                if isinstance(d, ast.Constant)
                or (isinstance(a.annotation, ast.Name) and a.annotation.id in _LITERAL_TYPES)}
+    # the targets of __init__'s assignments of a literal or of such a parameter
+    plain = {id(t) for a in ast.walk(init) if isinstance(a, ast.Assign) and (
+        isinstance(a.value, ast.Constant) or isinstance(a.value, ast.Name) and a.value.id in literal) for t in a.targets}
     good: Set[str] = set()
     bad: Set[str] = set()
     for fn in cls.body:
@@ -205,10 +207,7 @@ def config_attributes(cls: ast.ClassDef) -> Set[str]:
         for node in ast.walk(fn):
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) \
                     and isinstance(node.value, ast.Name) and node.value.id == "self":
-                plain = fn is init and any(isinstance(a, ast.Assign) and node in a.targets and (
-                    isinstance(a.value, ast.Constant) or isinstance(a.value, ast.Name) and a.value.id in literal)
-                    for a in ast.walk(init))
-                (good if plain else bad).add(node.attr)
+                (good if fn is init and id(node) in plain else bad).add(node.attr)
     return good - bad
 
 
@@ -343,7 +342,7 @@ def body_problem(fn: ast.FunctionDef, imports, config: AbstractSet[str] = frozen
     local_names = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     flags = (_flag_params(fn) | (set(constants) - params - local_names)) - ({self_name} if self_name else set())
     local = _fresh_locals(fn) - params
-    shapes = _shape_names(fn)
+    shapes = _shape_names(fn, params)
     for node in ast.walk(fn):
         if node is fn:
             continue
@@ -485,10 +484,17 @@ class AccelerateCompile(Transform):
         wanted: Dict[Tuple[str, str], str] = {}
         known: Dict[str, Dict[str, int]] = {}
 
+        settings: Dict[str, Set[str]] = {}
+
         def layers_of(cname: str) -> Dict[str, int]:
             if cname not in known:
                 known[cname] = kernel_count.layers(classes[cname], imports)
             return known[cname]
+
+        def settings_of(cname: str) -> Set[str]:  # once per class, not per method judged
+            if cname not in settings:
+                settings[cname] = config_attributes(classes[cname])
+            return settings[cname]
 
         for cname, cls in classes.items():
             defs = [st for st in cls.body if isinstance(st, ast.FunctionDef)]
@@ -515,7 +521,7 @@ class AccelerateCompile(Transform):
                 if fn.decorator_list:
                     sites.append(Site(ID, fn.lineno, end, SKIPPED, f"{what}: already decorated"))
                     continue
-                problem = body_problem(fn, imports, config_attributes(cls), constants)
+                problem = body_problem(fn, imports, settings_of(cname), constants)
                 if problem:
                     sites.append(Site(ID, fn.lineno, end, SKIPPED, f"{what}: {problem}; left eager"))
                     continue

@@ -157,11 +157,10 @@ class _Rewriter(ScopedRewriter):
             skip) -> str:
         """How the matrix is valid, or "" having skipped (with the reason)."""
         names = ["loc", "covariance_matrix", "precision_matrix", "scale_tril"]
-        given = dict(zip(names, positional))
-        if len(positional) > 2 or set(keywords) - set(names) or set(given) & set(keywords):
+        given = _bound(names, positional, keywords)
+        if given is None:
             skip("arguments other than loc and one matrix")
             return ""
-        given.update(keywords)
         matrices = [n for n in names[1:] if n in given]
         if "loc" not in given or len(matrices) != 1:
             skip("loc or its one matrix missing")
@@ -253,10 +252,9 @@ class _Rewriter(ScopedRewriter):
             extra = ""
         elif kind == "normal":
             names = ["loc", "scale"]
-            given = dict(zip(names, positional))
-            if len(positional) > 2 or set(keywords) - set(names) or set(given) & set(keywords):
+            given = _bound(names, positional, keywords)
+            if given is None:
                 return skip("arguments other than loc and scale")
-            given.update(keywords)
             if set(given) != set(names):
                 return skip("loc or scale missing")
             why = self.positive(given["scale"])
@@ -281,6 +279,17 @@ class _Rewriter(ScopedRewriter):
         reason = f"{cls}(..., validate_args=False): {how}; {checks}; " + NO_RAISE.format(extra=extra)
         self.sites.append(self.ctx.site(ID, original, REWRITTEN, reason, EXACT))
         return updated.with_changes(args=new_args)
+
+
+def _bound(names: List[str], positional: List[cst.BaseExpression],
+           keywords: Dict[str, cst.BaseExpression]) -> Optional[Dict[str, cst.BaseExpression]]:
+    """A constructor's arguments by name (the first two may be positional), or None where there
+    are more positional ones, a keyword not in ``names``, or one given both ways."""
+    given = dict(zip(names, positional))
+    if len(positional) > 2 or set(keywords) - set(names) or set(given) & set(keywords):
+        return None
+    given.update(keywords)
+    return given
 
 
 #: tensor methods that keep a (batched) diagonal matrix one: conversions and copies

@@ -187,10 +187,10 @@ function branchRow(b) {
     marks.push(el("span", { class: "badge mark-fallback", title: lines.join("\n") }, `CPU fallbacks: ${fell.reduce((n, f) => n + f.count, 0)}`));
   }
   const h = b.headline || {};
-  if ((b.runs.find((r) => r.id === b.headline_run) || {}).variant === "original")
+  if (shownRun(b).variant === "original")
     marks.push(el("span", { class: "badge mark-original", title: "no rewrite run has numbers yet: the numbers shown are the original's (scalebox run --original)" }, "original's numbers"));
   const status = b.status.replace(" ", "-");
-  const live = b.runs.some((r) => r.headline_live && r.id === b.headline_run);
+  const live = Boolean(shownRun(b).headline_live);
   return el("tr", { class: "branch" + (state.diffBranch === b.name ? " selected-diff" : ""), "data-branch": b.name },
     el("td", {}, box),
     el("td", { class: "name" },
@@ -439,12 +439,17 @@ async function refreshDiff() {
 }
 
 // Why a guard sent its site to the code as written: "reason (count); ..." (sites.json's fallback_why).
+// The run whose numbers a branch row shows (the API's headline_run), or {} where none has any.
+function shownRun(b) {
+  return b.runs.find((r) => r.id === b.headline_run) || {};
+}
+
 // The shown run's CPU time read against the branch's own `--original` runs: a ratio, not a
 // verdict (`scalebox compare` says whether a difference is beyond the machine's noise).
 function cpuText(b, h) {
   const o = b.original_cpu_time_s;
   if (h.cpu_time_s === undefined) return "no CPU time recorded for this run";
-  if ((b.runs.find((r) => r.id === b.headline_run) || {}).variant === "original" || !o)
+  if (shownRun(b).variant === "original" || !o)
     return "user + system, children included; run the original (scalebox run --original) to read it against";
   return `user + system, children included; the original's: ${fmt(o)} s (median of ${b.original_runs} run(s)), ` +
     `${(h.cpu_time_s / o).toFixed(2)}x of it; scalebox compare says whether that is beyond noise`;
