@@ -310,12 +310,11 @@ def render(result: Dict[str, Any]) -> str:
     if not result["metrics"]:
         lines.append("no metric to compare (no finished run has one)")
     width = max((len(g["label"]) for g in groups), default=4)
-    empty = {g["label"] for g in groups if not g["runs"]}
     for m in result["metrics"]:
         lines.append("")
         lines.append(m["title"])
-        for row in m["groups"]:
-            if row["label"] in empty:
+        for g, row in zip(groups, m["groups"]):
+            if not g["runs"]:  # said once, in its header line
                 continue
             text = f"  {row['label']:<{width}}  "
             unseen = row.get("below_sampling")

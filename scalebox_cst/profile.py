@@ -201,8 +201,11 @@ class _Store:
             self._report = {}
             commit = self.record.get("commit")
             if self.repo is not None and self.original_of():
+                from scalebox_cst.store.common import _reference  # (pygit2 keeps names looked up: interned)
+
                 try:
-                    commit = str(self.repo.lookup_reference(f"refs/heads/{self.original_of()}").peel().id)
+                    ref = _reference(self.repo, f"refs/heads/{self.original_of()}")
+                    commit = str(ref.peel().id) if ref is not None else None
                 except (KeyError, ValueError, AttributeError):
                     commit = None
             if self.repo is not None and commit:

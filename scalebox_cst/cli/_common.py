@@ -6,7 +6,7 @@ import json
 import math
 import os
 import sys
-from typing import List, NoReturn, Optional, Sequence
+from typing import Dict, List, NoReturn, Optional, Sequence
 
 import click
 
@@ -137,9 +137,10 @@ def cli() -> None:
     """Rewrite PyTorch RL code into faster, stabler code; every rewrite is committed before it runs."""
 
 
-def _tree_changes(project: Project, source_commit: Optional[str]) -> List[str]:
-    """``M path`` / ``A path`` / ``D path`` for the working tree against a source snapshot."""
-    current = project.scan()
+def _tree_changes(project: Project, source_commit: Optional[str], current: Optional[Dict[str, bytes]] = None) -> List[str]:
+    """``M path`` / ``A path`` / ``D path`` for the working tree (``current``: its scan, where the
+    caller has one) against a source snapshot."""
+    current = project.scan() if current is None else current
     committed = project.store.files(source_commit) if source_commit else {}
     changes = [f"M {p}" for p in sorted(set(current) & set(committed)) if current[p] != committed[p]]
     changes += [f"A {p}" for p in sorted(set(current) - set(committed))]

@@ -337,12 +337,13 @@ def status(project_dir: Optional[str], as_json: bool) -> None:
     try:
         newest = project.store.newest_branch()
         info = project.store.resolve(newest) if newest else None
-        changes = _tree_changes(project, info.source_commit if info else None)
+        current = project.scan()
+        changes = _tree_changes(project, info.source_commit if info else None, current)
         # after a rollback (or an undo) the files are the newest snapshot's, which no branch is
         # rewritten from yet: say so, not only that they differ from the newest branch
         tip = project.store.source_tip()
         at_tip = bool(changes) and tip is not None and tip != (info.source_commit if info else None) \
-            and not _tree_changes(project, tip)
+            and not _tree_changes(project, tip, current)
         tip_title = project.store.snapshot_title(tip) if at_tip and tip is not None else None
     except StoreError as exc:
         _fail(str(exc))
