@@ -20,6 +20,7 @@ from typing import Dict, List, Set
 
 import pytest
 
+import harness
 from harness import pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,30 +91,13 @@ def test_closure_check_finds_self_and_mutual_recursion():
     assert closure_cycles(source, "m.py") == ["m.py:3: outer.walk", "m.py:6: outer.even", "m.py:8: outer.odd"]
 
 
-def _gae_function(loops: int) -> str:
-    body = "".join(textwrap.dedent(f'''
-        adv_{i} = torch.zeros_like(rewards)
-        last = 0
-        for t in reversed(range(T)):
-            if t == T - 1:
-                nv = next_value
-            else:
-                nv = values[t + 1]
-            delta = rewards[t] + gamma * nv * masks[t] - values[t]
-            adv_{i}[t] = last = delta + gamma * lam * masks[t] * last
-        total = 0
-        for k in range(len(rewards)):
-            total += rewards[k] * values[k]
-    ''') for i in range(loops))
-    return "import torch\n\ndef analyse(rewards, values, masks, next_value, gamma, lam, T):\n" \
-        + textwrap.indent(body, "    ") + "    return last, total\n"
-
-
 def _inputs() -> Dict[str, bytes]:
     paths = sorted(glob.glob(os.path.join(ROOT, "tests", "corpus", "*.py")))
     paths += sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.py"), recursive=True))
     out = {os.path.relpath(p, ROOT): open(p, "rb").read() for p in paths}
-    out["dense.py"] = _gae_function(40).encode()
+    shapes = harness.load_path(os.path.join(ROOT, "benchmarks", "bench_scaling.py"), "bench_scaling")
+    out["loops.py"] = shapes.make_source(400, "loops").encode()  # one function of 44 GAE loops
+    out["block.py"] = shapes.make_source(200, "block").encode()  # sites of eight transforms, names reused
     return out
 
 

@@ -24,14 +24,19 @@ def _run(root, branch, variant, started, final, sps, cpu=None, status="ok"):
     })
 
 
-def test_branch_headline_is_the_newest_rewrite_runs_else_the_originals(tmp_path):
+def _two_branches(tmp_path):
+    """A project whose train.py was committed twice: (its root, the two branches)."""
     root = tmp_path / "proj"
     root.mkdir()
     (root / "train.py").write_text("print('hi')\n")
     project, _ = Project.init(str(root))
     first = project.commit_change(force=True).report.branch
     (root / "train.py").write_text("print('hi again')\n")
-    second = project.commit_change(force=True).report.branch
+    return root, (first, project.commit_change(force=True).report.branch)
+
+
+def test_branch_headline_is_the_newest_rewrite_runs_else_the_originals(tmp_path):
+    root, (first, second) = _two_branches(tmp_path)
     now = time.time()
     _run(str(root), first, "rewrite", now - 100, 2.0, 900.0)
     _run(str(root), first, "original", now - 50, 1.0, 600.0)  # the baseline, run after
@@ -42,13 +47,7 @@ def test_branch_headline_is_the_newest_rewrite_runs_else_the_originals(tmp_path)
 
 
 def test_branch_row_has_its_cpu_time_and_the_median_of_its_finished_original_runs(tmp_path):
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "train.py").write_text("print('hi')\n")
-    project, _ = Project.init(str(root))
-    branch = project.commit_change(force=True).report.branch
-    (root / "train.py").write_text("print('hi again')\n")
-    never = project.commit_change(force=True).report.branch
+    root, (branch, never) = _two_branches(tmp_path)
     now = time.time()
     _run(str(root), branch, "original", now - 300, 1.0, 600.0, cpu=4.8)
     _run(str(root), branch, "original", now - 250, 1.0, 600.0, cpu=5.2)
