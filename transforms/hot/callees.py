@@ -125,6 +125,7 @@ class Files:
         self.tree = tree
         #: id(scope) -> (scope, its _scope_table): one walk per scope, whatever the names asked
         self._scoped: Dict[int, Tuple[ast.AST, Tuple[Dict[str, List[ast.expr]], Set[str]]]] = {}
+        self._declared: Optional[Set[str]] = None
         self.classes: Dict[str, ast.ClassDef] = {}
         self.functions: Dict[str, ast.FunctionDef] = {}
         for st in tree.body:
@@ -411,6 +412,8 @@ class Files:
             if isinstance(func, ast.Attribute) and func.attr in TENSOR_METHODS:
                 return None  # a method of a value (a tensor, a distribution): `x.view(...)`
             values = self.name_values(func.id, fn) if isinstance(func, ast.Name) else None
+            if values and func.id not in self.declared_global() and all(self._plain_function(v) for v in values):
+                return None  # `activation = F.relu` then `activation(x)`: the torch function itself
             if values and isinstance(func, ast.Name):  # RL-Adventure's `Variable = lambda *args: ...`
                 what = "a lambda" if isinstance(values[0], ast.Lambda) else f"`{clipped(values[0])}`"
                 return f"{where} calls {func.id}, bound to {what} (line {values[0].lineno}), which is not followed"
@@ -425,6 +428,30 @@ class Files:
                 if problem:
                     return problem
         return None
+
+
+    def declared_global(self) -> Set[str]:
+        """Names some function of the module declares ``global`` (or ``nonlocal``): rebound where
+        the module's own assignments do not show it."""
+        if self._declared is None:
+            self._declared = {name for n in ast.walk(self.tree) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+        return self._declared
+
+    def _plain_function(self, value: ast.expr) -> bool:
+        """Whether ``value`` (bound to a name that is then called) is a function of a module whose
+        calls are no problem (``F.relu``, ``torch.tanh``, ``np.clip``), or a choice between such
+        functions (``F.relu if relu else torch.tanh``): Popular-RL-Algorithms' policy networks say
+        ``activation = F.relu`` in ``forward``. A name on the way that touches autograd
+        (``torch.autograd.grad``, ``torch.enable_grad``) or an engine helper with effects is not."""
+        if isinstance(value, ast.IfExp):
+            return self._plain_function(value.body) and self._plain_function(value.orelse)
+        if not isinstance(value, (ast.Name, ast.Attribute)):
+            return False
+        qual = self.imports.qualify(value)
+        if qual is None or qual in ENGINE_EFFECTS or GRAD_ATTRS.intersection(qual.split(".")) \
+                or (qual.endswith("_") and not qual.endswith("__")):  # `torch.Tensor.add_`: in place
+            return False
+        return qual.split(".")[0] in PLAIN_MODULES or qual in ENGINE_PURE
 
 
 def clipped(node: ast.expr) -> str:

@@ -329,3 +329,62 @@ def f(x):
     out, sites = rewrite(src)
     done = [s for s in sites if s.action == REWRITTEN]
     assert len(done) == 1 and "its outputs end in nothing" in done[0].reason, [s.describe() for s in sites]
+
+
+# Popular-RL-Algorithms' policy networks bind a torch function to a name in `forward`
+# (`activation = F.relu`) and call the name; the acting forward was refused as calling a name
+# "bound to `F.relu`, which is not followed". A name bound only to functions of torch or numpy is
+# that function; one bound to anything else stays unknown.
+ALIAS = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+BINDING
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.l1 = nn.Linear(3, 8)
+        self.l2 = nn.Linear(8, 2)
+    def forward(self, x):
+        LOCAL
+        return self.l2(activation(self.l1(x)))
+policy = Policy()
+def act(x):
+    a = policy(torch.tensor(x))
+    return a.detach().numpy()
+'''
+
+
+@pytest.mark.parametrize("binding, local", [
+    ("", "activation = F.relu"),
+    ("", "activation = torch.tanh"),
+    ("", "activation = F.relu if self.l1.in_features > 2 else torch.tanh"),
+    ("activation = F.leaky_relu", "pass"),
+    ("from torch.nn.functional import elu as activation", "pass"),
+])
+def test_a_name_bound_to_a_torch_function_is_that_function(binding, local):
+    src = ALIAS.replace("BINDING", binding).replace("LOCAL", local)
+    original, new, out, sites = harness.pair(src, "act", ID)
+    assert [s.action for s in sites] == [REWRITTEN], sites
+    assert "torch.no_grad()" in out
+    x = [[1.0, -2.0, 3.0], [0.5, -1.0, 2.0]]
+    a, b = original(x), new(x)
+    assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("binding, local, why", [
+    # rebound by a function that declares it global: the module's assignment is not all it holds
+    ("activation = F.relu\ndef use_memo():\n    global activation\n    activation = lambda t: t", "pass", "activation"),
+    # a function touching autograd, or one changing its argument in place
+    ("", "activation = torch.autograd.Variable", "autograd"),
+    ("", "activation = torch.Tensor.relu_", "activation"),
+    # a choice where one side is not a torch function
+    ("def mine(t):\n    return t", "activation = F.relu if self.l1.in_features > 2 else mine", "activation"),
+])
+def test_a_name_bound_to_anything_else_stays_unknown(binding, local, why):
+    src = ALIAS.replace("BINDING", binding).replace("LOCAL", local)
+    out, sites = rewrite(src)
+    assert "no_grad" not in out
+    assert [s.action for s in sites] == [SKIPPED], sites
+    assert why in sites[0].reason, sites
