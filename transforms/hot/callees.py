@@ -412,7 +412,8 @@ class Files:
             if isinstance(func, ast.Attribute) and func.attr in TENSOR_METHODS:
                 return None  # a method of a value (a tensor, a distribution): `x.view(...)`
             values = self.name_values(func.id, fn) if isinstance(func, ast.Name) else None
-            if values and func.id not in self.declared_global() and all(self._plain_function(v) for v in values):
+            if values and isinstance(func, ast.Name) and func.id not in self.declared_global() \
+                    and all(self._plain_function(v) for v in values):
                 return None  # `activation = F.relu` then `activation(x)`: the torch function itself
             if values and isinstance(func, ast.Name):  # RL-Adventure's `Variable = lambda *args: ...`
                 what = "a lambda" if isinstance(values[0], ast.Lambda) else f"`{clipped(values[0])}`"
