@@ -388,3 +388,27 @@ def test_a_name_bound_to_anything_else_stays_unknown(binding, local, why):
     assert "no_grad" not in out
     assert [s.action for s in sites] == [SKIPPED], sites
     assert why in sites[0].reason, sites
+
+
+def test_a_call_of_a_method_that_trains_says_so():
+    """Popular-RL-Algorithms' PPO calls `self.a_train(...)` from `update`; the refusal named the
+    first call the analysis could not follow (`self.actor_optimizer.zero_grad, whose code is not
+    in this file`), true but beside the point: the method runs a backward pass."""
+    src = (
+        "import torch\nimport torch.nn as nn\n"
+        "class PPO:\n"
+        "    def __init__(self):\n        self.actor = nn.Linear(3, 2)\n"
+        "        self.opt = torch.optim.Adam(self.actor.parameters())\n"
+        "    def a_train(self, s):\n"
+        "        self.opt.zero_grad()\n"
+        "        loss = self.actor(s).sum()\n"
+        "        loss.backward()\n"
+        "        self.opt.step()\n"
+        "    def update(self, s):\n"
+        "        self.a_train(s)\n"
+    )
+    out, sites = rewrite(src, dedent=False)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED, SKIPPED], sites
+    site = sites[1]
+    assert "`a_train` (line 7) trains: it calls loss.backward() (line 10)" in site.reason, site
