@@ -216,6 +216,13 @@ class Files:
         found = self._assigned(self.tree, name)
         return found or None
 
+    def local_values(self, name: str, fn: ast.FunctionDef) -> Optional[List[ast.expr]]:
+        """What ``name`` is assigned in ``fn`` itself; None where it is a parameter, bound some
+        other way there, or not bound there at all (a global: others may rebind it)."""
+        if any(isinstance(a, ast.arg) and a.arg == name for a in ast.walk(fn.args)):
+            return None
+        return self._assigned(fn, name) or None
+
     def _assigned(self, scope: ast.AST, name: str) -> Optional[List[ast.expr]]:
         table = self._scoped.get(id(scope))
         if table is None or table[0] is not scope:

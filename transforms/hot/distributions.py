@@ -14,7 +14,9 @@ cannot fail on finite arguments:
 * ``Normal(loc, scale)`` whose scale is a positive literal, ``torch.exp(x)`` / ``x.exp()`` (a
   method of that name is taken to be the tensor's), ``F.softplus(x)`` (with positive literal
   ``beta`` / ``threshold`` if given: negative ones can give negative values), such a value plus a positive literal, or a name bound once in the scope to
-  one of these (``action_std = torch.exp(action_logstd)``): the scale constraint is ``> 0``.
+  one of these (``action_std = torch.exp(action_logstd)``), or a name unpacked once from a call of
+  a forward of this file that returns one of these there (``mean, std = self.actor(s)``;
+  :mod:`.forward_returns`): the scale constraint is ``> 0``.
 
 What changes, and only on invalid input: a NaN argument (or an ``exp``/``softplus`` scale that
 underflowed to 0) no longer raises ``ValueError`` in ``__init__``, and a ``log_prob`` value outside
@@ -69,7 +71,9 @@ import libcst as cst
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
 from ..base import FileContext, Transform
+from . import forward_returns
 from .bindings import ScopedRewriter, only_value, visit_calls
+from .callees import Files
 from .softmax_probs import changed
 from .distributions_examples import EXAMPLES
 
@@ -106,6 +110,7 @@ class _Rewriter(ScopedRewriter):
         super().__init__()
         self.softmax = _softmax_calls(ctx)
         self._asts: Dict[cst.CSTNode, ast.AST] = {}
+        self._files: Optional[Files] = None  # the module's classes and bindings, made when first asked
         self.ctx = ctx
         self.sites = sites
         self.user_default = user_default
@@ -151,7 +156,24 @@ class _Rewriter(ScopedRewriter):
                 how = self.positive(value, depth + 1)
                 if how is not None:
                     return f"`{expr.value}` = {how}"
+            elif len(self._found().get(expr.value, ())) == 1:
+                return self._unpacked_positive(expr.value)
         return None
+
+    def _unpacked_positive(self, name: str) -> Optional[str]:
+        """How ``name``, bound once by ``mean, name = self.actor(s)``, is positive: what the
+        forward returns there (:mod:`.forward_returns`)."""
+        scope = self._scope_ast()
+        found = forward_returns.unpacked_from_call(scope, name)
+        if found is None or changed(scope, name, self.ctx.imports):
+            return None
+        call, index, length = found
+        if self._files is None:
+            self._files = Files(self.ctx.tree, self.ctx.imports)
+        depth, klass = self._classes[-1] if self._classes else (-1, None)
+        cls = klass.name.value if klass is not None and depth == len(self.scopes) - 1 else None
+        how = forward_returns.positive_return(self._files, self.ctx.code, call, index, length, cls, scope)
+        return f"`{name}` = {ast.unparse(call.func)}(...)[{index}]: {how}" if how is not None else None
 
     def mvn(self, original: cst.Call, positional: List[cst.BaseExpression], keywords: Dict[str, cst.BaseExpression],
             skip) -> str:
@@ -423,7 +445,7 @@ def _sets_default(ctx: FileContext) -> bool:
 
 class HotDistributionArgs(Transform):
     id = ID
-    version = "6"  # 6: Categorical(probs) of a module attribute that is an nn.Sequential ending in nn.Softmax (philtabor's PPO actor), its layers never changed in the file; 5: the softmax-probs reason says a row's length is what the bound limits ("rows are at most the dtype's bound" said nothing), and reads "probs: self.pi(...) returns a softmax", not "probs are ... returns"; 4: a scale also used in arithmetic (mean + std * z) is no alias of it; 3: MultivariateNormal of a diagonal matrix; 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
+    version = "7"  # 7: a Normal scale unpacked from a forward of this file (`mean, std = self.actor(s)`) whose every return is positive there (forward_returns); 6: Categorical(probs) of a module attribute that is an nn.Sequential ending in nn.Softmax (philtabor's PPO actor), its layers never changed in the file; 5: the softmax-probs reason says a row's length is what the bound limits ("rows are at most the dtype's bound" said nothing), and reads "probs: self.pi(...) returns a softmax", not "probs are ... returns"; 4: a scale also used in arithmetic (mean + std * z) is no alias of it; 3: MultivariateNormal of a diagonal matrix; 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
     triggers = ("Categorical", "Normal", "Bernoulli", "MultivariateNormal")
     description = "distributions whose arguments are valid by construction → validate_args=False (exact on valid input)"
 

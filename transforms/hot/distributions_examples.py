@@ -267,4 +267,50 @@ EXAMPLES = [
         reason="not provably positive",
         note="the scale kept in a list by list arithmetic, then changed in place through it",
     ),
+    Example(
+        code=(
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "from torch.distributions import Normal\n"
+            "class Actor(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        torch.manual_seed(0)\n"
+            "        self.mu = nn.Linear(3, 3)\n"
+            "        self.log_std = nn.Parameter(torch.full((3,), -0.5))\n"
+            "    def forward(self, x):\n"
+            "        std = self.log_std.exp()\n"
+            "        return torch.tanh(self.mu(x)), std\n"
+            "actor = Actor()\n"
+            "def f(x, a):\n"
+            "    mean, std = actor(x.float())\n"
+            "    pi = Normal(mean, std)\n"
+            "    return pi.log_prob(x.float()).sum(1), pi.entropy().sum(1)\n"
+        ),
+        rewritten=True,
+        note="Popular-RL-Algorithms PPO: `mean, std = self.actor(s)`, the forward returning `log_std.exp()`",
+        expected="scale_from_forward",
+        inputs=_XA,
+    ),
+    Example(
+        code=(
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "from torch.distributions import Normal\n"
+            "class Actor(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.mu = nn.Linear(3, 3)\n"
+            "        self.log_std = nn.Parameter(torch.zeros(3))\n"
+            "    def forward(self, x):\n"
+            "        return self.mu(x), self.log_std\n"
+            "actor = Actor()\n"
+            "def f(x, a):\n"
+            "    mean, std = actor(x)\n"
+            "    return Normal(mean, std).log_prob(x)\n"
+        ),
+        rewritten=False,
+        reason="not provably positive",
+        note="a forward returning the log-std itself as the scale",
+    ),
 ]
