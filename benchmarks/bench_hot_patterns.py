@@ -17,7 +17,9 @@
 * target networks: one minimalRL DQN update (batch 32, 4-128-128-2 MLPs, smooth L1 to
   ``r + gamma * q_target(s2).max(1)[0]``, Adam step) with the target's forward as written vs through
   ``target_forward`` of a marked network (hot.target_graph_cut), and the forward alone of an
-  unmarked network through it (the fallback: the guard's cost).
+  unmarked network through it (the fallback: the guard's cost);
+* acting forwards (hot.no_grad): a module given as a parameter, under ``no_grad`` behind
+  ``checked_modules``, and that check's cost on a module of another class.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import median_time  # noqa: E402
 
 from scalebox_cst.runtime.hot_distributions import categorical_probs  # noqa: E402
+from scalebox_cst.runtime.hot_grad import checked_modules  # noqa: E402
 from scalebox_cst.runtime.hot_target import grads_unread, target_forward  # noqa: E402
 from scalebox_cst.runtime.hot_tensors import tensor_from_arrays  # noqa: E402
 
@@ -110,6 +113,41 @@ def main() -> None:
     t1 = median_time(lambda: tensor_from_arrays(torch.tensor, lists), number, repeat)
     row("torch.tensor(32 Python lists) (fallback: guard cost)", t0, t1)
     target_pattern(number, repeat)
+    acting_pattern(number, repeat)
+
+
+def acting_pattern(number: int, repeat: int) -> None:
+    """hot.no_grad: Packt's acting forward ``sm(net(obs_v))`` (4-128-2 MLP, one observation) as
+    written, under ``no_grad`` behind the run-time check of a module given as a parameter, and the
+    check's cost where the module is of another class (the statement as written)."""
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 128), torch.nn.ReLU(), torch.nn.Linear(128, 2))
+
+        def forward(self, x):
+            return self.net(x)
+
+    torch.manual_seed(0)
+    net, other, sm = Net(), torch.nn.Sequential(torch.nn.Linear(4, 2)), torch.nn.Softmax(dim=1)
+    obs_v = torch.randn(1, 4)
+
+    def written(m):
+        return sm(m(obs_v)).data.numpy()[0]
+
+    def guarded(m):
+        if checked_modules((Net,), m):
+            with torch.no_grad():
+                p = sm(m(obs_v))
+        else:
+            p = sm(m(obs_v))
+        return p.data.numpy()[0]
+
+    row("acting forward of a parameter's module (no_grad)", median_time(lambda: written(net), number, repeat),
+        median_time(lambda: guarded(net), number, repeat))
+    row("the same, a module of another class (check's cost)", median_time(lambda: written(other), number, repeat),
+        median_time(lambda: guarded(other), number, repeat))
 
 
 def target_pattern(number: int, repeat: int) -> None:

@@ -81,6 +81,9 @@ GUARDS: Dict[str, Dict[str, Tuple[str, str]]] = {
         name: (BOOL, "vectorize.target_update")
         for name in ("soft_update", "scale_add", "scale_add_alpha", "lerp_update", "hard_update")
     },
+    "scalebox_cst.runtime.hot_grad": {
+        "checked_modules": (BOOL, "hot.no_grad"),
+    },
     "scalebox_cst.runtime.hot_tensors": {
         "tensor_from_arrays": (REPORTS, "hot.tensor_from_arrays"),
     },

@@ -49,7 +49,7 @@ TENSOR_METHODS = frozenset("""
 #: helpers that build a value from their arguments and keep or change nothing else (a tensor from
 #: arrays, a recurrence, the checks and views around it): taken as the torch calls they replace
 ENGINE_PURE = frozenset({
-    "scalebox_cst.runtime.hot_distributions.categorical_probs",
+    "scalebox_cst.runtime.hot_distributions.categorical_probs", "scalebox_cst.runtime.hot_grad.checked_modules",
     "scalebox_cst.runtime.hot_tensors.tensor_from_arrays", "scalebox_cst.runtime.hot_device.tensor_on",
     "scalebox_cst.runtime.recurrence.linear_recurrence", "scalebox_cst.runtime.loop_batch.batch_range",
     "scalebox_cst.runtime.loop_batch.batch_zip", "scalebox_cst.runtime.scatter.scatter_add_rows",

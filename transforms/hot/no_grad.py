@@ -36,15 +36,25 @@ from ..analysis.statements import CstStatements, ast_guarded, ast_statements
 from .callees import GRAD_ATTRS, Files, may_hold_network
 from .flow import Flow
 from .no_grad_examples import EXAMPLES
+from .param_forwards import CheckedClasses, called_parameter
 
 ID = "hot.no_grad"
+RUNTIME = "scalebox_cst.runtime.hot_grad.checked_modules"
 _GRAD_MODES = ("torch.no_grad", "torch.inference_mode", "torch.enable_grad", "torch.set_grad_enabled",
                "torch.autograd.no_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.no_grad")
 
 
+def _guard_key(c: "_Candidate") -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """Statements share one ``with`` block only under the same run-time check (or none)."""
+    return c.guards, c.classes if c.guards else ()
+
+
 class _Candidate:
-    def __init__(self, stmt: ast.stmt, reason: str, ok: bool) -> None:
+    def __init__(self, stmt: ast.stmt, reason: str, ok: bool, guards: Tuple[str, ...] = (),
+                 classes: Tuple[str, ...] = ()) -> None:
         self.stmt, self.reason, self.ok = stmt, reason, ok
+        #: parameters whose modules are checked at run time (:mod:`.param_forwards`), against ``classes``
+        self.guards, self.classes = guards, classes
 
 
 def _grad_mode(expr: ast.expr, imports) -> Optional[str]:
@@ -105,6 +115,7 @@ class _Scanner:
         self.tree = ctx.tree
         self.imports = ctx.imports
         self.files = Files(self.tree, self.imports)
+        self.checked = CheckedClasses(self.files)
         self.user_samples = any(
             isinstance(st, ast.FunctionDef) and st.name == "sample"
             for cls in self.files.classes.values() for st in cls.body
@@ -154,7 +165,15 @@ class _Scanner:
         is checked separately, by :meth:`Files.body_problem`)."""
         if not node.args:
             return False
+        if self._guarded(node, scope) is not None:
+            return True
         return any(fn is None or self.files.runs_forward(fn, owner) for fn, owner in self.files.resolve(node.func, cls, scope) or ())
+
+    def _guarded(self, node: ast.Call, scope: ast.AST) -> Optional[str]:
+        """The parameter ``node`` calls where its module can be checked at run time against
+        classes of this file (:mod:`.param_forwards`); None otherwise."""
+        param = called_parameter(node, scope, self.files)
+        return param if param is not None and self.checked.before(scope) else None
 
     def _passes_through(self, node: ast.Call, cls: Optional[str], scope: ast.AST) -> bool:
         """A call whose result may hold its argument but which keeps nothing itself: a torch.nn
@@ -188,8 +207,13 @@ class _Scanner:
                 local |= {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}
             self._locals[id(scope)] = local
         seen: Set[str] = set()
+        guards: Set[str] = set()
         for node in ast.walk(st):
             if isinstance(node, ast.Call):
+                param = self._guarded(node, scope)
+                if param is not None:
+                    guards.add(param)
+                    continue
                 problem = self.files._call_problem(node, scope, cls, local, "the statement", seen)
                 if problem:
                     # a forward that is trained on (its output reaches .backward()) is no candidate
@@ -208,9 +232,14 @@ class _Scanner:
                     return self._skip(st, f"forward of {names}: {plain}")
                 return self._skip(st, f"forward of {names}: its output {problem}")
         ends = ", ".join(sorted(flow.ends)) or "nothing"
+        classes = self.checked.before(scope) if guards else ()
+        where = ""
+        if guards:
+            shown = ", ".join(classes[:3]) + (", ..." if len(classes) > 3 else "")
+            where = f" where {' and '.join(f'`{g}`' for g in sorted(guards))} is a {shown} (checked at run time, else as written)"
         self.found.append(_Candidate(st, (
-            f"forward of {names} runs under torch.no_grad(): its outputs end in {ends} and reach no "
-            "gradient (no graph recorded; same values bit for bit)"), True))
+            f"forward of {names} runs under torch.no_grad(){where}: its outputs end in {ends} and reach no "
+            "gradient (no graph recorded; same values bit for bit)"), True, tuple(sorted(guards)), classes))
 
     def _flow(self, scope, cls: Optional[str]) -> Flow:
         flow = self._flows.get(id(scope))
@@ -250,7 +279,7 @@ class _Scanner:
 
 class HotNoGrad(Transform):
     id = ID
-    version = "9"  # 9: a call of a method that runs .backward() says "trains: it calls loss.backward() (line N)", not its first unknown call; 8: a called name bound only to torch/numpy functions (`activation = F.relu`) is that function, not "not followed"; 7: `.numpy()` after `.data` of an element of the result (`a, _ = actor(s)`; `a.data.numpy()`) says why `.data` was no end there, not "before .detach()"; 6: a call of a parameter (`net(obs)` in `def iterate_batches(env, net, ...)`) says so, not "whose code is not in this file"; 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
+    version = "10"  # 10: a forward of a module given as a parameter (`def iterate_batches(env, net, ...)`) runs under no_grad behind a run-time check that the module is exactly a checked class of the file (param_forwards; runtime.hot_grad), as written otherwise; 9: a call of a method that runs .backward() says "trains: it calls loss.backward() (line N)", not its first unknown call; 8: a called name bound only to torch/numpy functions (`activation = F.relu`) is that function, not "not followed"; 7: `.numpy()` after `.data` of an element of the result (`a, _ = actor(s)`; `a.data.numpy()`) says why `.data` was no end there, not "before .detach()"; 6: a call of a parameter (`net(obs)` in `def iterate_batches(env, net, ...)`) says so, not "whose code is not in this file"; 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
     triggers = ("torch",)
     description = "forward passes whose outputs reach no gradient (acting, logging) run under torch.no_grad()"
 
@@ -278,6 +307,8 @@ class HotNoGrad(Transform):
                 Site(ID, st.lineno, st.end_lineno or st.lineno, SKIPPED, "the module's trees do not pair up") for st in chosen]
         index = {id(st): i for i, st in enumerate(astmts)}
         lines: List[cst.SimpleStatementLine] = []
+        guard_of: Dict[cst.CSTNode, _Candidate] = {}
+        by_stmt = {id(c.stmt): c for c in found if c.ok}
         for st in chosen:
             small = statements.stmts[index[id(st)]]
             line = statements.parent[small]
@@ -287,6 +318,7 @@ class HotNoGrad(Transform):
                                   "shares its line with other statements (`a = f(x); b = g(a)`): left alone"))
                 continue
             lines.append(line)
+            guard_of[line] = by_stmt[id(st)]
         if not lines:
             return None, sites
         torch_no_grad = ctx.imports.local_for("torch.no_grad")
@@ -303,15 +335,27 @@ class HotNoGrad(Transform):
                     i += 1
                     continue
                 j = i
-                while j + 1 < len(body) and body[j + 1] in chosen_set and not body[j + 1].leading_lines:
+                key = _guard_key(guard_of[body[i]])
+                while j + 1 < len(body) and body[j + 1] in chosen_set and not body[j + 1].leading_lines \
+                        and _guard_key(guard_of[body[j + 1]]) == key:
                     j += 1
                 group = body[i:j + 1]
                 inner = [group[0].with_changes(leading_lines=())] + group[1:]
-                replacements[group[0]] = cst.With(
+                block_with: cst.BaseCompoundStatement = cst.With(
                     items=[cst.WithItem(cst.parse_expression(f"{torch_no_grad}()"))],
                     body=cst.IndentedBlock(body=inner),
                     leading_lines=group[0].leading_lines,
                 )
+                if key[0]:  # a module given as a parameter: checked at run time, else as written
+                    params, classes = key
+                    check = ctx.runtime_name(RUNTIME, "_sb_checked_modules")
+                    test = cst.parse_expression(f"{check}(({', '.join(classes)},), {', '.join(params)})")
+                    block_with = cst.If(
+                        test=test, body=cst.IndentedBlock(body=[block_with.with_changes(leading_lines=())]),
+                        orelse=cst.Else(body=cst.IndentedBlock(body=[g.deep_clone() for g in inner])),
+                        leading_lines=group[0].leading_lines,
+                    )
+                replacements[group[0]] = block_with
                 for rest in group[1:]:
                     replacements[rest] = cst.RemovalSentinel.REMOVE
                 i = j + 1

@@ -100,6 +100,24 @@ EXAMPLES = [
     ),
     Example(
         code=_NET + (
+            "def iterate_batches(obs_list, net):\n"
+            "    sm = nn.Softmax(dim=0)\n"
+            "    for obs in obs_list:\n"
+            "        act_probs_v = sm(net(torch.FloatTensor(obs)))\n"
+            "        act_probs = act_probs_v.data.numpy()\n"
+            "        yield int(np.random.choice(len(act_probs), p=act_probs / act_probs.sum()))\n"
+            "def run(seed):\n"
+            "    torch.manual_seed(seed)\n"
+            "    np.random.seed(seed)\n"
+            "    return list(iterate_batches(np.ones((4, 4), dtype=np.float32), Policy()))\n"
+        ),
+        rewritten=True,
+        note="Packt Ch04: the net given as a parameter, checked at run time to be a Policy",
+        expected="packt_parameter_net",
+        inputs=_RUN,
+    ),
+    Example(
+        code=_NET + (
             "def run(seed):\n"
             "    torch.manual_seed(seed)\n"
             "    policy = Policy()\n"

@@ -1,0 +1,146 @@
+"""hot.no_grad: a forward of a module given as a parameter (transforms/hot/param_forwards.py).
+
+Packt's ``iterate_batches(env, net, batch_size)`` acts with ``sm(net(obs_v))``; what ``net`` runs
+is known only at run time, so the statement runs under ``no_grad`` where ``type(net)`` is a class
+of the file whose forward was checked, and as written otherwise. Each case runs original and
+rewrite on the same inputs: the same values bitwise, and the same autograd state wherever a
+module could see it (a module of another class keeps its input with its graph on both sides).
+"""
+import numpy as np
+import pytest
+import torch
+
+from scalebox_cst.report import REWRITTEN, SKIPPED
+from scalebox_cst.runtime import hot_grad
+from scalebox_cst.transforms.hot.no_grad import ID
+import harness
+from harness import rewriter
+
+rewrite = rewriter(ID)
+
+PACKT = '''
+import numpy as np
+import torch
+import torch.nn as nn
+class Net(nn.Module):
+    def __init__(self, obs_size, hidden_size, n_actions):
+        super(Net, self).__init__()
+        self.net = nn.Sequential(nn.Linear(obs_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, n_actions))
+    def forward(self, x):
+        return self.net(x)
+class Memo(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 2)
+        self.last = None
+    def forward(self, x):
+        self.last = self.l(x)
+        return self.last
+class Sub(Net):
+    def forward(self, x):
+        self.kept = self.net(x)
+        return self.kept
+def iterate_batches(obs_list, net, batch_size):
+    batch = []
+    sm = nn.Softmax(dim=1)
+    for obs in obs_list:
+        obs_v = torch.FloatTensor([obs])
+        act_probs_v = sm(net(obs_v))
+        act_probs = act_probs_v.data.numpy()[0]
+        batch.append(act_probs)
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+def run(kind, obs_list):
+    torch.manual_seed(0)
+    net = {"net": lambda: Net(4, 16, 2), "memo": Memo, "sub": lambda: Sub(4, 16, 2)}[kind]()
+    out = [np.stack(b) for b in iterate_batches(obs_list, net, 2)]
+    kept = getattr(net, "last", None) if kind == "memo" else getattr(net, "kept", None)
+    return out, None if kept is None else (kept.requires_grad, kept.grad_fn is not None)
+'''
+
+
+def _obs(seed):
+    return [list(r) for r in np.random.default_rng(seed).standard_normal((6, 4))]
+
+
+@pytest.mark.parametrize("kind, passes", [("net", True), ("memo", False), ("sub", False)])
+def test_a_parameters_forward_runs_under_no_grad_only_for_a_checked_class(monkeypatch, kind, passes):
+    spy = harness.GuardSpy(monkeypatch, hot_grad, ["checked_modules"])
+    original, new, out, sites = harness.pair(PACKT, "run", ID, dedent=False)
+    (site,) = [s for s in sites if s.action == REWRITTEN]
+    assert "where `net` is a Net (checked at run time, else as written)" in site.reason, site
+    assert "_sb_checked_modules((Net,), net)" in out and "Memo" not in out.split("def iterate_batches")[1].split("def run")[0]
+    for seed in range(3):
+        (a, kept_a), (b, kept_b) = original(kind, _obs(seed)), new(kind, _obs(seed))
+        assert len(a) == len(b) == 3 and all(x.dtype == y.dtype and x.tobytes() == y.tobytes() for x, y in zip(a, b))
+        assert kept_a == kept_b  # a module of another class kept its output with its graph on both sides
+    assert spy.results and all(r is passes for r in spy.results), spy.results
+
+
+def test_a_checked_module_runs_without_a_graph(monkeypatch):
+    modes = []
+
+    class Recording(torch.nn.Softmax):
+        def forward(self, x):
+            modes.append(torch.is_grad_enabled())
+            return super().forward(x)
+
+    original, new, _, _ = harness.pair(PACKT, "run", ID, dedent=False)
+    monkeypatch.setattr(torch.nn, "Softmax", Recording)  # read when iterate_batches runs
+    new("net", _obs(0))
+    new("memo", _obs(0))
+    assert modes == [False] * 6 + [True] * 6, modes
+    modes.clear()
+    original("net", _obs(0))
+    assert modes == [True] * 6
+
+
+@pytest.mark.parametrize("change", [
+    # the parameter bound again in the function: not the caller's module
+    ("sm = nn.Softmax(dim=1)", "sm = nn.Softmax(dim=1)\n    net = net.train()"),
+    # the class's name bound again in the file, or the class defined after the function
+    ("def run(kind, obs_list):", "Net = Net\ndef run(kind, obs_list):"),
+    ("def run(kind, obs_list):", "from somewhere import Net\ndef run(kind, obs_list):"),
+    ("def iterate_batches(obs_list, net, batch_size):", "def iterate_batches(obs_list, net, batch_size, Net=None):"),
+    # no class of the file has a checked forward (Net keeps its output too)
+    ("        return self.net(x)\nclass Memo", "        self.out = self.net(x)\n        return self.out\nclass Memo"),
+])
+def test_look_alikes_stay_as_written(change):
+    src = PACKT.replace(*change)
+    out, sites = rewrite(src, dedent=False)
+    assert "_sb_checked_modules" not in out and [s for s in sites if s.action == REWRITTEN] == [], sites
+
+
+@pytest.mark.parametrize("after", [True, False])
+def test_a_class_defined_after_the_function_is_not_checked_against(after):
+    """The check names the class: where the function could run before its definition, that would
+    be a NameError."""
+    net = ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 2)\n"
+           "    def forward(self, x):\n        return self.l(x)\n")
+    act = "def act(net, x):\n    q = net(x)\n    return q.argmax().item()\n"
+    src = "import torch\nimport torch.nn as nn\n" + (act + net if after else net + act)
+    out, sites = rewrite(src, dedent=False)
+    assert ("_sb_checked_modules" in out) is not after, out
+
+
+def test_a_trained_output_of_a_parameters_forward_is_refused():
+    src = ("import torch\nimport torch.nn as nn\n"
+           "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 2)\n"
+           "    def forward(self, x):\n        return self.l(x)\n"
+           "def learn(net, opt, x):\n    loss = net(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n")
+    out, sites = rewrite(src, dedent=False)
+    assert out == src
+    assert [s.action for s in sites] == [SKIPPED] and "reads .backward" in sites[0].reason, sites
+
+
+def test_statements_with_other_checks_get_their_own_blocks():
+    src = ("import torch\nimport torch.nn as nn\n"
+           "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 2)\n"
+           "    def forward(self, x):\n        return self.l(x)\n"
+           "def act(actor, critic, x):\n    a = actor(x).argmax().item()\n    v = critic(x).sum().item()\n    return a, v\n"
+           "def run(x):\n    torch.manual_seed(0)\n    return act(Net(), nn.Linear(4, 2), x)\n")
+    original, new, out, sites = harness.pair(src, "run", ID, dedent=False)
+    assert out.count("_sb_checked_modules((Net,), actor)") == 1 and out.count("_sb_checked_modules((Net,), critic)") == 1, out
+    x = torch.randn(3, 4)
+    assert original(x) == new(x)
