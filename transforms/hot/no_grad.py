@@ -173,7 +173,7 @@ class _Scanner:
         """The parameter ``node`` calls where its module can be checked at run time against
         classes of this file (:mod:`.param_forwards`); None otherwise."""
         param = called_parameter(node, scope, self.files)
-        return param if param is not None and self.checked.before(scope) else None
+        return param if param is not None and self.checked.passed(scope, param) else None
 
     def _passes_through(self, node: ast.Call, cls: Optional[str], scope: ast.AST) -> bool:
         """A call whose result may hold its argument but which keeps nothing itself: a torch.nn
@@ -232,7 +232,7 @@ class _Scanner:
                     return self._skip(st, f"forward of {names}: {plain}")
                 return self._skip(st, f"forward of {names}: its output {problem}")
         ends = ", ".join(sorted(flow.ends)) or "nothing"
-        classes = self.checked.before(scope) if guards else ()
+        classes = tuple(dict.fromkeys(c for g in sorted(guards) for c in self.checked.passed(scope, g)))
         where = ""
         if guards:
             shown = ", ".join(classes[:3]) + (", ..." if len(classes) > 3 else "")

@@ -11,13 +11,17 @@ A parameter qualifies where the function never rebinds it and calls it directly
 (``net(x)``, with arguments). A class qualifies where it is an ``nn.Module`` defined at the top
 level before the function (so its name is bound whenever the function can run), the file binds
 its name nowhere else (no assignment, import, ``del``, second definition, ``global``), and every
-body a call of an instance runs has no problem.
+body a call of an instance runs has no problem. The check names only the classes the file itself
+is seen passing for that parameter (``iterate_batches(env, net, 16)`` with ``net = Net(...)``):
+without such a call the check would be a guess (a ``callback`` parameter is rarely a network),
+and one that never passes only costs.
 """
 from __future__ import annotations
 
 import ast
 from typing import Dict, List, Optional, Tuple
 
+from ..analysis.astwalk import own_nodes
 from .callees import Files
 
 
@@ -29,15 +33,42 @@ class CheckedClasses:
         self._rebound = _names_rebound(files.tree)
         self._safe: Dict[str, bool] = {}
         self._top = [(st.lineno, st.end_lineno or st.lineno) for st in files.tree.body]
+        self._calls: Optional[Dict[str, List[Tuple[ast.Call, ast.AST]]]] = None
 
-    def before(self, scope: ast.AST) -> Tuple[str, ...]:
-        """The checked classes defined at the top level before ``scope``'s top-level statement."""
+    def passed(self, scope: ast.AST, param: str) -> Tuple[str, ...]:
+        """The checked classes, defined at the top level before ``scope``'s top-level statement,
+        of the modules this file passes to ``scope`` (a function of the module) as ``param``."""
         line = getattr(scope, "lineno", None)
-        if line is None:
+        if line is None or not isinstance(scope, ast.FunctionDef) or self.files.functions.get(scope.name) is not scope:
             return ()
         start = next((a for a, b in self._top if a <= line <= b), line)
-        return tuple(name for name, klass in self.files.classes.items()
-                     if klass.lineno < start and self._checked(name))
+        return tuple(name for name in self._given(scope, param)
+                     if name in self.files.classes and self.files.classes[name].lineno < start and self._checked(name))
+
+    def _given(self, fn: ast.FunctionDef, param: str) -> List[str]:
+        """Names of this file's classes whose instances the file passes to ``fn`` as ``param``,
+        in order of first sight."""
+        if self._calls is None:
+            self._calls = _calls_by_name(self.files.tree)
+        names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        at = names.index(param) if param in names else None
+        out: List[str] = []
+        for call, scope in self._calls.get(fn.name, ()):
+            given = call.args[at] if at is not None and at < len(call.args) \
+                and not any(isinstance(a, ast.Starred) for a in call.args[: at + 1]) \
+                else next((k.value for k in call.keywords if k.arg == param), None)
+            for name in self._classes_of(given, scope):
+                if name not in out:
+                    out.append(name)
+        return out
+
+    def _classes_of(self, value: Optional[ast.expr], scope: ast.AST) -> List[str]:
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in self.files.classes:
+            return [value.func.id]
+        if isinstance(value, ast.Name):
+            kinds = self.files.kinds_of(value.id, None, scope) or []
+            return [klass.name for kind, klass in kinds if kind == "class" and klass is not None]
+        return []
 
     def _checked(self, name: str) -> bool:
         if name not in self._safe:
@@ -62,6 +93,18 @@ def called_parameter(node: ast.Call, scope: ast.AST, files: Files) -> Optional[s
     if files._assigned(scope, func.id) != []:
         return None  # bound again in the function (or some other way there): not the caller's value
     return func.id
+
+
+def _calls_by_name(tree: ast.Module) -> Dict[str, List[Tuple[ast.Call, ast.AST]]]:
+    """Every call ``name(...)`` of the module by ``name``, with the scope (the module or a
+    function) it is written in."""
+    out: Dict[str, List[Tuple[ast.Call, ast.AST]]] = {}
+    scopes: List[ast.AST] = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+    for scope in scopes:
+        for node in own_nodes(scope):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                out.setdefault(node.func.id, []).append((node, scope))
+    return out
 
 
 def _names_rebound(tree: ast.Module) -> set:

@@ -53,7 +53,12 @@ def iterate_batches(obs_list, net, batch_size):
             batch = []
 def run(kind, obs_list):
     torch.manual_seed(0)
-    net = {"net": lambda: Net(4, 16, 2), "memo": Memo, "sub": lambda: Sub(4, 16, 2)}[kind]()
+    if kind == "net":
+        net = Net(4, 16, 2)
+    elif kind == "memo":
+        net = Memo()
+    else:
+        net = Sub(4, 16, 2)
     out = [np.stack(b) for b in iterate_batches(obs_list, net, 2)]
     kept = getattr(net, "last", None) if kind == "memo" else getattr(net, "kept", None)
     return out, None if kept is None else (kept.requires_grad, kept.grad_fn is not None)
@@ -119,7 +124,7 @@ def test_a_class_defined_after_the_function_is_not_checked_against(after):
     net = ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 2)\n"
            "    def forward(self, x):\n        return self.l(x)\n")
     act = "def act(net, x):\n    q = net(x)\n    return q.argmax().item()\n"
-    src = "import torch\nimport torch.nn as nn\n" + (act + net if after else net + act)
+    src = "import torch\nimport torch.nn as nn\n" + (act + net if after else net + act) + "act(Net(), torch.zeros(4))\n"
     out, sites = rewrite(src, dedent=False)
     assert ("_sb_checked_modules" in out) is not after, out
 
@@ -128,7 +133,8 @@ def test_a_trained_output_of_a_parameters_forward_is_refused():
     src = ("import torch\nimport torch.nn as nn\n"
            "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 2)\n"
            "    def forward(self, x):\n        return self.l(x)\n"
-           "def learn(net, opt, x):\n    loss = net(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n")
+           "def learn(net, opt, x):\n    loss = net(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+           "learn(Net(), None, torch.zeros(4))\n")
     out, sites = rewrite(src, dedent=False)
     assert out == src
     assert [s.action for s in sites] == [SKIPPED] and "reads .backward" in sites[0].reason, sites
@@ -139,8 +145,33 @@ def test_statements_with_other_checks_get_their_own_blocks():
            "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 2)\n"
            "    def forward(self, x):\n        return self.l(x)\n"
            "def act(actor, critic, x):\n    a = actor(x).argmax().item()\n    v = critic(x).sum().item()\n    return a, v\n"
-           "def run(x):\n    torch.manual_seed(0)\n    return act(Net(), nn.Linear(4, 2), x)\n")
+           "def run(x):\n    torch.manual_seed(0)\n    return act(Net(), Net(), x)\n")
     original, new, out, sites = harness.pair(src, "run", ID, dedent=False)
     assert out.count("_sb_checked_modules((Net,), actor)") == 1 and out.count("_sb_checked_modules((Net,), critic)") == 1, out
     x = torch.randn(3, 4)
     assert original(x) == new(x)
+
+
+@pytest.mark.parametrize("call", [
+    "",  # no call: a `callback` parameter is rarely a network
+    "act(nn.Linear(4, 2), torch.zeros(4))\n",  # a torch module, not a class of the file
+    "act(make(), torch.zeros(4))\n",  # what make() returns is not followed
+])
+def test_a_class_the_file_is_not_seen_passing_is_not_checked_against(call):
+    src = ("import torch\nimport torch.nn as nn\n"
+           "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 2)\n"
+           "    def forward(self, x):\n        return self.l(x)\n"
+           "def make():\n    return Net()\n"
+           "def act(net, x):\n    q = net(x)\n    return q.argmax().item()\n" + call)
+    out, sites = rewrite(src, dedent=False)
+    assert out == src and not [s for s in sites if s.action == REWRITTEN], sites
+
+
+def test_a_keyword_argument_and_a_name_bound_in_the_caller_are_seen():
+    src = ("import torch\nimport torch.nn as nn\n"
+           "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = nn.Linear(4, 2)\n"
+           "    def forward(self, x):\n        return self.l(x)\n"
+           "def act(x, net=None):\n    q = net(x)\n    return q.argmax().item()\n"
+           "def main():\n    policy = Net()\n    return act(torch.zeros(4), net=policy)\n")
+    out, sites = rewrite(src, dedent=False)
+    assert "_sb_checked_modules((Net,), net)" in out, out
