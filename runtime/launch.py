@@ -15,8 +15,8 @@ committed script. Fork children inherit the finder and need neither.
 The executor passes :data:`ENV_INFO` (branch, run, variant, source commit); with it, tracebacks of
 a rewrite are shown in the user's lines (runtime.loader.Origin). :data:`ENV_SEED` asks the
 launcher to seed ``random``/numpy/torch and the envs gymnasium/gym would seed from the OS
-(runtime.seeding) before the script runs (``scalebox run --seeds`` on a script with no ``--seed``
-option). The launcher ends its process group when the executor that
+(runtime.seeding) before the script runs (``scalebox run --seeds``; with ``--seed N`` appended
+too: a script that takes the option often seeds torch alone). The launcher ends its process group when the executor that
 started it dies (even by SIGKILL, even in its start-up: runtime.lifeline), so no run outlives
 ``scalebox run``.
 """
@@ -121,7 +121,7 @@ def _resolve_origins(repo, commit_id: str, blobs, project_dir: str) -> None:
 
 
 def _seed_from_env() -> None:
-    """Seed the generators a script without a --seed option draws from (ENV_SEED): runtime.seeding."""
+    """Seed the generators a script draws from unless it seeds them itself (ENV_SEED): runtime.seeding."""
     raw = os.environ.get(ENV_SEED)
     if raw is None:
         return

@@ -1,4 +1,9 @@
-"""The launcher's seeding of a script that takes no ``--seed`` option (``scalebox run --seeds N``).
+"""The launcher's seeding of a run of ``scalebox run --seeds N``, before the script runs.
+
+A script that takes ``--seed`` gets ``--seed N`` too and is seeded all the same: such scripts
+often seed torch alone and still shuffle with numpy's global generator or reset an evaluation
+env without a seed (XinJingHao's DRL-Pytorch), so two runs of one seed differed; what the script
+seeds itself it seeds again after this.
 
 ``random``, numpy's global generator and torch are seeded with N before the script runs. That
 alone did not make such a run reproducible: gymnasium (and gym) give every env and space that

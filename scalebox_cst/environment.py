@@ -62,7 +62,7 @@ VARIABLES: List[EnvVar] = [
     EnvVar("SCALEBOX_RUN_DIR", "engine", "", "runtime.lifeline",
            "the run's folder, inherited by every process of the run"),
     EnvVar("SCALEBOX_PARENT_PID", "engine", "", "runtime.lifeline", "the pid of the scalebox run process, for its own child only"),
-    EnvVar("SCALEBOX_SEED", "engine", "", "runtime.launch", "the seed, for scripts that take no --seed option"),
+    EnvVar("SCALEBOX_SEED", "engine", "", "runtime.launch", "the run's seed: random, numpy, torch and unseeded gymnasium envs are seeded with it before the script runs"),
     EnvVar("SCALEBOX_METRICS_FILE", "engine", "<run>/metrics.jsonl", "runtime.metrics", "where metric points go"),
     EnvVar("SCALEBOX_EVENTS_FILE", "engine", "<run>/events.jsonl", "runtime.metrics, runtime.guard_events",
            "where guard and run events go"),

@@ -201,7 +201,9 @@ class Execution:
             {"branch": branch, "run": self.run, "variant": variant, "commit": commit, "source_commit": source_commit, "seed": seed}
         )
         child_env.pop(ENV_SEED, None)
-        if seed is not None and seed_via == "env":
+        if seed is not None and seed_via in ("env", "option"):
+            # with --seed N appended too: what the script seeds itself it seeds again after this;
+            # what it leaves to the OS (numpy's global shuffle, an eval env's reset()) follows N
             child_env[ENV_SEED] = str(seed)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         child_env[lifeline.ENV_PARENT] = str(os.getpid())

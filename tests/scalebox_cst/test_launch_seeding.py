@@ -1,4 +1,4 @@
-"""`scalebox run --seeds N` on a script with no --seed option: two runs of one seed start alike.
+"""`scalebox run --seeds N`: two runs of one seed start alike, with or without a --seed option.
 
 The launcher seeded random, numpy and torch only; gymnasium seeds an env or space that is given
 no seed from the OS (``seeding.np_random(None)``), so ``env.reset()`` without ``seed=`` (minimalRL's
@@ -96,3 +96,31 @@ def test_env_reset_without_a_seed_is_reproducible_per_run_seed(project):
     runs = [_line(project, "RESET", s) for s in (0, 0, 1)]
     assert runs[0] == runs[1] != runs[2]
     assert re.match(r"RESET \[.*\] [01]$", runs[0])
+
+
+SEED_OPTION_TORCH_ONLY = textwrap.dedent(
+    """
+    import argparse
+    import numpy as np
+    from gymnasium.utils import seeding
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=209)
+    args = parser.parse_args()
+    # seeds what it uses for the net (torch) and the training env; numpy's global shuffle and
+    # the evaluation env's generator stay the OS's (XinJingHao/DRL-Pytorch's PPO-discrete)
+    perm = np.arange(8)
+    np.random.shuffle(perm)
+    print("OPTION", args.seed, perm.tolist(), int(seeding.np_random()[0].integers(1 << 30)))
+    """
+)
+
+
+def test_a_script_with_a_seed_option_is_seeded_where_it_does_not_seed_itself(project):
+    """XinJingHao's PPO-discrete takes --seed, seeds torch and its training env, shuffles with
+    numpy's global generator and resets its evaluation env unseeded: two original runs of one
+    seed printed other scores, so an exact rewrite could not be paired with its original."""
+    (project / "t.py").write_text(SEED_OPTION_TORCH_ONLY)
+    runs = [_line(project, "OPTION", s) for s in (0, 0, 1)]
+    assert runs[0] == runs[1] != runs[2]
+    assert runs[0].startswith("OPTION 0 ")  # the seed still reaches the script as --seed 0
