@@ -4,7 +4,9 @@ Telemetry patches gymnasium, SummaryWriter, torch and the guard helpers only onc
 imports them, so a script that never imports tensorboard pays nothing for its capture and the
 child never imports a heavy package the script does not use. The finder sits first on
 ``sys.meta_path``, asks the finders after it for the spec, and wraps only the watched modules'
-loaders; every other import goes by untouched.
+loaders; every other import goes by untouched. A watch is used up when the module is executed,
+not when its spec is found: ``importlib.util.find_spec("torch")`` before ``import torch`` (the
+launcher's seeding, libraries probing for optional packages) finds a spec nobody loads.
 """
 from __future__ import annotations
 
@@ -40,11 +42,12 @@ def _call(callback: Callback, module: object) -> None:
 
 
 class _Loader(importlib.abc.Loader):
-    """The module's own loader, then the callbacks (attribute reads go to the real loader)."""
+    """The module's own loader, then the callbacks watching its name (attribute reads go to the
+    real loader)."""
 
-    def __init__(self, loader, callbacks: List[Callback]) -> None:
+    def __init__(self, loader, name: str) -> None:
         self._loader = loader
-        self._callbacks = callbacks
+        self._name = name
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
@@ -56,7 +59,7 @@ class _Loader(importlib.abc.Loader):
             spec.loader = self._loader  # what the module reports as its loader: the real one
         module.__loader__ = self._loader
         self._loader.exec_module(module)
-        for callback in self._callbacks:
+        for callback in _watch.pop(self._name, ()):
             _call(callback, module)
 
     def __getattr__(self, name):
@@ -82,8 +85,7 @@ class _Finder(importlib.abc.MetaPathFinder):
             _busy.on = False
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        del _watch[fullname]
-        spec.loader = _Loader(spec.loader, callbacks)
+        spec.loader = _Loader(spec.loader, fullname)
         return spec
 
 
