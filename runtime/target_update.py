@@ -19,12 +19,18 @@ a new tensor in each target parameter: the same values, computed out of place an
 ``lerp_update`` for the ``soft_update`` form is *not* bitwise identical (≈1e-7 relative); the
 transform emits it only when ``vectorize.target_update.allow_lerp`` is set.
 
-On CPU the exact ``soft_update`` / ``scale_add`` forms (float32 or float64, contiguous) switch,
-after ``NUMBA_AFTER`` calls with one plan (``$SCALEBOX_TARGET_UPDATE_NUMBA_AFTER``, default 1000;
--1 never), to one compiled numba pass per parameter pair that rounds exactly as the loop does
+On CPU the exact ``soft_update`` / ``scale_add`` forms (float32 or float64, contiguous) switch to
+one compiled numba pass per parameter pair that rounds exactly as the loop does
 (``_target_update_cpu``): about 8x the loop on a 73k-parameter MLP where the foreach sequence,
-three passes over memory, is about 2x. The compile (~0.5-1 s once per process, less from numba's
-disk cache) is paid only by runs long enough to amortise it.
+three passes over memory, is about 2x. The switch costs about 0.5 s once per process (importing
+numba and loading the kernel from its disk cache; a cold compile ~1 s) and saves 35-55 us a call
+on 5k-70k-parameter MLPs, so it pays after some 9,000-14,000 calls. When a run makes that many
+is unknown, so the switch waits until this process has spent as long in the foreach sequences as
+the switch costs (``SWITCH_S``; a rent-or-buy rule: a run never loses more than the switch costs
+against the better choice in hindsight). A switch after a fixed 1,000 calls cost a 3,000-update
+DQN run (XinJingHao's Duel-DDQN on CartPole) 0.5 s to save 0.1 s. Once numba is loaded, other
+plans switch at once. ``$SCALEBOX_TARGET_UPDATE_NUMBA_AFTER`` (or :data:`NUMBA_AFTER`) set to a
+number of calls with one plan switches after that many instead; -1 never.
 
 The parameter lists (and, for ``.data`` updates, the ``.data`` aliases) are cached per (source,
 target) pair; modules are held weakly (the entry dies with them). Each call re-checks, cheaply
@@ -44,6 +50,7 @@ import os
 import sys
 import tempfile
 import weakref
+from time import perf_counter as _clock
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -250,9 +257,13 @@ def _env_int(name: str, default: int) -> int:
 
 
 #: exact soft updates of one (source, target) pair after which the CPU path switches from
-#: foreach ops to one compiled numba pass (-1: never). Compiling costs about 1 s once per machine
-#: (0.1-0.3 s when numba's disk cache has it), so short runs never pay it.
-NUMBA_AFTER = _env_int("SCALEBOX_TARGET_UPDATE_NUMBA_AFTER", 1000)
+#: foreach ops to one compiled numba pass (-1: never); None ("auto", the default): once this
+#: process has spent SWITCH_S in the foreach sequences the kernel could replace
+NUMBA_AFTER: Optional[int] = None if os.environ.get("SCALEBOX_TARGET_UPDATE_NUMBA_AFTER", "auto").strip() in ("", "auto") \
+    else _env_int("SCALEBOX_TARGET_UPDATE_NUMBA_AFTER", -1)
+#: what the switch costs once per process, measured (numba's import and its cached kernel's load)
+SWITCH_S = 0.5
+_spent = [0.0]  # seconds this process spent in foreach updates that a kernel could have done
 _numba: Any = None  # module, or False when numba is unavailable
 
 
@@ -302,13 +313,17 @@ def _numba_kernel(plan: _Plan) -> Any:
     return fn, pairs
 
 
-def _numba_update(plan: _Plan, a: Any, b: Any) -> bool:
-    """``t = b * t + a * p`` for every pair in one compiled pass, once the plan has earned it."""
-    if NUMBA_AFTER < 0:
+def _numba_update(plan: _Plan, a: Any, b: Any) -> Optional[bool]:
+    """``t = b * t + a * p`` for every pair in one compiled pass, once the plan has earned it:
+    True when done, None when the caller's foreach update is to be timed toward the switch."""
+    if NUMBA_AFTER is not None and NUMBA_AFTER < 0:
         return False
     plan.calls += 1
     if plan.kernel is None:
-        if plan.calls <= NUMBA_AFTER:
+        if NUMBA_AFTER is None:
+            if not _numba and _spent[0] < SWITCH_S:  # numba loaded: no switch left to pay for
+                return None
+        elif plan.calls <= NUMBA_AFTER:
             return False
         plan.kernel = _numba_kernel(plan)
     if not plan.kernel:
@@ -341,13 +356,18 @@ def soft_update(src: Any, tgt: Any, a: Any, b: Any, data: bool = True, replace: 
     ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
     if not ps:
         return True
-    if data and plan.fast and _numba_update(plan, a, b):
+    done = _numba_update(plan, a, b) if data and plan.fast else False
+    if done:
         return True
-    scaled = torch._foreach_mul(ps, a)
     if plan.fast:
+        began = _clock() if done is None else 0.0
+        scaled = torch._foreach_mul(ps, a)
         torch._foreach_mul_(ts, b)
         torch._foreach_add_(ts, scaled)
+        if done is None:
+            _spent[0] += _clock() - began
     else:
+        scaled = torch._foreach_mul(ps, a)
         other = torch._foreach_mul(ts, b)
         torch._foreach_add_(other, scaled)
         torch._foreach_copy_(ts, other)
@@ -385,11 +405,15 @@ def scale_add(src: Any, tgt: Any, b: Any, a: Any, data: bool = True) -> bool:
     ps, ts = (plan.pd, plan.td) if data else (plan.ps, plan.ts)
     if not ps:
         return True
-    if data and plan.fast and _numba_update(plan, a, b):  # same rounding: b*t, a*p, then add
+    done = _numba_update(plan, a, b) if data and plan.fast else False  # same rounding: b*t, a*p, add
+    if done:
         return True
     if plan.fast:
+        began = _clock() if done is None else 0.0
         torch._foreach_mul_(ts, b)
         torch._foreach_add_(ts, torch._foreach_mul(ps, a))
+        if done is None:
+            _spent[0] += _clock() - began
     else:
         scaled = torch._foreach_mul(ts, b)
         torch._foreach_add_(scaled, torch._foreach_mul(ps, a))

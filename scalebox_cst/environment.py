@@ -34,8 +34,9 @@ VARIABLES: List[EnvVar] = [
     EnvVar("SCALEBOX_RECURRENCE_C", "user", "1", "runtime.recurrence",
            "0 turns the C recurrence kernel off (numpy, then numba)"),
     EnvVar("SCALEBOX_FUSED_C", "user", "1", "runtime.fused", "0 turns the fused one-pass C kernel off"),
-    EnvVar("SCALEBOX_TARGET_UPDATE_NUMBA_AFTER", "user", "1000", "runtime.target_update",
-           "calls with one plan before the numba kernel is compiled"),
+    EnvVar("SCALEBOX_TARGET_UPDATE_NUMBA_AFTER", "user", "auto", "runtime.target_update",
+           "calls with one plan before the numba kernel is compiled (-1 never); auto: once the foreach "
+           "updates took as long as the switch costs (~0.5 s)"),
     EnvVar("SCALEBOX_COMPILE", "user", "1", "runtime.compiled", "0 runs accelerate.compile sites eager (--fast rewrites)"),
     EnvVar("SCALEBOX_COMPILE_CUDAGRAPHS", "user", "1", "runtime.compiled",
            "0 compiles accelerate.compile sites without CUDA graphs on CUDA"),
