@@ -11,7 +11,7 @@ from typing import Dict
 #: category -> what a researcher calls it (the order reports list them in)
 CATEGORIES: Dict[str, str] = {
     "env": "environment step",
-    "action": "action selection",
+    "action": "acting/target forward",  # grad off: acting, and an update's no_grad targets
     "distributions": "distributions",
     "tensors": "tensor creation and copies",
     "replay": "replay/batch sampling",

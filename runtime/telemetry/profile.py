@@ -18,8 +18,9 @@ thread's CPU time since the previous look (its own CPU clock, ``pthread_getcpucl
   project method like ``ReplayBuffer.sample``), the engine's runtime helpers, a library module's
   top level run by the import machinery (start-up: ``import torch`` alone is ~1.5 s of CPU, and torch
   imports ``torch._dynamo`` when the first optimizer steps; paid once per process, so a short run
-  is told apart from a slow step), and ``nn.Module.__call__`` / ``torch.nn.functional``: action
-  selection when the main thread's grad mode is off, loss forward when it is on. Grad mode is
+  is told apart from a slow step), and ``nn.Module.__call__`` / ``torch.nn.functional``:
+  acting/target forward when the main thread's grad mode is off (acting, and the targets an
+  update computes under ``no_grad``: in DQN, TD3 and SAC, most of it), loss forward when it is on. Grad mode is
   thread-local inside torch, so the grad-mode context managers are patched (class level) to
   note the main thread's mode after they switch it.
 

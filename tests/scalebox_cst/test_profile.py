@@ -106,6 +106,17 @@ def test_module_calls_are_action_selection_without_grad_and_loss_forward_with_it
     assert classifier.classify(frame) == (frame.f_back, "forward")
 
 
+def test_the_grad_off_category_is_not_named_acting_alone():
+    """XinJingHao's Duel-DDQN and sfujim's TD3: their updates' no_grad target forwards (batch 256)
+    were listed as "action selection" (16-22% of the run), far more than their acting (batch 1);
+    the label said acting was the cost. Grad mode cannot tell the two apart: the label names both."""
+    from scalebox_cst.runtime.profile_categories import CATEGORIES
+
+    label = CATEGORIES["action"]
+    assert "target" in label and "acting" in label and label != "action selection"
+    assert len(label) <= 28  # the width of the profile's and compare's category column
+
+
 @pytest.mark.parametrize("source, device, expected", [
     ("def f(t):\n    return t.item()\n", True, "sync"),
     ("def f(t):\n    return t.cpu().numpy()\n", True, "sync"),
