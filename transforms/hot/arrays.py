@@ -17,7 +17,8 @@ Candidates are calls of ``torch.tensor`` / ``torch.FloatTensor`` / ``torch.Doubl
 positional argument that is a list display holding something other than constants, a list
 comprehension, ``list(...)``, or a name the scope binds to one of these, to ``[]`` (appended to
 later, unless everything appended is a list/tuple display or a constant, as minimalRL's
-``a_lst.append([a])``) or by unpacking ``zip(...)`` / ``map(...)``. Any other argument
+``a_lst.append([a])``) or by unpacking ``zip(...)`` / ``map(...)`` (not ``map(np.stack, zip(*batch))``
+and the like, whose items are arrays already: the guard fell back on every call). Any other argument
 (``torch.tensor(obs)``, ``torch.tensor(0.99)``, ``torch.tensor([1.0, 2.0])``, ``torch.tensor([])``,
 a comprehension of numbers ``[int(i) for i in s]``) is not a site: it is not a list of arrays or
 not known to be one, and the guard would only add its (small) cost.
@@ -74,7 +75,15 @@ def _numbers(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in _NUMBER_CALLS
 
 
-def _listy(expr: Optional[cst.BaseExpression]) -> Optional[str]:
+#: functions whose result is one array or tensor: ``map(f, ...)`` of them yields no lists
+_ARRAY_MAKERS = frozenset({
+    "numpy.stack", "numpy.array", "numpy.asarray", "numpy.vstack", "numpy.hstack", "numpy.concatenate",
+    "numpy.float32", "numpy.float64", "torch.stack", "torch.cat", "torch.tensor", "torch.as_tensor",
+    "torch.from_numpy", "torch.FloatTensor",
+})
+
+
+def _listy(expr: Optional[cst.BaseExpression], imports=None) -> Optional[str]:
     """What kind of list ``expr`` builds, if it builds one that may hold arrays."""
     if isinstance(expr, cst.ListComp):
         return "a list comprehension"
@@ -87,6 +96,9 @@ def _listy(expr: Optional[cst.BaseExpression]) -> Optional[str]:
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
         if expr.func.value == "list" and expr.args:
             return "list(...)"
+        if expr.func.value == "map" and expr.args and imports is not None \
+                and imports.qualify(expr.args[0].value) in _ARRAY_MAKERS:
+            return None  # map(np.stack, zip(*batch)): each item one array, never a list
         if expr.func.value in ("zip", "map"):
             return f"unpacked {expr.func.value}(...)"
     return None
@@ -109,7 +121,7 @@ class _Rewriter(ScopedRewriter):
     def kind(self, arg: cst.BaseExpression) -> Optional[str]:
         if isinstance(arg, cst.Name):
             for value in self._found().get(arg.value, []):
-                how = _listy(value)
+                how = _listy(value, self.ctx.imports)
                 if how == "a list appended to":
                     pushed = self._appended(arg.value)
                     # only displays and constants appended (minimalRL's `a_lst.append([a])`): no
@@ -160,7 +172,7 @@ class _Rewriter(ScopedRewriter):
 
 class HotTensorFromArrays(Transform):
     id = ID
-    version = "1"
+    version = "2"  # 2: names unpacked from map(np.stack, ...) and other array makers are no sites
     triggers = ("Tensor(", "tensor(")
     description = "torch.tensor / FloatTensor of a list of numpy arrays → one np.array copy (guarded, exact)"
 

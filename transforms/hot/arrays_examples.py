@@ -84,4 +84,16 @@ EXAMPLES = [
         reason="one element",
         note="one observation with a batch dimension (per-step action selection)",
     ),
+    Example(
+        code=(
+            "import numpy as np\n"
+            "import torch\n"
+            "def f(batch):\n"
+            "    state, action, reward = map(np.stack, zip(*batch))\n"
+            "    return torch.FloatTensor(state), torch.tensor(reward)\n"
+        ),
+        rewritten=False,
+        reason="",
+        note="map(np.stack, zip(*batch)) (quantumiracle's SAC, higgsfield): each name is one array, not a list",
+    ),
 ]
