@@ -249,6 +249,12 @@ def coverage(path: str, line: int, sites: Sequence[Dict[str, Any]], report: Dict
     return {"covered": False, "reason": "no transform matched this line"}
 
 
+#: the reason of start-up in the rewrite's support imports: they sit above the user's own, so they
+#: load torch (~1.5 s) for the file; a short run showed it as half its time, as if the rewrite cost it
+ADDED_IMPORTS = ("start-up in the rewrite's support imports: they run before your own imports and load the "
+                 "libraries those would (torch), which the original pays at its own import lines")
+
+
 def build(directory: str, record: Optional[Dict[str, Any]] = None, store_path: Optional[str] = None, top: int = TOP) -> Optional[Dict[str, Any]]:
     """:func:`summarize` with each hot line's text (the user's original file) and coverage."""
     out = summarize(directory, top)
@@ -264,7 +270,8 @@ def build(directory: str, record: Optional[Dict[str, Any]] = None, store_path: O
             continue
         if row["line"] == ADDED:
             row["code"] = None
-            row["coverage"] = {"covered": False, "reason": "code the rewrite added (support imports, helpers), not a line of yours"}
+            row["coverage"] = {"covered": False, "reason": ADDED_IMPORTS if row.get("category") == "imports" else
+                               "code the rewrite added (support imports, helpers), not a line of yours"}
             continue
         row["code"] = store.line(row["path"], row["line"])
         if row.get("category") == "imports":

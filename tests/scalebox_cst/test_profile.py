@@ -437,6 +437,26 @@ def test_code_the_rewrite_added_is_not_charged_to_the_users_next_line(tmp_path, 
     assert "train.py (added by the rewrite)" in text and "train.py:0" not in text
 
 
+def test_start_up_in_the_rewrites_support_imports_says_the_original_pays_it_too(tmp_path, monkeypatch):
+    """A rewrite's support imports come first and import torch: in a short run the row 'train.py
+    (added by the rewrite)' was half the run, read 'code the rewrite added', as if the rewrite
+    cost that; the original pays torch's import at its own `import torch`."""
+    from scalebox_cst.runtime import loader, metrics
+
+    original = "import torch\nx = 1\n"
+    rewritten = "import helper\nimport torch\nx = 1\n"
+    filename = str(tmp_path / "train.py")
+    loader.register_origin(filename, loader.Origin(original, rewritten, []))
+    monkeypatch.setenv(metrics.ENV_FILE, str(tmp_path / "metrics.jsonl"))
+    profiler = rp.Profiler(rp.Classifier(project=str(tmp_path) + os.sep))
+    profiler.rows = {(filename, 1, "imports"): [30, 1.5, 1.5, 1], (filename, 3, "other"): [1, 0.1, 0.1, 1]}
+    rp.flush(profiler)
+    out = prof.build(str(tmp_path), {})
+    added = next(r for r in out["lines"] if r["line"] == prof.ADDED)
+    assert added["category"] == "imports"
+    assert "original pays" in added["coverage"]["reason"] and "run before your own imports" in added["coverage"]["reason"]
+
+
 def test_a_subscript_store_on_a_user_line_is_a_tensor_copy(classifier):
     user = code_of(PROJECT + "train.py", "def f(buf, t, r):\n    buf[t] = r\n", "f")
     store = next(x.offset for x in dis.get_instructions(user) if x.opname == "STORE_SUBSCR")
