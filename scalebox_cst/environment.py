@@ -48,6 +48,8 @@ VARIABLES: List[EnvVar] = [
            "where the public scripts' repositories are read from (bare mirrors or clones; --cache)"),
     EnvVar("SCALEBOX_CACHE_DIR", "user", "$XDG_CACHE_HOME/scalebox_cst", "runtime.backend",
            "the per-user cache of the engine (compiled kernels)"),
+    EnvVar("SCALEBOX_IMPORT_CACHE_MB", "user", "256", "scalebox_cst.importhook.cache",
+           "megabytes the import hook's .scalebox/pycache keeps, least recently used removed first"),
     EnvVar("SCALEBOX_BENCH_MANIFEST", "user", "", "benchmarks/bench_public_scripts.py",
            "the manifest of public scripts to benchmark"),
     # set by the engine for the processes it starts

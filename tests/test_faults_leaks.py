@@ -13,6 +13,8 @@ import threading
 
 import pygit2
 
+from importhook_project import CONFIG, _fresh_import, proj  # noqa: F401 (proj: the fixture)
+from scalebox_cst.importhook import cache as hook_cache
 from scalebox_cst.project import Project
 from scalebox_cst.watcher import Watcher
 
@@ -127,3 +129,35 @@ def test_a_monitor_polled_and_abandoned_holds_no_more(project):
         server.server_close()
         server.monitor.close()
         thread.join(timeout=5)
+
+
+def _files(folder):
+    return {p: p.stat().st_size for p in folder.rglob("*") if p.is_file()}
+
+
+def test_the_import_cache_keeps_its_bound_least_recently_used_first(proj, monkeypatch):
+    """Each pipeline fingerprint (here: each edit of max_norm) wrote a new set of cache entries and
+    a fingerprint memo, none ever removed (+11 kB per module per config: 20 modules, 6 configs,
+    1.34 MB). Bounded: what the folder holds stays within the limit (plus one write, an eighth of
+    it at most between sweeps), an entry used again outlives newer ones not used, a temporary file a
+    killed writer left goes, and a damaged entry does not stop the sweep."""
+    root, pkg = proj
+    cache = root / ".scalebox" / "pycache"
+    Project.init(str(root))
+    _fresh_import(root, pkg)
+    (first,) = [p for p in _files(cache) if p.suffix == ".pyc"]
+    entry = first.stat().st_size
+    monkeypatch.setattr(hook_cache, "LIMIT_BYTES", 4 * entry, raising=False)
+    monkeypatch.setattr(hook_cache, "_WRITTEN", {}, raising=False)
+    (cache / "killed.pyc.1234.tmp").write_bytes(b"x" * 100)
+    os.utime(cache / "killed.pyc.1234.tmp", (1, 1))
+    (cache / pkg / "damaged.cpython-311-scalebox-x.pyc").write_bytes(b"\x00" * 10)
+    for i in range(2, 9):
+        (root / "scalebox.toml").write_text(CONFIG.format(max_norm=float(i)))
+        _fresh_import(root, pkg)
+        (root / "scalebox.toml").write_text(CONFIG.format(max_norm=1.0))
+        _fresh_import(root, pkg)  # a hit on the first config's entry: used again
+        assert sum(_files(cache).values()) <= 4 * entry + entry, i
+    assert first.exists()  # used after every other entry was written
+    assert not (cache / "killed.pyc.1234.tmp").exists()
+    assert len([p for p in _files(cache) if p.suffix == ".pyc"]) < 7

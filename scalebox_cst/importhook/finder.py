@@ -13,7 +13,7 @@ from ast import PyCF_ONLY_AST
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from scalebox_cst.config import find_project_root
-from scalebox_cst.importhook.cache import _read_entry, _write_entry
+from scalebox_cst.importhook.cache import _read_entry, _write_entry, note_written, touch
 from scalebox_cst.importhook.common import (
     _BUILTIN_FINDERS,
     _NEVER,
@@ -220,6 +220,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
             cache_path = root.cache_path(rel)
             entry = _read_entry(cache_path, importlib.util.source_hash(data), root.cache_key(create=False))
             if entry is not None:
+                touch(cache_path)  # used: last in the cache's eviction order
                 if entry.kind == _ORIGINAL:
                     if entry.meta.get("error"):
                         self._warn(spec.origin, entry.meta["error"])
@@ -285,7 +286,9 @@ class ImportHook(importlib.abc.MetaPathFinder):
 
     def _cache(self, root: _Root, rel: str, source_hash: bytes, meta, text: str = "", code=None) -> None:
         if self.options.cache:
-            _write_entry(root.cache_path(rel), source_hash, root.cache_key(create=True), meta, text, code)
+            written = _write_entry(root.cache_path(rel), source_hash, root.cache_key(create=True), meta, text, code)
+            if written:
+                note_written(root.cache_dir, written)  # the cache is bounded (importhook.cache.LIMIT_BYTES)
 
     # ---------------------------------------------------------------- messages
     def _warn(self, filename: str, message: str, once: Optional[object] = None) -> None:
