@@ -15,6 +15,7 @@ The incremental readers of those files are in :mod:`scalebox_cst.monitor.files`.
 from __future__ import annotations
 
 import collections
+import heapq
 import math
 import os
 import re
@@ -38,6 +39,10 @@ DEFAULT_POINTS = 1000
 MAX_POINTS = 5000
 #: grid points of a seed band (mean, min and max over a branch's seeded runs)
 BAND_POINTS = 400
+#: events files kept read, least recently used dropped first (more while one answer needs more)
+EVENTS_FILES = 256
+#: seconds an event's time may exceed its file's mtime (a coarse file-system clock)
+_MTIME_SLACK = 2.0
 #: headline numbers shown per run (keys of runs.headline)
 HEADLINE_KEYS = ("episodic_return_final", "episodic_return_best", "episodes", "metric_return", "sps", "guard_pass_rate", "guard_fallback_why", "site_time_s", "grad_norm_last", "grad_norm_metric", "nonfinite", "wall_time", "cpu_time_s")
 
@@ -79,7 +84,9 @@ class Monitor:
         self._snapshots: Dict[str, Tuple[int, str, int]] = {}  # commit -> (index, message, time)
         self._snapshot_tip: Optional[str] = None
         self._metrics: "collections.OrderedDict[str, MetricsFile]" = collections.OrderedDict()
-        self._events: Dict[str, EventsFile] = {}
+        # path -> its reader: the project's and those of the runs whose events were shown last,
+        # not one per run ever seen (+5.6 kB per run of three events, for the life of the monitor)
+        self._events: "collections.OrderedDict[str, EventsFile]" = collections.OrderedDict()
         self._profiles: Dict[str, profile.Reader] = {}  # run folder -> its live profile, read on
 
     def close(self) -> None:
@@ -129,6 +136,9 @@ class Monitor:
             if time.monotonic() - stamp >= self.runs_ttl:
                 found = runs.list_runs(self.root)
                 self._runs_cache = (time.monotonic(), found)
+                listed = {run.dir for run in found}
+                for gone in [d for d in self._profiles if d not in listed]:  # a run folder removed
+                    del self._profiles[gone]
         return found if branch is None else [r for r in found if r.branch == branch]
 
     def _run_json(self, run: runs.RunInfo) -> Dict[str, Any]:
@@ -226,6 +236,9 @@ class Monitor:
             sessions = self.store.other_branches("hook/")
             snapshots = self._snapshot_history()
             reports = {info.name: self._report(info) for info in infos}
+            if len(self._reports) > len(infos):  # a branch the store no longer has: its report goes
+                shown = {info.commit for info in infos}
+                self._reports = {commit: r for commit, r in self._reports.items() if commit in shown}
         by_branch: Dict[str, List[runs.RunInfo]] = {}
         for run in self._runs():
             by_branch.setdefault(run.branch, []).append(run)
@@ -471,11 +484,15 @@ class Monitor:
         return {"branch": branch, "sites": out}
 
     # ---------------------------------------------------------------- events
-    def _events_file(self, path: str) -> EventsFile:
+    def _events_file(self, path: str, keep: Optional[int] = None) -> EventsFile:
+        keep = EVENTS_FILES if keep is None else keep
         with self._lock:
             ef = self._events.get(path)
             if ef is None:
                 ef = self._events[path] = EventsFile(path)
+            self._events.move_to_end(path)
+            while len(self._events) > keep:
+                self._events.popitem(last=False)
         ef.refresh()
         return ef
 
@@ -489,14 +506,37 @@ class Monitor:
         """
         limit = max(1, min(int(limit), 1000))
         found: List[Dict[str, Any]] = [{**e, "scope": "project"} for e in self._project_events()]
+        found = [e for e in found if _event_time(e) > since]
+        # Runs newest first by their events file's mtime (no event of a file is newer than it, within
+        # a coarse clock's slack); a file whose newest event could not be among the ``limit`` newest
+        # found so far is not read, so only the few runs shown are held, not every run ever seen.
+        candidates = []
         for run in self._runs():
-            ef = self._events_file(os.path.join(run.dir, runs.EVENTS))
+            path = os.path.join(run.dir, runs.EVENTS)
+            try:
+                newest = os.stat(path).st_mtime + _MTIME_SLACK
+            except OSError:
+                continue  # no events file: no events
+            if newest > since:
+                candidates.append((newest, run, path))
+        candidates.sort(key=lambda c: c[0], reverse=True)
+        shown: List[float] = []  # the newest ``limit`` event times so far, oldest at [0]
+        for read, (newest, run, path) in enumerate(candidates):
+            if len(shown) >= limit and newest < shown[0]:
+                break
+            ef = self._events_file(path, keep=max(EVENTS_FILES, read + 2))
             for event in ef.events:
                 item = {**event, "scope": "run", "run": run.id, "branch": run.branch}
+                stamp = _event_time(item)
+                if stamp <= since:
+                    continue
                 if item.get("kind") == "failed" and not item.get("error_tail"):
                     item["error_tail"] = run.record.get("error_tail") or []
                 found.append(item)
-        found = [e for e in found if _event_time(e) > since]
+                if len(shown) < limit:
+                    heapq.heappush(shown, stamp)
+                elif stamp > shown[0]:
+                    heapq.heapreplace(shown, stamp)
         found.sort(key=_event_time, reverse=True)
         return {"events": runs.json_safe(found[:limit])}
 
