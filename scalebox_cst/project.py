@@ -214,8 +214,7 @@ class Project:
                 cached = result.report.to_json()
                 cached.pop("path")
                 fresh.append((blob, fingerprint, result.output, cached))
-        if fresh:
-            store.cache_put_many(fresh)
+        store.cache_put_many(fresh)  # also puts back among the newest what was found in the cache's older half
         from scalebox_cst import fallbacks
 
         fallbacks.annotate(self.root, results)  # after the cache: the notes are of the last run, not of the file

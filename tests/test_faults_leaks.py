@@ -202,3 +202,50 @@ def test_a_monitor_holds_the_events_of_the_runs_it_shows_not_of_every_run(projec
     assert len(monitor.branches()["branches"]) == 3  # its runs remain, shown as runs-only
     assert len(monitor._reports) == 2  # was 3: a deleted branch's report stayed
     monitor.close()
+
+
+def _cache_entries(store, ref):
+    """Entries in a rewrite cache's tree (each is a rewritten blob and its signed report)."""
+    stack, count = [store.repo[store.repo.references[ref].target].tree], 0
+    while stack:
+        for item in stack.pop():
+            if item.type_str == "tree":
+                stack.append(store.repo[item.id])
+            elif item.name.endswith(".json"):
+                count += 1
+    return count
+
+
+def test_the_rewrite_cache_keeps_its_bound_least_recently_used_first(project, monkeypatch):
+    """Every save put one entry into the store's rewrite cache for good (300 saves: 301 entries),
+    every pipeline kept its cache, and the cache's reflog a line per put. Bounded: two generations
+    of at most CACHE_GENERATION entries, an entry found in the older put back among the newest,
+    the caches of the 4 pipelines written last kept, the reflog dropped as the generations turn."""
+    from scalebox_cst.store import cache as store_cache
+    from scalebox_cst.store.common import CACHE_PREFIX
+    from scalebox_cst.store.repository import Store
+
+    monkeypatch.setattr(store_cache, "CACHE_GENERATION", 8, raising=False)
+    store = Project.init(str(project))[0].store
+    ref = CACHE_PREFIX + "fp"
+
+    def put(i, fp="fp"):
+        store.cache_put_many([(Store.blob_id(b"v%d\n" % i), fp, b"r%d\n" % i, {"status": "rewritten"})])
+
+    put(0)
+    for i in range(1, 60):
+        put(i)
+        if i % 4 == 0:  # a new process finds the first version (the user went back to it)
+            reader = Store.open(str(project))
+            assert reader.cache_get(Store.blob_id(b"v0\n"), "fp") is not None, i
+            reader.cache_put_many([])  # what Project does after every rewrite
+        assert _cache_entries(store, ref) <= 2 * 8, i
+        assert len(list(store.repo.references[ref].log())) <= 8 + 1, i
+    fresh = Store.open(str(project))
+    assert fresh.cache_get(Store.blob_id(b"v0\n"), "fp") is not None  # used: kept
+    assert fresh.cache_get(Store.blob_id(b"v59\n"), "fp") is not None  # newest: kept
+    assert fresh.cache_get(Store.blob_id(b"v1\n"), "fp") is None  # not used since: gone
+    for n in range(6):  # six config edits: six pipelines
+        put(100 + n, fp=f"other{n}")
+    caches = sorted(r for r in store.repo.references if r.startswith(CACHE_PREFIX))
+    assert caches == [CACHE_PREFIX + f"other{n}" for n in range(2, 6)]

@@ -7,11 +7,22 @@ project): the report blob is ``sbx-signed <HMAC>\n<report JSON>``, the HMAC over
 fingerprint, the source blob id, the output blob id and the report. A store that came with the
 project (a committed ``.scalebox/``, an archive) could otherwise map the source the user reviewed
 to other code that ``scalebox run`` would run; its entries fail the check, read as misses, and
-are made again from the source and replaced. Without a key nothing is cached."""
+are made again from the source and replaced. Without a key nothing is cached.
+
+Bounded, least recently used first, in two generations: the root of a cache's tree holds the
+newest entries, ``old/`` the generation before. When a put would take the newest past
+:data:`CACHE_GENERATION` entries (counted in the cache commit's ``Scalebox-Cache-Entries``
+trailer), the newest become ``old/`` and the generation before them is dropped; an entry found
+in ``old/`` is put back among the newest with the next put of this process (``Project``
+puts after every rewrite, even of nothing new). Only the :data:`CACHES_KEPT` pipelines written
+most recently keep a cache; another pipeline's ref (a config edit, an engine upgrade) is deleted
+with its reflog. Before, every save added one entry for good and every pipeline kept its cache
+(300 saves: 301 entries, and one reflog line per save)."""
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import (
     Any,
     Dict,
@@ -28,6 +39,8 @@ from pygit2.enums import ObjectType
 
 from scalebox_cst.store.common import (
     _CACHE_MEM_ENTRIES,
+    MODE_TREE,
+    _trailers,
     _HEX40,
     _SAFE_KEY,
     CACHE_PREFIX,
@@ -41,11 +54,21 @@ from scalebox_cst.store.objects import _Objects
 from scalebox_cst.store.refs import _synchronized
 
 
+#: entries of the newest generation of a pipeline's cache (a cache holds at most twice this, or
+#: one generation plus the largest batch put at once: a whole project's first rewrite)
+CACHE_GENERATION = 2048
+#: pipelines whose caches are kept, those written most recently
+CACHES_KEPT = 4
+_OLD = b"old"  # the generation before, a folder beside the two-hex-digit ones
+_ENTRIES_TRAILER = "Scalebox-Cache-Entries"
+
+
 class _Cache(_Objects):
     """Cache reads and writes (one ref update per pipeline per batch). A damaged cache (a
     truncated object, a missing tree) reads as empty and is replaced by the next put."""
 
     cache_damaged: Dict[str, str]  # fingerprint -> what was wrong with its cache (set per store)
+    _cache_promote: Dict[str, Dict[Tuple[bytes, bytes], Tuple[Raw, Raw]]]  # fp -> hits in old/, put back next
 
     @_synchronized
     def cache_get(self, source_blob: str, fingerprint: str) -> Optional[Tuple[str, dict]]:
@@ -110,8 +133,10 @@ class _Cache(_Objects):
             return None
         try:
             name = entry_path(secret, blob)
-            out = tree[name]
-            signed = tree[name + ".json"]
+            try:
+                out, signed, older = tree[name], tree[name + ".json"], False
+            except KeyError:
+                out, signed, older = tree[_OLD.decode() + "/" + name], tree[_OLD.decode() + "/" + name + ".json"], True
             if out.type != ObjectType.BLOB or signed.type != ObjectType.BLOB:
                 raise KeyError(blob)  # a folder (or a link) where an entry's file was: no entry
             report = _signed_report(secret, fingerprint, blob, str(out.id), signed.data)
@@ -120,6 +145,9 @@ class _Cache(_Objects):
             hit = (str(out.id), report.decode("utf-8"))
             if not self._has(out.id.raw):
                 return None  # the rewritten blob itself is gone: rewrite again
+            if older:  # used again: back among the newest with this process's next put
+                folder_name, _, leaf = name.encode().partition(b"/")
+                self._cache_promote.setdefault(fingerprint, {})[(folder_name, leaf)] = (out.id.raw, signed.id.raw)
         except KeyError:
             return None
         except (pygit2.GitError, UnicodeDecodeError) as exc:
@@ -132,6 +160,8 @@ class _Cache(_Objects):
 
     def _cache_put_many(self, entries: List[Tuple[str, str, FileValue, Mapping[str, Any]]]) -> List[str]:
         results: List[str] = []
+        if not entries and not self._cache_promote:
+            return results
         by_fp: Dict[str, Dict[bytes, Dict[bytes, Raw]]] = {}
         remember: Dict[str, Dict[str, Tuple[str, str]]] = {}
         secret = userkey.key_for(_PURPOSE)
@@ -163,26 +193,88 @@ class _Cache(_Objects):
             folder[name] = out_raw
             folder[name + b".json"] = rep_raw
             remember.setdefault(fingerprint, {})[source_blob] = (out_raw.hex(), text)
+        for fingerprint, promoted in self._cache_promote.items():  # hits in the generation before
+            for (folder_name, name), (out_raw, rep_raw) in promoted.items():
+                folder = by_fp.setdefault(fingerprint, {}).setdefault(folder_name, {})
+                if name not in folder:
+                    folder[name], folder[name + b".json"] = out_raw, rep_raw
+        self._cache_promote.clear()
         for fingerprint, additions in by_fp.items():
             count = sum(len(v) for v in additions.values()) // 2
-            message = f"scalebox rewrite cache for pipeline {fingerprint}\n"
+            rotated: List[bool] = []
 
-            def build(current: Optional[Raw], additions: Mapping = additions, fp: str = fingerprint) -> Optional[Raw]:
+            def build(current: Optional[Raw], additions: Mapping = additions, fp: str = fingerprint,
+                      count: int = count, rotated: List[bool] = rotated) -> Optional[Raw]:
                 try:
-                    tree = self._put_fanout(None if fp in self.cache_damaged else current, additions)
+                    made = self._cache_tree(None if fp in self.cache_damaged else current, additions, count)
                 except (pygit2.GitError, StoreError) as exc:  # its tree is damaged: a new cache
                     self._cache_damage(fp, exc)
-                    tree = self._put_fanout(None, additions)
-                if tree is None:
+                    made = self._cache_tree(None, additions, count)
+                if made is None:
                     return None
+                tree, entries, rotated[:] = made[0], made[1], [made[2]]
+                message = f"scalebox rewrite cache for pipeline {fp}\n\n{_ENTRIES_TRAILER}: {entries}\n"
                 return self._write_commit(message, tree, [])
 
             self._update_ref(self._cache_ref(fingerprint), build, f"cache: {count} entries")
+            self._bound_caches(fingerprint, rotated == [True])
             mem = self._cache_mem.setdefault(fingerprint, {})
             if len(mem) >= _CACHE_MEM_ENTRIES:
                 mem.clear()
-            mem.update(remember[fingerprint])
+            mem.update(remember.get(fingerprint, {}))
         return results
+
+    def _cache_tree(self, current: Optional[Raw], additions: Mapping[bytes, Mapping[bytes, Raw]],
+                    count: int) -> Optional[Tuple[Raw, int, bool]]:
+        """(root tree, entries of its newest generation, whether the generations turned) for the
+        cache at commit *current* with *additions* (``count`` entries) put; None: no change."""
+        newest = 0
+        if current is not None:
+            commit = self._commit_obj(current)
+            try:
+                newest = int(_trailers(commit.message).get(_ENTRIES_TRAILER, ""))
+            except ValueError:  # a cache from before the trailer: counted once
+                root = self._tree_items(commit.tree_id.raw)
+                newest = sum(len(self._tree_items(raw)) for name, (mode, raw) in root.items()
+                             if name != _OLD and mode == MODE_TREE) // 2
+        if current is None or newest + count <= CACHE_GENERATION:
+            tree = self._put_fanout(current, additions)
+            return None if tree is None else (tree, newest + count, False)
+        root = self._tree_items(self._commit_obj(current).tree_id.raw)
+        before = [(name, mode, raw) for name, (mode, raw) in root.items() if name != _OLD]
+        fresh = self._put_fanout(None, additions)
+        if fresh is None:
+            return None
+        items = self._tree_items(fresh)
+        if before:
+            items[_OLD] = (MODE_TREE, self._store_tree(before))
+        return self._store_tree((n, m, r) for n, (m, r) in items.items()), count, True
+
+    def _bound_caches(self, fingerprint: str, rotated: bool) -> None:
+        """Delete the caches of all but the :data:`CACHES_KEPT` pipelines written most recently
+        (never *fingerprint*'s), and *fingerprint*'s reflog when its generations turned (one line
+        per put, kept by ``core.logAllRefUpdates``; a cache has no history worth keeping)."""
+        mine = self._cache_ref(fingerprint)
+        with self._locked():
+            if rotated:
+                try:
+                    os.remove(os.path.join(self.path, "logs", *mine.split("/")))
+                except OSError:
+                    pass
+            names = [n for n in self.repo.references if n.startswith(CACHE_PREFIX) and n != mine]
+            if len(names) < CACHES_KEPT:
+                return
+            stamped = []
+            for name in names:
+                try:
+                    stamped.append((self._commit_obj(self._ref_raw(name) or b"").commit_time, name))
+                except (StoreError, pygit2.GitError, ValueError):
+                    stamped.append((0, name))  # damaged: first to go
+            for _, name in sorted(stamped, reverse=True)[CACHES_KEPT - 1:]:
+                try:
+                    self.repo.references.delete(name)
+                except (KeyError, pygit2.GitError):
+                    pass
 
 
 _SIGNED = b"sbx-signed "
