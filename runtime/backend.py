@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Dict, List, Optional, Tuple
 
 from scalebox_cst.intake import NotRead, read_regular
@@ -198,8 +199,51 @@ def read_cached(path: str) -> bytes:
     """The bytes of a file in the user's cache if it is a regular file within
     :data:`CACHED_BYTES` (``intake.read_regular``); ``intake.NotRead`` otherwise, and the answer
     is made again and the file replaced. A FIFO there blocked a plain ``open`` for ever:
-    ``scalebox status`` and every ``run`` hung."""
-    return read_regular(path, limit=CACHED_BYTES, follow=True)
+    ``scalebox status`` and every ``run`` hung. A file read is marked used (:func:`keep_newest`)."""
+    data = read_regular(path, limit=CACHED_BYTES, follow=True)
+    try:
+        os.utime(path)
+    except OSError:  # a read-only cache: the order is that of the writes
+        pass
+    return data
+
+
+#: answers of one kind the user's cache keeps (probes per machine state, transforms' versions
+#: per engine source): one was added per reboot or torch install and per engine edit, never removed
+CACHED_KEPT = 8
+
+
+def keep_newest(path: str, keep: int = CACHED_KEPT) -> None:
+    """After writing the cache file *path* (``<kind>-<key>.json``): remove all but the *keep*
+    files of its kind used most recently (by mtime), and temporary files of its kind older than
+    a minute (a writer killed between write and rename). Each removal is one unlink: a kill at
+    any point leaves whole files; a reader that loses one makes its answer again."""
+    folder, name = os.path.split(path)
+    kind = name.split("-", 1)[0] + "-"
+    cutoff = time.time() - 60.0
+    found = []
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if not entry.name.startswith(kind) or not entry.is_file(follow_symlinks=False):
+                    continue
+                try:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                    if entry.name.endswith(".tmp"):
+                        if mtime < cutoff:
+                            os.remove(entry.path)
+                    elif entry.name.endswith(".json"):
+                        found.append((mtime, entry.name != name, entry.path))
+                except OSError:
+                    continue
+    except OSError:
+        return
+    found.sort(key=lambda f: (f[1], -f[0]))  # the file just written first, then newest first
+    for _mtime, _other, old in found[keep:]:
+        try:
+            os.remove(old)
+        except OSError:
+            pass
 
 
 def _stat(path: Optional[str]) -> Optional[List[float]]:
@@ -256,6 +300,7 @@ def _cached_detect(torch_spec) -> BackendInfo:
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(data, fh)
             os.replace(tmp, path)
+            keep_newest(path)
         except OSError:
             pass  # a read-only home: probed again next time
     if data.get("autoload") == "0":

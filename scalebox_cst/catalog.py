@@ -59,6 +59,9 @@ def _write(path: str, found: Dict[str, str]) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump([[k, v] for k, v in found.items()], fh)
         os.replace(tmp, path)
+        from scalebox_cst.runtime.backend import keep_newest
+
+        keep_newest(path)  # one file per engine digest: the 8 used last are kept
     except (OSError, TypeError):  # a read-only home (or a version JSON cannot hold): imported again next time
         try:
             os.remove(tmp)

@@ -249,3 +249,33 @@ def test_the_rewrite_cache_keeps_its_bound_least_recently_used_first(project, mo
         put(100 + n, fp=f"other{n}")
     caches = sorted(r for r in store.repo.references if r.startswith(CACHE_PREFIX))
     assert caches == [CACHE_PREFIX + f"other{n}" for n in range(2, 6)]
+
+
+def test_the_users_cache_keeps_the_answers_used_last(tmp_path, monkeypatch):
+    """The user's cache folder took one transforms-<version>-<digest>.json per engine edit or
+    upgrade (110 of them in this machine's ~/.cache/scalebox_cst) and one backend-<key>.json per
+    reboot or torch install, never removed, and a killed writer's .tmp for good. Kept: the 8 of
+    each kind used last (a read marks one used), temporary files younger than a minute."""
+    import time
+
+    from scalebox_cst import catalog
+    from scalebox_cst.runtime import backend
+
+    monkeypatch.setenv("SCALEBOX_CACHE_DIR", str(tmp_path))
+    old = time.time() - 3600
+    for i in range(12):
+        for kind in ("transforms-0.0.1", "backend"):
+            path = tmp_path / f"{kind}-{i:04d}.json"
+            path.write_text("[]")
+            os.utime(path, (old + i, old + i))
+    for name, age in (("transforms-x.json.1.tmp", 3600), ("transforms-y.json.2.tmp", 0)):
+        (tmp_path / name).write_text("{")
+        os.utime(tmp_path / name, (time.time() - age,) * 2)
+    backend.read_cached(str(tmp_path / "transforms-0.0.1-0000.json"))  # the oldest, used now
+    catalog._write(catalog._path(), {"grad_clip": "1"})
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("transforms-"))
+    kept = ["transforms-0.0.1-0000.json"] + [f"transforms-0.0.1-{i:04d}.json" for i in range(6, 12)]
+    assert names == sorted(kept + [os.path.basename(catalog._path()), "transforms-y.json.2.tmp"])
+    assert len(list(tmp_path.glob("backend-*.json"))) == 12  # another kind: not counted with these
+    backend.keep_newest(str(tmp_path / "backend-0011.json"))
+    assert sorted(p.name for p in tmp_path.glob("backend-*.json")) == [f"backend-{i:04d}.json" for i in range(4, 12)]
