@@ -1,4 +1,4 @@
-"""Reading and undoing branches: ``scalebox diff``, ``rollback`` and ``undo``."""
+"""Reading, undoing and compacting branches: ``scalebox diff``, ``rollback``, ``undo`` and ``gc``."""
 from __future__ import annotations
 
 import sys
@@ -7,7 +7,7 @@ from typing import List, Optional
 import click
 
 from scalebox_cst.cli._common import _fail, _open_project, cli
-from scalebox_cst.store import StoreError
+from scalebox_cst.store import Store, StoreError
 
 
 # ---------------------------------------------------------------------------- diff
@@ -162,3 +162,25 @@ def _echo_rollback(result, last_line: str) -> None:
     for rel in result.left_in_place:
         click.echo(f"left in place (not in {result.branch}): {rel}")
     click.echo(last_line)
+
+
+# ---------------------------------------------------------------------------- gc
+@cli.command("gc")
+@click.option("--dry-run", is_flag=True, help="Say what would be packed and freed; change nothing.")
+@click.option("--grace-days", type=click.FloatRange(min=1 / 24), default=14.0, show_default=True,
+              help="Unreachable trees and commits younger than this are kept (a writer's in flight; at least an hour).")
+@click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
+def gc_command(dry_run: bool, grace_days: float, project_dir: Optional[str]) -> None:
+    """Compact the store: pack its loose objects and refs, remove what nothing reaches (the
+    rewrite cache's superseded trees). Every branch, snapshot, report and run is kept; safe to
+    interrupt and to run beside a watcher (it holds the store's write lock while it works)."""
+    from scalebox_cst.store.gc import collect
+
+    project = _open_project(project_dir)
+    try:
+        report = collect(Store.open(project.root), dry_run=dry_run, grace_s=grace_days * 86400)
+    except (StoreError, OSError) as exc:
+        _fail(str(exc))
+    except Exception as exc:  # noqa: BLE001 - libgit2's errors, as one line
+        _fail(f"scalebox gc: {' '.join(str(exc).split())}")
+    click.echo(report.line())

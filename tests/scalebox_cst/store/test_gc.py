@@ -1,0 +1,129 @@
+"""``scalebox gc``: the store compacted on the user's word, nothing a user made lost, whatever
+kills it and whoever writes beside it."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from scalebox_cst.store import Store, gc
+
+OLD = time.time() - 30 * 86400
+SAVES = 30
+
+
+def _save(store, i, fp="fp"):
+    files = {"train.py": b"import torch\nstep = %d\n" % i, "lib/util.py": b"X = %d\n" % (i % 3)}
+    source, _ = store.snapshot(files, f"save {i}")
+    out = {path: data + b"# rewritten\n" for path, data in files.items()}
+    store.commit_rewrite(source, out, "rewrite", f"save {i}", {"files": [{"path": "train.py", "i": i}]}, fp)
+    store.cache_put_many([(Store.blob_id(data), fp, out[path], {"status": "rewritten", "i": i}) for path, data in files.items()])
+
+
+def _contents(root):
+    """Every branch's files and report, and the source history: what a user made."""
+    store = Store.open(root)
+    found = {b.name: (store.files(b.commit), store.report(b.name)) for b in store.branches()}
+    found["source"] = store.files(store.source_tip())
+    store.close()
+    return found
+
+
+def _loose(root):
+    objects = os.path.join(root, ".scalebox", "store.git", "objects")
+    return [os.path.join(objects, d, f) for d in os.listdir(objects) if len(d) == 2 for f in os.listdir(os.path.join(objects, d))]
+
+
+def _age_everything(root):
+    for path in _loose(root):
+        os.utime(path, (OLD, OLD))
+
+
+def _fsck(root):
+    if shutil.which("git") is None:
+        return
+    proc = subprocess.run(["git", "--git-dir", os.path.join(root, ".scalebox", "store.git"), "fsck", "--no-dangling"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "error" not in proc.stderr.lower(), proc.stderr
+
+
+@pytest.fixture
+def made(tmp_path):
+    root = str(tmp_path / "proj")
+    os.makedirs(root)
+    store = Store.init(root)
+    for i in range(SAVES):
+        _save(store, i)
+    store.close()
+    _age_everything(root)
+    return root, _contents(root)
+
+
+def test_dry_run_changes_nothing_and_gc_keeps_everything_a_user_made(made):
+    root, before = made
+    loose = sorted(_loose(root))
+    report = gc.collect(Store.open(root), dry_run=True)
+    assert sorted(_loose(root)) == loose  # nothing changed
+    assert report.pruned > 0 and report.packed > 0 and "would pack" in report.line()
+    report = gc.collect(Store.open(root))
+    assert _loose(root) == [] and _contents(root) == before
+    assert report.pruned > 0 and report.pack_bytes < report.loose_bytes
+    _fsck(root)
+    store = Store.open(root)  # and the store goes on: a new save, the cache hits
+    _save(store, SAVES)
+    assert store.cache_get(Store.blob_id(b"import torch\nstep = 3\n"), "fp") is not None
+
+
+@pytest.mark.parametrize("removals", [0, 7, 200])
+def test_a_gc_killed_at_any_point_leaves_every_branch_whole(made, removals):
+    """Killed (os._exit: no clean-up) after the pack is written, after a few and after many
+    removals: every branch reads as before, and a second pass finishes the work."""
+    root, before = made
+    child = (
+        "import os, sys\n"
+        "from scalebox_cst.store import Store, gc\n"
+        "count, real = [0], gc._remove\n"
+        "def dying(path):\n"
+        "    count[0] += 1\n"
+        f"    if count[0] > {removals}:\n"
+        "        os._exit(9)\n"
+        "    real(path)\n"
+        "gc._remove = dying\n"
+        f"gc.collect(Store.open({root!r}), grace_s=0)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    assert _contents(root) == before
+    gc.collect(Store.open(root), grace_s=0)
+    assert _loose(root) == [] and _contents(root) == before
+    _fsck(root)
+
+
+def test_gc_beside_a_writer(made):
+    """A writer commits saves while gc runs twice: the writer's branches and everything before
+    are whole (its objects are younger than the grace period, and refs move under the lock)."""
+    root, before = made
+    writer = (  # _save's saves, in another process
+        "from scalebox_cst.store import Store\n"
+        f"store = Store.open({root!r})\n"
+        f"for i in range({SAVES}, {SAVES + 25}):\n"
+        "    files = {'train.py': b'import torch\\nstep = %d\\n' % i, 'lib/util.py': b'X = %d\\n' % (i % 3)}\n"
+        "    source, _ = store.snapshot(files, f'save {i}')\n"
+        "    out = {p: d + b'# rewritten\\n' for p, d in files.items()}\n"
+        "    store.commit_rewrite(source, out, 'rewrite', f'save {i}', {'files': [{'path': 'train.py', 'i': i}]}, 'fp2')\n"
+        "    store.cache_put_many([(Store.blob_id(d), 'fp2', out[p], {'status': 'rewritten'}) for p, d in files.items()])\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", writer], stderr=subprocess.PIPE, text=True)
+    try:
+        while proc.poll() is None:
+            gc.collect(Store.open(root))
+    finally:
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    gc.collect(Store.open(root))
+    after = _contents(root)
+    assert {k: v for k, v in after.items() if k in before and k != "source"} == {k: v for k, v in before.items() if k != "source"}
+    assert len(after) == len(before) + 25
+    _fsck(root)
