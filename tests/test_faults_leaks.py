@@ -279,3 +279,32 @@ def test_the_users_cache_keeps_the_answers_used_last(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("backend-*.json"))) == 12  # another kind: not counted with these
     backend.keep_newest(str(tmp_path / "backend-0011.json"))
     assert sorted(p.name for p in tmp_path.glob("backend-*.json")) == [f"backend-{i:04d}.json" for i in range(4, 12)]
+
+
+def test_cache_misses_and_config_edits_keep_nothing_per_lookup(project):
+    """Every rewrite-cache miss (one a save: the new version of the file) kept its entry's name,
+    ~100 B, for the life of the process: pygit2 1.21 keeps the name of a tree lookup that misses
+    (the ref-name leak of store.common._reference, in Tree.__getitem__); store.read_file of a
+    missing path did the same. And the memory layer kept a dict per pipeline ever used."""
+    import sys
+
+    from scalebox_cst.store.repository import Store
+
+    store = Project.init(str(project))[0].store
+    source, _ = store.snapshot({"a.py": b"x = 1\n"}, "save")
+    store.cache_put(Store.blob_id(b"x = 1\n"), "fp", b"x = 1  # r\n", {"status": "rewritten"})
+
+    def lookups(start, count):
+        for i in range(start, start + count):
+            assert store.cache_get(Store.blob_id(b"x = %d\n" % i), "fp") is None
+            assert store.read_file(source, f"gone{i}.py") is None
+
+    lookups(10_000, 2000)  # every two-hex-digit folder name met once (kept: 256 of them at most)
+    gc.collect()
+    blocks = sys.getallocatedblocks()
+    lookups(1000, 300)
+    gc.collect()
+    assert sys.getallocatedblocks() - blocks < 100  # was two strings kept per loop: +950
+    for n in range(10):  # ten config edits of a watcher's life
+        store.cache_get(Store.blob_id(b"y\n"), f"pipeline{n}")
+    assert len(store._cache_mem) <= 4

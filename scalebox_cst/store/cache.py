@@ -48,6 +48,7 @@ from scalebox_cst.store.common import (
     Raw,
     StoreError,
     _blob_raw,
+    _tree_get,
 )
 from scalebox_cst import userkey
 from scalebox_cst.store.objects import _Objects
@@ -106,12 +107,23 @@ class _Cache(_Objects):
         self._cache_mem.pop(fingerprint, None)
         self.cache_damaged.setdefault(fingerprint, " ".join(str(exc).split())[:200])
 
+    def _cache_mem_of(self, fingerprint: str) -> Dict[str, Tuple[str, str]]:
+        """The memory layer of one pipeline's cache; those of the :data:`CACHES_KEPT` pipelines
+        used last are kept (each config edit of a watcher's life made another, kept for good)."""
+        mem = self._cache_mem.pop(fingerprint, None)
+        if mem is None:
+            mem = {}
+            while len(self._cache_mem) >= CACHES_KEPT:
+                self._cache_mem.pop(next(iter(self._cache_mem)))
+        self._cache_mem[fingerprint] = mem  # last in order: used last
+        return mem
+
     def _cache_ref(self, fingerprint: str) -> str:
         key = fingerprint if _SAFE_KEY.match(fingerprint) else "h-" + hashlib.sha1(fingerprint.encode()).hexdigest()
         return CACHE_PREFIX + key
 
     def _cache_lookup(self, blob: str, fingerprint: str, state: Optional[List[Any]]) -> Optional[Tuple[str, str]]:
-        mem = self._cache_mem.setdefault(fingerprint, {})
+        mem = self._cache_mem_of(fingerprint)
         hit = mem.get(blob)
         if hit is not None:
             return hit
@@ -134,9 +146,10 @@ class _Cache(_Objects):
         try:
             name = entry_path(secret, blob)
             try:
-                out, signed, older = tree[name], tree[name + ".json"], False
+                out, signed, older = _tree_get(tree, name, True), _tree_get(tree, name + ".json", True), False
             except KeyError:
-                out, signed, older = tree[_OLD.decode() + "/" + name], tree[_OLD.decode() + "/" + name + ".json"], True
+                old = _OLD.decode() + "/" + name
+                out, signed, older = _tree_get(tree, old, True), _tree_get(tree, old + ".json", True), True
             if out.type != ObjectType.BLOB or signed.type != ObjectType.BLOB:
                 raise KeyError(blob)  # a folder (or a link) where an entry's file was: no entry
             report = _signed_report(secret, fingerprint, blob, str(out.id), signed.data)
@@ -218,7 +231,7 @@ class _Cache(_Objects):
 
             self._update_ref(self._cache_ref(fingerprint), build, f"cache: {count} entries")
             self._bound_caches(fingerprint, rotated == [True])
-            mem = self._cache_mem.setdefault(fingerprint, {})
+            mem = self._cache_mem_of(fingerprint)
             if len(mem) >= _CACHE_MEM_ENTRIES:
                 mem.clear()
             mem.update(remember.get(fingerprint, {}))

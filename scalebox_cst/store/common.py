@@ -41,7 +41,7 @@ MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
 MODE_TREE = 0o040000
 
-_CACHE_MEM_ENTRIES = 50_000  # per pipeline, in the in-process memory layer
+_CACHE_MEM_ENTRIES = 4096  # per pipeline, in the in-process memory layer (50,000: ~12 MB of one-file reports, more for big files)
 _OPEN_FLAGS = RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.NO_DOTGIT | RepositoryOpenFlag.BARE
 _UPDATE_ATTEMPTS = 64
 _HEX40 = re.compile(r"[0-9a-f]{40}\Z")
@@ -103,6 +103,27 @@ def _reference(repo: pygit2.Repository, refname: str) -> Optional[pygit2.Referen
     one per branch per call: a monitor polled by the page grew ~11 kB a second with 176
     branches). The name is interned: each distinct ref name is then kept once, not per call."""
     return repo.references.get(sys.intern(refname))
+
+
+def _tree_get(tree: Any, path: str, scan_leaf: bool = False) -> Any:
+    """``tree[path]`` (the object at a ``/`` path), KeyError where there is none, without its
+    leak: pygit2 1.21 keeps the name string of every lookup that misses, never released (the
+    rewrite cache missed once per new file version: one ~100 B string kept a save by a watcher,
+    monitor or import hook, for the life of the process). Folder names are interned (a miss then
+    keeps one reference to a string kept anyway); with ``scan_leaf`` the last name is found by
+    iterating its folder (names that are never the same twice: the cache's entries)."""
+    parts = path.split("/")
+    obj = tree
+    for i, part in enumerate(parts):
+        if not isinstance(obj, pygit2.Tree):
+            raise KeyError(path)
+        if scan_leaf and i == len(parts) - 1:
+            found = next((entry for entry in obj if entry.name == part), None)
+            if found is None:
+                raise KeyError(path)
+            return found
+        obj = obj[sys.intern(part)]
+    return obj
 
 
 def _blob_raw(data: bytes) -> Raw:

@@ -33,6 +33,7 @@ from scalebox_cst.store.common import (
     Raw,
     StoreError,
     _blob_raw,
+    _tree_get,
     _check_path,
     _reference,
     _trailers,
@@ -230,7 +231,7 @@ class _Runs(_Objects):
     def read_file(self, commit: str, relpath: str) -> Optional[bytes]:
         tree = self._commit_obj(self._commit_raw(commit)).tree
         try:
-            obj = tree[relpath.strip("/")]
+            obj = _tree_get(tree, relpath.strip("/"), scan_leaf=True)  # (pygit2's own lookup keeps every name it misses)
         except (KeyError, ValueError):
             return None
         return obj.data if obj.type == ObjectType.BLOB else None
