@@ -30,6 +30,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Set,
     Tuple,
 )
 
@@ -70,6 +71,7 @@ class _Cache(_Objects):
 
     cache_damaged: Dict[str, str]  # fingerprint -> what was wrong with its cache (set per store)
     _cache_promote: Dict[str, Dict[Tuple[bytes, bytes], Tuple[Raw, Raw]]]  # fp -> hits in old/, put back next
+    _caches_bounded: Set[str]  # pipelines whose put has looked at the other pipelines' caches
 
     @_synchronized
     def cache_get(self, source_blob: str, fingerprint: str) -> Optional[Tuple[str, dict]]:
@@ -268,6 +270,9 @@ class _Cache(_Objects):
         (never *fingerprint*'s), and *fingerprint*'s reflog when its generations turned (one line
         per put, kept by ``core.logAllRefUpdates``; a cache has no history worth keeping)."""
         mine = self._cache_ref(fingerprint)
+        if not rotated and fingerprint in self._caches_bounded:
+            return  # the other pipelines' caches are looked at once per pipeline a store object puts to
+        self._caches_bounded.add(fingerprint)
         with self._locked():
             if rotated:
                 try:

@@ -67,6 +67,7 @@ class Store(_Snapshots, _Sessions, _Cache):
         self._odb_handle: Optional[pygit2.Odb] = None
         self.cache_damaged: Dict[str, str] = {}  # pipeline fingerprint -> damage met (store.cache)
         self._cache_promote: Dict[str, Dict[Tuple[bytes, bytes], Tuple[Raw, Raw]]] = {}  # store.cache
+        self._caches_bounded: Set[str] = set()  # store.cache
         self._writer_odb: Optional[pygit2.Odb] = None  # libgit2's plain one, for writes (store.checked)
         self._locked_since_ns = 0  # when this object took the write lock (stale-lock test)
         self._debris_checked = False
