@@ -47,6 +47,9 @@ _HEADLINE = {
 }
 LEVEL = 0.95
 RESAMPLES = 4000
+#: a group whose runs of one seed differ needs this many runs before a difference in returns gets a
+#: verdict (see seed_loose): below it, the percentile bootstrap of a few draws is far too narrow
+SEED_LOOSE_RUNS = 5
 
 
 def run_value(head: Dict[str, Any], series: Dict[str, Sequence[runs.Point]], metric: str, own: bool = False) -> Optional[float]:
@@ -138,6 +141,30 @@ def seed_blind(per_run: Sequence[Tuple[runs.RunInfo, Dict[str, Any], Dict[str, S
     return seeds if len(returns) == 1 else None
 
 
+def seed_loose(per_run: Sequence[Tuple[runs.RunInfo, Dict[str, Any], Dict[str, Sequence[runs.Point]]]]) -> Optional[Dict[str, Any]]:
+    """Two runs of a group started with one seed and the same script arguments whose episode
+    returns differ, else None: ``{"seed", "runs", "returns"}`` (the first such pair). The seed
+    then does not fix the run (a generator the script and the launcher leave unseeded, threads,
+    a nondeterministic kernel), so each run is a fresh draw; with two or three of them a side,
+    a percentile bootstrap's interval is far narrower than that spread (Packt's cross-entropy
+    CartPole: seed 0 ended at 129.8 and 152.5, and a rewrite's two runs at 101.8 and 101.9 read as
+    "lower (worse)", interval [-50.7, -27.9])."""
+    seen: Dict[Tuple[str, Any], Tuple[runs.RunInfo, Tuple[Any, ...], Optional[float]]] = {}
+    for run, head, series in per_run:
+        seed = run.record.get("seed")
+        points = series.get(head.get("metric_return") or "")
+        if seed is None or not points:
+            continue
+        key = (str(seed), repr(run.record.get("args")))
+        returns = tuple((p.step, p.value) for p in points)
+        final = run_value(head, series, "episodic_return")  # the figure the table shows
+        if key in seen and seen[key][1] != returns:
+            first = seen[key]
+            return {"seed": seed, "runs": [first[0].id, run.id], "returns": [first[2], final]}
+        seen.setdefault(key, (run, returns, final))
+    return None
+
+
 def _project_runs(group: Sequence[runs.RunInfo]) -> List[runs.RunInfo]:
     """Every run of the project the runs of ``group`` belong to (their folders tell it)."""
     for run in group:
@@ -182,6 +209,7 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                 "excluded": [{"run": r.id, "status": r.status} for r in excluded],
                 "shared_machine": {r.id: h["shared_machine"] for r, h, _ in per_run if h["shared_machine"]},
                 "seed_blind": seed_blind(per_run),
+                "seed_loose": seed_loose(per_run),
             }
             for label, ok, excluded, per_run in loaded
         ],
@@ -204,12 +232,19 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
         # of a DQN took 9.5 s and 15.7 s of CPU on a host loaded 5 to 6 on 2 CPUs)
         spun = [sum(1 for _, h, _ in per_run if h["shared_machine"] and _threads(h) > 1) for _, _, _, per_run in loaded]
         blind = [out["groups"][i]["label"] for i in range(len(loaded)) if out["groups"][i]["seed_blind"]]
+        loose = [i for i in range(len(loaded)) if out["groups"][i]["seed_loose"] and len(loaded[i][3]) < SEED_LOOSE_RUNS]
         for i, (row, values) in enumerate(zip(rows[1:], values_by_group[1:]), 1):
             row["vs_first"] = verdict(base, values, better)
             same = [label for label in blind if label in (loaded[0][0], loaded[i][0])]
             if same and metric not in WALL_CLOCK and metric != "cpu_time_s" and row["vs_first"]["delta"] is not None:
                 row["vs_first"].update(ci=None, within_noise=None, text=(
                     f"no noise estimate: {' and '.join(same)} gave identical episode returns for every seed"))
+            few = [loaded[j][0] for j in (0, i) if j in loose]
+            if few and metric not in WALL_CLOCK and metric != "cpu_time_s" and row["vs_first"]["delta"] is not None \
+                    and row["vs_first"]["ci"] is not None:
+                row["vs_first"].update(within_noise=None, text=(
+                    f"no verdict: runs of one seed differ in {' and '.join(few)}, and fewer than {SEED_LOOSE_RUNS} "
+                    f"runs a side cannot tell that spread from a difference (more seeds: --seeds 0-{SEED_LOOSE_RUNS * 2 - 1})"))
             if metric in WALL_CLOCK and (shared[0] or shared[i]) and row["vs_first"]["delta"] is not None:
                 row["vs_first"].update(verdict(base, values, None))  # no better/worse from a shared machine
                 row["vs_first"]["shared_machine"] = True
@@ -300,6 +335,11 @@ def render(result: Dict[str, Any]) -> str:
             line += (f"; nothing to compare: `scalebox run {'--original ' if g['label'].startswith('original') else ''}"
                      "SCRIPT` makes a run of it")
         lines.append(line)
+        if g.get("seed_loose"):
+            loose_ = g["seed_loose"]
+            lines.append(f"  runs of seed {loose_['seed']} differ ({', '.join(loose_['runs'])}: final return "
+                         f"{' vs '.join(_fmt(v) for v in loose_['returns'])}): the seed does not fix the run (an "
+                         "unseeded generator, threads, a nondeterministic kernel), so each run is a new draw")
         if g.get("seed_blind"):
             lines.append(f"  seeds {', '.join(str(x) for x in g['seed_blind'])} gave identical episode returns: the script "
                          "seems to set its own seed (torch.manual_seed, env.reset(seed=...)), so these runs are one sample")

@@ -289,6 +289,50 @@ def test_compare_says_when_every_seed_gave_the_same_run(tmp_path):
     assert stats.compare([("run/0004", unseeded), ("run/0002", other)])["groups"][0]["seed_blind"] is None
 
 
+def test_compare_gives_no_return_verdict_where_one_seed_gave_other_runs_and_runs_are_few(tmp_path):
+    """Packt's cross-entropy CartPole draws its actions from numpy's global generator, which
+    nothing seeded: two runs of seed 0 ended at 129.8 and 152.5, a rewrite's two at 101.8 and
+    101.9, and the percentile bootstrap of two draws a side read "lower (worse)". Where runs of
+    one seed (same arguments) differ, a return difference between groups of fewer than
+    SEED_LOOSE_RUNS runs gets no verdict, and the group's header says why; CPU time keeps its
+    verdict, and groups whose seeds fix their runs keep theirs."""
+    def group(branch, finals, seeds, start):
+        made = []
+        for i, (final, seed) in enumerate(zip(finals, seeds)):
+            run = _fake_run(tmp_path, branch, start + 100 * i, 10.0, 500.0, 9.0)
+            record = runs.load_record(run.dir)
+            record["seed"] = seed
+            runs.write_record(run.dir, record)
+            with open(os.path.join(run.dir, runs.METRICS), "a") as fh:
+                fh.write(_line("scalebox/episodic_return", 3, final))
+            made.append(runs.RunInfo(branch, run.run, run.dir, runs.load_record(run.dir)))
+        return made
+
+    loose = group("run/0001", [129.8, 152.5], [0, 0], 1000.0)
+    rewrite = group("run/0002", [101.8, 101.9], [0, 0], 5000.0)
+    result = stats.compare([("original", loose), ("run/0002", rewrite)])
+    assert result["groups"][0]["seed_loose"]["runs"] == [r.id for r in loose]
+    assert result["groups"][1]["seed_loose"] is not None  # 101.8 vs 101.9: they differ too
+    (ret,) = [m for m in result["metrics"] if m["metric"] == "episodic_return"]
+    diff = ret["groups"][1]["vs_first"]
+    assert diff["within_noise"] is None and diff["text"].startswith("no verdict: runs of one seed differ"), diff
+    text = stats.render(result)
+    assert "runs of seed 0 differ" in text and "final return 129.8 vs 152.5" in text, text
+    # seeds that each fix their run (one run a seed, or equal runs of a seed) keep the verdict
+    fixed = group("run/0003", [129.8, 129.8, 152.5], [0, 0, 1], 9000.0)
+    other = group("run/0004", [101.8, 101.8, 101.9], [0, 0, 1], 12000.0)
+    result = stats.compare([("a", fixed), ("b", other)])
+    assert result["groups"][0]["seed_loose"] is None and result["groups"][1]["seed_loose"] is None
+    (ret,) = [m for m in result["metrics"] if m["metric"] == "episodic_return"]
+    assert not ret["groups"][1]["vs_first"]["text"].startswith("no verdict"), ret
+    # five runs a side: the bootstrap stands
+    many = group("run/0005", [129.8, 152.5, 140.0, 150.0, 131.0], [0, 0, 0, 0, 0], 15000.0)
+    more = group("run/0006", [101.8, 101.9, 99.0, 103.0, 100.0], [0, 0, 0, 0, 0], 20000.0)
+    result = stats.compare([("a", many), ("b", more)])
+    (ret,) = [m for m in result["metrics"] if m["metric"] == "episodic_return"]
+    assert ret["groups"][1]["vs_first"]["text"].startswith("lower"), ret
+
+
 def test_log_line_says_when_site_time_rests_on_no_sample():
     from scalebox_cst.cli.history import _run_line
 
