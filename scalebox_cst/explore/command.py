@@ -160,7 +160,7 @@ def explore(script: Optional[str], list_only: bool, config_path: Optional[str], 
 def _assignments(data: Any, files, name: str) -> List:
     """(place, value) per entry of optimal_params.json, each place found again in the current
     code by its qualified name and kind (the nearest line); those gone: one PlaceError naming them."""
-    from scalebox_cst.explore.places import PlaceError, find_places
+    from scalebox_cst.explore.places import PlaceError, find_places, render
 
     if not isinstance(data, dict) or not isinstance(data.get("places"), dict) or not isinstance(data.get("params"), dict):
         raise PlaceError(f"{name}: not an optimal_params.json (expects params and places)")
@@ -179,6 +179,10 @@ def _assignments(data: Any, files, name: str) -> List:
         if not same:
             missing.append(f"{path}:{line}:{info.get('name', key)}")
             continue
+        try:
+            render(data["params"][key])  # a value no literal writes (NaN, a list): before anything is committed
+        except PlaceError as exc:
+            raise PlaceError(f"{name}: params.{key}: {exc}") from None
         out.append((min(same, key=lambda p: abs(p.line - line)), data["params"][key]))
     if missing:
         raise PlaceError(f"{name}: places no longer in the code: {', '.join(missing)}")
@@ -205,9 +209,9 @@ def apply_tuned(project, path: str):
         raise PlaceError(f"{name}: values nested too deeply to read") from None
     except ValueError as exc:
         raise PlaceError(f"{name}: not JSON ({exc})") from None
-    base = project.commit_change(message="scalebox rewrite --tuned-config (base)")
     files = project.scan()
-    edits = _assignments(data, files, name)
+    edits = _assignments(data, files, name)  # its one-line errors before the base branch is committed
+    base = project.commit_change(message="scalebox rewrite --tuned-config (base)")
     tuned = dict(files)
     by_path: Dict[str, List[Tuple[Any, Any]]] = {}
     for place, value in edits:

@@ -152,6 +152,8 @@ def _spec(name: str, key: str, raw: Any) -> ParamSpec:
     if kind == "choice":
         if not isinstance(value, list) or not value or any(isinstance(v, (list, dict)) or v is None for v in value):
             raise ExploreConfigError(f"{where}.choice: expects a non-empty list of numbers, strings or booleans")
+        if any(isinstance(v, float) and not math.isfinite(v) for v in value):  # no literal writes them
+            raise ExploreConfigError(f"{where}.choice: expects finite numbers, got {value}")
         return ParamSpec(key, kind, choices=tuple(value))
     if not isinstance(value, list) or len(value) != 2:
         raise ExploreConfigError(f"{where}.{kind}: expects [low, high]")

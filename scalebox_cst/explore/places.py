@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -277,8 +278,10 @@ def render(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return repr(value)
     if isinstance(value, float):
+        if not math.isfinite(value):  # repr gives nan / inf: names, not literals (a NameError in the trial)
+            raise PlaceError(f"cannot write {value!r} as a literal (not a finite number)")
         text = repr(value)
-        return text if any(c in text for c in ".eEn") else text + ".0"
+        return text if any(c in text for c in ".eE") else text + ".0"
     if isinstance(value, (int, str)):
         return repr(value)
     raise PlaceError(f"cannot write {value!r} as a literal")

@@ -153,6 +153,20 @@ def test_dict_keys_and_init_attributes_are_places_by_their_qualified_names():
 def test_render_keeps_floats_floats():
     assert render(1.0) == "1.0" and render(1e-5) == "1e-05" and render(3) == "3" and render(True) == "True"
     assert isinstance(eval(render(2.0)), float)
+    for value in (float("nan"), float("inf"), float("-inf")):  # repr would write a name: nan, inf
+        with pytest.raises(PlaceError, match="not a finite number"):
+            render(value)
+
+
+def test_a_tuned_value_no_literal_writes_is_one_line_naming_it():
+    # optimal_params.json edited by hand (json reads NaN): `LR = nan` was committed as the tuned source
+    from scalebox_cst.explore.command import _assignments
+
+    place = {"path": "train.py", "qualified": "LR", "kind": "constant", "line": 10, "name": "LR"}
+    for value in (float("nan"), [1, 2]):
+        with pytest.raises(PlaceError) as exc:
+            _assignments({"params": {"LR": value}, "places": {"LR": place}}, {"train.py": SOURCE.encode()}, "optimal_params.json")
+        assert str(exc.value).startswith("optimal_params.json: params.LR: cannot write") and "\n" not in str(exc.value)
 
 
 def test_resolve_unknown_and_ambiguous_are_one_line():
@@ -236,6 +250,9 @@ def test_yaml_reads_an_exponent_without_a_dot_as_a_number(tmp_path):
     (GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "uniform: [0, .inf]"), "params.LR.uniform: expects finite low and high"),
     (GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "uniform: [-1.0e+308, 1.0e+308]"), "params.LR.uniform: expects finite low and high"),
     (GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "loguniform: [1.0e-4, .inf]"), "params.LR.loguniform: expects finite low and high"),
+    # written into the trial's code as `LR = nan` / `inf`: a NameError in every trial that drew it
+    (GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "choice: [1.0e-3, .nan]"), "params.LR.choice: expects finite numbers"),
+    (GOOD.replace("loguniform: [1.0e-4, 1.0e-2]", "choice: [-.inf, 1.0e-3]"), "params.LR.choice: expects finite numbers"),
     # Popen's "ValueError: embedded null byte" traceback in every trial
     (GOOD + 'args: ["--x", "a\\0b"]\n', "args: expects a list of strings (without NUL bytes"),
     (GOOD.replace("script: train.py", 'script: "tr\\0ain.py"'), "script: expects a path without NUL bytes"),
