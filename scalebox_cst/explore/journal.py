@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import time
 from typing import Callable, Optional
@@ -42,7 +41,22 @@ def _bad(line: bytes) -> Optional[str]:
         return "not JSON"
     if not isinstance(record, dict) or "op_code" not in record:
         return "not a journal record"
+    if record["op_code"] not in _op_codes():  # Optuna's replay asserts ("Should not reach."): a traceback
+        return f"a record of an unknown operation ({str(record['op_code'])[:20]})"
     return None
+
+
+def _op_codes() -> frozenset:
+    try:
+        from optuna.storages.journal._storage import JournalOperation
+    except ImportError:  # another Optuna: every integer
+        return _AnyInt()
+    return frozenset(op.value for op in JournalOperation)
+
+
+class _AnyInt(frozenset):
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check(path: str, repair: bool, echo: Optional[Callable[[str], None]] = None) -> None:
@@ -51,16 +65,24 @@ def check(path: str, repair: bool, echo: Optional[Callable[[str], None]] = None)
     kept beside it as ``journal.log.damaged-<time>``; ``echo`` says so in one line), else left
     for Optuna's reader, which skips it. A damaged record before the last: JournalError."""
     try:
-        info = os.stat(path)
+        info = os.lstat(path)
     except FileNotFoundError:
         return
     except OSError as exc:
         raise JournalError(f"{_rel(path)}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(info.st_mode):  # a repair truncated the link's target: a file outside the project
+        raise JournalError(f"{_rel(path)}: {statedir.LinkInState(path).strerror}")
     if not stat.S_ISREG(info.st_mode):
         raise JournalError(f"{_rel(path)}: not a regular file; move it away to start the study again")
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fd = statedir.open_in_place(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
+                raise JournalError(f"{_rel(path)}: not a regular file; move it away to start the study again")
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                data = fh.read()
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise JournalError(f"{_rel(path)}: {exc.strerror or exc}") from None
     lines = data.splitlines(keepends=True)
@@ -81,9 +103,25 @@ def check(path: str, repair: bool, echo: Optional[Callable[[str], None]] = None)
 
 def _cut(path: str, data: bytes, offset: int, number: int, why: str, echo: Optional[Callable[[str], None]]) -> None:
     copy = f"{path}.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        shutil.copyfile(path, copy)
-        os.truncate(path, offset)
+    try:  # the bytes checked are copied, and the file itself is cut: never a link's target
+        for n in range(100):  # two repairs in one second: the second copy beside the first
+            try:
+                fd = statedir.open_in_place(copy if not n else f"{copy}.{n}", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                break
+            except FileExistsError:
+                if n == 99:
+                    raise
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        fd = statedir.open_in_place(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, offset)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise JournalError(f"{_rel(path)}: its last record (line {number}) is {why} and could not be repaired: "
                            f"{exc.strerror or exc}") from None

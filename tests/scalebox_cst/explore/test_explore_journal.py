@@ -147,6 +147,35 @@ def test_a_folder_in_place_of_the_journal_is_one_line(finished, tmp_path):
     assert monitor_api.studies(str(root)) == {"studies": []}
 
 
+def test_a_link_in_place_of_the_journal_is_one_line_and_its_target_is_never_cut(finished, tmp_path):
+    # a project that came with .scalebox/explore/S/journal.log -> a file outside: --resume read the
+    # target as the journal, found its one line "cut short" and truncated the target to 0 bytes
+    root = fresh(finished, tmp_path)
+    victim = tmp_path / "outside.txt"
+    victim.write_bytes(b"a token without a newline")
+    journal(root).unlink()
+    journal(root).symlink_to(victim)
+    proc = explore(root, "--resume", check=False)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "journal.log: a symbolic link" in proc.stderr and "remove it" in proc.stderr
+    assert victim.read_bytes() == b"a token without a newline"
+    assert not [p for p in journal(root).parent.iterdir() if p.name.startswith("journal.log.damaged-")]
+    with pytest.raises(ApiError, match="symbolic link"):
+        monitor_api.study(str(root), "explore")
+
+
+def test_a_record_of_an_unknown_operation_is_one_line(finished, tmp_path):
+    # Optuna's replay asserted ("AssertionError: Should not reach."): a traceback
+    root = fresh(finished, tmp_path)
+    lines = journal(root).read_bytes().splitlines(keepends=True)
+    lines[1] = b'{"op_code": 999, "worker_id": "w", "study_id": 0}\n'
+    journal(root).write_bytes(b"".join(lines))
+    proc = explore(root, "--resume", check=False)
+    no_traceback(proc)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "line 2 of" in proc.stderr and "unknown operation (999)" in proc.stderr
+
+
 @pytest.mark.parametrize("writes", [3, 12])
 def test_a_full_disk_stops_the_study_in_one_line_and_resume_goes_on(tmp_path, writes):
     root = make(tmp_path, trials=4)
