@@ -93,7 +93,7 @@ def _resolve_origins(repo, commit_id: str, blobs, project_dir: str) -> None:
             report = json.loads(repo.lookup_note(str(commit.id), _REPORTS_REF).message)
             for f in report.get("files", []):
                 sites[f["path"]] = [(s["line"], s["end_line"], s["transform"]) for s in f.get("sites", []) if s.get("action") == "rewritten"]
-        except (KeyError, ValueError, TypeError):
+        except (KeyError, ValueError, TypeError, RecursionError):
             pass
         return repo[source].peel(pygit2.Tree), sites
 

@@ -164,7 +164,7 @@ def stop_reason() -> Optional[str]:
     try:
         with open(os.path.join(folder, "events.jsonl"), "rb") as fh:
             last = json.loads(fh.read().rstrip(b"\n").rsplit(b"\n", 1)[-1])
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, RecursionError):
         return None
     if isinstance(last, dict) and last.get("kind") == "stopping":
         return str(last.get("message") or "") or None

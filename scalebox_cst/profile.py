@@ -77,7 +77,7 @@ class Reader:
     def _add(self, raw: bytes) -> None:
         try:
             item = json.loads(raw)
-        except ValueError:  # a damaged line: skipped
+        except (ValueError, RecursionError):  # a damaged line (or one nested too deeply): skipped
             return
         if not isinstance(item, dict):
             return
@@ -212,7 +212,7 @@ class _Store:
                 try:
                     data = json.loads(self.repo.lookup_note(commit, _REPORTS_REF).message)
                     self._report = {f["path"]: list(f.get("sites") or ()) for f in data.get("files", [])}
-                except (KeyError, ValueError, TypeError, AttributeError):
+                except (KeyError, ValueError, TypeError, AttributeError, RecursionError):
                     pass
         return self._report
 

@@ -327,7 +327,7 @@ class Project:
                 meta = json.loads(value)
                 backup, label = str(meta["backup"]), str(meta["label"])
                 created = [str(p) for p in meta.get("created", [])]
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 raise StoreError(f"the rollback record in snapshot {commit[:10]} is damaged; use `scalebox rollback SNAPSHOT`") from None
             after = store.files(commit)
             remove = {rel: after[rel] for rel in created if rel in after}

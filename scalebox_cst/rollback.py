@@ -338,7 +338,7 @@ class Replacer:
             removes = [(str(r), str(t)) for r, t in journal["remove"]]
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             raise StoreError(f"the rollback journal {path} is unreadable ({why(exc)}); remove it to go on") from None
         for rel, tmp in writes + removes:
             for name in (rel, tmp):

@@ -223,12 +223,12 @@ def read_metrics(path: str, offset: int = 0) -> Tuple[List[Point], int]:
     lines, new_offset = read_lines(path, offset)
     try:  # one C-level parse of the whole chunk: 2-3x faster than a json.loads per line
         items = json.loads(b"[" + b",".join(line for line in lines if line.strip()) + b"]")
-    except ValueError:  # a malformed line somewhere: parse line by line, skipping it
+    except (ValueError, RecursionError):  # a malformed line somewhere (or one nested too deeply): line by line, skipping it
         items = []
         for line in lines:
             try:
                 items.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
     make = Point._make
     points: List[Point] = []
@@ -253,7 +253,7 @@ def read_events(path: str, offset: int = 0) -> Tuple[List[Dict[str, Any]], int]:
     for line in lines:
         try:
             item = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(item, dict):
             events.append(item)

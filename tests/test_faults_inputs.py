@@ -529,3 +529,26 @@ def test_a_run_whose_folder_the_script_deleted_does_not_say_where_its_record_is(
     last = proc.stderr.strip().splitlines()[-1]
     assert "cleaned" in proc.stdout and "record in" not in last, proc.stderr
     assert "no record: its folder" in last and last.endswith("was deleted"), last
+
+
+def test_json_nested_too_deeply_in_a_run_folder_or_the_state_is_skipped_or_one_line(tmp_path):
+    # a line `[[[...]]]` 100,000 deep (a script writes its run folder; a project may ship .scalebox/):
+    # json raises RecursionError, which is no ValueError: `scalebox profile` and `compare` were tracebacks
+    from scalebox_cst.monitor.files import _parse_lines
+
+    (tmp_path / "train.py").write_text("for i in range(3):\n    print(f'step={i} reward={i}')\n")
+    scalebox("init", ".", cwd=tmp_path)
+    scalebox("run", "train.py", cwd=tmp_path)
+    deep = b"[" * 100_000 + b"]" * 100_000 + b"\n"
+    run_dir = next((tmp_path / ".scalebox" / "runs").glob("run/*/*"))
+    for name in ("metrics.jsonl", "events.jsonl", "profile.jsonl"):
+        with open(run_dir / name, "ab") as fh:
+            fh.write(deep)
+    assert _parse_lines([b'{"a": 1}', deep.strip()]) == [{"a": 1}]
+    for args in (("profile",), ("compare", "run/0001", "run/0001"), ("log",)):
+        proc = scalebox(*args, cwd=tmp_path, check=False)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr[-800:])
+    (tmp_path / ".scalebox" / "rollback-journal.json").write_bytes(deep)
+    proc = scalebox("status", cwd=tmp_path, check=False)
+    assert "Traceback" not in proc.stderr and "rollback journal" in proc.stderr and "remove it" in proc.stderr, proc.stderr[-800:]
+    assert len(proc.stderr.strip().splitlines()) == 1

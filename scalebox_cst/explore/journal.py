@@ -37,7 +37,7 @@ def _bad(line: bytes) -> Optional[str]:
         return "cut short"
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "not JSON"
     if not isinstance(record, dict) or "op_code" not in record:
         return "not a journal record"

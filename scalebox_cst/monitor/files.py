@@ -122,12 +122,12 @@ def _parse_lines(lines: List[bytes]) -> List[Any]:
         return []
     try:
         return json.loads(b"[" + b",".join(lines) + b"]")
-    except ValueError:
+    except (ValueError, RecursionError):
         out = []
         for line in lines:
             try:
                 out.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
         return [item for item in out if isinstance(item, dict)]
 

@@ -214,12 +214,12 @@ def rank_records(run_dir: str) -> List[Dict[str, Any]]:
         try:
             with open_regular(os.path.join(base, name, RANK_INFO), "r", encoding="utf-8") as fh:
                 info = json.load(fh)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         try:
             with open_regular(os.path.join(base, name, FAILURE), "r", encoding="utf-8") as fh:
                 info["failure"] = json.load(fh)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             info["failure"] = None
         out.append(info)
     return out

@@ -211,7 +211,7 @@ class _Runs(_Objects):
             raise StoreError(f"no report stored for {info.name} (the store's reports cannot be read: {exc})") from None
         try:
             return json.loads(note.message)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise StoreError(f"the report of {info.name} is not valid JSON") from None
 
     # -- reading commits -----------------------------------------------------------------------
