@@ -20,7 +20,7 @@ ENV_DEVICE_MEMORY = "SCALEBOX_DEVICE_MEMORY"  # scalebox_cst.limits.ENV_DEVICE_M
 
 def _devices(module, count: int) -> List[int]:
     rank = os.environ.get("LOCAL_RANK")
-    if rank is not None and rank.isdigit() and count:
+    if rank is not None and rank.isascii() and rank.isdigit() and count:
         return [int(rank) % count]
     return list(range(count))
 

@@ -116,7 +116,7 @@ def write_json() -> None:
 
 def install_from_env() -> None:
     text = os.environ.get(ENV)
-    if text and text.isdigit() and int(text) > 0:
+    if text and text.isascii() and text.isdigit() and int(text) > 0:
         from scalebox_cst.runtime import telemetry
 
         telemetry.imports.when_imported("torch", lambda _torch: install(int(text)))

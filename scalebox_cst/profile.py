@@ -310,7 +310,7 @@ def pick(found: Sequence[runs.RunInfo], selector: Optional[str]) -> Optional[run
     newest run of ``BRANCH`` (already resolved by the caller), or with no selector the newest run."""
     if selector and "#" in selector:
         branch, _, number = selector.partition("#")
-        if not number.isdigit():
+        if not (number.isascii() and number.isdigit()):
             return None
         return next((r for r in found if r.branch == branch and r.run == int(number)), None)
     chosen = [r for r in found if not selector or r.branch == selector]

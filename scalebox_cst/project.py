@@ -346,7 +346,7 @@ class Project:
         store = self.store
         text = str(target).strip()
         is_run = text.startswith(("run/", "refs/heads/run/"))
-        if is_run or text.isdigit():
+        if is_run or (text.isascii() and text.isdigit()):
             try:
                 info = store.resolve(text)
             except StoreError:

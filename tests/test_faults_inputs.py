@@ -552,3 +552,24 @@ def test_json_nested_too_deeply_in_a_run_folder_or_the_state_is_skipped_or_one_l
     proc = scalebox("status", cwd=tmp_path, check=False)
     assert "Traceback" not in proc.stderr and "rollback journal" in proc.stderr and "remove it" in proc.stderr, proc.stderr[-800:]
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_digits_that_are_not_ascii_in_a_branch_or_run_folder_name_are_not_numbers(tmp_path):
+    # "²".isdigit() is True and int("²") a ValueError: a store holding refs/heads/run/²²²² (a shipped
+    # store) made every command a traceback, a run folder ²²²² every `scalebox run`; "١٢٣٤" counted as 1234
+    import pygit2
+
+    (tmp_path / "train.py").write_text("print('step=1 reward=2')\n")
+    scalebox("init", ".", cwd=tmp_path)
+    scalebox("rewrite", ".", cwd=tmp_path)
+    repo = pygit2.Repository(str(tmp_path / ".scalebox" / "store.git"))
+    target = repo.references["refs/heads/run/0001"].target
+    for name in ("²²²²", "١٢٣٤"):
+        repo.references.create(f"refs/heads/run/{name}", target)
+        (tmp_path / ".scalebox" / "runs" / "run" / "0001" / name).mkdir(parents=True)
+    for args in (("log",), ("status",), ("run", "--no-commit", "train.py"), ("profile", "run/0001#²")):
+        proc = scalebox(*args, cwd=tmp_path, check=False)
+        assert "Traceback" not in proc.stderr, (args, proc.stderr[-800:])
+    assert (tmp_path / ".scalebox" / "runs" / "run" / "0001" / "0001").is_dir()  # the first run, not #1235
+    (tmp_path / "train.py").write_text("print('step=1 reward=3')\n")
+    assert scalebox("rewrite", ".", cwd=tmp_path).stdout.startswith("run/0002 ")  # not run/1235

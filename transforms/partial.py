@@ -149,7 +149,7 @@ def _filler_numbers(node: cst.CSTNode) -> Optional[Tuple[int, int]]:
     if not value.startswith('"""' + MARK):
         return None
     count, _, width = value[3 + len(MARK) :].split("\n", 1)[0].rstrip('"').partition(":")
-    return (int(count), int(width)) if count.isdigit() and width.isdigit() else None
+    return (int(count), int(width)) if count.isascii() and count.isdigit() and width.isascii() and width.isdigit() else None
 
 
 def elided_count(node: cst.CSTNode) -> Optional[int]:

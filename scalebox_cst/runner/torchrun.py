@@ -208,8 +208,8 @@ def rank_records(run_dir: str) -> List[Dict[str, Any]]:
         names = os.listdir(base)
     except FileNotFoundError:
         return []
-    for name in sorted(names, key=lambda n: int(n) if n.isdigit() else -1):
-        if not name.isdigit():
+    for name in sorted(names, key=lambda n: int(n) if n.isascii() and n.isdigit() else -1):
+        if not (name.isascii() and name.isdigit()):
             continue
         try:
             with open_regular(os.path.join(base, name, RANK_INFO), "r", encoding="utf-8") as fh:

@@ -288,7 +288,7 @@ class _Runs(_Objects):
         for refname in self.repo.listall_references():
             if refname.startswith(RUN_PREFIX):
                 tail = refname[len(RUN_PREFIX):]
-                if tail.isdigit():
+                if tail.isascii() and tail.isdigit():
                     ref = _reference(self.repo, refname)
                     if ref is not None:
                         out.append((int(tail), refname[len("refs/heads/"):], ref.target.raw))
@@ -299,7 +299,7 @@ class _Runs(_Objects):
         numbers = [
             int(r[len(RUN_PREFIX):])
             for r in self.repo.listall_references()
-            if r.startswith(RUN_PREFIX) and r[len(RUN_PREFIX):].isdigit()
+            if r.startswith(RUN_PREFIX) and r[len(RUN_PREFIX):].isascii() and r[len(RUN_PREFIX):].isdigit()
         ]
         return max(numbers, default=0)
 
