@@ -21,7 +21,7 @@ PRUNERS = ("median", "none")
 _KEYS = {"study", "script", "args", "metric", "direction", "trials", "seeds", "parallel", "launcher", "address",
          "sampler", "prune", "prune_warmup_steps", "files", "params", "timeout"}
 _SPEC_KINDS = ("uniform", "loguniform", "int", "choice")
-_STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")  # \Z: $ matches before a last newline
 
 
 class ExploreConfigError(ValueError):
@@ -125,7 +125,7 @@ def _unique_keys_loader() -> Any:
 
 
 #: ``1e-4``, ``-3E+2``, ``2_5e3``: an exponent without a dot (YAML 1.2's float)
-_EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$")
+_EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+\Z")
 
 
 def _number(value: Any) -> bool:

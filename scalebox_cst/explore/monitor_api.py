@@ -8,7 +8,7 @@ from typing import Any, Dict
 
 from scalebox_cst.explore.study import ExploreError, load_study
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")  # \Z: $ matches before a last newline
 
 
 def studies(root: str) -> Dict[str, Any]:

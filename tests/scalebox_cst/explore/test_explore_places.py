@@ -256,6 +256,8 @@ def test_yaml_reads_an_exponent_without_a_dot_as_a_number(tmp_path):
     # Popen's "ValueError: embedded null byte" traceback in every trial
     (GOOD + 'args: ["--x", "a\\0b"]\n', "args: expects a list of strings (without NUL bytes"),
     (GOOD.replace("script: train.py", 'script: "tr\\0ain.py"'), "script: expects a path without NUL bytes"),
+    # `$` matches before a last newline: a study folder named "k\n" was made, its lines broken in two
+    (GOOD + 'study: "k\\n"\n', "study: expects a name of letters, digits"),
     # a key given twice kept the last in silence (TOML refuses it itself); `<<:` merges may be overridden
     (GOOD + "trials: 5\ntrials: 6\n", "not valid YAML (key 'trials' given twice)"),
 ])
@@ -306,3 +308,15 @@ def test_set_values_with_tabs_non_ascii_and_odd_line_ends():
     module = "\n".join(["import torch", "", "opt = torch.optim.Adam(p, lr=3e-4)  # \u00e9", ""])
     ps = find_places("m.py", module.encode())
     assert set_values(module.encode(), [(resolve("Adam.lr", ps), 1e-3)]).decode() == module.replace("3e-4", "0.001")
+
+
+def test_the_monitor_refuses_a_study_name_ending_in_a_newline(tmp_path):
+    from scalebox_cst.explore import monitor_api
+    from scalebox_cst.monitor.api import ApiError
+
+    folder = tmp_path / ".scalebox" / "explore" / "k\n"
+    folder.mkdir(parents=True)
+    (folder / "journal.log").write_text("")
+    assert monitor_api.studies(str(tmp_path)) == {"studies": []}
+    with pytest.raises(ApiError, match="bad study name"):
+        monitor_api.study(str(tmp_path), "k\n")
