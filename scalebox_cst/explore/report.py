@@ -14,7 +14,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
-from scalebox_cst import statedir
+from scalebox_cst import statedir, tmpnames
 from scalebox_cst.explore.places import render
 
 OPTIMAL = "optimal_params.json"
@@ -130,7 +130,22 @@ def write(study, directory: str) -> Dict[str, Optional[str]]:
 
 
 def _atomic(path: str, text: str) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    """Replace ``path`` with ``text`` through a temporary beside it, never written through a link
+    (a link planted at the temporary's name had its target overwritten with the report) and never
+    left behind half-written (a full disk)."""
+    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
+    try:
+        os.unlink(tmp)  # a link or a leftover at that name: the name itself goes, not its target
+    except FileNotFoundError:
+        pass
+    try:
+        fd = statedir.open_in_place(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

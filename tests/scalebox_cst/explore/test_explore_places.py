@@ -320,3 +320,24 @@ def test_the_monitor_refuses_a_study_name_ending_in_a_newline(tmp_path):
     assert monitor_api.studies(str(tmp_path)) == {"studies": []}
     with pytest.raises(ApiError, match="bad study name"):
         monitor_api.study(str(tmp_path), "k\n")
+
+
+def test_the_report_is_never_written_through_a_link_nor_left_half_written(tmp_path):
+    import os
+
+    from scalebox_cst import tmpnames
+    from scalebox_cst.explore import report
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("theirs")
+    folder = tmp_path / ".scalebox" / "explore" / "s"
+    folder.mkdir(parents=True)
+    path = str(folder / "report.html")
+    for name in (f"{path}.{os.getpid()}.tmp", tmpnames.sibling(path, tmpnames.writer_id(thread=True))):
+        os.symlink(outside, name)  # the temporary's name, planted (a project ships its .scalebox/)
+    report._atomic(path, "REPORT")
+    assert outside.read_text() == "theirs" and open(path).read() == "REPORT"
+    with pytest.raises(UnicodeEncodeError):
+        report._atomic(path, "half \udc80")  # fails mid-write, as a full disk does
+    assert open(path).read() == "REPORT"
+    assert [n for n in os.listdir(folder) if n != "report.html" and not (folder / n).is_symlink()] == []  # no half file
