@@ -303,7 +303,9 @@ class _HostRun:
             runs.write_record(self.job.dir, self.record)
             return
         for rel, data in chunk.get("append", {}).items():
-            path = os.path.join(self.job.dir, *rel.split("/"))
+            path = self._local(rel)
+            if path is None:
+                continue
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "ab") as fh:
                 fh.write(data)
@@ -319,13 +321,34 @@ class _HostRun:
                 self.record = record
                 runs.write_record(self.job.dir, record)
                 continue
-            path = os.path.join(self.job.dir, *rel.split("/"))
+            path = self._local(rel)
+            if path is None:
+                continue
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = tmpnames.sibling(path, tmpnames.writer_id())
             with open(tmp, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, path)
         self._pump_tensorboard()
+
+    def _local(self, rel: Any) -> Optional[str]:
+        """The path in the run folder of a file the worker names ``rel`` (``a/b.jsonl``), or None
+        where the name could lead elsewhere: not a string, empty, absolute, a ``.``/``..``
+        component, a NUL or backslash, or a folder on the way that is a link out of the run folder.
+        The worker runs the user's script, which may write any name into its own run folder."""
+        if not isinstance(rel, str) or not rel or "\x00" in rel or "\\" in rel:
+            return None
+        parts = rel.split("/")
+        if any(p in ("", ".", "..") for p in parts):
+            return None
+        path = os.path.join(self.job.dir, *parts)
+        root = os.path.realpath(self.job.dir)
+        folder = os.path.realpath(os.path.dirname(path))
+        if folder != root and not folder.startswith(root + os.sep):
+            return None
+        if os.path.islink(path):
+            return None
+        return path
 
     def _echo(self, text: str) -> None:
         try:

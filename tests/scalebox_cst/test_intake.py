@@ -187,3 +187,32 @@ def test_the_engines_state_files_are_not_read_through_a_link(project, tmp_path):
     for args in (("log",), ("log", "--json")):
         proc = scalebox(*args, cwd=root, check=False)
         assert proc.returncode == 0 and "SECRET" not in proc.stdout + proc.stderr and "hunter2" not in proc.stdout
+
+
+@pytest.mark.parametrize("rel", ["../outside.txt", "a/../../outside.txt", "/tmp/outside.txt", "a//b", "./x", "a\\..\\x",
+                                 "x\x00y", "", 7, "linked/escape.txt", "alink"])
+def test_a_ray_workers_file_name_never_leads_out_of_the_run_folder(tmp_path, rel):
+    """The host writes the files a Ray worker streams back (the run folder's new bytes) under the
+    names the worker gives: the worker runs the user's script, which may put any name in its run
+    folder. `..`, an absolute name, an empty or `.` component, NUL, a backslash, or a folder or
+    file on the way that is a link out of the run folder are refused; nothing is written outside."""
+    import types
+
+    from scalebox_cst.raylaunch import RayJob, _HostRun
+
+    run_dir, outside = tmp_path / "run", tmp_path / "elsewhere"
+    run_dir.mkdir()
+    outside.mkdir()
+    (run_dir / "linked").symlink_to(outside)
+    (outside / "target.txt").write_bytes(b"keep")
+    (run_dir / "alink").symlink_to(outside / "target.txt")
+    job = RayJob(branch="run/0001", commit="0" * 40, script="train.py", args=[], dir=str(run_dir))
+    host = _HostRun(str(tmp_path), job, None, None, "")
+    host._tb = types.SimpleNamespace(pump=lambda path: None)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    for kind in ("append", "replace"):
+        host.apply({kind: {rel: b"data"}})
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    assert (outside / "target.txt").read_bytes() == b"keep" and list(outside.iterdir()) == [outside / "target.txt"]
+    host.apply({"append": {"a/metrics.jsonl": b"x"}, "replace": {"b/sites.json": b"{}"}})  # plain names still land
+    assert (run_dir / "a" / "metrics.jsonl").read_bytes() == b"x" and (run_dir / "b" / "sites.json").read_bytes() == b"{}"
