@@ -129,8 +129,13 @@ def allocate_in(parent: str) -> Tuple[int, str]:
 
 def where_recorded(directory: str) -> str:
     """The end of a run's last line: where its record is, or that it has none (a script that
-    deleted its own run folder was told "ok; record in <that folder>")."""
+    deleted its own run folder was told "ok; record in <that folder>"), or that the record there
+    is still the one written at the start (a full disk: the run's end was told "ok; record in
+    <folder>" after "record not written; it reads as lost")."""
     if os.path.isfile(os.path.join(directory, RECORD)):
+        record = load_record(directory)
+        if record is None or record.get("status") not in ENDED or record.get("status") == "lost":
+            return f"its record in {directory} is the one from its start (the end could not be written): it reads as lost"
         return f"record in {directory}"
     if not os.path.isdir(directory):
         return f"no record: its folder {directory} was deleted"

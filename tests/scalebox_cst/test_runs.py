@@ -1131,3 +1131,18 @@ def test_steps_per_second_of_a_short_run_is_no_quarter_second_window():
     # long enough: the later half, as before
     long = [(1000.0 * i, 100.0 + 2 * i, 500.0) for i in range(1, 7)]
     assert headlines.steps_per_second(long, counts_steps=True) == pytest.approx(3000 / 6.0)
+
+
+def test_the_last_line_never_says_record_in_a_folder_whose_record_is_the_starts(tmp_path):
+    """A disk that filled before a run's end: "record not written ...; it reads as lost", then
+    the last line "ok ...; record in <folder>", where record.json still said "running" (the
+    fault campaign's third list). The last line now says the record is the one from the start."""
+    run = _fake_run(tmp_path, "run/0001", 1000.0, 10.0, 500.0, 9.0)
+    assert runs.where_recorded(run.dir) == f"record in {run.dir}"
+    record = runs.load_record(run.dir)
+    record.update(status="running", pid=2 ** 22 + 7, ended=None)  # its process is gone
+    runs.write_record(run.dir, record)
+    said = runs.where_recorded(run.dir)
+    assert "record in" in said and "from its start" in said and "reads as lost" in said, said
+    os.remove(os.path.join(run.dir, runs.RECORD))
+    assert runs.where_recorded(run.dir).startswith("no record in")
