@@ -34,10 +34,13 @@ class ExploreError(RuntimeError):
     """Stops the study; the message is one line (a traceback may follow it)."""
 
 
-def disk_error(exc: OSError, where: str) -> str:
-    """One line for an OSError writing the study (ENOSPC above all)."""
-    return (f"{exc.filename or where}: {exc.strerror or exc}; stopping the study "
-            "(the journal keeps every finished trial: make room, then --resume)")
+def disk_error(exc: OSError, where: str, stored: bool = True) -> str:
+    """One line for an OSError writing the study (ENOSPC above all). ``stored``: whether the
+    study is in its journal already (else there is nothing to ``--resume``: the same command
+    again makes it)."""
+    then = ("the journal keeps every finished trial: make room, then --resume" if stored
+            else "no study was stored: make room, then run the same command again")
+    return f"{exc.filename or where}: {exc.strerror or exc}; stopping the study ({then})"
 
 
 class _Pruned(Exception):
@@ -171,6 +174,8 @@ class Study:
         optuna = self.optuna
         # the journal is written below: a damaged last record (a kill, a full disk) is cut off first
         store = storage(self.dir, repair=True, echo=echo)
+        existing: List[str] = []
+        created = False  # the study is in the journal (a write failing after this: --resume goes on with it)
         try:
             existing = [s.study_name for s in optuna.get_all_study_summaries(store)] if os.path.exists(self.dir) else []
             if config.study in existing and not resume:
@@ -183,6 +188,7 @@ class Study:
             self.study = optuna.create_study(study_name=config.study, storage=store, direction=config.direction,
                                              sampler=make_sampler(optuna, config, sampler_seed), pruner=pruner,
                                              load_if_exists=True)
+            created = True
             self.study.set_user_attr("config", {"script": config.script, "metric": config.metric, "direction": config.direction,
                                                 "seeds": config.seeds, "trials": config.trials, "sampler": config.sampler,
                                                 "prune": config.prune, "args": config.args})
@@ -190,7 +196,7 @@ class Study:
         except ExploreError:
             raise
         except OSError as exc:
-            raise ExploreError(disk_error(exc, self.dir)) from None
+            raise ExploreError(disk_error(exc, self.dir, stored=created or config.study in existing)) from None
         except (ValueError, TypeError) as exc:
             raise ExploreError(f"{os.path.join(self.dir, journal.JOURNAL)}: the study cannot be read ({exc})") from None
         self.lock = threading.Lock()

@@ -194,6 +194,22 @@ def test_a_full_disk_stops_the_study_in_one_line_and_resume_goes_on(tmp_path, wr
     assert states(root).count("COMPLETE") == 4
 
 
+def test_a_disk_full_before_the_study_is_stored_says_to_run_it_again_not_to_resume(tmp_path):
+    """The study's first journal write failing said "make room, then --resume", and --resume then
+    answered "no study to resume" (the fault campaign's third list)."""
+    root = make(tmp_path, trials=1)
+    (tmp_path / "fulldisk.py").write_text(FULL_DISK)
+    env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1", "JOURNAL_WRITES": "0"}
+    proc = subprocess.run([sys.executable, str(tmp_path / "fulldisk.py"), "explore", "-c", "explore.yaml"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=240)
+    no_traceback(proc)
+    assert proc.returncode == 1 and "no study was stored: make room, then run the same command again" in proc.stderr, proc.stderr
+    again = explore(root, check=False)
+    no_traceback(again)
+    assert again.returncode == 0, again.stderr
+    assert states(root).count("COMPLETE") == 1
+
+
 def test_a_held_or_stale_journal_lock_is_said_before_the_wait(tmp_path):
     """Optuna waits for its journal's lock (and breaks one left alone for 30 s) with nothing said
     for its first 10 s: a lock found when the study opens is one line at once."""
