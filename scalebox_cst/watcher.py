@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import math
 import queue
+import re
 import sys
 import threading
 import time
@@ -81,6 +82,17 @@ def _watch_lock(project: Project) -> Optional[int]:
     except OSError:
         pass  # the lock holds without the pid; the refusal then names no pid
     return fd
+
+
+def _blocking(lines: List[str]) -> str:
+    """What still blocks branches, in a few words: the files the error lines name (``b.py:1:
+    SyntaxError ...``), else the first line's start."""
+    files = list(dict.fromkeys(line.split(":", 1)[0] for line in lines if re.match(r"[^\s:]+\.py:\d+:", line)))
+    if files:
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        return f"{shown} still {'has an error' if len(files) == 1 else 'have errors'}"
+    first = lines[0].removeprefix("scalebox: ")
+    return f"still {first[:60]}{'...' if len(first) > 60 else ''}"
 
 
 def _project_event(project: Project, kind: str, message: str, **extra) -> None:
@@ -307,6 +319,8 @@ class Watcher:
                     self.echo(line)
                 if self.execution is not None:
                     self.echo("scalebox: previous run keeps going")
+            else:  # another save while the same errors last: one short line, not silence
+                self.echo(f"scalebox: no branch for this save: {_blocking(result.blocked)} (said above)")
             self._last_blocked = result.blocked
             return result
         self._last_blocked = []

@@ -418,3 +418,22 @@ def test_a_run_that_ends_by_itself_ends_with_the_line_scalebox_run_prints(projec
     ended = [m for m in messages if " ok " in m]
     assert ended == [f"scalebox: {headlines.end_line(record)}"], messages
     assert ended[0].startswith(f"scalebox: {record.id} ok in "), ended
+
+
+def test_each_save_a_lasting_error_blocks_gets_one_short_line(started):
+    """A file with a syntax error (or nested too deeply) blocks branches until it is fixed. Its
+    error was said once; every later save of another file was then silent, no branch and no
+    word (the fault campaign's third list). Each now gets one short line naming what blocks."""
+    watcher, messages, project = started
+    (project / "broken.py").write_text("def f(:\n")
+    watcher.handle_change()
+    assert len([m for m in messages if "broken.py:1" in m and "SyntaxError" in m]) == 1, messages
+    before = len(messages)
+    for value in (4, 5):
+        (project / "helpers.py").write_text(f"VALUE = {value}\n")
+        result = watcher.handle_change()
+        assert not result.created
+    said = messages[before:]
+    assert said == ["scalebox: no branch for this save: broken.py still has an error (said above)"] * 2, said
+    (project / "broken.py").write_text("def f():\n    pass\n")
+    assert watcher.handle_change().created
