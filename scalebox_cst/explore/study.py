@@ -227,6 +227,15 @@ class Study:
         done = ("COMPLETE", "PRUNED", "FAIL")
         return sum(1 for t in self.study.get_trials(deepcopy=False) if t.state.name in done and not t.user_attrs.get("interrupted"))
 
+    def taken(self) -> int:
+        """Trials that count toward ``trials:``: the finished ones and those running now, in this
+        process or another explore of the study (read afresh from the journal). Counting only
+        this process's own, two processes on one study of ``trials: 6`` ran 12."""
+        done = ("COMPLETE", "PRUNED", "FAIL")
+        return sum(1 for t in self.study.get_trials(deepcopy=False)
+                   if not t.user_attrs.get("interrupted") and (t.state.name in done or
+                                                                (t.state.name == "RUNNING" and _owner_runs(t.user_attrs.get("owner")))))
+
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
         self._recover()
@@ -240,7 +249,7 @@ class Study:
             try:
                 while True:
                     with self.lock:
-                        if self.stopping or counter["left"] <= 0:
+                        if self.stopping or counter["left"] <= 0 or self.taken() >= self.config.trials:
                             return
                         counter["left"] -= 1
                     self._one()

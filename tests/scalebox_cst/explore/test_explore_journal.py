@@ -225,3 +225,29 @@ def test_a_held_or_stale_journal_lock_is_said_before_the_wait(tmp_path):
     storage(str(directory), echo=said.append)
     assert said == [f"scalebox: .scalebox/explore/s/{journal.JOURNAL}.lock is held: another explore of this study is writing, "
                     "or a killed one left it (Optuna breaks a lock left alone for 30 s)"]
+
+
+def test_two_explores_of_one_study_run_its_trials_between_them(tmp_path):
+    """A second `explore --resume` started while the first runs: each counted only the trials
+    finished when it began and ran the rest itself (12 completed for `trials: 6`, the fault
+    campaign's third list). Trials finished or running in either process now count for both."""
+    import time
+
+    root = make(tmp_path, trials=4)
+    (root / "train.py").write_text("import time\n" + SCRIPT.replace("for step in range(3):", "for step in range(3):\n    time.sleep(0.4)"))
+    env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", "from scalebox_cst.cli import main; main()", "explore", "-c", "explore.yaml"]
+    first = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (journal(root).exists() and "RUNNING" in states(root)):
+            time.sleep(0.2)
+        second = subprocess.run(cmd + ["--resume"], cwd=root, env=env, capture_output=True, text=True, timeout=240)
+        out, err = first.communicate(timeout=240)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0 and second.returncode == 0, (err, second.stderr)
+    done = states(root)
+    # one more at most: the two may each find three taken at the same instant
+    assert 4 <= done.count("COMPLETE") <= 5 and "RUNNING" not in done, done
