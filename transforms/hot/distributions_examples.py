@@ -11,6 +11,16 @@ from ..base import Example, Inputs
 _XA = Inputs("f", "torch.randn(4, 3, dtype=torch.float64 if seed % 2 else torch.float32), torch.randint(0, 3, (4,))",
              seeds=(0, 1, 2, 3, 4))
 
+#: an actor network's head, for the examples whose scale comes from its forward
+_ACTOR = (
+    "import torch\n"
+    "import torch.nn as nn\n"
+    "from torch.distributions import Normal\n"
+    "class Actor(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+)
+
 EXAMPLES = [
     Example(
         code=(
@@ -268,13 +278,7 @@ EXAMPLES = [
         note="the scale kept in a list by list arithmetic, then changed in place through it",
     ),
     Example(
-        code=(
-            "import torch\n"
-            "import torch.nn as nn\n"
-            "from torch.distributions import Normal\n"
-            "class Actor(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
+        code=_ACTOR + (
             "        torch.manual_seed(0)\n"
             "        self.mu = nn.Linear(3, 3)\n"
             "        self.log_std = nn.Parameter(torch.full((3,), -0.5))\n"
@@ -293,13 +297,7 @@ EXAMPLES = [
         inputs=_XA,
     ),
     Example(
-        code=(
-            "import torch\n"
-            "import torch.nn as nn\n"
-            "from torch.distributions import Normal\n"
-            "class Actor(nn.Module):\n"
-            "    def __init__(self):\n"
-            "        super().__init__()\n"
+        code=_ACTOR + (
             "        self.mu = nn.Linear(3, 3)\n"
             "        self.log_std = nn.Parameter(torch.zeros(3))\n"
             "    def forward(self, x):\n"
