@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
+from scalebox_cst import tmpnames
 from scalebox_cst.intake import NotRead, read_regular
 from scalebox_cst.oneline import error_line
 
@@ -296,10 +297,7 @@ def _cached_detect(torch_spec) -> BackendInfo:
             return detect()  # the subprocess cannot say (scalebox_cst not importable there): ask here
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(data, fh)
-            os.replace(tmp, path)
+            tmpnames.write_replacing(path, json.dumps(data).encode("utf-8"), tmpnames.sibling(path, tmpnames.writer_id()))
             keep_newest(path)
         except OSError:
             pass  # a read-only home: probed again next time

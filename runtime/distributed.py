@@ -70,10 +70,7 @@ def _same_file(fd: int, path: str) -> bool:
 
 
 def _write_json(path: str, data: Dict[str, Any]) -> None:
-    tmp = tmpnames.sibling(path, tmpnames.writer_id())
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-    os.replace(tmp, path)
+    tmpnames.write_replacing(path, json.dumps(data, indent=2).encode("utf-8"), tmpnames.sibling(path, tmpnames.writer_id()))
 
 
 def _link(src: str, dst: str) -> None:

@@ -18,6 +18,7 @@ import sys
 import threading
 from typing import Dict, List, Tuple
 
+from scalebox_cst import tmpnames
 from scalebox_cst.runtime import metrics
 
 ENV = "SCALEBOX_CALIBRATE_PRECISION"
@@ -105,11 +106,8 @@ def write_json() -> None:
     rows = [{"file": f, "line": line, "max": hi, "min": (lo if math.isfinite(lo) else None)}
             for (f, line), (hi, lo) in sorted(ranges.items())]
     data = {"steps": min(training.optimizer_steps, _steps["limit"]), "lines": rows}
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, default=str)
-        os.replace(tmp, path)
+        tmpnames.write_replacing(path, json.dumps(data, default=str).encode("utf-8"), tmpnames.sibling(path, tmpnames.writer_id()))
     except OSError as exc:
         print(f"scalebox: cannot write {path}: {exc}", file=sys.stderr)
 

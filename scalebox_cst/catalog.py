@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Dict
 
-from scalebox_cst import statedir
+from scalebox_cst import statedir, tmpnames
 from scalebox_cst._version import __version__
 from scalebox_cst.config import engine_digest
 
@@ -53,17 +53,12 @@ def _path() -> str:
 
 
 def _write(path: str, found: Dict[str, str]) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
         statedir.makedirs(os.path.dirname(path))
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump([[k, v] for k, v in found.items()], fh)
-        os.replace(tmp, path)
+        text = json.dumps([[k, v] for k, v in found.items()])
+        tmpnames.write_replacing(path, text.encode("utf-8"), tmpnames.sibling(path, tmpnames.writer_id()))
         from scalebox_cst.runtime.backend import keep_newest
 
         keep_newest(path)  # one file per engine digest: the 8 used last are kept
     except (OSError, TypeError):  # a read-only home (or a version JSON cannot hold): imported again next time
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+        pass

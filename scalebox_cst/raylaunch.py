@@ -325,10 +325,7 @@ class _HostRun:
             if path is None:
                 continue
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = tmpnames.sibling(path, tmpnames.writer_id())
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
+            tmpnames.write_replacing(path, data, tmpnames.sibling(path, tmpnames.writer_id()))
         self._pump_tensorboard()
 
     def _local(self, rel: Any) -> Optional[str]:

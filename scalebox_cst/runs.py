@@ -145,16 +145,8 @@ def where_recorded(directory: str) -> str:
 def write_record(directory: str, record: Dict[str, Any]) -> None:
     """Replace ``record.json`` atomically (a reader sees the old or the new one, never half)."""
     tmp = tmpnames.sibling(os.path.join(directory, RECORD), tmpnames.writer_id(), hidden=True)
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(json_safe(record), fh, indent=2, default=str, allow_nan=False)
-        os.replace(tmp, os.path.join(directory, RECORD))
-    except BaseException:  # a full disk, a read-only folder: no half-written temporary is left
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+    text = json.dumps(json_safe(record), indent=2, default=str, allow_nan=False)
+    tmpnames.write_replacing(os.path.join(directory, RECORD), text.encode("utf-8"), tmp)  # no half temporary left
 
 
 def append_jsonl(path: str, item: Dict[str, Any]) -> None:

@@ -70,3 +70,35 @@ def writer_id(thread: bool = False) -> str:
     import threading
 
     return f"{os.getpid()}-{threading.get_ident()}"
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def write_replacing(path: str, data: bytes, tmp: str) -> None:
+    """Write ``data`` to ``path`` whole or not at all, through the temporary ``tmp`` (a
+    :func:`sibling` name), never through a link: whatever is at ``tmp`` goes first (a link
+    planted at that name, which ``open(tmp, "w")`` followed and wrote through; a killed writer's
+    leftover), the temporary is made afresh (``O_EXCL | O_NOFOLLOW``), and it is removed when
+    the write or the rename fails (a full disk leaves no half file). ``os.replace`` then puts it
+    in place of ``path``, replacing a link there itself, never its target."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -30,6 +30,7 @@ import sys
 import threading
 from typing import Dict, Tuple
 
+from scalebox_cst import tmpnames
 from scalebox_cst.runtime import metrics
 
 FILE = "fallbacks.json"
@@ -177,11 +178,8 @@ def write_json() -> None:
     with _lock:
         rows = [{"op": op, "file": f, "line": line, "count": n} for (op, f, line), n in sorted(counts.items())]
         _dirty = False
-    tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"fallbacks": rows}, fh)
-        os.replace(tmp, path)
+        tmpnames.write_replacing(path, json.dumps({"fallbacks": rows}).encode("utf-8"), tmpnames.sibling(path, tmpnames.writer_id()))
     except OSError as exc:
         print(f"scalebox: cannot write {path}: {exc}", file=sys.stderr)
 

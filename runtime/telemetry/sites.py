@@ -373,10 +373,7 @@ def write_json() -> None:
     if not path or not _sites or os.getpid() != _OWNER:  # a forked child holds a stale copy
         return
     data = {"sites": rows(), "time_method": f"sampled at {HZ:g} Hz", "updated": round(time.time(), 3)}
-    tmp = tmpnames.sibling(path, tmpnames.writer_id())
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1)
-        os.replace(tmp, path)
+        tmpnames.write_replacing(path, json.dumps(data, indent=1).encode("utf-8"), tmpnames.sibling(path, tmpnames.writer_id()))
     except OSError as exc:
         print(f"scalebox: cannot write {path}: {exc}", file=sys.stderr)

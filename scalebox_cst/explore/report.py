@@ -132,20 +132,5 @@ def write(study, directory: str) -> Dict[str, Optional[str]]:
 def _atomic(path: str, text: str) -> None:
     """Replace ``path`` with ``text`` through a temporary beside it, never written through a link
     (a link planted at the temporary's name had its target overwritten with the report) and never
-    left behind half-written (a full disk)."""
-    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
-    try:
-        os.unlink(tmp)  # a link or a leftover at that name: the name itself goes, not its target
-    except FileNotFoundError:
-        pass
-    try:
-        fd = statedir.open_in_place(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    left behind half-written (a full disk): :func:`tmpnames.write_replacing`."""
+    tmpnames.write_replacing(path, text.encode("utf-8"), tmpnames.sibling(path, tmpnames.writer_id(thread=True)))

@@ -104,9 +104,7 @@ def _write_entry(path: str, source_hash: bytes, key: Optional[bytes], meta: Dict
     tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
     try:
         statedir.makedirs(os.path.dirname(path))
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-        os.replace(tmp, path)
+        tmpnames.write_replacing(path, payload, tmp)
     except OSError as exc:
         say_once(("cache", exc.errno), "scalebox: cannot write the import cache file %s (%s); continuing without it "
                  "(said once for this cause)", path, exc)

@@ -167,9 +167,7 @@ class _Root:
             try:
                 stamps = _engine_stamps()
                 statedir.makedirs(self.cache_dir)
-                with open(tmp, "wb") as fh:
-                    fh.write("\n".join([value, *stamps]).encode("utf-8"))
-                os.replace(tmp, memo)
+                tmpnames.write_replacing(memo, "\n".join([value, *stamps]).encode("utf-8"), tmp)
                 _clear_orphans(memo)
             except OSError as exc:
                 say_once(("cache", exc.errno), "scalebox: cannot write %s (%s); continuing without it (said once for this cause)", memo, exc)

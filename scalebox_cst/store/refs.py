@@ -310,7 +310,4 @@ def _repair_head(path: str) -> None:
         text = b""
     if re.fullmatch(rb"ref: refs/[^\x00-\x20~^:?*\[\\]+\n?|[0-9a-f]{40}\n?", text):
         return
-    tmp = tmpnames.sibling(head, tmpnames.writer_id(), ".scalebox-tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(_HEAD_TEXT)
-    os.replace(tmp, head)
+    tmpnames.write_replacing(head, _HEAD_TEXT, tmpnames.sibling(head, tmpnames.writer_id(), ".scalebox-tmp"))

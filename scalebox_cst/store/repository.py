@@ -149,10 +149,7 @@ def _ensure_gitignore(path: str) -> None:
                 return
     except FileNotFoundError:
         pass
-    tmp = tmpnames.sibling(path, tmpnames.writer_id(thread=True))
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write("*\n")
-    os.replace(tmp, path)
+    tmpnames.write_replacing(path, b"*\n", tmpnames.sibling(path, tmpnames.writer_id(thread=True)))
 
 
 def _check_folders(store_path: str) -> None:

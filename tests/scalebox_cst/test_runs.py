@@ -1024,7 +1024,9 @@ def test_a_record_write_that_fails_leaves_no_temporary_file(tmp_path, monkeypatc
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(runs.json, "dump", full)
+    from scalebox_cst import tmpnames
+
+    monkeypatch.setattr(tmpnames.os, "write", full)  # the temporary is made, its write fails
     with pytest.raises(OSError):
         runs.write_record(str(tmp_path), {"status": "ok"})
     assert os.listdir(tmp_path) == ["record.json"]

@@ -95,3 +95,53 @@ def test_a_mirrored_run_file_with_a_long_name_is_written(tmp_path):
     host.apply({"replace": {f"plots/{name}": b"data"}})
     assert (tmp_path / "plots" / name).read_bytes() == b"data"
     assert os.listdir(tmp_path / "plots") == [name]
+
+
+def test_a_whole_file_write_never_goes_through_a_link_at_its_temporary_name(tmp_path):
+    """Thirteen writers of whole files (run records, sites.json, the import cache, the store's
+    HEAD, Ray's mirrored files...) opened their temporary with ``open(tmp, "w")``, which follows
+    a link planted at that name: the link's target was overwritten, then the link renamed into
+    place. They now share ``tmpnames.write_replacing``."""
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"keep")
+    path = tmp_path / "record.json"
+    tmp = tmpnames.sibling(str(path), tmpnames.writer_id())
+    os.symlink(outside, tmp)
+    tmpnames.write_replacing(str(path), b"new", tmp)
+    assert outside.read_bytes() == b"keep" and path.read_bytes() == b"new" and not path.is_symlink()
+    assert sorted(os.listdir(tmp_path)) == ["outside.txt", "record.json"]
+    # a link at the destination itself is replaced, its target untouched
+    os.remove(path)
+    os.symlink(outside, path)
+    tmpnames.write_replacing(str(path), b"again", tmp)
+    assert outside.read_bytes() == b"keep" and path.read_bytes() == b"again" and not path.is_symlink()
+    # a failed rename leaves no temporary behind
+    folder = tmp_path / "a-folder"
+    (folder / "inside").mkdir(parents=True)
+    with pytest.raises(OSError):
+        tmpnames.write_replacing(str(folder), b"x", str(tmp_path / "t.tmp"))
+    assert not (tmp_path / "t.tmp").exists()
+
+
+def test_no_engine_module_opens_a_temporary_for_writing_by_name():
+    """The class, not the thirteen places: a new ``open(tmp, "w")`` in the engine would follow a
+    link planted at the name (``tmpnames.write_replacing`` makes it ``O_EXCL | O_NOFOLLOW``)."""
+    import ast
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = []
+    for top in ("scalebox_cst", "runtime", "transforms"):
+        for folder, _, names in os.walk(os.path.join(root, top)):
+            for name in names:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as fh:
+                    tree = ast.parse(fh.read())
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "open" \
+                            and node.args and "tmp" in ast.unparse(node.args[0]).lower():
+                        mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+                        if isinstance(mode, ast.Constant) and isinstance(mode.value, str) and set(mode.value) & set("wax+"):
+                            found.append(f"{os.path.relpath(path, root)}:{node.lineno}")
+    assert found == [], found
