@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from scalebox_cst import statedir  # a run folder's files: never written through a link
+from scalebox_cst import statedir, tmpnames  # a run folder's files: never written through a link
 
 ENV_FILE = "SCALEBOX_METRICS_FILE"
 #: namespace of every series the engine itself observes or computes (telemetry, guard, clip):
@@ -185,8 +185,7 @@ def append_text(path: str, text: str) -> None:
     data = text.encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | statedir.NOFOLLOW, 0o644)
     try:
-        while data:
-            data = data[os.write(fd, data):]
+        tmpnames.write_all(fd, data)
     finally:
         os.close(fd)
 

@@ -446,9 +446,7 @@ def write_new(path: str, data: bytes, mode: Optional[int], dir_fd: Optional[int]
         try:
             if mode is not None:
                 os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            tmpnames.write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

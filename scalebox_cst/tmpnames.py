@@ -76,6 +76,14 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Every byte of ``data`` to the descriptor ``fd`` (``os.write`` may write fewer: a signal,
+    a pipe, a nearly full disk), unbuffered: nothing is left for a close to write later."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_replacing(path: str, data: bytes, tmp: str) -> None:
     """Write ``data`` to ``path`` whole or not at all, through the temporary ``tmp`` (a
     :func:`sibling` name), never through a link: whatever is at ``tmp`` goes first (a link
@@ -90,9 +98,7 @@ def write_replacing(path: str, data: bytes, tmp: str) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, path)

@@ -17,7 +17,7 @@ import stat
 import time
 from typing import Callable, Optional
 
-from scalebox_cst import statedir
+from scalebox_cst import statedir, tmpnames
 
 JOURNAL = "journal.log"
 
@@ -112,9 +112,7 @@ def _cut(path: str, data: bytes, offset: int, number: int, why: str, echo: Optio
                 if n == 99:
                     raise
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            tmpnames.write_all(fd, data)
         finally:
             os.close(fd)
         fd = statedir.open_in_place(path, os.O_WRONLY)
@@ -149,9 +147,7 @@ def backend(path: str):
                 try:
                     start = os.fstat(fd).st_size
                     try:
-                        view = memoryview(data)
-                        while view:  # unbuffered: nothing is left to be written later by a close
-                            view = view[os.write(fd, view):]
+                        tmpnames.write_all(fd, data)  # unbuffered: nothing is left for a close
                         os.fsync(fd)
                     except OSError:
                         try:

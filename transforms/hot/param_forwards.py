@@ -34,10 +34,19 @@ class CheckedClasses:
         self._safe: Dict[str, bool] = {}
         self._top = [(st.lineno, st.end_lineno or st.lineno) for st in files.tree.body]
         self._calls: Optional[Dict[str, List[Tuple[ast.Call, ast.AST]]]] = None
+        #: (id of the function, parameter) -> :meth:`passed`'s answer: asked for every call in
+        #: every candidate statement, and again for its reason
+        self._passed: Dict[Tuple[int, str], Tuple[str, ...]] = {}
 
     def passed(self, scope: ast.AST, param: str) -> Tuple[str, ...]:
         """The checked classes, defined at the top level before ``scope``'s top-level statement,
         of the modules this file passes to ``scope`` (a function of the module) as ``param``."""
+        key = (id(scope), param)
+        if key not in self._passed:
+            self._passed[key] = self._passed_to(scope, param)
+        return self._passed[key]
+
+    def _passed_to(self, scope: ast.AST, param: str) -> Tuple[str, ...]:
         line = getattr(scope, "lineno", None)
         if line is None or not isinstance(scope, ast.FunctionDef) or self.files.functions.get(scope.name) is not scope:
             return ()
