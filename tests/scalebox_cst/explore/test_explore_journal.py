@@ -82,6 +82,14 @@ def states(root):
     return [t.state.name for t in load_study(str(root), "explore").get_trials(deepcopy=False)]
 
 
+def explore_on_a_full_disk(root, tmp_path, writes):
+    """``explore`` whose journal writes after the first ``writes`` fail with ENOSPC (FULL_DISK)."""
+    (tmp_path / "fulldisk.py").write_text(FULL_DISK)
+    env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1", "JOURNAL_WRITES": str(writes)}
+    return subprocess.run([sys.executable, str(tmp_path / "fulldisk.py"), "explore", "-c", "explore.yaml"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=240)
+
+
 def no_traceback(proc):
     assert "Traceback" not in proc.stderr and "Error:" not in proc.stderr.replace("scalebox:", ""), proc.stderr
 
@@ -179,10 +187,7 @@ def test_a_record_of_an_unknown_operation_is_one_line(finished, tmp_path):
 @pytest.mark.parametrize("writes", [3, 12])
 def test_a_full_disk_stops_the_study_in_one_line_and_resume_goes_on(tmp_path, writes):
     root = make(tmp_path, trials=4)
-    (tmp_path / "fulldisk.py").write_text(FULL_DISK)
-    env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1", "JOURNAL_WRITES": str(writes)}
-    proc = subprocess.run([sys.executable, str(tmp_path / "fulldisk.py"), "explore", "-c", "explore.yaml"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=240)
+    proc = explore_on_a_full_disk(root, tmp_path, writes)
     no_traceback(proc)
     assert proc.returncode == 1
     assert "No space left on device; stopping the study" in proc.stderr, proc.stderr
@@ -198,10 +203,7 @@ def test_a_disk_full_before_the_study_is_stored_says_to_run_it_again_not_to_resu
     """The study's first journal write failing said "make room, then --resume", and --resume then
     answered "no study to resume" (the fault campaign's third list)."""
     root = make(tmp_path, trials=1)
-    (tmp_path / "fulldisk.py").write_text(FULL_DISK)
-    env = {**os.environ, **ENV, "OMP_NUM_THREADS": "1", "JOURNAL_WRITES": "0"}
-    proc = subprocess.run([sys.executable, str(tmp_path / "fulldisk.py"), "explore", "-c", "explore.yaml"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=240)
+    proc = explore_on_a_full_disk(root, tmp_path, 0)
     no_traceback(proc)
     assert proc.returncode == 1 and "no study was stored: make room, then run the same command again" in proc.stderr, proc.stderr
     again = explore(root, check=False)
