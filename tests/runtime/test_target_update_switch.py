@@ -56,13 +56,3 @@ def test_the_switch_comes_once_the_foreach_time_reaches_its_cost(fresh, monkeypa
     other, other_target = nets(8)
     assert tu.scale_add(other, other_target, 0.995, 0.005)
     assert tu._plan(other, other_target).kernel
-
-
-def test_a_number_of_calls_still_sets_the_switch(fresh, monkeypatch):
-    monkeypatch.setattr(tu, "NUMBA_AFTER", 3)
-    net, target = nets()
-    for _ in range(3):
-        tu.soft_update(net, target, 0.1, 0.9)
-    assert tu._plan(net, target).kernel is None
-    tu.soft_update(net, target, 0.1, 0.9)
-    assert tu._plan(net, target).kernel
