@@ -45,8 +45,9 @@ _GRAD_MODES = ("torch.no_grad", "torch.inference_mode", "torch.enable_grad", "to
 
 
 def _guard_key(c: "_Candidate") -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
-    """Statements share one ``with`` block only under the same run-time check (or none)."""
-    return c.guards, c.classes if c.guards else ()
+    """Statements share one ``with`` block only under the same run-time check (or none: then
+    both are empty, as ``classes`` are those of ``guards``)."""
+    return c.guards, c.classes
 
 
 class _Candidate:
