@@ -83,7 +83,7 @@ class Locator:
     @classmethod
     def from_spec(cls, spec: str) -> "Locator":
         site, sep, step = spec.rpartition("@")
-        if not sep or not step.isascii() and step.isdigit():
+        if not sep or not (step.isascii() and step.isdigit()):
             raise ValueError(f"SCALEBOX_LOCATE_NAN must be SITE@STEP, got {spec!r}")
         return cls(site, int(step))
 

@@ -928,3 +928,14 @@ def test_locate_nan_names_the_module_and_line(tmp_path):
     assert "Net.bad (Blowup) produced the first non-finite output at loc.py:20 step 7" in again.stderr
     assert f"{script}:14" in again.stderr  # the user's line that called the module
     assert '"kind": "nan_located"' in (tmp_path / "events.jsonl").read_text()
+
+
+@pytest.mark.parametrize("spec", ["fc@", "fc@abc", "fc@1.5", "fc@\u00b2", "fc", "fc@-1"])
+def test_a_nan_locator_spec_without_a_step_number_is_its_one_line(spec):
+    """`SITE@STEP` with a STEP that is not ASCII digits is the one-line error naming the setting;
+    a review of this session's digit checks found `not step.isascii() and step.isdigit()` there,
+    which let `fc@abc` and `fc@` through to a bare int() ValueError."""
+    from scalebox_cst.runtime.nan_locate import Locator
+
+    with pytest.raises(ValueError, match="SCALEBOX_LOCATE_NAN must be SITE@STEP"):
+        Locator.from_spec(spec)
