@@ -14,13 +14,14 @@ import importlib.util
 import os
 import sys
 from typing import List, Tuple
+from scalebox_cst.digits import ascii_digits
 
 ENV_DEVICE_MEMORY = "SCALEBOX_DEVICE_MEMORY"  # scalebox_cst.limits.ENV_DEVICE_MEMORY
 
 
 def _devices(module, count: int) -> List[int]:
     rank = os.environ.get("LOCAL_RANK")
-    if rank is not None and rank.isascii() and rank.isdigit() and count:
+    if rank is not None and ascii_digits(rank) and count:
         return [int(rank) % count]
     return list(range(count))
 

@@ -16,6 +16,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 import torch
+from scalebox_cst.digits import ascii_digits
 
 _SKIP_DIRS = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -83,7 +84,7 @@ class Locator:
     @classmethod
     def from_spec(cls, spec: str) -> "Locator":
         site, sep, step = spec.rpartition("@")
-        if not sep or not (step.isascii() and step.isdigit()):
+        if not sep or not ascii_digits(step):
             raise ValueError(f"SCALEBOX_LOCATE_NAN must be SITE@STEP, got {spec!r}")
         return cls(site, int(step))
 

@@ -20,6 +20,7 @@ from typing import Dict, List, Tuple
 
 from scalebox_cst import tmpnames
 from scalebox_cst.runtime import metrics
+from scalebox_cst.digits import ascii_digits
 
 ENV = "SCALEBOX_CALIBRATE_PRECISION"
 FILE = "precision.json"
@@ -114,7 +115,7 @@ def write_json() -> None:
 
 def install_from_env() -> None:
     text = os.environ.get(ENV)
-    if text and text.isascii() and text.isdigit() and int(text) > 0:
+    if text and ascii_digits(text) and int(text) > 0:
         from scalebox_cst.runtime import telemetry
 
         telemetry.imports.when_imported("torch", lambda _torch: install(int(text)))

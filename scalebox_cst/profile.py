@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from scalebox_cst import runs, site_counts
 from scalebox_cst.runtime.profile_categories import CATEGORIES  # the one table, shared with the sampler
+from scalebox_cst.digits import ascii_digits
 
 
 @functools.lru_cache(maxsize=None)
@@ -310,7 +311,7 @@ def pick(found: Sequence[runs.RunInfo], selector: Optional[str]) -> Optional[run
     newest run of ``BRANCH`` (already resolved by the caller), or with no selector the newest run."""
     if selector and "#" in selector:
         branch, _, number = selector.partition("#")
-        if not (number.isascii() and number.isdigit()):
+        if not ascii_digits(number):
             return None
         return next((r for r in found if r.branch == branch and r.run == int(number)), None)
     chosen = [r for r in found if not selector or r.branch == selector]

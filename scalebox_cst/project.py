@@ -29,6 +29,7 @@ from scalebox_cst.rollback import (
     write_new,
 )
 from scalebox_cst.store import Store, StoreError
+from scalebox_cst.digits import ascii_digits
 
 __all__ = ["ChangeResult", "JOURNAL_FILE", "Project", "RollbackResult", "report_text"]
 
@@ -346,7 +347,7 @@ class Project:
         store = self.store
         text = str(target).strip()
         is_run = text.startswith(("run/", "refs/heads/run/"))
-        if is_run or (text.isascii() and text.isdigit()):
+        if is_run or ascii_digits(text):
             try:
                 info = store.resolve(text)
             except StoreError:

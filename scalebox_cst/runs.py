@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Seq
 
 from scalebox_cst import headlines, intake, recordtypes, site_counts, statedir, tmpnames
 from scalebox_cst.intake import NotRegularFile, open_regular, state_json
+from scalebox_cst.digits import ascii_digits
 
 STATE_DIR = ".scalebox"
 RUNS = "runs"
@@ -116,7 +117,7 @@ def allocate_run(project_root: str, branch: str) -> Tuple[int, str]:
 def allocate_in(parent: str) -> Tuple[int, str]:
     """:func:`allocate_run` given the branch's folder ``runs/<branch>``."""
     statedir.makedirs(parent)  # a ``runs`` planted as a link leads nowhere outside the project
-    taken = [int(n) for n in os.listdir(parent) if len(n) == 4 and n.isascii() and n.isdigit()]
+    taken = [int(n) for n in os.listdir(parent) if len(n) == 4 and ascii_digits(n)]
     number = max(taken, default=0) + 1
     while True:
         path = os.path.join(parent, f"{number:04d}")
@@ -383,7 +384,7 @@ def list_runs(project_root: str, branch: Optional[str] = None) -> List[RunInfo]:
             continue
         rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
         name, _, number = rel.rpartition("/")
-        if not ("/" in name and len(number) == 4 and number.isascii() and number.isdigit()):  # branches hold a "/"
+        if not ("/" in name and len(number) == 4 and ascii_digits(number)):  # branches hold a "/"
             continue
         if branch is not None and name != branch:
             continue

@@ -37,6 +37,7 @@ from scalebox_cst.textlines import physical_lines
 from . import rewrite_caches
 from .analysis import cstpieces
 from .analysis.bodies import _BLOCK_FIELDS
+from scalebox_cst.digits import ascii_digits
 
 #: the start of every filler's string: a file that spells it anywhere is never split
 MARK = "scalebox:elided:"
@@ -149,7 +150,7 @@ def _filler_numbers(node: cst.CSTNode) -> Optional[Tuple[int, int]]:
     if not value.startswith('"""' + MARK):
         return None
     count, _, width = value[3 + len(MARK) :].split("\n", 1)[0].rstrip('"').partition(":")
-    return (int(count), int(width)) if count.isascii() and count.isdigit() and width.isascii() and width.isdigit() else None
+    return (int(count), int(width)) if ascii_digits(count) and ascii_digits(width) else None
 
 
 def elided_count(node: cst.CSTNode) -> Optional[int]:

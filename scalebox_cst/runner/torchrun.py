@@ -33,6 +33,7 @@ from scalebox_cst.intake import open_regular
 from scalebox_cst.runner import execution as executor
 from scalebox_cst.runner.record import error_tail
 from scalebox_cst.runtime.distributed import FAILURE, RANK_INFO, RANKS, TORCHRUN_FLAG, rank_dir
+from scalebox_cst.digits import ascii_digits
 
 #: torchrun's per-rank files go under the run folder, here
 TORCHRUN_LOGS = "torchrun"
@@ -208,8 +209,8 @@ def rank_records(run_dir: str) -> List[Dict[str, Any]]:
         names = os.listdir(base)
     except FileNotFoundError:
         return []
-    for name in sorted(names, key=lambda n: int(n) if n.isascii() and n.isdigit() else -1):
-        if not (name.isascii() and name.isdigit()):
+    for name in sorted(names, key=lambda n: int(n) if ascii_digits(n) else -1):
+        if not ascii_digits(name):
             continue
         try:
             with open_regular(os.path.join(base, name, RANK_INFO), "r", encoding="utf-8") as fh:

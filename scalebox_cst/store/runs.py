@@ -41,6 +41,7 @@ from scalebox_cst.store.common import (
 from scalebox_cst import userkey
 from scalebox_cst.store.objects import _Objects
 from scalebox_cst.store.refs import _RefFailures, _synchronized
+from scalebox_cst.digits import ascii_digits
 
 
 class _Runs(_Objects):
@@ -288,7 +289,7 @@ class _Runs(_Objects):
         for refname in self.repo.listall_references():
             if refname.startswith(RUN_PREFIX):
                 tail = refname[len(RUN_PREFIX):]
-                if tail.isascii() and tail.isdigit():
+                if ascii_digits(tail):
                     ref = _reference(self.repo, refname)
                     if ref is not None:
                         out.append((int(tail), refname[len("refs/heads/"):], ref.target.raw))
@@ -299,7 +300,7 @@ class _Runs(_Objects):
         numbers = [
             int(r[len(RUN_PREFIX):])
             for r in self.repo.listall_references()
-            if r.startswith(RUN_PREFIX) and r[len(RUN_PREFIX):].isascii() and r[len(RUN_PREFIX):].isdigit()
+            if r.startswith(RUN_PREFIX) and ascii_digits(r[len(RUN_PREFIX):])
         ]
         return max(numbers, default=0)
 
