@@ -284,6 +284,7 @@ RUNTIME_MAY_IMPORT = {
     "scalebox_cst.statedir": "a run folder's files are written in place as the host writes .scalebox/'s: never through a link",
     "scalebox_cst.oneline": "an error caught in the child reads in one line as the host's do",
     "scalebox_cst.intake": "the user's cache is read as the project's files are: regular files within a limit, no FIFO waited on",
+    "scalebox_cst.digits": "ranks and settings are numbers as the host reads run numbers: ASCII digits only (standard library only)",
 }
 
 
