@@ -250,7 +250,7 @@ class Config:
 #: the engine core's modules that decide a rewrite's bytes: every top-level module the pipeline
 #: imports (tests/scalebox_cst/test_config.py checks that none is missing) but ``_version``, whose
 #: value the fingerprint holds
-PIPELINE_MODULES = ("pipeline.py", "astsplice.py", "config.py", "continuation.py", "emitted.py", "fastcode.py",
+PIPELINE_MODULES = ("pipeline.py", "astsplice.py", "config.py", "continuation.py", "digits.py", "emitted.py", "fastcode.py",
                     "fused_program.py", "linediff.py", "oneline.py", "options.py", "report.py", "sourcefile.py", "textlines.py", "textshape.py")
 
 #: packages whose code decides a rewrite's bytes, with the prefix their files are named by: the
