@@ -19,7 +19,10 @@
   ``target_forward`` of a marked network (hot.target_graph_cut), and the forward alone of an
   unmarked network through it (the fallback: the guard's cost);
 * acting forwards (hot.no_grad): a module given as a parameter, under ``no_grad`` behind
-  ``checked_modules``, and that check's cost on a module of another class.
+  ``checked_modules``, and that check's cost on a module of another class;
+* fresh tensors moved (hot.fresh_on_device): ``torch.Tensor`` / ``torch.FloatTensor`` of a
+  float32 observation (CleanRL's CartPole), a bool ``done`` array, a float64 observation and a
+  256x17 float64 replay batch, ``.to(device)``, vs ``tensor_on``; and a list (the fallback).
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from torch.distributions import Categorical, MultivariateNormal, Normal
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import median_time  # noqa: E402
 
+from scalebox_cst.runtime.hot_device import tensor_on  # noqa: E402
 from scalebox_cst.runtime.hot_distributions import categorical_probs  # noqa: E402
 from scalebox_cst.runtime.hot_grad import checked_modules  # noqa: E402
 from scalebox_cst.runtime.hot_target import grads_unread, target_forward  # noqa: E402
@@ -114,6 +118,22 @@ def main() -> None:
     row("torch.tensor(32 Python lists) (fallback: guard cost)", t0, t1)
     target_pattern(number, repeat)
     acting_pattern(number, repeat)
+    fresh_device_pattern(number, repeat)
+
+
+def fresh_device_pattern(number: int, repeat: int) -> None:
+    """hot.fresh_on_device: ``make(x).to(device)`` as written vs ``tensor_on(make, x, device)``."""
+    rng = np.random.default_rng(0)
+    device = torch.device("cpu")
+    cases = (("float32 observation (4)", rng.standard_normal(4).astype(np.float32)),
+             ("bool done array (4)", np.zeros(4, dtype=bool)),
+             ("float64 observation (4)", rng.standard_normal(4)),
+             ("float64 replay batch (256x17)", rng.standard_normal((256, 17))),
+             ("list of 4 floats (fallback)", [0.5, 1.5, 2.5, 3.5]))
+    for what, x in cases:
+        for make in (torch.Tensor, torch.FloatTensor):
+            row(f"{make.__name__}({what}).to(device)", median_time(lambda: make(x).to(device), number, repeat),
+                median_time(lambda: tensor_on(make, x, device), number, repeat))
 
 
 def acting_pattern(number: int, repeat: int) -> None:

@@ -55,3 +55,14 @@ def test_cited_design_and_layout_files_exist():
     missing = sorted(c for c in cited if c != "README.md" and not os.path.exists(
         os.path.join(ROOT, c if c.startswith("docs/") else os.path.join("docs", c))))
     assert not missing
+
+
+def test_every_transform_has_its_entry_in_the_transforms_page():
+    """docs/transforms.md is where a user reads what a site's transform does and how exact it is:
+    hot.fresh_on_device was registered and reported for months without an entry there."""
+    from scalebox_cst.transforms import REGISTRY
+
+    with open(os.path.join(ROOT, "docs", "transforms.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    missing = [cls.id for cls in REGISTRY if f"**`{cls.id}`**" not in page and f"`{cls.id}`" not in page]
+    assert not missing, f"no entry in docs/transforms.md for {missing}"

@@ -1,18 +1,22 @@
-"""``make(x).to(device)`` of a fresh tensor → made on the device in one call, guarded at run time.
+"""``make(x).to(device)`` of a fresh tensor → the legacy constructor's own steps, guarded at run time.
 
 ``torch.FloatTensor(state.reshape(1, -1)).to(device)`` (sfujim/TD3's ``select_action`` and its
 replay ``sample``) and ``torch.Tensor(next_obs).to(device)`` (CleanRL, every step) build a tensor
 with a legacy constructor, then move it. The call becomes ``tensor_on(make, x, device)``
-(:mod:`scalebox_cst.runtime.hot_device`), which makes the tensor with one ``torch.tensor(x,
-dtype=..., device=device)`` where that is provably the same tensor and otherwise calls
-``make(x).to(device)`` as written (``exact``). Per call on CPU (CPU time, one thread):
-``FloatTensor`` of a 3-float64 observation 9.7 -> 5.3 us (1.83x), of a 256x17 batch 10.5 -> 6.3 us
-(1.66x): the legacy constructors' argument parsing is what it saves. An array already of the
-tensor's dtype made for the CPU (``torch.Tensor`` of a float32 observation, CleanRL's) takes the
-original call: the legacy constructor shares the array's memory there, and ``torch.tensor`` would
-copy it (the guard then costs a type and dtype check). ``torch.tensor(x).to(device)`` (CleanRL's rewards) is reported
-and left alone: through the guard it measured 0.98x (4.80 vs 4.88 us). On whole runs these calls
-are a small share (TD3: ~6 calls a step; see ``benchmarks/bench_public_scripts.py``).
+(:mod:`scalebox_cst.runtime.hot_device`), which does what the legacy constructor does inside
+(``torch.from_numpy(x)``, then ``.to(device, dtype)``) where that is provably the same tensor
+(memory shared with the array where the original shares it) and otherwise calls
+``make(x).to(device)`` as written (``exact``). The legacy constructors' argument parsing is what
+it saves. Per call on CPU (``benchmarks/bench_hot_patterns.py``, one thread, medians): a float32
+observation (CleanRL's CartPole, memory shared with the array) 4.5 -> 1.2-1.4 us (3.3-3.9x), a bool
+``done`` array or a float64 observation 5.6 -> 2.2-2.3 us (2.4x), a 256x17 float64 replay batch
+6.2 -> 2.8-3.0 us (2.1-2.2x). Before this runtime (``torch.tensor(x, dtype=, device=)``, and the call
+as written for an array of the tensor's own dtype on the CPU) the float32 case cost 0.77x: the
+guard on top of the original call. A list (``hot.tensor_from_arrays`` takes most before this
+runs) takes the call as written: 0.82-0.84x, the guard's cost.
+``torch.tensor(x).to(device)`` (CleanRL's rewards) is reported and left alone: the same steps
+measured 1.1-1.4x on arrays, but a list given to it costs 0.44x through the guard. On whole runs
+these calls are a small share (TD3: ~6 calls a step; see ``benchmarks/bench_public_scripts.py``).
 
 Safety (statically; the value checks are in the runtime helper's docstring):
 
@@ -104,8 +108,8 @@ class _Rewriter(PrunedTransformer):
                                  "made on the device it would differ (requires_grad: a leaf, not a moved copy)")
             return updated
         if maker == "torch.tensor":
-            self._skip(original, "torch.tensor(x).to(device): measured 0.98x per call on CPU (4.80 us written, 4.88 us "
-                                 "made on the device through the guard): left alone")
+            self._skip(original, "torch.tensor(x).to(device): left alone, as a list given to it measured 0.44x "
+                                 "through the guard (arrays 1.1-1.4x)")
             return updated
         if _not_data(positional[0].value):
             return updated
@@ -125,18 +129,17 @@ class _Rewriter(PrunedTransformer):
         for i, a in enumerate(rest):
             args.append(a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")) if i < len(rest) - 1
                                        else cst.MaybeSentinel.DEFAULT))
-        how = f"torch.tensor(x, dtype={_MAKERS[maker]}, device=...) for a float/bool/small-int ndarray"
         self.sites.append(self.ctx.site(ID, original, REWRITTEN, (
-            f"{maker}(x).to(device) made on the device in one call ({how}) when the target is a device, "
-            "else as written: same dtype, values and device"), EXACT))
+            f"{maker}(x).to(device) as from_numpy(x).to(device, {_MAKERS[maker]}) for a writable float/bool/small-int "
+            "ndarray (its own steps, without its argument parsing), else as written: the same tensor"), EXACT))
         return cst.Call(func=cst.Name(self.alias), args=args)
 
 
 class HotFreshOnDevice(Transform):
     id = ID
-    version = "1"
+    version = "2"
     triggers = (".to(",)
-    description = "make(x).to(device) of a fresh tensor → made on the device in one call (guarded, exact)"
+    description = "make(x).to(device) of a fresh tensor → from_numpy(x).to(device, dtype) (guarded, exact)"
 
     EXAMPLES = EXAMPLES
 

@@ -47,8 +47,8 @@ EXAMPLES = [
             "    return th.tensor(x).to(device).view(-1), th.tensor(x, dtype=th.float32).to(device)\n"
         ),
         rewritten=False,
-        reason="measured 0.98x",
-        note="CleanRL: torch.tensor(reward).to(device): no gain through the guard",
+        reason="a list given to it measured 0.44x",
+        note="CleanRL: torch.tensor(reward).to(device): a list through the guard loses more than an array gains",
     ),
     Example(
         code=(

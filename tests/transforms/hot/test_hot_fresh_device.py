@@ -30,8 +30,8 @@ def same(a, b):
     if not torch.is_tensor(a):
         return a == b
     if a.dtype != b.dtype or a.shape != b.shape or a.device != b.device or a.requires_grad != b.requires_grad \
-            or a.is_leaf != b.is_leaf:
-        return False
+            or a.is_leaf != b.is_leaf or a.stride() != b.stride() or a.storage_offset() != b.storage_offset():
+        return False  # the layout too: ``.view`` works on one where it works on the other
     if a.dtype == torch.bool:
         return torch.equal(a, b)
     return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
@@ -150,23 +150,72 @@ def test_runtime_follows_the_default_dtype():
         torch.set_default_dtype(old)
 
 
-def test_fast_path_taken_only_where_it_is_the_same(monkeypatch):
-    """The one-call path runs for arrays of the exact dtypes and device targets, never for the rest."""
+def spy_from_numpy(monkeypatch):
+    """The arrays tensor_on reads through torch.from_numpy (its own path), in order."""
     calls = []
-    real = torch.tensor
+    real = torch.from_numpy
 
-    def spy(*a, **k):
-        calls.append(k.get("device"))
-        return real(*a, **k)
+    def spy(a):
+        calls.append(a)
+        return real(a)
 
-    monkeypatch.setattr(hot_device.torch, "tensor", spy)
-    tensor_on(torch.FloatTensor, np.zeros(3), torch.device("cpu"))
-    assert calls == [torch.device("cpu")]
+    monkeypatch.setattr(hot_device.torch, "from_numpy", spy)
+    return calls
+
+
+def test_own_path_taken_only_where_it_is_the_same(monkeypatch):
+    """Its own path runs for arrays of the exact dtypes and device targets, never for the rest."""
+    calls = spy_from_numpy(monkeypatch)
+    taken = [np.zeros(3), np.zeros(3, dtype=np.float32), np.zeros((2, 3), dtype=np.int32)]
+    for x in taken:
+        tensor_on(torch.FloatTensor, x, torch.device("cpu"))
+    assert [id(c) for c in calls] == [id(x) for x in taken]
     calls.clear()
     for x, device in [(np.zeros(3, dtype=np.int64), "cpu"), (np.zeros(3, dtype=np.float16), "cpu"),
-                      ([0.0, 1.0], "cpu"), (np.zeros(3), torch.float64)]:
+                      ([0.0, 1.0], "cpu"), (np.zeros(3), torch.float64), (np.array(3, dtype=np.int32), "cpu")]:
         tensor_on(torch.FloatTensor, x, device)
     assert calls == []
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_a_read_only_array_takes_the_call_as_written(monkeypatch, dt):
+    """The legacy constructor warns of a read-only array (once a program, cast or not): that
+    warning is the user's, so such an array is never read through the rewrite's own path (its
+    ``torch.tensor`` had dropped the warning)."""
+    calls = spy_from_numpy(monkeypatch)
+    written = []
+    monkeypatch.setattr(hot_device, "call_at_caller", lambda fn, args, kw: written.append(fn) or fn(*args, **kw))
+    a = np.arange(3, dtype=dt)
+    a.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = tensor_on(torch.FloatTensor, a, "cpu")
+    assert calls == [] and written == [torch.FloatTensor] and t.dtype == torch.float32
+
+
+def test_a_torch_function_mode_sees_the_call_as_written(monkeypatch):
+    """Under a ``__torch_function__`` mode (a device context, fake tensors, a tracer) the call is
+    the user's: a mode may see ``from_numpy`` and not the legacy constructor."""
+    calls = spy_from_numpy(monkeypatch)
+
+    class Seen(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Seen():
+        t = tensor_on(torch.FloatTensor, np.zeros(3), "cpu")
+    assert calls == [] and t.dtype == torch.float32
+
+
+def test_torch_Tensor_with_a_gpu_default_tensor_type_takes_the_call_as_written(monkeypatch):
+    """``torch.set_default_tensor_type(torch.cuda.FloatTensor)``: ``torch.Tensor(a_f32)`` copies to
+    the GPU, then ``.to("cpu")`` copies back, where ``from_numpy`` would share the array."""
+    calls = spy_from_numpy(monkeypatch)
+    monkeypatch.setattr(hot_device.torch._C, "_get_default_device", lambda: "cuda")
+    tensor_on(torch.Tensor, np.zeros(3, dtype=np.float32), "cpu")
+    assert calls == []
+    tensor_on(torch.FloatTensor, np.zeros(3, dtype=np.float32), "cpu")  # a CPU type whatever the default
+    assert len(calls) == 1
 
 
 def test_an_array_of_the_tensors_dtype_made_for_the_cpu_stays_shared():
