@@ -63,7 +63,8 @@ def tensor_on(make: Any, data: Any, device: Any, **kwargs: Any) -> torch.Tensor:
             if dtype is None and make is torch.Tensor:
                 dtype = torch.get_default_dtype()
             if dtype is not None:
-                if data.dtype != _NUMPY.get(dtype) or not _on_cpu(device):
+                twin = _NUMPY.get(dtype)  # (numpy reads ``dtype == None`` as float64: never compared to None)
+                if twin is None or data.dtype != twin or not _on_cpu(device):
                     return torch.from_numpy(data).to(device=device, dtype=dtype)  # a copy on both
                 if make is not torch.Tensor or torch._C._get_default_device() == "cpu":
                     return torch.from_numpy(data).to(device)  # shared on both; "cpu:0" copies on both

@@ -150,6 +150,23 @@ def test_runtime_follows_the_default_dtype():
         torch.set_default_dtype(old)
 
 
+@pytest.mark.parametrize("default", [torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("dt", [np.float64, np.float32, np.int32, np.bool_])
+def test_torch_Tensor_under_another_default_dtype(default, dt):
+    """``torch.Tensor`` makes the default dtype, float16 and bfloat16 too: no numpy twin there
+    (numpy reads a comparison with None as one with float64: a float64 array came out float64)."""
+    x = (np.arange(6) * 12345.678).astype(dt)
+    old = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(default)
+        for device in ("cpu", torch.device("cpu")):
+            a, b = outcome(lambda: torch.Tensor(x).to(device)), outcome(lambda: tensor_on(torch.Tensor, x, device))
+            assert same(a, b) and a.dtype == default, (default, dt, a, b)
+            assert aliases(a, x) == aliases(b, x)
+    finally:
+        torch.set_default_dtype(old)
+
+
 def spy_from_numpy(monkeypatch):
     """The arrays tensor_on reads through torch.from_numpy (its own path), in order."""
     calls = []
