@@ -55,8 +55,9 @@ demo: venv
 	cd $(DEMO_DIR)/cartpole_ppo && $(SCALEBOX) diff --stat
 	@echo "watch it live: $(BIN)/scalebox monitor $(DEMO_DIR)/cartpole_ppo --web-port 8080 --refresh-interval 2  (then open http://127.0.0.1:8080/)"
 
+# --durations: the slowest tests in every CI log (CI must stay under 20 minutes: ~15 today)
 test: venv browser lint
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist worksteal
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist worksteal --durations=15
 
 # ruff and mypy over the engine core, the transforms and the runtime (configured in
 # pyproject.toml). mypy reads the package as it installs (transforms/ and runtime/ under
