@@ -105,6 +105,13 @@ def _positive_literal(expr: cst.BaseExpression) -> bool:
     return False
 
 
+def _is_parameter(func: cst.FunctionDef, name: str) -> bool:
+    params = func.params
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    return any(p.name.value == name for p in every)
+
+
 class _Rewriter(ScopedRewriter):
     def __init__(self, ctx: FileContext, sites: List[Site], user_default: bool) -> None:
         super().__init__()
@@ -159,6 +166,29 @@ class _Rewriter(ScopedRewriter):
             elif len(self._found().get(expr.value, ())) == 1:
                 return self._unpacked_positive(expr.value)
         return None
+
+    def not_positive(self, expr: cst.BaseExpression) -> str:
+        """Why the scale ``expr`` is left alone, naming what it is: most are a function's
+        parameters (tianshou's ``dist_fn(loc, scale)``, pytorch_sac's ``SquashedNormal(loc,
+        scale)``), whose value only a run-time check could know, and that check is the validation."""
+        known = "a positive constant, exp(...), softplus(...) or a name bound once to one of these"
+        if isinstance(expr, cst.Name):
+            scope = self.scopes[-1]
+            found = self._found().get(expr.value, ())
+            if isinstance(scope, cst.FunctionDef) and list(found) == [None] and _is_parameter(scope, expr.value):
+                return (f"the scale `{expr.value}` is a parameter of {scope.name.value}(), not provably positive here: "
+                        "its value is known only where it is called, and checking it there is what the validation does")
+            if len(found) > 1:
+                return f"the scale `{expr.value}` is bound {len(found)} times here: not provably positive ({known})"
+            unpacked = forward_returns.unpacked_from_call(self._scope_ast(), expr.value) if len(found) == 1 else None
+            if unpacked is not None:
+                call, index, _ = unpacked
+                return (f"the scale `{expr.value}` = {ast.unparse(call.func)}(...)[{index}] is not provably positive: "
+                        f"a body that call may run returns another value there, or is not in this file ({known})")
+        text = self.ctx.module.code_for_node(expr).strip()
+        text = " ".join(text.split())
+        text = text if len(text) <= 60 else text[:57] + "..."
+        return f"the scale `{text}` is not provably positive here ({known})"
 
     def _unpacked_positive(self, name: str) -> Optional[str]:
         """How ``name``, bound once by ``mean, name = self.actor(s)``, is positive: what the
@@ -281,8 +311,7 @@ class _Rewriter(ScopedRewriter):
                 return skip("loc or scale missing")
             why = self.positive(given["scale"])
             if why is None:
-                return skip("the scale is not provably positive here (a positive constant, exp(...), "
-                            "softplus(...) or a name bound once to one of these)")
+                return skip(self.not_positive(given["scale"]))
             how = f"the scale is {why}"
             extra = " (or a scale underflowed to 0)"
         elif kind == "mvn":
@@ -445,7 +474,7 @@ def _sets_default(ctx: FileContext) -> bool:
 
 class HotDistributionArgs(Transform):
     id = ID
-    version = "7"  # 7: a Normal scale unpacked from a forward of this file (`mean, std = self.actor(s)`) whose every return is positive there (forward_returns); 6: Categorical(probs) of a module attribute that is an nn.Sequential ending in nn.Softmax (philtabor's PPO actor), its layers never changed in the file; 5: the softmax-probs reason says a row's length is what the bound limits ("rows are at most the dtype's bound" said nothing), and reads "probs: self.pi(...) returns a softmax", not "probs are ... returns"; 4: a scale also used in arithmetic (mean + std * z) is no alias of it; 3: MultivariateNormal of a diagonal matrix; 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
+    version = "8"  # 8: a scale left alone says what it is (a parameter of f(), bound N times, or its text); 7: a Normal scale unpacked from a forward of this file (`mean, std = self.actor(s)`) whose every return is positive there (forward_returns); 6: Categorical(probs) of a module attribute that is an nn.Sequential ending in nn.Softmax (philtabor's PPO actor), its layers never changed in the file; 5: the softmax-probs reason says a row's length is what the bound limits ("rows are at most the dtype's bound" said nothing), and reads "probs: self.pi(...) returns a softmax", not "probs are ... returns"; 4: a scale also used in arithmetic (mean + std * z) is no alias of it; 3: MultivariateNormal of a diagonal matrix; 2: `t.softmax(x, dim=1)` through a rebound module alias is no tensor method (machin: was rewritten, "dim not a literal")
     triggers = ("Categorical", "Normal", "Bernoulli", "MultivariateNormal")
     description = "distributions whose arguments are valid by construction → validate_args=False (exact on valid input)"
 

@@ -105,3 +105,32 @@ def test_a_scale_from_a_parameters_call_is_not_followed():
         .replace("mean, std = self.actor(x)", "mean, std = actor(x)")
     out, sites = rewrite(code, dedent=False)
     assert out == code and [s.action for s in sites] == [SKIPPED], sites
+
+
+def test_a_scale_left_alone_says_what_it_is():
+    """A refusal names what the scale is: a parameter (most refusals in public code: tianshou's
+    ``dist_fn(loc, scale)``), a name bound twice, a forward's output this file cannot read (a
+    class of another file), or the expression itself; not one phrase for all."""
+    src = (
+        "import torch\n"
+        "from torch.distributions import Normal\n"
+        "from utils import Actor\n"
+        "def dist_fn(loc, scale):\n"
+        "    return Normal(loc, scale)\n"
+        "class Agent:\n"
+        "    def act(self, s, x):\n"
+        "        mean, std = self.actor(s)\n"
+        "        w = x.abs()\n"
+        "        if x.sum() > 0:\n"
+        "            w = torch.ones_like(x)\n"
+        "        return Normal(mean, std), Normal(mean, w), Normal(mean, self.log_std.exp().expand_as(mean))\n"
+    )
+    out, sites = rewrite(src)
+    assert out == src
+    reasons = sorted((s.line, s.reason) for s in sites)
+    assert [line for line, _ in reasons] == [5, 12, 12, 12]
+    assert "the scale `scale` is a parameter of dist_fn()" in reasons[0][1]
+    texts = " | ".join(r for _, r in reasons[1:])
+    assert "the scale `std` = self.actor(...)[1] is not provably positive: a body that call may run returns" in texts
+    assert "the scale `w` is bound 2 times here" in texts
+    assert "the scale `self.log_std.exp().expand_as(mean)` is not provably positive here" in texts
