@@ -47,8 +47,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
-import tempfile
 import weakref
 from time import perf_counter as _clock
 from typing import Any, Dict, List, Optional, Tuple
@@ -56,6 +54,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from . import numba_cache
 from .guard_reasons import no, none
 from .memory import any_overlap, may_share
 
@@ -271,19 +270,7 @@ def _load_numba() -> Any:
     global _numba
     if _numba is None:
         try:
-            if not os.environ.get("NUMBA_CACHE_DIR"):
-                base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-                for d in (os.path.join(base, "scalebox_cst", "numba"), os.path.join(tempfile.gettempdir(), "scalebox_cst-numba")):
-                    try:
-                        os.makedirs(d, exist_ok=True)
-                    except OSError:
-                        continue
-                    if os.access(d, os.W_OK):
-                        os.environ["NUMBA_CACHE_DIR"] = d
-                        cfg = sys.modules.get("numba.core.config")
-                        if cfg is not None:  # numba was imported before us
-                            cfg.reload_config()
-                        break
+            numba_cache.directory()  # $NUMBA_CACHE_DIR: the user's own folder (runtime/numba_cache.py)
             from . import _target_update_cpu as mod
 
             _numba = mod

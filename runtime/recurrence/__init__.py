@@ -90,7 +90,8 @@ containers, autograd) goes through the general path.
 numba is imported on first use only (see above).  Its on-disk cache goes to
 ``$NUMBA_CACHE_DIR`` when the user set it, otherwise to
 ``$XDG_CACHE_HOME/scalebox_cst/numba`` (``~/.cache/...``), or a per-user temp
-directory when that is not writable.
+directory when that is not writable; only a folder of the user's own that no one else can
+write, and the folders of other installs bounded (``runtime/numba_cache.py``).
 
 Parts: ``api`` (the two public calls and their fast paths), ``operands`` (normalisation and
 result dtypes), ``autograd``, ``kernels`` (the runners), ``backends`` (lazy loading, ski rental).

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
-import tempfile
 import time
 
 import numpy as np
 import torch
+
+from .. import numba_cache
 
 _log = logging.getLogger("scalebox_cst.runtime.recurrence")
 
@@ -37,35 +37,11 @@ def _debug_once(key, msg, *args):
         _log.debug(msg, *args)
 
 
-def _numba_cache_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    candidates = [os.path.join(base, "scalebox_cst", "numba")]
-    try:
-        uid = str(os.getuid())
-    except AttributeError:  # pragma: no cover - windows
-        uid = os.environ.get("USERNAME", "user")
-    candidates.append(os.path.join(tempfile.gettempdir(), "scalebox_cst-numba-" + uid))
-    for d in candidates:
-        try:
-            os.makedirs(d, exist_ok=True)
-            if os.access(d, os.W_OK):
-                return d
-        except OSError:
-            continue
-    return None
-
-
 def _load_numba():
     global _numba_mod
     if _numba_mod is None:
         try:
-            if not os.environ.get("NUMBA_CACHE_DIR"):
-                d = _numba_cache_dir()
-                if d is not None:
-                    os.environ["NUMBA_CACHE_DIR"] = d
-                    cfg = sys.modules.get("numba.core.config")
-                    if cfg is not None:  # numba was imported before us
-                        cfg.reload_config()
+            numba_cache.directory()  # $NUMBA_CACHE_DIR: the user's own folder (runtime/numba_cache.py)
             from .. import _recurrence_cpu as mod
 
             _numba_mod = mod

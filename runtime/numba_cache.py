@@ -1,0 +1,123 @@
+"""Where numba keeps the runtime's compiled kernels: one folder, owned by the user, bounded.
+
+The recurrence and target-update kernels (``_recurrence_cpu``, ``_target_update_cpu``) are
+``@njit(cache=True)``: numba writes them under ``$NUMBA_CACHE_DIR``, in a folder it names after
+the directory holding the source and a hash of its full path (``runtime_<sha1>``). Two things
+follow, and this module answers both for the two loaders (recurrence/backends.py and
+target_update.py, which chose the folder each in their own way before):
+
+* every install of the engine (a new virtual environment, a clone, a CI checkout) gets a folder
+  of its own, ~2 MB, never removed: 26 of them on a development machine. The folder of this
+  install is touched at each first load; those of other installs not used for
+  ``STALE_S`` seconds (7 days) are removed, newest ``KEEP`` kept whatever their age;
+* numba's index files are pickles, read back at load: a folder someone else can write is code
+  they can run in the user's training. The fallback under the temporary directory (where
+  ``~/.cache`` is not writable) is per user, made ``0700``, and used only where it is the
+  user's own and writable by nobody else; the same check applies to the folder in ``~/.cache``.
+
+``$NUMBA_CACHE_DIR``, where the user set it, is theirs: used as it is, never pruned.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import time
+from typing import List, Optional
+
+#: folders of other installs kept whatever their age (the newest first)
+KEEP = 8
+#: a folder of another install not used for this long is removed (7 days)
+STALE_S = 7 * 86400
+_chosen: List[Optional[str]] = []  # the folder this process chose (once), or [None]
+
+
+def _private(path: str) -> bool:
+    """Whether ``path`` is a real directory of this user that no one else may write."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+        return False
+    return not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and os.access(path, os.W_OK)
+
+
+def _candidates() -> List[str]:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    try:
+        user = str(os.getuid())
+    except AttributeError:  # pragma: no cover - windows
+        user = os.environ.get("USERNAME", "user")
+    return [os.path.join(base, "scalebox_cst", "numba"), os.path.join(tempfile.gettempdir(), "scalebox_cst-numba-" + user)]
+
+
+def directory() -> Optional[str]:
+    """The folder for ``$NUMBA_CACHE_DIR``, set in the environment (and numba's config, where
+    numba was imported first), or None when numba must go without a disk cache. Once a process."""
+    if _chosen:
+        return _chosen[0]
+    given = os.environ.get("NUMBA_CACHE_DIR")
+    if given:
+        _chosen.append(given)
+        return given
+    found = None
+    for d in _candidates():
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+        except OSError:
+            continue
+        if _private(d):
+            found = d
+            break
+    _chosen.append(found)
+    if found is None:
+        return None
+    os.environ["NUMBA_CACHE_DIR"] = found
+    cfg = sys.modules.get("numba.core.config")
+    if cfg is not None:  # numba was imported before us
+        cfg.reload_config()
+    try:
+        prune(found, own_folder())
+    except OSError:
+        pass  # a cache that cannot be tidied still works
+    return found
+
+
+def own_folder() -> str:
+    """The name numba gives this install's folder (``numba.core.caching._UserProvidedCacheLocator``:
+    the source directory's name, an underscore, the sha1 of its full path)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return f"{os.path.basename(here)}_{hashlib.sha1(here.encode()).hexdigest()}"
+
+
+def prune(cache: str, own: str, now: Optional[float] = None) -> List[str]:
+    """Touch ``own`` under ``cache``; remove the folders of other installs unused for STALE_S,
+    except the KEEP newest. Returns the names removed. Only folders named as numba names them
+    (``<name>_<40 hex digits>``) and that are real directories are looked at."""
+    now = time.time() if now is None else now
+    mine = os.path.join(cache, own)
+    if os.path.isdir(mine) and not os.path.islink(mine):
+        os.utime(mine, (now, now))
+    others = []
+    for entry in os.scandir(cache):
+        name = entry.name
+        stem, _, digest = name.rpartition("_")
+        if name == own or not stem or len(digest) != 40 or any(c not in "0123456789abcdef" for c in digest):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            others.append((st.st_mtime, name))
+    others.sort(reverse=True)
+    removed = []
+    for mtime, name in others[KEEP:]:
+        if now - mtime >= STALE_S:
+            shutil.rmtree(os.path.join(cache, name), ignore_errors=True)
+            removed.append(name)
+    return removed
