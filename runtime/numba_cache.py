@@ -11,9 +11,11 @@ target_update.py, which chose the folder each in their own way before):
   install is touched at each first load; those of other installs not used for
   ``STALE_S`` seconds (7 days) are removed, newest ``KEEP`` kept whatever their age;
 * numba's index files are pickles, read back at load: a folder someone else can write is code
-  they can run in the user's training. The fallback under the temporary directory (where
-  ``~/.cache`` is not writable) is per user, made ``0700``, and used only where it is the
-  user's own and writable by nobody else; the same check applies to the folder in ``~/.cache``.
+  they can run in the user's training. The folder is ``numba`` in the engine's per-user cache
+  (``runtime.backend.cache_dir``: ``$SCALEBOX_CACHE_DIR``, else ``~/.cache/scalebox_cst``), or,
+  where that cannot be made, one per user in the temporary directory, made ``0700`` and used only
+  where it is the user's own and no one else can write it (target_update's was one folder for
+  all users). A link in either place is refused.
 
 ``$NUMBA_CACHE_DIR``, where the user set it, is theirs: used as it is, never pruned.
 """
@@ -26,7 +28,9 @@ import stat
 import sys
 import tempfile
 import time
-from typing import List, Optional
+from typing import List, Optional, Tuple
+
+from .backend import cache_dir
 
 #: folders of other installs kept whatever their age (the newest first)
 KEEP = 8
@@ -35,24 +39,34 @@ STALE_S = 7 * 86400
 _chosen: List[Optional[str]] = []  # the folder this process chose (once), or [None]
 
 
-def _private(path: str) -> bool:
-    """Whether ``path`` is a real directory of this user that no one else may write."""
+def _private(path: str, shared: bool) -> bool:
+    """Whether ``path`` is a real directory of this user's that no one else may write. One in the
+    user's own cache folder that is open to the group (made by a release before this one, under
+    umask 002) is closed instead; one in a shared place (the temporary directory) is refused."""
     try:
         st = os.lstat(path)
     except OSError:
         return False
     if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
         return False
-    return not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and os.access(path, os.W_OK)
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if shared:
+            return False
+        try:
+            os.chmod(path, 0o700)
+        except OSError:
+            return False
+    return os.access(path, os.W_OK)
 
 
-def _candidates() -> List[str]:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+def _candidates() -> List[Tuple[str, bool]]:
+    """``(folder, shared)`` in order: in the engine's per-user cache, then in the temporary directory."""
     try:
         user = str(os.getuid())
     except AttributeError:  # pragma: no cover - windows
         user = os.environ.get("USERNAME", "user")
-    return [os.path.join(base, "scalebox_cst", "numba"), os.path.join(tempfile.gettempdir(), "scalebox_cst-numba-" + user)]
+    return [(os.path.join(cache_dir(), "numba"), False),
+            (os.path.join(tempfile.gettempdir(), "scalebox_cst-numba-" + user), True)]
 
 
 def directory() -> Optional[str]:
@@ -65,12 +79,12 @@ def directory() -> Optional[str]:
         _chosen.append(given)
         return given
     found = None
-    for d in _candidates():
+    for d, shared in _candidates():
         try:
             os.makedirs(d, mode=0o700, exist_ok=True)
         except OSError:
             continue
-        if _private(d):
+        if _private(d, shared):
             found = d
             break
     _chosen.append(found)

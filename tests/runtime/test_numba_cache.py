@@ -20,6 +20,7 @@ def fresh(monkeypatch, tmp_path):
     """A process that has not chosen yet, with its cache home and temporary directory in tmp_path."""
     monkeypatch.setattr(numba_cache, "_chosen", [])
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delenv("SCALEBOX_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
     monkeypatch.setattr(numba_cache.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
     os.makedirs(tmp_path / "tmp")
@@ -35,14 +36,31 @@ def test_the_users_cache_folder_is_made_private_and_set(fresh):
 
 
 def test_a_folder_others_can_write_is_never_used(fresh):
-    """A cache folder writable by group or others (or a link to one) is someone else's way into
-    the training process: the per-user fallback is taken, and it is checked the same way."""
-    shared = fresh / "home-cache" / "scalebox_cst" / "numba"
-    os.makedirs(shared)
-    os.chmod(shared, 0o777)
+    """A cache folder writable by others is someone else's way into the training process. The
+    user's own folder in their cache is closed (an older release made it under the umask); a link
+    there is refused, and the per-user fallback taken."""
+    mine = fresh / "home-cache" / "scalebox_cst" / "numba"
+    os.makedirs(mine)
+    os.chmod(mine, 0o777)
+    assert numba_cache.directory() == str(mine)
+    assert os.stat(mine).st_mode & 0o077 == 0
+
+
+def test_a_link_in_the_users_cache_is_refused(fresh):
+    os.makedirs(fresh / "home-cache" / "scalebox_cst")
+    os.makedirs(fresh / "elsewhere")
+    os.symlink(fresh / "elsewhere", fresh / "home-cache" / "scalebox_cst" / "numba")
     d = numba_cache.directory()
     assert d == str(fresh / "tmp" / f"scalebox_cst-numba-{os.getuid()}")
     assert os.stat(d).st_mode & 0o077 == 0
+
+
+def test_a_fallback_open_to_others_is_refused(fresh):
+    (fresh / "home-cache").write_text("not a folder")
+    shared = fresh / "tmp" / f"scalebox_cst-numba-{os.getuid()}"
+    os.makedirs(shared)
+    os.chmod(shared, 0o777)
+    assert numba_cache.directory() is None
 
 
 def test_a_planted_fallback_is_refused_too(fresh):
@@ -108,9 +126,9 @@ def test_both_loaders_take_the_checked_folder(fresh, monkeypatch, loader):
     from scalebox_cst.runtime import target_update
     from scalebox_cst.runtime.recurrence import backends
 
-    shared = fresh / "home-cache" / "scalebox_cst" / "numba"
-    os.makedirs(shared)
-    os.chmod(shared, 0o777)
+    os.makedirs(fresh / "home-cache" / "scalebox_cst")
+    os.makedirs(fresh / "elsewhere")
+    os.symlink(fresh / "elsewhere", fresh / "home-cache" / "scalebox_cst" / "numba")
     if loader == "target_update":
         monkeypatch.setattr(target_update, "_numba", None)
         target_update._load_numba()
