@@ -135,8 +135,8 @@ def changed_outside(source: str, output: str, sites: Sequence[Site]) -> List[str
     return out
 
 
-def check_file(path: str, pipelines: Dict[str, Pipeline], slow_ms: float):
-    name = os.path.basename(path)
+def check_file(path: str, pipelines: Dict[str, Pipeline], slow_ms: float, name: Optional[str] = None):
+    name = name or os.path.basename(path)  # as the report shows it (the path below the folder swept)
     with open(path, "rb") as fh:
         data = fh.read()
     outcomes: List[Outcome] = []
@@ -241,6 +241,16 @@ def summarise(outcomes: List[Outcome], problems: List[Problem], backends: Sequen
     return "\n".join(out)
 
 
+def python_files(folder: str) -> list:
+    """Every ``.py`` file below ``folder`` (a fetched repository keeps its tree), hidden folders
+    (``.git``) left out, sorted."""
+    found = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found.extend(os.path.join(root, f) for f in names if f.endswith(".py"))
+    return sorted(found)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder")
@@ -264,9 +274,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             value = raw
         config.set_option(section, key, value)
 
-    files = sorted(
-        os.path.join(args.folder, f) for f in os.listdir(args.folder) if f.endswith(".py")
-    )
+    files = python_files(args.folder)
     if not files:
         print(f"no .py files in {args.folder}", file=sys.stderr)
         return 2
@@ -277,7 +285,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     outcomes: List[Outcome] = []
     problems: List[Problem] = []
     for path in files:
-        o, p = check_file(path, pipelines, args.slow_ms)
+        o, p = check_file(path, pipelines, args.slow_ms, os.path.relpath(path, args.folder))
         outcomes.extend(o)
         problems.extend(p)
 
