@@ -18,7 +18,10 @@ under a live writer). This pass:
    without writing it (the store's set of ids known stored), and all it could name of a removed
    tree or commit is the rewrite cache's own (names no project tree holds), which the cache
    reads as damage and rebuilds;
-4. packs the refs (one ``packed-refs`` file instead of one file per run branch).
+4. packs the refs (one ``packed-refs`` file instead of one file per run branch), and removes
+   the reflogs that record nothing but their ref's creation at the commit it still names (each
+   run branch kept one, a 4 kB block of disk for one line: 7 of the 15 MB left at 1,500
+   branches); the ref itself keeps that commit, and a ref that moves later starts a new log.
 
 Every step removes only what is elsewhere already (a packed copy) or what nothing reaches, one
 file at a time: a kill at any point leaves a store whose every ref reads whole, and running it
@@ -50,6 +53,7 @@ class GcReport:
     kept_young: int = 0  # unreachable, younger than the grace period: kept
     kept_blobs: int = 0  # unreachable blobs: packed, never removed
     refs_packed: int = 0
+    reflogs_removed: int = 0  # reflogs of one creation line at the ref's commit
     pack_bytes: int = 0  # disk the new pack and its index take
     dry_run: bool = False
 
@@ -59,7 +63,8 @@ class GcReport:
         freed = self.loose_bytes - self.pack_bytes
         return (f"scalebox gc ({'dry run' if self.dry_run else 'done'}): {self.loose} loose objects "
                 f"({self.loose_bytes / mb:.1f} MB on disk); {verb} pack {self.packed}, remove {self.pruned} "
-                f"unreachable trees/commits ({self.pruned_bytes / mb:.1f} MB), pack {self.refs_packed} refs"
+                f"unreachable trees/commits ({self.pruned_bytes / mb:.1f} MB), pack {self.refs_packed} refs, "
+                f"remove {self.reflogs_removed} reflogs of their ref's creation only"
                 + ("" if self.dry_run else f"; new pack {self.pack_bytes / mb:.1f} MB, {max(freed, 0) / mb:.1f} MB freed")
                 + f"; kept {self.kept_young} unreachable younger than the grace period, {self.kept_blobs} unreachable blobs (packed)")
 
@@ -160,6 +165,8 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
         report.pruned = len(prune)
         report.pruned_bytes = sum(_disk(st) for _, _, st in prune)
         report.refs_packed = sum(1 for _ in _loose_refs(store.path))
+        creations = _creation_only_logs(repo, store.path)
+        report.reflogs_removed = len(creations)
         report.packed = len(to_pack)
         if dry_run:
             return report
@@ -180,8 +187,32 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
             _remove(os.path.join(logs, name))  # the caches' reflogs: they would name what goes next
         for _, path, _ in prune:
             _remove(path)
+        for path in creations:
+            _remove(path)
         repo.compress_references()
     return report
+
+
+def _creation_only_logs(repo: pygit2.Repository, path: str) -> List[str]:
+    """The reflog files of branches whose log is one line: their creation, at the commit the
+    branch still names (what that line keeps, the branch keeps). A log that cannot be read, or
+    that is not a plain file, is left alone."""
+    found = []
+    for name in repo.references:
+        if not name.startswith("refs/heads/"):
+            continue
+        log = os.path.join(path, "logs", *name.split("/"))
+        try:
+            ref = repo.references.get(name)
+            entries = list(ref.log()) if ref is not None else []
+            if len(entries) != 1 or not os.path.isfile(log) or os.path.islink(log):
+                continue
+            entry = entries[0]
+            if str(entry.oid_old) == _ZERO and entry.oid_new == ref.resolve().target:
+                found.append(log)
+        except (pygit2.GitError, KeyError, OSError):
+            continue
+    return found
 
 
 def _loose_refs(path: str):
