@@ -204,7 +204,9 @@ def _creation_only_logs(repo: pygit2.Repository, path: str) -> List[str]:
         log = os.path.join(path, "logs", *name.split("/"))
         try:
             ref = repo.references.get(name)
-            entries = list(ref.log()) if ref is not None else []
+            if ref is None:
+                continue
+            entries = list(ref.log())
             if len(entries) != 1 or not os.path.isfile(log) or os.path.islink(log):
                 continue
             entry = entries[0]
