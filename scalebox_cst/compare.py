@@ -214,6 +214,7 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
             for label, ok, excluded, per_run in loaded
         ],
         "metrics": [],
+        "builds": _builds([r for _, ok, _, _ in loaded for r in ok]),
     }
     for metric, title, better in chosen:
         rows = []
@@ -275,6 +276,24 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
     out["profile"] = profile.compare_shares([(label, ok) for label, ok, _, _ in loaded])
     out["fallbacks"] = fallbacks.per_group([(label, ok) for label, ok, _, _ in loaded])
     return out
+
+
+#: how a run made before builds were recorded is named beside recorded ones
+UNRECORDED_BUILD = "an earlier build (not recorded)"
+
+
+def _builds(compared: Sequence[runs.RunInfo]) -> Optional[Dict[str, List[str]]]:
+    """build -> the compared runs it launched, where they were launched by more than one build of
+    the engine (an upgrade between the original's runs and the rewrite's: its seeding, telemetry
+    and launcher are part of what a run measured); None where one build made them all, or none
+    of them says."""
+    found: Dict[str, List[str]] = {}
+    for run in compared:
+        build = run.record.get("engine")
+        found.setdefault(build if isinstance(build, str) and build else UNRECORDED_BUILD, []).append(run.id)
+    if len(found) < 2:
+        return None
+    return found
 
 
 def _known_threads(head: Dict[str, Any]) -> Optional[int]:
@@ -347,6 +366,11 @@ def render(result: Dict[str, Any]) -> str:
         if shared:
             whys = "; ".join(f"{run_id}: {why}" for run_id, why in shared.items())
             lines.append(f"  {len(shared)} of {len(g['runs'])} shared the machine ({whys}): their wall time and steps/s are not a speed measurement")
+    builds = result.get("builds")
+    if builds:
+        shown = "; ".join(f"{build}: {', '.join(ids[:4])}{' ...' if len(ids) > 4 else ''}" for build, ids in builds.items())
+        lines.append(f"runs made by {len(builds)} builds of scalebox ({shown}): their seeding, telemetry and launcher "
+                     "may differ, so a difference may be the engine's as well as the code's")
     if not result["metrics"]:
         lines.append("no metric to compare (no finished run has one)")
     width = max((len(g["label"]) for g in groups), default=4)

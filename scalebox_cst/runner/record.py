@@ -10,6 +10,15 @@ from typing import Any, Dict, List, Optional
 from scalebox_cst import runs
 
 
+def engine_build() -> str:
+    """``VERSION+DIGEST`` of the engine that launched a run: its seeding, telemetry and launcher
+    are part of what a run measured, so ``compare`` says when the runs it pools were made by
+    different builds (an upgrade between the original's runs and the rewrite's)."""
+    from scalebox_cst.config import __version__, engine_digest
+
+    return f"{__version__}+{engine_digest()[:8]}"
+
+
 @dataclasses.dataclass
 class RunRecord:
     """What ``record.json`` holds (see scalebox_cst.runs and the README for every key)."""
@@ -50,6 +59,7 @@ class RunRecord:
     limits: Optional[Dict[str, str]] = None  # what is enforced, and how (scalebox_cst.limits)
     fallbacks: Optional[List[Dict[str, Any]]] = None  # operators run on the CPU, per line (scalebox_cst.fallbacks)
     precision: Optional[Dict[str, Any]] = None  # module ranges of a calibration run (scalebox_cst.calibration)
+    engine: Optional[str] = dataclasses.field(default_factory=lambda: engine_build())  # the build that launched it
 
     @property
     def stopped(self) -> bool:
@@ -65,7 +75,9 @@ class RunRecord:
     @classmethod
     def from_json(cls, data: dict) -> "RunRecord":
         fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields})
+        kept = {k: v for k, v in data.items() if k in fields}
+        kept.setdefault("engine", None)  # a record from before builds were recorded: not this build's
+        return cls(**kept)
 
 
 def summarize(series: Dict[str, List[runs.Point]]) -> Dict[str, Dict[str, Any]]:

@@ -150,3 +150,35 @@ def test_a_group_without_runs_is_one_line_saying_how_to_make_one(tmp_path):
     assert "run/0002: 0 run(s); left out: run/0002#1 (failed); nothing to compare: `scalebox run SCRIPT` makes a run of it\n" in text
     rows = [line for line in text.splitlines() if line.startswith("  ")]
     assert rows and all(line.lstrip().startswith("run/0001 ") for line in rows), text
+
+
+def test_runs_launched_by_other_builds_of_the_engine_are_said_to_be(tmp_path):
+    """The original's runs pool every snapshot of the same files, made with whatever build of
+    the engine was installed then (runs from before the launcher seeded numpy beside runs after
+    it): compare names the builds where the runs it compares came from more than one, and a
+    record that says none is an earlier build."""
+    def built(run, build):
+        record = runs.load_record(run.dir)
+        if build is not None:
+            record["engine"] = build
+        runs.write_record(run.dir, record)
+        return runs.RunInfo(run.branch, run.run, run.dir, runs.load_record(run.dir))
+
+    a = [built(_fake_run(tmp_path, "run/0001", 100.0 * i, 10.0, 1, 0.5, variant="original"), build)
+         for i, build in enumerate(("0.1.0+aaaaaaaa", None))]
+    b = [built(_fake_run(tmp_path, "run/0001", 1000.0 + 100 * i, 10.0, 1, 0.5), "0.1.0+bbbbbbbb") for i in range(2)]
+    result = stats.compare([("original", a), ("run/0001", b)])
+    assert result["builds"] == {"0.1.0+aaaaaaaa": [a[0].id], stats.UNRECORDED_BUILD: [a[1].id],
+                                "0.1.0+bbbbbbbb": [r.id for r in b]}
+    text = stats.render(result)
+    assert "runs made by 3 builds of scalebox (0.1.0+aaaaaaaa: run/0001#1; an earlier build (not recorded): run/0001#2;" in text
+    one = stats.compare([("original", a[:1]), ("run/0001", [built(b[0], "0.1.0+aaaaaaaa")])])
+    assert one["builds"] is None and "builds of scalebox" not in stats.render(one)
+
+
+def test_a_run_records_the_build_that_launched_it(tmp_path):
+    from scalebox_cst.runner.record import RunRecord, engine_build
+
+    record = RunRecord("run/0001", "c" * 40, "train.py", [], started=1.0)
+    assert record.engine == engine_build() and "+" in record.engine
+    assert RunRecord.from_json({"branch": "run/0001", "commit": "c" * 40, "script": "t.py", "args": [], "started": 1.0}).engine is None
