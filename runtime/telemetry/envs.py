@@ -14,7 +14,9 @@ Which object's steps count, per call chain (several patched layers call each oth
 - the object ``gymnasium.make`` / ``gym.make`` returned, else a non-wrapper env (one built
   directly), but never one called inside a counted call: ``RecordEpisodeStatistics(make(..))``
   counts once, at ``make``'s level (the raw env return, as CleanRL records it; wrappers the user
-  adds outside, reward normalisation, life-loss episodes, do not change it);
+  adds outside, reward normalisation, life-loss episodes, do not change it); the base env of a
+  made one, reached by ``.unwrapped`` and stepped there (to drop the time limit), counts as built
+  directly;
 - a vector env counts its sub-envs itself (per index, with gymnasium 1.x's next-step / same-step
   / disabled autoreset and the same-step autoreset of gymnasium 0.29 and gym) unless its first
   step is seen to step counted envs inside (``SyncVectorEnv`` of ``make`` envs: those count);
@@ -447,6 +449,31 @@ def _hook_new(base: type) -> None:
     base.__new__ = staticmethod(__new__)
 
 
+def _hook_unwrapped(wrapper: type) -> None:
+    """``wrapper.unwrapped`` notes the base env a script reaches through a made env
+    (``gym.make(...).unwrapped``, to step it without the time limit): built inside ``make``, its
+    class was never patched, so its steps went uncounted. It counts as a directly built env from
+    then on; stepped through its wrappers instead, those calls count once, at ``make``'s level."""
+    prop = wrapper.__dict__.get("unwrapped")
+    if not isinstance(prop, property) or prop.fget is None or getattr(prop.fget, _MARK, False):
+        return
+    fget = prop.fget
+
+    @functools.wraps(fget)
+    def unwrapped(self):
+        env = fget(self)
+        cls = type(env)
+        if cls not in _direct_classes and _on and not _state().making:
+            try:
+                _built(cls)
+            except Exception:
+                pass
+        return env
+
+    setattr(unwrapped, _MARK, True)
+    wrapper.unwrapped = property(unwrapped, prop.fset, prop.fdel, prop.__doc__)  # type: ignore[attr-defined]
+
+
 def _wrap_make(module: Any, name: str = "make") -> None:
     fn = getattr(module, name, None)
     if fn is None or getattr(fn, _MARK, False):
@@ -485,6 +512,7 @@ def _attach(package: Any, vector_names: Any, wrapper_names: Any, old: bool) -> N
         wrapper = getattr(package, "Wrapper", None)
         if isinstance(wrapper, type):
             _wrappers.append(wrapper)
+            _hook_unwrapped(wrapper)
     for attr in wrapper_names:
         cls = getattr(vector, attr, None)
         if isinstance(cls, type):

@@ -613,3 +613,40 @@ def test_envs_built_without_make_count_once_with_their_time_limit(tmp_path):
     assert any(n == 12 for _, n in seen) and any(r == 2.0 * n for r, n in seen)
     got = [[r, int(l)] for (_, r), (_, l) in zip(points["scalebox/episodic_return"], points["scalebox/episodic_length"])]
     assert got == seen
+
+
+UNWRAPPED = """
+import json, sys
+import gymnasium as gym
+
+env = gym.make("CartPole-v1").unwrapped  # no time limit: the script steps the base env itself
+env.reset(seed=1)
+env.action_space.seed(1)
+seen = []
+for _ in range(3):
+    env.reset()
+    total, n = 0.0, 0
+    while True:
+        _, r, term, trunc, _ = env.step(env.action_space.sample())
+        total += r
+        n += 1
+        if term or trunc:
+            seen.append([total, n])
+            break
+made = gym.make("CartPole-v1", max_episode_steps=9)  # made and stepped as made: counted once, at its own level
+made.unwrapped.reset(seed=2)
+made.reset(seed=2)
+for _ in range(9):
+    made.step(0)
+seen.append([9.0, 9])
+json.dump(seen, open(sys.argv[1], "w"))
+"""
+
+
+def test_the_unwrapped_env_of_a_made_env_is_counted_when_the_script_steps_it(tmp_path):
+    # sweetice's AC_CartPole steps `gym.make(...).unwrapped`: its class had never been patched
+    # (built inside make), so the run recorded no episode and no return at all
+    _, points, _ = run(tmp_path, UNWRAPPED, tmp_path / "seen.json")
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    got = [[r, int(l)] for (_, r), (_, l) in zip(points["scalebox/episodic_return"], points["scalebox/episodic_length"])]
+    assert got == seen
