@@ -150,11 +150,58 @@ def shorten(reason: str) -> Tuple[str, Optional[str]]:
     if len(reason) <= REASON_LIMIT:
         return reason, None
     room = REASON_LIMIT - len(_MORE)
+    outside = _outside_brackets(reason[:room])
+    for sep in ("; ", ": ", ", ", " "):
+        # a cut inside parentheses would leave them open: "... copies (no gradient (more: details)"
+        cut = max((i for i in _finds(reason, sep, room) if outside[i]), default=-1)
+        if cut > room // 3:
+            return reason[:cut] + _MORE, reason
+    # no clause ends outside them far enough in: cut inside, and close what is open there
+    room -= len(", ...") + 4
     for sep in ("; ", ": ", ", ", " "):
         cut = reason.rfind(sep, 0, room)
         if cut > room // 3:
-            return reason[:cut] + _MORE, reason
-    return reason[:room] + _MORE, reason
+            return _closed(reason[:cut]) + _MORE, reason
+    return _closed(reason[:room]) + _MORE, reason
+
+
+def _closed(head: str) -> str:
+    """``head`` with ``, ...`` and the closers of the brackets still open at its end."""
+    opened: List[str] = []
+    code = False
+    for ch in head:
+        if ch == "`":
+            code = not code
+        elif not code and ch in "([{":
+            opened.append(ch)
+        elif not code and ch in ")]}" and opened:
+            opened.pop()
+    if not opened:
+        return head
+    return head + ", ..." + "".join({"(": ")", "[": "]", "{": "}"}[c] for c in reversed(opened))
+
+
+def _finds(text: str, sep: str, end: int) -> List[int]:
+    """Where ``sep`` starts in ``text[:end]`` (whole occurrences)."""
+    out, i = [], text.find(sep, 0, end)
+    while i >= 0:
+        out.append(i)
+        i = text.find(sep, i + 1, end)
+    return out
+
+
+def _outside_brackets(text: str) -> List[bool]:
+    """Per character of ``text``: whether no (), [] or {} is open there (backticked code aside)."""
+    out, depth, code = [], 0, False
+    for ch in text:
+        out.append(depth == 0 and not code)
+        if ch == "`":
+            code = not code
+        elif not code and ch in "([{":
+            depth += 1
+        elif not code and ch in ")]}" and depth:
+            depth -= 1
+    return out
 
 
 def _strings(value: Any) -> List[str]:

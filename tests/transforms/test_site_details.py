@@ -99,3 +99,23 @@ def test_diff_details_shows_the_contracts(tmp_path):
     shown = scalebox("diff", "--details", "--no-color", cwd=root).stdout
     assert "recurrence_ok" in plain and '"contracts"' not in plain
     assert '#      "contracts": {' in shown and "exact types, one float dtype, device and row shape" in shown
+
+
+def test_a_long_reason_is_cut_outside_parentheses():
+    # sweetice's AC_CartPole: the cut fell on the '; ' inside "(no gradient; the guard ...)" and
+    # the diff read "... float64 copies (no gradient (more: details)"
+    whole = ("one batched evaluation: " + "; ".join(f"clause {i} " + "x" * 30 for i in range(5))
+             + "; values as copies (no gradient; the guard checks " + "y" * 200 + "), cast where they meet")
+    short, details = contracts.site_details(whole)
+    assert len(short) <= REASON_LIMIT and short.endswith("(more: details)")
+    head = short[: -len(" (more: details)")]
+    assert whole.startswith(head) and head.count("(") == head.count(")"), short
+    assert head.endswith("clause 4 " + "x" * 30)
+    assert details == {"reason": whole}
+
+
+def test_every_cut_reason_of_the_corpus_and_examples_closes_its_brackets():
+    cut = [(where, s.reason) for where, sites in _every_site() for s in sites
+           if s.reason.endswith("(more: details)")
+           and any(s.reason.count(a) != s.reason.count(b) for a, b in ("()", "[]", "{}"))]
+    assert not cut, cut[:3]
