@@ -233,11 +233,13 @@ class Files:
     def kinds_of(self, key: str, cls: Optional[str] = None, scope: Optional[ast.AST] = None) -> Optional[List[Tuple[str, Optional[ast.ClassDef]]]]:
         """What ``key`` (a name, or ``self.attr`` inside ``cls``) may hold: ("torch", None) or
         ("class", ClassDef) per assignment; None where any assignment is unknown or it is a parameter."""
+        owner = None
         if key.startswith("self.") and cls is not None:
             values = None
             for klass in self.lineage(cls):
                 values = self.values.get(f"{klass}.{key}")
                 if values:
+                    owner = klass
                     break
         else:
             values = self.name_values(key, scope) if "." not in key else None
@@ -249,6 +251,12 @@ class Files:
                 out.append(("torch", None))
             elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in self.classes:
                 out.append(("class", self.classes[v.func.id]))
+            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and owner is not None:
+                # BY571's IQN: `layer = NoisyLinear` / `layer = nn.Linear`, then `self.ff_1 = layer(...)`
+                classes = self._classes_named(v.func.id, self._method_holding(owner, v))
+                if classes is None:
+                    return None
+                out.extend(classes)
             elif isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "to":
                 inner = v.func.value  # `Agent(envs).to(device)`
                 if self.is_torch_module_ctor(inner):
@@ -257,6 +265,33 @@ class Files:
                     out.append(("class", self.classes[inner.func.id]))
                 else:
                     return None
+            else:
+                return None
+        return out
+
+    def _method_holding(self, cls: str, node: ast.AST) -> Optional[ast.FunctionDef]:
+        """The method of ``cls`` whose body holds ``node``."""
+        for st in self.classes[cls].body:
+            if isinstance(st, ast.FunctionDef) and any(n is node for n in ast.walk(st)):
+                return st
+        return None
+
+    def _classes_named(self, name: str, scope: Optional[ast.FunctionDef]) -> Optional[List[Tuple[str, Optional[ast.ClassDef]]]]:
+        """What calling ``name`` builds where every value it is assigned (in ``scope``, else the
+        module) is a class: one of this file, or a torch.nn module class; None otherwise."""
+        if scope is None:
+            return None
+        refs = self.name_values(name, scope)
+        if not refs or name in self.declared_global():
+            return None
+        out: List[Tuple[str, Optional[ast.ClassDef]]] = []
+        for ref in refs:
+            qual = self.imports.qualify(ref) or ""
+            last = qual.rsplit(".", 1)[-1]
+            if isinstance(ref, ast.Name) and ref.id in self.classes:
+                out.append(("class", self.classes[ref.id]))
+            elif qual.startswith("torch.nn.") and qual.count(".") == 2 and last[:1].isupper() and qual not in _CONTAINERS:
+                out.append(("torch", None))  # `nn.Linear`: a torch.nn module class, not a function
             else:
                 return None
         return out

@@ -688,3 +688,44 @@ def test_a_trained_forward_says_it_is_trained_whatever_its_callee():
     (site,) = [s for s in sites if s.line == 26]
     assert site.action == SKIPPED
     assert site.reason == "forward of self.q_net: its output `q_loss` (line 29) reads .backward"
+
+
+def test_a_layer_built_from_a_name_bound_to_classes_is_followed():
+    """BY571's IQN (model.py) builds ``self.ff_1 = layer(...)`` after ``layer = NoisyLinear`` or
+    ``layer = nn.Linear``, NoisyLinear defined above it: the reason said "calls self.ff_1, whose
+    code is not in this file". Each class the name may hold is followed: NoisyLinear's forward
+    resamples its noise in place (the true reason); with nn.Linear alone the forward is plain."""
+    src = '''
+    import torch
+    import torch.nn as nn
+    class NoisyLinear(nn.Linear):
+        def __init__(self, i, o):
+            super().__init__(i, o)
+            self.register_buffer("eps", torch.zeros(o, i))
+        def forward(self, x):
+            self.eps.normal_()
+            return nn.functional.linear(x, self.weight + self.eps, self.bias)
+    class Net(nn.Module):
+        def __init__(self, noisy):
+            super().__init__()
+            if noisy:
+                layer = NoisyLinear
+            else:
+                layer = nn.Linear
+            self.ff_1 = layer(3, 2)
+        def forward(self, x):
+            return torch.relu(self.ff_1(x))
+    net = Net(False)
+    for t in range(3):
+        a = net(torch.ones(3)).argmax().item()
+    '''
+    out, sites = rewrite(src)
+    reasons = [s.reason for s in sites if s.action == SKIPPED]
+    assert out == textwrap.dedent(src)
+    assert not any("whose code is not in this file" in r for r in reasons), reasons
+    assert any("updates self.eps in place (normal_)" in r for r in reasons), reasons
+    plain = textwrap.dedent(src).replace("layer = NoisyLinear", "layer = nn.Linear")
+    out, sites = rewrite(plain)
+    done = [s for s in sites if s.action == REWRITTEN]
+    assert done and all(s.exactness == EXACT for s in done), sites
+    assert "with torch.no_grad():" in out
