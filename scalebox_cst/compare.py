@@ -210,6 +210,7 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                 "shared_machine": {r.id: h["shared_machine"] for r, h, _ in per_run if h["shared_machine"]},
                 "seed_blind": seed_blind(per_run),
                 "seed_loose": seed_loose(per_run),
+                "args_mixed": _shown_args(_arg_lists(per_run)).split(" | ") if len(_arg_lists(per_run)) > 1 else [],
             }
             for label, ok, excluded, per_run in loaded
         ],
@@ -267,11 +268,17 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                                             f"{_listed(counts[0])}; {loaded[i][0]}: {_listed(counts[1])}): "
                                             "this compares those settings too (OMP_NUM_THREADS)")
             given = (_arg_lists(loaded[0][3]), _arg_lists(loaded[i][3]))
-            if all(given) and given[0] != given[1] and row["vs_first"]["delta"] is not None:
+            # other lists on the two sides, or several on one: a mean over lengths of run is no figure of the code
+            if all(given) and (given[0] != given[1] or len(given[0]) > 1 or len(given[1]) > 1) \
+                    and row["vs_first"]["delta"] is not None:
                 row["vs_first"].update(verdict(base, values, None))  # other work, not only other code
                 row["vs_first"]["args_differ"] = True
-                row["vs_first"]["text"] += (f"; the runs had other script arguments ({loaded[0][0]}: {_shown_args(given[0])}; "
-                                            f"{loaded[i][0]}: {_shown_args(given[1])}): this compares those arguments too")
+                if given[0] == given[1]:
+                    row["vs_first"]["text"] += (f"; the runs of each side had several script arguments ({_shown_args(given[0])}): "
+                                                "the means mix them")
+                else:
+                    row["vs_first"]["text"] += (f"; the runs had other script arguments ({loaded[0][0]}: {_shown_args(given[0])}; "
+                                                f"{loaded[i][0]}: {_shown_args(given[1])}): this compares those arguments too")
         out["metrics"].append({"metric": metric, "title": title, "higher_is_better": better, "groups": rows})
     out["profile"] = profile.compare_shares([(label, ok) for label, ok, _, _ in loaded])
     out["fallbacks"] = fallbacks.per_group([(label, ok) for label, ok, _, _ in loaded])
@@ -314,7 +321,17 @@ def _thread_counts(per_run: Sequence[Any]) -> frozenset:
 def _arg_lists(per_run: Sequence[Any]) -> frozenset:
     """The script arguments a group's runs were started with, one tuple per distinct list (a
     watcher's run of a branch given `--total-steps 3000` sits beside `scalebox run`'s of 6000)."""
-    return frozenset(tuple(str(a) for a in (r.record.get("args") or ())) for r, _, _ in per_run)
+    return frozenset(_own_args(r.record) for r, _, _ in per_run)
+
+
+def _own_args(record: Dict[str, Any]) -> Tuple[str, ...]:
+    """A run's script arguments without the ``--seed N`` that ``scalebox run --seeds`` appended
+    (seed_via "option"): runs of seeds 0, 1 and 2 were started with the same arguments."""
+    args = tuple(str(a) for a in (record.get("args") or ()))
+    seed = record.get("seed")
+    if record.get("seed_via") == "option" and seed is not None and args[-2:] == ("--seed", str(seed)):
+        return args[:-2]
+    return args
 
 
 def _shown_args(lists: frozenset) -> str:
@@ -362,6 +379,9 @@ def render(result: Dict[str, Any]) -> str:
         if g.get("seed_blind"):
             lines.append(f"  seeds {', '.join(str(x) for x in g['seed_blind'])} gave identical episode returns: the script "
                          "seems to set its own seed (torch.manual_seed, env.reset(seed=...)), so these runs are one sample")
+        if g.get("args_mixed"):
+            lines.append(f"  its runs had several script arguments ({' | '.join(g['args_mixed'])}): each mean mixes "
+                         "them; compare runs of one argument list (BRANCH#N)")
         shared = g.get("shared_machine") or {}
         if shared:
             whys = "; ".join(f"{run_id}: {why}" for run_id, why in shared.items())

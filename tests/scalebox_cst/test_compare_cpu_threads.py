@@ -182,3 +182,52 @@ def test_a_run_records_the_build_that_launched_it(tmp_path):
     record = RunRecord("run/0001", "c" * 40, "train.py", [], started=1.0)
     assert record.engine == engine_build() and "+" in record.engine
     assert RunRecord.from_json({"branch": "run/0001", "commit": "c" * 40, "script": "t.py", "args": [], "started": 1.0}).engine is None
+
+
+def _seeded(run, args, seed, ret, cpu=None):
+    """``run`` as `scalebox run --seeds` makes it for a script with a --seed option: the seed is
+    appended to its arguments (seed_via "option")."""
+    record = runs.load_record(run.dir)
+    record.update(args=[*args, "--seed", str(seed)], seed=seed, seed_via="option")
+    runs.write_record(run.dir, record)
+    with open(os.path.join(run.dir, runs.METRICS), "a") as fh:
+        for i in range(10):
+            fh.write(_line("scalebox/episodic_return", i, ret + seed))
+    return runs.RunInfo(run.branch, run.run, run.dir, runs.load_record(run.dir))
+
+
+def test_the_seed_the_launcher_appended_is_no_other_script_argument(tmp_path):
+    """Original run with --seeds 0,1 and the rewrite with --seeds 0,1,2 (same script arguments):
+    the appended `--seed 2` read as "the runs had other script arguments" and withheld the verdict."""
+    ep = ["--episodes", "80"]
+    a = [_seeded(_fake_run(tmp_path, "run/0001", 100.0 * s, 10.0, 1, 0.5, variant="original"), ep, s, 20.0) for s in (0, 1)]
+    b = [_seeded(_fake_run(tmp_path, "run/0001", 1000.0 + 100 * s, 5.0, 1, 0.5), ep, s, 20.0) for s in (0, 1, 2)]
+    result = stats.compare([("original", a), ("run/0001", b)])
+    for m in result["metrics"]:
+        for row in m["groups"][1:]:
+            assert "args_differ" not in row["vs_first"] and "script arguments" not in row["vs_first"]["text"], m
+    (cpu,) = [m for m in result["metrics"] if m["metric"] == "cpu_time_s"]
+    assert cpu["groups"][1]["vs_first"]["text"] == "lower (better)"
+
+
+def test_a_group_of_runs_with_several_script_arguments_gets_no_verdict_and_says_so(tmp_path):
+    """BY571's CQL-DQN run with `-- --episodes 15` and later `-- --episodes 80`, original and
+    rewrite alike: `compare original run/0001` took each side's mean over both lengths ("steps/s
+    2368 [149.6, 5543.3]") and judged it; with more short runs on one side that reads as a speed-up."""
+    short, long = ["--episodes", "15"], ["--episodes", "80"]
+    a = [_seeded(_fake_run(tmp_path, "run/0001", 100.0 * i, cpu, 1, 0.5, variant="original"), args, 0, 20.0)
+         for i, (args, cpu) in enumerate(((short, 3.0), (long, 7.0)))]
+    b = [_seeded(_fake_run(tmp_path, "run/0001", 1000.0 + 100 * i, cpu, 1, 0.5), args, 0, 20.0)
+         for i, (args, cpu) in enumerate(((short, 3.0), (short, 3.1), (short, 3.0), (long, 7.0)))]
+    result = stats.compare([("original", a), ("run/0001", b)])
+    (cpu,) = [m for m in result["metrics"] if m["metric"] == "cpu_time_s"]
+    diff = cpu["groups"][1]["vs_first"]
+    assert diff["args_differ"] and "(better)" not in diff["text"]
+    text = stats.render(result)
+    assert ("  its runs had several script arguments (--episodes 15 | --episodes 80): each mean mixes them; "
+            "compare runs of one argument list (BRANCH#N)") in text
+    assert "the runs of each side had several script arguments (--episodes 15 | --episodes 80): the means mix them" in diff["text"]
+    c = b[:3]  # short runs only against the mix: other lists, said as such
+    (cpu,) = [m for m in stats.compare([("original", a), ("c", c)])["metrics"] if m["metric"] == "cpu_time_s"]
+    assert "(better)" not in cpu["groups"][1]["vs_first"]["text"]
+    assert "other script arguments (original: --episodes 15 | --episodes 80; c: --episodes 15)" in cpu["groups"][1]["vs_first"]["text"]
