@@ -416,6 +416,35 @@ def worker_series(series: Mapping[str, Sequence[Point]], name: str) -> List[Poin
     return found
 
 
+def worker_sources(series: Mapping[str, Sequence[Point]], name: str) -> List[Sequence[Point]]:
+    """Each worker process's points of engine series ``name`` (one list per worker)."""
+    suffix = "/" + name
+    return [points for key, points in series.items() if points and key.startswith(WORKERS) and key.endswith(suffix)
+            and "/" not in key[len(WORKERS):-len(suffix)]]
+
+
+def workers_stepped_most(own: Sequence[Tuple[float, float]], workers: Sequence[Sequence[Tuple[float, float]]]) -> bool:
+    """Whether the run's episodes are its workers' though its own process stepped an env too:
+    ``(env steps so far, time)`` of each source's episodes; the workers stepped more (BY571's IQN
+    trains in SubprocVecEnv workers and evaluates in the main process: 6 evaluation episodes
+    of 56 steps were the run's return and 15 steps/s, beside 1,000 training steps)."""
+    if not own or not workers:
+        return False
+    return sum(max(x for x, _ in ps) for ps in workers if ps) > max(x for x, _ in own)
+
+
+def env_step_points(sources: Sequence[Sequence[Tuple[float, float]]]) -> List[Tuple[float, float, float]]:
+    """``(env steps of every source so far, time, 0)`` in time order, from each source's
+    ``(its env steps so far, time)``: the run's steps where several processes stepped envs."""
+    events = sorted((t, i, x) for i, ps in enumerate(sources) for x, t in ps)
+    latest: Dict[int, float] = {}
+    out = []
+    for t, i, x in events:
+        latest[i] = max(x, latest.get(i, 0.0))
+        out.append((sum(latest.values()), t, 0.0))
+    return out
+
+
 def engine_name(series: Mapping[str, Sequence[Point]], name: str) -> str:
     """The series a reader means by ``name``: itself where the run has it, else the engine's
     ``scalebox/name`` (``--metric losses/backward``), else ``name``."""
@@ -488,7 +517,10 @@ def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], site
     """
     out: Dict[str, Any] = {"metric_return": None, "episodic_return_final": None, "episodic_return_best": None, "episodes": 0}
     found = first_series(series, RETURN_NAMES[:1])
-    if found is None:
+    own = found[1] if found else []
+    per_worker = worker_sources(series, "episodic_return")
+    stepped_in_workers = workers_stepped_most([(p.step, p.time) for p in own], [[(p.step, p.time) for p in ps] for ps in per_worker])
+    if found is None or stepped_in_workers:
         workers = worker_series(series, "episodic_return")
         found = (WORKERS + "*/episodic_return", workers) if workers else first_series(series, RETURN_NAMES[1:])
     if found:
@@ -498,6 +530,10 @@ def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], site
     points = [(p.step, p.time, p.value) for p in sps[1] if math.isfinite(p.value)] if sps else []
     # the monitor's live value is the same reducer; the engine's x counts env steps
     out["sps"] = headlines.steps_per_second(points, counts_steps=sps is not None and sps[0] == SPS_NAMES[0])
+    if stepped_in_workers and (sps is None or sps[0] == SPS_NAMES[0]):
+        # the engine's SPS counts this process's env steps only: here the fewer (an evaluation env)
+        merged = env_step_points([[(p.step, p.time) for p in own], *[[(p.step, p.time) for p in ps] for ps in per_worker]])
+        out["sps"] = headlines.steps_per_second(merged, counts_steps=True)
     out["metric_sps"] = sps[0] if sps else None  # the engine's scalebox/SPS, else the script's own
     sites = list(sites or [])
     passed, fell, whys = site_counts.totals(sites)

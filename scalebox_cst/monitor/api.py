@@ -194,27 +194,37 @@ class Monitor:
         """Headline numbers of a run still writing, from the bounded series (no full re-read)."""
         mf = self._metrics_file(run)
         out: Dict[str, Any] = {}
+        own = mf.series.get(runs.RETURN_NAMES[0])
+        workers = [s for key, s in mf.series.items() if key.startswith(runs.WORKERS) and key.endswith("/episodic_return")
+                   and "/" not in key[len(runs.WORKERS):-len("/episodic_return")] and s.tail]
+        # as a finished run's (runs.headline): the workers' episodes where they stepped more
+        in_workers = runs.workers_stepped_most([(x, t) for x, t, _ in own.tail_points] if own is not None else [],
+                                               [[(x, t) for x, t, _ in s.tail_points] for s in workers])
         for name in runs.RETURN_NAMES:
             s = mf.series.get(name)
-            if s is not None and s.tail:
+            if s is not None and s.tail and not (in_workers and name == runs.RETURN_NAMES[0]):
                 out["episodic_return_final"] = sum(s.tail) / len(s.tail)
                 out["episodes"] = s.count
                 out["metric_return"] = name
                 break
             if name == runs.RETURN_NAMES[0]:  # the engine's, stepped in worker processes
-                workers = [s for key, s in mf.series.items() if key.startswith(runs.WORKERS) and key.endswith("/episodic_return") and s.tail]
                 if workers:
                     tails = [v for s in workers for v in s.tail]
                     out["episodic_return_final"] = sum(tails) / len(tails)
                     out["episodes"] = sum(s.count for s in workers)
                     out["metric_return"] = runs.WORKERS + "*/episodic_return"
                     break
+        sps_from = None
         for name in runs.SPS_NAMES:
             s = mf.series.get(name)
             if s is not None and s.tail:
                 # as a finished run's, over the tail; the engine's x counts env steps
                 out["sps"] = headlines.steps_per_second(list(s.tail_points), counts_steps=name == runs.SPS_NAMES[0])
+                sps_from = name
                 break
+        if in_workers and sps_from in (None, runs.SPS_NAMES[0]):
+            sources = [[(x, t) for x, t, _ in own.tail_points] if own is not None else [], *[[(x, t) for x, t, _ in w.tail_points] for w in workers]]
+            out["sps"] = headlines.steps_per_second(runs.env_step_points(sources), counts_steps=True)
         legacy = runs.is_legacy(mf.series, run.record)
         for name in runs.GRAD_NORM_NAMES + ((runs.LEGACY_GRAD_NORM,) if legacy else ()):
             grad = mf.series.get(name)

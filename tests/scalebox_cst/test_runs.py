@@ -198,8 +198,8 @@ def test_headline_return_of_envs_stepped_in_worker_processes():
     assert head["episodes"] == 3 and head["episodic_return_final"] == 2.0
     assert head["metric_return"] == "scalebox/workers/*/episodic_return"
     assert [p.value for p in runs.worker_series(series, "episodic_return")] == [1.0, 2.0, 3.0]  # time order
-    # the run's own process stepped envs: that is the run's return
-    series["scalebox/episodic_return"] = [runs.Point("scalebox/episodic_return", 5, 9.0, 0.0)]
+    # the run's own process stepped envs, more than its workers: that is the run's return
+    series["scalebox/episodic_return"] = [runs.Point("scalebox/episodic_return", 500, 9.0, 0.0)]
     assert runs.headline({}, series)["episodic_return_final"] == 9.0
     assert stats.run_value({}, series, "episodic_return/x") is None
     assert stats.run_value({}, _series(("scalebox/losses/backward", [2.0, 4.0])), "losses/backward") == 3.0
@@ -1148,3 +1148,26 @@ def test_the_last_line_never_says_record_in_a_folder_whose_record_is_the_starts(
     assert "record in" in said and "from its start" in said and "reads as lost" in said, said
     os.remove(os.path.join(run.dir, runs.RECORD))
     assert runs.where_recorded(run.dir).startswith("no record in")
+
+
+def test_headline_of_a_run_that_trains_in_workers_and_evaluates_in_its_own_process():
+    """BY571's IQN steps its training env in SubprocVecEnv workers and an evaluation env in the
+    main process: the 6 evaluation episodes (56 steps) were the run's return, and the main
+    process's SPS (15 steps/s) its speed, beside 1,000 training steps in about 3 s."""
+    def pts(name, rows):
+        return [runs.Point(name, step, value, t) for step, value, t in rows]
+    own = "scalebox/episodic_return"
+    work = "scalebox/workers/1/episodic_return"
+    series = {
+        own: pts(own, [(9, 9.0, 0.5), (18, 9.0, 2.0), (27, 9.0, 4.0)]),
+        "scalebox/SPS": pts("scalebox/SPS", [(9, 18.0, 0.5), (27, 7.0, 4.0)]),
+        work: pts(work, [(100 * i, 20.0 + i, 0.4 * i) for i in range(1, 11)]),
+    }
+    head = runs.headline({}, series)
+    assert head["metric_return"] == "scalebox/workers/*/episodic_return"
+    assert head["episodes"] == 10 and head["episodic_return_final"] == 25.5
+    assert head["sps"] == pytest.approx((1027 - 418) / 2.0)  # every env's steps over the later half (from 2 s to 4 s)
+    # the run's own process stepped the most: its episodes and SPS stay the run's
+    series[own] = pts(own, [(2000 * i, 50.0, 0.5 * i) for i in range(1, 9)])
+    head = runs.headline({}, series)
+    assert head["metric_return"] == own and head["episodic_return_final"] == 50.0

@@ -1135,3 +1135,18 @@ def test_http_replies_are_not_held_back_by_nagles_algorithm(server, monkeypatch)
     finally:
         conn.close()
     assert len(seen) == 1 and seen[0] != 0
+
+
+def test_live_headline_of_a_run_that_trains_in_workers_and_evaluates_in_its_own_process(proj, live_pid):
+    """As a finished run's (runs.headline): BY571's IQN evaluates in the main process (few steps)
+    and trains in a worker; the live return and steps/s are the worker's and every env's."""
+    now = time.time() - 10
+    own = [("scalebox/episodic_return", 9 * (i + 1), 9.0, now + 2 * i) for i in range(3)]
+    sps = [("scalebox/SPS", 9, 18.0, now + 0.5), ("scalebox/SPS", 27, 7.0, now + 4)]
+    work = [("scalebox/workers/1/episodic_return", 100 * i, 20.0 + i, now + 0.4 * i) for i in range(1, 11)]
+    write_run(proj, "run/0005", status="running", pid=live_pid, points=own + sps + work)
+    m = Monitor(proj, runs_ttl=0)
+    head = {b["name"]: b for b in m.branches()["branches"]}["run/0005"]["runs"][0]["headline"]
+    final = runs.headline({}, runs.read_series(runs.list_runs(proj, branch="run/0005")[0].dir))
+    assert head["metric_return"] == final["metric_return"] == "scalebox/workers/*/episodic_return"
+    assert head["sps"] == pytest.approx(final["sps"]) and head["sps"] > 100
