@@ -650,3 +650,43 @@ def test_the_unwrapped_env_of_a_made_env_is_counted_when_the_script_steps_it(tmp
     seen = json.loads((tmp_path / "seen.json").read_text())
     got = [[r, int(l)] for (_, r), (_, l) in zip(points["scalebox/episodic_return"], points["scalebox/episodic_length"])]
     assert got == seen
+
+
+DAEMONS = """
+import json, multiprocessing as mp, sys
+import gymnasium as gym
+
+def work(remote, seed):
+    env = gym.make("CartPole-v1")
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    eps, ret, steps = [], 0.0, 0
+    while len(eps) < 12:
+        _, r, term, trunc, _ = env.step(env.action_space.sample())
+        ret += r
+        steps += 1
+        if term or trunc:
+            eps.append([steps, ret])
+            ret = 0.0
+            env.reset()
+    remote.send((mp.current_process()._identity[0], eps))
+    remote.recv()  # waits for a command that never comes, as a SubprocVecEnv worker does
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=work, args=(child, 1))
+    p.daemon = True  # never closed: multiprocessing terminates it (SIGTERM) as the script exits
+    p.start()
+    ident, eps = parent.recv()
+    json.dump({ident: eps}, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_daemon_worker_terminated_at_exit_keeps_its_last_episodes(tmp_path):
+    """BY571's IQN never closes its SubprocVecEnv: multiprocessing SIGTERMs the daemon workers as
+    the script exits, and each worker's points of its last 2 s (flushed by count or age only)
+    were lost: 64 of 82 training episodes recorded, and the final return is the last ones'."""
+    _, points, _ = run(tmp_path, DAEMONS, tmp_path / "ref.json")
+    ((ident, episodes),) = json.loads((tmp_path / "ref.json").read_text()).items()
+    assert points.get(f"scalebox/workers/{ident}/episodic_return") == [tuple(e) for e in episodes]
