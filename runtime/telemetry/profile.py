@@ -80,6 +80,9 @@ _LIBRARY_RULES: Tuple[Tuple[str, str], ...] = (
 _BACKWARD_NAMES = {"backward", "_engine_run_backward", "grad"}
 _MODULE_CALLS = {"_call_impl", "_wrapped_call_impl"}
 _REPLAY_QUALNAME = re.compile(r"(?i)(replay|buffer|memory|storage)[^.]*\.(sample\w*|get_batch|get|__getitem__)$")
+#: a step or reset of the project's own env class (a class named ...Env / ...Environment, a vector
+#: env's step_async / step_wait): BY571's IQN waits for its SubprocVecEnv workers in step_wait
+_ENV_QUALNAME = re.compile(r"(?:^|\.)\w*(?:Env|env|Environment|environment)\d*\.(?:step|step_async|step_wait|reset|reset_async|reset_wait)$")
 
 SYNC_CALLS = {"item", "cpu", "numpy", "tolist", "synchronize", "float", "int", "bool"}
 TENSOR_CALLS = {
@@ -261,6 +264,8 @@ class Classifier:
                 rule = "sync"
         elif kind == USER and _REPLAY_QUALNAME.search(getattr(code, "co_qualname", name)):
             rule = "replay"
+        elif kind == USER and _ENV_QUALNAME.search(getattr(code, "co_qualname", name)):
+            rule = "env"
         if len(self.codes) >= CACHE_LIMIT:
             self.codes.clear()
         self.codes[id(code)] = (kind, rule, code)

@@ -578,3 +578,20 @@ def test_pure_python_before_a_torch_call_is_charged_to_its_own_lines(tmp_path):
     # loop). Sampled: before, 0.01-0.2x; now 2-7x, 0.9x at worst on a host with 5 runnable tasks
     # on 2 CPUs (the sampler thread itself waits for a core then, and the bias comes back in part)
     assert share["PY"] > 0.5 * share["TORCH"], share
+
+
+def test_a_users_own_env_or_vector_env_class_is_environment_step(classifier):
+    """BY571's IQN steps CartPole in its own SubprocVecEnv (MultiPro.py): the wait for the worker
+    (`remote.recv()` in `step_wait`) was "other" (13% of the run) and "environment step" read 0.0%."""
+    mp_recv = code_of("/usr/lib/python3.11/multiprocessing/connection.py", "def recv(self):\n    return 1\n", "recv")
+    vec = "class VecEnv:\n    def step(self, a):\n        return self.step_wait()\nclass SubprocVecEnv(VecEnv):\n    def step_wait(self):\n        return 1\n"
+    step = code_of(PROJECT + "MultiPro.py", vec, "VecEnv.step")
+    wait = code_of(PROJECT + "MultiPro.py", vec, "SubprocVecEnv.step_wait")
+    assert classifier.classify(stack(LAUNCH, LOOP, step, wait, mp_recv))[1] == "env"
+    grid = code_of(PROJECT + "gridworld.py", "class GridEnvironment:\n    def reset(self):\n        return 0\n", "GridEnvironment.reset")
+    assert classifier.classify(stack(LAUNCH, LOOP, grid))[1] == "env"
+    # an agent's step is no env's, and a name merely holding "env" is no env class
+    for qual in ("Agent.step", "EnvRunner.step"):
+        cls, meth = qual.split(".")
+        code = code_of(PROJECT + "agent.py", f"class {cls}:\n    def {meth}(self):\n        return 0\n", qual)
+        assert classifier.classify(stack(LAUNCH, LOOP, code))[1] == "other", qual
