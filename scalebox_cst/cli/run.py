@@ -2,6 +2,7 @@
 (scalebox_cst.runner.supervisor), torchrun, Ray or the hot-fix loop."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -22,10 +23,43 @@ _SEED_OPTION = re.compile(r"""["']--seed["']|\bseed\s*:\s*int\b""")
 
 def _takes_seed_option(source: Optional[bytes]) -> bool:
     """A script takes ``--seed N`` if it declares the option (argparse, click: the literal
-    "--seed"; tyro/simple-parsing dataclasses: a ``seed: int`` field, as CleanRL's Args)."""
+    "--seed"; tyro/simple-parsing dataclasses: a ``seed: int`` field, as CleanRL's Args), and
+    not only as a switch (:func:`_seed_switch`)."""
     if not source:
         return False
-    return bool(_SEED_OPTION.search(source.decode("utf-8", "replace")))
+    text = source.decode("utf-8", "replace")
+    return bool(_SEED_OPTION.search(text)) and not _seed_switch(text)
+
+
+def _seed_switch(text: str) -> Optional[str]:
+    """How the script declares ``--seed`` where every declaration is a switch, not a value
+    (``type=bool``, ``action="store_true"``, click's ``is_flag=True``), else None. sweetice's DDPG
+    has ``add_argument('--seed', default=False, type=bool)``: ``--seed 0`` and ``--seed 1`` were
+    both True (seed with its own --random_seed), and runs of two seeds were one run."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    switches = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value == "--seed" for a in node.args)):
+            continue
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        kind, action, flag = kw.get("type"), kw.get("action"), kw.get("is_flag")
+        if isinstance(kind, ast.Name) and kind.id == "bool":
+            switches.append("type=bool")
+        elif isinstance(action, ast.Constant) and action.value in ("store_true", "store_false", "store_const", "count"):
+            switches.append(f"action={action.value!r}")
+        elif isinstance(flag, ast.Constant) and flag.value is True:
+            switches.append("is_flag=True")
+        else:
+            return None  # a declaration that takes a value
+    return switches[0] if switches else None
+
+
+def _seed_via(source: Optional[bytes]) -> str:
+    """"option" (``--seed N`` appended) or "env" (the launcher seeds before the script runs)."""
+    return "option" if _takes_seed_option(source) else "env"
 
 
 def _parse_seeds(text: Optional[str]) -> List[Optional[int]]:
@@ -94,7 +128,7 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
         _fail(str(exc))
 
     def seed_via_for(commit):
-        return "option" if _takes_seed_option(project.store.read_file(commit, script_rel)) else "env"
+        return _seed_via(project.store.read_file(commit, script_rel))
 
     def backend_of(branch):
         try:
@@ -242,8 +276,13 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     if seeds:
         if any(a == "--seed" or a.startswith("--seed=") for a in args):
             _fail("--seeds and a --seed among the script's arguments: give one of them", 2)
-        seed_via = "option" if _takes_seed_option(store.read_file(commit, script_rel)) else "env"
-        if seed_via == "env":
+        source = store.read_file(commit, script_rel)
+        seed_via = _seed_via(source)
+        switch = _seed_switch(source.decode("utf-8", "replace")) if source else None
+        if seed_via == "env" and switch:
+            say(f"scalebox: {script_rel}'s --seed is a switch ({switch}), not a seed: not given; seeding random, numpy, "
+                "torch and unseeded gymnasium envs before it runs")
+        elif seed_via == "env":
             say(f"scalebox: {script_rel} has no --seed option: seeding random, numpy, torch and unseeded gymnasium envs before it runs")
     variant = "original" if original else "rewrite"
     if launcher == "ray":

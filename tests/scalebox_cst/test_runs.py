@@ -1171,3 +1171,21 @@ def test_headline_of_a_run_that_trains_in_workers_and_evaluates_in_its_own_proce
     series[own] = pts(own, [(2000 * i, 50.0, 0.5 * i) for i in range(1, 9)])
     head = runs.headline({}, series)
     assert head["metric_return"] == own and head["episodic_return_final"] == 50.0
+
+
+@pytest.mark.parametrize("declared, via", [
+    ('p.add_argument("--seed", default=1, type=int)', "option"),
+    ('p.add_argument("--seed", type=int, default=0, help="the seed")\np.add_argument("--seeded", action="store_true")', "option"),
+    ("p.add_argument('--seed', default=False, type=bool)", "env"),  # sweetice's DDPG: a switch
+    ('p.add_argument("--seed", action="store_true")', "env"),
+    ('@click.option("--seed", is_flag=True)\ndef main(seed): pass', "env"),
+    ("class Args:\n    seed: int = 1", "option"),  # tyro / simple-parsing
+    ('p.add_argument("-seed", type=int, default=1)', "env"),  # no --seed to give it
+])
+def test_a_seed_option_that_is_a_switch_is_not_given_the_seed(declared, via):
+    """sweetice's DDPG declares `--seed` with type=bool (seed with --random_seed 9527 or not):
+    `--seeds 0,1` appended `--seed 0` and `--seed 1`, both True, and the two runs were one."""
+    from scalebox_cst.cli import run as cli_run
+
+    source = f"import argparse, click\np = argparse.ArgumentParser()\n{declared}\n".encode()
+    assert cli_run._seed_via(source) == via
