@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from scalebox_cst import contention, fallbacks, headlines, profile, runs
+from scalebox_cst.runner import seedopt
 
 #: what ``compare`` shows without --metric: (metric, label, higher is better)
 #: (labels and directions: the headline table, scalebox_cst.headlines)
@@ -327,11 +328,10 @@ def _arg_lists(per_run: Sequence[Any]) -> frozenset:
 def _own_args(record: Dict[str, Any]) -> Tuple[str, ...]:
     """A run's script arguments without the ``--seed N`` that ``scalebox run --seeds`` appended
     (seed_via "option"): runs of seeds 0, 1 and 2 were started with the same arguments."""
-    args = tuple(str(a) for a in (record.get("args") or ()))
-    seed = record.get("seed")
-    if record.get("seed_via") == "option" and seed is not None and args[-2:] == ("--seed", str(seed)):
-        return args[:-2]
-    return args
+    args = [str(a) for a in (record.get("args") or ())]
+    if record.get("seed_via") == "option":
+        args = seedopt.without_seed(args, record.get("seed"))
+    return tuple(args)
 
 
 def _shown_args(lists: frozenset) -> str:

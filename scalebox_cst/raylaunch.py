@@ -532,15 +532,16 @@ def cli_run(
 ) -> int:
     """``scalebox run --launcher ray``: one job per (branch, seed); SIGTERM/SIGINT/SIGHUP stop
     them all. ``branches``: store BranchInfo objects; ``seed_via_for(commit)``: how the script
-    takes a seed ("option" or "env", None without --seeds); ``backend_of(branch)``: the backend
+    takes a seed (its option, "--seed" or "-seed", appended with the seed; or "env"; None without --seeds); ``backend_of(branch)``: the backend
     its rewrite was made for (an original runs where its rewrite would). Returns the exit status."""
     jobs = []
     for info in branches:
         commit = info.source_commit if variant == "original" else info.commit
         ask = accelerator_request(backend_of(info.name))
         for seed in seeds:
-            via = seed_via_for(commit) if seed is not None else None
-            run_args = [*args, "--seed", str(seed)] if via == "option" else list(args)
+            flag = seed_via_for(commit) if seed is not None else None
+            via = None if flag is None else "env" if flag == "env" else "option"
+            run_args = [*args, flag, str(seed)] if via == "option" else list(args)
             jobs.append(RayJob(info.name, commit, script, run_args, source_commit=info.source_commit, variant=variant, seed=seed, seed_via=via,
                                limits=run_limits.resolve(project_root).to_json(), **ask))
     stop = threading.Event()

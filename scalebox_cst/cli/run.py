@@ -2,10 +2,8 @@
 (scalebox_cst.runner.supervisor), torchrun, Ray or the hot-fix loop."""
 from __future__ import annotations
 
-import ast
 import json
 import os
-import re
 import sys
 import time
 from typing import List, Optional, Tuple
@@ -15,51 +13,14 @@ import click
 from scalebox_cst import headlines, runs
 from scalebox_cst.intake import shown_name
 from scalebox_cst.cli._common import why_not_snapshotted, _FAST_HELP, _config_changed, _fail, _fast, _load_config, _open_project, _tree_changes, _warn_skipped, cli, say
+from scalebox_cst.runner import seedopt
 from scalebox_cst.store import StoreError
 
 
-_SEED_OPTION = re.compile(r"""["']--seed["']|\bseed\s*:\s*int\b""")
-
-
-def _takes_seed_option(source: Optional[bytes]) -> bool:
-    """A script takes ``--seed N`` if it declares the option (argparse, click: the literal
-    "--seed"; tyro/simple-parsing dataclasses: a ``seed: int`` field, as CleanRL's Args), and
-    not only as a switch (:func:`_seed_switch`)."""
-    if not source:
-        return False
-    text = source.decode("utf-8", "replace")
-    return bool(_SEED_OPTION.search(text)) and not _seed_switch(text)
-
-
-def _seed_switch(text: str) -> Optional[str]:
-    """How the script declares ``--seed`` where every declaration is a switch, not a value
-    (``type=bool``, ``action="store_true"``, click's ``is_flag=True``), else None. sweetice's DDPG
-    has ``add_argument('--seed', default=False, type=bool)``: ``--seed 0`` and ``--seed 1`` were
-    both True (seed with its own --random_seed), and runs of two seeds were one run."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-    switches = []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value == "--seed" for a in node.args)):
-            continue
-        kw = {k.arg: k.value for k in node.keywords if k.arg}
-        kind, action, flag = kw.get("type"), kw.get("action"), kw.get("is_flag")
-        if isinstance(kind, ast.Name) and kind.id == "bool":
-            switches.append("type=bool")
-        elif isinstance(action, ast.Constant) and action.value in ("store_true", "store_false", "store_const", "count"):
-            switches.append(f"action={action.value!r}")
-        elif isinstance(flag, ast.Constant) and flag.value is True:
-            switches.append("is_flag=True")
-        else:
-            return None  # a declaration that takes a value
-    return switches[0] if switches else None
-
-
 def _seed_via(source: Optional[bytes]) -> str:
-    """"option" (``--seed N`` appended) or "env" (the launcher seeds before the script runs)."""
-    return "option" if _takes_seed_option(source) else "env"
+    """"option" (the script's seed option appended: scalebox_cst.runner.seedopt) or "env" (the
+    launcher seeds before the script runs)."""
+    return "option" if seedopt.seed_flag(source) else "env"
 
 
 def _parse_seeds(text: Optional[str]) -> List[Optional[int]]:
@@ -128,7 +89,7 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
         _fail(str(exc))
 
     def seed_via_for(commit):
-        return _seed_via(project.store.read_file(commit, script_rel))
+        return seedopt.seed_flag(project.store.read_file(commit, script_rel)) or "env"
 
     def backend_of(branch):
         try:
@@ -272,13 +233,15 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     if store.read_file(commit, script_rel) is None:  # before a run record is made for it
         why = why_not_snapshotted(project, script, script_rel, "saved after that snapshot? `scalebox rewrite` takes it in")
         _fail(f"{shown_name(script_rel)} is not in {info.name} ({why})", 2)
-    seed_via = None
+    seed_via = flag = None
     if seeds:
-        if any(a == "--seed" or a.startswith("--seed=") for a in args):
-            _fail("--seeds and a --seed among the script's arguments: give one of them", 2)
         source = store.read_file(commit, script_rel)
-        seed_via = _seed_via(source)
-        switch = _seed_switch(source.decode("utf-8", "replace")) if source else None
+        flag = seedopt.seed_flag(source)
+        given = next((a.split("=")[0] for a in args if a.split("=")[0] in ("--seed", flag or "--seed")), None)
+        if given:
+            _fail(f"--seeds and a {given} among the script's arguments: give one of them", 2)
+        seed_via = "option" if flag else "env"
+        switch = seedopt.seed_switch(source.decode("utf-8", "replace")) if source else None
         if seed_via == "env" and switch:
             say(f"scalebox: {script_rel}'s --seed is a switch ({switch}), not a seed: not given; seeding random, numpy, "
                 "torch and unseeded gymnasium envs before it runs")
@@ -306,7 +269,7 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     supervisor = RunSupervisor.for_project(project, echo=sys.stdout, notice=_notice, torchrun=torchrun,
                                            label_output=parallel > 1 and len(seed_list) > 1)
     specs = [
-        RunSpec.from_branch(info, script_rel, [*args, "--seed", str(seed)] if seed_via == "option" else args,
+        RunSpec.from_branch(info, script_rel, [*args, *seedopt.seed_args(flag, seed)] if flag and seed is not None else args,
                             original=original, seed=seed, seed_via=seed_via, stale=tuple(stale) if stale else None)
         for seed in seed_list
     ]

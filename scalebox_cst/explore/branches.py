@@ -13,7 +13,6 @@ seed of a commit), so the run supervisor can take it over in one place.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -21,7 +20,6 @@ from scalebox_cst.explore.places import Place, PlaceError, find_places, render, 
 from scalebox_cst.report import CHANGES_SEMANTICS, REWRITTEN, FileReport, RunReport, Site
 
 TRANSFORM = "explore.constant"
-_SEED_OPTION = re.compile(r"""["']--seed["']|\bseed\s*:\s*int\b""")
 _LOCK = threading.Lock()  # trials committed from several threads (parallel: N) one at a time
 _FOUND: Dict[Tuple[str, bytes], List[Place]] = {}  # (path, source) -> its places: a study's file is parsed once
 
@@ -93,11 +91,11 @@ def commit_values(project, assignments: Sequence[Tuple[Place, Any]], label: str,
         return branch, commit, report
 
 
-def takes_seed_option(source: Optional[bytes]) -> bool:
-    """As ``scalebox run --seeds``: argparse/click ``"--seed"`` or a ``seed: int`` config field."""
-    if not source:
-        return False
-    return bool(_SEED_OPTION.search(source.decode("utf-8", "replace")))
+def seed_flag(source: Optional[bytes]) -> Optional[str]:
+    """As ``scalebox run --seeds`` (scalebox_cst.runner.seedopt): ``"--seed"``, ``"-seed"`` or None."""
+    from scalebox_cst.runner import seedopt
+
+    return seedopt.seed_flag(source)
 
 
 def start_run(project, branch: str, commit: str, source_commit: Optional[str], script: str, args: Sequence[str],
@@ -110,9 +108,10 @@ def start_run(project, branch: str, commit: str, source_commit: Optional[str], s
     seed_via = None
     run_args = list(args)
     if seed is not None:
-        seed_via = "option" if takes_seed_option(project.store.read_file(commit, script)) else "env"
-        if seed_via == "option":
-            run_args += ["--seed", str(seed)]
+        flag = seed_flag(project.store.read_file(commit, script))
+        seed_via = "option" if flag else "env"
+        if flag:
+            run_args += [flag, str(seed)]
     supervisor = RunSupervisor.for_project(project, echo=echo, notice=lambda text: None, label_output=label_output)
     return supervisor.start(RunSpec(branch, commit, script, tuple(run_args), source_commit=source_commit,
                                     seed=seed, seed_via=seed_via, tags=tags))

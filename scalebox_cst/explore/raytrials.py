@@ -22,9 +22,10 @@ def run_seed_on_ray(study, trial, branch, commit, source_commit, seed, tags, fee
     via = None
     args = list(config.args)
     if seed is not None:
-        via = "option" if branches.takes_seed_option(project.store.read_file(commit, config.script)) else "env"
-        if via == "option":
-            args += ["--seed", str(seed)]
+        flag = branches.seed_flag(project.store.read_file(commit, config.script))
+        via = "option" if flag else "env"
+        if flag:
+            args += [flag, str(seed)]
     job = raylaunch.RayJob(branch, commit, config.script, args, source_commit=source_commit, seed=seed, seed_via=via)
     stop = threading.Event()
     out: Dict[str, Any] = {}

@@ -1180,12 +1180,16 @@ def test_headline_of_a_run_that_trains_in_workers_and_evaluates_in_its_own_proce
     ('p.add_argument("--seed", action="store_true")', "env"),
     ('@click.option("--seed", is_flag=True)\ndef main(seed): pass', "env"),
     ("class Args:\n    seed: int = 1", "option"),  # tyro / simple-parsing
-    ('p.add_argument("-seed", type=int, default=1)', "env"),  # no --seed to give it
+    ('p.add_argument("-seed", type=int, default=1)', "-seed"),  # BY571's IQN: -env, -frames, -seed
+    ('p.add_argument("-seed", action="store_true")', "env"),
+    ('name = "run-seed-3"', "env"),  # no option: a string that holds the word
 ])
-def test_a_seed_option_that_is_a_switch_is_not_given_the_seed(declared, via):
+def test_the_seed_option_a_script_takes_and_a_switch_that_is_none(declared, via):
     """sweetice's DDPG declares `--seed` with type=bool (seed with --random_seed 9527 or not):
     `--seeds 0,1` appended `--seed 0` and `--seed 1`, both True, and the two runs were one."""
-    from scalebox_cst.cli import run as cli_run
+    from scalebox_cst.runner import seedopt
 
     source = f"import argparse, click\np = argparse.ArgumentParser()\n{declared}\n".encode()
-    assert cli_run._seed_via(source) == via
+    assert (seedopt.seed_flag(source) or "env") == via.replace("option", "--seed")
+    if via != "env":
+        assert seedopt.without_seed([*["--lr", "3"], *seedopt.seed_args(seedopt.seed_flag(source), 4)], 4) == ["--lr", "3"]

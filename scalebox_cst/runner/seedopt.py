@@ -1,0 +1,74 @@
+"""How ``--seeds`` gives a run its seed: the option the script declares, or none.
+
+One reading for ``scalebox run --seeds``, Ray runs and ``scalebox explore`` trials: a script
+takes the seed as ``--seed N`` where it declares ``"--seed"`` (argparse, click) or a ``seed: int``
+field (tyro / simple-parsing, CleanRL's Args), as ``-seed N`` where argparse declares
+``"-seed"`` (BY571's IQN: ``-env``, ``-frames``, ``-seed``), and not at all where every
+declaration is a switch (``type=bool``, ``action="store_true"``, click's ``is_flag``: sweetice's
+DDPG has ``add_argument('--seed', default=False, type=bool)``, so ``--seed 0`` and ``--seed 1``
+were both True). Without one, the launcher seeds random, numpy and torch itself ("env").
+"""
+from __future__ import annotations
+
+import ast
+import re
+from typing import List, Optional
+
+_SEED_OPTION = re.compile(r"""["']--seed["']|\bseed\s*:\s*int\b""")
+_SWITCH_ACTIONS = ("store_true", "store_false", "store_const", "count")
+
+
+def _declarations(text: str, flag: str) -> Optional[List[ast.Call]]:
+    """The calls that name ``flag`` as a literal argument; None where the text does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and any(isinstance(a, ast.Constant) and a.value == flag for a in node.args)]
+
+
+def _switch(call: ast.Call) -> Optional[str]:
+    kw = {k.arg: k.value for k in call.keywords if k.arg}
+    kind, action, flag = kw.get("type"), kw.get("action"), kw.get("is_flag")
+    if isinstance(kind, ast.Name) and kind.id == "bool":
+        return "type=bool"
+    if isinstance(action, ast.Constant) and action.value in _SWITCH_ACTIONS:
+        return f"action={action.value!r}"
+    if isinstance(flag, ast.Constant) and flag.value is True:
+        return "is_flag=True"
+    return None
+
+
+def seed_switch(text: str) -> Optional[str]:
+    """How the script declares ``--seed`` where every declaration of it is a switch, not a value
+    (``"type=bool"``, ...), else None."""
+    calls = _declarations(text, "--seed") or []
+    kinds = [_switch(c) for c in calls]
+    return kinds[0] if kinds and all(kinds) else None
+
+
+def seed_flag(source: Optional[bytes]) -> Optional[str]:
+    """The option the script takes a seed by: ``"--seed"``, ``"-seed"``, or None (the launcher
+    seeds it: "env")."""
+    if not source:
+        return None
+    text = source.decode("utf-8", "replace")
+    if _SEED_OPTION.search(text):
+        return None if seed_switch(text) else "--seed"
+    if "-seed" in text:
+        calls = _declarations(text, "-seed") or []
+        if calls and not any(_switch(c) for c in calls):
+            return "-seed"
+    return None
+
+
+def seed_args(flag: str, seed: int) -> List[str]:
+    return [flag, str(seed)]
+
+
+def without_seed(args: List[str], seed: Optional[int]) -> List[str]:
+    """``args`` without the seed option ``--seeds`` appended (its last two items)."""
+    if seed is not None and len(args) >= 2 and args[-2] in ("--seed", "-seed") and args[-1] == str(seed):
+        return args[:-2]
+    return args
