@@ -400,7 +400,51 @@ class Flow:
                 return f"is logged as text by `{ast.unparse(func)}(...)`{TEXT_WHY}"
             return (f"is passed to `{ast.unparse(func)}(...)` without .detach()/.item(): it may keep the "
                     "value where a later loss reads it")
+        if isinstance(func, ast.Name) and func.id in self._record_types():
+            return "through"  # a namedtuple of this file holds the value, as a tuple does
         return f"is passed to `{ast.unparse(func)}(...)`, whose effects are unknown"
+
+    def _record_types(self) -> Set[str]:
+        """Names the module binds once, and only, to a namedtuple class (``collections.namedtuple``,
+        ``typing.NamedTuple``): sweetice's ``SavedAction = namedtuple('SavedAction', ['log_prob',
+        'value'])``. Building one keeps its arguments as a tuple does and runs nothing else."""
+        found = getattr(self, "_records", None)
+        if found is not None:
+            return found
+        bound: Dict[str, List[bool]] = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                            call = node.value
+                            ok = len(node.targets) == 1 and t is n and isinstance(call, ast.Call) \
+                                and (self.imports.qualify(call.func) or "") in ("collections.namedtuple", "typing.NamedTuple")
+                            bound.setdefault(n.id, []).append(ok)
+            elif isinstance(node, ast.ClassDef):
+                plain = all(isinstance(st, (ast.AnnAssign, ast.Pass, ast.Expr)) for st in node.body)
+                ok = plain and any((self.imports.qualify(b) or "") == "typing.NamedTuple" for b in node.bases)
+                bound.setdefault(node.name, []).append(ok)
+            else:
+                for name in _other_bindings(node):
+                    bound.setdefault(name, []).append(False)
+        self._records: Set[str] = {name for name, oks in bound.items() if oks == [True]}
+        return self._records
+
+
+def _other_bindings(node: ast.AST) -> List[str]:
+    """Names ``node`` binds other than by a plain assignment or a class statement."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [node.name]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [a.asname or a.name.split(".")[0] for a in node.names]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.NamedExpr, ast.comprehension)):
+        return [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+    if isinstance(node, ast.withitem) and node.optional_vars is not None:
+        return [n.id for n in ast.walk(node.optional_vars) if isinstance(n, ast.Name)]
+    return []
 
 
 def _program_order(loads: List[ast.Name], binding: Optional[ast.stmt]) -> List[ast.Name]:

@@ -357,7 +357,7 @@ def _bound_once(scope: ast.FunctionDef, name: str) -> bool:
 
 class HotTargetGraphCut(Transform):
     id = ID
-    version = "2"  # 2: a layer without parameters (nn.Softmax...) is no network to cut
+    version = "3"  # 3: a value passed to a namedtuple of the file is followed through it (hot.flow), not "whose effects are unknown"; 2: a layer without parameters (nn.Softmax...) is no network to cut
     triggers = ("torch",)
     description = "target networks whose gradients nobody reads: their forward's graph is cut at the output"
 

@@ -729,3 +729,33 @@ def test_a_layer_built_from_a_name_bound_to_classes_is_followed():
     done = [s for s in sites if s.action == REWRITTEN]
     assert done and all(s.exactness == EXACT for s in done), sites
     assert "with torch.no_grad():" in out
+
+
+def test_a_value_kept_in_a_namedtuple_is_followed_to_where_it_is_kept():
+    """sweetice's AC_CartPole: `model.save_actions.append(SavedAction(m.log_prob(action),
+    state_value))` with `SavedAction = namedtuple(...)`: the skip said "passed to
+    `SavedAction(...)`, whose effects are unknown"; a namedtuple holds its arguments as a tuple
+    does, and the reason now names where the value is kept (for a later loss)."""
+    src = '''
+    import torch
+    import torch.nn as nn
+    from collections import namedtuple
+    SavedAction = namedtuple('SavedAction', ['log_prob', 'value'])
+    class Policy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 3)
+            self.saved = []
+        def forward(self, x):
+            return self.fc(x)
+    model = Policy()
+    def select_action(state):
+        out = model(state)
+        model.saved.append(SavedAction(out[0], out[1:]))
+        return out.argmax().item()
+    '''
+    out, sites = rewrite(src)
+    reasons = [s.reason for s in sites if s.action == SKIPPED]
+    assert out == textwrap.dedent(src)
+    assert not any("whose effects are unknown" in r for r in reasons), reasons
+    assert any("`model.saved.append(...)`" in r and "later loss" in r for r in reasons), reasons
