@@ -130,15 +130,13 @@ def seed_blind(per_run: Sequence[Tuple[runs.RunInfo, Dict[str, Any], Dict[str, S
     returns, else None. A script that seeds itself (``torch.manual_seed(1)``, ``env.reset(seed=1)``)
     gives one run however many seeds it is started with: the group's spread is then 0 and every
     difference looked certain, its interval a point (a newcomer's runs of sweetice's PPO)."""
-    seeds = [r.record.get("seed") for r, _, _ in per_run]
-    if len(per_run) < 2 or None in seeds or len(set(map(str, seeds))) < 2:
+    # runs without episodes (an older record, an env the telemetry did not see) say nothing either way
+    told = [(r.record.get("seed"), series.get(head.get("metric_return") or "") or ()) for r, head, series in per_run]
+    told = [(seed, points) for seed, points in told if points]
+    seeds = [seed for seed, _ in told]
+    if len(told) < 2 or None in seeds or len(set(map(str, seeds))) < 2:
         return None
-    returns = set()
-    for _, head, series in per_run:
-        points = series.get(head.get("metric_return") or "")
-        if not points:
-            return None
-        returns.add(tuple((p.step, p.value) for p in points))
+    returns = {tuple((p.step, p.value) for p in points) for _, points in told}
     return seeds if len(returns) == 1 else None
 
 

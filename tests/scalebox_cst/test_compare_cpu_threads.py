@@ -231,3 +231,23 @@ def test_a_group_of_runs_with_several_script_arguments_gets_no_verdict_and_says_
     (cpu,) = [m for m in stats.compare([("original", a), ("c", c)])["metrics"] if m["metric"] == "cpu_time_s"]
     assert "(better)" not in cpu["groups"][1]["vs_first"]["text"]
     assert "other script arguments (original: --episodes 15 | --episodes 80; c: --episodes 15)" in cpu["groups"][1]["vs_first"]["text"]
+
+
+def test_a_group_that_seeds_itself_is_one_sample_though_some_runs_have_no_return(tmp_path):
+    """sweetice's AC_CartPole (torch.manual_seed(1), env.reset(seed=1)): its first originals ran
+    before the engine counted the episodes of `gym.make(...).unwrapped` and have no return; beside
+    them, the later originals of seeds 0 and 1 (identical returns) were not named one sample."""
+    ep = ["--episodes", "80"]
+    old = [_fake_run(tmp_path, "run/0001", 100.0 * s, 10.0, 1, 0.5, variant="original") for s in (0, 1)]
+    for run, s in zip(old, (0, 1)):
+        record = dict(runs.load_record(run.dir), seed=s, seed_via="env")
+        runs.write_record(run.dir, record)
+    old = [runs.RunInfo(r.branch, r.run, r.dir, runs.load_record(r.dir)) for r in old]
+    new = [_seeded(_fake_run(tmp_path, "run/0001", 1000.0 + 100 * s, 10.0, 1, 0.5, variant="original"), ep, s, 20.0 - s)
+           for s in (0, 1)]
+    with open(os.path.join(new[1].dir, runs.METRICS), "w") as fh:  # seed 1 returned what seed 0 did
+        fh.write(_line("scalebox/cpu_time_s", 2, 10.0) + _line("scalebox/intra_op_threads", 2, 1))
+        for i in range(10):
+            fh.write(_line("scalebox/episodic_return", i, 20.0))
+    result = stats.compare([("original", old + new), ("run/0001", new)])
+    assert result["groups"][0]["seed_blind"] == [0, 1]
