@@ -320,10 +320,17 @@ def _thread_counts(per_run: Sequence[Any]) -> frozenset:
 def _arg_lists(per_run: Sequence[Any]) -> frozenset:
     """The script arguments a group's runs were started with, one tuple per distinct list (a
     watcher's run of a branch given `--total-steps 3000` sits beside `scalebox run`'s of 6000)."""
-    return frozenset(_own_args(r.record) for r, _, _ in per_run)
+    return frozenset(own_args(r.record) for r, _, _ in per_run)
 
 
-def _own_args(record: Dict[str, Any]) -> Tuple[str, ...]:
+def with_args(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], text: str) -> List[Tuple[str, List[runs.RunInfo]]]:
+    """``groups`` with only the runs started with the script arguments ``text`` (shell words; the
+    seed option ``--seeds`` appended aside): ``compare --args '--episodes 80'``."""
+    want = tuple(shlex.split(text))
+    return [(label, [r for r in group if own_args(r.record) == want]) for label, group in groups]
+
+
+def own_args(record: Dict[str, Any]) -> Tuple[str, ...]:
     """A run's script arguments without the ``--seed N`` that ``scalebox run --seeds`` appended
     (seed_via "option"): runs of seeds 0, 1 and 2 were started with the same arguments."""
     args = [str(a) for a in (record.get("args") or ())]
@@ -379,7 +386,7 @@ def render(result: Dict[str, Any]) -> str:
                          "seems to set its own seed (torch.manual_seed, env.reset(seed=...)), so these runs are one sample")
         if g.get("args_mixed"):
             lines.append(f"  its runs had several script arguments ({' | '.join(g['args_mixed'])}): each mean mixes "
-                         "them; compare runs of one argument list (BRANCH#N)")
+                         "them; compare the runs of one list: --args '...'")
         shared = g.get("shared_machine") or {}
         if shared:
             whys = "; ".join(f"{run_id}: {why}" for run_id, why in shared.items())

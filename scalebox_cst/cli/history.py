@@ -260,9 +260,12 @@ def _select_runs(project: Project, selector: str, beside: Optional[str] = None) 
 @cli.command()
 @click.argument("selectors", nargs=-1, required=True)
 @click.option("--metric", "metrics", multiple=True, help="Compare this metric (a series name or episodic_return, sps, ...); repeatable.")
+@click.option("--args", "script_args", metavar="TEXT", help="Only runs started with these script arguments "
+              "(shell words; the --seed N of --seeds aside), e.g. --args '--episodes 80'.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
-def compare(selectors: Tuple[str, ...], metrics: Tuple[str, ...], as_json: bool, project_dir: Optional[str]) -> None:
+def compare(selectors: Tuple[str, ...], metrics: Tuple[str, ...], script_args: Optional[str], as_json: bool,
+            project_dir: Optional[str]) -> None:
     """Compare branches, runs or the original: compare A B [C ...].
 
     Each of A, B, ... is BRANCH (its rewrite runs), BRANCH#N (one run), `original` (runs of the
@@ -284,6 +287,11 @@ def compare(selectors: Tuple[str, ...], metrics: Tuple[str, ...], as_json: bool,
         groups = [_select_runs(project, s, named[0] if named else None) for s in selectors]
     except StoreError as exc:
         _fail(str(exc))
+    if script_args is not None:
+        try:
+            groups = stats.with_args(groups, script_args)
+        except ValueError as exc:  # shlex: an unclosed quote
+            _fail(f"--args {script_args!r}: {exc}", 2)
     result = stats.compare(groups, metrics)
     if as_json:
         click.echo(json.dumps(runs.json_safe(result), indent=2))

@@ -225,7 +225,12 @@ def test_a_group_of_runs_with_several_script_arguments_gets_no_verdict_and_says_
     assert diff["args_differ"] and "(better)" not in diff["text"]
     text = stats.render(result)
     assert ("  its runs had several script arguments (--episodes 15 | --episodes 80): each mean mixes them; "
-            "compare runs of one argument list (BRANCH#N)") in text
+            "compare the runs of one list: --args '...'") in text
+    # --args '--episodes 80': one list a side, and a verdict again
+    only = stats.with_args([("original", a), ("run/0001", b)], "--episodes 80")
+    assert [[r.id for r in g] for _, g in only] == [[a[1].id], [b[3].id]]
+    (cpu,) = [m for m in stats.compare(only)["metrics"] if m["metric"] == "cpu_time_s"]
+    assert "script arguments" not in cpu["groups"][1]["vs_first"]["text"]
     assert "the runs of each side had several script arguments (--episodes 15 | --episodes 80): the means mix them" in diff["text"]
     c = b[:3]  # short runs only against the mix: other lists, said as such
     (cpu,) = [m for m in stats.compare([("original", a), ("c", c)])["metrics"] if m["metric"] == "cpu_time_s"]
