@@ -573,3 +573,38 @@ def test_digits_that_are_not_ascii_in_a_branch_or_run_folder_name_are_not_number
     assert (tmp_path / ".scalebox" / "runs" / "run" / "0001" / "0001").is_dir()  # the first run, not #1235
     (tmp_path / "train.py").write_text("print('step=1 reward=3')\n")
     assert scalebox("rewrite", ".", cwd=tmp_path).stdout.startswith("run/0002 ")  # not run/1235
+
+
+def _young_unreachable_store(root):
+    """A store whose rewrite cache left unreachable trees and commits written just now (as a
+    writer's in-flight objects are): the grace period must keep them."""
+    from scalebox_cst.store import Store
+
+    store = Store.init(str(root))
+    for i in range(4):
+        files = {"train.py": b"step = %d\n" % i}
+        source, _ = store.snapshot(files, f"save {i}")
+        store.commit_rewrite(source, files, "rewrite", f"save {i}", {"files": []}, "fp")
+        store.cache_put_many([(Store.blob_id(files["train.py"]), "fp", b"# %d\n" % i, {"status": "rewritten"})])
+    store.close()
+    objects = root / ".scalebox" / "store.git" / "objects"
+    return sorted(str(p) for p in objects.glob("??/*"))
+
+
+def test_a_grace_period_that_is_no_number_removes_nothing(tmp_path):
+    # click's FloatRange(min=1/24) let 'nan' through (every comparison with nan is false), and the
+    # pass kept an object only when `mtime >= now - grace`: `scalebox gc --grace-days nan` removed
+    # every unreachable tree and commit however young, a concurrent writer's in-flight ones too
+    from scalebox_cst.store import Store, gc
+
+    loose = _young_unreachable_store(tmp_path)
+    for days in ("nan", "NaN", "inf", "1e400", "-inf"):
+        proc = scalebox("gc", "--dry-run", "--grace-days", days, cwd=tmp_path, check=False)
+        assert proc.returncode != 0 and "finite" in proc.stderr and "Traceback" not in proc.stderr, (days, proc.stderr)
+    report = gc.collect(Store.open(str(tmp_path)), dry_run=True, grace_s=float("nan"))
+    assert report.pruned == 0 and report.kept_young > 0, report.line()
+    gc.collect(Store.open(str(tmp_path)), grace_s=float("nan"))
+    left = sorted(str(p) for p in (tmp_path / ".scalebox" / "store.git" / "objects").glob("??/*"))
+    packed = Store.open(str(tmp_path))
+    assert all(packed.repo.get(os.path.basename(os.path.dirname(p)) + os.path.basename(p)) is not None for p in loose)
+    assert left  # the young unreachable trees and commits stay loose, not removed

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import click
 
-from scalebox_cst.cli._common import _fail, _open_project, cli
+from scalebox_cst.cli._common import FiniteFloat, _fail, _open_project, cli
 from scalebox_cst.store import Store, StoreError
 
 
@@ -167,7 +167,7 @@ def _echo_rollback(result, last_line: str) -> None:
 # ---------------------------------------------------------------------------- gc
 @cli.command("gc")
 @click.option("--dry-run", is_flag=True, help="Say what would be packed and freed; change nothing.")
-@click.option("--grace-days", type=click.FloatRange(min=1 / 24), default=14.0, show_default=True,
+@click.option("--grace-days", type=FiniteFloat(min=1 / 24), default=14.0, show_default=True,
               help="Unreachable trees and commits younger than this are kept (a writer's in flight; at least an hour).")
 @click.option("--project", "project_dir", type=click.Path(file_okay=False, exists=True), help="Project root.")
 def gc_command(dry_run: bool, grace_days: float, project_dir: Optional[str]) -> None:

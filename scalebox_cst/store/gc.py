@@ -158,10 +158,10 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
             if kind == b"blob":
                 report.kept_blobs += 1
                 to_pack.append(raw)
-            elif st.st_mtime >= cutoff:
-                report.kept_young += 1
-            else:
+            elif st.st_mtime < cutoff:  # asked this way round: a nan grace (every comparison false) keeps
                 prune.append((raw, path, st))
+            else:
+                report.kept_young += 1
         report.pruned = len(prune)
         report.pruned_bytes = sum(_disk(st) for _, _, st in prune)
         report.refs_packed = sum(1 for _ in _loose_refs(store.path))
