@@ -54,6 +54,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
+from scalebox_cst import digits
+
 from . import numba_cache
 from .guard_reasons import no, none
 from .memory import any_overlap, may_share
@@ -248,18 +250,11 @@ def _scalar(x: Any) -> bool:
     return t is float or t is int
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
 #: exact soft updates of one (source, target) pair after which the CPU path switches from
 #: foreach ops to one compiled numba pass (-1: never); None ("auto", the default): once this
 #: process has spent SWITCH_S in the foreach sequences the kernel could replace
 NUMBA_AFTER: Optional[int] = None if os.environ.get("SCALEBOX_TARGET_UPDATE_NUMBA_AFTER", "auto").strip() in ("", "auto") \
-    else _env_int("SCALEBOX_TARGET_UPDATE_NUMBA_AFTER", -1)
+    else int(digits.setting("SCALEBOX_TARGET_UPDATE_NUMBA_AFTER", -1, -1, 1 << 31))
 #: what the switch costs once per process, measured (numba's import and its cached kernel's load)
 SWITCH_S = 0.5
 _spent = [0.0]  # seconds this process spent in foreach updates that a kernel could have done

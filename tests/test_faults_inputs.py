@@ -608,3 +608,33 @@ def test_a_grace_period_that_is_no_number_removes_nothing(tmp_path):
     packed = Store.open(str(tmp_path))
     assert all(packed.repo.get(os.path.basename(os.path.dirname(p)) + os.path.basename(p)) is not None for p in loose)
     assert left  # the young unreachable trees and commits stay loose, not removed
+
+
+SETTINGS = [  # variable, module and name that reads it, its default as read
+    ("SCALEBOX_IMPORT_CACHE_MB", "scalebox_cst.importhook.cache", "LIMIT_BYTES", 256 << 20),
+    ("SCALEBOX_TELEMETRY_HZ", "scalebox_cst.runtime.telemetry.sites", "HZ", 25),
+    ("SCALEBOX_TELEMETRY_EVERY", "scalebox_cst.runtime.telemetry", "EVERY", 2),
+    ("SCALEBOX_PROFILE_EVERY", "scalebox_cst.runtime.telemetry.profile", "EVERY", 10),
+    ("SCALEBOX_TARGET_UPDATE_NUMBA_AFTER", "scalebox_cst.runtime.target_update", "NUMBA_AFTER", -1),
+]
+
+
+def test_a_numeric_setting_that_is_no_number_is_one_line_and_the_default(tmp_path):
+    # SCALEBOX_IMPORT_CACHE_MB=inf was an OverflowError (int(inf)) wherever the import cache loaded,
+    # -5 a cache of one byte, 'abc' silently 256; SCALEBOX_TELEMETRY_HZ=abc killed the user's run
+    # (a ValueError as the telemetry loaded in its process), inf made the sampler spin, nan wait(nan)
+    rng = random.Random(11)
+    bad = ["abc", "nan", "inf", "-inf", "1e400", "-5", "\u0661\u0662", "0x10", "1e30"]
+    for trial in range(TRIALS * 2):
+        name, module, attr, default = rng.choice(SETTINGS)
+        value = rng.choice(bad)
+        proc = subprocess.run([sys.executable, "-c", f"import {module} as m; print(m.{attr})"], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, name: value, "PYTHONPATH": ROOT})
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, (name, value, proc.stderr[-800:])
+        assert float(proc.stdout.split()[-1]) == default, (name, value, proc.stdout)
+        said = [line for line in proc.stderr.splitlines() if name in line]
+        assert len(said) == 1 and said[0].startswith(f"scalebox: {name}=") and "using" in said[0], (name, value, proc.stderr)
+    (tmp_path / "train.py").write_text("for i in range(3):\n    print(f'step={i} reward={i}')\n")
+    scalebox("init", ".", cwd=tmp_path)
+    proc = scalebox("run", "train.py", cwd=tmp_path, check=False, env={"SCALEBOX_TELEMETRY_HZ": "abc"})
+    assert proc.returncode == 0 and " ok in " in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-800:]

@@ -40,11 +40,12 @@ import threading
 import time
 from typing import Optional
 
+from scalebox_cst import digits
 from scalebox_cst.runtime import metrics, threads
 from scalebox_cst.runtime.telemetry import envs, fallbacks, imports, profile, sites, system, training, writer
 
 ENV_SWITCH = "SCALEBOX_TELEMETRY"
-EVERY = float(os.environ.get("SCALEBOX_TELEMETRY_EVERY", "2") or 2)
+EVERY = digits.setting("SCALEBOX_TELEMETRY_EVERY", 2, 0.1, 86400)
 
 _installed = False
 _thread: Optional["_Telemetry"] = None

@@ -46,12 +46,13 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from scalebox_cst import digits
 from scalebox_cst.runtime import metrics
 
 ENV_SWITCH = "SCALEBOX_PROFILE"
 FILE = "profile.jsonl"
 #: seconds between two appends to profile.jsonl (each holds the lines seen since the last)
-EVERY = float(os.environ.get("SCALEBOX_PROFILE_EVERY", "10") or 10)
+EVERY = digits.setting("SCALEBOX_PROFILE_EVERY", 10, 0.1, 86400)
 
 _MODULE = "module"  # rule of nn.Module.__call__ / nn.functional: action or forward by grad mode
 USER, LIB, PASS = 0, 1, 2  # frame kinds; PASS: the launcher's and telemetry's plumbing

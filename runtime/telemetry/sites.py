@@ -50,10 +50,10 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from scalebox_cst import tmpnames
+from scalebox_cst import digits, tmpnames
 from scalebox_cst.runtime import guard_reasons, metrics
 
-HZ = float(os.environ.get("SCALEBOX_TELEMETRY_HZ", "25") or 25)
+HZ = digits.setting("SCALEBOX_TELEMETRY_HZ", 25, 0.1, 1000)
 ENTRY, BOOL, OPTIONAL = "entry", "bool", "optional"
 #: a helper that reports each call itself through its module's ``report`` slot (no wrapper: its
 #: fallback calls the constructor from the caller's line, which a wrapper's frame would take)

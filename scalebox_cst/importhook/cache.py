@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
-from scalebox_cst import statedir, tmpnames, userkey
+from scalebox_cst import digits, statedir, tmpnames, userkey
 from scalebox_cst.importhook.common import _FORMAT, read_own_file, say_once
 
 
@@ -151,10 +151,7 @@ def _cache_key(store_dir: str, create: bool) -> Optional[bytes]:
 
 
 def _limit_bytes() -> int:
-    try:
-        return max(1, int(float(os.environ.get("SCALEBOX_IMPORT_CACHE_MB", "")) * (1 << 20)))
-    except ValueError:
-        return 256 << 20
+    return max(1, int(digits.setting("SCALEBOX_IMPORT_CACHE_MB", 256, 0, 1 << 20) * (1 << 20)))
 
 
 #: the most bytes ``.scalebox/pycache/`` keeps (``$SCALEBOX_IMPORT_CACHE_MB``, default 256 MB)
