@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 import zlib
 from typing import Dict, List, Set, Tuple
@@ -38,9 +39,11 @@ from typing import Dict, List, Set, Tuple
 import pygit2
 
 from scalebox_cst.store.common import CACHE_PREFIX
+from scalebox_cst.store.refs import _RefFailures
 
 GRACE_S = 14 * 86400
 _ZERO = "0" * 40
+_LOOSE_LOCK = re.compile(r"failed to lock loose reference '([^']+)'")
 
 
 @dataclasses.dataclass
@@ -189,8 +192,26 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
             _remove(path)
         for path in creations:
             _remove(path)
-        repo.compress_references()
+        _pack_refs(store)
     return report
+
+
+def _pack_refs(store) -> None:
+    """``compress_references`` under the store's write lock, past the ref locks a killed writer
+    left: libgit2 takes ``packed-refs.lock`` and then each loose ref's ``<ref>.lock`` as it folds
+    them in, so a pass killed there left one (``refs/heads/run/0239.lock``), and every later pass
+    failed on it ('failed to lock loose reference'). A lock made before this pass took the
+    write lock and unchanged since is a dead writer's and goes, as a ref update's does
+    (refs._RefFailures); one a program outside scalebox holds is waited for, then named."""
+    failures = _RefFailures(store, "packed-refs")
+    while True:
+        try:
+            store.repo.compress_references()
+            return
+        except (pygit2.GitError, OSError) as exc:  # pygit2 raises a lock it cannot take as OSError
+            named = _LOOSE_LOCK.search(str(exc))
+            failures.refname = named.group(1) if named else "packed-refs"
+            failures.handle(exc)  # raises what cannot be retried
 
 
 def _creation_only_logs(repo: pygit2.Repository, path: str) -> List[str]:
