@@ -107,6 +107,10 @@ class FileReport:
         )
 
 
+class ReportError(ValueError):
+    """A stored report whose JSON is not in the form :meth:`RunReport.from_json` reads."""
+
+
 @dataclasses.dataclass
 class RunReport:
     """The report of one change event: one branch, its commits, and every file's outcome."""
@@ -128,13 +132,28 @@ class RunReport:
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "RunReport":
-        return cls(
-            branch=data.get("branch"),
-            commit=data.get("commit"),
-            source_commit=data.get("source_commit"),
-            backend=data.get("backend", "cpu"),
-            files=[FileReport.from_json(f) for f in data.get("files", [])],
-        )
+        """The report a stored note holds; :class:`ReportError` where its JSON has another shape
+        (a shipped or damaged store: ``scalebox diff`` was a KeyError traceback)."""
+        try:
+            files = [FileReport.from_json(f) for f in data.get("files", [])]
+            return cls(
+                branch=data.get("branch"),
+                commit=data.get("commit"),
+                source_commit=data.get("source_commit"),
+                backend=data.get("backend", "cpu"),
+                files=files,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            raise ReportError(f"not a report the engine wrote ({type(exc).__name__}: {exc})") from None
+
+    def rewritten_counts(self) -> Dict[str, int]:
+        """Sites rewritten, by transform."""
+        out: Dict[str, int] = {}
+        for f in self.files:
+            for s in f.sites:
+                if s.action == REWRITTEN:
+                    out[str(s.transform)] = out.get(str(s.transform), 0) + 1
+        return out
 
     def counts(self) -> Dict[str, int]:
         out = {REWRITTEN: 0, SKIPPED: 0, WARNING: 0, "errors": 0}

@@ -638,3 +638,35 @@ def test_a_numeric_setting_that_is_no_number_is_one_line_and_the_default(tmp_pat
     scalebox("init", ".", cwd=tmp_path)
     proc = scalebox("run", "train.py", cwd=tmp_path, check=False, env={"SCALEBOX_TELEMETRY_HZ": "abc"})
     assert proc.returncode == 0 and " ok in " in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-800:]
+
+
+def test_a_stored_report_of_another_shape_is_one_line_or_left_out(tmp_path):
+    # a report note is JSON the engine wrote, but a shipped or damaged store can hold any JSON there:
+    # {"files": [{"path": ...}]} made `scalebox diff` a KeyError traceback ('status'), [1] made
+    # `scalebox log` an AttributeError (.get) and the monitor's branch list an error
+    import json as _json
+
+    import pygit2
+
+    from scalebox_cst.monitor.api import Monitor
+
+    (tmp_path / "train.py").write_text("print('step=1 reward=2')\n")
+    scalebox("init", ".", cwd=tmp_path)
+    scalebox("rewrite", ".", cwd=tmp_path)
+    repo = pygit2.Repository(str(tmp_path / ".scalebox" / "store.git"))
+    commit = repo.references["refs/heads/run/0001"].target
+    sig = pygit2.Signature("t", "t@t")
+    shapes = [[1], "text", {"files": 5}, {"files": [1]}, {"files": [{"path": "train.py"}]},
+              {"files": [{"path": "train.py", "status": "rewritten", "sites": [{"transform": "t"}]}]},
+              {"files": [{"path": "train.py", "status": "rewritten", "sites": [{"transform": ["t"], "line": "x", "end_line": 1,
+                                                                                 "action": "rewritten", "reason": "r"}]}]}]
+    for shape in shapes:
+        repo.create_note(_json.dumps(shape), sig, sig, str(commit), "refs/notes/scalebox-reports", True)
+        for args in (("diff",), ("diff", "run/0001"), ("log",), ("log", "--json")):
+            proc = scalebox(*args, cwd=tmp_path, check=False)
+            assert "Traceback" not in proc.stderr, (shape, args, proc.stderr[-800:])
+            if proc.returncode:
+                assert len(proc.stderr.strip().splitlines()) == 1 and "report of run/0001" in proc.stderr, (shape, args, proc.stderr)
+        monitor = Monitor(str(tmp_path))
+        assert [b["name"] for b in monitor.branches()["branches"] if b["name"] == "run/0001"], shape
+        monitor.diff("run/0001")

@@ -72,7 +72,7 @@ def diff(branch: Optional[str], other: Optional[str], stat: bool, details: bool,
     (hook/<session>, or the session id); default: the newest run branch, else the newest session.
     """
     from scalebox_cst import diffview
-    from scalebox_cst.report import RunReport
+    from scalebox_cst.report import ReportError, RunReport
     from scalebox_cst.store import BranchInfo
 
     project = _open_project(project_dir)
@@ -94,7 +94,10 @@ def diff(branch: Optional[str], other: Optional[str], stat: bool, details: bool,
             name = sessions[-1][0]
         info = store.resolve_any(name)
         if isinstance(info, BranchInfo):
-            report = RunReport.from_json(store.report(info.name))
+            try:
+                report = RunReport.from_json(store.report(info.name))
+            except ReportError as exc:
+                _fail(f"the report of {info.name} cannot be read: {exc}")
             report.branch, report.commit, report.source_commit = info.name, info.commit, info.source_commit
             source_commit = info.source_commit
 

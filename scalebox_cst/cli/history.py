@@ -10,6 +10,7 @@ import click
 from scalebox_cst import headlines, site_counts
 from scalebox_cst.cli._common import _config_changed, _fail, _open_project, _tree_changes, _warn_skipped, cli
 from scalebox_cst.project import Project
+from scalebox_cst.report import ReportError, RunReport
 from scalebox_cst.store import StoreError
 
 
@@ -20,11 +21,9 @@ def _branch_changes(store, info, parent) -> dict:
 
     try:
         report = store.report(info.name)
-    except StoreError:
-        report = {}
-    counts = Counter(
-        s["transform"] for f in report.get("files", []) for s in f.get("sites", []) if s.get("action") == "rewritten"
-    )
+        counts = Counter(RunReport.from_json(report).rewritten_counts())
+    except (StoreError, ReportError):
+        report, counts = {}, Counter()
     files_now = store.files(info.source_commit) if info.source_commit else {}
     if parent is not None and parent.source_commit:
         files_before = store.files(parent.source_commit)

@@ -29,7 +29,7 @@ import numpy as np
 from scalebox_cst import diffview, fallbacks, headlines, profile, runs, site_counts
 from scalebox_cst.monitor.files import EventsFile, MetricsFile
 from scalebox_cst.monitor.series import Series, json_number
-from scalebox_cst.report import REWRITTEN, RunReport
+from scalebox_cst.report import REWRITTEN, ReportError, RunReport
 from scalebox_cst.store import BranchInfo, Store, StoreError
 
 #: estimated bytes of series kept in memory, all files together
@@ -272,7 +272,10 @@ class Monitor:
             return sources_used[commit]
 
         for info in infos:
-            report = RunReport.from_json(reports[info.name]) if reports[info.name] else None
+            try:
+                report = RunReport.from_json(reports[info.name]) if reports[info.name] else None
+            except ReportError:
+                report = None
             source = source_json(info.source_commit)
             # a hot-fix branch says so in its report, in the project's events and in its runs
             hotfix = hotfix_events.get(info.name) or reports[info.name].get("hotfix_of")
@@ -441,7 +444,7 @@ class Monitor:
         if isinstance(info, BranchInfo):
             try:
                 report = RunReport.from_json(store.report(info.name))
-            except StoreError:
+            except (StoreError, ReportError):
                 report = RunReport(info.name, info.commit, info.source_commit, backend="")
             report.branch, report.commit, report.source_commit = info.name, info.commit, info.source_commit
 

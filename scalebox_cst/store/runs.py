@@ -211,9 +211,12 @@ class _Runs(_Objects):
         except pygit2.GitError as exc:  # the notes ref points at a missing object or a blob
             raise StoreError(f"no report stored for {info.name} (the store's reports cannot be read: {exc})") from None
         try:
-            return json.loads(note.message)
+            data = json.loads(note.message)
         except (ValueError, RecursionError):
             raise StoreError(f"the report of {info.name} is not valid JSON") from None
+        if not isinstance(data, dict):  # every reader asks it .get(...)
+            raise StoreError(f"the report of {info.name} is not a JSON object")
+        return data
 
     # -- reading commits -----------------------------------------------------------------------
 
