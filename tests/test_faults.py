@@ -834,3 +834,74 @@ def test_kill_9_of_gc_at_random_moments_loses_nothing(tmp_path):
         assert _user_made(root) == before, trial
         _git_fsck(root)
         shutil.rmtree(root)
+
+
+GC_ON_A_FULL_DISK = textwrap.dedent(
+    """\
+    import glob, json, os, sys, time
+    from scalebox_cst.store import Store, gc
+    disk = sys.argv[1]
+    root = os.path.join(disk, "proj")
+    os.makedirs(root)
+    store = Store.init(root)
+    for i in range(60):
+        files = {"train.py": b"step = %d\\n" % i}
+        source, _ = store.snapshot(files, f"save {i}")
+        store.commit_rewrite(source, files, "r", f"save {i}", {"i": i}, "fp")
+        store.cache_put_many([(Store.blob_id(files["train.py"]), "fp", b"# %d\\n" % i, {"i": i})])
+    store.close()
+    old = time.time() - 30 * 86400
+    for path in glob.glob(os.path.join(root, ".scalebox", "store.git", "objects", "??", "*")):
+        os.utime(path, (old, old))
+    before = {b.name: Store.open(root).files(b.commit) for b in Store.open(root).branches()}
+    with open(os.path.join(disk, "fill"), "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(b"\\0" * 4096)
+        except OSError:
+            pass
+    try:
+        error = None
+        gc.collect(Store.open(root))
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    after = {b.name: Store.open(root).files(b.commit) for b in Store.open(root).branches()}
+    loose = len(glob.glob(os.path.join(root, ".scalebox", "store.git", "objects", "??", "*")))
+    print(json.dumps({"error": error, "same": before == after, "loose": loose}))
+    """
+)
+
+
+@pytest.mark.skipif(not _tmpfs_available(), reason="needs unshare -rm to mount a small tmpfs")
+def test_gc_on_a_full_disk_frees_room_first_and_finishes(tmp_path):
+    # `scalebox gc` is what a user runs when the disk is full; it packed first, failed there
+    # ('cannot extend packfile ...: No space left on device') and freed nothing, while removing
+    # the unreachable trees and commits it would remove next takes no room at all
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = tmp_path / "gc_full.py"
+    script.write_text(GC_ON_A_FULL_DISK)
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=16m tmpfs "{disk}" && exec "{sys.executable}" "{script}" "{disk}"'],
+        capture_output=True, text=True, env=_env(), timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["same"] and got["error"] is None and got["loose"] == 0, got
+
+
+@pytest.mark.skipif(not _tmpfs_available(), reason="needs unshare -rm for a read-only bind mount")
+def test_gc_dry_run_reads_a_read_only_store(tmp_path):
+    # a dry run changes nothing, but took the store's write lock: on a read-only store it failed
+    # ('cannot write to the store: .../scalebox.lock: Read-only file system'); gc itself still says so
+    _gc_store(tmp_path, saves=10)
+    git_dir = tmp_path / ".scalebox" / "store.git"
+    cli = f'"{sys.executable}" -c "from scalebox_cst.cli import main; main()"'
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f'mount --bind -o ro "{git_dir}" "{git_dir}" && cd "{tmp_path}" && {cli} gc --dry-run '
+                                       f'&& {cli} gc; echo "gc=$?"'],
+        capture_output=True, text=True, env=_env(), timeout=300,
+    )
+    assert "scalebox gc (dry run):" in proc.stdout and "would pack" in proc.stdout, proc.stderr
+    assert proc.stdout.strip().endswith("gc=1") and "Read-only file system" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -9,15 +9,16 @@ under a live writer). This pass:
 1. takes the store's write lock (no ref of ours moves meanwhile) and walks what every ref and
    every reflog entry reaches (the reflogs of the rewrite caches excepted, and removed: a cache
    has no history worth keeping);
-2. packs every loose object it keeps into one pack (``objects/pack``, written by libgit2 to a
-   temporary name and renamed; a pack without its index is ignored), checks each is in the
-   new pack, then removes the loose copies;
-3. removes loose *trees and commits* that nothing reaches and that are older than the grace
-   period (default 14 days: an object a concurrent writer just wrote is young). Blobs are never
+2. removes loose *trees and commits* that nothing reaches and that are older than the grace
+   period (default 14 days: an object a concurrent writer just wrote is young), before it
+   packs: that frees disk without taking any, so a full disk gets room. Blobs are never
    removed, only packed: a long-lived process that knows an id as stored may name it again
    without writing it (the store's set of ids known stored), and all it could name of a removed
    tree or commit is the rewrite cache's own (names no project tree holds), which the cache
    reads as damage and rebuilds;
+3. packs every loose object it keeps into one pack (``objects/pack``, written by libgit2 to a
+   temporary name and renamed; a pack without its index is ignored), checks each is in the
+   new pack, then removes the loose copies;
 4. packs the refs (one ``packed-refs`` file instead of one file per run branch), and removes
    the reflogs that record nothing but their ref's creation at the commit it still names (each
    run branch kept one, a 4 kB block of disk for one line: 7 of the 15 MB left at 1,500
@@ -25,10 +26,12 @@ under a live writer). This pass:
 
 Every step removes only what is elsewhere already (a packed copy) or what nothing reaches, one
 file at a time: a kill at any point leaves a store whose every ref reads whole, and running it
-again finishes the work. ``dry_run`` says what it would pack and free, and changes nothing.
+again finishes the work. ``dry_run`` says what it would pack and free, and changes nothing
+(nor takes the write lock: a read-only store can be asked).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -140,7 +143,8 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
     """Pack and prune *store* as the module docstring says; what was done (or would be)."""
     report = GcReport(dry_run=dry_run)
     objects = os.path.join(store.path, "objects")
-    with store._mutex, store._locked():
+    # a dry run reads only: no write lock (a read-only store can be asked too)
+    with store._mutex, (contextlib.nullcontext() if dry_run else store._locked()):
         repo = store.repo
         if not dry_run:
             _clear_debris(store.path)
@@ -173,6 +177,15 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
         report.packed = len(to_pack)
         if dry_run:
             return report
+        # What nothing reaches goes first: it frees disk without taking any (a pass run because
+        # the disk is full packed first, failed there, and freed nothing).
+        logs = os.path.join(store.path, "logs", *CACHE_PREFIX.strip("/").split("/"))
+        for name in os.listdir(logs) if os.path.isdir(logs) else ():
+            _remove(os.path.join(logs, name))  # the caches' reflogs: they would name what goes next
+        for _, path, _ in prune:
+            _remove(path)
+        for path in creations:
+            _remove(path)
         if to_pack:
             before = set(os.listdir(os.path.join(objects, "pack"))) if os.path.isdir(os.path.join(objects, "pack")) else set()
             repo.pack(pack_delegate=lambda builder: [builder.add(pygit2.Oid(raw=raw)) for raw in to_pack])
@@ -185,13 +198,6 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
                     _remove(loose[raw][0])
                 else:
                     report.packed -= 1
-        logs = os.path.join(store.path, "logs", *CACHE_PREFIX.strip("/").split("/"))
-        for name in os.listdir(logs) if os.path.isdir(logs) else ():
-            _remove(os.path.join(logs, name))  # the caches' reflogs: they would name what goes next
-        for _, path, _ in prune:
-            _remove(path)
-        for path in creations:
-            _remove(path)
         _pack_refs(store)
     return report
 

@@ -78,8 +78,8 @@ def test_dry_run_changes_nothing_and_gc_keeps_everything_a_user_made(made):
 
 @pytest.mark.parametrize("removals", [0, 7, 200])
 def test_a_gc_killed_at_any_point_leaves_every_branch_whole(made, removals):
-    """Killed (os._exit: no clean-up) after the pack is written, after a few and after many
-    removals: every branch reads as before, and a second pass finishes the work."""
+    """Killed (os._exit: no clean-up) at its first removal (before the pack), after a few
+    and after many: every branch reads as before, and a second pass finishes the work."""
     root, before = made
     child = (
         "import os, sys\n"
