@@ -241,7 +241,7 @@ def session_report(store, session) -> Tuple[RunReport, Callable[[str], Optional[
             sources.append(f.source_commit)
         report = None
         if before is not None and f.fingerprint:
-            hit = store.cache_get(Store.blob_id(before), f.fingerprint)
+            hit = store.cache_get(Store.cache_key(f.path, before), f.fingerprint)
             if hit is not None and after is not None and hit[0] == Store.blob_id(after):
                 report = FileReport.from_json({**hit[1], "path": f.path})
         if report is None:

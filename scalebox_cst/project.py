@@ -196,8 +196,8 @@ class Project:
         fresh: List[Tuple[str, str, bytes, dict]] = []
         for path in sorted(wanted):
             data = files[path]
-            blob = Store.blob_id(data)
-            hit = store.cache_get(blob, fingerprint)
+            blob, key = Store.blob_id(data), Store.cache_key(path, data)
+            hit = store.cache_get(key, fingerprint)
             if hit is not None:
                 out_blob, report = hit
                 try:
@@ -214,7 +214,7 @@ class Project:
             if not result.bad_input:  # bad input is re-checked on every save: it is being edited
                 cached = result.report.to_json()
                 cached.pop("path")
-                fresh.append((blob, fingerprint, result.output, cached))
+                fresh.append((key, fingerprint, result.output, cached))
         store.cache_put_many(fresh)  # also puts back among the newest what was found in the cache's older half
         from scalebox_cst import fallbacks
 

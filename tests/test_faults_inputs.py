@@ -9,6 +9,7 @@ named in one line (on the right line), the rest of the tree is rewritten, no tra
 """
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -670,3 +671,67 @@ def test_a_stored_report_of_another_shape_is_one_line_or_left_out(tmp_path):
         monitor = Monitor(str(tmp_path))
         assert [b["name"] for b in monitor.branches()["branches"] if b["name"] == "run/0001"], shape
         monitor.diff("run/0001")
+
+
+COPIED_MODULE = (
+    "def train(model, opt, x):\n"
+    "    loss = model(x).sum()\n"
+    "    opt.zero_grad()\n"
+    "    loss.backward()\n"
+    "    opt.step()\n"
+    "    return loss\n"
+)
+SITES_SHOWN = (
+    "import pkg1.u, pkg2.u\n"
+    "def consts(code):\n"
+    "    out = []\n"
+    "    for c in code.co_consts:\n"
+    "        if isinstance(c, str) and '.py:' in c:\n"
+    "            out.append(c)\n"
+    "        elif hasattr(c, 'co_consts'):\n"
+    "            out += consts(c)\n"
+    "    return out\n"
+    "print(consts(pkg1.u.train.__code__), consts(pkg2.u.train.__code__))\n"
+)
+
+
+def _copied_module_project(root):
+    for pkg in ("pkg1", "pkg2"):
+        (root / pkg).mkdir()
+        (root / pkg / "__init__.py").write_text("")
+        (root / pkg / "u.py").write_text(COPIED_MODULE)
+    (root / "main.py").write_text(SITES_SHOWN)
+    scalebox("init", ".", cwd=root)
+
+
+def test_two_files_of_the_same_bytes_each_get_their_own_rewrite(tmp_path):
+    # the rewrite cache was keyed by the source blob alone, but a rewrite names its file
+    # (site='pkg1/u.py:8', by which guard events, sites.json, the profile and the NaN locator go):
+    # a copied utils.py was served the first copy's rewrite, in `rewrite`, `run` and the import hook
+    _copied_module_project(tmp_path)
+    scalebox("rewrite", "pkg2/u.py", cwd=tmp_path)
+    scalebox("rewrite", ".", cwd=tmp_path)
+    shown = scalebox("diff", cwd=tmp_path).stdout
+    assert "site='pkg1/u.py:5'" in shown and "site='pkg2/u.py:5'" in shown, shown
+    for _ in range(2):  # cold, then warm from .scalebox/pycache
+        proc = subprocess.run([sys.executable, "-m", "scalebox_cst", "main.py"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+        assert proc.returncode == 0, proc.stderr[-800:]
+        assert proc.stdout.strip().splitlines()[-1] == "['pkg1/u.py:5'] ['pkg2/u.py:5']", proc.stdout
+
+
+def test_an_import_cache_entry_of_another_module_reached_through_a_folder_link_is_a_miss(tmp_path):
+    # .scalebox/pycache/pkg2 -> pkg1 (a folder link, allowed there: statedir): pkg2/u.py's entry
+    # is then pkg1/u.py's, which passes the source-hash and MAC checks (same bytes, this user's
+    # key) and served pkg1's rewrite for pkg2; an entry names the module it was written for
+    _copied_module_project(tmp_path)
+    run = [sys.executable, "-m", "scalebox_cst", "main.py"]
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    subprocess.run(run, cwd=tmp_path, capture_output=True, timeout=300, env=env, check=True)
+    cache = tmp_path / ".scalebox" / "pycache"
+    shutil.rmtree(cache / "pkg2")
+    (cache / "pkg2").symlink_to("pkg1")
+    for _ in range(2):
+        proc = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr[-800:]
+        assert proc.stdout.strip().splitlines()[-1] == "['pkg1/u.py:5'] ['pkg2/u.py:5']", proc.stdout

@@ -47,7 +47,7 @@ def _read_entry(path: str, source_hash: bytes, key: Optional[bytes]) -> Optional
     """The entry at ``path`` if it was written for source with ``source_hash`` by this store's
     cold path, else None (then the module is rewritten again and the entry replaced).
 
-    Layout: magic + b"SBX2" | source hash (8) | MAC (32) | meta length (4) | ``key=value`` lines |
+    Layout: magic + b"SBX3" | source hash (8) | MAC (32) | meta length (4) | ``key=value`` lines |
     text length (4) | rewritten text (UTF-8) | marshalled code object. The MAC is HMAC-SHA256,
     keyed by this user's cache key (``_cache_key``), over everything but itself: a truncated or cut
     entry, random or empty code, or code planted by anything without that key (a ``.scalebox``

@@ -21,7 +21,9 @@ ENV_MAIN = "SCALEBOX_HOOK_MAIN"
 #: the module multiprocessing re-runs as ``__mp_main__`` in spawn children (see _spawn_main.py)
 SPAWN_MAIN = "scalebox_cst._spawn_main"
 
-_FORMAT = importlib.util.MAGIC_NUMBER + b"SBX2"
+#: SBX3: entries before it may hold another file's rewrite (the store's rewrite cache served a file
+#: of the same bytes elsewhere its rewrite, site names included: store.cache.cache_key)
+_FORMAT = importlib.util.MAGIC_NUMBER + b"SBX3"
 _REWRITTEN, _ORIGINAL = "rewritten", "original"
 #: never hooked: the engine itself (its cold path imports it) and the interpreter's own modules
 _NEVER = frozenset({"scalebox_cst", "__main__", "__mp_main__"})

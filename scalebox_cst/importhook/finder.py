@@ -219,6 +219,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
         if self.options.cache:
             cache_path = root.cache_path(rel)
             entry = _read_entry(cache_path, importlib.util.source_hash(data), root.cache_key(create=False))
+            if entry is not None and entry.meta.get("rel") != rel:
+                entry = None  # written for another module of the same bytes (its name reached through a folder link)
             if entry is not None:
                 touch(cache_path)  # used: last in the cache's eviction order
                 if entry.kind == _ORIGINAL:

@@ -15,7 +15,7 @@ Layout (all inside the store)::
                                            checked: its HMAC under the user's key (userkey)
     refs/scalebox/cache/<fingerprint>      rewrite cache: tree "ab/<38 hex>~<user>" -> rewritten
                                            blob, "ab/<38 hex>~<user>.json" -> "sbx-signed <HMAC>"
-                                           line and file report (keyed by source blob and user;
+                                           line and file report (keyed by source file (cache_key) and user;
                                            signed as the notes are)
 
 Concurrency: libgit2 compares-and-swaps an existing ref under its lock file, but *creating* a ref

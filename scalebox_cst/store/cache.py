@@ -1,5 +1,5 @@
-"""The rewrite cache: ``refs/scalebox/cache/<fingerprint>`` maps a source blob to its rewritten
-blob and file report, one entry per user (:func:`entry_path`), fronted by an in-process memory
+"""The rewrite cache: ``refs/scalebox/cache/<fingerprint>`` maps a source file (:func:`cache_key`:
+its path and bytes) to its rewritten blob and file report, one entry per user (:func:`entry_path`), fronted by an in-process memory
 layer.
 
 Each entry is signed with this user's key (:mod:`scalebox_cst.userkey`, kept outside every
@@ -293,6 +293,15 @@ class _Cache(_Objects):
                     self.repo.references.delete(name)
                 except (KeyError, pygit2.GitError):
                     pass
+
+
+def cache_key(path: str, data: bytes) -> str:
+    """The id the rewrite cache keys a project file by: its bytes *and its path*, 40 hex digits
+    as a blob id. A rewrite names the file it was made for (``site='pkg1/u.py:8'``, which guard
+    events, ``sites.json``, the profile and ``SCALEBOX_LOCATE_NAN`` go by), so two files of the
+    same bytes (a copied ``utils.py``) have two rewrites: keyed by the blob alone, the second
+    file was served the first's (``pkg2/u.py`` guarded as ``pkg1/u.py:8``)."""
+    return hashlib.sha1(b"scalebox rewrite cache\0" + path.encode("utf-8", "surrogateescape") + b"\0" + data).hexdigest()
 
 
 _SIGNED = b"sbx-signed "

@@ -14,7 +14,7 @@ import pygit2
 
 from scalebox_cst import statedir, tmpnames
 from scalebox_cst.store import checked
-from scalebox_cst.store.cache import _Cache
+from scalebox_cst.store.cache import _Cache, cache_key
 from scalebox_cst.store.common import (
     _OPEN_FLAGS,
     LOCK_NAME,
@@ -140,6 +140,11 @@ class Store(_Snapshots, _Sessions, _Cache):
     def blob_id(data: bytes) -> str:
         """The git blob id of *data* (what ``pygit2.hash`` returns), without writing anything."""
         return _blob_raw(data).hex()
+
+    @staticmethod
+    def cache_key(path: str, data: bytes) -> str:
+        """What the rewrite cache keys a project file by (:func:`store.cache.cache_key`)."""
+        return cache_key(path, data)
 
 
 def _ensure_gitignore(path: str) -> None:

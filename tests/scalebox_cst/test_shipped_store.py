@@ -178,7 +178,7 @@ def test_scalebox_run_of_a_project_that_came_with_a_planted_store_runs_the_users
     report = real.report.to_json()
     report.pop("path")
     planted = b'print("PLANTED: not the code you read")\n'
-    shipped.ensure_store().cache_put(Store.blob_id(data), shipped.pipeline.fingerprint, planted, report)
+    shipped.ensure_store().cache_put(Store.cache_key("train.py", data), shipped.pipeline.fingerprint, planted, report)
     # the shipper's own runs would take it (the entry is well formed and signed by them)
     assert Project(str(project)).rewrite_files({"train.py": data})["train.py"].output == planted
     proc = scalebox("run", "train.py", "--", "--steps", "2", cwd=project, env={"XDG_CACHE_HOME": str(tmp_path / "user")}, timeout=300)

@@ -667,7 +667,7 @@ CORRUPT_CHECK = textwrap.dedent(
 
 
 def _entry_parts(data):
-    """(start with source hash, MAC, rest up to the code, code) of an SBX2 cache entry."""
+    """(start with source hash, MAC, rest up to the code, code) of an SBX3 cache entry."""
     meta_end = 52 + int.from_bytes(data[48:52], "little")
     text_end = meta_end + 4 + int.from_bytes(data[meta_end : meta_end + 4], "little")
     return data[:16], data[16:48], data[48:text_end], data[text_end:]
