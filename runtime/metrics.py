@@ -208,7 +208,7 @@ def _to_floats(values: List[Any]) -> List[float]:
     for v in out:
         try:
             floats.append(float(v))
-        except (TypeError, ValueError):  # a caller's odd value costs that point, not the batch
+        except (TypeError, ValueError, OverflowError):  # a caller's odd value (10**400 too) costs that point, not the batch
             floats.append(math.nan)
     return floats
 

@@ -79,6 +79,20 @@ def open_regular(path: str, mode: str = "rb", follow: bool = False, **kwargs):
 STATE_LIMIT = 16 << 20
 
 
+def _json_int(text: str) -> Any:
+    """An integer literal of a state file: a Python int where a float can hold it, else the
+    float it is (``inf``). A run's files are written by the script too (and a ``.scalebox/`` may
+    come with the project): ``"started": 1000...0`` (400 digits) made every ``math.isfinite`` and
+    ``float()`` of it an OverflowError, and ``log``, ``compare``, ``profile`` and the monitor
+    tracebacks; read as inf, it is the non-finite number every reader already passes over."""
+    return int(text) if len(text) < 300 else float(text)
+
+
+def loads_state(raw: Any) -> Any:
+    """``json.loads`` for the engine's state files and a run's series (see :func:`_json_int`)."""
+    return json.loads(raw, parse_int=_json_int)
+
+
 def state_json(path: str) -> Any:
     """The parsed JSON of one of the engine's state files, or None where it is missing, no
     regular file (:func:`open_regular`), past :data:`STATE_LIMIT` bytes, not JSON or nested too
@@ -87,7 +101,7 @@ def state_json(path: str) -> Any:
     try:
         with open_regular(path, "rb") as fh:
             raw = fh.read(limit + 1)
-        return json.loads(raw) if len(raw) <= limit else None
+        return loads_state(raw) if len(raw) <= limit else None
     except (OSError, ValueError, RecursionError):
         return None
 

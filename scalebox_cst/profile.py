@@ -23,7 +23,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from scalebox_cst import runs, site_counts
+from scalebox_cst import intake, runs, site_counts
 from scalebox_cst.runtime.profile_categories import CATEGORIES  # the one table, shared with the sampler
 from scalebox_cst.digits import ascii_digits
 
@@ -77,7 +77,7 @@ class Reader:
 
     def _add(self, raw: bytes) -> None:
         try:
-            item = json.loads(raw)
+            item = intake.loads_state(raw)
         except (ValueError, RecursionError):  # a damaged line (or one nested too deeply): skipped
             return
         if not isinstance(item, dict):

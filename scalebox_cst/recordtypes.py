@@ -16,7 +16,8 @@ from typing import Any, Dict, Optional
 #: record.json's number fields (scalebox_cst.runner.record.RunRecord): floats, then integers
 FLOATS = ("started", "ended", "wall_time")
 INTS = ("seed", "pid", "pgid", "pid_start", "exit_status")
-TEXTS = ("status", "signal", "stop_reason", "hotfix_of", "script", "branch", "variant")
+TEXTS = ("status", "signal", "stop_reason", "hotfix_of", "script", "branch", "variant", "commit", "source_commit",
+         "launcher", "seed_via", "host", "engine_prefix")
 #: mappings whose values readers look up by name
 MAPPINGS = ("headline", "metrics", "tags")
 #: lists of text (a command line, a traceback's last lines)

@@ -735,3 +735,52 @@ def test_an_import_cache_entry_of_another_module_reached_through_a_folder_link_i
         proc = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
         assert proc.returncode == 0, proc.stderr[-800:]
         assert proc.stdout.strip().splitlines()[-1] == "['pkg1/u.py:5'] ['pkg2/u.py:5']", proc.stdout
+
+
+def test_numbers_beyond_a_float_in_a_run_folder_are_skipped_not_tracebacks(tmp_path):
+    # a script writes its run folder (and a .scalebox/ may come with the project): a JSON integer
+    # of 400 digits made math.isfinite / float() raise OverflowError in the record's type check,
+    # the series, the profile and the monitor's event times, and a step of Infinity in
+    # metrics.jsonl (int(inf)) took `scalebox run` itself down at its end, its record left 'lost';
+    # "sites": 5 was iterated, a "source_commit" of [1] went to pygit2 (the fifth fault campaign)
+    import json as _json
+
+    from scalebox_cst import runs
+    from scalebox_cst.monitor.api import Monitor
+
+    huge = "1" + "0" * 400
+    (tmp_path / "train.py").write_text(
+        "import os\n"
+        "for i in range(3):\n"
+        "    print(f'step={i} reward={i}', flush=True)\n"
+        "open(os.environ['SCALEBOX_METRICS_FILE'], 'a').write("
+        "'{\"name\": \"reward\", \"step\": Infinity, \"value\": 1}\\n'"
+        f"'{{\"name\": \"reward\", \"step\": 4, \"value\": {huge}}}\\n'"
+        f"'{{\"name\": \"reward\", \"step\": 5, \"value\": 2, \"time\": {huge}}}\\n')\n"
+    )
+    scalebox("init", ".", cwd=tmp_path)
+    proc = scalebox("run", "train.py", cwd=tmp_path, check=False)
+    assert proc.returncode == 0 and " ok in " in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-800:]
+    run_dir = next((tmp_path / ".scalebox" / "runs").glob("run/*/*"))
+    points = [p for p in runs.read_metrics(str(run_dir / "metrics.jsonl"))[0] if p.name == "reward"]
+    assert (4, float("inf")) in [(p.step, p.value) for p in points] and 5 in [p.step for p in points], points
+    record = _json.loads((run_dir / "record.json").read_text())
+    record["status"] = "ok"
+    text = _json.dumps({**record, "source_commit": [1]})
+    for key in ("started", "ended", "wall_time"):
+        text = text.replace(f'"{key}": ', f'"{key}": {huge}, "_{key}": ', 1)
+    (run_dir / "record.json").write_text(text)
+    with open(run_dir / "events.jsonl", "a") as fh:
+        fh.write(f'{{"time": {huge}, "kind": "note", "message": "m"}}\n')
+    with open(run_dir / "profile.jsonl", "a") as fh:
+        fh.write(f'{{"hz": {huge}, "rows": [["train.py", 3, "other", 1, 0.1, 0.1, 1]]}}\n')
+    (run_dir / "sites.json").write_text('{"sites": 5}')
+    for args in (("log",), ("log", "--json"), ("status", "--json"), ("compare", "run/0001", "run/0001"), ("profile",),
+                 ("profile", "run/0001#1", "--json")):
+        proc = scalebox(*args, cwd=tmp_path, check=False)
+        assert "Traceback" not in proc.stderr, (args, proc.stderr[-800:])
+    (run_dir / "sites.json").write_text('{"sites": [{"path": "train.py", "line": Infinity, "transform": "t", "time_s": %s}]}' % huge)
+    monitor = Monitor(str(tmp_path))
+    monitor.branches(), monitor.events(limit=50), monitor.runs("run/0001"), monitor.sites("run/0001")
+    monitor.series("reward", ["run/0001"])
+    assert scalebox("compare", "run/0001", "run/0001", cwd=tmp_path, check=False).returncode in (0, 1)

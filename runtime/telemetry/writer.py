@@ -38,7 +38,7 @@ def _step(s: Any) -> Optional[int]:
         return None
     try:
         return int(s)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # global_step=inf: counted, as no step is
         return None
 
 

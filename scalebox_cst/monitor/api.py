@@ -485,7 +485,7 @@ class Monitor:
             for site in runs.read_sites(run.dir):
                 try:
                     key = (str(site.get("path")), int(site.get("line") or 0), str(site.get("transform")))
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):  # a line of Infinity
                     continue
                 rows.setdefault(key, []).append(site)
         out = []

@@ -4,14 +4,13 @@ on from the byte offset reached last time and reset when the file shrinks or is 
 from __future__ import annotations
 
 import collections
-import json
 import os
 import threading
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from scalebox_cst import runs
+from scalebox_cst import intake, runs
 from scalebox_cst.monitor.series import Series
 
 #: bytes of metrics read per step (a million-line file is parsed in bounded pieces)
@@ -68,7 +67,7 @@ class MetricsFile:
             vs = np.array([float(item["value"]) for item in items])  # "nan"/"inf" strings too
             xs = np.array([item.get("step", 0) for item in items], dtype=float)
             ts = np.array([item.get("time", 0.0) for item in items], dtype=float)
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
             self._add_slowly(items)
             return
         if self.first_time is None:
@@ -95,7 +94,7 @@ class MetricsFile:
                     continue
                 step = float(item.get("step", 0))
                 stamp = float(item.get("time", 0.0))
-            except (KeyError, TypeError, ValueError, AttributeError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
                 continue
             cols = columns.get(name)
             if cols is None:
@@ -121,12 +120,12 @@ def _parse_lines(lines: List[bytes]) -> List[Any]:
     if not lines:
         return []
     try:
-        return json.loads(b"[" + b",".join(lines) + b"]")
+        return intake.loads_state(b"[" + b",".join(lines) + b"]")
     except (ValueError, RecursionError):
         out = []
         for line in lines:
             try:
-                out.append(json.loads(line))
+                out.append(intake.loads_state(line))
             except (ValueError, RecursionError):
                 continue
         return [item for item in out if isinstance(item, dict)]
