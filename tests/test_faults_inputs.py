@@ -784,3 +784,26 @@ def test_numbers_beyond_a_float_in_a_run_folder_are_skipped_not_tracebacks(tmp_p
     monitor.branches(), monitor.events(limit=50), monitor.runs("run/0001"), monitor.sites("run/0001")
     monitor.series("reward", ["run/0001"])
     assert scalebox("compare", "run/0001", "run/0001", cwd=tmp_path, check=False).returncode in (0, 1)
+
+
+def test_rank_files_of_another_shape_are_read_as_none(tmp_path):
+    # torchrun's rank.json and failure.json are written in the training process (the user's
+    # script): a rank.json of [1] made `info["failure"] = ...` a TypeError at the run's end, a
+    # failure time of [1] made min() compare a list with a float, a log name holding a NUL made
+    # realpath raise, a rank.json without "rank" a KeyError in the record's first error line
+    from scalebox_cst.runner import torchrun
+
+    ranks = tmp_path / torchrun.RANKS
+    shapes = {"0": ("[1]", '{"time": 1.0, "error": "e0"}'), "1": ('{"rank": 1, "log": "a\\u0000b"}', '{"time": [1], "error": "e1"}'),
+              "2": ('{"log": "x"}', '{"time": 0.5, "error": "e2"}'), "3": ('{"rank": 3}', "5"),
+              "4": ('{"rank": 4}', '{"time": Infinity, "error": "e4"}')}
+    for name, (info, failure) in shapes.items():
+        (ranks / name).mkdir(parents=True)
+        (ranks / name / torchrun.RANK_INFO).write_text(info)
+        (ranks / name / torchrun.FAILURE).write_text(failure)
+    found = torchrun.rank_records(str(tmp_path))
+    assert len(found) == 4 and all(isinstance(r, dict) for r in found)
+    failed = torchrun.first_failure(found)
+    assert failed is not None and torchrun.failed_first_line(failed, "1").startswith("rank ")
+    for rank in found:
+        torchrun.rank_log_lines(str(tmp_path), rank)

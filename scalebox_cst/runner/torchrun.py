@@ -22,13 +22,13 @@ workers; a worker whose torchrun is gone (killed) ends its own process group (ru
 """
 from __future__ import annotations
 
-import json
+import math
 import os
 import re
 import sys
 from typing import Any, Dict, List, Optional, Sequence, TypedDict
 
-from scalebox_cst import runs
+from scalebox_cst import intake, runs
 from scalebox_cst.intake import open_regular
 from scalebox_cst.runner import execution as executor
 from scalebox_cst.runner.record import error_tail
@@ -212,16 +212,18 @@ def rank_records(run_dir: str) -> List[Dict[str, Any]]:
     for name in sorted(names, key=lambda n: int(n) if ascii_digits(n) else -1):
         if not ascii_digits(name):
             continue
-        try:
-            with open_regular(os.path.join(base, name, RANK_INFO), "r", encoding="utf-8") as fh:
-                info = json.load(fh)
-        except (OSError, ValueError, RecursionError):
+        # the rank's process (the user's script) can write anything there: a file that is not a
+        # JSON object ([1]: 'info["failure"] = ...' raised) or a failure whose time is no finite
+        # number (min() compared a list with a float) is read as no file
+        info = intake.state_json(os.path.join(base, name, RANK_INFO))
+        if not isinstance(info, dict):
             continue
-        try:
-            with open_regular(os.path.join(base, name, FAILURE), "r", encoding="utf-8") as fh:
-                info["failure"] = json.load(fh)
-        except (OSError, ValueError, RecursionError):
-            info["failure"] = None
+        failure = intake.state_json(os.path.join(base, name, FAILURE))
+        if isinstance(failure, dict):
+            stamp = failure.get("time")
+            if not (isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and math.isfinite(stamp)):
+                failure["time"] = 0.0
+        info["failure"] = failure if isinstance(failure, dict) else None
         out.append(info)
     return out
 
@@ -236,7 +238,7 @@ def failed_first_line(failed: Dict[str, Any], nnodes: str) -> str:
     """The error tail's first line. Across nodes, a node sees only its own ranks: a rank on another
     node may have failed earlier (that node's record says so), so the line says "on this node"."""
     where = "" if str(nnodes) in ("1", "1:1") else " on this node"
-    return f"rank {failed['rank']} failed first{where}: {(failed.get('failure') or {}).get('error')}"
+    return f"rank {failed.get('rank')} failed first{where}: {(failed.get('failure') or {}).get('error')}"
 
 
 def rank_log_lines(run_dir: str, rank: Dict[str, Any]) -> List[str]:
@@ -244,7 +246,7 @@ def rank_log_lines(run_dir: str, rank: Dict[str, Any]) -> List[str]:
     the training process), so only a file inside the run folder is read: its tail goes into the
     record, which the monitor serves."""
     log = rank.get("log")
-    if not isinstance(log, str) or not log:
+    if not isinstance(log, str) or not log or "\0" in log:  # (a NUL made realpath raise)
         return []
     folder = os.path.realpath(run_dir)
     path = os.path.realpath(os.path.join(folder, log))
