@@ -807,3 +807,52 @@ def test_rank_files_of_another_shape_are_read_as_none(tmp_path):
     assert failed is not None and torchrun.failed_first_line(failed, "1").startswith("rank ")
     for rank in found:
         torchrun.rank_log_lines(str(tmp_path), rank)
+
+
+def test_gc_never_removes_through_a_link_a_shipped_store_holds(tmp_path):
+    # a project may come with its .scalebox/ (git stores links): objects/pack -> a folder made
+    # gc remove every file there older than an hour whose name was not pack-* (the project's own
+    # files with 'objects/pack -> ../../..'), objects/02 -> ../../../.git/objects/02 moved the
+    # user's git objects into the store's pack (git fsck: missing blob), and a FIFO planted as a
+    # loose object blocked the pass, holding the store's lock
+    import zlib
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("x = 1\n")
+    scalebox("init", ".", cwd=project)
+    scalebox("rewrite", ".", cwd=project)
+    objects = project / ".scalebox" / "store.git" / "objects"
+    fan = next(f"{n:02x}" for n in range(256) if not (objects / f"{n:02x}").exists())  # none of the store's own
+    outside = tmp_path / "outside"
+    (outside / fan).mkdir(parents=True)
+    body = b"precious\n"
+    blob = zlib.compress(b"blob %d\0" % len(body) + body)
+    name = "a819f21d4c6b8b8b26c4a840bfd54a99872bc1"
+    (outside / fan / name).write_bytes(blob)
+    (outside / "notes.txt").write_text("mine\n")
+    old = time.time() - 2 * 86400
+    for path in (outside / fan / name, outside / "notes.txt"):
+        os.utime(path, (old, old))
+    shutil.rmtree(objects / "pack")  # empty (nothing packed yet); git keeps no empty folder, so a copied store may lack it:
+    # gc then packed, removed the loose copies and failed folding the refs ('object not found')
+    for link, target in (("pack", outside), (fan, outside / fan)):
+        (objects / link).symlink_to(target)
+        proc = scalebox("gc", cwd=project, check=False)
+        assert proc.returncode == 1 and "is a symbolic link" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert (outside / "notes.txt").exists() and (outside / fan / name).read_bytes() == blob
+        (objects / link).unlink()
+    (objects / fan).mkdir()
+    os.mkfifo(objects / fan / ("0" * 38))
+    proc = scalebox("gc", "--grace-days", "0.05", cwd=project, check=False, timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert scalebox("log", cwd=project).returncode == 0
+    # a moved .scalebox (a link to a folder on a larger disk) is the user's: gc works through it
+    moved = tmp_path / "disk" / ".scalebox"
+    moved.parent.mkdir()
+    os.remove(objects / fan / ("0" * 38))
+    shutil.move(str(project / ".scalebox"), str(moved))
+    (project / ".scalebox").symlink_to(moved)
+    proc = scalebox("gc", cwd=project, check=False)
+    assert proc.returncode == 0 and "scalebox gc (done)" in proc.stdout, proc.stderr

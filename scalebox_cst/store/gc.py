@@ -35,17 +35,19 @@ import contextlib
 import dataclasses
 import os
 import re
+import stat
 import time
 import zlib
 from typing import Dict, List, Set, Tuple
 
 import pygit2
 
-from scalebox_cst.store.common import CACHE_PREFIX
+from scalebox_cst.store.common import CACHE_PREFIX, StoreError
 from scalebox_cst.store.refs import _RefFailures
 
 GRACE_S = 14 * 86400
 _ZERO = "0" * 40
+_TMP_PACK = "pack_git2_"  # libgit2's indexer writes the pack under this name, then renames it
 _LOOSE_LOCK = re.compile(r"failed to lock loose reference '([^']+)'")
 
 
@@ -119,12 +121,17 @@ def _reachable(repo: pygit2.Repository) -> Set[bytes]:
 
 
 def _loose(objects: str) -> Dict[bytes, Tuple[str, os.stat_result]]:
+    """The loose object files: regular files only (a FIFO planted as an object would block
+    ``_kind``'s read, and the pass holds the store's lock), in fan-out folders that are folders
+    of the store's own (:func:`_refuse_links` has refused a linked one)."""
     out: Dict[bytes, Tuple[str, os.stat_result]] = {}
     for folder in os.listdir(objects):
         if len(folder) != 2:
             continue
         path = os.path.join(objects, folder)
         try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
             names = os.listdir(path)
         except OSError:
             continue
@@ -133,10 +140,38 @@ def _loose(objects: str) -> Dict[bytes, Tuple[str, os.stat_result]]:
                 continue
             try:
                 raw = bytes.fromhex(folder + name)
-                out[raw] = (os.path.join(path, name), os.lstat(os.path.join(path, name)))
+                st = os.lstat(os.path.join(path, name))
             except (ValueError, OSError):
                 continue
+            if stat.S_ISREG(st.st_mode):
+                out[raw] = (os.path.join(path, name), st)
     return out
+
+
+def _refuse_links(store_path: str) -> None:
+    """Raise :class:`StoreError` where a folder this pass removes files in is a symbolic link.
+    ``.scalebox`` and ``store.git`` may be links (moved to a larger disk), but a shipped store can
+    hold ``objects/pack -> ../../..`` or ``objects/02 -> ../../../.git/objects/02``: the pass
+    removed every file older than an hour in the first (the project's own files), and packed
+    the user's git objects away from their repository in the second (git fsck: missing blob)."""
+    objects = os.path.join(store_path, "objects")
+    folders = [objects, os.path.join(objects, "pack"), os.path.join(store_path, "logs")]
+    logs = os.path.join(store_path, "logs")
+    for part in CACHE_PREFIX.strip("/").split("/"):
+        logs = os.path.join(logs, part)
+        folders.append(logs)
+    try:
+        folders += [os.path.join(objects, n) for n in os.listdir(objects) if len(n) == 2]
+    except OSError:
+        pass
+    refs = os.path.join(store_path, "refs")  # packing the refs removes the loose ref files
+    folders.append(refs)
+    for top, dirs, _ in os.walk(refs):  # (links are not followed into)
+        folders += [os.path.join(top, d) for d in dirs]
+    for folder in folders:
+        if os.path.islink(folder):
+            raise StoreError(f"{folder} is a symbolic link; gc removes files only in the store's own "
+                             "folders (put what it points to in its place, or remove the link)")
 
 
 def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
@@ -145,6 +180,14 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
     objects = os.path.join(store.path, "objects")
     # a dry run reads only: no write lock (a read-only store can be asked too)
     with store._mutex, (contextlib.nullcontext() if dry_run else store._locked()):
+        _refuse_links(store.path)
+        if not dry_run and not os.path.isdir(os.path.join(objects, "pack")):
+            # git keeps no empty folder (a copied store may lack it); libgit2 looks for packs only in
+            # the folder it found when it opened the store: made now, the pack written below was
+            # not found by the ref packing ('object not found'), after every loose copy had gone
+            os.makedirs(os.path.join(objects, "pack"))
+            store.repo.free()
+            store.close()
         repo = store.repo
         if not dry_run:
             _clear_debris(store.path)
@@ -187,7 +230,7 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
         for path in creations:
             _remove(path)
         if to_pack:
-            before = set(os.listdir(os.path.join(objects, "pack"))) if os.path.isdir(os.path.join(objects, "pack")) else set()
+            before = set(os.listdir(os.path.join(objects, "pack")))
             repo.pack(pack_delegate=lambda builder: [builder.add(pygit2.Oid(raw=raw)) for raw in to_pack])
             packs = pygit2.OdbBackendPack(objects)
             for name in set(os.listdir(os.path.join(objects, "pack"))) - before:
@@ -271,11 +314,12 @@ def _kind(path: str) -> bytes:
 
 
 def _clear_debris(path: str) -> None:
-    """What a killed pass leaves: libgit2's temporary pack files and a packed-refs lock, older
-    than an hour (a live one is younger: the pass holds the store's lock only for minutes)."""
+    """What a killed pass leaves: libgit2's temporary pack files (``pack_git2_*``; nothing
+    else: whatever else lies there is not ours to remove) and a packed-refs lock, older than an
+    hour (a live one is younger: the pass holds the store's lock only for minutes)."""
     cutoff = time.time() - 3600
     pack = os.path.join(path, "objects", "pack")
-    names = [os.path.join(pack, n) for n in (os.listdir(pack) if os.path.isdir(pack) else ()) if not n.startswith("pack-")]
+    names = [os.path.join(pack, n) for n in (os.listdir(pack) if os.path.isdir(pack) else ()) if n.startswith(_TMP_PACK)]
     for name in names + [os.path.join(path, "packed-refs.lock")]:
         try:
             if os.lstat(name).st_mtime < cutoff:
