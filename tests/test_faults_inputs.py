@@ -856,3 +856,30 @@ def test_gc_never_removes_through_a_link_a_shipped_store_holds(tmp_path):
     (project / ".scalebox").symlink_to(moved)
     proc = scalebox("gc", cwd=project, check=False)
     assert proc.returncode == 0 and "scalebox gc (done)" in proc.stdout, proc.stderr
+
+
+def test_the_import_cache_sweep_removes_only_its_own_files_through_a_linked_folder(tmp_path):
+    # statedir allows a link to a folder in .scalebox/ (a larger disk), and the sweep walked
+    # whatever .scalebox/pycache reached: a project that came with `.scalebox/pycache -> ../data`
+    # had data/'s oldest files removed (every file once the folder held more than the limit)
+    from scalebox_cst import tmpnames
+    from scalebox_cst.importhook import cache
+
+    data = tmp_path / "data"
+    data.mkdir()
+    old = time.time() - 3 * 86400
+    mine = [data / f"file{i}.bin" for i in range(5)] + [data / "notes.123.tmp", data / "run.pyc"]
+    for path in mine:
+        path.write_bytes(os.urandom(20000))
+        os.utime(path, (old, old))
+    entry = data / "pkg" / ("m" * 300)
+    ours = tmpnames.fit(str(entry.name), keep=".cpython-311-scalebox-0123456789abcdef.pyc")
+    (data / "pkg").mkdir()
+    for name in (ours, "fingerprint-0123456789abcdef", tmpnames.stem(ours) + ".77-12.tmp", "x.cpython-311-scalebox-0123456789abcdef.pyc.4.tmp"):
+        (data / "pkg" / name).write_bytes(os.urandom(30000))
+        os.utime(data / "pkg" / name, (old, old))
+    (tmp_path / ".scalebox").mkdir()
+    (tmp_path / ".scalebox" / "pycache").symlink_to("../data")
+    cache.sweep(str(tmp_path / ".scalebox" / "pycache"), limit=10000)
+    assert all(path.exists() for path in mine)
+    assert os.listdir(data / "pkg") == []  # the cache's own entries, memo and temporaries went

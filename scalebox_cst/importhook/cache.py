@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac as _hmac
 import marshal
 import os
+import re
 import sys
 import threading
 import time
@@ -154,6 +155,13 @@ def _limit_bytes() -> int:
     return max(1, int(digits.setting("SCALEBOX_IMPORT_CACHE_MB", 256, 0, 1 << 20) * (1 << 20)))
 
 
+#: the names this cache writes: an entry (``cache_path``: ``-scalebox-<fingerprint>.pyc`` kept whole
+#: however long the module's name), a fingerprint memo, and a writer's temporary of either
+#: (``tmpnames.sibling``: the name, or its ``~<hash>`` stem, then ``.<pid>[-<thread>].tmp``)
+_ENTRY_NAME = re.compile(r"(?:.*-scalebox-[0-9a-f]{16}\.pyc|fingerprint-[0-9a-f]{16})\Z", re.S)
+_TEMP_NAME = re.compile(r"(?:.*-scalebox-[0-9a-f]{16}\.pyc|fingerprint-[0-9a-f]{16}|.*~[0-9a-f]{16})\.\d+(?:-\d+)?\.tmp\Z", re.S)
+
+
 #: the most bytes ``.scalebox/pycache/`` keeps (``$SCALEBOX_IMPORT_CACHE_MB``, default 256 MB)
 LIMIT_BYTES = _limit_bytes()
 _WRITTEN: Dict[str, int] = {}  # cache folder -> bytes this process wrote since it last swept it
@@ -186,7 +194,12 @@ def sweep(folder: str, limit: Optional[int] = None) -> int:
     until it holds at most three quarters of ``limit`` bytes, if it holds more than ``limit``;
     temporary files killed writers left (older than a minute) always go. Returns bytes freed.
     Each removal is one ``unlink`` of a whole file: a kill at any point leaves entries that are
-    each whole or gone, and a concurrent reader of a removed entry reads a miss."""
+    each whole or gone, and a concurrent reader of a removed entry reads a miss.
+
+    Only files of the cache's own names are counted and removed: ``pycache`` may be a link to a
+    folder (statedir allows it, for a larger disk), and a project that came with
+    ``.scalebox/pycache -> ../data`` had the oldest files of ``data/`` removed, every one of
+    them once the folder held more than the limit."""
     limit = LIMIT_BYTES if limit is None else limit
     found: List[Tuple[float, int, str]] = []
     total = freed = 0
@@ -194,9 +207,12 @@ def sweep(folder: str, limit: Optional[int] = None) -> int:
     for dirpath, _dirs, files in os.walk(folder):  # links are not followed into
         for name in files:
             path = os.path.join(dirpath, name)
+            temporary = bool(_TEMP_NAME.match(name))
+            if not temporary and not _ENTRY_NAME.match(name):
+                continue  # not the cache's: never counted, never removed
             try:
                 st = os.lstat(path)
-                if name.endswith(".tmp") and st.st_mtime < stale:
+                if temporary and st.st_mtime < stale:
                     os.remove(path)
                     freed += st.st_size
                     continue
