@@ -151,11 +151,14 @@ def write_record(directory: str, record: Dict[str, Any]) -> None:
 
 
 def append_jsonl(path: str, item: Dict[str, Any]) -> None:
-    """One line, one ``write`` on an O_APPEND descriptor: whole lines even with several writers."""
+    """One line, one ``write`` on an O_APPEND descriptor: whole lines even with several writers.
+    A short write (a nearly full disk, a signal) is written on (``tmpnames.write_all``): the one
+    ``os.write`` dropped the rest of the line without a word, and the next event appended was
+    glued to the half line, both then unreadable."""
     line = (json.dumps(item, default=str) + "\n").encode("utf-8")
     fd = statedir.open_in_place(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
-        os.write(fd, line)
+        tmpnames.write_all(fd, line)
     finally:
         os.close(fd)
 

@@ -883,3 +883,18 @@ def test_the_import_cache_sweep_removes_only_its_own_files_through_a_linked_fold
     cache.sweep(str(tmp_path / ".scalebox" / "pycache"), limit=10000)
     assert all(path.exists() for path in mine)
     assert os.listdir(data / "pkg") == []  # the cache's own entries, memo and temporaries went
+
+
+def test_an_event_line_is_written_whole_after_a_short_write(tmp_path, monkeypatch):
+    # os.write may write fewer bytes than asked (a nearly full disk, a signal): append_jsonl wrote
+    # once and dropped the rest of the line, and the next event was glued to the half line
+    from scalebox_cst import runs
+
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data[:7])))
+    path = str(tmp_path / "events.jsonl")
+    runs.append_event(path, "branch_created", "run/0001: a long enough message")
+    runs.append_event(path, "branch_created", "run/0002")
+    monkeypatch.setattr(os, "write", real)
+    events, _ = runs.read_events(path)
+    assert [e["message"] for e in events] == ["run/0001: a long enough message", "run/0002"]
