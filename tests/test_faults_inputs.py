@@ -898,3 +898,22 @@ def test_an_event_line_is_written_whole_after_a_short_write(tmp_path, monkeypatc
     monkeypatch.setattr(os, "write", real)
     events, _ = runs.read_events(path)
     assert [e["message"] for e in events] == ["run/0001: a long enough message", "run/0002"]
+
+
+def test_gc_never_removes_a_branch_log_through_a_link(tmp_path):
+    # gc removes the reflogs that record only a branch's creation (logs/refs/heads/run/NNNN): a
+    # shipped store's logs/refs/heads/run -> a folder of the user's is refused like objects/pack
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "train.py").write_text("x = 1\n")
+    scalebox("init", ".", cwd=project)
+    scalebox("rewrite", ".", cwd=project)
+    logs = project / ".scalebox" / "store.git" / "logs" / "refs" / "heads" / "run"
+    outside = tmp_path / "outside"
+    shutil.copytree(logs, outside)
+    shutil.rmtree(logs)
+    logs.symlink_to(outside)
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    proc = scalebox("gc", cwd=project, check=False)
+    assert proc.returncode == 1 and "is a symbolic link" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before

@@ -165,9 +165,11 @@ def _refuse_links(store_path: str) -> None:
     except OSError:
         pass
     refs = os.path.join(store_path, "refs")  # packing the refs removes the loose ref files
-    folders.append(refs)
-    for top, dirs, _ in os.walk(refs):  # (links are not followed into)
-        folders += [os.path.join(top, d) for d in dirs]
+    branch_logs = os.path.join(store_path, "logs", "refs", "heads")  # and the branches' one-line reflogs go
+    folders += [refs, os.path.join(store_path, "logs", "refs"), branch_logs]
+    for tree in (refs, branch_logs):
+        for top, dirs, _ in os.walk(tree):  # (links are not followed into)
+            folders += [os.path.join(top, d) for d in dirs]
     for folder in folders:
         if os.path.islink(folder):
             raise StoreError(f"{folder} is a symbolic link; gc removes files only in the store's own "
