@@ -149,8 +149,11 @@ def test_the_import_cache_keeps_its_bound_least_recently_used_first(proj, monkey
     entry = first.stat().st_size
     monkeypatch.setattr(hook_cache, "LIMIT_BYTES", 4 * entry, raising=False)
     monkeypatch.setattr(hook_cache, "_WRITTEN", {}, raising=False)
-    (cache / "killed.pyc.1234.tmp").write_bytes(b"x" * 100)
-    os.utime(cache / "killed.pyc.1234.tmp", (1, 1))
+    killed = first.parent / (first.name + ".1234.tmp")  # what a writer of this entry killed mid-write leaves
+    killed.write_bytes(b"x" * 100)
+    os.utime(killed, (1, 1))
+    (cache / "notes.pyc.1234.tmp").write_bytes(b"x" * 100)  # not a name the cache writes: never its to remove
+    os.utime(cache / "notes.pyc.1234.tmp", (1, 1))
     (cache / pkg / "damaged.cpython-311-scalebox-x.pyc").write_bytes(b"\x00" * 10)
     for i in range(2, 9):
         (root / "scalebox.toml").write_text(CONFIG.format(max_norm=float(i)))
@@ -159,7 +162,7 @@ def test_the_import_cache_keeps_its_bound_least_recently_used_first(proj, monkey
         _fresh_import(root, pkg)  # a hit on the first config's entry: used again
         assert sum(_files(cache).values()) <= 4 * entry + entry, i
     assert first.exists()  # used after every other entry was written
-    assert not (cache / "killed.pyc.1234.tmp").exists()
+    assert not killed.exists() and (cache / "notes.pyc.1234.tmp").exists()
     assert len([p for p in _files(cache) if p.suffix == ".pyc"]) < 7
 
 

@@ -144,16 +144,19 @@ _MORE = " (more: details)"
 
 
 def shorten(reason: str) -> Tuple[str, Optional[str]]:
-    """``(reason, None)`` when it fits :data:`REASON_LIMIT`, else its longest head that ends at a
-    clause (``; `` then ``, ``) and fits with a pointer to the details, and the whole text (kept in
+    """``(reason, None)`` when it fits :data:`REASON_LIMIT`, else its longest head that ends before
+    a parenthesis or at a clause (``; ``, ``: ``, ``, ``) and fits with a pointer to the details, and the whole text (kept in
     the site's details: nothing a transform says is lost, the reason stays one breath)."""
     if len(reason) <= REASON_LIMIT:
         return reason, None
     room = REASON_LIMIT - len(_MORE)
     outside = _outside_brackets(reason[:room])
-    for sep in ("; ", ": ", ", ", " "):
+    # the latest strong break first: a clause end, or before a parenthesis, whose content is a
+    # detail ("... through a temporary (understood: ...)": cut at the ': ' before it, the reason
+    # said what was read and written, not why); then a comma; then a word
+    for seps in ((" (", "; ", ": "), (", ",), (" ",)):
         # a cut inside parentheses would leave them open: "... copies (no gradient (more: details)"
-        cut = max((i for i in _finds(reason, sep, room) if outside[i]), default=-1)
+        cut = max((i for sep in seps for i in _finds(reason, sep, room) if outside[i]), default=-1)
         if cut > room // 3:
             return reason[:cut] + _MORE, reason
     # no clause ends outside them far enough in: cut inside, and close what is open there

@@ -110,8 +110,19 @@ def test_a_long_reason_is_cut_outside_parentheses():
     assert len(short) <= REASON_LIMIT and short.endswith("(more: details)")
     head = short[: -len(" (more: details)")]
     assert whole.startswith(head) and head.count("(") == head.count(")"), short
-    assert head.endswith("clause 4 " + "x" * 30)
+    assert head.endswith("clause 4 " + "x" * 30 + "; values as copies")  # before the parenthesis: its detail goes
     assert details == {"reason": whole}
+
+
+def test_a_cut_keeps_the_point_before_a_parenthesis():
+    """A reason of the recurrence's read-back: the cut at its first ': ' (outside any bracket)
+    said what was read and written, not why the loop was left ("through a temporary")."""
+    whole = ("reads `returns[0]` in `disc_return_t = (returns[0] if len(returns) > 0 else 0)` and writes "
+             "`returns.appendleft(gamma * disc_return_t + rewards[t])`: the value read back reaches the write "
+             "through a temporary (understood: `returns.appendleft(f(returns[0]))`, `v = f(returns[0])` then "
+             "`returns.appendleft(v)`)")
+    short, _ = contracts.site_details(whole)
+    assert short.endswith("reaches the write through a temporary (more: details)"), short
 
 
 def test_every_cut_reason_of_the_corpus_and_examples_closes_its_brackets():
