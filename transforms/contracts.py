@@ -142,6 +142,23 @@ def details_for(reason: str) -> Optional[Dict[str, Any]]:
 
 _MORE = " (more: details)"
 
+#: a line break with the layout around it; after an opening bracket / before a closing one
+_BREAK_OPEN = re.compile(r"([(\[{])[ \t]*(?:\\)?\r?\n\s*")
+_BREAK_CLOSE = re.compile(r"[ \t]*(?:\\)?\r?\n\s*([)\]}])")
+_BREAK = re.compile(r"[ \t]*(?:\\)?\r?\n\s*")
+
+
+def one_line(reason: str) -> str:
+    """``reason`` on one line: a transform that quotes a statement written over several lines
+    (``param.data.copy_(\\n    flat[i:j].view(...))``) printed a site line broken in two, its second
+    half indented like code. Each line break (a backslash continuation's too) and the indentation
+    after it become one space, none just inside brackets (``copy_(flat[i:j]...)``)."""
+    if "\n" not in reason:
+        return reason
+    reason = _BREAK_OPEN.sub(r"\1", reason)
+    reason = _BREAK_CLOSE.sub(r"\1", reason)
+    return _BREAK.sub(" ", reason)
+
 
 def shorten(reason: str) -> Tuple[str, Optional[str]]:
     """``(reason, None)`` when it fits :data:`REASON_LIMIT`, else its longest head that ends before
@@ -222,7 +239,7 @@ def site_details(reason: str, given: Optional[Dict[str, Any]] = None) -> Tuple[s
     """A site's (reason, details): the reason cut to :data:`REASON_LIMIT` (the whole text in
     ``details["reason"]``), the contracts of every guard and form it or ``given`` names, and
     ``given`` (what a transform says beyond its reason) as they are."""
-    short, whole = shorten(reason)
+    short, whole = shorten(one_line(reason))
     found = details_for(" ".join([reason, *_strings(given)])) or {}
     out: Dict[str, Any] = {**(given or {}), **found}
     if whole is not None:

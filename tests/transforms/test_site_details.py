@@ -130,3 +130,32 @@ def test_every_cut_reason_of_the_corpus_and_examples_closes_its_brackets():
            if s.reason.endswith("(more: details)")
            and any(s.reason.count(a) != s.reason.count(b) for a, b in ("()", "[]", "{}"))]
     assert not cut, cut[:3]
+
+
+# Khrylx/PyTorch-RL's utils/torch.py: a loop over the parameters whose body is one statement
+# written over two lines; the skip printed its site line broken in two, the rest indented
+FLAT_PARAMS = (
+    "def set_flat_params_to(model, flat_params):\n"
+    "    prev_ind = 0\n"
+    "    for param in model.parameters():\n"
+    "        flat_size = int(np.prod(list(param.size())))\n"
+    "        param.data.copy_(\n"
+    "            flat_params[prev_ind:prev_ind + flat_size].view(param.size()))\n"
+    "        prev_ind += flat_size\n"
+)
+
+
+def test_a_reason_quoting_a_statement_over_lines_is_one_line():
+    sites = _sites("utils.py", FLAT_PARAMS)
+    quoting = [s for s in sites if "param.data.copy_(" in s.reason]
+    assert quoting, [s.reason for s in sites]
+    for s in quoting:
+        assert "\n" not in s.reason, s.reason
+        assert "`param.data.copy_(flat_params[prev_ind:prev_ind + flat_size].view(param.size()))`" in s.reason
+
+
+def test_one_line_joins_breaks_not_inside_brackets():
+    assert contracts.one_line("runs `f(\n    a,\n    b\n)`, which") == "runs `f(a, b)`, which"
+    assert contracts.one_line("`x = a + \\\n    b`") == "`x = a + b`"
+    assert contracts.one_line("no break") == "no break"
+
