@@ -159,3 +159,30 @@ def test_one_line_joins_breaks_not_inside_brackets():
     assert contracts.one_line("`x = a + \\\n    b`") == "`x = a + b`"
     assert contracts.one_line("no break") == "no break"
 
+
+# Khrylx/PyTorch-RL's core/common.py: the advantage is stored, then read back into the carried
+# name; the reason quoted the read-back inside the quote of the update: "`a[i] = ... (`p = a[i, 0]`)`"
+KHRYLX_GAE = (
+    "import torch\n"
+    "def estimate_advantages(rewards, masks, values, gamma, tau):\n"
+    "    deltas = torch.zeros(rewards.size(0), 1)\n"
+    "    advantages = torch.zeros(rewards.size(0), 1)\n"
+    "    prev_value = 0\n"
+    "    prev_advantage = 0\n"
+    "    for i in reversed(range(rewards.size(0))):\n"
+    "        deltas[i] = rewards[i] + gamma * prev_value * masks[i] - values[i]\n"
+    "        advantages[i] = deltas[i] + gamma * tau * prev_advantage * masks[i]\n"
+    "        prev_value = values[i, 0]\n"
+    "        prev_advantage = advantages[i, 0]\n"
+    "    return advantages\n"
+)
+
+
+def test_a_value_read_back_from_memory_is_quoted_once():
+    sites = [s for s in _sites("common.py", KHRYLX_GAE) if s.transform == "vectorize.recurrence"]
+    rewritten = [s for s in sites if s.action == REWRITTEN]
+    assert rewritten, [s.describe() for s in sites]
+    reason = rewritten[0].reason
+    assert ("`advantages[i] = deltas[i] + gamma * tau * prev_advantage * masks[i]; "
+            "prev_advantage = advantages[i, 0]`, carried through memory") in reason, reason
+    assert "(`" not in reason, reason

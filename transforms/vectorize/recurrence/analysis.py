@@ -301,8 +301,10 @@ class _Analyser:
             if writers != [it]:
                 continue
             name = self.fresh(f"{X.split('.')[-1]}_next")
-            self.memo_src[name] = _one_line(it.node) + "".join(  # type: ignore[arg-type]
-                f" (`{_one_line(o.node)}`)" for o in aliases + self.read_back_by.get(id(it), []))  # type: ignore[arg-type]
+            # one span of code, the statements read back after it following ``; ``: the reason
+            # quotes it in backticks, and a quote inside a quote read as two code spans
+            self.memo_src[name] = "; ".join(
+                _one_line(o.node) for o in [it, *aliases, *self.read_back_by.get(id(it), [])])  # type: ignore[arg-type]
             value = _subst(it.value, lambda e: self._is_ref(e, X, 1), cst.Name(name))  # type: ignore[arg-type]
             for o in aliases:
                 tmp = o.var
