@@ -218,6 +218,12 @@ class _Store:
         return self._report
 
 
+def _span(path: str, site: Dict[str, Any]) -> str:
+    """``train.py:20-24``, or ``train.py:16`` for a site of one line (not ``train.py:16-16``)."""
+    end = site.get("end_line")
+    return f"{path}:{site['line']}" + (f"-{end}" if end and end != site["line"] else "")
+
+
 def coverage(path: str, line: int, sites: Sequence[Dict[str, Any]], report: Dict[str, List[Dict[str, Any]]],
              original_of: Optional[str] = None) -> Dict[str, Any]:
     """Whether a transform covers ``path:line``: the innermost rewritten site holding it with its
@@ -231,8 +237,7 @@ def coverage(path: str, line: int, sites: Sequence[Dict[str, Any]], report: Dict
     if ran:
         s = min(ran, key=lambda s: (s.get("end_line") or s["line"]) - s["line"])
         passed, fell = site_counts.counts(s)
-        span = f"{path}:{s['line']}" + (f"-{s['end_line']}" if s.get("end_line") and s["end_line"] != s["line"] else "")
-        return {"covered": True, "transform": s.get("transform"), "site": span, "vectorized": passed, "fallback": fell,
+        return {"covered": True, "transform": s.get("transform"), "site": _span(path, s), "vectorized": passed, "fallback": fell,
                 "pass_rate": round(passed / (passed + fell), 4) if passed + fell else None,
                 "fallback_why": [[why, n] for why, n in site_counts.reasons(s)]}
     stored = [s for s in report.get(path, ()) if holds(s.get("line"), s.get("end_line"))]
@@ -242,7 +247,7 @@ def coverage(path: str, line: int, sites: Sequence[Dict[str, Any]], report: Dict
             return {"covered": False, "transform": s.get("transform"),
                     "reason": f"rewritten in {original_of}'s rewrite (this run ran your code as written)"}
         if s.get("action") == "rewritten":
-            return {"covered": True, "transform": s.get("transform"), "site": f"{path}:{s['line']}-{s['end_line']}",
+            return {"covered": True, "transform": s.get("transform"), "site": _span(path, s),
                     "vectorized": 0, "fallback": 0, "pass_rate": None}
     if stored:
         s = stored[0]
