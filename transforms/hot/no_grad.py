@@ -124,6 +124,7 @@ class _Scanner:
         self.found: List[_Candidate] = []
         self._flows: Dict[int, Flow] = {}
         self._locals: Dict[int, Set[str]] = {}  # per scope: the names it binds
+        self._parameter_reads: Optional[Set[str]] = None  # see _networks
 
     def scan(self) -> List[_Candidate]:
         try:
@@ -188,7 +189,7 @@ class _Scanner:
     def _statement(self, st: ast.stmt, scope, cls: Optional[str]) -> None:
         forwards = self._forwards(st, cls, scope)
         if not forwards:
-            return
+            return self._unknown_module(st, scope, cls)
         names = ", ".join(sorted({ast.unparse(c.func) for c in forwards}))
         for node in ast.walk(st):
             if isinstance(node, (ast.NamedExpr, ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await)):
@@ -242,6 +243,58 @@ class _Scanner:
             f"forward of {names} runs under torch.no_grad(){where}: its outputs end in {ends} and reach no "
             "gradient (no graph recorded; same values bit for bit)"), True, tuple(sorted(guards)), classes))
 
+    def _unknown_module(self, st: ast.stmt, scope, cls: Optional[str]) -> None:
+        """A statement acting with a network whose class arrives as a parameter
+        (ericyangyu/PPO-for-Beginners: ``self.actor = policy_class(obs_dim, act_dim)`` in
+        ``__init__``, ``mean = self.actor(obs)`` in ``get_action``) was no forward to the scan
+        and got no site: a user saw the acting line hot in ``scalebox profile`` with no word of
+        why it kept its graph. Where its output reaches no gradient (it would have been
+        rewritten, were the class known), the skip says what is not known."""
+        unknown = [(node, why) for node in ast.walk(st) if isinstance(node, ast.Call)
+                   for why in [self._built_by_parameter(node, cls)] if why]
+        if not unknown:
+            return None
+        names = ", ".join(sorted({ast.unparse(c.func) for c, _ in unknown}))
+        flow = self._flow(scope, cls)
+        for call, _ in unknown:
+            if flow.problem(call):
+                return None  # trained, returned or kept: no candidate whatever its class
+        return self._skip(st, f"forward of {names}: {unknown[0][1]}")
+
+    def _built_by_parameter(self, node: ast.Call, cls: Optional[str]) -> Optional[str]:
+        """Why ``self.X(...)`` runs unknown code where ``self.X`` is a network (the file passes
+        ``self.X.parameters()`` somewhere) built only by calling a parameter of the method that
+        builds it; None otherwise."""
+        func = node.func
+        if not (node.args and cls is not None and isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name) and func.value.id == "self"):
+            return None
+        owner = next((k for k in self.files.lineage(cls) if self.files.values.get(f"{k}.self.{func.attr}")), None)
+        if owner is None:
+            return None
+        values = self.files.values[f"{owner}.self.{func.attr}"]
+        if len(values) != 1 or not (isinstance(values[0], ast.Call) and isinstance(values[0].func, ast.Name)):
+            return None
+        value = values[0]
+        method = next((m for m in self.files.classes[owner].body if isinstance(m, ast.FunctionDef)
+                       and any(n is value for n in ast.walk(m))), None)
+        if method is None or value.func.id not in {a.arg for a in ast.walk(method.args) if isinstance(a, ast.arg)}:
+            return None
+        if func.attr not in self._networks():
+            return None
+        return (f"`self.{func.attr}` is built by `{value.func.id}` (line {value.lineno}), a parameter of "
+                f"`{method.name}`: what its forward runs is not known here")
+
+    def _networks(self) -> Set[str]:
+        """The ``X`` of every ``self.X.parameters()`` in the file (a network's sign)."""
+        if self._parameter_reads is None:
+            self._parameter_reads = {
+                n.func.value.attr for n in ast.walk(self.tree)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "parameters"
+                and isinstance(n.func.value, ast.Attribute) and isinstance(n.func.value.value, ast.Name)
+                and n.func.value.value.id == "self"}
+        return self._parameter_reads
+
     def _flow(self, scope, cls: Optional[str]) -> Flow:
         flow = self._flows.get(id(scope))
         if flow is None:
@@ -280,7 +333,7 @@ class _Scanner:
 
 class HotNoGrad(Transform):
     id = ID
-    version = "12"  # 12: a value passed to a namedtuple of the file (`SavedAction(log_prob, value)`) is followed through it, not "whose effects are unknown"; 11: `self.fc = layer(...)` where `layer` is bound to classes (`layer = NoisyLinear` or `nn.Linear`) is followed into each class, not "whose code is not in this file"; 10: a forward of a module given as a parameter (`def iterate_batches(env, net, ...)`) runs under no_grad behind a run-time check that the module is exactly a checked class of the file (param_forwards; runtime.hot_grad), as written otherwise; 9: a call of a method that runs .backward() says "trains: it calls loss.backward() (line N)", not its first unknown call; 8: a called name bound only to torch/numpy functions (`activation = F.relu`) is that function, not "not followed"; 7: `.numpy()` after `.data` of an element of the result (`a, _ = actor(s)`; `a.data.numpy()`) says why `.data` was no end there, not "before .detach()"; 6: a call of a parameter (`net(obs)` in `def iterate_batches(env, net, ...)`) says so, not "whose code is not in this file"; 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
+    version = "13"  # 13: a forward of `self.X` built by calling a parameter (`self.actor = policy_class(...)`) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 12: a value passed to a namedtuple of the file (`SavedAction(log_prob, value)`) is followed through it, not "whose effects are unknown"; 11: `self.fc = layer(...)` where `layer` is bound to classes (`layer = NoisyLinear` or `nn.Linear`) is followed into each class, not "whose code is not in this file"; 10: a forward of a module given as a parameter (`def iterate_batches(env, net, ...)`) runs under no_grad behind a run-time check that the module is exactly a checked class of the file (param_forwards; runtime.hot_grad), as written otherwise; 9: a call of a method that runs .backward() says "trains: it calls loss.backward() (line N)", not its first unknown call; 8: a called name bound only to torch/numpy functions (`activation = F.relu`) is that function, not "not followed"; 7: `.numpy()` after `.data` of an element of the result (`a, _ = actor(s)`; `a.data.numpy()`) says why `.data` was no end there, not "before .detach()"; 6: a call of a parameter (`net(obs)` in `def iterate_batches(env, net, ...)`) says so, not "whose code is not in this file"; 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
     triggers = ("torch",)
     description = "forward passes whose outputs reach no gradient (acting, logging) run under torch.no_grad()"
 

@@ -175,3 +175,46 @@ def test_a_keyword_argument_and_a_name_bound_in_the_caller_are_seen():
            "def main():\n    policy = Net()\n    return act(torch.zeros(4), net=policy)\n")
     out, sites = rewrite(src, dedent=False)
     assert "_sb_checked_modules((Net,), net)" in out, out
+
+
+# ericyangyu/PPO-for-Beginners: the network's class is an argument of the agent's __init__; the
+# acting forward got no site at all (the profile showed the line hot, nothing said why)
+POLICY_CLASS = '''
+import torch
+from torch.distributions import MultivariateNormal
+class PPO:
+    def __init__(self, policy_class, obs_dim, act_dim):
+        self.actor = policy_class(obs_dim, act_dim)
+        self.critic = policy_class(obs_dim, 1)
+        self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=1e-3)
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=1e-3)
+        self.cov_mat = torch.diag(torch.full((act_dim,), 0.5))
+    def get_action(self, obs):
+        mean = self.actor(obs)
+        dist = MultivariateNormal(mean, self.cov_mat)
+        action = dist.sample()
+        log_prob = dist.log_prob(action)
+        return action.detach().numpy(), log_prob.detach()
+    def evaluate(self, batch_obs):
+        return self.critic(batch_obs).squeeze()
+    def learn(self, batch_obs, rtgs):
+        for _ in range(3):
+            V = self.critic(batch_obs).squeeze()
+            loss = ((V - rtgs) ** 2).mean()
+            self.critic_optim.zero_grad()
+            loss.backward()
+            self.critic_optim.step()
+'''
+
+
+def test_a_forward_of_a_network_built_by_a_class_parameter_says_why_it_is_left():
+    out, sites = rewrite(POLICY_CLASS, dedent=False)
+    assert out == POLICY_CLASS
+    assert [(s.line, s.action, s.reason) for s in sites] == [
+        (12, SKIPPED, "forward of self.actor: `self.actor` is built by `policy_class` (line 6), a parameter of "
+                      "`__init__`: what its forward runs is not known here")]
+
+
+def test_a_self_attribute_never_given_to_an_optimizer_is_no_network():
+    src = POLICY_CLASS.replace("self.actor.parameters()", "[]")
+    assert rewrite(src, dedent=False)[1] == []
