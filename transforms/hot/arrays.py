@@ -128,6 +128,8 @@ class _Rewriter(ScopedRewriter):
                     # arrays in it, the guard would only add its cost
                     if pushed and all(isinstance(v, (cst.List, cst.Tuple)) or _constant(v) for v in pushed):
                         continue
+                    if not pushed:  # filled otherwise (ericyangyu's `batch_rtgs.insert(0, r)`)
+                        how = "a list begun empty (`[]`)"
                 if how is not None:
                     return f"`{arg.value}` is {how}"
             return None
@@ -172,7 +174,7 @@ class _Rewriter(ScopedRewriter):
 
 class HotTensorFromArrays(Transform):
     id = ID
-    version = "2"  # 2: names unpacked from map(np.stack, ...) and other array makers are no sites
+    version = "3"  # 3: a list begun as [] and never appended to (filled by insert, +=, an index) is said to be so, not "a list appended to"; 2: names unpacked from map(np.stack, ...) and other array makers are no sites
     triggers = ("Tensor(", "tensor(")
     description = "torch.tensor / FloatTensor of a list of numpy arrays → one np.array copy (guarded, exact)"
 

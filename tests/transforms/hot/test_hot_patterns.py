@@ -334,3 +334,25 @@ def test_fast_path_taken_only_where_it_pays(monkeypatch):
     small = [np.ones(4)]  # 4 numbers: the list path is as fast, the original call runs
     assert same(outcome(tensor_from_arrays, torch.tensor, small), outcome(torch.tensor, small))
     assert calls == [4]
+
+
+def test_a_list_begun_empty_and_never_appended_to_is_not_said_to_be_appended_to():
+    # ericyangyu/PPO-for-Beginners' rewards-to-go: `batch_rtgs = []`, filled by insert(0, ...);
+    # the site said "`batch_rtgs` is a list appended to"
+    src = (
+        "import torch\n"
+        "def rtgs(batch_rews, gamma):\n"
+        "    batch_rtgs = []\n"
+        "    for ep_rews in reversed(batch_rews):\n"
+        "        r = 0\n"
+        "        for rew in reversed(ep_rews):\n"
+        "            r = rew + r * gamma\n"
+        "            batch_rtgs.insert(0, r)\n"
+        "    return torch.tensor(batch_rtgs, dtype=torch.float)\n"
+    )
+    _, sites = rewrite(src, arrays.ID)
+    assert len(sites) == 1 and sites[0].action == REWRITTEN, sites
+    assert "`batch_rtgs` is a list begun empty (`[]`)" in sites[0].reason
+    assert "appended" not in sites[0].reason
+    _, sites = rewrite(src.replace("batch_rtgs.insert(0, r)", "batch_rtgs.append(r)"), arrays.ID)
+    assert "`batch_rtgs` is a list appended to" in sites[0].reason
