@@ -164,6 +164,41 @@ def seed_loose(per_run: Sequence[Tuple[runs.RunInfo, Dict[str, Any], Dict[str, S
     return None
 
 
+def _returns_by_seed(per_run: Sequence[Any]) -> Dict[str, set]:
+    """seed (as text) -> the episode-return series its runs recorded (runs with a seed and returns)."""
+    out: Dict[str, set] = {}
+    for run, head, series in per_run:
+        seed = run.record.get("seed")
+        points = series.get(head.get("metric_return") or "")
+        if seed is not None and points:
+            out.setdefault(str(seed), set()).add(tuple((p.step, p.value) for p in points))
+    return out
+
+
+def _seed_list(seeds: Sequence[str]) -> str:
+    return ", ".join(sorted(seeds, key=lambda s: (len(s), s)))
+
+
+def seed_pairing(first: Tuple[str, Sequence[Any]], other: Tuple[str, Sequence[Any]]) -> Optional[str]:
+    """What the seeds say beside a difference of returns: that every seed both sides ran gave
+    the very same episode returns on both (a rewrite that changed no number read "+0 (+0.0%)
+    [-150, +150], within noise", as if it might have), and where the sides ran other seeds, that
+    the means are over other seeds (an original run with seeds 0-3 beside a rewrite with 0, 1
+    read "+12.96 ... within noise" where each shared seed was identical). None where neither holds."""
+    a, b = _returns_by_seed(first[1]), _returns_by_seed(other[1])
+    shared = [s for s in a if s in b]
+    if not shared:
+        return None
+    identical = all(len(a[s] | b[s]) == 1 for s in shared)
+    if set(a) == set(b):
+        return f"identical episode returns on each seed ({_seed_list(shared)})" if identical else None
+    said = (f"other seeds on the two sides ({first[0]}: {_seed_list(list(a))}; {other[0]}: {_seed_list(list(b))}), "
+            "so the means are over other seeds")
+    if identical:
+        said += f"; on the seeds both ran ({_seed_list(shared)}) the episode returns are identical"
+    return said
+
+
 def _project_runs(group: Sequence[runs.RunInfo]) -> List[runs.RunInfo]:
     """Every run of the project the runs of ``group`` belong to (their folders tell it)."""
     for run in group:
@@ -266,6 +301,12 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                 row["vs_first"]["text"] += (f"; the runs had other torch thread counts ({loaded[0][0]}: "
                                             f"{_listed(counts[0])}; {loaded[i][0]}: {_listed(counts[1])}): "
                                             "this compares those settings too (OMP_NUM_THREADS)")
+            if metric in _HEADLINE and metric.startswith("episodic_return") and row["vs_first"]["delta"] is not None \
+                    and not same and not few and _arg_lists(loaded[0][3]) == _arg_lists(loaded[i][3]):
+                paired = seed_pairing((loaded[0][0], loaded[0][3]), (loaded[i][0], loaded[i][3]))
+                if paired:
+                    row["vs_first"]["seeds"] = paired
+                    row["vs_first"]["text"] += f"; {paired}"
             given = (_arg_lists(loaded[0][3]), _arg_lists(loaded[i][3]))
             # other lists on the two sides, or several on one: a mean over lengths of run is no figure of the code
             if all(given) and (given[0] != given[1] or len(given[0]) > 1 or len(given[1]) > 1) \

@@ -1193,3 +1193,39 @@ def test_the_seed_option_a_script_takes_and_a_switch_that_is_none(declared, via)
     assert (seedopt.seed_flag(source) or "env") == via.replace("option", "--seed")
     if via != "env":
         assert seedopt.without_seed([*["--lr", "3"], *seedopt.seed_args(seedopt.seed_flag(source), 4)], 4) == ["--lr", "3"]
+
+
+def test_compare_says_when_each_shared_seed_gave_identical_returns(tmp_path):
+    """A rewrite that changed no number (higgsfield's DDPG, ericyangyu's PPO: the same episode
+    returns for each seed, bit for bit) read "+0 (+0.0%) [-112.5, +112.5], within noise", as if
+    it might differ; and where the original had also run seeds 2 and 3, "+12.96 (+1.0%) ...
+    within noise" without a word that the means were over other seeds. The verdict stands;
+    beside it, what the seeds say."""
+    def group(branch, returns, seeds, start):
+        made = []
+        for i, seed in enumerate(seeds):
+            run = _fake_run(tmp_path, branch, start + 100 * i, 10.0, 500.0, 9.0)
+            record = runs.load_record(run.dir)
+            record["seed"] = seed
+            runs.write_record(run.dir, record)
+            with open(os.path.join(run.dir, runs.METRICS), "a") as fh:
+                fh.write("".join(_line("scalebox/episodic_return", step, value) for step, value in enumerate(returns(seed), 3)))
+            made.append(runs.RunInfo(branch, run.run, run.dir, runs.load_record(run.dir)))
+        return made
+
+    def text(first, other):
+        result = stats.compare([("original", first), ("run/0002", other)])
+        (ret,) = [m for m in result["metrics"] if m["metric"] == "episodic_return"]
+        return ret["groups"][1]["vs_first"]["text"]
+
+    same = group("run/0001", lambda s: [10.0 + s, 12.0 * s], [0, 1], 1000.0)
+    rewrite = group("run/0002", lambda s: [10.0 + s, 12.0 * s], [0, 1], 5000.0)
+    said = text(same, rewrite)
+    assert "within noise; identical episode returns on each seed (0, 1)" in said, said
+    more = group("run/0001", lambda s: [10.0 + s, 12.0 * s], [2, 3], 9000.0)
+    said = text(same + more, rewrite)
+    assert ("other seeds on the two sides (original: 0, 1, 2, 3; run/0002: 0, 1), so the means are over other "
+            "seeds; on the seeds both ran (0, 1) the episode returns are identical") in said, said
+    changed = group("run/0003", lambda s: [10.0 + s, 12.5 * s], [0, 1], 13000.0)
+    assert "identical" not in text(same, changed) and "seeds" not in text(same, changed)
+    assert "identical" not in text(same + more, changed) and "over other seeds" in text(same + more, changed)
