@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import List, Optional
+from typing import List, Optional, Set
 
 _SEED_OPTION = re.compile(r"""["']--seed["']|\bseed\s*:\s*int\b""")
 _SWITCH_ACTIONS = ("store_true", "store_false", "store_const", "count")
@@ -54,13 +54,65 @@ def seed_flag(source: Optional[bytes]) -> Optional[str]:
     if not source:
         return None
     text = source.decode("utf-8", "replace")
-    if _SEED_OPTION.search(text):
+    declared = _declares_seed_option(text)
+    if declared is None:  # not Python we can parse: the words
+        declared = bool(_SEED_OPTION.search(text))
+    if declared:
         return None if seed_switch(text) else "--seed"
     if "-seed" in text:
         calls = _declarations(text, "-seed") or []
         if calls and not any(_switch(c) for c in calls):
             return "-seed"
     return None
+
+
+#: calls that read a function's parameters as the command line (typer.run(main), tyro.cli(main),
+#: fire.Fire(main)) and decorators that do (typer's @app.command(), click's @click.command())
+_CLI_CALLS = frozenset({"run", "cli", "Fire"})
+
+
+def _declares_seed_option(text: str) -> Optional[bool]:
+    """Whether the script declares ``--seed`` as code, not as words: the literal ``"--seed"`` as an
+    argument of a call (argparse's add_argument, click.option, typer.Option) or compared (a
+    sys.argv read by hand), a ``seed: int``
+    field of a class (tyro / simple-parsing, CleanRL's Args), or a ``seed: int`` parameter of a
+    function given to typer / tyro / fire or decorated as a command. A ``"--seed"`` in a comment
+    or a subprocess's argument list, or the ``seed: int`` of a helper (``def make_env(env_id,
+    seed: int)``), declares nothing: the script was given ``--seed N`` it refused (argparse:
+    unrecognized arguments, every run failed; BY571's ``-seed`` too) or ignored unseeded. None
+    where the text does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    if _declarations(text, "--seed"):
+        return True
+    commands: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in _CLI_CALLS:
+                commands.update(a.id for a in node.args if isinstance(a, ast.Name))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(  # sys.argv read by hand: a == "--seed", "--seed" in sys.argv
+                isinstance(e, ast.Constant) and e.value == "--seed" for e in [node.left, *node.comparators]):
+            return True
+        if isinstance(node, ast.ClassDef):
+            if any(isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name) and f.target.id == "seed"
+                   and _is_int(f.annotation) for f in node.body):
+                return True
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name in commands or any("command" in ast.unparse(d) for d in node.decorator_list):
+                params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                if any(a.arg == "seed" and a.annotation is not None and _is_int(a.annotation) for a in params):
+                    return True
+    return False
+
+
+def _is_int(annotation: ast.expr) -> bool:
+    """``int``, ``int | None``: an annotation that starts with int (as the words read before)."""
+    return bool(re.match(r"int\b", ast.unparse(annotation)))
 
 
 def seed_args(flag: str, seed: int) -> List[str]:

@@ -1183,6 +1183,16 @@ def test_headline_of_a_run_that_trains_in_workers_and_evaluates_in_its_own_proce
     ('p.add_argument("-seed", type=int, default=1)', "-seed"),  # BY571's IQN: -env, -frames, -seed
     ('p.add_argument("-seed", action="store_true")', "env"),
     ('name = "run-seed-3"', "env"),  # no option: a string that holds the word
+    # words are no declaration: a helper's `seed: int`, a comment, another program's arguments
+    ('p.add_argument("-seed", type=int, default=1)\ndef set_seed(seed: int): pass', "-seed"),
+    ('p.add_argument("--random_seed", type=int)\ndef make_env(env_id, seed: int, idx): pass', "env"),
+    ('# usage: train.py "--seed" 3\nsubprocess.run(["python", "eval.py", "--seed", "3"])', "env"),
+    ("seed: int = 0", "env"),
+    # and what reads the command line is one
+    ("import typer\ndef main(seed: int = 0): pass\ntyper.run(main)", "option"),
+    ("app = typer.Typer()\n@app.command()\ndef train(seed: int = 0): pass", "option"),
+    ("import tyro\ndef main(seed: int = 0): pass\ntyro.cli(main)", "option"),
+    ('seed = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv else 0', "option"),
 ])
 def test_the_seed_option_a_script_takes_and_a_switch_that_is_none(declared, via):
     """sweetice's DDPG declares `--seed` with type=bool (seed with --random_seed 9527 or not):
