@@ -65,7 +65,9 @@ def _candidates() -> List[Tuple[str, bool]]:
         user = str(os.getuid())
     except AttributeError:  # pragma: no cover - windows
         user = os.environ.get("USERNAME", "user")
-    return [(os.path.join(cache_dir(), "numba"), False),
+    # absolute: numba joins $NUMBA_CACHE_DIR to the cwd at each compile, and a relative
+    # $SCALEBOX_CACHE_DIR followed a script's chdir (hydra's run folder, /tmp) to a folder never checked
+    return [(os.path.abspath(os.path.join(cache_dir(), "numba")), False),
             (os.path.join(tempfile.gettempdir(), "scalebox_cst-numba-" + user), True)]
 
 

@@ -136,3 +136,14 @@ def test_both_loaders_take_the_checked_folder(fresh, monkeypatch, loader):
         monkeypatch.setattr(backends, "_numba_mod", None)
         backends._load_numba()
     assert os.environ.get("NUMBA_CACHE_DIR") == str(fresh / "tmp" / f"scalebox_cst-numba-{os.getuid()}")
+
+
+def test_a_relative_cache_setting_is_made_absolute(fresh, monkeypatch):
+    """numba joins $NUMBA_CACHE_DIR to the cwd at each compile (and so does a worker started in
+    another folder): a relative SCALEBOX_CACHE_DIR, checked in one folder, was written in
+    whichever folder the script had moved to (hydra's run folder, a shared /tmp), never checked."""
+    monkeypatch.chdir(fresh)
+    monkeypatch.setenv("SCALEBOX_CACHE_DIR", "rel-cache")
+    d = numba_cache.directory()
+    assert d == str(fresh / "rel-cache" / "numba") and os.environ["NUMBA_CACHE_DIR"] == d
+    assert os.stat(d).st_mode & 0o077 == 0
