@@ -49,6 +49,8 @@ def _private(path: str, shared: bool) -> bool:
         return False
     if not stat.S_ISDIR(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
         return False
+    if not _ancestors_closed(path):
+        return False
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         if shared:
             return False
@@ -57,6 +59,32 @@ def _private(path: str, shared: bool) -> bool:
         except OSError:
             return False
     return os.access(path, os.W_OK)
+
+
+def _ancestors_closed(path: str) -> bool:
+    """Whether no one but this user and root can rename a folder above ``path`` (and so put a
+    folder of their own in its place after it was checked: numba reads its index pickles there at
+    each compile, long after the check). Each folder above it, as named and as it really is, is
+    owned by the user or root and open to no one else's writes, or sticky (``/tmp``). An older
+    release made ``~/.cache/scalebox_cst`` under umask 002: a group member could swap its
+    ``numba`` for their own while a training ran."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for start in {os.path.abspath(path), os.path.realpath(path)}:
+        folder = os.path.dirname(start)
+        while True:
+            try:
+                st = os.stat(folder)
+            except OSError:
+                return False
+            if uid is not None and st.st_uid not in (0, uid):
+                return False
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+                return False
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+    return True
 
 
 def _candidates() -> List[Tuple[str, bool]]:

@@ -147,3 +147,14 @@ def test_a_relative_cache_setting_is_made_absolute(fresh, monkeypatch):
     d = numba_cache.directory()
     assert d == str(fresh / "rel-cache" / "numba") and os.environ["NUMBA_CACHE_DIR"] == d
     assert os.stat(d).st_mode & 0o077 == 0
+
+
+def test_a_folder_under_one_others_can_write_is_refused(fresh):
+    """A release made ~/.cache/scalebox_cst under umask 002: its numba/ was closed, but a group
+    member could still rename it away and put a folder of their own (with their pickles) in its
+    place while the training ran, after the check. The per-user fallback is taken."""
+    parent = fresh / "home-cache" / "scalebox_cst"
+    os.makedirs(parent)
+    os.chmod(parent, 0o775)
+    d = numba_cache.directory()
+    assert d == str(fresh / "tmp" / f"scalebox_cst-numba-{os.getuid()}")
