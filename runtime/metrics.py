@@ -69,6 +69,7 @@ class Stats:
 
 _summary = Stats()
 _prefix: Optional[str] = ENGINE  # None in a child process until its worker id is known
+_child = False  # a child process of the run: no telemetry thread flushes for it
 
 
 def engine(name: str) -> str:
@@ -101,20 +102,23 @@ def in_worker() -> None:
     """This process is a child of the run (a spawned or forkserver worker): its engine series are
     its own, and its points are flushed as the worker ends (forkserver workers leave by
     ``os._exit``: no atexit)."""
-    global _prefix, _flush_at
+    global _prefix, _flush_at, _child
     _prefix = None
     _flush_at = FLUSH_EVERY
+    _child = True
     _flush_when_worker_ends()
 
 
 _warned_nonfinite: set = set()
 
 
-def record(name: str, value: Any, step: Optional[int] = None) -> None:
+def record(name: str, value: Any, step: Optional[int] = None, rare: bool = False) -> None:
     """Record one value of metric ``name`` (a number or a 0-d tensor) at ``step``.
 
     ``step`` is the metric's own x (env steps for episode statistics, the user's global_step for
     SummaryWriter scalars); None counts points of ``name`` 0, 1, 2, ...
+    ``rare``: a point that comes seldom (an episode's end): a child process writes it at once,
+    as nothing else may flush it before the child is ended (see :func:`_forget_in_child`).
     """
     with _lock:
         if step is None:
@@ -122,7 +126,7 @@ def record(name: str, value: Any, step: Optional[int] = None) -> None:
             _steps[name] = step + 1
         now = time.time()
         _pending.append((name, value, int(step), now))
-        full = len(_pending) >= _flush_at or (_prefix is None and now - _pending[0][3] >= CHILD_FLUSH_S)
+        full = len(_pending) >= _flush_at or (_child and (rare or now - _pending[0][3] >= CHILD_FLUSH_S))
     if full:
         flush()
 
@@ -234,13 +238,20 @@ def _write(batch: List[Tuple[str, Any, int, float]]) -> None:
 def _forget_in_child() -> None:
     """A forked child starts with the parent's unflushed points: writing them again would count
     them twice, so it drops them (and keeps its own from then on, under its worker's names: see
-    :func:`engine`). No telemetry thread runs there: it flushes every :data:`FLUSH_EVERY` points
-    or when its oldest pending point is :data:`CHILD_FLUSH_S` old, and as a multiprocessing
-    worker ends (which leaves by ``os._exit``: no atexit)."""
-    global _pending, _lock, _write_lock, _flush_at, _prefix
+    :func:`engine`). No telemetry thread runs there: it flushes every :data:`FLUSH_EVERY` points,
+    when its oldest pending point is :data:`CHILD_FLUSH_S` old, at once for a ``rare`` point (an
+    episode's end), and as a multiprocessing worker ends (which leaves by ``os._exit``: no
+    atexit). A daemon worker nobody closed (BY571's IQN never closes its SubprocVecEnv) is ended
+    by SIGTERM as the script exits, with no finalizer: its episodes were lost (64 of 82 recorded,
+    the final return the last ones'), as the age rule read ``_prefix`` (set at the first point)
+    and never applied. No SIGTERM handler is installed in the user's workers: a Python handler
+    runs only when the main thread comes back to Python, so a worker blocked in C would no longer
+    end, and multiprocessing's exit joins the workers it terminates (a hang)."""
+    global _pending, _lock, _write_lock, _flush_at, _prefix, _child
     _pending = []
     _flush_at = FLUSH_EVERY
     _prefix = None
+    _child = True
     _lock = threading.Lock()
     _write_lock = threading.Lock()
     _steps.clear()
@@ -251,45 +262,6 @@ def _flush_when_worker_ends() -> None:
     util = sys.modules.get("multiprocessing.util")
     if util is not None:  # registered after the fork, before Process._bootstrap clears finalizers
         util.register_after_fork(_ENDS, lambda _: util.Finalize(None, flush, exitpriority=-100))
-    _flush_on_sigterm()
-
-
-def _flush_on_sigterm() -> None:
-    """A daemon worker nobody closed (a SubprocVecEnv the script never closes) is ended by
-    multiprocessing with SIGTERM as the script exits: no finalizer, no atexit, and the points of
-    its last :data:`CHILD_FLUSH_S` were lost (BY571's IQN: 64 of 82 episodes, the final return
-    the last ones'). Where SIGTERM has its default action, it first writes them, then the
-    default action ends the process as before (same signal, same exit status)."""
-    import signal
-
-    try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _terminated)
-    except (ValueError, OSError, AttributeError):  # not the main thread, or no SIGTERM: as before
-        pass
-
-
-def _terminated(signum: int, frame: Any) -> None:
-    import signal
-
-    # the signal may have come while this thread held a lock of ours: never wait for one
-    if _write_lock.acquire(blocking=False):
-        try:
-            if _lock.acquire(blocking=False):
-                global _pending
-                try:
-                    batch, _pending = _pending, []
-                finally:
-                    _lock.release()
-                if batch:
-                    try:
-                        _write(batch)
-                    except Exception:
-                        pass
-        finally:
-            _write_lock.release()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class _Ends:

@@ -156,7 +156,7 @@ def _on_device(x: Any) -> bool:
 
 def _emit(ret: float, length: int) -> None:
     metrics.record(metrics.engine(RETURN), float(ret), step=env_steps)
-    metrics.record(metrics.engine(LENGTH), int(length), step=env_steps)
+    metrics.record(metrics.engine(LENGTH), int(length), step=env_steps, rare=True)  # both in one write
 
 
 #: reward / flag types read without further checks (no device behind them)
