@@ -187,15 +187,7 @@ def shorten(reason: str) -> Tuple[str, Optional[str]]:
 
 def _closed(head: str) -> str:
     """``head`` with ``, ...`` and the closers of the brackets still open at its end."""
-    opened: List[str] = []
-    code = False
-    for ch in head:
-        if ch == "`":
-            code = not code
-        elif not code and ch in "([{":
-            opened.append(ch)
-        elif not code and ch in ")]}" and opened:
-            opened.pop()
+    opened = _brackets(head)[1]
     if not opened:
         return head
     return head + ", ..." + "".join({"(": ")", "[": "]", "{": "}"}[c] for c in reversed(opened))
@@ -212,16 +204,24 @@ def _finds(text: str, sep: str, end: int) -> List[int]:
 
 def _outside_brackets(text: str) -> List[bool]:
     """Per character of ``text``: whether no (), [] or {} is open there (backticked code aside)."""
-    out, depth, code = [], 0, False
+    return _brackets(text)[0]
+
+
+def _brackets(text: str) -> Tuple[List[bool], List[str]]:
+    """One scan of ``text``'s brackets, backticked code aside: per character, whether none is open
+    there; and the openers still open at its end (a closer with none open is passed over)."""
+    outside: List[bool] = []
+    opened: List[str] = []
+    code = False
     for ch in text:
-        out.append(depth == 0 and not code)
+        outside.append(not opened and not code)
         if ch == "`":
             code = not code
         elif not code and ch in "([{":
-            depth += 1
-        elif not code and ch in ")]}" and depth:
-            depth -= 1
-    return out
+            opened.append(ch)
+        elif not code and ch in ")]}" and opened:
+            opened.pop()
+    return outside, opened
 
 
 def _strings(value: Any) -> List[str]:
