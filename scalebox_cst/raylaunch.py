@@ -534,6 +534,8 @@ def cli_run(
     them all. ``branches``: store BranchInfo objects; ``seed_via_for(commit)``: how the script
     takes a seed (its option, "--seed" or "-seed", appended with the seed; or "env"; None without --seeds); ``backend_of(branch)``: the backend
     its rewrite was made for (an original runs where its rewrite would). Returns the exit status."""
+    from scalebox_cst.runner import seedopt
+
     jobs = []
     for info in branches:
         commit = info.source_commit if variant == "original" else info.commit
@@ -541,7 +543,7 @@ def cli_run(
         for seed in seeds:
             flag = seed_via_for(commit) if seed is not None else None
             via = None if flag is None else "env" if flag == "env" else "option"
-            run_args = [*args, flag, str(seed)] if via == "option" else list(args)
+            run_args = [*args, *seedopt.seed_args(flag, seed)] if via == "option" else list(args)
             jobs.append(RayJob(info.name, commit, script, run_args, source_commit=info.source_commit, variant=variant, seed=seed, seed_via=via,
                                limits=run_limits.resolve(project_root).to_json(), **ask))
     stop = threading.Event()

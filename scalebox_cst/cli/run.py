@@ -17,12 +17,6 @@ from scalebox_cst.runner import seedopt
 from scalebox_cst.store import StoreError
 
 
-def _seed_via(source: Optional[bytes]) -> str:
-    """"option" (the script's seed option appended: scalebox_cst.runner.seedopt) or "env" (the
-    launcher seeds before the script runs)."""
-    return "option" if seedopt.seed_flag(source) else "env"
-
-
 def _parse_seeds(text: Optional[str]) -> List[Optional[int]]:
     if not text:
         return [None]

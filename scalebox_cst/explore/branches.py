@@ -91,27 +91,15 @@ def commit_values(project, assignments: Sequence[Tuple[Place, Any]], label: str,
         return branch, commit, report
 
 
-def seed_flag(source: Optional[bytes]) -> Optional[str]:
-    """As ``scalebox run --seeds`` (scalebox_cst.runner.seedopt): ``"--seed"``, ``"-seed"`` or None."""
-    from scalebox_cst.runner import seedopt
-
-    return seedopt.seed_flag(source)
-
-
 def start_run(project, branch: str, commit: str, source_commit: Optional[str], script: str, args: Sequence[str],
               seed: Optional[int], tags: Dict[str, Any], echo=None, label_output: bool = False):
     """Start one run of ``script`` from ``commit`` as ``scalebox run BRANCH SCRIPT --seeds SEED`` does
     (``--seed N`` where the script takes it, else the launcher seeds the RNGs); returns the
     started run (``poll``/``wait``/``stop``, ``dir``, ``record``), held by the one run supervisor."""
+    from scalebox_cst.runner import seedopt
     from scalebox_cst.runner.supervisor import RunSpec, RunSupervisor
 
-    seed_via = None
-    run_args = list(args)
-    if seed is not None:
-        flag = seed_flag(project.store.read_file(commit, script))
-        seed_via = "option" if flag else "env"
-        if flag:
-            run_args += [flag, str(seed)]
+    run_args, seed_via = seedopt.seeded(project.store.read_file(commit, script) if seed is not None else None, args, seed)
     supervisor = RunSupervisor.for_project(project, echo=echo, notice=lambda text: None, label_output=label_output)
     return supervisor.start(RunSpec(branch, commit, script, tuple(run_args), source_commit=source_commit,
                                     seed=seed, seed_via=seed_via, tags=tags))

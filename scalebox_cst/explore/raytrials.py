@@ -11,7 +11,7 @@ import time
 from typing import Any, Dict
 
 from scalebox_cst import runs
-from scalebox_cst.explore import branches
+from scalebox_cst.runner import seedopt
 
 
 def run_seed_on_ray(study, trial, branch, commit, source_commit, seed, tags, feed, run_ids):
@@ -19,13 +19,7 @@ def run_seed_on_ray(study, trial, branch, commit, source_commit, seed, tags, fee
     from scalebox_cst.explore.study import _Feed
 
     project, config = study.project, study.config
-    via = None
-    args = list(config.args)
-    if seed is not None:
-        flag = branches.seed_flag(project.store.read_file(commit, config.script))
-        via = "option" if flag else "env"
-        if flag:
-            args += [flag, str(seed)]
+    args, via = seedopt.seeded(project.store.read_file(commit, config.script) if seed is not None else None, config.args, seed)
     job = raylaunch.RayJob(branch, commit, config.script, args, source_commit=source_commit, seed=seed, seed_via=via)
     stop = threading.Event()
     out: Dict[str, Any] = {}

@@ -11,18 +11,28 @@ were both True). Without one, the launcher seeds random, numpy and torch itself 
 from __future__ import annotations
 
 import ast
+import functools
 import re
-from typing import List, Optional, Set
+from typing import List, Optional, Sequence, Set, Tuple
 
 _SEED_OPTION = re.compile(r"""["']--seed["']|\bseed\s*:\s*int\b""")
 _SWITCH_ACTIONS = ("store_true", "store_false", "store_const", "count")
 
 
+@functools.lru_cache(maxsize=8)
+def _parsed(text: str) -> Optional[ast.Module]:
+    """The script's tree, parsed once for every question asked of it (a run with --seeds asks
+    several, a Ray run once per seed); None where the text does not parse."""
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
 def _declarations(text: str, flag: str) -> Optional[List[ast.Call]]:
     """The calls that name ``flag`` as a literal argument; None where the text does not parse."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    tree = _parsed(text)
+    if tree is None:
         return None
     return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
             and any(isinstance(a, ast.Constant) and a.value == flag for a in node.args)]
@@ -81,9 +91,8 @@ def _declares_seed_option(text: str) -> Optional[bool]:
     seed: int)``), declares nothing: the script was given ``--seed N`` it refused (argparse:
     unrecognized arguments, every run failed; BY571's ``-seed`` too) or ignored unseeded. None
     where the text does not parse."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    tree = _parsed(text)
+    if tree is None:
         return None
     if _declarations(text, "--seed"):
         return True
@@ -116,7 +125,18 @@ def _is_int(annotation: ast.expr) -> bool:
 
 
 def seed_args(flag: str, seed: int) -> List[str]:
+    """What ``--seeds`` appends to a run's arguments (:func:`without_seed` takes it off again)."""
     return [flag, str(seed)]
+
+
+def seeded(source: Optional[bytes], args: Sequence[str], seed: Optional[int]) -> Tuple[List[str], Optional[str]]:
+    """A run's arguments with its seed and how it takes it (``seed_via``): the script's option
+    appended ("option"), else the launcher seeds it ("env"); ``args`` as they are and None
+    without a seed. One reading for ``scalebox explore``'s local and Ray trials."""
+    if seed is None:
+        return list(args), None
+    flag = seed_flag(source)
+    return ([*args, *seed_args(flag, seed)], "option") if flag else (list(args), "env")
 
 
 def without_seed(args: List[str], seed: Optional[int]) -> List[str]:
