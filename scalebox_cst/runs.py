@@ -409,21 +409,23 @@ def first_series(series: Mapping[str, Sequence[Point]], names: Iterable[str]) ->
     return None
 
 
+def is_worker_series(key: str, name: str) -> bool:
+    """Whether ``key`` is one worker process's engine series ``name`` (``scalebox/workers/<id>/name``)."""
+    suffix = "/" + name
+    return key.startswith(WORKERS) and key.endswith(suffix) and "/" not in key[len(WORKERS):-len(suffix)]
+
+
 def worker_series(series: Mapping[str, Sequence[Point]], name: str) -> List[Point]:
     """The points of engine series ``name`` over every worker process (``scalebox/workers/<id>/
     name``), in time order: the run's episodes when its envs are stepped in child processes."""
-    suffix = "/" + name
-    found = [p for key, points in series.items() if key.startswith(WORKERS) and key.endswith(suffix)
-             and "/" not in key[len(WORKERS):-len(suffix)] for p in points]
+    found = [p for points in worker_sources(series, name) for p in points]
     found.sort(key=lambda p: p.time)
     return found
 
 
 def worker_sources(series: Mapping[str, Sequence[Point]], name: str) -> List[Sequence[Point]]:
     """Each worker process's points of engine series ``name`` (one list per worker)."""
-    suffix = "/" + name
-    return [points for key, points in series.items() if points and key.startswith(WORKERS) and key.endswith(suffix)
-            and "/" not in key[len(WORKERS):-len(suffix)]]
+    return [points for key, points in series.items() if points and is_worker_series(key, name)]
 
 
 def workers_stepped_most(own: Sequence[Tuple[float, float]], workers: Sequence[Sequence[Tuple[float, float]]]) -> bool:
@@ -520,9 +522,9 @@ def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], site
     """
     out: Dict[str, Any] = {"metric_return": None, "episodic_return_final": None, "episodic_return_best": None, "episodes": 0}
     found = first_series(series, RETURN_NAMES[:1])
-    own = found[1] if found else []
-    per_worker = worker_sources(series, "episodic_return")
-    stepped_in_workers = workers_stepped_most([(p.step, p.time) for p in own], [[(p.step, p.time) for p in ps] for ps in per_worker])
+    own = [(p.step, p.time) for p in found[1]] if found else []  # (env steps so far, time) of each source's episodes
+    per_worker = [[(p.step, p.time) for p in ps] for ps in worker_sources(series, "episodic_return")]
+    stepped_in_workers = workers_stepped_most(own, per_worker)
     if found is None or stepped_in_workers:
         workers = worker_series(series, "episodic_return")
         found = (WORKERS + "*/episodic_return", workers) if workers else first_series(series, RETURN_NAMES[1:])
@@ -535,7 +537,7 @@ def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], site
     out["sps"] = headlines.steps_per_second(points, counts_steps=sps is not None and sps[0] == SPS_NAMES[0])
     if stepped_in_workers and (sps is None or sps[0] == SPS_NAMES[0]):
         # the engine's SPS counts this process's env steps only: here the fewer (an evaluation env)
-        merged = env_step_points([[(p.step, p.time) for p in own], *[[(p.step, p.time) for p in ps] for ps in per_worker]])
+        merged = env_step_points([own, *per_worker])
         out["sps"] = headlines.steps_per_second(merged, counts_steps=True)
     out["metric_sps"] = sps[0] if sps else None  # the engine's scalebox/SPS, else the script's own
     sites = list(sites or [])

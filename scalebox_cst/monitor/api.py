@@ -195,11 +195,12 @@ class Monitor:
         mf = self._metrics_file(run)
         out: Dict[str, Any] = {}
         own = mf.series.get(runs.RETURN_NAMES[0])
-        workers = [s for key, s in mf.series.items() if key.startswith(runs.WORKERS) and key.endswith("/episodic_return")
-                   and "/" not in key[len(runs.WORKERS):-len("/episodic_return")] and s.tail]
-        # as a finished run's (runs.headline): the workers' episodes where they stepped more
-        in_workers = runs.workers_stepped_most([(x, t) for x, t, _ in own.tail_points] if own is not None else [],
-                                               [[(x, t) for x, t, _ in s.tail_points] for s in workers])
+        workers = [s for key, s in mf.series.items() if runs.is_worker_series(key, "episodic_return") and s.tail]
+        # as a finished run's (runs.headline): the workers' episodes where they stepped more;
+        # (env steps so far, time) of each source's episodes
+        sources = [[(x, t) for x, t, _ in own.tail_points] if own is not None else [],
+                   *[[(x, t) for x, t, _ in w.tail_points] for w in workers]]
+        in_workers = runs.workers_stepped_most(sources[0], sources[1:])
         for name in runs.RETURN_NAMES:
             s = mf.series.get(name)
             if s is not None and s.tail and not (in_workers and name == runs.RETURN_NAMES[0]):
@@ -223,7 +224,6 @@ class Monitor:
                 sps_from = name
                 break
         if in_workers and sps_from in (None, runs.SPS_NAMES[0]):
-            sources = [[(x, t) for x, t, _ in own.tail_points] if own is not None else [], *[[(x, t) for x, t, _ in w.tail_points] for w in workers]]
             out["sps"] = headlines.steps_per_second(runs.env_step_points(sources), counts_steps=True)
         legacy = runs.is_legacy(mf.series, run.record)
         for name in runs.GRAD_NORM_NAMES + ((runs.LEGACY_GRAD_NORM,) if legacy else ()):
