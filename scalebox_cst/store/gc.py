@@ -38,7 +38,7 @@ import re
 import stat
 import time
 import zlib
-from typing import Dict, List, Set, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import pygit2
 
@@ -81,8 +81,16 @@ def _disk(st: os.stat_result) -> int:
     return getattr(st, "st_blocks", 0) * 512 or st.st_size
 
 
-def _reachable(repo: pygit2.Repository) -> Set[bytes]:
-    roots: List[pygit2.Oid] = []
+class _Ref(NamedTuple):
+    name: str
+    target: Any  # what it resolves to (an Oid)
+    log: Optional[List[Any]]  # its reflog's entries; None for a cache's (no history kept) or an unreadable one
+
+
+def _refs(repo: pygit2.Repository) -> List[_Ref]:
+    """Every ref that resolves, with its reflog read once: what the pass keeps (:func:`_reachable`)
+    and which logs it removes (:func:`_creation_only_logs`) are both read from it."""
+    out = []
     for name in repo.references:
         ref = repo.references.get(name)
         if ref is None:
@@ -91,15 +99,23 @@ def _reachable(repo: pygit2.Repository) -> Set[bytes]:
             target = ref.resolve().target
         except (pygit2.GitError, KeyError):
             continue  # a symbolic ref to nothing (HEAD before the first snapshot)
-        if isinstance(target, pygit2.Oid):
-            roots.append(target)
-        if name.startswith(CACHE_PREFIX):
-            continue
-        try:
-            for entry in ref.log():
-                roots += [oid for oid in (entry.oid_old, entry.oid_new) if str(oid) != _ZERO]
-        except (pygit2.GitError, KeyError):
-            pass
+        log = None
+        if not name.startswith(CACHE_PREFIX):
+            try:
+                log = list(ref.log())
+            except (pygit2.GitError, KeyError):
+                pass
+        out.append(_Ref(name, target, log))
+    return out
+
+
+def _reachable(repo: pygit2.Repository, refs: Sequence[_Ref]) -> Set[bytes]:
+    roots: List[pygit2.Oid] = []
+    for ref in refs:
+        if isinstance(ref.target, pygit2.Oid):
+            roots.append(ref.target)
+        for entry in ref.log or ():
+            roots += [oid for oid in (entry.oid_old, entry.oid_new) if str(oid) != _ZERO]
     seen: Set[bytes] = set()
     stack = list(roots)
     while stack:
@@ -193,7 +209,8 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
         repo = store.repo
         if not dry_run:
             _clear_debris(store.path)
-        keep = _reachable(repo)
+        refs = _refs(repo)
+        keep = _reachable(repo, refs)
         loose = _loose(objects)
         cutoff = time.time() - grace_s
         to_pack: List[bytes] = []
@@ -217,7 +234,7 @@ def collect(store, dry_run: bool = False, grace_s: float = GRACE_S) -> GcReport:
         report.pruned = len(prune)
         report.pruned_bytes = sum(_disk(st) for _, _, st in prune)
         report.refs_packed = sum(1 for _ in _loose_refs(store.path))
-        creations = _creation_only_logs(repo, store.path)
+        creations = _creation_only_logs(refs, store.path)
         report.reflogs_removed = len(creations)
         report.packed = len(to_pack)
         if dry_run:
@@ -265,27 +282,20 @@ def _pack_refs(store) -> None:
             failures.handle(exc)  # raises what cannot be retried
 
 
-def _creation_only_logs(repo: pygit2.Repository, path: str) -> List[str]:
+def _creation_only_logs(refs: Sequence[_Ref], path: str) -> List[str]:
     """The reflog files of branches whose log is one line: their creation, at the commit the
     branch still names (what that line keeps, the branch keeps). A log that cannot be read, or
     that is not a plain file, is left alone."""
     found = []
-    for name in repo.references:
-        if not name.startswith("refs/heads/"):
+    for ref in refs:
+        if not ref.name.startswith("refs/heads/") or ref.log is None or len(ref.log) != 1:
             continue
-        log = os.path.join(path, "logs", *name.split("/"))
-        try:
-            ref = repo.references.get(name)
-            if ref is None:
-                continue
-            entries = list(ref.log())
-            if len(entries) != 1 or not os.path.isfile(log) or os.path.islink(log):
-                continue
-            entry = entries[0]
-            if str(entry.oid_old) == _ZERO and entry.oid_new == ref.resolve().target:
-                found.append(log)
-        except (pygit2.GitError, KeyError, OSError):
+        log = os.path.join(path, "logs", *ref.name.split("/"))
+        if not os.path.isfile(log) or os.path.islink(log):
             continue
+        entry = ref.log[0]
+        if str(entry.oid_old) == _ZERO and entry.oid_new == ref.target:
+            found.append(log)
     return found
 
 
