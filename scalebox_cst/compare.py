@@ -125,19 +125,23 @@ def verdict(a: Sequence[float], b: Sequence[float], higher_is_better: Optional[b
     return {"delta": delta, "relative": relative, "ci": list(ci), "within_noise": within, "text": text}
 
 
+def _returns(head: Dict[str, Any], series: Dict[str, Sequence[runs.Point]]) -> Tuple[Tuple[float, float], ...]:
+    """A run's episode returns as ``((step, value), ...)``, the form runs are compared in; () without any."""
+    return tuple((p.step, p.value) for p in series.get(head.get("metric_return") or "") or ())
+
+
 def seed_blind(per_run: Sequence[Tuple[runs.RunInfo, Dict[str, Any], Dict[str, Sequence[runs.Point]]]]) -> Optional[List[Any]]:
     """The seeds of a group whose runs, of two or more seeds, recorded the very same episode
     returns, else None. A script that seeds itself (``torch.manual_seed(1)``, ``env.reset(seed=1)``)
     gives one run however many seeds it is started with: the group's spread is then 0 and every
     difference looked certain, its interval a point (a newcomer's runs of sweetice's PPO)."""
     # runs without episodes (an older record, an env the telemetry did not see) say nothing either way
-    told = [(r.record.get("seed"), series.get(head.get("metric_return") or "") or ()) for r, head, series in per_run]
-    told = [(seed, points) for seed, points in told if points]
+    told = [(r.record.get("seed"), _returns(head, series)) for r, head, series in per_run]
+    told = [(seed, returns) for seed, returns in told if returns]
     seeds = [seed for seed, _ in told]
     if len(told) < 2 or None in seeds or len(set(map(str, seeds))) < 2:
         return None
-    returns = {tuple((p.step, p.value) for p in points) for _, points in told}
-    return seeds if len(returns) == 1 else None
+    return seeds if len({returns for _, returns in told}) == 1 else None
 
 
 def seed_loose(per_run: Sequence[Tuple[runs.RunInfo, Dict[str, Any], Dict[str, Sequence[runs.Point]]]]) -> Optional[Dict[str, Any]]:
@@ -151,11 +155,10 @@ def seed_loose(per_run: Sequence[Tuple[runs.RunInfo, Dict[str, Any], Dict[str, S
     seen: Dict[Tuple[str, Any], Tuple[runs.RunInfo, Tuple[Any, ...], Optional[float]]] = {}
     for run, head, series in per_run:
         seed = run.record.get("seed")
-        points = series.get(head.get("metric_return") or "")
-        if seed is None or not points:
+        returns = _returns(head, series)
+        if seed is None or not returns:
             continue
         key = (str(seed), repr(run.record.get("args")))
-        returns = tuple((p.step, p.value) for p in points)
         final = run_value(head, series, "episodic_return")  # the figure the table shows
         if key in seen and seen[key][1] != returns:
             first = seen[key]
@@ -168,10 +171,9 @@ def _returns_by_seed(per_run: Sequence[Any]) -> Dict[str, set]:
     """seed (as text) -> the episode-return series its runs recorded (runs with a seed and returns)."""
     out: Dict[str, set] = {}
     for run, head, series in per_run:
-        seed = run.record.get("seed")
-        points = series.get(head.get("metric_return") or "")
-        if seed is not None and points:
-            out.setdefault(str(seed), set()).add(tuple((p.step, p.value) for p in points))
+        seed, returns = run.record.get("seed"), _returns(head, series)
+        if seed is not None and returns:
+            out.setdefault(str(seed), set()).add(returns)
     return out
 
 
@@ -232,6 +234,7 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
             head["shared_machine"] = contention.shared_machine(run, project)
             per_run.append((run, head, series))
         loaded.append((label, ok, excluded, per_run))
+    arg_lists = [_arg_lists(per_run) for _, _, _, per_run in loaded]  # per group, its distinct argument lists
     # a name given with --metric that some run recorded as its own series: that series, in every run
     own = {m: any(m in s for _, _, _, per_run in loaded for _, _, s in per_run) for m in metrics}
     out: Dict[str, Any] = {
@@ -244,9 +247,9 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                 "shared_machine": {r.id: h["shared_machine"] for r, h, _ in per_run if h["shared_machine"]},
                 "seed_blind": seed_blind(per_run),
                 "seed_loose": seed_loose(per_run),
-                "args_mixed": _shown_args(_arg_lists(per_run)).split(" | ") if len(_arg_lists(per_run)) > 1 else [],
+                "args_mixed": _shown_arg_lists(lists) if len(lists) > 1 else [],
             }
-            for label, ok, excluded, per_run in loaded
+            for (label, ok, excluded, per_run), lists in zip(loaded, arg_lists)
         ],
         "metrics": [],
         "builds": _builds([r for _, ok, _, _ in loaded for r in ok]),
@@ -302,12 +305,12 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                                             f"{_listed(counts[0])}; {loaded[i][0]}: {_listed(counts[1])}): "
                                             "this compares those settings too (OMP_NUM_THREADS)")
             if metric in _HEADLINE and metric.startswith("episodic_return") and row["vs_first"]["delta"] is not None \
-                    and not same and not few and _arg_lists(loaded[0][3]) == _arg_lists(loaded[i][3]):
+                    and not same and not few and arg_lists[0] == arg_lists[i]:
                 paired = seed_pairing((loaded[0][0], loaded[0][3]), (loaded[i][0], loaded[i][3]))
                 if paired:
                     row["vs_first"]["seeds"] = paired
                     row["vs_first"]["text"] += f"; {paired}"
-            given = (_arg_lists(loaded[0][3]), _arg_lists(loaded[i][3]))
+            given = (arg_lists[0], arg_lists[i])
             # other lists on the two sides, or several on one: a mean over lengths of run is no figure of the code
             if all(given) and (given[0] != given[1] or len(given[0]) > 1 or len(given[1]) > 1) \
                     and row["vs_first"]["delta"] is not None:
@@ -381,8 +384,13 @@ def own_args(record: Dict[str, Any]) -> Tuple[str, ...]:
 
 
 def _shown_args(lists: frozenset) -> str:
+    return " | ".join(_shown_arg_lists(lists))
+
+
+def _shown_arg_lists(lists: frozenset) -> List[str]:
+    """Each argument list as shell words, sorted, cut to 60 characters."""
     shown = sorted(shlex.join(args) or "none" for args in lists)
-    return " | ".join(text if len(text) <= 60 else text[:57] + "..." for text in shown)
+    return [text if len(text) <= 60 else text[:57] + "..." for text in shown]
 
 
 def _listed(counts: frozenset) -> str:
