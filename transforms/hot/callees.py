@@ -253,7 +253,7 @@ class Files:
                 out.append(("class", self.classes[v.func.id]))
             elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and owner is not None:
                 # BY571's IQN: `layer = NoisyLinear` / `layer = nn.Linear`, then `self.ff_1 = layer(...)`
-                classes = self._classes_named(v.func.id, self._method_holding(owner, v))
+                classes = self._classes_named(v.func.id, self.method_holding(owner, v))
                 if classes is None:
                     return None
                 out.extend(classes)
@@ -269,7 +269,7 @@ class Files:
                 return None
         return out
 
-    def _method_holding(self, cls: str, node: ast.AST) -> Optional[ast.FunctionDef]:
+    def method_holding(self, cls: str, node: ast.AST) -> Optional[ast.FunctionDef]:
         """The method of ``cls`` whose body holds ``node``."""
         for st in self.classes[cls].body:
             if isinstance(st, ast.FunctionDef) and any(n is node for n in ast.walk(st)):

@@ -70,6 +70,7 @@ import libcst as cst
 
 from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 
+from ..analysis.scope_walk import _param_names
 from ..base import FileContext, Transform
 from . import forward_returns
 from .bindings import ScopedRewriter, only_value, visit_calls
@@ -103,13 +104,6 @@ def _positive_literal(expr: cst.BaseExpression) -> bool:
         except (ValueError, OverflowError):
             return False
     return False
-
-
-def _is_parameter(func: cst.FunctionDef, name: str) -> bool:
-    params = func.params
-    every = [*params.posonly_params, *params.params, *params.kwonly_params]
-    every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
-    return any(p.name.value == name for p in every)
 
 
 class _Rewriter(ScopedRewriter):
@@ -175,7 +169,7 @@ class _Rewriter(ScopedRewriter):
         if isinstance(expr, cst.Name):
             scope = self.scopes[-1]
             found = self._found().get(expr.value, ())
-            if isinstance(scope, cst.FunctionDef) and list(found) == [None] and _is_parameter(scope, expr.value):
+            if isinstance(scope, cst.FunctionDef) and list(found) == [None] and expr.value in _param_names(scope.params):
                 return (f"the scale `{expr.value}` is a parameter of {scope.name.value}(), not provably positive here: "
                         "its value is known only where it is called, and checking it there is what the validation does")
             if len(found) > 1:

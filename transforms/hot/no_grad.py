@@ -276,8 +276,7 @@ class _Scanner:
         if len(values) != 1 or not (isinstance(values[0], ast.Call) and isinstance(values[0].func, ast.Name)):
             return None
         value = values[0]
-        method = next((m for m in self.files.classes[owner].body if isinstance(m, ast.FunctionDef)
-                       and any(n is value for n in ast.walk(m))), None)
+        method = self.files.method_holding(owner, value)
         if method is None or value.func.id not in {a.arg for a in ast.walk(method.args) if isinstance(a, ast.arg)}:
             return None
         if func.attr not in self._networks():

@@ -15,6 +15,7 @@ from typing import Iterable, Optional
 
 import libcst as cst
 
+from ...analysis.scope_walk import _param_names
 from .syntax import _code
 from . import fold, function_facts
 
@@ -22,10 +23,7 @@ from . import fold, function_facts
 def _creation(func: cst.FunctionDef, loop: cst.For, name: str) -> Optional[str]:
     """The statement creating ``name`` as a list, when every binding of it in ``func`` outside
     ``loop`` makes a new list; None otherwise (a parameter, another binding, a nested scope)."""
-    params = func.params
-    every = list(params.params) + list(params.posonly_params) + list(params.kwonly_params)
-    every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
-    if any(p.name.value == name for p in every):
+    if name in _param_names(func.params):
         return None
     facts = function_facts.facts(func)
     if all(made is None for _, made in facts.bindings.get(name, ())):
