@@ -397,18 +397,24 @@ def _tmpfs_available():
     return probe.stdout.strip() == "ok"
 
 
-@pytest.mark.skipif(not _tmpfs_available(), reason="needs unshare -rm to mount a small tmpfs")
-def test_disk_full_is_one_line_and_the_tree_stays_whole(tmp_path):
+def _on_a_small_tmpfs(tmp_path, source, size):
+    """Run the script ``source`` with a tmpfs of ``size`` mounted at its first argument (a disk
+    that fills); the JSON of its last line of output."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    script = tmp_path / "disk_full.py"
-    script.write_text(DISK_FULL)
+    script = tmp_path / "on_tmpfs.py"
+    script.write_text(source)
     proc = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=4m tmpfs "{disk}" && exec "{sys.executable}" "{script}" "{disk}"'],
+        ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs "{disk}" && exec "{sys.executable}" "{script}" "{disk}"'],
         capture_output=True, text=True, env=_env(), timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not _tmpfs_available(), reason="needs unshare -rm to mount a small tmpfs")
+def test_disk_full_is_one_line_and_the_tree_stays_whole(tmp_path):
+    got = _on_a_small_tmpfs(tmp_path, DISK_FULL, "4m")
     for name, error in got["errors"].items():
         assert error is not None, f"{name} succeeded on a full disk?"
         assert not error.startswith("TRACEBACK") and "\n" not in error, f"{name}: {error}"
@@ -877,16 +883,7 @@ def test_gc_on_a_full_disk_frees_room_first_and_finishes(tmp_path):
     # `scalebox gc` is what a user runs when the disk is full; it packed first, failed there
     # ('cannot extend packfile ...: No space left on device') and freed nothing, while removing
     # the unreachable trees and commits it would remove next takes no room at all
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    script = tmp_path / "gc_full.py"
-    script.write_text(GC_ON_A_FULL_DISK)
-    proc = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=16m tmpfs "{disk}" && exec "{sys.executable}" "{script}" "{disk}"'],
-        capture_output=True, text=True, env=_env(), timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got = _on_a_small_tmpfs(tmp_path, GC_ON_A_FULL_DISK, "16m")
     assert got["same"] and got["error"] is None and got["loose"] == 0, got
 
 

@@ -256,22 +256,28 @@ def test_compare_metric_names_the_users_own_series_before_a_headline_of_that_nam
     assert values["episodic_return"] == [[100.0], [200.0]] and values["sps"] == [[500.0], [500.0]]
 
 
+def _seeded_runs(tmp_path, branch, seeds, start, returns):
+    """Finished runs of ``branch``, one per seed, the i-th recording ``returns(i, seed)`` as its
+    episode returns (steps 3, 4, ...)."""
+    made = []
+    for i, seed in enumerate(seeds):
+        run = _fake_run(tmp_path, branch, start + 100 * i, 10.0, 500.0, 9.0)
+        record = runs.load_record(run.dir)
+        record["seed"] = seed
+        runs.write_record(run.dir, record)
+        with open(os.path.join(run.dir, runs.METRICS), "a") as fh:
+            fh.write("".join(_line("scalebox/episodic_return", step, value) for step, value in enumerate(returns(i, seed), 3)))
+        made.append(runs.RunInfo(branch, run.run, run.dir, runs.load_record(run.dir)))
+    return made
+
+
 def test_compare_says_when_every_seed_gave_the_same_run(tmp_path):
     """A script that seeds itself (``torch.manual_seed(1)``; a newcomer's runs of sweetice's PPO
     with --seeds 0,1) gives identical runs for every seed: each side's spread was 0 and a
     difference of returns read "higher (better)" with an interval of one point. Now the group is
     named as one sample and the verdict has no noise estimate; seeds that differ keep theirs."""
     def group(branch, returns, seeds, start):
-        made = []
-        for i, seed in enumerate(seeds):
-            run = _fake_run(tmp_path, branch, start + 100 * i, 10.0, 500.0, 9.0)
-            record = runs.load_record(run.dir)
-            record["seed"] = seed
-            runs.write_record(run.dir, record)
-            with open(os.path.join(run.dir, runs.METRICS), "a") as fh:
-                fh.write("".join(_line("scalebox/episodic_return", step, value) for step, value in enumerate(returns(i), 3)))
-            made.append(runs.RunInfo(branch, run.run, run.dir, runs.load_record(run.dir)))
-        return made
+        return _seeded_runs(tmp_path, branch, seeds, start, lambda i, seed: returns(i))
 
     blind = group("run/0001", lambda i: [10.0, 12.0], [0, 1, 2], 1000.0)
     other = group("run/0002", lambda i: [20.0 + i, 22.0 + i], [0, 1, 2], 5000.0)
@@ -1212,16 +1218,7 @@ def test_compare_says_when_each_shared_seed_gave_identical_returns(tmp_path):
     within noise" without a word that the means were over other seeds. The verdict stands;
     beside it, what the seeds say."""
     def group(branch, returns, seeds, start):
-        made = []
-        for i, seed in enumerate(seeds):
-            run = _fake_run(tmp_path, branch, start + 100 * i, 10.0, 500.0, 9.0)
-            record = runs.load_record(run.dir)
-            record["seed"] = seed
-            runs.write_record(run.dir, record)
-            with open(os.path.join(run.dir, runs.METRICS), "a") as fh:
-                fh.write("".join(_line("scalebox/episodic_return", step, value) for step, value in enumerate(returns(seed), 3)))
-            made.append(runs.RunInfo(branch, run.run, run.dir, runs.load_record(run.dir)))
-        return made
+        return _seeded_runs(tmp_path, branch, seeds, start, lambda i, seed: returns(seed))
 
     def text(first, other):
         result = stats.compare([("original", first), ("run/0002", other)])
