@@ -16,7 +16,8 @@ else the connection is closed. When all are taken, a new connection takes the pl
 that has waited longest for its request (half-open, or kept alive and idle: closed unanswered),
 so a flood of half-open connections holds a bounded number of threads for a bounded time and
 does not lock out a client that sends its request; only when every thread is busy answering
-does a new connection get a ``503`` at once. (Every answer is a short JSON or static file: no
+does a new connection get a ``503`` at once (a thread that has answered and is on its way to
+wait or end is waited for, up to a second). (Every answer is a short JSON or static file: no
 endpoint streams; the page polls, and a kept-alive connection idle that long is closed, which
 browsers reopen.)
 """
@@ -202,6 +203,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not self.server.waiting(self.connection, False) or self.rfile.eof:  # type: ignore[attr-defined]
             self.close_connection = True  # evicted, or the head was cut short: no one to answer
             return
+        self.server.answering(self.connection, True)
         self.connection.settimeout(self.server.request_timeout)  # the answer's own time to be taken
         url = urllib.parse.urlsplit(self.path)
         path = url.path
@@ -230,11 +232,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(status, body, "application/json", head, cache="no-cache", etag=_etag(body))
 
     def _send(self, status: int, body: bytes, ctype: str, head: bool, cache: str = "no-store", etag: Optional[str] = None) -> None:
+        try:
+            self._write(status, body, ctype, head, cache, etag)
+        finally:  # (the client gone mid-answer)
+            self._last_write()
+
+    def _last_write(self) -> None:
+        """The answer's last bytes go next: once they arrive, the client may ask again at once, on
+        a new connection, before this thread has freed its slot; it waits for the slot then, where
+        it is told 503 while every thread works out an answer. (Unmarked only after the write, the
+        client could be told 503 for its own first connection.)"""
+        self.server.answering(self.connection, False)
+
+    def _write(self, status: int, body: bytes, ctype: str, head: bool, cache: str, etag: Optional[str]) -> None:
         if etag is not None and status == 200 and etag in _etags(self.headers.get("If-None-Match")):
             self.send_response(304)
             self.send_header("ETag", etag)
             self.send_header("Cache-Control", cache)
             self.send_header("Content-Length", "0")
+            self._last_write()
             self.end_headers()
             return
         self.send_response(status)
@@ -244,8 +260,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("X-Content-Type-Options", "nosniff")
         if etag is not None:
             self.send_header("ETag", etag)
+        if head:
+            self._last_write()
         self.end_headers()
         if not head:
+            self._last_write()
             try:
                 self.wfile.write(body)
             except (BrokenPipeError, ConnectionResetError):
@@ -292,9 +311,11 @@ class MonitorServer(http.server.ThreadingHTTPServer):
         self.monitor = monitor
         self.verbose = verbose
         self.request_timeout = request_timeout
+        self.max_connections = max_connections
         self._slots = threading.BoundedSemaphore(max_connections)
         self._waiting: Dict[socket.socket, None] = {}  # connections waiting for a request, oldest first
         self._waiting_lock = threading.Lock()
+        self._answering: Dict[socket.socket, None] = {}  # threads working out an answer
         self._static: Dict[str, bytes] = {}
         self._spare: Optional[int] = _reserve()  # given up to answer a connection when out of descriptors
 
@@ -344,6 +365,34 @@ class MonitorServer(http.server.ThreadingHTTPServer):
                 return True
             return self._waiting.pop(connection, False) is None
 
+    def answering(self, connection: socket.socket, busy: bool) -> None:
+        """Mark ``connection``'s thread as working out an answer (or no longer: writing it, then
+        waiting for a next request or ending)."""
+        with self._waiting_lock:
+            if busy:
+                self._answering[connection] = None
+            else:
+                self._answering.pop(connection, None)
+
+    def _take_slot(self) -> bool:
+        """A slot for a new connection: a free one; else the one of the connection that has waited
+        longest for its request (evicted); else, unless every thread is working out an answer, the
+        slot of a thread on its way in or out, once it is free or its connection waits (up to a
+        second). A client that had its answer and asked again at once was told 503 while its first
+        thread was on its way out (CI, under load)."""
+        if self._slots.acquire(blocking=False):
+            return True
+        deadline = time.monotonic() + 1.0
+        while True:
+            if self._evict():
+                return self._slots.acquire(timeout=1.0)
+            with self._waiting_lock:
+                all_busy = len(self._answering) >= self.max_connections
+            if all_busy or time.monotonic() > deadline:
+                return False
+            if self._slots.acquire(timeout=0.01):
+                return True
+
     def _evict(self) -> bool:
         """Close the connection that has waited longest for its request (its thread then ends)."""
         with self._waiting_lock:
@@ -358,9 +407,8 @@ class MonitorServer(http.server.ThreadingHTTPServer):
         return True
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            if not (self._evict() and self._slots.acquire(timeout=1.0)):
-                return self._refuse(request)
+        if not self._take_slot():
+            return self._refuse(request)
         # waiting from here, in the order connections were accepted: marked by its own thread, a
         # connection could queue behind a later one (threads start in any order under load), and
         # the later one was evicted first
@@ -381,6 +429,7 @@ class MonitorServer(http.server.ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            self.answering(request, False)  # (a route that raised)
             self._slots.release()
 
     def _refuse(self, request: socket.socket) -> None:
