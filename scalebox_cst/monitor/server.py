@@ -316,6 +316,7 @@ class MonitorServer(http.server.ThreadingHTTPServer):
         self._waiting: Dict[socket.socket, None] = {}  # connections waiting for a request, oldest first
         self._waiting_lock = threading.Lock()
         self._answering: Dict[socket.socket, None] = {}  # threads working out an answer
+        self._stuck = False  # the last wait for a thread on its way out ran out (see _take_slot)
         self._static: Dict[str, bytes] = {}
         self._spare: Optional[int] = _reserve()  # given up to answer a connection when out of descriptors
 
@@ -379,8 +380,11 @@ class MonitorServer(http.server.ThreadingHTTPServer):
         longest for its request (evicted); else, unless every thread is working out an answer, the
         slot of a thread on its way in or out, once it is free or its connection waits (up to a
         second). A client that had its answer and asked again at once was told 503 while its first
-        thread was on its way out (CI, under load)."""
+        thread was on its way out (CI, under load). A wait that ran out (threads stuck writing to
+        clients that do not read) is not waited again until a slot is free: a flood of them costs
+        the accepting thread one second, not one a connection."""
         if self._slots.acquire(blocking=False):
+            self._stuck = False
             return True
         deadline = time.monotonic() + 1.0
         while True:
@@ -388,10 +392,13 @@ class MonitorServer(http.server.ThreadingHTTPServer):
                 return self._slots.acquire(timeout=1.0)
             with self._waiting_lock:
                 all_busy = len(self._answering) >= self.max_connections
-            if all_busy or time.monotonic() > deadline:
+            if all_busy or self._stuck:
                 return False
             if self._slots.acquire(timeout=0.01):
                 return True
+            if time.monotonic() > deadline:
+                self._stuck = True
+                return False
 
     def _evict(self) -> bool:
         """Close the connection that has waited longest for its request (its thread then ends)."""
@@ -431,6 +438,7 @@ class MonitorServer(http.server.ThreadingHTTPServer):
         finally:
             self.answering(request, False)  # (a route that raised)
             self._slots.release()
+            self._stuck = False
 
     def _refuse(self, request: socket.socket) -> None:
         """Every thread busy answering: a 503 without blocking this (the accepting) thread, then close."""

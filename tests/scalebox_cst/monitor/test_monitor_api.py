@@ -1173,3 +1173,45 @@ def test_http_a_client_asking_again_at_once_is_not_told_busy(proj, monkeypatch):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_http_threads_stuck_writing_cost_one_wait_then_503s_at_once(proj, monkeypatch):
+    """A thread writing its answer to a client that does not read is not working out an answer, so
+    a new connection waits for it (as for a thread on its way out); once such a wait runs out, the
+    next connections are told 503 at once until a slot is free, not after a second each."""
+    import socket
+
+    from scalebox_cst.monitor import server as server_mod
+
+    monkeypatch.setitem(server_mod.ROUTES, "/api/big", lambda m, q: {"x": "y" * (64 << 20)})
+    srv = MonitorServer(Monitor(proj), port=0, max_connections=1, request_timeout=30.0)
+    srv.start_background()
+    reader = socket.create_connection(srv.server_address[:2], timeout=30)
+    try:
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.sendall(b"GET /api/big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        deadline = time.monotonic() + 60
+        while not srv._answering and time.monotonic() < deadline:  # its request read...
+            time.sleep(0.01)
+        while srv._answering and time.monotonic() < deadline:  # ...its answer made: it blocks writing it
+            time.sleep(0.01)
+        time.sleep(0.2)
+        waits = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            sock = socket.create_connection(srv.server_address[:2], timeout=30)
+            sock.sendall(b"GET /api/project HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            reply = b""
+            try:
+                while chunk := sock.recv(1000):
+                    reply += chunk
+            except ConnectionResetError:
+                pass
+            sock.close()
+            waits.append(time.monotonic() - t0)
+            assert reply.startswith(b"HTTP/1.1 503 "), reply[:80]
+        assert 0.9 < waits[0] < 10 and max(waits[1:]) < 0.5, waits
+    finally:
+        reader.close()
+        srv.shutdown()
+        srv.server_close()
