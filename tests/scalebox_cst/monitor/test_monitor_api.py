@@ -1183,17 +1183,22 @@ def test_http_threads_stuck_writing_cost_one_wait_then_503s_at_once(proj, monkey
 
     from scalebox_cst.monitor import server as server_mod
 
-    monkeypatch.setitem(server_mod.ROUTES, "/api/big", lambda m, q: {"x": "y" * (64 << 20)})
+    asked = threading.Event()
+
+    def big(m, q):
+        asked.set()
+        return {"x": "y" * (64 << 20)}
+
+    monkeypatch.setitem(server_mod.ROUTES, "/api/big", big)
     srv = MonitorServer(Monitor(proj), port=0, max_connections=1, request_timeout=30.0)
     srv.start_background()
     reader = socket.create_connection(srv.server_address[:2], timeout=30)
     try:
         reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         reader.sendall(b"GET /api/big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert asked.wait(30)
         deadline = time.monotonic() + 60
-        while not srv._answering and time.monotonic() < deadline:  # its request read...
-            time.sleep(0.01)
-        while srv._answering and time.monotonic() < deadline:  # ...its answer made: it blocks writing it
+        while srv._answering and time.monotonic() < deadline:  # its answer made: it blocks writing it
             time.sleep(0.01)
         time.sleep(0.2)
         waits = []
