@@ -602,6 +602,10 @@ def test_a_grace_period_that_is_no_number_removes_nothing(tmp_path):
     for days in ("nan", "NaN", "inf", "1e400", "-inf"):
         proc = scalebox("gc", "--dry-run", "--grace-days", days, cwd=tmp_path, check=False)
         assert proc.returncode != 0 and "finite" in proc.stderr and "Traceback" not in proc.stderr, (days, proc.stderr)
+    # float() reads Arabic-Indic and fullwidth digits too: a number no one typed meaning it
+    for days in ("\u0661\u0664", "\uff11\uff14"):
+        proc = scalebox("gc", "--dry-run", "--grace-days", days, cwd=tmp_path, check=False)
+        assert proc.returncode != 0 and "ASCII" in proc.stderr and "Traceback" not in proc.stderr, (days, proc.stderr)
     report = gc.collect(Store.open(str(tmp_path)), dry_run=True, grace_s=float("nan"))
     assert report.pruned == 0 and report.kept_young > 0, report.line()
     gc.collect(Store.open(str(tmp_path)), grace_s=float("nan"))

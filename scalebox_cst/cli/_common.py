@@ -18,9 +18,12 @@ from scalebox_cst.store import StoreError
 
 class FiniteFloat(click.FloatRange):
     """A float option in a range that refuses nan and inf (click's FloatRange lets them through:
-    every comparison with nan is false, and an open end takes inf)."""
+    every comparison with nan is false, and an open end takes inf), and digits of other scripts
+    (``float('١٤')`` is 14.0: a number no one typed meaning it, as digits.setting refuses)."""
 
     def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.isascii():
+            self.fail(f"{shown_name(repr(value))} is not a number in ASCII digits.", param, ctx)
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
