@@ -12,10 +12,10 @@ under a live writer). This pass:
 2. removes loose *trees and commits* that nothing reaches and that are older than the grace
    period (default 14 days: an object a concurrent writer just wrote is young), before it
    packs: that frees disk without taking any, so a full disk gets room. Blobs are never
-   removed, only packed: a long-lived process that knows an id as stored may name it again
-   without writing it (the store's set of ids known stored), and all it could name of a removed
-   tree or commit is the rewrite cache's own (names no project tree holds), which the cache
-   reads as damage and rebuilds;
+   removed, only packed. A process names an id it knows stored without writing it again only
+   within ``objects.PRESENT_TRUST_S`` (half an hour, under the shortest grace) of writing it or
+   finding it stored, and finding a loose object freshens its time, as git does: so what a
+   live writer names is young, and kept;
 3. packs every loose object it keeps into one pack (``objects/pack``, written by libgit2 to a
    temporary name and renamed; a pack without its index is ignored), checks each is in the
    new pack, then removes the loose copies;

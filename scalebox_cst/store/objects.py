@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 from typing import (
     Any,
@@ -30,6 +31,11 @@ from scalebox_cst.store.common import (
 )
 from scalebox_cst.store import checked
 from scalebox_cst.store.refs import _Refs
+
+
+#: how long ids known stored are trusted without asking the object database again: under the
+#: shortest grace period gc takes (``--grace-days`` 1/24), see :meth:`_Objects._has`
+PRESENT_TRUST_S = 1800.0
 
 
 class _Objects(_Refs):
@@ -96,13 +102,28 @@ class _Objects(_Refs):
 
     def _has(self, raw: Raw) -> bool:
         """Whether an object is stored (``odb.exists``: no read, unlike ``oid in repo``); one found
-        damaged is not (store.checked: written again, it is whole)."""
+        damaged is not (store.checked: written again, it is whole).
+
+        A loose object found is freshened (its time set to now, as git does), and the ids known
+        stored are forgotten every :data:`PRESENT_TRUST_S`: gc removes unreachable trees and commits
+        older than its grace period, so an id trusted from memory is one written or freshened
+        less than a grace period ago, which gc keeps. Trusted for good, a process alive past the
+        grace period named a cache tree gc had removed without writing it again (a broken link)."""
         if checked.any_damaged() and raw.hex() in checked.damaged_ids(self._objects_dir):
             self._present.discard(raw)
             return False
+        now = time.monotonic()
+        if now - self._present_since > PRESENT_TRUST_S:
+            self._present.clear()
+            self._present_since = now
         if raw in self._present:
             return True
         if pygit2.Oid(raw=raw) in self._odb:
+            hexid = raw.hex()
+            try:
+                os.utime(os.path.join(self._objects_dir, hexid[:2], hexid[2:]))
+            except OSError:  # packed (gc removes no packed object), or a read-only store
+                pass
             self._mark_present((raw,))
             return True
         return False

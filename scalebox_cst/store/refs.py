@@ -155,6 +155,7 @@ class _Refs:
     _branch_info: Dict[Raw, Tuple[Optional[str], str, int, Optional[str]]]
     _cache_mem: Dict[str, Dict[str, Tuple[str, str]]]  # fp -> src -> (out, json)
     _present: Set[Raw]  # object ids known to be stored
+    _present_since: float  # when they were last forgotten (objects._has)
     _odb_handle: Optional[pygit2.Odb]
     _writer_odb: Optional[pygit2.Odb]
     _locked_since_ns: int  # when this object took the write lock (stale-lock test)

@@ -156,3 +156,29 @@ def test_reflogs_of_a_creation_only_go_and_moved_branches_keep_theirs(made):
     store.close()
     assert _contents(root) == before
     _fsck(root)
+
+
+def test_a_process_alive_past_the_grace_period_writes_again_what_gc_removed(made):
+    # the store's set of ids known stored was trusted for good: a watcher alive past the grace
+    # period named a cache tree gc had removed without writing it again (git fsck: broken link)
+    from scalebox_cst.store import objects
+    from scalebox_cst.store.common import MODE_FILE
+
+    root, _ = made
+    alive = Store.open(root)  # a long-lived process
+    blob = alive._write_blob(b"entry\n")
+    items = [(b"x.json", MODE_FILE, blob)]
+    tree = alive._store_tree(items)  # a cache tree nothing reaches once its cache moved on
+    path = os.path.join(root, ".scalebox", "store.git", "objects", tree.hex()[:2], tree.hex()[2:])
+    alive._present_since = time.monotonic() - 2 * objects.PRESENT_TRUST_S  # an hour and more later...
+    os.utime(path, (OLD, OLD))
+    gc.collect(Store.open(root), grace_s=3600)  # ...gc removes it
+    assert not os.path.exists(path)
+    assert alive._store_tree(items) == tree
+    assert alive.repo.get(tree.hex()) is not None  # written again, not named from memory
+    # and one found stored (old, unreachable) is freshened, so gc keeps what was just named
+    os.utime(path, (OLD, OLD))
+    fresh = Store.open(root)
+    assert fresh._store_tree(items) == tree
+    gc.collect(Store.open(root), grace_s=3600)
+    assert fresh.repo.get(tree.hex()) is not None
