@@ -607,6 +607,23 @@ def get(server, path, headers=None):
     return resp.status, dict(resp.getheaders()), body
 
 
+def raw_get(server, path):
+    """The bytes a GET on a connection of its own gets back until the server closes it (a 503 is
+    closed at once; a reset after it counts as the end)."""
+    import socket
+
+    sock = socket.create_connection(server.server_address[:2], timeout=30)
+    sock.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    reply = b""
+    try:
+        while chunk := sock.recv(1000):
+            reply += chunk
+    except ConnectionResetError:
+        pass
+    sock.close()
+    return reply
+
+
 def test_http_routes_answer_json(server):
     status, headers, body = get(server, "/api/project")
     assert status == 200 and headers["Content-Type"] == "application/json"
@@ -814,8 +831,6 @@ def test_http_out_of_descriptors_answers_503_without_spinning(proj):
 
 def test_http_busy_threads_answer_503_at_once(proj, monkeypatch):
     """Only when every thread is busy answering is a new connection turned away (503, closed)."""
-    import socket
-
     from scalebox_cst.monitor import server as server_mod
 
     gate, entered = threading.Event(), threading.Semaphore(0)
@@ -835,15 +850,7 @@ def test_http_busy_threads_answer_503_at_once(proj, monkeypatch):
             t.start()
         for _ in busy:
             assert entered.acquire(timeout=30)
-        sock = socket.create_connection(srv.server_address[:2], timeout=30)
-        sock.sendall(b"GET /api/project HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        reply = b""
-        try:
-            while chunk := sock.recv(1000):
-                reply += chunk
-        except ConnectionResetError:
-            pass
-        sock.close()
+        reply = raw_get(srv, "/api/project")
         assert reply.startswith(b"HTTP/1.1 503 "), reply
         gate.set()
         for t in busy:
@@ -1204,15 +1211,7 @@ def test_http_threads_stuck_writing_cost_one_wait_then_503s_at_once(proj, monkey
         waits = []
         for _ in range(3):
             t0 = time.monotonic()
-            sock = socket.create_connection(srv.server_address[:2], timeout=30)
-            sock.sendall(b"GET /api/project HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            reply = b""
-            try:
-                while chunk := sock.recv(1000):
-                    reply += chunk
-            except ConnectionResetError:
-                pass
-            sock.close()
+            reply = raw_get(srv, "/api/project")
             waits.append(time.monotonic() - t0)
             assert reply.startswith(b"HTTP/1.1 503 "), reply[:80]
         assert 0.9 < waits[0] < 10 and max(waits[1:]) < 0.5, waits
