@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import IO, Any, Callable, Dict, List, Optional, Sequence
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from scalebox_cst import limits as run_limits, runs, tmpnames
 from scalebox_cst.rayreaper import start_reaper
@@ -522,7 +522,7 @@ def cli_run(
     script: str,
     args: Sequence[str],
     seeds: Sequence[Optional[int]],
-    seed_via_for: Callable[[str], Optional[str]],
+    seed_via_for: Callable[[str], Tuple[Optional[str], bool]],
     backend_of: Callable[[str], Optional[str]],
     variant: str,
     address: Optional[str],
@@ -532,7 +532,8 @@ def cli_run(
 ) -> int:
     """``scalebox run --launcher ray``: one job per (branch, seed); SIGTERM/SIGINT/SIGHUP stop
     them all. ``branches``: store BranchInfo objects; ``seed_via_for(commit)``: how the script
-    takes a seed (its option, "--seed" or "-seed", appended with the seed; or "env"; None without --seeds); ``backend_of(branch)``: the backend
+    takes a seed (its option, "--seed" or "-seed", given with the seed; or "env") and whether the
+    option goes ahead of the arguments (seedopt.seed_first); ``backend_of(branch)``: the backend
     its rewrite was made for (an original runs where its rewrite would). Returns the exit status."""
     from scalebox_cst.runner import seedopt
 
@@ -541,9 +542,9 @@ def cli_run(
         commit = info.source_commit if variant == "original" else info.commit
         ask = accelerator_request(backend_of(info.name))
         for seed in seeds:
-            flag = seed_via_for(commit) if seed is not None else None
+            flag, first = seed_via_for(commit) if seed is not None else (None, False)
             via = None if flag is None else "env" if flag == "env" else "option"
-            run_args = [*args, *seedopt.seed_args(flag, seed)] if via == "option" else list(args)
+            run_args = seedopt.with_seed(args, flag, seed, first) if via == "option" else list(args)
             jobs.append(RayJob(info.name, commit, script, run_args, source_commit=info.source_commit, variant=variant, seed=seed, seed_via=via,
                                limits=run_limits.resolve(project_root).to_json(), **ask))
     stop = threading.Event()

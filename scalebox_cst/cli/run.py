@@ -83,7 +83,9 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
         _fail(str(exc))
 
     def seed_via_for(commit):
-        return seedopt.seed_flag(project.store.read_file(commit, script_rel)) or "env"
+        source = project.store.read_file(commit, script_rel)
+        flag = seedopt.seed_flag(source)
+        return (flag, seedopt.seed_first(source, flag)) if flag else ("env", False)
 
     def backend_of(branch):
         try:
@@ -93,7 +95,7 @@ def _run_on_ray(project, info, branches, script_rel, args, seeds, seed_list, var
 
     try:
         status = raylaunch.cli_run(
-            project.root, project.store.path, infos, script_rel, args, seed_list, seed_via_for if seeds else (lambda c: None),
+            project.root, project.store.path, infos, script_rel, args, seed_list, seed_via_for if seeds else (lambda c: (None, False)),
             backend_of, variant, address, parallel, echo=say,
             describe=lambda record: headlines.end_line(RunRecord.from_json(record)),
         )
@@ -228,9 +230,11 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
         why = why_not_snapshotted(project, script, script_rel, "saved after that snapshot? `scalebox rewrite` takes it in")
         _fail(f"{shown_name(script_rel)} is not in {info.name} ({why})", 2)
     seed_via = flag = None
+    first = False
     if seeds:
         source = store.read_file(commit, script_rel)
         flag = seedopt.seed_flag(source)
+        first = flag is not None and seedopt.seed_first(source, flag)
         given = next((a.split("=")[0] for a in args if a.split("=")[0] in ("--seed", flag or "--seed")), None)
         if given:
             _fail(f"--seeds and a {given} among the script's arguments: give one of them", 2)
@@ -263,7 +267,7 @@ def run(argv: Tuple[str, ...], project_dir: Optional[str], original: bool, seeds
     supervisor = RunSupervisor.for_project(project, echo=sys.stdout, notice=_notice, torchrun=torchrun,
                                            label_output=parallel > 1 and len(seed_list) > 1)
     specs = [
-        RunSpec.from_branch(info, script_rel, [*args, *seedopt.seed_args(flag, seed)] if flag and seed is not None else args,
+        RunSpec.from_branch(info, script_rel, seedopt.with_seed(args, flag, seed, first) if flag and seed is not None else args,
                             original=original, seed=seed, seed_via=seed_via, stale=tuple(stale) if stale else None)
         for seed in seed_list
     ]

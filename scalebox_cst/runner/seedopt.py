@@ -7,6 +7,11 @@ field (tyro / simple-parsing, CleanRL's Args), as ``-seed N`` where argparse dec
 declaration is a switch (``type=bool``, ``action="store_true"``, click's ``is_flag``: sweetice's
 DDPG has ``add_argument('--seed', default=False, type=bool)``, so ``--seed 0`` and ``--seed 1``
 were both True). Without one, the launcher seeds random, numpy and torch itself ("env").
+
+The option goes after the run's arguments, except where it belongs to an argparse parser with
+subcommands (``parser.add_argument("--seed")`` beside ``parser.add_subparsers()``): argparse takes
+such an option only before the subcommand (``train.py --seed 0 train --lr 1``; appended, it was
+"unrecognized arguments" and every seeded run failed), so there it goes first.
 """
 from __future__ import annotations
 
@@ -125,8 +130,27 @@ def _is_int(annotation: ast.expr) -> bool:
 
 
 def seed_args(flag: str, seed: int) -> List[str]:
-    """What ``--seeds`` appends to a run's arguments (:func:`without_seed` takes it off again)."""
+    """The seed option ``--seeds`` gives a run (:func:`with_seed` places it, :func:`without_seed`
+    takes it off again)."""
     return [flag, str(seed)]
+
+
+def seed_first(source: Optional[bytes], flag: str) -> bool:
+    """Whether ``flag`` is declared on an argparse parser that has subcommands (the option then
+    goes before them: see the module's docstring)."""
+    text = source.decode("utf-8", "replace") if source else ""
+    tree = _parsed(text) if "add_subparsers" in text else None
+    if tree is None:
+        return False
+    with_subcommands = {ast.dump(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                        and isinstance(n.func, ast.Attribute) and n.func.attr == "add_subparsers"}
+    return any(isinstance(c.func, ast.Attribute) and c.func.attr == "add_argument"
+               and ast.dump(c.func.value) in with_subcommands for c in _declarations(text, flag) or ())
+
+
+def with_seed(args: Sequence[str], flag: str, seed: int, first: bool = False) -> List[str]:
+    """``args`` with the seed option: appended, or ahead of them where ``first`` (:func:`seed_first`)."""
+    return [*seed_args(flag, seed), *args] if first else [*args, *seed_args(flag, seed)]
 
 
 def seeded(source: Optional[bytes], args: Sequence[str], seed: Optional[int]) -> Tuple[List[str], Optional[str]]:
@@ -136,11 +160,16 @@ def seeded(source: Optional[bytes], args: Sequence[str], seed: Optional[int]) ->
     if seed is None:
         return list(args), None
     flag = seed_flag(source)
-    return ([*args, *seed_args(flag, seed)], "option") if flag else (list(args), "env")
+    return (with_seed(args, flag, seed, seed_first(source, flag)), "option") if flag else (list(args), "env")
 
 
 def without_seed(args: List[str], seed: Optional[int]) -> List[str]:
-    """``args`` without the seed option ``--seeds`` appended (its last two items)."""
-    if seed is not None and len(args) >= 2 and args[-2] in ("--seed", "-seed") and args[-1] == str(seed):
+    """``args`` without the seed option ``--seeds`` gave them (their last two items, or their first
+    two where it went ahead of a subcommand)."""
+    if seed is None or len(args) < 2:
+        return args
+    if args[-2] in ("--seed", "-seed") and args[-1] == str(seed):
         return args[:-2]
+    if args[0] in ("--seed", "-seed") and args[1] == str(seed):
+        return args[2:]
     return args

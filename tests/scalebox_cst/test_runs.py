@@ -1236,3 +1236,33 @@ def test_compare_says_when_each_shared_seed_gave_identical_returns(tmp_path):
     changed = group("run/0003", lambda s: [10.0 + s, 12.5 * s], [0, 1], 13000.0)
     assert "identical" not in text(same, changed) and "seeds" not in text(same, changed)
     assert "identical" not in text(same + more, changed) and "over other seeds" in text(same + more, changed)
+
+
+def test_a_seed_option_of_a_parser_with_subcommands_goes_before_them(tmp_path):
+    """argparse takes a top-level option only before the subcommand: `--seeds` appended `--seed 0`
+    after `train --lr 1`, argparse refused it ("unrecognized arguments") and every seeded run of
+    such a script failed. Options of a subcommand's own parser stay after it."""
+    from scalebox_cst.runner import seedopt
+
+    (tmp_path / "main.py").write_text(textwrap.dedent("""\
+        import argparse, random
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--seed", type=int, default=7)
+        sub = parser.add_subparsers(dest="cmd", required=True)
+        train = sub.add_parser("train")
+        train.add_argument("--lr", type=float, default=0.1)
+        args = parser.parse_args()
+        random.seed(args.seed)
+        print(f"cmd={args.cmd} seed={args.seed} lr={args.lr} draw={random.random():.6f}")
+        """))
+    scalebox("init", ".", cwd=tmp_path)
+    scalebox("rewrite", ".", cwd=tmp_path)
+    proc = scalebox("run", "--seeds", "0,1", "main.py", "--", "train", "--lr", "0.5", cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "cmd=train seed=0 lr=0.5" in proc.stdout and "cmd=train seed=1 lr=0.5" in proc.stdout, proc.stdout
+    recs = records(tmp_path, "run/0001")
+    assert [r["args"] for r in recs] == [["--seed", "0", "train", "--lr", "0.5"], ["--seed", "1", "train", "--lr", "0.5"]]
+    assert all(seedopt.without_seed(r["args"], r["seed"]) == ["train", "--lr", "0.5"] for r in recs)
+    # a --seed of the subcommand's own parser is given after it, as before
+    own = b"import argparse\np = argparse.ArgumentParser()\ns = p.add_subparsers()\nt = s.add_parser('t')\nt.add_argument('--seed', type=int)\n"
+    assert seedopt.seeded(own, ["t"], 3) == (["t", "--seed", "3"], "option")
