@@ -15,7 +15,9 @@ as written for an array of the tensor's own dtype on the CPU) the float32 case c
 guard on top of the original call. A list (``hot.tensor_from_arrays`` takes most before this
 runs) takes the call as written: 0.82-0.84x, the guard's cost.
 ``torch.tensor(x).to(device)`` (CleanRL's rewards) is reported and left alone: the same steps
-measured 1.1-1.4x on arrays, but a list given to it costs 0.44x through the guard. On whole runs
+measured 1.1-1.4x on arrays, but a list given to it costs 0.44x through the guard; of a number
+literal (``torch.tensor(0.).to(device)``, pranz24's SAC) it is no site at all, as the legacy
+constructors' literal sizes are not. On whole runs
 these calls are a small share (TD3: ~6 calls a step; see ``benchmarks/bench_public_scripts.py``).
 
 Safety (statically; the value checks are in the runtime helper's docstring):
@@ -72,6 +74,13 @@ def _not_data(expr: cst.BaseExpression) -> bool:
                              cst.GeneratorExp, cst.Dict, cst.Set))
 
 
+def _number(expr: cst.BaseExpression) -> bool:
+    """A number literal, signed or not (``0.``, ``-1``): no array, no list."""
+    if isinstance(expr, cst.UnaryOperation):
+        return _number(expr.expression)
+    return isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary))
+
+
 class _Rewriter(PrunedTransformer):
     def __init__(self, ctx: FileContext, sites: List[Site]) -> None:
         super().__init__()
@@ -108,6 +117,8 @@ class _Rewriter(PrunedTransformer):
                                  "made on the device it would differ (requires_grad: a leaf, not a moved copy)")
             return updated
         if maker == "torch.tensor":
+            if _number(positional[0].value):
+                return updated  # ``torch.tensor(0.).to(device)``: a number, never the array the helper serves
             self._skip(original, "torch.tensor(x).to(device): left alone, as a list given to it measured 0.44x "
                                  "through the guard (arrays 1.1-1.4x)")
             return updated
@@ -137,7 +148,7 @@ class _Rewriter(PrunedTransformer):
 
 class HotFreshOnDevice(Transform):
     id = ID
-    version = "2"
+    version = "3"  # 3: torch.tensor(<number literal>).to(device) is no site (was skipped as if given a list)
     triggers = (".to(",)
     description = "make(x).to(device) of a fresh tensor → from_numpy(x).to(device, dtype) (guarded, exact)"
 

@@ -284,3 +284,15 @@ def test_signed_literal_sizes_are_not_data():
     assert "torch.FloatTensor(-3).to(dev)" in out and "torch.Tensor(+2).to(dev)" in out
     assert "_sb_tensor_on(torch.FloatTensor, s, dev)" in out
     assert [s.action for s in sites] == [REWRITTEN]
+
+
+def test_a_number_literal_given_to_torch_tensor_is_no_site():
+    """pranz24/pytorch-soft-actor-critic's ``alpha_loss = torch.tensor(0.).to(self.device)`` was
+    skipped with 'left alone, as a list given to it measured 0.44x': no list is given there. A
+    number literal is never the array the helper serves (as a literal size is not, for the legacy
+    constructors): no site; a name or a list display keeps the reason, which is true of them."""
+    src = ("import torch\ndef g(s, dev):\n    a = torch.tensor(0.).to(dev)\n    b = torch.tensor(-1).to(dev)\n"
+           "    return a, b, torch.tensor(s).to(dev), torch.tensor([1., 2.]).to(dev)\n")
+    out, sites = rewrite(src)
+    assert out == src
+    assert [s.line for s in sites] == [5, 5] and all("a list given to it" in s.reason for s in sites)
