@@ -33,7 +33,7 @@ from ..base import FileContext, Transform
 from ..analysis.astwalk import own_nodes
 from ..analysis.rewriting import replace_nodes
 from ..analysis.statements import CstStatements, ast_guarded, ast_statements
-from .callees import GRAD_ATTRS, Files, may_hold_network
+from .callees import GRAD_ATTRS, PLAIN_MODULES, Files, may_hold_network
 from .flow import Flow
 from .no_grad_examples import EXAMPLES
 from .param_forwards import CheckedClasses, called_parameter
@@ -56,6 +56,21 @@ class _Candidate:
         self.stmt, self.reason, self.ok = stmt, reason, ok
         #: parameters whose modules are checked at run time (:mod:`.param_forwards`), against ``classes``
         self.guards, self.classes = guards, classes
+
+
+#: a module's methods that are no forward (a call of one of them on an unknown network is no acting)
+_MODULE_METHODS = frozenset("""
+    to cpu cuda float double half bfloat16 train eval parameters named_parameters buffers named_buffers state_dict
+    load_state_dict apply zero_grad modules children named_modules named_children requires_grad_ register_buffer
+    register_parameter add_module share_memory type get_submodule
+    """.split())
+#: calls that move or cast a freshly built module and return it (``Net(...).to(device)``)
+_MOVES = frozenset({"to", "cuda", "cpu", "float", "double", "half", "train"})
+
+
+def _self_attribute(expr: ast.expr) -> bool:
+    """``self.X``."""
+    return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"
 
 
 def _grad_mode(expr: ast.expr, imports) -> Optional[str]:
@@ -125,6 +140,7 @@ class _Scanner:
         self._flows: Dict[int, Flow] = {}
         self._locals: Dict[int, Set[str]] = {}  # per scope: the names it binds
         self._parameter_reads: Optional[Set[str]] = None  # see _networks
+        self._bound_names: Optional[Set[str]] = None  # see _bound
 
     def scan(self) -> List[_Candidate]:
         try:
@@ -251,7 +267,7 @@ class _Scanner:
         why it kept its graph. Where its output reaches no gradient (it would have been
         rewritten, were the class known), the skip says what is not known."""
         unknown = [(node, why) for node in ast.walk(st) if isinstance(node, ast.Call)
-                   for why in [self._built_by_parameter(node, cls)] if why]
+                   for why in [self._built_by_parameter(node, cls) or self._built_by_import(node, cls)] if why]
         if not unknown:
             return None
         names = ", ".join(sorted({ast.unparse(c.func) for c, _ in unknown}))
@@ -283,6 +299,76 @@ class _Scanner:
             return None
         return (f"`self.{func.attr}` is built by `{value.func.id}` (line {value.lineno}), a parameter of "
                 f"`{method.name}`: what its forward runs is not known here")
+
+    def _built_by_import(self, node: ast.Call, cls: Optional[str]) -> Optional[str]:
+        """Why ``self.X(...)`` or ``self.X.method(...)`` runs unknown code where ``self.X`` is a
+        network (the file passes ``self.X.parameters()`` somewhere) whose every value is made by a
+        class imported from another module (``from model import GaussianPolicy``, or a name only a
+        star import can bind), optionally moved (``.to(self.device)``); None otherwise.
+        pranz24/pytorch-soft-actor-critic acts with ``self.policy.sample(state)`` and
+        dongminlee94/deep_rl with ``self.policy(torch.Tensor(obs).to(self.device))``, each
+        class in a file of its own: no site, while ``scalebox profile`` showed the forward hot."""
+        func = node.func
+        if not (node.args and cls is not None and isinstance(func, ast.Attribute)):
+            return None
+        target: ast.expr = func
+        what = "forward"
+        if not _self_attribute(target):
+            target, what = func.value, f"`{func.attr}`"
+            if not _self_attribute(target) or func.attr in _MODULE_METHODS:
+                return None
+        assert isinstance(target, ast.Attribute)
+        if target.attr not in self._networks():
+            return None
+        owner = next((k for k in self.files.lineage(cls) if self.files.values.get(f"{k}.self.{target.attr}")), None)
+        if owner is None:
+            return None
+        origins: Dict[str, List[str]] = {}  # where from -> the classes named from there
+        for value in self.files.values[f"{owner}.self.{target.attr}"]:
+            while (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                   and value.func.attr in _MOVES and isinstance(value.func.value, ast.Call)):
+                value = value.func.value
+            origin = self._imported_class(value.func) if isinstance(value, ast.Call) else None
+            if origin is None:
+                return None
+            origins.setdefault(origin, []).append(f"`{ast.unparse(value.func)}` (line {value.lineno})")
+        built = "; or ".join(f"{' or '.join(dict.fromkeys(names))}, {origin}" for origin, names in origins.items())
+        return f"`self.{target.attr}` is built by {built}: what its {what} runs is not known in this file"
+
+    def _imported_class(self, expr: ast.expr) -> Optional[str]:
+        """Where a class named by ``expr`` comes from when another module of the user's defines it:
+        ``imported from `model``` (not torch's), ``bound by a star import (`agents.common.networks`)``
+        (a name nothing in this file binds); None otherwise."""
+        qual = self.imports.qualify(expr)
+        if qual is not None:
+            root = qual.split(".")[0]
+            if root in ("torch", "numpy") or "." not in qual:
+                return None
+            return f"imported from `{qual.rsplit('.', 1)[0]}`"
+        if not (isinstance(expr, ast.Name) and expr.id[:1].isupper()) or expr.id in self._bound():
+            return None
+        stars = [n.module or "." * n.level for n in ast.walk(self.tree) if isinstance(n, ast.ImportFrom)
+                 and any(a.name == "*" for a in n.names) and (n.module or "").split(".")[0] not in PLAIN_MODULES]
+        if not stars:
+            return None
+        named = [f"`{m}`" for m in dict.fromkeys(stars)]
+        return f"bound by a star import ({', '.join(named[:-1]) + ' or ' if len(named) > 1 else ''}{named[-1]})"
+
+    def _bound(self) -> Set[str]:
+        """Every name this file binds itself (assigned, defined, imported by name, a parameter)."""
+        if self._bound_names is None:
+            out: Set[str] = set(self.imports.imported)
+            for n in ast.walk(self.tree):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                    out.add(n.id)
+                elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    out.add(n.name)
+                elif isinstance(n, ast.arg):
+                    out.add(n.arg)
+                elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                    out.update((a.asname or a.name).split(".")[0] for a in n.names if a.name != "*")
+            self._bound_names = out
+        return self._bound_names
 
     def _networks(self) -> Set[str]:
         """The ``X`` of every ``self.X.parameters()`` in the file (a network's sign)."""
@@ -332,7 +418,7 @@ class _Scanner:
 
 class HotNoGrad(Transform):
     id = ID
-    version = "13"  # 13: a forward of `self.X` built by calling a parameter (`self.actor = policy_class(...)`) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 12: a value passed to a namedtuple of the file (`SavedAction(log_prob, value)`) is followed through it, not "whose effects are unknown"; 11: `self.fc = layer(...)` where `layer` is bound to classes (`layer = NoisyLinear` or `nn.Linear`) is followed into each class, not "whose code is not in this file"; 10: a forward of a module given as a parameter (`def iterate_batches(env, net, ...)`) runs under no_grad behind a run-time check that the module is exactly a checked class of the file (param_forwards; runtime.hot_grad), as written otherwise; 9: a call of a method that runs .backward() says "trains: it calls loss.backward() (line N)", not its first unknown call; 8: a called name bound only to torch/numpy functions (`activation = F.relu`) is that function, not "not followed"; 7: `.numpy()` after `.data` of an element of the result (`a, _ = actor(s)`; `a.data.numpy()`) says why `.data` was no end there, not "before .detach()"; 6: a call of a parameter (`net(obs)` in `def iterate_batches(env, net, ...)`) says so, not "whose code is not in this file"; 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
+    version = "14"  # 14: a forward (or another method, `self.policy.sample(s)`) of `self.X` built by a class imported from another module of the user's (or bound only by a star import) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 13: a forward of `self.X` built by calling a parameter (`self.actor = policy_class(...)`) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 12: a value passed to a namedtuple of the file (`SavedAction(log_prob, value)`) is followed through it, not "whose effects are unknown"; 11: `self.fc = layer(...)` where `layer` is bound to classes (`layer = NoisyLinear` or `nn.Linear`) is followed into each class, not "whose code is not in this file"; 10: a forward of a module given as a parameter (`def iterate_batches(env, net, ...)`) runs under no_grad behind a run-time check that the module is exactly a checked class of the file (param_forwards; runtime.hot_grad), as written otherwise; 9: a call of a method that runs .backward() says "trains: it calls loss.backward() (line N)", not its first unknown call; 8: a called name bound only to torch/numpy functions (`activation = F.relu`) is that function, not "not followed"; 7: `.numpy()` after `.data` of an element of the result (`a, _ = actor(s)`; `a.data.numpy()`) says why `.data` was no end there, not "before .detach()"; 6: a call of a parameter (`net(obs)` in `def iterate_batches(env, net, ...)`) says so, not "whose code is not in this file"; 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
     triggers = ("torch",)
     description = "forward passes whose outputs reach no gradient (acting, logging) run under torch.no_grad()"
 
