@@ -314,7 +314,7 @@ class _Scanner:
         target: ast.expr = func
         what = "forward"
         if not _self_attribute(target):
-            target, what = func.value, f"`{func.attr}`"
+            target, what = func.value, "forward" if func.attr == "forward" else f"`{func.attr}`"
             if not _self_attribute(target) or func.attr in _MODULE_METHODS:
                 return None
         assert isinstance(target, ast.Attribute)

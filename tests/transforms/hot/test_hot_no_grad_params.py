@@ -294,3 +294,15 @@ def test_a_class_this_file_binds_or_a_torch_class_is_not_said_to_be_imported():
     # no star import: nothing says where the name comes from
     assert rewrite(STAR_IMPORT.replace("from agents.common.networks import *\n", "").replace(
         "from agents.common.buffers import *\n", ""), dedent=False)[1] == []
+
+
+def test_an_explicit_forward_call_of_an_imported_class_reads_as_its_forward():
+    # vy007vikas/PyTorch-ActorCriticRL: ``import model``, ``self.actor = model.Actor(...)``,
+    # ``action = self.actor.forward(state).detach()``
+    src = IMPORTED_CLASS.replace("from model import GaussianPolicy, DeterministicPolicy", "import model").replace(
+        "GaussianPolicy(", "model.GaussianPolicy(").replace("DeterministicPolicy(", "model.DeterministicPolicy(").replace(
+        "action, _, _ = self.policy.sample(state)", "action = self.policy.forward(state)")
+    sites = rewrite(src, dedent=False)[1]
+    assert sites[0].line == 16 and sites[0].reason.endswith(
+        "`model.GaussianPolicy` (line 9) or `model.DeterministicPolicy` (line 11), imported from `model`: what its "
+        "forward runs is not known in this file")
