@@ -74,6 +74,10 @@ def _element(node: ast.expr, entry: ast.expr, elements: Set[str]) -> bool:
             and type(node.slice.value) is int)
 
 
+#: how a value handed back by ``return``/``yield`` is told (what :meth:`Flow.problem` prefers)
+RETURNED = "is returned to a caller this file does not show"
+
+
 class Flow:
     """Follows values of one scope. ``scope`` is a FunctionDef or the Module."""
 
@@ -128,12 +132,27 @@ class Flow:
         for child in ast.iter_child_nodes(node):
             self._index(child, node)
 
-    def problem(self, start: ast.expr) -> Optional[str]:
-        """Why ``start``'s value (or what is bound from it) might reach a gradient, or None."""
+    def problem(self, start: ast.expr, prefer_return: bool = False) -> Optional[str]:
+        """Why ``start``'s value (or what is bound from it) might reach a gradient, or None.
+
+        With ``prefer_return``, the walk goes on past a first problem and answers the value's
+        return to a caller where it has one (else that first problem): a helper that returns its
+        forward leaves the decision to its caller (:mod:`.no_grad`), whatever else happens to the
+        value on its way out (pranz24's ``sample`` updates ``log_prob`` in place, then returns it)."""
         names: List[Tuple[str, Optional[ast.stmt]]] = []
+        found: List[str] = []
+
+        def answer(reason: str) -> bool:
+            """Whether ``reason`` ends the walk (else it is kept and the walk goes on)."""
+            if not prefer_return or RETURNED in reason:
+                found.insert(0, reason)
+                return True
+            found.append(reason)
+            return False
+
         reason = self._follow(start, names)
-        if reason:
-            return reason
+        if reason and answer(reason):
+            return found[0]
         seen: Set[Tuple[str, int]] = set()
         while names:
             name, binding = names.pop()
@@ -141,19 +160,22 @@ class Flow:
                 continue
             seen.add((name, id(binding)))
             outside = self._read_outside(name)
-            if outside:
-                return outside
-            for aug in self.augmented.get(name, ()):
-                return f"`{name}` is updated in place (line {aug.lineno}: `{ast.unparse(aug)}`)"
+            if outside and answer(outside):
+                return found[0]
+            aug = next(iter(self.augmented.get(name, ())), None)
+            if aug is not None and answer(f"`{name}` is updated in place (line {aug.lineno}: `{ast.unparse(aug)}`)"):
+                return found[0]
             for other in self.outside:
                 if _reads_free(other, name):
                     what = getattr(other, "name", "a lambda")
-                    return f"`{name}` is read in {what} (line {other.lineno}), where its use is not followed"
+                    if answer(f"`{name}` is read in {what} (line {other.lineno}), where its use is not followed"):
+                        return found[0]
+                    break
             for load in _program_order(self._live(name, binding), binding):
                 reason = self._follow(load, names)
-                if reason:
-                    return f"`{name}` (line {load.lineno}) {reason}"
-        return None
+                if reason and answer(f"`{name}` (line {load.lineno}) {reason}"):
+                    return found[0]
+        return found[0] if found else None
 
     def _read_outside(self, name: str) -> Optional[str]:
         """Why ``name`` may be read where its uses are not followed (beyond the functions and
@@ -343,7 +365,7 @@ class Flow:
                     return "is iterated in a comprehension (its result is not followed)"
                 return None
             if isinstance(p, (ast.Return, ast.Yield, ast.YieldFrom)):
-                return "is returned to a caller this file does not show"
+                return RETURNED
             return f"is used in a {type(p).__name__} (not followed)"
 
     def _inplace(self, call: ast.Call) -> Optional[str]:

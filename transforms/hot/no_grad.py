@@ -34,7 +34,7 @@ from ..analysis.astwalk import own_nodes
 from ..analysis.rewriting import replace_nodes
 from ..analysis.statements import CstStatements, ast_guarded, ast_statements
 from .callees import GRAD_ATTRS, PLAIN_MODULES, Files, may_hold_network
-from .flow import Flow
+from .flow import RETURNED, Flow
 from .no_grad_examples import EXAMPLES
 from .param_forwards import CheckedClasses, called_parameter
 
@@ -241,9 +241,9 @@ class _Scanner:
                     return self._skip(st, f"forward of {names}: {trained or problem}")
         flow = self._flow(scope, cls)
         for call in forwards:
-            problem = flow.problem(call)
+            problem = flow.problem(call, prefer_return=True)
             if problem:
-                if problem.startswith("is returned") or " is returned " in problem:
+                if RETURNED in problem:
                     return None  # a helper returning its forward: the caller is where to act
                 plain = self._returns_no_tensor(forwards, cls, scope)
                 if plain is not None:  # where the output goes cannot matter: say why instead
@@ -418,7 +418,7 @@ class _Scanner:
 
 class HotNoGrad(Transform):
     id = ID
-    version = "14"  # 14: a forward (or another method, `self.policy.sample(s)`) of `self.X` built by a class imported from another module of the user's (or bound only by a star import) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 13: a forward of `self.X` built by calling a parameter (`self.actor = policy_class(...)`) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 12: a value passed to a namedtuple of the file (`SavedAction(log_prob, value)`) is followed through it, not "whose effects are unknown"; 11: `self.fc = layer(...)` where `layer` is bound to classes (`layer = NoisyLinear` or `nn.Linear`) is followed into each class, not "whose code is not in this file"; 10: a forward of a module given as a parameter (`def iterate_batches(env, net, ...)`) runs under no_grad behind a run-time check that the module is exactly a checked class of the file (param_forwards; runtime.hot_grad), as written otherwise; 9: a call of a method that runs .backward() says "trains: it calls loss.backward() (line N)", not its first unknown call; 8: a called name bound only to torch/numpy functions (`activation = F.relu`) is that function, not "not followed"; 7: `.numpy()` after `.data` of an element of the result (`a, _ = actor(s)`; `a.data.numpy()`) says why `.data` was no end there, not "before .detach()"; 6: a call of a parameter (`net(obs)` in `def iterate_batches(env, net, ...)`) says so, not "whose code is not in this file"; 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
+    version = "14"  # 14: a forward whose output a helper returns is silent also where the value meets another problem first (pranz24's `sample`: `log_prob -= ...`, then returned; was skipped with "its output `log_prob` is updated in place"); and a forward (or another method, `self.policy.sample(s)`) of `self.X` built by a class imported from another module of the user's (or bound only by a star import) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 13: a forward of `self.X` built by calling a parameter (`self.actor = policy_class(...)`) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 12: a value passed to a namedtuple of the file (`SavedAction(log_prob, value)`) is followed through it, not "whose effects are unknown"; 11: `self.fc = layer(...)` where `layer` is bound to classes (`layer = NoisyLinear` or `nn.Linear`) is followed into each class, not "whose code is not in this file"; 10: a forward of a module given as a parameter (`def iterate_batches(env, net, ...)`) runs under no_grad behind a run-time check that the module is exactly a checked class of the file (param_forwards; runtime.hot_grad), as written otherwise; 9: a call of a method that runs .backward() says "trains: it calls loss.backward() (line N)", not its first unknown call; 8: a called name bound only to torch/numpy functions (`activation = F.relu`) is that function, not "not followed"; 7: `.numpy()` after `.data` of an element of the result (`a, _ = actor(s)`; `a.data.numpy()`) says why `.data` was no end there, not "before .detach()"; 6: a call of a parameter (`net(obs)` in `def iterate_batches(env, net, ...)`) says so, not "whose code is not in this file"; 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
     triggers = ("torch",)
     description = "forward passes whose outputs reach no gradient (acting, logging) run under torch.no_grad()"
 

@@ -759,3 +759,39 @@ def test_a_value_kept_in_a_namedtuple_is_followed_to_where_it_is_kept():
     assert out == textwrap.dedent(src)
     assert not any("whose effects are unknown" in r for r in reasons), reasons
     assert any("`model.saved.append(...)`" in r and "later loss" in r for r in reasons), reasons
+
+
+def test_a_forward_a_helper_returns_is_silent_also_after_an_in_place_update():
+    """pranz24/pytorch-soft-actor-critic's GaussianPolicy.sample: the forward's values are
+    followed to ``log_prob -= ...`` and then returned. A helper returning its forward is silent
+    (its callers decide: the update trains on ``sample``'s values); this one was skipped with
+    "its output `log_prob` is updated in place", the first problem met, which read as if the
+    in-place update alone kept the forward out of no_grad."""
+    src = textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+        from torch.distributions import Normal
+        class GaussianPolicy(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mean = nn.Linear(3, 1)
+                self.log_std = nn.Linear(3, 1)
+            def forward(self, state):
+                return self.mean(state), self.log_std(state).clamp(-20, 2)
+            def sample(self, state):
+                mean, log_std = self.forward(state)
+                normal = Normal(mean, log_std.exp())
+                x_t = normal.rsample()
+                y_t = torch.tanh(x_t)
+                log_prob = normal.log_prob(x_t)
+                log_prob -= torch.log(1 - y_t.pow(2) + 1e-6)
+                log_prob = log_prob.sum(1, keepdim=True)
+                return y_t, log_prob, torch.tanh(mean)
+    ''')
+    out, sites = rewrite(src, dedent=False)
+    assert out == src and sites == []
+    # updated in place and not returned: the in-place update is still the reason
+    kept = src.replace("return y_t, log_prob, torch.tanh(mean)", "print(log_prob.sum().item())")
+    assert [s.reason for s in rewrite(kept, dedent=False)[1]] == [
+        "forward of self.forward: its output `log_prob` is updated in place (line 18: "
+        "`log_prob -= torch.log(1 - y_t.pow(2) + 1e-06)`)"]
