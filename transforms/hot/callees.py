@@ -117,6 +117,21 @@ _CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn
                          "torch.nn.DataParallel", "torch.nn.modules.container.Sequential"})
 
 
+
+def _given_back(fn: ast.FunctionDef, ret: ast.expr, call: ast.Call) -> Optional[ast.expr]:
+    """The argument ``call`` gives ``fn`` for the parameter ``ret`` names, where ``ret`` (a value
+    ``fn`` returns) is a parameter never rebound in ``fn``; None otherwise."""
+    if not isinstance(ret, ast.Name):
+        return None
+    names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if ret.id not in names or any(isinstance(n, ast.Name) and n.id == ret.id and isinstance(n.ctx, ast.Store)
+                                  for n in ast.walk(fn)):
+        return None
+    at = names.index(ret.id)
+    if at < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: at + 1]):
+        return call.args[at]
+    return next((k.value for k in call.keywords if k.arg == ret.id), None)
+
 class Files:
     """The classes and functions of one module, and what names and ``self.x`` attributes hold."""
 
@@ -183,16 +198,20 @@ class Files:
     def _passes_through(self, fn: ast.FunctionDef, ret: ast.expr, call: ast.Call) -> bool:
         """Whether ``ret`` (returned by ``fn``) is the module ``call`` passed in, built here:
         CleanRL's ``layer_init(nn.Linear(...))`` initialises its argument's weights and returns it."""
-        if not isinstance(ret, ast.Name):
-            return False
-        names = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
-        if ret.id not in names or any(isinstance(n, ast.Name) and n.id == ret.id and isinstance(n.ctx, ast.Store)
-                                      for n in ast.walk(fn)):
-            return False
-        at = names.index(ret.id)
-        given = call.args[at] if at < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: at + 1]) \
-            else next((k.value for k in call.keywords if k.arg == ret.id), None)
+        given = _given_back(fn, ret, call)
         return given is not None and self.is_torch_module_ctor(given)
+
+    def _hands_back(self, value: ast.expr, key: str) -> bool:
+        """Whether ``value`` is a call of a function of this file that returns the argument it is
+        given, and that argument is ``key`` itself: MrSyee/pg-is-all-you-need's
+        ``self.mu_layer = init_layer_uniform(self.mu_layer)`` (weights set in place, the same
+        module given back), which holds what ``key``'s other values hold."""
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in self.functions):
+            return False
+        fn = self.functions[value.func.id]
+        rets = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return)]
+        return bool(rets) and all(r is not None and (given := _given_back(fn, r, value)) is not None
+                                  and ast_dotted(given) == key for r in rets)
 
     def _holds_torch_modules(self, arg: ast.expr) -> bool:
         """Whether ``arg`` (given to a container) is torch.nn modules only: a module built here, or
@@ -247,6 +266,8 @@ class Files:
             return None
         out = []
         for v in values:
+            if self._hands_back(v, key) and len(values) > 1:
+                continue  # `self.fc = init(self.fc)`: the module of its other values, given back
             if self.is_torch_module_ctor(v):
                 out.append(("torch", None))
             elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id in self.classes:

@@ -795,3 +795,42 @@ def test_a_forward_a_helper_returns_is_silent_also_after_an_in_place_update():
     assert [s.reason for s in rewrite(kept, dedent=False)[1]] == [
         "forward of self.forward: its output `log_prob` is updated in place (line 18: "
         "`log_prob -= torch.log(1 - y_t.pow(2) + 1e-06)`)"]
+
+
+def test_a_layer_given_back_by_an_init_function_of_the_file_is_the_layer_built_before():
+    """MrSyee/pg-is-all-you-need: ``self.mu_layer = nn.Linear(32, 1)`` then
+    ``self.mu_layer = init_layer_uniform(self.mu_layer)`` (weights set in place, the same module
+    returned). The forward was refused as calling "self.mu_layer, whose code is not in this file",
+    which hid the real reason where there was one (the rollout appends the output) and kept plain
+    acting forwards out of no_grad."""
+    src = textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        def init_layer_uniform(layer, init_w=3e-3):
+            layer.weight.data.uniform_(-init_w, init_w)
+            layer.bias.data.uniform_(-init_w, init_w)
+            return layer
+        class Actor(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.hidden = nn.Linear(3, 32)
+                self.mu_layer = nn.Linear(32, 1)
+                self.mu_layer = init_layer_uniform(self.mu_layer)
+            def forward(self, state):
+                return torch.tanh(self.mu_layer(F.relu(self.hidden(state))))
+        actor = Actor()
+        def act(states):
+            out = []
+            for s in states:
+                a = actor(torch.as_tensor(s)).detach().numpy()
+                out.append(a)
+            return out
+    ''')
+    out, sites = rewrite(src, dedent=False)
+    assert [(s.line, s.action) for s in sites] == [(21, REWRITTEN)], sites
+    # given another attribute (not followed: only the attribute's own module given back is)
+    other = src.replace("init_layer_uniform(self.mu_layer)", "init_layer_uniform(self.hidden)")
+    assert [s.action for s in rewrite(other, dedent=False)[1]] == [SKIPPED]
+    unknown = src.replace("self.mu_layer = nn.Linear(32, 1)", "self.mu_layer = make_layer()")
+    assert [(s.action, "not in this file" in s.reason) for s in rewrite(unknown, dedent=False)[1]] == [(SKIPPED, True)]
