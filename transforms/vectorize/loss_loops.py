@@ -134,10 +134,10 @@ def _split(stmts, code, loop_names) -> "Tuple[List[Tuple[str, cst.BaseExpression
         name = s.targets[0].target.value
         if name in loop_names:
             return f"the body rebinds the loop variable `{name}`"
+        if name in bound:  # before the carry: `x = x.view(...)` after `x = ...` reads this iteration's x
+            return f"`{name}` is bound twice in the body"
         if name in names_read(s.value):
             return f"`{name}` carries a value from one iteration to the next (`{code(s).strip()}`): a recurrence, not a per-sample temporary"
-        if name in bound:
-            return f"`{name}` is bound twice in the body"
         bound[name] = i
         temps.append((name, s.value))
     for i, s in enumerate(stmts):

@@ -401,7 +401,7 @@ class _Same(cst.CSTVisitor):
 
 class VectorizeReduction(Transform):
     id = ID
-    version = "8"  # 8: a kept list's stack/cat stand-in is a copy (an in-place write to it showed in the list); 7: lists also read by len() / a second reduction kept (kept_lists); 6: penalties summed over m.parameters() (param_penalty); 5: lists created by one tuple assignment / on one line (a, b = [], []); 4: pure calls in range bounds, star imports
+    version = "9"  # 9: a name bound earlier in the body and rebound from itself (`p = new[i:j]; p = p.view(...)`) is "bound twice", not said to carry a value from one iteration to the next; 8: a kept list's stack/cat stand-in is a copy (an in-place write to it showed in the list); 7: lists also read by len() / a second reduction kept (kept_lists); 6: penalties summed over m.parameters() (param_penalty); 5: lists created by one tuple assignment / on one line (a, b = [], []); 4: pure calls in range bounds, star imports
     triggers = ("for ",)
     description = "element-wise accumulation loops → one batched reduction (guarded)"
 

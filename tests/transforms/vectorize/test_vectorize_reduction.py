@@ -904,3 +904,27 @@ def test_parameters_iterable_reason_names_the_understood_form():
     assert [s.action for s in sites] == [SKIPPED]
     assert "iterates `net.parameters()`: parameters of different shapes" in sites[0].reason
     assert "acc += p.pow(2).sum() * c" in sites[0].reason
+
+
+def test_a_temporary_rebound_from_itself_in_the_same_iteration_carries_nothing():
+    """dongminlee94/deep_rl's TRPO update_model: ``new_param = new_params[index: ...]`` then
+    ``new_param = new_param.view(params.size())`` in one iteration. The skip said `new_param`
+    "carries a value from one iteration to the next": each iteration binds it afresh. It is bound
+    twice (what the analysis refuses); a name read before any binding in the body still carries."""
+    src = textwrap.dedent('''
+        import torch
+        def update_model(model, new_params):
+            index = 0
+            total = 0.0
+            for params in model.parameters():
+                params_length = len(params.view(-1))
+                new_param = new_params[index: index + params_length]
+                new_param = new_param.view(params.size())
+                total += new_param.sum()
+            return total
+    ''')
+    out, sites = rewrite(src, dedent=False)
+    assert out == src
+    assert [(s.action, s.reason) for s in sites] == [(SKIPPED, "`new_param` is bound twice in the body")], sites
+    carried = src.replace("        new_param = new_params[index: index + params_length]\n", "")
+    assert "`new_param` carries a value from one iteration to the next" in rewrite(carried, dedent=False)[1][0].reason
