@@ -163,6 +163,18 @@ def _emit(ret: float, length: int) -> None:
 _HOST = {float, int, bool}
 
 
+def _reward(reward: Any) -> float:
+    """A single env's reward as a float: a number, or a numpy array of one element. Pendulum
+    given an action of shape (1, 1) (MrSyee/pg-is-all-you-need's PPO) returns its reward with
+    shape (1,), of which numpy 2 refuses ``float()``: no episode of the run was recorded."""
+    try:
+        return float(reward)
+    except TypeError:
+        if getattr(reward, "size", None) != 1 or not hasattr(reward, "reshape"):
+            raise
+        return float(reward.reshape(-1)[0])
+
+
 def _observe_single(env: Any, rec: _Rec, result: Any) -> bool:
     """Add one transition; True when it ended the episode."""
     global env_steps
@@ -179,7 +191,7 @@ def _observe_single(env: Any, rec: _Rec, result: Any) -> bool:
             rec.counts = False
             _warn(env, "rewards are on an accelerator")
             return False
-    rec.ret += float(reward)
+    rec.ret += _reward(reward)
     rec.length += 1
     env_steps += 1
     if done or other:

@@ -696,3 +696,38 @@ def test_a_daemon_worker_terminated_at_exit_keeps_its_last_episodes(tmp_path):
     assert seen.pop("sigterm_default") is True
     ((ident, episodes),) = seen.items()
     assert points.get(f"scalebox/workers/{ident}/episodic_return") == [tuple(e) for e in episodes]
+
+
+ARRAY_REWARD = """
+import json, sys
+import gymnasium as gym
+import numpy as np
+
+env = gym.make("Pendulum-v1", max_episode_steps=7)
+env.reset(seed=3)
+seen, total, n = [], 0.0, 0
+for _ in range(14):
+    # an action of shape (1, 1), as an agent acting on a batch of one state gives it: Pendulum
+    # then returns its reward as an array of shape (1,)
+    _, r, term, trunc, _ = env.step(np.zeros((1, 1), dtype=np.float32))
+    assert np.shape(r) == (1,)
+    total += float(r[0])
+    n += 1
+    if term or trunc:
+        seen.append([total, n])
+        total, n = 0.0, 0
+        env.reset()
+json.dump(seen, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_reward_of_one_element_in_an_array_is_that_episode_s_reward(tmp_path):
+    """MrSyee/pg-is-all-you-need's PPO steps Pendulum with actions of shape (1, 1); numpy 2
+    refuses float() of the (1,) reward, so telemetry stopped at the first step ('telemetry failed
+    on its step result') and the run had no return at all."""
+    _, points, _ = run(tmp_path, ARRAY_REWARD, tmp_path / "seen.json")
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert len(seen) == 2
+    got = [[r, int(l)] for (_, r), (_, l) in zip(points.get("scalebox/episodic_return", []),
+                                                 points.get("scalebox/episodic_length", []))]
+    assert got == seen
