@@ -187,6 +187,18 @@ class _Scanner:
             return True
         return any(fn is None or self.files.runs_forward(fn, owner) for fn, owner in self.files.resolve(node.func, cls, scope) or ())
 
+    def _label(self, forwards: List[ast.Call], cls: Optional[str], scope: ast.AST) -> str:
+        """``forward`` where every call runs a module (torch's, a guarded parameter's, or a
+        ``forward``/``__call__`` of the file), else ``call``: ``self.select_action(state)`` and
+        ``self.update_model(next_state)`` run forwards inside, they are none themselves."""
+        for c in forwards:
+            if self._guarded(c, scope) is not None:
+                continue
+            if any(fn is not None and fn.name not in ("forward", "__call__")
+                   for fn, _ in self.files.resolve(c.func, cls, scope) or ()):
+                return "call"
+        return "forward"
+
     def _guarded(self, node: ast.Call, scope: ast.AST) -> Optional[str]:
         """The parameter ``node`` calls where its module can be checked at run time against
         classes of this file (:mod:`.param_forwards`); None otherwise."""
@@ -206,17 +218,17 @@ class _Scanner:
         forwards = self._forwards(st, cls, scope)
         if not forwards:
             return self._unknown_module(st, scope, cls)
-        names = ", ".join(sorted({ast.unparse(c.func) for c in forwards}))
+        names = f"{self._label(forwards, cls, scope)} of " + ", ".join(sorted({ast.unparse(c.func) for c in forwards}))
         for node in ast.walk(st):
             if isinstance(node, (ast.NamedExpr, ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await)):
-                return self._skip(st, f"forward of {names}: the statement holds a {type(node).__name__}")
+                return self._skip(st, f"{names}: the statement holds a {type(node).__name__}")
             if isinstance(node, ast.keyword) and node.arg == "requires_grad":
-                return self._skip(st, f"forward of {names}: the statement creates a tensor with requires_grad")
+                return self._skip(st, f"{names}: the statement creates a tensor with requires_grad")
             if isinstance(node, ast.Attribute) and node.attr in GRAD_ATTRS:
-                return self._skip(st, f"forward of {names}: the statement reads autograd state (.{node.attr})")
+                return self._skip(st, f"{names}: the statement reads autograd state (.{node.attr})")
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_") \
                     and not node.func.attr.endswith("__"):
-                return self._skip(st, f"forward of {names}: the statement changes {ast.unparse(node.func.value)} in place "
+                return self._skip(st, f"{names}: the statement changes {ast.unparse(node.func.value)} in place "
                                       f"(.{node.func.attr}: on a parameter it raises with grad, not under no_grad)")
         local = self._locals.get(id(scope))
         if local is None:  # once per scope: per forward statement it made a long function quadratic
@@ -238,7 +250,7 @@ class _Scanner:
                     # whatever its callee: a reason about the callee's code read as if seeing it
                     # would have put the training forward under no_grad
                     trained = self._trained(forwards, scope, cls)
-                    return self._skip(st, f"forward of {names}: {trained or problem}")
+                    return self._skip(st, f"{names}: {trained or problem}")
         flow = self._flow(scope, cls)
         for call in forwards:
             problem = flow.problem(call, prefer_return=True)
@@ -247,8 +259,8 @@ class _Scanner:
                     return None  # a helper returning its forward: the caller is where to act
                 plain = self._returns_no_tensor(forwards, cls, scope)
                 if plain is not None:  # where the output goes cannot matter: say why instead
-                    return self._skip(st, f"forward of {names}: {plain}")
-                return self._skip(st, f"forward of {names}: its output {problem}")
+                    return self._skip(st, f"{names}: {plain}")
+                return self._skip(st, f"{names}: its output {problem}")
         ends = ", ".join(sorted(flow.ends)) or "nothing"
         classes = tuple(dict.fromkeys(c for g in sorted(guards) for c in self.checked.passed(scope, g)))
         where = ""
@@ -256,7 +268,7 @@ class _Scanner:
             shown = ", ".join(classes[:3]) + (", ..." if len(classes) > 3 else "")
             where = f" where {' and '.join(f'`{g}`' for g in sorted(guards))} is a {shown} (checked at run time, else as written)"
         self.found.append(_Candidate(st, (
-            f"forward of {names} runs under torch.no_grad(){where}: its outputs end in {ends} and reach no "
+            f"{names} runs under torch.no_grad(){where}: its outputs end in {ends} and reach no "
             "gradient (no graph recorded; same values bit for bit)"), True, tuple(sorted(guards)), classes))
 
     def _unknown_module(self, st: ast.stmt, scope, cls: Optional[str]) -> None:
@@ -270,12 +282,14 @@ class _Scanner:
                    for why in [self._built_by_parameter(node, cls) or self._built_by_import(node, cls)] if why]
         if not unknown:
             return None
-        names = ", ".join(sorted({ast.unparse(c.func) for c, _ in unknown}))
+        label = "forward" if all(_self_attribute(c.func) or isinstance(c.func, ast.Attribute) and c.func.attr == "forward"
+                                 for c, _ in unknown) else "call"
+        names = f"{label} of " + ", ".join(sorted({ast.unparse(c.func) for c, _ in unknown}))
         flow = self._flow(scope, cls)
         for call, _ in unknown:
             if flow.problem(call):
                 return None  # trained, returned or kept: no candidate whatever its class
-        return self._skip(st, f"forward of {names}: {unknown[0][1]}")
+        return self._skip(st, f"{names}: {unknown[0][1]}")
 
     def _built_by_parameter(self, node: ast.Call, cls: Optional[str]) -> Optional[str]:
         """Why ``self.X(...)`` runs unknown code where ``self.X`` is a network (the file passes
@@ -418,7 +432,7 @@ class _Scanner:
 
 class HotNoGrad(Transform):
     id = ID
-    version = "14"  # 14: `self.fc = init(self.fc)` (a function of the file handing its argument back: MrSyee's init_layer_uniform) holds the module of the attribute's other values, not "whose code is not in this file"; a forward whose output a helper returns is silent also where the value meets another problem first (pranz24's `sample`: `log_prob -= ...`, then returned; was skipped with "its output `log_prob` is updated in place"); and a forward (or another method, `self.policy.sample(s)`) of `self.X` built by a class imported from another module of the user's (or bound only by a star import) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 13: a forward of `self.X` built by calling a parameter (`self.actor = policy_class(...)`) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 12: a value passed to a namedtuple of the file (`SavedAction(log_prob, value)`) is followed through it, not "whose effects are unknown"; 11: `self.fc = layer(...)` where `layer` is bound to classes (`layer = NoisyLinear` or `nn.Linear`) is followed into each class, not "whose code is not in this file"; 10: a forward of a module given as a parameter (`def iterate_batches(env, net, ...)`) runs under no_grad behind a run-time check that the module is exactly a checked class of the file (param_forwards; runtime.hot_grad), as written otherwise; 9: a call of a method that runs .backward() says "trains: it calls loss.backward() (line N)", not its first unknown call; 8: a called name bound only to torch/numpy functions (`activation = F.relu`) is that function, not "not followed"; 7: `.numpy()` after `.data` of an element of the result (`a, _ = actor(s)`; `a.data.numpy()`) says why `.data` was no end there, not "before .detach()"; 6: a call of a parameter (`net(obs)` in `def iterate_batches(env, net, ...)`) says so, not "whose code is not in this file"; 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
+    version = "14"  # 14: a call of a method or function that runs forwards inside (`self.select_action(s)`, `self.update_model(s)`) reads "call of", not "forward of"; `self.fc = init(self.fc)` (a function of the file handing its argument back: MrSyee's init_layer_uniform) holds the module of the attribute's other values, not "whose code is not in this file"; a forward whose output a helper returns is silent also where the value meets another problem first (pranz24's `sample`: `log_prob -= ...`, then returned; was skipped with "its output `log_prob` is updated in place"); and a forward (or another method, `self.policy.sample(s)`) of `self.X` built by a class imported from another module of the user's (or bound only by a star import) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 13: a forward of `self.X` built by calling a parameter (`self.actor = policy_class(...)`) whose output reaches no gradient is reported as skipped with that reason (was no site at all); 12: a value passed to a namedtuple of the file (`SavedAction(log_prob, value)`) is followed through it, not "whose effects are unknown"; 11: `self.fc = layer(...)` where `layer` is bound to classes (`layer = NoisyLinear` or `nn.Linear`) is followed into each class, not "whose code is not in this file"; 10: a forward of a module given as a parameter (`def iterate_batches(env, net, ...)`) runs under no_grad behind a run-time check that the module is exactly a checked class of the file (param_forwards; runtime.hot_grad), as written otherwise; 9: a call of a method that runs .backward() says "trains: it calls loss.backward() (line N)", not its first unknown call; 8: a called name bound only to torch/numpy functions (`activation = F.relu`) is that function, not "not followed"; 7: `.numpy()` after `.data` of an element of the result (`a, _ = actor(s)`; `a.data.numpy()`) says why `.data` was no end there, not "before .detach()"; 6: a call of a parameter (`net(obs)` in `def iterate_batches(env, net, ...)`) says so, not "whose code is not in this file"; 2: .data of an element of a forward's result (a PackedSequence's) is followed, not an end; 3: the reason names .shape-like reads, index and test uses as ends (was "nothing"); 4: a discarded output reads "end in a discarded expression" (was "end in discarded"); 5: a trained forward (output reaches .backward) says so, not its callee's code
     triggers = ("torch",)
     description = "forward passes whose outputs reach no gradient (acting, logging) run under torch.no_grad()"
 

@@ -416,3 +416,36 @@ def test_a_call_of_a_method_that_trains_says_so():
     assert [s.action for s in sites] == [SKIPPED, SKIPPED], sites
     site = sites[1]
     assert "`a_train` (line 7) trains: it calls loss.backward() (line 10)" in site.reason, site
+
+
+def test_a_method_that_runs_forwards_inside_is_a_call_not_a_forward():
+    """MrSyee/pg-is-all-you-need: ``action = self.select_action(state)`` and
+    ``self.update_model(next_state)`` were labelled "forward of self.select_action" and "forward
+    of self.update_model: `update_model` (line 212) trains"; neither is a forward (they run
+    forwards inside). A call of a module (torch's, or a forward of the file) keeps "forward of"."""
+    src = (
+        "import torch\nimport torch.nn as nn\n"
+        "class Agent:\n"
+        "    def __init__(self):\n"
+        "        self.actor = nn.Linear(3, 1)\n"
+        "        self.opt = torch.optim.Adam(self.actor.parameters())\n"
+        "        self.kept = []\n"
+        "    def select_action(self, s):\n"
+        "        a = self.actor(s)\n"
+        "        self.kept.append(a)\n"
+        "        return a.detach().numpy()\n"
+        "    def update_model(self, s):\n"
+        "        loss = self.actor(s).sum()\n"
+        "        self.opt.zero_grad()\n"
+        "        loss.backward()\n"
+        "        self.opt.step()\n"
+        "    def train(self, states):\n"
+        "        for s in states:\n"
+        "            action = self.select_action(s)\n"
+        "            self.update_model(s)\n"
+        "            print(self.actor(s).sum().item())\n"
+    )
+    sites = rewrite(src, dedent=False)[1]
+    labels = {s.line: s.reason.split(":")[0] for s in sites}
+    assert labels[19] == "call of self.select_action" and labels[20] == "call of self.update_model", sites
+    assert labels[21] == "forward of self.actor runs under torch.no_grad()", sites

@@ -272,7 +272,7 @@ class Agent(object):
 def test_a_forward_of_a_network_built_by_an_imported_class_says_why_it_is_left():
     out, sites = rewrite(IMPORTED_CLASS, dedent=False)
     assert out == IMPORTED_CLASS
-    why = ("forward of self.policy.sample: `self.policy` is built by `GaussianPolicy` (line 9) or `DeterministicPolicy` "
+    why = ("call of self.policy.sample: `self.policy` is built by `GaussianPolicy` (line 9) or `DeterministicPolicy` "
            "(line 11), imported from `model`: what its `sample` runs is not known in this file")
     # the trained call (line 21) and the module method (load_state_dict) stay silent
     assert [(s.line, s.action, s.reason) for s in sites] == [(16, SKIPPED, why), (18, SKIPPED, why)]
