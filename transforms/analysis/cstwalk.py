@@ -5,7 +5,7 @@ analysis asks about; these read the fields instead (same nodes, any order)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Iterator, List, Tuple, cast
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple, Type, TypeVar, cast
 
 import libcst as cst
 
@@ -98,6 +98,43 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         del _WALKED[next(iter(_WALKED))]  # the oldest
     _WALKED[id(node)] = (node, nodes)
     return iter(nodes)
+
+
+def typed(node: cst.CSTNode) -> Dict[type, List[cst.CSTNode]]:
+    """The nodes of :func:`walk` by exact type, each list in walk order (callers only read them).
+
+    Kept per node for the last few nodes asked about (held, so their ids stay theirs): the
+    stages of one loop each look for a kind or two of node in the same body or expression
+    (subscripts, calls, assignments, conditional expressions), a walk of ~200 nodes and an
+    ``isinstance`` through ``ABCMeta`` per node each time. Exact types suit libcst's concrete
+    node classes, which have no subclasses."""
+    hit = _TYPED.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    index: Dict[type, List[cst.CSTNode]] = {}
+    for n in walk(node):
+        found = index.get(type(n))
+        if found is None:
+            index[type(n)] = [n]
+        else:
+            found.append(n)
+    if len(_TYPED) >= _MAX_TYPED:
+        del _TYPED[next(iter(_TYPED))]  # the oldest
+    _TYPED[id(node)] = (node, index)
+    return index
+
+
+_MAX_TYPED = 64
+_TYPED: Dict[int, Tuple[cst.CSTNode, Dict[type, List[cst.CSTNode]]]] = rewrite_caches.mapping()
+_NONE: Tuple[cst.CSTNode, ...] = ()
+
+
+_N = TypeVar("_N", bound=cst.CSTNode)
+
+
+def of_type(node: cst.CSTNode, cls: Type[_N]) -> Sequence[_N]:
+    """The nodes of exact type ``cls`` under ``node`` (``node`` too), in :func:`walk` order."""
+    return cast(Sequence[_N], typed(node).get(cls, _NONE))
 
 
 def instances(node: cst.CSTNode, classes: Tuple[type, ...]) -> Iterator[cst.CSTNode]:

@@ -30,6 +30,7 @@ from .syntax import (
     _pure_container,
     _stmts,
     _subst,
+    _of_type,
     _walk,
     fresh,
 )
@@ -250,8 +251,8 @@ class _Analyser:
         everything = _all_items(self.items)
         for it in middle:
             for e in _exprs(it):
-                for n in _walk(e):
-                    if not isinstance(n, cst.Subscript) or not _pure_container(n.value):
+                for n in _of_type(e, cst.Subscript):  # (cstwalk.typed)
+                    if not _pure_container(n.value):
                         continue
                     X = _norm(n.value)
                     if X not in self.reads.written:
@@ -342,8 +343,8 @@ class _Analyser:
     def _reads_of(self, e: cst.CSTNode, X: str) -> List[int]:
         """Offsets k of every read of ``X[...]`` under ``e`` (-1: not a per-step read)."""
         found: List[int] = []
-        for n in _walk(e):
-            if isinstance(n, cst.Subscript) and _pure_container(n.value) and _norm(n.value) == X:
+        for n in _of_type(e, cst.Subscript):
+            if _pure_container(n.value) and _norm(n.value) == X:
                 k = self.parser.ref_offset(n)
                 found.append(-1 if k is None else k)
         return found

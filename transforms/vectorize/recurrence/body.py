@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 import libcst as cst
 
 from ...names import dotted
-from .syntax import _code, _is_int, _norm, _paren, _pure_container, Skip, _stmts, _walk
+from .syntax import _code, _is_int, _norm, _paren, _pure_container, Skip, _stmts, _of_type
 from .headers import Header
 
 
@@ -146,7 +146,7 @@ class BodyParser:
         """``e`` with each conditional expression that selects the last step replaced, in
         parentheses, by the branch the first step t = T-1 (``first_step``) or the other steps take;
         ``others`` collects the branches left out."""
-        if not any(isinstance(n, cst.IfExp) for n in _walk(e)):
+        if not _of_type(e, cst.IfExp):
             return e
         return e.visit(_Resolve(self, first_step, others))  # type: ignore[return-value]
 

@@ -8,7 +8,8 @@ from typing import List, Optional, Sequence, Set, Tuple, cast
 
 import libcst as cst
 
-from .syntax import _bound_names, _names_read, _norm, _pure_container, _stmts, _walk
+from ...analysis.cstwalk import of_type
+from .syntax import _bound_names, _names_read, _norm, _pure_container, _stmts
 from .headers import Header
 from .lists import list_readback_candidate
 
@@ -101,15 +102,16 @@ def _loose_candidate(node: cst.For, header: Header) -> bool:
     written: Set[str] = set()
     read: Set[str] = set()
     stores: Set[int] = set()
-    for n in _walk(node.body):  # exact types: isinstance on libcst's ABCs costs ~1 us a node
-        t = type(n)
-        if t is cst.AssignTarget:
-            target = cast(cst.AssignTarget, n).target
-            if type(target) is cst.Subscript and _pure_container(cast(cst.Subscript, target).value):
-                written.add(_norm(cast(cst.Subscript, target).value))
-                stores.add(id(target))
-        elif t is cst.Subscript and id(n) not in stores and _pure_container(cast(cst.Subscript, n).value):
-            read.add(_norm(cast(cst.Subscript, n).value))
+    # the body's nodes by exact type (cstwalk.typed, shared with the loop's other checks); an
+    # assignment target comes before its subscript in a walk, so taking the targets first is alike
+    for a in of_type(node.body, cst.AssignTarget):
+        target = a.target
+        if type(target) is cst.Subscript and _pure_container(cast(cst.Subscript, target).value):
+            written.add(_norm(cast(cst.Subscript, target).value))
+            stores.add(id(target))
+    for n in of_type(node.body, cst.Subscript):
+        if id(n) not in stores and _pure_container(n.value):
+            read.add(_norm(n.value))
     if written & read or list_readback_candidate(node):  # lists.py: adv.append(f(adv[-1]))
         return True
     assigned = _bound_names(node.body) - ({header.index} if header.index else set()) \

@@ -17,7 +17,7 @@ import libcst as cst
 
 from ... import rewrite_caches
 from .list_bindings import binding_events
-from ...analysis.cstwalk import children
+from ...analysis.cstwalk import children, typed
 from .syntax import _code, _walk
 
 #: calls that read a function's local variables by name (or hand its frame to a debugger)
@@ -126,30 +126,41 @@ class Outside:
                  bindings: Dict[str, List[Tuple[cst.CSTNode, Optional[cst.CSTNode]]]], loop: cst.CSTNode) -> None:
         self.counts, self.unknown, self.bindings = counts, unknown, bindings
         self.loop = loop
-        self._scanned: Optional[Tuple[Counts, set, Dict[str, int]]] = None
+        self._inner: Optional[Counts] = None
+        self._scanned: Optional[Tuple[set, Dict[str, int]]] = None
 
-    def _scan(self) -> Tuple[Counts, set, Dict[str, int]]:
-        """The loop's :class:`Counts`, the ids of its nodes and its bindings not known to make a
-        new list, in one walk."""
+    def _scan(self) -> Tuple[set, Dict[str, int]]:
+        """The ids of the loop's nodes and its bindings not known to make a new list, in one
+        walk (asked only where an output may be a list: most loops need the counts alone)."""
         if self._scanned is None:
-            inner, ids = Counts(), set()
+            ids = set()
             unknown: Dict[str, int] = collections.Counter()
             for n in _walk(self.loop):
                 ids.add(id(n))
-                inner.add(n)
                 for bound, made in binding_events(n):
                     if made is None:
                         unknown[bound] += 1
-            self._scanned = (inner, ids, unknown)
+            self._scanned = (ids, unknown)
         return self._scanned
 
     @property
     def inner(self) -> Counts:
-        return self._scan()[0]
+        """The loop's :class:`Counts`, from the nodes of the kinds counted (cstwalk.typed: the
+        loop's walk by node type, which its other checks share), not from every node."""
+        if self._inner is None:
+            inner = self._inner = Counts()
+            for t, nodes in typed(self.loop).items():
+                c = _COUNTED.get(t)
+                if c is None:
+                    c = _counted(t)
+                if c != _NOTHING:
+                    for n in nodes:
+                        inner.add(n)
+        return self._inner
 
     def contains(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` is inside the loop (by identity)."""
-        return id(node) in self._scan()[1]
+        return id(node) in self._scan()[0]
 
     def names(self, name: str) -> int:
         """How many times ``name`` appears outside the loop."""
@@ -164,7 +175,7 @@ class Outside:
 
     def unknown_bindings(self, name: str) -> int:
         """Bindings of ``name`` outside the loop not known to make a new list."""
-        return self.unknown[name] - self._scan()[2][name]
+        return self.unknown[name] - self._scan()[1][name]
 
     def first_binding(self, name: str) -> Optional[cst.CSTNode]:
         """The first (in walk order) list-making statement binding ``name`` outside the loop."""

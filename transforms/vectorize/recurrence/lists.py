@@ -28,7 +28,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 import libcst as cst
 
 from ...analysis.cstclone import parse_expression
-from .syntax import _code, _norm, _one_line, _pure_container, _subst, _walk, Skip
+from .syntax import _code, _norm, _one_line, _pure_container, _subst, _of_type, _walk, Skip
 from .body import AnyItem, Item, ItemT, _flatten
 
 
@@ -45,14 +45,14 @@ def list_readback_candidate(node: cst.For) -> bool:
     """The loop writes into a list with ``append`` / ``insert`` / ``appendleft`` and indexes that
     list too (a value may flow from one step to the next through it)."""
     written: Set[str] = set()
-    for st in _walk(node.body):
-        if isinstance(st, cst.Call) and isinstance(st.func, cst.Attribute) and st.func.attr.value in _WRITES \
-                and _pure_container(st.func.value):
-            written.add(_norm(st.func.value))
+    for st in _of_type(node.body, cst.Call):  # (the body's walk by node type: cstwalk.typed)
+        func = st.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _WRITES and _pure_container(func.value):
+            written.add(_norm(func.value))
     if not written:
         return False
-    return any(isinstance(n, cst.Subscript) and _pure_container(n.value) and _norm(n.value) in written
-               for n in _walk(node.body))
+    return any(_pure_container(n.value) and _norm(n.value) in written
+               for n in _of_type(node.body, cst.Subscript))
 
 
 @dataclasses.dataclass(frozen=True)

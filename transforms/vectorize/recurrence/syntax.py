@@ -11,7 +11,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import libcst as cst
 
 from ... import rewrite_caches
-from ...analysis.cstwalk import walk as _walk  # noqa: F401 - used across the family
+from ...analysis.cstwalk import of_type as _of_type, walk as _walk  # noqa: F401 - used across the family
 from ...analysis.reads import bound_names as _bound_names, names_read as _names_read  # noqa: F401
 from ...analysis.shape import structure_key
 from ...names import dotted

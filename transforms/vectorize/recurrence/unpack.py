@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import libcst as cst
 
-from .syntax import _names_read, _walk
+from .syntax import _names_read, _of_type
 
 
 def _split(small: cst.BaseSmallStatement) -> Optional[List[cst.Assign]]:
@@ -70,8 +70,8 @@ def split_unpacking(node: cst.For) -> cst.For:
     """``node`` with each ``a, b = e1, e2`` statement of its body (at any depth of ``if``
     blocks) as ``a = e1; b = e2`` where that binds the same values; ``node`` itself when none is."""
 
-    if not any(isinstance(n, cst.Assign) and isinstance(n.targets[0].target, (cst.Tuple, cst.List))
-               for n in _walk(node.body)):  # the common case, without a transformer pass
+    if not any(isinstance(n.targets[0].target, (cst.Tuple, cst.List))
+               for n in _of_type(node.body, cst.Assign)):  # the common case, without a transformer pass
         return node
     tr = _Split()
     body = node.body.visit(tr)

@@ -23,7 +23,7 @@ import libcst as cst
 
 from ...base import FileContext
 from ...names import dotted
-from .syntax import _bound_names, _code, _head, _names_read, _norm, _one_line, _pure_container, Skip, _walk
+from .syntax import _bound_names, _code, _head, _names_read, _norm, _one_line, _pure_container, Skip, _of_type, _walk
 from .headers import Header
 from .unpack import split_unpacking
 
@@ -164,8 +164,8 @@ def _time_views(ctx: FileContext, node: cst.For, header: Header) -> Optional[Tup
     dims: Dict[str, int] = {}
     ndims: Dict[Tuple[str, Tuple[int, ...]], int] = {}
     plain: Dict[Tuple[str, Tuple[int, ...]], bool] = {}
-    for n in _walk(node.body):
-        if not (isinstance(n, cst.Subscript) and _pure_container(n.value)):
+    for n in _of_type(node.body, cst.Subscript):  # (the body's walk by node type: cstwalk.typed)
+        if not _pure_container(n.value):
             continue
         lay = _layout(n, t)  # type: ignore[arg-type]
         if lay is None:
