@@ -23,12 +23,16 @@ from .analysis.scopes import star_names
 
 
 def dotted(expr: cst.BaseExpression) -> Optional[str]:
-    """``a.b.c`` for a Name/Attribute chain, else None."""
+    """``a.b.c`` for a Name/Attribute chain, else None. (Exact types: libcst's ``Attribute`` and
+    ``Name`` have no subclasses, and ``isinstance`` against them goes through ``ABCMeta``; the
+    recurrence checks ask this ~50 times per loop.)"""
+    if type(expr) is cst.Name:
+        return expr.value
     parts: List[str] = []
-    while isinstance(expr, cst.Attribute):
+    while type(expr) is cst.Attribute:
         parts.append(expr.attr.value)
         expr = expr.value
-    if not isinstance(expr, cst.Name):
+    if type(expr) is not cst.Name:
         return None
     parts.append(expr.value)
     return ".".join(reversed(parts))

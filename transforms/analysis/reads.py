@@ -108,10 +108,11 @@ def _may_read(body: cst.CSTNode, words: Set[str], skip: Set[int]) -> bool:
             continue
         k = kinds.get(type(n))
         if k is None:
-            k = kinds[type(n)] = 1 if isinstance(n, cst.Name) else 2 if isinstance(n, (cst.Attribute, cst.Arg)) else 0
+            k = _read_kind(type(n))
         if k == 1 and n.value in words:  # type: ignore[attr-defined]
             return True
-        push_children(n, stack)
+        if k != 3:
+            push_children(n, stack)
     return False
 
 
@@ -191,7 +192,14 @@ class _EnclosingLoops(cst.CSTVisitor):
 
 def names_read(node: cst.CSTNode) -> Set[str]:
     """Every plain name under ``node`` other than attribute names and keyword-argument names
-    (read from the node fields: a libcst visit costs ~50x more on small expressions)."""
+    (read from the node fields: a libcst visit costs ~50x more on small expressions).
+
+    The answer is kept for the last nodes asked about (held, so their ids stay theirs; a copy
+    is returned, callers add to it): the stages of one loop ask about the same expressions and
+    statements ~1.5 times each."""
+    hit = _READ.get(id(node))
+    if hit is not None and hit[0] is node:
+        return set(hit[1])
     found: Set[str] = set()
     stack = [node]
     kinds = _READ_KINDS
@@ -199,19 +207,39 @@ def names_read(node: cst.CSTNode) -> Set[str]:
         n = stack.pop()
         k = kinds.get(type(n))
         if k is None:
-            k = kinds[type(n)] = 1 if isinstance(n, cst.Name) else 2 if isinstance(n, (cst.Attribute, cst.Arg)) else 0
+            k = _read_kind(type(n))
         if k == 1:
             found.add(n.value)  # type: ignore[attr-defined]
         elif k == 2:
             stack.append(n.value)  # type: ignore[attr-defined]
-        else:
+        elif k == 0:
             push_children(n, stack)
+    if len(_READ) >= _MAX_READ:
+        _READ.clear()
+    _READ[id(node)] = (node, frozenset(found))
     return found
 
 
+_MAX_READ = 256
+_READ: Dict[int, Tuple[cst.CSTNode, FrozenSet[str]]] = rewrite_caches.mapping()
+
 #: node type -> what :func:`names_read` does with it: 1 a name, 2 read its ``value`` only (an
-#: attribute, an argument), 0 its children (``isinstance`` per node went through ``ABCMeta``)
+#: attribute, an argument), 3 nothing (layout and tokens: no name below; a third of an
+#: expression's nodes are its whitespace), 0 its children (``isinstance`` per node went through
+#: ``ABCMeta``)
 _READ_KINDS: Dict[type, int] = {}
+#: the node types :func:`names_read` need not enter
+_NO_NAMES = (cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine,
+             cst.Newline, cst.Comment, cst.LeftParen, cst.RightParen, cst.LeftSquareBracket,
+             cst.RightSquareBracket, cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.Comma, cst.Dot, cst.Colon,
+             cst.AssignEqual, cst.Semicolon, cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp,
+             cst.BaseUnaryOp, cst.BaseAugOp, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
+
+
+def _read_kind(t: type) -> int:
+    k = _READ_KINDS[t] = 1 if issubclass(t, cst.Name) else 2 if issubclass(t, (cst.Attribute, cst.Arg)) \
+        else 3 if issubclass(t, _NO_NAMES) else 0
+    return k
 
 
 #: the node :func:`bound_names` last answered for, and its answer: the checks of one loop each

@@ -43,12 +43,20 @@ class _KeyState(CodegenState):
             self.tokens.append(value)
 
     def before_codegen(self, node: Any) -> None:
-        if isinstance(node, _LAYOUT) or id(node) in self.skip:
+        layout = _IS_LAYOUT.get(type(node))
+        if layout is None:
+            layout = _IS_LAYOUT[type(node)] = isinstance(node, _LAYOUT)
+        if layout or id(node) in self.skip:
             self.quiet += 1
 
     def after_codegen(self, node: Any) -> None:
-        if isinstance(node, _LAYOUT) or id(node) in self.skip:
+        if _IS_LAYOUT[type(node)] or id(node) in self.skip:  # (set by before_codegen)
             self.quiet -= 1
+
+
+#: node type -> whether it is one of _LAYOUT (an ``isinstance`` through ``ABCMeta`` per node and
+#: hook was a third of a key's cost)
+_IS_LAYOUT: dict = {}
 
 
 def _word(ch: str) -> bool:

@@ -4,7 +4,6 @@ the last-step special case), or Skip with the reason.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import libcst as cst
@@ -284,9 +283,13 @@ class BodyParser:
         text = _norm(idx)
         if text == t:
             return 0
-        m = re.fullmatch(rf"{re.escape(t)}\+(\d+)|(\d+)\+{re.escape(t)}", text)
-        if m:
-            return int(m.group(1) or m.group(2))
+        # ``t+k`` or ``k+t`` (k decimal digits: what ``\d+`` matches), without a pattern per call
+        left, plus, right = text.partition("+")
+        if plus:
+            if left == t and right.isdecimal():
+                return int(right)
+            if right == t and left.isdecimal():
+                return int(left)
         return None
 
 

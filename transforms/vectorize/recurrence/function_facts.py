@@ -145,16 +145,25 @@ class Outside:
 
     @property
     def inner(self) -> Counts:
-        """The loop's :class:`Counts`, from the nodes of the kinds counted (cstwalk.typed: the
-        loop's walk by node type, which its other checks share), not from every node."""
+        """The loop's :class:`Counts`: its body's from the nodes of the kinds counted
+        (cstwalk.typed: the body's walk by node type, which the loop's other checks made), then
+        the rest of the loop (its header, its ``else``) node by node."""
         if self._inner is None:
             inner = self._inner = Counts()
-            for t, nodes in typed(self.loop).items():
-                c = _COUNTED.get(t)
-                if c is None:
-                    c = _counted(t)
-                if c != _NOTHING:
-                    for n in nodes:
+            loop = self.loop
+            body = getattr(loop, "body", None)
+            if body is not None:
+                for t, nodes in typed(body).items():
+                    c = _COUNTED.get(t)
+                    if c is None:
+                        c = _counted(t)
+                    if c != _NOTHING:
+                        for n in nodes:
+                            inner.add(n)
+            inner.add(loop)
+            for child in children(loop):
+                if child is not body:
+                    for n in _walk(child):
                         inner.add(n)
         return self._inner
 
