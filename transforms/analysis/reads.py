@@ -9,7 +9,7 @@ import libcst as cst
 
 from .. import rewrite_caches
 from .bodies import _BLOCK_FIELDS, _code
-from .cstwalk import push_children, walk
+from .cstwalk import push_children, typed
 from .read_index import index_of
 from .scope_walk import _DYNAMIC, ScopeWalk, _all_names, _locals_of, _param_names, _store_names  # noqa: F401 - shared names
 
@@ -256,22 +256,24 @@ def bound_names(node: cst.CSTNode) -> Set[str]:
 
 
 def _bound_names(node: cst.CSTNode) -> Set[str]:
+    """(By node type: cstwalk.typed, the walk a loop's other checks of its body share.)"""
     found: Set[str] = set()
     kinds = _BINDING_KINDS
-    for n in walk(node):
-        k = kinds.get(type(n))
+    for t, nodes in typed(node).items():
+        k = kinds.get(t)
         if k is None:
-            k = kinds[type(n)] = _binding_kind(n)
+            k = kinds[t] = _binding_kind(nodes[0])
         if k == 0:
             continue
-        if k == 1:
-            _target_names(n.target, found)  # type: ignore[attr-defined]
-        elif k == 2:
-            _target_names(n.name, found)  # type: ignore[attr-defined]
-        elif k == 3:
-            found.add(n.name.value)  # type: ignore[attr-defined]
-        elif n.asname is None:  # type: ignore[attr-defined]
-            found.add(_code(n.name).split(".")[0])  # type: ignore[attr-defined]
+        for n in nodes:
+            if k == 1:
+                _target_names(n.target, found)  # type: ignore[attr-defined]
+            elif k == 2:
+                _target_names(n.name, found)  # type: ignore[attr-defined]
+            elif k == 3:
+                found.add(n.name.value)  # type: ignore[attr-defined]
+            elif n.asname is None:  # type: ignore[attr-defined]
+                found.add(_code(n.name).split(".")[0])  # type: ignore[attr-defined]
     return found
 
 

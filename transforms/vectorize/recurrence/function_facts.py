@@ -17,8 +17,8 @@ import libcst as cst
 
 from ... import rewrite_caches
 from .list_bindings import binding_events
-from ...analysis.cstwalk import children, typed
-from .syntax import _code, _walk
+from ...analysis.cstwalk import children, typed, walk_code
+from .syntax import _code
 
 #: calls that read a function's local variables by name (or hand its frame to a debugger)
 _INTROSPECTION = {"locals", "vars", "eval", "exec", "dir", "globals", "breakpoint"}
@@ -59,7 +59,7 @@ class Counts:
         self.stores: Dict[str, int] = collections.Counter()
         self.frame = 0
         if node is not None:
-            for n in _walk(node):
+            for n in walk_code(node):
                 self.add(n)
 
     def add(self, n: cst.CSTNode) -> None:
@@ -89,7 +89,7 @@ class FunctionFacts:
         self.unknown: Dict[str, int] = collections.Counter()
         #: nested scopes and ``global``/``nonlocal`` declarations with their code
         self.scopes: List[Tuple[cst.CSTNode, str]] = []
-        for n in _walk(func.body):  # the counts of the body, with its bindings: one walk
+        for n in walk_code(func.body):  # the counts of the body, with its bindings: one walk (no layout)
             counts.add(n)
             scope = _IS_SCOPE.get(type(n))
             if scope is None:
@@ -103,7 +103,7 @@ class FunctionFacts:
         counts.add(func)  # then the rest of the ``def``: its name, parameters, decorators...
         for child in children(func):
             if child is not func.body:
-                for n in _walk(child):
+                for n in walk_code(child):
                     counts.add(n)
         self._outside: Optional[Outside] = None
 
@@ -135,7 +135,7 @@ class Outside:
         if self._scanned is None:
             ids = set()
             unknown: Dict[str, int] = collections.Counter()
-            for n in _walk(self.loop):
+            for n in walk_code(self.loop):  # (the nodes asked about are bindings and scopes)
                 ids.add(id(n))
                 for bound, made in binding_events(n):
                     if made is None:
@@ -163,7 +163,7 @@ class Outside:
             inner.add(loop)
             for child in children(loop):
                 if child is not body:
-                    for n in _walk(child):
+                    for n in walk_code(child):
                         inner.add(n)
         return self._inner
 
