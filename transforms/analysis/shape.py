@@ -71,6 +71,8 @@ def _fuse(left: str, right: str) -> bool:
 
 def structure_key(node: cst.CSTNode) -> str:
     """The node's tokens, layout and its own outer parentheses left out (see the module doc)."""
+    if type(node) is cst.Name:  # its one token (most keys asked for are of names: no codegen)
+        return node.value
     skip = {id(p) for p in (*getattr(node, "lpar", ()), *getattr(node, "rpar", ()))}
     state = _KeyState(skip)
     node._codegen(state)

@@ -213,9 +213,9 @@ class BodyParser:
         return items
 
     def small(self, small: cst.BaseSmallStatement) -> Optional[Item]:
-        for kind, reason in _FORBIDDEN_SMALL.items():
-            if isinstance(small, kind):
-                raise Skip(reason)
+        reason = _FORBIDDEN_SMALL.get(type(small))  # (exact types: these classes have no subclasses)
+        if reason is not None:
+            raise Skip(reason)
         if isinstance(small, cst.Pass):
             return None
         if isinstance(small, cst.AugAssign):

@@ -29,6 +29,10 @@ _NUMBER_BUILTINS = frozenset({"int", "float", "bool", "abs", "round", "min", "ma
 _ONLY = ": the vectorized recurrence is built from + - * / and dtype casts only"
 
 
+#: the binary operators :meth:`Grammar.check` admits (exact types: none has a subclass)
+_ARITHMETIC = frozenset((cst.Add, cst.Subtract, cst.Multiply, cst.Divide))
+
+
 @dataclasses.dataclass(frozen=True)
 class Grammar:
     """The grammar's checks for one loop (``body_assigned``: the names its body binds)."""
@@ -38,22 +42,24 @@ class Grammar:
     body_assigned: frozenset
 
     def check(self, e: cst.BaseExpression) -> None:
-        """The expression grammar the vectorizer understands (raises Skip with the reason)."""
-        if isinstance(e, (cst.Integer, cst.Float)):
+        """The expression grammar the vectorizer understands (raises Skip with the reason).
+        (Exact types where the common cases are tested: libcst's concrete expression classes
+        have no subclasses, and ``isinstance`` against them goes through ``ABCMeta``.)"""
+        if type(e) is cst.Integer or type(e) is cst.Float:
             return
-        if isinstance(e, cst.Name):
+        if type(e) is cst.Name:
             if self.header.kind == "index" and e.value == self.header.index:
                 raise Skip(f"uses the loop index `{e.value}` as a value")
             return
-        if isinstance(e, cst.Attribute):
+        if type(e) is cst.Attribute:
             if _pure_container(e) and _head(e) not in self.body_assigned:
                 return
             raise Skip(f"reads attribute `{_code(e).strip()}` of a value computed in the loop")
-        if isinstance(e, cst.Subscript):
+        if type(e) is cst.Subscript:
             self.check_subscript(e)
             return
-        if isinstance(e, cst.BinaryOperation):
-            if not isinstance(e.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Divide)):
+        if type(e) is cst.BinaryOperation:
+            if type(e.operator) not in _ARITHMETIC:
                 raise Skip(f"operator `{_code(e.operator).strip()}` in `{_code(e).strip()}`{_ONLY}")
             self.check(e.left)
             self.check(e.right)
