@@ -67,6 +67,10 @@ class FrozenItem:
 AnyItem = Union[Item, FrozenItem]
 
 
+#: :class:`Item`'s field names (``dataclasses.fields`` builds its tuple anew at each call)
+_ITEM_FIELDS = tuple(f.name for f in dataclasses.fields(Item))
+
+
 def freeze(it: AnyItem, done: Dict[int, FrozenItem]) -> FrozenItem:
     """``it`` frozen; ``done`` maps each item already frozen (by id) to its frozen copy, so an
     item reached twice (the top level and a flattened case, the middle steps and a reset table)
@@ -75,7 +79,7 @@ def freeze(it: AnyItem, done: Dict[int, FrozenItem]) -> FrozenItem:
         return it
     got = done.get(id(it))
     if got is None:
-        fields = {f.name: getattr(it, f.name) for f in dataclasses.fields(Item)}
+        fields = {name: getattr(it, name) for name in _ITEM_FIELDS}
         fields.update(outs=tuple(it.outs), first=tuple(it.first), then=tuple(freeze(x, done) for x in it.then),
                       other=tuple(freeze(x, done) for x in it.other))
         got = done[id(it)] = FrozenItem(**fields)
