@@ -154,6 +154,24 @@ interleaved on the 2-core machine under a helper's load): mixed 50k 8.72/8.77/8.
 transform, its text pre-filter matching ``runtime.vectorized``: 10.7 s until mended), loops 50k
 19.6/19.4 -> 19.2/19.7 (the walk of each loop that list outputs no longer need is still made for
 ``fold.dead_after``); loops 22.5k (the issue's file) 8.9, mixed 22.5k 4.5.
+Round 11 (issue 19 item 13; CPU s of ``Pipeline.rewrite``, each side in a process of its own, pairs
+in turn on the 2-core machine under another user's load, medians of 3; 21461d5 -> after): loops
+22.5k 6.61 -> 5.46, loops 50k 14.94 -> 12.44 (0.83x both); recurrence's own work per loop (its
+analysis, plan and checks, without libcst's parse of the loops and the one walk of the function)
+~1.14 -> ~0.72 ms. What changed: the checks of one loop that look for one or two kinds of node
+(subscripts, calls, assignments, bindings, conditional expressions) read one walk of the body by
+node type (cstwalk.typed, kept per node) instead of a walk each with an ``isinstance`` through
+``ABCMeta`` per node; that walk and function_facts' walks skip layout nodes (cstwalk.walk_code:
+whitespace, comments, brackets, commas, ~45% of the nodes); function_facts counts a loop from its
+body's typed walk; names_read keeps its answers per node and does not enter layout; the structure
+key of a name is its value (82% of the keys; each was a libcst codegen with hooks); names.dotted,
+the grammar's check and the statement dispatch test exact types. Output identical
+(``--identity b1c584d --identity-sizes 1000,5000``: 0 differ). What is left at loops 50k (12.3 s,
+in-process): the ``ast`` of the rewritten function's stretches (astsplice, 2.5 s: each loop becomes
+~55 lines), libcst's parse of the loops (2.4 s), recurrence's per-loop work (~3.9 s: plan 0.87,
+analysis 0.81, one-pass program 0.55, the candidate test with the body's first walk 0.50, no
+function above ~5%), the one walk of the function (function_facts, 0.5 s), the codegen (0.56 s)
+and the rest of the pipeline (~2.4 s: the first ``ast`` parse, the other transforms' scans).
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB. Measured on the loaded
 2-core machine (CPU s / peak MB, 50k lines; old = before the statement memo, spliced codegen,
 grad_clip's path-only insertion pass and recurrence's kept-loop pre-filter, run back to back):
