@@ -117,7 +117,6 @@ _CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn
                          "torch.nn.DataParallel", "torch.nn.modules.container.Sequential"})
 
 
-
 def _given_back(fn: ast.FunctionDef, ret: ast.expr, call: ast.Call) -> Optional[ast.expr]:
     """The argument ``call`` gives ``fn`` for the parameter ``ret`` names, where ``ret`` (a value
     ``fn`` returns) is a parameter never rebound in ``fn``; None otherwise."""
@@ -131,6 +130,7 @@ def _given_back(fn: ast.FunctionDef, ret: ast.expr, call: ast.Call) -> Optional[
     if at < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: at + 1]):
         return call.args[at]
     return next((k.value for k in call.keywords if k.arg == ret.id), None)
+
 
 class Files:
     """The classes and functions of one module, and what names and ``self.x`` attributes hold."""
@@ -202,10 +202,9 @@ class Files:
         return given is not None and self.is_torch_module_ctor(given)
 
     def _hands_back(self, value: ast.expr, key: str) -> bool:
-        """Whether ``value`` is a call of a function of this file that returns the argument it is
-        given, and that argument is ``key`` itself: MrSyee/pg-is-all-you-need's
-        ``self.mu_layer = init_layer_uniform(self.mu_layer)`` (weights set in place, the same
-        module given back), which holds what ``key``'s other values hold."""
+        """Whether ``value`` calls a function of this file that returns the argument it is given,
+        ``key`` itself: MrSyee/pg-is-all-you-need's ``self.mu_layer = init_layer_uniform(self.mu_layer)``
+        (weights set in place, the module given back) holds what ``key``'s other values hold."""
         if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in self.functions):
             return False
         fn = self.functions[value.func.id]
