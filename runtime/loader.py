@@ -295,6 +295,14 @@ class SourceBytesLoader(importlib.abc.InspectLoader):
         with open(path, "rb") as fh:
             return fh.read()
 
+    def get_resource_reader(self, fullname: str):
+        """``importlib.resources.files(package)`` reads the package's folder on disk, as for a
+        plain import (``FileLoader``'s reader): without it, files() of a served package had no
+        reader and every resource was an "orphan path" (FileNotFoundError)."""
+        from importlib.readers import FileReader
+
+        return FileReader(self)  # it reads only ``.path``
+
     @import_machinery
     def exec_module(self, module) -> None:
         exec(self.get_code(module.__name__), module.__dict__)

@@ -119,6 +119,23 @@ def test_traceback_and_getsource_show_the_rewritten_lines(proj):
     assert inspect.getsourcelines(ppo.fail)[1] == text.index("def fail(n):") + 1
 
 
+def test_package_resources_of_a_hooked_package_read_its_folder(proj):
+    """importlib.resources.files() of a package whose ``__init__`` the hook loads (rewritten, or
+    cold and not yet known to be unchanged) reads the files beside it, as a plain import does."""
+    import importlib.resources
+    import pkgutil
+
+    root, pkg = proj
+    (root / pkg / "__init__.py").write_text(PPO)  # rewritten: the hook's loader runs it
+    (root / pkg / "data.txt").write_text("weights: 3\n")
+    with install_import_hook([pkg], project=str(root)):
+        package = importlib.import_module(pkg)
+    assert package.__loader__.rewritten
+    assert importlib.resources.files(pkg).joinpath("data.txt").read_text() == "weights: 3\n"
+    assert sorted(p.name for p in importlib.resources.files(pkg).iterdir() if p.name.endswith(".txt")) == ["data.txt"]
+    assert pkgutil.get_data(pkg, "data.txt") == b"weights: 3\n"
+
+
 def test_pipeline_failure_runs_the_original_with_one_warning(proj):
     from scalebox_cst.transforms import Transform
 
