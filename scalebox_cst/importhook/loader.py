@@ -1,6 +1,7 @@
 """The loader of a selected module: its cached or freshly committed rewrite, else the original."""
 from __future__ import annotations
 
+import _imp
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -67,6 +68,10 @@ class RewritingLoader(SourceBytesLoader):
             if type(code) is not types.CodeType:
                 entry = None
         if entry is not None:
+            # compiled under the path of the import that wrote the entry: this import may reach the
+            # file by another (a moved project, a link), and tracebacks, inspect and linecache go by
+            # co_filename (CPython fixes its own cached code the same way)
+            _imp._fix_co_filename(code, self.path)  # type: ignore[attr-defined]  # (not in typeshed)
             self._text, self._code = entry.text, code
             self.root.record_hit(self.rel, entry.meta, self.hook.session)
         else:

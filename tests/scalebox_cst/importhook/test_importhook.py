@@ -472,6 +472,34 @@ def test_warm_import_loads_cached_bytecode_and_is_committed_at_exit(proj):
     assert got["max_norm"] == "True" and got["libcst"].startswith("True")
 
 
+def test_a_cached_rewrite_reached_by_another_path_runs_under_that_path(proj, tmp_path):
+    """A cache entry's code was compiled under the path of the import that wrote it; served to an
+    import of the same module by another path (the project moved, or reached through a link), its
+    code names the path it runs from, as CPython's ``_fix_co_filename`` does for ``__pycache__``:
+    tracebacks, ``inspect`` and torch.jit read the rewritten source registered for that path."""
+    root, pkg = proj
+    cold, _ = _fresh_import(root, pkg)
+    assert cold.fail.__code__.co_filename == cold.__file__
+    link = tmp_path / "link"
+    link.symlink_to(root, target_is_directory=True)
+    sys.path.insert(0, str(link))
+    try:
+        warm, _ = _fresh_import(root, pkg)
+    finally:
+        sys.path.remove(str(link))
+    assert warm.__file__ == str(link / pkg / "ppo.py") and warm.__loader__._entry is not None  # a cache hit
+    assert warm.fail.__code__.co_filename == warm.__file__
+    assert warm.train_step.__code__.co_filename == warm.__file__
+    text = warm.__loader__.get_source(warm.__name__).splitlines()
+    lines, start = inspect.getsourcelines(warm.fail)
+    assert lines[0] == "def fail(n):\n" and start == text.index("def fail(n):") + 1
+    try:
+        warm.fail(1)
+    except ValueError as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+    assert frame.filename == warm.__file__ and frame.line == 'raise ValueError(f"boom {value}")'
+
+
 def test_cache_is_not_trusted_without_its_commit_and_write_errors_are_not_fatal(proj, caplog):
     import shutil
 
