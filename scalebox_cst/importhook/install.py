@@ -57,6 +57,29 @@ def _within(path: str, root: str) -> bool:
     return not (rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.path.isabs(rel))
 
 
+def _project_folders(root: str) -> List[str]:
+    """``root`` and the ``sys.path`` folders inside it, less those of a Python environment kept in
+    the project (``.venv/``, ``venv/``: ``sys.prefix`` and the like inside ``root``). Its
+    site-packages lies inside the project, yet its torch, numpy and the rest are not the
+    project's modules: selected, each of their imports went through the hook (the first one, torch,
+    failed it with a RecursionError warning, and every later one paid for a lookup the config's
+    exclude then refused)."""
+    environments = {
+        os.path.realpath(prefix)
+        for prefix in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)
+        if isinstance(prefix, str) and prefix
+    }
+    environments = {env for env in environments if env != root and _within(env, root)}
+    folders = [root]
+    for entry in sys.path:
+        if not isinstance(entry, str):
+            continue
+        real = os.path.realpath(entry or os.getcwd())
+        if _within(real, root) and not any(_within(real, env) for env in environments):
+            folders.append(real)
+    return list(dict.fromkeys(folders))
+
+
 def install_import_hook(
     packages: Sequence[str] = (),
     *,
@@ -84,10 +107,7 @@ def install_import_hook(
     if packages:
         names = list(packages)
     else:
-        folders = [root] + [
-            os.path.realpath(p or os.getcwd()) for p in sys.path if isinstance(p, str) and _within(os.path.realpath(p or os.getcwd()), root)
-        ]
-        names = _project_names(dict.fromkeys(folders))
+        names = _project_names(_project_folders(root))
     hook = ImportHook(names, root, _Options(config, backend, transforms, cache))
     hook.prepare()
     hook.install()

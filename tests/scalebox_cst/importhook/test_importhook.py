@@ -237,6 +237,26 @@ def test_project_names_select_top_level_modules_not_the_stdlib(tmp_path):
     assert hook_install._project_names([str(tmp_path)]) == ["agents", "train"]
 
 
+def test_default_packages_leave_out_an_environment_kept_in_the_project(proj, monkeypatch):
+    """A virtual environment inside the project (``venv/``, ``.venv/``): its site-packages is on
+    sys.path and inside the project folder, but what it holds is installed, not the project's."""
+    root, pkg = proj
+    env = root / "venv"
+    site = env / "lib" / "python3" / "site-packages"
+    (site / "installedlib").mkdir(parents=True)
+    (site / "installedlib" / "__init__.py").write_text("X = 1\n")
+    (site / "installedmod.py").write_text("X = 1\n")
+    (root / "src").mkdir()
+    (root / "src" / "srcmod.py").write_text("X = 1\n")
+    monkeypatch.setattr(sys, "prefix", str(env))
+    monkeypatch.setattr(sys, "exec_prefix", str(env))
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site), str(root / "src")])
+    assert hook_install._project_folders(str(root)) == [str(root), str(root / "src")]
+    with install_import_hook(project=str(root)) as hook:
+        assert pkg in hook.names and "srcmod" in hook.names
+        assert not hook.names & {"installedlib", "installedmod"}
+
+
 def test_find_project_root(tmp_path):
     from scalebox_cst.config import find_project_root
 
