@@ -121,23 +121,25 @@ class ImportHook(importlib.abc.MetaPathFinder):
         local = self._local
         if getattr(local, "busy", False):
             return None  # our own lookups and the cold path's imports take the plain route
+        # Busy until the spec is made: placing the module may build the project, its pipeline and
+        # fingerprint, and what they import (backend detection looks torch up) is plain too.
         local.busy = True
         try:
             spec = self._find_next(fullname, path, target)
+            # Another hook's loader (pytest's assertion rewriting, a zip importer, an extension
+            # module) keeps the module: two rewriters cannot share one source.
+            if spec is None or type(spec.loader) is not importlib.machinery.SourceFileLoader or not spec.origin:
+                return spec
+            try:
+                located = self._locate(fullname, spec.origin)
+                if located is None:
+                    return spec
+                return self._hooked_spec(spec, *located)
+            except Exception as exc:  # noqa: BLE001 - never break an import
+                self._warn(spec.origin, f"the import hook failed ({error_line(exc)})")
+                return spec
         finally:
             local.busy = False
-        # Another hook's loader (pytest's assertion rewriting, a zip importer, an extension
-        # module) keeps the module: two rewriters cannot share one source.
-        if spec is None or type(spec.loader) is not importlib.machinery.SourceFileLoader or not spec.origin:
-            return spec
-        try:
-            located = self._locate(fullname, spec.origin)
-            if located is None:
-                return spec
-            return self._hooked_spec(spec, *located)
-        except Exception as exc:  # noqa: BLE001 - never break an import
-            self._warn(spec.origin, f"the import hook failed ({error_line(exc)})")
-            return spec
 
     def _selected(self, fullname: str) -> bool:
         top = fullname.partition(".")[0]

@@ -160,6 +160,36 @@ def test_pipeline_failure_runs_the_original_with_one_warning(proj):
     assert ppo.train_step is not None
 
 
+def test_an_import_the_hooks_own_set_up_makes_takes_the_plain_route(proj):
+    """The hook's set-up on a module's first import (the project, its pipeline and fingerprint)
+    may import a selected module itself, as backend detection looks torch up: that import takes the
+    plain route, as the cold path's own imports do, instead of re-entering the set-up it is part of
+    (a RecursionError, caught as 'the import hook failed' and the module run unrewritten)."""
+    from scalebox_cst.transforms import Transform
+    from scalebox_cst.transforms.grad_clip import GradClip
+
+    root, pkg = proj
+
+    class Probing(GradClip):  # the pipeline reads each transform's version when it is built
+        armed = False
+
+        @property
+        def version(self):
+            if Probing.armed:
+                importlib.import_module(f"{pkg}.plain")
+            return "1"
+
+    assert issubclass(Probing, Transform)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with install_import_hook([pkg], project=str(root), transforms=[Probing()]):
+            Probing.armed = True
+            ppo = importlib.import_module(f"{pkg}.ppo")
+    assert [str(w.message) for w in caught if issubclass(w.category, ScaleboxImportWarning)] == []
+    assert ppo.__loader__.rewritten and CLIP in inspect.getsource(ppo)
+    assert sys.modules[f"{pkg}.plain"].double(2) == 4
+
+
 def test_unreadable_store_runs_the_original_uncommitted_code_with_a_warning(proj):
     root, pkg = proj
     (root / ".scalebox").mkdir()
