@@ -303,9 +303,11 @@ class SourceBytesLoader(importlib.abc.InspectLoader):
 
         return FileReader(self)  # it reads only ``.path``
 
-    @import_machinery
-    def exec_module(self, module) -> None:
-        exec(self.get_code(module.__name__), module.__dict__)
+    # exec_module is InspectLoader's, importlib's own (SourceFileLoader runs it too): it runs the
+    # code through _bootstrap._call_with_frames_removed, so CPython cuts the import's frames out of
+    # the traceback of an exception the module raises, for every reader (traceback.print_exc,
+    # logging, pytest), as for a plain import. An exec_module of ours split importlib's frames in
+    # two around its own, and every traceback caught by the program showed both.
 
 
 class SourceMapFinder(importlib.abc.MetaPathFinder):

@@ -93,9 +93,7 @@ class RewritingLoader(SourceBytesLoader):
         _show_user_lines(self.path, self._source, self._text, self.hook.session.id)
         return self._code
 
-    @import_machinery
-    def exec_module(self, module) -> None:
-        exec(self.get_code(module.__name__), module.__dict__)
+    # exec_module: importlib's (see SourceBytesLoader), which leaves the import's frames out
 
 
 def _show_user_lines(path: str, original: bytes, text: str, session: str) -> None:

@@ -136,6 +136,25 @@ def test_package_resources_of_a_hooked_package_read_its_folder(proj):
     assert pkgutil.get_data(pkg, "data.txt") == b"weights: 3\n"
 
 
+def test_an_error_raised_while_a_hooked_module_runs_shows_no_import_frames(proj):
+    """An exception a rewritten module raises at import, caught and printed by the program, shows
+    the importing line and the module's, as for a plain import: CPython leaves importlib's frames
+    out only where the module ran through its own exec_module."""
+    root, pkg = proj
+    (root / pkg / "bad.py").write_text(PPO + '\n\nraise LookupError("at import")\n')
+    with install_import_hook([pkg], project=str(root)):
+        with pytest.raises(LookupError) as caught:
+            __import__(f"{pkg}.bad")  # an import statement (importlib.import_module keeps the frames)
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    assert [(os.path.basename(f.filename), f.name) for f in frames][-2:] == [
+        ("test_importhook.py", "test_an_error_raised_while_a_hooked_module_runs_shows_no_import_frames"),
+        ("bad.py", "<module>"),
+    ]
+    assert not [f for f in frames if f.filename.startswith("<frozen") or f.filename.endswith("loader.py")], frames
+    assert frames[-1].line == 'raise LookupError("at import")'
+    assert frames[-1].lineno != (PPO + '\n\nraise LookupError("at import")\n').count("\n")  # it ran rewritten
+
+
 def test_pipeline_failure_runs_the_original_with_one_warning(proj):
     from scalebox_cst.transforms import Transform
 
