@@ -78,7 +78,19 @@ class RewritingLoader(SourceBytesLoader):
             done = self.hook._cold(self.root, self.rel, self.path, self._source)
             if done is not None:
                 self._text, self._code = done
+        if self._text is None:
+            # the original runs: its loader's get_code is called directly, with no frame of ours
+            # between importlib's, so CPython cuts them all out of the traceback of a SyntaxError
+            # the module has, as for a plain import (see create_module)
+            self.__dict__["get_code"] = self.original.get_code
         self._resolved = True
+
+    def create_module(self, spec):
+        """Decides the rewrite before importlib's exec_module asks for the code (the default
+        module is made): where the original runs, exec_module then reaches its loader's get_code
+        without passing through ours."""
+        self._resolve()
+        return None
 
     def get_source(self, fullname: str) -> str:
         self._resolve()

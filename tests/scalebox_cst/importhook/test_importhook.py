@@ -155,6 +155,23 @@ def test_an_error_raised_while_a_hooked_module_runs_shows_no_import_frames(proj)
     assert frames[-1].lineno != (PPO + '\n\nraise LookupError("at import")\n').count("\n")  # it ran rewritten
 
 
+def test_a_hooked_module_python_refuses_raises_the_plain_syntax_error(proj):
+    """A selected module mid-edit (it does not compile) is left to Python, and its SyntaxError,
+    caught and printed by the program, shows no frame of importlib's or the hook's: as a plain
+    import's, the importing line, then the module's own line and caret."""
+    root, pkg = proj
+    (root / pkg / "broken.py").write_text(PPO + "\n\ndef half(:\n    pass\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with install_import_hook([pkg], project=str(root)):
+            with pytest.raises(SyntaxError) as raised:
+                __import__(f"{pkg}.broken")  # an import statement (importlib.import_module keeps the frames)
+    assert not [w for w in caught if issubclass(w.category, ScaleboxImportWarning)]
+    assert raised.value.filename == str(root / pkg / "broken.py") and raised.value.text.strip() == "def half(:"
+    frames = traceback.extract_tb(raised.value.__traceback__)
+    assert [f.name for f in frames] == ["test_a_hooked_module_python_refuses_raises_the_plain_syntax_error"], frames
+
+
 def test_pipeline_failure_runs_the_original_with_one_warning(proj):
     from scalebox_cst.transforms import Transform
 
