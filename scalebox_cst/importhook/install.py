@@ -157,9 +157,12 @@ def run_script(script: str, args: Sequence[str], packages: Sequence[str] = (), p
             what = "no such file"
         sys.stderr.write(f"scalebox: {script}: {what}\n")
         raise SystemExit(2)
-    root = os.path.realpath(project) if project else find_project_root(path)
+    # Python puts the folder of the file a script's links lead to first on sys.path (a script
+    # linked into ~/bin imports its own project's modules), and the project is that file's
+    real = _link_target(path)
+    root = os.path.realpath(project) if project else find_project_root(real)
     sys.argv[:] = [script, *args]
-    sys.path[0] = os.path.dirname(path)
+    sys.path[0] = os.path.dirname(real)
     os.environ[ENV_MAIN] = json.dumps(
         {"script": path, "packages": list(packages), "project": root, "backend": backend, "cache": cache}
     )
@@ -182,6 +185,18 @@ def run_script(script: str, args: Sequence[str], packages: Sequence[str] = (), p
         traceback.print_exception(type(exc), exc, None)
         raise SystemExit(1) from None
     exec(code, main.__dict__)
+
+
+def _link_target(path: str) -> str:
+    """``path`` with its chain of symbolic links followed (the folders on the way are left as
+    they are), as CPython reads a script's path to make ``sys.path[0]``."""
+    for _ in range(40):  # as many as the kernel follows (ELOOP)
+        try:
+            target = os.readlink(path)
+        except OSError:
+            break
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return path
 
 
 def _run_spawned_main(namespace: dict) -> None:

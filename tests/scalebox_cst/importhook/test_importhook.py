@@ -728,6 +728,24 @@ def test_python_m_runs_the_script_rewritten_with_its_arguments(proj):
     assert missing.returncode == 2 and "nope.py" in missing.stderr
 
 
+def test_python_m_runs_a_linked_script_from_the_folder_it_links_to(proj, tmp_path):
+    """``python bin/train.py``, train.py a link to the project's script: Python puts the folder of
+    the linked file first on sys.path, so the script imports its project's modules; under the
+    hook too, with the script's project (not the link's folder) rewritten."""
+    root, pkg = proj
+    (root / "train.py").write_text(f"import sys, inspect\nimport {pkg}.ppo\nprint('path0', sys.path[0])\n"
+                                   f"print('rewritten', {CLIP!r} in inspect.getsource({pkg}.ppo))\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "train.py").symlink_to(root / "train.py")
+    env = child_env()  # the project is not on the path (PYTHONPATH is the engine): only sys.path[0] finds it
+    plain = run_py(tmp_path, str(bin_dir / "train.py"), env=env)
+    assert plain.returncode == 0 and f"path0 {root}" in plain.stdout, plain.stderr
+    hooked = run_py(tmp_path, "-m", "scalebox_cst", str(bin_dir / "train.py"), env=env)
+    assert hooked.returncode == 0, hooked.stderr
+    assert f"path0 {root}\nrewritten True" in hooked.stdout
+
+
 def test_pytest_run_with_the_hook_keeps_assertion_rewriting(proj):
     root, pkg = proj
     (root / "conftest.py").write_text("import scalebox_cst\nscalebox_cst.install_import_hook()\n")
