@@ -162,7 +162,8 @@ def run_script(script: str, args: Sequence[str], packages: Sequence[str] = (), p
     real = _link_target(path)
     root = os.path.realpath(project) if project else find_project_root(real)
     sys.argv[:] = [script, *args]
-    sys.path[0] = os.path.dirname(real)
+    if not getattr(sys.flags, "safe_path", False):  # -P / PYTHONSAFEPATH: Python adds no folder of the script's
+        sys.path[0] = os.path.dirname(real)  # (where -m put the working directory)
     os.environ[ENV_MAIN] = json.dumps(
         {"script": path, "packages": list(packages), "project": root, "backend": backend, "cache": cache}
     )

@@ -7,6 +7,7 @@ as a user's training run would.
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import subprocess
 import sys
@@ -744,6 +745,19 @@ def test_python_m_runs_a_linked_script_from_the_folder_it_links_to(proj, tmp_pat
     hooked = run_py(tmp_path, "-m", "scalebox_cst", str(bin_dir / "train.py"), env=env)
     assert hooked.returncode == 0, hooked.stderr
     assert f"path0 {root}\nrewritten True" in hooked.stdout
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="-P is new in Python 3.11")
+def test_python_m_under_safe_path_leaves_sys_path_as_python_does(proj):
+    """``python -P script.py`` puts no folder of the script's on sys.path, and ``-m`` none of the
+    working directory's: run under the hook, sys.path is the same (its first entry was replaced)."""
+    root, pkg = proj
+    (root / "show.py").write_text("import json, sys\nprint(json.dumps(sys.path))\n")
+    plain = run_py(root, "-P", "show.py")
+    hooked = run_py(root, "-P", "-m", "scalebox_cst", "show.py")
+    assert plain.returncode == 0 and hooked.returncode == 0, hooked.stderr
+    assert json.loads(hooked.stdout) == json.loads(plain.stdout)
+    assert str(root) not in json.loads(hooked.stdout)
 
 
 def test_pytest_run_with_the_hook_keeps_assertion_rewriting(proj):
