@@ -156,6 +156,22 @@ def test_an_error_raised_while_a_hooked_module_runs_shows_no_import_frames(proj)
     assert frames[-1].lineno != (PPO + '\n\nraise LookupError("at import")\n').count("\n")  # it ran rewritten
 
 
+def test_a_warning_a_hooked_module_gives_its_importer_names_the_importing_line(proj):
+    """``warnings.warn(..., stacklevel=2)`` at a module's top (a deprecated module) names the line
+    that imported it, as for a plain import (warnings skips importlib's frames), not a frame of the
+    hook's loader: that also decides whether a DeprecationWarning is shown by default."""
+    root, pkg = proj
+    (root / pkg / "old.py").write_text(PPO + '\n\nimport warnings\nwarnings.warn("old is deprecated", DeprecationWarning, stacklevel=2)\n')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with install_import_hook([pkg], project=str(root)):
+            line = inspect.currentframe().f_lineno + 1
+            __import__(f"{pkg}.old")
+    assert sys.modules[f"{pkg}.old"].__loader__.rewritten
+    (warning,) = [w for w in caught if "deprecated" in str(w.message)]
+    assert (warning.filename, warning.lineno) == (__file__, line)
+
+
 def test_a_hooked_module_python_refuses_raises_the_plain_syntax_error(proj):
     """A selected module mid-edit (it does not compile) is left to Python, and its SyntaxError,
     caught and printed by the program, shows no frame of importlib's or the hook's: as a plain
