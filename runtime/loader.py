@@ -219,9 +219,10 @@ def _engine_dirs():
 def _excepthook(exc_type, exc, tb) -> None:
     """Print tracebacks in the user's lines (:func:`format_exception`; the C default reads lines
     from disk), without the launcher's own frames."""
-    if issubclass(exc_type, KeyboardInterrupt):
+    if issubclass(exc_type, KeyboardInterrupt) and _in_a_run():
         # The usual way a run ends under the watcher (a save restarts it): one line, no traceback,
         # saying why when the executor stopped it (its "stopping" event, scalebox_cst.runner.execution.Execution.stop).
+        # Elsewhere (the import hook in the user's own python) Ctrl-C shows where it stopped, as Python does.
         why = _stop_reason()
         print(f"scalebox: run stopped: {why}" if why else "scalebox: run interrupted (KeyboardInterrupt)", file=sys.stderr)
         return
@@ -241,6 +242,13 @@ def _excepthook(exc_type, exc, tb) -> None:
         text = "".join(traceback.format_exception(exc_type, exc, tb))
     sys.stderr.write(text)
     sys.stderr.flush()
+
+
+def _in_a_run() -> bool:
+    """Whether this process is part of a run the executor started (it set the run's folder)."""
+    from scalebox_cst.runtime.lifeline import ENV_RUN_DIR
+
+    return bool(os.environ.get(ENV_RUN_DIR))
 
 
 def _stop_reason():

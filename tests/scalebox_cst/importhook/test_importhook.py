@@ -776,6 +776,23 @@ def test_python_m_under_safe_path_leaves_sys_path_as_python_does(proj):
     assert str(root) not in json.loads(hooked.stdout)
 
 
+def test_ctrl_c_under_the_hook_shows_where_the_script_stopped(proj, tmp_path):
+    """The import hook's excepthook maps tracebacks to the user's lines; a KeyboardInterrupt (Ctrl-C
+    in a training loop, the way to see where it hangs) keeps its traceback, as in plain Python. The
+    one-line 'run interrupted' stays for runs the executor started (their folder in the env)."""
+    root, pkg = proj
+    (root / "train.py").write_text(
+        f"import scalebox_cst\nscalebox_cst.install_import_hook([{pkg!r}])\nimport {pkg}.ppo\n\n\n"
+        "def loop():\n    raise KeyboardInterrupt\n\n\nloop()\n"
+    )
+    hooked = run_py(root, "train.py")
+    assert hooked.returncode in (-2, 130)  # killed by SIGINT, as Python ends on an unhandled Ctrl-C
+    assert "Traceback (most recent call last)" in hooked.stderr and "    raise KeyboardInterrupt\n" in hooked.stderr
+    assert hooked.stderr.rstrip().endswith("KeyboardInterrupt") and "scalebox: run interrupted" not in hooked.stderr
+    in_run = run_py(root, "train.py", env=child_env(SCALEBOX_RUN_DIR=str(tmp_path)))
+    assert in_run.stderr == "scalebox: run interrupted (KeyboardInterrupt)\n"
+
+
 def test_pytest_run_with_the_hook_keeps_assertion_rewriting(proj):
     root, pkg = proj
     (root / "conftest.py").write_text("import scalebox_cst\nscalebox_cst.install_import_hook()\n")
