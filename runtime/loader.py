@@ -258,11 +258,37 @@ def _stop_reason():
     return stop_reason()
 
 
+def _thread_excepthook(args) -> None:
+    """threading's default hook, its traceback in the user's lines: the default (C) hook reads
+    each line from the file on disk, and quoted, at a rewritten line number, a line of the user's
+    file that did not run (often a blank one)."""
+    if args.exc_type is SystemExit:
+        return  # as threading's: a thread that exits quietly
+    stderr = sys.stderr if sys.stderr is not None else getattr(args.thread, "_stderr", None)
+    if stderr is None:
+        return
+    import threading
+
+    name = args.thread.name if args.thread is not None else threading.get_ident()
+    try:
+        text = format_exception(args.exc_type, args.exc_value, args.exc_traceback)
+    except Exception:  # never lose the thread's traceback to a bug in ours
+        import traceback
+
+        text = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
+    stderr.write(f"Exception in thread {name}:\n{text}")
+    stderr.flush()
+
+
 def install_excepthook() -> None:
-    """Tracebacks in the user's lines; warnings, log records and inspect stacks too
-    (:mod:`scalebox_cst.runtime.user_lines`)."""
+    """Tracebacks in the user's lines (uncaught, in the main thread and in others); warnings, log
+    records and inspect stacks too (:mod:`scalebox_cst.runtime.user_lines`)."""
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = _excepthook
+    import threading
+
+    if threading.excepthook is threading.__excepthook__:
+        threading.excepthook = _thread_excepthook
     from scalebox_cst.runtime import user_lines
 
     user_lines.install()

@@ -793,6 +793,23 @@ def test_ctrl_c_under_the_hook_shows_where_the_script_stopped(proj, tmp_path):
     assert in_run.stderr == "scalebox: run interrupted (KeyboardInterrupt)\n"
 
 
+def test_an_exception_ending_a_thread_is_shown_in_the_users_lines(proj):
+    """An uncaught exception in a thread running rewritten code: as the main thread's, its traceback
+    names the user's line and quotes it (threading's C hook read the file on disk at the rewritten
+    line number, and quoted another line, here a blank one)."""
+    root, pkg = proj
+    (root / "train.py").write_text(
+        f"import threading, scalebox_cst\nscalebox_cst.install_import_hook([{pkg!r}])\nimport {pkg}.ppo as ppo\n"
+        "t = threading.Thread(target=ppo.fail, args=(1,), name='worker')\nt.start()\nt.join()\nprint('joined')\n"
+    )
+    proc = run_py(root, "train.py")
+    assert proc.returncode == 0 and proc.stdout == "joined\n", proc.stderr
+    line = PPO.splitlines().index('    raise ValueError(f"boom {value}")') + 1
+    assert proc.stderr.startswith("Exception in thread worker:\nTraceback (most recent call last):\n"), proc.stderr
+    assert f'ppo.py", line {line}, in fail\n    raise ValueError(f"boom {{value}}")\n' in proc.stderr, proc.stderr
+    assert proc.stderr.endswith("ValueError: boom 2\n")
+
+
 def test_pytest_run_with_the_hook_keeps_assertion_rewriting(proj):
     root, pkg = proj
     (root / "conftest.py").write_text("import scalebox_cst\nscalebox_cst.install_import_hook()\n")
