@@ -171,8 +171,9 @@ def user_frames(stack, syntax: bool = False):
     return frames, marks
 
 
-def format_exception(exc_type, exc, tb) -> str:
-    """The traceback as the user should read it (see :class:`Origin`), chained causes included."""
+def format_exception(exc_type, exc, tb, chain: bool = True) -> str:
+    """The traceback as the user should read it (see :class:`Origin`), chained causes included
+    (``chain=False``: left out, as Python's unraisable hook leaves them)."""
     import traceback
 
     class _Stack(traceback.StackSummary):
@@ -202,7 +203,7 @@ def format_exception(exc_type, exc, tb) -> str:
         item.stack = stack
         todo.extend(x for x in (item.__cause__, item.__context__) if x is not None)
         todo.extend(getattr(item, "exceptions", None) or [])
-    return "".join(te.format())
+    return "".join(te.format(chain=chain))
 
 
 def _engine_dirs():
@@ -280,15 +281,46 @@ def _thread_excepthook(args) -> None:
     stderr.flush()
 
 
+def _unraisablehook(unraisable) -> None:
+    """Python's default unraisable hook (an exception in ``__del__``, a weakref callback, an atexit
+    function), its traceback in the user's lines: the default (C) reads lines from the file on
+    disk, at the rewritten line numbers."""
+    stderr = sys.stderr
+    if stderr is None:
+        return
+    head = ""
+    if unraisable.object is not None:
+        try:
+            shown = repr(unraisable.object)
+        except Exception:
+            shown = "<object repr() failed>"
+        head = f"{unraisable.err_msg or 'Exception ignored in'}: {shown}\n"
+    elif unraisable.err_msg:
+        head = f"{unraisable.err_msg}:\n"
+    if unraisable.exc_type is None:
+        stderr.write(head)
+        stderr.flush()
+        return
+    try:
+        text = format_exception(unraisable.exc_type, unraisable.exc_value, unraisable.exc_traceback, chain=False)
+    except Exception:  # never lose it to a bug in ours
+        sys.__unraisablehook__(unraisable)
+        return
+    stderr.write(head + text)
+    stderr.flush()
+
+
 def install_excepthook() -> None:
-    """Tracebacks in the user's lines (uncaught, in the main thread and in others); warnings, log
-    records and inspect stacks too (:mod:`scalebox_cst.runtime.user_lines`)."""
+    """Tracebacks in the user's lines (uncaught, in the main thread and in others, and unraisable);
+    warnings, log records and inspect stacks too (:mod:`scalebox_cst.runtime.user_lines`)."""
     if sys.excepthook is sys.__excepthook__:
         sys.excepthook = _excepthook
     import threading
 
     if threading.excepthook is threading.__excepthook__:
         threading.excepthook = _thread_excepthook
+    if sys.unraisablehook is sys.__unraisablehook__:
+        sys.unraisablehook = _unraisablehook
     from scalebox_cst.runtime import user_lines
 
     user_lines.install()

@@ -810,6 +810,26 @@ def test_an_exception_ending_a_thread_is_shown_in_the_users_lines(proj):
     assert proc.stderr.endswith("ValueError: boom 2\n")
 
 
+def test_an_exception_python_cannot_raise_is_shown_in_the_users_lines(proj):
+    """An exception in a ``__del__`` of rewritten code ('Exception ignored in'), shown as Python
+    shows it but in the user's lines (the default C hook read the file on disk at the rewritten
+    line number: past its end here, so no line was quoted)."""
+    root, pkg = proj
+    tail = "\n\nclass Holder:\n    def __del__(self):\n        raise RuntimeError('in del')\n"
+    (root / pkg / "ppo.py").write_text(PPO + tail)
+    (root / "train.py").write_text(
+        f"import scalebox_cst\nscalebox_cst.install_import_hook([{pkg!r}])\nimport {pkg}.ppo as ppo\n"
+        "h = ppo.Holder()\ndel h\nprint('after')\n"
+    )
+    proc = run_py(root, "train.py")
+    assert proc.returncode == 0 and proc.stdout == "after\n", proc.stderr
+    line = (PPO + tail).splitlines().index("        raise RuntimeError('in del')") + 1
+    assert proc.stderr.startswith("Exception ignored in: <function Holder.__del__ at "), proc.stderr
+    assert proc.stderr.endswith(
+        f'ppo.py", line {line}, in __del__\n    raise RuntimeError(\'in del\')\nRuntimeError: in del\n'
+    ), proc.stderr
+
+
 def test_pytest_run_with_the_hook_keeps_assertion_rewriting(proj):
     root, pkg = proj
     (root / "conftest.py").write_text("import scalebox_cst\nscalebox_cst.install_import_hook()\n")
