@@ -41,6 +41,18 @@ def register_source(filename: str, source: str) -> None:
     _served.add(filename)
 
 
+def forget_source(filename: str) -> None:
+    """Undo :func:`register_source` and :func:`register_origin` for ``filename``: its code comes
+    from the file on disk again (a module re-imported unrewritten). The entry, kept for ever
+    (mtime None), had tracebacks, inspect and the excepthook's map read the old rewrite."""
+    if filename in _served:
+        _served.discard(filename)
+        entry = linecache.cache.get(filename)
+        if entry is not None and len(entry) == 4 and entry[1] is None:
+            linecache.cache.pop(filename, None)
+    _origins.pop(filename, None)
+
+
 class Origin:
     """Where the lines of one served, rewritten file came from: the user's text, and the sites.
 

@@ -15,6 +15,7 @@ from scalebox_cst.importhook.session import _Root
 from scalebox_cst.runtime.loader import (
     Origin,
     SourceBytesLoader,
+    forget_source,
     import_machinery,
     install_excepthook,
     register_origin,
@@ -79,6 +80,7 @@ class RewritingLoader(SourceBytesLoader):
             if done is not None:
                 self._text, self._code = done
         if self._text is None:
+            forget_source(self.path)  # a rewrite an earlier import of the file registered is not what runs
             # the original runs: its loader's get_code is called directly, with no frame of ours
             # between importlib's, so CPython cuts them all out of the traceback of a SyntaxError
             # the module has, as for a plain import (see create_module)

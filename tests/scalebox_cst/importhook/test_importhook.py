@@ -189,6 +189,28 @@ def test_a_hooked_module_python_refuses_raises_the_plain_syntax_error(proj):
     assert [f.name for f in frames] == ["test_a_hooked_module_python_refuses_raises_the_plain_syntax_error"], frames
 
 
+def test_a_module_reloaded_unrewritten_shows_its_own_lines(proj):
+    """A rewritten module edited so that nothing in it is rewritten any more, then reloaded (a
+    notebook, a dev loop): inspect and tracebacks read the file that now runs, not the rewrite the
+    first import registered (kept for ever in linecache and the excepthook's map)."""
+    from scalebox_cst.runtime import loader as runtime_loader
+
+    root, pkg = proj
+    with install_import_hook([pkg], project=str(root)):
+        ppo = importlib.import_module(f"{pkg}.ppo")
+        assert ppo.__loader__.rewritten
+        (root / pkg / "ppo.py").write_text("def fail(n):\n    raise ValueError('edited')\n")
+        importlib.reload(ppo)
+    assert not ppo.__loader__.rewritten
+    assert inspect.getsource(ppo.fail) == "def fail(n):\n    raise ValueError('edited')\n"
+    with pytest.raises(ValueError) as raised:
+        ppo.fail(1)
+    frame = traceback.extract_tb(raised.value.__traceback__)[-1]
+    assert (frame.lineno, frame.line) == (2, "raise ValueError('edited')")
+    assert runtime_loader.origin_of(ppo.__file__) is None
+    assert "raise ValueError('edited')" in runtime_loader.format_exception(ValueError, raised.value, raised.value.__traceback__)
+
+
 def test_pipeline_failure_runs_the_original_with_one_warning(proj):
     from scalebox_cst.transforms import Transform
 
