@@ -10,7 +10,7 @@ import sys
 import threading
 import warnings
 from ast import PyCF_ONLY_AST
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from scalebox_cst.config import find_project_root
 from scalebox_cst.importhook.cache import _read_entry, _write_entry, note_written, touch
@@ -39,7 +39,9 @@ from scalebox_cst.oneline import error_line
 class ImportHook(importlib.abc.MetaPathFinder):
     """The finder ``install_import_hook`` returns; ``uninstall()`` or use it as a context manager."""
 
-    def __init__(self, names: Iterable[str], default_root: str, options: _Options) -> None:
+    def __init__(
+        self, names: Iterable[str], default_root: str, options: _Options, rescan: Optional[Callable[[], Iterable[str]]] = None
+    ) -> None:
         names = [n for n in names if n.partition(".")[0] not in _NEVER]
         #: top-level names: the only thing looked at for an import that is not selected
         self.names = frozenset(n.partition(".")[0] for n in names)
@@ -55,6 +57,10 @@ class ImportHook(importlib.abc.MetaPathFinder):
         self._local = threading.local()
         self._warned: set = set()
         self._warn_lock = threading.Lock()
+        #: the project's names again, for a selection by project (``packages=()``): a folder of the
+        #: project put on sys.path after install (``sys.path.insert(0, "src")``) adds its modules
+        self._rescan = rescan
+        self._path_seen = list(sys.path)
 
     # ---------------------------------------------------------------- public
     def install(self) -> "ImportHook":
@@ -115,7 +121,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
     # ---------------------------------------------------------------- finding
     def find_spec(self, fullname: str, path=None, target=None):
         if fullname.partition(".")[0] not in self.names:
-            return None  # torch, numpy, the standard library: nothing else is looked at
+            if self._rescan is None or "." in fullname or sys.path == self._path_seen or not self._newly_selected(fullname):
+                return None  # torch, numpy, the standard library: nothing else is looked at
         if self._subtrees is not None and not self._selected(fullname):
             return None
         local = self._local
@@ -140,6 +147,18 @@ class ImportHook(importlib.abc.MetaPathFinder):
                 return spec
         finally:
             local.busy = False
+
+    def _newly_selected(self, top: str) -> bool:
+        """Whether ``top`` is a module of the project once sys.path, changed since last looked at,
+        is read again (top-level imports only, and only after a change: a list comparison)."""
+        self._path_seen = list(sys.path)
+        assert self._rescan is not None
+        try:
+            found = [n for n in self._rescan() if n not in _NEVER]
+        except Exception:  # noqa: BLE001 - never break an import
+            return False
+        self.names = self.names | frozenset(found)
+        return top in self.names
 
     def _selected(self, fullname: str) -> bool:
         top = fullname.partition(".")[0]

@@ -104,11 +104,15 @@ def install_import_hook(
         start = os.path.dirname(os.path.abspath(caller)) if isinstance(caller, str) else os.getcwd()
         project = find_project_root(start)
     root = os.path.realpath(project)
+    rescan = None
     if packages:
         names = list(packages)
     else:
-        names = _project_names(_project_folders(root))
-    hook = ImportHook(names, root, _Options(config, backend, transforms, cache))
+        def rescan() -> List[str]:
+            return _project_names(_project_folders(root))
+
+        names = rescan()
+    hook = ImportHook(names, root, _Options(config, backend, transforms, cache), rescan=rescan)
     hook.prepare()
     hook.install()
     if not hook.is_live():

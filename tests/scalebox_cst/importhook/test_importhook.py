@@ -362,6 +362,29 @@ def test_default_packages_leave_out_an_environment_kept_in_the_project(proj, mon
         assert not hook.names & {"installedlib", "installedmod"}
 
 
+def test_default_packages_follow_project_folders_put_on_sys_path_later(proj):
+    """``install_import_hook()`` first, then the script puts its project's ``src`` on sys.path (a
+    src layout): the modules found there are the project's, and rewritten, as those on sys.path at
+    install are; a folder outside the project adds nothing."""
+    root, pkg = proj
+    late = f"{pkg}_late"
+    (root / "src" / late).mkdir(parents=True)
+    (root / "src" / late / "__init__.py").write_text("")
+    (root / "src" / late / "ppo.py").write_text(PPO)
+    try:
+        with install_import_hook(project=str(root)) as hook:
+            assert late not in hook.names
+            sys.path.insert(0, str(root / "src"))
+            ppo = importlib.import_module(f"{late}.ppo")
+            assert late in hook.names
+        assert ppo.__loader__.rewritten and CLIP in inspect.getsource(ppo)
+    finally:
+        if str(root / "src") in sys.path:
+            sys.path.remove(str(root / "src"))
+        for name in [m for m in sys.modules if m == late or m.startswith(late + ".")]:
+            del sys.modules[name]
+
+
 def test_find_project_root(tmp_path):
     from scalebox_cst.config import find_project_root
 
