@@ -52,18 +52,31 @@ class _Loader(importlib.abc.Loader):
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
-    @import_machinery
-    def exec_module(self, module) -> None:
-        spec = module.__spec__
-        if spec is not None:
-            spec.loader = self._loader  # what the module reports as its loader: the real one
-        module.__loader__ = self._loader
-        self._loader.exec_module(module)
-        for callback in _watch.pop(self._name, ()):
-            _call(callback, module)
-
     def __getattr__(self, name):
         return getattr(self._loader, name)
+
+
+#: ``_Loader.exec_module``'s source, compiled under a file name of the import machinery's. A
+#: module's ``warnings.warn(..., stacklevel=2)`` at import names the line that imports it: Python
+#: counts the stack levels past the frames of files named like ``importlib._bootstrap``
+#: (warnings._is_internal_frame). A frame of this file among them was counted: the warning named
+#: this file, and a DeprecationWarning (shown when it names ``__main__``) was hidden in every run
+#: of a script importing a watched library (gym, gymnasium, torch, tensorboard) that warns so.
+#: Tracebacks leave it out as the engine's import machinery (runtime.loader.import_machinery).
+_EXEC_MODULE = """
+def exec_module(self, module):
+    spec = module.__spec__
+    if spec is not None:
+        spec.loader = self._loader  # what the module reports as its loader: the real one
+    module.__loader__ = self._loader
+    self._loader.exec_module(module)
+    for callback in _watch.pop(self._name, ()):
+        _call(callback, module)
+"""
+_MACHINERY_FILE = "<frozen importlib._bootstrap (scalebox_cst.runtime.telemetry.imports)>"
+_namespace: Dict[str, object] = {"_watch": _watch, "_call": _call}
+exec(compile(_EXEC_MODULE, _MACHINERY_FILE, "exec"), _namespace)
+_Loader.exec_module = import_machinery(_namespace["exec_module"])  # type: ignore[method-assign]
 
 
 class _Finder(importlib.abc.MetaPathFinder):
