@@ -326,15 +326,21 @@ def _kind(path: str) -> bytes:
 
 
 def _clear_debris(path: str) -> None:
-    """What a killed pass leaves: libgit2's temporary pack files (``pack_git2_*``; nothing
-    else: whatever else lies there is not ours to remove) and a packed-refs lock, older than an
-    hour (a live one is younger: the pass holds the store's lock only for minutes)."""
-    cutoff = time.time() - 3600
+    """What a killed pass leaves, removed under the store's write lock: libgit2's temporary pack
+    files (``pack_git2_*``; nothing else there is ours to remove), whatever their age, since
+    only a pass writes them and it holds that lock (a killed pass's file, as large as the store,
+    stayed until a pass an hour later); and a packed-refs lock older than an hour (git makes
+    one too, and a live one is younger)."""
     pack = os.path.join(path, "objects", "pack")
-    names = [os.path.join(pack, n) for n in (os.listdir(pack) if os.path.isdir(pack) else ()) if n.startswith(_TMP_PACK)]
-    for name in names + [os.path.join(path, "packed-refs.lock")]:
-        try:
-            if os.lstat(name).st_mtime < cutoff:
-                os.remove(name)
-        except OSError:
-            pass
+    for name in (os.listdir(pack) if os.path.isdir(pack) else ()):
+        if name.startswith(_TMP_PACK):
+            try:
+                os.remove(os.path.join(pack, name))
+            except OSError:
+                pass
+    lock = os.path.join(path, "packed-refs.lock")
+    try:
+        if os.lstat(lock).st_mtime < time.time() - 3600:
+            os.remove(lock)
+    except OSError:
+        pass

@@ -182,3 +182,22 @@ def test_a_process_alive_past_the_grace_period_writes_again_what_gc_removed(made
     assert fresh._store_tree(items) == tree
     gc.collect(Store.open(root), grace_s=3600)
     assert fresh.repo.get(tree.hex()) is not None
+
+
+def test_a_killed_pass_s_temporary_pack_goes_at_the_next_pass(made):
+    # a pass killed while libgit2 wrote its pack left objects/pack/pack_git2_*, as large as the
+    # store; only a pass writes one, under the write lock it holds, yet the next pass removed it
+    # only once it was an hour old
+    root, before = made
+    pack = os.path.join(root, ".scalebox", "store.git", "objects", "pack")
+    os.makedirs(pack, exist_ok=True)
+    left = os.path.join(pack, "pack_git2_4f2a9c")
+    with open(left, "wb") as fh:
+        fh.write(os.urandom(1 << 16))
+    mine = os.path.join(pack, "notes.txt")  # anything else there is not the pass's to remove
+    with open(mine, "w") as fh:
+        fh.write("kept\n")
+    gc.collect(Store.open(root))
+    assert not os.path.exists(left) and os.path.exists(mine)
+    assert _contents(root) == before
+    _fsck(root)
