@@ -19,6 +19,7 @@ import libcst as cst
 from libcst.metadata import PositionProvider
 
 from ..analysis import positions
+from ..analysis.cstwalk import push_children
 from ..analysis.statements import Holding, holding
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def bindings(scope: Union[Scope, cst.ClassDef], declarations: bool = True) -> Di
     the walk of the whole scope looking for them is saved: :func:`may_declare`)."""
     binder = _Binder()
     if isinstance(scope, cst.ClassDef):  # a class body (what it binds; its methods not entered)
-        scope.body.visit(binder)
+        _walk_binding(binder, scope.body)
     elif isinstance(scope, cst.FunctionDef):
         params = scope.params
         for p in (*params.posonly_params, *params.params, *params.kwonly_params):
@@ -120,14 +121,38 @@ def bindings(scope: Union[Scope, cst.ClassDef], declarations: bool = True) -> Di
         for p in (params.star_arg, params.star_kwarg):
             if isinstance(p, cst.Param):
                 binder.bind(p.name, None)
-        scope.body.visit(binder)
+        _walk_binding(binder, scope.body)
     else:
         for stmt in scope.body:
-            stmt.visit(binder)
+            _walk_binding(binder, stmt)
     # a nested function's ``global x`` / ``nonlocal x`` may rebind x here
     for name in _declared_below(scope) if declarations else ():
         binder.found.setdefault(name, []).append(None)
     return binder.found
+
+
+def _walk_binding(binder: "_Binder", node: cst.CSTNode) -> None:
+    """``node.visit(binder)`` without libcst's visit, which rebuilds every node it passes: the
+    nodes are read from their fields (cstwalk), in the order the visit meets them, and each
+    kind the binder looks at is handed to its method (those that return False are not entered).
+    A module-level training loop (CleanRL's, under ``if __name__ == "__main__":``) was a visit
+    of most of the file for each hot.* transform that asked."""
+    stack = [node]
+    methods = _BINDER_METHODS
+    while stack:
+        n = stack.pop()
+        method = methods.get(type(n), _NO_METHOD)
+        if method is _NO_METHOD:
+            method = methods[type(n)] = getattr(_Binder, "visit_" + type(n).__name__, None)
+        if method is not None and method(binder, n) is False:
+            continue
+        start = len(stack)
+        push_children(n, stack)
+        stack[start:] = stack[start:][::-1]  # popped in field order: the visit's order
+
+
+_NO_METHOD = object()
+_BINDER_METHODS: Dict[type, object] = {}
 
 
 #: a ``global`` or ``nonlocal`` keyword (ASCII: Python matches keywords before normalising names)
