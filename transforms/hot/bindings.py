@@ -12,7 +12,7 @@ import ast
 import functools
 import re
 import weakref
-from typing import TYPE_CHECKING, AbstractSet, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import libcst as cst
 
@@ -151,8 +151,9 @@ def _walk_binding(binder: "_Binder", node: cst.CSTNode) -> None:
         stack[start:] = stack[start:][::-1]  # popped in field order: the visit's order
 
 
-_NO_METHOD = object()
-_BINDER_METHODS: Dict[type, object] = {}
+_NO_METHOD: Any = object()
+#: node type -> the binder's ``visit_`` method for it, or None
+_BINDER_METHODS: Dict[type, Any] = {}
 
 
 #: a ``global`` or ``nonlocal`` keyword (ASCII: Python matches keywords before normalising names)
