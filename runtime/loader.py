@@ -190,16 +190,19 @@ def format_exception(exc_type, exc, tb, chain: bool = True) -> str:
 
     class _Stack(traceback.StackSummary):
         marks: Dict[int, Tuple[str, Optional[str]]] = {}
+        places: Dict[int, int] = {}  # id of a frame -> its index
 
         def format_frame_summary(self, frame):
             text = super().format_frame_summary(frame)
-            for index, candidate in enumerate(self):
-                if candidate is frame and index in self.marks:
-                    mark, ran = self.marks[index]
-                    head, sep, rest = text.partition("\n")
-                    text = f"{head}  ({mark})\n{rest}"
-                    if ran:
-                        text += f"    ran: {ran}\n"
+            # by the frame's place, looked up (a scan of the stack per frame took minutes to print
+            # a RecursionError under a raised recursion limit: 100,000 frames)
+            found = self.marks.get(self.places.get(id(frame), -1))
+            if found is not None:
+                mark, ran = found
+                head, sep, rest = text.partition("\n")
+                text = f"{head}  ({mark})\n{rest}"
+                if ran:
+                    text += f"    ran: {ran}\n"
             return text
 
     te = traceback.TracebackException(exc_type, exc, tb)
@@ -212,6 +215,7 @@ def format_exception(exc_type, exc, tb, chain: bool = True) -> str:
         frames, marks = user_frames(item.stack, issubclass(getattr(item, "exc_type", None) or type(None), SyntaxError))
         stack = _Stack(frames)  # (StackSummary.from_list makes a plain StackSummary)
         stack.marks = marks
+        stack.places = {id(frame): index for index, frame in reversed(list(enumerate(frames)))}
         item.stack = stack
         todo.extend(x for x in (item.__cause__, item.__context__) if x is not None)
         todo.extend(getattr(item, "exceptions", None) or [])
