@@ -193,15 +193,14 @@ def run_script(script: str, args: Sequence[str], packages: Sequence[str] = (), p
 
 
 def _link_target(path: str) -> str:
-    """``path`` with its chain of symbolic links followed (the folders on the way are left as
-    they are), as CPython reads a script's path to make ``sys.path[0]``."""
-    for _ in range(40):  # as many as the kernel follows (ELOOP)
-        try:
-            target = os.readlink(path)
-        except OSError:
-            break
-        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
-    return path
+    """The file ``path`` leads to, as CPython reads a script's path to make ``sys.path[0]``: one
+    readlink, then ``realpath`` (Python/pathconfig.c), so a folder on the way that is a link is
+    followed too (``python linked_folder/train.py`` puts the real folder first). Left as given
+    where it cannot be read (a link loop: the open fails on it later)."""
+    try:
+        return os.path.realpath(path, strict=True)
+    except (OSError, RuntimeError):
+        return path
 
 
 def _run_spawned_main(namespace: dict) -> None:
