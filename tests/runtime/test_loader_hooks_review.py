@@ -1,6 +1,5 @@
 """Attacks on the hooks runtime.loader installs in the user's process (review of the excepthook,
 threading.excepthook and unraisablehook changes)."""
-import sys
 import time
 import types
 
