@@ -9,9 +9,10 @@ DDPG has ``add_argument('--seed', default=False, type=bool)``, so ``--seed 0`` a
 were both True). Without one, the launcher seeds random, numpy and torch itself ("env").
 
 The option goes after the run's arguments, except where it belongs to an argparse parser with
-subcommands (``parser.add_argument("--seed")`` beside ``parser.add_subparsers()``): argparse takes
-such an option only before the subcommand (``train.py --seed 0 train --lr 1``; appended, it was
-"unrecognized arguments" and every seeded run failed), so there it goes first.
+subcommands (``parser.add_argument("--seed")`` beside ``parser.add_subparsers()``) or to a click
+group: they take such an option only before the subcommand (``train.py --seed 0 train --lr 1``;
+appended, it was "unrecognized arguments" and every seeded run failed), so there it goes first
+(:func:`seed_first`).
 """
 from __future__ import annotations
 
@@ -136,16 +137,31 @@ def seed_args(flag: str, seed: int) -> List[str]:
 
 
 def seed_first(source: Optional[bytes], flag: str) -> bool:
-    """Whether ``flag`` is declared on an argparse parser that has subcommands (the option then
-    goes before them: see the module's docstring)."""
+    """Whether ``flag`` belongs ahead of the subcommand: every declaration of it is on an argparse
+    parser that has subcommands, or an option of a click group (``@click.group()`` above
+    ``@click.option("--seed")``: click takes it only before the command, as argparse does). Where
+    a subcommand's parser declares it too, the option goes after: argparse copies the
+    subcommand's default over the top parser's value (``--seed 3 train`` read seed=None, and
+    every seed ran unseeded), and click reads the command's own."""
     text = source.decode("utf-8", "replace") if source else ""
-    tree = _parsed(text) if "add_subparsers" in text else None
+    tree = _parsed(text) if "add_subparsers" in text or "group" in text else None
     if tree is None:
         return False
+    calls = _declarations(text, flag) or []
     with_subcommands = {ast.dump(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
                         and isinstance(n.func, ast.Attribute) and n.func.attr == "add_subparsers"}
-    return any(isinstance(c.func, ast.Attribute) and c.func.attr == "add_argument"
-               and ast.dump(c.func.value) in with_subcommands for c in _declarations(text, flag) or ())
+    ahead = {id(c) for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "add_argument"
+             and ast.dump(c.func.value) in with_subcommands}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(map(_is_group, node.decorator_list)):
+            ahead.update(id(d) for d in node.decorator_list if isinstance(d, ast.Call))
+    return bool(calls) and all(id(c) in ahead for c in calls)
+
+
+def _is_group(decorator: ast.expr) -> bool:
+    """``@click.group()``, ``@cli.group(...)``, ``@click.group``: a command with subcommands."""
+    func = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "") == "group"
 
 
 def with_seed(args: Sequence[str], flag: str, seed: int, first: bool = False) -> List[str]:
