@@ -112,8 +112,8 @@ class _Objects(_Refs):
         if checked.any_damaged() and raw.hex() in checked.damaged_ids(self._objects_dir):
             self._present.discard(raw)
             return False
-        now = time.monotonic()
-        if now - self._present_since > PRESENT_TRUST_S:
+        now = time.time()  # gc ages objects by the wall clock: a suspend (monotonic stands still) ages them too
+        if not 0 <= now - self._present_since <= PRESENT_TRUST_S:  # (or the clock set back)
             self._present.clear()
             self._present_since = now
         if raw in self._present:

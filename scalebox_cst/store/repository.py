@@ -65,7 +65,7 @@ class Store(_Snapshots, _Sessions, _Cache):
         self._branch_info: Dict[Raw, Tuple[Optional[str], str, int, Optional[str]]] = {}
         self._cache_mem: Dict[str, Dict[str, Tuple[str, str]]] = {}  # fp -> src -> (out, json)
         self._present: Set[Raw] = set()  # object ids known to be stored
-        self._present_since = time.monotonic()  # when they were last forgotten (objects._has)
+        self._present_since = time.time()  # when they were last forgotten (objects._has)
         self._odb_handle: Optional[pygit2.Odb] = None
         self.cache_damaged: Dict[str, str] = {}  # pipeline fingerprint -> damage met (store.cache)
         self._cache_promote: Dict[str, Dict[Tuple[bytes, bytes], Tuple[Raw, Raw]]] = {}  # store.cache
