@@ -205,7 +205,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.server.answering(self.connection, True)
         self.connection.settimeout(self.server.request_timeout)  # the answer's own time to be taken
-        url = urllib.parse.urlsplit(self.path)
+        try:
+            url = urllib.parse.urlsplit(self.path)
+        except ValueError:  # "GET http://[::1/ HTTP/1.1" (an IPv6 host left open): the client's error
+            return self._send(400, b"bad request\n", "text/plain; charset=utf-8", head)
         path = url.path
         host = self.headers.get("Host")
         if not self.server.hosts.allows(host, self.connection.getsockname()[0]):

@@ -1219,3 +1219,12 @@ def test_http_threads_stuck_writing_cost_one_wait_then_503s_at_once(proj, monkey
         reader.close()
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_request_line_urllib_cannot_split_is_a_400_not_a_traceback(server, capfd):
+    """``GET http://[::1/x``: urlsplit raised ValueError ("Invalid IPv6 URL") out of the handler,
+    the client got no answer and the monitor's terminal a traceback per such request."""
+    reply = raw_get(server, "http://[::1/x")
+    assert reply.startswith(b"HTTP/1.0 400") or reply.startswith(b"HTTP/1.1 400"), reply[:80]
+    assert get(server, "/api/project")[0] == 200
+    assert "Traceback" not in capfd.readouterr().err
