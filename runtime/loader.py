@@ -259,6 +259,21 @@ def _excepthook(exc_type, exc, tb) -> None:
         text = "".join(traceback.format_exception(exc_type, exc, tb))
     sys.stderr.write(text)
     sys.stderr.flush()
+    if exc_type is KeyboardInterrupt and sys._getframe().f_back is None:  # (Python's own call, at exit)
+        _end_as_interrupted()
+
+
+def _end_as_interrupted() -> None:
+    """Python ends a process whose Ctrl-C went unhandled by SIGINT (status 130 in a shell, where a
+    loop of runs stops on it). It notes the interrupt before it calls the excepthook, and code
+    run from a string while the hook prints (exec or eval: a namedtuple or dataclass made by a
+    module the hook imports first) clears the note: ``python -m scalebox_cst train.py`` ended
+    with status 1, and a shell loop went on to its next run. A string that raises it notes it
+    again (only where Python itself called the hook: nothing of the program is below it)."""
+    try:
+        exec("raise KeyboardInterrupt", {})  # noqa: S102 - a constant string
+    except KeyboardInterrupt:
+        pass
 
 
 def _in_a_run() -> bool:
