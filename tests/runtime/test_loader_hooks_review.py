@@ -43,7 +43,7 @@ def test_ctrl_c_under_python_m_scalebox_cst_ends_the_process_by_sigint(tmp_path)
     from conftest import ROOT
 
     (tmp_path / "scalebox.toml").write_text("")
-    (tmp_path / "hang.py").write_text("import time\nprint('ready', flush=True)\ntime.sleep(60)\n")
+    (tmp_path / "hang.py").write_text("import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.05)\n")
     (tmp_path / "shown.py").write_text(
         "import sys\nfrom scalebox_cst.runtime.loader import install_excepthook\ninstall_excepthook()\n"
         "try:\n    raise KeyboardInterrupt\nexcept KeyboardInterrupt as exc:\n"
@@ -54,11 +54,12 @@ def test_ctrl_c_under_python_m_scalebox_cst_ends_the_process_by_sigint(tmp_path)
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.3)  # (in the loop by then)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == -signal.SIGINT, (proc.returncode, err)
-    assert "time.sleep(60)" in err and err.rstrip().endswith("KeyboardInterrupt")
+    assert "time.sleep(0.05)" in err and err.rstrip().endswith("KeyboardInterrupt")
     shown = subprocess.run([sys.executable, "shown.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and shown.stdout == "went on\n" and "KeyboardInterrupt" in shown.stderr
