@@ -114,6 +114,24 @@ def _ast_store_names(target: ast.AST, out: Set[str]) -> None:
         _ast_store_names(target.value, out)
 
 
+def bound_anywhere(tree: ast.AST) -> Set[str]:
+    """Every name bound anywhere under ``tree``, nested scopes included (assigned or deleted,
+    defined, a parameter, imported: ``import a.b`` binds ``a``); a star import binds ``*``, which
+    no name is. Enough to tell a name the file may rebind (a shadowed ``reversed``, a class name
+    of its own) from one it never does."""
+    out: Set[str] = set()
+    for n in ast_walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in n.names)
+    return out
+
+
 def ast_rebound(tree: ast.AST) -> Tuple[Set[str], bool]:
     """The names :func:`rebinds` finds bound in the module, from ``ast`` (one walk instead of a
     libcst visit per name), and whether a star import may bind anything."""

@@ -32,6 +32,7 @@ from scalebox_cst.report import EXACT, REWRITTEN, SKIPPED, Site
 from ..base import FileContext, Transform
 from ..analysis.astwalk import own_nodes
 from ..analysis.rewriting import replace_nodes
+from ..analysis.scopes import bound_anywhere
 from ..analysis.statements import CstStatements, ast_guarded, ast_statements
 from .callees import GRAD_ATTRS, PLAIN_MODULES, Files, may_hold_network
 from .flow import RETURNED, Flow
@@ -371,17 +372,7 @@ class _Scanner:
     def _bound(self) -> Set[str]:
         """Every name this file binds itself (assigned, defined, imported by name, a parameter)."""
         if self._bound_names is None:
-            out: Set[str] = set(self.imports.imported)
-            for n in ast.walk(self.tree):
-                if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-                    out.add(n.id)
-                elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    out.add(n.name)
-                elif isinstance(n, ast.arg):
-                    out.add(n.arg)
-                elif isinstance(n, (ast.Import, ast.ImportFrom)):
-                    out.update((a.asname or a.name).split(".")[0] for a in n.names if a.name != "*")
-            self._bound_names = out
+            self._bound_names = set(self.imports.imported) | bound_anywhere(self.tree)
         return self._bound_names
 
     def _networks(self) -> Set[str]:

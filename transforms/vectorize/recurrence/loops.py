@@ -9,7 +9,7 @@ from typing import Dict, Optional, Sequence, Set
 import libcst as cst
 
 from ... import statement_memo
-from ...analysis.astwalk import walk as ast_walk
+from ...analysis.scopes import bound_anywhere
 
 from .syntax import _code, _stmts
 
@@ -61,17 +61,7 @@ def _ast_bound_of(tree: ast.Module, names: Sequence[str]) -> Set[str]:
 
 def _ast_bound(tree: ast.AST) -> Set[str]:
     """Names the module binds anywhere (to tell a shadowed ``reversed`` from the builtin)."""
-    out: Set[str] = set()
-    for n in ast_walk(tree):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            out.add(n.id)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(n.name)
-        elif isinstance(n, ast.arg):
-            out.add(n.arg)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            out.update((a.asname or a.name).split(".")[0] for a in n.names)
-    return out
+    return bound_anywhere(tree)
 
 
 def _replace_statements(node: cst.CSTNode, replace: Dict[cst.For, cst.CSTNode]) -> cst.CSTNode:
