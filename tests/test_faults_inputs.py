@@ -555,15 +555,20 @@ def test_json_nested_too_deeply_in_a_run_folder_or_the_state_is_skipped_or_one_l
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def _rewritten_once(root):
+    """A project of one script, rewritten once (branch run/0001); its store, opened by pygit2."""
+    import pygit2
+
+    (root / "train.py").write_text("print('step=1 reward=2')\n")
+    scalebox("init", ".", cwd=root)
+    scalebox("rewrite", ".", cwd=root)
+    return pygit2.Repository(str(root / ".scalebox" / "store.git"))
+
+
 def test_digits_that_are_not_ascii_in_a_branch_or_run_folder_name_are_not_numbers(tmp_path):
     # "²".isdigit() is True and int("²") a ValueError: a store holding refs/heads/run/²²²² (a shipped
     # store) made every command a traceback, a run folder ²²²² every `scalebox run`; "١٢٣٤" counted as 1234
-    import pygit2
-
-    (tmp_path / "train.py").write_text("print('step=1 reward=2')\n")
-    scalebox("init", ".", cwd=tmp_path)
-    scalebox("rewrite", ".", cwd=tmp_path)
-    repo = pygit2.Repository(str(tmp_path / ".scalebox" / "store.git"))
+    repo = _rewritten_once(tmp_path)
     target = repo.references["refs/heads/run/0001"].target
     for name in ("²²²²", "١٢٣٤"):
         repo.references.create(f"refs/heads/run/{name}", target)
@@ -655,10 +660,7 @@ def test_a_stored_report_of_another_shape_is_one_line_or_left_out(tmp_path):
 
     from scalebox_cst.monitor.api import Monitor
 
-    (tmp_path / "train.py").write_text("print('step=1 reward=2')\n")
-    scalebox("init", ".", cwd=tmp_path)
-    scalebox("rewrite", ".", cwd=tmp_path)
-    repo = pygit2.Repository(str(tmp_path / ".scalebox" / "store.git"))
+    repo = _rewritten_once(tmp_path)
     commit = repo.references["refs/heads/run/0001"].target
     sig = pygit2.Signature("t", "t@t")
     shapes = [[1], "text", {"files": 5}, {"files": [1]}, {"files": [{"path": "train.py"}]},
