@@ -135,6 +135,16 @@ def _files(folder):
     return {p: p.stat().st_size for p in folder.rglob("*") if p.is_file()}
 
 
+def _age(folder, seconds=2.0):
+    """Move every file of ``folder`` ``seconds`` into the past: what a step writes or touches next
+    is then later than all before it, even where a file system keeps mtimes in coarse ticks (CI
+    saw a hit's touch and the next step's write share one, and the sweep took the touched entry)."""
+    for p in folder.rglob("*"):
+        if p.is_file():
+            st = p.stat()
+            os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns - int(seconds * 1e9)))
+
+
 def test_the_import_cache_keeps_its_bound_least_recently_used_first(proj, monkeypatch):
     """Each pipeline fingerprint (here: each edit of max_norm) wrote a new set of cache entries and
     a fingerprint memo, none ever removed (+11 kB per module per config: 20 modules, 6 configs,
@@ -157,8 +167,10 @@ def test_the_import_cache_keeps_its_bound_least_recently_used_first(proj, monkey
     (cache / pkg / "damaged.cpython-311-scalebox-x.pyc").write_bytes(b"\x00" * 10)
     for i in range(2, 9):
         (root / "scalebox.toml").write_text(CONFIG.format(max_norm=float(i)))
+        _age(cache)
         _fresh_import(root, pkg)
         (root / "scalebox.toml").write_text(CONFIG.format(max_norm=1.0))
+        _age(cache)
         _fresh_import(root, pkg)  # a hit on the first config's entry: used again
         assert sum(_files(cache).values()) <= 4 * entry + entry, i
     assert first.exists()  # used after every other entry was written

@@ -169,9 +169,12 @@ _WRITTEN_LOCK = threading.Lock()
 
 
 def touch(path: str) -> None:
-    """Mark an entry used (its mtime is its place in the least-recently-used order)."""
+    """Mark an entry used (its mtime is its place in the least-recently-used order). The time is
+    the precise clock's: the kernel stamps a write with a coarse one (a tick of up to 10 ms
+    behind), so an entry touched and then passed by a write in the same tick stays the newer."""
+    now = time.time_ns()
     try:
-        os.utime(path)
+        os.utime(path, ns=(now, now))
     except OSError:  # a read-only project: the order is then the order of writes
         pass
 
