@@ -7,7 +7,12 @@ The handler is installed by this module's first statements, with only ``os`` and
 (the C module under ``signal``; both are in ``sys.modules`` before any script runs, so importing
 them runs nothing): importing the engine's signal helpers first left a window of several
 milliseconds (``threading``...) in which Ctrl-C was a traceback, and ``import signal`` itself,
-which is not loaded at start-up, one of about a millisecond (``enum``)."""
+which is not loaded at start-up, one of about a millisecond (``enum``).
+
+The handler stays until the command's own code starts (:class:`Commanding`, entered by the click
+group's ``invoke``): click parses the arguments and finds the command after the modules are
+loaded, and a Ctrl-C there (CI hit it 0.12 s in) was click's ``Aborted!`` and status 1. After
+the command, while click closes its context and exits, Ctrl-C is one line and 130 too."""
 import os
 
 import _signal
@@ -20,19 +25,47 @@ def _quit_while_starting(signum, _frame) -> None:  # pragma: no cover - ends the
         os._exit(128 + signum)
 
 
-def _load():
-    """``scalebox_cst.cli``, loaded with Ctrl-C ending the process (an ignored SIGINT stays so)."""
+def _quit_when_done(signum, _frame) -> None:  # pragma: no cover - ends the process
+    os.write(2, b"scalebox: interrupted\n")
+    raise SystemExit(128 + signum)  # not os._exit: what the command printed is still flushed
+
+
+def _swap(current, new) -> bool:
+    """Install ``new`` as the SIGINT handler where ``current`` is the one installed."""
     try:
-        mine = _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
-        if mine:
-            _signal.signal(_signal.SIGINT, _quit_while_starting)
+        if _signal.getsignal(_signal.SIGINT) is current:
+            _signal.signal(_signal.SIGINT, new)
+            return True
     except ValueError:  # not the main thread: nothing to install
-        mine = False
+        pass
+    return False
+
+
+class Commanding:
+    """Entered around the command's own code: Ctrl-C is ``KeyboardInterrupt`` inside (each
+    command, or the group's one line, handles it), and one line and 130 after it. Outside the
+    console scripts (click's test runner, ``python -m``) the handler was never ours: nothing
+    changes."""
+
+    def __enter__(self) -> "Commanding":
+        self.ours = _swap(_quit_while_starting, _signal.default_int_handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.ours:
+            _swap(_signal.default_int_handler, _quit_when_done)  # a command that left its own keeps it
+
+
+def _load():
+    """``scalebox_cst.cli``, loaded with Ctrl-C ending the process (an ignored SIGINT stays so);
+    the handler stays until the command starts (:class:`Commanding`)."""
+    mine = _swap(_signal.default_int_handler, _quit_while_starting)
     try:
         from scalebox_cst import cli
-    finally:
+    except BaseException:
         if mine:
-            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+            _swap(_quit_while_starting, _signal.default_int_handler)
+        raise
     return cli
 
 

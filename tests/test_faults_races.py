@@ -146,6 +146,41 @@ def test_ctrl_c_while_a_command_starts_is_one_line_and_status_130(tmp_path):
     assert not failures, failures
 
 
+_INTERRUPT_AT = """
+import os, signal, sys
+import click
+from scalebox_cst import _entry
+where, entry = sys.argv[1], sys.argv[2]
+sys.argv = ["scalebox", *sys.argv[3:]]
+cls, name = {"parse": (click.Command, "make_context"), "close": (click.Context, "close")}[where]
+original = getattr(cls, name)
+
+def interrupted(self, *a, **k):
+    os.kill(os.getpid(), signal.SIGINT)  # delivered at the next bytecode: inside click, outside the command
+    return original(self, *a, **k)
+
+setattr(cls, name, interrupted)
+getattr(_entry, entry)()
+"""
+
+
+@pytest.mark.parametrize("where,entry,argv", [("parse", "main", ["log"]), ("close", "main", ["log"]),
+                                              ("parse", "watch_main", [".", "--debounce", "0.05"])])
+def test_ctrl_c_while_click_parses_or_closes_is_one_line_and_status_130(tmp_path, where, entry, argv):
+    """The console script's start-up handler was put back as soon as the modules had loaded, so a
+    Ctrl-C while click parsed the arguments (CI: 0.12 s in) or closed its context after the
+    command was click's ``Aborted!`` and status 1. Now: before the command, ``interrupted while
+    starting`` and 130; after it, ``interrupted`` and 130 with the command's output whole."""
+    root = _project(tmp_path / "proj")
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AT, where, entry, *argv], cwd=root, capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 130 and len(lines) == 1 and "Aborted" not in proc.stderr, (proc.returncode, proc.stderr)
+    assert lines[0] == ("scalebox: interrupted while starting; nothing was done" if where == "parse" else "scalebox: interrupted")
+    if where == "close":
+        assert proc.stdout == "no run branches yet\n"  # what the command printed before the Ctrl-C
+
+
 def test_a_watcher_whose_output_is_closed_stops_with_one_line_and_leaves_no_run(tmp_path):
     """``scalebox watch . --run x.py | tee log`` and the tee dies: the watcher ended with status 1
     and not a word (click's EPIPE exit); now one stderr line with the branches made, the run stopped."""

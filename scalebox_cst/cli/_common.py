@@ -99,19 +99,27 @@ def _warn_skipped(project: Project) -> None:
         say(f"scalebox: warning: {line}")
 
 
-class _OneLineErrors(click.Group):
+class OneLineErrorsCommand(click.Command):
     """A store error that escapes a command (disk full, read-only or damaged store) is one line;
     so is Ctrl-C that reaches no handler of the command's own (``rewrite``, ``log``, ``run``
     before its run starts), with status 130 as for ``run`` and ``watch``, not click's
-    ``Aborted!`` and 1. (Store writes are atomic: an interrupted command left nothing half done.)"""
+    ``Aborted!`` and 1. (Store writes are atomic: an interrupted command left nothing half done.)
+    Before and after ``invoke`` the console script's own SIGINT handler answers (scalebox_cst._entry)."""
 
     def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except StoreError as exc:
-            _fail(str(exc))
-        except KeyboardInterrupt:
-            _fail("interrupted", 130)
+        from scalebox_cst._entry import Commanding
+
+        with Commanding():
+            try:
+                return super().invoke(ctx)
+            except StoreError as exc:
+                _fail(str(exc))
+            except KeyboardInterrupt:
+                _fail("interrupted", 130)
+
+
+class _OneLineErrors(OneLineErrorsCommand, click.Group):
+    """The ``scalebox`` group: its ``invoke`` (the subcommand's whole run) is the one-line one."""
 
 
 def _parse_set(values: Sequence[str], config: Config) -> None:

@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 
 import click
 
-from scalebox_cst.cli._common import FiniteFloat, _fail, cli
+from scalebox_cst.cli._common import FiniteFloat, OneLineErrorsCommand, _fail, cli
 from scalebox_cst.config import ConfigError
 from scalebox_cst.project import Project
 from scalebox_cst.runner import signals
@@ -74,7 +74,7 @@ def watch(directory, script, debounce, polling, args) -> None:
     _watch(directory, script, debounce, polling, args)
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "help_option_names": ["-h", "--help"]})
+@click.command(cls=OneLineErrorsCommand, context_settings={"ignore_unknown_options": True, "help_option_names": ["-h", "--help"]})
 @_watch_options
 def watch_command(directory, script, debounce, polling, args) -> None:
     """Watch DIRECTORY: each save makes a run branch and (re)starts --run SCRIPT from it."""
