@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import random
 import sys
 import threading
 import time
@@ -57,6 +58,16 @@ _thread: Optional["_Telemetry"] = None
 #: ``torch.FloatTensor(state)`` (1% of the run, timed) was the hottest line at 14%. A thread
 #: waiting for the GIL is what makes a switch, so a single-threaded script pays nothing more.
 SWITCH_INTERVAL = 0.0002
+
+
+def _next_look(rng: "random.Random", period: float) -> float:
+    """Seconds to the sampler's next look: uniform in [0, 2 * period] (mean ``period``), never a
+    fixed period. A look that had to wait for the GIL lands where the main thread next releases
+    it (the first torch op after a Python stretch); a fixed period after it then fell at the same
+    point of every step, and a short op right after that one (a backward pass after the loss's
+    forward) was never seen: CI's profile had no backward at all. A random interval covers
+    every phase; the interval credited to a look is still the time since the last one."""
+    return rng.uniform(0.0, 2.0 * period)
 
 
 def enabled() -> bool:
@@ -125,6 +136,7 @@ class _Telemetry(threading.Thread):
 
     def run(self) -> None:
         period = 1.0 / max(sites.HZ, 0.1)
+        rng = random.Random()  # its own: the script's random.seed stream is never drawn from
         due = time.perf_counter() + EVERY
         while not self.stopped.is_set():
             if sites._sites or self.profiler is not None:
@@ -136,7 +148,7 @@ class _Telemetry(threading.Thread):
                 else:  # no site yet: the first one's first look must not be credited with the time before it
                     self.clock.last = time.perf_counter()
                 del frame
-                self.stopped.wait(period)
+                self.stopped.wait(_next_look(rng, period))
             else:
                 self.clock.last = time.perf_counter()
                 self.stopped.wait(min(EVERY, 0.25))

@@ -600,3 +600,40 @@ def test_a_users_own_env_or_vector_env_class_is_environment_step(classifier):
         cls, meth = qual.split(".")
         code = code_of(PROJECT + "agent.py", f"class {cls}:\n    def {meth}(self):\n        return 0\n", qual)
         assert classifier.classify(stack(LAUNCH, LOOP, code))[1] == "other", qual
+
+
+SNAPS = """
+import sys
+import time
+
+sys.setswitchinterval(0.1)  # the sampler never takes the GIL from the Python stretch: it waits for a release
+for step in range(80):
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.03:  # PYTHON
+        pass
+    time.sleep(0.002)  # FIRST
+    x = step
+    time.sleep(0.004)  # SECOND
+"""
+
+
+def test_a_short_release_right_after_another_is_sampled_too(tmp_path):
+    """A look that waits for the GIL lands on the main thread's first release after a Python
+    stretch (FIRST, standing for the loss's forward); with a fixed period after it, every next look
+    fell in the Python stretch again, and SECOND (a backward pass right after), 40% of the
+    releases' time, was never seen: CI's profile of the run above had no backward. The looks
+    come at random intervals now, so every phase of a step is reached."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    source = textwrap.dedent(SNAPS)
+    (project / "train.py").write_text(source)
+    line = {tag: i for i, l in enumerate(source.splitlines(), 1) for tag in ("PYTHON", "FIRST", "SECOND") if f"# {tag}" in l}
+    scalebox("init", ".", cwd=project)
+    scalebox("run", "train.py", cwd=project, env={"SCALEBOX_TELEMETRY_HZ": "100"}, timeout=600)
+    (record,) = glob.glob(str(project / ".scalebox" / "runs" / "**" / "record.json"), recursive=True)
+    rows = json.loads(open(record).read())["profile"]["lines"]
+    share = {}
+    for r in rows:
+        if r["path"] == "train.py":
+            share[r["line"]] = share.get(r["line"], 0) + r["share"]
+    assert share.get(line["FIRST"], 0) > 0 and share.get(line["SECOND"], 0) > 0, (line, share)
