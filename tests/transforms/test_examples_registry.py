@@ -137,3 +137,31 @@ def test_every_changed_line_lies_in_a_rewritten_sites_span(case, sweep):
     statement while it wrapped the whole loop in try/finally."""
     out, sites = rewrite_example(case)
     assert sweep.changed_outside(case.example.code, out, sites) == []
+
+
+def _public_import_names(code: str) -> set:
+    """Names a module's top-level imports bind that ``from m import *`` would hand out."""
+    import ast
+
+    names = set()
+    for st in ast.parse(code).body:
+        if isinstance(st, (ast.Import, ast.ImportFrom)):
+            for a in st.names:
+                name = a.asname or a.name.split(".")[0]
+                if name != "*" and not name.startswith("_"):
+                    names.add(name)
+    return names
+
+
+#: modules under their own names: the object an importer's own ``import torch`` binds (torch_npu,
+#: imported for what its import does, registering the NPU device, as the migration tools write it)
+OWN_NAMES = {"torch", "torch_npu"}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.example.rewritten], ids=lambda c: c.id)
+def test_a_rewrite_adds_no_name_a_star_import_hands_out(case):
+    """``from agents import *`` in another file took ``linear_recurrence`` (and ``scalebox_npu``)
+    from a rewritten ``agents.py`` without ``__all__``, over a name of the importer's own: the
+    rewrite's imports bind private names (a leading underscore)."""
+    added = _public_import_names(case.expected_output().decode()) - _public_import_names(case.example.code)
+    assert added <= OWN_NAMES, added

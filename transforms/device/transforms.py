@@ -67,7 +67,7 @@ class DeviceOptimizer(_DeviceTransform):
     """Fused optimizers (cuda, npu), foreach optimizers (cpu), foreach clipping."""
 
     id = T.OPTIMIZER
-    version = "2"  # 2: SGD is never fused (sparse grads, complex params, GradScaler skips)
+    version = "3"  # 3: helpers as _scalebox_npu; 2: SGD is never fused (sparse grads, complex params, GradScaler skips)
     triggers = ("Adam", "SGD", "clip_grad_norm")
     backends = _backends(T.OPTIMIZER)
     description = "fused / foreach optimizer and clipping paths"
@@ -78,7 +78,7 @@ class DeviceFusedOp(_DeviceTransform):
     """Guarded fused NPU kernels where the semantics are the user's: gelu, rms_norm, swiglu."""
 
     id = T.FUSED_OP
-    version = "1"
+    version = "2"  # 2: the helpers module is imported as _scalebox_npu (private to a star import)
     triggers = ("gelu", "GELU", "rms_norm", "RMSNorm", "silu")
     backends = _backends(T.FUSED_OP)
     description = "gelu / rms_norm / swiglu -> torch_npu fused kernels (guarded)"

@@ -190,4 +190,4 @@ def test_demo_migration_report():
     assert [s.line for s in sites if s.action == WARNING] == [119]  # the float64 returns, reported
     assert "torch.tensor(returns, dtype=torch.float64)" in code
     assert 'default="npu", choices=["cpu", "npu"],' in code and 'help="cuda is used when available"' in code
-    assert "scalebox_npu.swiglu(h, a, b)" in code and "model = model.npu()" in code
+    assert "_scalebox_npu.swiglu(h, a, b)" in code and "model = model.npu()" in code

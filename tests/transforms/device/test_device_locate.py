@@ -219,18 +219,18 @@ def test_headers_rewrite_on_npu():
     assert '@register(torch.device("npu"), ok=torch.npu.is_available())' in out
     assert "@torch.autocast(\"npu\")\n@register" in out
     # device reaches .to(device): its default is a device string; act is a gelu reference
-    assert 'def fwd(x, device="npu", act=scalebox_npu.gelu, *rest, dtype=torch.float64, **kw) -> torch.npu.Stream:' in out
+    assert 'def fwd(x, device="npu", act=_scalebox_npu.gelu, *rest, dtype=torch.float64, **kw) -> torch.npu.Stream:' in out
     assert 'class Net(nn.Module, metaclass=Meta, dev=torch.device("npu:0")):' in out
     assert "if x.is_npu and torch.npu.is_available(): return x.npu()" in out
     assert 'elif x.device.type == "npu":' in out and "elif torch.npu.device_count() > 1:" in out
     assert 'with torch.npu.device(0), torch.autocast("npu") as ac:' in out  # torch_npu's twin (issue 14)
     assert 'x = x.to(f"npu:{rank}")' in out
     assert "except torch.cuda.OutOfMemoryError as err:\n            torch.npu.empty_cache()" in out
-    assert "y = scalebox_npu.swiglu(x, a, b) + scalebox_npu.swiglu(x, a, b)" in out
+    assert "y = _scalebox_npu.swiglu(x, a, b) + _scalebox_npu.swiglu(x, a, b)" in out
     assert "if torch.npu.is_available(): pass\n" in out
     assert "# seeding\nx0 = 1\n" in out
     assert 'parser.add_argument("--device", default="npu", choices=["cpu", "npu"])' in out
-    assert '    lr=1e-3,\n    fused=scalebox_npu.fused_ok("adam"),\n); sgd' in out
+    assert '    lr=1e-3,\n    fused=_scalebox_npu.fused_ok("adam"),\n); sgd' in out
     assert 'device=\\\n    "npu")' in out
     harness.compiled(out, "t.py")
 

@@ -17,7 +17,7 @@ from scalebox_cst.report import CHANGES_SEMANTICS, EXACT, REWRITTEN, SKIPPED, WA
 import harness
 
 NPU = "from scalebox_cst.runtime.npu import torch_npu\n"
-HELPERS = "from scalebox_cst.runtime import npu as scalebox_npu\n"
+HELPERS = "from scalebox_cst.runtime import npu as _scalebox_npu\n"
 
 
 def rw(src, backend="npu", transforms=("device.*",), **options):
@@ -174,7 +174,7 @@ def test_swiglu_look_alikes_stay(body):
 )
 def test_swiglu_forms_rewritten(body):
     out, sites = rw("import torch\nimport torch.nn.functional as F\n" + body, transforms=("device.fused_op",))
-    assert "scalebox_npu.swiglu(x, a, b)" in out
+    assert "_scalebox_npu.swiglu(x, a, b)" in out
     assert [s.action for s in sites] == [REWRITTEN]
 
 
@@ -577,7 +577,7 @@ def test_npu_fused_optimizer_conditions():
     ):
         out, sites = rw(base + extra, transforms=("device.optimizer",), npu_fused_optimizer=True)
         assert "NpuFused" not in out
-        assert 'fused=scalebox_npu.fused_ok("adam")' in out  # the plain fused path still applies
+        assert 'fused=_scalebox_npu.fused_ok("adam")' in out  # the plain fused path still applies
         assert any(s.action == SKIPPED and why in s.reason for s in sites)
     out, sites = rw("import torch\nopt = torch.optim.Adam(p, lr=1e-3, maximize=True)\n", transforms=("device.optimizer",), npu_fused_optimizer=True)
     assert "NpuFused" not in out
@@ -642,7 +642,7 @@ def test_gelu_references_in_registries_and_defaults():
         """,
         transforms=("device.fused_op",),
     )
-    assert '{"gelu": scalebox_npu.GELU, "relu": nn.ReLU}' in out and "def mlp(act=scalebox_npu.gelu):" in out
+    assert '{"gelu": _scalebox_npu.GELU, "relu": nn.ReLU}' in out and "def mlp(act=_scalebox_npu.gelu):" in out
 
 
 def test_set_default_device():

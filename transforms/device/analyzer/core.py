@@ -124,7 +124,7 @@ class Core:
     def helper_alias(self) -> str:
         self.npu_alias()
         if self._helpers is None:
-            self._helpers = self.ctx.runtime_name(T.NPU_HELPERS, "scalebox_npu")
+            self._helpers = self.ctx.runtime_name(T.NPU_HELPERS, "_scalebox_npu")
         return self._helpers
 
     def module_alias(self, top: str) -> str:

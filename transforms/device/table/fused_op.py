@@ -21,7 +21,7 @@ FUSED_OP_SWAPS: Tuple[Swap, ...] = (
         "about 0.02 against the exact gelu",
         min_torch_npu="1.11.0",
         before="import torch.nn.functional as F\ny = F.gelu(h)\n",
-        after=f"{_NPU_LINE}{_HELPER_LINE}import torch.nn.functional as F\ny = scalebox_npu.fast_gelu(h)\n",
+        after=f"{_NPU_LINE}{_HELPER_LINE}import torch.nn.functional as F\ny = _scalebox_npu.fast_gelu(h)\n",
         example_options=(("fast_gelu", True),),
     ),
     Swap(
@@ -38,7 +38,7 @@ FUSED_OP_SWAPS: Tuple[Swap, ...] = (
         before="import torch.nn.functional as F\ny = F.gelu(h)\nact = F.gelu\n",
         after=(
             f"{_NPU_LINE}{_HELPER_LINE}import torch.nn.functional as F\n"
-            "y = scalebox_npu.gelu(h)\nact = scalebox_npu.gelu\n"
+            "y = _scalebox_npu.gelu(h)\nact = _scalebox_npu.gelu\n"
         ),
     ),
     Swap(
@@ -55,7 +55,7 @@ FUSED_OP_SWAPS: Tuple[Swap, ...] = (
         before="import torch.nn as nn\nnet = nn.Sequential(nn.Linear(4, 4), nn.GELU())\n",
         after=(
             f"{_NPU_LINE}{_HELPER_LINE}import torch.nn as nn\n"
-            "net = nn.Sequential(nn.Linear(4, 4), scalebox_npu.GELU())\n"
+            "net = nn.Sequential(nn.Linear(4, 4), _scalebox_npu.GELU())\n"
         ),
     ),
     Swap(
@@ -73,7 +73,7 @@ FUSED_OP_SWAPS: Tuple[Swap, ...] = (
         before="import torch.nn.functional as F\ny = F.rms_norm(h, (64,), w, 1e-6)\n",
         after=(
             f"{_NPU_LINE}{_HELPER_LINE}import torch.nn.functional as F\n"
-            "y = scalebox_npu.rms_norm(h, (64,), w, 1e-6)\n"
+            "y = _scalebox_npu.rms_norm(h, (64,), w, 1e-6)\n"
         ),
     ),
     Swap(
@@ -89,7 +89,7 @@ FUSED_OP_SWAPS: Tuple[Swap, ...] = (
         "NPU tensors (same parameters and state_dict); fp32 tolerance 1e-5 relative",
         min_torch_npu="2.1.0",
         before="import torch\nnorm = torch.nn.RMSNorm(64, eps=1e-6)\n",
-        after=f"{_NPU_LINE}{_HELPER_LINE}import torch\nnorm = scalebox_npu.RMSNorm(64, eps=1e-6)\n",
+        after=f"{_NPU_LINE}{_HELPER_LINE}import torch\nnorm = _scalebox_npu.RMSNorm(64, eps=1e-6)\n",
     ),
     Swap(
         id="fused_op.swiglu",
@@ -111,7 +111,7 @@ FUSED_OP_SWAPS: Tuple[Swap, ...] = (
             f"{_NPU_LINE}{_HELPER_LINE}import torch.nn.functional as F\n"
             "def ffn(x):\n"
             "    a, b = x.chunk(2, dim=-1)\n"
-            "    return scalebox_npu.swiglu(x, a, b)\n"
+            "    return _scalebox_npu.swiglu(x, a, b)\n"
         ),
     ),
 )

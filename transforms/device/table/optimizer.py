@@ -31,7 +31,7 @@ def _fused(cls: str, op: str, backend: str) -> Swap:
     if backend == "cuda":
         return _fused_cuda(cls, op)
     value = f'{{npu}}.fused_ok("{op}")'
-    emitted = f'scalebox_npu.fused_ok("{op}")'
+    emitted = f'_scalebox_npu.fused_ok("{op}")'
     lines = _NPU_LINE + _HELPER_LINE
     return Swap(
         id=f"optimizer.fused.{op}.{backend}",

@@ -117,4 +117,4 @@ class Swap:
 
 
 _NPU_LINE = "from scalebox_cst.runtime.npu import torch_npu\n"
-_HELPER_LINE = "from scalebox_cst.runtime import npu as scalebox_npu\n"
+_HELPER_LINE = "from scalebox_cst.runtime import npu as _scalebox_npu\n"

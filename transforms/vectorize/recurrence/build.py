@@ -46,7 +46,7 @@ def build(ctx: FileContext, node: cst.For, a: Analysis, reassociate: bool = True
     guard, mid, exact, notes = p.guard, list(p.lines), p.exact, list(p.notes)
     folded = p.folded
     helpers = ctx.runtime_name(HELPERS_QUALNAME, "_sbx")
-    op = ctx.runtime_name(OP_QUALNAME, "linear_recurrence")
+    op = ctx.runtime_name(OP_QUALNAME, "_linear_recurrence")
 
     def sub(text: str) -> str:
         return text.replace("__SBX_OP__", op).replace("__SBX__", helpers)

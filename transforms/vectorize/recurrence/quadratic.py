@@ -560,7 +560,7 @@ def rewrite_loop(ctx: FileContext, node: cst.For, shadowed: Set[str], reassociat
         text = str(exc).replace("in the loop body", "in the inner loop")
         raise Skip(text if text.startswith("quadratic loop") else "quadratic loop: " + text) from None
     helpers = ctx.runtime_name(helpers_qualname, "_sbx")
-    op = ctx.runtime_name(op_qualname, "linear_recurrence")
+    op = ctx.runtime_name(op_qualname, "_linear_recurrence")
 
     def sub(text: str) -> str:
         return text.replace("__SBX_OP__", op).replace("__SBX__", helpers)
