@@ -5,7 +5,7 @@ reason reported for the site.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Tuple
 
 import libcst as cst
 
@@ -43,7 +43,7 @@ def build(ctx: FileContext, node: cst.For, a: Analysis, reassociate: bool = True
     # names are reserved before the imports are requested, so a Skip leaves no import behind
     p = make_plan(ctx, a, fold_last=fold_last, reassociate=reassociate,
                   cpu=ctx.backend == "cpu" if cpu is None else cpu, helpers="__SBX__", op="__SBX_OP__")
-    guard, mid, exact, notes = p.guard, list(p.lines), p.exact, list(p.notes)
+    mid, exact, notes = list(p.lines), p.exact, list(p.notes)
     folded = p.folded
     helpers = ctx.runtime_name(HELPERS_QUALNAME, "_sbx")
     op = ctx.runtime_name(OP_QUALNAME, "_linear_recurrence")
@@ -74,40 +74,43 @@ def build(ctx: FileContext, node: cst.For, a: Analysis, reassociate: bool = True
             last_lines.append(f"    {var} = {_code(it.value).strip()}")
         for it in a.readbacks:
             last_lines.append(f"    {_code_line(it.node)}")
+    first = [f"# step t = {T} - 1, as written", bind(f"{T} - 1")]
     if folded:
-        chunks = [
-            [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],
-            [f"# steps t = {T} - 2 .. 0, vectorized"] + mid,
-            ["# the loop variable as the loop leaves it (its other temporaries are dead after it)", bind("0")],
-        ]
+        middle = [f"# steps t = {T} - 2 .. 0, vectorized"] + mid
+        end = ["# the loop variable as the loop leaves it (its other temporaries are dead after it)", bind("0")]
     else:
-        chunks = [
-            [f"# step t = {T} - 1, as written", bind(f"{T} - 1")],
-            [f"# steps t = {T} - 2 .. 1, vectorized"] + mid,
-            ["# step t = 0, as written"] + last_lines + [bind("0")],
-        ]
-    chunks = [[sub(x) for x in chunk] for chunk in chunks]
+        middle = [f"# steps t = {T} - 2 .. 1, vectorized"] + mid
+        end = ["# step t = 0, as written"] + last_lines + [bind("0")]
     check = p.carry
-    carry: Optional[_Carry] = None
+    i: Optional[str] = None
     if check is not None:
         # the carried values after the first step decide the arithmetic of the others: when
         # they are not what the vectorized steps compute with, the other steps run as written
         i = h.index if h.kind == "index" else fresh(ctx.imports, "i")
-        carry = (sub(check), f"for {i} in range({T} - 2, -1, -1):",
-                 None if h.kind == "index" and not h.elements else bind(i))
     fused = one_pass.site(ctx, node, a, p)
     # every step in one call where its kernel takes the values (see one_pass)
-    one = None if fused is None else _one_pass_lines(ctx, a, p, fused, sub, bind)
-    guard = sub(guard)
+    one = None if fused is None else _one_pass_head(ctx, a, p, fused, bind)
+    # the ways that end with steps to run as written: the one-pass tier's (it stops at t = 1), the
+    # vectorized steps' (step 0, unless folded in), the carry check's (every step after the first)
+    ways = (one is not None and not one[1]) + (not folded) + (check is not None)
+    tail: Optional[_Tail] = None
+    if ways >= 2:  # one loop after them runs those steps for each (see _layout)
+        i = i if i is not None else (h.index if h.kind == "index" else fresh(ctx.imports, "i"))
+        left = fresh(ctx.imports, "left")
+        tail = (left, f"for {i} in range({left} - 1, -1, -1):")
+    elif check is not None:
+        tail = ("", f"for {i} in range({T} - 2, -1, -1):")  # (i is set above when check is)
+    first_line = None if h.kind == "index" and not h.elements else (bind(i) if i is not None else None)
+    layout = _layout(sub(p.guard), [sub(x) for x in first], [sub(x) for x in middle], [sub(x) for x in end],
+                     [sub(x) for x in last_lines], folded, None if check is None else sub(check), one and (
+                         [sub(x) for x in one[0]], one[1]), tail, first_line, sub(bind("0")), T)
     loop = node.with_changes(leading_lines=())
-    written = _rows(guard, chunks, body, folded, carry, one, loop)
+    written = _rows(layout, body, loop)
     if written is not None:  # as text (scalebox_cst.emitted): what the tree below writes
         new: cst.BaseStatement = Emitted(rows=written, leading_lines=node.leading_lines)
         ctx.wrote_text = True
     else:
-        new = _tree(guard, chunks, body, folded, carry, loop, node.leading_lines)
-        if one is not None:
-            new = _one_pass_first(one, new, body)
+        new = _tree(layout, body, loop).with_changes(leading_lines=node.leading_lines)
     kinds = ", ".join(n for n in notes)
     shape = "last step special-cased, " if a.has_split else ""
     if a.flow.resets:
@@ -151,111 +154,168 @@ def _foldable(ctx: FileContext, node: cst.For, a: Analysis) -> bool:
     return fold.dead_after(ctx.module, node, names, first_step)
 
 
-#: (test, loop header, the loop's first line or None) of the steps after the first when a
-#: run-time check on the carried values picks them (``if carry_ok(...): ... else: for ...``)
-_Carry = Tuple[str, str, Optional[str]]
-#: the one-pass tier's lines down to step 0 as written, and whether the last step is folded in
+#: the one-pass tier's head lines (down to where its steps end) and whether it does every step
 _OnePass = Tuple[List[str], bool]
+#: (the name of the count of steps left, or "" for the check's own loop; the loop header)
+_Tail = Tuple[str, str]
+#: the rewritten statement: (depth, a line of generated code, or BODY / LOOP where the loop body as
+#: written / the original loop goes)
+_Layout = List[Tuple[int, Any]]
+BODY, LOOP = "<body>", "<loop>"  # markers: no generated line is one (each is code or a comment)
 
 
-def _rows(guard: str, chunks: List[List[str]], body: List[cst.BaseStatement], folded: bool,
-          carry: Optional[_Carry], one: Optional[_OnePass], loop: cst.For) -> Optional[List[Row]]:
-    """The rewritten statement as rows of text and the user's statements (scalebox_cst.emitted),
-    written as :func:`_tree` and :func:`_one_pass_first` write it; None where a line of it is not
-    sure to be written alike (the tree is built then)."""
-    if guard != guard.strip():  # the tree writes the test between `if ` and `:` as it is
-        return None
-    parts = [emitted.rows(chunk, 1) for chunk in chunks]
-    head = emitted.rows([f"if {guard}:"], 0)
-    if head is None or parts[0] is None or parts[1] is None or parts[2] is None:
-        return None
-    def copy(depth: int) -> List[Row]:  # the body as written, at a depth
-        return [(depth, s) for s in body]
+def _layout(guard: str, first: List[str], middle: List[str], end: List[str], last_lines: List[str], folded: bool,
+            check: Optional[str], one: Optional[_OnePass], tail: Optional[_Tail], first_line: Optional[str], step0: str,
+            T: str) -> _Layout:
+    """The lines of the rewritten statement.
 
-    rest = parts[1] + parts[2] + ([] if folded else copy(1))
-    if carry is not None:
-        test, loop_head, first = carry
-        check = emitted.rows([f"if {test}:"], 1)
-        steps = emitted.rows([loop_head] + ([] if first is None else ["    " + first]), 2)
-        if test != test.strip() or check is None or steps is None:
-            return None
-        rest = check + emitted.shifted(rest, 1) + [(1, "else:")] + steps + copy(3)
-    then = parts[0] + copy(1) + rest
+    ``if <guard>:`` the first step as written, the middle steps vectorized, the last step as written
+    (or the loop variable bound, where the vectorized steps did it: ``folded``), ``else:`` the
+    original loop. In front, the one-pass tier (``one``), which may stop at t = 1; after the first
+    step, a run-time check on the carried values (``check``) may send the other steps back to a loop
+    as written. Where two or more of these ways end with steps still to run as written, each says
+    how many are left (``left = 1``, ``left = T - 1``, ``left = 0``) and one loop after them runs
+    those (``tail``, named by its count): the loop body is written three times (first step, those
+    steps, the original loop), not up to five (a rewritten file of backward loops was six times its
+    lines; two body copies fewer is a fifth of it, issue 19 item 13). Otherwise each way runs its
+    own (``tail`` without a count: the check's loop over t = T - 2 .. 0)."""
+    out: _Layout = []
+
+    def put(depth: int, lines: List[str]) -> None:
+        out.extend((depth + (len(x) - len(x.lstrip(" "))) // 4, x.lstrip(" ")) for x in lines)
+
+    def loop_of(head: str, depth: int) -> None:
+        put(depth, [head] + ([] if first_line is None else ["    " + first_line]))
+        out.append((depth + 1, BODY))
+
+    left = tail[0] if tail is not None else ""
+    if left:
+        rest = middle + (end if folded else last_lines) + [f"{left} = {0 if folded else 1}"]
+    else:
+        rest = middle + end
+
+    def steps(depth: int) -> None:  # the first step, then the others
+        put(depth, first)
+        out.append((depth, BODY))
+        if check is None:
+            put(depth, rest)
+        else:
+            put(depth, ([f"{left} = {T} - 1"] if left else []) + [f"if {check}:"])
+            put(depth + 1, rest)
+        if not left and not folded:
+            out.append((depth + 1 if check is not None else depth, BODY))
+        if not left and check is not None:
+            put(depth, ["else:"])
+            assert tail is not None
+            loop_of(tail[1], depth + 1)
+
     if one is None:
-        return head + then + [(0, "else:"), (1, loop)]
-    lines, one_folded = one
-    top = emitted.rows(lines, 0)
-    if top is None:
-        return None
-    return top + ([] if one_folded else copy(2)) + [(1, "else:")] + emitted.shifted(then, 1) + [(0, "else:"), (1, loop)]
+        put(0, [f"if {guard}:"])
+        steps(1)
+    else:
+        lines, one_folded = one
+        if left:
+            put(0, lines + [f"        {left} = {0 if one_folded else 1}"])
+        else:
+            put(0, lines + ([] if one_folded else ["        # step t = 0, as written", "        " + step0]))
+            if not one_folded:
+                out.append((2, BODY))
+        put(1, ["else:"])
+        steps(2)
+    if left:
+        assert tail is not None
+        put(1, [f"# steps t = {left} - 1 .. 0, as written"])
+        loop_of(tail[1], 1)
+    put(0, ["else:"])
+    out.append((1, LOOP))
+    return out
 
 
-def _tree(guard: str, chunks: List[List[str]], body: List[cst.BaseStatement], folded: bool,
-          carry: Optional[_Carry], loop: cst.For, leading: Sequence[cst.EmptyLine]) -> cst.If:
-    """The rewritten statement as a libcst tree: the generated lines parsed (one parse for all,
-    ``pass`` between the stretches), the body copied for each place it is written."""
-    text = f"if {guard}:\n    pass\n" + "pass\n".join("\n".join(chunk) + "\n" for chunk in chunks)
-    parsed = parse_statements(text)
-    head_if = parsed[0]
-    parts: List[List[cst.BaseStatement]] = [[]]
-    for st in parsed[1:]:
-        if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 and isinstance(st.body[0], cst.Pass):
-            parts.append([])
-            continue
-        parts[-1].append(st)
-    first, middle, last = parts
-    rest: List[cst.BaseStatement] = middle + last + ([] if folded else [clone(s) for s in body])
-    if carry is not None:
-        test, loop_head, first_line = carry
-        loop_text = loop_head + "\n" + ("" if first_line is None else f"    {first_line}\n") + "    pass\n"
-        parsed_rest = parse_statements(f"if {test}:\n    pass\nelse:\n" + "".join(
-            "    " + ln + "\n" for ln in loop_text.splitlines()))[0]
-        inner = parsed_rest.orelse.body.body[0]
-        kept = [st for st in inner.body.body if not (isinstance(st, cst.SimpleStatementLine)
-                                                     and isinstance(st.body[0], cst.Pass))]
-        inner = inner.with_changes(body=inner.body.with_changes(body=kept + [clone(s) for s in body]))
-        rest = [parsed_rest.with_changes(
-            body=cst.IndentedBlock(body=rest),
-            orelse=cst.Else(body=cst.IndentedBlock(body=[inner])))]
-    stmts: List[cst.BaseStatement] = first + [clone(s) for s in body] + rest
-    return cst.If(
-        test=head_if.test,
-        body=cst.IndentedBlock(body=stmts),
-        orelse=cst.Else(body=cst.IndentedBlock(body=[loop])),
-        leading_lines=leading,
-    )
+def _rows(layout: _Layout, body: List[cst.BaseStatement], loop: cst.For) -> Optional[List[Row]]:
+    """The rewritten statement as rows of text and the user's statements (scalebox_cst.emitted),
+    written as :func:`_tree` writes it; None where a line of it is not sure to be written alike (the
+    tree is built then)."""
+    out: List[Row] = []
+    stretch: List[str] = []
+
+    def flush() -> bool:
+        found = emitted.rows(stretch, 0) if stretch else []
+        stretch.clear()
+        if found is None:
+            return False
+        out.extend(found)
+        return True
+
+    for depth, line in layout:
+        if line is BODY or line is LOOP:
+            if not flush():
+                return None
+            if line is BODY:
+                out.extend((depth, s) for s in body)
+            else:
+                out.append((depth, loop))
+        else:
+            stretch.append("    " * depth + line)
+    return out if flush() else None
 
 
-def _one_pass_lines(ctx: FileContext, a: Analysis, p: Plan, fused, sub, bind) -> _OnePass:
+class _Placed(cst.CSTTransformer):
+    """Each marker statement of a parsed layout replaced by what it stands for."""
+
+    def __init__(self, body: List[cst.BaseStatement], loop: cst.For) -> None:
+        self.body, self.loop = body, loop
+
+    def leave_IndentedBlock(self, original: cst.IndentedBlock, updated: cst.IndentedBlock) -> cst.IndentedBlock:
+        stmts: List[cst.BaseStatement] = []
+        for st in updated.body:
+            mark = _marker(st)
+            if mark == BODY:
+                copies = [clone(s) for s in self.body]
+                if st.leading_lines and copies:  # a comment the parse hung on the marker
+                    copies[0] = copies[0].with_changes(leading_lines=[*st.leading_lines, *copies[0].leading_lines])
+                stmts.extend(copies)
+            elif mark == LOOP:
+                stmts.append(self.loop)
+            else:
+                stmts.append(st)
+        return updated.with_changes(body=stmts)
+
+
+_MARK_NAMES = {"__SBX_BODY__": BODY, "__SBX_LOOP__": LOOP}
+
+
+def _marker(st: cst.BaseStatement) -> Optional[str]:
+    if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 and isinstance(st.body[0], cst.Expr):
+        value = st.body[0].value
+        if isinstance(value, cst.Name):
+            return _MARK_NAMES.get(value.value)
+    return None
+
+
+def _tree(layout: _Layout, body: List[cst.BaseStatement], loop: cst.For) -> cst.BaseStatement:
+    """The rewritten statement as a libcst tree: the layout's lines parsed (one parse for all, a
+    marker name standing for each body and the loop), then the body copied for each place."""
+    names = {BODY: "__SBX_BODY__", LOOP: "__SBX_LOOP__"}
+    text = "".join("    " * depth + names.get(line, line) + "\n" for depth, line in layout)
+    (parsed,) = parse_statements(text)
+    return parsed.visit(_Placed(body, loop))
+
+
+def _one_pass_head(ctx: FileContext, a: Analysis, p: Plan, fused, bind) -> _OnePass:
     """The one-pass tier's lines: ``if <head> and ((last := fused_linear(...)) is not None or
-    recurrence_ok(...)): if last is not None: <bind>``, then step 0 as written where the program
-    stops at t = 1 (``stop=1``: its body follows). One test line holds both deciding helpers, so
-    the run's telemetry counts the site's passes together."""
+    recurrence_ok(...)): if last is not None: <bind>``, down to the loop variable bound where the
+    program does every step (``folded``; else it stops at t = 1, ``stop=1``, and step 0 follows as
+    written). One test line holds both deciding helpers, so the run's telemetry counts the site's
+    passes together."""
     program, args, live, folded = fused
     T, S = p.T, a.flow.rec_vars[0]
     last = fresh(ctx.imports, f"{S}_fused")
     call = f"__SBX__.fused_linear({program!r}, {T}, {', '.join(args)}{'' if folded else ', stop=1'})"
     test = f"{p.guard_head} and (({last} := {call}) is not None or {p.guard_ok})"
     lo = "0" if folded else "1"
-    lines = [f"if {sub(test)}:", f"    if {last} is not None:",
+    lines = [f"if {test}:", f"    if {last} is not None:",
              f"        # steps t = {T} - 1 .. {lo} in one pass: the loop body as a program for runtime.fused's C kernel"]
     lines += [f"        {S} = {last}"] if live else []
     if folded:
         lines += [f"        {bind('0')}"]
-    else:
-        lines += ["        # step t = 0, as written", f"        {bind('0')}"]
     return lines, folded
-
-
-def _one_pass_first(one: _OnePass, new: cst.If, body: List[cst.BaseStatement]) -> cst.If:
-    """``new`` (a tree) with the one-pass tier in front: ``<one's lines> else: <new's body>``."""
-    lines, folded = one
-    lines = lines + ([] if folded else ["        pass"]) + ["    else:", "        pass"]
-    top = parse_statements("\n".join(lines) + "\n")[0]
-    inner = top.body.body[0]
-    if not folded:  # the trailing `pass` is the body of step 0
-        kept = list(inner.body.body[:-1])
-        inner = inner.with_changes(body=inner.body.with_changes(body=kept + [clone(s) for s in body]))
-    inner = inner.with_changes(orelse=inner.orelse.with_changes(body=new.body))
-    return top.with_changes(body=top.body.with_changes(body=[inner]), orelse=new.orelse,
-                            leading_lines=new.leading_lines)

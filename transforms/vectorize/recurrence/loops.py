@@ -7,6 +7,7 @@ import ast
 from typing import Dict, Optional, Sequence, Set
 
 import libcst as cst
+import libcst.matchers as m
 
 from ... import statement_memo
 from ...analysis.scopes import bound_anywhere
@@ -127,6 +128,13 @@ class _Replacer:
         return st.with_changes(**changes) if changes else st
 
 
+#: ``range(left - 1, -1, -1)``: the loop an earlier rewrite ends its guarded branch with, which
+#: runs the steps its ways left to run as written
+_STEPS_LEFT = m.Call(func=m.Name("range"), args=[
+    m.Arg(m.BinaryOperation(left=m.Name(), operator=m.Subtract(), right=m.Integer("1"))),
+    m.Arg(m.UnaryOperation(operator=m.Minus(), expression=m.Integer("1"))),
+    m.Arg(m.UnaryOperation(operator=m.Minus(), expression=m.Integer("1")))])
+
 #: the guard calls whose ``if`` keeps the original loops in its else branch
 _GUARD_CALLS = (".recurrence_ok(", ".quadratic_ok(", ".carry_ok(")
 
@@ -145,6 +153,9 @@ def _gather_kept(stmts, kept: Set[cst.For]) -> None:
         if isinstance(st, cst.If) and isinstance(st.orelse, cst.Else) and any(
                 g in _code(st.test) for g in _GUARD_CALLS):
             kept.update(x for x in _stmts(st.orelse.body) if isinstance(x, cst.For))
+            last = _stmts(st.body)[-1] if _stmts(st.body) else None
+            if isinstance(last, cst.For) and m.matches(last.iter, _STEPS_LEFT):
+                kept.add(last)  # the loop of the steps left as written (build._layout)
         for field in _BLOCKS:
             block = getattr(st, field, None)
             if isinstance(block, cst.If):

@@ -34,7 +34,7 @@ ID = "vectorize.recurrence"
 
 class VectorizeRecurrence(Transform):
     id = ID
-    version = "14"  # 14: the op is imported as _linear_recurrence (a star import of the module hands it out no more); 13: a value carried through memory and read back is quoted as one span (`x[i] = ...; y = x[i]`), not a quote in a quote; 12: an unswitched loop tests no_steps(T), which the run's site counts do not count; 11: backslash continuation lines of the body move with their statements; 10: out[t] += v outputs; 9: range(T)[::-1], sorted(range(T), reverse=True), zip of pure call chains
+    version = "14"  # 14: the op is imported as _linear_recurrence (a star import of the module hands it out no more), and where two or more ways end with steps to run as written one loop runs them (`left`); 13: a value carried through memory and read back is quoted as one span (`x[i] = ...; y = x[i]`), not a quote in a quote; 12: an unswitched loop tests no_steps(T), which the run's site counts do not count; 11: backslash continuation lines of the body move with their statements; 10: out[t] += v outputs; 9: range(T)[::-1], sorted(range(T), reverse=True), zip of pure call chains
     #: a backward ``for`` header has one of these (``arange(`` has ``range(``); "while " lets a file
     #: whose only backward loop counts down in a ``while`` be reported (:meth:`rewrite` then scans
     #: only the ``while`` statements: about 0.05 s on 50k lines, the loop pre-filter about 0.3 s)
