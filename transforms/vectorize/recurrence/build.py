@@ -5,7 +5,7 @@ reason reported for the site.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple, cast
 
 import libcst as cst
 
@@ -296,9 +296,9 @@ def _tree(layout: _Layout, body: List[cst.BaseStatement], loop: cst.For) -> cst.
     """The rewritten statement as a libcst tree: the layout's lines parsed (one parse for all, a
     marker name standing for each body and the loop), then the body copied for each place."""
     names = {BODY: "__SBX_BODY__", LOOP: "__SBX_LOOP__"}
-    text = "".join("    " * depth + names.get(line, line) + "\n" for depth, line in layout)
+    text = "".join("    " * depth + str(names.get(line, line)) + "\n" for depth, line in layout)
     (parsed,) = parse_statements(text)
-    return parsed.visit(_Placed(body, loop))
+    return cast(cst.BaseStatement, parsed.visit(_Placed(body, loop)))
 
 
 def _one_pass_head(ctx: FileContext, a: Analysis, p: Plan, fused, bind) -> _OnePass:
