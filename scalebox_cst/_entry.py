@@ -3,8 +3,8 @@ load (click, pygit2, the engine: the first tenths of a second) ends it with one 
 130, not a ``KeyboardInterrupt`` traceback from inside an import. Once loaded, the commands
 handle SIGINT themselves.
 
-The handler is installed by this module's first statements, with only ``os`` and ``_signal``
-(the C module under ``signal``; both are in ``sys.modules`` before any script runs, so importing
+The handler is installed by this module's first statements, with only ``os``, ``sys`` and ``_signal``
+(the C module under ``signal``; all three are in ``sys.modules`` before any script runs, so importing
 them runs nothing): importing the engine's signal helpers first left a window of several
 milliseconds (``threading``...) in which Ctrl-C was a traceback, and ``import signal`` itself,
 which is not loaded at start-up, one of about a millisecond (``enum``).
@@ -14,6 +14,7 @@ group's ``invoke``): click parses the arguments and finds the command after the 
 loaded, and a Ctrl-C there (CI hit it 0.12 s in) was click's ``Aborted!`` and status 1. After
 the command, while click closes its context and exits, Ctrl-C is one line and 130 too."""
 import os
+import sys
 
 import _signal
 
@@ -26,8 +27,17 @@ def _quit_while_starting(signum, _frame) -> None:  # pragma: no cover - ends the
 
 
 def _quit_when_done(signum, _frame) -> None:  # pragma: no cover - ends the process
-    os.write(2, b"scalebox: interrupted\n")
-    raise SystemExit(128 + signum)  # not os._exit: what the command printed is still flushed
+    """After the command: what it printed is flushed, then the process ends at once (an exception
+    raised here could land in an atexit callback, a traceback of its own)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # closed, broken, or busy in the write this signal interrupted
+            pass
+    try:
+        os.write(2, b"scalebox: interrupted\n")
+    finally:
+        os._exit(128 + signum)
 
 
 def _swap(current, new) -> bool:
