@@ -28,7 +28,7 @@ answer (fewer than 2 steps, or not a count of steps); ``fused_linear``'s None on
 
 Time: measured, a site would need a hook at its end, which Python 3.11 offers only through
 tracing (a cost on every line). So it is sampled: the telemetry thread looks at the main thread's
-stack every 1/:data:`HZ` s (``sys._current_frames``) and credits the interval since its last look
+stack on average every 1/:data:`HZ` s, at random intervals (``sys._current_frames``) and credits the interval since its last look
 to the innermost site whose lines (the guard's statement, both branches; for ``batch_*`` the
 assignment before the ``if`` too) hold a frame, so callees (``linear_recurrence``) count for their
 site. ``time_s`` is that estimate (host time; device work queued asynchronously shows where the
