@@ -2,7 +2,8 @@
 
 Every tick of the telemetry thread (:data:`sites.HZ`, 25 Hz on average, at random intervals:
 ``telemetry._next_look``) looks at the main thread's innermost frame (``sys._current_frames``)
-and credits the wall time and the main thread's CPU time since the previous look (its own CPU clock, ``pthread_getcpuclockid``) to
+and credits the wall time and the main thread's CPU time since the previous look (its own CPU
+clock, ``pthread_getcpuclockid``) to
 
 - a *line*: the innermost frame in the user's project (files under the project folder, outside
   any site-packages or ``.venv``), in the user's own numbering
