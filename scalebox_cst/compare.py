@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from scalebox_cst import contention, fallbacks, headlines, profile, runs
+from scalebox_cst import contention, fallbacks, headlines, jsonlines, profile, runs
 from scalebox_cst.runner import seedopt
 
 #: what ``compare`` shows without --metric: (metric, label, higher is better)
@@ -229,8 +229,8 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
         ok, excluded = usable(group)
         per_run = []
         for run in ok:
-            series = runs.read_series(run.dir)
-            head = runs.headline(run.record, series, runs.read_sites(run.dir))
+            series, damage = runs.read_series_counted(run.dir)  # runs that ended ok: a cut last line is damage
+            head = runs.headline(run.record, series, runs.read_sites(run.dir), damage)
             head["shared_machine"] = contention.shared_machine(run, project)
             per_run.append((run, head, series))
         loaded.append((label, ok, excluded, per_run))
@@ -246,6 +246,7 @@ def compare(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]], metrics: Seque
                 "excluded": [{"run": r.id, "status": r.status} for r in excluded],
                 "shared_machine": {r.id: h["shared_machine"] for r, h, _ in per_run if h["shared_machine"]},
                 "seed_blind": seed_blind(per_run),
+                "damaged": {r.id: jsonlines.note(h["damaged"]) for r, h, _ in per_run if h["damaged"]},
                 "seed_loose": seed_loose(per_run),
                 "args_mixed": _shown_arg_lists(lists) if len(lists) > 1 else [],
             }
@@ -436,6 +437,8 @@ def render(result: Dict[str, Any]) -> str:
         if g.get("args_mixed"):
             lines.append(f"  its runs had several script arguments ({' | '.join(g['args_mixed'])}): each mean mixes "
                          "them; compare the runs of one list: --args '...'")
+        for run_id, said in (g.get("damaged") or {}).items():  # its numbers rest on the readable lines
+            lines.append(f"  {run_id}: {said}")
         shared = g.get("shared_machine") or {}
         if shared:
             whys = "; ".join(f"{run_id}: {why}" for run_id, why in shared.items())

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from scalebox_cst import site_counts
+from scalebox_cst import jsonlines, site_counts
 
 
 def median(values: Sequence[float]) -> Optional[float]:
@@ -145,4 +145,7 @@ def end_line(record) -> str:
     guards = site_counts.guards_text(head.get("guard_pass_rate"), head.get("guard_fallback_why"))
     if guards is not None:
         parts.append(guards)
+    damaged = jsonlines.note(head.get("damaged"))  # what the numbers above could not read
+    if damaged:
+        parts.append(damaged)
     return ", ".join(parts)

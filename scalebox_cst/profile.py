@@ -23,7 +23,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from scalebox_cst import intake, runs, site_counts
+from scalebox_cst import jsonlines, runs, site_counts
 from scalebox_cst.runtime.profile_categories import CATEGORIES  # the one table, shared with the sampler
 from scalebox_cst.digits import ascii_digits
 
@@ -63,24 +63,28 @@ class Reader:
         self.path = os.path.join(directory, FILE)
         self.offset = 0
         self.rows: Dict[Tuple[str, int, str], List[float]] = {}
-        self.meta: Dict[str, Any] = {"hz": None, "cpu": True}
+        self.meta: Dict[str, Any] = {"hz": None, "cpu": True, "damaged": {}}
 
-    def refresh(self) -> "Reader":
+    def refresh(self, ended: bool = False) -> "Reader":
+        """Read on (``ended``: the run writes no more, so a cut last line is a damaged line;
+        lines skipped are counted in ``meta["damaged"]``, scalebox_cst.jsonlines)."""
         # runs.read_lines: in bounded pieces; a line still being written waits for the next
         # refresh, and one longer than any profile line is passed over, not read whole again on
         # every poll (280 MB without a newline held `scalebox profile` at 312 MB, and the monitor
         # read it all every 2 s)
-        lines, self.offset = runs.read_lines(self.path, self.offset)
+        damage = self.meta["damaged"]
+        lines, self.offset = jsonlines.read_lines(self.path, self.offset, ended=ended, damage=damage)
         for raw in lines:
-            self._add(raw)
+            self._add(raw, damage)
         return self
 
-    def _add(self, raw: bytes) -> None:
-        try:
-            item = intake.loads_state(raw)
-        except (ValueError, RecursionError):  # a damaged line (or one nested too deeply): skipped
+    def _add(self, raw: bytes, damage: jsonlines.Damage) -> None:
+        items = jsonlines.parse([raw], self.path, damage)  # a damaged line (or one nested too deeply): counted
+        if not items:
             return
+        item = items[0]
         if not isinstance(item, dict):
+            jsonlines.count(damage, self.path)
             return
         hz = item.get("hz")  # a rate or nothing: the text formats it (a damaged line held "x")
         if isinstance(hz, (int, float)) and not isinstance(hz, bool) and math.isfinite(hz) and hz > 0:
@@ -101,15 +105,15 @@ class Reader:
                 into[k] += v
 
 
-def read_rows(directory: str) -> Tuple[Dict[Tuple[str, int, str], List[float]], Dict[str, Any]]:
+def read_rows(directory: str, ended: bool = True) -> Tuple[Dict[Tuple[str, int, str], List[float]], Dict[str, Any]]:
     """Summed ``(path, line, category) -> [samples, wall_s, cpu_s, calls]`` and the sampling facts."""
-    reader = Reader(directory).refresh()
+    reader = Reader(directory).refresh(ended)
     return reader.rows, reader.meta
 
 
-def summarize(directory: str, top: int = TOP) -> Optional[Dict[str, Any]]:
+def summarize(directory: str, top: int = TOP, ended: bool = True) -> Optional[Dict[str, Any]]:
     """Categories and hottest lines of a run folder; None where it has no profile."""
-    return reduce(*read_rows(directory), top=top)
+    return reduce(*read_rows(directory, ended), top=top)
 
 
 def reduce(rows: Dict[Tuple[str, int, str], List[float]], meta: Dict[str, Any], top: int = TOP) -> Optional[Dict[str, Any]]:
@@ -147,7 +151,7 @@ def reduce(rows: Dict[Tuple[str, int, str], List[float]], meta: Dict[str, Any], 
         "method": f"sampled at {meta['hz']:g} Hz" if meta.get("hz") else "sampled",
         "hz": meta.get("hz"), "cpu_measured": meta["cpu"], "samples": int(sum(r[0] for r in rows.values())),
         "wall_s": round(sum(r[1] for r in rows.values()), 4), "cpu_s": round(sum(r[2] for r in rows.values()), 4),
-        "categories": categories, "lines": lines[:top],
+        "categories": categories, "lines": lines[:top], "damaged": dict(meta.get("damaged") or {}),
     }
 
 
@@ -261,9 +265,10 @@ ADDED_IMPORTS = ("start-up in the rewrite's support imports: they run before you
                  "libraries those would (torch), which the original pays at its own import lines")
 
 
-def build(directory: str, record: Optional[Dict[str, Any]] = None, store_path: Optional[str] = None, top: int = TOP) -> Optional[Dict[str, Any]]:
+def build(directory: str, record: Optional[Dict[str, Any]] = None, store_path: Optional[str] = None, top: int = TOP,
+          ended: bool = True) -> Optional[Dict[str, Any]]:
     """:func:`summarize` with each hot line's text (the user's original file) and coverage."""
-    out = summarize(directory, top)
+    out = summarize(directory, top, ended)
     if out is None:
         return None
     store = _Store(store_path, record or {})
@@ -348,6 +353,9 @@ def render(profile: Optional[Dict[str, Any]], title: str = "", lines: int = 10) 
             out.append(f"        transform: {_coverage_text(row['coverage'])}")
         if row.get("fallbacks"):  # scalebox_cst.fallbacks: operators this line ran on the CPU
             out.append("        CPU fallback: " + ", ".join(f"{f['op']} x{f['count']}" for f in row["fallbacks"]))
+    damaged = jsonlines.note(profile.get("damaged"))
+    if damaged:
+        out.append(damaged)
     return "\n".join(out) + "\n"
 
 
@@ -357,7 +365,7 @@ def render(profile: Optional[Dict[str, Any]], title: str = "", lines: int = 10) 
 def of_run(run: runs.RunInfo) -> Optional[Dict[str, Any]]:
     """A run's profile: what record.json keeps, else reduced from its folder (a live run)."""
     kept = run.record.get("profile")
-    return kept if isinstance(kept, dict) and kept.get("categories") else summarize(run.dir)
+    return kept if isinstance(kept, dict) and kept.get("categories") else summarize(run.dir, ended=run.status != "running")
 
 
 def compare_shares(groups: Sequence[Tuple[str, Sequence[runs.RunInfo]]]) -> Optional[Dict[str, Any]]:
@@ -399,4 +407,5 @@ def compact(profile: Optional[Dict[str, Any]], lines: int = 5) -> Optional[Dict[
         "categories": [{k: c.get(k) for k in ("category", "label", "share")} for c in profile.get("categories", ())],
         "lines": [{**{k: row.get(k) for k in keep}, "coverage": _coverage_text(row["coverage"]) if row.get("coverage") else None}
                   for row in profile.get("lines", ())[:lines]],
+        "damaged": jsonlines.note(profile.get("damaged")),
     }

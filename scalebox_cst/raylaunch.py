@@ -376,8 +376,8 @@ class _HostRun:
                 rec["status"] = "failed"
                 text = "".join(str(error or "the Ray task ended without a result").splitlines(True)[-30:])
                 rec["error_tail"] = text.splitlines()
-            series = runs.read_series(self.job.dir)
-            rec["headline"] = runs.headline(rec, series, runs.read_sites(self.job.dir))
+            series, damage = runs.read_series_counted(self.job.dir)
+            rec["headline"] = runs.headline(rec, series, runs.read_sites(self.job.dir), damage)
             runs.write_record(self.job.dir, rec)
             kind = "stopped" if cancelled else "failed"
             runs.append_event(os.path.join(self.job.dir, runs.EVENTS), kind, f"{self.job.branch}#{self.job.run} {kind} (ray)")

@@ -21,9 +21,10 @@ import socket
 import time
 from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from scalebox_cst import headlines, intake, recordtypes, site_counts, statedir, tmpnames
+from scalebox_cst import headlines, intake, jsonlines, recordtypes, site_counts, statedir, tmpnames
 from scalebox_cst.intake import NotRegularFile, open_regular, state_json
 from scalebox_cst.digits import ascii_digits
+from scalebox_cst.jsonlines import LONGEST_LINE, read_lines  # noqa: F401 (the API's names from before)
 
 STATE_DIR = ".scalebox"
 RUNS = "runs"
@@ -183,57 +184,17 @@ def _number(raw: Any) -> float:
     return float(raw)
 
 
-#: no line of a run's series or events is this long (a point is ~100 bytes): unterminated bytes
-#: beyond it are a writer's garbage, passed over, not read again on every poll (a script writing a
-#: 300 MB line without a newline into metrics.jsonl held `scalebox run` at 1.3 GB)
-LONGEST_LINE = 1 << 20
-_PIECE = 1 << 22
-
-
-def read_lines(path: str, offset: int, limit: Optional[int] = None) -> Tuple[List[bytes], int]:
-    """Complete lines from byte ``offset`` and the offset after them (``limit``: stop once about
-    that many bytes of lines are read; None: all). A last line without a newline is being
-    written: left for the next call, unless it is longer than :data:`LONGEST_LINE` (then skipped:
-    its rest, once its newline comes, reads as one malformed line). Read in bounded pieces."""
-    out: List[bytes] = []
-    try:
-        with open_regular(path) as fh:  # a FIFO in its place: no lines, not a reader blocked for ever
-            fh.seek(offset)
-            data, taken = b"", 0
-            while limit is None or taken < limit:
-                piece = fh.read(_PIECE if limit is None else max(1, min(_PIECE, limit - taken)))
-                if not piece:
-                    break
-                data += piece
-                end = data.rfind(b"\n")
-                if end >= 0:
-                    out.extend(data[: end + 1].splitlines())
-                    offset, taken, data = offset + end + 1, taken + end + 1, data[end + 1:]
-                if len(data) > LONGEST_LINE:
-                    offset, data = offset + len(data), b""
-    except OSError:  # absent, or a folder or FIFO in its place: nothing to read (as the monitor's reader)
-        return [], offset
-    return out, offset
-
-
-def read_metrics(path: str, offset: int = 0) -> Tuple[List[Point], int]:
+def read_metrics(path: str, offset: int = 0, *, ended: bool = False,
+                 damage: Optional[jsonlines.Damage] = None) -> Tuple[List[Point], int]:
     """Points of a metrics.jsonl from byte ``offset`` and the offset to resume from.
 
-    Values may be numbers or the strings "nan"/"inf"/"-inf"; malformed lines are skipped, a
-    partial last line is left for the next call."""
-    lines, new_offset = read_lines(path, offset)
-    try:  # one C-level parse of the whole chunk: 2-3x faster than a json.loads per line
-        items = intake.loads_state(b"[" + b",".join(line for line in lines if line.strip()) + b"]")
-    except (ValueError, RecursionError):  # a malformed line somewhere (or one nested too deeply): line by line, skipping it
-        items = []
-        for line in lines:
-            try:
-                items.append(intake.loads_state(line))
-            except (ValueError, RecursionError):
-                continue
+    Values may be numbers or the strings "nan"/"inf"/"-inf"; a line that is not a point is
+    skipped and counted in ``damage``, a partial last line is left for the next call unless
+    ``ended`` (scalebox_cst.jsonlines)."""
+    lines, new_offset = read_lines(path, offset, ended=ended, damage=damage)
     make = Point._make
     points: List[Point] = []
-    for item in items:
+    for item in jsonlines.parse(lines, path, damage):
         try:
             name, step, value, stamp = item["name"], item.get("step", 0), item["value"], item.get("time", 0.0)
             points.append(make((
@@ -243,31 +204,40 @@ def read_metrics(path: str, offset: int = 0) -> Tuple[List[Point], int]:
                 stamp if type(stamp) is float else float(stamp),
             )))
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError):  # OverflowError: a step of Infinity
-            continue
+            jsonlines.count(damage, path)
     return points, new_offset
 
 
-def read_events(path: str, offset: int = 0) -> Tuple[List[Dict[str, Any]], int]:
+def read_events(path: str, offset: int = 0, *, ended: bool = False,
+                damage: Optional[jsonlines.Damage] = None) -> Tuple[List[Dict[str, Any]], int]:
     """Events of an events.jsonl (a run's or the project's) from ``offset``, as read_metrics."""
-    lines, new_offset = read_lines(path, offset)
+    lines, new_offset = read_lines(path, offset, ended=ended, damage=damage)
     events: List[Dict[str, Any]] = []
-    for line in lines:
-        try:
-            item = intake.loads_state(line)
-        except (ValueError, RecursionError):
-            continue
+    for item in jsonlines.parse(lines, path, damage):
         if isinstance(item, dict):
             events.append(item)
+        else:
+            jsonlines.count(damage, path)
     return events, new_offset
 
 
-def read_series(directory: str) -> Dict[str, List[Point]]:
-    """Every metric of a run, by name, in file order."""
-    points, _ = read_metrics(os.path.join(directory, METRICS))
+def read_series(directory: str, *, ended: bool = True, damage: Optional[jsonlines.Damage] = None) -> Dict[str, List[Point]]:
+    """Every metric of a run, by name, in file order (``ended``: the run writes no more, so a
+    cut last line is damage; a running run's is still being written)."""
+    points, _ = read_metrics(os.path.join(directory, METRICS), ended=ended, damage=damage)
     series: Dict[str, List[Point]] = {}
     for p in points:
         series.setdefault(p.name, []).append(p)
     return series
+
+
+def read_series_counted(directory: str, ended: bool = True) -> Tuple[Dict[str, List[Point]], jsonlines.Damage]:
+    """:func:`read_series` and the damaged lines skipped in the run's metrics.jsonl and
+    events.jsonl (what a headline says: :func:`headline`'s ``damage``)."""
+    damage: jsonlines.Damage = {}
+    series = read_series(directory, ended=ended, damage=damage)
+    read_events(os.path.join(directory, EVENTS), ended=ended, damage=damage)
+    return series, damage
 
 
 def read_sites(directory: str) -> List[Dict[str, Any]]:
@@ -505,7 +475,8 @@ def best_window_mean(values: Sequence[float], window: int = RETURN_WINDOW) -> Op
 _median = headlines.median
 
 
-def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], sites: Optional[Sequence[Dict[str, Any]]] = None) -> Dict[str, Any]:
+def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], sites: Optional[Sequence[Dict[str, Any]]] = None,
+             damage: Optional[jsonlines.Damage] = None) -> Dict[str, Any]:
     """The numbers ``scalebox log`` shows per run (None where a run has no such data):
 
     episodic_return_final / _best: mean of the last / best window of RETURN_WINDOW episodes;
@@ -516,7 +487,9 @@ def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], site
     site_samples: how many telemetry samples it rests on, 0 where the sites ran too briefly to be seen);
     grad_norm_last and grad_norm_metric (the series it is from: GRAD_NORM_NAMES); nonfinite
     (count of non-finite points); wall_time; cpu_time_s (the run's process and reaped children,
-    user + system: what compare reads where runs shared the machine); last: {name: last value}.
+    user + system: what compare reads where runs shared the machine); last: {name: last value};
+    damaged: ``{file name: damaged lines skipped}`` of the run's files (``damage``, as read), which
+    every view of the numbers says (scalebox_cst.jsonlines.note): they rest on what was readable.
     The return is the engine's (the run's own process, else its workers' together: metric_return
     ``scalebox/workers/*/episodic_return``), else the script's own tag (metric_return names it).
     """
@@ -555,6 +528,7 @@ def headline(record: Dict[str, Any], series: Mapping[str, Sequence[Point]], site
     cpu = series.get(ENGINE + "cpu_time_s") or []  # the last point, at exit, is the whole run's
     out["cpu_time_s"] = cpu[-1].value if cpu and math.isfinite(cpu[-1].value) else None
     out["last"] = {name: points[-1].value for name, points in series.items() if points}
+    out["damaged"] = {name: n for name, n in (damage or {}).items() if n}
     return out
 
 
@@ -568,8 +542,10 @@ def grad_norm_fact(head: Dict[str, Any]) -> List[str]:
 
 
 def run_headline(run: RunInfo) -> Dict[str, Any]:
-    """:func:`headline` of a run from its files (the stored one is a snapshot at its end)."""
-    return headline(run.record, read_series(run.dir), read_sites(run.dir))
+    """:func:`headline` of a run from its files (the stored one is a snapshot at its end); the
+    cut last line of a run still running is being written, not damage."""
+    series, damage = read_series_counted(run.dir, ended=run.status != "running")
+    return headline(run.record, series, read_sites(run.dir), damage)
 
 
 def json_safe(value: Any) -> Any:

@@ -535,7 +535,7 @@ def test_a_run_whose_folder_the_script_deleted_does_not_say_where_its_record_is(
 def test_json_nested_too_deeply_in_a_run_folder_or_the_state_is_skipped_or_one_line(tmp_path):
     # a line `[[[...]]]` 100,000 deep (a script writes its run folder; a project may ship .scalebox/):
     # json raises RecursionError, which is no ValueError: `scalebox profile` and `compare` were tracebacks
-    from scalebox_cst.monitor.files import _parse_lines
+    from scalebox_cst.jsonlines import parse
 
     (tmp_path / "train.py").write_text("for i in range(3):\n    print(f'step={i} reward={i}')\n")
     scalebox("init", ".", cwd=tmp_path)
@@ -545,7 +545,9 @@ def test_json_nested_too_deeply_in_a_run_folder_or_the_state_is_skipped_or_one_l
     for name in ("metrics.jsonl", "events.jsonl", "profile.jsonl"):
         with open(run_dir / name, "ab") as fh:
             fh.write(deep)
-    assert _parse_lines([b'{"a": 1}', deep.strip()]) == [{"a": 1}]
+    damage = {}
+    assert parse([b'{"a": 1}', deep.strip()], "metrics.jsonl", damage) == [{"a": 1}]
+    assert damage == {"metrics.jsonl": 1}
     for args in (("profile",), ("compare", "run/0001", "run/0001"), ("log",)):
         proc = scalebox(*args, cwd=tmp_path, check=False)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, (args, proc.stderr[-800:])

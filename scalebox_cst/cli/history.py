@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from scalebox_cst import headlines, site_counts
+from scalebox_cst import headlines, jsonlines, site_counts
 from scalebox_cst.cli._common import _config_changed, _fail, _open_project, _tree_changes, _warn_skipped, cli
 from scalebox_cst.project import Project
 from scalebox_cst.report import ReportError, RunReport
@@ -125,6 +125,9 @@ def _run_line(entry: dict) -> str:
         facts.append(said)
     if entry.get("hotfix_of"):
         facts.append(f"hot-fix of {entry['hotfix_of']}")
+    damaged = jsonlines.note(head.get("damaged"))  # the numbers above rest on the readable lines
+    if damaged:
+        facts.append(damaged)
     if facts:
         text += "  | " + ", ".join(facts)
     return text
@@ -320,7 +323,8 @@ def profile_command(run_id: Optional[str], lines: int, as_json: bool, project_di
     run = prof.pick(runs.list_runs(project.root), selector)
     if run is None:
         _fail(f"no run {run_id}" if run_id else "no run yet (scalebox run SCRIPT)")
-    result = prof.build(run.dir, run.record, project.store.store_path(project.root), top=max(lines, prof.TOP))
+    result = prof.build(run.dir, run.record, project.store.store_path(project.root), top=max(lines, prof.TOP),
+                        ended=run.status != "running")
     from scalebox_cst import fallbacks
 
     fallbacks.mark_profile(result, run.record.get("fallbacks") or fallbacks.read(run.dir))

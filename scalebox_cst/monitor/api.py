@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from scalebox_cst import diffview, fallbacks, headlines, profile, runs, site_counts
+from scalebox_cst import diffview, fallbacks, headlines, jsonlines, profile, runs, site_counts
 from scalebox_cst.monitor.files import EventsFile, MetricsFile
 from scalebox_cst.monitor.series import Series, json_number
 from scalebox_cst.report import REWRITTEN, ReportError, RunReport
@@ -168,6 +168,8 @@ class Monitor:
             "nproc": rec.get("nproc"),
             "headline": {k: _finite_or_none(headline.get(k)) for k in HEADLINE_KEYS if headline.get(k) is not None},
             "headline_live": live,
+            # its numbers rest on the readable lines: "metrics.jsonl: 2 damaged lines skipped"
+            "damaged": jsonlines.note(headline.get("damaged")),
             "error_tail": rec.get("error_tail") or [],
             "stop_reason": rec.get("stop_reason"),
             "limits": rec.get("limits"),
@@ -233,6 +235,7 @@ class Monitor:
                 out["grad_norm_metric"] = name
                 break
         out["nonfinite"] = sum(s.nonfinite for s in mf.series.values())
+        out["damaged"] = dict(mf.damage)
         passed, fell, whys = site_counts.totals(runs.read_sites(run.dir))
         if passed + fell:
             out["guard_pass_rate"] = passed / (passed + fell)
@@ -347,7 +350,7 @@ class Monitor:
             if mf is None:
                 mf = self._metrics[path] = MetricsFile(path)
             self._metrics.move_to_end(path)
-        mf.refresh()
+        mf.refresh(ended=run.status != "running")  # a running run's cut last line is being written
         with self._lock:  # keep the newest files within the byte budget (never the one in use)
             total = sum(m.nbytes for m in self._metrics.values())
             while total > self.cache_bytes and len(self._metrics) > 1:
@@ -518,7 +521,9 @@ class Monitor:
         A run's ``failed`` event carries the run's last traceback lines (``error_tail``).
         """
         limit = max(1, min(int(limit), 1000))
-        found: List[Dict[str, Any]] = [{**e, "scope": "project"} for e in self._project_events()]
+        project = self._events_file(runs.project_events_path(self.root))
+        found: List[Dict[str, Any]] = [{**e, "scope": "project"} for e in project.events]
+        damaged = [said for said in [jsonlines.note(project.damage)] if said]  # lines the files read skipped
         found = [e for e in found if _event_time(e) > since]
         # Runs newest first by their events file's mtime (no event of a file is newer than it, within
         # a coarse clock's slack); a file whose newest event could not be among the ``limit`` newest
@@ -538,6 +543,8 @@ class Monitor:
             if len(shown) >= limit and newest < shown[0]:
                 break
             ef = self._events_file(path, keep=max(EVENTS_FILES, read + 2))
+            if ef.damage:
+                damaged.append(f"{run.id}: {jsonlines.note(ef.damage)}")
             for event in ef.events:
                 item = {**event, "scope": "run", "run": run.id, "branch": run.branch}
                 stamp = _event_time(item)
@@ -551,7 +558,7 @@ class Monitor:
                 elif stamp > shown[0]:
                     heapq.heapreplace(shown, stamp)
         found.sort(key=_event_time, reverse=True)
-        return {"events": runs.json_safe(found[:limit])}
+        return {"events": runs.json_safe(found[:limit]), "damaged": damaged}
 
 
 def _event_time(event: Dict[str, Any]) -> float:

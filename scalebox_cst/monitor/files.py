@@ -1,6 +1,7 @@
 """The monitor's incremental readers of append-only run files: ``metrics.jsonl`` into bounded
 :class:`~scalebox_cst.monitor.series.Series` and ``events.jsonl`` into a short deque, each read
-on from the byte offset reached last time and reset when the file shrinks or is replaced."""
+on from the byte offset reached last time and reset when the file shrinks or is replaced. Each
+counts the damaged lines it skipped (``damage``, scalebox_cst.jsonlines), which the API says."""
 from __future__ import annotations
 
 import collections
@@ -10,7 +11,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from scalebox_cst import intake, runs
+from scalebox_cst import jsonlines, runs
 from scalebox_cst.monitor.series import Series
 
 #: bytes of metrics read per step (a million-line file is parsed in bounded pieces)
@@ -32,13 +33,15 @@ class MetricsFile:
         self.offset = 0
         self.series: Dict[str, Series] = {}
         self.first_time: Optional[float] = None
+        self.damage: jsonlines.Damage = {}
 
     @property
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.series.values()) + 1024
 
-    def refresh(self) -> None:
-        """Read the lines appended since the last call (complete lines only)."""
+    def refresh(self, ended: bool = False) -> None:
+        """Read the lines appended since the last call (complete lines only; ``ended``: the run
+        writes no more, and its cut last line is read as a line, damaged unless it parses)."""
         with self.lock:
             try:
                 st = os.stat(self.path)
@@ -49,14 +52,14 @@ class MetricsFile:
             if ident != self.ident or st.st_size < self.offset:
                 self._reset(ident)  # replaced or truncated: start over
             while self.offset < st.st_size:
-                lines, offset = runs.read_lines(self.path, self.offset, CHUNK_BYTES)
+                lines, offset = jsonlines.read_lines(self.path, self.offset, CHUNK_BYTES, ended=ended, damage=self.damage)
                 if offset == self.offset:
                     break
                 self.offset = offset
                 self._add(lines)
 
     def _add(self, lines: List[bytes]) -> None:
-        items = _parse_lines(lines)
+        items = jsonlines.parse(lines, self.path, self.damage)
         if not items:
             return
         try:  # the common case, column by column in C loops: every line well formed
@@ -91,10 +94,11 @@ class MetricsFile:
                 value = item["value"]
                 value = float(value) if isinstance(value, str) else value  # "nan", "inf", "-inf"
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not isinstance(name, str):
-                    continue
+                    raise TypeError(name)
                 step = float(item.get("step", 0))
                 stamp = float(item.get("time", 0.0))
             except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                jsonlines.count(self.damage, self.path)  # not a metric point
                 continue
             cols = columns.get(name)
             if cols is None:
@@ -114,23 +118,6 @@ class MetricsFile:
         series.extend(xs, ts, vs)
 
 
-def _parse_lines(lines: List[bytes]) -> List[Any]:
-    """JSON objects of ``lines``; malformed lines are skipped (one parse for a clean chunk)."""
-    lines = [line for line in lines if line.strip()]
-    if not lines:
-        return []
-    try:
-        return intake.loads_state(b"[" + b",".join(lines) + b"]")
-    except (ValueError, RecursionError):
-        out = []
-        for line in lines:
-            try:
-                out.append(intake.loads_state(line))
-            except (ValueError, RecursionError):
-                continue
-        return [item for item in out if isinstance(item, dict)]
-
-
 class EventsFile:
     """One events.jsonl: the newest ``EVENTS_PER_FILE`` events, read on from the last offset."""
 
@@ -140,6 +127,7 @@ class EventsFile:
         self.ident: Optional[Tuple[int, int]] = None
         self.offset = 0
         self.events: Deque[Dict[str, Any]] = collections.deque(maxlen=EVENTS_PER_FILE)
+        self.damage: jsonlines.Damage = {}
 
     def refresh(self) -> None:
         with self.lock:
@@ -147,12 +135,12 @@ class EventsFile:
                 st = os.stat(self.path)
             except OSError:
                 self.events.clear()
-                self.ident, self.offset = None, 0
+                self.ident, self.offset, self.damage = None, 0, {}
                 return
             ident = (st.st_dev, st.st_ino)
             if ident != self.ident or st.st_size < self.offset:
                 self.events.clear()
-                self.ident, self.offset = ident, 0
+                self.ident, self.offset, self.damage = ident, 0, {}
             if st.st_size > self.offset:
-                events, self.offset = runs.read_events(self.path, self.offset)
+                events, self.offset = runs.read_events(self.path, self.offset, damage=self.damage)
                 self.events.extend(e for e in events if isinstance(e.get("kind"), str))

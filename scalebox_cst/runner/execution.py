@@ -424,9 +424,9 @@ class Execution:
                 rec.error_tail = error_tail([line for _, line, _ in self._tail],
                                             errors=[line for stream, line, _ in self._tail if stream == 1])
         rec.load = self._load.summary()
-        series = runs.read_series(self.dir)
+        series, damage = runs.read_series_counted(self.dir)  # the child is gone: a cut last line is damage
         rec.metrics = summarize(series)
-        rec.headline = runs.headline(rec.to_json(), series, runs.read_sites(self.dir))
+        rec.headline = runs.headline(rec.to_json(), series, runs.read_sites(self.dir), damage)
         rec.profile = _profile(self.dir, rec.to_json(), self.store_path)
         rec.fallbacks = fallbacks.read(self.dir)
         rec.precision = calibration.read(self.dir)

@@ -16,6 +16,7 @@ import types
 import pytest
 
 from scalebox_cst import compare as compare_mod
+from scalebox_cst import jsonlines
 from scalebox_cst import profile as prof
 from scalebox_cst import runs
 from scalebox_cst.runtime.telemetry import profile as rp
@@ -522,12 +523,12 @@ def test_a_profile_line_without_its_end_is_read_in_pieces_and_passed_over(tmp_pa
     was read whole on every refresh: 280 MB held `scalebox profile` at 312 MB and the monitor read
     it all every poll (the fourth fault campaign). It is read in bounded pieces, and a line longer
     than any profile line is passed over once."""
-    monkeypatch.setattr(runs, "LONGEST_LINE", 4096)
+    monkeypatch.setattr(jsonlines, "LONGEST_LINE", 4096)
     good = {"hz": 25.0, "cpu": True, "rows": [["train.py", 4, "backward", 3, 0.3, 0.2, 2]]}
     path = tmp_path / prof.FILE
     path.write_bytes(json.dumps(good).encode() + b"\n" + b'{"hz": 25.0, "rows": [' + b'["a", 1, "other", 1, 0.1, 0.1, 1],' * 2000)
     reads = []
-    real = runs.open_regular
+    real = jsonlines.open_regular
 
     def counted(*args, **kwargs):
         fh = real(*args, **kwargs)
@@ -535,7 +536,7 @@ def test_a_profile_line_without_its_end_is_read_in_pieces_and_passed_over(tmp_pa
         fh.read = lambda n=-1: reads.append(n) or read(n)
         return fh
 
-    monkeypatch.setattr(runs, "open_regular", counted)
+    monkeypatch.setattr(jsonlines, "open_regular", counted)
     reader = prof.Reader(str(tmp_path)).refresh()
     assert reader.rows == {("train.py", 4, "backward"): [3.0, 0.3, 0.2, 2.0]}
     assert reads and all(n > 0 for n in reads)  # bounded pieces, never a read of the whole rest

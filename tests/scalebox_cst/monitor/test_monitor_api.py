@@ -420,8 +420,9 @@ def test_series_per_run_with_nonfinite_markers_and_seed_band(proj):
         m.series("episodic_return", ["run/0001"], axis="sideways")
 
 
-def test_series_read_incrementally_while_a_run_writes(proj):
-    folder = write_run(proj, "run/0003", status="running")
+def test_series_read_incrementally_while_a_run_writes(proj, live_pid):
+    # a run still writing (live_pid): a lost run's cut last line is read as its last, damaged line
+    folder = write_run(proj, "run/0003", status="running", pid=live_pid)
     m = Monitor(proj, runs_ttl=0)
     assert m.series("x", ["run/0003"])["lines"] == []
     now = time.time()
@@ -444,8 +445,9 @@ def test_series_read_incrementally_while_a_run_writes(proj):
     assert line["y"] == [1.0, 2.0, 3.0, 4.0, 5.0] and line["nonfinite"] == 1 and line["count"] == 6
 
 
-def test_writer_and_reader_at_once_lose_no_point(proj):
-    folder = write_run(proj, "run/0003", status="running")
+def test_writer_and_reader_at_once_lose_no_point(proj, live_pid):
+    # a run still writing (live_pid): a lost run's cut last line is read as its last, damaged line
+    folder = write_run(proj, "run/0003", status="running", pid=live_pid)
     m = Monitor(proj)
     total = 20_000
     done = threading.Event()
