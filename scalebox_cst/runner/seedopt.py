@@ -9,8 +9,8 @@ DDPG has ``add_argument('--seed', default=False, type=bool)``, so ``--seed 0`` a
 were both True). Without one, the launcher seeds random, numpy and torch itself ("env").
 
 The option goes after the run's arguments, except where it belongs to an argparse parser with
-subcommands (``parser.add_argument("--seed")`` beside ``parser.add_subparsers()``) or to a click
-group: they take such an option only before the subcommand (``train.py --seed 0 train --lr 1``;
+subcommands (``parser.add_argument("--seed")`` beside ``parser.add_subparsers()``, or on a
+parser it inherits through ``parents=[common]``) or to a click group: they take such an option only before the subcommand (``train.py --seed 0 train --lr 1``;
 appended, it was "unrecognized arguments" and every seeded run failed), so there it goes first
 (:func:`seed_first`).
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from typing import List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 _SEED_OPTION = re.compile(r"""["']--seed["']|\bseed\s*:\s*int\b""")
 _SWITCH_ACTIONS = ("store_true", "store_false", "store_const", "count")
@@ -137,25 +137,69 @@ def seed_args(flag: str, seed: int) -> List[str]:
 
 
 def seed_first(source: Optional[bytes], flag: str) -> bool:
-    """Whether ``flag`` belongs ahead of the subcommand: every declaration of it is on an argparse
-    parser that has subcommands, or an option of a click group (``@click.group()`` above
+    """Whether ``flag`` belongs ahead of the subcommand: every parser that takes it is an argparse
+    parser with subcommands, or it is an option of a click group (``@click.group()`` above
     ``@click.option("--seed")``: click takes it only before the command, as argparse does). Where
-    a subcommand's parser declares it too, the option goes after: argparse copies the
-    subcommand's default over the top parser's value (``--seed 3 train`` read seed=None, and
-    every seed ran unseeded), and click reads the command's own."""
+    a subcommand's parser takes it too, the option goes after: argparse copies the subcommand's
+    default over the top parser's value (``--seed 3 train`` read seed=None, and every seed ran
+    unseeded), and click reads the command's own. A parser takes what it declares and what its
+    ``parents=[...]`` (parsers of the same file) declare: a ``--seed`` on a ``common`` parser that
+    the main parser, with subcommands, inherits was appended after the subcommand ("unrecognized
+    arguments", every seeded run failed)."""
     text = source.decode("utf-8", "replace") if source else ""
     tree = _parsed(text) if "add_subparsers" in text or "group" in text else None
     if tree is None:
         return False
     calls = _declarations(text, flag) or []
-    with_subcommands = {ast.dump(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
+    with_subcommands = {ast.unparse(n.func.value) for n in ast.walk(tree) if isinstance(n, ast.Call)
                         and isinstance(n.func, ast.Attribute) and n.func.attr == "add_subparsers"}
+    heirs = _heirs(tree)
     ahead = {id(c) for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "add_argument"
-             and ast.dump(c.func.value) in with_subcommands}
+             and _takers(ast.unparse(c.func.value), heirs) <= with_subcommands}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(map(_is_group, node.decorator_list)):
             ahead.update(id(d) for d in node.decorator_list if isinstance(d, ast.Call))
     return bool(calls) and all(id(c) in ahead for c in calls)
+
+
+_PARSER_CALLS = ("ArgumentParser", "add_parser")
+
+
+def _heirs(tree: ast.Module) -> Dict[str, Set[str]]:
+    """``{parser: the parsers made with it among their parents=[...]}``, by the names the file
+    gives them (a parser made without a name, ``sub.add_parser("eval", parents=[common])``, has
+    one of its own that nothing else reads). Only argparse's constructors count: ``parents=`` of
+    any other call inherits nothing."""
+    named = {id(n.value): ast.unparse(n.targets[0]) for n in ast.walk(tree)
+             if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Call)}
+    out: Dict[str, Set[str]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "") not in _PARSER_CALLS:
+            continue
+        for kw in node.keywords:
+            if kw.arg == "parents" and isinstance(kw.value, (ast.List, ast.Tuple)):
+                for parent in kw.value.elts:
+                    out.setdefault(ast.unparse(parent), set()).add(named.get(id(node), f"<parser {id(node)}>"))
+    return out
+
+
+def _takers(parser: str, heirs: Dict[str, Set[str]]) -> Set[str]:
+    """The parsers that take what ``parser`` declares: itself, or, where it is a parent of others
+    (a template, ``add_help=False``), every parser that inherits from it, through parents of parents."""
+    out: Set[str] = set()
+    todo, seen = [parser], {parser}
+    while todo:
+        name = todo.pop()
+        if name not in heirs:
+            out.add(name)
+            continue
+        for heir in heirs[name] - seen:
+            seen.add(heir)
+            todo.append(heir)
+    return out
 
 
 def _is_group(decorator: ast.expr) -> bool:
