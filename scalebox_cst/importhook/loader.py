@@ -31,8 +31,10 @@ class RewritingLoader(SourceBytesLoader):
     """Runs one selected module: its cached or freshly committed rewrite, else the original.
 
     A :class:`~scalebox_cst.runtime.loader.SourceBytesLoader` over the module's original bytes
-    (``get_data``, ``is_package``, the real ``__file__``); the rewrite is decided on first use,
-    so finding a spec commits nothing.
+    (``get_data``, ``is_package``, the real ``__file__``). The rewrite is decided when the module
+    runs (importlib's ``exec_module`` looks ``get_code`` up) or its code or source is asked for:
+    finding a spec, or making a module object from it (``importlib.util.module_from_spec``, as a
+    lazy importer does), rewrites and commits nothing.
     """
 
     def __init__(self, hook: "ImportHook", root: _Root, spec, rel: str, data: bytes, entry: Optional[_Entry]) -> None:
@@ -81,33 +83,32 @@ class RewritingLoader(SourceBytesLoader):
                 self._text, self._code = done
         if self._text is None:
             forget_source(self.path)  # a rewrite an earlier import of the file registered is not what runs
-            # the original runs: its loader's get_code is called directly, with no frame of ours
-            # between importlib's, so CPython cuts them all out of the traceback of a SyntaxError
-            # the module has, as for a plain import (see create_module)
-            self.__dict__["get_code"] = self.original.get_code
         self._resolved = True
 
-    def create_module(self, spec):
-        """Decides the rewrite before importlib's exec_module asks for the code (the default
-        module is made): where the original runs, exec_module then reaches its loader's get_code
-        without passing through ours."""
-        self._resolve()
-        return None
+    # create_module: the default module (Loader's); exec_module: importlib's (see
+    # SourceBytesLoader), which leaves the import's frames out.
 
     def get_source(self, fullname: str) -> str:
         self._resolve()
         return self._text if self._text is not None else super().get_source(fullname)
 
-    @import_machinery
-    def get_code(self, fullname: str):
+    @property
+    def get_code(self):
+        """The rewrite is decided here, when importlib's exec_module looks this up to run the
+        module (not in create_module: ``module_from_spec`` alone must commit nothing). Where the
+        original runs, its own loader's get_code is handed out, so it is called with no frame of
+        ours between importlib's, and CPython cuts them all out of the traceback of a
+        SyntaxError the module has, as for a plain import."""
         self._resolve()
-        if self._text is None:
-            return self.original.get_code(fullname)
-        register_source(self.path, self._text)
-        _show_user_lines(self.path, self._source, self._text, self.hook.session.id)
-        return self._code
+        return self.original.get_code if self._text is None else self._served_code
 
-    # exec_module: importlib's (see SourceBytesLoader), which leaves the import's frames out
+    @import_machinery
+    def _served_code(self, fullname: str):
+        text = self._text
+        assert text is not None  # handed out by get_code only where the rewrite runs
+        register_source(self.path, text)
+        _show_user_lines(self.path, self._source, text, self.hook.session.id)
+        return self._code
 
 
 def _show_user_lines(path: str, original: bytes, text: str, session: str) -> None:
