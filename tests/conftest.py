@@ -97,6 +97,16 @@ def newest_branch_holds(watcher, project, rel: str, data: bytes, timeout: float)
     return False
 
 
+@pytest.fixture
+def writes_caches(monkeypatch):
+    """Python as it starts by default, writing bytecode caches, in this process and the ones the
+    test starts: the import hook's cache is not written under ``python -B`` or
+    ``PYTHONDONTWRITEBYTECODE`` (importhook.cache.may_write), and a shell that exports it must
+    not turn the cache's tests into tests of an empty cache."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+
+
 @pytest.fixture(autouse=True)
 def _distribution_validation_restored():
     """Each test starts with torch.distributions' default validation as it found it.

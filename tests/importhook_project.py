@@ -41,8 +41,9 @@ CONFIG = 'backend = "cpu"\ntransforms = ["grad_clip"]\n\n[grad_clip]\nmode = "fi
 
 
 @pytest.fixture
-def proj(tmp_path):
-    """A project with a package holding a training step (rewritten) and a plain module (not)."""
+def proj(tmp_path, writes_caches):
+    """A project with a package holding a training step (rewritten) and a plain module (not);
+    Python writes caches (``writes_caches``: the hook's cache is what many of these tests test)."""
     pkg = f"agents_{uuid.uuid4().hex[:8]}"
     root = tmp_path / "proj"
     (root / pkg).mkdir(parents=True)

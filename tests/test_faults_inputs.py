@@ -238,7 +238,7 @@ def test_an_unwritable_import_cache_or_store_is_said_once_however_many_modules_m
     assert not failures, failures
 
 
-def test_a_fifo_or_folder_in_place_of_an_import_cache_file_never_hangs_an_import(tmp_path):
+def test_a_fifo_or_folder_in_place_of_an_import_cache_file_never_hangs_an_import(tmp_path, writes_caches):
     """The import hook's own files (a module's cache entry, the fingerprint memo, the user's key)
     replaced by a FIFO or a folder: the script runs rewritten within its time limit, and the entry
     and memo are written again as files (a plain open of a FIFO blocked every import for ever)."""
@@ -728,7 +728,7 @@ def test_two_files_of_the_same_bytes_each_get_their_own_rewrite(tmp_path):
         assert proc.stdout.strip().splitlines()[-1] == "['pkg1/u.py:5'] ['pkg2/u.py:5']", proc.stdout
 
 
-def test_an_import_cache_entry_of_another_module_reached_through_a_folder_link_is_a_miss(tmp_path):
+def test_an_import_cache_entry_of_another_module_reached_through_a_folder_link_is_a_miss(tmp_path, writes_caches):
     # .scalebox/pycache/pkg2 -> pkg1 (a folder link, allowed there: statedir): pkg2/u.py's entry
     # is then pkg1/u.py's, which passes the source-hash and MAC checks (same bytes, this user's
     # key) and served pkg1's rewrite for pkg2; an entry names the module it was written for

@@ -23,6 +23,15 @@ from scalebox_cst import digits, statedir, tmpnames, userkey
 from scalebox_cst.importhook.common import _FORMAT, read_own_file, say_once
 
 
+def may_write() -> bool:
+    """Whether the cache may be written now: not under ``python -B`` (``PYTHONDONTWRITEBYTECODE``,
+    ``sys.dont_write_bytecode``), asked at each write as CPython's own bytecode cache asks it
+    (``SourceLoader.get_code``). Such a process still reads the entries already there; it writes
+    no entry and no fingerprint memo, and does not even touch an entry it reads (a read-only or
+    shared checkout, a container's image: nothing of the project's changes)."""
+    return not sys.dont_write_bytecode
+
+
 def _cache_tag() -> str:
     tag = sys.implementation.cache_tag or "python"
     return f"{tag}.opt-{sys.flags.optimize}" if sys.flags.optimize else tag
@@ -86,8 +95,9 @@ def _mac(key: bytes, head: bytes, body: bytes) -> bytes:
 def _write_entry(path: str, source_hash: bytes, key: Optional[bytes], meta: Dict[str, str], text: str = "", code=None) -> int:
     """Write a cache file atomically (temp file + ``os.replace``); errors are logged, not raised.
     Without a cache key (no store to keep it in) nothing is written: the entry could not be
-    verified when read. Returns the bytes written (0: none)."""
-    if key is None:
+    verified when read; nor under ``python -B`` (:func:`may_write`). Returns the bytes written
+    (0: none)."""
+    if key is None or not may_write():
         return 0
     head = "\n".join(f"{k}={' '.join(str(v).splitlines())}" for k, v in sorted(meta.items())).encode("utf-8")
     body = text.encode("utf-8")
@@ -172,6 +182,8 @@ def touch(path: str) -> None:
     """Mark an entry used (its mtime is its place in the least-recently-used order). The time is
     the precise clock's: the kernel stamps a write with a coarse one (a tick of up to 10 ms
     behind), so an entry touched and then passed by a write in the same tick stays the newer."""
+    if not may_write():
+        return  # its place in the order is left as it was
     now = time.time_ns()
     try:
         os.utime(path, ns=(now, now))

@@ -13,7 +13,7 @@ from ast import PyCF_ONLY_AST
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from scalebox_cst.config import find_project_root
-from scalebox_cst.importhook.cache import _read_entry, _write_entry, note_written, touch
+from scalebox_cst.importhook.cache import _read_entry, _write_entry, may_write, note_written, touch
 from scalebox_cst.importhook.common import (
     _BUILTIN_FINDERS,
     _NEVER,
@@ -308,7 +308,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
         return text, code
 
     def _cache(self, root: _Root, rel: str, source_hash: bytes, meta, text: str = "", code=None) -> None:
-        if self.options.cache:
+        if self.options.cache and may_write():  # (under python -B not even the user's key is made)
             written = _write_entry(root.cache_path(rel), source_hash, root.cache_key(create=True), meta, text, code)
             if written:
                 note_written(root.cache_dir, written)  # the cache is bounded (importhook.cache.LIMIT_BYTES)

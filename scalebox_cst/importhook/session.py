@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 from scalebox_cst import statedir, tmpnames
 from scalebox_cst._version import __version__
 from scalebox_cst.config import CONFIG_FILE, MAX_CONFIG_BYTES, STATE_DIR
-from scalebox_cst.importhook.cache import _cache_key, _cache_tag, _clear_orphans
+from scalebox_cst.importhook.cache import _cache_key, _cache_tag, _clear_orphans, may_write
 from scalebox_cst.importhook.common import (
     BRANCH_PREFIX,
     CACHE_DIR,
@@ -161,7 +161,7 @@ class _Root:
             if value:
                 return value
         value = self.project().pipeline.fingerprint
-        if self.options.cache:
+        if self.options.cache and may_write():
             memo = self._memo_path()
             tmp = tmpnames.sibling(memo, tmpnames.writer_id(thread=True))
             try:

@@ -1,11 +1,15 @@
-"""The import hook across a module's life: a spec and a module object made without running it."""
+"""The import hook across a module's life: a spec and a module object made without running it,
+and ``python -B``."""
 import importlib
 import importlib.util
 import inspect
+import os
 import subprocess
+import sys
 
 from scalebox_cst.importhook import install_import_hook
 
+from conftest import ROOT
 from importhook_project import _fresh_import, proj  # noqa: F401 (proj: the fixture)
 
 CLIP = "_scalebox_clip_grad_norm"
@@ -50,3 +54,28 @@ def test_a_module_made_from_its_spec_is_rewritten_and_committed_only_when_it_run
     assert colds == [f"{pkg}/ppo.py"]
     warm, _ = _fresh_import(root, pkg)
     assert warm.__loader__._entry is not None and CLIP in inspect.getsource(warm.train_step)
+
+
+def test_dont_write_bytecode_reads_the_cache_and_writes_none(proj):
+    """``python -B`` (``sys.dont_write_bytecode``) keeps the hook from writing ``.scalebox/pycache``,
+    as it keeps Python from writing ``__pycache__``; an entry already there is still read."""
+    root, pkg = proj
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCALEBOX_HOOK")}
+    env.update(PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    check = (f"import sys; from scalebox_cst.importhook import install_import_hook\n"
+             f"with install_import_hook(['{pkg}'], project='.'):\n"
+             f"    import {pkg}.ppo as m\n"
+             f"print(m.__loader__.rewritten, m.__loader__._entry is not None)\n")
+
+    def run(*flags):
+        proc = subprocess.run([sys.executable, *flags, "-c", check], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert run("-B") == ["True", "False"]  # rewritten and committed, nothing cached
+    assert _cache_entries(root) == [] and not list((root / ".scalebox" / "pycache").glob("fingerprint-*"))
+    assert run() == ["True", "False"]  # written now
+    (entry,) = (root / ".scalebox" / "pycache").rglob("*.pyc")
+    stamp = entry.stat().st_mtime_ns
+    assert run("-B") == ["True", "True"]  # read
+    assert _cache_entries(root) == [entry.name] and entry.stat().st_mtime_ns == stamp  # and not even touched
