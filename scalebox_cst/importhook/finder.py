@@ -22,7 +22,7 @@ from scalebox_cst.importhook.common import (
     ScaleboxImportWarning,
     _blob_id,
 )
-from scalebox_cst.importhook.loader import RewritingLoader
+from scalebox_cst.importhook.loader import FORGETTER, RewritingLoader
 from scalebox_cst.importhook.session import (
     _ROOTS,
     _SEEN,
@@ -61,6 +61,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
         #: project put on sys.path after install (``sys.path.insert(0, "src")``) adds its modules
         self._rescan = rescan
         self._path_seen = list(sys.path)
+        #: modules this hook ran rewritten (name -> file): forgotten by the next import after uninstall
+        self.served: Dict[str, str] = {}
 
     # ---------------------------------------------------------------- public
     def install(self) -> "ImportHook":
@@ -79,9 +81,15 @@ class ImportHook(importlib.abc.MetaPathFinder):
                     state._fingerprint = state._memo_fingerprint()
 
     def uninstall(self) -> None:
-        """Take the hook off ``sys.meta_path`` and record what it ran; imported modules stay."""
+        """Take the hook off ``sys.meta_path`` and record what it ran; imported modules stay, and
+        run their rewrites until they are imported or reloaded again (loader.Forgetter)."""
         while self in sys.meta_path:
             sys.meta_path.remove(self)
+        if self.served:
+            FORGETTER.files.update(self.served)
+            self.served.clear()
+            if FORGETTER not in sys.meta_path:
+                sys.meta_path.insert(0, FORGETTER)
         self.flush()
 
     def flush(self) -> None:

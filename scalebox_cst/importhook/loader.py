@@ -7,7 +7,7 @@ import importlib.machinery
 import importlib.util
 import marshal
 import types
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from scalebox_cst.importhook.cache import _Entry
 from scalebox_cst.importhook.common import BRANCH_PREFIX
@@ -108,6 +108,7 @@ class RewritingLoader(SourceBytesLoader):
         assert text is not None  # handed out by get_code only where the rewrite runs
         register_source(self.path, text)
         _show_user_lines(self.path, self._source, text, self.hook.session.id)
+        self.hook.served[fullname] = self.path  # (see Forgetter)
         return self._code
 
 
@@ -117,3 +118,25 @@ def _show_user_lines(path: str, original: bytes, text: str, session: str) -> Non
     default excepthook would quote the file on disk at the rewritten line numbers."""
     register_origin(path, lambda: Origin(importlib.util.decode_source(original), text, (), BRANCH_PREFIX + session))
     install_excepthook()
+
+
+class Forgetter(importlib.abc.MetaPathFinder):
+    """Put first on ``sys.meta_path`` by ``ImportHook.uninstall`` for the modules the hook ran
+    rewritten: when one is imported or reloaded again, another loader (Python's own) runs its
+    file, and the rewrite registered for that file (linecache, kept for ever, and the
+    excepthook's map of its lines) is forgotten first. Only the hook's loader forgot it, and
+    after uninstall a reload ran the user's file while its tracebacks and ``inspect`` quoted the
+    rewrite at the file's line numbers. Finds nothing; one dict lookup per import, and it stays
+    once emptied (taking a finder off ``sys.meta_path`` while an import walks it skips the next)."""
+
+    def __init__(self) -> None:
+        self.files: Dict[str, str] = {}  # module name -> file its rewrite was registered for
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        filename = self.files.pop(fullname, None) if self.files else None
+        if filename is not None:
+            forget_source(filename)
+        return None
+
+
+FORGETTER = Forgetter()

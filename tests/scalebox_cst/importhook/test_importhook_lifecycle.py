@@ -1,16 +1,21 @@
 """The import hook across a module's life: a spec and a module object made without running it,
-and ``python -B``."""
+a reload after the hook is uninstalled, and ``python -B``."""
 import importlib
 import importlib.util
 import inspect
+import linecache
 import os
 import subprocess
 import sys
+import traceback
+
+import pytest
 
 from scalebox_cst.importhook import install_import_hook
+from scalebox_cst.runtime import loader as runtime_loader
 
 from conftest import ROOT
-from importhook_project import _fresh_import, proj  # noqa: F401 (proj: the fixture)
+from importhook_project import PPO, _fresh_import, proj  # noqa: F401 (proj: the fixture)
 
 CLIP = "_scalebox_clip_grad_norm"
 
@@ -54,6 +59,28 @@ def test_a_module_made_from_its_spec_is_rewritten_and_committed_only_when_it_run
     assert colds == [f"{pkg}/ppo.py"]
     warm, _ = _fresh_import(root, pkg)
     assert warm.__loader__._entry is not None and CLIP in inspect.getsource(warm.train_step)
+
+
+def test_a_reload_after_uninstall_runs_and_reports_the_users_file(proj):
+    """After ``uninstall()`` a reload runs the user's file through Python's own loader: its
+    tracebacks, linecache and inspect read that file, not the rewrite the hooked import
+    registered (kept for ever in linecache, and the excepthook's map moved its lines)."""
+    root, pkg = proj
+    with install_import_hook([pkg], project=str(root)):
+        ppo = importlib.import_module(f"{pkg}.ppo")
+    assert ppo.__loader__.rewritten
+    importlib.reload(ppo)
+    assert type(ppo.__loader__) is importlib.machinery.SourceFileLoader
+    user_line = PPO.splitlines().index('    raise ValueError(f"boom {value}")') + 1
+    with pytest.raises(ValueError) as raised:
+        ppo.fail(1)
+    frame = traceback.extract_tb(raised.value.__traceback__)[-1]
+    assert (frame.lineno, frame.line) == (user_line, 'raise ValueError(f"boom {value}")')
+    assert linecache.getlines(ppo.__file__) == PPO.splitlines(keepends=True)
+    assert CLIP not in inspect.getsource(ppo.train_step)
+    assert runtime_loader.origin_of(ppo.__file__) is None
+    shown = runtime_loader.format_exception(ValueError, raised.value, raised.value.__traceback__)
+    assert f'line {user_line}, in fail\n    raise ValueError(f"boom {{value}}")' in shown
 
 
 def test_dont_write_bytecode_reads_the_cache_and_writes_none(proj):
