@@ -256,8 +256,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
                     if entry.meta.get("error"):
                         self._warn(spec.origin, entry.meta["error"])
                     return spec
-                if entry.kind != _REWRITTEN or not root.committed(entry.meta):
-                    entry = None
+                if entry.kind != _REWRITTEN or root.committed_loose(entry.meta) is False:
+                    entry = None  # (a packed store is read when the module runs: the loader asks)
             spec.cached = cache_path
         spec.loader = RewritingLoader(self, root, spec, rel, data, entry)
         return spec
@@ -266,7 +266,7 @@ class ImportHook(importlib.abc.MetaPathFinder):
         """The module's bytes as a snapshot reads them (``intake.read_module``), else None and a
         warning: what the hook commits never holds the bytes of a file outside the project."""
         try:
-            return read_module(spec.origin, root.root, rel, lambda: root.project().config, self._plain_dirs)
+            return read_module(spec.origin, root.root, rel, root.config, self._plain_dirs)
         except NotRead as exc:
             if not exc.gone:  # the name as a snapshot's note shows it: escaped, on one line
                 self._warn(shown_name(spec.origin), f"{shown_name(rel)}: {exc}; not rewritten")

@@ -63,6 +63,8 @@ class RewritingLoader(SourceBytesLoader):
     def _resolve_once(self) -> None:
         entry = self._entry
         code = None
+        if entry is not None and not self.root.committed(entry.meta):
+            entry = None  # its commit is gone: rewritten and committed again before it runs
         if entry is not None:
             try:
                 code = marshal.loads(entry.code_data)

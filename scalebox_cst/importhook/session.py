@@ -95,6 +95,7 @@ class _Root:
         self.lock = threading.RLock()  # store writes, pipeline and lazy set-up, in this process
         self._fingerprint: Optional[str] = None
         self._project = None
+        self._config = None  # the config read without the project (see config())
         self._store = None
         self._snapshot: Optional[str] = None  # this process's latest source snapshot in the store
         self._snapshot_blobs: Dict[str, str] = {}
@@ -206,31 +207,56 @@ class _Root:
                     self._project = self.options.make_project(self.root)
         return self._project
 
-    def committed(self, meta: Dict[str, str]) -> bool:
-        """Whether a cache entry's rewrite is in the store, in the commit the entry names.
+    def committed_loose(self, meta: Dict[str, str]) -> Optional[bool]:
+        """Whether a cache entry's rewrite is in the store, as far as a stat tells: True for a
+        commit known or found as a loose object (the store writes loose objects and turns off
+        auto-gc), False for no commit, None where only reading the store tells (a packed store).
 
-        A stat of the commit's loose object (the store writes loose objects and turns off
-        auto-gc); failing that (a packed store), the store is read and the blob at the path
-        compared, once per commit and process.
-        """
+        What the finder asks: Python holds its import lock while a finder looks, and reading the
+        store takes the project lock, which a thread rewriting a module holds while it imports
+        (the pipeline's and the store's first imports): each waited for the other's lock for ever.
+        The loader asks :meth:`committed`, when the module runs, without the import lock."""
         commit = meta.get("commit", "")
         if len(commit) != 40 or commit in self._known_commits:
             return len(commit) == 40
         try:
             os.stat(f"{self.objects_dir}{os.sep}{commit[:2]}{os.sep}{commit[2:]}")
-            found = True
         except OSError:
-            found = False
-        if not found:
+            return None
+        self._known_commits.add(commit)
+        return True
+
+    def committed(self, meta: Dict[str, str]) -> bool:
+        """Whether a cache entry's rewrite is in the store, in the commit the entry names:
+        :meth:`committed_loose`, failing that the store read and the blob at the path compared,
+        once per commit and process (never where Python's import lock is held: see there)."""
+        found = self.committed_loose(meta)
+        if found is None:
+            commit = meta["commit"]
             try:
                 with self.lock:
                     data = self.store().read_file(commit, meta.get("rel", ""))
                 found = data is not None and _blob_id(data) == meta.get("output_blob")
             except Exception:  # noqa: BLE001 - no store, unreadable store, unknown commit
                 found = False
-        if found:
-            self._known_commits.add(commit)
+            if found:
+                self._known_commits.add(commit)
         return found
+
+    def config(self):
+        """The project's config, read without building the project: what the finder asks (to
+        classify a module reached through a link), where Python's import lock is held and the
+        project lock is not to be waited for (see :meth:`committed_loose`)."""
+        if self._project is not None:
+            return self._project.config
+        if self.options.config is not None:
+            return self.options.config
+        config = self._config
+        if config is None:
+            from scalebox_cst.config import Config  # (imported with the finder: find_project_root)
+
+            config = self._config = Config.load(self.root)
+        return config
 
     def store(self):
         """The project's store; opened without the pipeline (recording cache hits needs no libcst)."""

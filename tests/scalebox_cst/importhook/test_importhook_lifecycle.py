@@ -1,5 +1,6 @@
 """The import hook across a module's life: a spec and a module object made without running it,
-a reload after the hook is uninstalled, and ``python -B``."""
+a reload after the hook is uninstalled, ``python -B``, and a cached import while another thread
+rewrites a module."""
 import importlib
 import importlib.util
 import inspect
@@ -106,3 +107,78 @@ def test_dont_write_bytecode_reads_the_cache_and_writes_none(proj):
     stamp = entry.stat().st_mtime_ns
     assert run("-B") == ["True", "True"]  # read
     assert _cache_entries(root) == [entry.name] and entry.stat().st_mtime_ns == stamp  # and not even touched
+
+
+#: run in a process of its own: a deadlock there holds Python's import lock for ever
+DEADLOCK_CHECK = r'''
+import _imp, faulthandler, importlib, subprocess, sys, threading, time
+from scalebox_cst.importhook import install_import_hook, session
+from scalebox_cst.transforms.grad_clip import GradClip
+
+pkg, store = sys.argv[1], sys.argv[2]
+faulthandler.dump_traceback_later(45, exit=True)  # deadlocked: where each thread waits, and out
+holding, armed = threading.Event(), threading.Event()
+
+
+def waits_to_run():
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None and frame.f_code.co_name != "_resolve":
+        frame = frame.f_back
+    return frame is not None
+
+
+class Importing(GradClip):
+    """Rewrites as GradClip; armed, it imports a module Python has not imported yet while the
+    hook holds its project lock (as a transform's or the store's first use imports)."""
+
+    def rewrite(self, ctx):
+        if armed.is_set():
+            holding.set()
+            deadline = time.monotonic() + 30
+            while not (_imp.lock_held() or waits_to_run()) and time.monotonic() < deadline:
+                time.sleep(0.001)  # until the main thread is inside a finder (Python's import lock
+                # held) or past it, waiting for this lock to run the module
+            importlib.import_module("colorsys")
+        return super().rewrite(ctx)
+
+
+transform = Importing()
+with install_import_hook([pkg], project=".", transforms=[transform]):
+    importlib.import_module(pkg + ".m1")  # rewritten, committed and cached
+for name in [m for m in sys.modules if m.startswith(pkg + ".")]:
+    del sys.modules[name]
+session._ROOTS.clear()
+for args in (["repack", "-a", "-d", "-q"], ["prune-packed"]):  # the commit is no loose object any more
+    subprocess.run(["git", "--git-dir", store, *args], check=True)
+assert "colorsys" not in sys.modules
+got = {}
+with install_import_hook([pkg], project=".", transforms=[transform]):
+    armed.set()
+    cold = threading.Thread(target=lambda: got.setdefault("m0", importlib.import_module(pkg + ".m0")))
+    cold.start()
+    holding.wait(60)
+    got["m1"] = importlib.import_module(pkg + ".m1")  # a cache hit whose commit is looked up in the pack
+    cold.join()
+print(sorted(got), got["m1"].__loader__._entry is not None, "_scalebox" in got["m0"].__loader__.get_source(pkg + ".m0"))
+'''
+
+
+def test_a_cached_import_while_another_thread_rewrites_does_not_deadlock(proj):
+    """Python holds its import lock while it asks each finder for a spec. The hook's finder took
+    the project lock there (to look a cached rewrite's commit up in a packed store), while another
+    thread, rewriting a module under that lock, imported a module (the pipeline's and the store's
+    first imports): each waited for the lock the other held, for ever."""
+    root, pkg = proj
+    for name in ("m0", "m1"):
+        (root / pkg / f"{name}.py").write_text(PPO.replace("def train_step", f"def train_step_{name}"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCALEBOX_HOOK")}
+    env.update(PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    script = root / "deadlock_check.py"
+    script.write_text(DEADLOCK_CHECK)
+    try:
+        proc = subprocess.run([sys.executable, str(script), pkg, str(root / ".scalebox" / "store.git")],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"deadlocked: {exc.stdout!r} {exc.stderr!r}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["['m0',", "'m1']", "True", "True"], proc.stdout
