@@ -461,6 +461,7 @@ OWN_MECHANICS_ALLOWED = {
     "scalebox_cst/test_pipeline.py": "its subject is the pipeline (transform instances, reuse, failures)",
     "scalebox_cst/test_config.py": "checks that building a Pipeline refuses a bad config",
     "scalebox_cst/importhook/test_importhook.py": "its subject is module loading (a finder of its own)",
+    "scalebox_cst/importhook/test_importhook_lifecycle.py": "its subject is module loading (module_from_spec, then exec_module)",
 }
 #: test files that import another test file's fixtures (not differential helpers), each with why
 TEST_IMPORTS_ALLOWED = {
