@@ -13,7 +13,7 @@ from ast import PyCF_ONLY_AST
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from scalebox_cst.config import find_project_root
-from scalebox_cst.importhook.cache import _read_entry, _write_entry, may_write, note_written, touch
+from scalebox_cst.importhook.cache import _Entry, _read_entry, _write_entry, may_write, note_written, touch
 from scalebox_cst.importhook.common import (
     _BUILTIN_FINDERS,
     _NEVER,
@@ -245,22 +245,36 @@ class ImportHook(importlib.abc.MetaPathFinder):
         if len(data) < 64 and not data.strip():
             return spec  # an empty module (most ``__init__.py``): nothing to rewrite, nothing to read
         entry = None
+        later = False
         if self.options.cache:
-            cache_path = root.cache_path(rel)
-            entry = _read_entry(cache_path, importlib.util.source_hash(data), root.cache_key(create=False))
-            if entry is not None and entry.meta.get("rel") != rel:
-                entry = None  # written for another module of the same bytes (its name reached through a folder link)
-            if entry is not None:
-                touch(cache_path)  # used: last in the cache's eviction order
-                if entry.kind == _ORIGINAL:
-                    if entry.meta.get("error"):
-                        self._warn(spec.origin, entry.meta["error"])
+            if root.known_fingerprint() is None:
+                later = True  # the loader looks, when the module runs (see _Root.known_fingerprint)
+            else:
+                entry, original = self._look_up(spec.origin, root, rel, data)
+                if original:
                     return spec
-                if entry.kind != _REWRITTEN or root.committed_loose(entry.meta) is False:
-                    entry = None  # (a packed store is read when the module runs: the loader asks)
-            spec.cached = cache_path
+                spec.cached = root.cache_path(rel)
         spec.loader = RewritingLoader(self, root, spec, rel, data, entry)
+        spec.loader.look_up = later
         return spec
+
+    def _look_up(self, origin: str, root: _Root, rel: str, data: bytes) -> Tuple[Optional[_Entry], bool]:
+        """The module's cache entry, if it holds a rewrite whose commit is not known to be gone,
+        and whether the entry says the original runs (warning again of a pipeline error)."""
+        cache_path = root.cache_path(rel)
+        entry = _read_entry(cache_path, importlib.util.source_hash(data), root.cache_key(create=False))
+        if entry is not None and entry.meta.get("rel") != rel:
+            entry = None  # written for another module of the same bytes (its name reached through a folder link)
+        if entry is None:
+            return None, False
+        touch(cache_path)  # used: last in the cache's eviction order
+        if entry.kind == _ORIGINAL:
+            if entry.meta.get("error"):
+                self._warn(origin, entry.meta["error"])
+            return None, True
+        if entry.kind != _REWRITTEN or root.committed_loose(entry.meta) is False:
+            return None, False  # (a packed store is read when the module runs: the loader asks)
+        return entry, False
 
     def _read(self, spec, root: _Root, rel: str) -> Optional[bytes]:
         """The module's bytes as a snapshot reads them (``intake.read_module``), else None and a

@@ -44,6 +44,9 @@ class RewritingLoader(SourceBytesLoader):
         self.rel = rel
         self.original = spec.loader
         self._entry = entry
+        #: whether the cache is to be looked in here: the finder could not (the pipeline
+        #: fingerprint was not known without building the pipeline: _Root.known_fingerprint)
+        self.look_up = False
         self._resolved = False
         self._text: Optional[str] = None  # rewritten source; None: the original runs
         self._code = None
@@ -61,7 +64,10 @@ class RewritingLoader(SourceBytesLoader):
                 self._resolve_once()
 
     def _resolve_once(self) -> None:
-        entry = self._entry
+        entry, original = self._entry, False
+        if self.look_up:
+            entry, original = self.hook._look_up(self.path, self.root, self.rel, self._source)
+            self._entry = entry
         code = None
         if entry is not None and not self.root.committed(entry.meta):
             entry = None  # its commit is gone: rewritten and committed again before it runs
@@ -79,7 +85,7 @@ class RewritingLoader(SourceBytesLoader):
             _imp._fix_co_filename(code, self.path)  # type: ignore[attr-defined]  # (not in typeshed)
             self._text, self._code = entry.text, code
             self.root.record_hit(self.rel, entry.meta, self.hook.session)
-        else:
+        elif not original:
             done = self.hook._cold(self.root, self.rel, self.path, self._source)
             if done is not None:
                 self._text, self._code = done

@@ -117,6 +117,18 @@ class _Root:
                 fp = self._fingerprint
         return fp
 
+    def known_fingerprint(self) -> Optional[str]:
+        """The pipeline fingerprint where it is known without building the pipeline (worked out
+        already, or in its memo: two small files read), else None. What the finder asks: Python
+        holds its import lock while a finder looks, and building the pipeline imports (torch,
+        libcst); a module another thread was importing meanwhile (the finder waits for it) waited
+        for that lock for its own imports, for ever. The loader works the fingerprint out."""
+        if self._fingerprint is None and self.options.cache:
+            value = self._memo_fingerprint()
+            if value:
+                self._fingerprint = value  # (two threads may both read it: the same value)
+        return self._fingerprint
+
     def _fast_key(self) -> str:
         """A cheap key for what the pipeline fingerprint depends on (see ``Config.fingerprint``).
 

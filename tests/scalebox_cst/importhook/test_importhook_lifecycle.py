@@ -1,6 +1,6 @@
 """The import hook across a module's life: a spec and a module object made without running it,
-a reload after the hook is uninstalled, ``python -B``, and a cached import while another thread
-rewrites a module."""
+a reload after the hook is uninstalled, ``python -B``, and imports while another thread rewrites
+a module or is inside an import the pipeline makes."""
 import importlib
 import importlib.util
 import inspect
@@ -109,6 +109,21 @@ def test_dont_write_bytecode_reads_the_cache_and_writes_none(proj):
     assert _cache_entries(root) == [entry.name] and entry.stat().st_mtime_ns == stamp  # and not even touched
 
 
+
+def test_without_the_fingerprint_memo_the_loader_looks_in_the_cache(proj):
+    """The finder leaves the cache to the loader where the pipeline fingerprint is not known
+    without building the pipeline (no memo: the first import after a config change, or the memo
+    swept out): the loader works it out when the module runs, and an entry there still serves."""
+    root, pkg = proj
+    _fresh_import(root, pkg)
+    (memo,) = (root / ".scalebox" / "pycache").glob("fingerprint-*")
+    memo.unlink()
+    warm, _ = _fresh_import(root, pkg)
+    assert warm.__loader__.look_up and warm.__loader__._entry is not None
+    assert CLIP in inspect.getsource(warm.train_step) and memo.exists()
+    again, _ = _fresh_import(root, pkg)
+    assert not again.__loader__.look_up and again.__loader__._entry is not None
+
 #: run in a process of its own: a deadlock there holds Python's import lock for ever
 DEADLOCK_CHECK = r'''
 import _imp, faulthandler, importlib, subprocess, sys, threading, time
@@ -182,3 +197,74 @@ def test_a_cached_import_while_another_thread_rewrites_does_not_deadlock(proj):
         pytest.fail(f"deadlocked: {exc.stdout!r} {exc.stderr!r}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["['m0',", "'m1']", "True", "True"], proc.stdout
+
+
+#: the first import after a config change, while another thread is inside an import the
+#: pipeline's set-up makes too (here: a transform's version imports ``slow``, as backend
+#: detection imports torch)
+FIRST_IMPORT_CHECK = r'''
+import _imp, faulthandler, importlib, sys, threading, time
+from scalebox_cst.importhook import install_import_hook
+from scalebox_cst.transforms.grad_clip import GradClip
+
+pkg = sys.argv[1]
+faulthandler.dump_traceback_later(45, exit=True)  # deadlocked: where each thread waits, and out
+inside = threading.Event()
+
+
+def waits_to_run():
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    while frame is not None and frame.f_code.co_name != "_resolve":
+        frame = frame.f_back
+    return frame is not None
+
+
+class Probing(GradClip):
+    armed = False  # (the hook's options read the version at install)
+
+    @property
+    def version(self):
+        if Probing.armed:
+            importlib.import_module("slow")
+        return "1"
+
+
+import builtins
+builtins.slow_started = inside  # what slow.py signals and waits with
+builtins.slow_waits = lambda: (_imp.lock_held() or waits_to_run())
+hook = install_import_hook([pkg], project=".", transforms=[Probing()])
+Probing.armed = True
+loading = threading.Thread(target=importlib.import_module, args=("slow",))
+loading.start()
+inside.wait(60)
+module = importlib.import_module(pkg + ".m0")  # no fingerprint memo yet: the pipeline is built
+loading.join()
+hook.uninstall()
+print("_scalebox" in module.__loader__.get_source(pkg + ".m0"))
+'''
+
+SLOW = r'''
+import builtins, time
+builtins.slow_started.set()
+deadline = time.monotonic() + 30
+while not builtins.slow_waits() and time.monotonic() < deadline:
+    time.sleep(0.001)  # until the main thread is inside a finder or past it, waiting to run m0
+import colorsys  # a module not imported yet: Python's import lock is taken
+'''
+
+
+def test_the_first_import_after_a_config_change_while_another_thread_imports_does_not_deadlock(proj):
+    """The pipeline fingerprint was worked out inside the finder, where Python holds its import
+    lock, when no memo held it (the first import after a config or engine change): building the
+    pipeline imports (torch, libcst), and a module another thread was importing meanwhile
+    waited for the import lock for its own imports while the finder waited for that module."""
+    root, pkg = proj
+    (root / pkg / "m0.py").write_text(PPO)
+    (root / "slow.py").write_text(SLOW)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCALEBOX_HOOK")}
+    env.update(PYTHONPATH=os.pathsep.join([ROOT, str(root)]), OMP_NUM_THREADS="1")
+    script = root / "first_import_check.py"
+    script.write_text(FIRST_IMPORT_CHECK)
+    proc = subprocess.run([sys.executable, str(script), pkg], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["True"], proc.stdout
