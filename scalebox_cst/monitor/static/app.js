@@ -186,6 +186,9 @@ function branchRow(b) {
     const lines = fell.map((f) => `${f.op} x${f.count} at ${f.file ? f.file + ":" + f.line : "outside the project"}`);
     marks.push(el("span", { class: "badge mark-fallback", title: lines.join("\n") }, `CPU fallbacks: ${fell.reduce((n, f) => n + f.count, 0)}`));
   }
+  const damaged = b.runs.filter((r) => r.damaged).map((r) => `${r.id}: ${r.damaged}`);
+  if (damaged.length)  // its numbers rest on the lines that could be read (scalebox_cst.jsonlines)
+    marks.push(el("span", { class: "badge mark-damaged", title: damaged.join("\n") }, `damaged lines: ${damaged.length} run(s)`));
   const h = b.headline || {};
   if (shownRun(b).variant === "original")
     marks.push(el("span", { class: "badge mark-original", title: "no rewrite run has numbers yet: the numbers shown are the original's (scalebox run --original)" }, "original's numbers"));

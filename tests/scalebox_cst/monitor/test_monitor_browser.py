@@ -215,6 +215,29 @@ def test_branch_row_shows_cpu_time_against_the_branchs_original_runs(tmp_path, p
         srv.server_close()
 
 
+def test_a_branch_whose_run_files_had_damaged_lines_says_so(tmp_path, page):
+    """A run's numbers rest on the lines of its files that could be read: a line cut by kill -9
+    or a full disk was skipped without a word. The branch row marks it, the run and what was
+    skipped in the mark's title."""
+    root = make_project(tmp_path)
+    folder = write_run(root, "run/0002", headline={"sps": 900.0, "damaged": {"metrics.jsonl": 2}},
+                       points=[("scalebox/SPS", 10, 900.0, time.time())])
+    run_id = "run/0002#" + os.path.basename(folder).lstrip("0")
+    srv = serve(root)
+    try:
+        page.goto(srv.url)
+        mark = page.locator("#branches tr.branch[data-branch='run/0002'] .mark-damaged")
+        mark.wait_for()
+        assert mark.inner_text() == "damaged lines: 1 run(s)"
+        assert mark.get_attribute("title") == f"{run_id}: metrics.jsonl: 2 damaged lines skipped"
+        assert page.locator("#branches tr.branch[data-branch='run/0001'] .mark-damaged").count() == 0
+        shot(page, "branch_damaged_lines")
+        assert not page.errors, page.errors
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_page_memory_stays_flat_while_it_polls(tmp_path, page, live_pid):
     """A page left open: many polls with a run writing all along, heap and DOM do not grow."""
     root = make_project(tmp_path)
