@@ -172,6 +172,15 @@ in-process): the ``ast`` of the rewritten function's stretches (astsplice, 2.5 s
 analysis 0.81, one-pass program 0.55, the candidate test with the body's first walk 0.50, no
 function above ~5%), the one walk of the function (function_facts, 0.5 s), the codegen (0.56 s)
 and the rest of the pipeline (~2.4 s: the first ``ast`` parse, the other transforms' scans).
+Round 12 (twenty-sixth session; ``bench_rewrite_files.py --old REV --rounds 2 --repeat 1``, paired
+in fresh processes, on a machine ~1.4x slower than round 11's: a1dc491 took 17.2 s for loops 50k
+here against 12.2 there): where two or more ways of a rewritten loop end with steps to run as
+written, one loop after them runs those (recurrence.build._layout), so the body is written 3
+times, not 5 (774 -> 600 ``ast`` nodes per GAE loop): loops 20k 7.32 -> 6.74 (0.92x), loops 50k
+17.19 -> 16.29 (0.95x), mixed 50k 7.74 -> 7.63; peak at loops 50k 2313 -> 1936 MB. Output changes
+on purpose (4 goldens). What is left at loops 50k (16.8 s here): recurrence's own work 9.9 s (of
+which libcst's parse of the function, 332 chunks of ~5.3k characters, 3.3 s), the ``ast`` of the
+generated code 3.3 s, codegen 0.7 s, the other transforms under 0.6 s.
 Target (issue 9, item 13): linear, a 50k-line file under 10 s and 1 GB. Measured on the loaded
 2-core machine (CPU s / peak MB, 50k lines; old = before the statement memo, spliced codegen,
 grad_clip's path-only insertion pass and recurrence's kept-loop pre-filter, run back to back):
