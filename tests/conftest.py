@@ -66,6 +66,16 @@ def project(tmp_path):
     return root
 
 
+def sigint_as_from_a_terminal() -> None:
+    """``preexec_fn`` of a child a test interrupts with SIGINT: the default disposition, as under a
+    terminal. A shell's background job without job control (``make test &`` in a script) starts
+    with SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the test's Ctrl-C
+    was ignored (the child hung, or ended 0) though the code under test was right."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def scalebox(*args, cwd=None, check=True, env=None, timeout=120):
     """Run the installed CLI as a user would (a subprocess)."""
     full_env = dict(os.environ)

@@ -17,7 +17,7 @@ import pytest
 from scalebox_cst.project import Project
 from scalebox_cst.watcher import Watcher
 
-from conftest import HELPERS_PY, TRAIN_PY, newest_branch_holds, scalebox
+from conftest import HELPERS_PY, TRAIN_PY, newest_branch_holds, scalebox, sigint_as_from_a_terminal
 
 TRIALS = int(os.environ.get("SCALEBOX_FAULT_TRIALS", "4"))
 
@@ -133,7 +133,8 @@ def test_ctrl_c_while_a_command_starts_is_one_line_and_status_130(tmp_path):
         delay = rng.uniform(0.0, 1.5 if cmd[0] == "rewrite" else 0.3)
         (root / "helpers.py").write_text(HELPERS_PY + f"# {trial}\n")  # a rewrite has something to do
         proc = subprocess.Popen([script, *cmd], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+                                env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+                                preexec_fn=sigint_as_from_a_terminal)
         time.sleep(delay)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -173,7 +174,8 @@ def test_ctrl_c_while_click_parses_or_closes_is_one_line_and_status_130(tmp_path
     starting`` and 130; after it, ``interrupted`` and 130 with the command's output whole."""
     root = _project(tmp_path / "proj")
     proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AT, where, entry, *argv], cwd=root, capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                          text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          preexec_fn=sigint_as_from_a_terminal)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 130 and len(lines) == 1 and "Aborted" not in proc.stderr, (proc.returncode, proc.stderr)
     assert lines[0] == ("scalebox: interrupted while starting; nothing was done" if where == "parse" else "scalebox: interrupted")

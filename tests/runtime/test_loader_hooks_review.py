@@ -5,6 +5,8 @@ import types
 
 from scalebox_cst.runtime import loader
 
+from conftest import sigint_as_from_a_terminal
+
 
 def _deep_traceback(depth):
     try:
@@ -51,7 +53,7 @@ def test_ctrl_c_under_python_m_scalebox_cst_ends_the_process_by_sigint(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCALEBOX_")}
     env.update(PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-m", "scalebox_cst", "hang.py"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_from_a_terminal)
     try:
         assert proc.stdout.readline() == "ready\n"
         time.sleep(0.3)  # (in the loop by then)
