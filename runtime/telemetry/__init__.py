@@ -124,7 +124,7 @@ class _Telemetry(threading.Thread):
         self.clock = sites.Clock()
         self.system = system.Sampler()
         self.stopped = threading.Event()
-        self.last = self.origin = time.perf_counter()
+        self.last = time.perf_counter()
         self.env_steps = envs.env_steps
         self.opt_steps = training.optimizer_steps
         self.lock = threading.Lock()
@@ -165,16 +165,10 @@ class _Telemetry(threading.Thread):
             now = time.perf_counter()
             dt, self.last = now - self.last, now
             steps, opt = envs.env_steps, training.optimizer_steps
-            # a rate's first point counts from the telemetry's start, as readers take it
-            # (headlines.steps_per_second's origin): counted from the report before, a start-up
-            # longer than a report (the import hook's first rewrite, heavy imports) fell out of one
-            # run's steps/s and stayed in another's: a rewrite read 1020 steps/s against its
-            # original's 383, the same 885 steps in 3.8 s against 3.2 s
-            first = now - self.origin
             if dt > 0 and steps > self.env_steps:
-                metrics.record(metrics.engine("SPS"), (steps - self.env_steps) / (first if self.env_steps == 0 else dt), step=steps)
+                metrics.record(metrics.engine("SPS"), (steps - self.env_steps) / dt, step=steps)
             if dt > 0 and opt > self.opt_steps:
-                metrics.record(metrics.engine("optimizer_steps_per_s"), (opt - self.opt_steps) / (first if self.opt_steps == 0 else dt), step=opt)
+                metrics.record(metrics.engine("optimizer_steps_per_s"), (opt - self.opt_steps) / dt, step=opt)
             self.env_steps, self.opt_steps = steps, opt
             metrics.record(metrics.engine("wall_time"), time.time() - self.started)
             metrics.record(metrics.engine("telemetry_cpu_s"), self.cpu_s)

@@ -731,30 +731,3 @@ def test_a_reward_of_one_element_in_an_array_is_that_episode_s_reward(tmp_path):
     got = [[r, int(l)] for (_, r), (_, l) in zip(points.get("scalebox/episodic_return", []),
                                                  points.get("scalebox/episodic_length", []))]
     assert got == seen
-
-
-LATE_START = """
-import time
-import gymnasium as gym
-
-time.sleep(1.5)  # a start-up longer than a report (SCALEBOX_TELEMETRY_EVERY=0.4): reports with no step
-env = gym.make("CartPole-v1")
-env.reset(seed=0)
-for _ in range(300):
-    _, _, term, trunc, _ = env.step(0)
-    if term or trunc:
-        env.reset()
-"""
-
-
-def test_the_first_steps_per_second_counts_from_the_start_like_every_run(tmp_path, monkeypatch):
-    """The first SPS point was counted from the report before it: where start-up outlasted a
-    report (the import hook's first rewrite of a module), the run's steps/s left start-up out,
-    while a run whose first steps fell before its first report kept it in: a rewrite read 1020
-    steps/s against its original's 383 for the same 885 steps. Now the first point of each rate
-    counts from the telemetry's start, as the headline's reader takes it."""
-    monkeypatch.setenv("SCALEBOX_TELEMETRY_EVERY", "0.4")
-    _, points, _ = run(tmp_path, LATE_START)
-    sps = points["scalebox/SPS"]
-    first_steps, first_rate = sps[0]
-    assert first_steps > 0 and first_rate < first_steps / 1.5, sps  # the 1.5 s before any step counted
