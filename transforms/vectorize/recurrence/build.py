@@ -281,22 +281,23 @@ class _Placed(cst.CSTTransformer):
         return updated.with_changes(body=stmts)
 
 
-_MARK_NAMES = {"__SBX_BODY__": BODY, "__SBX_LOOP__": LOOP}
+#: the name a marker of a layout is written as in the text :func:`_tree` parses
+_MARK_NAMES = {BODY: "__SBX_BODY__", LOOP: "__SBX_LOOP__"}
+_MARKS = {name: mark for mark, name in _MARK_NAMES.items()}
 
 
 def _marker(st: cst.BaseStatement) -> Optional[str]:
     if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1 and isinstance(st.body[0], cst.Expr):
         value = st.body[0].value
         if isinstance(value, cst.Name):
-            return _MARK_NAMES.get(value.value)
+            return _MARKS.get(value.value)
     return None
 
 
 def _tree(layout: _Layout, body: List[cst.BaseStatement], loop: cst.For) -> cst.BaseStatement:
     """The rewritten statement as a libcst tree: the layout's lines parsed (one parse for all, a
     marker name standing for each body and the loop), then the body copied for each place."""
-    names = {BODY: "__SBX_BODY__", LOOP: "__SBX_LOOP__"}
-    text = "".join("    " * depth + str(names.get(line, line)) + "\n" for depth, line in layout)
+    text = "".join("    " * depth + str(_MARK_NAMES.get(line, line)) + "\n" for depth, line in layout)
     (parsed,) = parse_statements(text)
     return cast(cst.BaseStatement, parsed.visit(_Placed(body, loop)))
 
